@@ -1,0 +1,36 @@
+"""The parallel axes, one enum shared by specs, placement, search and exports."""
+
+import enum
+
+
+class Axis(str, enum.Enum):
+    """A parallel axis. ``EP`` is carved out of the ``DP``×``CP`` ranks (Megatron's convention)."""
+
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+
+#: Axes that own a slot in the rank order (EP lives inside CP×DP).
+RANK_AXES = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+
+#: Megatron-LM's default order, innermost first (its ``tp-cp-ep-dp-pp``).
+MEGATRON_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+
+
+def parse_order(text: str) -> tuple[Axis, ...]:
+    """Parse ``"tp-cp-dp-pp"`` (innermost first); ``ep`` may appear and is ignored."""
+    from .errors import SpecError
+
+    names = [p for p in text.replace(",", "-").split("-") if p and p != "ep"]
+    try:
+        order = tuple(Axis(n) for n in names)
+    except ValueError:
+        raise SpecError("rank_order", text, "use a dash-separated permutation of tp, cp, dp, pp "
+                        "(innermost first), e.g. 'tp-cp-dp-pp'") from None
+    if sorted(a.value for a in order) != sorted(a.value for a in RANK_AXES):
+        raise SpecError("rank_order", text, "must name each of tp, cp, dp, pp exactly once, "
+                        "e.g. 'tp-cp-dp-pp'")
+    return order

@@ -1,0 +1,160 @@
+"""The ``nestplan`` command line. Heavy modules are imported inside the handlers.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming field, value and what is allowed),
+3 a search that finds no feasible plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_RUNS = Path("../shared/data/published_runs.csv")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"nestplan: error: {message} (see nestplan {self.prog.split()[-1]} --help)\n")
+
+
+def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
+    g = p.add_argument_group("scenario")
+    g.add_argument("--model", required=True, help="catalog name or path to a HuggingFace config.json")
+    g.add_argument("--cluster", required=True, help="catalog name or path to a cluster TOML file")
+    g.add_argument("--gpus", type=int, required=True, help="devices used by the run")
+    g.add_argument("--seq-len", type=int, required=plan_required, help="tokens per sequence")
+    g.add_argument("--global-batch", type=int, required=plan_required, help="sequences per step")
+    g.add_argument("--precision", default="bf16", help="matmul precision: bf16 (default) or fp8")
+    k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)")
+    k.add_argument("--tp", type=int, required=plan_required, help="tensor-parallel degree")
+    k.add_argument("--pp", type=int, required=plan_required, help="pipeline stages")
+    k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
+    k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
+    k.add_argument("--ep", type=int, help="expert-parallel degree, out of dp·cp (default 1)")
+    k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
+    k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
+    k.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
+    k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
+    k.add_argument("--recompute", help="none (default), selective or full; or one per stage, "
+                   "comma-separated")
+    k.add_argument("--mbs", type=int, required=plan_required, help="micro-batch size (sequences)")
+    k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _scenario(args):
+    from .evaluate import scenario_from_names
+    from .options import Precision
+
+    return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=args.seq_len,
+                               global_batch=args.global_batch,
+                               precision=Precision.parse("precision", args.precision))
+
+
+def _plan(args, sc):
+    from .axes import parse_order
+    from .errors import SpecError
+    from .options import Recompute
+    from .specs import Parallelism
+
+    cp = args.cp if args.cp is not None else 1
+    for name, value in (("tp", args.tp), ("pp", args.pp), ("cp", cp)):
+        if value <= 0:
+            raise SpecError(name, value, "must be an integer > 0")
+    denom = args.tp * args.pp * cp
+    dp = args.dp
+    if dp is None:
+        if sc.gpus % denom:
+            raise SpecError("tp", args.tp, f"tp·pp·cp = {args.tp}·{args.pp}·{cp} = {denom} must "
+                            f"divide gpus = {sc.gpus}")
+        dp = sc.gpus // denom
+    kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=1 if args.ep is None else args.ep,
+              etp=args.etp, vp=1 if args.vp is None else args.vp, sp=bool(args.sp),
+              zero=0 if args.zero is None else args.zero, mbs=args.mbs)
+    if args.recompute:
+        kw["recompute"] = tuple(Recompute.parse("recompute", r.strip())
+                                for r in args.recompute.split(","))
+    if args.rank_order:
+        kw["rank_order"] = parse_order(args.rank_order)
+    return Parallelism(**kw)
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import evaluate
+
+    sc = _scenario(args)
+    ev = evaluate(sc, _plan(args, sc))
+    if args.json:
+        print(json.dumps(ev.to_json()))
+    else:
+        from .textfmt import evaluation
+
+        print(evaluation(ev))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from .catalog import list_names
+
+    for name in list_names(args.kind):
+        print(name)
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .errors import SpecError
+    from .validation import MEAN_TOLERANCE, ROW_TOLERANCE, run, table
+
+    path = Path(args.csv)
+    if not path.is_file():
+        raise SpecError("--csv", str(path), "no such file; give the path to published_runs.csv")
+    outcomes = run(path)
+    print(table(outcomes))
+    bad = [o for o in outcomes if abs(o.error) > ROW_TOLERANCE]
+    mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
+    print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}: "
+          + ("ok" if not bad and mae <= MEAN_TOLERANCE else f"FAILED ({len(bad)} rows over)"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = _Parser(prog="nestplan", description="Network- and memory-aware planner for distributed "
+                "training of large models.")
+    p.add_argument("--version", action="version", version=f"nestplan {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    e = sub.add_parser("evaluate", help="predict step time, throughput, MFU and memory of a plan")
+    _add_scenario(e, plan_required=True)
+    e.set_defaults(func=cmd_evaluate)
+    ls = sub.add_parser("list", help="list catalog entries")
+    ls.add_argument("kind", choices=["models", "clusters", "accelerators"])
+    ls.set_defaults(func=cmd_list)
+    v = sub.add_parser("validate", help="compare predictions with measured training runs")
+    v.add_argument("--csv", default=str(DEFAULT_RUNS), help="published_runs.csv (default: %(default)s)")
+    v.set_defaults(func=cmd_validate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .errors import InfeasibleError, NestplanError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InfeasibleError as e:
+        print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
+        return 3
+    except NestplanError as e:
+        print(f"nestplan: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Cost model: compute, network, memory and pipeline time of a plan."""

@@ -1,0 +1,146 @@
+"""Compute time of operators and layers (roofline with size-dependent efficiency).
+
+A GEMM takes ``max(FLOP / (peak · eff(call size)), bytes / (HBM bandwidth · memory efficiency))``;
+in fp8 it also pays for quantising its inputs (3 bytes moved per input element: read bf16, write
+fp8; forward for the activation, backward for the output gradient; weights are quantised once per
+step and cached across micro-batches, as Transformer Engine does). A fused attention kernel runs at
+the accelerator's attention efficiency; every other op is HBM-bound.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..axes import Axis
+from ..graph import Hide, LayerGraph, Op, OpKind
+from ..options import Precision, TPOverlap
+from ..placement import Layouts
+from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
+from .network import collective_time
+from .overlap import exposed as exposed_time
+
+#: Ops recomputed by selective recomputation (the attention core, Korthikanti et al. §5).
+ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
+                            "attn_pv"})
+FP8_CAST_BYTES = 3.0  # read a bf16 element, write its fp8 copy
+
+
+def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """Piecewise-linear interpolation in log(x), clamped at both ends."""
+    if x <= points[0][0]:
+        # below the table, efficiency falls in proportion to size (a fixed-latency kernel)
+        return points[0][1] * max(x, 1.0) / points[0][0]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    i = bisect.bisect_left([p[0] for p in points], x)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return y0 + w * (y1 - y0)
+
+
+def matmul_efficiency(acc: AcceleratorSpec, precision: Precision, call_flops: float) -> float:
+    table = acc.matmul_efficiency_fp8 if precision is Precision.FP8 else acc.matmul_efficiency_bf16
+    return interpolate(table, call_flops)
+
+
+def op_time(op: Op, acc: AcceleratorSpec, precision: Precision, backward: bool) -> float:
+    """Seconds for the forward (or backward) pass of ``op`` on one device."""
+    flops = op.bwd_flops if backward else op.flops
+    nbytes = op.bwd_nbytes if backward else op.nbytes
+    mem_bw = acc.hbm_bandwidth * acc.memory_efficiency
+    if op.kind is OpKind.MEMORY:
+        return nbytes / mem_bw + (acc.kernel_overhead if nbytes else 0.0)
+    if op.kind is OpKind.ATTENTION:
+        eff = acc.attention_efficiency[1 if backward else 0]
+        return max(flops / (acc.peak_flops_bf16 * eff), nbytes / mem_bw) + acc.kernel_overhead
+    prec = precision if op.lowp else Precision.BF16
+    eff = matmul_efficiency(acc, prec, op.call_flops)
+    t = max(flops / (acc.peak_flops(prec) * eff), nbytes / mem_bw)
+    if prec is Precision.FP8:
+        m, k, n = op.shape
+        t += FP8_CAST_BYTES * (m * n if backward else m * k) / mem_bw
+    return t + acc.kernel_overhead * (2 if backward else 1)
+
+
+def _wgrad_share(op: Op) -> float:
+    """Fraction of a GEMM's backward time spent on the weight gradient (half of its FLOP)."""
+    return 0.5 if op.kind is OpKind.GEMM else 0.0
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Time of one layer on one device, per micro-batch, with its communication."""
+
+    fwd: float
+    """Forward: compute plus exposed communication."""
+    bwd: float
+    """Backward (without recomputation): compute plus exposed communication."""
+    recompute_selective: float
+    """Forward of the attention core again (selective recomputation)."""
+    recompute_full: float
+    """Forward of the whole layer again, with its forward communication (full recomputation)."""
+    compute: float
+    """Forward + backward compute alone."""
+    comm: tuple[tuple[Axis, float, float], ...]
+    """(axis, time on the link, exposed time) for forward + backward."""
+
+
+@lru_cache(maxsize=65536)
+def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
+               training: TrainingSpec) -> LayerCost:
+    """Per-micro-batch cost of ``layer`` under the plan's layouts and overlap settings."""
+    prec = training.precision
+    f = b = core = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
+    for op in layer.ops:
+        tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
+        f += tf
+        b += tb
+        if op.name in ATTENTION_CORE:
+            core += tf
+            attn_f += tf
+            attn_b += tb
+        if op.kind is OpKind.GEMM:
+            gemm_f += tf
+            gemm_b += tb
+            wgrad += _wgrad_share(op) * tb
+    groups = {Axis.TP: lay.tp, Axis.CP: lay.cp, Axis.EP: lay.ep}
+    link = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
+    exposed = dict(link)
+    fwd_hidable = {Hide.TP_FWD: gemm_f if training.tp_overlap is TPOverlap.FULL else 0.0,
+                   Hide.ATTENTION: attn_f}
+    bwd_hidable = {Hide.TP_BWD: {TPOverlap.NONE: 0.0, TPOverlap.BACKWARD: wgrad,
+                                 TPOverlap.FULL: gemm_b}[training.tp_overlap],
+                   Hide.ATTENTION: attn_b}
+    fwd_comm = {h: 0.0 for h in Hide}
+    bwd_comm = {h: 0.0 for h in Hide}
+    fwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
+    bwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
+    for c in layer.comms:
+        grp = lay.etp if c.expert and c.axis is Axis.TP else groups[c.axis]
+        t = collective_time(c.kind, c.nbytes, grp, cluster)
+        link[c.axis] += t
+        table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)
+        table[c.hide] += t
+        by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
+    f_exposed = b_exposed = 0.0
+    for hide, total in fwd_comm.items():
+        shown = exposed_time(total, fwd_hidable.get(hide, 0.0))
+        f_exposed += shown
+        for ax, t in fwd_by_axis[hide].items():
+            exposed[ax] += shown * t / total if total else 0.0
+    for hide, total in bwd_comm.items():
+        shown = exposed_time(total, bwd_hidable.get(hide, 0.0))
+        b_exposed += shown
+        for ax, t in bwd_by_axis[hide].items():
+            exposed[ax] += shown * t / total if total else 0.0
+    return LayerCost(
+        fwd=f + f_exposed,
+        bwd=b + b_exposed,
+        recompute_selective=core,
+        recompute_full=f + f_exposed,
+        compute=f + b,
+        comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
+    )

@@ -1,0 +1,19 @@
+"""Project errors. User mistakes raise these; the CLI turns them into exit codes."""
+
+
+class NestplanError(Exception):
+    """Base class of every error nestplan raises on purpose."""
+
+
+class SpecError(NestplanError, ValueError):
+    """Invalid user input: names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value: object, allowed: str):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field}: got {value!r}; {allowed}")
+
+
+class InfeasibleError(NestplanError):
+    """No plan satisfies the constraints (for example, nothing fits in memory)."""

@@ -1,0 +1,490 @@
+"""Layer graph: the operators of each layer of a model under a local (intra-layer) strategy.
+
+For one device of a TP/SP/CP/EP group, each layer is a list of :class:`Op` (FLOPs, bytes moved,
+tensors saved for backward) and :class:`Comm` (the collectives the layer triggers). Layers keep
+their kind: embedding, dense block, MoE block, head. Symbols used below:
+
+    b  micro-batch (sequences)      s  local sequence = seq_len / cp     T = b·s tokens
+    h  hidden      a, g  query / key-value heads     d  head width        t  TP degree
+    Tn tokens in the norm/dropout regions: T / t with sequence parallelism, else T
+    e  bytes per activation element (2: bf16)
+
+Saved-tensor accounting follows Korthikanti et al. 2022 (arXiv 2205.05198) §4: for the Megatron
+GPT layer without parallelism it totals s·b·h·(34 + 5·a·s/h) bytes. The same per-tensor rules give
+GQA (smaller K/V), gated MLPs (both fc1 outputs saved), MoE (top-k routed copies) and flash
+attention (no s×s tensor; Q, K, V and the log-sum-exp kept).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from .axes import Axis
+from .options import AttentionImpl, Position, Precision
+from .specs import ModelSpec
+
+E = 2  # bytes per bf16 activation element
+FP32 = 4
+VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
+
+
+class OpKind(enum.Enum):
+    GEMM = "gemm"  # matmul: compute-bound, size-dependent efficiency, may run in fp8
+    ATTENTION = "attention"  # fused flash-attention kernel
+    MEMORY = "memory"  # elementwise / normalisation / softmax: HBM-bound
+
+
+class LayerKind(enum.Enum):
+    EMBEDDING = "embedding"
+    DENSE = "dense"
+    MOE = "moe"
+    HEAD = "head"
+
+
+class CollKind(enum.Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"  # nbytes = gathered (output) size
+    REDUCE_SCATTER = "reduce_scatter"  # nbytes = input (unreduced) size
+    ALL_TO_ALL = "all_to_all"  # nbytes = data each device holds before the exchange
+    RING_EXCHANGE = "ring_exchange"  # context-parallel K/V passing: nbytes per step, group-1 steps
+    SEND_RECV = "send_recv"
+
+
+class Hide(enum.Enum):
+    """Which compute a collective may overlap with (decided by the training spec)."""
+
+    NONE = "none"
+    TP_FWD = "tp_fwd"  # forward TP collectives, hidden only with full TP overlap (userbuffers)
+    TP_BWD = "tp_bwd"  # backward TP collectives, hidden behind the weight-gradient GEMMs
+    ATTENTION = "attention"  # CP K/V exchange, hidden behind the attention core
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator on one device, per micro-batch."""
+
+    name: str
+    kind: OpKind
+    flops: float = 0.0
+    """Forward FLOP (actually executed: causal flash attention skips masked blocks)."""
+    bwd_flops: float = 0.0
+    """Backward FLOP."""
+    nbytes: float = 0.0
+    """Forward HBM traffic, bytes."""
+    bwd_nbytes: float = 0.0
+    """Backward HBM traffic, bytes."""
+    call_flops: float = 0.0
+    """FLOP of one GEMM call (sets its efficiency); for grouped GEMMs, one expert's call."""
+    saved: float = 0.0
+    """Bytes kept for backward."""
+    internal: bool = False
+    """Saved tensors are attention-core internals, dropped (and recomputed) by selective recompute."""
+    model_flops: float = 0.0
+    """Forward FLOP by the usual MFU convention (full s×s attention, no recompute)."""
+    shape: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """GEMM (m, k, n) on this device; zeros for other ops."""
+    lowp: bool = False
+    """GEMM that runs in the plan's matmul precision (fp8 when selected); others stay bf16."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """One collective on one device, per micro-batch."""
+
+    name: str
+    axis: Axis
+    kind: CollKind
+    nbytes: float
+    phase: str  # "fwd" or "bwd"
+    hide: Hide = Hide.NONE
+    expert: bool = False
+    """Runs in the expert mesh (a TP collective here uses the expert-TP group)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGraph:
+    """One layer on one device under a local strategy, per micro-batch."""
+
+    kind: LayerKind
+    ops: tuple[Op, ...]
+    comms: tuple[Comm, ...]
+    params: float
+    """Parameters stored on this device and replicated over data parallelism."""
+    expert_params: float
+    """Parameters of routed experts on this device (replicated over expert data parallelism)."""
+    input_bytes: float
+    """Bytes of the layer input (what full recomputation keeps)."""
+    total_params: float
+    """Parameters of the whole layer (all devices together, without replication)."""
+
+    @property
+    def largest_weight(self) -> float:
+        """Elements of the largest weight matrix on this device (a GEMM's k·n)."""
+        return max((o.shape[1] * o.shape[2] for o in self.ops if o.kind is OpKind.GEMM
+                    and o.name not in ("attn_scores", "attn_pv")), default=0.0)
+
+    @property
+    def saved_bytes(self) -> float:
+        return sum(op.saved for op in self.ops)
+
+    @property
+    def internal_bytes(self) -> float:
+        return sum(op.saved for op in self.ops if op.internal)
+
+    @property
+    def model_flops(self) -> float:
+        """Forward + backward model FLOP of this device (3 × forward)."""
+        return 3.0 * sum(op.model_flops for op in self.ops)
+
+
+@dataclass(frozen=True)
+class Local:
+    """The local strategy a layer graph is built for (hashable cache key)."""
+
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+    seq_len: int
+    precision: Precision
+    attention: AttentionImpl
+    span: int = 0
+    """Tokens a query attends to (packed documents); 0 = the whole sequence."""
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Megatron's padded vocabulary: a multiple of 128·tp."""
+    m = VOCAB_MULTIPLE * tp
+    return -(-vocab // m) * m
+
+
+def _gemm(name: str, m: float, k: float, n: float, *, saved: float, lowp: bool = True,
+          calls: float = 1.0) -> Op:
+    """A matmul [m×k]·[k×n]; backward is two matmuls of the same size (dgrad and wgrad).
+
+    ``lowp``: the GEMM runs in the plan's matmul precision. Transformer Engine runs the linear
+    layers of a block in fp8; the router and the output layer stay in bf16.
+    """
+    flops = 2.0 * m * k * n
+    traffic = E * (m * k + k * n + m * n)
+    return Op(name, OpKind.GEMM, flops=flops, bwd_flops=2 * flops, nbytes=traffic,
+              bwd_nbytes=2 * traffic, call_flops=flops / calls, saved=saved,
+              model_flops=flops, shape=(m, k, n), lowp=lowp)
+
+
+def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0, saved: float = 0.0,
+         internal: bool = False) -> Op:
+    """A memory-bound op touching ``elements`` bf16 values ``rw`` times forward, ``bwd_rw`` backward."""
+    return Op(name, OpKind.MEMORY, nbytes=E * rw * elements, bwd_nbytes=E * bwd_rw * elements,
+              saved=saved, internal=internal)
+
+
+class _Dims:
+    """Local sizes of a layer under ``Local`` (see the module docstring for symbols)."""
+
+    def __init__(self, m: ModelSpec, loc: Local):
+        self.m, self.loc = m, loc
+        t = loc.tp
+        self.t = t
+        self.s = loc.seq_len // loc.cp
+        self.S = loc.seq_len
+        self.T = loc.mbs * self.s
+        self.Tn = self.T / t if loc.sp else self.T
+        self.h = m.hidden
+        self.a = m.heads / t
+        self.g = m.kv_heads / t if m.kv_heads >= t else 1.0  # KV heads replicate when tp > kv_heads
+        self.d = m.head_dim
+        self.f = m.ffn_hidden / t
+        self.V = padded_vocab(m.vocab, t) / t
+
+    def tp_comms(self, name: str, *, column: bool, nbytes: float) -> list[Comm]:
+        """Collectives of a column- (input side) or row-parallel (output side) linear layer."""
+        if self.t == 1:
+            return []
+        if column:  # identity forward; input-gradient all-reduce backward (SP: all-gather / RS)
+            if self.loc.sp:
+                return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
+                        Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD),
+                        Comm(f"{name}.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "bwd",
+                             Hide.TP_BWD)]
+            return [Comm(f"{name}.ar_bwd", Axis.TP, CollKind.ALL_REDUCE, nbytes, "bwd", Hide.TP_BWD)]
+        if self.loc.sp:  # row-parallel: reduce forward; identity (SP: all-gather) backward
+            return [Comm(f"{name}.rs", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "fwd", Hide.TP_FWD),
+                    Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD)]
+        return [Comm(f"{name}.ar", Axis.TP, CollKind.ALL_REDUCE, nbytes, "fwd", Hide.TP_FWD)]
+
+
+def _norm_params(m: ModelSpec) -> float:
+    return 2.0 * m.hidden if m.norm.value == "layernorm" else float(m.hidden)
+
+
+def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
+    """Attention sub-block: ops, comms, local params, total params."""
+    m, loc = x.m, x.loc
+    T, Tn, h, t = x.T, x.Tn, x.h, x.t
+    ops: list[Op] = [_mem("ln_attn", Tn * h, saved=E * Tn * h)]
+    comms: list[Comm] = []
+    block_in = E * T * h
+    gemm_in = E * Tn * h  # SP stores the sharded input and re-gathers it in backward
+    if m.mla is None:
+        qkv_out = (x.a + 2 * x.g) * x.d
+        ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in))
+        params = h * qkv_out + x.a * x.d * h
+        total = h * (m.heads + 2 * m.kv_heads) * m.head_dim + m.heads * m.head_dim * h
+        if m.bias:
+            params += qkv_out + h
+            total += (m.heads + 2 * m.kv_heads) * m.head_dim + h
+        d_qk, d_v = x.d, x.d
+        q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
+    else:
+        la = m.mla
+        d_qk, d_v = la.qk_nope_head_dim + la.qk_rope_head_dim, la.v_head_dim
+        params = total = 0.0
+        if la.q_lora_rank:
+            ops += [_gemm("q_down", T, h, la.q_lora_rank, saved=gemm_in),
+                    _mem("q_norm", T * la.q_lora_rank, saved=E * T * la.q_lora_rank),
+                    _gemm("q_up", T, la.q_lora_rank, x.a * d_qk, saved=E * T * la.q_lora_rank)]
+            params += h * la.q_lora_rank + la.q_lora_rank * x.a * d_qk + la.q_lora_rank
+            total += h * la.q_lora_rank + la.q_lora_rank * m.heads * d_qk + la.q_lora_rank
+        else:
+            ops.append(_gemm("q", T, h, x.a * d_qk, saved=gemm_in))
+            params += h * x.a * d_qk
+            total += h * m.heads * d_qk
+        kv_c = la.kv_lora_rank + la.qk_rope_head_dim
+        ops += [_gemm("kv_down", T, h, kv_c, saved=0.0),  # shares its input with the query path
+                _mem("kv_norm", T * la.kv_lora_rank, saved=E * T * la.kv_lora_rank),
+                _gemm("kv_up", T, la.kv_lora_rank, x.a * (la.qk_nope_head_dim + d_v),
+                      saved=E * T * la.kv_lora_rank)]
+        params += h * kv_c + la.kv_lora_rank * x.a * (la.qk_nope_head_dim + d_v) + la.kv_lora_rank
+        params += x.a * d_v * h
+        total += (h * kv_c + la.kv_lora_rank * m.heads * (la.qk_nope_head_dim + d_v)
+                  + la.kv_lora_rank + m.heads * d_v * h)
+        q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
+    comms += x.tp_comms("qkv", column=True, nbytes=block_in)
+    if m.position is Position.ROPE:
+        ops.append(_mem("rope", q_el + k_el))
+    # attention core: scores over the full sequence S for the s local queries (CP splits queries)
+    b, s, S = loc.mbs, x.s, x.S
+    if loc.span:  # block-diagonal attention over packed documents
+        S = min(S, loc.span)
+    full = 2.0 * b * x.a * s * S * (d_qk + d_v)  # QK^T and PV, no mask
+    if loc.attention is AttentionImpl.FLASH:
+        done = full * (0.5 if m.causal else 1.0)  # flash skips fully masked blocks
+        lse = FP32 * b * x.a * s
+        ops.append(Op("attn_core", OpKind.ATTENTION, flops=done, bwd_flops=2.5 * done,
+                      nbytes=E * (q_el + k_el + v_el + T * x.a * d_v), bwd_nbytes=3 * E * (
+                          q_el + k_el + v_el + T * x.a * d_v),
+                      saved=E * (q_el + k_el + v_el) + lse, model_flops=full))
+        # selective recompute of a flash core keeps its inputs and drops only the statistics
+        ops.append(Op("attn_stats", OpKind.MEMORY, saved=0.0, internal=True))
+    else:
+        probs = b * x.a * s * S
+        batch = b * x.a
+        ops.append(Op("attn_scores", OpKind.GEMM, flops=full / 2, bwd_flops=full,
+                      nbytes=E * (q_el + k_el + probs), bwd_nbytes=2 * E * (q_el + k_el + probs),
+                      call_flops=full / 2 / batch, saved=E * (q_el + k_el), model_flops=full / 2))
+        # softmax keeps its output; dropout keeps a 1-byte mask and its output (Korthikanti §4.1)
+        ops.append(_mem("softmax", probs, saved=E * probs, internal=True))
+        if m.dropout:
+            ops.append(_mem("attn_dropout", probs, rw=2.5, bwd_rw=2.5, saved=(1 + E) * probs,
+                            internal=True))
+        ops.append(Op("attn_pv", OpKind.GEMM, flops=full / 2, bwd_flops=full,
+                      nbytes=E * (probs + v_el + T * x.a * d_v),
+                      bwd_nbytes=2 * E * (probs + v_el + T * x.a * d_v),
+                      call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2))
+    if loc.cp > 1:
+        kv_block = E * (k_el + v_el)
+        comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
+                  Comm("cp_kv_bwd", Axis.CP, CollKind.RING_EXCHANGE, 2 * kv_block, "bwd",
+                       Hide.ATTENTION)]
+    ops.append(_gemm("proj", T, x.a * d_v, h, saved=E * T * x.a * d_v))
+    comms += x.tp_comms("proj", column=False, nbytes=block_in)
+    drop_mask = Tn * h if m.dropout else 0.0
+    ops.append(_mem("resid_attn", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
+                    saved=drop_mask))
+    params += _norm_params(m)
+    total += _norm_params(m)
+    return ops, comms, params, total
+
+
+def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: float) -> list[Op]:
+    """fc1 -> activation -> fc2 on ``tokens`` tokens with a local intermediate size."""
+    m = x.m
+    width = 2 * ffn_local if m.gated else ffn_local
+    act_saved = E * tokens * width  # GeLU keeps its input; gated kinds keep both halves
+    return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in),
+            _mem(f"{prefix}act", tokens * ffn_local, rw=3.0 if m.gated else 2.0, bwd_rw=4.0,
+                 saved=act_saved),
+            _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
+
+
+def _mlp_params(m: ModelSpec, ffn: float) -> float:
+    mats = 3 if m.gated else 2
+    p = mats * m.hidden * ffn
+    if m.bias:
+        p += (2 if m.gated else 1) * ffn + m.hidden
+    return p
+
+
+def _block(x: _Dims, moe: bool) -> LayerGraph:
+    m, loc = x.m, x.loc
+    T, Tn, h = x.T, x.Tn, x.h
+    ops, comms, params, total = _attention(x)
+    ops.append(_mem("ln_mlp", Tn * h, saved=E * Tn * h))
+    params += _norm_params(m)
+    total += _norm_params(m)
+    expert_params = 0.0
+    if not moe:
+        ops += _mlp(x, "", T, x.f, saved_in=E * Tn * h)
+        comms += x.tp_comms("fc1", column=True, nbytes=E * T * h)
+        comms += x.tp_comms("fc2", column=False, nbytes=E * T * h)
+        params += _mlp_params(m, x.f)
+        total += _mlp_params(m, m.ffn_hidden)
+    else:
+        mo = m.moe
+        ep, etp = loc.ep, loc.etp
+        k = mo.top_k
+        ops.append(_gemm("router", Tn, h, mo.experts, saved=0.0, lowp=False))
+        ops.append(_mem("router_softmax", Tn * mo.experts, saved=FP32 * Tn * mo.experts))
+        routed = Tn * k  # token copies leaving this device
+        X = routed * etp  # token copies this device computes (balanced routing)
+        local_experts = mo.experts / ep
+        f_e = mo.ffn_hidden / etp
+        ops.append(_mem("permute", routed * h, saved=0.0))
+        tokens_per_call = X / local_experts
+        mlp = _mlp(x, "expert_", X, f_e, saved_in=E * X * h)
+        # grouped GEMM: efficiency set by one expert's share of the tokens
+        mlp = [replace(o, call_flops=o.call_flops * tokens_per_call / X) for o in mlp]
+        ops += mlp
+        ops.append(_mem("unpermute", routed * h, saved=E * routed * h))
+        if ep > 1:
+            comms += [Comm("dispatch", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
+                      Comm("combine", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
+                      Comm("dispatch_bwd", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "bwd"),
+                      Comm("combine_bwd", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "bwd")]
+        if etp > 1:
+            comms += [Comm("etp_ag", Axis.TP, CollKind.ALL_GATHER, E * X * h, "fwd", expert=True),
+                      Comm("etp_rs", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "fwd", expert=True),
+                      Comm("etp_ag_bwd", Axis.TP, CollKind.ALL_GATHER, E * X * h, "bwd", expert=True),
+                      Comm("etp_rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "bwd", expert=True)]
+        expert_params = local_experts * _mlp_params(m, f_e)
+        params += h * mo.experts
+        total += h * mo.experts + mo.experts * _mlp_params(m, mo.ffn_hidden)
+        if mo.shared_experts:
+            f_sh = mo.shared_experts * (mo.shared_ffn_hidden or mo.ffn_hidden)
+            ops += _mlp(x, "shared_", T, f_sh / x.t, saved_in=0.0)
+            params += _mlp_params(m, f_sh / x.t)
+            total += _mlp_params(m, f_sh)
+    drop_mask = Tn * h if m.dropout else 0.0
+    ops.append(_mem("resid_mlp", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
+                    saved=drop_mask))
+    return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, tuple(ops), tuple(comms),
+                      params, expert_params, E * Tn * h, total)
+
+
+def _embedding(x: _Dims) -> LayerGraph:
+    m = x.m
+    T, Tn, h = x.T, x.Tn, x.h
+    ops = [_mem("embed_lookup", T * h, rw=2.0, bwd_rw=2.0)]
+    params = x.V * h
+    total = padded_vocab(m.vocab, x.t) * h
+    if m.position is Position.LEARNED:
+        ops.append(_mem("pos_embed", T * h, rw=3.0, bwd_rw=2.0))
+        params += m.max_positions * h
+        total += m.max_positions * h
+    if m.dropout:  # the embedding dropout mask, one byte per element (Korthikanti §4.2)
+        ops.append(_mem("embed_dropout", Tn * h, rw=2.5, bwd_rw=2.0, saved=Tn * h))
+    comms: list[Comm] = []
+    if x.t > 1:  # vocab-parallel lookup: reduce the partial rows over TP
+        kind = CollKind.REDUCE_SCATTER if x.loc.sp else CollKind.ALL_REDUCE
+        comms.append(Comm("embed.reduce", Axis.TP, kind, E * T * h, "fwd", Hide.NONE))
+    return LayerGraph(LayerKind.EMBEDDING, tuple(ops), tuple(comms), params, 0.0, 0.0, total)
+
+
+def _head(x: _Dims, with_weight: bool) -> LayerGraph:
+    """Final norm, output projection over the (vocab-parallel) vocabulary and the loss."""
+    m = x.m
+    T, Tn, h, V = x.T, x.Tn, x.h, x.V
+    ops = [_mem("ln_final", Tn * h, saved=E * Tn * h)]
+    params = total = _norm_params(m)
+    if not m.causal:  # BERT's MLM head transform (dense + norm) before the decoder
+        ops += [_gemm("head_transform", T, h, h, saved=E * T * h),
+                _mem("head_transform_norm", T * h, saved=E * T * h)]
+        params += h * h + _norm_params(m)
+        total += h * h + _norm_params(m)
+    ops.append(_gemm("lm_head", T, h, V, saved=E * Tn * h, lowp=False))
+    # Vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2)
+    ops.append(Op("cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
+                  bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V))
+    comms = x.tp_comms("lm_head", column=True, nbytes=E * T * h)
+    if x.t > 1:
+        comms.append(Comm("loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))
+    if with_weight:
+        params += V * h
+        total += padded_vocab(m.vocab, x.t) * h
+    return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params, 0.0, 0.0, total)
+
+
+@dataclass(frozen=True)
+class ModelGraph:
+    """The layer graphs of a model under one local strategy (shared by identical layers)."""
+
+    embedding: LayerGraph
+    dense: LayerGraph
+    moe: LayerGraph | None
+    head: LayerGraph
+    """Head with its own output weight (untied, or tied but on a different stage than the embedding)."""
+    head_shared: LayerGraph
+    """Head whose output weight is the embedding's (tied embeddings, embedding on the same device)."""
+    kinds: tuple[LayerKind, ...]
+    """Kind of each transformer block, in order."""
+
+    def block(self, index: int) -> LayerGraph:
+        return self.moe if self.kinds[index] is LayerKind.MOE else self.dense
+
+
+def _fp8_saves(layer: LayerGraph) -> LayerGraph:
+    """In fp8, Transformer Engine keeps a linear layer's input for backward as its fp8 copy."""
+    ops = tuple(replace(o, saved=o.saved / E) if o.kind is OpKind.GEMM and o.lowp else o
+                for o in layer.ops)
+    return replace(layer, ops=ops)
+
+
+@lru_cache(maxsize=4096)
+def build(model: ModelSpec, loc: Local) -> ModelGraph:
+    """Layer graphs of ``model`` on one device under the local strategy ``loc``."""
+    x = _Dims(model, loc)
+    kinds = tuple(LayerKind.MOE if model.is_moe_layer(i) else LayerKind.DENSE
+                  for i in range(model.layers))
+    fix = _fp8_saves if loc.precision is Precision.FP8 else (lambda layer: layer)
+    head = _head(x, with_weight=True)
+    return ModelGraph(
+        embedding=_embedding(x),
+        dense=fix(_block(x, moe=False)),
+        moe=fix(_block(x, moe=True)) if model.moe is not None else None,
+        head=head,
+        head_shared=_head(x, with_weight=False) if model.tied_embeddings else head,
+        kinds=kinds,
+    )
+
+
+def total_params(model: ModelSpec) -> float:
+    """Parameters of the whole model (tied embeddings counted once)."""
+    g = build(model, Local(1, False, 1, 1, 1, 1, 2, Precision.BF16, AttentionImpl.FLASH))
+    blocks = sum(g.block(i).total_params for i in range(model.layers))
+    head = g.head_shared if model.tied_embeddings else g.head
+    return g.embedding.total_params + blocks + head.total_params
+
+
+def active_params(model: ModelSpec) -> float:
+    """Parameters one token touches (routed experts counted top_k times of experts)."""
+    if model.moe is None:
+        return total_params(model)
+    mo = model.moe
+    inactive = (mo.experts - mo.top_k) * _mlp_params(model, mo.ffn_hidden)
+    return total_params(model) - model.num_moe_layers * inactive
+

@@ -1,0 +1,195 @@
+"""Strict loaders: TOML tables (units in the keys) to specs (SI inside).
+
+Unknown keys are errors that list the valid ones; missing required keys name themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from . import units
+from .errors import SpecError
+from .options import MLPKind, Norm, Position
+from .specs import AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec, MoESpec
+
+
+def read_toml(path: Path) -> dict:
+    """Parse a TOML file; syntax errors become SpecError naming the file."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError("file", str(path), "no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError("file", str(path), f"not valid TOML ({e})") from None
+
+
+def check_keys(table: dict, where: str, *, required: set[str], optional: set[str]) -> None:
+    """Reject unknown keys and report missing ones, listing the valid keys."""
+    if not isinstance(table, dict):
+        raise SpecError(where, table, "must be a table")
+    valid = sorted(required | optional)
+    for key in table:
+        if key not in required and key not in optional:
+            raise SpecError(f"{where}.{key}", table[key], f"unknown key; valid keys: {', '.join(valid)}")
+    for key in sorted(required):
+        if key not in table:
+            raise SpecError(f"{where}.{key}", None, f"missing required key; valid keys: {', '.join(valid)}")
+
+
+def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any = None) -> Any:
+    if key not in table:
+        return default
+    value = table[key]
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in (
+        kind if isinstance(kind, tuple) else (kind,)))
+    if not ok:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise SpecError(f"{where}.{key}", value, f"must be {names}")
+    return value
+
+
+_NUM = (int, float)
+
+# ----------------------------------------------------------------------------- accelerator
+
+_ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps", "matmul_efficiency_bf16_by_GFLOP"}
+_ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "attention_efficiency",
+                   "memory_efficiency", "kernel_overhead_us", "base"}
+
+
+def _points(value, where: str) -> tuple[tuple[float, float], ...]:
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) for x in p) for p in value):
+        raise SpecError(where, value, "must be a list of [GFLOP, efficiency] pairs")
+    return tuple((float(g) * 1e9, float(e)) for g, e in value)
+
+
+def accelerator_from_table(table: dict, where: str = "accelerator",
+                           base: AcceleratorSpec | None = None) -> AcceleratorSpec:
+    """Build an accelerator; with ``base``, keys missing from ``table`` keep the base's values."""
+    required = set() if base else _ACCEL_REQUIRED
+    check_keys(table, where, required=required, optional=(_ACCEL_REQUIRED | _ACCEL_OPTIONAL))
+    kw: dict[str, Any] = {}
+    if "name" in table:
+        kw["name"] = _typed(table, "name", where, str)
+    if "peak_tflops_bf16" in table:
+        kw["peak_flops_bf16"] = _typed(table, "peak_tflops_bf16", where, _NUM) * units.TFLOPS
+    if "peak_tflops_fp8" in table:
+        kw["peak_flops_fp8"] = _typed(table, "peak_tflops_fp8", where, _NUM) * units.TFLOPS
+    if "hbm_GiB" in table:
+        kw["hbm_bytes"] = _typed(table, "hbm_GiB", where, _NUM) * units.GiB
+    if "hbm_GBps" in table:
+        kw["hbm_bandwidth"] = units.gbps(_typed(table, "hbm_GBps", where, _NUM))
+    if "matmul_efficiency_bf16_by_GFLOP" in table:
+        kw["matmul_efficiency_bf16"] = _points(table["matmul_efficiency_bf16_by_GFLOP"],
+                                               f"{where}.matmul_efficiency_bf16_by_GFLOP")
+    if "matmul_efficiency_fp8_by_GFLOP" in table:
+        kw["matmul_efficiency_fp8"] = _points(table["matmul_efficiency_fp8_by_GFLOP"],
+                                              f"{where}.matmul_efficiency_fp8_by_GFLOP")
+    if "attention_efficiency" in table:
+        att = table["attention_efficiency"]
+        if not (isinstance(att, list) and len(att) == 2 and all(isinstance(x, _NUM) for x in att)):
+            raise SpecError(f"{where}.attention_efficiency", att, "must be [forward, backward]")
+        kw["attention_efficiency"] = (float(att[0]), float(att[1]))
+    if "memory_efficiency" in table:
+        kw["memory_efficiency"] = float(_typed(table, "memory_efficiency", where, _NUM))
+    if "kernel_overhead_us" in table:
+        kw["kernel_overhead"] = _typed(table, "kernel_overhead_us", where, _NUM) * units.US
+    if base is not None:
+        from dataclasses import replace
+
+        return replace(base, **kw)
+    return AcceleratorSpec(**kw)
+
+
+# ----------------------------------------------------------------------------- cluster
+
+_LEVEL_KEYS = {"name", "size", "bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription",
+               "efficiency"}
+
+
+def level_from_table(table: dict, where: str) -> Level:
+    check_keys(table, where, required={"name", "latency_us"}, optional=_LEVEL_KEYS)
+    has_gb, has_gib = "bandwidth_GBps" in table, "bandwidth_GiBps" in table
+    if has_gb == has_gib:
+        raise SpecError(f"{where}.bandwidth_GBps", None,
+                        "give exactly one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps (2^30 B/s)")
+    bw = (units.gbps(_typed(table, "bandwidth_GBps", where, _NUM)) if has_gb
+          else units.gibps(_typed(table, "bandwidth_GiBps", where, _NUM)))
+    return Level(
+        name=_typed(table, "name", where, str),
+        size=_typed(table, "size", where, int),
+        bandwidth=bw,
+        latency=_typed(table, "latency_us", where, _NUM) * units.US,
+        oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
+        efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
+    )
+
+
+def cluster_from_table(table: dict, get_accelerator: Callable[[str], AcceleratorSpec],
+                       where: str = "cluster") -> ClusterSpec:
+    """Build a cluster; ``accelerator`` is a catalog name or an inline table (``base`` optional)."""
+    check_keys(table, where, required={"name", "accelerator", "levels"}, optional={"description"})
+    acc = table["accelerator"]
+    if isinstance(acc, str):
+        accel = get_accelerator(acc)
+    elif isinstance(acc, dict):
+        base = get_accelerator(_typed(acc, "base", f"{where}.accelerator", str)) if "base" in acc else None
+        inline = {k: v for k, v in acc.items() if k != "base"}
+        accel = accelerator_from_table(inline, f"{where}.accelerator", base=base)
+    else:
+        raise SpecError(f"{where}.accelerator", acc, "must be a catalog name or an [accelerator] table")
+    levels = table["levels"]
+    if not isinstance(levels, list) or not levels:
+        raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")
+    return ClusterSpec(
+        name=_typed(table, "name", where, str),
+        accelerator=accel,
+        levels=tuple(level_from_table(t, f"{where}.levels[{i}]") for i, t in enumerate(levels)),
+    )
+
+
+# ----------------------------------------------------------------------------- model
+
+_MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
+_MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
+                   "position", "max_positions", "causal", "moe", "mla"}
+_MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
+             "first_dense_layers", "layer_freq"}
+_MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
+
+
+def model_from_table(table: dict, where: str = "model") -> ModelSpec:
+    check_keys(table, where, required=_MODEL_REQUIRED, optional=_MODEL_OPTIONAL)
+    ints = {k: _typed(table, k, where, int) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")}
+    heads = ints["heads"]
+    moe = mla = None
+    if "moe" in table:
+        t = table["moe"]
+        check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
+        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", int) for k in t})
+    if "mla" in table:
+        t = table["mla"]
+        check_keys(t, f"{where}.mla", required=_MLA_KEYS, optional=set())
+        mla = MLASpec(**{k: _typed(t, k, f"{where}.mla", int) for k in t})
+    hidden = ints["hidden"]
+    return ModelSpec(
+        name=_typed(table, "name", where, str),
+        **ints,
+        kv_heads=_typed(table, "kv_heads", where, int, heads),
+        head_dim=_typed(table, "head_dim", where, int, hidden // heads if heads else 0),
+        mlp=MLPKind.parse(f"{where}.mlp", table.get("mlp", "gelu")),
+        norm=Norm.parse(f"{where}.norm", table.get("norm", "layernorm")),
+        bias=_typed(table, "bias", where, bool, True),
+        dropout=_typed(table, "dropout", where, bool, False),
+        tied_embeddings=_typed(table, "tied_embeddings", where, bool, False),
+        position=Position.parse(f"{where}.position", table.get("position", "rope")),
+        max_positions=_typed(table, "max_positions", where, int, 0),
+        causal=_typed(table, "causal", where, bool, True),
+        moe=moe,
+        mla=mla,
+    )

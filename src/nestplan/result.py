@@ -1,0 +1,173 @@
+"""The result of evaluating a plan: metrics and typed breakdowns of time and memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .cost.memory import MemoryBreakdown
+from .specs import Parallelism, Scenario
+from .units import GiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeBreakdown:
+    """One step, seconds, split so that the parts add up to the step time.
+
+    Per-micro-batch work is counted on the pipeline's slowest device (the one that sets the
+    steady state); ``bubble`` is the rest of the schedule's span.
+    """
+
+    compute: float
+    """Forward + backward compute."""
+    recompute: float
+    """Forward passes repeated by activation recomputation."""
+    tp: float
+    """Exposed tensor-parallel communication (including expert-TP)."""
+    cp: float
+    """Exposed context-parallel K/V exchange."""
+    ep: float
+    """Exposed expert-parallel all-to-all."""
+    zero: float
+    """Exposed per-micro-batch ZeRO-2/3 gathers and reduce-scatters."""
+    pp: float
+    """Exposed pipeline send/recv."""
+    bubble: float
+    """Pipeline fill and drain."""
+    dp: float
+    """Exposed data-parallel gradient reduction after the last backward."""
+    optimizer: float
+    """Optimizer step and the exposed part of the sharded-parameter all-gather."""
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageReport:
+    """One pipeline stage (physical device position)."""
+
+    index: int
+    blocks: tuple[tuple[int, int], ...]
+    """Transformer blocks per model chunk on this stage, as [first, last) ranges."""
+    has_embedding: bool
+    has_head: bool
+    time_per_microbatch: float
+    """Forward + backward (+ recompute) of one micro-batch, seconds."""
+    memory: MemoryBreakdown
+    recompute: str
+    devices: tuple[int, ...]
+    """Device ids running this stage (every replica and TP/CP rank)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What a plan does on a cluster."""
+
+    scenario: Scenario
+    plan: Parallelism
+    micro_batches: int
+    """Micro-batches per replica per step."""
+    step_time: float
+    """Seconds per optimizer step."""
+    tokens_per_s: float
+    model_flops: float
+    """Model FLOP per step (full attention, no recompute: the usual MFU convention)."""
+    hardware_flops: float
+    """FLOP actually executed per step (causal masking skipped, recomputation included)."""
+    time: TimeBreakdown
+    link_time: dict[str, float]
+    """Per axis, seconds of one step its collectives occupy the links (hidden or not)."""
+    stages: tuple[StageReport, ...]
+
+    @property
+    def gpus(self) -> int:
+        return self.scenario.gpus
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops / self.step_time / self.gpus / 1e12
+
+    @property
+    def peak_flops(self) -> float:
+        return self.scenario.cluster.accelerator.peak_flops(self.scenario.training.precision)
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOP utilisation against the peak of the matmul precision in use."""
+        return self.model_flops / self.step_time / self.gpus / self.peak_flops
+
+    @property
+    def peak_memory(self) -> float:
+        return max(s.memory.total for s in self.stages)
+
+    @property
+    def capacity(self) -> float:
+        return self.scenario.cluster.accelerator.hbm_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory <= self.capacity
+
+    @property
+    def worst_stage(self) -> StageReport:
+        return max(self.stages, key=lambda s: s.memory.total)
+
+    @property
+    def why_not(self) -> str | None:
+        """Why the plan does not fit, or None."""
+        if self.fits:
+            return None
+        s = self.worst_stage
+        m = s.memory
+        big = max(("activations", m.activations), ("optimizer", m.optimizer),
+                  ("weights", m.weights), ("gradients", m.gradients), ("transient", m.transient),
+                  key=lambda kv: kv[1])
+        return (f"stage {s.index} needs {m.total / GiB:.1f} GiB of {self.capacity / GiB:.1f} GiB "
+                f"(short by {(m.total - self.capacity) / GiB:.1f} GiB; largest part: {big[0]} "
+                f"{big[1] / GiB:.1f} GiB)")
+
+    def to_json(self) -> dict:
+        """The ``--json`` contract (DESIGN §4) plus breakdowns."""
+        p = self.plan
+        sc = self.scenario
+        worst = self.worst_stage.memory
+        return {
+            "model": sc.model.name,
+            "cluster": sc.cluster.name,
+            "gpus": sc.gpus,
+            "seq_len": sc.training.seq_len,
+            "global_batch": sc.training.global_batch,
+            "precision": sc.training.precision.value,
+            "step_time_s": self.step_time,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_memory_gib": self.peak_memory / GiB,
+            "capacity_gib": self.capacity / GiB,
+            "fits": self.fits,
+            "why_not": self.why_not,
+            "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
+            "vp": p.vp, "sp": p.sp, "zero": p.zero,
+            "recompute": (p.recompute[0].value if len(set(p.recompute)) == 1
+                          else [r.value for r in p.recompute]),
+            "mbs": p.mbs,
+            "micro_batches": self.micro_batches,
+            "rank_order": "-".join(a.value for a in p.rank_order),
+            "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
+            "link_time_s": dict(self.link_time),
+            "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},
+            "stages": [
+                {"stage": s.index, "blocks": [list(b) for b in s.blocks],
+                 "embedding": s.has_embedding, "head": s.has_head,
+                 "recompute": s.recompute,
+                 "time_per_microbatch_s": s.time_per_microbatch,
+                 "memory_gib": s.memory.total / GiB}
+                for s in self.stages
+            ],
+        }

@@ -1,0 +1,506 @@
+"""Frozen, validated specifications: accelerator, cluster, model, training setup, parallel plan.
+
+Every quantity is in SI units (bytes, seconds, FLOP, bytes/s). Construction validates and raises
+:class:`~nestplan.errors.SpecError` naming the field, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from .axes import MEGATRON_ORDER, RANK_AXES, Axis
+from .errors import SpecError
+from .options import AttentionImpl, MLPKind, Norm, Position, Precision, Recompute, TPOverlap
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
+    ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
+        isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok_type or (value < 0 if allow_zero else value <= 0) or (
+            not integer and not math.isfinite(value)):
+        kind = "an integer" if integer else "a number"
+        bound = ">= 0" if allow_zero else "> 0"
+        raise SpecError(name, value, f"must be {kind} {bound}")
+    return value
+
+
+def _divides(name: str, value: int, whole_name: str, whole: int, example: str = ""):
+    if whole % value:
+        hint = f", e.g. {example}" if example else ""
+        raise SpecError(name, value, f"must divide {whole_name} = {whole}{hint}")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ----------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratorSpec:
+    """One accelerator model and its calibrated efficiencies."""
+
+    name: str
+    """Catalog name, e.g. ``h100-sxm-80gb``."""
+    peak_flops_bf16: float
+    """Peak dense bf16 matmul rate, FLOP/s."""
+    peak_flops_fp8: float | None = None
+    """Peak dense fp8 matmul rate, FLOP/s; None when the accelerator has no fp8 units."""
+    hbm_bytes: float
+    """Device memory capacity, bytes."""
+    hbm_bandwidth: float
+    """Peak device memory bandwidth, bytes/s."""
+    matmul_efficiency_bf16: tuple[tuple[float, float], ...]
+    """(GEMM FLOP, achieved fraction of bf16 peak) points, interpolated in log(FLOP)."""
+    matmul_efficiency_fp8: tuple[tuple[float, float], ...] = ()
+    """(GEMM FLOP, achieved fraction of fp8 peak) points; empty when fp8 is absent."""
+    attention_efficiency: tuple[float, float] = (0.5, 0.4)
+    """Fraction of bf16 peak reached by fused (flash) attention, (forward, backward)."""
+    memory_efficiency: float = 0.85
+    """Fraction of peak HBM bandwidth reached by memory-bound kernels."""
+    kernel_overhead: float = 0.0
+    """Fixed time per kernel launch not hidden by the stream, seconds."""
+
+    def __post_init__(self):
+        _positive("accelerator.peak_flops_bf16", self.peak_flops_bf16, integer=False)
+        if self.peak_flops_fp8 is not None:
+            _positive("accelerator.peak_flops_fp8", self.peak_flops_fp8, integer=False)
+        _positive("accelerator.hbm_bytes", self.hbm_bytes, integer=False)
+        _positive("accelerator.hbm_bandwidth", self.hbm_bandwidth, integer=False)
+        for label, table in (("matmul_efficiency_bf16", self.matmul_efficiency_bf16),
+                             ("matmul_efficiency_fp8", self.matmul_efficiency_fp8)):
+            if label.endswith("bf16") and not table:
+                raise SpecError(f"accelerator.{label}", table, "needs at least one point")
+            sizes = [p[0] for p in table]
+            if sizes != sorted(sizes) or any(not 0 < e <= 1 for _, e in table):
+                raise SpecError(f"accelerator.{label}", table,
+                                "points must be (FLOP, efficiency) with increasing FLOP and "
+                                "0 < efficiency <= 1")
+        for e in (*self.attention_efficiency, self.memory_efficiency):
+            if not 0 < e <= 1:
+                raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
+
+    def peak_flops(self, precision: Precision) -> float:
+        """Peak matmul FLOP/s in ``precision``."""
+        if precision is Precision.FP8:
+            if self.peak_flops_fp8 is None:
+                raise SpecError("precision", "fp8", f"{self.name} has no fp8 matmul units; use bf16")
+            return self.peak_flops_fp8
+        return self.peak_flops_bf16
+
+
+@dataclass(frozen=True, kw_only=True)
+class Level:
+    """One level of the network hierarchy (level 0 = inside a node)."""
+
+    name: str
+    """Human name, e.g. ``nvlink``, ``leaf``, ``spine``."""
+    size: int | None
+    """Fan-out: children per group at this level (level 0: devices per node). None = unbounded."""
+    bandwidth: float
+    """Per-device, per-direction bandwidth for traffic that crosses into this level, bytes/s."""
+    latency: float
+    """One-hop latency of a message crossing this level, seconds."""
+    oversubscription: float = 1.0
+    """Downlink / uplink capacity ratio of the links into this level (>= 1)."""
+    efficiency: float = 1.0
+    """Fraction of ``bandwidth`` that large collectives reach (protocol and kernel overheads)."""
+
+    def __post_init__(self):
+        if self.size is not None:
+            _positive(f"levels[{self.name}].size", self.size)
+        _positive(f"levels[{self.name}].bandwidth_GBps", self.bandwidth, integer=False)
+        _positive(f"levels[{self.name}].latency_us", self.latency, integer=False, allow_zero=True)
+        if not (isinstance(self.oversubscription, (int, float)) and self.oversubscription >= 1):
+            raise SpecError(f"levels[{self.name}].oversubscription", self.oversubscription,
+                            "must be a number >= 1 (1 = non-blocking)")
+        if not (isinstance(self.efficiency, (int, float)) and 0 < self.efficiency <= 1):
+            raise SpecError(f"levels[{self.name}].efficiency", self.efficiency, "must be in (0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """Accelerators and the network that joins them, as ordered levels (innermost first)."""
+
+    name: str
+    """Catalog name, e.g. ``dgx-h100-ndr``."""
+    accelerator: AcceleratorSpec
+    """The accelerator in every slot."""
+    levels: tuple[Level, ...]
+    """Network levels, innermost first; only the outermost may have ``size=None``."""
+
+    def __post_init__(self):
+        if not self.levels:
+            raise SpecError("levels", [], "a cluster needs at least one level")
+        for lvl in self.levels[:-1]:
+            if lvl.size is None:
+                raise SpecError(f"levels[{lvl.name}].size", None,
+                                "only the outermost level may omit size")
+
+    @property
+    def max_devices(self) -> int | None:
+        """Devices the cluster can hold, or None when the outermost level is unbounded."""
+        if self.levels[-1].size is None:
+            return None
+        return math.prod(lvl.size for lvl in self.levels)
+
+    def block_sizes(self) -> tuple[int, ...]:
+        """Devices under one group of each level: (node, leaf, ...); the last is unbounded."""
+        out, acc = [], 1
+        for lvl in self.levels[:-1]:
+            acc *= lvl.size
+            out.append(acc)
+        return tuple(out)
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices under one level-0 group."""
+        return self.levels[0].size if self.levels[0].size is not None else 1
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoESpec:
+    """Mixture-of-experts feed-forward layers."""
+
+    experts: int
+    """Routed experts per MoE layer."""
+    top_k: int
+    """Experts each token is routed to."""
+    ffn_hidden: int
+    """Intermediate size of one routed expert."""
+    shared_experts: int = 0
+    """Always-on experts per MoE layer (DeepSeek, Qwen2-MoE)."""
+    shared_ffn_hidden: int = 0
+    """Intermediate size of one shared expert (0 = same as ``ffn_hidden``)."""
+    first_dense_layers: int = 0
+    """Leading layers that use a dense MLP instead of experts."""
+    layer_freq: int = 1
+    """Every ``layer_freq``-th layer (after the dense ones) is an MoE layer."""
+
+    def __post_init__(self):
+        _positive("moe.experts", self.experts)
+        _positive("moe.top_k", self.top_k)
+        _positive("moe.ffn_hidden", self.ffn_hidden)
+        _positive("moe.shared_experts", self.shared_experts, allow_zero=True)
+        _positive("moe.shared_ffn_hidden", self.shared_ffn_hidden, allow_zero=True)
+        _positive("moe.first_dense_layers", self.first_dense_layers, allow_zero=True)
+        _positive("moe.layer_freq", self.layer_freq)
+        if self.top_k > self.experts:
+            raise SpecError("moe.top_k", self.top_k, f"must be <= moe.experts = {self.experts}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int
+    """Rank of the query down-projection (0 = no query compression)."""
+    kv_lora_rank: int
+    """Rank of the joint key/value compression."""
+    qk_nope_head_dim: int
+    """Per-head query/key width without rotary embedding."""
+    qk_rope_head_dim: int
+    """Per-head query/key width with rotary embedding."""
+    v_head_dim: int
+    """Per-head value width."""
+
+    def __post_init__(self):
+        _positive("mla.q_lora_rank", self.q_lora_rank, allow_zero=True)
+        for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _positive(f"mla.{f}", getattr(self, f))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder (or encoder) transformer: embedding, ``layers`` blocks, head."""
+
+    name: str
+    """Catalog name or the file it came from."""
+    layers: int
+    """Transformer blocks."""
+    hidden: int
+    """Model width h."""
+    heads: int
+    """Query heads a."""
+    kv_heads: int
+    """Key/value heads (= heads for multi-head attention, fewer for GQA/MQA)."""
+    head_dim: int
+    """Width of one attention head (usually hidden / heads)."""
+    ffn_hidden: int
+    """Intermediate size of the dense MLP."""
+    vocab: int
+    """Vocabulary size before padding."""
+    mlp: MLPKind = MLPKind.GELU
+    """Feed-forward kind (gated kinds have three weight matrices)."""
+    norm: Norm = Norm.LAYERNORM
+    """Normalisation layer."""
+    bias: bool = True
+    """Linear layers carry biases."""
+    dropout: bool = False
+    """Dropout after attention and MLP (stores 1-byte masks for backward)."""
+    tied_embeddings: bool = False
+    """Output head shares the input embedding matrix."""
+    position: Position = Position.ROPE
+    """Position encoding."""
+    max_positions: int = 0
+    """Rows of a learned position table (0 when not learned)."""
+    causal: bool = True
+    """Decoder (causal) attention; False for encoders such as BERT."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts settings, or None for a dense model."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention settings, or None for standard attention."""
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
+            _positive(f"model.{f}", getattr(self, f))
+        _positive("model.max_positions", self.max_positions, allow_zero=True)
+        if self.heads % self.kv_heads:
+            raise SpecError("model.kv_heads", self.kv_heads,
+                            f"must divide model.heads = {self.heads}")
+        if self.position is Position.LEARNED and self.max_positions == 0:
+            raise SpecError("model.max_positions", 0, "learned positions need max_positions > 0")
+        if self.moe is not None and self.moe.first_dense_layers > self.layers:
+            raise SpecError("moe.first_dense_layers", self.moe.first_dense_layers,
+                            f"must be <= model.layers = {self.layers}")
+
+    def is_moe_layer(self, index: int) -> bool:
+        """True when block ``index`` (0-based) uses routed experts."""
+        if self.moe is None or index < self.moe.first_dense_layers:
+            return False
+        return (index - self.moe.first_dense_layers) % self.moe.layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp in (MLPKind.SWIGLU, MLPKind.GEGLU)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec:
+    """What is trained and how the software stack behaves."""
+
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    precision: Precision = Precision.BF16
+    """Matmul precision (weights and activations are kept in bf16 either way)."""
+    attention: AttentionImpl = AttentionImpl.FLASH
+    """Attention-core implementation."""
+    grad_bytes: int = 4
+    """Bytes per gradient element in the reduction buffers (Megatron keeps fp32 main grads)."""
+    overlap_grad_reduce: bool = True
+    """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
+    overlap_param_gather: bool = True
+    """Sharded-optimizer parameter all-gather overlaps the next step's first forward."""
+    tp_overlap: TPOverlap = TPOverlap.BACKWARD
+    """Tensor-parallel communication overlap."""
+    overlap_p2p: bool = True
+    """Pipeline send/recv overlaps compute in the steady state."""
+    attention_span: int | None = None
+    """Tokens a query attends to when sequences are packed from shorter documents (block-diagonal
+    attention, as in packed fine-tuning); None = the whole sequence."""
+    step_overhead: float = 0.05
+    """Host-side seconds per optimizer step that no device work hides (data loading, logging,
+    synchronisation); calibrated on the short-step H100 runs (see ``benchmarks/validation.py``)."""
+    flat_dp_collectives: bool = False
+    """Data-parallel collectives run as one flat ring at the group's top level, every device
+    sending everything over its own link (no node-level aggregation); what DeepSpeed's ZeRO-3 of
+    2021 achieved in Narayanan et al.'s measurements."""
+
+    def __post_init__(self):
+        _positive("seq_len", self.seq_len)
+        _positive("global_batch", self.global_batch)
+        if self.attention_span is not None:
+            _positive("attention_span", self.attention_span)
+        if self.grad_bytes not in (2, 4):
+            raise SpecError("grad_bytes", self.grad_bytes, "allowed: 2 (bf16) or 4 (fp32)")
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    """Degrees and knobs of one training plan. ``tp·pp·dp·cp`` = devices."""
+
+    tp: int = 1
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline stages (physical)."""
+    dp: int = 1
+    """Data-parallel replicas."""
+    cp: int = 1
+    """Context-parallel degree (splits the sequence)."""
+    ep: int = 1
+    """Expert-parallel degree, carved out of dp·cp."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (None = same as tp)."""
+    vp: int = 1
+    """Virtual stages (model chunks) per pipeline rank; > 1 selects the interleaved schedule."""
+    sp: bool = False
+    """Sequence parallelism in the TP regions outside the GEMMs."""
+    zero: int = 0
+    """ZeRO stage: 0 none, 1 optimizer (= distributed optimizer), 2 + gradients, 3 + weights."""
+    recompute: tuple[Recompute, ...] = (Recompute.NONE,)
+    """Recompute policy per pipeline stage (one entry applies to every stage)."""
+    mbs: int = 1
+    """Micro-batch size, sequences."""
+    rank_order: tuple[Axis, ...] = MEGATRON_ORDER
+    """Axes from innermost (consecutive ranks) to outermost; ranks map to device ids in order."""
+    stage_layers: tuple[int, ...] | None = None
+    """Transformer blocks per model chunk in pipeline order (pp·vp entries); None = even split."""
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "dp", "cp", "ep", "vp", "mbs"):
+            _positive(f, getattr(self, f))
+        if self.etp is not None:
+            _positive("etp", self.etp)
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
+        if not self.recompute or len(self.recompute) not in (1, self.pp):
+            raise SpecError("recompute", self.recompute,
+                            f"give one policy or one per pipeline stage ({self.pp})")
+        if sorted(a.value for a in self.rank_order) != sorted(a.value for a in RANK_AXES):
+            raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
+                            "must order each of tp, cp, dp, pp once")
+        if (self.dp * self.cp) % self.ep:
+            raise SpecError("ep", self.ep, f"must divide dp·cp = {self.dp * self.cp} "
+                            "(expert parallelism is carved out of the data/context ranks)")
+        if self.vp > 1 and self.pp == 1:
+            raise SpecError("vp", self.vp, "virtual stages need pp > 1")
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp * self.vp:
+                raise SpecError("stage_layers", self.stage_layers,
+                                f"needs pp·vp = {self.pp * self.vp} entries")
+            for n in self.stage_layers:
+                _positive("stage_layers[]", n, allow_zero=True)
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Replicas of each expert's weights: tp·cp·dp / (etp·ep)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    def recompute_of(self, stage: int) -> Recompute:
+        return self.recompute[0] if len(self.recompute) == 1 else self.recompute[stage]
+
+    def with_(self, **changes) -> "Parallelism":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """Everything a plan is evaluated against."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    gpus: int
+    """Devices used by the run."""
+    training: TrainingSpec
+
+    def __post_init__(self):
+        _positive("gpus", self.gpus)
+        cap = self.cluster.max_devices
+        if cap is not None and self.gpus > cap:
+            raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
+
+
+def check_plan(sc: Scenario, par: Parallelism) -> None:
+    """Validate ``par`` against the scenario; raise SpecError naming the first violated rule."""
+    m, t = sc.model, sc.training
+    if t.precision is Precision.FP8 and sc.cluster.accelerator.peak_flops_fp8 is None:
+        raise SpecError("precision", "fp8", f"{sc.cluster.accelerator.name} has no fp8 matmul "
+                        "units; use bf16")
+    if par.devices != sc.gpus:
+        raise SpecError("dp", par.dp, f"tp·pp·dp·cp = {par.tp}·{par.pp}·{par.dp}·{par.cp} = "
+                        f"{par.devices} must equal gpus = {sc.gpus}")
+    if par.tp > m.heads:
+        raise SpecError("tp", par.tp, f"must be <= heads = {m.heads} ({m.name})")
+    _divides("tp", par.tp, "heads", m.heads, f"one of {_divisors(m.heads)[:8]}")
+    if m.kv_heads % par.tp and par.tp % m.kv_heads:
+        raise SpecError("tp", par.tp, f"must divide kv_heads = {m.kv_heads} or be a multiple of it")
+    if t.seq_len % par.cp:
+        raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
+    if par.cp > 1 and (t.seq_len // par.cp) % 2:
+        raise SpecError("cp", par.cp, "seq_len / cp must be even (load-balanced causal chunks)")
+    if par.sp and par.tp > 1 and (t.seq_len // par.cp) % par.tp:
+        raise SpecError("sp", True, f"sequence parallelism needs tp = {par.tp} to divide "
+                        f"seq_len / cp = {t.seq_len // par.cp}")
+    if m.moe is None:
+        if par.ep > 1:
+            raise SpecError("ep", par.ep, f"{m.name} has no experts; use ep = 1")
+    else:
+        _divides("ep", par.ep, "moe.experts", m.moe.experts)
+        if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
+            raise SpecError("etp", par.expert_tp, f"etp·ep = {par.expert_tp * par.ep} must divide "
+                            f"tp·cp·dp = {par.tp * par.cp * par.dp}")
+        if par.tp > 1 and not par.sp:
+            raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "
+                            "as in Megatron-Core")
+        if m.moe.ffn_hidden % par.expert_tp:
+            raise SpecError("etp", par.expert_tp, f"must divide moe.ffn_hidden = {m.moe.ffn_hidden}")
+    if m.ffn_hidden % par.tp:
+        raise SpecError("tp", par.tp, f"must divide ffn_hidden = {m.ffn_hidden}")
+    per_replica = par.mbs * par.dp
+    if t.global_batch % per_replica:
+        raise SpecError("global_batch", t.global_batch,
+                        f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
+    micro = t.global_batch // per_replica
+    if par.vp > 1 and micro % par.pp:
+        raise SpecError("global_batch", t.global_batch, f"the interleaved schedule needs the "
+                        f"micro-batch count ({micro}) to be a multiple of pp = {par.pp}")
+    chunks = par.pp * par.vp
+    if par.stage_layers is None:
+        if m.layers < chunks:
+            raise SpecError("pp", par.pp, f"pp·vp = {chunks} exceeds the {m.layers} layers of "
+                            f"{m.name}")
+    elif sum(par.stage_layers) != m.layers:
+        raise SpecError("stage_layers", par.stage_layers,
+                        f"must sum to model.layers = {m.layers}")
+
+
+def even_split(layers: int, chunks: int) -> tuple[int, ...]:
+    """Blocks per chunk, as even as possible; extra blocks go to the middle chunks first.
+
+    The first chunk holds the embedding and the last the output head, so they receive extra
+    blocks last (Megatron allows uneven first and last stages).
+
+    >>> even_split(10, 4)
+    (2, 3, 3, 2)
+    """
+    base, extra = divmod(layers, chunks)
+    counts = [base] * chunks
+    order = list(range(1, chunks - 1)) + [chunks - 1, 0] if chunks > 2 else list(range(chunks))
+    for i in order[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Named:
+    """A spec together with where it came from (catalog name or file path)."""
+
+    name: str
+    source: str = field(default="")

@@ -1,0 +1,152 @@
+"""Catalog entries, HuggingFace configs and strict loading."""
+
+import json
+
+import pytest
+
+from nestplan import graph as G
+from nestplan.catalog import get_accelerator, get_cluster, get_model, list_names
+from nestplan.errors import SpecError
+from nestplan.hf import FAMILIES, model_from_hf_dict
+
+REQUIRED_MODELS = ["gpt3-175b", "bert-large", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
+                   "llama3-70b", "llama3-405b", "mixtral-8x7b", "mixtral-8x22b", "gpt-22b",
+                   "gpt-530b", "gpt-1t", "gpt-1p7b", "gpt-1008b"]
+
+
+def test_catalog_has_the_named_entries():
+    assert set(REQUIRED_MODELS) <= set(list_names("models"))
+    assert {"a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "tpu-v4",
+            "mi300x"} <= set(list_names("accelerators"))
+    assert {"nest-tpuv4-fattree", "nest-h100-spineleaf", "selene-a100-hdr", "dgx-h100-ndr",
+            "meta-h100-roce-7to1"} <= set(list_names("clusters"))
+
+
+@pytest.mark.parametrize("kind,get", [("models", get_model), ("clusters", get_cluster),
+                                      ("accelerators", get_accelerator)])
+def test_every_entry_loads(kind, get):
+    for name in list_names(kind):
+        assert get(name).name
+
+
+@pytest.mark.parametrize("name,billions", [("gpt3-175b", 174.6), ("llama2-7b", 6.74),
+                                           ("llama2-70b", 68.98), ("llama3-8b", 8.03),
+                                           ("llama3-70b", 70.55), ("llama3-405b", 405.85),
+                                           ("mixtral-8x7b", 46.70), ("mixtral-8x22b", 140.6),
+                                           ("bert-large", 0.335)])
+def test_parameter_counts_match_published_sizes(name, billions):
+    assert G.total_params(get_model(name)) / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_paper_setups_use_gib():
+    c = get_cluster("nest-h100-spineleaf")
+    assert [lv.bandwidth for lv in c.levels] == [900 * 2**30, 12.5 * 2**30, 50 * 2**30]
+    assert c.accelerator.hbm_bytes == 90 * 2**30
+    assert get_cluster("nest-tpuv4-fattree").accelerator.hbm_bytes == 64 * 2**30
+    assert [lv.size for lv in c.levels] == [8, 4, None]
+
+
+def test_oversubscribed_clos():
+    c = get_cluster("meta-h100-roce-7to1")
+    assert c.levels[-1].oversubscription == 7.0
+    assert c.max_devices == 8 * 2 * 192 * 8
+
+
+def test_hf_configs_in_shared_data(shared):
+    for path in sorted((shared / "data" / "hf_configs").glob("*.json")):
+        m = get_model(str(path))
+        ref = get_model(path.stem)
+        assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab) == (
+            ref.layers, ref.hidden, ref.heads, ref.kv_heads, ref.ffn_hidden, ref.vocab)
+        assert (m.moe is None) == (ref.moe is None)
+
+
+def test_deepseek_v3_family():
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+           "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+           "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280,
+           "tie_word_embeddings": False}
+    m = model_from_hf_dict(cfg)
+    assert m.mla is not None and m.moe.shared_experts == 1 and m.num_moe_layers == 58
+    # 671B total, 37B active (DeepSeek-V3 report, without the MTP module)
+    assert G.total_params(m) / 1e9 == pytest.approx(671, rel=0.01)
+    assert G.active_params(m) / 1e9 == pytest.approx(37.6, rel=0.02)
+
+
+def test_qwen3_moe_and_other_families():
+    qwen = model_from_hf_dict({"model_type": "qwen3_moe", "hidden_size": 2048,
+                               "num_hidden_layers": 48, "num_attention_heads": 32,
+                               "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+                               "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                               "decoder_sparse_step": 1, "mlp_only_layers": [],
+                               "intermediate_size": 6144, "vocab_size": 151936})
+    assert G.total_params(qwen) / 1e9 == pytest.approx(30.5, rel=0.02)
+    gpt2 = model_from_hf_dict({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+                               "n_inner": None, "n_positions": 1024, "vocab_size": 50257})
+    assert gpt2.ffn_hidden == 3072 and gpt2.tied_embeddings
+    assert G.total_params(gpt2) / 1e6 == pytest.approx(124.4, rel=0.01)
+    bloom = model_from_hf_dict({"model_type": "bloom", "n_layer": 70, "n_embed": 14336,
+                                "num_attention_heads": 112, "vocab_size": 250880})
+    assert G.total_params(bloom) / 1e9 == pytest.approx(176.2, rel=0.01)
+    neox = model_from_hf_dict({"model_type": "gpt_neox", "num_hidden_layers": 44,
+                               "hidden_size": 6144, "num_attention_heads": 64,
+                               "intermediate_size": 24576, "vocab_size": 50432,
+                               "rotary_pct": 0.25})
+    assert G.total_params(neox) / 1e9 == pytest.approx(20.55, rel=0.01)
+    for family in ("qwen2", "qwen3", "mistral", "mixtral", "llama"):
+        assert family in FAMILIES
+
+
+def test_unsupported_model_type_lists_supported(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(SpecError, match="supported model types: bloom, deepseek_v3"):
+        get_model(str(p))
+
+
+def test_missing_hf_key_is_named():
+    with pytest.raises(SpecError, match="num_hidden_layers"):
+        model_from_hf_dict({"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2})
+
+
+def test_cluster_toml_rejects_unknown_key(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('name = "x"\naccelerator = "h100-sxm-80gb"\nbandwith = 3\n'
+                 '[[levels]]\nname = "n"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 2\n')
+    with pytest.raises(SpecError, match="cluster.bandwith: .*unknown key; valid keys"):
+        get_cluster(str(p))
+
+
+def test_cluster_toml_inline_accelerator(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('name = "mine"\n[accelerator]\nname = "chip"\npeak_tflops_bf16 = 100\n'
+                 'hbm_GiB = 16\nhbm_GBps = 800\nmatmul_efficiency_bf16_by_GFLOP = [[1, 0.5]]\n'
+                 '[[levels]]\nname = "n"\nsize = 4\nbandwidth_GBps = 100\nlatency_us = 2\n'
+                 '[[levels]]\nname = "net"\nbandwidth_GBps = 25\nlatency_us = 10\n'
+                 'oversubscription = 2.0\n')
+    c = get_cluster(str(p))
+    assert c.accelerator.peak_flops_bf16 == 100e12 and c.levels[1].oversubscription == 2.0
+
+
+@pytest.mark.parametrize("body,field", [
+    ('size = 0\nbandwidth_GBps = 450\nlatency_us = 2', "size"),
+    ('size = 8\nbandwidth_GBps = -1\nlatency_us = 2', "bandwidth_GBps"),
+    ('size = 8\nbandwidth_GBps = 1\nlatency_us = 2\noversubscription = 0.5', "oversubscription"),
+    ('size = 8\nlatency_us = 2', "bandwidth_GBps"),
+    ('size = "8"\nbandwidth_GBps = 1\nlatency_us = 2', "size"),
+])
+def test_bad_level_values_name_the_field(tmp_path, body, field):
+    p = tmp_path / "c.toml"
+    p.write_text(f'name = "x"\naccelerator = "h100-sxm-80gb"\n[[levels]]\nname = "n"\n{body}\n')
+    with pytest.raises(SpecError, match=field):
+        get_cluster(str(p))
+
+
+def test_malformed_toml_is_a_spec_error(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("name = \n")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        get_cluster(str(p))

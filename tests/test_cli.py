@@ -1,0 +1,134 @@
+"""The command line: output contracts, exit codes and one-line errors (no tracebacks)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nestplan.cli import main
+
+BASE = ["evaluate", "--model", "gpt3-175b", "--cluster", "selene-a100-hdr", "--gpus", "1024",
+        "--tp", "8", "--pp", "8", "--mbs", "1", "--global-batch", "1536", "--seq-len", "2048"]
+
+
+def run(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def swap(args, flag, value):
+    out = list(args)
+    if flag in out:
+        i = out.index(flag)
+        if value is None:
+            del out[i:i + 2]
+        else:
+            out[i + 1] = value
+    else:
+        out += [flag, value]
+    return out
+
+
+def test_evaluate_json_is_one_object(capsys):
+    code, out, err = run(BASE + ["--recompute", "full", "--json"], capsys)
+    assert code == 0 and err == ""
+    js = json.loads(out)
+    assert js["tp"] == 8 and js["dp"] == 16 and js["fits"] is True
+
+
+def test_evaluate_text_breakdown(capsys):
+    code, out, _ = run(BASE + ["--recompute", "full"], capsys)
+    assert code == 0
+    for word in ("step time", "tokens/s", "MFU", "peak memory", "bubble", "optimizer", "weights",
+                 "activations"):
+        assert word in out
+
+
+def test_list(capsys):
+    code, out, _ = run(["list", "clusters"], capsys)
+    assert code == 0 and "nest-h100-spineleaf" in out.split()
+
+
+def test_console_script_runs():
+    r = subprocess.run([sys.executable, "-m", "nestplan.cli", "list", "accelerators"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "h100-sxm-80gb" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (swap(BASE, "--model", "gpt-4"), "model: got 'gpt-4'; unknown model; catalog names"),
+    (swap(BASE, "--cluster", "nowhere"), "cluster: got 'nowhere'; unknown cluster"),
+    (swap(BASE, "--tp", "0"), "tp: got 0; must be an integer > 0"),
+    (swap(BASE, "--tp", "-8"), "tp: got -8"),
+    (swap(BASE, "--mbs", "0"), "mbs: got 0"),
+    (swap(BASE, "--seq-len", "0"), "seq_len: got 0"),
+    (swap(BASE, "--global-batch", "-1"), "global_batch: got -1"),
+    (swap(BASE, "--gpus", "0"), "gpus: got 0"),
+    (swap(BASE, "--tp", "7"), "tp·pp·cp = 7·8·1 = 56 must divide gpus = 1024"),
+    (swap(swap(BASE, "--gpus", "1792"), "--tp", "7"), "tp: got 7; must divide heads = 96"),
+    (swap(swap(swap(BASE, "--gpus", "1536"), "--tp", "192"), "--pp", "1"),
+     "tp: got 192; must be <= heads = 96"),
+    (swap(BASE, "--global-batch", "1000"), "global_batch: got 1000; must be a multiple of mbs·dp"),
+    (swap(BASE, "--dp", "3"), "must equal gpus = 1024"),
+    (swap(BASE, "--precision", "fp4"), "precision: got 'fp4'; allowed: bf16, fp8"),
+    (swap(BASE, "--precision", "fp8"), "a100-sxm-80gb has no fp8"),
+    (swap(BASE, "--recompute", "some"), "recompute: got 'some'; allowed: none, selective, full"),
+    (swap(BASE, "--zero", "4"), "zero: got 4; allowed: 0, 1, 2, 3"),
+    (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
+    (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
+     "interleaved schedule needs the micro-batch count (97) to be a multiple of pp = 8"),
+    (swap(BASE, "--rank-order", "tp-dp-pp"), "rank_order: got 'tp-dp-pp'"),
+    (swap(BASE, "--tp", "eight"), "argument --tp: invalid int value: 'eight'"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle, capsys):
+    code, out, err = run_exit(args, capsys)
+    assert code == 2, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+    assert "Traceback" not in err
+
+
+def run_exit(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse errors
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_moe_errors(capsys):
+    moe = ["evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", "64",
+           "--tp", "2", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--seq-len", "4096",
+           "--sp"]
+    code, _, err = run_exit(moe + ["--ep", "3"], capsys)
+    assert code == 2 and "ep: got 3" in err
+    code, _, err = run_exit(moe + ["--ep", "16"], capsys)
+    assert code == 2 and "ep: got 16; must divide moe.experts = 8" in err
+    code, out, _ = run_exit(moe + ["--ep", "8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["ep"] == 8
+
+
+def test_tp_must_divide_kv_heads(capsys):
+    args = ["evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", "48",
+            "--tp", "6", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--seq-len", "4096"]
+    code, _, err = run_exit(args, capsys)
+    assert code == 2 and "tp: got 6; must divide heads = 64" in err
+
+
+def test_hf_config_path_as_model(shared, capsys):
+    path = str(shared / "data" / "hf_configs" / "llama3-8b.json")
+    code, out, _ = run(["evaluate", "--model", path, "--cluster", "dgx-h100-ndr", "--gpus", "8",
+                        "--tp", "1", "--pp", "1", "--cp", "2", "--mbs", "1", "--global-batch", "8",
+                        "--seq-len", "8192", "--zero", "1", "--precision", "fp8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["fits"] is True
+
+
+def test_malformed_hf_config(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    code, _, err = run_exit(swap(BASE, "--model", str(p)), capsys)
+    assert code == 2 and "not valid JSON" in err

@@ -1,0 +1,113 @@
+"""Evaluating plans: the JSON contract, breakdowns that add up, memory feasibility."""
+
+import dataclasses
+
+import pytest
+
+from nestplan.evaluate import evaluate, evaluate_names, scenario_from_names
+from nestplan.axes import Axis
+from nestplan.options import AttentionImpl, Recompute
+from nestplan.specs import Parallelism
+
+CONTRACT = ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+            "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero",
+            "recompute", "mbs"]
+
+
+def gpt3(**kw):
+    plan = dict(tp=8, pp=8, mbs=1, recompute="full")
+    plan.update(kw)
+    return evaluate_names("gpt3-175b", "selene-a100-hdr", 1024, global_batch=1536, seq_len=2048,
+                          **plan)
+
+
+def test_json_contract():
+    js = gpt3().to_json()
+    for key in CONTRACT:
+        assert key in js, key
+    assert js["tp"] * js["pp"] * js["dp"] * js["cp"] == 1024
+    assert js["fits"] is True and js["why_not"] is None
+    assert js["tokens_per_s"] == pytest.approx(1536 * 2048 / js["step_time_s"])
+
+
+def test_breakdown_adds_up_to_step_time():
+    for ev in (gpt3(), gpt3(vp=2, sp=True, recompute="selective", zero=1),
+               evaluate_names("mixtral-8x7b", "dgx-h100-ndr", 64, global_batch=256, seq_len=4096,
+                              tp=2, pp=4, ep=4, sp=True, mbs=1, recompute="full")):
+        assert ev.time.total == pytest.approx(ev.step_time, rel=1e-9)
+        assert all(v >= -1e-12 for v in vars(ev.time).values())
+
+
+def test_recompute_trades_memory_for_time():
+    sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 1024, seq_len=2048,
+                             global_batch=1536, attention=AttentionImpl.MATERIALIZED)
+    none, sel, full = (evaluate(sc, Parallelism(tp=8, pp=16, dp=8, sp=True, recompute=(r,)))
+                       for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
+    assert none.step_time < sel.step_time < full.step_time
+    assert none.peak_memory > sel.peak_memory > full.peak_memory
+
+
+def test_selective_recompute_saves_nothing_with_flash_attention():
+    none = gpt3(tp=8, pp=16, recompute="none", sp=True)
+    sel = gpt3(tp=8, pp=16, recompute="selective", sp=True)
+    assert sel.peak_memory == pytest.approx(none.peak_memory, rel=1e-4)
+    assert sel.step_time > none.step_time
+
+
+def test_zero_shards_model_states():
+    states = [gpt3(zero=z).stages[0].memory for z in range(4)]
+    assert states[1].optimizer == pytest.approx(states[0].optimizer / 16)
+    assert states[2].gradients == pytest.approx(states[0].gradients / 16)
+    assert states[3].weights == pytest.approx(states[0].weights / 16)
+
+
+def test_plan_that_does_not_fit_says_why():
+    ev = evaluate_names("llama3-70b", "dgx-h100-ndr", 64, global_batch=64, seq_len=8192, tp=8,
+                        pp=1, mbs=1)
+    js = ev.to_json()
+    assert js["fits"] is False
+    assert "short by" in js["why_not"] and "optimizer" in js["why_not"]
+
+
+def test_first_stage_holds_most_activations_in_1f1b():
+    ev = gpt3(tp=8, pp=8, recompute="none", sp=True)
+    acts = [s.memory.activations for s in ev.stages]
+    assert acts[0] > acts[3] > acts[6]
+
+
+def test_per_stage_recompute():
+    sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 512, seq_len=2048, global_batch=512)
+    mixed = (Recompute.FULL,) * 4 + (Recompute.NONE,) * 4
+    ev = evaluate(sc, Parallelism(tp=8, pp=8, dp=8, sp=True, recompute=mixed))
+    assert [s.recompute for s in ev.stages] == ["full"] * 4 + ["none"] * 4
+
+
+def test_more_data_parallelism_more_throughput():
+    small = evaluate_names("llama3-8b", "dgx-h100-ndr", 64, global_batch=512, seq_len=8192, tp=1,
+                           pp=1, mbs=1, zero=1)
+    big = evaluate_names("llama3-8b", "dgx-h100-ndr", 128, global_batch=512, seq_len=8192, tp=1,
+                         pp=1, mbs=1, zero=1)
+    assert 1.7 < big.tokens_per_s / small.tokens_per_s <= 2.0
+
+
+def test_oversubscription_costs_cross_pod_data_parallelism():
+    # Llama 3's order [TP, CP, PP, DP] puts data parallelism outermost, across pods
+    base = dict(global_batch=2048, seq_len=8192, tp=8, pp=16, mbs=1, zero=1, sp=True,
+                rank_order=(Axis.TP, Axis.CP, Axis.PP, Axis.DP))
+    clos = evaluate_names("llama3-405b", "meta-h100-roce-7to1", 8192, **base)
+    sc = scenario_from_names("llama3-405b", "meta-h100-roce-7to1", 8192, seq_len=8192,
+                             global_batch=2048)
+    flat_net = dataclasses.replace(sc.cluster, levels=tuple(
+        dataclasses.replace(lv, oversubscription=1.0) for lv in sc.cluster.levels))
+    full = evaluate(dataclasses.replace(sc, cluster=flat_net), clos.plan)
+    assert clos.step_time > full.step_time
+    assert clos.link_time["dp"] > full.link_time["dp"]
+
+
+def test_mfu_uses_model_flops():
+    ev = gpt3()
+    # Megatron model FLOPs: 72·B·s·L·h²·(1 + s/6h + V/12Lh) with the padded vocabulary
+    B, s, L, h, V = 1536, 2048, 96, 12288, 51200
+    f = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert ev.model_flops == pytest.approx(f, rel=0.01)
+    assert ev.mfu == pytest.approx(f / ev.step_time / 1024 / 312e12, rel=0.01)

@@ -1,0 +1,80 @@
+"""Memory formulas against their sources: Korthikanti et al. 2022, ZeRO, Megatron's distributed optimizer."""
+
+import pytest
+
+from nestplan import graph as G
+from nestplan.catalog import get_model
+from nestplan.cost.memory import bytes_per_param, model_states
+from nestplan.options import AttentionImpl, Precision
+
+
+def _layer(model, tp, sp, mbs=1, seq=2048, attention=AttentionImpl.MATERIALIZED):
+    return G.build(model, G.Local(tp, sp, 1, 1, tp, mbs, seq, Precision.BF16, attention)).dense
+
+
+@pytest.mark.parametrize("name", ["gpt-22b", "gpt3-175b", "gpt-530b", "gpt-1t"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_korthikanti_activation_formulas(name, tp):
+    m = get_model(name)
+    s, b, h, a = 2048, 4, m.hidden, m.heads
+    plain = _layer(m, tp, sp=False, mbs=b)
+    seqpar = _layer(m, tp, sp=True, mbs=b)
+    # Table 2 of Korthikanti et al.: bytes per layer
+    assert plain.saved_bytes == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+    assert seqpar.saved_bytes == pytest.approx(s * b * h / tp * (34 + 5 * a * s / h))
+    # selective recomputation drops the 5as/h term
+    assert seqpar.saved_bytes - seqpar.internal_bytes == pytest.approx(34 * s * b * h / tp)
+    assert (plain.saved_bytes - plain.internal_bytes
+            == pytest.approx(s * b * h * (10 + 24 / tp)))
+    # full recomputation keeps only the layer input
+    assert plain.input_bytes == pytest.approx(2 * s * b * h)
+    assert seqpar.input_bytes == pytest.approx(2 * s * b * h / tp)
+
+
+def test_flash_attention_keeps_no_score_matrix():
+    m = get_model("gpt-22b")
+    flash = _layer(m, 8, True, mbs=4, attention=AttentionImpl.FLASH)
+    s, b, h = 2048, 4, m.hidden
+    # 34sbh/t plus the fp32 log-sum-exp per head and position
+    lse = 4 * b * (m.heads / 8) * s
+    assert flash.saved_bytes == pytest.approx(34 * s * b * h / 8 + lse)
+
+
+def test_gqa_and_swiglu_generalise_the_count():
+    m = get_model("llama3-70b")  # 64 heads, 8 kv heads, SwiGLU ffn 28672, no dropout
+    s, b, h, f, t = 4096, 1, m.hidden, m.ffn_hidden, 8
+    layer = _layer(m, t, True, mbs=b, seq=s, attention=AttentionImpl.FLASH)
+    kv = 2 * h * m.kv_heads / m.heads  # K and V widths
+    expected = s * b * (
+        2 * h / t  # ln_attn input
+        + 2 * h / t  # qkv input (sequence-parallel shard)
+        + 2 * (h + kv) / t  # Q, K, V
+        + 2 * h / t  # output projection input
+        + 2 * h / t  # ln_mlp input
+        + 2 * h / t  # fc1 input
+        + 2 * 2 * f / t  # gate and up halves kept by SwiGLU
+        + 2 * f / t  # fc2 input
+    ) + 4 * b * (m.heads / t) * s
+    assert layer.saved_bytes == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n", [1, 8, 64])
+def test_zero_paper_bytes_per_parameter(n):
+    # Rajbhandari et al. §3.1 with K = 12 and 2-byte gradients: 16, 4+12/N, 2+14/N, 16/N
+    total = {z: sum(bytes_per_param(z, n, 2)) for z in range(4)}
+    assert total[0] == pytest.approx(16)
+    assert total[1] == pytest.approx(4 + 12 / n)
+    assert total[2] == pytest.approx(2 + 14 / n)
+    assert total[3] == pytest.approx(16 / n)
+
+
+@pytest.mark.parametrize("d", [1, 4, 32])
+def test_megatron_distributed_optimizer_formula(d):
+    # Megatron-LM docs/distrib_optimizer.md, bf16 params with fp32 grads: 18 vs 6 + 12/d
+    assert sum(bytes_per_param(0, d, 4)) == pytest.approx(18)
+    assert sum(bytes_per_param(1, d, 4)) == pytest.approx(6 + 12 / d)
+
+
+def test_expert_states_shard_over_expert_data_parallel():
+    w, g, o = model_states(0.0, 1e9, zero=1, dp=64, edp=8, grad_bytes=4)
+    assert (w, g, o) == (pytest.approx(2e9), pytest.approx(4e9), pytest.approx(12e9 / 8))

@@ -1,0 +1,105 @@
+"""Placement of groups on levels, and collective costs over them."""
+
+import dataclasses
+
+import pytest
+
+from nestplan.axes import Axis
+from nestplan.catalog import get_cluster
+from nestplan.cost.network import collective_time, level_bandwidth, p2p_time
+from nestplan.graph import CollKind
+from nestplan.placement import GroupLayout, layouts
+from nestplan.specs import ClusterSpec, Level, Parallelism
+
+H100 = get_cluster("dgx-h100-ndr")
+
+
+def two_level(bw0=400e9, bw1=50e9, over=1.0, lat=0.0) -> ClusterSpec:
+    return ClusterSpec(name="t", accelerator=H100.accelerator, levels=(
+        Level(name="node", size=8, bandwidth=bw0, latency=lat),
+        Level(name="net", size=None, bandwidth=bw1, latency=lat, oversubscription=over)))
+
+
+def test_megatron_order_puts_tp_inside_a_node():
+    lay = layouts(Parallelism(tp=8, pp=4, dp=4), H100, 128)
+    assert lay.tp.k[0] == 8 and lay.tp.top == 0
+    assert lay.dp.k[0] == 1 and lay.dp.top >= 1
+    assert all(b.level >= 1 for b in lay.pp)
+    assert lay.stage_devices[0] == tuple(range(32))
+
+
+def test_rank_order_moves_groups_across_levels():
+    par = Parallelism(tp=2, pp=1, dp=8, rank_order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP))
+    lay = layouts(par, H100, 16)
+    assert lay.dp.k[0] == 8  # dp innermost: all 8 replicas share a node
+    assert lay.tp.top == 1  # tp now spans two nodes
+
+
+def test_flat_ring_matches_textbook_formula():
+    c = two_level()
+    g = GroupLayout(4, (4, 4))
+    m = 1e9
+    assert collective_time(CollKind.ALL_REDUCE, m, g, c) == pytest.approx(2 * m * 3 / 4 / 400e9)
+    assert collective_time(CollKind.ALL_GATHER, m, g, c) == pytest.approx(m * 3 / 4 / 400e9)
+
+
+def test_node_links_carry_a_ring_across_nodes_in_parallel():
+    c = two_level()
+    m = 1e9
+    spread = GroupLayout(16, (8, 16))  # 2 nodes x 8 members: 8 NICs share the inter-node traffic
+    single = GroupLayout(16, (1, 16))  # one member per node: one NIC carries it all
+    t_spread = collective_time(CollKind.ALL_REDUCE, m, spread, c)
+    t_single = collective_time(CollKind.ALL_REDUCE, m, single, c)
+    assert t_single == pytest.approx(2 * m * 15 / 16 / 50e9)
+    assert t_spread < t_single / 4
+    assert collective_time(CollKind.ALL_REDUCE, m, spread, c, flat=True) == pytest.approx(t_single)
+
+
+def test_oversubscription_slows_traffic_that_crosses_it():
+    g = GroupLayout(16, (1, 16))
+    fast = collective_time(CollKind.ALL_GATHER, 1e9, g, two_level(over=1.0))
+    slow = collective_time(CollKind.ALL_GATHER, 1e9, g, two_level(over=7.0))
+    assert slow == pytest.approx(7 * fast)
+    inside = GroupLayout(8, (8, 8))
+    assert collective_time(CollKind.ALL_GATHER, 1e9, inside, two_level(over=7.0)) == pytest.approx(
+        collective_time(CollKind.ALL_GATHER, 1e9, inside, two_level(over=1.0)))
+
+
+def test_partial_share_relieves_oversubscription():
+    c = two_level(over=4.0)
+    assert level_bandwidth(c, 1) == pytest.approx(50e9 / 4)
+    assert level_bandwidth(c, 1, lambda j: 0.25) == pytest.approx(50e9)
+
+
+def test_latency_grows_with_ring_steps():
+    c = two_level(lat=10e-6)
+    small = GroupLayout(16, (1, 16))
+    big = GroupLayout(64, (1, 64))
+    t_small = collective_time(CollKind.ALL_GATHER, 1.0, small, c)
+    t_big = collective_time(CollKind.ALL_GATHER, 1.0, big, c)
+    assert t_big == pytest.approx(63 * 10e-6, rel=1e-3)
+    assert t_small == pytest.approx(15 * 10e-6, rel=1e-3)
+
+
+def test_all_to_all_uses_each_devices_own_link():
+    c = two_level()
+    g = GroupLayout(16, (8, 16))
+    t = collective_time(CollKind.ALL_TO_ALL, 1e9, g, c)
+    assert t == pytest.approx(1e9 * 8 / 16 / 50e9, rel=1e-3)
+
+
+def test_p2p_costs_the_crossed_level():
+    c = two_level(lat=1e-6)
+    assert p2p_time(1e9, -1, None, c) == 0.0
+    assert p2p_time(1e9, 0, None, c) == pytest.approx(1e9 / 400e9 + 1e-6)
+    assert p2p_time(1e9, 1, None, c) == pytest.approx(1e9 / 50e9 + 1e-6)
+
+
+def test_pipeline_boundaries_know_their_level():
+    # pp innermost: stages 0..7 of one replica sit in one node; their boundaries use NVLink
+    par = Parallelism(tp=1, pp=8, dp=2, rank_order=(Axis.PP, Axis.TP, Axis.CP, Axis.DP))
+    lay = layouts(par, H100, 16)
+    assert [b.level for b in lay.pp] == [0] * 7
+    par2 = dataclasses.replace(par, rank_order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
+    lay2 = layouts(par2, H100, 16)
+    assert [b.level for b in lay2.pp] == [0, 0, 0, 1, 0, 0, 0]
