@@ -132,3 +132,34 @@ def test_malformed_hf_config(tmp_path, capsys):
     p.write_text("{not json")
     code, _, err = run_exit(swap(BASE, "--model", str(p)), capsys)
     assert code == 2 and "not valid JSON" in err
+
+
+def test_tp_must_divide_or_replicate_kv_heads(capsys):
+    args = ["evaluate", "--model", "mixtral-8x22b", "--cluster", "dgx-h100-ndr", "--gpus", "96",
+            "--tp", "12", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--seq-len", "4096",
+            "--sp"]
+    code, _, err = run_exit(args, capsys)
+    assert code == 2 and "tp: got 12; must divide kv_heads = 8 or be a multiple of it" in err
+
+
+def test_unknown_accelerator_in_cluster_file(tmp_path, capsys):
+    p = tmp_path / "c.toml"
+    p.write_text('name = "x"\naccelerator = "h900"\n[[levels]]\nname = "n"\nsize = 8\n'
+                 'bandwidth_GBps = 450\nlatency_us = 2\n')
+    code, _, err = run_exit(swap(BASE, "--cluster", str(p)), capsys)
+    assert code == 2 and "accelerator: got 'h900'; unknown accelerator; catalog names" in err
+
+
+def test_gpus_beyond_cluster_capacity(capsys):
+    code, _, err = run_exit(swap(swap(BASE, "--gpus", "8192"), "--dp", "128"), capsys)
+    assert code == 2 and "gpus: got 8192; cluster selene-a100-hdr holds at most 4480" in err
+
+
+def test_validate_command(shared, capsys):
+    code, out, _ = run(["validate", "--csv", str(shared / "data" / "published_runs.csv")], capsys)
+    assert code == 0 and "mean |error|" in out and ": ok" in out
+
+
+def test_validate_missing_file(capsys):
+    code, _, err = run_exit(["validate", "--csv", "/nonexistent.csv"], capsys)
+    assert code == 2 and "--csv: got '/nonexistent.csv'; no such file" in err
