@@ -15,6 +15,7 @@ import time
 
 from nestplan import graph as G
 from nestplan.cost.compute import layer_cost
+from nestplan.cost.device import config_costs
 from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.placement import layouts
 from nestplan.specs import Parallelism
@@ -24,6 +25,7 @@ def clear_caches():
     G.build.cache_clear()
     layer_cost.cache_clear()
     layouts.cache_clear()
+    config_costs.cache_clear()
 
 
 def timed(fn, repeat: int) -> list[float]:

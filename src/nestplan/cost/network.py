@@ -38,54 +38,99 @@ def level_bandwidth(cluster: ClusterSpec, level: int, share=None) -> float:
     return best
 
 
-def _ring(kind: CollKind, nbytes: float, g: GroupLayout, cluster: ClusterSpec) -> float:
+def _ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     n = g.size
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
-    volume = traversals * nbytes * (n - 1) / n
-    bw_time = 0.0
-    latency = 0.0
-    prev = 1
+    per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
-            bw_time = max(bw_time, volume / prev / level_bandwidth(cluster, lvl, g.share_at))
+            share = traversals * (n - 1) / n / prev
+            per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share_at))
             # ring steps whose hop crosses exactly this level, per traversal
             steps = n / prev - (n / kl if kl < n else 1)
             latency += steps * cluster.levels[lvl].latency
         prev = kl
-    return bw_time + traversals * latency
+    return traversals * latency, per_byte
 
 
-def _hierarchical(kind: CollKind, nbytes: float, g: GroupLayout, cluster: ClusterSpec) -> float:
+def _hierarchical(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
-    total = 0.0
-    prev = 1
+    per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             r = kl // prev
-            shard = nbytes / prev
-            bw = level_bandwidth(cluster, lvl, g.share_at)
-            total += traversals * (shard * (r - 1) / r / bw + (r - 1) * cluster.levels[lvl].latency)
+            per_byte += traversals * (r - 1) / r / prev / level_bandwidth(cluster, lvl, g.share_at)
+            latency += traversals * (r - 1) * cluster.levels[lvl].latency
         prev = kl
-    return total
+    return latency, per_byte
 
 
-def _tree(nbytes: float, g: GroupLayout, cluster: ClusterSpec) -> float:
-    bw_time, latency, prev = 0.0, 0.0, 1
+def _tree(g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
+    per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             r = kl // prev
-            bw_time = max(bw_time, 2 * nbytes / prev / level_bandwidth(cluster, lvl, g.share_at))
+            per_byte = max(per_byte, 2 / prev / level_bandwidth(cluster, lvl, g.share_at))
             latency += 2 * math.ceil(math.log2(r)) * cluster.levels[lvl].latency
         prev = kl
-    return bw_time + latency
+    return latency, per_byte
 
 
-def _flat_ring(kind: CollKind, nbytes: float, g: GroupLayout, cluster: ClusterSpec) -> float:
+def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     """A ring that sends everything over each device's own link at the group's top level."""
     n, top = g.size, g.top
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
     bw = level_bandwidth(cluster, top, g.share_at)
-    return traversals * ((nbytes * (n - 1) / n) / bw + (n - 1) * cluster.levels[top].latency)
+    return traversals * (n - 1) * cluster.levels[top].latency, traversals * (n - 1) / n / bw
+
+
+Coeffs = tuple[tuple[float, float], ...]
+
+
+def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
+                      flat: bool = False) -> Coeffs:
+    """(latency s, seconds per byte) of each algorithm that can run the collective on ``g``.
+
+    The collective's time for ``b > 0`` bytes is the cheapest ``latency + b · per_byte``; an
+    empty tuple means it is free (a single device). ``flat`` forces the flat ring.
+    """
+    n = g.size
+    if n <= 1:
+        return ()
+    top = g.top
+    lat = cluster.levels[top].latency
+    if kind is CollKind.ALL_TO_ALL:
+        # every device sends (n-1)/n of its data, each over its own links (no NIC aggregation)
+        per_byte, prev = 0.0, 1
+        for lvl, kl in enumerate(g.k):
+            if kl > prev:
+                per_byte = max(per_byte, (n - prev) / n / level_bandwidth(cluster, lvl, g.share_at))
+            prev = kl
+        return ((2 * lat, per_byte),)
+    if kind is CollKind.RING_EXCHANGE:  # n - 1 steps of the given bytes
+        return (((n - 1) * lat, (n - 1) / level_bandwidth(cluster, top, g.share_at)),)
+    if kind is CollKind.SEND_RECV:
+        return ((lat, 1.0 / level_bandwidth(cluster, top, g.share_at)),)
+    if flat:
+        return (_flat_ring(kind, g, cluster),)
+    algos = [_ring(kind, g, cluster), _hierarchical(kind, g, cluster)]
+    if kind is CollKind.ALL_REDUCE:
+        algos.append(_tree(g, cluster))
+    return tuple(algos)
+
+
+def coeff_time(coeffs: Coeffs, nbytes):
+    """Time of a collective with ``coeffs`` for ``nbytes`` (a number or a numpy array)."""
+    import numpy as np
+
+    if not coeffs:
+        return nbytes * 0.0
+    t = None
+    for lat, per_byte in coeffs:
+        c = lat + per_byte * nbytes
+        t = c if t is None else np.minimum(t, c)
+    return np.where(nbytes > 0, t, 0.0) if isinstance(nbytes, np.ndarray) else (
+        float(t) if nbytes > 0 else 0.0)
 
 
 def collective_time(kind: CollKind, nbytes: float, g: GroupLayout, cluster: ClusterSpec,
@@ -94,30 +139,7 @@ def collective_time(kind: CollKind, nbytes: float, g: GroupLayout, cluster: Clus
 
     ``flat``: force a flat ring at the top level (no aggregation of a node's links).
     """
-    n = g.size
-    if n <= 1 or nbytes <= 0:
-        return 0.0
-    top = g.top
-    if flat and kind in (CollKind.ALL_REDUCE, CollKind.ALL_GATHER, CollKind.REDUCE_SCATTER):
-        return _flat_ring(kind, nbytes, g, cluster)
-    if kind is CollKind.ALL_TO_ALL:
-        # every device sends (n-1)/n of its data, each over its own links (no NIC aggregation)
-        t, prev = 0.0, 1
-        for lvl, kl in enumerate(g.k):
-            if kl > prev:
-                outside = (n - prev) / n
-                t = max(t, nbytes * outside / level_bandwidth(cluster, lvl, g.share_at))
-            prev = kl
-        return t + 2 * cluster.levels[top].latency
-    if kind is CollKind.RING_EXCHANGE:
-        step = nbytes / level_bandwidth(cluster, top, g.share_at) + cluster.levels[top].latency
-        return (n - 1) * step
-    if kind is CollKind.SEND_RECV:
-        return nbytes / level_bandwidth(cluster, top, g.share_at) + cluster.levels[top].latency
-    best = min(_ring(kind, nbytes, g, cluster), _hierarchical(kind, nbytes, g, cluster))
-    if kind is CollKind.ALL_REDUCE:
-        best = min(best, _tree(nbytes, g, cluster))
-    return best
+    return coeff_time(collective_coeffs(kind, g, cluster, flat), nbytes)
 
 
 def p2p_time(nbytes: float, level: int, share, cluster: ClusterSpec) -> float:

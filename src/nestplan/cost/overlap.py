@@ -8,12 +8,15 @@ overlapped data-parallel and tensor-parallel traffic. For scale: NeMo's userbuff
 2-24 SMs of 132 to each overlapped collective (NVIDIA/NeMo tp_overlap_configs/userbuffers.py).
 """
 
+import numpy as np
+
 OVERLAP_EFFICIENCY = 0.7
 
 
-def exposed(comm: float, window: float) -> float:
-    """Seconds of ``comm`` that show when it overlaps ``window`` seconds of compute."""
-    if comm <= 0.0:
-        return 0.0
-    hidden = min(comm, max(window, 0.0))
-    return comm - hidden + (1.0 - OVERLAP_EFFICIENCY) * hidden
+def exposed(comm, window):
+    """Seconds of ``comm`` that show when it overlaps ``window`` seconds of compute.
+
+    Works on numbers and numpy arrays alike.
+    """
+    hidden = np.minimum(comm, np.maximum(window, 0.0))
+    return comm - OVERLAP_EFFICIENCY * hidden

@@ -1,0 +1,295 @@
+"""Cost of one pipeline device from what it holds: shared by ``evaluate`` and the search.
+
+Everything that does not depend on the stage split is gathered once per plan configuration in
+:class:`ConfigCosts`. A device holds ``vp`` model chunks; each chunk is a count of dense and MoE
+blocks, plus the embedding (first chunk of the first device) or the head (last chunk of the last
+device). The functions here take those counts as numbers or numpy arrays of any shape, so that
+``evaluate`` (one plan) and the search (every split at once) compute the same thing.
+
+Per micro-batch, a chunk takes ``fwd`` forward and ``bwd + recompute`` backward; ZeRO-2/3 adds
+per-micro-batch traffic prefetched layer by layer (``overlap.exposed`` of it shows, plus one
+layer's worth). Per device::
+
+    X_i = sum over chunks (forward + backward) [+ steady-state send/recv when not overlapped]
+    E_i = exposed gradient reduction after the last backward + optimizer step
+          + exposed parameter all-gather (sharded optimizer)
+
+and the step is ``m·max X + (sum X − max X)/v + fill/drain send/recv + max E + host overhead``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .. import graph as G
+from ..axes import Axis
+from ..options import Recompute
+from ..placement import Layouts, layouts
+from ..specs import Parallelism, Scenario
+from . import memory as M
+from .compute import layer_cost
+from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
+from .overlap import exposed
+from .pipeline import chunks_in_flight
+
+POLICIES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+ADAM_BYTES_PER_PARAM = 26  # read fp32 master, m, v; write them back; write the bf16 copy
+SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
+
+
+@dataclass(frozen=True)
+class KindCost:
+    """One layer kind under a configuration, per micro-batch on one device.
+
+    Tuples indexed by recompute policy (none, selective, full).
+    """
+
+    fwd: float
+    bwd: float
+    rc: tuple[float, float, float]
+    compute: float
+    params: float
+    eparams: float
+    saved: tuple[float, float, float]
+    transient: tuple[float, float, float]
+    """Working memory while this layer's backward runs (the recomputed activations)."""
+    largest_weight: float
+    exposed: tuple[tuple[Axis, float], ...]
+    link: tuple[tuple[Axis, float], ...]
+    model_flops: float
+    hw_flops: tuple[float, float, float]
+
+
+def _kind(layer: G.LayerGraph, cost, checkpointable: bool) -> KindCost:
+    full_fwd = sum(o.flops for o in layer.ops)
+    bwd_flops = sum(o.bwd_flops for o in layer.ops)
+    sel_flops = sum(o.flops for o in layer.ops if o.name in SEL_FLOPS)
+    if checkpointable:
+        rc = (0.0, cost.recompute_selective, cost.recompute_full)
+        saved = (layer.saved_bytes, layer.saved_bytes - layer.internal_bytes, layer.input_bytes)
+        transient = (0.0, layer.internal_bytes, layer.saved_bytes)
+        rc_flops = (0.0, sel_flops, full_fwd)
+    else:  # embedding and head keep their tensors
+        rc, saved = (0.0,) * 3, (layer.saved_bytes,) * 3
+        transient, rc_flops = (0.0,) * 3, (0.0,) * 3
+    return KindCost(
+        fwd=cost.fwd, bwd=cost.bwd, rc=rc, compute=cost.compute, params=layer.params,
+        eparams=layer.expert_params, saved=saved, transient=transient,
+        largest_weight=layer.largest_weight,
+        exposed=tuple((ax, e) for ax, _, e in cost.comm),
+        link=tuple((ax, li) for ax, li, _ in cost.comm),
+        model_flops=layer.model_flops,
+        hw_flops=tuple(full_fwd + bwd_flops + r for r in rc_flops),
+    )
+
+
+@dataclass(frozen=True)
+class ConfigCosts:
+    """Everything about a plan that does not depend on its stage split."""
+
+    sc: Scenario
+    par: Parallelism
+    lay: Layouts
+    graph: G.ModelGraph
+    dense: KindCost
+    moe: KindCost | None
+    embedding: KindCost
+    head: KindCost
+    micro: int
+    boundary: tuple[float, ...]
+    """Send/recv seconds of one micro-batch across each pipeline boundary."""
+    fill: float
+    """Send/recv on the fill (or drain) path: every chunk boundary once."""
+    steady_p2p: float
+    """Send/recv added to every micro-batch when it does not overlap compute."""
+    rs: tuple[Coeffs, Coeffs]
+    """Reduce-scatter over the dense and expert data-parallel groups."""
+    ag: tuple[Coeffs, Coeffs]
+    ar: tuple[Coeffs, Coeffs]
+    tied_ar: Coeffs
+    """All-reduce of the tied embedding's gradient between first and last stage."""
+    tied_params: float
+    logits_bytes: float
+    """fp32 logits gradient on the head's device during backward."""
+
+
+@lru_cache(maxsize=4096)
+def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
+    """Build the split-independent costs of ``par`` (the plan must be valid)."""
+    from ..evaluate import local_strategy
+
+    model, cluster, tr = sc.model, sc.cluster, sc.training
+    acc = cluster.accelerator
+    mg = G.build(model, local_strategy(par, tr))
+    lay = layouts(par, cluster, sc.gpus)
+
+    def kind(layer, checkpointable=True):
+        return _kind(layer, layer_cost(layer, acc, cluster, lay, tr), checkpointable)
+
+    pp, vp = par.pp, par.vp
+    micro = tr.global_batch // (par.mbs * par.dp)
+    nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
+    boundary = tuple(p2p_time(nbytes, bd.level, lambda j, bd=bd: bd.share[j] if j < len(bd.share)
+                              else 1.0, cluster) for bd in lay.pp)
+    fill = sum(boundary[c % pp] for c in range(pp * vp - 1))
+    steady = 0.0 if tr.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
+    flat = tr.flat_dp_collectives
+
+    def coeffs(kind_):
+        return (collective_coeffs(kind_, lay.dp, cluster, flat),
+                collective_coeffs(kind_, lay.edp, cluster, flat))
+
+    tied_params = 0.0
+    if model.tied_embeddings and pp > 1:
+        tied_params = mg.embedding.params - (model.max_positions * model.hidden
+                                             if model.position.value == "learned" else 0)
+    head = mg.head_shared if pp == 1 else mg.head
+    return ConfigCosts(
+        sc=sc, par=par, lay=lay, graph=mg, dense=kind(mg.dense),
+        moe=kind(mg.moe) if mg.moe is not None else None,
+        embedding=kind(mg.embedding, False), head=kind(head, False), micro=micro,
+        boundary=boundary, fill=fill, steady_p2p=steady,
+        rs=coeffs(G.CollKind.REDUCE_SCATTER), ag=coeffs(G.CollKind.ALL_GATHER),
+        ar=coeffs(G.CollKind.ALL_REDUCE),
+        tied_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
+        tied_params=tied_params,
+        logits_bytes=G.FP32 * par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(
+            model.vocab, par.tp) / par.tp,
+    )
+
+
+@dataclass
+class Chunk:
+    """Per-micro-batch totals of one chunk (numbers or arrays of one shape)."""
+
+    fwd: object
+    bwd: object
+    rc: object
+    params: object
+    eparams: object
+    saved: object
+    transient: object
+    largest: object
+    layers: object
+
+
+def _sum(*terms):
+    out = 0.0
+    for t in terms:
+        out = out + t
+    return out
+
+
+def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool, pol: int) -> Chunk:
+    """Totals of a chunk with ``dense``/``moe`` block counts (arrays allowed) under policy ``pol``."""
+    parts = [(dense, cc.dense)]
+    if cc.moe is not None:
+        parts.append((moe, cc.moe))
+    if emb:
+        parts.append((1.0, cc.embedding))
+    if head:
+        parts.append((1.0, cc.head))
+    transient = largest = 0.0
+    for n, k in parts:
+        present = np.asarray(n) > 0
+        transient = np.maximum(transient, np.where(present, k.transient[pol], 0.0))
+        largest = np.maximum(largest, np.where(present, k.largest_weight, 0.0))
+    return Chunk(
+        fwd=_sum(*(n * k.fwd for n, k in parts)),
+        bwd=_sum(*(n * k.bwd for n, k in parts)),
+        rc=_sum(*(n * k.rc[pol] for n, k in parts)),
+        params=_sum(*(n * k.params for n, k in parts)),
+        eparams=_sum(*(n * k.eparams for n, k in parts)),
+        saved=_sum(*(n * k.saved[pol] for n, k in parts)),
+        transient=transient, largest=largest,
+        layers=_sum(*(n for n, _ in parts)),
+    )
+
+
+def _dp(coeffs: tuple[Coeffs, Coeffs], dense_bytes, expert_bytes):
+    return coeff_time(coeffs[0], dense_bytes) + coeff_time(coeffs[1], expert_bytes)
+
+
+@dataclass
+class Device:
+    """One device's per-micro-batch time, end-of-step time and memory."""
+
+    F: object
+    B: object
+    X: object
+    E: object
+    tail: object
+    """Exposed gradient reduction after the last backward."""
+    opt: object
+    """Optimizer step plus exposed parameter all-gather."""
+    zero_exposed: object
+    """Exposed per-micro-batch ZeRO-2/3 traffic (in X)."""
+    zero_link: object
+    sync_link: object
+    gather_link: object
+    memory: M.MemoryBreakdown
+
+
+def device(cc: ConfigCosts, chunks: list[Chunk], pol: int, stage: int) -> Device:
+    """Cost of pipeline device ``stage`` holding ``chunks`` (in model order) under ``pol``."""
+    par, tr, acc = cc.par, cc.sc.training, cc.sc.cluster.accelerator
+    policy = POLICIES[pol]
+    F = B = zexp = zlink = 0.0
+    for ch in chunks:
+        rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) if par.zero >= 2 \
+            else 0.0
+        ag = _dp(cc.ag, ch.params * M.WEIGHT_BYTES, ch.eparams * M.WEIGHT_BYTES) \
+            if par.zero >= 3 else 0.0
+        comm_b = ag + (ag if policy is Recompute.FULL else 0.0) + rs
+        per_layer = 1.0 / np.maximum(ch.layers, 1)
+        extra_f = exposed(ag, ch.fwd) + ag * per_layer
+        work_b = ch.bwd + ch.rc
+        extra_b = exposed(comm_b, work_b) + comm_b * per_layer
+        F = F + ch.fwd + extra_f
+        B = B + work_b + extra_b
+        zexp = zexp + extra_f + extra_b
+        zlink = zlink + ag + comm_b
+    X = F + B + cc.steady_p2p
+    params = _sum(*(c.params for c in chunks))
+    eparams = _sum(*(c.eparams for c in chunks))
+    sync = 0.0
+    if par.zero < 2:
+        coeffs = cc.ar if par.zero == 0 else cc.rs
+        sync = _dp(coeffs, params * tr.grad_bytes, eparams * tr.grad_bytes)
+    if cc.tied_params and stage in (0, par.pp - 1):
+        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * tr.grad_bytes + 0.0 * params)
+    tail = exposed(sync, B if tr.overlap_grad_reduce else 0.0)
+    shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
+        cc.lay.edp.size if par.zero >= 1 else 1)
+    opt = shard * (ADAM_BYTES_PER_PARAM + tr.grad_bytes) / (acc.hbm_bandwidth * acc.memory_efficiency)
+    gather = _dp(cc.ag, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES) if par.zero in (1, 2) \
+        else 0.0 * params
+    opt = opt + exposed(gather, F / cc.micro if tr.overlap_param_gather else 0.0)
+    # memory at the device's peak
+    held = chunks_in_flight(stage, par.pp, par.vp, cc.micro)
+    w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size,
+                             tr.grad_bytes)
+    acts = _sum(*(n * c.saved for n, c in zip(held, chunks)))
+    transient = 0.0
+    for c in chunks:
+        transient = np.maximum(transient, c.transient)
+    if par.zero >= 3:  # gathered weights: the operator in use and the one prefetched
+        largest = 0.0
+        for c in chunks:
+            largest = np.maximum(largest, c.largest)
+        transient = transient + 2 * largest * M.WEIGHT_BYTES
+    if stage == par.pp - 1:  # gradient of the fp32 logits in backward
+        transient = transient + cc.logits_bytes
+    mem = M.MemoryBreakdown(weights=w, gradients=g, optimizer=o, activations=acts,
+                            transient=transient, reserved=M.reserve(acts, transient))
+    return Device(F=F, B=B, X=X, E=tail + opt, tail=tail, opt=opt, zero_exposed=zexp,
+                  zero_link=zlink, sync_link=sync, gather_link=gather, memory=mem)
+
+
+def as_floats(mem: M.MemoryBreakdown) -> M.MemoryBreakdown:
+    """A breakdown of plain floats (from 0-d numpy values)."""
+    return M.MemoryBreakdown(**{f: float(getattr(mem, f)) for f in (
+        "weights", "gradients", "optimizer", "activations", "transient", "reserved")})
