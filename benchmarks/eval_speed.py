@@ -23,9 +23,12 @@ from nestplan.specs import Parallelism
 
 def clear_caches():
     G.build.cache_clear()
-    layer_cost.cache_clear()
-    layouts.cache_clear()
-    config_costs.cache_clear()
+    from nestplan.cost.compute import _layer_cost
+    _layer_cost.cache_clear()
+    from nestplan.placement import _layouts
+    _layouts.cache_clear()
+    from nestplan.cost.device import _config_costs
+    _config_costs.cache_clear()
 
 
 def timed(fn, repeat: int) -> list[float]:

@@ -68,7 +68,7 @@ def test_oversubscription_slows_traffic_that_crosses_it():
 def test_partial_share_relieves_oversubscription():
     c = two_level(over=4.0)
     assert level_bandwidth(c, 1) == pytest.approx(50e9 / 4)
-    assert level_bandwidth(c, 1, lambda j: 0.25) == pytest.approx(50e9)
+    assert level_bandwidth(c, 1, (1.0, 0.25)) == pytest.approx(50e9)
 
 
 def test_latency_grows_with_ring_steps():
@@ -90,9 +90,9 @@ def test_all_to_all_uses_each_devices_own_link():
 
 def test_p2p_costs_the_crossed_level():
     c = two_level(lat=1e-6)
-    assert p2p_time(1e9, -1, None, c) == 0.0
-    assert p2p_time(1e9, 0, None, c) == pytest.approx(1e9 / 400e9 + 1e-6)
-    assert p2p_time(1e9, 1, None, c) == pytest.approx(1e9 / 50e9 + 1e-6)
+    assert p2p_time(1e9, -1, (), c) == 0.0
+    assert p2p_time(1e9, 0, (), c) == pytest.approx(1e9 / 400e9 + 1e-6)
+    assert p2p_time(1e9, 1, (), c) == pytest.approx(1e9 / 50e9 + 1e-6)
 
 
 def test_pipeline_boundaries_know_their_level():

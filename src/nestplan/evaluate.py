@@ -95,18 +95,17 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     for s in range(pp):
         pol = D.POLICIES.index(par.recompute_of(s))
         mine = _contents(cc, bounds, s)
-        chunks = [D.chunk(cc, d, m, e, h, pol) for d, m, e, h in mine]
-        devices.append(D.device(cc, chunks, pol, s))
+        devices.append(D.device(cc, [D.chunk(cc, d, m, e, h) for d, m, e, h in mine], s))
         contents.append(mine)
         pols.append(pol)
-    x = [float(d.X) for d in devices]
-    e = [float(d.E) for d in devices]
+    x = [float(d.X[p]) for d, p in zip(devices, pols)]
+    e = [float(d.E[p]) for d, p in zip(devices, pols)]
     span = schedule_time(x, micro, vp)
     step = step_time(cc, x, e)
     stages = tuple(StageReport(
         index=s, blocks=tuple(bounds[c] for c in range(s, pp * vp, pp)),
         has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
-        memory=D.as_floats(devices[s].memory), recompute=D.POLICIES[pols[s]].value,
+        memory=D.pick(devices[s].memory, pols[s]), recompute=D.POLICIES[pols[s]].value,
         devices=cc.lay.stage_devices[s]) for s in range(pp))
 
     # breakdown: per-micro-batch work on the slowest device, the end on the latest one
@@ -126,13 +125,14 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     time = TimeBreakdown(
         compute=micro * compute, recompute=micro * recompute,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
-        zero=micro * float(devices[k].zero_exposed), pp=2 * cc.fill + micro * cc.steady_p2p,
-        bubble=span - micro * x[k], dp=float(devices[j].tail),
-        optimizer=float(devices[j].opt) + tr.step_overhead)
+        zero=micro * float(devices[k].zero_exposed[pols[k]]),
+        pp=2 * cc.fill + micro * cc.steady_p2p, bubble=span - micro * x[k],
+        dp=float(devices[j].tail[pols[j]]),
+        optimizer=float(devices[j].opt[pols[j]]) + tr.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}
     links["pp"] = 2 * cc.fill + micro * 2 * max(cc.boundary, default=0.0) * vp
     links["dp"] = (sum(float(d.sync_link + d.gather_link) for d in devices) / pp
-                   + micro * float(devices[k].zero_link))
+                   + micro * float(devices[k].zero_link[pols[k]]))
 
     hw = sum(n * kc.hw_flops[pols[s]] for s in range(pp) for chunk in contents[s]
              for n, kc in _kinds(cc, *chunk))

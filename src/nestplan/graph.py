@@ -103,9 +103,13 @@ class Comm:
     """Runs in the expert mesh (a TP collective here uses the expert-TP group)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class LayerGraph:
-    """One layer on one device under a local strategy, per micro-batch."""
+    """One layer on one device under a local strategy, per micro-batch.
+
+    Compared and hashed by identity: ``build`` caches graphs, so equal layers are one object
+    (cheap cache keys for the cost functions).
+    """
 
     kind: LayerKind
     ops: tuple[Op, ...]
@@ -429,7 +433,7 @@ def _head(x: _Dims, with_weight: bool) -> LayerGraph:
     return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params, 0.0, 0.0, total)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelGraph:
     """The layer graphs of a model under one local strategy (shared by identical layers)."""
 
@@ -445,6 +449,10 @@ class ModelGraph:
 
     def block(self, index: int) -> LayerGraph:
         return self.moe if self.kinds[index] is LayerKind.MOE else self.dense
+
+    @property
+    def n_moe(self) -> int:
+        return sum(1 for k in self.kinds if k is LayerKind.MOE)
 
 
 def _fp8_saves(layer: LayerGraph) -> LayerGraph:

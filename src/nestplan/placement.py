@@ -53,8 +53,6 @@ class GroupLayout:
             prev = kl
         return out
 
-    def share_at(self, lvl: int) -> float:
-        return self.share[lvl] if self.share else 1.0
 
 
 @dataclass(frozen=True)
@@ -133,9 +131,16 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
 
 
-@lru_cache(maxsize=4096)
 def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
     """Group layouts of ``par`` when its ranks fill ``gpus`` devices of ``cluster`` in order."""
+    return _layouts((par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.vp,
+                     par.rank_order), cluster, gpus)
+
+
+@lru_cache(maxsize=8192)
+def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
+    tp, pp, dp, cp, ep, etp, vp, order = key
+    par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, rank_order=order)
     blocks = _block_sizes(cluster, gpus)
     grid = rank_grid(par)
     egrid = _expert_grid(grid, par)

@@ -37,11 +37,24 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+class _CachedHash:
+    """Frozen specs are cache keys all over the cost model: hash each one once."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
 # ----------------------------------------------------------------------------- hardware
 
 
 @dataclass(frozen=True, kw_only=True)
-class AcceleratorSpec:
+class AcceleratorSpec(_CachedHash):
     """One accelerator model and its calibrated efficiencies."""
 
     name: str
@@ -94,7 +107,7 @@ class AcceleratorSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Level:
+class Level(_CachedHash):
     """One level of the network hierarchy (level 0 = inside a node)."""
 
     name: str
@@ -123,7 +136,7 @@ class Level:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterSpec:
+class ClusterSpec(_CachedHash):
     """Accelerators and the network that joins them, as ordered levels (innermost first)."""
 
     name: str
@@ -166,7 +179,7 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MoESpec:
+class MoESpec(_CachedHash):
     """Mixture-of-experts feed-forward layers."""
 
     experts: int
@@ -197,7 +210,7 @@ class MoESpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MLASpec:
+class MLASpec(_CachedHash):
     """Multi-head latent attention (DeepSeek-V2/V3)."""
 
     q_lora_rank: int
@@ -218,7 +231,7 @@ class MLASpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelSpec:
+class ModelSpec(_CachedHash):
     """A decoder (or encoder) transformer: embedding, ``layers`` blocks, head."""
 
     name: str
@@ -290,7 +303,7 @@ class ModelSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingSpec:
+class TrainingSpec(_CachedHash):
     """What is trained and how the software stack behaves."""
 
     seq_len: int
@@ -335,7 +348,7 @@ class TrainingSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Parallelism:
+class Parallelism(_CachedHash):
     """Degrees and knobs of one training plan. ``tp·pp·dp·cp`` = devices."""
 
     tp: int = 1
@@ -411,7 +424,7 @@ class Parallelism:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scenario:
+class Scenario(_CachedHash):
     """Everything a plan is evaluated against."""
 
     model: ModelSpec

@@ -17,7 +17,7 @@ from functools import lru_cache
 from ..axes import Axis
 from ..graph import Hide, LayerGraph, Op, OpKind
 from ..options import Precision, TPOverlap
-from ..placement import Layouts
+from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
 from .network import collective_time
 from .overlap import exposed as exposed_time
@@ -88,11 +88,16 @@ class LayerCost:
     """(axis, time on the link, exposed time) for forward + backward."""
 
 
-@lru_cache(maxsize=65536)
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
                training: TrainingSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and overlap settings."""
-    prec = training.precision
+    return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
+                       training.tp_overlap)
+
+
+@lru_cache(maxsize=65536)
+def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
+                groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap) -> LayerCost:
     f = b = core = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
     for op in layer.ops:
         tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
@@ -106,20 +111,21 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
             gemm_f += tf
             gemm_b += tb
             wgrad += _wgrad_share(op) * tb
-    groups = {Axis.TP: lay.tp, Axis.CP: lay.cp, Axis.EP: lay.ep}
+    tp_group, cp_group, ep_group, etp_group = groups
+    group_of = {Axis.TP: tp_group, Axis.CP: cp_group, Axis.EP: ep_group}
     link = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
     exposed = dict(link)
-    fwd_hidable = {Hide.TP_FWD: gemm_f if training.tp_overlap is TPOverlap.FULL else 0.0,
+    fwd_hidable = {Hide.TP_FWD: gemm_f if tp_overlap is TPOverlap.FULL else 0.0,
                    Hide.ATTENTION: attn_f}
     bwd_hidable = {Hide.TP_BWD: {TPOverlap.NONE: 0.0, TPOverlap.BACKWARD: wgrad,
-                                 TPOverlap.FULL: gemm_b}[training.tp_overlap],
+                                 TPOverlap.FULL: gemm_b}[tp_overlap],
                    Hide.ATTENTION: attn_b}
     fwd_comm = {h: 0.0 for h in Hide}
     bwd_comm = {h: 0.0 for h in Hide}
     fwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
     bwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
     for c in layer.comms:
-        grp = lay.etp if c.expert and c.axis is Axis.TP else groups[c.axis]
+        grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster)
         link[c.axis] += t
         table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)

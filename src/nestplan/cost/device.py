@@ -44,23 +44,23 @@ SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
 class KindCost:
     """One layer kind under a configuration, per micro-batch on one device.
 
-    Tuples indexed by recompute policy (none, selective, full).
+    Arrays of length 3 are indexed by recompute policy (none, selective, full).
     """
 
     fwd: float
     bwd: float
-    rc: tuple[float, float, float]
+    rc: np.ndarray
     compute: float
     params: float
     eparams: float
-    saved: tuple[float, float, float]
-    transient: tuple[float, float, float]
+    saved: np.ndarray
+    transient: np.ndarray
     """Working memory while this layer's backward runs (the recomputed activations)."""
     largest_weight: float
     exposed: tuple[tuple[Axis, float], ...]
     link: tuple[tuple[Axis, float], ...]
     model_flops: float
-    hw_flops: tuple[float, float, float]
+    hw_flops: np.ndarray
 
 
 def _kind(layer: G.LayerGraph, cost, checkpointable: bool) -> KindCost:
@@ -76,13 +76,13 @@ def _kind(layer: G.LayerGraph, cost, checkpointable: bool) -> KindCost:
         rc, saved = (0.0,) * 3, (layer.saved_bytes,) * 3
         transient, rc_flops = (0.0,) * 3, (0.0,) * 3
     return KindCost(
-        fwd=cost.fwd, bwd=cost.bwd, rc=rc, compute=cost.compute, params=layer.params,
-        eparams=layer.expert_params, saved=saved, transient=transient,
+        fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), compute=cost.compute, params=layer.params,
+        eparams=layer.expert_params, saved=np.array(saved), transient=np.array(transient),
         largest_weight=layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
         link=tuple((ax, li) for ax, li, _ in cost.comm),
         model_flops=layer.model_flops,
-        hw_flops=tuple(full_fwd + bwd_flops + r for r in rc_flops),
+        hw_flops=np.array([full_fwd + bwd_flops + r for r in rc_flops]),
     )
 
 
@@ -116,9 +116,13 @@ class ConfigCosts:
     """fp32 logits gradient on the head's device during backward."""
 
 
-@lru_cache(maxsize=4096)
 def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     """Build the split-independent costs of ``par`` (the plan must be valid)."""
+    return _config_costs(sc, par.with_(stage_layers=None, recompute=(Recompute.NONE,)))
+
+
+@lru_cache(maxsize=4096)
+def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     from ..evaluate import local_strategy
 
     model, cluster, tr = sc.model, sc.cluster, sc.training
@@ -132,8 +136,7 @@ def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     pp, vp = par.pp, par.vp
     micro = tr.global_batch // (par.mbs * par.dp)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
-    boundary = tuple(p2p_time(nbytes, bd.level, lambda j, bd=bd: bd.share[j] if j < len(bd.share)
-                              else 1.0, cluster) for bd in lay.pp)
+    boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     fill = sum(boundary[c % pp] for c in range(pp * vp - 1))
     steady = 0.0 if tr.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
     flat = tr.flat_dp_collectives
@@ -163,7 +166,8 @@ def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 
 @dataclass
 class Chunk:
-    """Per-micro-batch totals of one chunk (numbers or arrays of one shape)."""
+    """Per-micro-batch totals of one chunk; the fields named in ``BY_POLICY`` have a trailing
+    axis of length 3 (recompute none, selective, full)."""
 
     fwd: object
     bwd: object
@@ -176,6 +180,9 @@ class Chunk:
     layers: object
 
 
+IS_FULL = np.array([0.0, 0.0, 1.0])
+
+
 def _sum(*terms):
     out = 0.0
     for t in terms:
@@ -183,27 +190,28 @@ def _sum(*terms):
     return out
 
 
-def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool, pol: int) -> Chunk:
-    """Totals of a chunk with ``dense``/``moe`` block counts (arrays allowed) under policy ``pol``."""
-    parts = [(dense, cc.dense)]
+def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
+    """Totals of a chunk holding ``dense``/``moe`` blocks (numbers or arrays) and, if flagged,
+    the embedding or the head; recompute-dependent fields get a trailing policy axis."""
+    parts = [(np.asarray(dense, dtype=float), cc.dense)]
     if cc.moe is not None:
-        parts.append((moe, cc.moe))
+        parts.append((np.asarray(moe, dtype=float), cc.moe))
     if emb:
-        parts.append((1.0, cc.embedding))
+        parts.append((np.asarray(1.0), cc.embedding))
     if head:
-        parts.append((1.0, cc.head))
+        parts.append((np.asarray(1.0), cc.head))
     transient = largest = 0.0
     for n, k in parts:
-        present = np.asarray(n) > 0
-        transient = np.maximum(transient, np.where(present, k.transient[pol], 0.0))
+        present = (n > 0)
+        transient = np.maximum(transient, np.where(present[..., None], k.transient, 0.0))
         largest = np.maximum(largest, np.where(present, k.largest_weight, 0.0))
     return Chunk(
         fwd=_sum(*(n * k.fwd for n, k in parts)),
         bwd=_sum(*(n * k.bwd for n, k in parts)),
-        rc=_sum(*(n * k.rc[pol] for n, k in parts)),
+        rc=_sum(*(n[..., None] * k.rc for n, k in parts)),
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
-        saved=_sum(*(n * k.saved[pol] for n, k in parts)),
+        saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
         transient=transient, largest=largest,
         layers=_sum(*(n for n, _ in parts)),
     )
@@ -215,7 +223,8 @@ def _dp(coeffs: tuple[Coeffs, Coeffs], dense_bytes, expert_bytes):
 
 @dataclass
 class Device:
-    """One device's per-micro-batch time, end-of-step time and memory."""
+    """One device's per-micro-batch time, end-of-step time and memory, per recompute policy
+    (trailing axis)."""
 
     F: object
     B: object
@@ -229,50 +238,79 @@ class Device:
     """Exposed per-micro-batch ZeRO-2/3 traffic (in X)."""
     zero_link: object
     sync_link: object
+    """Gradient reduction on the links (no policy axis)."""
     gather_link: object
+    """Parameter all-gather on the links (no policy axis)."""
     memory: M.MemoryBreakdown
 
 
-def device(cc: ConfigCosts, chunks: list[Chunk], pol: int, stage: int) -> Device:
-    """Cost of pipeline device ``stage`` holding ``chunks`` (in model order) under ``pol``."""
+def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
+    """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
     par, tr, acc = cc.par, cc.sc.training, cc.sc.cluster.accelerator
-    policy = POLICIES[pol]
     F = B = zexp = zlink = 0.0
     for ch in chunks:
-        rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) if par.zero >= 2 \
-            else 0.0
+        rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) \
+            if par.zero >= 2 else 0.0 * ch.params
         ag = _dp(cc.ag, ch.params * M.WEIGHT_BYTES, ch.eparams * M.WEIGHT_BYTES) \
-            if par.zero >= 3 else 0.0
-        comm_b = ag + (ag if policy is Recompute.FULL else 0.0) + rs
-        per_layer = 1.0 / np.maximum(ch.layers, 1)
-        extra_f = exposed(ag, ch.fwd) + ag * per_layer
-        work_b = ch.bwd + ch.rc
+            if par.zero >= 3 else 0.0 * ch.params
+        rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
+        comm_b = ag * (1.0 + IS_FULL) + rs
+        per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
+        fwd = np.asarray(ch.fwd)[..., None]
+        extra_f = exposed(ag, fwd) + ag * per_layer
+        work_b = np.asarray(ch.bwd)[..., None] + ch.rc
         extra_b = exposed(comm_b, work_b) + comm_b * per_layer
-        F = F + ch.fwd + extra_f
+        F = F + fwd + extra_f
         B = B + work_b + extra_b
         zexp = zexp + extra_f + extra_b
         zlink = zlink + ag + comm_b
     X = F + B + cc.steady_p2p
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
-    sync = 0.0
+    sync = 0.0 * params
     if par.zero < 2:
         coeffs = cc.ar if par.zero == 0 else cc.rs
         sync = _dp(coeffs, params * tr.grad_bytes, eparams * tr.grad_bytes)
     if cc.tied_params and stage in (0, par.pp - 1):
-        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * tr.grad_bytes + 0.0 * params)
-    tail = exposed(sync, B if tr.overlap_grad_reduce else 0.0)
+        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * tr.grad_bytes)
+    tail = exposed(np.asarray(sync)[..., None], B if tr.overlap_grad_reduce else 0.0)
     shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
         cc.lay.edp.size if par.zero >= 1 else 1)
     opt = shard * (ADAM_BYTES_PER_PARAM + tr.grad_bytes) / (acc.hbm_bandwidth * acc.memory_efficiency)
-    gather = _dp(cc.ag, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES) if par.zero in (1, 2) \
-        else 0.0 * params
-    opt = opt + exposed(gather, F / cc.micro if tr.overlap_param_gather else 0.0)
-    # memory at the device's peak
-    held = chunks_in_flight(stage, par.pp, par.vp, cc.micro)
+    gather = _dp(cc.ag, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES) \
+        if par.zero in (1, 2) else 0.0 * params
+    opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
+                                               F / cc.micro if tr.overlap_param_gather else 0.0)
+    mem = memory_breakdown(memory_parts(cc, chunks, stage),
+                           chunks_in_flight(stage, par.pp, par.vp, cc.micro))
+    shape = np.shape(X)
+
+    def full(v):
+        return np.broadcast_to(v, shape)
+
+    return Device(F=full(F), B=full(B), X=X, E=full(tail + opt), tail=full(tail), opt=full(opt),
+                  zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
+                  gather_link=gather, memory=mem)
+
+
+@dataclass
+class MemoryParts:
+    """A device's memory apart from how many micro-batches it holds in flight."""
+
+    weights: object
+    gradients: object
+    optimizer: object
+    transient: object
+    saved: list
+    """Activation bytes one micro-batch leaves in each chunk."""
+
+
+def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryParts:
+    par, tr = cc.par, cc.sc.training
+    params = _sum(*(c.params for c in chunks))
+    eparams = _sum(*(c.eparams for c in chunks))
     w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size,
                              tr.grad_bytes)
-    acts = _sum(*(n * c.saved for n, c in zip(held, chunks)))
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)
@@ -280,16 +318,26 @@ def device(cc: ConfigCosts, chunks: list[Chunk], pol: int, stage: int) -> Device
         largest = 0.0
         for c in chunks:
             largest = np.maximum(largest, c.largest)
-        transient = transient + 2 * largest * M.WEIGHT_BYTES
+        transient = transient + 2 * np.asarray(largest)[..., None] * M.WEIGHT_BYTES
     if stage == par.pp - 1:  # gradient of the fp32 logits in backward
         transient = transient + cc.logits_bytes
-    mem = M.MemoryBreakdown(weights=w, gradients=g, optimizer=o, activations=acts,
-                            transient=transient, reserved=M.reserve(acts, transient))
-    return Device(F=F, B=B, X=X, E=tail + opt, tail=tail, opt=opt, zero_exposed=zexp,
-                  zero_link=zlink, sync_link=sync, gather_link=gather, memory=mem)
+
+    def pol(v):
+        return np.asarray(v)[..., None] * np.ones(3)
+
+    return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks])
 
 
-def as_floats(mem: M.MemoryBreakdown) -> M.MemoryBreakdown:
-    """A breakdown of plain floats (from 0-d numpy values)."""
-    return M.MemoryBreakdown(**{f: float(getattr(mem, f)) for f in (
+def memory_breakdown(parts: MemoryParts, held: list[int]) -> M.MemoryBreakdown:
+    """The device's memory when it holds ``held[c]`` micro-batches of chunk ``c``."""
+    acts = _sum(*(n * s for n, s in zip(held, parts.saved)))
+    return M.MemoryBreakdown(weights=parts.weights, gradients=parts.gradients,
+                             optimizer=parts.optimizer, activations=acts,
+                             transient=parts.transient,
+                             reserved=M.reserve(acts, parts.transient))
+
+
+def pick(mem: M.MemoryBreakdown, pol: int) -> M.MemoryBreakdown:
+    """The breakdown of one policy as plain floats."""
+    return M.MemoryBreakdown(**{f: float(np.asarray(getattr(mem, f))[..., pol]) for f in (
         "weights", "gradients", "optimizer", "activations", "transient", "reserved")})

@@ -22,18 +22,24 @@ Algorithms (the cheapest is used, as NCCL's tuner does):
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..graph import CollKind
 from ..placement import GroupLayout
 from ..specs import ClusterSpec
 
 
-def level_bandwidth(cluster: ClusterSpec, level: int, share=None) -> float:
-    """Bytes/s one device gets for traffic crossing ``level`` (see the module docstring)."""
+@lru_cache(maxsize=65536)
+def level_bandwidth(cluster: ClusterSpec, level: int, share: tuple[float, ...] = ()) -> float:
+    """Bytes/s one device gets for traffic crossing ``level`` (see the module docstring).
+
+    ``share[j]``: fraction of a level-``j-1`` block's devices crossing level ``j`` at once
+    (missing entries count as 1: every device).
+    """
     best = math.inf
     for j in range(level + 1):
         lv = cluster.levels[j]
-        s = 1.0 if share is None else share(j)
+        s = share[j] if j < len(share) else 1.0
         best = min(best, lv.bandwidth * lv.efficiency / max(1.0, lv.oversubscription * s))
     return best
 
@@ -45,7 +51,7 @@ def _ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, 
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             share = traversals * (n - 1) / n / prev
-            per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share_at))
+            per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))
             # ring steps whose hop crosses exactly this level, per traversal
             steps = n / prev - (n / kl if kl < n else 1)
             latency += steps * cluster.levels[lvl].latency
@@ -59,7 +65,7 @@ def _hierarchical(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             r = kl // prev
-            per_byte += traversals * (r - 1) / r / prev / level_bandwidth(cluster, lvl, g.share_at)
+            per_byte += traversals * (r - 1) / r / prev / level_bandwidth(cluster, lvl, g.share)
             latency += traversals * (r - 1) * cluster.levels[lvl].latency
         prev = kl
     return latency, per_byte
@@ -70,7 +76,7 @@ def _tree(g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             r = kl // prev
-            per_byte = max(per_byte, 2 / prev / level_bandwidth(cluster, lvl, g.share_at))
+            per_byte = max(per_byte, 2 / prev / level_bandwidth(cluster, lvl, g.share))
             latency += 2 * math.ceil(math.log2(r)) * cluster.levels[lvl].latency
         prev = kl
     return latency, per_byte
@@ -80,13 +86,14 @@ def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[fl
     """A ring that sends everything over each device's own link at the group's top level."""
     n, top = g.size, g.top
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
-    bw = level_bandwidth(cluster, top, g.share_at)
+    bw = level_bandwidth(cluster, top, g.share)
     return traversals * (n - 1) * cluster.levels[top].latency, traversals * (n - 1) / n / bw
 
 
 Coeffs = tuple[tuple[float, float], ...]
 
 
+@lru_cache(maxsize=65536)
 def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
                       flat: bool = False) -> Coeffs:
     """(latency s, seconds per byte) of each algorithm that can run the collective on ``g``.
@@ -104,13 +111,13 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
         per_byte, prev = 0.0, 1
         for lvl, kl in enumerate(g.k):
             if kl > prev:
-                per_byte = max(per_byte, (n - prev) / n / level_bandwidth(cluster, lvl, g.share_at))
+                per_byte = max(per_byte, (n - prev) / n / level_bandwidth(cluster, lvl, g.share))
             prev = kl
         return ((2 * lat, per_byte),)
     if kind is CollKind.RING_EXCHANGE:  # n - 1 steps of the given bytes
-        return (((n - 1) * lat, (n - 1) / level_bandwidth(cluster, top, g.share_at)),)
+        return (((n - 1) * lat, (n - 1) / level_bandwidth(cluster, top, g.share)),)
     if kind is CollKind.SEND_RECV:
-        return ((lat, 1.0 / level_bandwidth(cluster, top, g.share_at)),)
+        return ((lat, 1.0 / level_bandwidth(cluster, top, g.share)),)
     if flat:
         return (_flat_ring(kind, g, cluster),)
     algos = [_ring(kind, g, cluster), _hierarchical(kind, g, cluster)]
@@ -142,7 +149,7 @@ def collective_time(kind: CollKind, nbytes: float, g: GroupLayout, cluster: Clus
     return coeff_time(collective_coeffs(kind, g, cluster, flat), nbytes)
 
 
-def p2p_time(nbytes: float, level: int, share, cluster: ClusterSpec) -> float:
+def p2p_time(nbytes: float, level: int, share: tuple[float, ...], cluster: ClusterSpec) -> float:
     """Send/recv of ``nbytes`` across ``level`` (-1: same device, free)."""
     if level < 0 or nbytes <= 0:
         return 0.0

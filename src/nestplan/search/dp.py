@@ -1,0 +1,143 @@
+"""The stage dynamic program: a pure function over dense arrays, with back-pointers.
+
+Problem (one plan configuration fixed: degrees, rank order, micro-batch, ZeRO, virtual stages).
+Choose for every pipeline device ``i = 0..p-1`` how many blocks ``n_i >= 1`` it holds per model
+chunk (the ``n_i`` sum to ``N``, the blocks of one round of chunks) and its recompute policy
+``r_i``, so that every device fits in memory and
+
+    objective = m·max X_i + (sum X_i - max X_i)/v + max E_i + const
+
+is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time) depend only on
+device ``i``'s position class, the blocks it holds and its policy.
+
+State layout. A device covering blocks ``[l, l2)`` of every round is one cell ``cost[l, l2, r]``
+of an ``(N+1, N+1, 3)`` array (``inf`` where not allowed: ``l2 <= l``, over memory, or over a
+threshold). ``D_i[l]`` is the best value of devices ``0..i-1`` covering ``[0, l)``; one
+relaxation step gives ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l, l2, r]`` with
+``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
+
+Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is
+``(m - 1/v)·t + S/v + e + const`` with ``S = sum X``, increasing in ``t`` and ``e``. So the
+optimum is the best, over thresholds ``t`` (a value some ``X`` takes) and ``e`` (a value some
+``E`` takes), of the min-sum chain under ``X <= t, E <= e``. Thresholds are visited in increasing
+order and abandoned once the bound ``(m - 1/v)·t + S_min/v + e_min + const`` cannot beat the best
+plan found; the value of every plan found is recomputed from its actual maxima.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+INF = np.inf
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One device of a solution: blocks ``[start, end)`` of every round, and its policy."""
+
+    start: int
+    end: int
+    policy: int
+
+
+@dataclass(frozen=True)
+class Solution:
+    objective: float
+    stages: tuple[Stage, ...]
+
+
+def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarray]:
+    cand = op(prev[:, None, None], cost)  # [l, l2, r]
+    n1 = cand.shape[1]
+    flat = cand.transpose(1, 0, 2).reshape(n1, -1)  # [l2, (l, r)]
+    idx = flat.argmin(axis=1)
+    return flat[np.arange(n1), idx], idx
+
+
+def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
+    """Best chain value through all devices and the back-pointers of every step."""
+    n1 = costs[0].shape[0]
+    d = np.full(n1, INF)
+    d[0] = 0.0
+    back = []
+    for c in costs:
+        d, idx = _relax(d, c, op)
+        back.append(idx)
+    return float(d[-1]), back
+
+
+def backtrack(back: list[np.ndarray]) -> tuple[Stage, ...]:
+    """The stages of the chain ending at the last block."""
+    l2 = back[0].shape[0] - 1
+    out = []
+    for idx in reversed(back):
+        flat = int(idx[l2])
+        l, r = divmod(flat, 3)
+        out.append(Stage(l, l2, r))
+        l2 = l
+    return tuple(reversed(out))
+
+
+def objective(x: list[float], e: list[float], micro: int, vp: int, const: float) -> float:
+    """The pipeline objective of one solution (same arithmetic as ``evaluate.step_time``)."""
+    peak = max(x)
+    return micro * peak + (sum(x) - peak) / vp + const + max(e)
+
+
+def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro: int, vp: int,
+          const: float, bound: float = INF) -> Solution | None:
+    """The optimal stage split and policies, or None if nothing fits (or beats ``bound``).
+
+    ``x[i]``, ``e[i]``: per-device ``(N+1, N+1, 3)`` arrays of X and E (``inf`` where the cell is
+    not a valid range); ``ok[i]``: boolean arrays, False where device ``i`` would not fit.
+    """
+    p = len(x)
+    xs = [np.where(ok[i], x[i], INF) for i in range(p)]
+    es = [np.where(ok[i], e[i], INF) for i in range(p)]
+    t0, _ = chain(xs, np.maximum)
+    if not np.isfinite(t0):
+        return None
+    s_min, _ = chain(xs, np.add)
+    e_min, _ = chain(es, np.maximum)
+    slope = micro - 1.0 / vp
+    best: Solution | None = None
+    best_val = bound
+
+    def value(stages):
+        xv = [float(x[i][s.start, s.end, s.policy]) for i, s in enumerate(stages)]
+        ev = [float(e[i][s.start, s.end, s.policy]) for i, s in enumerate(stages)]
+        return objective(xv, ev, micro, vp, const)
+
+    t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))
+    for t in t_values[t_values >= t0]:
+        if slope * t + s_min / vp + e_min + const >= best_val:
+            break
+        under_t = [a <= t for a in xs]
+        xt = [np.where(m, a, INF) for m, a in zip(under_t, xs)]
+        st, _ = chain(xt, np.add)
+        if not np.isfinite(st) or slope * t + st / vp + e_min + const >= best_val:
+            continue
+        et = [np.where(m, a, INF) for m, a in zip(under_t, es)]
+        e_t, _ = chain(et, np.maximum)
+        e_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in et]))
+        for ev in e_values[e_values >= e_t]:
+            if slope * t + st / vp + ev + const >= best_val:
+                break
+            costs = [np.where(b <= ev, a, INF) for a, b in zip(xt, et)]
+            s, back = chain(costs, np.add)
+            if not np.isfinite(s):
+                continue
+            stages = backtrack(back)
+            val = value(stages)
+            if val < best_val:
+                best_val, best = val, Solution(val, stages)
+    return best
+
+
+def min_peak_memory(mem: list[np.ndarray], valid: np.ndarray) -> float:
+    """Smallest achievable largest device memory over all splits (bytes), for diagnostics."""
+    costs = [np.where(valid, m, INF) for m in mem]
+    value, _ = chain(costs, np.maximum)
+    return value

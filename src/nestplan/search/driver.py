@@ -1,0 +1,209 @@
+"""Search driver: enumerate configurations in order of their lower bound, run the stage DP on
+each until no remaining configuration can enter the top K, and score the winners with
+``evaluate`` on the real cluster.
+
+The same driver serves NEST and the DP-based baselines: a baseline passes a *view* of the
+scenario (a flattened network, say) that the search optimises, and the plans it finds are then
+scored on the real scenario.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..cost import device as D
+from ..cost import memory as M
+from ..errors import InfeasibleError, SpecError
+from ..evaluate import evaluate
+from ..result import Evaluation
+from ..specs import Parallelism, Scenario, check_plan
+from ..units import GiB
+from . import dp as DP
+from . import space
+from . import tables as T
+
+Progress = Callable[[int, int, float], None]
+
+
+@dataclass
+class SearchResult:
+    """What a method found: its best plans (scored on the real scenario) and how it searched."""
+
+    method: str
+    plans: list[Evaluation]
+    seconds: float
+    configurations: int
+    """Configurations in the space."""
+    solved: int
+    """Configurations whose stage DP ran (the others were pruned by their lower bound)."""
+    objective: float
+    """The best plan's value in the method's own view (equals its step time for NEST)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Evaluation:
+        return self.plans[0]
+
+
+@dataclass(order=True)
+class _Found:
+    key: float
+    par: Parallelism = field(compare=False)
+
+
+def plan_from_solution(par: Parallelism, sol: DP.Solution) -> Parallelism:
+    """The full plan of a DP solution: per-chunk layer counts (round-major) and policies."""
+    sizes = [s.end - s.start for s in sol.stages]
+    return par.with_(stage_layers=tuple(sizes * par.vp),
+                     recompute=tuple(D.POLICIES[s.policy] for s in sol.stages))
+
+
+def _states_floor(sc: Scenario, par: Parallelism) -> float:
+    """Bytes no split can go below: the model states spread over the pipeline, plus the reserve."""
+    from ..evaluate import local_strategy
+    from ..graph import build
+
+    mg = build(sc.model, local_strategy(par, sc.training))
+    expert = sum(mg.block(i).expert_params for i in range(sc.model.layers))
+    head = mg.head.params if par.pp > 1 or not sc.model.tied_embeddings else 0.0
+    dense_local = (sum(mg.block(i).params for i in range(sc.model.layers))
+                   + mg.embedding.params + head) / par.pp
+    w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
+                             par.expert_dp, sc.training.grad_bytes)
+    return w + g + o + M.RESERVED_BYTES
+
+
+def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
+        view: Scenario | None = None, policies: tuple[int, ...] | None = None,
+        memory_aware: bool = True, progress: Progress | None = None) -> SearchResult:
+    """Best ``top`` plans of the space under ``con``, optimised in ``view`` (default: ``sc``).
+
+    Best-first branch and bound, each node with a lower bound on the step time: a shape
+    (degrees, micro-batch) bounded by its compute; with a rank order, by its compute and exposed
+    intra-layer communication; with virtual stages, also by its pipeline fill; with a ZeRO stage,
+    also by its data-parallel traffic — and then solved exactly by the stage DP. A node is dropped once its bound cannot
+    beat the K-th best plan found. ``policies`` restricts the recompute policies per stage;
+    ``memory_aware=False`` searches as if memory were unlimited (baselines that check memory
+    afterwards).
+    """
+    start = time.perf_counter()
+    world = view or sc
+    cap = world.cluster.accelerator.hbm_bytes
+    if con.recompute is not None and len(set(con.recompute)) == 1:
+        policies = (D.POLICIES.index(con.recompute[0]),)
+    heap: list = []
+    tick = 0
+    size = 0
+    for shape in space.shapes(world, con):
+        vps = space.virtual_stages(world, con, shape)
+        orders = space.rank_orders(con, shape)
+        zeros = [con.zero] if con.zero is not None else [0, 1, 2, 3]
+        size += len(vps) * len(orders) * len(zeros)
+        heapq.heappush(heap, (space.compute_bound(world, shape, max(vps)), tick, 0, shape))
+        tick += 1
+    found: list[_Found] = []  # the top K so far, as a heap on the negated objective
+    solved = expanded = 0
+    shortfall: tuple[float, Parallelism | None] = (np.inf, None)
+    last_report = start
+    while heap:
+        lb, _, level, item = heapq.heappop(heap)
+        bound = -found[0].key if len(found) >= top else np.inf
+        if lb >= bound:
+            break
+        now = time.perf_counter()
+        if progress and now - last_report > 0.5:
+            progress(solved, size, now - start)
+            last_report = now
+        if level == 0:  # shape -> rank orders
+            vps = space.virtual_stages(world, con, item)
+            for order in space.rank_orders(con, item):
+                par = item.parallelism(order)
+                heapq.heappush(heap, (space.network_bound(world, par, max(vps)), tick, 1,
+                                      (par, vps)))
+                tick += 1
+            continue
+        if level == 1:  # rank order -> virtual stages
+            base, vps = item
+            for vp in vps:
+                par = base.with_(vp=vp)
+                try:
+                    check_plan(world, par)
+                except SpecError:
+                    continue
+                heapq.heappush(heap, (space.network_bound(world, par), tick, 2, par))
+                tick += 1
+            continue
+        if level == 2:  # virtual stages -> ZeRO stage
+            for zero in ([con.zero] if con.zero is not None else [0, 1, 2, 3]):
+                par = item.with_(zero=zero)
+                heapq.heappush(heap, (space.config_bound(world, par), tick, 3, par))
+                tick += 1
+            continue
+        par = item
+        expanded += 1
+        if memory_aware:
+            floor = _states_floor(world, par)
+            if floor > cap:
+                shortfall = min(shortfall, (floor - cap, par), key=lambda t: t[0])
+                continue
+        cc = D.config_costs(world, par)
+        tb = T.build(cc)
+        if tb is None:
+            continue
+        solved += 1
+        ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
+        if policies is not None:
+            allow = np.zeros(3, dtype=bool)
+            allow[list(policies)] = True
+            ok = [o & allow for o in ok]
+        sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)
+        if sol is None:
+            if memory_aware and not any(o.any() for o in tb.ok):
+                peak = DP.min_peak_memory(tb.mem, tb.valid)
+                if np.isfinite(peak):
+                    shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
+            continue
+        entry = _Found(-sol.objective, plan_from_solution(par, sol))
+        if len(found) < top:
+            heapq.heappush(found, entry)
+        else:
+            heapq.heappushpop(found, entry)
+    if progress:
+        progress(solved, size, time.perf_counter() - start)
+    if not found:
+        raise InfeasibleError(_why_nothing_fits(sc, con, shortfall, size))
+    best = sorted(found, key=lambda f: -f.key)
+    plans = [evaluate(sc, f.par) for f in best]
+    return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
+                        configurations=size, solved=solved, objective=-best[0].key)
+
+
+def _why_nothing_fits(sc: Scenario, con: space.Constraints, shortfall, n_configs: int) -> str:
+    if n_configs == 0:
+        fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
+            "tp_within_node", "extra")}
+        return (f"no configuration of {sc.gpus} devices satisfies the constraints "
+                f"{fixed or '(none)'} for {sc.model.name} (degrees must divide gpus, heads, "
+                f"layers and the global batch)")
+    gap, par = shortfall
+    if par is None:
+        return "no configuration fits in memory"
+    hints = ["more GPUs"]
+    if con.pp is not None:
+        hints.append("a longer pipeline (drop --pp)")
+    if con.zero is not None and con.zero < 3:
+        hints.append("ZeRO-3 (drop --zero)")
+    if con.recompute is not None:
+        hints.append("full recomputation (drop --recompute)")
+    if con.mbs is not None and con.mbs > 1:
+        hints.append("a smaller micro-batch (drop --mbs)")
+    if con.tp is not None or con.tp_within_node:
+        hints.append("more tensor parallelism")
+    return (f"nothing fits in {sc.cluster.accelerator.hbm_bytes / GiB:.1f} GiB per device; the "
+            f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} zero={par.zero} "
+            f"mbs={par.mbs}) is short by {gap / GiB:.1f} GiB; try {', '.join(hints)}")

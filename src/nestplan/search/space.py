@@ -1,0 +1,275 @@
+"""The plan space: every configuration the search may pick, and a cheap lower bound for each.
+
+A configuration fixes everything but the stage split and the per-stage recomputation (which the
+DP chooses): TP (with or without SP), CP, EP and expert-TP, PP, DP, virtual stages, ZeRO stage,
+micro-batch size and the rank order. Ranges searched (documented limits):
+
+* tp: divides gpus and heads, fits kv-heads (divides or is a multiple), divides the FFN width;
+  at most the GPUs of a node when ``tp_within_node``;
+* cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens;
+* ep: divides the experts and dp·cp; expert-TP is 1 or tp;
+* pp: divides the rest, at most the layers; vp: 1 or a divisor of the layers leaving at least
+  pp blocks per round (and a micro-batch count divisible by pp), at most ``MAX_VP``;
+* zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS``;
+* rank orders: tensor parallelism innermost, then every order of the other axes of size > 1
+  (axes of size 1 move nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .. import graph as G
+from ..axes import RANK_AXES, Axis
+from ..cost.compute import op_time
+from ..errors import SpecError
+from ..evaluate import local_strategy
+from ..options import Recompute
+from ..specs import Parallelism, Scenario, check_plan
+
+MIN_CP_CHUNK = 1024
+MAX_MBS = 16
+MAX_VP = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraints:
+    """Knobs the user fixed (None = searched)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    vp: int | None = None
+    sp: bool | None = None
+    zero: int | None = None
+    recompute: tuple[Recompute, ...] | None = None
+    mbs: int | None = None
+    rank_order: tuple[Axis, ...] | None = None
+    tp_within_node: bool = False
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pick(fixed, values):
+    return [fixed] if fixed is not None else values
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A configuration without its rank order, virtual stages and ZeRO stage."""
+
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    etp: int | None
+    pp: int
+    dp: int
+    mbs: int
+
+    def parallelism(self, order=None, vp: int = 1, zero: int = 0) -> Parallelism:
+        return Parallelism(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
+                           etp=self.etp, vp=vp, sp=self.sp, zero=zero, mbs=self.mbs,
+                           **({"rank_order": order} if order is not None else {}))
+
+
+def shapes(sc: Scenario, con: Constraints):
+    """Yield every valid shape (degrees and micro-batch size) of the space."""
+    m, tr, gpus = sc.model, sc.training, sc.gpus
+    node = sc.cluster.devices_per_node
+    tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
+           and (m.kv_heads % t == 0 or t % m.kv_heads == 0) and m.ffn_hidden % t == 0
+           and (not con.tp_within_node or t <= node)]
+    for tp in _pick(con.tp, tps):
+        sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
+        for sp in _pick(con.sp, sps):
+            cps = [c for c in _divisors(gpus // tp) if c == 1 or (
+                tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
+            for cp in _pick(con.cp, cps):
+                if sp and tp > 1 and (tr.seq_len // cp) % tp:
+                    continue
+                rest = gpus // (tp * cp)
+                if rest * tp * cp != gpus:
+                    continue
+                for pp in _pick(con.pp, [p for p in _divisors(rest) if p <= m.layers]):
+                    dp = rest // pp
+                    if (con.dp is not None and con.dp != dp) or tr.global_batch % dp:
+                        continue
+                    per_replica = tr.global_batch // dp
+                    mbss = [b for b in _divisors(per_replica) if b <= MAX_MBS]
+                    eps = [1] if m.moe is None else [
+                        e for e in _divisors(m.moe.experts) if (dp * cp) % e == 0]
+                    for ep in _pick(con.ep, eps):
+                        etps = [None] if m.moe is None else sorted({1, tp})
+                        for etp in ([con.etp] if con.etp is not None else etps):
+                            for mbs in _pick(con.mbs, mbss):
+                                shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
+                                try:
+                                    check_plan(sc, shape.parallelism())
+                                except SpecError:
+                                    continue
+                                yield shape
+
+
+def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
+    micro = sc.training.global_batch // (shape.mbs * shape.dp)
+    layers = sc.model.layers
+    vps = [1] + [v for v in range(2, MAX_VP + 1) if shape.pp > 1 and layers % v == 0
+                 and layers // v >= shape.pp and micro % shape.pp == 0]
+    return _pick(con.vp, vps)
+
+
+def rank_orders(con: Constraints, shape: Shape) -> list[tuple[Axis, ...]]:
+    """Orders of the axes with size > 1; tensor parallelism stays innermost (its per-layer
+    collectives are the heaviest traffic: Megatron, Llama 3 and the NEST paper all keep it so)."""
+    if con.rank_order is not None:
+        return [con.rank_order]
+    sizes = {Axis.TP: shape.tp, Axis.CP: shape.cp, Axis.DP: shape.dp, Axis.PP: shape.pp}
+    big = [a for a in RANK_AXES if sizes[a] > 1 and a is not Axis.TP]
+    small = [a for a in RANK_AXES if sizes[a] == 1 and a is not Axis.TP]
+    return [(Axis.TP, *p, *small) for p in itertools.permutations(big)]
+
+
+def configurations(sc: Scenario, con: Constraints):
+    """Every configuration of the space, as a Parallelism without split or recompute."""
+    for shape in shapes(sc, con):
+        for order in rank_orders(con, shape):
+            for vp in virtual_stages(sc, con, shape):
+                for zero in _pick(con.zero, [0, 1, 2, 3]):
+                    par = shape.parallelism(order, vp, zero)
+                    try:
+                        check_plan(sc, par)
+                    except SpecError:
+                        continue
+                    yield par
+
+
+@lru_cache(maxsize=65536)
+def _compute(layer: G.LayerGraph, acc, prec) -> float:
+    return sum(op_time(o, acc, prec, False) + op_time(o, acc, prec, True) for o in layer.ops)
+
+
+def _factor(micro: int, pp: int, vp: int) -> float:
+    """``(m - 1/v)/p + 1/v``: how per-micro-batch work spread over p devices becomes a step."""
+    return (micro - 1 / vp) / pp + 1 / vp
+
+
+def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
+    """A step time no configuration of ``shape`` with ``vp`` or more virtual stages can beat:
+    its compute alone, spread evenly (``T >= (m - 1/v)·sum X/p + sum X/v``)."""
+    tr, acc = sc.training, sc.cluster.accelerator
+    mg = G.build(sc.model, local_strategy(shape.parallelism(), tr))
+    work = (sc.model.layers - mg.n_moe) * _compute(mg.dense, acc, tr.precision)
+    if mg.n_moe:
+        work += mg.n_moe * _compute(mg.moe, acc, tr.precision)
+    head = mg.head_shared if shape.pp == 1 else mg.head
+    work += _compute(mg.embedding, acc, tr.precision) + _compute(head, acc, tr.precision)
+    micro = tr.global_batch // (shape.mbs * shape.dp)
+    return work * _factor(micro, shape.pp, vp) + tr.step_overhead
+
+
+@lru_cache(maxsize=65536)
+def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, tuple[float, ...], int]:
+    """Per-micro-batch work with exposed intra-layer communication, the send/recv time of each
+    pipeline boundary, and the micro-batch count (independent of vp and ZeRO)."""
+    from ..cost.compute import layer_cost
+    from ..cost.network import p2p_time
+    from ..placement import layouts
+
+    tr, cluster = sc.training, sc.cluster
+    mg = G.build(sc.model, local_strategy(par, tr))
+    lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
+
+    def time(layer):
+        c = layer_cost(layer, cluster.accelerator, cluster, lay, tr)
+        return c.fwd + c.bwd
+
+    work = (sc.model.layers - mg.n_moe) * time(mg.dense)
+    if mg.n_moe:
+        work += mg.n_moe * time(mg.moe)
+    work += time(mg.embedding) + time(mg.head_shared if par.pp == 1 else mg.head)
+    nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
+    boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
+    return work, boundary, tr.global_batch // (par.mbs * par.dp)
+
+
+def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
+    """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
+    and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
+    the most interleaved variant uses the least fill)."""
+    work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0))
+    v = vp or par.vp
+    fill = sum(boundary[c % par.pp] for c in range(par.pp * par.vp - 1))
+    return work * _factor(micro, par.pp, v) + 2 * fill + sc.training.step_overhead
+
+
+def config_bound(sc: Scenario, par: Parallelism) -> float:
+    """``network_bound`` plus what the ZeRO stage costs at least: per-micro-batch ZeRO-2/3
+    traffic and the end-of-step reduction and optimizer step of an average device. Overlap
+    hides at most ``OVERLAP_EFFICIENCY`` of any communication; collective times are subadditive
+    in bytes and increasing, so the whole model's traffic and the average device bound the
+    per-chunk and the largest device's."""
+    from ..cost import device as D
+    from ..cost import memory as M
+    from ..cost.network import coeff_time, collective_coeffs
+    from ..cost.overlap import OVERLAP_EFFICIENCY
+    from ..placement import layouts
+
+    tr, cluster = sc.training, sc.cluster
+    mg = G.build(sc.model, local_strategy(par, tr))
+    lay = layouts(par, cluster, sc.gpus)
+    shown = 1.0 - OVERLAP_EFFICIENCY
+    head = mg.head_shared if par.pp == 1 else mg.head
+    params = ((sc.model.layers - mg.n_moe) * mg.dense.params + mg.embedding.params + head.params
+              + (mg.n_moe * mg.moe.params if mg.n_moe else 0.0))
+    eparams = mg.n_moe * mg.moe.expert_params if mg.n_moe else 0.0
+    flat = tr.flat_dp_collectives
+
+    def dp(kind, p_bytes, e_bytes):
+        return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
+                + coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), e_bytes))
+
+    zero = 0.0
+    if par.zero >= 2:
+        zero += dp(G.CollKind.REDUCE_SCATTER, params * tr.grad_bytes, eparams * tr.grad_bytes)
+    if par.zero >= 3:
+        zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES)
+    avg_p, avg_e = params / par.pp, eparams / par.pp
+    end = 0.0
+    if par.zero < 2:
+        kind = G.CollKind.ALL_REDUCE if par.zero == 0 else G.CollKind.REDUCE_SCATTER
+        end += shown * dp(kind, avg_p * tr.grad_bytes, avg_e * tr.grad_bytes)
+    if par.zero in (1, 2):
+        end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.WEIGHT_BYTES, avg_e * M.WEIGHT_BYTES)
+    acc = cluster.accelerator
+    shard = avg_p / (lay.dp.size if par.zero >= 1 else 1) + avg_e / (
+        lay.edp.size if par.zero >= 1 else 1)
+    end += shard * (D.ADAM_BYTES_PER_PARAM + tr.grad_bytes) / (acc.hbm_bandwidth
+                                                              * acc.memory_efficiency)
+    micro = tr.global_batch // (par.mbs * par.dp)
+    return network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp) + end
+
+
+def count(sc: Scenario, con: Constraints) -> int:
+    """Number of configurations (for progress and the exhaustive method's size check)."""
+    return sum(1 for _ in configurations(sc, con))
+
+
+def compositions(total: int, parts: int):
+    """Every way to write ``total`` as ``parts`` positive integers (for brute force)."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        edges = (0, *cuts, total)
+        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+
+
+def n_compositions(total: int, parts: int) -> int:
+    return math.comb(total - 1, parts - 1) if parts <= total else 0
