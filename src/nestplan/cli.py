@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_RUNS = Path("../shared/data/published_runs.csv")
+DEFAULT_SEQ_LEN = 4096
+DEFAULT_GLOBAL_BATCH = 1024
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,10 +28,15 @@ def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
     g.add_argument("--model", required=True, help="catalog name or path to a HuggingFace config.json")
     g.add_argument("--cluster", required=True, help="catalog name or path to a cluster TOML file")
     g.add_argument("--gpus", type=int, required=True, help="devices used by the run")
-    g.add_argument("--seq-len", type=int, required=plan_required, help="tokens per sequence")
-    g.add_argument("--global-batch", type=int, required=plan_required, help="sequences per step")
+    g.add_argument("--seq-len", type=int, required=plan_required,
+                   help="tokens per sequence" + ("" if plan_required else
+                                                 f" (default {DEFAULT_SEQ_LEN})"))
+    g.add_argument("--global-batch", type=int, required=plan_required,
+                   help="sequences per step" + ("" if plan_required else
+                                                f" (default {DEFAULT_GLOBAL_BATCH})"))
     g.add_argument("--precision", default="bf16", help="matmul precision: bf16 (default) or fp8")
-    k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)")
+    k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if plan_required
+                             else "constraints: any plan flag fixes that knob")
     k.add_argument("--tp", type=int, required=plan_required, help="tensor-parallel degree")
     k.add_argument("--pp", type=int, required=plan_required, help="pipeline stages")
     k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
@@ -37,7 +44,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
     k.add_argument("--ep", type=int, help="expert-parallel degree, out of dp·cp (default 1)")
     k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
     k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
-    k.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
+    k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
     k.add_argument("--recompute", help="none (default), selective or full; or one per stage, "
                    "comma-separated")
@@ -46,13 +54,67 @@ def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_search(p: argparse.ArgumentParser):
+    p.add_argument("--tp-within-node", action="store_true",
+                   help="keep tensor parallelism inside a node")
+
+
 def _scenario(args):
     from .evaluate import scenario_from_names
     from .options import Precision
 
-    return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=args.seq_len,
-                               global_batch=args.global_batch,
+    seq = args.seq_len if args.seq_len is not None else DEFAULT_SEQ_LEN
+    batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
+    return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
+                               global_batch=batch,
                                precision=Precision.parse("precision", args.precision))
+
+
+def _constraints(args):
+    from .axes import parse_order
+    from .errors import SpecError
+    from .options import Recompute
+    from .search.space import Constraints
+
+    kw = {}
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs"):
+        value = getattr(args, name)
+        if value is not None:
+            if value <= 0 and not (name == "zero" and value == 0):
+                raise SpecError(name, value, "must be an integer > 0")
+            if name == "zero" and value not in (0, 1, 2, 3):
+                raise SpecError("zero", value, "allowed: 0, 1, 2, 3")
+            kw[name] = value
+    if args.sp is not None:
+        kw["sp"] = args.sp
+    if args.recompute:
+        kw["recompute"] = tuple(Recompute.parse("recompute", r.strip())
+                                for r in args.recompute.split(","))
+    if args.rank_order:
+        kw["rank_order"] = parse_order(args.rank_order)
+    return Constraints(tp_within_node=args.tp_within_node, **kw)
+
+
+class _Progress:
+    """Progress on stderr once a search has run for more than two seconds: one updating line
+    on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.shown, self.last = False, 0.0
+
+    def __call__(self, done: int, total: int, seconds: float):
+        if seconds < 2.0 or (not self.tty and seconds - self.last < 5.0):
+            return
+        self.shown, self.last = True, seconds
+        text = (f"nestplan: searching, {done:,} configurations solved ({total:,} in the "
+                f"space), {seconds:.0f} s")
+        print("\r" + text if self.tty else text, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.shown and self.tty:
+            print(file=sys.stderr)
 
 
 def _plan(args, sc):
@@ -97,6 +159,65 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from .search.methods import run_method
+
+    sc = _scenario(args)
+    progress = _Progress()
+    try:
+        res = run_method(args.method, sc, _constraints(args), top=args.top, progress=progress)
+    finally:
+        progress.close()
+    if args.json:
+        js = res.best.to_json()
+        js.update(method=res.method, search_seconds=res.seconds,
+                  configurations=res.configurations, solved=res.solved,
+                  top=[{k: ev.to_json()[k] for k in _TOP_KEYS} for ev in res.plans])
+        print(json.dumps(js))
+    else:
+        from .textfmt import search_result
+
+        print(search_result(res))
+    return 0
+
+
+_TOP_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
+             "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
+
+
+def cmd_compare(args) -> int:
+    from .errors import InfeasibleError, SpecError
+    from .search.methods import METHODS, run_method
+
+    sc = _scenario(args)
+    con = _constraints(args)
+    results, errors = {}, {}
+    for name in METHODS:
+        progress = _Progress()
+        try:
+            results[name] = run_method(name, sc, con, top=1, progress=progress)
+        except (InfeasibleError, SpecError) as e:
+            errors[name] = str(e).split(";")[-1].strip() if isinstance(e, SpecError) else str(e)
+        finally:
+            progress.close()
+    if not results:
+        from .errors import InfeasibleError as Inf
+
+        raise Inf("no method found a plan: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    if args.json:
+        ref = results["manual"].best.tokens_per_s if "manual" in results else None
+        print(json.dumps({"methods": [
+            {"method": name, **{k: res.best.to_json()[k] for k in _TOP_KEYS},
+             "tokens_per_s_ratio_to_manual": res.best.tokens_per_s / ref if ref else None,
+             "search_seconds": res.seconds} for name, res in results.items()],
+            "errors": errors}))
+    else:
+        from .textfmt import comparison
+
+        print(comparison(results, errors))
+    return 0
+
+
 def cmd_list(args) -> int:
     from .catalog import list_names
 
@@ -131,6 +252,17 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="predict step time, throughput, MFU and memory of a plan")
     _add_scenario(e, plan_required=True)
     e.set_defaults(func=cmd_evaluate)
+    pl = sub.add_parser("plan", help="find the fastest plans that fit (NEST or a baseline)")
+    _add_scenario(pl, plan_required=False)
+    _add_search(pl)
+    pl.add_argument("--method", default="nest", help="nest (default), manual, phaze, alpa, "
+                    "mist, mcmc or exhaustive")
+    pl.add_argument("--top", type=int, default=5, help="plans to list (default 5)")
+    pl.set_defaults(func=cmd_plan)
+    cm = sub.add_parser("compare", help="every method on one scenario, side by side")
+    _add_scenario(cm, plan_required=False)
+    _add_search(cm)
+    cm.set_defaults(func=cmd_compare)
     ls = sub.add_parser("list", help="list catalog entries")
     ls.add_argument("kind", choices=["models", "clusters", "accelerators"])
     ls.set_defaults(func=cmd_list)

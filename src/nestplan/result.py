@@ -167,7 +167,8 @@ class Evaluation:
                  "embedding": s.has_embedding, "head": s.has_head,
                  "recompute": s.recompute,
                  "time_per_microbatch_s": s.time_per_microbatch,
-                 "memory_gib": s.memory.total / GiB}
+                 "memory_gib": s.memory.total / GiB,
+                 "devices": list(s.devices)}
                 for s in self.stages
             ],
         }

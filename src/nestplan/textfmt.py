@@ -60,3 +60,63 @@ def evaluation(ev: Evaluation) -> str:
             out.append(f"  {s.index:3d}  blocks {blocks}{extra}  {fmt_time(s.time_per_microbatch)}"
                        f"/micro-batch  {s.memory.total / GiB:6.1f} GiB  recompute {s.recompute}")
     return "\n".join(out)
+
+
+def id_ranges(ids, limit: int = 60) -> str:
+    """Device ids as ranges, e.g. ``0-7,64-71``; cut at ``limit`` characters."""
+    parts, start, prev = [], None, None
+    for d in sorted(ids):
+        if start is None:
+            start = prev = d
+        elif d == prev + 1:
+            prev = d
+        else:
+            parts.append(f"{start}-{prev}" if prev > start else str(start))
+            start = prev = d
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+    text = ",".join(parts)
+    return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f",… ({len(ids)})"
+
+
+def _row(rank, ev) -> str:
+    p = ev.plan
+    rec = "+".join(sorted({r.value[:4] for r in p.recompute}))
+    return (f"{rank:>2}  {ev.step_time:9.3f}  {ev.tokens_per_s:12,.0f}  {ev.mfu * 100:5.1f}%  "
+            f"{ev.peak_memory / 2**30:6.1f}  {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} {p.ep:>3} "
+            f"{p.vp:>2} {'on' if p.sp else '-':>3} {p.zero:>4} {p.mbs:>4}  {rec:10s} "
+            f"{'-'.join(a.value for a in p.rank_order)}")
+
+
+HEADER = (" #  step (s)      tokens/s    MFU  mem GiB   tp  pp    dp  cp  ep vp  sp zero  mbs"
+          "  recompute  order")
+
+
+def search_result(res) -> str:
+    """The default output of ``nestplan plan``."""
+    best = res.best
+    sc = best.scenario
+    out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
+           f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
+           f"{res.configurations:,} configurations in {res.seconds:.1f} s", "", HEADER]
+    out += [_row(i + 1, ev) for i, ev in enumerate(res.plans)]
+    out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
+    for st in best.stages:
+        out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")
+    return "\n".join(out)
+
+
+def comparison(results: dict, errors: dict) -> str:
+    """The output of ``nestplan compare``: methods side by side."""
+    manual = results.get("manual")
+    ref = manual.best.tokens_per_s if manual else None
+    out = [f"{'method':11s} {'tokens/s':>12s} {'vs manual':>9s} {'step (s)':>9s} "
+           f"{'peak GiB':>8s} {'search (s)':>10s}  plan"]
+    for name, res in results.items():
+        ev = res.best
+        ratio = f"{ev.tokens_per_s / ref:8.2f}x" if ref else "        -"
+        out.append(f"{name:11s} {ev.tokens_per_s:12,.0f} {ratio:>9s} {ev.step_time:9.3f} "
+                   f"{ev.peak_memory / 2**30:8.1f} {res.seconds:10.2f}  {plan_line(ev)}")
+    for name, why in errors.items():
+        out.append(f"{name:11s} {'-':>12s} {'-':>9s} {'-':>9s} {'-':>8s} {'-':>10s}  {why}")
+    return "\n".join(out)

@@ -92,6 +92,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     afterwards).
     """
     start = time.perf_counter()
+    space.check_constraints(sc, con)
     world = view or sc
     cap = world.cluster.accelerator.hbm_bytes
     if con.recompute is not None and len(set(con.recompute)) == 1:

@@ -60,7 +60,33 @@ def _divisors(n: int) -> list[int]:
 
 
 def _pick(fixed, values):
-    return [fixed] if fixed is not None else values
+    if fixed is None:
+        return values
+    return [fixed] if fixed in values else []
+
+
+def check_constraints(sc: Scenario, con: Constraints) -> None:
+    """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
+    m, tr, gpus = sc.model, sc.training, sc.gpus
+    rules = [
+        ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
+         f"must divide gpus = {gpus} and heads = {m.heads}"),
+        ("pp", con.pp, lambda v: gpus % v == 0 and v <= m.layers,
+         f"must divide gpus = {gpus} and be at most layers = {m.layers}"),
+        ("dp", con.dp, lambda v: gpus % v == 0 and tr.global_batch % v == 0,
+         f"must divide gpus = {gpus} and global_batch = {tr.global_batch}"),
+        ("cp", con.cp, lambda v: gpus % v == 0 and tr.seq_len % v == 0,
+         f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
+        ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
+         f"must divide global_batch = {tr.global_batch}"),
+        ("vp", con.vp, lambda v: v == 1 or m.layers % v == 0,
+         f"must be 1 or divide layers = {m.layers}"),
+        ("ep", con.ep, lambda v: v == 1 or (m.moe is not None and m.moe.experts % v == 0),
+         "must divide the experts (1 for dense models)"),
+    ]
+    for name, value, ok, rule in rules:
+        if value is not None and (value <= 0 or not ok(value)):
+            raise SpecError(name, value, rule)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,296 @@
+"""NEST and the baselines, behind one interface: ``run_method(name, scenario, constraints)``.
+
+Each baseline searches with its own view of the world and its plans are then scored with the
+full cost model on the real cluster (``evaluate``):
+
+* ``nest``: the network- and memory-aware DP over the whole space (``driver.run``).
+* ``manual``: Megatron-style rules: TP = the GPUs of a node (capped by the heads), SP with TP,
+  the smallest PP that fits with uniform stages, full recomputation, distributed optimizer,
+  micro-batch 1, DP for the rest, Megatron's rank order.
+* ``phaze``: the same stage DP, network-agnostic (every link has the outermost level's
+  bandwidth and latency), without ZeRO and choosing per stage only between no and full
+  recomputation.
+* ``alpa``: a two-level mesh view (inside a node vs. the network); searches as if memory were
+  unlimited, then fixes plans that do not fit by sharding more (ZeRO-3 and full recomputation).
+* ``mist``: memory-aware (ZeRO, recomputation per stage) but on a flat network.
+* ``mcmc``: FlexFlow-style Markov-chain Monte Carlo over the same plan space, fixed seed and
+  budget, starting from the manual plan.
+* ``exhaustive``: brute force over the whole space (small instances only): the oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+
+from ..cost import device as D
+from ..errors import InfeasibleError, SpecError
+from ..evaluate import evaluate
+from ..options import Recompute
+from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
+from . import driver, space
+from .driver import SearchResult
+
+METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
+MCMC_BUDGET = 1500
+MCMC_SEED = 0
+EXHAUSTIVE_LIMIT = 200_000
+
+
+def flat_view(sc: Scenario) -> Scenario:
+    """Every link with the outermost level's bandwidth and latency, no oversubscription."""
+    top = sc.cluster.levels[-1]
+    levels = tuple(dataclasses.replace(lv, bandwidth=top.bandwidth, latency=top.latency,
+                                       efficiency=top.efficiency, oversubscription=1.0)
+                   for lv in sc.cluster.levels)
+    return dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, levels=levels))
+
+
+def two_level_view(sc: Scenario) -> Scenario:
+    """Alpa's mesh: a node, and one network level with the outermost level's figures."""
+    lv = sc.cluster.levels
+    if len(lv) == 1:
+        return sc
+    net = Level(name="network", size=None, bandwidth=lv[-1].bandwidth, latency=lv[-1].latency,
+                efficiency=lv[-1].efficiency)
+    cluster = ClusterSpec(name=sc.cluster.name, accelerator=sc.cluster.accelerator,
+                          levels=(lv[0], net))
+    return dataclasses.replace(sc, cluster=cluster)
+
+
+def _rescore(method: str, sc: Scenario, found: SearchResult, start: float) -> SearchResult:
+    plans = sorted((evaluate(sc, ev.plan) for ev in found.plans), key=lambda e: e.step_time)
+    return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
+                        configurations=found.configurations, solved=found.solved,
+                        objective=found.objective, notes=found.notes)
+
+
+def nest(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+    return driver.run(sc, con, method="nest", top=top, progress=progress)
+
+
+def mist(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+    start = time.perf_counter()
+    found = driver.run(sc, con, method="mist", top=top, view=flat_view(sc), progress=progress)
+    return _rescore("mist", sc, found, start)
+
+
+def phaze(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+    start = time.perf_counter()
+    con = dataclasses.replace(con, zero=0 if con.zero is None else con.zero)
+    try:
+        found = driver.run(sc, con, method="phaze", top=top, view=flat_view(sc),
+                           policies=(0, 2), progress=progress)
+    except InfeasibleError as e:
+        raise InfeasibleError(f"phaze (no ZeRO, no selective recomputation): {e}") from None
+    return _rescore("phaze", sc, found, start)
+
+
+def _sharded_more(par: Parallelism) -> Parallelism:
+    return par.with_(zero=3, recompute=(Recompute.FULL,) * par.pp)
+
+
+def alpa(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+    start = time.perf_counter()
+    found = driver.run(sc, con, method="alpa", top=max(top, 20), view=two_level_view(sc),
+                       memory_aware=False, progress=progress)
+    fixed = []
+    for ev in found.plans:
+        real = evaluate(sc, ev.plan)
+        if not real.fits:
+            real = evaluate(sc, _sharded_more(ev.plan))
+        if real.fits:
+            fixed.append(real)
+    if not fixed:
+        raise InfeasibleError("alpa: none of its plans fits even after sharding more "
+                              "(ZeRO-3, full recomputation)")
+    fixed.sort(key=lambda e: e.step_time)
+    return SearchResult(method="alpa", plans=fixed[:top], seconds=time.perf_counter() - start,
+                        configurations=found.configurations, solved=found.solved,
+                        objective=found.objective)
+
+
+def _allowed(name, fixed, values):
+    return [fixed] if fixed is not None else values
+
+
+def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
+    """Megatron's rules of thumb (see the module docstring)."""
+    m, gpus = sc.model, sc.gpus
+    node = sc.cluster.devices_per_node
+    tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
+           if gpus % t == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
+           and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
+    tp = con.tp or tps[0]
+    cp = con.cp or 1
+    rest = gpus // (tp * cp)
+    pps = [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0]
+    last_error = None
+    for pp in _allowed("pp", con.pp, pps):
+        dp = rest // pp
+        ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
+                             if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
+                        if m.moe is not None else 1)
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp,
+                          vp=con.vp or 1, sp=con.sp if con.sp is not None else tp > 1,
+                          zero=1 if con.zero is None else con.zero,
+                          recompute=con.recompute or (Recompute.FULL,),
+                          mbs=con.mbs or 1, **({"rank_order": con.rank_order}
+                                               if con.rank_order else {}))
+        try:
+            if evaluate(sc, par).fits:
+                return par
+        except SpecError as e:
+            last_error = e
+    raise InfeasibleError(f"manual: no pipeline length fits with tp={tp} and full "
+                          f"recomputation" + (f" ({last_error})" if last_error else ""))
+
+
+def manual(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+    start = time.perf_counter()
+    ev = evaluate(sc, manual_plan(sc, con))
+    return SearchResult(method="manual", plans=[ev], seconds=time.perf_counter() - start,
+                        configurations=1, solved=1, objective=ev.step_time)
+
+
+def _cost(sc: Scenario, par: Parallelism) -> float:
+    """MCMC energy: the step time, inflated by memory overshoot (infeasible plans are
+    visited but never returned)."""
+    ev = evaluate(sc, par)
+    over = max(0.0, ev.peak_memory / ev.capacity - 1.0)
+    return ev.step_time * (1.0 + 10.0 * over)
+
+
+def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: random.Random,
+               shapes: list[space.Shape]) -> Parallelism:
+    move = rng.random()
+    if move < 0.3:  # a different shape (degrees and micro-batch); split reset to even
+        s = rng.choice(shapes)
+        order = rng.choice(space.rank_orders(con, s))
+        vp = rng.choice(space.virtual_stages(sc, con, s))
+        return s.parallelism(order, vp, par.zero).with_(recompute=par.recompute[:1])
+    if move < 0.45:
+        return par.with_(zero=rng.choice(_allowed("zero", con.zero, [0, 1, 2, 3])))
+    if move < 0.55:
+        s = space.Shape(par.tp, par.sp, par.cp, par.ep, par.etp, par.pp, par.dp, par.mbs)
+        return par.with_(rank_order=rng.choice(space.rank_orders(con, s)))
+    if move < 0.75 and con.recompute is None:  # one stage's recomputation
+        rec = list(par.recompute) * (par.pp if len(par.recompute) == 1 else 1)
+        rec[rng.randrange(par.pp)] = rng.choice(D.POLICIES)
+        return par.with_(recompute=tuple(rec))
+    # move one block between neighbouring devices (every round alike)
+    if par.pp < 2:
+        return par
+    sizes = list((par.stage_layers or _even(sc, par))[:par.pp])
+    i = rng.randrange(par.pp - 1)
+    a, b = (i, i + 1) if rng.random() < 0.5 else (i + 1, i)
+    if sizes[a] <= 1:
+        return par
+    sizes[a] -= 1
+    sizes[b] += 1
+    return par.with_(stage_layers=tuple(sizes * par.vp))
+
+
+def _even(sc: Scenario, par: Parallelism):
+    from ..specs import even_split
+
+    n_round = sc.model.layers // par.vp
+    return even_split(n_round, par.pp) * par.vp
+
+
+def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
+         budget: int = MCMC_BUDGET, seed: int = MCMC_SEED) -> SearchResult:
+    start = time.perf_counter()
+    rng = random.Random(seed)
+    shapes = list(space.shapes(sc, con))
+    if not shapes:
+        raise InfeasibleError("mcmc: no configuration satisfies the constraints")
+    try:
+        cur = manual_plan(sc, con)
+    except InfeasibleError:
+        s = shapes[0]
+        cur = s.parallelism(space.rank_orders(con, s)[0])
+    cur_cost = _cost(sc, cur)
+    seen: dict[Parallelism, float] = {cur: cur_cost}
+    beta = 20.0
+    for step in range(budget):
+        cand = _neighbour(sc, cur, con, rng, shapes)
+        if cand.vp > 1 and sc.model.layers % cand.vp:
+            continue
+        try:
+            check_plan(sc, cand)
+            c = seen.get(cand)
+            if c is None:
+                c = seen[cand] = _cost(sc, cand)
+        except SpecError:
+            continue
+        if c <= cur_cost or rng.random() < math.exp(-beta * (c - cur_cost) / cur_cost):
+            cur, cur_cost = cand, c
+        if progress and step % 200 == 0:
+            progress(step, budget, time.perf_counter() - start)
+    feasible = []
+    for par in sorted(seen, key=seen.get):
+        ev = evaluate(sc, par)
+        if ev.fits:
+            feasible.append(ev)
+        if len(feasible) >= top:
+            break
+    if not feasible:
+        raise InfeasibleError("mcmc: no visited plan fits in memory")
+    return SearchResult(method="mcmc", plans=feasible, seconds=time.perf_counter() - start,
+                        configurations=len(shapes), solved=len(seen),
+                        objective=feasible[0].step_time)
+
+
+def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
+               limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
+    """Every configuration, every split (alike in every round) and every per-stage policy."""
+    start = time.perf_counter()
+    configs = list(space.configurations(sc, con))
+    pols = [con.recompute[0]] if con.recompute and len(set(con.recompute)) == 1 else \
+        list(D.POLICIES)
+    size = 0
+    for par in configs:
+        if sc.model.layers % par.vp == 0:
+            size += space.n_compositions(sc.model.layers // par.vp, par.pp) * len(pols) ** par.pp
+    if size > limit:
+        raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
+                        f"{limit:,}; use a smaller instance or another method")
+    found = []  # the best plan of every configuration, as the other methods report
+    for par in configs:
+        if sc.model.layers % par.vp:
+            continue
+        best = None
+        for sizes in space.compositions(sc.model.layers // par.vp, par.pp):
+            for rec in _products(pols, par.pp):
+                ev = evaluate(sc, par.with_(stage_layers=tuple(sizes * par.vp), recompute=rec))
+                if ev.fits and (best is None or ev.step_time < best.step_time):
+                    best = ev
+        if best is not None:
+            found.append(best)
+    if not found:
+        raise InfeasibleError("exhaustive: no plan fits in memory")
+    found.sort(key=lambda e: e.step_time)
+    return SearchResult(method="exhaustive", plans=found[:top],
+                        seconds=time.perf_counter() - start, configurations=len(configs),
+                        solved=len(configs), objective=found[0].step_time)
+
+
+def _products(values, n):
+    import itertools
+
+    return itertools.product(values, repeat=n)
+
+
+RUNNERS = {"nest": nest, "manual": manual, "phaze": phaze, "alpa": alpa, "mist": mist,
+           "mcmc": mcmc, "exhaustive": exhaustive}
+
+
+def run_method(name: str, sc: Scenario, con: space.Constraints, *, top: int = 5,
+               progress=None) -> SearchResult:
+    """Run one method; ``name`` is one of ``METHODS``."""
+    if name not in RUNNERS:
+        raise SpecError("method", name, f"allowed: {', '.join(METHODS)}")
+    return RUNNERS[name](sc, con, top, progress)

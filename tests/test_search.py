@@ -1,0 +1,151 @@
+"""The stage DP and the search: exact against brute force, equal to evaluate, baselines."""
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nestplan.catalog import get_cluster
+from nestplan.cli import main
+from nestplan.errors import InfeasibleError
+from nestplan.evaluate import evaluate, scenario_from_names
+from nestplan.options import MLPKind, Norm, Position, Recompute
+from nestplan.search import methods, space
+from nestplan.search.space import Constraints
+from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Scenario, TrainingSpec
+
+H100 = get_cluster("dgx-h100-ndr").accelerator
+
+
+def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio, over):
+    """A small model on a small cluster; HBM leaves ``extra_mib`` above the fixed reserve
+    (the tiny plans need 12-85 MiB of it, so memory decides some and not others)."""
+    acc = dataclasses.replace(H100, hbm_bytes=1.5 * 2**30 + extra_mib * 2**20)
+    cluster = ClusterSpec(name="tiny", accelerator=acc, levels=(
+        Level(name="node", size=node, bandwidth=200e9, latency=2e-6),
+        Level(name="net", size=None, bandwidth=200e9 / bw_ratio, latency=10e-6,
+              oversubscription=over)))
+    model = ModelSpec(name="tiny", layers=layers, hidden=256, heads=heads, kv_heads=kv,
+                      head_dim=256 // heads, ffn_hidden=512, vocab=512, mlp=MLPKind.SWIGLU,
+                      norm=Norm.RMSNORM, bias=False, position=Position.ROPE,
+                      moe=MoESpec(experts=2, top_k=1, ffn_hidden=256) if moe else None)
+    return Scenario(model=model, cluster=cluster, gpus=gpus,
+                    training=TrainingSpec(seq_len=512, global_batch=batch))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
+       heads=st.sampled_from([2, 4]), moe=st.booleans(), hbm=st.sampled_from([20, 35, 60, 1000]),
+       batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
+       over=st.sampled_from([1.0, 4.0]), zero=st.sampled_from([0, 1, 3]),
+       mbs=st.sampled_from([1, 2]))
+def test_dp_equals_brute_force(layers, gpus, node, heads, moe, hbm, batch, bw_ratio, over, zero,
+                               mbs):
+    sc = tiny_scenario(layers, gpus, node, heads, heads // 2 if heads > 2 else heads, moe, hbm,
+                       batch, bw_ratio, over)
+    con = Constraints(zero=zero, mbs=mbs)
+    try:
+        oracle = methods.run_method("exhaustive", sc, con, top=1)
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            methods.run_method("nest", sc, con, top=1)
+        return
+    found = methods.run_method("nest", sc, con, top=1)
+    assert found.best.step_time == pytest.approx(oracle.best.step_time, rel=1e-9)
+    # the DP's own objective is exactly what evaluate reports for its plan
+    assert found.objective == pytest.approx(found.best.step_time, rel=1e-9)
+    assert found.best.fits
+
+
+def test_objective_equals_evaluate_on_a_real_scenario():
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=8192, global_batch=256)
+    res = methods.run_method("nest", sc, Constraints(tp=8), top=3)
+    assert res.objective == pytest.approx(res.best.step_time, rel=1e-9)
+    for ev in res.plans:
+        again = evaluate(sc, ev.plan)
+        assert again.step_time == ev.step_time and again.fits
+        assert ev.plan.tp == 8
+    assert [e.step_time for e in res.plans] == sorted(e.step_time for e in res.plans)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "mixtral-8x7b"])
+def test_nest_beats_or_ties_every_baseline(name):
+    sc = scenario_from_names(name, "meta-h100-roce-7to1", 32, seq_len=4096, global_batch=128)
+    nest = methods.run_method("nest", sc, Constraints(), top=1).best
+    for method in ("manual", "phaze", "alpa", "mist", "mcmc"):
+        other = methods.run_method(method, sc, Constraints(), top=1).best
+        assert other.fits
+        assert nest.step_time <= other.step_time * (1 + 1e-9), method
+
+
+def test_manual_follows_megatron_rules():
+    sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 512, seq_len=2048,
+                             global_batch=512)
+    p = methods.manual_plan(sc, Constraints())
+    assert (p.tp, p.sp, p.zero, p.mbs, p.vp) == (8, True, 1, 1, 1)
+    assert p.recompute == (Recompute.FULL,)
+    assert evaluate(sc, p).fits
+    assert not evaluate(sc, p.with_(pp=p.pp // 2, dp=p.dp * 2)).fits  # the smallest PP that fits
+
+
+def test_search_space_respects_constraints_and_limits():
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=8192, global_batch=128)
+    con = Constraints(tp_within_node=True, zero=1)
+    for par in space.configurations(sc, con):
+        assert par.tp <= 8 and par.zero == 1 and par.rank_order[0].value == "tp"
+        assert par.tp * par.pp * par.dp * par.cp == 128
+
+
+def run_cli(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    return (code, *capsys.readouterr())
+
+
+def test_plan_json_contract(capsys):
+    code, out, err = run_cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                              "--gpus", "16", "--seq-len", "4096", "--global-batch", "64",
+                              "--top", "3", "--json"], capsys)
+    assert code == 0, err
+    js = json.loads(out)
+    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp",
+                "zero", "recompute", "mbs", "stages", "rank_order"):
+        assert key in js
+    devices = sorted(d for s in js["stages"] for d in s["devices"])
+    assert devices == list(range(16))
+    assert all("blocks" in s for s in js["stages"]) and len(js["top"]) == 3
+
+
+def test_plan_text_lists_top_plans_and_devices(capsys):
+    code, out, _ = run_cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                            "--gpus", "16", "--global-batch", "64", "--pp", "2"], capsys)
+    assert code == 0
+    assert "best plan" in out and "devices per stage" in out and " pp=2 " in out
+
+
+def test_plan_nothing_fits_exits_3(capsys):
+    code, out, err = run_cli(["plan", "--model", "llama3-405b", "--cluster", "dgx-h100-ndr",
+                              "--gpus", "8", "--seq-len", "8192", "--global-batch", "8"], capsys)
+    assert code == 3 and out == ""
+    assert "short by" in err and "more GPUs" in err and "Traceback" not in err
+
+
+def test_plan_bad_method_exits_2(capsys):
+    code, _, err = run_cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                            "--gpus", "8", "--method", "genetic"], capsys)
+    assert code == 2 and "method: got 'genetic'; allowed: nest, manual" in err
+
+
+def test_compare_json(capsys):
+    code, out, _ = run_cli(["compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr",
+                            "--gpus", "16", "--global-batch", "64", "--json"], capsys)
+    assert code == 0
+    js = json.loads(out)
+    methods_run = {m["method"]: m for m in js["methods"]}
+    assert methods_run["manual"]["tokens_per_s_ratio_to_manual"] == pytest.approx(1.0)
+    assert methods_run["nest"]["tokens_per_s_ratio_to_manual"] >= 1.0
