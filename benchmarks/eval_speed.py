@@ -8,27 +8,23 @@ machines are shared and noisy, so this is not a test.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 import sys
 import time
 
 from nestplan import graph as G
-from nestplan.cost.compute import layer_cost
-from nestplan.cost.device import config_costs
+from nestplan.cost.compute import _layer_cost
+from nestplan.cost.device import _config_costs
 from nestplan.evaluate import evaluate, scenario_from_names
-from nestplan.placement import layouts
+from nestplan.placement import _layouts
 from nestplan.specs import Parallelism
 
 
 def clear_caches():
-    G.build.cache_clear()
-    from nestplan.cost.compute import _layer_cost
-    _layer_cost.cache_clear()
-    from nestplan.placement import _layouts
-    _layouts.cache_clear()
-    from nestplan.cost.device import _config_costs
-    _config_costs.cache_clear()
+    for cached in (G.build, _layer_cost, _layouts, _config_costs):
+        cached.cache_clear()
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -52,11 +48,12 @@ def main() -> None:
     print(f"{'scenario':44s} {'layers':>6s} {'cold ms':>9s} {'warm ms':>9s}")
     for model, cluster, gpus, seq, gb, par in cases:
         sc = scenario_from_names(model, cluster, gpus, seq_len=seq, global_batch=gb)
+        run = functools.partial(evaluate, sc, par)
         cold = []
         for _ in range(5):
             clear_caches()
-            cold += timed(lambda: evaluate(sc, par), 1)
-        warm = timed(lambda: evaluate(sc, par), 50)
+            cold += timed(run, 1)
+        warm = timed(run, 50)
         print(f"{model + ' on ' + str(gpus) + ' ' + cluster:44s} {sc.model.layers:6d} "
               f"{statistics.median(cold) * 1e3:9.2f} {statistics.median(warm) * 1e3:9.2f}")
     print("cold: layer graphs, layouts and layer costs rebuilt; warm: cached (as in a search)")

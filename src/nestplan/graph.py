@@ -229,7 +229,7 @@ def _norm_params(m: ModelSpec) -> float:
 def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     """Attention sub-block: ops, comms, local params, total params."""
     m, loc = x.m, x.loc
-    T, Tn, h, t = x.T, x.Tn, x.h, x.t
+    T, Tn, h = x.T, x.Tn, x.h
     ops: list[Op] = [_mem("ln_attn", Tn * h, saved=E * Tn * h)]
     comms: list[Comm] = []
     block_in = E * T * h

@@ -44,16 +44,6 @@ class GroupLayout:
             prev = kl
         return top
 
-    def crossed(self) -> list[int]:
-        """Levels whose links carry this group's traffic, innermost first."""
-        out, prev = [], 1
-        for lvl, kl in enumerate(self.k):
-            if kl > prev:
-                out.append(lvl)
-            prev = kl
-        return out
-
-
 
 @dataclass(frozen=True)
 class Boundary:

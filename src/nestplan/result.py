@@ -148,6 +148,7 @@ class Evaluation:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "mfu": self.mfu,
+            "hfu": self.hardware_flops / self.step_time / self.gpus / self.peak_flops,
             "peak_memory_gib": self.peak_memory / GiB,
             "capacity_gib": self.capacity / GiB,
             "fits": self.fits,

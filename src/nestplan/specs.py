@@ -7,7 +7,7 @@ Every quantity is in SI units (bytes, seconds, FLOP, bytes/s). Construction vali
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .axes import MEGATRON_ORDER, RANK_AXES, Axis
 from .errors import SpecError
@@ -509,11 +509,3 @@ def even_split(layers: int, chunks: int) -> tuple[int, ...]:
     for i in order[:extra]:
         counts[i] += 1
     return tuple(counts)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Named:
-    """A spec together with where it came from (catalog name or file path)."""
-
-    name: str
-    source: str = field(default="")

@@ -6,19 +6,19 @@ depend only on the software the run used (its source), never on the row's measur
 * Megatron-LM 2021-22 on Selene (``nar21-*``, ``kor22-*``): attention materialised (FlashAttention
   did not exist yet), dropout, tied embeddings, fp16 gradients all-reduced without overlap, no
   tensor-parallel overlap for Narayanan (early 2021) and backward overlap for Korthikanti (2022);
-  micro-batch 1 and no interleaving when the paper does not say; a model-parallel size without a
-  t/p split uses t = 8 (one node), as every large run of the paper does. ZeRO-3 rows are
-  DeepSpeed of 2021: flat data-parallel rings (see ``TrainingSpec.flat_dp_collectives``).
+  no interleaving when the paper does not say; a model-parallel size without a t/p split uses
+  t = 8 (one node), as every large run of the paper does. ZeRO-3 rows are DeepSpeed of 2021:
+  flat data-parallel rings (see ``TrainingSpec.flat_dp_collectives``).
 * Megatron-Core on H100 (``mlm24-*``): flash attention, untied embeddings (the README's parameter
   counts), distributed optimizer with overlapped gradient reduce and parameter gather, full TP
-  overlap (``--tp-comm-overlap``, which needs sequence parallelism), bf16, fp32 gradients,
-  micro-batch 1.
+  overlap (``--tp-comm-overlap``, which needs sequence parallelism), bf16, fp32 gradients.
 * NeMo 24.07 on DGX H100 (``nemo2407-*``): the launcher configs: fp8, flash attention, distributed
   optimizer with bf16 gradient sync, overlapped DP communication, sequence parallelism when
   tp > 1, backward TP overlap.
 
-Elsewhere a run that happened fitted in memory, so when recomputation is not stated the least
-recomputation with which the model fits is assumed (none, then selective, then full).
+Benchmark runs were tuned for speed and fitted in memory: when a row states no micro-batch size
+(or, outside NeMo, no recomputation), the fastest setting that fits according to this model is
+assumed (``_tuned``). Packed SQuAD fine-tuning attends within each ~256-token example.
 """
 
 from __future__ import annotations

@@ -70,13 +70,12 @@ def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
 
 def backtrack(back: list[np.ndarray]) -> tuple[Stage, ...]:
     """The stages of the chain ending at the last block."""
-    l2 = back[0].shape[0] - 1
+    end = back[0].shape[0] - 1
     out = []
     for idx in reversed(back):
-        flat = int(idx[l2])
-        l, r = divmod(flat, 3)
-        out.append(Stage(l, l2, r))
-        l2 = l
+        start, policy = divmod(int(idx[end]), 3)
+        out.append(Stage(start, end, policy))
+        end = start
     return tuple(reversed(out))
 
 

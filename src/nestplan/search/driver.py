@@ -86,10 +86,10 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     Best-first branch and bound, each node with a lower bound on the step time: a shape
     (degrees, micro-batch) bounded by its compute; with a rank order, by its compute and exposed
     intra-layer communication; with virtual stages, also by its pipeline fill; with a ZeRO stage,
-    also by its data-parallel traffic — and then solved exactly by the stage DP. A node is dropped once its bound cannot
-    beat the K-th best plan found. ``policies`` restricts the recompute policies per stage;
-    ``memory_aware=False`` searches as if memory were unlimited (baselines that check memory
-    afterwards).
+    also by its data-parallel traffic — and then solved exactly by the stage DP. A node is
+    dropped once its bound cannot beat the K-th best plan found. ``policies`` restricts the
+    recompute policies per stage; ``memory_aware=False`` searches as if memory were unlimited
+    (baselines that check memory afterwards).
     """
     start = time.perf_counter()
     space.check_constraints(sc, con)
@@ -108,7 +108,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         heapq.heappush(heap, (space.compute_bound(world, shape, max(vps)), tick, 0, shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
-    solved = expanded = 0
+    solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
     last_report = start
     while heap:
@@ -146,7 +146,6 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 tick += 1
             continue
         par = item
-        expanded += 1
         if memory_aware:
             floor = _states_floor(world, par)
             if floor > cap:

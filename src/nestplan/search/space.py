@@ -285,11 +285,6 @@ def config_bound(sc: Scenario, par: Parallelism) -> float:
     return network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp) + end
 
 
-def count(sc: Scenario, con: Constraints) -> int:
-    """Number of configurations (for progress and the exhaustive method's size check)."""
-    return sum(1 for _ in configurations(sc, con))
-
-
 def compositions(total: int, parts: int):
     """Every way to write ``total`` as ``parts`` positive integers (for brute force)."""
     for cuts in itertools.combinations(range(1, total), parts - 1):

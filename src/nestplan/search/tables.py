@@ -26,8 +26,6 @@ class Tables:
     mem: list[np.ndarray]
     valid: np.ndarray
     const: float
-    rounds_blocks: int
-    """N: blocks per round of chunks (layers / vp)."""
 
 
 def build(cc: D.ConfigCosts) -> Tables | None:
@@ -40,13 +38,13 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     if n_round < p:
         return None
     idx = np.arange(n_round + 1)
-    l, l2 = np.meshgrid(idx, idx, indexing="ij")
-    n = l2 - l
+    lo, hi = np.meshgrid(idx, idx, indexing="ij")
+    n = hi - lo
     valid = (n >= 1) & (n <= n_round - p + 1)
     moe_prefix = np.concatenate([[0], np.cumsum([k is G.LayerKind.MOE for k in cc.graph.kinds])])
     rounds = []
     for k in range(v):
-        a, b = k * n_round + l, k * n_round + np.where(valid, l2, l)
+        a, b = k * n_round + lo, k * n_round + np.where(valid, hi, lo)
         moe = (moe_prefix[b] - moe_prefix[a]).astype(float)
         rounds.append((np.where(valid, n, 0) - moe, moe))
     cap = cc.sc.cluster.accelerator.hbm_bytes
@@ -74,6 +72,5 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         mem.append(m_i)
         ok.append(m_i <= cap)
     const = 2 * cc.fill + cc.sc.training.step_overhead
-    return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid3, const=const,
-                  rounds_blocks=n_round)
+    return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid3, const=const)
 
