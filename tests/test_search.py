@@ -19,7 +19,8 @@ from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Scenario, Tra
 H100 = get_cluster("dgx-h100-ndr").accelerator
 
 
-def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio, over):
+def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio, over,
+                  first_dense=0):
     """A small model on a small cluster; HBM leaves ``extra_mib`` above the fixed reserve
     (the tiny plans need 12-85 MiB of it, so memory decides some and not others)."""
     acc = dataclasses.replace(H100, hbm_bytes=1.5 * 2**30 + extra_mib * 2**20)
@@ -30,7 +31,8 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
     model = ModelSpec(name="tiny", layers=layers, hidden=256, heads=heads, kv_heads=kv,
                       head_dim=256 // heads, ffn_hidden=512, vocab=512, mlp=MLPKind.SWIGLU,
                       norm=Norm.RMSNORM, bias=False, position=Position.ROPE,
-                      moe=MoESpec(experts=2, top_k=1, ffn_hidden=256) if moe else None)
+                      moe=MoESpec(experts=2, top_k=1, ffn_hidden=256,
+                                  first_dense_layers=first_dense) if moe else None)
     return Scenario(model=model, cluster=cluster, gpus=gpus,
                     training=TrainingSpec(seq_len=512, global_batch=batch))
 
@@ -40,11 +42,13 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
        heads=st.sampled_from([2, 4]), moe=st.booleans(), hbm=st.sampled_from([20, 35, 60, 1000]),
        batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
        over=st.sampled_from([1.0, 4.0]), zero=st.sampled_from([0, 1, 3]),
-       mbs=st.sampled_from([1, 2]))
+       mbs=st.sampled_from([1, 2]), first_dense=st.sampled_from([0, 1]))
 def test_dp_equals_brute_force(layers, gpus, node, heads, moe, hbm, batch, bw_ratio, over, zero,
-                               mbs):
+                               mbs, first_dense):
+    """Random small models (dense, MoE, MoE after a dense layer) and two-level clusters with
+    tight memory: NEST finds exactly the brute-force optimum of the same space."""
     sc = tiny_scenario(layers, gpus, node, heads, heads // 2 if heads > 2 else heads, moe, hbm,
-                       batch, bw_ratio, over)
+                       batch, bw_ratio, over, first_dense)
     con = Constraints(zero=zero, mbs=mbs)
     try:
         oracle = methods.run_method("exhaustive", sc, con, top=1)

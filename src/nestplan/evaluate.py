@@ -34,7 +34,7 @@ from .cost.pipeline import schedule_time
 from .options import Recompute
 from .placement import layouts
 from .result import Evaluation, StageReport, TimeBreakdown
-from .specs import Parallelism, Scenario, check_plan, even_split
+from .specs import Parallelism, Scenario, check_plan, default_split
 
 
 def local_strategy(par: Parallelism, tr) -> G.Local:
@@ -52,9 +52,9 @@ def model_flops_per_sequence(model, seq_len: int, attention, span: int) -> float
     return total + sum(g.block(i).model_flops for i in range(model.layers))
 
 
-def chunk_bounds(layers: int, par: Parallelism) -> list[tuple[int, int]]:
+def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
     """[first, last) transformer blocks of every model chunk, in model order."""
-    split = par.stage_layers or even_split(layers, par.pp * par.vp)
+    split = par.stage_layers or default_split(model, par.pp, par.vp)
     out, start = [], 0
     for n in split:
         out.append((start, start + n))
@@ -90,7 +90,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     check_plan(sc, par)
     cc = D.config_costs(sc, par)
     pp, vp, micro, tr = par.pp, par.vp, cc.micro, sc.training
-    bounds = chunk_bounds(sc.model.layers, par)
+    bounds = chunk_bounds(sc.model, par)
     devices, contents, pols = [], [], []
     for s in range(pp):
         pol = D.POLICIES.index(par.recompute_of(s))

@@ -509,3 +509,25 @@ def even_split(layers: int, chunks: int) -> tuple[int, ...]:
     for i in order[:extra]:
         counts[i] += 1
     return tuple(counts)
+
+
+def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
+    """Chunk sizes in model order (round-major) when device ``i`` holds ``totals[i]`` blocks
+    spread over its ``vp`` chunks as evenly as possible, extra blocks in the earlier rounds.
+
+    >>> chunks_from_totals((5, 4), 2)
+    (3, 2, 2, 2)
+    """
+    return tuple(t // vp + (1 if r < t % vp else 0) for r in range(vp) for t in totals)
+
+
+def default_split(model: ModelSpec, pp: int, vp: int) -> tuple[int, ...]:
+    """Blocks per chunk when a plan does not say: every device as even as possible, each
+    device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving
+    of models whose blocks differ)."""
+    if vp == 1 or model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers)):
+        return chunks_from_totals(even_split(model.layers, pp), vp)
+    per_round = even_split(model.layers // vp, pp) if model.layers % vp == 0 else None
+    if per_round is None:
+        return chunks_from_totals(even_split(model.layers, pp), vp)
+    return per_round * vp

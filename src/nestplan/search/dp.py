@@ -10,10 +10,10 @@ chunk (the ``n_i`` sum to ``N``, the blocks of one round of chunks) and its reco
 is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time) depend only on
 device ``i``'s position class, the blocks it holds and its policy.
 
-State layout. A device covering blocks ``[l, l2)`` of every round is one cell ``cost[l, l2, r]``
-of an ``(N+1, N+1, 3)`` array (``inf`` where not allowed: ``l2 <= l``, over memory, or over a
-threshold). ``D_i[l]`` is the best value of devices ``0..i-1`` covering ``[0, l)``; one
-relaxation step gives ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l, l2, r]`` with
+State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
+an ``(N+1, N+1, 3)`` array (``inf`` where not allowed: too few or too many units, over memory,
+or over a threshold). ``D_i[l]`` is the best value of devices ``0..i-1`` covering ``[0, l)``; one
+relaxation step gives ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
 Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is
@@ -49,9 +49,8 @@ class Solution:
 
 
 def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarray]:
-    cand = op(prev[:, None, None], cost)  # [l, l2, r]
-    n1 = cand.shape[1]
-    flat = cand.transpose(1, 0, 2).reshape(n1, -1)  # [l2, (l, r)]
+    n1 = cost.shape[0]
+    flat = op(prev[None, :, None], cost).reshape(n1, -1)  # [l2, (l, r)]
     idx = flat.argmin(axis=1)
     return flat[np.arange(n1), idx], idx
 
@@ -89,8 +88,9 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
           const: float, bound: float = INF) -> Solution | None:
     """The optimal stage split and policies, or None if nothing fits (or beats ``bound``).
 
-    ``x[i]``, ``e[i]``: per-device ``(N+1, N+1, 3)`` arrays of X and E (``inf`` where the cell is
-    not a valid range); ``ok[i]``: boolean arrays, False where device ``i`` would not fit.
+    ``x[i]``, ``e[i]``: per-device ``(N+1, N+1, 3)`` arrays ``[end, start, policy]`` of X and E
+    (``inf`` where the cell is not a valid range); ``ok[i]``: False where device ``i`` would not
+    fit.
     """
     p = len(x)
     xs = [np.where(ok[i], x[i], INF) for i in range(p)]
@@ -105,8 +105,8 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
     best_val = bound
 
     def value(stages):
-        xv = [float(x[i][s.start, s.end, s.policy]) for i, s in enumerate(stages)]
-        ev = [float(e[i][s.start, s.end, s.policy]) for i, s in enumerate(stages)]
+        xv = [float(x[i][s.end, s.start, s.policy]) for i, s in enumerate(stages)]
+        ev = [float(e[i][s.end, s.start, s.policy]) for i, s in enumerate(stages)]
         return objective(xv, ev, micro, vp, const)
 
     t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))

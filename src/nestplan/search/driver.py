@@ -56,10 +56,10 @@ class _Found:
     par: Parallelism = field(compare=False)
 
 
-def plan_from_solution(par: Parallelism, sol: DP.Solution) -> Parallelism:
-    """The full plan of a DP solution: per-chunk layer counts (round-major) and policies."""
-    sizes = [s.end - s.start for s in sol.stages]
-    return par.with_(stage_layers=tuple(sizes * par.vp),
+def plan_from_solution(model, par: Parallelism, sol: DP.Solution) -> Parallelism:
+    """The full plan of a DP solution: blocks per chunk (model order) and policies."""
+    units = [s.end - s.start for s in sol.stages]
+    return par.with_(stage_layers=space.chunk_sizes(model, par.pp, par.vp, units),
                      recompute=tuple(D.POLICIES[s.policy] for s in sol.stages))
 
 
@@ -168,7 +168,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 if np.isfinite(peak):
                     shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
             continue
-        entry = _Found(-sol.objective, plan_from_solution(par, sol))
+        entry = _Found(-sol.objective, plan_from_solution(world.model, par, sol))
         if len(found) < top:
             heapq.heappush(found, entry)
         else:

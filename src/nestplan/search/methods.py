@@ -180,24 +180,18 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
         rec = list(par.recompute) * (par.pp if len(par.recompute) == 1 else 1)
         rec[rng.randrange(par.pp)] = rng.choice(D.POLICIES)
         return par.with_(recompute=tuple(rec))
-    # move one block between neighbouring devices (every round alike)
+    # move one unit of the split between neighbouring devices (space.split_units)
     if par.pp < 2:
         return par
-    sizes = list((par.stage_layers or _even(sc, par))[:par.pp])
+    units = space.device_units(sc.model, par)
+    least = space.split_units(sc.model, par.vp)[1]
     i = rng.randrange(par.pp - 1)
     a, b = (i, i + 1) if rng.random() < 0.5 else (i + 1, i)
-    if sizes[a] <= 1:
+    if units[a] <= least:
         return par
-    sizes[a] -= 1
-    sizes[b] += 1
-    return par.with_(stage_layers=tuple(sizes * par.vp))
-
-
-def _even(sc: Scenario, par: Parallelism):
-    from ..specs import even_split
-
-    n_round = sc.model.layers // par.vp
-    return even_split(n_round, par.pp) * par.vp
+    units[a] -= 1
+    units[b] += 1
+    return par.with_(stage_layers=space.chunk_sizes(sc.model, par.pp, par.vp, units))
 
 
 def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
@@ -217,8 +211,6 @@ def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
     beta = 20.0
     for step in range(budget):
         cand = _neighbour(sc, cur, con, rng, shapes)
-        if cand.vp > 1 and sc.model.layers % cand.vp:
-            continue
         try:
             check_plan(sc, cand)
             c = seen.get(cand)
@@ -246,26 +238,26 @@ def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
 
 def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
                limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
-    """Every configuration, every split (alike in every round) and every per-stage policy."""
+    """Every configuration, every split (``space.split_units``) and every per-stage policy."""
     start = time.perf_counter()
     configs = list(space.configurations(sc, con))
     pols = [con.recompute[0]] if con.recompute and len(set(con.recompute)) == 1 else \
         list(D.POLICIES)
     size = 0
     for par in configs:
-        if sc.model.layers % par.vp == 0:
-            size += space.n_compositions(sc.model.layers // par.vp, par.pp) * len(pols) ** par.pp
+        units, least = space.split_units(sc.model, par.vp)
+        size += space.n_compositions(units, par.pp, least) * len(pols) ** par.pp
     if size > limit:
         raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
                         f"{limit:,}; use a smaller instance or another method")
     found = []  # the best plan of every configuration, as the other methods report
     for par in configs:
-        if sc.model.layers % par.vp:
-            continue
+        units, least = space.split_units(sc.model, par.vp)
         best = None
-        for sizes in space.compositions(sc.model.layers // par.vp, par.pp):
+        for per_device in space.compositions(units, par.pp, least):
+            sizes = space.chunk_sizes(sc.model, par.pp, par.vp, per_device)
             for rec in _products(pols, par.pp):
-                ev = evaluate(sc, par.with_(stage_layers=tuple(sizes * par.vp), recompute=rec))
+                ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
                 if ev.fits and (best is None or ev.step_time < best.step_time):
                     best = ev
         if best is not None:

@@ -28,7 +28,7 @@ from ..cost.compute import op_time
 from ..errors import SpecError
 from ..evaluate import local_strategy
 from ..options import Recompute
-from ..specs import Parallelism, Scenario, check_plan
+from ..specs import Parallelism, Scenario, check_plan, chunks_from_totals, default_split
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -146,11 +146,50 @@ def shapes(sc: Scenario, con: Constraints):
                                 yield shape
 
 
+def homogeneous(model) -> bool:
+    """Every transformer block is of one kind (all dense, or all MoE)."""
+    return model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers))
+
+
+def split_units(model, vp: int) -> tuple[int, int]:
+    """What the stage DP splits among the devices, as (units, least units per device).
+
+    The plan space's split rule: each device holds a number of blocks spread over its ``vp``
+    chunks as evenly as possible (``specs.chunks_from_totals``) — the units are blocks, at least
+    one per chunk. Interleaved models whose blocks differ (some dense, some MoE) instead repeat
+    one split of ``layers / vp`` blocks in every round of chunks, so that every chunk's blocks are
+    known from its position.
+    """
+    if vp == 1 or homogeneous(model):
+        return model.layers, vp
+    return model.layers // vp, 1
+
+
+def chunk_sizes(model, pp: int, vp: int, per_device) -> tuple[int, ...]:
+    """Blocks per chunk (model order) from the DP's units per device."""
+    if vp == 1 or homogeneous(model):
+        return chunks_from_totals(tuple(per_device), vp)
+    return tuple(per_device) * vp
+
+
+def device_units(model, par: Parallelism) -> list[int]:
+    """The units per device of a plan that follows the split rule."""
+    sizes = par.stage_layers or default_split(model, par.pp, par.vp)
+    if par.vp == 1 or homogeneous(model):
+        return [sum(sizes[r * par.pp + i] for r in range(par.vp)) for i in range(par.pp)]
+    return list(sizes[:par.pp])
+
+
 def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     micro = sc.training.global_batch // (shape.mbs * shape.dp)
-    layers = sc.model.layers
-    vps = [1] + [v for v in range(2, MAX_VP + 1) if shape.pp > 1 and layers % v == 0
-                 and layers // v >= shape.pp and micro % shape.pp == 0]
+    model = sc.model
+    vps = [1]
+    for v in range(2, MAX_VP + 1):
+        if shape.pp == 1 or micro % shape.pp:
+            break
+        units, least = split_units(model, v)
+        if (homogeneous(model) or model.layers % v == 0) and units >= shape.pp * least:
+            vps.append(v)
     return _pick(con.vp, vps)
 
 
@@ -285,12 +324,14 @@ def config_bound(sc: Scenario, par: Parallelism) -> float:
     return network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp) + end
 
 
-def compositions(total: int, parts: int):
-    """Every way to write ``total`` as ``parts`` positive integers (for brute force)."""
-    for cuts in itertools.combinations(range(1, total), parts - 1):
-        edges = (0, *cuts, total)
-        yield tuple(b - a for a, b in zip(edges, edges[1:]))
+def compositions(total: int, parts: int, least: int = 1):
+    """Every way to write ``total`` as ``parts`` integers of at least ``least`` (brute force)."""
+    spare = total - parts * (least - 1)
+    for cuts in itertools.combinations(range(1, spare), parts - 1):
+        edges = (0, *cuts, spare)
+        yield tuple(b - a + least - 1 for a, b in zip(edges, edges[1:]))
 
 
-def n_compositions(total: int, parts: int) -> int:
-    return math.comb(total - 1, parts - 1) if parts <= total else 0
+def n_compositions(total: int, parts: int, least: int = 1) -> int:
+    spare = total - parts * (least - 1)
+    return math.comb(spare - 1, parts - 1) if parts <= spare else 0

@@ -1,8 +1,8 @@
 """Cost tables of one configuration: every device position × block range × recompute policy.
 
 Uses the same per-device functions as ``evaluate`` (``cost/device.py``) on arrays, so the DP
-optimises exactly the reported step time. Cells are indexed ``[l, l2, r]``: the device holds
-blocks ``[l, l2)`` of each round of chunks (round ``k`` covers blocks ``k·N .. (k+1)·N``).
+optimises exactly the reported step time. Cells are indexed ``[hi, lo, policy]``: the device
+holds units ``[lo, hi)`` of the split (``space.split_units``).
 """
 
 from __future__ import annotations
@@ -29,34 +29,50 @@ class Tables:
 
 
 def build(cc: D.ConfigCosts) -> Tables | None:
-    """Tables for ``cc``; None when the layers cannot be split into pp·vp equal rounds."""
+    """Tables for ``cc``, whose units follow ``space.split_units``; None when the units cannot
+    give every device its least share. Cells are indexed ``[hi, lo, policy]`` for a device
+    holding units ``[lo, hi)``."""
+    from .space import homogeneous, split_units
+
     par, model = cc.par, cc.sc.model
     p, v = par.pp, par.vp
-    if model.layers % v:
+    units, least = split_units(model, v)
+    if units < p * least or (not homogeneous(model) and model.layers % v):
         return None
-    n_round = model.layers // v
-    if n_round < p:
-        return None
-    idx = np.arange(n_round + 1)
-    lo, hi = np.meshgrid(idx, idx, indexing="ij")
+    idx = np.arange(units + 1)
+    hi, lo = np.meshgrid(idx, idx, indexing="ij")
     n = hi - lo
-    valid = (n >= 1) & (n <= n_round - p + 1)
-    moe_prefix = np.concatenate([[0], np.cumsum([k is G.LayerKind.MOE for k in cc.graph.kinds])])
-    rounds = []
-    for k in range(v):
-        a, b = k * n_round + lo, k * n_round + np.where(valid, hi, lo)
-        moe = (moe_prefix[b] - moe_prefix[a]).astype(float)
-        rounds.append((np.where(valid, n, 0) - moe, moe))
-    cap = cc.sc.cluster.accelerator.hbm_bytes
+    valid = ((n >= least) & (n <= units - (p - 1) * least))[..., None]
+    if homogeneous(model):
+        # a device's cost depends only on how many blocks it holds: compute it once per count,
+        # chunks of n // v blocks with the extras first, then spread it over the (hi, lo) cells
+        all_moe = model.moe is not None
+        counts = idx
+        rounds = []
+        for k in range(v):
+            blocks = (counts // v + (k < counts % v)).astype(float)
+            rounds.append((0.0 * blocks, blocks) if all_moe else (blocks, 0.0 * blocks))
 
-    valid3 = valid[..., None]
+        def spread(a):
+            return np.where(valid, a[np.clip(n, 0, units)], INF)
+    else:  # blocks [lo, hi) of every round of units (one round without interleaving)
+        kinds = cc.graph.kinds
+        moe_prefix = np.concatenate([[0], np.cumsum([k is G.LayerKind.MOE for k in kinds])])
+        rounds = []
+        for k in range(v):
+            a, b = k * units + lo, k * units + np.where(valid[..., 0], hi, lo)
+            moe = (moe_prefix[b] - moe_prefix[a]).astype(float)
+            rounds.append((np.where(valid[..., 0], n, 0) - moe, moe))
+
+        def spread(a):
+            return np.where(valid, a, INF)
+    cap = cc.sc.cluster.accelerator.hbm_bytes
 
     def device_class(first: bool, last: bool, stage: int):
         chunks = [D.chunk(cc, d, m, first and k == 0, last and k == v - 1)
                   for k, (d, m) in enumerate(rounds)]
         dev = D.device(cc, chunks, stage)
-        return (np.where(valid3, dev.X, INF), np.where(valid3, dev.E, INF),
-                D.memory_parts(cc, chunks, stage))
+        return spread(dev.X), spread(dev.E), D.memory_parts(cc, chunks, stage)
 
     classes = {}
     x, e, mem, ok = [], [], [], []
@@ -68,9 +84,8 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         x.append(xc)
         e.append(ec)
         held = chunks_in_flight(i, p, v, cc.micro)
-        m_i = np.where(valid3, D.memory_breakdown(parts, held).total, INF)
+        m_i = spread(D.memory_breakdown(parts, held).total)
         mem.append(m_i)
         ok.append(m_i <= cap)
     const = 2 * cc.fill + cc.sc.training.step_overhead
-    return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid3, const=const)
-
+    return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid, const=const)
