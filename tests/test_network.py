@@ -8,7 +8,7 @@ from nestplan.axes import Axis
 from nestplan.catalog import get_cluster
 from nestplan.cost.network import collective_time, level_bandwidth, p2p_time
 from nestplan.graph import CollKind
-from nestplan.placement import GroupLayout, layouts
+from nestplan.placement import GroupLayout, layouts, stage_devices
 from nestplan.specs import ClusterSpec, Level, Parallelism
 
 H100 = get_cluster("dgx-h100-ndr")
@@ -25,7 +25,7 @@ def test_megatron_order_puts_tp_inside_a_node():
     assert lay.tp.k[0] == 8 and lay.tp.top == 0
     assert lay.dp.k[0] == 1 and lay.dp.top >= 1
     assert all(b.level >= 1 for b in lay.pp)
-    assert lay.stage_devices[0] == tuple(range(32))
+    assert stage_devices(Parallelism(tp=8, pp=4, dp=4))[0] == tuple(range(32))
 
 
 def test_rank_order_moves_groups_across_levels():

@@ -32,7 +32,7 @@ from .cost import device as D
 from .cost.compute import layer_cost
 from .cost.pipeline import schedule_time
 from .options import Recompute
-from .placement import layouts
+from .placement import layouts, stage_devices
 from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, check_plan, default_split
 
@@ -102,11 +102,12 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     e = [float(d.E[p]) for d, p in zip(devices, pols)]
     span = schedule_time(x, micro, vp)
     step = step_time(cc, x, e)
+    ids = stage_devices(par)
     stages = tuple(StageReport(
         index=s, blocks=tuple(bounds[c] for c in range(s, pp * vp, pp)),
         has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
         memory=D.pick(devices[s].memory, pols[s]), recompute=D.POLICIES[pols[s]].value,
-        devices=cc.lay.stage_devices[s]) for s in range(pp))
+        devices=ids[s]) for s in range(pp))
 
     # breakdown: per-micro-batch work on the slowest device, the end on the latest one
     k = max(range(pp), key=lambda i: x[i])

@@ -71,8 +71,6 @@ class Layouts:
     """Boundary after each physical stage; with virtual stages the last one wraps to stage 0."""
     embedding: GroupLayout
     """First and last stage (tied-embedding gradient all-reduce)."""
-    stage_devices: tuple[tuple[int, ...], ...]
-    """Device ids of every stage (all replicas), in stage order."""
 
 
 def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
@@ -166,5 +164,10 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
         edp=lay(_rows(egrid, 1)),
         pp=tuple(boundaries),
         embedding=lay(emb) if par.pp > 1 else GroupLayout(1, tuple(1 for _ in blocks)),
-        stage_devices=tuple(tuple(int(d) for d in np.sort(grid[i].ravel())) for i in range(par.pp)),
     )
+
+
+def stage_devices(par: Parallelism) -> tuple[tuple[int, ...], ...]:
+    """Device ids of every pipeline stage (all replicas and TP/CP ranks), in stage order."""
+    grid = rank_grid(par)
+    return tuple(tuple(int(d) for d in np.sort(grid[i].ravel())) for i in range(par.pp))
