@@ -11,7 +11,8 @@ is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time)
 device ``i``'s position class, the blocks it holds and its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
-an ``(N+1, N+1, 3)`` array (``inf`` where not allowed: too few or too many units, over memory,
+an ``(N+1, N+1, 3)`` array (or ``cost[l2 - l, r]`` of an ``(N+1, 3)`` array when only the number
+of units matters, as for models whose blocks are all alike) (``inf`` where not allowed: too few or too many units, over memory,
 or over a threshold). ``D_i[l]`` is the best value of devices ``0..i-1`` covering ``[0, l)``; one
 relaxation step gives ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
@@ -29,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 INF = np.inf
 
@@ -49,14 +51,30 @@ class Solution:
 
 
 def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarray]:
-    n1 = cost.shape[0]
-    flat = op(prev[None, :, None], cost).reshape(n1, -1)  # [l2, (l, r)]
+    if cost.ndim == 2:  # by count: cost[n, r] for a device of n units, wherever it starts
+        n1 = prev.shape[0]
+        rows = np.flatnonzero(np.isfinite(cost).any(axis=1))
+        if rows.size == 0:
+            return np.full(n1, INF), np.zeros(n1, dtype=int)
+        lo, hi = rows[0], rows[-1] + 1  # the band of counts that can be used at all
+        pad = np.concatenate([np.full(n1 - 1, INF), prev])
+        shifted = sliding_window_view(pad, n1)[:, ::-1]  # shifted[l2, n] = prev[l2 - n]
+        flat = op(shifted[:, lo:hi, None], cost[None, lo:hi, :]).reshape(n1, -1)
+        idx = flat.argmin(axis=1)
+        return flat[np.arange(n1), idx], idx + 3 * lo  # back-pointer (n, r) as n·3 + r
+    else:  # cost[l2, l, r]
+        n1 = cost.shape[0]
+        flat = op(prev[None, :, None], cost).reshape(n1, -1)  # [l2, (l, r)]
     idx = flat.argmin(axis=1)
     return flat[np.arange(n1), idx], idx
 
 
 def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
-    """Best chain value through all devices and the back-pointers of every step."""
+    """Best chain value through all devices and the back-pointers of every step.
+
+    ``costs[i]`` is ``[end, start, policy]`` or, when a device's cost depends only on how many
+    units it holds, ``[count, policy]``.
+    """
     n1 = costs[0].shape[0]
     d = np.full(n1, INF)
     d[0] = 0.0
@@ -67,12 +85,13 @@ def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
     return float(d[-1]), back
 
 
-def backtrack(back: list[np.ndarray]) -> tuple[Stage, ...]:
-    """The stages of the chain ending at the last block."""
+def backtrack(back: list[np.ndarray], by_count: bool) -> tuple[Stage, ...]:
+    """The stages of the chain ending at the last unit."""
     end = back[0].shape[0] - 1
     out = []
     for idx in reversed(back):
-        start, policy = divmod(int(idx[end]), 3)
+        k, policy = divmod(int(idx[end]), 3)
+        start = end - k if by_count else k
         out.append(Stage(start, end, policy))
         end = start
     return tuple(reversed(out))
@@ -88,11 +107,12 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
           const: float, bound: float = INF) -> Solution | None:
     """The optimal stage split and policies, or None if nothing fits (or beats ``bound``).
 
-    ``x[i]``, ``e[i]``: per-device ``(N+1, N+1, 3)`` arrays ``[end, start, policy]`` of X and E
-    (``inf`` where the cell is not a valid range); ``ok[i]``: False where device ``i`` would not
-    fit.
+    ``x[i]``, ``e[i]``: per-device arrays of X and E, ``(N+1, N+1, 3)`` indexed ``[end, start,
+    policy]``, or ``(N+1, 3)`` indexed ``[count, policy]`` when only the number of units matters
+    (``inf`` where not allowed); ``ok[i]``: False where device ``i`` would not fit.
     """
     p = len(x)
+    by_count = x[0].ndim == 2
     xs = [np.where(ok[i], x[i], INF) for i in range(p)]
     es = [np.where(ok[i], e[i], INF) for i in range(p)]
     t0, _ = chain(xs, np.maximum)
@@ -104,9 +124,12 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
     best: Solution | None = None
     best_val = bound
 
+    def cell(a, s):
+        return float(a[s.end - s.start, s.policy] if by_count else a[s.end, s.start, s.policy])
+
     def value(stages):
-        xv = [float(x[i][s.end, s.start, s.policy]) for i, s in enumerate(stages)]
-        ev = [float(e[i][s.end, s.start, s.policy]) for i, s in enumerate(stages)]
+        xv = [cell(x[i], s) for i, s in enumerate(stages)]
+        ev = [cell(e[i], s) for i, s in enumerate(stages)]
         return objective(xv, ev, micro, vp, const)
 
     t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))
@@ -128,7 +151,7 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
             s, back = chain(costs, np.add)
             if not np.isfinite(s):
                 continue
-            stages = backtrack(back)
+            stages = backtrack(back, by_count)
             val = value(stages)
             if val < best_val:
                 best_val, best = val, Solution(val, stages)

@@ -1,8 +1,9 @@
 """Cost tables of one configuration: every device position × block range × recompute policy.
 
 Uses the same per-device functions as ``evaluate`` (``cost/device.py``) on arrays, so the DP
-optimises exactly the reported step time. Cells are indexed ``[hi, lo, policy]``: the device
-holds units ``[lo, hi)`` of the split (``space.split_units``).
+optimises exactly the reported step time. Cells are indexed ``[hi, lo, policy]`` for a device
+holding units ``[lo, hi)`` of the split (``space.split_units``), or ``[count, policy]`` when
+the blocks are all alike and only their number matters.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ class Tables:
 
 def build(cc: D.ConfigCosts) -> Tables | None:
     """Tables for ``cc``, whose units follow ``space.split_units``; None when the units cannot
-    give every device its least share. Cells are indexed ``[hi, lo, policy]`` for a device
-    holding units ``[lo, hi)``."""
+    give every device its least share."""
     from .space import homogeneous, split_units
 
     par, model = cc.par, cc.sc.model
@@ -40,22 +40,20 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     if units < p * least or (not homogeneous(model) and model.layers % v):
         return None
     idx = np.arange(units + 1)
-    hi, lo = np.meshgrid(idx, idx, indexing="ij")
-    n = hi - lo
-    valid = ((n >= least) & (n <= units - (p - 1) * least))[..., None]
+    top = units - (p - 1) * least
     if homogeneous(model):
-        # a device's cost depends only on how many blocks it holds: compute it once per count,
-        # chunks of n // v blocks with the extras first, then spread it over the (hi, lo) cells
+        # a device's cost depends only on how many blocks it holds: tables by count, chunks of
+        # n // v blocks with the extras first
+        valid = ((idx >= least) & (idx <= top))[:, None]
         all_moe = model.moe is not None
-        counts = idx
         rounds = []
         for k in range(v):
-            blocks = (counts // v + (k < counts % v)).astype(float)
+            blocks = (idx // v + (k < idx % v)).astype(float)
             rounds.append((0.0 * blocks, blocks) if all_moe else (blocks, 0.0 * blocks))
-
-        def spread(a):
-            return np.where(valid, a[np.clip(n, 0, units)], INF)
     else:  # blocks [lo, hi) of every round of units (one round without interleaving)
+        hi, lo = np.meshgrid(idx, idx, indexing="ij")
+        n = hi - lo
+        valid = ((n >= least) & (n <= top))[..., None]
         kinds = cc.graph.kinds
         moe_prefix = np.concatenate([[0], np.cumsum([k is G.LayerKind.MOE for k in kinds])])
         rounds = []
@@ -64,8 +62,8 @@ def build(cc: D.ConfigCosts) -> Tables | None:
             moe = (moe_prefix[b] - moe_prefix[a]).astype(float)
             rounds.append((np.where(valid[..., 0], n, 0) - moe, moe))
 
-        def spread(a):
-            return np.where(valid, a, INF)
+    def spread(a):
+        return np.where(valid, a, INF)
     cap = cc.sc.cluster.accelerator.hbm_bytes
 
     def device_class(first: bool, last: bool, stage: int):
