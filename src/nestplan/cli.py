@@ -23,22 +23,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"nestplan: error: {message} (see nestplan {self.prog.split()[-1]} --help)\n")
 
 
-def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
+def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g = p.add_argument_group("scenario")
-    g.add_argument("--model", required=True, help="catalog name or path to a HuggingFace config.json")
-    g.add_argument("--cluster", required=True, help="catalog name or path to a cluster TOML file")
-    g.add_argument("--gpus", type=int, required=True, help="devices used by the run")
-    g.add_argument("--seq-len", type=int, required=plan_required,
-                   help="tokens per sequence" + ("" if plan_required else
+    g.add_argument("--model", required=not for_evaluate,
+                   help="catalog name or path to a HuggingFace config.json")
+    g.add_argument("--cluster", required=not for_evaluate,
+                   help="catalog name or path to a cluster TOML file")
+    g.add_argument("--gpus", type=int, required=not for_evaluate, help="devices used by the run")
+    g.add_argument("--seq-len", type=int,
+                   help="tokens per sequence" + ("" if for_evaluate else
                                                  f" (default {DEFAULT_SEQ_LEN})"))
-    g.add_argument("--global-batch", type=int, required=plan_required,
-                   help="sequences per step" + ("" if plan_required else
+    g.add_argument("--global-batch", type=int,
+                   help="sequences per step" + ("" if for_evaluate else
                                                 f" (default {DEFAULT_GLOBAL_BATCH})"))
     g.add_argument("--precision", default="bf16", help="matmul precision: bf16 (default) or fp8")
-    k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if plan_required
+    k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if for_evaluate
                              else "constraints: any plan flag fixes that knob")
-    k.add_argument("--tp", type=int, required=plan_required, help="tensor-parallel degree")
-    k.add_argument("--pp", type=int, required=plan_required, help="pipeline stages")
+    k.add_argument("--tp", type=int, help="tensor-parallel degree")
+    k.add_argument("--pp", type=int, help="pipeline stages")
     k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
     k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
     k.add_argument("--ep", type=int, help="expert-parallel degree, out of dp·cp (default 1)")
@@ -49,9 +51,10 @@ def _add_scenario(p: argparse.ArgumentParser, *, plan_required: bool):
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
     k.add_argument("--recompute", help="none (default), selective or full; or one per stage, "
                    "comma-separated")
-    k.add_argument("--mbs", type=int, required=plan_required, help="micro-batch size (sequences)")
+    k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--save", metavar="PLAN.json", help="write the (best) plan to a plan file")
 
 
 def _add_search(p: argparse.ArgumentParser):
@@ -145,11 +148,28 @@ def _plan(args, sc):
     return Parallelism(**kw)
 
 
+EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
+
+
 def cmd_evaluate(args) -> int:
+    from .errors import UsageError
     from .evaluate import evaluate
 
-    sc = _scenario(args)
-    ev = evaluate(sc, _plan(args, sc))
+    if args.plan:
+        from . import planfile
+
+        pf = planfile.load(args.plan)
+        ev = evaluate(pf.scenario, pf.plan)
+    else:
+        missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
+        if missing:
+            raise UsageError(f"missing {' '.join(missing)} (or give --plan PLAN.json)")
+        sc = _scenario(args)
+        ev = evaluate(sc, _plan(args, sc))
+    if args.save:
+        from . import planfile
+
+        planfile.save(ev, args.save)
     if args.json:
         print(json.dumps(ev.to_json()))
     else:
@@ -168,6 +188,10 @@ def cmd_plan(args) -> int:
         res = run_method(args.method, sc, _constraints(args), top=args.top, progress=progress)
     finally:
         progress.close()
+    if args.save:
+        from . import planfile
+
+        planfile.save(res.best, args.save, method=res.method)
     if args.json:
         js = res.best.to_json()
         js.update(method=res.method, search_seconds=res.seconds,
@@ -218,6 +242,33 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from . import planfile
+    from .exports import export
+
+    out = export(planfile.load(args.plan), args.format)
+    if args.output:
+        path = Path(args.output)
+        try:
+            path.write_text(out.text)
+            for suffix, text in out.extras.items():
+                Path(str(path) + suffix).write_text(text)
+        except OSError as e:
+            from .errors import SpecError
+
+            raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
+        written = [str(path)] + [str(path) + s for s in out.extras]
+        print("wrote " + ", ".join(written), file=sys.stderr)
+    else:
+        print(out.text, end="")
+        if out.extras:
+            print("nestplan: give -o PATH to also write " + ", ".join(
+                f"PATH{s}" for s in out.extras), file=sys.stderr)
+    for note in out.notes:
+        print(f"nestplan: note: {note}", file=sys.stderr)
+    return 0
+
+
 def cmd_list(args) -> int:
     from .catalog import list_names
 
@@ -250,19 +301,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"nestplan {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     e = sub.add_parser("evaluate", help="predict step time, throughput, MFU and memory of a plan")
-    _add_scenario(e, plan_required=True)
+    _add_scenario(e, for_evaluate=True)
+    e.add_argument("--plan", metavar="PLAN.json", help="evaluate a saved plan file instead")
     e.set_defaults(func=cmd_evaluate)
     pl = sub.add_parser("plan", help="find the fastest plans that fit (NEST or a baseline)")
-    _add_scenario(pl, plan_required=False)
+    _add_scenario(pl, for_evaluate=False)
     _add_search(pl)
     pl.add_argument("--method", default="nest", help="nest (default), manual, phaze, alpa, "
                     "mist, mcmc or exhaustive")
     pl.add_argument("--top", type=int, default=5, help="plans to list (default 5)")
     pl.set_defaults(func=cmd_plan)
     cm = sub.add_parser("compare", help="every method on one scenario, side by side")
-    _add_scenario(cm, plan_required=False)
+    _add_scenario(cm, for_evaluate=False)
     _add_search(cm)
     cm.set_defaults(func=cmd_compare)
+    ex = sub.add_parser("export", help="launch configuration of a saved plan for a framework")
+    ex.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")
+    ex.add_argument("--format", required=True, help="megatron, torchtitan or deepspeed")
+    ex.add_argument("-o", "--output", metavar="PATH", help="write here (extra files beside it) "
+                    "instead of printing")
+    ex.set_defaults(func=cmd_export)
     ls = sub.add_parser("list", help="list catalog entries")
     ls.add_argument("kind", choices=["models", "clusters", "accelerators"])
     ls.set_defaults(func=cmd_list)

@@ -17,3 +17,7 @@ class SpecError(NestplanError, ValueError):
 
 class InfeasibleError(NestplanError):
     """No plan satisfies the constraints (for example, nothing fits in memory)."""
+
+
+class UsageError(NestplanError):
+    """A command given without what it needs (exit code 2, like SpecError)."""

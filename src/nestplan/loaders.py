@@ -193,3 +193,97 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         moe=moe,
         mla=mla,
     )
+
+
+# ----------------------------------------------------------------------------- back to tables
+# The inverse of the loaders above: specs to tables in the same file format (units in the keys),
+# for plan files. ``x_from_table(x_to_table(spec)) == spec``.
+
+
+def _clean(value: float) -> float:
+    """Round away the last bits of a unit conversion (e.g. 80 GiB -> 80.00000000000001)."""
+    return float(f"{value:.12g}")
+
+
+def accelerator_to_table(acc: AcceleratorSpec) -> dict:
+    table = {
+        "name": acc.name,
+        "peak_tflops_bf16": _clean(acc.peak_flops_bf16 / units.TFLOPS),
+        "hbm_GiB": _clean(acc.hbm_bytes / units.GiB),
+        "hbm_GBps": _clean(acc.hbm_bandwidth / units.GB),
+        "matmul_efficiency_bf16_by_GFLOP": [[_clean(f / 1e9), e] for f, e in acc.matmul_efficiency_bf16],
+        "attention_efficiency": list(acc.attention_efficiency),
+        "memory_efficiency": acc.memory_efficiency,
+        "kernel_overhead_us": _clean(acc.kernel_overhead / units.US),
+    }
+    if acc.peak_flops_fp8 is not None:
+        table["peak_tflops_fp8"] = _clean(acc.peak_flops_fp8 / units.TFLOPS)
+        table["matmul_efficiency_fp8_by_GFLOP"] = [[_clean(f / 1e9), e]
+                                                   for f, e in acc.matmul_efficiency_fp8]
+    return table
+
+
+def cluster_to_table(cluster: ClusterSpec) -> dict:
+    levels = []
+    for lv in cluster.levels:
+        t = {"name": lv.name, "bandwidth_GBps": _clean(lv.bandwidth / units.GB),
+             "latency_us": _clean(lv.latency / units.US), "oversubscription": lv.oversubscription,
+             "efficiency": lv.efficiency}
+        if lv.size is not None:
+            t["size"] = lv.size
+        levels.append(t)
+    return {"name": cluster.name, "accelerator": accelerator_to_table(cluster.accelerator),
+            "levels": levels}
+
+
+def model_to_table(model: ModelSpec) -> dict:
+    table = {f: getattr(model, f) for f in (
+        "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "bias",
+        "dropout", "tied_embeddings", "max_positions", "causal")}
+    table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
+    if model.moe is not None:
+        table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS)}
+    if model.mla is not None:
+        table["mla"] = {f: getattr(model.mla, f) for f in sorted(_MLA_KEYS)}
+    return table
+
+
+_TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention", "grad_bytes",
+                  "overlap_grad_reduce", "overlap_param_gather", "tp_overlap", "overlap_p2p",
+                  "attention_span", "step_overhead_s", "flat_dp_collectives"}
+
+
+def training_to_table(tr) -> dict:
+    table = {"seq_len": tr.seq_len, "global_batch": tr.global_batch,
+             "precision": tr.precision.value, "attention": tr.attention.value,
+             "grad_bytes": tr.grad_bytes, "overlap_grad_reduce": tr.overlap_grad_reduce,
+             "overlap_param_gather": tr.overlap_param_gather, "tp_overlap": tr.tp_overlap.value,
+             "overlap_p2p": tr.overlap_p2p, "step_overhead_s": tr.step_overhead,
+             "flat_dp_collectives": tr.flat_dp_collectives}
+    if tr.attention_span is not None:
+        table["attention_span"] = tr.attention_span
+    return table
+
+
+def training_from_table(table: dict, where: str = "training"):
+    from .options import AttentionImpl, Precision, TPOverlap
+    from .specs import TrainingSpec
+
+    check_keys(table, where, required={"seq_len", "global_batch"}, optional=_TRAINING_KEYS)
+    kw: dict[str, Any] = {k: _typed(table, k, where, int) for k in ("seq_len", "global_batch")}
+    for k in ("overlap_grad_reduce", "overlap_param_gather", "overlap_p2p", "flat_dp_collectives"):
+        if k in table:
+            kw[k] = _typed(table, k, where, bool)
+    if "grad_bytes" in table:
+        kw["grad_bytes"] = _typed(table, "grad_bytes", where, int)
+    if "attention_span" in table:
+        kw["attention_span"] = _typed(table, "attention_span", where, int)
+    if "step_overhead_s" in table:
+        kw["step_overhead"] = float(_typed(table, "step_overhead_s", where, _NUM))
+    if "precision" in table:
+        kw["precision"] = Precision.parse(f"{where}.precision", table["precision"])
+    if "attention" in table:
+        kw["attention"] = AttentionImpl.parse(f"{where}.attention", table["attention"])
+    if "tp_overlap" in table:
+        kw["tp_overlap"] = TPOverlap.parse(f"{where}.tp_overlap", table["tp_overlap"])
+    return TrainingSpec(**kw)

@@ -1,0 +1,78 @@
+"""Launch configurations from a plan: Megatron-LM, torchtitan, DeepSpeed.
+
+Each exporter returns an :class:`Export`: the main text (command-line arguments, a TOML or a JSON
+file), extra files to write beside it (a rank map, the device mesh) and notes on what the
+framework cannot express. A plan a framework cannot express exactly is exported as the closest
+plan it can run, never silently: the notes say what changed and what nestplan predicts for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+from ..evaluate import chunk_bounds, evaluate
+from ..options import Recompute
+from ..placement import rank_grid
+from ..planfile import PlanFile
+from ..specs import Parallelism
+
+FORMATS = ("megatron", "torchtitan", "deepspeed")
+
+
+@dataclass
+class Export:
+    text: str
+    extras: dict[str, str] = field(default_factory=dict)
+    """File-name suffix (appended to the output path) -> contents."""
+    notes: list[str] = field(default_factory=list)
+
+
+def mesh_json(par: Parallelism) -> str:
+    """The device mesh of the plan: device id (= global rank when rank r runs on device r) of
+    every (pp, dp, cp, tp) coordinate."""
+    grid = rank_grid(par)
+    return json.dumps({"dims": ["pp", "dp", "cp", "tp"], "shape": list(grid.shape),
+                       "rank_order": "-".join(a.value for a in par.rank_order),
+                       "ranks": grid.tolist()}) + "\n"
+
+
+def uniform_policy(par: Parallelism) -> tuple[Recompute, list[str]]:
+    """One recompute policy for every stage (frameworks take one), and a note if the plan had
+    several: the most memory-saving one is used, so the plan still fits."""
+    policies = [par.recompute_of(s) for s in range(par.pp)]
+    order = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]
+    chosen = max(set(policies), key=order.index)
+    notes = []
+    if len(set(policies)) > 1:
+        per = ", ".join(f"stage {s}: {p.value}" for s, p in enumerate(policies))
+        notes.append(f"per-stage recomputation ({per}) cannot be expressed; every stage uses "
+                     f"'{chosen.value}'")
+    return chosen, notes
+
+
+def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
+    """What nestplan predicts for the plan actually exported."""
+    before = evaluate(pf.scenario, pf.plan)
+    after = evaluate(pf.scenario, changed)
+    return (f"exported plan: predicted step {after.step_time:.3f} s instead of "
+            f"{before.step_time:.3f} s, peak memory {after.peak_memory / 2**30:.1f} GiB "
+            f"({'fits' if after.fits else 'does NOT fit'})")
+
+
+def export(pf: PlanFile, fmt: str) -> Export:
+    """The launch configuration of ``pf`` for framework ``fmt``."""
+    if fmt == "megatron":
+        from .megatron import export as run
+    elif fmt == "torchtitan":
+        from .torchtitan import export as run
+    elif fmt == "deepspeed":
+        from .deepspeed import export as run
+    else:
+        raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
+    return run(pf)
+
+
+def blocks_per_chunk(pf: PlanFile) -> list[int]:
+    return [b - a for a, b in chunk_bounds(pf.scenario.model, pf.plan)]

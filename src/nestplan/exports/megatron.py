@@ -1,0 +1,144 @@
+"""Megatron-LM / Megatron-Core command-line arguments (``pretrain_gpt.py``).
+
+Names follow Megatron-LM's ``megatron/training/arguments.py``. Non-uniform pipelines use
+``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` when only the
+first and last stages differ, and ``--pipeline-model-parallel-layout`` otherwise (E = embedding,
+t = transformer block, L = loss/head, ``|`` ends a model chunk; chunks are dealt round-robin).
+Megatron builds its process groups in the order tp-cp-ep-dp-pp; a plan with another rank order is
+launched through the rank map written beside the arguments.
+"""
+
+from __future__ import annotations
+
+from ..axes import MEGATRON_ORDER
+from ..evaluate import evaluate
+from ..options import MLPKind, Norm, Position, Precision, Recompute
+from ..placement import rank_grid
+from ..planfile import PlanFile
+from . import Export, blocks_per_chunk, mesh_json, predicted_note, uniform_policy
+
+
+def _layout(sizes: list[int]) -> str:
+    chunks = []
+    for c, n in enumerate(sizes):
+        text = ("E" if c == 0 else "") + ("t" * n if n <= 2 else f"t*{n}") + (
+            "L" if c == len(sizes) - 1 else "")
+        chunks.append(text)
+    return "|".join(chunks)
+
+
+def rank_map(par, devices_per_node: int) -> str:
+    """megatron_rank,device,node,local_device: which device runs each Megatron rank."""
+    grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
+    lines = ["megatron_rank,device,node,local_device"]
+    rows = []
+    for p in range(par.pp):
+        for d in range(par.dp):
+            for c in range(par.cp):
+                for t in range(par.tp):
+                    rank = t + par.tp * (c + par.cp * (d + par.dp * p))
+                    dev = int(grid[p, d, c, t])
+                    rows.append((rank, dev))
+    for rank, dev in sorted(rows):
+        lines.append(f"{rank},{dev},{dev // devices_per_node},{dev % devices_per_node}")
+    return "\n".join(lines) + "\n"
+
+
+def export(pf: PlanFile) -> Export:
+    sc, par = pf.scenario, pf.plan
+    m, tr = sc.model, sc.training
+    notes: list[str] = []
+    policy, rec_notes = uniform_policy(par)
+    notes += rec_notes
+    exported = par.with_(recompute=(policy,)) if rec_notes else par
+    args: list[str] = [
+        f"--tensor-model-parallel-size {par.tp}",
+        f"--pipeline-model-parallel-size {par.pp}",
+        f"--context-parallel-size {par.cp}",
+    ]
+    if par.sp:
+        args.append("--sequence-parallel")
+    if m.moe is not None:
+        args += [f"--expert-model-parallel-size {par.ep}",
+                 f"--expert-tensor-parallel-size {par.expert_tp}",
+                 f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
+                 f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
+                 "--moe-token-dispatcher-type alltoall"]
+        if m.moe.shared_experts:
+            args.append("--moe-shared-expert-intermediate-size "
+                        f"{m.moe.shared_experts * (m.moe.shared_ffn_hidden or m.moe.ffn_hidden)}")
+        if m.moe.first_dense_layers or m.moe.layer_freq > 1:
+            pattern = [1 if m.is_moe_layer(i) else 0 for i in range(m.layers)]
+            args.append(f"--moe-layer-freq '{pattern}'")
+    sizes = blocks_per_chunk(pf)
+    uniform = len(set(sizes)) == 1
+    if uniform:
+        if par.vp > 1:
+            args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")
+    elif par.vp == 1 and (par.pp == 2 or len(set(sizes[1:-1])) == 1):
+        args += [f"--decoder-first-pipeline-num-layers {sizes[0]}",
+                 f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
+    else:
+        args.append(f"--pipeline-model-parallel-layout '{_layout(sizes)}'")
+    if policy is Recompute.FULL:
+        args += ["--recompute-granularity full", "--recompute-method uniform",
+                 "--recompute-num-layers 1"]
+    elif policy is Recompute.SELECTIVE:
+        args.append("--recompute-granularity selective")
+    if par.zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif par.zero in (2, 3):
+        strategy = "optim_grads" if par.zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+    if tr.overlap_grad_reduce and (par.dp * par.cp) > 1:
+        args.append("--overlap-grad-reduce")
+    if tr.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
+        args.append("--overlap-param-gather")
+    args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
+             f"--seq-length {tr.seq_len}",
+             f"--max-position-embeddings {max(tr.seq_len, m.max_positions)}",
+             f"--num-layers {m.layers}", f"--hidden-size {m.hidden}",
+             f"--num-attention-heads {m.heads}", f"--kv-channels {m.head_dim}",
+             f"--ffn-hidden-size {m.ffn_hidden}"]
+    if m.kv_heads != m.heads:
+        args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    if m.mlp is MLPKind.SWIGLU:
+        args.append("--swiglu")
+    elif m.mlp is MLPKind.SQUARED_RELU:
+        args.append("--squared-relu")
+    if m.norm is Norm.RMSNORM:
+        args.append("--normalization RMSNorm")
+    if not m.bias:
+        args.append("--disable-bias-linear")
+    if not m.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else
+                                                "learned_absolute"))
+    if m.position is Position.ALIBI:
+        notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
+                     "learned absolute positions in the export")
+    if not m.dropout:
+        args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    args.append("--bf16")
+    if tr.precision is Precision.FP8:
+        args += ["--fp8-format hybrid", "--transformer-impl transformer_engine"]
+    if par.rank_order != MEGATRON_ORDER:
+        order = "-".join(a.value for a in par.rank_order)
+        notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
+                     "start each process with RANK from the rank map (.ranks.csv) so that "
+                     "Megatron rank r runs on the device the plan chose")
+    if rec_notes:
+        notes.append(predicted_note(pf, exported))
+    ev = evaluate(sc, exported)
+    head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
+            f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
+            f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / 2**30:.1f} GiB",
+            f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
+            f"of 128·tp)"]
+    head += [f"# note: {n}" for n in notes]
+    extras = {".mesh.json": mesh_json(par)}
+    if par.rank_order != MEGATRON_ORDER:
+        extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
+    text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
+    return Export(text=text, extras=extras, notes=notes)

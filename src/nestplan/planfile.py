@@ -1,0 +1,165 @@
+"""Plan files: the complete plan as JSON (``--save``), and loading it back (``--plan``).
+
+A plan file holds the model, the cluster and the training setup (in the catalog's file format,
+units in the keys), every degree, the blocks and device ids of every stage, the rank order, the
+predicted metrics and the nestplan version. Loading is strict: unknown keys, another file format
+or a plan edited into something impossible are SpecErrors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .axes import parse_order
+from .errors import SpecError
+from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
+                      model_to_table, training_from_table, training_to_table)
+from .options import Recompute
+from .result import Evaluation
+from .specs import Parallelism, Scenario
+
+FORMAT = 1
+_TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "plan", "stages",
+        "predicted", "method"}
+_PLAN = {"tp", "pp", "dp", "cp", "ep", "etp", "vp", "sp", "zero", "recompute", "mbs",
+         "rank_order", "stage_layers"}
+_STAGE = {"stage", "blocks", "devices", "recompute", "embedding", "head"}
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    """A loaded plan: what it runs on, the plan itself, and what was predicted when saved."""
+
+    scenario: Scenario
+    plan: Parallelism
+    predicted: dict
+    method: str | None = None
+
+
+def plan_to_dict(par: Parallelism) -> dict:
+    return {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
+            "etp": par.expert_tp, "vp": par.vp, "sp": par.sp, "zero": par.zero,
+            "recompute": [par.recompute_of(s).value for s in range(par.pp)], "mbs": par.mbs,
+            "rank_order": "-".join(a.value for a in par.rank_order),
+            "stage_layers": list(par.stage_layers) if par.stage_layers else None}
+
+
+def to_dict(ev: Evaluation, method: str | None = None) -> dict:
+    """The plan file of an evaluated plan."""
+    from .evaluate import chunk_bounds
+
+    sc, par = ev.scenario, ev.plan
+    bounds = chunk_bounds(sc.model, par)
+    plan = plan_to_dict(par)
+    plan["stage_layers"] = [b - a for a, b in bounds]
+    js = ev.to_json()
+    predicted = {k: js[k] for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                                    "model_tflops_per_gpu", "mfu", "peak_memory_gib", "fits")}
+    return {
+        "format": FORMAT, "nestplan_version": __version__,
+        **({"method": method} if method else {}),
+        "model": model_to_table(sc.model), "cluster": cluster_to_table(sc.cluster),
+        "gpus": sc.gpus, "training": training_to_table(sc.training), "plan": plan,
+        "stages": [{"stage": s.index, "blocks": [list(b) for b in s.blocks],
+                    "devices": list(s.devices), "recompute": s.recompute,
+                    "embedding": s.has_embedding, "head": s.has_head} for s in ev.stages],
+        "predicted": predicted,
+    }
+
+
+def save(ev: Evaluation, path: str | Path, method: str | None = None) -> None:
+    try:
+        Path(path).write_text(json.dumps(to_dict(ev, method), indent=1) + "\n")
+    except OSError as e:
+        raise SpecError("--save", str(path), f"cannot write ({e.strerror})") from None
+
+
+def _int(table: dict, key: str, where: str) -> int:
+    v = table.get(key)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise SpecError(f"{where}.{key}", v, "must be an integer")
+    return v
+
+
+def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
+    check_keys(table, where, required={"tp", "pp", "dp", "mbs"}, optional=_PLAN)
+    kw = {k: _int(table, k, where) for k in ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
+          if k in table}
+    if table.get("etp") is not None:
+        kw["etp"] = _int(table, "etp", where)
+    if "sp" in table:
+        if not isinstance(table["sp"], bool):
+            raise SpecError(f"{where}.sp", table["sp"], "must be true or false")
+        kw["sp"] = table["sp"]
+    if "recompute" in table:
+        rec = table["recompute"]
+        rec = [rec] if isinstance(rec, str) else rec
+        if not isinstance(rec, list):
+            raise SpecError(f"{where}.recompute", rec, "must be a policy or a list of policies")
+        kw["recompute"] = tuple(Recompute.parse(f"{where}.recompute", r) for r in rec)
+    if "rank_order" in table:
+        kw["rank_order"] = parse_order(str(table["rank_order"]))
+    if table.get("stage_layers") is not None:
+        sl = table["stage_layers"]
+        if not isinstance(sl, list) or not all(isinstance(n, int) for n in sl):
+            raise SpecError(f"{where}.stage_layers", sl, "must be a list of block counts")
+        kw["stage_layers"] = tuple(sl)
+    return Parallelism(**kw)
+
+
+def from_dict(data: dict, source: str = "plan file") -> PlanFile:
+    """Rebuild a plan file's scenario and plan; reject what this version cannot read."""
+    from .catalog import get_accelerator
+    from .evaluate import evaluate
+
+    if not isinstance(data, dict):
+        raise SpecError(source, type(data).__name__, "a plan file holds one JSON object")
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        raise SpecError(f"{source}: format", fmt, f"this nestplan ({__version__}) reads plan "
+                        f"files of format {FORMAT}")
+    check_keys(data, source, required={"format", "model", "cluster", "gpus", "training", "plan"},
+               optional=_TOP)
+    sc = Scenario(model=model_from_table(data["model"], f"{source}: model"),
+                  cluster=cluster_from_table(data["cluster"], get_accelerator,
+                                             f"{source}: cluster"),
+                  gpus=_int(data, "gpus", source),
+                  training=training_from_table(data["training"], f"{source}: training"))
+    par = plan_from_dict(data["plan"], f"{source}: plan")
+    ev = evaluate(sc, par)  # also validates the plan against the scenario
+    stages = data.get("stages")
+    if stages is not None:
+        if not isinstance(stages, list) or len(stages) != len(ev.stages):
+            raise SpecError(f"{source}: stages", f"{len(stages) if isinstance(stages, list) else stages}"
+                            " entries", f"the plan has {len(ev.stages)} pipeline stages")
+        for st, mine in zip(stages, ev.stages):
+            where = f"{source}: stages[{mine.index}]"
+            check_keys(st, where, required=set(), optional=_STAGE)
+            if "devices" in st and sorted(st["devices"]) != list(mine.devices):
+                raise SpecError(f"{where}.devices", _short(st["devices"]),
+                                "must be the devices the plan's rank order gives this stage: "
+                                + _short(list(mine.devices)))
+            if "blocks" in st and [list(b) for b in st["blocks"]] != [list(b) for b in mine.blocks]:
+                raise SpecError(f"{where}.blocks", st["blocks"], "must match plan.stage_layers: "
+                                f"{[list(b) for b in mine.blocks]}")
+    predicted = data.get("predicted") or {}
+    return PlanFile(sc, par, predicted if isinstance(predicted, dict) else {},
+                    data.get("method"))
+
+
+def _short(ids: list) -> str:
+    text = ",".join(str(i) for i in ids[:8])
+    return text + (f",… ({len(ids)})" if len(ids) > 8 else "")
+
+
+def load(path: str | Path) -> PlanFile:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError("plan file", str(path), "no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpecError("plan file", str(path), f"not valid JSON ({e})") from None
+    return from_dict(data, Path(path).name)
