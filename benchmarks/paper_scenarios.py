@@ -3,7 +3,8 @@
 Scenarios come from ``../shared/data/nest_paper/`` (Figure 5 and 6 on ``nest-tpuv4-fattree``,
 Table 3 on ``nest-h100-spineleaf``); each keeps the paper's fixed inputs (global batch 4,096
 sequences, the micro-batch size, EP = 4 for Mixtral). Two scenarios the paper lacks are added:
-an oversubscribed Clos and 16,384 GPUs.
+an oversubscribed Clos and 16,384 GPUs. Every method's plan of every scenario is also written to
+``benchmarks/paper_plans.json``, which ``tests/test_exports.py`` exports to every framework.
 
     python benchmarks/paper_scenarios.py [--quick]      # --quick: the H100 rows only
 """
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from nestplan.errors import InfeasibleError, SpecError
+from nestplan.planfile import plan_to_dict
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import methods
 from nestplan.search.space import Constraints
@@ -25,6 +28,7 @@ from nestplan.search.space import Constraints
 HERE = Path(__file__).parent
 PAPER = HERE.parent.parent / "shared" / "data" / "nest_paper"
 OUT = HERE / "paper_scenarios.md"
+PLANS = HERE / "paper_plans.json"
 
 MODEL = {"megatronbert": ("bert-large", 512), "llama2": ("llama2-7b", 4096),
          "llama3": ("llama3-70b", 4096), "megatrongpt3": ("gpt3-175b", 2048),
@@ -139,11 +143,32 @@ def main(argv=None) -> None:
                      + (f"{nest.step_time:.2f}" if nest else "—") + f" | {secs} |")
     lines += ["", f"NEST's plan is at least as fast as every baseline's in {wins} of {total} "
               "scenarios with a NEST plan.", ""]
+    plans = [] if args.quick else [ev for res in cache.values() for ev, _ in res.values() if ev]
     if not args.quick:
-        lines += extra_scenarios()
+        extra, evs = extra_scenarios()
+        lines += extra
+        plans += evs
     lines += DISCUSSION
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}", file=sys.stderr)
+    if plans:
+        write_plans(plans)
+
+
+def write_plans(evs) -> None:
+    """Every distinct plan, with the catalog names of its scenario (for the export tests)."""
+    seen, rows = set(), []
+    for ev in evs:
+        sc, tr = ev.scenario, ev.scenario.training
+        row = {"model": sc.model.name, "cluster": sc.cluster.name, "gpus": sc.gpus,
+               "seq_len": tr.seq_len, "global_batch": tr.global_batch,
+               "plan": plan_to_dict(ev.plan)}
+        key = json.dumps(row, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+    PLANS.write_text(json.dumps(rows, indent=0) + "\n")
+    print(f"wrote {PLANS} ({len(rows)} plans)", file=sys.stderr)
 
 
 def extra_scenarios() -> list[str]:
@@ -155,6 +180,7 @@ def extra_scenarios() -> list[str]:
               "Llama-3 405B on 16,384 H100 (1:7 Clos, as Meta's)"),
              ("llama3-405b", "dgx-h100-ndr", 16384, 8192, 2048,
               "Llama-3 405B on 16,384 H100 (non-blocking fat tree)")]
+    evs = []
     lines = ["## Scenarios the paper lacks", "",
              "Free search (every knob), tokens/s of each method and its ratio to Manual.", "",
              "| scenario | nest | manual | phaze | alpa | mist | mcmc | nest plan | nest step (s) |"
@@ -170,13 +196,14 @@ def extra_scenarios() -> list[str]:
             except (InfeasibleError, SpecError):
                 res[m] = (None, None)
             print(f"  {label} {m}", file=sys.stderr, flush=True)
+        evs += [ev for ev, _ in res.values() if ev]
         base = res["manual"][0]
         cells = [f"{res[m][0].tokens_per_s:,.0f} ({res[m][0].tokens_per_s / base.tokens_per_s:.2f}x)"
                  if res[m][0] and base else "—" for m in RUN]
         nest, t = res["nest"]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {shape(nest) if nest else '—'} | "
                      + (f"{nest.step_time:.2f} | {t:.1f}" if nest else "— | —") + " |")
-    return lines + [""]
+    return lines + [""], evs
 
 
 DISCUSSION = ["## Where and why our ratios differ from the paper's", "", """\

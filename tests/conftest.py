@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -14,3 +15,19 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not beside the checkout")
     return SHARED
+
+
+# Tests that need an optional extra or Chromium skip when it is missing. CI installs all of them
+# and sets NESTPLAN_REQUIRE_OPTIONAL=1, so that there a skip of such a test is a failure.
+OPTIONAL = ("frameworks", "ray", "chromium")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.skipped and os.environ.get("NESTPLAN_REQUIRE_OPTIONAL") == "1"
+            and any(item.get_closest_marker(m) for m in OPTIONAL)):
+        rep.outcome = "failed"
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else rep.longrepr
+        rep.longrepr = f"skipped, but NESTPLAN_REQUIRE_OPTIONAL=1 requires it: {reason}"

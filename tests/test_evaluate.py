@@ -38,6 +38,22 @@ def test_breakdown_adds_up_to_step_time():
         assert all(v >= -1e-12 for v in vars(ev.time).values())
 
 
+def test_chunk_times_add_up_to_the_stage_time():
+    R = Recompute
+    per_stage = (R.FULL,) + (R.NONE,) * 6 + (R.SELECTIVE,)
+    for ev in (gpt3(vp=3, zero=3, recompute=per_stage),
+               evaluate_names("mixtral-8x7b", "dgx-h100-ndr", 64, global_batch=256, seq_len=4096,
+                              tp=2, pp=4, vp=2, ep=4, sp=True, mbs=1, zero=2)):
+        assert ev.scenario.training.overlap_p2p  # no steady-state send/recv in the stage time
+        for st in ev.stages:
+            assert len(st.chunk_fwd) == len(st.chunk_bwd) == ev.plan.vp
+            assert all(f > 0 and b > f for f, b in zip(st.chunk_fwd, st.chunk_bwd))
+            assert sum(st.chunk_fwd) + sum(st.chunk_bwd) == pytest.approx(
+                st.time_per_microbatch, rel=1e-12)
+        # the send to the next stage is the p2p part of the pipeline's fill
+        assert all(st.send > 0 for st in ev.stages)
+
+
 def test_recompute_trades_memory_for_time():
     sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 1024, seq_len=2048,
                              global_batch=1536, attention=AttentionImpl.MATERIALIZED)

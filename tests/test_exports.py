@@ -7,6 +7,7 @@ installs; without it they are skipped.
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -124,20 +125,22 @@ def test_cli_export_writes_extras(tmp_path, capsys):
 frameworks = pytest.mark.frameworks
 
 
-@frameworks
-def test_megatron_core_accepts_layout_and_rank_map(plan_file):
-    ppl = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
-    ps = pytest.importorskip("megatron.core.parallel_state")
-    pf, _ = plan_file
-    par = pf.plan
-    text = export(pf, "megatron").text
-    if "--pipeline-model-parallel-layout" in text:
-        layout = text.split("--pipeline-model-parallel-layout '")[1].split("'")[0]
-        parsed = ppl.PipelineParallelLayerLayout(layout, par.pp)
-        assert parsed.virtual_pipeline_model_parallel_size == par.vp
-    # Megatron's own rank generator, mapped through the exported rank map, gives the plan's groups
+def check_megatron(pf, text: str, ranks: bool = True):
+    """Megatron-Core parses the layout, and (``ranks``) its rank generator mapped through the
+    exported rank map gives the plan's TP, PP and DP groups."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.transformer.pipeline_parallel_layer_layout import (
+        PipelineParallelLayerLayout)
+
     from nestplan.exports.megatron import rank_map
 
+    par = pf.plan
+    if "--pipeline-model-parallel-layout" in text:
+        layout = text.split("--pipeline-model-parallel-layout '")[1].split("'")[0]
+        parsed = PipelineParallelLayerLayout(layout, par.pp)
+        assert parsed.virtual_pipeline_model_parallel_size == par.vp
+    if not ranks:
+        return
     device_of = {int(r): int(d) for r, d, *_ in (
         line.split(",") for line in rank_map(par, 8).splitlines()[1:])}
     gen = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
@@ -151,12 +154,11 @@ def test_megatron_core_accepts_layout_and_rank_map(plan_file):
         assert theirs == mine, axis
 
 
-@frameworks
-def test_torchtitan_accepts_sections(plan_file):
-    configs = pytest.importorskip("torchtitan.config.configs")
+def check_torchtitan(pf):
+    from torchtitan.config import configs
+
     from nestplan.exports.torchtitan import sections
 
-    pf, _ = plan_file
     out, _, _ = sections(pf)
     par = configs.ParallelismConfig(**out["parallelism"])
     assert par.tensor_parallel_degree == pf.plan.tp
@@ -166,11 +168,9 @@ def test_torchtitan_accepts_sections(plan_file):
     assert train.global_batch_size == pf.scenario.training.global_batch
 
 
-@frameworks
-def test_deepspeed_accepts_config(plan_file, monkeypatch):
-    pytest.importorskip("torch")
-    ds_config = pytest.importorskip("deepspeed.runtime.config")
-    pf, _ = plan_file
+def check_deepspeed(pf, text: str, monkeypatch):
+    from deepspeed.runtime import config as ds_config
+
     # as on rank 0 of an initialised job, so that DeepSpeed asks the MPU for the DP size
     monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
 
@@ -187,10 +187,56 @@ def test_deepspeed_accepts_config(plan_file, monkeypatch):
         def get_model_parallel_rank(self):
             return 0
 
-    cfg = ds_config.DeepSpeedConfig(json.loads(export(pf, "deepspeed").text), mpu=MPU())
+    cfg = ds_config.DeepSpeedConfig(json.loads(text), mpu=MPU())
     assert cfg.train_batch_size == pf.scenario.training.global_batch
     assert cfg.train_micro_batch_size_per_gpu == pf.plan.mbs
     assert cfg.zero_optimization_stage == pf.plan.zero
+
+
+@frameworks
+def test_megatron_core_accepts_layout_and_rank_map(plan_file):
+    pytest.importorskip("megatron.core")
+    check_megatron(plan_file[0], export(plan_file[0], "megatron").text)
+
+
+@frameworks
+def test_torchtitan_accepts_sections(plan_file):
+    pytest.importorskip("torchtitan.config.configs")
+    check_torchtitan(plan_file[0])
+
+
+@frameworks
+def test_deepspeed_accepts_config(plan_file, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("deepspeed.runtime.config")
+    check_deepspeed(plan_file[0], export(plan_file[0], "deepspeed").text, monkeypatch)
+
+
+PAPER_PLANS = Path(__file__).parent.parent / "benchmarks" / "paper_plans.json"
+
+
+@frameworks
+def test_every_paper_scenario_plan_exports_and_parses(monkeypatch):
+    """Every method's plan of every NEST-paper scenario (written by
+    benchmarks/paper_scenarios.py) exports to all three formats, which the frameworks accept."""
+    for mod in ("megatron.core", "torchtitan.config.configs", "deepspeed.runtime.config"):
+        pytest.importorskip(mod)
+    rows = json.loads(PAPER_PLANS.read_text())
+    assert len(rows) >= 40
+    shapes = set()  # Megatron's rank generator is slow: check each distinct mesh once
+    for row in rows:
+        sc = scenario_from_names(row["model"], row["cluster"], row["gpus"],
+                                 seq_len=row["seq_len"], global_batch=row["global_batch"])
+        ev = evaluate(sc, planfile.plan_from_dict(row["plan"]))
+        pf = planfile.from_dict(planfile.to_dict(ev, method="paper"))
+        text = {fmt: export(pf, fmt).text for fmt in ("megatron", "torchtitan", "deepspeed")}
+        assert all(t.strip() for t in text.values())
+        par = pf.plan
+        shape = (par.tp, par.pp, par.dp, par.cp, par.rank_order)
+        check_megatron(pf, text["megatron"], ranks=shape not in shapes)
+        shapes.add(shape)
+        check_torchtitan(pf)
+        check_deepspeed(pf, text["deepspeed"], monkeypatch)
 
 
 def _mesh_worker(rank, world, store_dir, mesh_path, out_dir):

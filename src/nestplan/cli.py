@@ -54,7 +54,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--save", metavar="PLAN.json", help="write the (best) plan to a plan file")
+    p.add_argument("--save", metavar="PLAN.json", help="write the (best) plan to a plan file"
+                   + ("" if for_evaluate else "; from compare, with every method's result"))
 
 
 def _add_search(p: argparse.ArgumentParser):
@@ -180,6 +181,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from .result import SUMMARY_KEYS
     from .search.methods import run_method
 
     sc = _scenario(args)
@@ -196,7 +198,7 @@ def cmd_plan(args) -> int:
         js = res.best.to_json()
         js.update(method=res.method, search_seconds=res.seconds,
                   configurations=res.configurations, solved=res.solved,
-                  top=[{k: ev.to_json()[k] for k in _TOP_KEYS} for ev in res.plans])
+                  top=[{k: ev.to_json()[k] for k in SUMMARY_KEYS} for ev in res.plans])
         print(json.dumps(js))
     else:
         from .textfmt import search_result
@@ -205,12 +207,9 @@ def cmd_plan(args) -> int:
     return 0
 
 
-_TOP_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
-             "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
-
-
 def cmd_compare(args) -> int:
     from .errors import InfeasibleError, SpecError
+    from .result import SUMMARY_KEYS
     from .search.methods import METHODS, run_method
 
     sc = _scenario(args)
@@ -228,13 +227,19 @@ def cmd_compare(args) -> int:
         from .errors import InfeasibleError as Inf
 
         raise Inf("no method found a plan: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    rows = [{"method": name, **{k: res.best.to_json()[k] for k in SUMMARY_KEYS},
+             "search_seconds": res.seconds} for name, res in results.items()]
+    if args.save:
+        from . import planfile
+
+        best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
+        planfile.save(best.best, args.save, method=best.method,
+                      comparison={"methods": rows, "errors": errors})
     if args.json:
         ref = results["manual"].best.tokens_per_s if "manual" in results else None
-        print(json.dumps({"methods": [
-            {"method": name, **{k: res.best.to_json()[k] for k in _TOP_KEYS},
-             "tokens_per_s_ratio_to_manual": res.best.tokens_per_s / ref if ref else None,
-             "search_seconds": res.seconds} for name, res in results.items()],
-            "errors": errors}))
+        for row, res in zip(rows, results.values()):
+            row["tokens_per_s_ratio_to_manual"] = res.best.tokens_per_s / ref if ref else None
+        print(json.dumps({"methods": rows, "errors": errors}))
     else:
         from .textfmt import comparison
 
@@ -266,6 +271,22 @@ def cmd_export(args) -> int:
                 f"PATH{s}" for s in out.extras), file=sys.stderr)
     for note in out.notes:
         print(f"nestplan: note: {note}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from . import planfile
+    from .errors import SpecError
+    from .evaluate import evaluate
+    from .report import render
+
+    pf = planfile.load(args.plan)
+    html = render(pf, evaluate(pf.scenario, pf.plan))
+    try:
+        Path(args.output).write_text(html)
+    except OSError as e:
+        raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
+    print(f"wrote {args.output} ({len(html) / 1e3:,.0f} kB)", file=sys.stderr)
     return 0
 
 
@@ -321,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", metavar="PATH", help="write here (extra files beside it) "
                     "instead of printing")
     ex.set_defaults(func=cmd_export)
+    rp = sub.add_parser("report", help="self-contained HTML report of a saved plan")
+    rp.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")
+    rp.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="where to write")
+    rp.set_defaults(func=cmd_report)
+    from .sweep.command import add_parser as add_sweep
+
+    add_sweep(sub)
     ls = sub.add_parser("list", help="list catalog entries")
     ls.add_argument("kind", choices=["models", "clusters", "accelerators"])
     ls.set_defaults(func=cmd_list)

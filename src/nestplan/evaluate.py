@@ -91,13 +91,16 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     cc = D.config_costs(sc, par)
     pp, vp, micro, tr = par.pp, par.vp, cc.micro, sc.training
     bounds = chunk_bounds(sc.model, par)
-    devices, contents, pols = [], [], []
+    devices, contents, pols, chunk_times = [], [], [], []
     for s in range(pp):
         pol = D.POLICIES.index(par.recompute_of(s))
         mine = _contents(cc, bounds, s)
-        devices.append(D.device(cc, [D.chunk(cc, d, m, e, h) for d, m, e, h in mine], s))
+        chunks = [D.chunk(cc, d, m, e, h) for d, m, e, h in mine]
+        devices.append(D.device(cc, chunks, s))
         contents.append(mine)
         pols.append(pol)
+        chunk_times.append((tuple(float(t.F[pol]) for t in devices[-1].chunks),
+                            tuple(float(t.B[pol]) for t in devices[-1].chunks)))
     x = [float(d.X[p]) for d, p in zip(devices, pols)]
     e = [float(d.E[p]) for d, p in zip(devices, pols)]
     span = schedule_time(x, micro, vp)
@@ -106,6 +109,8 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     stages = tuple(StageReport(
         index=s, blocks=tuple(bounds[c] for c in range(s, pp * vp, pp)),
         has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
+        chunk_fwd=chunk_times[s][0], chunk_bwd=chunk_times[s][1],
+        send=cc.boundary[s] if s < len(cc.boundary) else 0.0, end=e[s],
         memory=D.pick(devices[s].memory, pols[s]), recompute=D.POLICIES[pols[s]].value,
         devices=ids[s]) for s in range(pp))
 

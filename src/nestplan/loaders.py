@@ -248,7 +248,7 @@ def model_to_table(model: ModelSpec) -> dict:
     return table
 
 
-_TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention", "grad_bytes",
+TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention", "grad_bytes",
                   "overlap_grad_reduce", "overlap_param_gather", "tp_overlap", "overlap_p2p",
                   "attention_span", "step_overhead_s", "flat_dp_collectives"}
 
@@ -269,7 +269,7 @@ def training_from_table(table: dict, where: str = "training"):
     from .options import AttentionImpl, Precision, TPOverlap
     from .specs import TrainingSpec
 
-    check_keys(table, where, required={"seq_len", "global_batch"}, optional=_TRAINING_KEYS)
+    check_keys(table, where, required={"seq_len", "global_batch"}, optional=TRAINING_KEYS)
     kw: dict[str, Any] = {k: _typed(table, k, where, int) for k in ("seq_len", "global_batch")}
     for k in ("overlap_grad_reduce", "overlap_param_gather", "overlap_p2p", "flat_dp_collectives"):
         if k in table:

@@ -170,4 +170,4 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
 def stage_devices(par: Parallelism) -> tuple[tuple[int, ...], ...]:
     """Device ids of every pipeline stage (all replicas and TP/CP ranks), in stage order."""
     grid = rank_grid(par)
-    return tuple(tuple(int(d) for d in np.sort(grid[i].ravel())) for i in range(par.pp))
+    return tuple(tuple(np.sort(grid[i].ravel()).tolist()) for i in range(par.pp))

@@ -18,12 +18,12 @@ from .errors import SpecError
 from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
                       model_to_table, training_from_table, training_to_table)
 from .options import Recompute
-from .result import Evaluation
+from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario
 
 FORMAT = 1
 _TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "plan", "stages",
-        "predicted", "method"}
+        "predicted", "method", "comparison"}
 _PLAN = {"tp", "pp", "dp", "cp", "ep", "etp", "vp", "sp", "zero", "recompute", "mbs",
          "rank_order", "stage_layers"}
 _STAGE = {"stage", "blocks", "devices", "recompute", "embedding", "head"}
@@ -37,6 +37,10 @@ class PlanFile:
     plan: Parallelism
     predicted: dict
     method: str | None = None
+    comparison: dict | None = None
+    """When saved by ``compare``: every method's best plan and the methods that found none."""
+    version: str | None = None
+    """The nestplan version that wrote the file."""
 
 
 def plan_to_dict(par: Parallelism) -> dict:
@@ -47,8 +51,11 @@ def plan_to_dict(par: Parallelism) -> dict:
             "stage_layers": list(par.stage_layers) if par.stage_layers else None}
 
 
-def to_dict(ev: Evaluation, method: str | None = None) -> dict:
-    """The plan file of an evaluated plan."""
+COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "search_seconds")
+
+
+def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None = None) -> dict:
+    """The plan file of an evaluated plan (``comparison``: see :class:`PlanFile`)."""
     from .evaluate import chunk_bounds
 
     sc, par = ev.scenario, ev.plan
@@ -67,12 +74,14 @@ def to_dict(ev: Evaluation, method: str | None = None) -> dict:
                     "devices": list(s.devices), "recompute": s.recompute,
                     "embedding": s.has_embedding, "head": s.has_head} for s in ev.stages],
         "predicted": predicted,
+        **({"comparison": comparison} if comparison else {}),
     }
 
 
-def save(ev: Evaluation, path: str | Path, method: str | None = None) -> None:
+def save(ev: Evaluation, path: str | Path, method: str | None = None,
+         comparison: dict | None = None) -> None:
     try:
-        Path(path).write_text(json.dumps(to_dict(ev, method), indent=1) + "\n")
+        Path(path).write_text(json.dumps(to_dict(ev, method, comparison), indent=1) + "\n")
     except OSError as e:
         raise SpecError("--save", str(path), f"cannot write ({e.strerror})") from None
 
@@ -147,7 +156,27 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
                                 f"{[list(b) for b in mine.blocks]}")
     predicted = data.get("predicted") or {}
     return PlanFile(sc, par, predicted if isinstance(predicted, dict) else {},
-                    data.get("method"))
+                    data.get("method"), _comparison(data.get("comparison"), source),
+                    str(data["nestplan_version"]) if "nestplan_version" in data else None)
+
+
+def _comparison(table, source: str) -> dict | None:
+    if table is None:
+        return None
+    where = f"{source}: comparison"
+    if not isinstance(table, dict):
+        raise SpecError(where, type(table).__name__, "must be an object with methods and errors")
+    check_keys(table, where, required={"methods"}, optional={"methods", "errors"})
+    rows = table["methods"]
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise SpecError(f"{where}.methods", rows, "must be a list of objects")
+    for i, row in enumerate(rows):
+        check_keys(row, f"{where}.methods[{i}]", required={"method", "tokens_per_s"},
+                   optional=set(COMPARISON_KEYS))
+    errors = table.get("errors", {})
+    if not isinstance(errors, dict):
+        raise SpecError(f"{where}.errors", errors, "must map method names to messages")
+    return {"methods": rows, "errors": errors}
 
 
 def _short(ids: list) -> str:

@@ -9,6 +9,11 @@ from .specs import Parallelism, Scenario
 from .units import GiB
 
 
+SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
+                "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
+"""The keys of :meth:`Evaluation.to_json` that summarise a plan in one row."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TimeBreakdown:
     """One step, seconds, split so that the parts add up to the step time.
@@ -54,6 +59,14 @@ class StageReport:
     has_head: bool
     time_per_microbatch: float
     """Forward + backward (+ recompute) of one micro-batch, seconds."""
+    chunk_fwd: tuple[float, ...]
+    """Forward seconds of one micro-batch through each model chunk of this stage."""
+    chunk_bwd: tuple[float, ...]
+    """Backward (+ recompute) seconds of one micro-batch through each model chunk."""
+    send: float
+    """Seconds to send one micro-batch's activations (or gradients) to the next stage."""
+    end: float
+    """Seconds after this stage's last backward: exposed gradient reduction, optimizer step."""
     memory: MemoryBreakdown
     recompute: str
     devices: tuple[int, ...]

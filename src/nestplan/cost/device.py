@@ -242,28 +242,49 @@ class Device:
     gather_link: object
     """Parameter all-gather on the links (no policy axis)."""
     memory: M.MemoryBreakdown
+    chunks: list[ChunkTime]
+    """Per-micro-batch time of each chunk (the parts of F and B)."""
+
+
+@dataclass
+class ChunkTime:
+    """Per-micro-batch seconds of one chunk on its device, per recompute policy (trailing axis)."""
+
+    F: object
+    """Forward, with the exposed part of ZeRO-3's weight gathers."""
+    B: object
+    """Backward and recomputation, with the exposed part of ZeRO-2/3 traffic."""
+    zero_exposed: object
+    zero_link: object
+
+
+def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
+    """Forward and backward time of one micro-batch through chunk ``ch``."""
+    par, tr = cc.par, cc.sc.training
+    rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) \
+        if par.zero >= 2 else 0.0 * ch.params
+    ag = _dp(cc.ag, ch.params * M.WEIGHT_BYTES, ch.eparams * M.WEIGHT_BYTES) \
+        if par.zero >= 3 else 0.0 * ch.params
+    rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
+    comm_b = ag * (1.0 + IS_FULL) + rs
+    per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
+    fwd = np.asarray(ch.fwd)[..., None]
+    extra_f = exposed(ag, fwd) + ag * per_layer
+    work_b = np.asarray(ch.bwd)[..., None] + ch.rc
+    extra_b = exposed(comm_b, work_b) + comm_b * per_layer
+    B = work_b + extra_b
+    return ChunkTime(F=np.broadcast_to(fwd + extra_f, np.shape(B)), B=B,
+                     zero_exposed=extra_f + extra_b, zero_link=ag + comm_b)
 
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
     par, tr, acc = cc.par, cc.sc.training, cc.sc.cluster.accelerator
     F = B = zexp = zlink = 0.0
-    for ch in chunks:
-        rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) \
-            if par.zero >= 2 else 0.0 * ch.params
-        ag = _dp(cc.ag, ch.params * M.WEIGHT_BYTES, ch.eparams * M.WEIGHT_BYTES) \
-            if par.zero >= 3 else 0.0 * ch.params
-        rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
-        comm_b = ag * (1.0 + IS_FULL) + rs
-        per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
-        fwd = np.asarray(ch.fwd)[..., None]
-        extra_f = exposed(ag, fwd) + ag * per_layer
-        work_b = np.asarray(ch.bwd)[..., None] + ch.rc
-        extra_b = exposed(comm_b, work_b) + comm_b * per_layer
-        F = F + fwd + extra_f
-        B = B + work_b + extra_b
-        zexp = zexp + extra_f + extra_b
-        zlink = zlink + ag + comm_b
+    times = [chunk_time(cc, ch) for ch in chunks]
+    for t in times:
+        F, B = F + t.F, B + t.B
+        zexp, zlink = zexp + t.zero_exposed, zlink + t.zero_link
     X = F + B + cc.steady_p2p
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
@@ -290,7 +311,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
 
     return Device(F=full(F), B=full(B), X=X, E=full(tail + opt), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
-                  gather_link=gather, memory=mem)
+                  gather_link=gather, memory=mem, chunks=times)
 
 
 @dataclass

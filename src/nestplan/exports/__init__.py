@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..errors import SpecError
-from ..evaluate import chunk_bounds, evaluate
+from ..evaluate import chunk_bounds
+from ..evaluate import evaluate as _evaluate
 from ..options import Recompute
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
+
+evaluate = lru_cache(maxsize=32)(_evaluate)
+"""The exporters evaluate the plan and the plan they export, often the same one, once."""
 
 
 @dataclass

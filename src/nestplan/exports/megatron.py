@@ -11,11 +11,10 @@ launched through the rank map written beside the arguments.
 from __future__ import annotations
 
 from ..axes import MEGATRON_ORDER
-from ..evaluate import evaluate
 from ..options import MLPKind, Norm, Position, Precision, Recompute
 from ..placement import rank_grid
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, mesh_json, predicted_note, uniform_policy
+from . import Export, blocks_per_chunk, evaluate, mesh_json, predicted_note, uniform_policy
 
 
 def _layout(sizes: list[int]) -> str:

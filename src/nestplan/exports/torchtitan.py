@@ -12,10 +12,9 @@ is ordered pp, dp_replicate, dp_shard, cp, tp (tp innermost).
 from __future__ import annotations
 
 from ..axes import Axis
-from ..evaluate import evaluate
 from ..options import Precision, Recompute
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, mesh_json, predicted_note, uniform_policy
+from . import Export, blocks_per_chunk, evaluate, mesh_json, predicted_note, uniform_policy
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 

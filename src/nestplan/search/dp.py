@@ -11,10 +11,11 @@ is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time)
 device ``i``'s position class, the blocks it holds and its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
-an ``(N+1, N+1, 3)`` array (or ``cost[l2 - l, r]`` of an ``(N+1, 3)`` array when only the number
-of units matters, as for models whose blocks are all alike) (``inf`` where not allowed: too few or too many units, over memory,
-or over a threshold). ``D_i[l]`` is the best value of devices ``0..i-1`` covering ``[0, l)``; one
-relaxation step gives ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with
+an ``(N+1, N+1, 3)`` array, or ``cost[l2 - l, r]`` of an ``(N+1, 3)`` array when only the number
+of units matters, as for models whose blocks are all alike (``inf`` where not allowed: too few or
+too many units, over memory, or over a threshold). ``D_i[l]`` is the best value of devices
+``0..i-1`` covering ``[0, l)``; one relaxation step gives
+``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
 Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is

@@ -1,0 +1,71 @@
+"""The ``nestplan sweep SWEEP.toml`` subcommand.
+
+Exit codes: 0 when every point has a row (some may be ``infeasible`` or ``error``), 2 for a bad
+sweep file or flag (one line on stderr, before any work), 130 after Ctrl-C and 143 after SIGTERM
+(finished points stay in the CSV; running the same command again resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``sweep`` on the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "sweep", help="run a grid of searches from a sweep file (CSV, resumable)",
+        description="Run one search per point of the grid in SWEEP.toml and append a row per "
+        "point to the results CSV as points finish; re-running resumes (points with an ok or "
+        "infeasible row are skipped, errors are retried). Also writes a summary plot "
+        "(OUTPUT.svg) and, with --parquet, OUTPUT.parquet.")
+    p.add_argument("file", metavar="SWEEP.toml", help="the sweep file")
+    p.add_argument("-o", "--output", metavar="CSV",
+                   help="results file (default: [sweep] output, else SWEEP.csv beside the file)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="points run in parallel (default: the CPU count; 1 = in this process)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run the points as Ray tasks: 'local' starts a local instance, 'auto' or "
+                   "ray://HOST:10001 joins a cluster (needs nestplan[ray])")
+    p.add_argument("--parquet", action="store_true",
+                   help="also write OUTPUT.parquet (needs nestplan[parquet])")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the file, print how many points are to run, and stop")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run_command)
+    return p
+
+
+def run_command(args) -> int:
+    from ..errors import SpecError
+    from .run import check_extras, plan_run, run_sweep
+    from .spec import load
+
+    if args.workers is not None and args.workers < 1:
+        raise SpecError("--workers", args.workers, "must be an integer >= 1")
+    spec = load(args.file, output=args.output)
+    parquet = args.parquet or spec.parquet
+    check_extras(parquet=parquet, ray=args.ray)
+    if args.dry_run:
+        points, existing = plan_run(spec)
+        done = len(existing.done)
+        print(f"sweep: {len(points):,} points, {done:,} already done, {len(points) - done:,} to "
+              f"run; results in {spec.output}")
+        return 0
+    s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet)
+    if s.interrupted:
+        done = s.skipped + s.ok + s.infeasible
+        print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "
+              "run the same command again to resume", file=sys.stderr)
+        return 128 + int(s.interrupted)
+    rate = f", {s.ran / s.seconds:.1f} points/s" if s.ran and s.seconds > 0 else ""
+    print(f"sweep: {s.total:,} points: {s.ran:,} run ({s.ok:,} ok, {s.infeasible:,} infeasible, "
+          f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
+    if s.errors:
+        print(f"sweep: note: {s.errors:,} points failed (see the error column); running the same "
+              "command again retries them")
+    if s.foreign:
+        print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
+              "(kept)")
+    print("wrote " + ", ".join(str(p) for p in s.outputs))
+    return 0

@@ -1,0 +1,118 @@
+"""The summary plot of a sweep: tokens/s per GPU of the best plan found, against the GPU count.
+
+One panel per model and method when several are swept (at most ``MAX_PANELS``), one series per
+combination of the other varied parameters (at most ``MAX_SERIES`` per panel, those reaching the
+highest throughput; the panel's title says how many are left out). Infeasible and failed points
+are omitted. When the GPU count is not varied, the first varied numeric parameter is the x axis.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from ..svg import Svg, line_chart
+from .spec import Parameter, Point, SweepSpec
+
+MAX_SERIES = 10
+MAX_PANELS = 8
+WIDTH = 640.0
+Y = "tokens_per_s_per_gpu"
+
+
+def write_plot(spec: SweepSpec, points: list[Point]) -> Path:
+    """Write ``<output stem>.svg`` from the results CSV; returns its path."""
+    from .run import read_rows
+
+    by_id = {p.id: p for p in points}
+    results, omitted = [], 0
+    for row in read_rows(spec.output):
+        point = by_id.get(row["id"])
+        if point is None:
+            continue
+        if row["status"] == "ok" and row[Y]:
+            results.append((point, float(row[Y])))
+        else:
+            omitted += 1
+    path = spec.output.with_suffix(".svg")
+    path.write_text(str(summary_svg(spec, results, omitted=omitted)))
+    return path
+
+
+_NETWORK_UNITS = {"bandwidth_GBps": "{:g} GB/s", "bandwidth_GiBps": "{:g} GiB/s",
+                  "latency_us": "{:g} µs", "oversubscription": "{:g}:1", "efficiency": "eff. {:g}",
+                  "size": "size {:g}"}
+
+
+def _part(p: Parameter, v) -> str:
+    if p.key.startswith("network."):
+        _, level, key = p.key.split(".", 2)
+        return f"{level} " + _NETWORK_UNITS[key].format(v)
+    if p.kind is str:
+        return str(v)
+    return f"{p.key}={str(v).lower() if p.kind is bool else format(v, 'g')}"
+
+
+def _label(params: list[Parameter], values: tuple, chars: int = 34) -> str:
+    """``nest, spine 2:1, rack 25 GB/s``: names by value, network values with units."""
+    return _fit(", ".join(_part(p, v) for p, v in zip(params, values)) or "all points", chars)
+
+
+def _fit(text: str, chars: int = 100) -> str:
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted: int) -> Svg:
+    """The plot as an Svg: a header, then one line chart per panel, stacked."""
+    params = {p.key: p for p in spec.parameters}
+    varied = list(spec.varied())
+    numeric = [p for p in varied if p.kind in (int, float)]
+    x = params["gpus"] if len(params["gpus"].values) > 1 or not numeric else numeric[0]
+    by = [params[k] for k in ("model", "method") if len(params[k].values) > 1 and k != x.key]
+    rest = [p for p in varied if p.key != x.key and p not in by]
+    fixed = [p for p in spec.parameters if len(p.values) == 1]
+
+    panels: dict = {}
+    for point, y in results:
+        key = tuple(point[p.key] for p in by)
+        series = tuple(point[p.key] for p in rest)
+        panels.setdefault(key, {}).setdefault(series, []).append((float(point[x.key]), y))
+    shown = [k for k in itertools.product(*(p.values for p in by)) if k in panels]
+    notes = []
+    if len(shown) > MAX_PANELS:
+        notes.append(f"{len(shown) - MAX_PANELS} more panels not drawn (see the CSV)")
+        shown = shown[:MAX_PANELS]
+
+    charts = []
+    for key in shown:
+        groups = panels[key]
+        keep = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))[:MAX_SERIES]
+        grid_order = sorted(keep, key=lambda s: tuple(p.values.index(v) for p, v in zip(rest, s)))
+        title = " · ".join(str(v) for v in key) or spec.path.stem
+        if len(groups) > MAX_SERIES:
+            title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
+        series = [(_label(rest, s), groups[s]) for s in grid_order]
+        charts.append(line_chart(series, title=_fit(title, 80),
+                                 xlabel="GPUs" if x.key == "gpus" else x.key.removeprefix("network."),
+                                 ylabel="tokens/s per GPU",
+                                 logx=x.key == "gpus" and max(x.values) >= 4 * min(x.values),
+                                 width=WIDTH))
+
+    head = 52.0
+    height = head + sum(c.height + 12 for c in charts) + (0 if charts else 40)
+    svg = Svg(WIDTH, height, label=f"sweep {spec.path.name}: tokens/s per GPU")
+    svg.rect(0, 0, WIDTH, height, "#ffffff")
+    svg.text(12, 18, _fit(f"{spec.path.name}: tokens/s per GPU of the best plan found"),
+             size=14, weight="600")
+    svg.text(12, 34, _fit(f"{len(results)} points drawn, {omitted} infeasible or failed omitted"
+                          + ("; " + "; ".join(notes) if notes else "")), size=11, fill="#555")
+    if fixed:
+        svg.text(12, 48, "fixed: " + _label(fixed, tuple(p.values[0] for p in fixed), 110),
+                 size=10, fill="#555")
+    y = head
+    for c in charts:
+        svg.parts.append(f'<svg x="0" y="{y:g}" ' + str(c)[len("<svg "):])
+        y += c.height + 12
+    if not charts:
+        svg.text(12, head + 20, "no point succeeded: nothing to draw", size=12)
+    return svg

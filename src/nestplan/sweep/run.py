@@ -1,0 +1,510 @@
+"""Running a sweep: the results CSV (appended row by row, resumed on a re-run), the backends
+(in this process, a local process pool, Ray tasks), progress on stderr, and the Parquet copy.
+
+A point's row records ``status`` ``ok`` (a plan was found), ``infeasible`` (nothing fits) or
+``error`` (any other failure; its text is in ``error``). A re-run skips the points whose id has
+an ``ok`` or ``infeasible`` row and runs the others again, replacing their ``error`` rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
+from .spec import Point, SweepSpec
+
+DONE = ("ok", "infeasible")
+"""Statuses a re-run keeps; ``error`` rows are run again."""
+_METRICS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "fits",
+            "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
+
+
+# ----------------------------------------------------------------------------- one point
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker needs for one point: built specs, not names, so remote workers need no
+    files."""
+
+    point: Point
+    scenario: Any
+    method: str
+    constraints: Any
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run_task(scenario, method: str, constraints) -> dict:
+    """Search one point; never raises for a failed search (KeyboardInterrupt passes through)."""
+    from ..search.methods import run_method
+
+    try:
+        res = run_method(method, scenario, constraints, top=1)
+    except InfeasibleError as e:
+        return {"status": "infeasible", "error": _one_line(e)}
+    except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
+        return error_row(e)
+    js = res.best.to_json()
+    row = {k: js[k] for k in _METRICS}
+    if isinstance(row["recompute"], list):
+        row["recompute"] = ",".join(row["recompute"])
+    row.update(status="ok", error="", search_seconds=res.seconds)
+    return row
+
+
+def error_row(e: BaseException) -> dict:
+    text = str(e) if isinstance(e, NestplanError) else f"{type(e).__name__}: {e}"
+    return {"status": "error", "error": _one_line(text)}
+
+
+# ----------------------------------------------------------------------------- results file
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass
+class Existing:
+    """What a results CSV already holds for a sweep."""
+
+    done: set[str] = field(default_factory=set)
+    """Ids of this sweep's points with an ``ok`` or ``infeasible`` row."""
+    keep: list[list[str]] = field(default_factory=list)
+    """Rows a re-run keeps (everything but error rows, torn rows and repeated ids)."""
+    dropped: int = 0
+    """Rows a re-run removes."""
+    foreign: int = 0
+    """Kept rows whose id is not a point of this sweep (an edited sweep file)."""
+
+
+def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
+    """Read a results CSV; SpecError when its header is not this sweep's."""
+    out = Existing()
+    if not path.is_file() or path.stat().st_size == 0:
+        return out
+    columns = list(spec.columns)
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise SpecError("output", str(path), f"cannot read it as a results CSV ({_one_line(e)}); "
+                        "give another --output or delete the file") from None
+    if not rows or rows[0] != columns:
+        have = rows[0] if rows else []
+        missing = [c for c in columns if c not in have]
+        extra = [c for c in have if c not in columns]
+        detail = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                       f"not in this sweep {', '.join(extra)}" if extra else "") if x)
+        raise SpecError("output", str(path), "its columns are not this sweep's ("
+                        f"{detail or 'different order'}); give another --output or delete the file")
+    status = columns.index("status")
+    seen: set[str] = set()
+    for row in rows[1:]:
+        if len(row) != len(columns) or row[0] in seen or row[status] not in DONE:
+            out.dropped += 1  # torn last line of a killed run, a repeat, or an error to retry
+            continue
+        seen.add(row[0])
+        out.keep.append(row)
+        if row[0] in ids:
+            out.done.add(row[0])
+        else:
+            out.foreign += 1
+    return out
+
+
+class ResultsWriter:
+    """Appends one row per finished point and flushes it, so an interrupted sweep keeps every
+    finished point."""
+
+    def __init__(self, path: Path, spec: SweepSpec, existing: Existing):
+        self.columns = spec.columns
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if existing.dropped or not path.is_file() or path.stat().st_size == 0:
+                tmp = path.with_name(path.name + ".tmp")
+                with open(tmp, "w", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(self.columns)
+                    w.writerows(existing.keep)
+                os.replace(tmp, path)
+            self.file = open(path, "a", newline="")
+        except OSError as e:
+            raise SpecError("output", str(path), f"cannot write ({e.strerror})") from None
+        self.writer = csv.writer(self.file)
+
+    def write(self, point: Point, result: dict):
+        row = {"id": point.id, **dict(point.values), **result}
+        self.writer.writerow([_cell(row.get(c)) for c in self.columns])
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class Progress:
+    """Progress on stderr: one updating line with a bar on a terminal, a line every few seconds
+    otherwise; nothing when disabled."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, skipped: int, *, enabled: bool = True, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and total > skipped
+        self.tty = self.stream.isatty()
+        self.total, self.skipped = total, skipped
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, ran: int, failed: int, *, force: bool = False):
+        if not self.enabled:
+            return
+        now = time.perf_counter() - self.start
+        if self.tty and not force and now - self.last < 0.1:
+            return
+        if not self.tty and now - self.last < 5.0:  # force or not: a line every 5 s at most
+            return
+        self.last, self.shown = now, True
+        done = self.skipped + ran
+        rate = ran / now if now > 0 else 0.0
+        eta = f"ETA {_duration((self.total - done) / rate)}" if rate > 0 else "ETA -"
+        fail = f"{failed} failed"
+        if self.tty:
+            fill = round(self.WIDTH * done / self.total)
+            bar = "█" * fill + "░" * (self.WIDTH - fill)
+            self.stream.write(f"\rsweep {bar} {done:,}/{self.total:,} · {fail} · {rate:.1f} points/s"
+                              f" · {eta}\x1b[K")
+        else:
+            self.stream.write(f"nestplan: sweep {done:,}/{self.total:,} points, {fail}, "
+                              f"{rate:.1f} points/s, {eta}\n")
+        self.stream.flush()
+
+    def close(self):
+        if self.shown and self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+# ----------------------------------------------------------------------------- backends
+# A backend is a generator over tasks yielding (task, result row) as points finish, or None
+# now and then while waiting (to refresh the progress line). Closing it early (Ctrl-C) cancels
+# what has not finished.
+
+
+def _in_process(tasks: Iterator[Task]):
+    for t in tasks:
+        yield t, run_task(t.scenario, t.method, t.constraints)
+
+
+def _worker_signals():
+    """Pool workers leave Ctrl-C to the parent, which stops them with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_pool(ex: futures.ProcessPoolExecutor):
+    terminate = getattr(ex, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+    else:
+        for p in list((getattr(ex, "_processes", None) or {}).values()):
+            p.terminate()
+    ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool(tasks: Iterator[Task], workers: int):
+    def start():
+        return futures.ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals)
+
+    window = 4 * workers
+    ex = start()
+    pending: dict[futures.Future, Task] = {}
+    finished = False
+    try:
+        for t in tasks:
+            while len(pending) >= window:
+                yield from _drain(ex, pending)
+            try:
+                fut = ex.submit(run_task, t.scenario, t.method, t.constraints)
+            except BrokenProcessPool:  # a worker died: its pending points became error rows
+                ex.shutdown(wait=False)
+                ex = start()
+                fut = ex.submit(run_task, t.scenario, t.method, t.constraints)
+            pending[fut] = t
+        while pending:
+            yield from _drain(ex, pending)
+        finished = True
+    finally:
+        if finished:
+            ex.shutdown(wait=True)
+        else:
+            _stop_pool(ex)
+
+
+def _drain(ex, pending):
+    done, _ = futures.wait(pending, timeout=0.25, return_when=futures.FIRST_COMPLETED)
+    if not done:
+        yield None
+    for fut in done:
+        t = pending.pop(fut)
+        try:
+            row = fut.result()
+        except BrokenProcessPool:
+            row = {"status": "error", "error": "a worker process died (killed, or out of memory) "
+                   "while this point was running or queued"}
+        except Exception as e:  # noqa: BLE001 - recorded as the point's error
+            row = error_row(e)
+        yield t, row
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install 'nestplan[ray]'") from None
+    return ray
+
+
+def _ray(tasks: Iterator[Task], address: str, workers: int | None):
+    import logging
+
+    ray = _import_ray()
+    local = address == "local"
+    kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                          "log_to_driver": False, "configure_logging": False}
+    if local:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        kw.update(num_cpus=workers or os.cpu_count() or 1, object_store_memory=80 * 2**20)
+    else:
+        import nestplan
+
+        kw["runtime_env"] = {"py_modules": [nestplan]}  # the same nestplan on every node
+    try:
+        ray.init(address=address, **kw)
+    except Exception as e:  # noqa: BLE001 - connection failures come in many types
+        raise SpecError("--ray", address, f"cannot start or reach Ray ({_one_line(e)[:200]})") from None
+    pending: dict[Any, Task] = {}
+    try:
+        window = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        window *= 2
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        it = iter(tasks)
+        exhausted = False
+        while pending or not exhausted:
+            while not exhausted and len(pending) < window:
+                t = next(it, None)
+                if t is None:
+                    exhausted = True
+                    break
+                pending[remote.remote(t.scenario, t.method, t.constraints)] = t
+            if not pending:
+                break
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25,
+                                fetch_local=True)
+            if not ready:
+                yield None
+            for ref in ready:
+                t = pending.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - the task's worker died
+                    row = error_row(e)
+                yield t, row
+    finally:
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        ray.shutdown()
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+@dataclass
+class Summary:
+    total: int
+    skipped: int = 0
+    ok: int = 0
+    infeasible: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    interrupted: int = 0
+    """0, or the signal that stopped the sweep (SIGINT, SIGTERM)."""
+    foreign: int = 0
+    outputs: list[Path] = field(default_factory=list)
+
+    @property
+    def ran(self) -> int:
+        return self.ok + self.infeasible + self.errors
+
+
+def check_extras(*, parquet: bool, ray: str | None):
+    """Fail before any work when an optional dependency is missing."""
+    import importlib.util
+
+    if parquet and importlib.util.find_spec("pyarrow") is None:
+        raise UsageError("--parquet needs pyarrow: pip install 'nestplan[parquet]'")
+    if ray is not None and importlib.util.find_spec("ray") is None:
+        raise UsageError("--ray needs Ray: pip install 'nestplan[ray]'")
+
+
+def plan_run(spec: SweepSpec) -> tuple[list[Point], Existing]:
+    """Every point and what the results file already holds."""
+    points = spec.points()
+    return points, read_existing(spec.output, spec, {p.id for p in points})
+
+
+def _tasks(spec: SweepSpec, points: list[Point], failed: list):
+    """Tasks for the points; a point whose scenario cannot be built goes to ``failed``."""
+    for p in points:
+        try:
+            sc = spec.scenario(p)
+        except Exception as e:  # noqa: BLE001 - recorded as this point's error
+            failed.append((p, error_row(e)))
+            continue
+        yield Task(point=p, scenario=sc, method=p["method"], constraints=spec.constraints)
+
+
+def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = None,
+              parquet: bool = False, quiet: bool = False) -> Summary:
+    """Run the points not yet done; rows are appended to ``spec.output`` as points finish."""
+    from .plot import write_plot
+
+    parquet = parquet or spec.parquet
+    check_extras(parquet=parquet, ray=ray)
+    points, existing = plan_run(spec)
+    todo = [p for p in points if p.id not in existing.done]
+    summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign)
+    writer = ResultsWriter(spec.output, spec, existing)
+    progress = Progress(len(points), summary.skipped, enabled=not quiet)
+    start = time.perf_counter()
+    failed: list = []
+    tasks = _tasks(spec, todo, failed)
+    if ray is not None:
+        backend = _ray(tasks, ray, workers)
+    elif (workers or os.cpu_count() or 1) == 1 or len(todo) <= 1:
+        backend = _in_process(tasks)
+    else:
+        backend = _pool(tasks, min(workers or os.cpu_count() or 1, len(todo)))
+
+    def record(point, row):
+        writer.write(point, row)
+        status = row["status"]
+        summary.ok += status == "ok"
+        summary.infeasible += status == "infeasible"
+        summary.errors += status == "error"
+        progress.update(summary.ran, summary.errors, force=True)
+
+    previous = _on_sigterm()
+    try:
+        for item in backend:
+            while failed:
+                record(*failed.pop())
+            if item is None:
+                progress.update(summary.ran, summary.errors)
+            else:
+                record(item[0].point, item[1])
+        while failed:
+            record(*failed.pop())
+    except KeyboardInterrupt as e:
+        summary.interrupted = signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits
+        try:
+            backend.close()
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+    finally:
+        _restore_sigterm(previous)
+        progress.close()
+        writer.close()
+        summary.seconds = time.perf_counter() - start
+    if summary.interrupted:
+        return summary
+    summary.outputs.append(spec.output)
+    summary.outputs.append(write_plot(spec, points))
+    if parquet:
+        summary.outputs.append(write_parquet(spec))
+    return summary
+
+
+def _on_sigterm():
+    def handler(signum, frame):
+        raise _Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _restore_sigterm(previous):
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# ----------------------------------------------------------------------------- Parquet
+
+
+def write_parquet(spec: SweepSpec) -> Path:
+    """``<output stem>.parquet`` from the whole CSV, with a type per column."""
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("--parquet needs pyarrow: pip install 'nestplan[parquet]'") from None
+    types = {"id": pa.string(), "status": pa.string(), "error": pa.string(),
+             "recompute": pa.string(), "rank_order": pa.string(), "fits": pa.bool_(),
+             "sp": pa.bool_()}
+    types.update({k: pa.int64() for k in ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")})
+    types.update({k: pa.float64() for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                                             "mfu", "peak_memory_gib", "search_seconds")})
+    arrow = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    types.update({p.key: arrow[p.kind] for p in spec.parameters})
+    table = pacsv.read_csv(spec.output, convert_options=pacsv.ConvertOptions(
+        column_types=types, true_values=["true"], false_values=["false"],
+        strings_can_be_null=False))
+    out = spec.output.with_suffix(".parquet")
+    pq.write_table(table, out)
+    return out

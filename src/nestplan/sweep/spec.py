@@ -1,0 +1,421 @@
+"""The sweep file: strict loading into a frozen ``SweepSpec``, and expansion into points.
+
+Format (TOML; units in the keys as in cluster files; every grid value is a list, and a single
+value stands for a one-element list)::
+
+    [sweep]                           # optional
+    output = "results.csv"            # relative to this file; default <file stem>.csv beside it
+    parquet = false                   # also write <output stem>.parquet (needs pyarrow)
+
+    [grid]
+    model = ["llama3-8b", "gpt3-175b"]   # required: catalog names or paths (relative to this file)
+    cluster = ["nest-h100-spineleaf"]    # required: catalog names or paths
+    gpus = [64, 128, 256]                # required
+    method = ["nest", "manual"]          # default ["nest"]
+    seq_len = [4096]                     # default [4096]
+    global_batch = [1024]                # default [1024]
+    precision = ["bf16"]                 # default ["bf16"]
+    # any other training key may be varied too: attention, tp_overlap, grad_bytes,
+    # step_overhead_s, overlap_grad_reduce, overlap_param_gather, overlap_p2p, ...
+
+    [grid.network.spine]              # a level that every cluster of the grid has
+    oversubscription = [1, 2, 4]      # also bandwidth_GBps or bandwidth_GiBps (replaces the
+    bandwidth_GBps = [25, 50]         # level's bandwidth), latency_us, efficiency, size
+
+    [constraints]                     # optional: knobs fixed for every search, as plan's flags
+    tp = 8                            # tp pp dp cp ep etp vp zero mbs (integers), sp and
+    recompute = "full"                # tp_within_node (booleans), recompute ("full" or one per
+                                      # stage), rank_order ("tp-cp-dp-pp")
+
+Every value is checked when the file is loaded (names, level names, numbers), so a mistake stops
+the sweep before any work. A point's id is a short hash of its parameters and the constraints,
+stable across runs and file edits that keep the point: the results CSV is keyed on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SpecError
+
+if TYPE_CHECKING:
+    from ..search.space import Constraints
+
+FORMAT_VERSION = 1
+"""Part of every point's id: bump when the meaning of a parameter changes."""
+
+SECTIONS = ("sweep", "grid", "constraints")
+SWEEP_KEYS = {"output", "parquet"}
+GRID_REQUIRED = ("model", "cluster", "gpus")
+GRID_DEFAULTS: dict[str, tuple] = {"method": ("nest",), "seq_len": (4096,),
+                                   "global_batch": (1024,), "precision": ("bf16",)}
+"""Defaults of the optional grid keys: the same as ``nestplan plan``'s."""
+CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
+"""Grid parameters every sweep has, in column order."""
+LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
+              "size")
+CONSTRAINT_INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
+CONSTRAINT_KEYS = CONSTRAINT_INTS + ("sp", "recompute", "rank_order", "tp_within_node")
+
+RESULT_COLUMNS = ("status", "error", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
+                  "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero",
+                  "recompute", "mbs", "rank_order", "search_seconds")
+"""CSV columns after ``id`` and the grid parameters."""
+
+
+def _training_extra_keys() -> tuple[str, ...]:
+    from ..loaders import TRAINING_KEYS
+
+    return tuple(sorted(TRAINING_KEYS - set(CORE)))
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parameter:
+    """One axis of the grid."""
+
+    key: str
+    """Column name: ``model``, ``gpus``, ``seq_len``, ``network.spine.oversubscription``, ..."""
+    values: tuple
+    """Distinct values in file order (enum names lowercase; numbers int, or all float)."""
+
+    @property
+    def kind(self) -> type:
+        """bool, int, float or str: the type of every value."""
+        return type(self.values[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    """One grid point: a search to run."""
+
+    id: str
+    """Short hash of the parameters and constraints (10 characters of base32)."""
+    values: tuple[tuple[str, Any], ...]
+    """(column, value) per grid parameter, in column order."""
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self.values:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def network(self) -> dict[str, dict[str, Any]]:
+        """Level overrides: ``{level name: {key: value}}``."""
+        out: dict[str, dict[str, Any]] = {}
+        for k, v in self.values:
+            if k.startswith("network."):
+                _, level, key = k.split(".", 2)
+                out.setdefault(level, {})[key] = v
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec:
+    """A validated sweep file."""
+
+    path: Path
+    """The sweep file."""
+    output: Path
+    """The results CSV."""
+    parquet: bool
+    """Also write ``<output stem>.parquet`` at the end."""
+    parameters: tuple[Parameter, ...]
+    """Grid axes in column order: the core ones, other training keys (alphabetically), network
+    overrides (by level name, then key)."""
+    constraints: Constraints
+    """Knobs fixed for every search."""
+    constraints_key: str
+    """Canonical JSON of the constraints, part of every point's id."""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The CSV header."""
+        return ("id",) + tuple(p.key for p in self.parameters) + RESULT_COLUMNS
+
+    def varied(self) -> tuple[Parameter, ...]:
+        """Parameters with more than one value."""
+        return tuple(p for p in self.parameters if len(p.values) > 1)
+
+    def points(self) -> list[Point]:
+        """Every point, the first parameter varying slowest."""
+        keys = [p.key for p in self.parameters]
+        return [Point(id=point_id(dict(zip(keys, combo)), self.constraints_key),
+                      values=tuple(zip(keys, combo)))
+                for combo in itertools.product(*(p.values for p in self.parameters))]
+
+    def scenario(self, point: Point):
+        """The point's Scenario (SpecError when this combination of values is invalid)."""
+        from ..loaders import training_from_table
+        from ..specs import Scenario
+
+        base = self.path.parent
+        net = point.network()
+        cluster = _cluster(_resolve(point["cluster"], base),
+                           tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
+        training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method")
+                    and not k.startswith("network.")}
+        return Scenario(model=_model(_resolve(point["model"], base)), cluster=cluster,
+                        gpus=point["gpus"], training=training_from_table(training, "grid"))
+
+
+def point_id(values: dict[str, Any], constraints_key: str) -> str:
+    """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0)."""
+    canon = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+             for k, v in values.items()}
+    text = json.dumps({"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)},
+                      sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).digest()
+    # base32 (letters and 2-7) rather than hex, so no id reads as a number in a CSV reader
+    return base64.b32encode(digest).decode()[:10].lower()
+
+
+# ----------------------------------------------------------------------------- catalog access
+
+
+def _resolve(ref: str, base: Path) -> str:
+    """A catalog name stays a name; a path (has a '/' or a .toml/.json suffix) is made relative
+    to the sweep file."""
+    if "/" in ref or ref.endswith((".toml", ".json")):
+        p = Path(ref).expanduser()
+        return str(p if p.is_absolute() else base / p)
+    return ref
+
+
+@cache
+def _model(ref: str):
+    from ..catalog import get_model
+
+    return get_model(ref)
+
+
+@lru_cache(maxsize=256)
+def _cluster(ref: str, overrides: tuple = ()):
+    """The cluster with level overrides applied through the loaders (so they validate them)."""
+    from ..catalog import get_accelerator, get_cluster
+    from ..loaders import cluster_from_table, cluster_to_table
+
+    cluster = get_cluster(ref)
+    if not overrides:
+        return cluster
+    table = cluster_to_table(cluster)
+    changes = dict(overrides)
+    for level in table["levels"]:
+        for key, value in changes.get(level["name"], ()):
+            if key.startswith("bandwidth_"):
+                level.pop("bandwidth_GBps", None)
+                level.pop("bandwidth_GiBps", None)
+            level[key] = value
+    return cluster_from_table(table, get_accelerator)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
+    """Read and validate a sweep file; ``output`` (relative to the working directory) overrides
+    the file's ``[sweep] output``."""
+    from ..loaders import check_keys, read_toml
+
+    path = Path(path)
+    table = read_toml(path)
+    for key in table:
+        if key not in SECTIONS:
+            raise SpecError(key, table[key], f"unknown section or key; valid: {', '.join(SECTIONS)}")
+    sweep = table.get("sweep", {})
+    check_keys(sweep, "sweep", required=set(), optional=SWEEP_KEYS)
+    if "output" in sweep and not (isinstance(sweep["output"], str) and sweep["output"].strip()):
+        raise SpecError("sweep.output", sweep["output"], "must be a file path, e.g. 'results.csv'")
+    if "parquet" in sweep and not isinstance(sweep["parquet"], bool):
+        raise SpecError("sweep.parquet", sweep["parquet"], "must be true or false")
+    if output is not None:
+        out = Path(output)
+    elif "output" in sweep:
+        out = Path(sweep["output"]).expanduser()
+        out = out if out.is_absolute() else path.parent / out
+    else:
+        out = path.with_suffix(".csv")
+    if out.suffix.lower() != ".csv":
+        raise SpecError("output", str(out), "must end in .csv (the Parquet and SVG files are "
+                        "written beside it)")
+    constraints, constraints_key = _constraints(table.get("constraints", {}))
+    return SweepSpec(path=path, output=out, parquet=bool(sweep.get("parquet", False)),
+                     parameters=_grid(table.get("grid"), path.parent), constraints=constraints,
+                     constraints_key=constraints_key)
+
+
+def _as_field(where: str, value, fn, *args):
+    """``fn(*args)``, with a SpecError renamed to the sweep file's field (inner field kept)."""
+    try:
+        return fn(*args)
+    except SpecError as e:
+        inner = ("" if e.field in ("model", "cluster") else f"{e.value}: " if e.field == "file"
+                 else f"{e.field}: ")
+        raise SpecError(where, value, f"{inner}{e.allowed}") from None
+
+
+def _values(table: dict, key: str, where: str) -> list:
+    raw = table[key]
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise SpecError(where, raw, "empty list; give at least one value")
+    for v in values:
+        if isinstance(v, (dict, list)) or not isinstance(v, (bool, int, float, str)):
+            raise SpecError(where, v, "values must be numbers, strings or booleans")
+    return values
+
+
+def _distinct(values: list, where: str) -> tuple:
+    """Numbers all int, or all float if any is; duplicates rejected."""
+    if any(isinstance(v, float) for v in values) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        values = [float(v) for v in values]
+    seen = set()
+    for v in values:
+        k = (type(v), v)
+        if k in seen:
+            raise SpecError(where, values, f"{v!r} appears twice; values must be distinct")
+        seen.add(k)
+    if len({type(v) for v in values}) > 1:
+        raise SpecError(where, values, "values must all have one type")
+    return tuple(values)
+
+
+def _positive_ints(values: list, where: str) -> list:
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SpecError(where, v, "must be an integer > 0")
+    return values
+
+
+def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
+    from ..loaders import check_keys, training_from_table
+    from ..search.methods import METHODS
+
+    example = "e.g. model = [\"llama3-8b\"], cluster = [\"dgx-h100-ndr\"], gpus = [64, 128]"
+    if grid is None or grid == {}:
+        raise SpecError("grid", grid, f"empty; give at least model, cluster and gpus ({example})")
+    extras = _training_extra_keys()
+    check_keys(grid, "grid", required=set(GRID_REQUIRED),
+               optional=set(GRID_DEFAULTS) | set(extras) | {"network"})
+    params: list[Parameter] = []
+
+    def add(key: str, values: list):
+        params.append(Parameter(key=key, values=_distinct(values, f"grid.{key}")))
+
+    models = _values(grid, "model", "grid.model")
+    for m in models:
+        if not isinstance(m, str):
+            raise SpecError("grid.model", m, "must be a catalog name or a path")
+        _as_field("grid.model", m, _model, _resolve(m, base))
+    add("model", models)
+    clusters = _values(grid, "cluster", "grid.cluster")
+    for c in clusters:
+        if not isinstance(c, str):
+            raise SpecError("grid.cluster", c, "must be a catalog name or a path")
+        _as_field("grid.cluster", c, _cluster, _resolve(c, base))
+    add("cluster", clusters)
+    add("gpus", _positive_ints(_values(grid, "gpus", "grid.gpus"), "grid.gpus"))
+    methods = [str(m).lower() for m in
+               (_values(grid, "method", "grid.method") if "method" in grid else GRID_DEFAULTS["method"])]
+    for m in methods:
+        if m not in METHODS:
+            raise SpecError("grid.method", m, f"allowed: {', '.join(METHODS)}")
+    add("method", methods)
+
+    # training keys: each value checked by the training loader, with the other keys at defaults
+    defaults = {"seq_len": GRID_DEFAULTS["seq_len"][0], "global_batch": GRID_DEFAULTS["global_batch"][0]}
+    for key in ("seq_len", "global_batch", "precision") + extras:
+        if key not in grid and key not in GRID_DEFAULTS:
+            continue
+        values = _values(grid, key, f"grid.{key}") if key in grid else list(GRID_DEFAULTS[key])
+        values = [v.lower() if isinstance(v, str) else v for v in values]
+        for v in values:
+            try:
+                training_from_table({**defaults, key: v}, "grid")
+            except SpecError as e:
+                raise SpecError(f"grid.{key}", v, e.allowed) from None
+        add(key, values)
+
+    network = grid.get("network", {})
+    if not isinstance(network, dict):
+        raise SpecError("grid.network", network, "must hold one table per level, e.g. "
+                        "[grid.network.spine] with oversubscription = [1, 2]")
+    for level in sorted(network):
+        table = network[level]
+        where = f"grid.network.{level}"
+        if not isinstance(table, dict) or not table:
+            raise SpecError(where, table, "must be a non-empty table of lists; keys: "
+                            + ", ".join(LEVEL_KEYS))
+        check_keys(table, where, required=set(), optional=set(LEVEL_KEYS))
+        if "bandwidth_GBps" in table and "bandwidth_GiBps" in table:
+            raise SpecError(f"{where}.bandwidth_GiBps", table["bandwidth_GiBps"],
+                            "give bandwidth_GBps or bandwidth_GiBps, not both")
+        for c in clusters:
+            names = [lv.name for lv in _cluster(_resolve(c, base)).levels]
+            if level not in names:
+                raise SpecError("grid.network", level, f"not a level of cluster {c} (its levels: "
+                                f"{', '.join(names)})")
+        for key in sorted(table, key=LEVEL_KEYS.index):
+            values = _values(table, key, f"{where}.{key}")
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise SpecError(f"{where}.{key}", v, "must be a number")
+                for c in clusters:
+                    try:
+                        _cluster(_resolve(c, base), ((level, ((key, v),)),))
+                    except SpecError as e:
+                        raise SpecError(f"{where}.{key}", v, e.allowed) from None
+            add(f"network.{level}.{key}", values)
+    return tuple(params)
+
+
+def _constraints(table: Any):
+    """``[constraints]`` to a search ``Constraints`` and its canonical JSON."""
+    from ..axes import parse_order
+    from ..loaders import check_keys
+    from ..options import Recompute
+    from ..search.space import Constraints
+
+    check_keys(table, "constraints", required=set(), optional=set(CONSTRAINT_KEYS))
+    kw: dict[str, Any] = {}
+    canon: dict[str, Any] = {}
+    for key, value in table.items():
+        where = f"constraints.{key}"
+        if key in CONSTRAINT_INTS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SpecError(where, value, "must be an integer")
+            if key == "zero" and value not in (0, 1, 2, 3):
+                raise SpecError(where, value, "allowed: 0, 1, 2, 3")
+            if key != "zero" and value <= 0:
+                raise SpecError(where, value, "must be an integer > 0")
+            kw[key] = canon[key] = value
+        elif key in ("sp", "tp_within_node"):
+            if not isinstance(value, bool):
+                raise SpecError(where, value, "must be true or false")
+            kw[key] = canon[key] = value
+        elif key == "recompute":
+            items = value if isinstance(value, list) else (
+                value.split(",") if isinstance(value, str) else [value])
+            if not items:
+                raise SpecError(where, value, "give one policy or one per stage")
+            kw[key] = tuple(Recompute.parse(where, str(r).strip()) for r in items)
+            canon[key] = [r.value for r in kw[key]]
+        elif key == "rank_order":
+            if not isinstance(value, str):
+                raise SpecError(where, value, "must be a string like 'tp-cp-dp-pp'")
+            try:
+                kw[key] = parse_order(value)
+            except SpecError as e:
+                raise SpecError(where, value, e.allowed) from None
+            canon[key] = "-".join(a.value for a in kw[key])
+    return Constraints(**kw), json.dumps(canon, sort_keys=True, separators=(",", ":"))

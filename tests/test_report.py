@@ -1,0 +1,168 @@
+"""The HTML report: its figures hold what the plan says, and it renders in headless Chromium."""
+
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from nestplan import planfile
+from nestplan.cli import main
+from nestplan.evaluate import evaluate, evaluate_names
+from nestplan.report import figures, render
+from nestplan.svg import colour
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _plan(tmp_path, name="plan.json", **kw):
+    args = dict(model="llama3-8b", cluster="nest-h100-spineleaf", gpus=64, tp=2, pp=4, vp=2,
+                mbs=1, global_batch=64, seq_len=4096, recompute="selective")
+    args.update(kw)
+    ev = evaluate_names(args.pop("model"), args.pop("cluster"), args.pop("gpus"), **args)
+    path = tmp_path / name
+    planfile.save(ev, path)
+    return path, ev
+
+
+def _svgs(html: str) -> dict[str, ET.Element]:
+    out = {}
+    for m in re.finditer(r"<svg .*?</svg>", html, re.S):
+        el = ET.fromstring(m.group(0))
+        out[el.get("id")] = el
+    return out
+
+
+def test_figures_hold_the_plan(tmp_path):
+    path, ev = _plan(tmp_path)
+    pf = planfile.load(path)
+    html = render(pf, evaluate(pf.scenario, pf.plan))
+    svgs = _svgs(html)
+    assert set(svgs) == {"fig-timeline", "fig-placement", "fig-memory", "fig-breakdown"}
+    # timeline: every forward and backward of every micro-batch through every chunk
+    ops = [r for r in svgs["fig-timeline"].iter(f"{SVG_NS}rect") if "op" in (r.get("class") or "")]
+    assert len(ops) == 2 * ev.micro_batches * ev.plan.pp * ev.plan.vp
+    # placement: one cell per device, in its stage's colour family, classed by stage
+    cells = [r for r in svgs["fig-placement"].iter(f"{SVG_NS}rect") if r.get("class", "").startswith("d ")]
+    assert len(cells) == ev.gpus
+    stage_of = {}
+    for st in ev.stages:
+        for d in st.devices:
+            stage_of[d] = st.index
+    for r in cells:
+        dev = int(r.find(f"{SVG_NS}title").text.split(":")[0].split()[1])
+        assert r.get("class") == f"d s{stage_of[dev]}"
+    # memory: one stacked bar per stage whose parts add up to the stage's memory
+    parts = [r for r in svgs["fig-memory"].iter(f"{SVG_NS}rect") if r.get("class") == "mem"]
+    for st in ev.stages:
+        tips = [r.find(f"{SVG_NS}title").text for r in parts]
+        gib = sum(float(t.split(": ")[1].split()[0]) for t in tips
+                  if t.startswith(f"stage {st.index} "))
+        assert gib == pytest.approx(st.memory.total / 2**30, abs=0.01 * 6)
+    assert "fig-methods" not in html  # not from compare
+
+
+def test_timeline_schedule_agrees_with_the_closed_form(tmp_path):
+    _, ev = _plan(tmp_path)
+    ops = figures.schedule(ev)
+    span = max(o.end for o in ops)
+    # the simulated schedule (with transfers on the critical path) and the cost model's closed
+    # form differ only by the steady-state transfers, which are small against compute here
+    closed = ev.step_time - ev.scenario.training.step_overhead - max(s.end for s in ev.stages)
+    assert span == pytest.approx(closed, rel=0.03)
+
+
+def test_long_schedules_show_fill_and_drain(tmp_path):
+    _, ev = _plan(tmp_path, vp=1, global_batch=1024)
+    svg, numbers = figures.timeline(ev)
+    assert numbers["elided"] and numbers["ops"] == 2 * ev.micro_batches * ev.plan.pp
+    drawn = str(svg).count('class="op ')
+    assert 0 < drawn < numbers["ops"]
+
+
+def test_compare_saves_methods_and_report_shows_them(tmp_path, capsys):
+    path = tmp_path / "cmp.json"
+    assert main(["compare", "--model", "llama3-8b", "--cluster", "nest-h100-spineleaf",
+                 "--gpus", "16", "--global-batch", "32", "--seq-len", "4096",
+                 "--save", str(path)]) == 0
+    pf = planfile.load(path)
+    rows = pf.comparison["methods"]
+    assert {r["method"] for r in rows} | set(pf.comparison["errors"]) >= {"nest", "manual"}
+    best = max(r["tokens_per_s"] for r in rows)
+    assert pf.predicted["tokens_per_s"] == pytest.approx(best)
+    out = tmp_path / "r.html"
+    capsys.readouterr()
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    svgs = _svgs(out.read_text())
+    bars = [r for r in svgs["fig-methods"].iter(f"{SVG_NS}rect") if r.get("class") == "method"]
+    assert len(bars) == len(rows)
+    chosen = [r for r in bars if r.get("fill") == colour(0)]
+    assert len(chosen) == 1 and chosen[0].find(f"{SVG_NS}title").text.startswith(pf.method)
+
+
+def test_report_bad_input_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": 99}')
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "format" in err[0]
+    path, _ = _plan(tmp_path)
+    assert main(["report", str(path), "-o", str(tmp_path / "no" / "such" / "r.html")]) == 2
+    assert "-o" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ headless Chromium
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium(tmp_path, *args) -> subprocess.CompletedProcess:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+def _dom(tmp_path, html_path) -> str:
+    res = _chromium(tmp_path, "--dump-dom", html_path.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+@pytest.mark.chromium
+def test_report_renders_in_chromium(tmp_path):
+    from PIL import Image
+
+    path, ev = _plan(tmp_path)
+    out = tmp_path / "report.html"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    dom = _dom(tmp_path, out)
+    root = re.search(r"<html[^>]*>", dom).group(0)
+    assert 'data-figures="4/4"' in root  # the script ran and every figure drew shapes
+    assert "data-errors" not in root
+    shot = tmp_path / "shot.png"
+    res = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,2200", out.as_uri())
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1200, 2200)
+    colours = img.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50  # text, figures and shades, not a blank page
+    counts = {c: n for n, c in colours}
+    # the first two stages' colours fill their devices in the placement figure
+    for s in (0, 1):
+        rgb = tuple(int(colour(s)[i:i + 2], 16) for i in (1, 3, 5))
+        assert counts.get(rgb, 0) > 100, f"stage {s} colour {colour(s)} not on screen"
+
+
+@pytest.mark.chromium
+def test_chromium_check_catches_script_errors(tmp_path):
+    path, _ = _plan(tmp_path)
+    pf = planfile.load(path)
+    html = render(pf, evaluate(pf.scenario, pf.plan))
+    broken = tmp_path / "broken.html"
+    broken.write_text(html.replace("</body>", "<script>undefinedFunction();</script></body>"))
+    root = re.search(r"<html[^>]*>", _dom(tmp_path, broken)).group(0)
+    assert "data-errors" in root and "undefinedFunction" in root

@@ -1,0 +1,283 @@
+"""``nestplan sweep``: strict sweep files, the CSV, resume, failures, plot, Parquet and Ray."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from nestplan.cli import main
+from nestplan.sweep.spec import RESULT_COLUMNS, load
+
+# 12 quick points: 3 GPU counts x 2 methods x 2 NIC bandwidths
+SMALL = """
+[grid]
+model = ["gpt-1p7b"]
+cluster = ["dgx-h100-ndr"]
+gpus = [8, 16, 32]
+method = ["nest", "phaze"]
+seq_len = [2048]
+global_batch = [256]
+
+[grid.network.leaf]
+bandwidth_GBps = [25, 50]
+"""
+SMALL_POINTS = 12
+COLUMNS = (["id", "model", "cluster", "gpus", "method", "seq_len", "global_batch", "precision",
+            "network.leaf.bandwidth_GBps"] + list(RESULT_COLUMNS))
+
+
+def _write(folder, text, name="s.toml"):
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _without_timing(rows):
+    return {r["id"]: {k: v for k, v in r.items() if k != "search_seconds"} for r in rows}
+
+
+@pytest.fixture(scope="module")
+def pool_run(tmp_path_factory):
+    """The small sweep run once with a two-process pool, with Parquet."""
+    folder = tmp_path_factory.mktemp("pool")
+    path = _write(folder, SMALL)
+    args = ["sweep", str(path), "--workers", "2", "--quiet"]
+    if importlib.util.find_spec("pyarrow") is not None:
+        args.append("--parquet")
+    assert main(args) == 0
+    return path
+
+
+# ----------------------------------------------------------------------------- strict loading
+
+BASE = '[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8]\n'
+
+
+@pytest.mark.parametrize("text, needle", [
+    (BASE + "gpu = [8]\n", "grid.gpu"),                                      # unknown grid key
+    (BASE + "[sweeps]\noutput = 'x.csv'\n", "sweeps"),                      # unknown section
+    (BASE + "[sweep]\nouput = 'x.csv'\n", "sweep.ouput"),                    # unknown [sweep] key
+    ("[grid]\n", "grid"),                                                    # empty grid
+    ("[sweep]\nparquet = true\n", "grid"),                                   # no grid at all
+    (BASE.replace("[8]", "[]"), "grid.gpus"),                                # empty list
+    (BASE.replace("gpt-1p7b", "llama9-1b"), "grid.model"),                   # unknown model
+    (BASE.replace("dgx-h100-ndr", "dgx-h900"), "grid.cluster"),              # unknown cluster
+    (BASE + "[grid.network.spin]\noversubscription = [2]\n", "spin"),        # unknown level
+    (BASE + "[grid.network.spine]\noversub = [2]\n", "grid.network.spine.oversub"),
+    (BASE + "[grid.network.spine]\noversubscription = [0.5]\n", "oversubscription"),
+    (BASE + "[grid.network.spine]\nbandwidth_GBps = [-5]\n", "bandwidth_GBps"),
+    (BASE + "[grid.network.spine]\noversubscription = []\n", "oversubscription"),
+    (BASE.replace("[8]", "[8, 0]"), "grid.gpus"),                            # bad number
+    (BASE.replace("[8]", "[8, 8]"), "grid.gpus"),                            # repeated value
+    (BASE + 'method = ["nest", "best"]\n', "grid.method"),
+    (BASE + 'precision = ["fp16"]\n', "grid.precision"),
+    (BASE + "seq_len = [4096.5]\n", "grid.seq_len"),
+    (BASE + "[constraints]\nzero = 4\n", "constraints.zero"),
+    (BASE + "[constraints]\ntensor_parallel = 8\n", "constraints.tensor_parallel"),
+    (BASE + "[constraints]\nrank_order = 'tp-dp'\n", "constraints.rank_order"),
+])
+def test_bad_sweep_files_exit_2_with_one_line(tmp_path, capsys, text, needle):
+    path = _write(tmp_path, text)
+    assert main(["sweep", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nestplan: error: ") and err.count("\n") == 1, err
+    assert needle in err
+    assert not (tmp_path / "s.csv").exists()  # stopped before any work
+
+
+def test_unknown_key_lists_the_valid_ones(tmp_path, capsys):
+    assert main(["sweep", str(_write(tmp_path, BASE + "[grid.network.leaf]\nlatency = [2]\n"))]) == 2
+    err = capsys.readouterr().err
+    assert "latency_us" in err and "oversubscription" in err and "bandwidth_GiBps" in err
+
+
+def test_a_level_missing_from_one_cluster_is_an_error(tmp_path, capsys):
+    # dgx-h100-ndr has a "core" level, nest-h100-spineleaf has not
+    text = BASE.replace('["dgx-h100-ndr"]', '["dgx-h100-ndr", "nest-h100-spineleaf"]')
+    assert main(["sweep", str(_write(tmp_path, text + "[grid.network.core]\noversubscription = [2]\n"))]) == 2
+    err = capsys.readouterr().err
+    assert "core" in err and "nest-h100-spineleaf" in err
+
+
+def test_missing_extras_exit_2_with_the_pip_hint(tmp_path, capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyarrow", "ray") else real(name, *a))
+    path = _write(tmp_path, BASE)
+    assert main(["sweep", str(path), "--parquet"]) == 2
+    assert "pip install 'nestplan[parquet]'" in capsys.readouterr().err
+    assert main(["sweep", str(path), "--ray", "local"]) == 2
+    assert "pip install 'nestplan[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "s.csv").exists()
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+def test_ids_are_stable_and_distinct(tmp_path):
+    a = load(_write(tmp_path, SMALL, "a.toml"))
+    # same points written differently: reordered keys, floats for integers, defaults spelled out
+    text = SMALL.replace("bandwidth_GBps = [25, 50]", "bandwidth_GBps = [25.0, 50.0]").replace(
+        'method = ["nest", "phaze"]', 'method = ["phaze", "nest"]\nprecision = ["bf16"]')
+    b = load(_write(tmp_path, text, "b.toml"))
+    ids = [p.id for p in a.points()]
+    assert len(set(ids)) == SMALL_POINTS
+    assert set(ids) == {p.id for p in b.points()}
+    c = load(_write(tmp_path, SMALL + "[constraints]\ntp = 2\n", "c.toml"))
+    assert not set(ids) & {p.id for p in c.points()}  # constraints are part of the id
+
+
+def test_network_overrides_replace_the_level_value(tmp_path):
+    # nest-h100-spineleaf gives its bandwidths in GiB/s: a GB/s override replaces that key
+    text = BASE.replace("dgx-h100-ndr", "nest-h100-spineleaf") + (
+        "[grid.network.spine]\nbandwidth_GBps = [10]\noversubscription = [3]\n")
+    spec = load(_write(tmp_path, text))
+    (point,) = spec.points()
+    spine = {lv.name: lv for lv in spec.scenario(point).cluster.levels}["spine"]
+    assert spine.bandwidth == pytest.approx(10e9)
+    assert spine.oversubscription == 3.0
+    leaf = {lv.name: lv for lv in spec.scenario(point).cluster.levels}["leaf"]
+    assert leaf.bandwidth == pytest.approx(12.5 * 2**30)  # untouched
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def test_pool_run_writes_one_row_per_point(pool_run):
+    rows = _rows(pool_run.with_suffix(".csv"))
+    with open(pool_run.with_suffix(".csv"), newline="") as f:
+        assert next(csv.reader(f)) == COLUMNS
+    assert len(rows) == SMALL_POINTS
+    assert {r["id"] for r in rows} == {p.id for p in load(pool_run).points()}
+    for r in rows:
+        assert r["status"] == "ok" and r["error"] == "" and r["fits"] == "true"
+        degrees = int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"])
+        assert degrees == int(r["gpus"])
+        assert float(r["tokens_per_s_per_gpu"]) * int(r["gpus"]) == pytest.approx(
+            float(r["tokens_per_s"]))
+    assert {(r["gpus"], r["method"], r["network.leaf.bandwidth_GBps"]) for r in rows} == {
+        (g, m, b) for g in ("8", "16", "32") for m in ("nest", "phaze") for b in ("25", "50")}
+
+
+def test_pool_run_writes_a_valid_svg(pool_run):
+    root = ET.parse(pool_run.with_suffix(".svg")).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    lines = root.findall(".//{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 4  # one series per method x bandwidth, three GPU counts each
+    assert all(len(pl.get("points").split()) == 3 for pl in lines)
+
+
+def test_pool_run_writes_parquet(pool_run):
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(pool_run.with_suffix(".parquet"))
+    assert table.num_rows == SMALL_POINTS
+    assert table.column_names == COLUMNS
+    assert str(table.schema.field("gpus").type) == "int64"
+    assert str(table.schema.field("id").type) == "string"
+    assert str(table.schema.field("fits").type) == "bool"
+    assert sorted(table.column("id").to_pylist()) == sorted(
+        r["id"] for r in _rows(pool_run.with_suffix(".csv")))
+
+
+def test_failed_points_are_recorded_and_the_others_run(tmp_path, capsys):
+    text = """
+[grid]
+model = ["gpt-1p7b", "llama3-70b"]
+cluster = ["dgx-h100-ndr"]
+gpus = [8, 12]
+seq_len = [2048]
+global_batch = [256]
+[constraints]
+tp = 8
+"""
+    path = _write(tmp_path, text)
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "1 ok, 1 infeasible, 2 errors" in out
+    status = {(r["model"], r["gpus"]): r for r in _rows(tmp_path / "s.csv")}
+    assert status["gpt-1p7b", "8"]["status"] == "ok"
+    assert status["llama3-70b", "8"]["status"] == "infeasible"  # 70B does not fit on 8 GPUs
+    for model in ("gpt-1p7b", "llama3-70b"):  # tp = 8 cannot divide 12 GPUs
+        row = status[model, "12"]
+        assert row["status"] == "error" and "tp" in row["error"] and "12" in row["error"]
+        assert row["step_time_s"] == ""
+
+
+class _Counting:
+    """Wraps run_method: counts calls, raises KeyboardInterrupt at call ``stop_at``."""
+
+    def __init__(self, real, stop_at=None):
+        self.real, self.stop_at, self.calls = real, stop_at, 0
+
+    def __call__(self, *args, **kw):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return self.real(*args, **kw)
+
+
+def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, monkeypatch):
+    from nestplan.search import methods
+
+    path = _write(tmp_path, SMALL)
+    csv_path = tmp_path / "s.csv"
+    args = ["sweep", str(path), "--workers", "1", "--quiet"]
+    counter = _Counting(methods.run_method, stop_at=5)
+    monkeypatch.setattr(methods, "run_method", counter)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "4 of 12 points done" in err and "resume" in err
+    assert len(_rows(csv_path)) == 4
+    assert not (tmp_path / "s.svg").exists()
+
+    counter = _Counting(counter.real)
+    monkeypatch.setattr(methods, "run_method", counter)
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    assert "4 already done, 8 to run" in capsys.readouterr().out
+    assert main(args) == 0
+    assert counter.calls == SMALL_POINTS - 4
+    assert "8 run (8 ok, 0 infeasible, 0 errors), 4 already done" in capsys.readouterr().out
+    rows = _rows(csv_path)
+    assert len(rows) == SMALL_POINTS == len({r["id"] for r in rows})
+
+    # an error row is run again and replaced; a torn last line (a killed run) is dropped
+    rows[3].update(status="error", error="boom", step_time_s="")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+        f.write(rows[5]["id"] + ",gpt-1p7b,dgx-h1")
+    counter.calls = 0
+    assert main(args) == 0
+    assert counter.calls == 1
+    again = _rows(csv_path)
+    assert len(again) == SMALL_POINTS == len({r["id"] for r in again})
+    assert {r["status"] for r in again} == {"ok"}
+    assert _without_timing(again)[rows[3]["id"]]["step_time_s"] != ""
+
+
+def test_a_csv_with_other_columns_is_refused(tmp_path, capsys):
+    path = _write(tmp_path, SMALL)
+    (tmp_path / "s.csv").write_text("id,model,status\nabc,gpt-1p7b,ok\n")
+    assert main(["sweep", str(path), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "columns" in err and "--output" in err
+    assert (tmp_path / "s.csv").read_text() == "id,model,status\nabc,gpt-1p7b,ok\n"
+
+
+@pytest.mark.ray
+def test_ray_gives_the_same_rows_as_the_pool(pool_run, tmp_path, capsys):
+    pytest.importorskip("ray")
+    out = tmp_path / "ray.csv"
+    assert main(["sweep", str(pool_run), "--ray", "local", "--workers", "2", "-o", str(out),
+                 "--quiet"]) == 0
+    assert f"{SMALL_POINTS} run ({SMALL_POINTS} ok" in capsys.readouterr().out
+    assert _without_timing(_rows(out)) == _without_timing(_rows(pool_run.with_suffix(".csv")))
