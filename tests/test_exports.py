@@ -61,6 +61,19 @@ def test_plan_file_round_trip(plan_file):
     assert pf.method == "test" and pf.scenario.cluster == ev.scenario.cluster
 
 
+def test_plan_file_lists_every_replicas_devices(plan_file):
+    pf, ev = plan_file
+    data = planfile.to_dict(ev)
+    par = pf.plan
+    grid = rank_grid(par)  # [pp, dp, cp, tp]
+    for st, mine in zip(data["stages"], ev.stages):
+        assert len(st["replicas"]) == par.dp
+        assert sorted(d for rep in st["replicas"] for d in rep) == list(mine.devices)
+        for d, rep in enumerate(st["replicas"]):
+            assert rep == sorted(int(x) for x in grid[mine.index, d].ravel())
+            assert len(rep) == par.tp * par.cp
+
+
 def test_plan_file_rejects_other_versions_unknown_keys_and_edits(tmp_path):
     sc, par = plans()[0]
     data = planfile.to_dict(evaluate(sc, par))
@@ -73,8 +86,8 @@ def test_plan_file_rejects_other_versions_unknown_keys_and_edits(tmp_path):
     with pytest.raises(SpecError, match="tp"):
         planfile.from_dict(bad_plan)
     stages = [dict(s) for s in data["stages"]]
-    stages[0]["devices"] = stages[1]["devices"]
-    with pytest.raises(SpecError, match=r"stages\[0\].devices.*rank order gives"):
+    stages[0]["replicas"] = stages[1]["replicas"]
+    with pytest.raises(SpecError, match=r"stages\[0\].replicas.*rank order gives"):
         planfile.from_dict(dict(data, stages=stages))
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(dict(data, plan={**data["plan"], "stage_layers": [1, 2]})))

@@ -1,9 +1,10 @@
 """Plan files: the complete plan as JSON (``--save``), and loading it back (``--plan``).
 
 A plan file holds the model, the cluster and the training setup (in the catalog's file format,
-units in the keys), every degree, the blocks and device ids of every stage, the rank order, the
-predicted metrics and the nestplan version. Loading is strict: unknown keys, another file format
-or a plan edited into something impossible are SpecErrors.
+units in the keys), every degree, the blocks of every stage and the device ids of each of its
+data-parallel replicas, the rank order, the predicted metrics and the nestplan version. Loading
+is strict: unknown keys, another file format or a plan edited into something impossible are
+SpecErrors.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .errors import SpecError
 from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
                       model_to_table, training_from_table, training_to_table)
 from .options import Recompute
+from .placement import rank_grid
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario
 
@@ -26,7 +28,7 @@ _TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "p
         "predicted", "method", "comparison"}
 _PLAN = {"tp", "pp", "dp", "cp", "ep", "etp", "vp", "sp", "zero", "recompute", "mbs",
          "rank_order", "stage_layers"}
-_STAGE = {"stage", "blocks", "devices", "recompute", "embedding", "head"}
+_STAGE = {"stage", "blocks", "replicas", "recompute", "embedding", "head"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,13 @@ class PlanFile:
     """The nestplan version that wrote the file."""
 
 
+def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
+    """Per stage, per data-parallel replica, the device ids of its context- and tensor-parallel
+    ranks (rank ``r`` runs on device ``r``)."""
+    grid = rank_grid(par)  # [pp, dp, cp, tp]
+    return [[sorted(grid[s, d].ravel().tolist()) for d in range(par.dp)] for s in range(par.pp)]
+
+
 def plan_to_dict(par: Parallelism) -> dict:
     return {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
             "etp": par.expert_tp, "vp": par.vp, "sp": par.sp, "zero": par.zero,
@@ -52,6 +61,10 @@ def plan_to_dict(par: Parallelism) -> dict:
 
 
 COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "search_seconds")
+_COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
+                     "recompute": ((str, list), "a policy or a list of policies"),
+                     "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false")}
+"""Types of the comparison keys that are not numbers (kinds, description)."""
 
 
 def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None = None) -> dict:
@@ -60,6 +73,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
 
     sc, par = ev.scenario, ev.plan
     bounds = chunk_bounds(sc.model, par)
+    replicas = stage_replicas(par)
     plan = plan_to_dict(par)
     plan["stage_layers"] = [b - a for a, b in bounds]
     js = ev.to_json()
@@ -71,7 +85,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
         "model": model_to_table(sc.model), "cluster": cluster_to_table(sc.cluster),
         "gpus": sc.gpus, "training": training_to_table(sc.training), "plan": plan,
         "stages": [{"stage": s.index, "blocks": [list(b) for b in s.blocks],
-                    "devices": list(s.devices), "recompute": s.recompute,
+                    "replicas": replicas[s.index], "recompute": s.recompute,
                     "embedding": s.has_embedding, "head": s.has_head} for s in ev.stages],
         "predicted": predicted,
         **({"comparison": comparison} if comparison else {}),
@@ -140,6 +154,7 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     par = plan_from_dict(data["plan"], f"{source}: plan")
     ev = evaluate(sc, par)  # also validates the plan against the scenario
     stages = data.get("stages")
+    replicas = stage_replicas(par)
     if stages is not None:
         if not isinstance(stages, list) or len(stages) != len(ev.stages):
             raise SpecError(f"{source}: stages", f"{len(stages) if isinstance(stages, list) else stages}"
@@ -147,17 +162,25 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
         for st, mine in zip(stages, ev.stages):
             where = f"{source}: stages[{mine.index}]"
             check_keys(st, where, required=set(), optional=_STAGE)
-            if "devices" in st and sorted(st["devices"]) != list(mine.devices):
-                raise SpecError(f"{where}.devices", _short(st["devices"]),
-                                "must be the devices the plan's rank order gives this stage: "
-                                + _short(list(mine.devices)))
-            if "blocks" in st and [list(b) for b in st["blocks"]] != [list(b) for b in mine.blocks]:
+            if "replicas" in st and st["replicas"] != replicas[mine.index]:
+                want = replicas[mine.index]
+                got = st["replicas"]
+                raise SpecError(f"{where}.replicas", _short(got) if isinstance(got, list) else got,
+                                f"must be the devices of each of the {len(want)} data-parallel "
+                                f"replicas that the plan's rank order gives this stage: "
+                                + _short(want))
+            if "blocks" in st and st["blocks"] != [list(b) for b in mine.blocks]:
                 raise SpecError(f"{where}.blocks", st["blocks"], "must match plan.stage_layers: "
                                 f"{[list(b) for b in mine.blocks]}")
-    predicted = data.get("predicted") or {}
-    return PlanFile(sc, par, predicted if isinstance(predicted, dict) else {},
-                    data.get("method"), _comparison(data.get("comparison"), source),
-                    str(data["nestplan_version"]) if "nestplan_version" in data else None)
+    for key in ("method", "nestplan_version"):
+        if key in data and not isinstance(data[key], str):
+            raise SpecError(f"{source}: {key}", data[key], "must be a string")
+    predicted = data.get("predicted", {})
+    if not isinstance(predicted, dict) or not all(
+            isinstance(v, (int, float)) for v in predicted.values()):
+        raise SpecError(f"{source}: predicted", predicted, "must map metric names to numbers")
+    return PlanFile(sc, par, predicted, data.get("method"),
+                    _comparison(data.get("comparison"), source), data.get("nestplan_version"))
 
 
 def _comparison(table, source: str) -> dict | None:
@@ -173,15 +196,19 @@ def _comparison(table, source: str) -> dict | None:
     for i, row in enumerate(rows):
         check_keys(row, f"{where}.methods[{i}]", required={"method", "tokens_per_s"},
                    optional=set(COMPARISON_KEYS))
+        for key, value in row.items():
+            kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a number"))
+            if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+                raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")
     return {"methods": rows, "errors": errors}
 
 
-def _short(ids: list) -> str:
-    text = ",".join(str(i) for i in ids[:8])
-    return text + (f",… ({len(ids)})" if len(ids) > 8 else "")
+def _short(items: list) -> str:
+    text = json.dumps(items[:4], separators=(",", ":"))
+    return text[:60] + (f"… ({len(items)} entries)" if len(items) > 4 or len(text) > 60 else "")
 
 
 def load(path: str | Path) -> PlanFile:

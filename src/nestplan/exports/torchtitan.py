@@ -83,7 +83,7 @@ def sections(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
                      + ") differs from torchtitan's mesh (tp innermost, then cp, dp, pp): "
                      "launch rank r on the device at its coordinates in the .mesh.json file")
-    if exported != par:
+    if rec_notes or zero != par.zero:
         notes.append(predicted_note(pf, exported))
     return out, notes, exported
 
