@@ -19,7 +19,7 @@ def shared() -> Path:
 
 # Tests that need an optional extra or Chromium skip when it is missing. CI installs all of them
 # and sets NESTPLAN_REQUIRE_OPTIONAL=1, so that there a skip of such a test is a failure.
-OPTIONAL = ("frameworks", "ray", "chromium")
+OPTIONAL = ("frameworks", "ray", "parquet", "chromium")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -31,3 +31,14 @@ def pytest_runtest_makereport(item, call):
         rep.outcome = "failed"
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else rep.longrepr
         rep.longrepr = f"skipped, but NESTPLAN_REQUIRE_OPTIONAL=1 requires it: {reason}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print what tests recorded as ``record_property("print", text)`` (the validation table):
+    recorded properties reach the main process also when xdist runs the tests."""
+    for key in ("passed", "failed"):
+        for rep in terminalreporter.stats.get(key, []):
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == "print":
+                    terminalreporter.write_line("")
+                    terminalreporter.write_line(value)

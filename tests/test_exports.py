@@ -9,16 +9,17 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nestplan import planfile
 from nestplan.axes import Axis
 from nestplan.cli import main
 from nestplan.errors import SpecError
-from nestplan.evaluate import evaluate, scenario_from_names
+from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
 from nestplan.exports import export
 from nestplan.options import Recompute
-from nestplan.placement import rank_grid
+from nestplan.placement import _expert_grid, rank_grid
 from nestplan.specs import Parallelism
 
 N, S, F = Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL
@@ -121,6 +122,57 @@ def test_megatron_arguments(plan_file):
                 or "--num-layers-per-virtual-pipeline-stage" in text)
 
 
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+               "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+               "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+               "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+               "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280,
+               "tie_word_embeddings": False}
+
+
+def test_megatron_mla_and_moe_pattern(tmp_path):
+    import re
+
+    cfg = tmp_path / "deepseek.json"
+    cfg.write_text(json.dumps(DEEPSEEK_V3))
+    sc = scenario_from_names(str(cfg), "dgx-h100-ndr", 1024, seq_len=4096, global_batch=1024)
+    par = Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1,
+                      recompute=(F,))
+    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
+                 "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128"):
+        assert flag in text
+    pattern = text.split("--moe-layer-freq '")[1].split("'")[0]
+    # Megatron evaluates the pattern after checking it holds only these characters
+    assert re.fullmatch(r"[\d,\[\]()+*]+", pattern), pattern
+    assert eval(pattern) == [0] * 3 + [1] * 58  # noqa: S307 - our own export, as Megatron does
+
+
+def test_exports_say_what_they_change_and_warn_when_nothing_fits():
+    sc, par = plans()[1]  # ZeRO-3 under pipelining, per-stage recomputation
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    ds = export(pf, "deepspeed")
+    assert json.loads(ds.text)["zero_optimization"]["stage"] == 1
+    assert any("ZeRO-3 is incompatible with DeepSpeed's pipeline engine" in n for n in ds.notes)
+    assert any(n.startswith("exported plan: predicted step") for n in ds.notes)
+    gpt, gpar = plans()[0]  # interleaved
+    ds = export(planfile.from_dict(planfile.to_dict(evaluate(gpt, gpar))), "deepspeed")
+    assert any("no interleaved schedule" in n for n in ds.notes)
+    huge = scenario_from_names("llama3-70b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=8)
+    ev = evaluate(huge, Parallelism(tp=1, pp=1, dp=8, mbs=1))
+    assert not ev.fits
+    pf = planfile.from_dict(planfile.to_dict(ev))
+    for fmt in ("megatron", "torchtitan", "deepspeed"):
+        out = export(pf, fmt)
+        assert out.notes[0].startswith("the plan does NOT fit"), fmt
+    # an unchanged plan gets no "exported plan" note
+    ok = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=32)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(ok, Parallelism(tp=2, pp=2, dp=4, mbs=1))))
+    for fmt in ("megatron", "torchtitan", "deepspeed"):
+        assert not any(n.startswith("exported plan") for n in export(pf, fmt).notes), fmt
+
+
 def test_cli_export_writes_extras(tmp_path, capsys):
     sc, par = plans()[1]
     path = tmp_path / "plan.json"
@@ -138,47 +190,96 @@ def test_cli_export_writes_extras(tmp_path, capsys):
 frameworks = pytest.mark.frameworks
 
 
+def _rank_devices(par) -> dict[int, int]:
+    """Framework rank -> device, from the exported rank map."""
+    from nestplan.exports import rank_map
+
+    return {int(r): int(d) for r, d, *_ in (
+        line.split(",") for line in rank_map(par, 8).splitlines()[1:])}
+
+
+def _groups(arr, axis: int) -> list[list[int]]:
+    """Device-id groups along ``axis`` of a device grid, each sorted, sorted."""
+    rows = np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
+    return sorted(sorted(int(d) for d in g) for g in rows)
+
+
 def check_megatron(pf, text: str, ranks: bool = True):
-    """Megatron-Core parses the layout, and (``ranks``) its rank generator mapped through the
-    exported rank map gives the plan's TP, PP and DP groups."""
+    """Megatron-Core parses the layout, and (``ranks``) its rank generators mapped through the
+    exported rank map give the plan's TP, CP, DP and PP groups and its expert EP, expert-TP and
+    expert-DP groups."""
     from megatron.core import parallel_state as ps
     from megatron.core.transformer.pipeline_parallel_layer_layout import (
         PipelineParallelLayerLayout)
-
-    from nestplan.exports.megatron import rank_map
 
     par = pf.plan
     if "--pipeline-model-parallel-layout" in text:
         layout = text.split("--pipeline-model-parallel-layout '")[1].split("'")[0]
         parsed = PipelineParallelLayerLayout(layout, par.pp)
         assert parsed.virtual_pipeline_model_parallel_size == par.vp
+    if par.vp > 1:  # Megatron's validate_args: interleaving over two stages needs it
+        assert "--overlap-p2p-communication" in text
     if not ranks:
         return
-    device_of = {int(r): int(d) for r, d, *_ in (
-        line.split(",") for line in rank_map(par, 8).splitlines()[1:])}
-    gen = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
-                           order="tp-cp-ep-dp-pp")
+    device_of = _rank_devices(par)
     grid = rank_grid(par)  # [pp, dp, cp, tp]
-    want = {"tp": grid.reshape(-1, par.tp), "pp": grid.transpose(1, 2, 3, 0).reshape(-1, par.pp),
-            "dp": grid.transpose(0, 2, 3, 1).reshape(-1, par.dp)}
-    for axis, groups in want.items():
-        mine = sorted(sorted(int(d) for d in g) for g in groups)
-        theirs = sorted(sorted(device_of[r] for r in g) for g in gen.get_ranks(axis))
-        assert theirs == mine, axis
+    dense = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
+                             order="tp-cp-ep-dp-pp")
+    for axis, dim in (("tp", 3), ("cp", 2), ("dp", 1), ("pp", 0)):
+        theirs = sorted(sorted(device_of[r] for r in g) for g in dense.get_ranks(axis))
+        assert theirs == _groups(grid, dim), axis
+    if pf.scenario.model.moe is None:
+        return
+    edp = par.dp * par.cp * par.tp // (par.ep * par.expert_tp)
+    expert = ps.RankGenerator(tp=par.expert_tp, ep=par.ep, dp=edp, pp=par.pp, cp=1,
+                              order="tp-cp-ep-dp-pp")
+    egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
+    for axis, dim in (("tp", 3), ("ep", 2), ("dp", 1)):
+        theirs = sorted(sorted(device_of[r] for r in g) for g in expert.get_ranks(axis))
+        assert theirs == _groups(egrid, dim), f"expert {axis}"
 
 
-def check_torchtitan(pf):
-    from torchtitan.config import configs
+# Stand-in configs for parsing on a CPU: the export leaves MODULE and CONFIG to the user for
+# models torchtitan does not define, and torchtitan's 405B config converts its linears to
+# float8 while parsing, which needs torchao and an SM89+ GPU.
+STAND_IN = {"MODULE": "llama3", "CONFIG": "llama3_8b", "llama3_405b": "llama3_70b"}
 
-    from nestplan.exports.torchtitan import sections
 
-    out, _, _ = sections(pf)
-    par = configs.ParallelismConfig(**out["parallelism"])
-    assert par.tensor_parallel_degree == pf.plan.tp
-    assert par.pipeline_parallel_degree == pf.plan.pp
-    assert par.context_parallel_degree == pf.plan.cp
-    train = configs.TrainingConfig(**out["training"])
-    assert train.global_batch_size == pf.scenario.training.global_batch
+def _torchtitan_args(text: str) -> list[str]:
+    """The export's arguments as torchtitan receives them (with a stand-in base config where
+    needed: ``STAND_IN``)."""
+    args = [tok for line in text.splitlines() if not line.startswith("#") for tok in line.split()]
+    return [STAND_IN.get(a, a) for a in args]
+
+
+def check_torchtitan(pf, text: str):
+    """torchtitan's own ConfigManager parses and validates the arguments, and its ParallelDims
+    accepts the degrees."""
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    cfg = ConfigManager().parse_args(_torchtitan_args(text))
+    p, par = cfg.parallelism, pf.plan
+    assert (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.context_parallel_degree) == (
+        par.tp, par.pp, par.cp)
+    assert p.data_parallel_replicate_degree * p.data_parallel_shard_degree == par.dp
+    assert p.enable_sequence_parallel == par.sp
+    assert cfg.training.global_batch_size == pf.scenario.training.global_batch
+    if par.pp > 1:
+        parts = p.module_fqns_per_model_part
+        assert len(parts) == par.pp * par.vp
+        blocks = [sum(1 for f in part if f.startswith("layers.")) for part in parts]
+        assert blocks == [b - a for a, b in chunk_bounds(pf.scenario.model, par)]
+        assert cfg.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0
+    dims = ParallelDims.from_config(p, pf.scenario.gpus)
+    if pf.scenario.model.moe is not None:  # the dense and expert regions cover the same ranks
+        assert (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0
+    policy = max((par.recompute_of(s) for s in range(par.pp)),
+                 key=[Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL].index)
+    kind = {Recompute.NONE: type(None), Recompute.SELECTIVE: "SelectiveAC",
+            Recompute.FULL: "FullAC"}[policy]
+    ac = cfg.activation_checkpoint
+    assert ac is None if kind is type(None) else type(ac).__qualname__.startswith(kind)
 
 
 def check_deepspeed(pf, text: str, monkeypatch):
@@ -203,7 +304,12 @@ def check_deepspeed(pf, text: str, monkeypatch):
     cfg = ds_config.DeepSpeedConfig(json.loads(text), mpu=MPU())
     assert cfg.train_batch_size == pf.scenario.training.global_batch
     assert cfg.train_micro_batch_size_per_gpu == pf.plan.mbs
-    assert cfg.zero_optimization_stage == pf.plan.zero
+    # DeepSpeed's pipeline engine asserts ZeRO < 2
+    par = pf.plan
+    assert cfg.zero_optimization_stage == (min(par.zero, 1) if par.pp > 1 else par.zero)
+    if par.pp > 1:
+        full = any(par.recompute_of(s) is Recompute.FULL for s in range(par.pp))
+        assert cfg.pipeline["activation_checkpoint_interval"] == (1 if full else 0)
 
 
 @frameworks
@@ -213,9 +319,10 @@ def test_megatron_core_accepts_layout_and_rank_map(plan_file):
 
 
 @frameworks
-def test_torchtitan_accepts_sections(plan_file):
-    pytest.importorskip("torchtitan.config.configs")
-    check_torchtitan(plan_file[0])
+def test_torchtitan_parses_the_arguments(plan_file):
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")  # torchtitan's model registry imports it
+    check_torchtitan(plan_file[0], export(plan_file[0], "torchtitan").text)
 
 
 @frameworks
@@ -232,11 +339,13 @@ PAPER_PLANS = Path(__file__).parent.parent / "benchmarks" / "paper_plans.json"
 def test_every_paper_scenario_plan_exports_and_parses(monkeypatch):
     """Every method's plan of every NEST-paper scenario (written by
     benchmarks/paper_scenarios.py) exports to all three formats, which the frameworks accept."""
-    for mod in ("megatron.core", "torchtitan.config.configs", "deepspeed.runtime.config"):
+    for mod in ("megatron.core", "torchtitan.config.manager", "triton",
+                "deepspeed.runtime.config"):
         pytest.importorskip(mod)
     rows = json.loads(PAPER_PLANS.read_text())
     assert len(rows) >= 40
     shapes = set()  # Megatron's rank generator is slow: check each distinct mesh once
+    parsed = set()  # torchtitan's parser too: each distinct argument list (but the stage FQNs)
     for row in rows:
         sc = scenario_from_names(row["model"], row["cluster"], row["gpus"],
                                  seq_len=row["seq_len"], global_batch=row["global_batch"])
@@ -248,45 +357,82 @@ def test_every_paper_scenario_plan_exports_and_parses(monkeypatch):
         shape = (par.tp, par.pp, par.dp, par.cp, par.rank_order)
         check_megatron(pf, text["megatron"], ranks=shape not in shapes)
         shapes.add(shape)
-        check_torchtitan(pf)
+        key = tuple(line for line in text["torchtitan"].splitlines()
+                    if not line.startswith("#") and "module_fqns" not in line)
+        if key not in parsed:
+            check_torchtitan(pf, text["torchtitan"])
+            parsed.add(key)
         check_deepspeed(pf, text["deepspeed"], monkeypatch)
 
 
-def _mesh_worker(rank, world, store_dir, mesh_path, out_dir):
-    import torch
+def _titan_worker(rank, world, store_dir, args, out_dir):
+    """One torchtitan rank: parse the exported arguments and build torchtitan's device mesh."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed import parallel_dims
 
+    parallel_dims.device_type = "cpu"  # torchtitan assumes CUDA when it finds no accelerator
     dist.init_process_group("gloo", init_method=f"file://{store_dir}/store", rank=rank,
                             world_size=world)
-    spec = json.loads(open(mesh_path).read())
-    mesh = DeviceMesh("cpu", torch.tensor(spec["ranks"]), mesh_dim_names=tuple(spec["dims"]))
-    groups = {d: sorted(dist.get_process_group_ranks(mesh.get_group(d))) for d in spec["dims"]}
+    cfg = ConfigManager().parse_args(args)
+    dims = parallel_dims.ParallelDims.from_config(cfg.parallelism, world)
+    dims.build_mesh()
+    groups = {}
+    for name in ("tp", "cp", "pp", "dp_replicate", "dp_shard", "ep", "efsdp"):
+        mesh = dims.get_optional_mesh(name)
+        if mesh is not None and mesh.size() > 1:
+            groups[name] = dist.get_process_group_ranks(mesh.get_group())
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump(groups, f)
     dist.barrier()
     dist.destroy_process_group()
 
 
+GLOO_PLANS = {
+    # a rank order torchtitan does not use: launched through the rank map
+    "dense-reordered": ("llama3-8b", Parallelism(tp=2, pp=2, dp=2, sp=True, zero=1, mbs=1,
+                                                 rank_order=(Axis.TP, Axis.PP, Axis.DP, Axis.CP))),
+    # experts: EP over dp_shard·tp, as nestplan's expert mesh
+    "moe": ("mixtral-8x7b", Parallelism(tp=2, pp=1, dp=4, ep=4, etp=1, sp=True, zero=2, mbs=1)),
+}
+
+
 @frameworks
-def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path):
+@pytest.mark.parametrize("name", list(GLOO_PLANS))
+def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
+    """8 processes build torchtitan's own device mesh from the exported arguments; through the
+    rank map, every rank's TP, DP, PP (and EP) group holds the devices the plan says."""
     mp = pytest.importorskip("torch.multiprocessing")
-    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=16)
-    par = Parallelism(tp=2, pp=2, dp=2, sp=True, zero=1,
-                      rank_order=(Axis.TP, Axis.PP, Axis.DP, Axis.CP))
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    model, par = GLOO_PLANS[name]
+    sc = scenario_from_names(model, "dgx-h100-ndr", 8, seq_len=4096, global_batch=16)
     path = tmp_path / "plan.json"
     planfile.save(evaluate(sc, par), path)
-    out = tmp_path / "tt.toml"
+    out = tmp_path / "tt.args"
     assert main(["export", str(path), "--format", "torchtitan", "-o", str(out)]) == 0
-    mesh_path = str(out) + ".mesh.json"
+    args = _torchtitan_args(out.read_text())
     (tmp_path / "store").mkdir()
     (tmp_path / "out").mkdir()
-    mp.start_processes(_mesh_worker, args=(8, tmp_path / "store", mesh_path, tmp_path / "out"),
+    mp.start_processes(_titan_worker, args=(8, tmp_path / "store", args, tmp_path / "out"),
                        nprocs=8, join=True, start_method="fork")
-    grid = rank_grid(par)  # [pp, dp, cp, tp]: rank r runs on device r
+    device_of = _rank_devices(par)
+    if par.rank_order != (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
+        ranks_csv = (tmp_path / "tt.args.ranks.csv").read_text()
+        assert {int(r): int(d) for r, d, *_ in (
+            line.split(",") for line in ranks_csv.splitlines()[1:])} == device_of
+    grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
+    egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
+    dp_name = "dp_replicate" if par.zero == 0 else "dp_shard"
     for rank in range(8):
         got = json.loads((tmp_path / "out" / f"{rank}.json").read_text())
-        p, d, c, t = (int(i[0]) for i in (grid == rank).nonzero())
-        assert got["tp"] == sorted(int(x) for x in grid[p, d, c, :])
-        assert got["dp"] == sorted(int(x) for x in grid[p, :, c, t])
-        assert got["pp"] == sorted(int(x) for x in grid[:, d, c, t])
+        mine = device_of[rank]
+        p, d, c, t = (int(i[0]) for i in (grid == mine).nonzero())
+        want = {"tp": grid[p, d, c, :], dp_name: grid[p, :, c, t], "pp": grid[:, d, c, t]}
+        if par.ep > 1:
+            q, e_dp, e, e_tp = (int(i[0]) for i in (egrid == mine).nonzero())
+            want["ep"] = egrid[q, e_dp, :, e_tp]
+        want = {k: sorted(int(x) for x in v) for k, v in want.items() if len(v) > 1}
+        assert {k: sorted(device_of[r] for r in v) for k, v in got.items()
+                if k in want} == want
+        assert set(want) <= set(got)

@@ -175,6 +175,7 @@ def test_pool_run_writes_a_valid_svg(pool_run):
     assert all(len(pl.get("points").split()) == 3 for pl in lines)
 
 
+@pytest.mark.parquet
 def test_pool_run_writes_parquet(pool_run):
     pq = pytest.importorskip("pyarrow.parquet")
     table = pq.read_table(pool_run.with_suffix(".parquet"))

@@ -36,7 +36,7 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g.add_argument("--global-batch", type=int,
                    help="sequences per step" + ("" if for_evaluate else
                                                 f" (default {DEFAULT_GLOBAL_BATCH})"))
-    g.add_argument("--precision", default="bf16", help="matmul precision: bf16 (default) or fp8")
+    g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
     k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if for_evaluate
                              else "constraints: any plan flag fixes that knob")
     k.add_argument("--tp", type=int, help="tensor-parallel degree")
@@ -71,7 +71,7 @@ def _scenario(args):
     batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
     return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                                global_batch=batch,
-                               precision=Precision.parse("precision", args.precision))
+                               precision=Precision.parse("precision", args.precision or "bf16"))
 
 
 def _constraints(args):
@@ -150,15 +150,24 @@ def _plan(args, sc):
 
 
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
+PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "dp", "cp", "ep", "etp", "vp", "sp", "zero",
+                                    "recompute", "rank_order")
+"""Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 
 def cmd_evaluate(args) -> int:
     from .errors import UsageError
     from .evaluate import evaluate
 
+    pf = None
     if args.plan:
         from . import planfile
 
+        given = [f"--{n.replace('_', '-')}" for n in PLAN_FILE_HOLDS
+                 if getattr(args, n) is not None]
+        if given:
+            raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
+                             "(or leave out --plan)")
         pf = planfile.load(args.plan)
         ev = evaluate(pf.scenario, pf.plan)
     else:
@@ -170,7 +179,8 @@ def cmd_evaluate(args) -> int:
     if args.save:
         from . import planfile
 
-        planfile.save(ev, args.save)
+        planfile.save(ev, args.save, method=pf.method if pf else None,
+                      comparison=pf.comparison if pf else None)
     if args.json:
         print(json.dumps(ev.to_json()))
     else:

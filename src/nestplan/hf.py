@@ -171,6 +171,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise SpecError("model", str(path), "no such file") from None
+    except OSError as e:  # a directory, no permission, ...
+        raise SpecError("model", str(path), f"cannot read it ({e.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpecError("model", str(path), f"not valid JSON ({e})") from None
     return model_from_hf_dict(data, Path(path).name if Path(path).name != "config.json" else str(path))

@@ -23,7 +23,9 @@ def read_toml(path: Path) -> dict:
             return tomllib.load(f)
     except FileNotFoundError:
         raise SpecError("file", str(path), "no such file") from None
-    except tomllib.TOMLDecodeError as e:
+    except OSError as e:  # a directory, no permission, ...
+        raise SpecError("file", str(path), f"cannot read it ({e.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError("file", str(path), f"not valid TOML ({e})") from None
 
 

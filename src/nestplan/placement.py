@@ -106,13 +106,15 @@ def rank_grid(par: Parallelism) -> np.ndarray:
 
 
 def _expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
-    """Device ids per stage as ``[pp, edp, ep, etp]`` (Megatron's expert mesh over tp·cp·dp)."""
-    order = [a for a in par.rank_order if a is not Axis.PP]
-    # linear index over (tp, cp, dp) with the rank order's innermost axis fastest
-    perm = {Axis.DP: 1, Axis.CP: 2, Axis.TP: 3}
-    flat = grid.transpose(0, *[perm[a] for a in reversed(order)]).reshape(par.pp, -1)
+    """Device ids per stage as ``[pp, edp, ep, etp]``.
+
+    The expert mesh re-splits each stage's dense ranks taken in the logical order tp, cp, dp
+    (tp fastest) into (etp, ep, edp), etp fastest: Megatron-Core's expert rank generator over
+    its dense numbering, and torchtitan's (etp = 1) ``efsdp × ep`` over ``dp_shard × cp × tp``.
+    The rank order moves these groups over the devices only through the dense grid.
+    """
     etp, ep = par.expert_tp, par.ep
-    return flat.reshape(par.pp, -1, ep, etp)
+    return grid.reshape(par.pp, -1, ep, etp)
 
 
 def _rows(arr: np.ndarray, axis: int) -> np.ndarray:

@@ -45,6 +45,12 @@ class PlanFile:
     """The nestplan version that wrote the file."""
 
 
+def _stage_entry(st, replicas) -> dict:
+    return {"stage": st.index, "blocks": [list(b) for b in st.blocks],
+            "replicas": replicas[st.index], "recompute": st.recompute,
+            "embedding": st.has_embedding, "head": st.has_head}
+
+
 def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
     """Per stage, per data-parallel replica, the device ids of its context- and tensor-parallel
     ranks (rank ``r`` runs on device ``r``)."""
@@ -84,9 +90,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
         **({"method": method} if method else {}),
         "model": model_to_table(sc.model), "cluster": cluster_to_table(sc.cluster),
         "gpus": sc.gpus, "training": training_to_table(sc.training), "plan": plan,
-        "stages": [{"stage": s.index, "blocks": [list(b) for b in s.blocks],
-                    "replicas": replicas[s.index], "recompute": s.recompute,
-                    "embedding": s.has_embedding, "head": s.has_head} for s in ev.stages],
+        "stages": [_stage_entry(s, replicas) for s in ev.stages],
         "predicted": predicted,
         **({"comparison": comparison} if comparison else {}),
     }
@@ -141,7 +145,7 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     if not isinstance(data, dict):
         raise SpecError(source, type(data).__name__, "a plan file holds one JSON object")
     fmt = data.get("format")
-    if fmt != FORMAT:
+    if fmt != FORMAT or isinstance(fmt, bool):
         raise SpecError(f"{source}: format", fmt, f"this nestplan ({__version__}) reads plan "
                         f"files of format {FORMAT}")
     check_keys(data, source, required={"format", "model", "cluster", "gpus", "training", "plan"},
@@ -162,16 +166,18 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
         for st, mine in zip(stages, ev.stages):
             where = f"{source}: stages[{mine.index}]"
             check_keys(st, where, required=set(), optional=_STAGE)
-            if "replicas" in st and st["replicas"] != replicas[mine.index]:
-                want = replicas[mine.index]
-                got = st["replicas"]
-                raise SpecError(f"{where}.replicas", _short(got) if isinstance(got, list) else got,
-                                f"must be the devices of each of the {len(want)} data-parallel "
-                                f"replicas that the plan's rank order gives this stage: "
-                                + _short(want))
-            if "blocks" in st and st["blocks"] != [list(b) for b in mine.blocks]:
-                raise SpecError(f"{where}.blocks", st["blocks"], "must match plan.stage_layers: "
-                                f"{[list(b) for b in mine.blocks]}")
+            want = _stage_entry(mine, replicas)
+            for key, value in st.items():
+                if value == want[key] and type(value) is type(want[key]):
+                    continue
+                show = _short(value) if isinstance(value, list) else value
+                if key == "replicas":
+                    rule = (f"must be the devices of each of the {len(want[key])} data-parallel "
+                            "replicas that the plan's rank order gives this stage: ")
+                else:
+                    rule = "must be what the plan gives this stage: "
+                raise SpecError(f"{where}.{key}", show, rule + (
+                    _short(want[key]) if isinstance(want[key], list) else json.dumps(want[key])))
     for key in ("method", "nestplan_version"):
         if key in data and not isinstance(data[key], str):
             raise SpecError(f"{source}: {key}", data[key], "must be a string")

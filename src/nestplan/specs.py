@@ -423,6 +423,10 @@ class Parallelism(_CachedHash):
         return replace(self, **changes)
 
 
+MAX_GPUS = 2**20
+"""Largest device count accepted, well above any training cluster built so far."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Scenario(_CachedHash):
     """Everything a plan is evaluated against."""
@@ -435,6 +439,8 @@ class Scenario(_CachedHash):
 
     def __post_init__(self):
         _positive("gpus", self.gpus)
+        if self.gpus > MAX_GPUS:
+            raise SpecError("gpus", self.gpus, f"at most {MAX_GPUS:,} devices are supported")
         cap = self.cluster.max_devices
         if cap is not None and self.gpus > cap:
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")

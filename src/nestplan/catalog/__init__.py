@@ -32,7 +32,7 @@ def list_names(kind: str) -> list[str]:
 
 
 def _looks_like_path(text: str) -> bool:
-    return "/" in text or text.endswith((".toml", ".json")) or Path(text).exists()
+    return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and Path(text).exists())
 
 
 def _catalog_table(kind: str, name: str, field: str) -> dict:

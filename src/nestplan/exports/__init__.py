@@ -43,6 +43,20 @@ def mesh_json(par: Parallelism) -> str:
                        "ranks": grid.tolist()}) + "\n"
 
 
+def rank_map(par: Parallelism, devices_per_node: int) -> str:
+    """CSV ``rank,device,node,local_device``: the device that runs each framework rank.
+
+    Megatron-LM (order tp-cp-ep-dp-pp, ep = 1 for the dense layers) and torchtitan (pp,
+    dp_replicate, dp_shard, cp, tp) both number ranks tp fastest, then cp, dp, pp; the plan's
+    rank order puts rank ``r`` of its own numbering on device ``r``.
+    """
+    grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
+    lines = ["rank,device,node,local_device"]
+    for rank, dev in enumerate(grid.ravel().tolist()):  # C order: tp fastest, then cp, dp, pp
+        lines.append(f"{rank},{dev},{dev // devices_per_node},{dev % devices_per_node}")
+    return "\n".join(lines) + "\n"
+
+
 def uniform_policy(par: Parallelism) -> tuple[Recompute, list[str]]:
     """One recompute policy for every stage (frameworks take one), and a note if the plan had
     several: the most memory-saving one is used, so the plan still fits."""
@@ -55,6 +69,12 @@ def uniform_policy(par: Parallelism) -> tuple[Recompute, list[str]]:
         notes.append(f"per-stage recomputation ({per}) cannot be expressed; every stage uses "
                      f"'{chosen.value}'")
     return chosen, notes
+
+
+def fit_notes(pf: PlanFile) -> list[str]:
+    """A warning when the plan itself does not fit its devices' memory."""
+    ev = evaluate(pf.scenario, pf.plan)
+    return [] if ev.fits else [f"the plan does NOT fit: {ev.why_not}"]
 
 
 def predicted_note(pf: PlanFile, changed: Parallelism) -> str:

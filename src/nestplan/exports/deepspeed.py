@@ -3,8 +3,11 @@
 Batch keys satisfy DeepSpeed's rule ``train_batch_size = train_micro_batch_size_per_gpu ·
 gradient_accumulation_steps · data-parallel size``. DeepSpeed takes tensor, pipeline and
 sequence (context) parallelism from the model code or Megatron-DeepSpeed's arguments, not from
-this file: the degrees are listed in the notes. Activation checkpointing is DeepSpeed's
-full-layer checkpointing; fp8 runs through Transformer Engine in the model code.
+this file: the degrees and the stage split are listed in the notes. DeepSpeed's pipeline engine
+runs plain 1F1B with ZeRO 0 or 1 only (``runtime/pipe/engine.py`` asserts it), so a plan with
+interleaved stages or ZeRO-2/3 under pipelining is exported as the closest plan it runs, with
+nestplan's prediction for it. Activation checkpointing is DeepSpeed's full-layer checkpointing;
+fp8 runs through Transformer Engine in the model code.
 """
 
 from __future__ import annotations
@@ -13,26 +16,46 @@ import json
 
 from ..options import Precision, Recompute
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, predicted_note, uniform_policy
+from . import Export, blocks_per_chunk, fit_notes, predicted_note, uniform_policy
+
+
+def _merged_split(pf: PlanFile) -> tuple[int, ...]:
+    """Blocks per stage when each stage's virtual chunks become one."""
+    par = pf.plan
+    sizes = blocks_per_chunk(pf)
+    return tuple(sum(sizes[c] for c in range(s, len(sizes), par.pp)) for s in range(par.pp))
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str]]:
     sc, par = pf.scenario, pf.plan
     tr = sc.training
-    notes: list[str] = []
+    notes = fit_notes(pf)
     policy, rec_notes = uniform_policy(par)
     notes += rec_notes
+    exported = par.with_(recompute=(policy,))
+    if par.vp > 1:
+        notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
+                     "virtual stages per device become one (same blocks per device)")
+        exported = exported.with_(vp=1, stage_layers=_merged_split(pf))
+    if par.pp > 1 and par.zero >= 2:
+        notes.append(f"ZeRO-{par.zero} is incompatible with DeepSpeed's pipeline engine; "
+                     "exported as ZeRO-1")
+        exported = exported.with_(zero=1)
     if policy is Recompute.SELECTIVE:
         notes.append("selective recomputation has no DeepSpeed setting; the model code must "
                      "checkpoint the attention core (Megatron-DeepSpeed: "
                      "--recompute-granularity selective)")
+    elif policy is Recompute.FULL and par.pp == 1:
+        notes.append("full recomputation: wrap each transformer block in "
+                     "deepspeed.checkpointing.checkpoint in the model code (configured by the "
+                     "activation_checkpointing section)")
     micro = tr.global_batch // (par.mbs * par.dp)
     cfg = {
         "train_batch_size": tr.global_batch,
         "train_micro_batch_size_per_gpu": par.mbs,
         "gradient_accumulation_steps": micro,
         "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": par.zero, "overlap_comm": tr.overlap_grad_reduce,
+        "zero_optimization": {"stage": exported.zero, "overlap_comm": tr.overlap_grad_reduce,
                               "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": {"enabled": True},
         "activation_checkpointing": {"partition_activations": par.sp,
@@ -45,18 +68,23 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         "wall_clock_breakdown": False,
     }
     if par.pp > 1:
-        cfg["pipeline"] = {"stages": par.pp, "partition": "parameters",
-                           "activation_checkpoint_interval": 1 if policy is Recompute.FULL else 0}
+        # read by the pipeline engine; stages and the split are PipelineModule arguments
+        cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy is Recompute.FULL
+                           else 0}
+        split = exported.stage_layers or _merged_split(pf)
+        notes.append(f"pipeline: PipelineModule(num_stages={par.pp}) with blocks per stage "
+                     f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); the "
+                     "split is set in code: partition_method='uniform' balances layer counts, "
+                     "an uneven split needs a custom partition")
     if tr.precision is Precision.FP8:
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")
-    if par.tp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
+    if par.tp > 1 or par.cp > 1 or par.ep > 1:
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
-                     f"{par.tp}{' with sequence parallelism' if par.sp else ''}, pipeline "
-                     f"{par.pp} (blocks per chunk {blocks_per_chunk(pf)}), sequence (context) "
-                     f"parallel {par.cp}, expert parallel {par.ep}")
-    if rec_notes:
-        notes.append(predicted_note(pf, par.with_(recompute=(policy,))))
+                     f"{par.tp}{' with sequence parallelism' if par.sp else ''}, sequence "
+                     f"(context) parallel {par.cp}, expert parallel {par.ep}")
+    if exported != par.with_(recompute=(policy,)) or rec_notes:
+        notes.append(predicted_note(pf, exported))
     return cfg, notes
 
 

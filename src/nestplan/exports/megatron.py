@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision, Recompute
-from ..placement import rank_grid
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, evaluate, mesh_json, predicted_note, uniform_policy
+from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note,
+               rank_map, uniform_policy)
 
 
 def _layout(sizes: list[int]) -> str:
@@ -26,27 +26,25 @@ def _layout(sizes: list[int]) -> str:
     return "|".join(chunks)
 
 
-def rank_map(par, devices_per_node: int) -> str:
-    """megatron_rank,device,node,local_device: which device runs each Megatron rank."""
-    grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
-    lines = ["megatron_rank,device,node,local_device"]
-    rows = []
-    for p in range(par.pp):
-        for d in range(par.dp):
-            for c in range(par.cp):
-                for t in range(par.tp):
-                    rank = t + par.tp * (c + par.cp * (d + par.dp * p))
-                    dev = int(grid[p, d, c, t])
-                    rows.append((rank, dev))
-    for rank, dev in sorted(rows):
-        lines.append(f"{rank},{dev},{dev // devices_per_node},{dev % devices_per_node}")
-    return "\n".join(lines) + "\n"
+def _moe_pattern(m) -> str:
+    """``--moe-layer-freq`` as Megatron's pattern syntax (no spaces: its parser allows only
+    digits, ``,[]()+*``), e.g. ``([0]*3+[1]*58)``."""
+    flags = [1 if m.is_moe_layer(i) else 0 for i in range(m.layers)]
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    if len(runs) <= 4:
+        return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+    return "[" + ",".join(str(f) for f in flags) + "]"
 
 
 def export(pf: PlanFile) -> Export:
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
-    notes: list[str] = []
+    notes = fit_notes(pf)
     policy, rec_notes = uniform_policy(par)
     notes += rec_notes
     exported = par.with_(recompute=(policy,)) if rec_notes else par
@@ -67,10 +65,18 @@ def export(pf: PlanFile) -> Export:
             args.append("--moe-shared-expert-intermediate-size "
                         f"{m.moe.shared_experts * (m.moe.shared_ffn_hidden or m.moe.ffn_hidden)}")
         if m.moe.first_dense_layers or m.moe.layer_freq > 1:
-            pattern = [1 if m.is_moe_layer(i) else 0 for i in range(m.layers)]
-            args.append(f"--moe-layer-freq '{pattern}'")
+            args.append(f"--moe-layer-freq '{_moe_pattern(m)}'")
+    if m.mla is not None:
+        a = m.mla
+        args += ["--multi-latent-attention", f"--kv-lora-rank {a.kv_lora_rank}",
+                 f"--qk-head-dim {a.qk_nope_head_dim}",
+                 f"--qk-pos-emb-head-dim {a.qk_rope_head_dim}", f"--v-head-dim {a.v_head_dim}"]
+        if a.q_lora_rank:
+            args.append(f"--q-lora-rank {a.q_lora_rank}")
     sizes = blocks_per_chunk(pf)
     uniform = len(set(sizes)) == 1
+    if par.vp > 1:  # Megatron needs it with two stages; nestplan's costs assume it always
+        args.append("--overlap-p2p-communication")
     if uniform:
         if par.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")
@@ -86,9 +92,11 @@ def export(pf: PlanFile) -> Export:
         args.append("--recompute-granularity selective")
     if par.zero == 1:
         args.append("--use-distributed-optimizer")
-    elif par.zero in (2, 3):
+    elif par.zero in (2, 3):  # the flags Megatron-FSDP's user guide lists as required
         strategy = "optim_grads" if par.zero == 2 else "optim_grads_params"
-        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+        args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}",
+                 "--use-distributed-optimizer", "--no-gradient-accumulation-fusion",
+                 "--ckpt-format fsdp_dtensor"]
     if tr.overlap_grad_reduce and (par.dp * par.cp) > 1:
         args.append("--overlap-grad-reduce")
     if tr.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:

@@ -1,12 +1,16 @@
-"""torchtitan job configuration (TOML: ``[job]``, ``[training]``, ``[parallelism]``,
-``[activation_checkpoint]``).
+"""torchtitan (0.3) launch arguments: ``python -m torchtitan.train --module M --config C`` plus
+``--section.key value`` overrides and the activation-checkpoint subcommand.
 
-Keys follow torchtitan's ``ParallelismConfig`` and ``TrainingConfig``. torchtitan shards data
-parallelism with FSDP2: ZeRO-3 is ``data_parallel_shard_degree`` with resharding after forward,
-ZeRO-2 the same without resharding, ZeRO-0 plain replication; ZeRO-1 has no equivalent and is
-exported as ZeRO-2. Stages are given exactly with ``module_fqns_per_model_part`` (embedding
-``tok_embeddings``, blocks ``layers.i``, head ``norm`` and ``output``). torchtitan's device mesh
-is ordered pp, dp_replicate, dp_shard, cp, tp (tp innermost).
+torchtitan 0.3 reads no configuration file: ``--module``/``--config`` pick a ``config_registry``
+function (torchtitan ships Llama 3 8B/70B/405B; other models need one of the user's) and tyro
+overrides its fields. Keys follow ``ParallelismConfig`` and ``TrainingConfig``. Data parallelism
+is FSDP2: ZeRO-3 is ``data_parallel_shard_degree`` with resharding after forward, ZeRO-2 the same
+without resharding, ZeRO-0 plain replication; ZeRO-1 has no equivalent and is exported as ZeRO-2.
+Experts take their EP ranks from ``dp_shard · cp · tp`` and have no tensor parallelism of their
+own (expert TP 1). Stages are given exactly with ``module_fqns_per_model_part`` (embedding
+``tok_embeddings``, blocks ``layers.i``, head ``norm`` and ``output``). torchtitan numbers its
+ranks pp, dp_replicate, dp_shard, cp, tp (tp fastest): a plan with another rank order is
+launched through the rank map written beside the arguments.
 """
 
 from __future__ import annotations
@@ -14,87 +18,110 @@ from __future__ import annotations
 from ..axes import Axis
 from ..options import Precision, Recompute
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, evaluate, mesh_json, predicted_note, uniform_policy
+from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note, rank_map,
+               uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
+            "llama3-405b": ("llama3", "llama3_405b")}
+"""Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
+PLACEHOLDER = ("MODULE", "CONFIG")
+AC_SUBCOMMAND = {Recompute.NONE: "activation-checkpoint:none",
+                 Recompute.SELECTIVE: "activation-checkpoint:selective",
+                 Recompute.FULL: "activation-checkpoint:full"}
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return str(v)
-
-
-def sections(pf: PlanFile) -> tuple[dict, list[str], object]:
-    """The TOML sections (as dicts), the notes, and the plan actually exported."""
+def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
+    """The argument groups (one option with its values each), the notes, and the plan actually
+    exported."""
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
-    notes: list[str] = []
+    notes = fit_notes(pf)
     policy, rec_notes = uniform_policy(par)
     notes += rec_notes
-    zero = par.zero
+    zero, etp = par.zero, par.expert_tp
     if zero == 1:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
                      "ZeRO-2 (fsdp_reshard_after_forward = never)")
         zero = 2
-    exported = par.with_(recompute=(policy,), zero=zero)
+    if m.moe is not None and etp != 1:
+        notes.append(f"expert tensor parallelism {etp} cannot be expressed (torchtitan's "
+                     "experts have no TP of their own); exported with expert TP 1")
+        etp = 1
+    if m.moe is not None and zero == 0 and (par.cp * par.tp) % par.ep:
+        notes.append(f"expert parallelism {par.ep} must divide dp_shard·cp·tp, and ZeRO-0 "
+                     "replicates data parallelism; exported as ZeRO-2 (FSDP over the "
+                     "data-parallel ranks)")
+        zero = 2
+    exported = par.with_(recompute=(policy,), zero=zero,
+                         etp=etp if m.moe is not None else par.etp)
+    module, config = REGISTRY.get(m.name, PLACEHOLDER)
+    if (module, config) == PLACEHOLDER:
+        notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
+                     "with a config_registry function of yours that defines it")
     micro = tr.global_batch // (par.mbs * par.dp)
-    parallelism = {
-        "data_parallel_replicate_degree": par.dp if zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if zero == 0 else par.dp,
-        "fsdp_reshard_after_forward": "always" if zero == 3 else "never",
-        "tensor_parallel_degree": par.tp,
-        "enable_sequence_parallel": par.sp,
-        "pipeline_parallel_degree": par.pp,
-        "pipeline_parallel_schedule": "Interleaved1F1B" if par.vp > 1 else "1F1B",
-        "pipeline_parallel_microbatch_size": par.mbs,
-        "context_parallel_degree": par.cp,
-        "expert_parallel_degree": par.ep,
-    }
+    groups = [["--module", module], ["--config", config]]
+
+    def opt(key: str, value):
+        if isinstance(value, bool):
+            name = key if value else key.replace(".", ".no-", 1)
+            groups.append([f"--{name}"])
+        else:
+            groups.append([f"--{key}", str(value)])
+
+    opt("parallelism.data_parallel_replicate_degree", par.dp if zero == 0 else 1)
+    opt("parallelism.data_parallel_shard_degree", 1 if zero == 0 else par.dp)
+    opt("parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never")
+    opt("parallelism.tensor_parallel_degree", par.tp)
+    opt("parallelism.enable_sequence_parallel", par.sp)
+    opt("parallelism.context_parallel_degree", par.cp)
+    opt("parallelism.expert_parallel_degree", par.ep)
+    opt("parallelism.pipeline_parallel_degree", par.pp)
     if par.pp > 1:
+        opt("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if par.vp > 1 else "1F1B")
+        opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
         sizes = blocks_per_chunk(pf)
         parts, start = [], 0
         for c, n in enumerate(sizes):
             part = (["tok_embeddings"] if c == 0 else []) + [
                 f"layers.{i}" for i in range(start, start + n)] + (
                 ["norm", "output"] if c == len(sizes) - 1 else [])
-            parts.append(part)
+            parts.append(",".join(part))
             start += n
-        parallelism["module_fqns_per_model_part"] = parts
-    if m.moe is not None and par.expert_tp not in (1, par.tp):
-        notes.append(f"expert tensor parallelism {par.expert_tp} cannot be expressed "
-                     "(torchtitan's experts borrow the TP ranks)")
-    training = {"local_batch_size": par.mbs * (micro if par.pp > 1 else 1),
-                "global_batch_size": tr.global_batch, "seq_len": tr.seq_len,
-                "mixed_precision_param": "bfloat16"}
-    ac = {"mode": policy.value}
-    if policy is Recompute.SELECTIVE:
-        ac["selective_ac_option"] = "op"
-    out = {"job": {"description": f"nestplan plan: {m.name} on {sc.gpus} x "
-                                  f"{sc.cluster.accelerator.name}"},
-           "training": training, "parallelism": parallelism, "activation_checkpoint": ac}
+        groups.append(["--parallelism.module_fqns_per_model_part", *parts])
+    # a DP rank's batch: every micro-batch of the step with PP; one micro-batch per
+    # gradient-accumulation step without
+    opt("training.local_batch_size", par.mbs * (micro if par.pp > 1 else 1))
+    opt("training.global_batch_size", tr.global_batch)
+    opt("training.seq_len", tr.seq_len)
+    if par.pp > 1 or par.ep > 1:  # torchtitan's CUDA graphs support neither
+        opt("training.disable_cuda_graphs", True)
     if tr.precision is Precision.FP8:
-        out["model"] = {"converters": ["float8"]}
+        notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
+                     "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
+    groups.append([AC_SUBCOMMAND[policy]])
     if par.rank_order != TORCHTITAN_ORDER:
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
-                     + ") differs from torchtitan's mesh (tp innermost, then cp, dp, pp): "
-                     "launch rank r on the device at its coordinates in the .mesh.json file")
-    if rec_notes or zero != par.zero:
+                     + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
+                     "process with RANK from the rank map (.ranks.csv) so that torchtitan rank "
+                     "r runs on the device the plan chose")
+    if rec_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported))
-    return out, notes, exported
+    return groups, notes, exported
 
 
 def export(pf: PlanFile) -> Export:
-    out, notes, exported = sections(pf)
-    ev = evaluate(pf.scenario, exported)
-    lines = [f"# nestplan export for torchtitan; predicted step {ev.step_time:.3f} s, "
-             f"{ev.tokens_per_s:,.0f} tokens/s, peak memory {ev.peak_memory / 2**30:.1f} GiB"]
+    sc = pf.scenario
+    groups, notes, exported = arguments(pf)
+    ev = evaluate(sc, exported)
+    lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
+             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
+             "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
+             f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
+             f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / 2**30:.1f} GiB"]
     lines += [f"# note: {n}" for n in notes]
-    for name, table in out.items():
-        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    return Export(text="\n".join(lines) + "\n", extras={".mesh.json": mesh_json(pf.plan)},
-                  notes=notes)
+    lines += [" ".join(g) for g in groups]
+    extras = {".mesh.json": mesh_json(pf.plan)}
+    if pf.plan.rank_order != TORCHTITAN_ORDER:
+        extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.devices_per_node)
+    return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes)

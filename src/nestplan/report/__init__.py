@@ -88,7 +88,7 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
         _card(f"{ev.tokens_per_s:,.0f}", f"tokens/s ({ev.tokens_per_s_per_gpu:,.0f} per GPU)"),
         _card(f"{ev.mfu:.1%}", f"MFU ({tr.precision.value} peak)"),
         _card(f"{ev.model_tflops_per_gpu:.0f}", "model TFLOP/s per GPU"),
-        _card(f"{ev.peak_memory / GiB:.1f} / {ev.capacity / GiB:.0f} GiB",
+        _card(f"{ev.peak_memory / GiB:.1f} / {ev.capacity / GiB:.1f} GiB",
               "peak memory / HBM" + ("" if ev.fits else " — does not fit"), bad=not ev.fits),
     ]
     if pf.predicted.get("step_time_s") and abs(pf.predicted["step_time_s"] - ev.step_time) > \

@@ -155,6 +155,9 @@ def placement(ev: Evaluation) -> Svg:
     tips = gpus <= 4096
     reps = ev.plan.dp
     layout_cache: dict[int, tuple[float, float, int]] = {}
+    devices_per = [1]  # devices under one block of level l - 1
+    for n in sizes:
+        devices_per.append(devices_per[-1] * n)
 
     def size_of(level: int) -> tuple[float, float, int]:
         """(width, height, children per row) of one block of ``level`` (0 = node)."""
@@ -165,8 +168,8 @@ def placement(ev: Evaluation) -> Svg:
             out = (cols0 * cell + 2 * pad[0], rows * cell + 2 * pad[0] + node_label, cols0)
         else:
             cw, ch, _ = size_of(level - 1)
-            n = sizes[level] if level < len(sizes) else None
-            n = n or 1
+            n = sizes[level] if level < len(sizes) else 1
+            n = min(n, -(-gpus // devices_per[level]))  # a small plan fills only a few
             target = WIDTH - 40 if level == len(sizes) else 2.4 * max(cw, ch) * math.sqrt(n)
             p = pad[min(level, 3)]
             fit = int((WIDTH - 40 - 2 * p + gap) // (cw + gap))
@@ -180,9 +183,6 @@ def placement(ev: Evaluation) -> Svg:
     bounded = len(sizes)  # blocks of level `bounded` (the top) are unbounded
     # the top level: blocks of the last bounded level, flowed into rows across the page
     child_level = bounded - 1
-    devices_per = [1]
-    for n in sizes:
-        devices_per.append(devices_per[-1] * n)
     if child_level < 0:  # a single-level cluster: one node holds everything
         child_level, top_blocks = 0, 1
     else:
@@ -227,7 +227,7 @@ def placement(ev: Evaluation) -> Svg:
             svg.text(x + p, y + p + 7, f"{name} {index}", size=8, fill="#666")
         cw_, ch_, _ = size_of(level - 1)
         n = sizes[level] if level < len(sizes) else 1
-        for j in range(n):
+        for j in range(n):  # (children past the last device return at once)
             r, q = divmod(j, per)
             draw(level - 1, index * n + j, x + p + q * (cw_ + gap),
                  y + p + block_label + r * (ch_ + gap))

@@ -102,6 +102,8 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     size = 0
     for shape in space.shapes(world, con):
         vps = space.virtual_stages(world, con, shape)
+        if not vps:  # a fixed vp this shape cannot take
+            continue
         orders = space.rank_orders(con, shape)
         zeros = [con.zero] if con.zero is not None else [0, 1, 2, 3]
         size += len(vps) * len(orders) * len(zeros)
