@@ -1,5 +1,6 @@
 """The command line: output contracts, exit codes and one-line errors (no tracebacks)."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -163,3 +164,49 @@ def test_validate_command(shared, capsys):
 def test_validate_missing_file(capsys):
     code, _, err = run_exit(["validate", "--csv", "/nonexistent.csv"], capsys)
     assert code == 2 and "--csv: got '/nonexistent.csv'; no such file" in err
+
+
+def _runs_csv(tmp_path, shared, **changes):
+    """The first row of published_runs.csv with some fields changed."""
+    with open(shared / "data" / "published_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        row = next(reader)
+        fields = list(reader.fieldnames)
+    row.update(changes)
+    fields += [k for k in changes if k not in fields]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerow(row)
+    return str(path)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"gpu": "A100-SXM4-40GB"}, "line 2 (nar21-t1-1p7b).gpu: got 'A100-SXM4-40GB'; known: "),
+    ({"tp": "two"}, ".tp: got 'two'; must be a whole number"),
+    ({"metric": "tokens"}, ".metric: got 'tokens'; allowed: step_time, layer_fwd_bwd_time"),
+    ({"software": "jax"}, ".software: got 'jax'; allowed: megatron-2021"),
+    ({"step_time_s": "-1"}, ".step_time_s: got '-1'; must be a positive number of seconds"),
+    ({"heads": "25"}, ".heads: got 25; must divide hidden = 2304"),
+    ({"cluster": "nonesuch"}, "(nar21-t1-1p7b): cluster: got 'nonesuch'"),
+])
+def test_validate_rejects_a_malformed_row(tmp_path, shared, capsys, changes, message):
+    code, _, err = run_exit(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_validate_names_missing_columns(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    path.write_text("id,model\nx,y\n")
+    code, _, err = run_exit(["validate", "--csv", str(path)], capsys)
+    assert code == 2 and "missing columns: got 'layers, hidden," in err
+
+
+def test_validate_fails_when_a_run_is_off(tmp_path, shared, capsys):
+    # the measured time halved: the prediction is twice it, far outside the tolerance
+    with open(shared / "data" / "published_runs.csv", newline="") as f:
+        first = next(csv.DictReader(f))
+    half = str(float(first["step_time_s"]) / 2)
+    code, out, _ = run(["validate", "--csv", _runs_csv(tmp_path, shared, step_time_s=half)], capsys)
+    assert code == 1 and "FAILED (1 rows over)" in out

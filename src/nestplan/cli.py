@@ -319,9 +319,10 @@ def cmd_validate(args) -> int:
     print(table(outcomes))
     bad = [o for o in outcomes if abs(o.error) > ROW_TOLERANCE]
     mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
+    ok = not bad and mae <= MEAN_TOLERANCE
     print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}: "
-          + ("ok" if not bad and mae <= MEAN_TOLERANCE else f"FAILED ({len(bad)} rows over)"))
-    return 0
+          + ("ok" if ok else f"FAILED ({len(bad)} rows over)"))
+    return 0 if ok else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

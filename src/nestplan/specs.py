@@ -329,7 +329,7 @@ class TrainingSpec(_CachedHash):
     attention, as in packed fine-tuning); None = the whole sequence."""
     step_overhead: float = 0.05
     """Host-side seconds per optimizer step that no device work hides (data loading, logging,
-    synchronisation); calibrated on the short-step H100 runs (see ``benchmarks/validation.py``)."""
+    synchronisation); calibrated on the short-step H100 runs of ``nestplan validate``."""
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring at the group's top level, every device
     sending everything over its own link (no node-level aggregation); what DeepSpeed's ZeRO-3 of

@@ -1,18 +1,24 @@
-"""Validation against measured training runs (``shared/data/published_runs.csv``).
+"""Validation against measured training runs (``shared/data/published_runs.csv``, and the
+held-out runs of ``tests/data/held_out_runs.csv``).
 
 Each row names a model, a cluster and a plan, sometimes with gaps. Gaps are filled by rules that
-depend only on the software the run used (its source), never on the row's measured time:
+depend only on the software the run used (its ``software`` column, or its id's prefix), never on
+the row's measured time:
 
-* Megatron-LM 2021-22 on Selene (``nar21-*``, ``kor22-*``): attention materialised (FlashAttention
-  did not exist yet), dropout, tied embeddings, fp16 gradients all-reduced without overlap, no
-  tensor-parallel overlap for Narayanan (early 2021) and backward overlap for Korthikanti (2022);
-  no interleaving when the paper does not say; a model-parallel size without a t/p split uses
-  t = 8 (one node), as every large run of the paper does. ZeRO-3 rows are DeepSpeed of 2021:
-  flat data-parallel rings (see ``TrainingSpec.flat_dp_collectives``).
-* Megatron-Core on H100 (``mlm24-*``): flash attention, untied embeddings (the README's parameter
-  counts), distributed optimizer with overlapped gradient reduce and parameter gather, full TP
-  overlap (``--tp-comm-overlap``, which needs sequence parallelism), bf16, fp32 gradients.
-* NeMo 24.07 on DGX H100 (``nemo2407-*``): the launcher configs: fp8, flash attention, distributed
+* ``megatron-2021`` / ``megatron-2022``, Megatron-LM on Selene (``nar21-*``, ``kor22-*``):
+  attention materialised (FlashAttention did not exist yet), dropout, tied embeddings, fp16
+  gradients all-reduced without overlap, no tensor-parallel overlap for Narayanan (early 2021)
+  and backward overlap for Korthikanti (2022); no interleaving when the paper does not say; a
+  model-parallel size without a t/p split uses t = 8 (one node), as every large run of the paper
+  does. ZeRO-3 rows are DeepSpeed of 2021: flat data-parallel rings (see
+  ``TrainingSpec.flat_dp_collectives``).
+* ``megatron-deepspeed``, Megatron-DeepSpeed of 2021-22 (MT-NLG, BLOOM): as ``megatron-2021``,
+  with DeepSpeed's pipeline engine, whose sends and receives block (no p2p overlap).
+* ``megatron-core``, Megatron-Core on H100 (``mlm24-*``): flash attention, untied embeddings (the
+  README's parameter counts), distributed optimizer with overlapped gradient reduce and parameter
+  gather, full TP overlap (``--tp-comm-overlap``, which needs sequence parallelism), fp32
+  gradients. Also the rule for a row of unknown software.
+* ``nemo``, NeMo on DGX H100 (``nemo2407-*``): the launcher configs: flash attention, distributed
   optimizer with bf16 gradient sync, overlapped DP communication, sequence parallelism when
   tp > 1, backward TP overlap.
 
@@ -29,9 +35,23 @@ from pathlib import Path
 
 from .options import AttentionImpl, MLPKind, Norm, Position, Precision, Recompute, TPOverlap
 from .errors import SpecError
-from .specs import ModelSpec, Parallelism, Scenario, TrainingSpec
+from .axes import parse_order
+from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec
 
 CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr"}
+"""The cluster of a row that names only its GPU (``clusters.md``); a ``cluster`` column (a catalog
+name, or a TOML path relative to the CSV) overrides it."""
+SOFTWARE_OF_SOURCE = {"nar21": "megatron-2021", "kor22": "megatron-2022", "mlm24": "megatron-core",
+                      "nemo2407": "nemo"}
+"""The software stack of a row, by its id's prefix; a ``software`` column overrides it."""
+SOFTWARE = ("megatron-2021", "megatron-2022", "megatron-deepspeed", "megatron-core", "nemo")
+COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
+           "seq_len", "gpu", "num_gpus", "tp", "pp", "vp", "dp", "cp", "zero_stage",
+           "sequence_parallel", "recompute", "micro_batch", "global_batch", "precision", "regime",
+           "metric", "step_time_s", "confidence")
+"""Columns every runs CSV has (those of ``published_runs.csv`` that the model reads)."""
+OPTIONAL_COLUMNS = ("cluster", "software", "rank_order", "ep", "etp", "other_metrics")
+METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
 # template an example is ~256 Llama tokens. An assumption, stated here once.
@@ -52,21 +72,64 @@ class Case:
     confidence: str
 
 
-def _int(row: dict, key: str, default: int | None = None) -> int | None:
-    v = row.get(key, "").strip()
-    return int(v) if v else default
+class _Row:
+    """One CSV row; malformed fields raise a SpecError naming the row and the column."""
+
+    def __init__(self, data: dict, where: str):
+        self.data, self.where = data, where
+
+    def text(self, key: str) -> str:
+        return (self.data.get(key) or "").strip()
+
+    def int(self, key: str, default: int | None = None) -> int | None:
+        v = self.text(key)
+        if not v:
+            return default
+        try:
+            n = int(v)
+        except ValueError:
+            raise SpecError(f"{self.where}.{key}", v, "must be a whole number") from None
+        if n <= 0 and key != "zero_stage":
+            raise SpecError(f"{self.where}.{key}", v, "must be positive")
+        return n
+
+    def float(self, key: str) -> float:
+        v = self.text(key)
+        try:
+            x = float(v)
+        except ValueError:
+            x = float("nan")
+        if not x > 0:
+            raise SpecError(f"{self.where}.{key}", v, "must be a positive number of seconds")
+        return x
+
+    def required(self, key: str) -> int:
+        n = self.int(key)
+        if n is None:
+            raise SpecError(f"{self.where}.{key}", "", "must be given")
+        return n
+
+    def software(self) -> str:
+        given = self.text("software")
+        if given:
+            if given not in SOFTWARE:
+                raise SpecError(f"{self.where}.software", given, "allowed: " + ", ".join(SOFTWARE))
+            return given
+        prefix = self.text("id").split("-")[0]
+        # a run of unknown provenance is taken as today's Megatron-Core defaults
+        return SOFTWARE_OF_SOURCE.get(prefix, "megatron-core")
 
 
-def _source(row: dict) -> str:
-    return row["id"].split("-")[0]
+def _model(row: _Row, base: Path) -> ModelSpec:
+    name = row.text("model")
+    if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
+        from .catalog import get_model
 
-
-def _model(row: dict) -> ModelSpec:
-    name = row["model"].lower()
-    h = _int(row, "hidden")
-    heads = _int(row, "heads")
-    llama, nemotron = "llama" in name, "nemotron" in name
-    src = _source(row)
+        ref = str(base / name) if ("/" in name or name.endswith((".toml", ".json"))) else name
+        return get_model(ref)
+    h, heads = row.required("hidden"), row.required("heads")
+    llama, nemotron = "llama" in name.lower(), "nemotron" in name.lower()
+    soft = row.software()
     if llama:
         mlp, norm, bias, pos = MLPKind.SWIGLU, Norm.RMSNORM, False, Position.ROPE
     elif nemotron:
@@ -74,55 +137,75 @@ def _model(row: dict) -> ModelSpec:
     else:
         mlp, norm, bias, pos = MLPKind.GELU, Norm.LAYERNORM, True, Position.LEARNED
     gpt = not (llama or nemotron)
+    if heads > h or h % heads:
+        raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
+    experts = row.int("experts")
+    moe = None if experts is None else MoESpec(
+        experts=experts, top_k=row.required("topk"), ffn_hidden=row.required("moe_ffn_hidden"),
+        shared_experts=row.int("shared_experts", 0))
     return ModelSpec(
-        name=row["model"], layers=_int(row, "layers"), hidden=h, heads=heads,
-        kv_heads=_int(row, "kv_heads", heads), head_dim=h // heads,
-        ffn_hidden=_int(row, "ffn_hidden", 4 * h),
-        vocab=_int(row, "vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
+        name=name, layers=row.required("layers"), hidden=h, heads=heads,
+        kv_heads=row.int("kv_heads", heads), head_dim=h // heads,
+        ffn_hidden=row.int("ffn_hidden", 4 * h),
+        vocab=row.int("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
-        max_positions=_int(row, "seq_len") if pos is Position.LEARNED else 0,
-        tied_embeddings=gpt and src != "mlm24",
+        max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
+        tied_embeddings=gpt and soft in ("megatron-2021", "megatron-2022", "megatron-deepspeed"),
+        moe=moe,
     )
 
 
-def _training(row: dict) -> TrainingSpec:
-    src = _source(row)
-    seq = _int(row, "seq_len")
-    gb = _int(row, "global_batch") or _int(row, "micro_batch")
-    if src in ("nar21", "kor22"):
-        deepspeed = row["zero_stage"] == "3"
-        return TrainingSpec(seq_len=seq, global_batch=gb, precision=Precision.BF16,
+def _training(row: _Row) -> TrainingSpec:
+    soft = row.software()
+    seq = row.required("seq_len")
+    gb = row.int("global_batch") or row.required("micro_batch")
+    precision = Precision.parse(f"{row.where}.precision", row.text("precision") or "bf16")
+    if soft in ("megatron-2021", "megatron-2022", "megatron-deepspeed"):
+        zero3 = row.text("zero_stage") == "3" and soft == "megatron-2021"  # DeepSpeed of 2021
+        return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
                             attention=AttentionImpl.MATERIALIZED, grad_bytes=2,
                             overlap_grad_reduce=False, overlap_param_gather=False,
-                            tp_overlap=TPOverlap.NONE if src == "nar21" else TPOverlap.BACKWARD,
-                            flat_dp_collectives=deepspeed)
-    if src == "mlm24":
-        return TrainingSpec(seq_len=seq, global_batch=gb, precision=Precision.BF16,
+                            tp_overlap=TPOverlap.BACKWARD if soft == "megatron-2022"
+                            else TPOverlap.NONE,
+                            # DeepSpeed's pipeline engine sends and receives synchronously
+                            # (runtime/pipe/p2p.py asserts async_op == False)
+                            overlap_p2p=soft != "megatron-deepspeed",
+                            flat_dp_collectives=zero3)
+    if soft == "megatron-core":
+        return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
                             attention=AttentionImpl.FLASH, grad_bytes=4, tp_overlap=TPOverlap.FULL)
-    return TrainingSpec(seq_len=seq, global_batch=gb, precision=Precision.parse(
-        "precision", row["precision"] or "bf16"), attention=AttentionImpl.FLASH, grad_bytes=2,
-        tp_overlap=TPOverlap.BACKWARD,
-        attention_span=SQUAD_PACKED_SPAN if row["regime"] in ("sft", "lora") else None)
+    return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
+                        attention=AttentionImpl.FLASH, grad_bytes=2, tp_overlap=TPOverlap.BACKWARD,
+                        attention_span=SQUAD_PACKED_SPAN if row.text("regime") in ("sft", "lora")
+                        else None)
 
 
-def _plan(row: dict, gpus: int) -> Parallelism:
-    src = _source(row)
-    tp, pp = _int(row, "tp"), _int(row, "pp")
+def _plan(row: _Row, gpus: int) -> Parallelism:
+    soft = row.software()
+    tp, pp = row.int("tp"), row.int("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
-        mp = int(row["other_metrics"].split("model_parallel_size=")[1].split(";")[0])
+        other = row.text("other_metrics")
+        if "model_parallel_size=" not in other:
+            raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size= in "
+                            "other_metrics)")
+        mp = int(other.split("model_parallel_size=")[1].split(";")[0])
         tp, pp = 8, mp // 8
-    cp = _int(row, "cp", 1)
-    dp = _int(row, "dp") or gpus // (tp * pp * cp)
-    zero = _int(row, "zero_stage")
+    pp = pp or 1
+    cp = row.int("cp", 1)
+    dp = row.int("dp") or gpus // (tp * pp * cp)
+    zero = row.int("zero_stage")
     if zero is None:
-        zero = 1 if src in ("mlm24", "nemo2407") else 0
+        zero = 1 if soft in ("megatron-core", "nemo") else 0
     # NeMo's launcher configs set no activation checkpointing; elsewhere see load_cases
-    rec = row["recompute"] or "none"
-    sp_col = row["sequence_parallel"]
-    sp = (sp_col == "yes") if sp_col else (src in ("mlm24", "nemo2407") and tp > 1)
-    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, vp=_int(row, "vp", 1), sp=sp, zero=zero,
-                       recompute=(Recompute.parse("recompute", rec),),
-                       mbs=_int(row, "micro_batch", 1))  # see _tuned when unstated
+    rec = row.text("recompute") or "none"
+    sp_col = row.text("sequence_parallel")
+    sp = (sp_col == "yes") if sp_col else (soft in ("megatron-core", "nemo") and tp > 1)
+    order = row.text("rank_order")
+    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.int("ep", 1), etp=row.int("etp"),
+                       vp=row.int("vp", 1), sp=sp,
+                       zero=zero, recompute=(Recompute.parse(f"{row.where}.recompute", rec),),
+                       mbs=row.int("micro_batch", 1),  # see _tuned when unstated
+                       **({"rank_order": parse_order(order)} if order else {}))
 
 
 def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: bool) -> Parallelism:
@@ -146,27 +229,66 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
     return best or plan.with_(recompute=(Recompute.FULL,) if free_recompute else plan.recompute)
 
 
-def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
-    """Rows of a published-runs CSV as cases (LoRA rows skipped unless asked)."""
+def _cluster(row: _Row, base: Path):
     from .catalog import get_cluster
 
+    name = row.text("cluster")
+    if name:
+        return get_cluster(str(base / name) if name.endswith(".toml") else name)
+    gpu = row.text("gpu")
+    if gpu not in CLUSTER_OF:
+        raise SpecError(f"{row.where}.gpu", gpu, "known: " + ", ".join(CLUSTER_OF)
+                        + "; or name a catalog cluster (or cluster TOML) in a cluster column")
+    return get_cluster(CLUSTER_OF[gpu])
+
+
+def _case(row: _Row, base: Path) -> Case | None:
+    metric = row.text("metric")
+    if metric not in METRICS:
+        raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
+    gpus = row.required("num_gpus")
+    plan = _plan(row, gpus)
+    if metric == "layer_fwd_bwd_time":
+        gpus = plan.tp
+    sc = Scenario(model=_model(row, base), cluster=_cluster(row, base), gpus=gpus,
+                  training=_training(row))
+    free_mbs = not row.text("micro_batch")
+    free_recompute = not row.text("recompute") and row.software() != "nemo"
+    if metric == "step_time" and (free_mbs or free_recompute):
+        plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
+    return Case(row.text("id"), metric, row.float("step_time_s"), sc, plan,
+                row.text("confidence"))
+
+
+def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
+    """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
+    (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
+    relative to the CSV), ``software`` (one of ``SOFTWARE``), ``rank_order``, ``ep``; a blank
+    ``layers`` makes ``model`` a catalog name or a model file."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SpecError(f"{path}: missing columns", ", ".join(missing),
+                                "a runs CSV needs the columns of published_runs.csv")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
     cases = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["regime"] == "lora" and not include_lora:
-                continue
-            gpus = _int(row, "num_gpus")
-            plan = _plan(row, gpus)
-            if row["metric"] == "layer_fwd_bwd_time":
-                gpus = plan.tp
-            sc = Scenario(model=_model(row), cluster=get_cluster(CLUSTER_OF[row["gpu"]]), gpus=gpus,
-                          training=_training(row))
-            free_mbs = not row["micro_batch"]
-            free_recompute = not row["recompute"] and _source(row) != "nemo2407"
-            if row["metric"] == "step_time" and (free_mbs or free_recompute):
-                plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
-            cases.append(Case(row["id"], row["metric"], float(row["step_time_s"]), sc, plan,
-                              row["confidence"]))
+    for i, data in enumerate(rows, start=2):
+        row = _Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
+        if row.text("regime") == "lora" and not include_lora:
+            continue
+        try:
+            cases.append(_case(row, path.parent))
+        except SpecError as e:
+            if e.field.startswith(row.where):
+                raise
+            raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
+    if not cases:
+        raise SpecError("--csv", str(path), "holds no run to check (LoRA rows are skipped)")
     return cases
 
 

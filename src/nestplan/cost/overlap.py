@@ -1,11 +1,12 @@
 """How much communication hides behind computation that runs at the same time.
 
-Overlapped kernels compete for SMs and HBM bandwidth, so hidden communication is not free: of
-the time it overlaps with compute, a fraction ``1 - OVERLAP_EFFICIENCY`` still shows. The value
-is calibrated once (``benchmarks/validation.py``) on the published runs whose communication
-overlaps compute: ZeRO-3 at large batch (Narayanan et al. 2021 Table 2) and the H100 runs with
-overlapped data-parallel and tensor-parallel traffic. For scale: NeMo's userbuffers presets give
-2-24 SMs of 132 to each overlapped collective (NVIDIA/NeMo tp_overlap_configs/userbuffers.py).
+Overlapped kernels compete for SMs and HBM bandwidth, so hidden communication is not free: of the
+time it overlaps with compute, a fraction ``1 - OVERLAP_EFFICIENCY`` still shows. The value is
+calibrated once, by hand against ``nestplan validate``'s table, on the published runs whose
+communication overlaps compute: ZeRO-3 at large batch (Narayanan et al. 2021 Table 2) and the H100
+runs with overlapped data-parallel and tensor-parallel traffic. For scale: NeMo's userbuffers
+presets give 2-24 SMs of 132 to each overlapped collective (NVIDIA/NeMo
+tp_overlap_configs/userbuffers.py).
 """
 
 import numpy as np
