@@ -185,10 +185,12 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
     tp, pp = row.int("tp"), row.int("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         other = row.text("other_metrics")
-        if "model_parallel_size=" not in other:
-            raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size= in "
-                            "other_metrics)")
-        mp = int(other.split("model_parallel_size=")[1].split(";")[0])
+        mp = other.split("model_parallel_size=")[1].split(";")[0] if "model_parallel_size=" in other \
+            else ""
+        if not mp.isdigit() or int(mp) % 8:
+            raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
+                            "multiple of 8, in other_metrics)")
+        mp = int(mp)
         tp, pp = 8, mp // 8
     pp = pp or 1
     cp = row.int("cp", 1)
@@ -242,7 +244,7 @@ def _cluster(row: _Row, base: Path):
     return get_cluster(CLUSTER_OF[gpu])
 
 
-def _case(row: _Row, base: Path) -> Case | None:
+def _case(row: _Row, base: Path) -> Case:
     metric = row.text("metric")
     if metric not in METRICS:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
@@ -262,9 +264,10 @@ def _case(row: _Row, base: Path) -> Case | None:
 
 def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
-    (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
-    relative to the CSV), ``software`` (one of ``SOFTWARE``), ``rank_order``, ``ep``; a blank
-    ``layers`` makes ``model`` a catalog name or a model file."""
+    (LoRA rows skipped unless asked). Optional columns (``OPTIONAL_COLUMNS``): ``cluster`` (catalog
+    name or TOML path relative to the CSV), ``software`` (one of ``SOFTWARE``), ``rank_order``,
+    ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model file (relative
+    to the CSV)."""
     path = Path(path)
     try:
         with open(path, newline="") as f:
