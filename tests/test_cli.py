@@ -210,3 +210,10 @@ def test_validate_fails_when_a_run_is_off(tmp_path, shared, capsys):
     half = str(float(first["step_time_s"]) / 2)
     code, out, _ = run(["validate", "--csv", _runs_csv(tmp_path, shared, step_time_s=half)], capsys)
     assert code == 1 and "FAILED (1 rows over)" in out
+
+
+def test_validate_knows_gpu_aliases_and_catalog_clusters(tmp_path, shared, capsys):
+    # the same run named with the catalog's spelling of its GPU, then with its cluster named
+    for changes in ({"gpu": "A100-SXM-80GB"}, {"gpu": "", "cluster": "selene-a100-hdr"}):
+        code, out, _ = run(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
+        assert code == 0 and "nar21-t1-1p7b" in out and ": ok" in out

@@ -35,6 +35,6 @@ def test_held_out_runs_are_predicted(record_property):
     memory = [evaluate(o.case.scenario, o.case.plan) for o in outcomes]
     record_property("print", "held-out runs\n" + table(outcomes) + "\npeak memory / HBM: " + ", ".join(
         f"{o.case.id} {ev.peak_memory / ev.capacity:.2f}" for o, ev in zip(outcomes, memory)))
-    assert len(outcomes) == 18
+    assert len(outcomes) == 23
     for o in outcomes:
         assert 0.25 < o.predicted / o.case.measured < 4, o.case.id

@@ -38,9 +38,14 @@ from .errors import SpecError
 from .axes import parse_order
 from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec
 
-CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr"}
-"""The cluster of a row that names only its GPU (``clusters.md``); a ``cluster`` column (a catalog
-name, or a TOML path relative to the CSV) overrides it."""
+CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr",
+              "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr"}
+"""The cluster of a row that names only its GPU: the published runs' clusters (``clusters.md``),
+and NVIDIA's DGX designs for the newer GPUs. A ``cluster`` column (a catalog name, or a TOML
+path relative to the CSV) overrides it."""
+GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",
+               "H100-SXM-80GB": "H100-SXM5-80GB", "H100-80GB": "H100-SXM5-80GB",
+               "H100": "H100-SXM5-80GB", "H200-SXM-141GB": "H200", "B200-SXM-180GB": "B200"}
 SOFTWARE_OF_SOURCE = {"nar21": "megatron-2021", "kor22": "megatron-2022", "mlm24": "megatron-core",
                       "nemo2407": "nemo"}
 """The software stack of a row, by its id's prefix; a ``software`` column overrides it."""
@@ -237,7 +242,8 @@ def _cluster(row: _Row, base: Path):
     name = row.text("cluster")
     if name:
         return get_cluster(str(base / name) if name.endswith(".toml") else name)
-    gpu = row.text("gpu")
+    gpu = row.text("gpu").upper()
+    gpu = GPU_ALIASES.get(gpu, gpu)
     if gpu not in CLUSTER_OF:
         raise SpecError(f"{row.where}.gpu", gpu, "known: " + ", ".join(CLUSTER_OF)
                         + "; or name a catalog cluster (or cluster TOML) in a cluster column")
