@@ -78,6 +78,7 @@ def test_console_script_runs():
     (swap(BASE, "--recompute", "some"), "recompute: got 'some'; allowed: none, selective, full"),
     (swap(BASE, "--zero", "4"), "zero: got 4; allowed: 0, 1, 2, 3"),
     (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
+    (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),
     (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
      "interleaved schedule needs the micro-batch count (97) to be a multiple of pp = 8"),
     (swap(BASE, "--rank-order", "tp-dp-pp"), "rank_order: got 'tp-dp-pp'"),
@@ -190,10 +191,17 @@ def _runs_csv(tmp_path, shared, **changes):
     ({"step_time_s": "-1"}, ".step_time_s: got '-1'; must be a positive number of seconds"),
     ({"heads": "25"}, ".heads: got 25; must divide hidden = 2304"),
     ({"cluster": "nonesuch"}, "(nar21-t1-1p7b): cluster: got 'nonesuch'"),
+    ({"cluster": "racks/mine.toml"}, "(nar21-t1-1p7b).cluster: got 'racks/mine.toml'; no such file"),
+    ({"step_time_s": "inf"}, ".step_time_s: got 'inf'; must be a positive number of seconds"),
+    ({"sequence_parallel": "maybe"}, ".sequence_parallel: got 'maybe'; allowed: yes, no, or blank"),
+    ({"dp": "3"}, "line 2 (nar21-t1-1p7b): dp: got 3"),
+    ({"layers": "", "model": "configs/none.json"}, ".model: got 'configs/none.json'; no such file"),
+    ({"etp": "2"}, "line 2 (nar21-t1-1p7b): etp: got 2; GPT-1.7B has no experts"),
 ])
 def test_validate_rejects_a_malformed_row(tmp_path, shared, capsys, changes, message):
-    code, _, err = run_exit(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
-    assert code == 2 and message in err and "Traceback" not in err
+    code, out, err = run_exit(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and message in lines[0], err
 
 
 def test_validate_names_missing_columns(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """Predictions against measured training runs (../shared/data/published_runs.csv)."""
 
+import csv
 from pathlib import Path
 
 from nestplan.evaluate import evaluate
@@ -25,16 +26,57 @@ def test_runs_that_happened_are_predicted_to_nearly_fit(shared):
         assert ev.peak_memory <= 1.15 * ev.capacity, (case.id, ev.why_not)
 
 
-def test_held_out_runs_are_predicted(record_property):
+# Errors of the held-out runs (percent, predicted / measured - 1) as README's "Held-out runs"
+# reports them, group by group. They are not targets: a change that moves one by more than half a
+# point must update the README's table with it (and say why the figure moved).
+HELD_OUT_ERRORS = {
+    "mtnlg22-530b-280n": -18.4, "mtnlg22-530b-350n": -19.3, "mtnlg22-530b-420n": -21.5,
+    "bloom22-176b-384g": -9.6,
+    "llama3-405b-8192g": +3.9, "llama3-405b-16384g": +29.1,
+    "nemo2511-llama3-8b-8g": +22.7, "nemo2509-llama3-70b-64g": +18.1,
+    "nemo2602-llama3-70b-64g": +16.5, "nemo2509-llama3-405b-1024g": +7.1,
+    "nemo2602-llama3-405b-1024g": +6.8,
+    "nemo2511-qwen3-30b-a3b-16g": -59.7, "nemo2509-deepseek-v3-1024g": +30.4,
+    "mcore-moezoo-qwen3-235b-fsdp": +65.3, "mcore-moezoo-qwen3-235b-tp4pp8": -46.6,
+    "automodel-deepseek-v3-1024g": +26.7, "automodel-deepseek-v3-256g": +52.8,
+    "automodel-qwen3-30b-a3b-8g": +24.0,
+    "nemo2502-b200-gpt3-175b-512g": -1.7, "nemo2502-b200-llama3-8b-8g": -8.0,
+    "nemo2502-b200-llama3-70b-64g": -11.7, "nemo2502-b200-llama3-405b-128g": -7.9,
+    "nemo2502-b200-mixtral-8x7b-64g": -2.5,
+}
+
+
+def test_held_out_runs_are_predicted_as_reported(record_property):
     # Runs nothing was calibrated on (tests/data/SOURCES.md): other clusters (Jean Zay's
-    # Omni-Path, Meta's 1:7 RoCE Clos), newer software, MoE models. Their accuracy is reported,
-    # not asserted (README, "Accuracy"): every row loads with its own cluster, model file and
-    # software rules, and is predicted within an order of magnitude.
+    # Omni-Path, Meta's 1:7 RoCE Clos, DGX B200), newer software, MoE models, each with its
+    # own cluster, model file, software rules and plan mapping.
     path = Path(__file__).parent / "data" / "held_out_runs.csv"
     outcomes = run(path)
     memory = [evaluate(o.case.scenario, o.case.plan) for o in outcomes]
     record_property("print", "held-out runs\n" + table(outcomes) + "\npeak memory / HBM: " + ", ".join(
         f"{o.case.id} {ev.peak_memory / ev.capacity:.2f}" for o, ev in zip(outcomes, memory)))
-    assert len(outcomes) == 23
-    for o in outcomes:
-        assert 0.25 < o.predicted / o.case.measured < 4, o.case.id
+    got = {o.case.id: round(o.error * 100, 1) for o in outcomes}
+    assert got.keys() == HELD_OUT_ERRORS.keys()
+    moved = {k: (HELD_OUT_ERRORS[k], v) for k, v in got.items() if abs(v - HELD_OUT_ERRORS[k]) > 0.5}
+    assert not moved, f"held-out errors moved (README, then here): {moved}"
+
+
+def test_optional_columns_reach_the_plan(tmp_path, shared):
+    with open(shared / "data" / "published_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        row, fields = next(reader), list(reader.fieldnames)
+    row.update(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
+               sequence_parallel="yes", global_batch="256", micro_batch="1", recompute="full")
+    extra = {"cluster": "dgx-h100-ndr", "software": "nemo", "rank_order": "tp-pp-dp-cp",
+             "ep": "8", "etp": "1"}
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields + list(extra))
+        w.writeheader()
+        w.writerow(row | extra)
+    (case,) = load_cases(path)
+    p, sc = case.plan, case.scenario
+    assert "-".join(a.value for a in p.rank_order) == "tp-pp-dp-cp"
+    assert (p.ep, p.expert_tp, p.zero) == (8, 1, 1)  # nemo: distributed optimizer
+    assert sc.cluster.name == "dgx-h100-ndr" and sc.model.moe.experts == 8
+    assert sc.training.tp_overlap.value == "backward"  # nemo's rules, not the id's (nar21)

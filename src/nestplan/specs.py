@@ -470,6 +470,8 @@ def check_plan(sc: Scenario, par: Parallelism) -> None:
     if m.moe is None:
         if par.ep > 1:
             raise SpecError("ep", par.ep, f"{m.name} has no experts; use ep = 1")
+        if par.etp is not None and par.etp != par.tp:
+            raise SpecError("etp", par.etp, f"{m.name} has no experts; leave etp unset")
     else:
         _divides("ep", par.ep, "moe.experts", m.moe.experts)
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):

@@ -36,7 +36,7 @@ from pathlib import Path
 from .options import AttentionImpl, MLPKind, Norm, Position, Precision, Recompute, TPOverlap
 from .errors import SpecError
 from .axes import parse_order
-from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec
+from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec, check_plan
 
 CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr",
               "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr"}
@@ -55,7 +55,6 @@ COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
            "sequence_parallel", "recompute", "micro_batch", "global_batch", "precision", "regime",
            "metric", "step_time_s", "confidence")
 """Columns every runs CSV has (those of ``published_runs.csv`` that the model reads)."""
-OPTIONAL_COLUMNS = ("cluster", "software", "rank_order", "ep", "etp", "other_metrics")
 METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
@@ -80,8 +79,11 @@ class Case:
 class _Row:
     """One CSV row; malformed fields raise a SpecError naming the row and the column."""
 
+    MAY_BE_ZERO = ("zero_stage", "shared_experts")
+
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
+        self._software: str | None = None
 
     def text(self, key: str) -> str:
         return (self.data.get(key) or "").strip()
@@ -94,7 +96,7 @@ class _Row:
             n = int(v)
         except ValueError:
             raise SpecError(f"{self.where}.{key}", v, "must be a whole number") from None
-        if n <= 0 and key != "zero_stage":
+        if n < 0 or (n == 0 and key not in self.MAY_BE_ZERO):
             raise SpecError(f"{self.where}.{key}", v, "must be positive")
         return n
 
@@ -104,9 +106,15 @@ class _Row:
             x = float(v)
         except ValueError:
             x = float("nan")
-        if not x > 0:
+        if not 0 < x < float("inf"):
             raise SpecError(f"{self.where}.{key}", v, "must be a positive number of seconds")
         return x
+
+    def yes_no(self, key: str) -> bool | None:
+        v = self.text(key).lower()
+        if v not in ("", "yes", "no"):
+            raise SpecError(f"{self.where}.{key}", v, "allowed: yes, no, or blank")
+        return None if not v else v == "yes"
 
     def required(self, key: str) -> int:
         n = self.int(key)
@@ -114,15 +122,25 @@ class _Row:
             raise SpecError(f"{self.where}.{key}", "", "must be given")
         return n
 
+    def path(self, key: str, base: Path) -> str:
+        """The column as a catalog name, or as a file path relative to the CSV."""
+        name = self.text(key)
+        if "/" not in name and not name.endswith((".toml", ".json")):
+            return name
+        path = base / name
+        if not path.is_file():
+            raise SpecError(f"{self.where}.{key}", name, f"no such file ({path})")
+        return str(path)
+
     def software(self) -> str:
-        given = self.text("software")
-        if given:
-            if given not in SOFTWARE:
+        if self._software is None:
+            given = self.text("software")
+            if given and given not in SOFTWARE:
                 raise SpecError(f"{self.where}.software", given, "allowed: " + ", ".join(SOFTWARE))
-            return given
-        prefix = self.text("id").split("-")[0]
-        # a run of unknown provenance is taken as today's Megatron-Core defaults
-        return SOFTWARE_OF_SOURCE.get(prefix, "megatron-core")
+            # a run of unknown provenance is taken as today's Megatron-Core defaults
+            self._software = given or SOFTWARE_OF_SOURCE.get(self.text("id").split("-")[0],
+                                                             "megatron-core")
+        return self._software
 
 
 def _model(row: _Row, base: Path) -> ModelSpec:
@@ -130,8 +148,7 @@ def _model(row: _Row, base: Path) -> ModelSpec:
     if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
         from .catalog import get_model
 
-        ref = str(base / name) if ("/" in name or name.endswith((".toml", ".json"))) else name
-        return get_model(ref)
+        return get_model(row.path("model", base))
     h, heads = row.required("hidden"), row.required("heads")
     llama, nemotron = "llama" in name.lower(), "nemotron" in name.lower()
     soft = row.software()
@@ -142,7 +159,7 @@ def _model(row: _Row, base: Path) -> ModelSpec:
     else:
         mlp, norm, bias, pos = MLPKind.GELU, Norm.LAYERNORM, True, Position.LEARNED
     gpt = not (llama or nemotron)
-    if heads > h or h % heads:
+    if h % heads:
         raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
     experts = row.int("experts")
     moe = None if experts is None else MoESpec(
@@ -155,8 +172,7 @@ def _model(row: _Row, base: Path) -> ModelSpec:
         vocab=row.int("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
         max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
-        tied_embeddings=gpt and soft in ("megatron-2021", "megatron-2022", "megatron-deepspeed"),
-        moe=moe,
+        tied_embeddings=gpt and soft != "megatron-core", moe=moe,
     )
 
 
@@ -192,7 +208,7 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
         other = row.text("other_metrics")
         mp = other.split("model_parallel_size=")[1].split(";")[0] if "model_parallel_size=" in other \
             else ""
-        if not mp.isdigit() or int(mp) % 8:
+        if not mp.isdigit() or int(mp) % 8 or int(mp) == 0:
             raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
                             "multiple of 8, in other_metrics)")
         mp = int(mp)
@@ -203,10 +219,11 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
     zero = row.int("zero_stage")
     if zero is None:
         zero = 1 if soft in ("megatron-core", "nemo") else 0
-    # NeMo's launcher configs set no activation checkpointing; elsewhere see load_cases
+    # NeMo's launcher configs set no activation checkpointing; elsewhere see _case
     rec = row.text("recompute") or "none"
-    sp_col = row.text("sequence_parallel")
-    sp = (sp_col == "yes") if sp_col else (soft in ("megatron-core", "nemo") and tp > 1)
+    sp = row.yes_no("sequence_parallel")
+    if sp is None:
+        sp = soft in ("megatron-core", "nemo") and tp > 1
     order = row.text("rank_order")
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.int("ep", 1), etp=row.int("etp"),
                        vp=row.int("vp", 1), sp=sp,
@@ -239,9 +256,8 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
 def _cluster(row: _Row, base: Path):
     from .catalog import get_cluster
 
-    name = row.text("cluster")
-    if name:
-        return get_cluster(str(base / name) if name.endswith(".toml") else name)
+    if row.text("cluster"):
+        return get_cluster(row.path("cluster", base))
     gpu = row.text("gpu").upper()
     gpu = GPU_ALIASES.get(gpu, gpu)
     if gpu not in CLUSTER_OF:
@@ -264,29 +280,32 @@ def _case(row: _Row, base: Path) -> Case:
     free_recompute = not row.text("recompute") and row.software() != "nemo"
     if metric == "step_time" and (free_mbs or free_recompute):
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
+    check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.float("step_time_s"), sc, plan,
                 row.text("confidence"))
 
 
 def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
-    (LoRA rows skipped unless asked). Optional columns (``OPTIONAL_COLUMNS``): ``cluster`` (catalog
+    (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog
     name or TOML path relative to the CSV), ``software`` (one of ``SOFTWARE``), ``rank_order``,
     ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model file (relative
     to the CSV)."""
     path = Path(path)
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise SpecError(f"{path}: missing columns", ", ".join(missing),
                                 "a runs CSV needs the columns of published_runs.csv")
-            rows = list(reader)
+            rows = []
+            for data in reader:
+                rows.append((reader.line_num, data))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
     cases = []
-    for i, data in enumerate(rows, start=2):
+    for i, data in rows:
         row = _Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
         if row.text("regime") == "lora" and not include_lora:
             continue
