@@ -97,7 +97,8 @@ class _Row:
         except ValueError:
             raise SpecError(f"{self.where}.{key}", v, "must be a whole number") from None
         if n < 0 or (n == 0 and key not in self.MAY_BE_ZERO):
-            raise SpecError(f"{self.where}.{key}", v, "must be positive")
+            raise SpecError(f"{self.where}.{key}", v, "must be >= 0" if key in self.MAY_BE_ZERO
+                            else "must be positive")
         return n
 
     def float(self, key: str) -> float:
