@@ -1,3 +1,4 @@
+import csv
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,27 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not beside the checkout")
     return SHARED
+
+
+@pytest.fixture
+def runs_csv(tmp_path, shared):
+    """``runs_csv(**changes)`` writes the first row of published_runs.csv, with ``changes``
+    applied (new keys become columns), as a runs CSV and returns its path; ``runs_csv.row`` is
+    the unchanged row."""
+    with open(shared / "data" / "published_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        first, fields = next(reader), list(reader.fieldnames)
+
+    def write(**changes) -> str:
+        path = tmp_path / "runs.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields + [k for k in changes if k not in fields])
+            w.writeheader()
+            w.writerow(first | changes)
+        return str(path)
+
+    write.row = dict(first)
+    return write
 
 
 # Tests that need an optional extra or Chromium skip when it is missing. CI installs all of them

@@ -1,6 +1,7 @@
 """Catalog entries, HuggingFace configs and strict loading."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,8 @@ from nestplan import graph as G
 from nestplan.catalog import get_accelerator, get_cluster, get_model, list_names
 from nestplan.errors import SpecError
 from nestplan.hf import FAMILIES, model_from_hf_dict
+
+DATA = Path(__file__).parent / "data"  # tests/data/SOURCES.md
 
 REQUIRED_MODELS = ["gpt3-175b", "bert-large", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b",
                    "llama3-70b", "llama3-405b", "mixtral-8x7b", "mixtral-8x22b", "gpt-22b",
@@ -62,13 +65,7 @@ def test_hf_configs_in_shared_data(shared):
 
 
 def test_deepseek_v3_family():
-    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
-           "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
-           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-           "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
-           "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280,
-           "tie_word_embeddings": False}
+    cfg = json.loads((DATA / "deepseek-v3.json").read_text())
     m = model_from_hf_dict(cfg)
     assert m.mla is not None and m.moe.shared_experts == 1 and m.num_moe_layers == 58
     # 671B total, 37B active (DeepSeek-V3 report, without the MTP module)

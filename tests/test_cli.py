@@ -1,6 +1,5 @@
 """The command line: output contracts, exit codes and one-line errors (no tracebacks)."""
 
-import csv
 import json
 import subprocess
 import sys
@@ -167,22 +166,6 @@ def test_validate_missing_file(capsys):
     assert code == 2 and "--csv: got '/nonexistent.csv'; no such file" in err
 
 
-def _runs_csv(tmp_path, shared, **changes):
-    """The first row of published_runs.csv with some fields changed."""
-    with open(shared / "data" / "published_runs.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        row = next(reader)
-        fields = list(reader.fieldnames)
-    row.update(changes)
-    fields += [k for k in changes if k not in fields]
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerow(row)
-    return str(path)
-
-
 @pytest.mark.parametrize("changes, message", [
     ({"gpu": "A100-SXM4-40GB"}, "line 2 (nar21-t1-1p7b).gpu: got 'A100-SXM4-40GB'; known: "),
     ({"tp": "two"}, ".tp: got 'two'; must be a whole number"),
@@ -198,8 +181,8 @@ def _runs_csv(tmp_path, shared, **changes):
     ({"layers": "", "model": "configs/none.json"}, ".model: got 'configs/none.json'; no such file"),
     ({"etp": "2"}, "line 2 (nar21-t1-1p7b): etp: got 2; GPT-1.7B has no experts"),
 ])
-def test_validate_rejects_a_malformed_row(tmp_path, shared, capsys, changes, message):
-    code, out, err = run_exit(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
+def test_validate_rejects_a_malformed_row(runs_csv, capsys, changes, message):
+    code, out, err = run_exit(["validate", "--csv", runs_csv(**changes)], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and message in lines[0], err
 
@@ -211,17 +194,15 @@ def test_validate_names_missing_columns(tmp_path, capsys):
     assert code == 2 and "missing columns: got 'layers, hidden," in err
 
 
-def test_validate_fails_when_a_run_is_off(tmp_path, shared, capsys):
+def test_validate_fails_when_a_run_is_off(runs_csv, capsys):
     # the measured time halved: the prediction is twice it, far outside the tolerance
-    with open(shared / "data" / "published_runs.csv", newline="") as f:
-        first = next(csv.DictReader(f))
-    half = str(float(first["step_time_s"]) / 2)
-    code, out, _ = run(["validate", "--csv", _runs_csv(tmp_path, shared, step_time_s=half)], capsys)
+    half = str(float(runs_csv.row["step_time_s"]) / 2)
+    code, out, _ = run(["validate", "--csv", runs_csv(step_time_s=half)], capsys)
     assert code == 1 and "FAILED (1 rows over)" in out
 
 
-def test_validate_knows_gpu_aliases_and_catalog_clusters(tmp_path, shared, capsys):
+def test_validate_knows_gpu_aliases_and_catalog_clusters(runs_csv, capsys):
     # the same run named with the catalog's spelling of its GPU, then with its cluster named
     for changes in ({"gpu": "A100-SXM-80GB"}, {"gpu": "", "cluster": "selene-a100-hdr"}):
-        code, out, _ = run(["validate", "--csv", _runs_csv(tmp_path, shared, **changes)], capsys)
+        code, out, _ = run(["validate", "--csv", runs_csv(**changes)], capsys)
         assert code == 0 and "nar21-t1-1p7b" in out and ": ok" in out

@@ -122,20 +122,10 @@ def test_megatron_arguments(plan_file):
                 or "--num-layers-per-virtual-pipeline-stage" in text)
 
 
-DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
-               "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
-               "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-               "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-               "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
-               "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280,
-               "tie_word_embeddings": False}
-
-
-def test_megatron_mla_and_moe_pattern(tmp_path):
+def test_megatron_mla_and_moe_pattern():
     import re
 
-    cfg = tmp_path / "deepseek.json"
-    cfg.write_text(json.dumps(DEEPSEEK_V3))
+    cfg = Path(__file__).parent / "data" / "deepseek-v3.json"
     sc = scenario_from_names(str(cfg), "dgx-h100-ndr", 1024, seq_len=4096, global_batch=1024)
     par = Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1,
                       recompute=(F,))
@@ -190,12 +180,16 @@ def test_cli_export_writes_extras(tmp_path, capsys):
 frameworks = pytest.mark.frameworks
 
 
+def _parse_rank_map(text: str) -> dict[int, int]:
+    """Framework rank -> device, from a rank map CSV (``rank,device,node,local_device``)."""
+    return {int(r): int(d) for r, d, *_ in (line.split(",") for line in text.splitlines()[1:])}
+
+
 def _rank_devices(par) -> dict[int, int]:
-    """Framework rank -> device, from the exported rank map."""
+    """Framework rank -> device, from the rank map the exports write."""
     from nestplan.exports import rank_map
 
-    return {int(r): int(d) for r, d, *_ in (
-        line.split(",") for line in rank_map(par, 8).splitlines()[1:])}
+    return _parse_rank_map(rank_map(par, 8))
 
 
 def _groups(arr, axis: int) -> list[list[int]]:
@@ -230,10 +224,9 @@ def check_megatron(pf, text: str, ranks: bool = True):
         assert theirs == _groups(grid, dim), axis
     if pf.scenario.model.moe is None:
         return
-    edp = par.dp * par.cp * par.tp // (par.ep * par.expert_tp)
-    expert = ps.RankGenerator(tp=par.expert_tp, ep=par.ep, dp=edp, pp=par.pp, cp=1,
-                              order="tp-cp-ep-dp-pp")
     egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
+    expert = ps.RankGenerator(tp=par.expert_tp, ep=par.ep, dp=egrid.shape[1], pp=par.pp, cp=1,
+                              order="tp-cp-ep-dp-pp")
     for axis, dim in (("tp", 3), ("ep", 2), ("dp", 1)):
         theirs = sorted(sorted(device_of[r] for r in g) for g in expert.get_ranks(axis))
         assert theirs == _groups(egrid, dim), f"expert {axis}"
@@ -418,9 +411,7 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
                        nprocs=8, join=True, start_method="fork")
     device_of = _rank_devices(par)
     if par.rank_order != (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
-        ranks_csv = (tmp_path / "tt.args.ranks.csv").read_text()
-        assert {int(r): int(d) for r, d, *_ in (
-            line.split(",") for line in ranks_csv.splitlines()[1:])} == device_of
+        assert _parse_rank_map((tmp_path / "tt.args.ranks.csv").read_text()) == device_of
     grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
     egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
     dp_name = "dp_replicate" if par.zero == 0 else "dp_shard"

@@ -1,10 +1,11 @@
 """Predictions against measured training runs (../shared/data/published_runs.csv)."""
 
-import csv
 from pathlib import Path
 
 from nestplan.evaluate import evaluate
 from nestplan.validation import MEAN_TOLERANCE, ROW_TOLERANCE, load_cases, run, table
+
+DATA = Path(__file__).parent / "data"  # tests/data/SOURCES.md
 
 
 def test_every_published_run_within_tolerance(shared, record_property):
@@ -50,8 +51,7 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
     # Runs nothing was calibrated on (tests/data/SOURCES.md): other clusters (Jean Zay's
     # Omni-Path, Meta's 1:7 RoCE Clos, DGX B200), newer software, MoE models, each with its
     # own cluster, model file, software rules and plan mapping.
-    path = Path(__file__).parent / "data" / "held_out_runs.csv"
-    outcomes = run(path)
+    outcomes = run(DATA / "held_out_runs.csv")
     memory = [evaluate(o.case.scenario, o.case.plan) for o in outcomes]
     record_property("print", "held-out runs\n" + table(outcomes) + "\npeak memory / HBM: " + ", ".join(
         f"{o.case.id} {ev.peak_memory / ev.capacity:.2f}" for o, ev in zip(outcomes, memory)))
@@ -61,19 +61,11 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
     assert not moved, f"held-out errors moved (README, then here): {moved}"
 
 
-def test_optional_columns_reach_the_plan(tmp_path, shared):
-    with open(shared / "data" / "published_runs.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        row, fields = next(reader), list(reader.fieldnames)
-    row.update(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
-               sequence_parallel="yes", global_batch="256", micro_batch="1", recompute="full")
-    extra = {"cluster": "dgx-h100-ndr", "software": "nemo", "rank_order": "tp-pp-dp-cp",
-             "ep": "8", "etp": "1"}
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields + list(extra))
-        w.writeheader()
-        w.writerow(row | extra)
+def test_optional_columns_reach_the_plan(runs_csv):
+    path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
+                    sequence_parallel="yes", global_batch="256", micro_batch="1",
+                    recompute="full", cluster="dgx-h100-ndr", software="nemo",
+                    rank_order="tp-pp-dp-cp", ep="8", etp="1")
     (case,) = load_cases(path)
     p, sc = case.plan, case.scenario
     assert "-".join(a.value for a in p.rank_order) == "tp-pp-dp-cp"

@@ -88,7 +88,7 @@ class _Row:
     def text(self, key: str) -> str:
         return (self.data.get(key) or "").strip()
 
-    def int(self, key: str, default: int | None = None) -> int | None:
+    def number(self, key: str, default: int | None = None) -> int | None:
         v = self.text(key)
         if not v:
             return default
@@ -101,7 +101,7 @@ class _Row:
                             else "must be positive")
         return n
 
-    def float(self, key: str) -> float:
+    def seconds(self, key: str) -> float:
         v = self.text(key)
         try:
             x = float(v)
@@ -118,7 +118,7 @@ class _Row:
         return None if not v else v == "yes"
 
     def required(self, key: str) -> int:
-        n = self.int(key)
+        n = self.number(key)
         if n is None:
             raise SpecError(f"{self.where}.{key}", "", "must be given")
         return n
@@ -162,15 +162,15 @@ def _model(row: _Row, base: Path) -> ModelSpec:
     gpt = not (llama or nemotron)
     if h % heads:
         raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
-    experts = row.int("experts")
+    experts = row.number("experts")
     moe = None if experts is None else MoESpec(
         experts=experts, top_k=row.required("topk"), ffn_hidden=row.required("moe_ffn_hidden"),
-        shared_experts=row.int("shared_experts", 0))
+        shared_experts=row.number("shared_experts", 0))
     return ModelSpec(
         name=name, layers=row.required("layers"), hidden=h, heads=heads,
-        kv_heads=row.int("kv_heads", heads), head_dim=h // heads,
-        ffn_hidden=row.int("ffn_hidden", 4 * h),
-        vocab=row.int("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
+        kv_heads=row.number("kv_heads", heads), head_dim=h // heads,
+        ffn_hidden=row.number("ffn_hidden", 4 * h),
+        vocab=row.number("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
         max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
         tied_embeddings=gpt and soft != "megatron-core", moe=moe,
@@ -180,7 +180,7 @@ def _model(row: _Row, base: Path) -> ModelSpec:
 def _training(row: _Row) -> TrainingSpec:
     soft = row.software()
     seq = row.required("seq_len")
-    gb = row.int("global_batch") or row.required("micro_batch")
+    gb = row.number("global_batch") or row.required("micro_batch")
     precision = Precision.parse(f"{row.where}.precision", row.text("precision") or "bf16")
     if soft in ("megatron-2021", "megatron-2022", "megatron-deepspeed"):
         zero3 = row.text("zero_stage") == "3" and soft == "megatron-2021"  # DeepSpeed of 2021
@@ -204,7 +204,7 @@ def _training(row: _Row) -> TrainingSpec:
 
 def _plan(row: _Row, gpus: int) -> Parallelism:
     soft = row.software()
-    tp, pp = row.int("tp"), row.int("pp")
+    tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         other = row.text("other_metrics")
         mp = other.split("model_parallel_size=")[1].split(";")[0] if "model_parallel_size=" in other \
@@ -215,9 +215,9 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
         mp = int(mp)
         tp, pp = 8, mp // 8
     pp = pp or 1
-    cp = row.int("cp", 1)
-    dp = row.int("dp") or gpus // (tp * pp * cp)
-    zero = row.int("zero_stage")
+    cp = row.number("cp", 1)
+    dp = row.number("dp") or gpus // (tp * pp * cp)
+    zero = row.number("zero_stage")
     if zero is None:
         zero = 1 if soft in ("megatron-core", "nemo") else 0
     # NeMo's launcher configs set no activation checkpointing; elsewhere see _case
@@ -226,10 +226,10 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
     if sp is None:
         sp = soft in ("megatron-core", "nemo") and tp > 1
     order = row.text("rank_order")
-    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.int("ep", 1), etp=row.int("etp"),
-                       vp=row.int("vp", 1), sp=sp,
+    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
+                       vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(Recompute.parse(f"{row.where}.recompute", rec),),
-                       mbs=row.int("micro_batch", 1),  # see _tuned when unstated
+                       mbs=row.number("micro_batch", 1),  # see _tuned when unstated
                        **({"rank_order": parse_order(order)} if order else {}))
 
 
@@ -282,7 +282,7 @@ def _case(row: _Row, base: Path) -> Case:
     if metric == "step_time" and (free_mbs or free_recompute):
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
-    return Case(row.text("id"), metric, row.float("step_time_s"), sc, plan,
+    return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
                 row.text("confidence"))
 
 

@@ -10,6 +10,8 @@ launched through the rank map written beside the arguments.
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision, Recompute
 from ..planfile import PlanFile
@@ -30,12 +32,7 @@ def _moe_pattern(m) -> str:
     """``--moe-layer-freq`` as Megatron's pattern syntax (no spaces: its parser allows only
     digits, ``,[]()+*``), e.g. ``([0]*3+[1]*58)``."""
     flags = [1 if m.is_moe_layer(i) else 0 for i in range(m.layers)]
-    runs: list[list[int]] = []
-    for f in flags:
-        if runs and runs[-1][0] == f:
-            runs[-1][1] += 1
-        else:
-            runs.append([f, 1])
+    runs = [(f, len(list(group))) for f, group in groupby(flags)]
     if len(runs) <= 4:
         return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
     return "[" + ",".join(str(f) for f in flags) + "]"

@@ -16,7 +16,7 @@ launched through the rank map written beside the arguments.
 from __future__ import annotations
 
 from ..axes import Axis
-from ..options import Precision, Recompute
+from ..options import Precision
 from ..planfile import PlanFile
 from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note, rank_map,
                uniform_policy)
@@ -26,9 +26,6 @@ REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llam
             "llama3-405b": ("llama3", "llama3_405b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
-AC_SUBCOMMAND = {Recompute.NONE: "activation-checkpoint:none",
-                 Recompute.SELECTIVE: "activation-checkpoint:selective",
-                 Recompute.FULL: "activation-checkpoint:full"}
 
 
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
@@ -99,7 +96,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     if tr.precision is Precision.FP8:
         notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
                      "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
-    groups.append([AC_SUBCOMMAND[policy]])
+    groups.append([f"activation-checkpoint:{policy.value}"])  # none, selective or full
     if par.rank_order != TORCHTITAN_ORDER:
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
                      + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
