@@ -44,7 +44,7 @@ def test_chunk_times_add_up_to_the_stage_time():
     for ev in (gpt3(vp=3, zero=3, recompute=per_stage),
                evaluate_names("mixtral-8x7b", "dgx-h100-ndr", 64, global_batch=256, seq_len=4096,
                               tp=2, pp=4, vp=2, ep=4, sp=True, mbs=1, zero=2)):
-        assert ev.scenario.training.overlap_p2p  # no steady-state send/recv in the stage time
+        assert ev.scenario.stack.overlap_p2p  # no steady-state send/recv in the stage time
         for st in ev.stages:
             assert len(st.chunk_fwd) == len(st.chunk_bwd) == ev.plan.vp
             assert all(f > 0 and b > f for f, b in zip(st.chunk_fwd, st.chunk_bwd))
@@ -56,7 +56,7 @@ def test_chunk_times_add_up_to_the_stage_time():
 
 def test_recompute_trades_memory_for_time():
     sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 1024, seq_len=2048,
-                             global_batch=1536, attention=AttentionImpl.MATERIALIZED)
+                             global_batch=1536, stack="megatron-2022")
     none, sel, full = (evaluate(sc, Parallelism(tp=8, pp=16, dp=8, sp=True, recompute=(r,)))
                        for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
     assert none.step_time < sel.step_time < full.step_time

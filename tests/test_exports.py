@@ -78,9 +78,9 @@ def test_plan_file_lists_every_replicas_devices(plan_file):
 def test_plan_file_rejects_other_versions_unknown_keys_and_edits(tmp_path):
     sc, par = plans()[0]
     data = planfile.to_dict(evaluate(sc, par))
-    with pytest.raises(SpecError, match="format: got 2; this nestplan .* reads plan files of "
-                                        "format 1"):
-        planfile.from_dict({**data, "format": 2})
+    with pytest.raises(SpecError, match="format: got 3; this nestplan .* reads plan files of "
+                                        "format 1 and 2"):
+        planfile.from_dict({**data, "format": 3})
     with pytest.raises(SpecError, match="unknown key"):
         planfile.from_dict({**data, "colour": "blue"})
     bad_plan = dict(data, plan={**data["plan"], "tp": 3})

@@ -3,7 +3,7 @@
 import pytest
 
 from nestplan import graph as G
-from nestplan.catalog import get_model
+from nestplan.catalog import get_model, get_stack
 from nestplan.cost.memory import bytes_per_param, model_states
 from nestplan.options import AttentionImpl, Precision
 
@@ -61,7 +61,7 @@ def test_gqa_and_swiglu_generalise_the_count():
 @pytest.mark.parametrize("n", [1, 8, 64])
 def test_zero_paper_bytes_per_parameter(n):
     # Rajbhandari et al. §3.1 with K = 12 and 2-byte gradients: 16, 4+12/N, 2+14/N, 16/N
-    total = {z: sum(bytes_per_param(z, n, 2)) for z in range(4)}
+    total = {z: sum(bytes_per_param(z, n, get_stack("nemo"))) for z in range(4)}
     assert total[0] == pytest.approx(16)
     assert total[1] == pytest.approx(4 + 12 / n)
     assert total[2] == pytest.approx(2 + 14 / n)
@@ -71,10 +71,10 @@ def test_zero_paper_bytes_per_parameter(n):
 @pytest.mark.parametrize("d", [1, 4, 32])
 def test_megatron_distributed_optimizer_formula(d):
     # Megatron-LM docs/distrib_optimizer.md, bf16 params with fp32 grads: 18 vs 6 + 12/d
-    assert sum(bytes_per_param(0, d, 4)) == pytest.approx(18)
-    assert sum(bytes_per_param(1, d, 4)) == pytest.approx(6 + 12 / d)
+    assert sum(bytes_per_param(0, d, get_stack("megatron-core"))) == pytest.approx(18)
+    assert sum(bytes_per_param(1, d, get_stack("megatron-core"))) == pytest.approx(6 + 12 / d)
 
 
 def test_expert_states_shard_over_expert_data_parallel():
-    w, g, o = model_states(0.0, 1e9, zero=1, dp=64, edp=8, grad_bytes=4)
+    w, g, o = model_states(0.0, 1e9, zero=1, dp=64, edp=8, stack=get_stack("megatron-core"))
     assert (w, g, o) == (pytest.approx(2e9), pytest.approx(4e9), pytest.approx(12e9 / 8))

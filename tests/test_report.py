@@ -69,7 +69,7 @@ def test_timeline_schedule_agrees_with_the_closed_form(tmp_path):
     span = max(o.end for o in ops)
     # the simulated schedule (with transfers on the critical path) and the cost model's closed
     # form differ only by the steady-state transfers, which are small against compute here
-    closed = ev.step_time - ev.scenario.training.step_overhead - max(s.end for s in ev.stages)
+    closed = ev.step_time - ev.scenario.stack.step_overhead - max(s.end for s in ev.stages)
     assert span == pytest.approx(closed, rel=0.03)
 
 

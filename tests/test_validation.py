@@ -50,7 +50,7 @@ HELD_OUT_ERRORS = {
 def test_held_out_runs_are_predicted_as_reported(record_property):
     # Runs nothing was calibrated on (tests/data/SOURCES.md): other clusters (Jean Zay's
     # Omni-Path, Meta's 1:7 RoCE Clos, DGX B200), newer software, MoE models, each with its
-    # own cluster, model file, software rules and plan mapping.
+    # own cluster, model file, stack and plan mapping.
     outcomes = run(DATA / "held_out_runs.csv")
     memory = [evaluate(o.case.scenario, o.case.plan) for o in outcomes]
     record_property("print", "held-out runs\n" + table(outcomes) + "\npeak memory / HBM: " + ", ".join(
@@ -64,11 +64,12 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
 def test_optional_columns_reach_the_plan(runs_csv):
     path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
                     sequence_parallel="yes", global_batch="256", micro_batch="1",
-                    recompute="full", cluster="dgx-h100-ndr", software="nemo",
+                    recompute="full", cluster="dgx-h100-ndr", stack="nemo",
                     rank_order="tp-pp-dp-cp", ep="8", etp="1")
     (case,) = load_cases(path)
     p, sc = case.plan, case.scenario
     assert "-".join(a.value for a in p.rank_order) == "tp-pp-dp-cp"
     assert (p.ep, p.expert_tp, p.zero) == (8, 1, 1)  # nemo: distributed optimizer
     assert sc.cluster.name == "dgx-h100-ndr" and sc.model.moe.experts == 8
-    assert sc.training.tp_overlap.value == "backward"  # nemo's rules, not the id's (nar21)
+    assert sc.stack.name == "nemo"  # the row's stack column, not its source's (nar21)
+    assert sc.stack.tp_overlap.value == "backward"

@@ -37,6 +37,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="sequences per step" + ("" if for_evaluate else
                                                 f" (default {DEFAULT_GLOBAL_BATCH})"))
     g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
+    g.add_argument("--stack", help="training stack: catalog name (nestplan list stacks) or stack "
+                   "TOML path (default megatron-core)")
     k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if for_evaluate
                              else "constraints: any plan flag fixes that knob")
     k.add_argument("--tp", type=int, help="tensor-parallel degree")
@@ -71,7 +73,8 @@ def _scenario(args):
     batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
     return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                                global_batch=batch,
-                               precision=Precision.parse("precision", args.precision or "bf16"))
+                               precision=Precision.parse("precision", args.precision or "bf16"),
+                               stack=args.stack)
 
 
 def _constraints(args):
@@ -150,8 +153,8 @@ def _plan(args, sc):
 
 
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
-PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "dp", "cp", "ep", "etp", "vp", "sp", "zero",
-                                    "recompute", "rank_order")
+PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "sp",
+                                    "zero", "recompute", "rank_order")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 
@@ -301,28 +304,69 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .catalog import list_names
+    from .catalog import get_stack, list_names
 
     for name in list_names(args.kind):
-        print(name)
+        print(f"{name:22s} {get_stack(name).description}" if args.kind == "stacks" else name)
     return 0
 
 
-def cmd_validate(args) -> int:
+def _runs_csv(text: str) -> Path:
     from .errors import SpecError
-    from .validation import MEAN_TOLERANCE, ROW_TOLERANCE, run, table
 
-    path = Path(args.csv)
+    path = Path(text)
     if not path.is_file():
-        raise SpecError("--csv", str(path), "no such file; give the path to published_runs.csv")
-    outcomes = run(path)
-    print(table(outcomes))
-    bad = [o for o in outcomes if abs(o.error) > ROW_TOLERANCE]
-    mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
-    ok = not bad and mae <= MEAN_TOLERANCE
-    print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}: "
-          + ("ok" if ok else f"FAILED ({len(bad)} rows over)"))
-    return 0 if ok else 1
+        raise SpecError("--csv", str(path), "no such file; give the path of a runs CSV (the "
+                        "columns of shared/data/published_runs.csv)")
+    return path
+
+
+def cmd_validate(args) -> int:
+    from .catalog import get_stack
+    from .validation import MEAN_TOLERANCE, ROW_TOLERANCE, report, run, table
+
+    outcomes = run(_runs_csv(args.csv), get_stack(args.stack) if args.stack else None)
+    summary = report(outcomes)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(table(outcomes))
+        print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}: "
+              + ("ok" if summary["ok"] else f"FAILED ({summary['rows_over']} rows over)"))
+    return 0 if summary["ok"] else 1
+
+
+def cmd_calibrate(args) -> int:
+    from .calibrate import fit
+    from .catalog import DEFAULT_STACK, get_stack
+    from .errors import SpecError
+    from .loaders import stack_to_table
+    from .validation import load_cases
+    from .tomlfmt import dumps
+
+    base = get_stack(args.stack or DEFAULT_STACK)
+    out = Path(args.output)
+    cases = load_cases(_runs_csv(args.csv), stack=base)
+    result = fit(cases, base, name=out.stem)
+    print(f"{'id':40s} {'measured':>10s} {'before':>8s} {'after':>8s}"
+          + (f" {'left out':>9s}" if result.loo else ""))
+    for i, c in enumerate(cases):
+        line = f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% {result.after[i] * 100:+7.1f}%"
+        if result.loo:
+            line += f" {result.loo[i] * 100:+8.1f}%"
+        if result.memory_after[i] is not None:
+            line += f"  memory {result.memory_before[i] * 100:+.1f}% -> {result.memory_after[i] * 100:+.1f}%"
+        print(line)
+    fitted = ", ".join(f"{k} {v:.3g}" for k, v in result.params.items())
+    print(f"fitted on {len(cases)} rows over {base.name}: {fitted}")
+    table = {"base": base.name, **{k: v for k, v in stack_to_table(result.stack).items()
+                                   if v != stack_to_table(base).get(k) or k in ("name", "fitted_on")}}
+    try:
+        out.write_text(f"# nestplan calibrate {args.csv} --stack {base.name}\n" + dumps(table))
+    except OSError as e:
+        raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
+    print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -361,11 +405,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep(sub)
     ls = sub.add_parser("list", help="list catalog entries")
-    ls.add_argument("kind", choices=["models", "clusters", "accelerators"])
+    ls.add_argument("kind", choices=["models", "clusters", "accelerators", "stacks"])
     ls.set_defaults(func=cmd_list)
     v = sub.add_parser("validate", help="compare predictions with measured training runs")
-    v.add_argument("--csv", default=str(DEFAULT_RUNS), help="published_runs.csv (default: %(default)s)")
+    v.add_argument("--csv", default=str(DEFAULT_RUNS), help="a runs CSV (default: %(default)s)")
+    v.add_argument("--stack", help="stack for every row (default: each row's stack column, or "
+                   "the catalog stack that names its source)")
+    v.add_argument("--json", action="store_true", help="one JSON object: rows and summary")
     v.set_defaults(func=cmd_validate)
+    ca = sub.add_parser("calibrate", help="fit a stack's efficiencies to your measured runs")
+    ca.add_argument("csv", metavar="RUNS.csv", help="measured runs (the columns of "
+                    "published_runs.csv)")
+    ca.add_argument("--stack", help="base stack (default megatron-core)")
+    ca.add_argument("-o", "--output", required=True, metavar="MINE.toml",
+                    help="where to write the calibrated stack file")
+    ca.set_defaults(func=cmd_calibrate)
     return p
 
 

@@ -30,6 +30,7 @@ from . import graph as G
 from .axes import Axis
 from .cost import device as D
 from .cost.compute import layer_cost
+from .cost.hardware import effective
 from .cost.pipeline import schedule_time
 from .options import Recompute
 from .placement import layouts, stage_devices
@@ -37,16 +38,20 @@ from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, check_plan, default_split
 
 
-def local_strategy(par: Parallelism, tr) -> G.Local:
-    """The layer-graph key of a plan: its intra-layer strategy and micro-batch shape."""
+def local_strategy(par: Parallelism, tr, stack) -> G.Local:
+    """The layer-graph key of a plan: its intra-layer strategy, micro-batch shape and the
+    stack's kernels."""
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
-                   tr.precision, tr.attention, tr.attention_span or 0)
+                   tr.precision, stack.attention, tr.attention_span or 0,
+                   stack.fused_norm, stack.fused_gated_mlp, stack.selective)
 
 
 @lru_cache(maxsize=256)
-def model_flops_per_sequence(model, seq_len: int, attention, span: int) -> float:
-    """Forward + backward model FLOP of one sequence (full attention, no recomputation)."""
-    g = G.build(model, G.Local(1, False, 1, 1, 1, 1, seq_len, G.Precision.BF16, attention, span))
+def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
+    """Forward + backward model FLOP of one sequence (full attention, no recomputation; the
+    convention does not depend on the kernels)."""
+    g = G.build(model, G.Local(1, False, 1, 1, 1, 1, seq_len, G.Precision.BF16,
+                               G.AttentionImpl.FLASH, span))
     head = g.head_shared if model.tied_embeddings else g.head
     total = g.embedding.model_flops + head.model_flops
     return total + sum(g.block(i).model_flops for i in range(model.layers))
@@ -65,7 +70,7 @@ def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
 def step_time(cc: D.ConfigCosts, x, e) -> float:
     """The step: the schedule with its fill and drain, the latest device's end, host overhead."""
     return (schedule_time(list(x), cc.micro, cc.par.vp) + 2 * cc.fill + max(e)
-            + cc.sc.training.step_overhead)
+            + cc.sc.stack.step_overhead)
 
 
 def _contents(cc: D.ConfigCosts, bounds, stage: int):
@@ -134,7 +139,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
         pp=2 * cc.fill + micro * cc.steady_p2p, bubble=span - micro * x[k],
         dp=float(devices[j].tail[pols[j]]),
-        optimizer=float(devices[j].opt[pols[j]]) + tr.step_overhead)
+        optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}
     links["pp"] = 2 * cc.fill + micro * 2 * max(cc.boundary, default=0.0) * vp
     links["dp"] = (sum(float(d.sync_link + d.gather_link) for d in devices) / pp
@@ -142,7 +147,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
 
     hw = sum(n * kc.hw_flops[pols[s]] for s in range(pp) for chunk in contents[s]
              for n, kc in _kinds(cc, *chunk))
-    mflops = tr.global_batch * model_flops_per_sequence(sc.model, tr.seq_len, tr.attention,
+    mflops = tr.global_batch * model_flops_per_sequence(sc.model, tr.seq_len,
                                                         tr.attention_span or 0)
     return Evaluation(scenario=sc, plan=par, micro_batches=micro, step_time=step,
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
@@ -150,13 +155,15 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
                       link_time=links, stages=stages)
 
 
-def scenario_from_names(model: str, cluster: str, gpus: int, **training) -> Scenario:
-    """A Scenario from catalog names (or file paths) and TrainingSpec keywords."""
-    from .catalog import get_cluster, get_model
+def scenario_from_names(model: str, cluster: str, gpus: int, *, stack: str | None = None,
+                        **training) -> Scenario:
+    """A Scenario from catalog names (or file paths), a stack name or path (default
+    ``megatron-core``) and TrainingSpec keywords."""
+    from .catalog import DEFAULT_STACK, get_cluster, get_model, get_stack
     from .specs import TrainingSpec
 
     return Scenario(model=get_model(model), cluster=get_cluster(cluster), gpus=gpus,
-                    training=TrainingSpec(**training))
+                    training=TrainingSpec(**training), stack=get_stack(stack or DEFAULT_STACK))
 
 
 def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_batch: int,
@@ -179,9 +186,10 @@ def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_
 
 def layer_time(sc: Scenario, par: Parallelism) -> float:
     """Forward + backward (+ recomputation) seconds of one transformer block per micro-batch."""
-    tr = sc.training
-    block = G.build(sc.model, local_strategy(par, tr)).block(0)
-    c = layer_cost(block, sc.cluster.accelerator, sc.cluster, layouts(par, sc.cluster, sc.gpus), tr)
+    tr, st = sc.training, sc.stack
+    cluster = effective(sc.cluster, st)
+    block = G.build(sc.model, local_strategy(par, tr, st)).block(0)
+    c = layer_cost(block, cluster.accelerator, cluster, layouts(par, cluster, sc.gpus), tr, st)
     extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: c.recompute_selective,
              Recompute.FULL: c.recompute_full}[par.recompute_of(0)]
     return c.fwd + c.bwd + extra

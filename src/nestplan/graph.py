@@ -81,6 +81,8 @@ class Op:
     """Bytes kept for backward."""
     internal: bool = False
     """Saved tensors are attention-core internals, dropped (and recomputed) by selective recompute."""
+    recompute_share: float = 0.0
+    """Share of this op's forward that the stack's selective policy runs again in backward."""
     model_flops: float = 0.0
     """Forward FLOP by the usual MFU convention (full s×s attention, no recompute)."""
     shape: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -122,6 +124,9 @@ class LayerGraph:
     """Bytes of the layer input (what full recomputation keeps)."""
     total_params: float
     """Parameters of the whole layer (all devices together, without replication)."""
+    selective_saved: float | None = None
+    """Bytes kept under the stack's selective policy when it is not "drop the internal tensors"
+    (per-op selective checkpointing keeps chosen op outputs instead)."""
 
     @property
     def largest_weight(self) -> float:
@@ -136,6 +141,13 @@ class LayerGraph:
     @property
     def internal_bytes(self) -> float:
         return sum(op.saved for op in self.ops if op.internal)
+
+    @property
+    def selective_bytes(self) -> float:
+        """Bytes kept for backward under the selective policy."""
+        if self.selective_saved is not None:
+            return self.selective_saved
+        return self.saved_bytes - self.internal_bytes
 
     @property
     def model_flops(self) -> float:
@@ -158,6 +170,12 @@ class Local:
     attention: AttentionImpl
     span: int = 0
     """Tokens a query attends to (packed documents); 0 = the whole sequence."""
+    fused_norm: bool = True
+    """Norms are fused kernels keeping only their input (the stack's ``fused_norm``)."""
+    fused_mlp: bool = True
+    """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
+    selective: str = "attention-core"
+    """What the selective policy recomputes (the stack's ``selective``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -222,6 +240,17 @@ class _Dims:
         return [Comm(f"{name}.ar", Axis.TP, CollKind.ALL_REDUCE, nbytes, "fwd", Hide.TP_FWD)]
 
 
+def _norm(name: str, x: "_Dims", elements: float) -> Op:
+    """A norm over ``elements`` bf16 values. Fused (Apex, TE, or PyTorch's native LayerNorm
+    kernel): reads and writes once, keeps its input. Unfused eager RMSNorm (``x.float()``,
+    ``pow``, ``mean``, ``rsqrt``, ``mul``, ``type_as``, ``* weight``): six kernels over the
+    tensor, and keeps the fp32 copy and the bf16 normalised values as well (6 bytes per
+    element beside the input)."""
+    if x.loc.fused_norm or x.m.norm.value == "layernorm":
+        return _mem(name, elements, saved=E * elements)
+    return _mem(name, elements, rw=9.0, bwd_rw=12.0, saved=(E + FP32 + E) * elements)
+
+
 def _norm_params(m: ModelSpec) -> float:
     return 2.0 * m.hidden if m.norm.value == "layernorm" else float(m.hidden)
 
@@ -230,7 +259,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     """Attention sub-block: ops, comms, local params, total params."""
     m, loc = x.m, x.loc
     T, Tn, h = x.T, x.Tn, x.h
-    ops: list[Op] = [_mem("ln_attn", Tn * h, saved=E * Tn * h)]
+    ops: list[Op] = [_norm("ln_attn", x, Tn * h)]
     comms: list[Comm] = []
     block_in = E * T * h
     gemm_in = E * Tn * h  # SP stores the sharded input and re-gathers it in backward
@@ -320,8 +349,12 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     m = x.m
     width = 2 * ffn_local if m.gated else ffn_local
     act_saved = E * tokens * width  # GeLU keeps its input; gated kinds keep both halves
+    rw = 3.0 if m.gated else 2.0
+    if m.gated and not x.loc.fused_mlp:  # silu(a) * b as two kernels: silu's output kept too
+        act_saved += E * tokens * ffn_local
+        rw = 5.0
     return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in),
-            _mem(f"{prefix}act", tokens * ffn_local, rw=3.0 if m.gated else 2.0, bwd_rw=4.0,
+            _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=4.0 if rw == 3.0 else 6.0,
                  saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
 
@@ -338,7 +371,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     m, loc = x.m, x.loc
     T, Tn, h = x.T, x.Tn, x.h
     ops, comms, params, total = _attention(x)
-    ops.append(_mem("ln_mlp", Tn * h, saved=E * Tn * h))
+    ops.append(_norm("ln_mlp", x, Tn * h))
     params += _norm_params(m)
     total += _norm_params(m)
     expert_params = 0.0
@@ -386,8 +419,60 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     drop_mask = Tn * h if m.dropout else 0.0
     ops.append(_mem("resid_mlp", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
                     saved=drop_mask))
-    return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, tuple(ops), tuple(comms),
-                      params, expert_params, E * Tn * h, total)
+    layer = LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, tuple(ops), tuple(comms),
+                       params, expert_params, E * Tn * h, total)
+    if loc.selective == "matmul-outputs":
+        return _per_op_selective(layer, x)
+    # Megatron's selective recomputation: the attention core (Korthikanti et al. 2022 §5)
+    return replace(layer, ops=tuple(replace(o, recompute_share=1.0) if o.name in ATTENTION_CORE
+                                    else o for o in layer.ops))
+
+
+#: Ops of the attention core: recomputed by Megatron's selective policy.
+ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
+                            "attn_pv"})
+
+
+#: GEMMs that run as several matmuls in eager model code: fused QKV as wq, wk, wv (their output
+#: shares), a gated fc1 as w1 and w3.
+def _matmuls(op: Op, x: "_Dims") -> list[tuple[Op, float]]:
+    if op.name == "qkv":
+        q, kv = x.a, x.g
+        return [(op, q / (q + 2 * kv)), (op, kv / (q + 2 * kv)), (op, kv / (q + 2 * kv))]
+    if op.name.endswith("fc1") and x.m.gated:
+        return [(op, 0.5), (op, 0.5)]
+    return [(op, 1.0)]
+
+
+def _per_op_selective(layer: LayerGraph, x: "_Dims") -> LayerGraph:
+    """torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``,
+    torchtitan/distributed/activation_checkpoint.py): inside a checkpointed block the outputs of
+    matmuls are saved except every second one, and the attention kernel's outputs are saved;
+    everything else (norms, activations, RoPE, every second matmul) runs again in backward. The
+    block's input is kept as under full recomputation."""
+    d_v = x.m.mla.v_head_dim if x.m.mla is not None else x.d
+    # the attention kernel's outputs: its result and the fp32 log-sum-exp
+    saved = layer.input_bytes + (E * d_v + FP32) * x.T * x.a
+    count = 0
+    share: dict[str, float] = {}
+    for op in layer.ops:
+        if op.kind is not OpKind.GEMM or op.name in ("router",):
+            continue
+        m, _, n = op.shape
+        for gemm, part in _matmuls(op, x):
+            count += 1
+            if count % 2:  # kept
+                saved += E * m * n * part
+            else:
+                share[gemm.name] = share.get(gemm.name, 0.0) + part
+    ops = []
+    for op in layer.ops:
+        if op.kind is OpKind.MEMORY:
+            op = replace(op, recompute_share=1.0)
+        elif op.name in share:
+            op = replace(op, recompute_share=share[op.name])
+        ops.append(op)
+    return replace(layer, ops=tuple(ops), selective_saved=saved)
 
 
 def _embedding(x: _Dims) -> LayerGraph:
@@ -413,7 +498,7 @@ def _head(x: _Dims, with_weight: bool) -> LayerGraph:
     """Final norm, output projection over the (vocab-parallel) vocabulary and the loss."""
     m = x.m
     T, Tn, h, V = x.T, x.Tn, x.h, x.V
-    ops = [_mem("ln_final", Tn * h, saved=E * Tn * h)]
+    ops = [_norm("ln_final", x, Tn * h)]
     params = total = _norm_params(m)
     if not m.causal:  # BERT's MLM head transform (dense + norm) before the decoder
         ops += [_gemm("head_transform", T, h, h, saved=E * T * h),

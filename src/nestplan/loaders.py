@@ -250,42 +250,128 @@ def model_to_table(model: ModelSpec) -> dict:
     return table
 
 
-TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention", "grad_bytes",
-                  "overlap_grad_reduce", "overlap_param_gather", "tp_overlap", "overlap_p2p",
-                  "attention_span", "step_overhead_s", "flat_dp_collectives"}
+TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention_span"}
+"""Keys of a training (workload) table; how a framework runs it is the stack's."""
 
 
 def training_to_table(tr) -> dict:
     table = {"seq_len": tr.seq_len, "global_batch": tr.global_batch,
-             "precision": tr.precision.value, "attention": tr.attention.value,
-             "grad_bytes": tr.grad_bytes, "overlap_grad_reduce": tr.overlap_grad_reduce,
-             "overlap_param_gather": tr.overlap_param_gather, "tp_overlap": tr.tp_overlap.value,
-             "overlap_p2p": tr.overlap_p2p, "step_overhead_s": tr.step_overhead,
-             "flat_dp_collectives": tr.flat_dp_collectives}
+             "precision": tr.precision.value}
     if tr.attention_span is not None:
         table["attention_span"] = tr.attention_span
     return table
 
 
 def training_from_table(table: dict, where: str = "training"):
-    from .options import AttentionImpl, Precision, TPOverlap
+    from .options import Precision
     from .specs import TrainingSpec
 
     check_keys(table, where, required={"seq_len", "global_batch"}, optional=TRAINING_KEYS)
     kw: dict[str, Any] = {k: _typed(table, k, where, int) for k in ("seq_len", "global_batch")}
-    for k in ("overlap_grad_reduce", "overlap_param_gather", "overlap_p2p", "flat_dp_collectives"):
-        if k in table:
-            kw[k] = _typed(table, k, where, bool)
-    if "grad_bytes" in table:
-        kw["grad_bytes"] = _typed(table, "grad_bytes", where, int)
     if "attention_span" in table:
         kw["attention_span"] = _typed(table, "attention_span", where, int)
-    if "step_overhead_s" in table:
-        kw["step_overhead"] = float(_typed(table, "step_overhead_s", where, _NUM))
     if "precision" in table:
         kw["precision"] = Precision.parse(f"{where}.precision", table["precision"])
-    if "attention" in table:
-        kw["attention"] = AttentionImpl.parse(f"{where}.attention", table["attention"])
-    if "tp_overlap" in table:
-        kw["tp_overlap"] = TPOverlap.parse(f"{where}.tp_overlap", table["tp_overlap"])
     return TrainingSpec(**kw)
+
+
+# ----------------------------------------------------------------------------- stack
+# File key -> (StackSpec field, type(s) in the file, to SI, from SI). Loading and saving both
+# read this one table, so the file format is written out once.
+
+def _enum_list(enum_cls):
+    return (lambda v, where: tuple(enum_cls.parse(where, x) for x in _list(v, where)),
+            lambda v: [x.value for x in v])
+
+
+def _list(value, where: str, kind: type | tuple = str) -> list:
+    if not isinstance(value, list) or not all(
+            isinstance(x, kind) and not isinstance(x, bool) for x in value):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise SpecError(where, value, f"must be a list of {names}")
+    return value
+
+
+def _stack_fields() -> dict:
+    from .options import AttentionImpl, Recompute, TPOverlap
+
+    same = (lambda v, where: v, lambda v: v)
+    return {
+        "name": ("name", str, *same),
+        "description": ("description", str, *same),
+        "export_format": ("export_format", str, *same),
+        "attention": ("attention", str, lambda v, w: AttentionImpl.parse(w, v), lambda v: v.value),
+        "fused_norm": ("fused_norm", bool, *same),
+        "fused_gated_mlp": ("fused_gated_mlp", bool, *same),
+        "weight_bytes": ("weight_bytes", int, *same),
+        "master_bytes": ("master_bytes", int, *same),
+        "grad_bytes": ("grad_bytes", int, *same),
+        "loss_transient_bytes": ("loss_transient_bytes", int, *same),
+        "selective": ("selective", str, *same),
+        "overlap_grad_reduce": ("overlap_grad_reduce", bool, *same),
+        "overlap_param_gather": ("overlap_param_gather", bool, *same),
+        "tp_overlap": ("tp_overlap", str, lambda v, w: TPOverlap.parse(w, v), lambda v: v.value),
+        "overlap_p2p": ("overlap_p2p", bool, *same),
+        "flat_dp_collectives": ("flat_dp_collectives", bool, *same),
+        "gather_whole_block": ("gather_whole_block", bool, *same),
+        "reserved_GiB": ("reserved_bytes", _NUM, lambda v, w: v * units.GiB,
+                         lambda v: _clean(v / units.GiB)),
+        "allocator_overhead": ("allocator_overhead", _NUM, lambda v, w: float(v), lambda v: v),
+        "recompute": ("recompute", list, *_enum_list(Recompute)),
+        "recompute_per_stage": ("recompute_per_stage", bool, *same),
+        "schedules": ("schedules", list, lambda v, w: tuple(_list(v, w)), list),
+        "zero_stages": ("zero_stages", list, lambda v, w: tuple(_list(v, w, int)), list),
+        "max_zero_with_pp": ("max_zero_with_pp", int, *same),
+        "default_zero": ("default_zero", int, *same),
+        "default_sp": ("default_sp", bool, *same),
+        "axes": ("axes", list, lambda v, w: tuple(_list(v, w)), list),
+        "matmul_scale": ("matmul_scale", _NUM, lambda v, w: float(v), lambda v: v),
+        "attention_scale": ("attention_scale", _NUM, lambda v, w: float(v), lambda v: v),
+        "memory_scale": ("memory_scale", _NUM, lambda v, w: float(v), lambda v: v),
+        "network_scale": ("network_scale", list,
+                          lambda v, w: tuple(float(x) for x in _list(v, w, _NUM)), list),
+        "overlap_efficiency": ("overlap_efficiency", _NUM, lambda v, w: float(v), lambda v: v),
+        "step_overhead_s": ("step_overhead", _NUM, lambda v, w: float(v), lambda v: v),
+        "kernel_overhead_us": ("kernel_overhead", _NUM, lambda v, w: v * units.US,
+                               lambda v: _clean(v / units.US)),
+        "fitted_on": ("fitted_on", list, lambda v, w: tuple(_list(v, w)), list),
+    }
+
+
+STACK_ONLY_KEYS = {"base", "runs_source"}
+"""Keys of a stack file that are not fields: its base, and which runs-CSV sources it ran."""
+
+
+def stack_keys() -> set[str]:
+    return set(_stack_fields()) | STACK_ONLY_KEYS
+
+
+def stack_from_table(table: dict, where: str = "stack", base=None):
+    """Build a stack; with ``base`` (a StackSpec), keys missing from ``table`` keep its values.
+    ``base`` and ``runs_source`` are read by the catalog, not here."""
+    from dataclasses import replace
+
+    from .stack import StackSpec
+
+    fields = _stack_fields()
+    check_keys(table, where, required=set() if base is not None else {"name"},
+               optional=set(fields) | STACK_ONLY_KEYS)
+    kw: dict[str, Any] = {}
+    for key, (field, kind, load, _) in fields.items():
+        if key in table:
+            kw[field] = load(_typed(table, key, where, kind), f"{where}.{key}")
+    try:
+        return replace(base, **kw) if base is not None else StackSpec(**kw)
+    except SpecError as e:  # name the file's key, not the field
+        key = e.field.removeprefix("stack.")
+        raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
+
+
+def stack_to_table(stack) -> dict:
+    """A stack as a complete file table (no base): ``stack_from_table`` gives it back."""
+    out = {}
+    for key, (field, _, _, save) in _stack_fields().items():
+        value = getattr(stack, field)
+        if value is not None:
+            out[key] = save(value)
+    return out

@@ -17,15 +17,20 @@ from . import __version__
 from .axes import parse_order
 from .errors import SpecError
 from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
-                      model_to_table, training_from_table, training_to_table)
+                      model_to_table, stack_from_table, stack_to_table, training_from_table,
+                      training_to_table)
 from .options import Recompute
 from .placement import rank_grid
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario
 
-FORMAT = 1
-_TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "plan", "stages",
-        "predicted", "method", "comparison"}
+FORMAT = 2
+"""Format 2 adds the stack; format 1 files (stack settings in ``training``) still load."""
+_TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "stack", "plan",
+        "stages", "predicted", "method", "comparison"}
+_V1_STACK_KEYS = {"attention", "grad_bytes", "overlap_grad_reduce", "overlap_param_gather",
+                  "tp_overlap", "overlap_p2p", "step_overhead_s", "flat_dp_collectives"}
+"""Keys a format-1 plan file kept in ``training`` that are the stack's now."""
 _PLAN = {"tp", "pp", "dp", "cp", "ep", "etp", "vp", "sp", "zero", "recompute", "mbs",
          "rank_order", "stage_layers"}
 _STAGE = {"stage", "blocks", "replicas", "recompute", "embedding", "head"}
@@ -89,7 +94,8 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
         "format": FORMAT, "nestplan_version": __version__,
         **({"method": method} if method else {}),
         "model": model_to_table(sc.model), "cluster": cluster_to_table(sc.cluster),
-        "gpus": sc.gpus, "training": training_to_table(sc.training), "plan": plan,
+        "gpus": sc.gpus, "training": training_to_table(sc.training),
+        "stack": stack_to_table(sc.stack), "plan": plan,
         "stages": [_stage_entry(s, replicas) for s in ev.stages],
         "predicted": predicted,
         **({"comparison": comparison} if comparison else {}),
@@ -139,22 +145,34 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
 
 def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     """Rebuild a plan file's scenario and plan; reject what this version cannot read."""
-    from .catalog import get_accelerator
+    from .catalog import get_accelerator, get_stack
     from .evaluate import evaluate
 
     if not isinstance(data, dict):
         raise SpecError(source, type(data).__name__, "a plan file holds one JSON object")
     fmt = data.get("format")
-    if fmt != FORMAT or isinstance(fmt, bool):
+    if fmt not in (1, FORMAT) or isinstance(fmt, bool):
         raise SpecError(f"{source}: format", fmt, f"this nestplan ({__version__}) reads plan "
-                        f"files of format {FORMAT}")
+                        f"files of format 1 and {FORMAT}")
     check_keys(data, source, required={"format", "model", "cluster", "gpus", "training", "plan"},
-               optional=_TOP)
+               optional=_TOP - ({"stack"} if fmt == 1 else set()))
+    training, stack = data["training"], data.get("stack")
+    if fmt == 1:  # its stack settings sat in training, over the default (Megatron-Core) stack
+        if not isinstance(training, dict):
+            raise SpecError(f"{source}: training", training, "must be a table")
+        stack = {k: v for k, v in training.items() if k in _V1_STACK_KEYS}
+        training = {k: v for k, v in training.items() if k not in _V1_STACK_KEYS}
+        stack_spec = stack_from_table(stack, f"{source}: training", base=get_stack())
+    elif stack is None:
+        stack_spec = get_stack()
+    else:
+        stack_spec = stack_from_table(stack, f"{source}: stack")
     sc = Scenario(model=model_from_table(data["model"], f"{source}: model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator,
                                              f"{source}: cluster"),
                   gpus=_int(data, "gpus", source),
-                  training=training_from_table(data["training"], f"{source}: training"))
+                  training=training_from_table(training, f"{source}: training"),
+                  stack=stack_spec)
     par = plan_from_dict(data["plan"], f"{source}: plan")
     ev = evaluate(sc, par)  # also validates the plan against the scenario
     stages = data.get("stages")

@@ -156,6 +156,7 @@ class Evaluation:
             "seq_len": sc.training.seq_len,
             "global_batch": sc.training.global_batch,
             "precision": sc.training.precision.value,
+            "stack": sc.stack.name,
             "step_time_s": self.step_time,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,

@@ -7,11 +7,12 @@ Every quantity is in SI units (bytes, seconds, FLOP, bytes/s). Construction vali
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .axes import MEGATRON_ORDER, RANK_AXES, Axis
 from .errors import SpecError
-from .options import AttentionImpl, MLPKind, Norm, Position, Precision, Recompute, TPOverlap
+from .options import MLPKind, Norm, Position, Precision, Recompute
+from .stack import StackSpec
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -304,7 +305,7 @@ class ModelSpec(_CachedHash):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingSpec(_CachedHash):
-    """What is trained and how the software stack behaves."""
+    """What is trained: the workload. How a framework runs it is the stack (``stack.py``)."""
 
     seq_len: int
     """Tokens per sequence."""
@@ -312,36 +313,15 @@ class TrainingSpec(_CachedHash):
     """Sequences per optimizer step."""
     precision: Precision = Precision.BF16
     """Matmul precision (weights and activations are kept in bf16 either way)."""
-    attention: AttentionImpl = AttentionImpl.FLASH
-    """Attention-core implementation."""
-    grad_bytes: int = 4
-    """Bytes per gradient element in the reduction buffers (Megatron keeps fp32 main grads)."""
-    overlap_grad_reduce: bool = True
-    """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
-    overlap_param_gather: bool = True
-    """Sharded-optimizer parameter all-gather overlaps the next step's first forward."""
-    tp_overlap: TPOverlap = TPOverlap.BACKWARD
-    """Tensor-parallel communication overlap."""
-    overlap_p2p: bool = True
-    """Pipeline send/recv overlaps compute in the steady state."""
     attention_span: int | None = None
     """Tokens a query attends to when sequences are packed from shorter documents (block-diagonal
     attention, as in packed fine-tuning); None = the whole sequence."""
-    step_overhead: float = 0.05
-    """Host-side seconds per optimizer step that no device work hides (data loading, logging,
-    synchronisation); calibrated on the short-step H100 runs of ``nestplan validate``."""
-    flat_dp_collectives: bool = False
-    """Data-parallel collectives run as one flat ring at the group's top level, every device
-    sending everything over its own link (no node-level aggregation); what DeepSpeed's ZeRO-3 of
-    2021 achieved in Narayanan et al.'s measurements."""
 
     def __post_init__(self):
         _positive("seq_len", self.seq_len)
         _positive("global_batch", self.global_batch)
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
-        if self.grad_bytes not in (2, 4):
-            raise SpecError("grad_bytes", self.grad_bytes, "allowed: 2 (bf16) or 4 (fp32)")
 
 
 # ----------------------------------------------------------------------------- plan
@@ -436,6 +416,8 @@ class Scenario(_CachedHash):
     gpus: int
     """Devices used by the run."""
     training: TrainingSpec
+    stack: StackSpec = field(default_factory=lambda: _default_stack())
+    """The framework that runs it (default: the catalog's ``megatron-core``)."""
 
     def __post_init__(self):
         _positive("gpus", self.gpus)
@@ -446,8 +428,15 @@ class Scenario(_CachedHash):
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
 
 
-def check_plan(sc: Scenario, par: Parallelism) -> None:
-    """Validate ``par`` against the scenario; raise SpecError naming the first violated rule."""
+def _default_stack() -> StackSpec:
+    from .catalog import get_stack
+
+    return get_stack()
+
+
+def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
+    """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
+    run; raise SpecError naming the first violated rule."""
     m, t = sc.model, sc.training
     if t.precision is Precision.FP8 and sc.cluster.accelerator.peak_flops_fp8 is None:
         raise SpecError("precision", "fp8", f"{sc.cluster.accelerator.name} has no fp8 matmul "
@@ -500,6 +489,8 @@ def check_plan(sc: Scenario, par: Parallelism) -> None:
     elif sum(par.stage_layers) != m.layers:
         raise SpecError("stage_layers", par.stage_layers,
                         f"must sum to model.layers = {m.layers}")
+    if stack:
+        sc.stack.check(par)
 
 
 def even_split(layers: int, chunks: int) -> tuple[int, ...]:

@@ -25,7 +25,8 @@ def evaluation(ev: Evaluation) -> str:
     tr = sc.training
     out = [
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
-        f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}",
+        f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
+        f"stack {ev.scenario.stack.name}",
         f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batches per replica)",
         "",
         f"step time        {fmt_time(ev.step_time)}",

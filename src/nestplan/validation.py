@@ -1,30 +1,25 @@
-"""Validation against measured training runs (``shared/data/published_runs.csv``, and the
-held-out runs of ``tests/data/held_out_runs.csv``).
+"""Validation against measured training runs (``shared/data/published_runs.csv``,
+``shared/data/fsdp_runs.csv``, and the held-out runs of ``tests/data/held_out_runs.csv``).
 
-Each row names a model, a cluster and a plan, sometimes with gaps. Gaps are filled by rules that
-depend only on the software the run used (its ``software`` column, or its id's prefix), never on
-the row's measured time:
+Each row names a model, a cluster, a plan and the **stack** that ran it, sometimes with gaps:
 
-* ``megatron-2021`` / ``megatron-2022``, Megatron-LM on Selene (``nar21-*``, ``kor22-*``):
-  attention materialised (FlashAttention did not exist yet), dropout, tied embeddings, fp16
-  gradients all-reduced without overlap, no tensor-parallel overlap for Narayanan (early 2021)
-  and backward overlap for Korthikanti (2022); no interleaving when the paper does not say; a
-  model-parallel size without a t/p split uses t = 8 (one node), as every large run of the paper
-  does. ZeRO-3 rows are DeepSpeed of 2021: flat data-parallel rings (see
-  ``TrainingSpec.flat_dp_collectives``).
-* ``megatron-deepspeed``, Megatron-DeepSpeed of 2021-22 (MT-NLG, BLOOM): as ``megatron-2021``,
-  with DeepSpeed's pipeline engine, whose sends and receives block (no p2p overlap).
-* ``megatron-core``, Megatron-Core on H100 (``mlm24-*``): flash attention, untied embeddings (the
-  README's parameter counts), distributed optimizer with overlapped gradient reduce and parameter
-  gather, full TP overlap (``--tp-comm-overlap``, which needs sequence parallelism), fp32
-  gradients. Also the rule for a row of unknown software.
-* ``nemo``, NeMo on DGX H100 (``nemo2407-*``): the launcher configs: flash attention, distributed
-  optimizer with bf16 gradient sync, overlapped DP communication, sequence parallelism when
-  tp > 1, backward TP overlap.
-
-Benchmark runs were tuned for speed and fitted in memory: when a row states no micro-batch size
-(or, outside NeMo, no recomputation), the fastest setting that fits according to this model is
-assumed (``_tuned``). Packed SQuAD fine-tuning attends within each ~256-token example.
+* The stack is the row's ``stack`` column (a catalog name or a stack TOML relative to the CSV),
+  or ``validate --stack`` for every row. A file without the column (the shared ones) takes, per
+  row, the catalog stack whose ``runs_source`` entry is the longest one found in the row's
+  ``source`` and ``other_metrics`` (an entry ``a|b`` needs both): a rule stated in the stack
+  files, by the run's documented source, never by its id or its measured time.
+* Gaps in the plan are filled by what the stack runs: a ZeRO stage unstated is the stack's
+  ``default_zero``, sequence parallelism follows tensor parallelism where its launchers turn it
+  on (``default_sp``), and a model-parallel size without a t/p split uses
+  t = 8 (one node), as every large run of Narayanan et al. does.
+* Benchmark runs were tuned for speed and fitted in memory: when a row states no micro-batch
+  size (or, except on ``nemo``, whose launcher configs set no recomputation, no recomputation
+  policy), the fastest setting the stack offers that fits according to this model is assumed
+  (``_tuned``). Packed SQuAD fine-tuning attends within each ~256-token example.
+* Model shapes not in a row follow its name: Llama (SwiGLU, RMSNorm, RoPE, no biases),
+  Nemotron (squared ReLU), MPT (llm-foundry: GELU, LayerNorm, biases, learned positions, tied
+  embeddings, no dropout), else GPT (GELU, LayerNorm, biases, learned positions, dropout, tied
+  embeddings except on Megatron-Core, whose README runs untie them).
 """
 
 from __future__ import annotations
@@ -33,23 +28,30 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from .options import AttentionImpl, MLPKind, Norm, Position, Precision, Recompute, TPOverlap
-from .errors import SpecError
 from .axes import parse_order
+from .catalog import DEFAULT_STACK
+from .errors import SpecError
+from .options import MLPKind, Norm, Position, Precision, Recompute
 from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec, check_plan
+from .stack import StackSpec
+from .units import GiB
 
 CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr",
-              "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr"}
+              "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr",
+              "H100-SXM5-96GB-HBM2E": "meta-h100-hbm2e-rdma"}
 """The cluster of a row that names only its GPU: the published runs' clusters (``clusters.md``),
-and NVIDIA's DGX designs for the newer GPUs. A ``cluster`` column (a catalog name, or a TOML
-path relative to the CSV) overrides it."""
+NVIDIA's DGX designs for the newer GPUs, and Meta's Grand Teton hosts of torchtitan's H100 runs
+(``fsdp_runs.md``). llm-foundry's A100 rows ran on RoCE at 1,600 Gb/s per 8-GPU node, Selene's
+25 GB/s per GPU. A ``cluster`` column (a catalog name, or a TOML path relative to the CSV)
+overrides it."""
 GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",
                "H100-SXM-80GB": "H100-SXM5-80GB", "H100-80GB": "H100-SXM5-80GB",
-               "H100": "H100-SXM5-80GB", "H200-SXM-141GB": "H200", "B200-SXM-180GB": "B200"}
-SOFTWARE_OF_SOURCE = {"nar21": "megatron-2021", "kor22": "megatron-2022", "mlm24": "megatron-core",
-                      "nemo2407": "nemo"}
-"""The software stack of a row, by its id's prefix; a ``software`` column overrides it."""
-SOFTWARE = ("megatron-2021", "megatron-2022", "megatron-deepspeed", "megatron-core", "nemo")
+               "H100": "H100-SXM5-80GB", "H200-SXM-141GB": "H200", "B200-SXM-180GB": "B200",
+               "H100-SXM5-96GB-HBM2E-500W": "H100-SXM5-96GB-HBM2E",
+               "H100-SXM5-95GB-HBM2E-LOWTDP": "H100-SXM5-96GB-HBM2E"}
+PRECISION_ALIASES = {"bf16+fp8_linear": "fp8"}
+"""torchao's Float8 linear layers in a bf16 model: the linear layers' GEMMs in fp8, as nestplan's
+fp8 precision."""
 COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
            "seq_len", "gpu", "num_gpus", "tp", "pp", "vp", "dp", "cp", "zero_stage",
            "sequence_parallel", "recompute", "micro_batch", "global_batch", "precision", "regime",
@@ -74,6 +76,8 @@ class Case:
     scenario: Scenario
     plan: Parallelism
     confidence: str
+    memory: float | None = None
+    """Measured peak memory, bytes (when the row has one)."""
 
 
 class _Row:
@@ -83,7 +87,6 @@ class _Row:
 
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
-        self._software: str | None = None
 
     def text(self, key: str) -> str:
         return (self.data.get(key) or "").strip()
@@ -113,9 +116,9 @@ class _Row:
 
     def yes_no(self, key: str) -> bool | None:
         v = self.text(key).lower()
-        if v not in ("", "yes", "no"):
-            raise SpecError(f"{self.where}.{key}", v, "allowed: yes, no, or blank")
-        return None if not v else v == "yes"
+        if v not in ("", "yes", "no", "true", "false"):
+            raise SpecError(f"{self.where}.{key}", v, "allowed: yes, no (or true, false), or blank")
+        return None if not v else v in ("yes", "true")
 
     def required(self, key: str) -> int:
         n = self.number(key)
@@ -133,33 +136,38 @@ class _Row:
             raise SpecError(f"{self.where}.{key}", name, f"no such file ({path})")
         return str(path)
 
-    def software(self) -> str:
-        if self._software is None:
-            given = self.text("software")
-            if given and given not in SOFTWARE:
-                raise SpecError(f"{self.where}.software", given, "allowed: " + ", ".join(SOFTWARE))
-            # a run of unknown provenance is taken as today's Megatron-Core defaults
-            self._software = given or SOFTWARE_OF_SOURCE.get(self.text("id").split("-")[0],
-                                                             "megatron-core")
-        return self._software
+    def stack(self, base: Path, override: StackSpec | None) -> StackSpec:
+        """The stack that ran this row (see the module docstring)."""
+        from .catalog import get_stack, stack_sources
+
+        if override is not None:
+            return override
+        given = self.text("stack")
+        if given:
+            return get_stack(self.path("stack", base))
+        text = self.text("source") + " " + self.text("other_metrics")
+        best = max(((entry, name) for entry, name in stack_sources()
+                    if all(part in text for part in entry.split("|"))),
+                   key=lambda t: len(t[0]), default=None)
+        return get_stack(best[1] if best else DEFAULT_STACK)
 
 
-def _model(row: _Row, base: Path) -> ModelSpec:
+def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     name = row.text("model")
     if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
         from .catalog import get_model
 
         return get_model(row.path("model", base))
     h, heads = row.required("hidden"), row.required("heads")
-    llama, nemotron = "llama" in name.lower(), "nemotron" in name.lower()
-    soft = row.software()
+    lower = name.lower()
+    llama, nemotron, mpt = "llama" in lower, "nemotron" in lower, lower.startswith("mpt")
     if llama:
         mlp, norm, bias, pos = MLPKind.SWIGLU, Norm.RMSNORM, False, Position.ROPE
     elif nemotron:
         mlp, norm, bias, pos = MLPKind.SQUARED_RELU, Norm.LAYERNORM, False, Position.ROPE
     else:
         mlp, norm, bias, pos = MLPKind.GELU, Norm.LAYERNORM, True, Position.LEARNED
-    gpt = not (llama or nemotron)
+    gpt = not (llama or nemotron or mpt)
     if h % heads:
         raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
     experts = row.number("experts")
@@ -173,37 +181,21 @@ def _model(row: _Row, base: Path) -> ModelSpec:
         vocab=row.number("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
         max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
-        tied_embeddings=gpt and soft != "megatron-core", moe=moe,
+        tied_embeddings=mpt or (gpt and stack.name != "megatron-core"), moe=moe,
     )
 
 
 def _training(row: _Row) -> TrainingSpec:
-    soft = row.software()
     seq = row.required("seq_len")
     gb = row.number("global_batch") or row.required("micro_batch")
-    precision = Precision.parse(f"{row.where}.precision", row.text("precision") or "bf16")
-    if soft in ("megatron-2021", "megatron-2022", "megatron-deepspeed"):
-        zero3 = row.text("zero_stage") == "3" and soft == "megatron-2021"  # DeepSpeed of 2021
-        return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
-                            attention=AttentionImpl.MATERIALIZED, grad_bytes=2,
-                            overlap_grad_reduce=False, overlap_param_gather=False,
-                            tp_overlap=TPOverlap.BACKWARD if soft == "megatron-2022"
-                            else TPOverlap.NONE,
-                            # DeepSpeed's pipeline engine sends and receives synchronously
-                            # (runtime/pipe/p2p.py asserts async_op == False)
-                            overlap_p2p=soft != "megatron-deepspeed",
-                            flat_dp_collectives=zero3)
-    if soft == "megatron-core":
-        return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
-                            attention=AttentionImpl.FLASH, grad_bytes=4, tp_overlap=TPOverlap.FULL)
+    text = row.text("precision") or "bf16"
+    precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
+    packed = row.text("regime") in ("sft", "lora")
     return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
-                        attention=AttentionImpl.FLASH, grad_bytes=2, tp_overlap=TPOverlap.BACKWARD,
-                        attention_span=SQUAD_PACKED_SPAN if row.text("regime") in ("sft", "lora")
-                        else None)
+                        attention_span=SQUAD_PACKED_SPAN if packed else None)
 
 
-def _plan(row: _Row, gpus: int) -> Parallelism:
-    soft = row.software()
+def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         other = row.text("other_metrics")
@@ -219,17 +211,16 @@ def _plan(row: _Row, gpus: int) -> Parallelism:
     dp = row.number("dp") or gpus // (tp * pp * cp)
     zero = row.number("zero_stage")
     if zero is None:
-        zero = 1 if soft in ("megatron-core", "nemo") else 0
-    # NeMo's launcher configs set no activation checkpointing; elsewhere see _case
-    rec = row.text("recompute") or "none"
+        zero = stack.default_zero
+    rec = row.text("recompute") or "none"  # unstated: see _case
     sp = row.yes_no("sequence_parallel")
     if sp is None:
-        sp = soft in ("megatron-core", "nemo") and tp > 1
+        sp = stack.default_sp and tp > 1
     order = row.text("rank_order")
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(Recompute.parse(f"{row.where}.recompute", rec),),
-                       mbs=row.number("micro_batch", 1),  # see _tuned when unstated
+                       mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
                        **({"rank_order": parse_order(order)} if order else {}))
 
 
@@ -240,7 +231,7 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
 
     per_replica = sc.training.global_batch // plan.dp
     sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0] if free_mbs else [plan.mbs]
-    policies = list(Recompute) if free_recompute else [plan.recompute[0]]
+    policies = list(sc.stack.recompute) if free_recompute else [plan.recompute[0]]
     best, best_time = None, float("inf")
     for mbs in sizes:
         for policy in policies:
@@ -267,31 +258,65 @@ def _cluster(row: _Row, base: Path):
     return get_cluster(CLUSTER_OF[gpu])
 
 
-def _case(row: _Row, base: Path) -> Case:
+def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     metric = row.text("metric")
     if metric not in METRICS:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
+    stack = row.stack(base, override)
     gpus = row.required("num_gpus")
-    plan = _plan(row, gpus)
+    plan = _plan(row, gpus, stack)
     if metric == "layer_fwd_bwd_time":
         gpus = plan.tp
-    sc = Scenario(model=_model(row, base), cluster=_cluster(row, base), gpus=gpus,
-                  training=_training(row))
-    free_mbs = not row.text("micro_batch")
-    free_recompute = not row.text("recompute") and row.software() != "nemo"
+    sc = Scenario(model=_model(row, base, stack), cluster=_cluster(row, base), gpus=gpus,
+                  training=_training(row), stack=stack)
+    free_mbs = not row.text("micro_batch") and plan.mbs == 1 and _local_batch(row) is None
+    # NeMo's launcher configs set no activation checkpointing: unstated means none there
+    free_recompute = not row.text("recompute") and stack.name != "nemo"
     if metric == "step_time" and (free_mbs or free_recompute):
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
-                row.text("confidence"))
+                row.text("confidence"), _memory(row))
 
 
-def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
+def _local_batch(row: _Row) -> int | None:
+    """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
+    2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
+    and the global batch is exactly N per data-parallel rank."""
+    for item in row.text("other_metrics").split(";"):
+        key, _, value = item.partition("=")
+        if key.strip() == "local_batch" and value.strip().isdigit() and int(value) > 0:
+            n = int(value)
+            gb, dp = row.number("global_batch"), row.number("dp")
+            if row.text("micro_batch") or gb is None or dp is None or gb != n * dp:
+                return None
+            return n
+    return None
+
+
+def _memory(row: _Row) -> float | None:
+    """The row's measured peak memory (``peak_memory_gib=X`` in ``other_metrics``), bytes."""
+    for item in row.text("other_metrics").split(";"):
+        key, _, value = item.partition("=")
+        if key.strip() == "peak_memory_gib":
+            try:
+                x = float(value)
+            except ValueError:
+                x = float("nan")
+            if not 0 < x < float("inf"):
+                raise SpecError(f"{row.where}.other_metrics", item.strip(),
+                                "peak_memory_gib must be a positive number of GiB")
+            return x * GiB
+    return None
+
+
+def load_cases(path: Path, *, include_lora: bool = False,
+               stack: StackSpec | None = None) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
-    (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog
-    name or TOML path relative to the CSV), ``software`` (one of ``SOFTWARE``), ``rank_order``,
-    ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model file (relative
-    to the CSV)."""
+    (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
+    relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
+    ``rank_order``, ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model
+    file (relative to the CSV); ``peak_memory_gib=X`` in ``other_metrics`` is a measured peak."""
     path = Path(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
@@ -311,7 +336,7 @@ def load_cases(path: Path, *, include_lora: bool = False) -> list[Case]:
         if row.text("regime") == "lora" and not include_lora:
             continue
         try:
-            cases.append(_case(row, path.parent))
+            cases.append(_case(row, path.parent, stack))
         except SpecError as e:
             if e.field.startswith(row.where):
                 raise
@@ -334,26 +359,71 @@ def predict(case: Case) -> float:
 class Outcome:
     case: Case
     predicted: float
+    predicted_memory: float | None = None
+    """Predicted peak bytes (step-time rows)."""
 
     @property
     def error(self) -> float:
         return self.predicted / self.case.measured - 1.0
 
+    @property
+    def memory_error(self) -> float | None:
+        if self.case.memory is None or self.predicted_memory is None:
+            return None
+        return self.predicted_memory / self.case.memory - 1.0
 
-def run(path: Path) -> list[Outcome]:
-    return [Outcome(c, predict(c)) for c in load_cases(path)]
+
+def run(path: Path, stack: StackSpec | None = None) -> list[Outcome]:
+    return [outcome(c) for c in load_cases(path, stack=stack)]
+
+
+def outcome(case: Case) -> Outcome:
+    from .evaluate import evaluate
+
+    if case.metric == "layer_fwd_bwd_time":
+        return Outcome(case, predict(case))
+    ev = evaluate(case.scenario, case.plan)
+    return Outcome(case, ev.step_time, ev.peak_memory)
+
+
+def report(outcomes: list[Outcome]) -> dict:
+    """Every row and the summary, as ``validate --json`` prints them."""
+    rows = []
+    for o in outcomes:
+        row = {"id": o.case.id, "metric": o.case.metric, "stack": o.case.scenario.stack.name,
+               "measured_s": o.case.measured, "predicted_s": o.predicted, "error": o.error}
+        if o.case.memory is not None and o.predicted_memory is not None:
+            row.update(measured_memory_gib=o.case.memory / GiB,
+                       predicted_memory_gib=o.predicted_memory / GiB,
+                       memory_error=o.memory_error)
+        rows.append(row)
+    errors = [abs(o.error) for o in outcomes]
+    mem = [abs(o.memory_error) for o in outcomes if o.memory_error is not None]
+    over = sum(1 for e in errors if e > ROW_TOLERANCE)
+    mae = sum(errors) / len(errors)
+    return {"rows": rows, "count": len(rows), "mean_abs_error": mae,
+            "max_abs_error": max(errors), "rows_over": over,
+            "memory_rows": len(mem), "memory_mean_abs_error": sum(mem) / len(mem) if mem else None,
+            "memory_max_abs_error": max(mem) if mem else None,
+            "row_tolerance": ROW_TOLERANCE, "mean_tolerance": MEAN_TOLERANCE,
+            "ok": over == 0 and mae <= MEAN_TOLERANCE}
 
 
 def table(outcomes: list[Outcome]) -> str:
     """A per-row text table with the mean absolute error."""
-    lines = [f"{'id':40s} {'conf':6s} {'plan':28s} {'measured':>10s} {'predicted':>10s} {'error':>7s}"]
+    lines = [f"{'id':40s} {'stack':18s} {'plan':28s} {'measured':>10s} {'predicted':>10s} "
+             f"{'error':>7s}"]
     for o in outcomes:
         p = o.case.plan
         desc = (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
                 + (f" v{p.vp}" if p.vp > 1 else "") + (" sp" if p.sp else "")
                 + f" z{p.zero} {p.recompute[0].value[:3]} b{p.mbs}")
-        lines.append(f"{o.case.id:40s} {o.case.confidence:6s} {desc:28s} {o.case.measured:10.4f} "
-                     f"{o.predicted:10.4f} {o.error * 100:+6.1f}%")
+        line = (f"{o.case.id:40s} {o.case.scenario.stack.name:18s} {desc:28s} "
+                f"{o.case.measured:10.4f} {o.predicted:10.4f} {o.error * 100:+6.1f}%")
+        if o.memory_error is not None:
+            line += (f"  memory {o.case.memory / GiB:.1f} GiB, predicted "
+                     f"{o.predicted_memory / GiB:.1f} ({o.memory_error * 100:+.1f}%)")
+        lines.append(line)
     mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
     worst = max(outcomes, key=lambda o: abs(o.error))
     lines.append(f"rows {len(outcomes)}  mean |error| {mae * 100:.1f}%  worst {worst.case.id} "

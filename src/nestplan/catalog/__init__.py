@@ -16,8 +16,11 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec
+from ..stack import StackSpec
 
-KINDS = ("models", "clusters", "accelerators")
+KINDS = ("models", "clusters", "accelerators", "stacks")
+DEFAULT_STACK = "megatron-core"
+"""The stack a plan is for when none is named: today's Megatron-Core."""
 
 
 def _folder(kind: str):
@@ -25,7 +28,7 @@ def _folder(kind: str):
 
 
 def list_names(kind: str) -> list[str]:
-    """Catalog names of one kind (``models``, ``clusters`` or ``accelerators``), sorted."""
+    """Catalog names of one kind (``models``, ``clusters``, ``accelerators`` or ``stacks``), sorted."""
     if kind not in KINDS:
         raise SpecError("kind", kind, f"allowed: {', '.join(KINDS)}")
     return sorted(p.name[:-5] for p in _folder(kind).iterdir() if p.name.endswith(".toml"))
@@ -82,3 +85,56 @@ def get_model(name: str) -> ModelSpec:
             return model_from_hf_config(Path(name))
         return model_from_table(read_toml(Path(name)))
     return model_from_table(_catalog_table("models", name, "model"))
+
+
+def _stack_table(name: str, field: str) -> tuple[dict, str]:
+    """The raw table of a stack and its identity (catalog name or resolved path)."""
+    from ..loaders import read_toml
+
+    if _looks_like_path(name):
+        path = Path(name)
+        return read_toml(path), str(path.resolve())
+    return _catalog_table("stacks", name, field), name
+
+
+@lru_cache(maxsize=None)
+def get_stack(name: str = DEFAULT_STACK) -> StackSpec:
+    """A stack by catalog name or TOML path; ``base = "..."`` chains are followed (a path
+    ``base`` is relative to the file that names it)."""
+    return _resolve_stack(name, "stack", ())
+
+
+def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
+    from ..loaders import stack_from_table
+
+    table, ident = _stack_table(name, field)
+    if ident in seen:
+        chain = " -> ".join((*seen, ident))
+        raise SpecError(f"{field}.base", name, f"bases form a cycle ({chain}); a stack's bases "
+                        "must end at a stack without base")
+    where = "stack" if not seen else f"stack {ident}"
+    if "base" not in table:
+        return stack_from_table(table, where)
+    base_name = table["base"]
+    if not isinstance(base_name, str):
+        raise SpecError(f"{where}.base", base_name, "must be a stack name or path")
+    if _looks_like_path(ident) and _looks_like_path(base_name) and not Path(base_name).is_absolute():
+        base_name = str(Path(ident).parent / base_name)
+    base = _resolve_stack(base_name, f"{where}", (*seen, ident))
+    if "name" not in table:
+        table = {**table, "name": Path(name).stem if _looks_like_path(name) else name}
+    # calibration and its provenance do not carry over silently: a derived stack states its own
+    # fitted_on, or inherits the base's values and says so
+    return stack_from_table(table, where, base=base)
+
+
+@lru_cache(maxsize=None)
+def stack_sources() -> tuple[tuple[str, str], ...]:
+    """(source text, stack name) of every catalog stack's ``runs_source`` entries: a runs-CSV row
+    without a ``stack`` column is taken to have run on the stack whose entry is the longest one
+    contained in its ``source`` and ``other_metrics`` columns."""
+    out = []
+    for name in list_names("stacks"):
+        for entry in _catalog_table("stacks", name, "stack").get("runs_source", []):
+            out.append((entry, name))
+    return tuple(out)

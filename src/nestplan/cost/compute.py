@@ -15,16 +15,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..axes import Axis
-from ..graph import Hide, LayerGraph, Op, OpKind
+from ..graph import ATTENTION_CORE, Hide, LayerGraph, Op, OpKind
 from ..options import Precision, TPOverlap
 from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
+from ..stack import StackSpec
 from .network import collective_time
 from .overlap import exposed as exposed_time
 
-#: Ops recomputed by selective recomputation (the attention core, Korthikanti et al. §5).
-ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
-                            "attn_pv"})
 FP8_CAST_BYTES = 3.0  # read a bf16 element, write its fp8 copy
 
 
@@ -79,7 +77,7 @@ class LayerCost:
     bwd: float
     """Backward (without recomputation): compute plus exposed communication."""
     recompute_selective: float
-    """Forward of the attention core again (selective recomputation)."""
+    """Forward of what the stack's selective policy runs again (Megatron: the attention core)."""
     recompute_full: float
     """Forward of the whole layer again, with its forward communication (full recomputation)."""
     compute: float
@@ -89,22 +87,25 @@ class LayerCost:
 
 
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
-               training: TrainingSpec) -> LayerCost:
-    """Per-micro-batch cost of ``layer`` under the plan's layouts and overlap settings."""
+               training: TrainingSpec, stack: StackSpec) -> LayerCost:
+    """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
+    (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
     return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
-                       training.tp_overlap)
+                       stack.tp_overlap, stack.overlap_efficiency)
 
 
 @lru_cache(maxsize=65536)
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
-                groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap) -> LayerCost:
+                groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
+                overlap: float) -> LayerCost:
     f = b = core = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
     for op in layer.ops:
         tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
         f += tf
         b += tb
+        if op.recompute_share:
+            core += op.recompute_share * tf
         if op.name in ATTENTION_CORE:
-            core += tf
             attn_f += tf
             attn_b += tb
         if op.kind is OpKind.GEMM:
@@ -133,12 +134,12 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
     f_exposed = b_exposed = 0.0
     for hide, total in fwd_comm.items():
-        shown = exposed_time(total, fwd_hidable.get(hide, 0.0))
+        shown = exposed_time(total, fwd_hidable.get(hide, 0.0), overlap)
         f_exposed += shown
         for ax, t in fwd_by_axis[hide].items():
             exposed[ax] += shown * t / total if total else 0.0
     for hide, total in bwd_comm.items():
-        shown = exposed_time(total, bwd_hidable.get(hide, 0.0))
+        shown = exposed_time(total, bwd_hidable.get(hide, 0.0), overlap)
         b_exposed += shown
         for ax, t in bwd_by_axis[hide].items():
             exposed[ax] += shown * t / total if total else 0.0

@@ -32,11 +32,19 @@ from ..specs import Parallelism, Scenario
 from . import memory as M
 from .compute import layer_cost
 from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
+from .hardware import effective
 from .overlap import exposed
 from .pipeline import chunks_in_flight
 
 POLICIES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-ADAM_BYTES_PER_PARAM = 26  # read fp32 master, m, v; write them back; write the bf16 copy
+
+
+def optimizer_traffic(stack) -> float:
+    """HBM bytes the Adam step moves per parameter: read the gradient; read and write the fp32
+    master (or stored fp32 parameter), m and v; write the bf16 copy when one is kept apart."""
+    fp32_states = 3  # the master (or the fp32 parameter itself), m and v
+    bf16_copy = M.COMPUTE_BYTES if stack.master_bytes else 0
+    return 2 * 4 * fp32_states + bf16_copy + stack.grad_bytes
 SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
 
 
@@ -63,14 +71,14 @@ class KindCost:
     hw_flops: np.ndarray
 
 
-def _kind(layer: G.LayerGraph, cost, checkpointable: bool) -> KindCost:
+def _kind(layer: G.LayerGraph, cost, checkpointable: bool, whole_block: bool) -> KindCost:
     full_fwd = sum(o.flops for o in layer.ops)
     bwd_flops = sum(o.bwd_flops for o in layer.ops)
     sel_flops = sum(o.flops for o in layer.ops if o.name in SEL_FLOPS)
     if checkpointable:
         rc = (0.0, cost.recompute_selective, cost.recompute_full)
-        saved = (layer.saved_bytes, layer.saved_bytes - layer.internal_bytes, layer.input_bytes)
-        transient = (0.0, layer.internal_bytes, layer.saved_bytes)
+        saved = (layer.saved_bytes, layer.selective_bytes, layer.input_bytes)
+        transient = (0.0, max(layer.saved_bytes - layer.selective_bytes, 0.0), layer.saved_bytes)
         rc_flops = (0.0, sel_flops, full_fwd)
     else:  # embedding and head keep their tensors
         rc, saved = (0.0,) * 3, (layer.saved_bytes,) * 3
@@ -78,7 +86,8 @@ def _kind(layer: G.LayerGraph, cost, checkpointable: bool) -> KindCost:
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), compute=cost.compute, params=layer.params,
         eparams=layer.expert_params, saved=np.array(saved), transient=np.array(transient),
-        largest_weight=layer.largest_weight,
+        largest_weight=(layer.params + layer.expert_params) if whole_block
+        else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
         link=tuple((ax, li) for ax, li, _ in cost.comm),
         model_flops=layer.model_flops,
@@ -125,21 +134,23 @@ def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     from ..evaluate import local_strategy
 
-    model, cluster, tr = sc.model, sc.cluster, sc.training
+    model, tr, st = sc.model, sc.training, sc.stack
+    cluster = effective(sc.cluster, st)
     acc = cluster.accelerator
-    mg = G.build(model, local_strategy(par, tr))
+    mg = G.build(model, local_strategy(par, tr, st))
     lay = layouts(par, cluster, sc.gpus)
 
     def kind(layer, checkpointable=True):
-        return _kind(layer, layer_cost(layer, acc, cluster, lay, tr), checkpointable)
+        return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), checkpointable,
+                     st.gather_whole_block)
 
     pp, vp = par.pp, par.vp
     micro = tr.global_batch // (par.mbs * par.dp)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     fill = sum(boundary[c % pp] for c in range(pp * vp - 1))
-    steady = 0.0 if tr.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
-    flat = tr.flat_dp_collectives
+    steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
+    flat = st.flat_dp_collectives
 
     def coeffs(kind_):
         return (collective_coeffs(kind_, lay.dp, cluster, flat),
@@ -159,7 +170,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         ar=coeffs(G.CollKind.ALL_REDUCE),
         tied_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
         tied_params=tied_params,
-        logits_bytes=G.FP32 * par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(
+        logits_bytes=st.loss_transient_bytes * par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(
             model.vocab, par.tp) / par.tp,
     )
 
@@ -260,18 +271,19 @@ class ChunkTime:
 
 def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     """Forward and backward time of one micro-batch through chunk ``ch``."""
-    par, tr = cc.par, cc.sc.training
-    rs = _dp(cc.rs, ch.params * tr.grad_bytes, ch.eparams * tr.grad_bytes) \
+    par, st = cc.par, cc.sc.stack
+    eff = st.overlap_efficiency
+    rs = _dp(cc.rs, ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
         if par.zero >= 2 else 0.0 * ch.params
-    ag = _dp(cc.ag, ch.params * M.WEIGHT_BYTES, ch.eparams * M.WEIGHT_BYTES) \
+    ag = _dp(cc.ag, ch.params * M.COMPUTE_BYTES, ch.eparams * M.COMPUTE_BYTES) \
         if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
     comm_b = ag * (1.0 + IS_FULL) + rs
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
-    extra_f = exposed(ag, fwd) + ag * per_layer
+    extra_f = exposed(ag, fwd, eff) + ag * per_layer
     work_b = np.asarray(ch.bwd)[..., None] + ch.rc
-    extra_b = exposed(comm_b, work_b) + comm_b * per_layer
+    extra_b = exposed(comm_b, work_b, eff) + comm_b * per_layer
     B = work_b + extra_b
     return ChunkTime(F=np.broadcast_to(fwd + extra_f, np.shape(B)), B=B,
                      zero_exposed=extra_f + extra_b, zero_link=ag + comm_b)
@@ -279,7 +291,8 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
-    par, tr, acc = cc.par, cc.sc.training, cc.sc.cluster.accelerator
+    par, st = cc.par, cc.sc.stack
+    acc = effective(cc.sc.cluster, st).accelerator
     F = B = zexp = zlink = 0.0
     times = [chunk_time(cc, ch) for ch in chunks]
     for t in times:
@@ -291,17 +304,19 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     sync = 0.0 * params
     if par.zero < 2:
         coeffs = cc.ar if par.zero == 0 else cc.rs
-        sync = _dp(coeffs, params * tr.grad_bytes, eparams * tr.grad_bytes)
+        sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
     if cc.tied_params and stage in (0, par.pp - 1):
-        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * tr.grad_bytes)
-    tail = exposed(np.asarray(sync)[..., None], B if tr.overlap_grad_reduce else 0.0)
+        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * st.grad_bytes)
+    tail = exposed(np.asarray(sync)[..., None], B if st.overlap_grad_reduce else 0.0,
+                   st.overlap_efficiency)
     shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
         cc.lay.edp.size if par.zero >= 1 else 1)
-    opt = shard * (ADAM_BYTES_PER_PARAM + tr.grad_bytes) / (acc.hbm_bandwidth * acc.memory_efficiency)
-    gather = _dp(cc.ag, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES) \
+    opt = shard * optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
+    gather = _dp(cc.ag, params * M.COMPUTE_BYTES, eparams * M.COMPUTE_BYTES) \
         if par.zero in (1, 2) else 0.0 * params
     opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
-                                               F / cc.micro if tr.overlap_param_gather else 0.0)
+                                               F / cc.micro if st.overlap_param_gather else 0.0,
+                                               st.overlap_efficiency)
     mem = memory_breakdown(memory_parts(cc, chunks, stage),
                            chunks_in_flight(stage, par.pp, par.vp, cc.micro))
     shape = np.shape(X)
@@ -324,14 +339,15 @@ class MemoryParts:
     transient: object
     saved: list
     """Activation bytes one micro-batch leaves in each chunk."""
+    stack: object
+    """The StackSpec (its memory reserve)."""
 
 
 def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryParts:
-    par, tr = cc.par, cc.sc.training
+    par, st = cc.par, cc.sc.stack
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
-    w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size,
-                             tr.grad_bytes)
+    w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st)
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)
@@ -339,14 +355,14 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
         largest = 0.0
         for c in chunks:
             largest = np.maximum(largest, c.largest)
-        transient = transient + 2 * np.asarray(largest)[..., None] * M.WEIGHT_BYTES
+        transient = transient + 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
     if stage == par.pp - 1:  # gradient of the fp32 logits in backward
         transient = transient + cc.logits_bytes
 
     def pol(v):
         return np.asarray(v)[..., None] * np.ones(3)
 
-    return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks])
+    return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks], st)
 
 
 def memory_breakdown(parts: MemoryParts, held: list[int]) -> M.MemoryBreakdown:
@@ -355,7 +371,7 @@ def memory_breakdown(parts: MemoryParts, held: list[int]) -> M.MemoryBreakdown:
     return M.MemoryBreakdown(weights=parts.weights, gradients=parts.gradients,
                              optimizer=parts.optimizer, activations=acts,
                              transient=parts.transient,
-                             reserved=M.reserve(acts, parts.transient))
+                             reserved=M.reserve(acts, parts.transient, parts.stack))
 
 
 def pick(mem: M.MemoryBreakdown, pol: int) -> M.MemoryBreakdown:

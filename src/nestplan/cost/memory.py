@@ -1,32 +1,29 @@
 """Memory per device: model states by ZeRO stage, activations by recompute policy, reserves.
 
 Model states with mixed-precision Adam, per parameter (Rajbhandari et al., ZeRO, SC'20 §3.1;
-Megatron-LM ``docs/distrib_optimizer.md``):
+Megatron-LM ``docs/distrib_optimizer.md``), with the byte counts of the stack:
 
-    weights     2 bytes (bf16)                                      / N with ZeRO-3
-    gradients   ``grad_bytes`` (4: Megatron's fp32 main grads; 2: bf16) / N with ZeRO-2 and -3
-    optimizer   12 bytes: fp32 master weights, Adam m and v           / N with ZeRO-1, -2, -3
+    weights     ``weight_bytes`` (2: bf16 beside an fp32 master; 4: FSDP's fp32 parameters) / N with ZeRO-3
+    gradients   ``grad_bytes`` (4: fp32 main grads; 2: bf16)              / N with ZeRO-2 and -3
+    optimizer   Adam m and v (8) + ``master_bytes`` (4, or 0 under FSDP)  / N with ZeRO-1, -2, -3
 
 where N is the data-parallel group that shards them (dp·cp for dense weights, the expert
 data-parallel group for routed experts). With 2-byte gradients this is the ZeRO paper's 16Ψ,
 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N; with fp32 gradients it is Megatron's 18 bytes per parameter and
-6 + 12/d for the distributed optimizer.
+6 + 12/d for the distributed optimizer; FSDP with fp32 parameters and gradients keeps 16Ψ/N.
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
-and NCCL workspaces (``RESERVED_BYTES``), and allocator fragmentation (``FRAGMENTATION`` of the
-activation and transient bytes).
+and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but
+unused memory (the stack's ``allocator_overhead``, a share of activation and transient bytes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..units import GiB
 
-WEIGHT_BYTES = 2
-OPTIMIZER_BYTES = 12
-RESERVED_BYTES = 1.5 * GiB
-FRAGMENTATION = 0.05
+COMPUTE_BYTES = 2
+"""Bytes per weight element as the GEMMs use it and as ZeRO-3/FSDP gathers it (bf16)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,22 +47,23 @@ class MemoryBreakdown:
                 + self.transient + self.reserved)
 
 
-def bytes_per_param(zero: int, n: int, grad_bytes: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter under ZeRO stage ``zero`` over ``n``."""
-    w = WEIGHT_BYTES / (n if zero >= 3 else 1)
-    g = grad_bytes / (n if zero >= 2 else 1)
-    o = OPTIMIZER_BYTES / (n if zero >= 1 else 1)
+def bytes_per_param(zero: int, n: int, stack) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter under ZeRO stage ``zero`` over ``n``
+    with the byte counts of ``stack`` (a StackSpec)."""
+    w = stack.weight_bytes / (n if zero >= 3 else 1)
+    g = stack.grad_bytes / (n if zero >= 2 else 1)
+    o = stack.optimizer_bytes / (n if zero >= 1 else 1)
     return w, g, o
 
 
 def model_states(params: float, expert_params: float, zero: int, dp: int, edp: int,
-                 grad_bytes: int) -> tuple[float, float, float]:
+                 stack) -> tuple[float, float, float]:
     """Bytes of (weights, gradients, optimizer) for the parameters held by one device."""
-    dw, dg, do = bytes_per_param(zero, dp, grad_bytes)
-    ew, eg, eo = bytes_per_param(zero, edp, grad_bytes)
+    dw, dg, do = bytes_per_param(zero, dp, stack)
+    ew, eg, eo = bytes_per_param(zero, edp, stack)
     return (params * dw + expert_params * ew, params * dg + expert_params * eg,
             params * do + expert_params * eo)
 
 
-def reserve(activations: float, transient: float) -> float:
-    return RESERVED_BYTES + FRAGMENTATION * (activations + transient)
+def reserve(activations: float, transient: float, stack) -> float:
+    return stack.reserved_bytes + stack.allocator_overhead * (activations + transient)

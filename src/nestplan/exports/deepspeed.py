@@ -55,7 +55,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         "train_micro_batch_size_per_gpu": par.mbs,
         "gradient_accumulation_steps": micro,
         "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": exported.zero, "overlap_comm": tr.overlap_grad_reduce,
+        "zero_optimization": {"stage": exported.zero, "overlap_comm": sc.stack.overlap_grad_reduce,
                               "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": {"enabled": True},
         "activation_checkpointing": {"partition_activations": par.sp,

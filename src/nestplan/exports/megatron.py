@@ -94,9 +94,9 @@ def export(pf: PlanFile) -> Export:
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}",
                  "--use-distributed-optimizer", "--no-gradient-accumulation-fusion",
                  "--ckpt-format fsdp_dtensor"]
-    if tr.overlap_grad_reduce and (par.dp * par.cp) > 1:
+    if sc.stack.overlap_grad_reduce and (par.dp * par.cp) > 1:
         args.append("--overlap-grad-reduce")
-    if tr.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
+    if sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
         args.append("--overlap-param-gather")
     args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
              f"--seq-length {tr.seq_len}",

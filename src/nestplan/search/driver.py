@@ -68,14 +68,14 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     from ..evaluate import local_strategy
     from ..graph import build
 
-    mg = build(sc.model, local_strategy(par, sc.training))
+    mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
     expert = sum(mg.block(i).expert_params for i in range(sc.model.layers))
     head = mg.head.params if par.pp > 1 or not sc.model.tied_embeddings else 0.0
     dense_local = (sum(mg.block(i).params for i in range(sc.model.layers))
                    + mg.embedding.params + head) / par.pp
     w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
-                             par.expert_dp, sc.training.grad_bytes)
-    return w + g + o + M.RESERVED_BYTES
+                             par.expert_dp, sc.stack)
+    return w + g + o + sc.stack.reserved_bytes
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
@@ -95,8 +95,10 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     space.check_constraints(sc, con)
     world = view or sc
     cap = world.cluster.accelerator.hbm_bytes
-    if con.recompute is not None and len(set(con.recompute)) == 1:
-        policies = (D.POLICIES.index(con.recompute[0]),)
+    sets = space.policy_sets(world, con)
+    if policies is not None:  # a baseline's own restriction, within what the stack offers
+        sets = [tuple(p for p in s if p in policies) for s in sets]
+        sets = [s for s in sets if s]
     heap: list = []
     tick = 0
     size = 0
@@ -105,7 +107,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         if not vps:  # a fixed vp this shape cannot take
             continue
         orders = space.rank_orders(con, shape)
-        zeros = [con.zero] if con.zero is not None else [0, 1, 2, 3]
+        zeros = space.zero_stages(world, con, shape.parallelism())
         size += len(vps) * len(orders) * len(zeros)
         heapq.heappush(heap, (space.compute_bound(world, shape, max(vps)), tick, 0, shape))
         tick += 1
@@ -142,7 +144,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
-            for zero in ([con.zero] if con.zero is not None else [0, 1, 2, 3]):
+            for zero in space.zero_stages(world, con, item):
                 par = item.with_(zero=zero)
                 heapq.heappush(heap, (space.config_bound(world, par), tick, 3, par))
                 tick += 1
@@ -158,23 +160,26 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         if tb is None:
             continue
         solved += 1
-        ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
-        if policies is not None:
+        base_ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
+        any_fit = False
+        for allowed in sets:
             allow = np.zeros(3, dtype=bool)
-            allow[list(policies)] = True
-            ok = [o & allow for o in ok]
-        sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)
-        if sol is None:
-            if memory_aware and not any(o.any() for o in tb.ok):
-                peak = DP.min_peak_memory(tb.mem, tb.valid)
-                if np.isfinite(peak):
-                    shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
-            continue
-        entry = _Found(-sol.objective, plan_from_solution(world.model, par, sol))
-        if len(found) < top:
-            heapq.heappush(found, entry)
-        else:
-            heapq.heappushpop(found, entry)
+            allow[list(allowed)] = True
+            ok = [o & allow for o in base_ok]
+            any_fit = any_fit or any(o.any() for o in ok)
+            bound = -found[0].key if len(found) >= top else np.inf
+            sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)
+            if sol is None:
+                continue
+            entry = _Found(-sol.objective, plan_from_solution(world.model, par, sol))
+            if len(found) < top:
+                heapq.heappush(found, entry)
+            else:
+                heapq.heappushpop(found, entry)
+        if memory_aware and not any_fit:
+            peak = DP.min_peak_memory(tb.mem, tb.valid)
+            if np.isfinite(peak):
+                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if progress:
         progress(solved, size, time.perf_counter() - start)
     if not found:

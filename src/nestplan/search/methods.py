@@ -122,20 +122,23 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
     node = sc.cluster.devices_per_node
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % t == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
-           and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
+           and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
+           and (t == 1 or sc.stack.offers("tp"))]
     tp = con.tp or tps[0]
     cp = con.cp or 1
     rest = gpus // (tp * cp)
-    pps = [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0]
+    pps = [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0
+           and (p == 1 or sc.stack.offers("pp"))]
     last_error = None
     for pp in _allowed("pp", con.pp, pps):
         dp = rest // pp
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
+        zeros = space.zero_stages(sc, con, Parallelism(pp=pp))
         par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp,
-                          vp=con.vp or 1, sp=con.sp if con.sp is not None else tp > 1,
-                          zero=1 if con.zero is None else con.zero,
+                          vp=con.vp or 1, sp=con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp")),
+                          zero=_manual_zero(zeros, con.zero),
                           recompute=con.recompute or (Recompute.FULL,),
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}
                                                if con.rank_order else {}))
@@ -146,6 +149,17 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
             last_error = e
     raise InfeasibleError(f"manual: no pipeline length fits with tp={tp} and full "
                           f"recomputation" + (f" ({last_error})" if last_error else ""))
+
+
+def _manual_zero(offered: list[int], fixed: int | None) -> int:
+    """The distributed optimizer (ZeRO-1) where the stack has it, else its lightest sharding
+    (FSDP stacks: ZeRO-3, their default), else none."""
+    if fixed is not None:
+        return fixed
+    for z in (1, 3, 2, 0):
+        if z in offered:
+            return z
+    return 0
 
 
 def manual(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
@@ -172,13 +186,17 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
         vp = rng.choice(space.virtual_stages(sc, con, s))
         return s.parallelism(order, vp, par.zero).with_(recompute=par.recompute[:1])
     if move < 0.45:
-        return par.with_(zero=rng.choice(_allowed("zero", con.zero, [0, 1, 2, 3])))
+        return par.with_(zero=rng.choice(space.zero_stages(sc, con, par) or [par.zero]))
     if move < 0.55:
         s = space.Shape(par.tp, par.sp, par.cp, par.ep, par.etp, par.pp, par.dp, par.mbs)
         return par.with_(rank_order=rng.choice(space.rank_orders(con, s)))
     if move < 0.75 and con.recompute is None:  # one stage's recomputation
         rec = list(par.recompute) * (par.pp if len(par.recompute) == 1 else 1)
-        rec[rng.randrange(par.pp)] = rng.choice(D.POLICIES)
+        offered = sc.stack.recompute
+        if sc.stack.recompute_per_stage:
+            rec[rng.randrange(par.pp)] = rng.choice(offered)
+        else:
+            rec = [rng.choice(offered)]
         return par.with_(recompute=tuple(rec))
     # move one unit of the split between neighbouring devices (space.split_units)
     if par.pp < 2:
@@ -241,12 +259,16 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
     """Every configuration, every split (``space.split_units``) and every per-stage policy."""
     start = time.perf_counter()
     configs = list(space.configurations(sc, con))
-    pols = [con.recompute[0]] if con.recompute and len(set(con.recompute)) == 1 else \
-        list(D.POLICIES)
+    sets = [[D.POLICIES[i] for i in s] for s in space.policy_sets(sc, con)]
+
+    def per_stage(pp):
+        for pols in sets:
+            yield from _products(pols, pp)
+
     size = 0
     for par in configs:
         units, least = space.split_units(sc.model, par.vp)
-        size += space.n_compositions(units, par.pp, least) * len(pols) ** par.pp
+        size += space.n_compositions(units, par.pp, least) * sum(len(s) ** par.pp for s in sets)
     if size > limit:
         raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
                         f"{limit:,}; use a smaller instance or another method")
@@ -256,7 +278,7 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
         best = None
         for per_device in space.compositions(units, par.pp, least):
             sizes = space.chunk_sizes(sc.model, par.pp, par.vp, per_device)
-            for rec in _products(pols, par.pp):
+            for rec in per_stage(par.pp):
                 ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
                 if ev.fits and (best is None or ev.step_time < best.step_time):
                     best = ev

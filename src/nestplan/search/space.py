@@ -25,6 +25,7 @@ from functools import lru_cache
 from .. import graph as G
 from ..axes import RANK_AXES, Axis
 from ..cost.compute import op_time
+from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import local_strategy
 from ..options import Recompute
@@ -140,10 +141,39 @@ def shapes(sc: Scenario, con: Constraints):
                             for mbs in _pick(con.mbs, mbss):
                                 shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
                                 try:
-                                    check_plan(sc, shape.parallelism())
+                                    check_plan(sc, shape.parallelism(), stack=False)
                                 except SpecError:
                                     continue
-                                yield shape
+                                if stack_runs(sc.stack, shape):
+                                    yield shape
+
+
+def stack_runs(stack, shape: Shape) -> bool:
+    """The stack offers every parallel axis the shape uses."""
+    used = {"tp": shape.tp > 1, "sp": shape.sp, "cp": shape.cp > 1, "ep": shape.ep > 1,
+            "pp": shape.pp > 1}
+    return all(stack.offers(axis) for axis, on in used.items() if on)
+
+
+def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
+    """The ZeRO stages the stack runs with this pipeline depth (or the one fixed)."""
+    st = sc.stack
+    offered = [z for z in st.zero_stages if par.pp == 1 or z <= st.max_zero_with_pp]
+    return _pick(con.zero, offered)
+
+
+def policy_sets(sc: Scenario, con: Constraints) -> list[tuple[int, ...]]:
+    """Recompute policies (indices into ``cost.device.POLICIES``) the stage DP may mix in one
+    plan: every policy the stack offers at once when stages may differ, else one run per policy.
+    A fixed constraint narrows them."""
+    from ..cost.device import POLICIES
+
+    offered = [p for p in sc.stack.recompute
+               if con.recompute is None or p in con.recompute]
+    idx = tuple(POLICIES.index(p) for p in offered)
+    if sc.stack.recompute_per_stage and (con.recompute is None or len(set(con.recompute)) > 1):
+        return [idx] if idx else []
+    return [(i,) for i in idx]
 
 
 def homogeneous(model) -> bool:
@@ -184,6 +214,8 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     micro = sc.training.global_batch // (shape.mbs * shape.dp)
     model = sc.model
     vps = [1]
+    if "interleaved-1f1b" not in sc.stack.schedules:
+        return _pick(con.vp, vps)
     for v in range(2, MAX_VP + 1):
         if shape.pp == 1 or micro % shape.pp:
             break
@@ -209,7 +241,7 @@ def configurations(sc: Scenario, con: Constraints):
     for shape in shapes(sc, con):
         for order in rank_orders(con, shape):
             for vp in virtual_stages(sc, con, shape):
-                for zero in _pick(con.zero, [0, 1, 2, 3]):
+                for zero in zero_stages(sc, con, shape.parallelism()):
                     par = shape.parallelism(order, vp, zero)
                     try:
                         check_plan(sc, par)
@@ -231,15 +263,15 @@ def _factor(micro: int, pp: int, vp: int) -> float:
 def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
     """A step time no configuration of ``shape`` with ``vp`` or more virtual stages can beat:
     its compute alone, spread evenly (``T >= (m - 1/v)·sum X/p + sum X/v``)."""
-    tr, acc = sc.training, sc.cluster.accelerator
-    mg = G.build(sc.model, local_strategy(shape.parallelism(), tr))
+    tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
+    mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
     work = (sc.model.layers - mg.n_moe) * _compute(mg.dense, acc, tr.precision)
     if mg.n_moe:
         work += mg.n_moe * _compute(mg.moe, acc, tr.precision)
     head = mg.head_shared if shape.pp == 1 else mg.head
     work += _compute(mg.embedding, acc, tr.precision) + _compute(head, acc, tr.precision)
     micro = tr.global_batch // (shape.mbs * shape.dp)
-    return work * _factor(micro, shape.pp, vp) + tr.step_overhead
+    return work * _factor(micro, shape.pp, vp) + sc.stack.step_overhead
 
 
 @lru_cache(maxsize=65536)
@@ -250,12 +282,13 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, tuple[float, 
     from ..cost.network import p2p_time
     from ..placement import layouts
 
-    tr, cluster = sc.training, sc.cluster
-    mg = G.build(sc.model, local_strategy(par, tr))
+    tr, st = sc.training, sc.stack
+    cluster = effective(sc.cluster, st)
+    mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
 
     def time(layer):
-        c = layer_cost(layer, cluster.accelerator, cluster, lay, tr)
+        c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
         return c.fwd + c.bwd
 
     work = (sc.model.layers - mg.n_moe) * time(mg.dense)
@@ -274,30 +307,30 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> floa
     work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0))
     v = vp or par.vp
     fill = sum(boundary[c % par.pp] for c in range(par.pp * par.vp - 1))
-    return work * _factor(micro, par.pp, v) + 2 * fill + sc.training.step_overhead
+    return work * _factor(micro, par.pp, v) + 2 * fill + sc.stack.step_overhead
 
 
 def config_bound(sc: Scenario, par: Parallelism) -> float:
     """``network_bound`` plus what the ZeRO stage costs at least: per-micro-batch ZeRO-2/3
     traffic and the end-of-step reduction and optimizer step of an average device. Overlap
-    hides at most ``OVERLAP_EFFICIENCY`` of any communication; collective times are subadditive
+    hides at most the stack's ``overlap_efficiency`` of any communication; collective times are subadditive
     in bytes and increasing, so the whole model's traffic and the average device bound the
     per-chunk and the largest device's."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
-    from ..cost.overlap import OVERLAP_EFFICIENCY
     from ..placement import layouts
 
-    tr, cluster = sc.training, sc.cluster
-    mg = G.build(sc.model, local_strategy(par, tr))
+    tr, st = sc.training, sc.stack
+    cluster = effective(sc.cluster, st)
+    mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par, cluster, sc.gpus)
-    shown = 1.0 - OVERLAP_EFFICIENCY
+    shown = 1.0 - st.overlap_efficiency
     head = mg.head_shared if par.pp == 1 else mg.head
     params = ((sc.model.layers - mg.n_moe) * mg.dense.params + mg.embedding.params + head.params
               + (mg.n_moe * mg.moe.params if mg.n_moe else 0.0))
     eparams = mg.n_moe * mg.moe.expert_params if mg.n_moe else 0.0
-    flat = tr.flat_dp_collectives
+    flat = st.flat_dp_collectives
 
     def dp(kind, p_bytes, e_bytes):
         return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
@@ -305,21 +338,20 @@ def config_bound(sc: Scenario, par: Parallelism) -> float:
 
     zero = 0.0
     if par.zero >= 2:
-        zero += dp(G.CollKind.REDUCE_SCATTER, params * tr.grad_bytes, eparams * tr.grad_bytes)
+        zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
     if par.zero >= 3:
-        zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.WEIGHT_BYTES, eparams * M.WEIGHT_BYTES)
+        zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.COMPUTE_BYTES, eparams * M.COMPUTE_BYTES)
     avg_p, avg_e = params / par.pp, eparams / par.pp
     end = 0.0
     if par.zero < 2:
         kind = G.CollKind.ALL_REDUCE if par.zero == 0 else G.CollKind.REDUCE_SCATTER
-        end += shown * dp(kind, avg_p * tr.grad_bytes, avg_e * tr.grad_bytes)
+        end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
     if par.zero in (1, 2):
-        end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.WEIGHT_BYTES, avg_e * M.WEIGHT_BYTES)
+        end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.COMPUTE_BYTES, avg_e * M.COMPUTE_BYTES)
     acc = cluster.accelerator
     shard = avg_p / (lay.dp.size if par.zero >= 1 else 1) + avg_e / (
         lay.edp.size if par.zero >= 1 else 1)
-    end += shard * (D.ADAM_BYTES_PER_PARAM + tr.grad_bytes) / (acc.hbm_bandwidth
-                                                              * acc.memory_efficiency)
+    end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
     micro = tr.global_batch // (par.mbs * par.dp)
     return network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp) + end
 

@@ -85,5 +85,5 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         m_i = spread(D.memory_breakdown(parts, held).total)
         mem.append(m_i)
         ok.append(m_i <= cap)
-    const = 2 * cc.fill + cc.sc.training.step_overhead
+    const = 2 * cc.fill + cc.sc.stack.step_overhead
     return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid, const=const)

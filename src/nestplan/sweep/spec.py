@@ -15,8 +15,8 @@ value stands for a one-element list)::
     seq_len = [4096]                     # default [4096]
     global_batch = [1024]                # default [1024]
     precision = ["bf16"]                 # default ["bf16"]
-    # any other training key may be varied too: attention, tp_overlap, grad_bytes,
-    # step_overhead_s, overlap_grad_reduce, overlap_param_gather, overlap_p2p, ...
+    # attention_span (packed documents) may be varied too; how a framework runs the model is
+    # the stack's (not yet a sweep key)
 
     [grid.network.spine]              # a level that every cluster of the grid has
     oversubscription = [1, 2, 4]      # also bandwidth_GBps or bandwidth_GiBps (replaces the

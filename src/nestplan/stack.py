@@ -1,0 +1,238 @@
+"""The training stack: how a framework runs the model (one home for it).
+
+A :class:`StackSpec` is the fourth input beside the model, the cluster and the workload. It holds
+
+* **behaviour** — which attention kernel runs and what it saves, whether norms and the gated MLP
+  are fused (what they save), the dtypes of weights, gradients and optimizer state, which
+  communication overlaps compute, how ZeRO/FSDP shards and gathers, how the loss keeps its
+  logits, and what the caching allocator reserves beyond the live tensors;
+* **what it offers** — its recompute policies, pipeline schedules, ZeRO stages and parallel axes
+  (``unsupported`` says why a plan is not one this stack can run);
+* **calibration** — multipliers on the accelerator's efficiencies and on network efficiency, the
+  overlap efficiency and the per-step host time, with the runs they were fitted on.
+
+Stacks are TOML files (``catalog/stacks/*.toml``, or a path): ``base = "name"`` plus overrides.
+Every value in the catalog's files carries its source there, not here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import SpecError
+from .options import AttentionImpl, Recompute, TPOverlap
+
+FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
+"""Launch-configuration families a stack's plans export to (``export --format``)."""
+SCHEDULES = ("1f1b", "interleaved-1f1b")
+"""Pipeline schedules nestplan models today."""
+AXES = ("tp", "sp", "cp", "ep", "pp")
+SELECTIVE = ("attention-core", "matmul-outputs")
+"""What a stack's selective recompute policy recomputes (``StackSpec.selective``)."""
+"""Parallel axes a stack may offer beside data parallelism (always offered)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackSpec:
+    """How one training framework runs a model. Units: bytes, seconds; multipliers unitless."""
+
+    name: str
+    """Catalog name (``megatron-core``) or the file it came from."""
+    description: str = ""
+    """One line: framework, version or era, and what sets it apart."""
+    export_format: str | None = None
+    """The ``export --format`` that launches this stack's plans (None: no launcher export)."""
+    # ---- behaviour: kernels and what they keep for backward
+    attention: AttentionImpl = AttentionImpl.FLASH
+    """Attention-core implementation (flash keeps q, k, v, output and the log-sum-exp)."""
+    fused_norm: bool = True
+    """Norms run as one fused kernel that keeps only its input (Apex/TE); unfused eager norms
+    also keep their fp32 intermediate products."""
+    fused_gated_mlp: bool = True
+    """The gated MLP's activation is one fused kernel (keeps its two inputs); unfused eager code
+    also keeps the activation's output."""
+    weight_bytes: int = 2
+    """Bytes per stored parameter: 2 when bf16 model weights sit beside fp32 master copies
+    (Megatron, DeepSpeed), 4 when the fp32 parameters themselves are stored and cast to bf16 for
+    compute (FSDP mixed precision)."""
+    master_bytes: int = 4
+    """Bytes per parameter of separate fp32 master weights in the optimizer (0 when the stored
+    parameters are the master copy)."""
+    grad_bytes: int = 4
+    """Bytes per gradient element in the reduction buffers (4: fp32 main grads)."""
+    loss_transient_bytes: int = 4
+    """Bytes per logit element alive at the loss's peak beside the fp32 log-probabilities it keeps
+    for backward: 4 for Megatron's fused vocab-parallel cross-entropy (its fp32 gradient); 6 for
+    eager cross-entropy on upcast logits (the bf16 logits and their fp32 copy, or the fp32 and
+    bf16 gradients)."""
+    selective: str = "attention-core"
+    """What its selective recompute policy recomputes: ``attention-core`` (Megatron: the attention
+    core's internals) or ``matmul-outputs`` (torchtitan's per-op checkpointing: keep matmul and
+    attention outputs except every second matmul, recompute everything else)."""
+    # ---- behaviour: overlap
+    overlap_grad_reduce: bool = True
+    """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
+    overlap_param_gather: bool = True
+    """Sharded-optimizer parameter all-gather overlaps the next step's first forward."""
+    tp_overlap: TPOverlap = TPOverlap.BACKWARD
+    """Tensor-parallel communication overlap."""
+    overlap_p2p: bool = True
+    """Pipeline send/recv overlaps compute in the steady state."""
+    flat_dp_collectives: bool = False
+    """Data-parallel collectives run as one flat ring over the group's top level (no node-level
+    aggregation)."""
+    gather_whole_block: bool = False
+    """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
+    operator's; memory holds the block in use and the prefetched next one."""
+    # ---- behaviour: memory beyond the tensors
+    reserved_bytes: float = 1.5 * 2**30
+    """CUDA context, library workspaces and communication buffers on every device."""
+    allocator_overhead: float = 0.05
+    """The caching allocator's reserved-but-unused share, as a fraction of activations and
+    transient memory."""
+    # ---- what it offers
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    """Recompute policies it offers."""
+    recompute_per_stage: bool = True
+    """Different pipeline stages may use different recompute policies."""
+    schedules: tuple[str, ...] = SCHEDULES
+    """Pipeline schedules it runs."""
+    zero_stages: tuple[int, ...] = (0, 1)
+    """ZeRO stages it runs (1 = distributed optimizer; 2 and 3 as FSDP or DeepSpeed stages)."""
+    max_zero_with_pp: int = 3
+    """Highest ZeRO stage it runs together with pipeline parallelism."""
+    default_zero: int = 0
+    """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
+    default_sp: bool = False
+    """Its launchers turn sequence parallelism on with tensor parallelism unless told otherwise."""
+    """Highest ZeRO stage it runs together with pipeline parallelism."""
+    axes: tuple[str, ...] = AXES
+    """Parallel axes it offers beside data parallelism."""
+    # ---- calibration
+    matmul_scale: float = 1.0
+    """Multiplies the accelerator's GEMM efficiency (capped at 1)."""
+    attention_scale: float = 1.0
+    """Multiplies the accelerator's attention-kernel efficiency (capped at 1)."""
+    memory_scale: float = 1.0
+    """Multiplies the accelerator's memory-bound efficiency (capped at 1)."""
+    network_scale: tuple[float, float] = (1.0, 1.0)
+    """Multiplies the efficiency of the level inside a node and of every level beyond it."""
+    kernel_overhead: float = 0.0
+    """Seconds each kernel launch adds beyond the accelerator's own (eager frameworks' host-side
+    dispatch that the GPU stream does not hide for small kernels)."""
+    overlap_efficiency: float = 0.7
+    """Share of overlapped communication that compute actually hides (kernels share SMs and HBM)."""
+    step_overhead: float = 0.05
+    """Host-side seconds per optimizer step that no device work hides."""
+    fitted_on: tuple[str, ...] = ()
+    """The measured runs (or groups of them) its calibration was fitted on."""
+
+    def __post_init__(self):
+        if self.export_format is not None and self.export_format not in FORMATS:
+            raise SpecError("stack.export_format", self.export_format,
+                            "allowed: " + ", ".join(FORMATS))
+        for f in ("weight_bytes", "grad_bytes"):
+            if getattr(self, f) not in (2, 4):
+                raise SpecError(f"stack.{f}", getattr(self, f), "allowed: 2 (bf16) or 4 (fp32)")
+        if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
+            raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
+                            "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
+        if self.selective not in SELECTIVE:
+            raise SpecError("stack.selective", self.selective, "allowed: " + ", ".join(SELECTIVE))
+        if self.master_bytes not in (0, 4):
+            raise SpecError("stack.master_bytes", self.master_bytes,
+                            "allowed: 0 (no separate master copy) or 4 (fp32)")
+        _nonneg("reserved_GiB", self.reserved_bytes / 2**30)
+        _nonneg("allocator_overhead", self.allocator_overhead)
+        _nonneg("step_overhead_s", self.step_overhead)
+        _nonneg("kernel_overhead_us", self.kernel_overhead * 1e6)
+        for f in ("matmul_scale", "attention_scale", "memory_scale"):
+            _positive_scale(f, getattr(self, f))
+        if len(self.network_scale) != 2:
+            raise SpecError("stack.network_scale", list(self.network_scale),
+                            "give [inside a node, beyond it]")
+        for v in self.network_scale:
+            _positive_scale("network_scale", v)
+        if not 0 <= self.overlap_efficiency <= 1:
+            raise SpecError("stack.overlap_efficiency", self.overlap_efficiency, "must be in [0, 1]")
+        if Recompute.NONE not in self.recompute:
+            raise SpecError("stack.recompute", [r.value for r in self.recompute],
+                            "every stack can run without recomputation: include none")
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise SpecError("stack.schedules", s, "allowed: " + ", ".join(SCHEDULES))
+        for z in self.zero_stages:
+            if z not in (0, 1, 2, 3):
+                raise SpecError("stack.zero_stages", z, "allowed: 0, 1, 2, 3")
+        if not self.zero_stages:
+            raise SpecError("stack.zero_stages", [], "name at least one ZeRO stage")
+        for a in self.axes:
+            if a not in AXES:
+                raise SpecError("stack.axes", a, "allowed: " + ", ".join(AXES))
+        if self.default_zero not in self.zero_stages:
+            raise SpecError("stack.default_zero", self.default_zero,
+                            "must be one of zero_stages " + str(list(self.zero_stages)))
+        if self.default_sp and "sp" not in self.axes:
+            raise SpecError("stack.default_sp", True, "needs sp in axes")
+        if self.max_zero_with_pp not in (0, 1, 2, 3):
+            raise SpecError("stack.max_zero_with_pp", self.max_zero_with_pp, "allowed: 0-3")
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer bytes per parameter: Adam's fp32 m and v, plus the fp32 master copy."""
+        return 8 + self.master_bytes
+
+    def offers(self, axis: str) -> bool:
+        return axis in self.axes
+
+    def unsupported(self, par) -> tuple[str, object, str] | None:
+        """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
+        (field, value, rule), or None when it is."""
+        n = self.name
+        for axis, degree in (("tp", par.tp), ("cp", par.cp), ("ep", par.ep), ("pp", par.pp)):
+            if degree > 1 and axis not in self.axes:
+                return axis, degree, f"stack {n} has no {_AXIS_NAMES[axis]}; use {axis} = 1"
+        if par.sp and "sp" not in self.axes:
+            return "sp", True, f"stack {n} has no sequence parallelism"
+        if par.zero not in self.zero_stages:
+            return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
+                map(str, self.zero_stages))
+        if par.pp > 1 and par.zero > self.max_zero_with_pp:
+            return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
+                                      "pipeline parallelism")
+        if par.vp > 1 and "interleaved-1f1b" not in self.schedules:
+            return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
+        for r in par.recompute:
+            if r not in self.recompute:
+                return "recompute", r.value, f"stack {n} offers " + ", ".join(
+                    p.value for p in self.recompute)
+        if len(set(par.recompute)) > 1 and not self.recompute_per_stage:
+            return "recompute", ",".join(r.value for r in par.recompute), (
+                f"stack {n} applies one policy to every stage")
+        return None
+
+    def check(self, par) -> None:
+        """Raise a SpecError when this stack cannot run ``par``."""
+        why = self.unsupported(par)
+        if why is not None:
+            raise SpecError(*why)
+
+
+_AXIS_NAMES = {"tp": "tensor parallelism", "cp": "context parallelism",
+               "ep": "expert parallelism", "pp": "pipeline parallelism"}
+
+
+def _nonneg(field: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise SpecError(f"stack.{field}", value, "must be a finite number >= 0")
+
+
+def _positive_scale(field: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 10):
+        raise SpecError(f"stack.{field}", value, "must be a multiplier > 0 (and at most 10)")
+
+
+def scaled(efficiency: float, scale: float) -> float:
+    """An efficiency times a stack multiplier, capped at 1."""
+    return min(1.0, efficiency * scale)
