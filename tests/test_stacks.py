@@ -175,3 +175,16 @@ def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
 def test_runs_csv_stack_column_names_a_catalog_stack(runs_csv):
     cases = load_cases(Path(runs_csv(stack="megatron-2022")))
     assert cases[0].scenario.stack.name == "megatron-2022"
+
+
+def test_a_plan_searched_for_a_stack_exports_unchanged(tmp_path):
+    path = tmp_path / "p.json"
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
+                         "--seq-len", 4096, "--global-batch", 64, "--stack", "torchtitan",
+                         "--top", 1, "--save", path)
+    assert code == 0, err
+    code, out, err = cli("export", path, "--format", "torchtitan")
+    # the plan goes out as searched: no closest-plan change, no word about another stack
+    assert code == 0 and "exported plan: predicted" not in err and "searched for stack" not in err
+    code, out, err = cli("export", path, "--format", "megatron")
+    assert code == 0 and "searched for stack torchtitan (exports as torchtitan), not for megatron" in err

@@ -96,7 +96,14 @@ def export(pf: PlanFile, fmt: str) -> Export:
         from .deepspeed import export as run
     else:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
-    return run(pf)
+    out = run(pf)
+    stack = pf.scenario.stack
+    if stack.export_format != fmt:
+        runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
+        out.notes.append(f"the plan was searched for stack {stack.name} ({runs}), not for "
+                         f"{fmt}; its prediction assumes {stack.name}'s behaviour (plan again with "
+                         f"--stack for a {fmt} plan)")
+    return out
 
 
 def blocks_per_chunk(pf: PlanFile) -> list[int]:

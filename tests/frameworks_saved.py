@@ -1,0 +1,593 @@
+#!/usr/bin/env python3
+"""Measure the activation bytes that the frameworks' own transformer blocks save for backward.
+
+A standalone helper for the memory-model checks: tests run it in a subprocess (it needs the
+``frameworks`` extra: torch CPU, megatron-core, torchtitan) and compare its JSON with nestplan's
+prediction. Checked with torch 2.13 (CPU), megatron-core 0.16.1 and torchtitan 0.3.0.
+
+    python tests/frameworks_saved.py megatron --seq 256 --batch 1 --hidden 512 --heads 8 \
+        --groups 2 --ffn 1408 --policy none|selective|full [--swiglu-fusion] [--no-rope]
+        [--moe-experts 4 --topk 2 --moe-ffn 512]
+    python tests/frameworks_saved.py torchtitan --seq 256 ... \
+        --policy none|full|selective-op|selective-layer
+    python tests/frameworks_saved.py --all    # the small matrix below, as a JSON list
+
+Each run prints ONE JSON object on stdout (the frameworks' chatter goes to stderr):
+``framework``, ``policy``, ``config``, ``saved_bytes_per_block`` (bytes held for backward by a
+stack of two blocks, divided by two), the same per token per hidden unit, breakdowns
+(``sxs_bytes_per_block``, ``rmsnorm_*``, see ``summarise``), ``tensors`` (one entry per storage:
+shape and dtype of the largest tensor seen on it, the storage's nbytes, origin, module,
+per_block) and ``notes``.
+
+Method
+------
+* Two transformer blocks with bf16 parameters run one forward pass on CPU (training mode,
+  dropout 0) on a bf16 input that requires grad (standing for the previous block's output). During
+  the forward ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves. They
+  are counted once per storage (``untyped_storage().data_ptr()``, the largest ``nbytes`` seen), and
+  only if autograd still holds them when the forward ends (a weak reference to the packed tensor:
+  a dropped branch of the graph frees what it saved). Backward then runs once, as a check.
+* Not counted: parameters and whatever shares a parameter's storage (e.g. ``weight.t()``), module
+  buffers (e.g. torchtitan's RoPE table, a slice of which RoPE saves), and inputs shared by all
+  blocks (attention mask, rotary table): those are listed with ``"per_block": false``.
+* ``origin``: an aten op's autograd kernel packs while it builds its node, so that node holds the
+  last sequence number (``torch._C._autograd._get_sequence_nr() - 1``); the graph is walked after
+  the forward to name the numbers (``MmBackward0`` ...). ``ctx.save_for_backward`` of a custom
+  autograd.Function is packed by ``Function.apply`` itself, named after the class
+  (``CheckpointFunctionBackward`` ...); ``torch.utils.checkpoint (saved inputs)`` marks the inputs a
+  non-reentrant checkpoint keeps. ``module`` is the innermost module running at the time.
+* Inside a non-reentrant checkpoint region the checkpoint's own saved-tensor hooks replace ours
+  (only the innermost pair of hooks acts): nothing saved there is held, except that per-op
+  selective checkpointing (``create_selective_checkpoint_contexts``) keeps the outputs of the ops
+  its policy saves in a cache of its own. That cache is read after the forward (origin
+  ``sac:<op>``, no module) and merged by storage.
+
+Caveats (also in ``notes``)
+---------------------------
+* What is listed is what the CPU path of the frameworks' Python code saves. Known differences
+  from GPU: torch's RMSNorm has no fused CPU kernel (its decomposition saves fp32 copies; see
+  ``saved_bytes_per_block_fused_rmsnorm``); Megatron's local spec materialises attention
+  (``DotProductAttention`` saves the s x s probabilities: ``sxs_bytes_per_block``); torchtitan's
+  FlexAttention has no CPU backward, so its kernel call is replaced by ``flash_attention_standin``,
+  an op that saves what a flash/flex kernel saves.
+* Bytes per block are total / 2. For torchtitan ``selective-layer`` (every 2nd block fully
+  checkpointed) the two blocks differ and the figure is their average, what a long stack tends to.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import types
+import warnings
+import weakref
+
+import torch
+import torch.nn as nn
+from torch.utils._pytree import tree_leaves
+
+MEGATRON_POLICIES = ("none", "selective", "full")
+TORCHTITAN_POLICIES = ("none", "full", "selective-op", "selective-layer")
+N_BLOCKS = 2
+_FUNCTION_APPLY_CODE = torch.autograd.Function.apply.__code__
+
+
+# --------------------------------------------------------------------------------- counting
+class SavedTensorCounter:
+    """Record what autograd saves for backward during a forward pass (see the module docstring)."""
+
+    def __init__(self, root: nn.Module, shared: dict[str, torch.Tensor]):
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in root.parameters()}
+        self.buffer_ptrs = {b.untyped_storage().data_ptr() for b in root.buffers()}
+        self.shared = {t.untyped_storage().data_ptr(): name for name, t in shared.items()}
+        self.module_names = {id(m): name or "<root>" for name, m in root.named_modules()}
+        self.module_stack: list[str] = []
+        self.entries: dict[int, dict] = {}       # storage ptr -> record
+        self.sac_storages: list[dict] = []       # per-op SAC caches to read after the forward
+        self._hooks: list = []
+
+    # -- hooks
+    def _record(self, t: torch.Tensor, origin_seq: int | None, origin: str | None, ref) -> None:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr == 0 or ptr in self.param_ptrs or ptr in self.buffer_ptrs:
+            return
+        e = self.entries.get(ptr)
+        if e is not None and not any(r() is not None for r in e["refs"]):
+            e = None              # what was saved there was freed; the address is reused
+        if e is None:
+            e = self.entries[ptr] = {"nbytes": 0, "view_nbytes": -1, "seqs": [], "origins": [],
+                                     "refs": [],
+                                     "module": self.module_stack[-1] if self.module_stack else ""}
+        e["nbytes"] = max(e["nbytes"], storage.nbytes())
+        if t.numel() * t.element_size() > e["view_nbytes"]:      # describe the largest view
+            e["view_nbytes"] = t.numel() * t.element_size()
+            e["shape"], e["dtype"] = list(t.shape), str(t.dtype)
+        if origin_seq is not None:
+            e["seqs"].append(origin_seq)
+        if origin is not None:
+            e["origins"].append(origin)
+        e["refs"].append(ref)
+
+    def _pack(self, t: torch.Tensor):
+        caller = sys._getframe(1)
+        if caller.f_code is _FUNCTION_APPLY_CODE:
+            # ctx.save_for_backward of a custom autograd.Function, packed by Function.apply after
+            # its forward ran (which may have taken more sequence numbers): name it by class.
+            name = caller.f_locals["cls"].__name__
+            if name.startswith("GeneratedBackwardFor_"):     # a custom op's autograd
+                name = name[len("GeneratedBackwardFor_"):]
+            self._record(t, None, f"{name}Backward", weakref.ref(t))
+        elif caller.f_code.co_filename.endswith(os.path.join("torch", "utils", "checkpoint.py")):
+            # non-reentrant torch.utils.checkpoint keeps the region's inputs (save_inputs)
+            self._record(t, None, "torch.utils.checkpoint (saved inputs)", weakref.ref(t))
+        else:
+            # An aten op's autograd kernel: the node under construction took the last number.
+            self._record(t, torch._C._autograd._get_sequence_nr() - 1, None, weakref.ref(t))
+        return t
+
+    def _pre_hook(self, module, args):
+        name = self.module_names.get(id(module))
+        if name is None:          # a module made on the fly (e.g. a Softmax inside a forward)
+            parent = self.module_stack[-1] if self.module_stack else "<root>"
+            name = f"{parent}.<{type(module).__name__}>"
+        self.module_stack.append(name)
+
+    def _post_hook(self, module, args, output):
+        if self.module_stack:
+            self.module_stack.pop()
+
+    @contextlib.contextmanager
+    def forward(self):
+        from torch.nn.modules import module as nn_module
+        self._hooks = [nn_module.register_module_forward_pre_hook(self._pre_hook),
+                       nn_module.register_module_forward_hook(self._post_hook, always_call=True)]
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+                yield self
+        finally:
+            for h in self._hooks:
+                h.remove()
+            self.module_stack.clear()
+
+    # -- results
+    def finish(self, outputs: list[torch.Tensor]) -> list[dict]:
+        """Name the saving nodes, add the SAC caches and return one record per live storage."""
+        names: dict[int, str] = {}
+        todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+        seen = set()
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            names[node._sequence_nr()] = node.name()
+            todo.extend(n for n, _ in node.next_functions)
+        for storage in self.sac_storages:          # {op key: {call index: cached outputs}}
+            for key, calls in storage.items():
+                for entry in calls.values():
+                    for leaf in tree_leaves(entry):   # outputs are wrapped in _VersionWrapper
+                        x = getattr(leaf, "val", None)
+                        if isinstance(x, torch.Tensor):
+                            self._record(x, None, f"sac:{key}", lambda x=x: x)
+        records = []
+        for ptr, e in self.entries.items():
+            if not any(r() is not None for r in e["refs"]):
+                continue      # autograd let go of it before the forward pass ended
+            origins = list(dict.fromkeys(
+                [names.get(s, "?") for s in e["seqs"]] + e["origins"]))
+            records.append({"shape": e["shape"], "dtype": e["dtype"], "nbytes": e["nbytes"],
+                            "origin": ", ".join(origins), "module": e["module"],
+                            "per_block": ptr not in self.shared,
+                            **({"shared_input": self.shared[ptr]} if ptr in self.shared else {})})
+        return records
+
+
+def summarise(records: list[dict], a) -> dict:
+    """Per-block totals, with two views that a GPU comparison needs:
+
+    * ``sxs_bytes_per_block``: tensors of shape [b, heads, s, s] or [b * heads, s, s]
+      (materialised attention scores/probabilities), and the total without them;
+    * ``rmsnorm_*``: torch's RMSNorm has no fused kernel on CPU: its decomposition saves a fp32
+      copy of the input, the fp32 normalised input and the fp32 rstd. The fused CUDA kernel
+      (and Transformer Engine's) saves the bf16 input and the fp32 rstd [tokens]. The
+      ``*_fused_rmsnorm`` total swaps the one for the other, norm by norm.
+    """
+    per_block = [r for r in records if r["per_block"]]
+    total = sum(r["nbytes"] for r in per_block)
+    scores_numel = a.batch * a.heads * a.seq * a.seq          # [b, heads, s, s] or [b*heads, s, s]
+    sxs = sum(r["nbytes"] for r in per_block
+              if r["shape"][-2:] == [a.seq, a.seq] and math.prod(r["shape"]) == scores_numel)
+    norm_modules = {r["module"] for r in per_block if "norm" in r["module"].rsplit(".", 1)[-1]}
+    norm_cpu = sum(r["nbytes"] for r in per_block if r["module"] in norm_modules)
+    tokens = a.seq * a.batch
+    norm_fused = len(norm_modules) * (tokens * a.hidden * 2 + tokens * 4)
+    return {"saved_bytes_per_block": total / N_BLOCKS,
+            "saved_bytes_per_block_per_token_per_hidden": total / N_BLOCKS / (tokens * a.hidden),
+            "sxs_bytes_per_block": sxs / N_BLOCKS,
+            "saved_bytes_per_block_without_sxs": (total - sxs) / N_BLOCKS,
+            "rmsnorm_cpu_bytes_per_block": norm_cpu / N_BLOCKS,
+            "rmsnorm_fused_bytes_per_block": norm_fused / N_BLOCKS,
+            "saved_bytes_per_block_fused_rmsnorm": (total - norm_cpu + norm_fused) / N_BLOCKS,
+            "shared_input_bytes": sum(r["nbytes"] for r in records if not r["per_block"])}
+
+
+def run_and_count(root: nn.Module, forward, shared: dict[str, torch.Tensor],
+                  sac_storages: list | None = None) -> list[dict]:
+    """Run ``forward()`` under the counter, check that backward runs, return the records.
+    ``sac_storages`` is a list that the forward fills with per-op SAC caches."""
+    counter = SavedTensorCounter(root, shared)
+    if sac_storages is not None:
+        counter.sac_storages = sac_storages
+    with counter.forward():
+        out = forward()
+    outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad]
+    records = counter.finish(outs)
+    sum(o.float().sum() for o in outs).backward()
+    return records
+
+
+# --------------------------------------------------------------------------------- Megatron-Core
+def _init_gloo() -> None:
+    import torch.distributed as dist
+    if not dist.is_initialized():            # one rank: an in-process store, no port needed
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def megatron_saved(a) -> dict:
+    notes = []
+    # Patches for CUDA-only helpers (as in shared/tools/megatron_layer_cpu.py):
+    #  * the global memory buffer (DotProductAttention) and the MoE router ask torch.cuda for the
+    #    current device -> answer "cpu";
+    torch.cuda.current_device = lambda: "cpu"
+    _init_gloo()
+    from megatron.core import parallel_state
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel import random as mcore_random
+    from megatron.core.transformer.transformer_block import TransformerBlock
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel_state.initialize_model_parallel(1, 1)
+    #  * the CUDA RNG tracker's fork() (dropout regions) -> a null context;
+    mcore_random.get_cuda_rng_tracker().fork = lambda *args, **kw: contextlib.nullcontext()
+    #  * recompute (CheckpointFunction) stashes and restores the CUDA RNG state with
+    #    _get_cuda_rng_state / _set_cuda_rng_state -> no-ops on CPU (the CPU state is still kept).
+    mcore_random._get_cuda_rng_state = lambda *args, **kw: None
+    mcore_random._set_cuda_rng_state = lambda *args, **kw: None
+    notes.append("Megatron patches: torch.cuda.current_device -> 'cpu'; CUDA RNG tracker fork() -> "
+                 "null context; tensor_parallel.random._get/_set_cuda_rng_state -> no-ops "
+                 "(checkpoint recompute); no effect on what is saved.")
+
+    moe = a.moe_experts > 0
+    if moe:
+        #  * MoE: without Transformer Engine, moe_utils never defines te_general_gemm, which the
+        #    router's gating linear tests (NameError) -> define it as None (the torch.mm path).
+        from megatron.core.transformer.moe import moe_utils
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
+            notes.append("Megatron MoE patch: moe_utils.te_general_gemm = None (undefined without "
+                         "Transformer Engine; the router then uses torch.mm).")
+    kw = {}
+    if a.policy == "selective":
+        kw = dict(recompute_granularity="selective")      # recompute_modules default: core_attn
+    elif a.policy == "full":
+        kw = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if moe:
+        # The alltoall dispatcher creates a torch.cuda.Stream at construction; allgather runs on CPU.
+        kw.update(num_moe_experts=a.moe_experts, moe_router_topk=a.topk,
+                  moe_ffn_hidden_size=a.moe_ffn, moe_token_dispatcher_type="allgather",
+                  expert_model_parallel_size=1, moe_grouped_gemm=False,
+                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+                  moe_router_pre_softmax=a.topk == 1)     # Megatron requires it for top-1
+    if a.swiglu_fusion:
+        # Megatron-LM's default (--bias-swiglu-fusion): SwiGLUFunction saves only its input. Its
+        # math is wrapped in torch.compile (jit_fuser); run it eagerly, as compiling on CPU
+        # takes long and does not change what the autograd.Function saves.
+        import torch._dynamo.config as dynamo_config
+        dynamo_config.disable = True
+        kw.update(bias_activation_fusion=True)
+        notes.append("swiglu fusion on (bias_activation_fusion=True, Megatron-LM's default "
+                     "--bias-swiglu-fusion): SwiGLUFunction saves only the fc1 output; its "
+                     "torch.compile'd math runs eagerly (torch._dynamo.config.disable).")
+    else:
+        notes.append("swiglu fusion off (TransformerConfig default bias_activation_fusion=False): "
+                     "the unfused glu computes silu(x_glu) * (x_linear + glu_linear_offset); the "
+                     "'+ offset' (0.0) makes a copy of x_linear that the multiply saves, on top of "
+                     "the fc1 output that silu keeps (5 ffn-sized tensors instead of 4, or 3 fused).")
+    cfg = TransformerConfig(num_layers=N_BLOCKS, hidden_size=a.hidden, num_attention_heads=a.heads,
+                            num_query_groups=a.groups, ffn_hidden_size=a.ffn,
+                            gated_linear_unit=True, activation_func=torch.nn.functional.silu,
+                            normalization="RMSNorm", add_bias_linear=False,
+                            use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
+                            hidden_dropout=0.0, attention_dropout=0.0, **kw)
+    spec = get_gpt_layer_local_spec(num_experts=a.moe_experts if moe else None,
+                                    moe_grouped_gemm=False)
+    block = TransformerBlock(cfg, spec, post_layer_norm=False)
+    block.train()
+
+    torch.manual_seed(0)
+    x = torch.randn(a.seq, a.batch, a.hidden, dtype=torch.bfloat16, requires_grad=True)
+    mask = torch.triu(torch.ones(1, 1, a.seq, a.seq, dtype=torch.bool), diagonal=1)
+    shared = {"attention_mask": mask}
+    fwd_kw = {}
+    if a.rope:
+        rope = RotaryEmbedding(kv_channels=a.hidden // a.heads, rotary_percent=1.0)
+        fwd_kw["rotary_pos_emb"] = shared["rotary_pos_emb"] = rope(a.seq)
+    records = run_and_count(block, lambda: block(x, attention_mask=mask, **fwd_kw), shared)
+
+    notes.append("Megatron local spec (get_gpt_layer_local_spec): DotProductAttention materialises "
+                 "attention. It saves the fp32 softmax output [b, heads, s, s] (the unfused torch "
+                 "path of FusedScaleMaskSoftmax, used on CPU, upcasts: attention_softmax_in_fp32) "
+                 "and the bf16 probabilities [b*heads, s, s] that probs @ v keeps: "
+                 "sxs_bytes_per_block. It also saves q and k, v repeated to all "
+                 "heads (GQA repeat_interleave) for the two bmm's. A flash/fused attention keeps "
+                 "instead q, k, v, the output and a fp32 log-sum-exp [b, heads, s].")
+    if a.rope:
+        notes.append("RoPE on: megatron's unfused apply_rotary_pos_emb saves per call the bf16 "
+                     "cos/sin [s, 1, 1, head_dim] it computes from the shared rotary table.")
+    if a.policy == "selective":
+        notes.append("selective: recompute_granularity='selective', recompute_modules=['core_attn'] "
+                     "(Megatron's default): CheckpointFunction keeps the inputs of core attention: q "
+                     "and k after RoPE (new tensors) and v, a view of the fused linear_qkv output, "
+                     "which keeps that whole [s, b, (heads + 2 groups) * head_dim] storage alive.")
+    if a.policy == "full":
+        notes.append("full: recompute_method='uniform', recompute_num_layers=1: each layer's input "
+                     "is kept by CheckpointFunction (reentrant), nothing else.")
+    if moe:
+        notes.append("MoE: SequentialMLP experts (moe_grouped_gemm=False), allgather dispatcher "
+                     "(alltoall creates a torch.cuda.Stream, impossible on CPU), 1 rank; "
+                     "load balancing 'none'. The router's gating linear (RouterGatingLinearFunction) "
+                     "saves its input, the pre-MLP norm output: tokens*hidden*2 bytes.")
+        router_in = [r for r in records if "RouterGatingLinear" in r["origin"]]
+        notes.append(f"router-saved tensors: {[(r['shape'], r['dtype'], r['nbytes']) for r in router_in]}")
+    return finish_result("megatron", a, records, notes)
+
+
+# --------------------------------------------------------------------------------- torchtitan
+def _causal_attention_math(q, k, v, scale: float):
+    """fp32 causal softmax attention on [b, heads, s, d]; k/v may have fewer (GQA) heads."""
+    if k.shape[1] != q.shape[1]:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = q.shape[-2]
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    lse = torch.logsumexp(scores.masked_fill(causal, float("-inf")), dim=-1)
+    probs = torch.exp(scores.masked_fill(causal, float("-inf")) - lse.unsqueeze(-1))
+    return probs @ v.float(), lse
+
+
+@torch.library.custom_op("frameworks_saved::flash_attention", mutates_args=())
+def flash_attention_standin(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stand-in for a flash/flex attention kernel: (output, fp32 log-sum-exp [b, heads, s]).
+
+    One opaque op (a custom op, so that per-op SAC sees one op, as it sees flex_attention, and
+    not the math inside). The output takes q's memory layout, as flex and flash kernels do.
+    """
+    out32, lse = _causal_attention_math(q, k, v, scale)
+    out = torch.empty_like(q)
+    out.copy_(out32)
+    return out, lse
+
+
+@flash_attention_standin.register_fake
+def _(q, k, v, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+def _standin_setup_context(ctx, inputs, output):
+    q, k, v, scale = inputs
+    ctx.scale = scale
+    ctx.save_for_backward(q, k, v, *output)      # what a flash kernel saves: q, k, v, out, lse
+
+
+def _standin_backward(ctx, grad_out, grad_lse):
+    q, k, v, _, _ = ctx.saved_tensors
+    with torch.enable_grad():                     # recompute a plain math attention
+        q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+        out32, _ = _causal_attention_math(q_, k_, v_, ctx.scale)
+        grads = torch.autograd.grad(out32.to(q.dtype), (q_, k_, v_), grad_out)
+    return (*grads, None)
+
+
+flash_attention_standin.register_autograd(_standin_backward, setup_context=_standin_setup_context)
+STANDIN_OP = torch.ops.frameworks_saved.flash_attention.default
+
+
+def _standin_flex_attn(q, k, v, *, score_mod=None, block_mask=None, scale=None,
+                       enable_gqa=False, return_aux=None, kernel_options=None):
+    """Replaces ``FlexAttention.compiled_flex_attn`` (same signature and return value)."""
+    out, lse = flash_attention_standin(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale)
+    return out, types.SimpleNamespace(lse=lse if (return_aux is not None and return_aux.lse) else None)
+
+
+def torchtitan_saved(a) -> dict:
+    import torchtitan.distributed.activation_checkpoint as tt_ac
+    from torch.nn.attention.flex_attention import create_block_mask
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.attention import FlexAttention, get_causal_mask_mod
+    from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers
+
+    notes = []
+    # The attention core: torchtitan's FlexAttention.forward (layout transposes included) runs as
+    # is; only the kernel call is replaced (FlexAttention has no backward on CPU).
+    FlexAttention.compiled_flex_attn = staticmethod(_standin_flex_attn)
+
+    head_dim = a.hidden // a.heads
+    cfg = Llama3Model.Config(
+        dim=a.hidden, vocab_size=256,
+        tok_embeddings=Embedding.Config(num_embeddings=256, embedding_dim=a.hidden),
+        norm=RMSNorm.Config(normalized_shape=a.hidden),
+        lm_head=Linear.Config(in_features=a.hidden, out_features=256),
+        layers=_build_llama3_layers(
+            n_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads, n_kv_heads=a.groups,
+            hidden_dim=a.ffn, fuse_qkv=True, attn_backend="flex",
+            rope=ComplexRoPE.Config(dim=head_dim, max_seq_len=a.seq, theta=500000,
+                                    scaling="llama")))
+    torch.manual_seed(0)
+    model = cfg.build()
+    model.init_states(buffer_device=torch.device("cpu"))
+    # Only the blocks are measured: Decoder.forward passes through missing embedding/norm/head.
+    model.tok_embeddings = model.norm = model.lm_head = None
+    for p in model.parameters():              # bf16 parameters (as FSDP's param_dtype gives);
+        p.data = p.data.to(torch.bfloat16)     # buffers (the complex RoPE table) keep their dtype
+    model.train()
+
+    sac_contexts = []
+    if a.policy == "full":
+        tt_ac.FullAC.Config().build(dump_folder="").apply(model)
+    elif a.policy == "selective-op":
+        sac = tt_ac.SelectiveAC.Config().build(dump_folder="")
+        # The stand-in takes flex_attention's place in the save list (get_save_ops is the
+        # documented override point).
+        sac.get_save_ops = lambda: tt_ac._get_default_save_ops() | {STANDIN_OP}
+        sac.apply(model)
+        original = tt_ac.create_selective_checkpoint_contexts
+
+        def recording_contexts(policy_fn, *args, **kw):   # observe the SAC cache, change nothing
+            contexts = original(policy_fn, *args, **kw)
+            sac_contexts.append(contexts[0].storage)
+            return contexts
+        tt_ac.create_selective_checkpoint_contexts = recording_contexts
+    elif a.policy == "selective-layer":
+        # torchtitan 0.3 dropped layer-level selective AC (selective_ac_option="2"); earlier
+        # releases wrapped every ac_freq-th block in the full-AC checkpoint_wrapper and left the
+        # others alone. Emulated with torchtitan's own FullAC wrapper on blocks 1, 3, ...
+        full = tt_ac.FullAC.Config().build(dump_folder="")
+        for name, blk in list(model.layers.named_children()):
+            if (int(name) + 1) % 2 == 0:
+                model.layers.register_module(name, full._wrap_block(blk, base_fqn=f"layers.{name}"))
+
+    mask = create_block_mask(get_causal_mask_mod(), None, None, a.seq, a.seq, device="cpu",
+                             _compile=False)
+    x = torch.randn(a.batch, a.seq, a.hidden, dtype=torch.bfloat16, requires_grad=True)
+    records = run_and_count(model, lambda: model(x, positions=None, attention_masks=mask), {},
+                            sac_storages=sac_contexts)
+
+    notes.append("torchtitan 0.3 llama3 blocks (Llama3TransformerBlock configs from the registry's "
+                 "_build_llama3_layers: fused wqkv, ComplexRoPE, nn.RMSNorm, SwiGLU FeedForward with "
+                 "hidden_dim = --ffn), run by Decoder.forward with embedding, final norm and head "
+                 "removed; bf16 parameters (as FSDP's param_dtype gives), buffers unchanged; "
+                 "positions=None (RoPE multiplies by a slice of its table, a buffer: nothing new "
+                 "saved); causal BlockMask from torch's create_block_mask(_compile=False).")
+    notes.append("Attention core: FlexAttention.forward runs as is, its kernel call "
+                 "(FlexAttention.compiled_flex_attn) is replaced by the custom op "
+                 "frameworks_saved::flash_attention (FlexAttention has no backward on CPU), which "
+                 "saves what a flash/flex kernel saves: q and k after RoPE, v, the output and a fp32 "
+                 "log-sum-exp [b, heads, s]. k and v are saved as torchtitan passes them, unrepeated "
+                 "(n_kv_heads heads, enable_gqa=True). The output takes q's layout, so the "
+                 ".contiguous() before wo is a no-op and wo's saved input is the same storage.")
+    notes.append("CPU: nn.RMSNorm has no fused CPU kernel; its decomposition saves a fp32 copy of the "
+                 "input, the fp32 normalised input and the fp32 rstd per norm (rmsnorm_cpu_bytes_"
+                 "per_block); the fused CUDA kernel saves the bf16 input and rstd "
+                 "(saved_bytes_per_block_fused_rmsnorm).")
+    if a.policy == "full":
+        notes.append("full: torchtitan FullAC (checkpoint_wrapper, non-reentrant torch.utils."
+                     "checkpoint): each block keeps only its input.")
+    elif a.policy == "selective-op":
+        notes.append("selective-op: torchtitan SelectiveAC (per-op SAC, default options): the SAC "
+                     "cache keeps the outputs of the save-list ops (origin sac:<op>): the attention "
+                     "op (out and lse; the stand-in op is added to the save list where "
+                     "flex_attention stands) and the mm outputs except every 2nd mm of a block; plus "
+                     "the block input kept by the checkpoint. Everything else, q/k/v and the norms "
+                     "included, is recomputed.")
+    elif a.policy == "selective-layer":
+        notes.append("selective-layer: torchtitan 0.3 has no layer-level selective AC any more "
+                     "(selective_ac_option '2' is gone); emulated as earlier releases did it with "
+                     "ac_freq=2: torchtitan's FullAC wrapper on every 2nd block (layers.1), the other "
+                     "block plain. saved_bytes_per_block is the average of the two blocks.")
+    return finish_result("torchtitan", a, records, notes)
+
+
+# --------------------------------------------------------------------------------- driver
+def finish_result(framework: str, a, records: list[dict], notes: list[str]) -> dict:
+    config = {k: getattr(a, k) for k in ("seq", "batch", "hidden", "heads", "groups", "ffn")}
+    if framework == "megatron":
+        config.update(rope=a.rope, swiglu_fusion=a.swiglu_fusion)
+        if a.moe_experts:
+            config.update(moe_experts=a.moe_experts, topk=a.topk, moe_ffn=a.moe_ffn)
+    else:
+        config["rope"] = True
+    config["n_blocks_measured"] = N_BLOCKS
+    records.sort(key=lambda r: -r["nbytes"])
+    result = {"framework": framework, "policy": a.policy, "config": config,
+              **summarise(records, a), "tensors": records}
+    notes.append(f"torch {torch.__version__}, CPU; counted per storage, parameters and buffers "
+                 "excluded; shared inputs (per_block false) excluded from the per-block bytes.")
+    result["notes"] = notes
+    return result
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("framework", nargs="?", choices=("megatron", "torchtitan"))
+    ap.add_argument("--all", action="store_true", help="run the small matrix, print a JSON list")
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--groups", type=int, default=2, help="KV heads (query groups)")
+    ap.add_argument("--ffn", type=int, default=1408)
+    ap.add_argument("--policy", default="none",
+                    choices=sorted(set(MEGATRON_POLICIES + TORCHTITAN_POLICIES)))
+    ap.add_argument("--no-rope", dest="rope", action="store_false",
+                    help="Megatron: do not pass rotary_pos_emb (torchtitan always applies RoPE)")
+    ap.add_argument("--swiglu-fusion", action="store_true",
+                    help="Megatron: bias_activation_fusion=True (Megatron-LM's default)")
+    ap.add_argument("--moe-experts", type=int, default=0, help="Megatron: MoE layer with N experts")
+    ap.add_argument("--topk", type=int, default=2)
+    ap.add_argument("--moe-ffn", type=int, default=512)
+    a = ap.parse_args(argv)
+    if not a.all:
+        if a.framework is None:
+            ap.error("give a framework or --all")
+        allowed = MEGATRON_POLICIES if a.framework == "megatron" else TORCHTITAN_POLICIES
+        if a.policy not in allowed:
+            ap.error(f"{a.framework} policies: {', '.join(allowed)}")
+        if a.framework != "megatron" and (a.moe_experts or a.swiglu_fusion or not a.rope):
+            ap.error("--moe-experts, --swiglu-fusion and --no-rope are for megatron only")
+    return a
+
+
+def run_matrix() -> list[dict]:
+    """Every policy of both frameworks at seq 256 and 512 (default dims), plus Megatron with the
+    fused SwiGLU and one MoE Megatron config; each run in a fresh subprocess (the frameworks keep
+    global state, and the script patches some)."""
+    import subprocess
+    runs = []
+    for seq in (256, 512):
+        runs += [["megatron", "--seq", str(seq), "--policy", p] for p in MEGATRON_POLICIES]
+        runs += [["torchtitan", "--seq", str(seq), "--policy", p] for p in TORCHTITAN_POLICIES]
+    runs.append(["megatron", "--seq", "256", "--policy", "none", "--swiglu-fusion"])
+    runs.append(["megatron", "--seq", "256", "--policy", "none",
+                 "--moe-experts", "4", "--topk", "2", "--moe-ffn", "512"])
+    results = []
+    for args in runs:
+        r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed:\n{r.stderr[-3000:]}")
+        results.append(json.loads(r.stdout))
+    return results
+
+
+def main(argv=None) -> None:
+    a = parse(argv)
+    if a.all:
+        print(json.dumps(run_matrix(), indent=1))
+        return
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stdout(sys.stderr):    # keep stdout for the one JSON object
+            result = megatron_saved(a) if a.framework == "megatron" else torchtitan_saved(a)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
