@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import SpecError
 from .stack import StackSpec
+from .units import US
 
 PRIOR = 0.5
 """Width of the prior on each log-multiplier: a multiplier of e^0.5 = 1.65 costs as much as one
@@ -69,26 +70,18 @@ def _apply(base: StackSpec, names, x) -> StackSpec:
         elif name == "step_overhead_s":
             kw["step_overhead"] = base.step_overhead * math.exp(v)
         elif name == "kernel_overhead_us":  # additive, in microseconds
-            kw["kernel_overhead"] = max(0.0, base.kernel_overhead + v * 1e-6)
+            kw["kernel_overhead"] = max(0.0, base.kernel_overhead + v * US)
         else:
             kw[name] = getattr(base, name) * math.exp(v)
     return replace(base, **kw)
 
 
 def _predict(cases, stack: StackSpec) -> tuple[np.ndarray, list]:
-    from .evaluate import evaluate, layer_time
+    """Predicted seconds of every case with ``stack``, and each evaluation (None: layer rows)."""
+    from .validation import predict
 
-    times, mems = [], []
-    for c in cases:
-        sc = replace(c.scenario, stack=stack)
-        if c.metric == "layer_fwd_bwd_time":
-            times.append(layer_time(sc, c.plan))
-            mems.append(None)
-        else:
-            ev = evaluate(sc, c.plan)
-            times.append(ev.step_time)
-            mems.append(ev)
-    return np.array(times), mems
+    pairs = [predict(c, stack) for c in cases]
+    return np.array([t for t, _ in pairs]), [ev for _, ev in pairs]
 
 
 def _solve(cases, base: StackSpec, names) -> np.ndarray:
@@ -166,11 +159,13 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     ids = tuple(c.id for c in cases)
     stack = replace(stack, name=name, fitted_on=ids,
                     description=f"{base.name} calibrated on {len(cases)} measured runs")
-    params = {n: float(v if n == "kernel_overhead_us" else math.exp(v)) for n, v in zip(names, x)}
-    if "step_overhead_s" in params:
+    # multipliers of the base, and the two overheads as fitted values
+    params = {n: math.exp(v) for n, v in zip(names, x)
+              if n not in ("step_overhead_s", "kernel_overhead_us")}
+    if "step_overhead_s" in names:
         params["step_overhead_s"] = stack.step_overhead
-    if "kernel_overhead_us" in params:
-        params["kernel_overhead_us"] = stack.kernel_overhead * 1e6
+    if "kernel_overhead_us" in names:
+        params["kernel_overhead_us"] = stack.kernel_overhead / US
     if alloc is not None:
         params["allocator_overhead"] = alloc
     loo = None

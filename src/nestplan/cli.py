@@ -341,8 +341,8 @@ def cmd_calibrate(args) -> int:
     from .catalog import DEFAULT_STACK, get_stack
     from .errors import SpecError
     from .loaders import stack_to_table
-    from .validation import load_cases
     from .tomlfmt import dumps
+    from .validation import load_cases
 
     base = get_stack(args.stack or DEFAULT_STACK)
     out = Path(args.output)
@@ -351,16 +351,20 @@ def cmd_calibrate(args) -> int:
     print(f"{'id':40s} {'measured':>10s} {'before':>8s} {'after':>8s}"
           + (f" {'left out':>9s}" if result.loo else ""))
     for i, c in enumerate(cases):
-        line = f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% {result.after[i] * 100:+7.1f}%"
+        line = (f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% "
+                f"{result.after[i] * 100:+7.1f}%")
         if result.loo:
             line += f" {result.loo[i] * 100:+8.1f}%"
         if result.memory_after[i] is not None:
-            line += f"  memory {result.memory_before[i] * 100:+.1f}% -> {result.memory_after[i] * 100:+.1f}%"
+            line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
+                     f"{result.memory_after[i] * 100:+.1f}%")
         print(line)
     fitted = ", ".join(f"{k} {v:.3g}" for k, v in result.params.items())
     print(f"fitted on {len(cases)} rows over {base.name}: {fitted}")
+    # the base plus what the fit changed (and the new name and provenance)
+    before = stack_to_table(base)
     table = {"base": base.name, **{k: v for k, v in stack_to_table(result.stack).items()
-                                   if v != stack_to_table(base).get(k) or k in ("name", "fitted_on")}}
+                                   if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
         out.write_text(f"# nestplan calibrate {args.csv} --stack {base.name}\n" + dumps(table))
     except OSError as e:

@@ -30,6 +30,11 @@ FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
 
 
+#: Ops of the attention core: recomputed by Megatron's selective policy (Korthikanti et al. §5).
+ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
+                            "attn_pv"})
+
+
 class OpKind(enum.Enum):
     GEMM = "gemm"  # matmul: compute-bound, size-dependent efficiency, may run in fp8
     ATTENTION = "attention"  # fused flash-attention kernel
@@ -428,20 +433,15 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                                     else o for o in layer.ops))
 
 
-#: Ops of the attention core: recomputed by Megatron's selective policy.
-ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
-                            "attn_pv"})
-
-
-#: GEMMs that run as several matmuls in eager model code: fused QKV as wq, wk, wv (their output
-#: shares), a gated fc1 as w1 and w3.
-def _matmuls(op: Op, x: "_Dims") -> list[tuple[Op, float]]:
+def _matmul_shares(op: Op, x: "_Dims") -> list[float]:
+    """The matmuls one GEMM of the graph runs as in eager model code, as shares of its output:
+    fused QKV as wq, wk and wv; a gated fc1 as w1 and w3; any other GEMM as itself."""
     if op.name == "qkv":
         q, kv = x.a, x.g
-        return [(op, q / (q + 2 * kv)), (op, kv / (q + 2 * kv)), (op, kv / (q + 2 * kv))]
+        return [q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv)]
     if op.name.endswith("fc1") and x.m.gated:
-        return [(op, 0.5), (op, 0.5)]
-    return [(op, 1.0)]
+        return [0.5, 0.5]
+    return [1.0]
 
 
 def _per_op_selective(layer: LayerGraph, x: "_Dims") -> LayerGraph:
@@ -456,15 +456,15 @@ def _per_op_selective(layer: LayerGraph, x: "_Dims") -> LayerGraph:
     count = 0
     share: dict[str, float] = {}
     for op in layer.ops:
-        if op.kind is not OpKind.GEMM or op.name in ("router",):
+        if op.kind is not OpKind.GEMM or op.name == "router":
             continue
         m, _, n = op.shape
-        for gemm, part in _matmuls(op, x):
+        for part in _matmul_shares(op, x):
             count += 1
             if count % 2:  # kept
                 saved += E * m * n * part
             else:
-                share[gemm.name] = share.get(gemm.name, 0.0) + part
+                share[op.name] = share.get(op.name, 0.0) + part
     ops = []
     for op in layer.ops:
         if op.kind is OpKind.MEMORY:

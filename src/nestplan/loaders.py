@@ -276,13 +276,6 @@ def training_from_table(table: dict, where: str = "training"):
 
 
 # ----------------------------------------------------------------------------- stack
-# File key -> (StackSpec field, type(s) in the file, to SI, from SI). Loading and saving both
-# read this one table, so the file format is written out once.
-
-def _enum_list(enum_cls):
-    return (lambda v, where: tuple(enum_cls.parse(where, x) for x in _list(v, where)),
-            lambda v: [x.value for x in v])
-
 
 def _list(value, where: str, kind: type | tuple = str) -> list:
     if not isinstance(value, list) or not all(
@@ -292,58 +285,57 @@ def _list(value, where: str, kind: type | tuple = str) -> list:
     return value
 
 
+_STACK_FIELD_OF = {"reserved_GiB": "reserved_bytes", "step_overhead_s": "step_overhead",
+                   "kernel_overhead_us": "kernel_overhead"}
+"""File keys that carry a unit, and the StackSpec field (SI) each sets; other keys are fields."""
+
+
 def _stack_fields() -> dict:
+    """File key -> (StackSpec field, type(s) in the file, file to spec, spec to file). Loading and
+    saving both read this one table, so the file format is written out once."""
     from .options import AttentionImpl, Recompute, TPOverlap
 
-    same = (lambda v, where: v, lambda v: v)
-    return {
-        "name": ("name", str, *same),
-        "description": ("description", str, *same),
-        "export_format": ("export_format", str, *same),
-        "attention": ("attention", str, lambda v, w: AttentionImpl.parse(w, v), lambda v: v.value),
-        "fused_norm": ("fused_norm", bool, *same),
-        "fused_gated_mlp": ("fused_gated_mlp", bool, *same),
-        "weight_bytes": ("weight_bytes", int, *same),
-        "master_bytes": ("master_bytes", int, *same),
-        "grad_bytes": ("grad_bytes", int, *same),
-        "loss_transient_bytes": ("loss_transient_bytes", int, *same),
-        "selective": ("selective", str, *same),
-        "overlap_grad_reduce": ("overlap_grad_reduce", bool, *same),
-        "overlap_param_gather": ("overlap_param_gather", bool, *same),
-        "tp_overlap": ("tp_overlap", str, lambda v, w: TPOverlap.parse(w, v), lambda v: v.value),
-        "overlap_p2p": ("overlap_p2p", bool, *same),
-        "flat_dp_collectives": ("flat_dp_collectives", bool, *same),
-        "gather_whole_block": ("gather_whole_block", bool, *same),
-        "reserved_GiB": ("reserved_bytes", _NUM, lambda v, w: v * units.GiB,
-                         lambda v: _clean(v / units.GiB)),
-        "allocator_overhead": ("allocator_overhead", _NUM, lambda v, w: float(v), lambda v: v),
-        "recompute": ("recompute", list, *_enum_list(Recompute)),
-        "recompute_per_stage": ("recompute_per_stage", bool, *same),
-        "schedules": ("schedules", list, lambda v, w: tuple(_list(v, w)), list),
-        "zero_stages": ("zero_stages", list, lambda v, w: tuple(_list(v, w, int)), list),
-        "max_zero_with_pp": ("max_zero_with_pp", int, *same),
-        "default_zero": ("default_zero", int, *same),
-        "default_sp": ("default_sp", bool, *same),
-        "axes": ("axes", list, lambda v, w: tuple(_list(v, w)), list),
-        "matmul_scale": ("matmul_scale", _NUM, lambda v, w: float(v), lambda v: v),
-        "attention_scale": ("attention_scale", _NUM, lambda v, w: float(v), lambda v: v),
-        "memory_scale": ("memory_scale", _NUM, lambda v, w: float(v), lambda v: v),
-        "network_scale": ("network_scale", list,
-                          lambda v, w: tuple(float(x) for x in _list(v, w, _NUM)), list),
-        "overlap_efficiency": ("overlap_efficiency", _NUM, lambda v, w: float(v), lambda v: v),
-        "step_overhead_s": ("step_overhead", _NUM, lambda v, w: float(v), lambda v: v),
-        "kernel_overhead_us": ("kernel_overhead", _NUM, lambda v, w: v * units.US,
-                               lambda v: _clean(v / units.US)),
-        "fitted_on": ("fitted_on", list, lambda v, w: tuple(_list(v, w)), list),
+    def plain(kind):
+        return kind, lambda v, where: v, lambda v: v
+
+    def number(unit: float = 1.0):
+        if unit == 1.0:
+            return _NUM, lambda v, where: float(v), lambda v: v
+        return _NUM, lambda v, where: v * unit, lambda v: _clean(v / unit)
+
+    def choice(enum):
+        return str, lambda v, where: enum.parse(where, v), lambda v: v.value
+
+    def listed(kind=str, item=lambda x, where: x, back=lambda x: x):
+        return (list, lambda v, where: tuple(item(x, where) for x in _list(v, where, kind)),
+                lambda v: [back(x) for x in v])
+
+    keys = {
+        **{k: plain(str) for k in ("name", "description", "export_format", "selective")},
+        **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
+                                    "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
+                                    "gather_whole_block", "recompute_per_stage", "default_sp")},
+        **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
+                                   "loss_transient_bytes", "max_zero_with_pp", "default_zero")},
+        **{k: number() for k in ("allocator_overhead", "matmul_scale", "attention_scale",
+                                 "memory_scale", "overlap_efficiency", "step_overhead_s")},
+        "reserved_GiB": number(units.GiB),
+        "kernel_overhead_us": number(units.US),
+        "attention": choice(AttentionImpl),
+        "tp_overlap": choice(TPOverlap),
+        "recompute": listed(item=lambda x, where: Recompute.parse(where, x),
+                            back=lambda x: x.value),
+        "schedules": listed(),
+        "zero_stages": listed(int),
+        "axes": listed(),
+        "network_scale": listed(_NUM, item=lambda x, where: float(x)),
+        "fitted_on": listed(),
     }
+    return {key: (_STACK_FIELD_OF.get(key, key), *spec) for key, spec in keys.items()}
 
 
 STACK_ONLY_KEYS = {"base", "runs_source"}
 """Keys of a stack file that are not fields: its base, and which runs-CSV sources it ran."""
-
-
-def stack_keys() -> set[str]:
-    return set(_stack_fields()) | STACK_ONLY_KEYS
 
 
 def stack_from_table(table: dict, where: str = "stack", base=None):

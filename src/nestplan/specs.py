@@ -11,8 +11,12 @@ from dataclasses import dataclass, field, replace
 
 from .axes import MEGATRON_ORDER, RANK_AXES, Axis
 from .errors import SpecError
+from typing import TYPE_CHECKING
+
 from .options import MLPKind, Norm, Position, Precision, Recompute
-from .stack import StackSpec
+
+if TYPE_CHECKING:  # stack.py builds on this module's helpers
+    from .stack import StackSpec
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -43,12 +47,22 @@ class _CachedHash:
 
     __slots__ = ()
 
+    def __init_subclass__(cls, **kwargs):
+        # ``@dataclass(frozen=True)`` writes its own (uncached) __hash__ unless the class body
+        # has one: give every subclass this one before the decorator runs.
+        super().__init_subclass__(**kwargs)
+        cls.__hash__ = _CachedHash.__hash__
+
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
             object.__setattr__(self, "_hash", h)
         return h
+
+    def __getstate__(self):
+        # string hashes differ between processes: a pickled spec hashes afresh where it lands
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 # ----------------------------------------------------------------------------- hardware

@@ -22,19 +22,21 @@ from dataclasses import dataclass
 
 from .errors import SpecError
 from .options import AttentionImpl, Recompute, TPOverlap
+from .specs import _CachedHash
+from .units import GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
 SCHEDULES = ("1f1b", "interleaved-1f1b")
 """Pipeline schedules nestplan models today."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
+"""Parallel axes a stack may offer beside data parallelism (always offered)."""
 SELECTIVE = ("attention-core", "matmul-outputs")
 """What a stack's selective recompute policy recomputes (``StackSpec.selective``)."""
-"""Parallel axes a stack may offer beside data parallelism (always offered)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class StackSpec:
+class StackSpec(_CachedHash):
     """How one training framework runs a model. Units: bytes, seconds; multipliers unitless."""
 
     name: str
@@ -86,7 +88,7 @@ class StackSpec:
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""
     # ---- behaviour: memory beyond the tensors
-    reserved_bytes: float = 1.5 * 2**30
+    reserved_bytes: float = 1.5 * GiB
     """CUDA context, library workspaces and communication buffers on every device."""
     allocator_overhead: float = 0.05
     """The caching allocator's reserved-but-unused share, as a fraction of activations and
@@ -106,7 +108,6 @@ class StackSpec:
     """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
     default_sp: bool = False
     """Its launchers turn sequence parallelism on with tensor parallelism unless told otherwise."""
-    """Highest ZeRO stage it runs together with pipeline parallelism."""
     axes: tuple[str, ...] = AXES
     """Parallel axes it offers beside data parallelism."""
     # ---- calibration
@@ -143,10 +144,10 @@ class StackSpec:
         if self.master_bytes not in (0, 4):
             raise SpecError("stack.master_bytes", self.master_bytes,
                             "allowed: 0 (no separate master copy) or 4 (fp32)")
-        _nonneg("reserved_GiB", self.reserved_bytes / 2**30)
+        _nonneg("reserved_GiB", self.reserved_bytes / GiB)
         _nonneg("allocator_overhead", self.allocator_overhead)
         _nonneg("step_overhead_s", self.step_overhead)
-        _nonneg("kernel_overhead_us", self.kernel_overhead * 1e6)
+        _nonneg("kernel_overhead_us", self.kernel_overhead / US)
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))
         if len(self.network_scale) != 2:
@@ -186,22 +187,36 @@ class StackSpec:
     def offers(self, axis: str) -> bool:
         return axis in self.axes
 
-    def unsupported(self, par) -> tuple[str, object, str] | None:
-        """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
-        (field, value, rule), or None when it is."""
+    @property
+    def interleaves(self) -> bool:
+        """It runs the interleaved (virtual-stage) pipeline schedule."""
+        return "interleaved-1f1b" in self.schedules
+
+    def missing_axis(self, par) -> tuple[str, object, str] | None:
+        """The first parallel axis ``par`` uses (a Parallelism, or any object with its degrees)
+        that this stack does not offer, as (field, value, rule); None when it offers them all."""
         n = self.name
         for axis, degree in (("tp", par.tp), ("cp", par.cp), ("ep", par.ep), ("pp", par.pp)):
             if degree > 1 and axis not in self.axes:
                 return axis, degree, f"stack {n} has no {_AXIS_NAMES[axis]}; use {axis} = 1"
         if par.sp and "sp" not in self.axes:
             return "sp", True, f"stack {n} has no sequence parallelism"
+        return None
+
+    def unsupported(self, par) -> tuple[str, object, str] | None:
+        """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
+        (field, value, rule), or None when it is."""
+        n = self.name
+        axis = self.missing_axis(par)
+        if axis is not None:
+            return axis
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
         if par.pp > 1 and par.zero > self.max_zero_with_pp:
             return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
                                       "pipeline parallelism")
-        if par.vp > 1 and "interleaved-1f1b" not in self.schedules:
+        if par.vp > 1 and not self.interleaves:
             return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
         for r in par.recompute:
             if r not in self.recompute:

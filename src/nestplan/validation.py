@@ -91,6 +91,14 @@ class _Row:
     def text(self, key: str) -> str:
         return (self.data.get(key) or "").strip()
 
+    def other(self, key: str) -> str:
+        """The value of ``key=value`` in the ``other_metrics`` column ("" when absent)."""
+        for item in self.text("other_metrics").split(";"):
+            name, _, value = item.partition("=")
+            if name.strip() == key:
+                return value.strip()
+        return ""
+
     def number(self, key: str, default: int | None = None) -> int | None:
         v = self.text(key)
         if not v:
@@ -198,9 +206,7 @@ def _training(row: _Row) -> TrainingSpec:
 def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
-        other = row.text("other_metrics")
-        mp = other.split("model_parallel_size=")[1].split(";")[0] if "model_parallel_size=" in other \
-            else ""
+        mp = row.other("model_parallel_size")
         if not mp.isdigit() or int(mp) % 8 or int(mp) == 0:
             raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
                             "multiple of 8, in other_metrics)")
@@ -283,31 +289,27 @@ def _local_batch(row: _Row) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
     2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
     and the global batch is exactly N per data-parallel rank."""
-    for item in row.text("other_metrics").split(";"):
-        key, _, value = item.partition("=")
-        if key.strip() == "local_batch" and value.strip().isdigit() and int(value) > 0:
-            n = int(value)
-            gb, dp = row.number("global_batch"), row.number("dp")
-            if row.text("micro_batch") or gb is None or dp is None or gb != n * dp:
-                return None
-            return n
-    return None
+    value = row.other("local_batch")
+    if not value.isdigit() or int(value) == 0 or row.text("micro_batch"):
+        return None
+    n = int(value)
+    gb, dp = row.number("global_batch"), row.number("dp")
+    return n if gb is not None and dp is not None and gb == n * dp else None
 
 
 def _memory(row: _Row) -> float | None:
     """The row's measured peak memory (``peak_memory_gib=X`` in ``other_metrics``), bytes."""
-    for item in row.text("other_metrics").split(";"):
-        key, _, value = item.partition("=")
-        if key.strip() == "peak_memory_gib":
-            try:
-                x = float(value)
-            except ValueError:
-                x = float("nan")
-            if not 0 < x < float("inf"):
-                raise SpecError(f"{row.where}.other_metrics", item.strip(),
-                                "peak_memory_gib must be a positive number of GiB")
-            return x * GiB
-    return None
+    value = row.other("peak_memory_gib")
+    if not value:
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x < float("inf"):
+        raise SpecError(f"{row.where}.other_metrics", f"peak_memory_gib={value}",
+                        "peak_memory_gib must be a positive number of GiB")
+    return x * GiB
 
 
 def load_cases(path: Path, *, include_lora: bool = False,
@@ -346,13 +348,18 @@ def load_cases(path: Path, *, include_lora: bool = False,
     return cases
 
 
-def predict(case: Case) -> float:
-    """The model's prediction for the case's metric, seconds."""
+def predict(case: Case, stack: StackSpec | None = None):
+    """The model's prediction for the case's metric, seconds, and the plan's evaluation (None
+    for a single-layer row); ``stack`` replaces the case's own."""
+    from dataclasses import replace
+
     from .evaluate import evaluate, layer_time
 
+    sc = case.scenario if stack is None else replace(case.scenario, stack=stack)
     if case.metric == "layer_fwd_bwd_time":
-        return layer_time(case.scenario, case.plan)
-    return evaluate(case.scenario, case.plan).step_time
+        return layer_time(sc, case.plan), None
+    ev = evaluate(sc, case.plan)
+    return ev.step_time, ev
 
 
 @dataclass(frozen=True)
@@ -378,12 +385,8 @@ def run(path: Path, stack: StackSpec | None = None) -> list[Outcome]:
 
 
 def outcome(case: Case) -> Outcome:
-    from .evaluate import evaluate
-
-    if case.metric == "layer_fwd_bwd_time":
-        return Outcome(case, predict(case))
-    ev = evaluate(case.scenario, case.plan)
-    return Outcome(case, ev.step_time, ev.peak_memory)
+    time, ev = predict(case)
+    return Outcome(case, time, None if ev is None else ev.peak_memory)
 
 
 def report(outcomes: list[Outcome]) -> dict:

@@ -120,11 +120,10 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
         raise SpecError(f"{where}.base", base_name, "must be a stack name or path")
     if _looks_like_path(ident) and _looks_like_path(base_name) and not Path(base_name).is_absolute():
         base_name = str(Path(ident).parent / base_name)
-    base = _resolve_stack(base_name, f"{where}", (*seen, ident))
+    base = _resolve_stack(base_name, where, (*seen, ident))
     if "name" not in table:
         table = {**table, "name": Path(name).stem if _looks_like_path(name) else name}
-    # calibration and its provenance do not carry over silently: a derived stack states its own
-    # fitted_on, or inherits the base's values and says so
+    # keys it does not set, calibration and fitted_on included, are the base's
     return stack_from_table(table, where, base=base)
 
 

@@ -28,7 +28,7 @@ from .. import graph as G
 from ..axes import Axis
 from ..options import Recompute
 from ..placement import Layouts, layouts
-from ..specs import Parallelism, Scenario
+from ..specs import ClusterSpec, Parallelism, Scenario
 from . import memory as M
 from .compute import layer_cost
 from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
@@ -37,15 +37,16 @@ from .overlap import exposed
 from .pipeline import chunks_in_flight
 
 POLICIES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
 
 
 def optimizer_traffic(stack) -> float:
     """HBM bytes the Adam step moves per parameter: read the gradient; read and write the fp32
-    master (or stored fp32 parameter), m and v; write the bf16 copy when one is kept apart."""
-    fp32_states = 3  # the master (or the fp32 parameter itself), m and v
+    master (or the stored fp32 parameter itself), m and v; write the bf16 copy when one is kept
+    apart from the master."""
+    fp32_states = 3
     bf16_copy = M.COMPUTE_BYTES if stack.master_bytes else 0
-    return 2 * 4 * fp32_states + bf16_copy + stack.grad_bytes
-SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
+    return 2 * G.FP32 * fp32_states + bf16_copy + stack.grad_bytes
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class ConfigCosts:
 
     sc: Scenario
     par: Parallelism
+    hw: ClusterSpec
+    """The cluster as the stack runs it (``cost.hardware.effective``)."""
     lay: Layouts
     graph: G.ModelGraph
     dense: KindCost
@@ -162,7 +165,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
                                              if model.position.value == "learned" else 0)
     head = mg.head_shared if pp == 1 else mg.head
     return ConfigCosts(
-        sc=sc, par=par, lay=lay, graph=mg, dense=kind(mg.dense),
+        sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
         moe=kind(mg.moe) if mg.moe is not None else None,
         embedding=kind(mg.embedding, False), head=kind(head, False), micro=micro,
         boundary=boundary, fill=fill, steady_p2p=steady,
@@ -291,8 +294,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
-    par, st = cc.par, cc.sc.stack
-    acc = effective(cc.sc.cluster, st).accelerator
+    par, st, acc = cc.par, cc.sc.stack, cc.hw.accelerator
     F = B = zexp = zlink = 0.0
     times = [chunk_time(cc, ch) for ch in chunks]
     for t in times:

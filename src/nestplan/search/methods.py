@@ -136,8 +136,8 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
         zeros = space.zero_stages(sc, con, Parallelism(pp=pp))
-        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp,
-                          vp=con.vp or 1, sp=con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp")),
+        sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp, vp=con.vp or 1, sp=sp,
                           zero=_manual_zero(zeros, con.zero),
                           recompute=con.recompute or (Recompute.FULL,),
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}

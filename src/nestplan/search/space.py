@@ -144,15 +144,8 @@ def shapes(sc: Scenario, con: Constraints):
                                     check_plan(sc, shape.parallelism(), stack=False)
                                 except SpecError:
                                     continue
-                                if stack_runs(sc.stack, shape):
+                                if sc.stack.missing_axis(shape) is None:
                                     yield shape
-
-
-def stack_runs(stack, shape: Shape) -> bool:
-    """The stack offers every parallel axis the shape uses."""
-    used = {"tp": shape.tp > 1, "sp": shape.sp, "cp": shape.cp > 1, "ep": shape.ep > 1,
-            "pp": shape.pp > 1}
-    return all(stack.offers(axis) for axis, on in used.items() if on)
 
 
 def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
@@ -214,7 +207,7 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     micro = sc.training.global_batch // (shape.mbs * shape.dp)
     model = sc.model
     vps = [1]
-    if "interleaved-1f1b" not in sc.stack.schedules:
+    if not sc.stack.interleaves:
         return _pick(con.vp, vps)
     for v in range(2, MAX_VP + 1):
         if shape.pp == 1 or micro % shape.pp:
