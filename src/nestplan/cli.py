@@ -338,7 +338,7 @@ def cmd_validate(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import fit
-    from .catalog import DEFAULT_STACK, get_stack
+    from .catalog import DEFAULT_STACK, get_stack, looks_like_path
     from .errors import SpecError
     from .loaders import stack_to_table
     from .tomlfmt import dumps
@@ -363,10 +363,13 @@ def cmd_calibrate(args) -> int:
     print(f"fitted on {len(cases)} rows over {base.name}: {fitted}")
     # the base plus what the fit changed (and the new name and provenance)
     before = stack_to_table(base)
-    table = {"base": base.name, **{k: v for k, v in stack_to_table(result.stack).items()
+    # a base given as a file is named by its absolute path (bases resolve beside the new file)
+    ref = str(Path(args.stack).resolve()) if args.stack and looks_like_path(args.stack) \
+        else base.name
+    table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
-        out.write_text(f"# nestplan calibrate {args.csv} --stack {base.name}\n" + dumps(table))
+        out.write_text(f"# nestplan calibrate {args.csv} --stack {ref}\n" + dumps(table))
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)

@@ -354,13 +354,12 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     m = x.m
     width = 2 * ffn_local if m.gated else ffn_local
     act_saved = E * tokens * width  # GeLU keeps its input; gated kinds keep both halves
-    rw = 3.0 if m.gated else 2.0
+    rw, bwd_rw = (3.0 if m.gated else 2.0), 4.0
     if m.gated and not x.loc.fused_mlp:  # silu(a) * b as two kernels: silu's output kept too
         act_saved += E * tokens * ffn_local
-        rw = 5.0
+        rw, bwd_rw = 5.0, 6.0
     return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in),
-            _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=4.0 if rw == 3.0 else 6.0,
-                 saved=act_saved),
+            _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
 
 

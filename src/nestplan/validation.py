@@ -357,9 +357,9 @@ def predict(case: Case, stack: StackSpec | None = None):
 
     sc = case.scenario if stack is None else replace(case.scenario, stack=stack)
     if case.metric == "layer_fwd_bwd_time":
-        return layer_time(sc, case.plan), None
+        return float(layer_time(sc, case.plan)), None
     ev = evaluate(sc, case.plan)
-    return ev.step_time, ev
+    return float(ev.step_time), ev
 
 
 @dataclass(frozen=True)

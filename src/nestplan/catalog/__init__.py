@@ -34,7 +34,8 @@ def list_names(kind: str) -> list[str]:
     return sorted(p.name[:-5] for p in _folder(kind).iterdir() if p.name.endswith(".toml"))
 
 
-def _looks_like_path(text: str) -> bool:
+def looks_like_path(text: str) -> bool:
+    """A name the ``get_*`` functions read as a file rather than a catalog name."""
     return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and Path(text).exists())
 
 
@@ -55,7 +56,7 @@ def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path."""
     from ..loaders import accelerator_from_table, read_toml
 
-    table = read_toml(Path(name)) if _looks_like_path(name) else _catalog_table(
+    table = read_toml(Path(name)) if looks_like_path(name) else _catalog_table(
         "accelerators", name, "accelerator")
     if "base" in table:
         base = get_accelerator(table.pop("base"))
@@ -68,7 +69,7 @@ def get_cluster(name: str) -> ClusterSpec:
     """A cluster by catalog name or TOML path."""
     from ..loaders import cluster_from_table, read_toml
 
-    table = read_toml(Path(name)) if _looks_like_path(name) else _catalog_table(
+    table = read_toml(Path(name)) if looks_like_path(name) else _catalog_table(
         "clusters", name, "cluster")
     return cluster_from_table(table, get_accelerator)
 
@@ -78,7 +79,7 @@ def get_model(name: str) -> ModelSpec:
     """A model by catalog name, TOML path, or HuggingFace ``config.json`` path."""
     from ..loaders import model_from_table, read_toml
 
-    if _looks_like_path(name):
+    if looks_like_path(name):
         if name.endswith(".json"):
             from ..hf import model_from_hf_config
 
@@ -91,7 +92,7 @@ def _stack_table(name: str, field: str) -> tuple[dict, str]:
     """The raw table of a stack and its identity (catalog name or resolved path)."""
     from ..loaders import read_toml
 
-    if _looks_like_path(name):
+    if looks_like_path(name):
         path = Path(name)
         return read_toml(path), str(path.resolve())
     return _catalog_table("stacks", name, field), name
@@ -118,11 +119,11 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
     base_name = table["base"]
     if not isinstance(base_name, str):
         raise SpecError(f"{where}.base", base_name, "must be a stack name or path")
-    if _looks_like_path(ident) and _looks_like_path(base_name) and not Path(base_name).is_absolute():
+    if looks_like_path(ident) and looks_like_path(base_name) and not Path(base_name).is_absolute():
         base_name = str(Path(ident).parent / base_name)
     base = _resolve_stack(base_name, where, (*seen, ident))
     if "name" not in table:
-        table = {**table, "name": Path(name).stem if _looks_like_path(name) else name}
+        table = {**table, "name": Path(name).stem if looks_like_path(name) else name}
     # keys it does not set, calibration and fitted_on included, are the base's
     return stack_from_table(table, where, base=base)
 
