@@ -6,7 +6,7 @@ import pytest
 
 from nestplan.evaluate import evaluate, evaluate_names, scenario_from_names
 from nestplan.axes import Axis
-from nestplan.options import AttentionImpl, Recompute
+from nestplan.options import AttentionImpl
 from nestplan.specs import Parallelism
 
 CONTRACT = ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
@@ -39,8 +39,7 @@ def test_breakdown_adds_up_to_step_time():
 
 
 def test_chunk_times_add_up_to_the_stage_time():
-    R = Recompute
-    per_stage = (R.FULL,) + (R.NONE,) * 6 + (R.SELECTIVE,)
+    per_stage = ("full",) + ("none",) * 6 + ("selective",)
     for ev in (gpt3(vp=3, zero=3, recompute=per_stage),
                evaluate_names("mixtral-8x7b", "dgx-h100-ndr", 64, global_batch=256, seq_len=4096,
                               tp=2, pp=4, vp=2, ep=4, sp=True, mbs=1, zero=2)):
@@ -58,7 +57,7 @@ def test_recompute_trades_memory_for_time():
     sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 1024, seq_len=2048,
                              global_batch=1536, stack="megatron-2022")
     none, sel, full = (evaluate(sc, Parallelism(tp=8, pp=16, dp=8, sp=True, recompute=(r,)))
-                       for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
+                       for r in ("none", "selective", "full"))
     assert none.step_time < sel.step_time < full.step_time
     assert none.peak_memory > sel.peak_memory > full.peak_memory
 
@@ -93,7 +92,7 @@ def test_first_stage_holds_most_activations_in_1f1b():
 
 def test_per_stage_recompute():
     sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 512, seq_len=2048, global_batch=512)
-    mixed = (Recompute.FULL,) * 4 + (Recompute.NONE,) * 4
+    mixed = ("full",) * 4 + ("none",) * 4
     ev = evaluate(sc, Parallelism(tp=8, pp=8, dp=8, sp=True, recompute=mixed))
     assert [s.recompute for s in ev.stages] == ["full"] * 4 + ["none"] * 4
 

@@ -11,9 +11,11 @@ from nestplan.catalog import get_cluster
 from nestplan.cli import main
 from nestplan.errors import InfeasibleError
 from nestplan.evaluate import evaluate, scenario_from_names
-from nestplan.options import MLPKind, Norm, Position, Recompute
+from nestplan.options import MLPKind, Norm, Position
 from nestplan.search import methods, space
 from nestplan.search.space import Constraints
+from nestplan.catalog import get_stack
+from nestplan.recompute import Policy
 from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Scenario, TrainingSpec
 
 H100 = get_cluster("dgx-h100-ndr").accelerator
@@ -42,13 +44,19 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
        heads=st.sampled_from([2, 4]), moe=st.booleans(), hbm=st.sampled_from([20, 35, 60, 1000]),
        batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
        over=st.sampled_from([1.0, 4.0]), zero=st.sampled_from([0, 1, 3]),
-       mbs=st.sampled_from([1, 2]), first_dense=st.sampled_from([0, 1]))
+       mbs=st.sampled_from([1, 2]), first_dense=st.sampled_from([0, 1]),
+       more_policies=st.booleans())
 def test_dp_equals_brute_force(layers, gpus, node, heads, moe, hbm, batch, bw_ratio, over, zero,
-                               mbs, first_dense):
+                               mbs, first_dense, more_policies):
     """Random small models (dense, MoE, MoE after a dense layer) and two-level clusters with
-    tight memory: NEST finds exactly the brute-force optimum of the same space."""
+    tight memory, with the standard three recompute policies or a stack offering four: NEST finds
+    exactly the brute-force optimum of the same space."""
     sc = tiny_scenario(layers, gpus, node, heads, heads // 2 if heads > 2 else heads, moe, hbm,
                        batch, bw_ratio, over, first_dense)
+    if more_policies:
+        base = get_stack("megatron-core")
+        sc = dataclasses.replace(sc, stack=dataclasses.replace(
+            base, recompute=base.recompute + (Policy("half", "every:2"),)))
     con = Constraints(zero=zero, mbs=mbs)
     try:
         oracle = methods.run_method("exhaustive", sc, con, top=1)
@@ -89,7 +97,7 @@ def test_manual_follows_megatron_rules():
                              global_batch=512)
     p = methods.manual_plan(sc, Constraints())
     assert (p.tp, p.sp, p.zero, p.mbs, p.vp) == (8, True, 1, 1, 1)
-    assert p.recompute == (Recompute.FULL,)
+    assert p.recompute == ("full",)
     assert evaluate(sc, p).fits
     assert not evaluate(sc, p.with_(pp=p.pp // 2, dp=p.dp * 2)).fits  # the smallest PP that fits
 

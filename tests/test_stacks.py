@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,12 @@ from nestplan.catalog import get_stack, list_names
 from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate, local_strategy, scenario_from_names
 from nestplan.loaders import stack_from_table, stack_to_table
-from nestplan.options import Recompute
 from nestplan.specs import Parallelism
 from nestplan.validation import load_cases, run, table
 
-NESTPLAN = shutil.which("nestplan")
+# the console script of the interpreter running the tests (its venv need not be on PATH)
+_BESIDE = Path(sys.executable).parent / "nestplan"
+NESTPLAN = str(_BESIDE) if _BESIDE.exists() else shutil.which("nestplan")
 
 ISSUE_STACKS = ("megatron-core", "nemo", "megatron-2021", "megatron-2022", "megatron-deepspeed",
                 "deepspeed", "torchtitan", "composer")
@@ -58,16 +60,16 @@ def test_a_stack_refuses_plans_it_cannot_run():
     with pytest.raises(SpecError, match="tp: got 2; stack composer has no tensor parallelism"):
         evaluate(comp, Parallelism(tp=2, dp=4, zero=3))
     with pytest.raises(SpecError, match="recompute: got 'selective'; stack composer offers"):
-        evaluate(comp, Parallelism(dp=8, zero=3, recompute=(Recompute.SELECTIVE,)))
+        evaluate(comp, Parallelism(dp=8, zero=3, recompute=("selective",)))
 
 
 def test_fsdp_stacks_keep_fsdp_model_states():
     # FSDP with fp32 parameters and gradients: 16 bytes per parameter, all sharded
     kw = dict(seq_len=4096, global_batch=64)
     tt = evaluate(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, stack="torchtitan", **kw),
-                  Parallelism(dp=8, zero=3, recompute=(Recompute.FULL,)))
+                  Parallelism(dp=8, zero=3, recompute=("full",)))
     mc = evaluate(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, **kw),
-                  Parallelism(dp=8, zero=3, recompute=(Recompute.FULL,)))
+                  Parallelism(dp=8, zero=3, recompute=("full",)))
     m_tt, m_mc = tt.stages[0].memory, mc.stages[0].memory
     states_tt = m_tt.weights + m_tt.gradients + m_tt.optimizer
     states_mc = m_mc.weights + m_mc.gradients + m_mc.optimizer
@@ -98,6 +100,14 @@ def test_plan_with_a_stack_returns_only_what_it_runs(tmp_path):
     ('base = "megatron-core"\nzero_stages = [0, 5]\n', "zero_stages: got 5; allowed: 0, 1, 2, 3"),
     ('base = "nonesuch"\n', "stack: got 'nonesuch'; unknown stack; catalog names: composer"),
     ('base = "mine.toml"\n', "bases form a cycle"),
+    ('base = "megatron-core"\nrecompute = {none = "none", x = "modules:mlp"}\n',
+     "stack.recompute.x: got 'modules:mlp'; allowed: none, full, modules:NAME"),
+    ('base = "megatron-core"\nrecompute = {full = "full", none = "none"}\n',
+     "rule none first"),
+    ('base = "megatron-core"\nrecompute = ["none", "half"]\n',
+     "stack.recompute: got 'half'; allowed: none, selective, full (or a table"),
+    ('base = "megatron-core"\ndefault_recompute = "half"\n',
+     "default_recompute: got 'half'; must be one of its recompute policies"),
 ])
 def test_bad_stack_files_are_one_line(tmp_path, text, message):
     (tmp_path / "mine.toml").write_text(text)
@@ -227,3 +237,43 @@ def test_calibrate_over_a_stack_file_names_it_so_the_result_loads(tmp_path, shar
     assert code == 0, err
     code, out, err = cli("validate", "--csv", runs, "--stack", tmp_path / "out" / "fitted.toml")
     assert code in (0, 1) and "fitted" in out, err
+
+
+POLICIES = ('base = "megatron-core"\nname = "mine"\nrecompute = {none = "none", '
+            'attn = "modules:core_attn", half = "every:2", full = "full"}\n')
+
+
+def test_a_stack_names_its_own_recompute_policies(tmp_path):
+    """Policies are the stack's names for rules: a new name for Megatron's selective policy
+    costs the same, and full recomputation of every second block lies between none and full."""
+    (tmp_path / "mine.toml").write_text(POLICIES)
+    args = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+            "--tp", 2, "--pp", 2, "--mbs", 1, "--global-batch", 32, "--seq-len", 4096, "--json"]
+
+    def run(policy, stack="mine.toml"):
+        code, out, err = cli(*args, "--recompute", policy, "--stack", stack, cwd=tmp_path)
+        assert code == 0, err
+        return json.loads(out)
+
+    none, half, full = run("none"), run("half"), run("full")
+    assert none["peak_memory_gib"] > half["peak_memory_gib"] > full["peak_memory_gib"]
+    assert none["step_time_s"] < half["step_time_s"] < full["step_time_s"]
+    assert run("attn")["step_time_s"] == pytest.approx(
+        run("selective", "megatron-core")["step_time_s"], rel=1e-12)
+    # per stage, as the summary prints it, and back
+    mixed = run("half,full")
+    assert mixed["recompute"] == ["half", "full"]
+    code, out, err = cli(*args, "--recompute", "selective", "--stack", "mine.toml", cwd=tmp_path)
+    assert code == 2 and "recompute: got 'selective'; stack mine offers none, attn, half, full" in err
+    for bad in ("", ",", "full,"):
+        code, out, err = cli(*args, "--recompute", bad, "--stack", "mine.toml", cwd=tmp_path)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "recompute: got" in err, err
+
+
+def test_plan_searches_a_stacks_own_policies(tmp_path):
+    (tmp_path / "mine.toml").write_text(POLICIES)
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--seq-len", 8192, "--global-batch", 32, "--recompute", "half",
+                         "--stack", "mine.toml", "--json", "--top", 1, cwd=tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["recompute"] == "half"

@@ -80,7 +80,7 @@ def _scenario(args):
 def _constraints(args):
     from .axes import parse_order
     from .errors import SpecError
-    from .options import Recompute
+    from .recompute import parse_names
     from .search.space import Constraints
 
     kw = {}
@@ -94,9 +94,8 @@ def _constraints(args):
             kw[name] = value
     if args.sp is not None:
         kw["sp"] = args.sp
-    if args.recompute:
-        kw["recompute"] = tuple(Recompute.parse("recompute", r.strip())
-                                for r in args.recompute.split(","))
+    if args.recompute is not None:
+        kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order:
         kw["rank_order"] = parse_order(args.rank_order)
     return Constraints(tp_within_node=args.tp_within_node, **kw)
@@ -127,7 +126,7 @@ class _Progress:
 def _plan(args, sc):
     from .axes import parse_order
     from .errors import SpecError
-    from .options import Recompute
+    from .recompute import parse_names
     from .specs import Parallelism
 
     cp = args.cp if args.cp is not None else 1
@@ -144,9 +143,8 @@ def _plan(args, sc):
     kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=1 if args.ep is None else args.ep,
               etp=args.etp, vp=1 if args.vp is None else args.vp, sp=bool(args.sp),
               zero=0 if args.zero is None else args.zero, mbs=args.mbs)
-    if args.recompute:
-        kw["recompute"] = tuple(Recompute.parse("recompute", r.strip())
-                                for r in args.recompute.split(","))
+    if args.recompute is not None:
+        kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order:
         kw["rank_order"] = parse_order(args.rank_order)
     return Parallelism(**kw)

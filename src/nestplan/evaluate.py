@@ -32,8 +32,8 @@ from .cost import device as D
 from .cost.compute import layer_cost
 from .cost.hardware import effective
 from .cost.pipeline import schedule_time
-from .options import Recompute
 from .placement import layouts, stage_devices
+from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, check_plan, default_split
 
@@ -43,7 +43,7 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
     stack's kernels."""
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
-                   stack.fused_norm, stack.fused_gated_mlp, stack.selective)
+                   stack.fused_norm, stack.fused_gated_mlp)
 
 
 @lru_cache(maxsize=256)
@@ -98,7 +98,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     bounds = chunk_bounds(sc.model, par)
     devices, contents, pols, chunk_times = [], [], [], []
     for s in range(pp):
-        pol = D.POLICIES.index(par.recompute_of(s))
+        pol = sc.stack.policy_index(par.recompute_of(s))
         mine = _contents(cc, bounds, s)
         chunks = [D.chunk(cc, d, m, e, h) for d, m, e, h in mine]
         devices.append(D.device(cc, chunks, s))
@@ -116,7 +116,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
         has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
         chunk_fwd=chunk_times[s][0], chunk_bwd=chunk_times[s][1],
         send=cc.boundary[s] if s < len(cc.boundary) else 0.0, end=e[s],
-        memory=D.pick(devices[s].memory, pols[s]), recompute=D.POLICIES[pols[s]].value,
+        memory=D.pick(devices[s].memory, pols[s]), recompute=sc.stack.recompute[pols[s]].name,
         devices=ids[s]) for s in range(pp))
 
     # breakdown: per-micro-batch work on the slowest device, the end on the latest one
@@ -132,7 +132,7 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
             for ax, t in kc.exposed:
                 exp[ax] += n * t
             for ax, t in kc.link:  # full recomputation repeats the forward collectives
-                link[ax] += n * t * (2 if pols[k] == 2 else 1)
+                link[ax] += n * t * (1 + kc.again[pols[k]])
     time = TimeBreakdown(
         compute=micro * compute, recompute=micro * recompute,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
@@ -177,7 +177,7 @@ def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_
     sc = scenario_from_names(model, cluster, gpus, seq_len=seq_len, global_batch=global_batch,
                              precision=Precision.parse("precision", precision))
     if isinstance(plan.get("recompute"), str):
-        plan["recompute"] = (Recompute.parse("recompute", plan["recompute"]),)
+        plan["recompute"] = (plan["recompute"],)
     if "dp" not in plan:
         denom = plan.get("tp", 1) * plan.get("pp", 1) * plan.get("cp", 1)
         plan["dp"] = max(1, gpus // denom)
@@ -190,6 +190,6 @@ def layer_time(sc: Scenario, par: Parallelism) -> float:
     cluster = effective(sc.cluster, st)
     block = G.build(sc.model, local_strategy(par, tr, st)).block(0)
     c = layer_cost(block, cluster.accelerator, cluster, layouts(par, cluster, sc.gpus), tr, st)
-    extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: c.recompute_selective,
-             Recompute.FULL: c.recompute_full}[par.recompute_of(0)]
+    eff = effect(st.policy(par.recompute_of(0)), block)
+    extra = eff.full * c.fwd + sum(s * t for s, t in zip(eff.shares, c.op_fwd))
     return c.fwd + c.bwd + extra

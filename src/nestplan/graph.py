@@ -30,11 +30,6 @@ FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
 
 
-#: Ops of the attention core: recomputed by Megatron's selective policy (Korthikanti et al. §5).
-ATTENTION_CORE = frozenset({"attn_core", "attn_stats", "attn_scores", "softmax", "attn_dropout",
-                            "attn_pv"})
-
-
 class OpKind(enum.Enum):
     GEMM = "gemm"  # matmul: compute-bound, size-dependent efficiency, may run in fp8
     ATTENTION = "attention"  # fused flash-attention kernel
@@ -84,10 +79,19 @@ class Op:
     """FLOP of one GEMM call (sets its efficiency); for grouped GEMMs, one expert's call."""
     saved: float = 0.0
     """Bytes kept for backward."""
+    module: str = ""
+    """The recompute module it belongs to (``recompute.MODULES``; "" for none)."""
     internal: bool = False
-    """Saved tensors are attention-core internals, dropped (and recomputed) by selective recompute."""
-    recompute_share: float = 0.0
-    """Share of this op's forward that the stack's selective policy runs again in backward."""
+    """What it saves is internal to its module: dropped (and recomputed) when the module is
+    checkpointed. Tensors a module takes in or hands on stay."""
+    pinned: float = 0.0
+    """Bytes a checkpoint of its module keeps alive beyond what it saves (the base storage of an
+    input that is a view)."""
+    out_bytes: float = 0.0
+    """Bytes of its output (what per-op checkpointing keeps when it saves this op)."""
+    matmuls: tuple[float, ...] = (1.0,)
+    """The matmuls it runs as in eager model code, as shares of its output (fused QKV is wq, wk
+    and wv; a gated fc1 is w1 and w3)."""
     model_flops: float = 0.0
     """Forward FLOP by the usual MFU convention (full s×s attention, no recompute)."""
     shape: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -129,9 +133,6 @@ class LayerGraph:
     """Bytes of the layer input (what full recomputation keeps)."""
     total_params: float
     """Parameters of the whole layer (all devices together, without replication)."""
-    selective_saved: float | None = None
-    """Bytes kept under the stack's selective policy when it is not "drop the internal tensors"
-    (per-op selective checkpointing keeps chosen op outputs instead)."""
 
     @property
     def largest_weight(self) -> float:
@@ -142,17 +143,6 @@ class LayerGraph:
     @property
     def saved_bytes(self) -> float:
         return sum(op.saved for op in self.ops)
-
-    @property
-    def internal_bytes(self) -> float:
-        return sum(op.saved for op in self.ops if op.internal)
-
-    @property
-    def selective_bytes(self) -> float:
-        """Bytes kept for backward under the selective policy."""
-        if self.selective_saved is not None:
-            return self.selective_saved
-        return self.saved_bytes - self.internal_bytes
 
     @property
     def model_flops(self) -> float:
@@ -179,8 +169,6 @@ class Local:
     """Norms are fused kernels keeping only their input (the stack's ``fused_norm``)."""
     fused_mlp: bool = True
     """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
-    selective: str = "attention-core"
-    """What the selective policy recomputes (the stack's ``selective``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -190,7 +178,7 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 
 def _gemm(name: str, m: float, k: float, n: float, *, saved: float, lowp: bool = True,
-          calls: float = 1.0) -> Op:
+          calls: float = 1.0, matmuls: tuple[float, ...] = (1.0,)) -> Op:
     """A matmul [m×k]·[k×n]; backward is two matmuls of the same size (dgrad and wgrad).
 
     ``lowp``: the GEMM runs in the plan's matmul precision. Transformer Engine runs the linear
@@ -200,14 +188,15 @@ def _gemm(name: str, m: float, k: float, n: float, *, saved: float, lowp: bool =
     traffic = E * (m * k + k * n + m * n)
     return Op(name, OpKind.GEMM, flops=flops, bwd_flops=2 * flops, nbytes=traffic,
               bwd_nbytes=2 * traffic, call_flops=flops / calls, saved=saved,
-              model_flops=flops, shape=(m, k, n), lowp=lowp)
+              model_flops=flops, shape=(m, k, n), lowp=lowp, out_bytes=E * m * n,
+              matmuls=matmuls)
 
 
 def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0, saved: float = 0.0,
-         internal: bool = False) -> Op:
+         module: str = "", internal: bool = False) -> Op:
     """A memory-bound op touching ``elements`` bf16 values ``rw`` times forward, ``bwd_rw`` backward."""
     return Op(name, OpKind.MEMORY, nbytes=E * rw * elements, bwd_nbytes=E * bwd_rw * elements,
-              saved=saved, internal=internal)
+              saved=saved, module=module, internal=internal)
 
 
 class _Dims:
@@ -270,7 +259,8 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     gemm_in = E * Tn * h  # SP stores the sharded input and re-gathers it in backward
     if m.mla is None:
         qkv_out = (x.a + 2 * x.g) * x.d
-        ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in))
+        parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
+        ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in, matmuls=parts))
         params = h * qkv_out + x.a * x.d * h
         total = h * (m.heads + 2 * m.kv_heads) * m.head_dim + m.heads * m.head_dim * h
         if m.bias:
@@ -305,6 +295,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
     if m.position is Position.ROPE:
         ops.append(_mem("rope", q_el + k_el))
+    # A checkpoint of the core keeps its inputs q, k, v. With RoPE, q and k are fresh rotated
+    # copies while v stays a view of the fused QKV output, whose whole storage it keeps alive
+    # (measured on Megatron-Core's layer: tests/frameworks_saved.py)
+    pinned = E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None else 0.0
     # attention core: scores over the full sequence S for the s local queries (CP splits queries)
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents
@@ -316,24 +310,34 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         ops.append(Op("attn_core", OpKind.ATTENTION, flops=done, bwd_flops=2.5 * done,
                       nbytes=E * (q_el + k_el + v_el + T * x.a * d_v), bwd_nbytes=3 * E * (
                           q_el + k_el + v_el + T * x.a * d_v),
-                      saved=E * (q_el + k_el + v_el) + lse, model_flops=full))
+                      saved=E * (q_el + k_el + v_el) + lse, model_flops=full, module="core_attn",
+                      out_bytes=E * T * x.a * d_v + lse, pinned=pinned))
         # selective recompute of a flash core keeps its inputs and drops only the statistics
-        ops.append(Op("attn_stats", OpKind.MEMORY, saved=0.0, internal=True))
+        ops.append(Op("attn_stats", OpKind.MEMORY, saved=0.0, module="core_attn", internal=True))
     else:
         probs = b * x.a * s * S
         batch = b * x.a
+        # Megatron's unfused DotProductAttention repeats K and V to every query head under GQA
+        # (repeat_interleave) and the two batched matmuls keep the repeated copies
+        k_rep, v_rep = T * x.a * d_qk, T * x.a * d_v
+        if k_rep + v_rep > k_el + v_el:
+            ops.append(_mem("kv_repeat", k_el + v_el + k_rep + v_rep, rw=1.0, bwd_rw=1.0,
+                            saved=E * (k_rep + v_rep - k_el - v_el), module="core_attn",
+                            internal=True))
         ops.append(Op("attn_scores", OpKind.GEMM, flops=full / 2, bwd_flops=full,
-                      nbytes=E * (q_el + k_el + probs), bwd_nbytes=2 * E * (q_el + k_el + probs),
-                      call_flops=full / 2 / batch, saved=E * (q_el + k_el), model_flops=full / 2))
+                      nbytes=E * (q_el + k_rep + probs), bwd_nbytes=2 * E * (q_el + k_rep + probs),
+                      call_flops=full / 2 / batch, saved=E * (q_el + k_el), model_flops=full / 2,
+                      module="core_attn", pinned=pinned))
         # softmax keeps its output; dropout keeps a 1-byte mask and its output (Korthikanti §4.1)
-        ops.append(_mem("softmax", probs, saved=E * probs, internal=True))
+        ops.append(_mem("softmax", probs, saved=E * probs, module="core_attn", internal=True))
         if m.dropout:
             ops.append(_mem("attn_dropout", probs, rw=2.5, bwd_rw=2.5, saved=(1 + E) * probs,
-                            internal=True))
+                            module="core_attn", internal=True))
         ops.append(Op("attn_pv", OpKind.GEMM, flops=full / 2, bwd_flops=full,
-                      nbytes=E * (probs + v_el + T * x.a * d_v),
-                      bwd_nbytes=2 * E * (probs + v_el + T * x.a * d_v),
-                      call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2))
+                      nbytes=E * (probs + v_rep + T * x.a * d_v),
+                      bwd_nbytes=2 * E * (probs + v_rep + T * x.a * d_v),
+                      call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2,
+                      module="core_attn"))
     if loc.cp > 1:
         kv_block = E * (k_el + v_el)
         comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
@@ -358,7 +362,8 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     if m.gated and not x.loc.fused_mlp:  # silu(a) * b as two kernels: silu's output kept too
         act_saved += E * tokens * ffn_local
         rw, bwd_rw = 5.0, 6.0
-    return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in),
+    halves = (0.5, 0.5) if m.gated else (1.0,)  # eager gated MLPs run w1 and w3 apart
+    return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves),
             _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
 
@@ -389,7 +394,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         mo = m.moe
         ep, etp = loc.ep, loc.etp
         k = mo.top_k
-        ops.append(_gemm("router", Tn, h, mo.experts, saved=0.0, lowp=False))
+        # the router keeps its input, the normed hidden states (the shared experts read the same
+        # tensor); measured on Megatron-Core's MoE layer (tests/frameworks_saved.py)
+        ops.append(_gemm("router", Tn, h, mo.experts, saved=E * Tn * h, lowp=False))
         ops.append(_mem("router_softmax", Tn * mo.experts, saved=FP32 * Tn * mo.experts))
         routed = Tn * k  # token copies leaving this device
         X = routed * etp  # token copies this device computes (balanced routing)
@@ -401,7 +408,12 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # grouped GEMM: efficiency set by one expert's share of the tokens
         mlp = [replace(o, call_flops=o.call_flops * tokens_per_call / X) for o in mlp]
         ops += mlp
-        ops.append(_mem("unpermute", routed * h, saved=E * routed * h))
+        # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
+        # expert activation, so the unpermute keeps only indices; unfused code multiplies the
+        # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
+        # MoE layer: tests/frameworks_saved.py)
+        kept = 0.0 if x.loc.fused_mlp and m.gated else E * routed * h
+        ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += [Comm("dispatch", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
                       Comm("combine", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
@@ -425,53 +437,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                     saved=drop_mask))
     layer = LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, tuple(ops), tuple(comms),
                        params, expert_params, E * Tn * h, total)
-    if loc.selective == "matmul-outputs":
-        return _per_op_selective(layer, x)
-    # Megatron's selective recomputation: the attention core (Korthikanti et al. 2022 §5)
-    return replace(layer, ops=tuple(replace(o, recompute_share=1.0) if o.name in ATTENTION_CORE
-                                    else o for o in layer.ops))
-
-
-def _matmul_shares(op: Op, x: "_Dims") -> list[float]:
-    """The matmuls one GEMM of the graph runs as in eager model code, as shares of its output:
-    fused QKV as wq, wk and wv; a gated fc1 as w1 and w3; any other GEMM as itself."""
-    if op.name == "qkv":
-        q, kv = x.a, x.g
-        return [q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv)]
-    if op.name.endswith("fc1") and x.m.gated:
-        return [0.5, 0.5]
-    return [1.0]
-
-
-def _per_op_selective(layer: LayerGraph, x: "_Dims") -> LayerGraph:
-    """torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``,
-    torchtitan/distributed/activation_checkpoint.py): inside a checkpointed block the outputs of
-    matmuls are saved except every second one, and the attention kernel's outputs are saved;
-    everything else (norms, activations, RoPE, every second matmul) runs again in backward. The
-    block's input is kept as under full recomputation."""
-    d_v = x.m.mla.v_head_dim if x.m.mla is not None else x.d
-    # the attention kernel's outputs: its result and the fp32 log-sum-exp
-    saved = layer.input_bytes + (E * d_v + FP32) * x.T * x.a
-    count = 0
-    share: dict[str, float] = {}
-    for op in layer.ops:
-        if op.kind is not OpKind.GEMM or op.name == "router":
-            continue
-        m, _, n = op.shape
-        for part in _matmul_shares(op, x):
-            count += 1
-            if count % 2:  # kept
-                saved += E * m * n * part
-            else:
-                share[op.name] = share.get(op.name, 0.0) + part
-    ops = []
-    for op in layer.ops:
-        if op.kind is OpKind.MEMORY:
-            op = replace(op, recompute_share=1.0)
-        elif op.name in share:
-            op = replace(op, recompute_share=share[op.name])
-        ops.append(op)
-    return replace(layer, ops=tuple(ops), selective_saved=saved)
+    return layer
 
 
 def _embedding(x: _Dims) -> LayerGraph:

@@ -293,7 +293,7 @@ _STACK_FIELD_OF = {"reserved_GiB": "reserved_bytes", "step_overhead_s": "step_ov
 def _stack_fields() -> dict:
     """File key -> (StackSpec field, type(s) in the file, file to spec, spec to file). Loading and
     saving both read this one table, so the file format is written out once."""
-    from .options import AttentionImpl, Recompute, TPOverlap
+    from .options import AttentionImpl, TPOverlap
 
     def plain(kind):
         return kind, lambda v, where: v, lambda v: v
@@ -311,10 +311,12 @@ def _stack_fields() -> dict:
                 lambda v: [back(x) for x in v])
 
     keys = {
-        **{k: plain(str) for k in ("name", "description", "export_format", "selective")},
+        **{k: plain(str) for k in ("name", "description", "export_format",
+                                  "default_recompute")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
-                                    "gather_whole_block", "recompute_per_stage", "default_sp")},
+                                    "gather_whole_block", "recompute_per_stage", "default_sp",
+                                    "gpt_tied_embeddings")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_transient_bytes", "max_zero_with_pp", "default_zero")},
         **{k: number() for k in ("allocator_overhead", "matmul_scale", "attention_scale",
@@ -323,8 +325,7 @@ def _stack_fields() -> dict:
         "kernel_overhead_us": number(units.US),
         "attention": choice(AttentionImpl),
         "tp_overlap": choice(TPOverlap),
-        "recompute": listed(item=lambda x, where: Recompute.parse(where, x),
-                            back=lambda x: x.value),
+        "recompute": ((list, dict), _recompute_from_file, _recompute_to_file),
         "schedules": listed(),
         "zero_stages": listed(int),
         "axes": listed(),
@@ -332,6 +333,26 @@ def _stack_fields() -> dict:
         "fitted_on": listed(),
     }
     return {key: (_STACK_FIELD_OF.get(key, key), *spec) for key, spec in keys.items()}
+
+
+def _recompute_from_file(value, where: str):
+    """``recompute``: a list of standard policy names, or a table of name = rule."""
+    from .recompute import Policy, parse_rule, standard
+
+    if isinstance(value, list):
+        return standard(where, _list(value, where, str))
+    if not value:
+        raise SpecError(where, {}, "name at least the policy none")
+    return tuple(Policy(str(name), parse_rule(f"{where}.{name}", rule))
+                 for name, rule in value.items())
+
+
+def _recompute_to_file(policies):
+    from .recompute import STANDARD
+
+    if all(STANDARD.get(p.name) == p.rule for p in policies):
+        return [p.name for p in policies]
+    return {p.name: p.rule for p in policies}
 
 
 STACK_ONLY_KEYS = {"base", "runs_source"}

@@ -28,14 +28,6 @@ class Precision(_Choice):
     FP8 = "fp8"
 
 
-class Recompute(_Choice):
-    """Activation recomputation policy (Korthikanti et al. 2022)."""
-
-    NONE = "none"
-    SELECTIVE = "selective"  # recompute the attention core only
-    FULL = "full"  # keep each layer's input, recompute the whole layer in backward
-
-
 class AttentionImpl(_Choice):
     """How the attention core is computed."""
 

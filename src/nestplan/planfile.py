@@ -19,7 +19,7 @@ from .errors import SpecError
 from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
                       model_to_table, stack_from_table, stack_to_table, training_from_table,
                       training_to_table)
-from .options import Recompute
+from .recompute import parse_names
 from .placement import rank_grid
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario
@@ -66,7 +66,7 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
 def plan_to_dict(par: Parallelism) -> dict:
     return {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
             "etp": par.expert_tp, "vp": par.vp, "sp": par.sp, "zero": par.zero,
-            "recompute": [par.recompute_of(s).value for s in range(par.pp)], "mbs": par.mbs,
+            "recompute": [par.recompute_of(s) for s in range(par.pp)], "mbs": par.mbs,
             "rank_order": "-".join(a.value for a in par.rank_order),
             "stage_layers": list(par.stage_layers) if par.stage_layers else None}
 
@@ -132,7 +132,7 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
         rec = [rec] if isinstance(rec, str) else rec
         if not isinstance(rec, list):
             raise SpecError(f"{where}.recompute", rec, "must be a policy or a list of policies")
-        kw["recompute"] = tuple(Recompute.parse(f"{where}.recompute", r) for r in rec)
+        kw["recompute"] = parse_names(f"{where}.recompute", rec)
     if "rank_order" in table:
         kw["rank_order"] = parse_order(str(table["rank_order"]))
     if table.get("stage_layers") is not None:

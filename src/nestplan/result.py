@@ -169,8 +169,8 @@ class Evaluation:
             "why_not": self.why_not,
             "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
             "vp": p.vp, "sp": p.sp, "zero": p.zero,
-            "recompute": (p.recompute[0].value if len(set(p.recompute)) == 1
-                          else [r.value for r in p.recompute]),
+            "recompute": (p.recompute[0] if len(set(p.recompute)) == 1
+                          else list(p.recompute)),
             "mbs": p.mbs,
             "micro_batches": self.micro_batches,
             "rank_order": "-".join(a.value for a in p.rank_order),

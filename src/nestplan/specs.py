@@ -13,7 +13,7 @@ from .axes import MEGATRON_ORDER, RANK_AXES, Axis
 from .errors import SpecError
 from typing import TYPE_CHECKING
 
-from .options import MLPKind, Norm, Position, Precision, Recompute
+from .options import MLPKind, Norm, Position, Precision
 
 if TYPE_CHECKING:  # stack.py builds on this module's helpers
     from .stack import StackSpec
@@ -363,8 +363,9 @@ class Parallelism(_CachedHash):
     """Sequence parallelism in the TP regions outside the GEMMs."""
     zero: int = 0
     """ZeRO stage: 0 none, 1 optimizer (= distributed optimizer), 2 + gradients, 3 + weights."""
-    recompute: tuple[Recompute, ...] = (Recompute.NONE,)
-    """Recompute policy per pipeline stage (one entry applies to every stage)."""
+    recompute: tuple[str, ...] = ("none",)
+    """Recompute policy per pipeline stage, by the stack's names (one entry applies to every
+    stage)."""
     mbs: int = 1
     """Micro-batch size, sequences."""
     rank_order: tuple[Axis, ...] = MEGATRON_ORDER
@@ -379,8 +380,12 @@ class Parallelism(_CachedHash):
             _positive("etp", self.etp)
         if self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
-        if not self.recompute or len(self.recompute) not in (1, self.pp):
-            raise SpecError("recompute", self.recompute,
+        if isinstance(self.recompute, str):
+            object.__setattr__(self, "recompute", (self.recompute,))
+        object.__setattr__(self, "recompute", tuple(str(r) for r in self.recompute))
+        if not self.recompute or len(self.recompute) not in (1, self.pp) or not all(
+                self.recompute):
+            raise SpecError("recompute", ",".join(self.recompute),
                             f"give one policy or one per pipeline stage ({self.pp})")
         if sorted(a.value for a in self.rank_order) != sorted(a.value for a in RANK_AXES):
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
@@ -410,7 +415,12 @@ class Parallelism(_CachedHash):
         """Replicas of each expert's weights: tp·cp·dp / (etp·ep)."""
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
-    def recompute_of(self, stage: int) -> Recompute:
+    @property
+    def recompute_text(self) -> str:
+        """The policies as ``--recompute`` takes them: one name, or one per stage."""
+        return self.recompute[0] if len(set(self.recompute)) == 1 else ",".join(self.recompute)
+
+    def recompute_of(self, stage: int) -> str:
         return self.recompute[0] if len(self.recompute) == 1 else self.recompute[stage]
 
     def with_(self, **changes) -> "Parallelism":

@@ -21,7 +21,8 @@ import math
 from dataclasses import dataclass
 
 from .errors import SpecError
-from .options import AttentionImpl, Recompute, TPOverlap
+from .options import AttentionImpl, TPOverlap
+from .recompute import STANDARD, Policy, standard
 from .specs import _CachedHash
 from .units import GiB, US
 
@@ -31,8 +32,6 @@ SCHEDULES = ("1f1b", "interleaved-1f1b")
 """Pipeline schedules nestplan models today."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
-SELECTIVE = ("attention-core", "matmul-outputs")
-"""What a stack's selective recompute policy recomputes (``StackSpec.selective``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +67,6 @@ class StackSpec(_CachedHash):
     for backward: 4 for Megatron's fused vocab-parallel cross-entropy (its fp32 gradient); 6 for
     eager cross-entropy on upcast logits (the bf16 logits and their fp32 copy, or the fp32 and
     bf16 gradients)."""
-    selective: str = "attention-core"
-    """What its selective recompute policy recomputes: ``attention-core`` (Megatron: the attention
-    core's internals) or ``matmul-outputs`` (torchtitan's per-op checkpointing: keep matmul and
-    attention outputs except every second matmul, recompute everything else)."""
     # ---- behaviour: overlap
     overlap_grad_reduce: bool = True
     """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
@@ -94,8 +89,8 @@ class StackSpec(_CachedHash):
     """The caching allocator's reserved-but-unused share, as a fraction of activations and
     transient memory."""
     # ---- what it offers
-    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    """Recompute policies it offers."""
+    recompute: tuple[Policy, ...] = standard("recompute", STANDARD)
+    """Recompute policies it offers, by name (``recompute.Policy``); plans name them."""
     recompute_per_stage: bool = True
     """Different pipeline stages may use different recompute policies."""
     schedules: tuple[str, ...] = SCHEDULES
@@ -108,6 +103,12 @@ class StackSpec(_CachedHash):
     """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
     default_sp: bool = False
     """Its launchers turn sequence parallelism on with tensor parallelism unless told otherwise."""
+    default_recompute: str | None = None
+    """The recompute policy its launchers use when a run does not say (runs CSVs); None: the
+    run was tuned, so validation takes the fastest policy that fits."""
+    gpt_tied_embeddings: bool = True
+    """Runs of GPT-style models (runs CSVs) tie the output layer to the embedding, Megatron-LM's
+    default; False where a source's parameter counts show untied ones."""
     axes: tuple[str, ...] = AXES
     """Parallel axes it offers beside data parallelism."""
     # ---- calibration
@@ -139,8 +140,6 @@ class StackSpec(_CachedHash):
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
-        if self.selective not in SELECTIVE:
-            raise SpecError("stack.selective", self.selective, "allowed: " + ", ".join(SELECTIVE))
         if self.master_bytes not in (0, 4):
             raise SpecError("stack.master_bytes", self.master_bytes,
                             "allowed: 0 (no separate master copy) or 4 (fp32)")
@@ -157,9 +156,16 @@ class StackSpec(_CachedHash):
             _positive_scale("network_scale", v)
         if not 0 <= self.overlap_efficiency <= 1:
             raise SpecError("stack.overlap_efficiency", self.overlap_efficiency, "must be in [0, 1]")
-        if Recompute.NONE not in self.recompute:
-            raise SpecError("stack.recompute", [r.value for r in self.recompute],
-                            "every stack can run without recomputation: include none")
+        names = [p.name for p in self.recompute]
+        if not self.recompute or self.recompute[0].rule != "none":
+            raise SpecError("stack.recompute", names,
+                            "every stack can run without recomputation: name a policy with "
+                            "rule none first")
+        if len(set(names)) != len(names):
+            raise SpecError("stack.recompute", names, "policy names must differ")
+        if self.default_recompute is not None and self.default_recompute not in names:
+            raise SpecError("stack.default_recompute", self.default_recompute,
+                            "must be one of its recompute policies: " + ", ".join(names))
         for s in self.schedules:
             if s not in SCHEDULES:
                 raise SpecError("stack.schedules", s, "allowed: " + ", ".join(SCHEDULES))
@@ -183,6 +189,30 @@ class StackSpec(_CachedHash):
     def optimizer_bytes(self) -> int:
         """Optimizer bytes per parameter: Adam's fp32 m and v, plus the fp32 master copy."""
         return 8 + self.master_bytes
+
+    def policy_index(self, name: str) -> int | None:
+        """Position of the recompute policy ``name`` in ``recompute`` (None if not offered)."""
+        for i, p in enumerate(self.recompute):
+            if p.name == name:
+                return i
+        return None
+
+    def policy(self, name: str) -> Policy:
+        i = self.policy_index(name)
+        if i is None:
+            raise SpecError("recompute", name, f"stack {self.name} offers " + ", ".join(
+                p.name for p in self.recompute))
+        return self.recompute[i]
+
+    @property
+    def most_saving(self) -> str:
+        """The name of its full-recomputation policy (else its last one)."""
+        full = self.policies_of("full")
+        return self.recompute[full[0] if full else -1].name
+
+    def policies_of(self, kind: str) -> tuple[int, ...]:
+        """Indices of its policies whose rule is of ``kind`` (``none``, ``full``, ...)."""
+        return tuple(i for i, p in enumerate(self.recompute) if p.kind == kind)
 
     def offers(self, axis: str) -> bool:
         return axis in self.axes
@@ -219,11 +249,11 @@ class StackSpec(_CachedHash):
         if par.vp > 1 and not self.interleaves:
             return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
         for r in par.recompute:
-            if r not in self.recompute:
-                return "recompute", r.value, f"stack {n} offers " + ", ".join(
-                    p.value for p in self.recompute)
+            if self.policy_index(r) is None:
+                return "recompute", r, f"stack {n} offers " + ", ".join(
+                    p.name for p in self.recompute)
         if len(set(par.recompute)) > 1 and not self.recompute_per_stage:
-            return "recompute", ",".join(r.value for r in par.recompute), (
+            return "recompute", ",".join(par.recompute), (
                 f"stack {n} applies one policy to every stage")
         return None
 

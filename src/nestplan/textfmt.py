@@ -14,7 +14,7 @@ def plan_line(ev: Evaluation) -> str:
     if ev.scenario.model.moe is not None:
         parts.append(f"etp={p.expert_tp}")
     parts += [f"vp={p.vp}", f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
-              "recompute=" + ",".join(sorted({r.value for r in p.recompute})), f"mbs={p.mbs}",
+              "recompute=" + p.recompute_text, f"mbs={p.mbs}",
               f"order={'-'.join(a.value for a in p.rank_order)}"]
     return " ".join(parts)
 
@@ -82,7 +82,7 @@ def id_ranges(ids, limit: int = 60) -> str:
 
 def _row(rank, ev) -> str:
     p = ev.plan
-    rec = "+".join(sorted({r.value[:4] for r in p.recompute}))
+    rec = p.recompute_text
     return (f"{rank:>2}  {ev.step_time:9.3f}  {ev.tokens_per_s:12,.0f}  {ev.mfu * 100:5.1f}%  "
             f"{ev.peak_memory / 2**30:6.1f}  {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} {p.ep:>3} "
             f"{p.vp:>2} {'on' if p.sp else '-':>3} {p.zero:>4} {p.mbs:>4}  {rec:10s} "

@@ -31,7 +31,7 @@ from pathlib import Path
 from .axes import parse_order
 from .catalog import DEFAULT_STACK
 from .errors import SpecError
-from .options import MLPKind, Norm, Position, Precision, Recompute
+from .options import MLPKind, Norm, Position, Precision
 from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec, check_plan
 from .stack import StackSpec
 from .units import GiB
@@ -189,7 +189,7 @@ def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
         vocab=row.number("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
         max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
-        tied_embeddings=mpt or (gpt and stack.name != "megatron-core"), moe=moe,
+        tied_embeddings=mpt or (gpt and stack.gpt_tied_embeddings), moe=moe,
     )
 
 
@@ -225,7 +225,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     order = row.text("rank_order")
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
                        vp=row.number("vp", 1), sp=sp,
-                       zero=zero, recompute=(Recompute.parse(f"{row.where}.recompute", rec),),
+                       zero=zero, recompute=(stack.policy(rec).name,),
                        mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
                        **({"rank_order": parse_order(order)} if order else {}))
 
@@ -237,7 +237,7 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
 
     per_replica = sc.training.global_batch // plan.dp
     sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0] if free_mbs else [plan.mbs]
-    policies = list(sc.stack.recompute) if free_recompute else [plan.recompute[0]]
+    policies = [p.name for p in sc.stack.recompute] if free_recompute else [plan.recompute[0]]
     best, best_time = None, float("inf")
     for mbs in sizes:
         for policy in policies:
@@ -248,7 +248,8 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
                 continue
             if ev.fits and ev.step_time < best_time:
                 best, best_time = candidate, ev.step_time
-    return best or plan.with_(recompute=(Recompute.FULL,) if free_recompute else plan.recompute)
+    return best or plan.with_(recompute=(sc.stack.most_saving,) if free_recompute
+                              else plan.recompute)
 
 
 def _cluster(row: _Row, base: Path):
@@ -276,8 +277,9 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     sc = Scenario(model=_model(row, base, stack), cluster=_cluster(row, base), gpus=gpus,
                   training=_training(row), stack=stack)
     free_mbs = not row.text("micro_batch") and plan.mbs == 1 and _local_batch(row) is None
-    # NeMo's launcher configs set no activation checkpointing: unstated means none there
-    free_recompute = not row.text("recompute") and stack.name != "nemo"
+    if not row.text("recompute") and stack.default_recompute is not None:
+        plan = plan.with_(recompute=(stack.default_recompute,))
+    free_recompute = not row.text("recompute") and stack.default_recompute is None
     if metric == "step_time" and (free_mbs or free_recompute):
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
@@ -420,7 +422,7 @@ def table(outcomes: list[Outcome]) -> str:
         p = o.case.plan
         desc = (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
                 + (f" v{p.vp}" if p.vp > 1 else "") + (" sp" if p.sp else "")
-                + f" z{p.zero} {p.recompute[0].value[:3]} b{p.mbs}")
+                + f" z{p.zero} {p.recompute_text} b{p.mbs}")
         line = (f"{o.case.id:40s} {o.case.scenario.stack.name:18s} {desc:28s} "
                 f"{o.case.measured:10.4f} {o.predicted:10.4f} {o.error * 100:+6.1f}%")
         if o.memory_error is not None:

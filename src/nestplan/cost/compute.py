@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..axes import Axis
-from ..graph import ATTENTION_CORE, Hide, LayerGraph, Op, OpKind
+from ..graph import Hide, LayerGraph, Op, OpKind
 from ..options import Precision, TPOverlap
 from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
@@ -76,10 +76,8 @@ class LayerCost:
     """Forward: compute plus exposed communication."""
     bwd: float
     """Backward (without recomputation): compute plus exposed communication."""
-    recompute_selective: float
-    """Forward of what the stack's selective policy runs again (Megatron: the attention core)."""
-    recompute_full: float
-    """Forward of the whole layer again, with its forward communication (full recomputation)."""
+    op_fwd: tuple[float, ...]
+    """Forward compute of each operator (what a recompute policy runs again, in shares)."""
     compute: float
     """Forward + backward compute alone."""
     comm: tuple[tuple[Axis, float, float], ...]
@@ -98,14 +96,14 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
                 groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
                 overlap: float) -> LayerCost:
-    f = b = core = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
+    f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
+    op_fwd = []
     for op in layer.ops:
         tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
         f += tf
         b += tb
-        if op.recompute_share:
-            core += op.recompute_share * tf
-        if op.name in ATTENTION_CORE:
+        op_fwd.append(tf)
+        if op.module == "core_attn":
             attn_f += tf
             attn_b += tb
         if op.kind is OpKind.GEMM:
@@ -146,8 +144,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     return LayerCost(
         fwd=f + f_exposed,
         bwd=b + b_exposed,
-        recompute_selective=core,
-        recompute_full=f + f_exposed,
+        op_fwd=tuple(op_fwd),
         compute=f + b,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
     )

@@ -26,7 +26,6 @@ import numpy as np
 
 from .. import graph as G
 from ..axes import Axis
-from ..options import Recompute
 from ..placement import Layouts, layouts
 from ..specs import ClusterSpec, Parallelism, Scenario
 from . import memory as M
@@ -35,9 +34,7 @@ from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
 from .hardware import effective
 from .overlap import exposed
 from .pipeline import chunks_in_flight
-
-POLICIES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-SEL_FLOPS = ("attn_core", "attn_scores", "attn_pv")
+from ..recompute import effect
 
 
 def optimizer_traffic(stack) -> float:
@@ -53,12 +50,14 @@ def optimizer_traffic(stack) -> float:
 class KindCost:
     """One layer kind under a configuration, per micro-batch on one device.
 
-    Arrays of length 3 are indexed by recompute policy (none, selective, full).
+    Arrays are indexed by recompute policy, in the order of the stack's ``recompute``.
     """
 
     fwd: float
     bwd: float
     rc: np.ndarray
+    again: np.ndarray
+    """Share of the layer whose whole forward runs again (its weights gathered again)."""
     compute: float
     params: float
     eparams: float
@@ -72,21 +71,26 @@ class KindCost:
     hw_flops: np.ndarray
 
 
-def _kind(layer: G.LayerGraph, cost, checkpointable: bool, whole_block: bool) -> KindCost:
+def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
+          whole_block: bool) -> KindCost:
     full_fwd = sum(o.flops for o in layer.ops)
     bwd_flops = sum(o.bwd_flops for o in layer.ops)
-    sel_flops = sum(o.flops for o in layer.ops if o.name in SEL_FLOPS)
-    if checkpointable:
-        rc = (0.0, cost.recompute_selective, cost.recompute_full)
-        saved = (layer.saved_bytes, layer.selective_bytes, layer.input_bytes)
-        transient = (0.0, max(layer.saved_bytes - layer.selective_bytes, 0.0), layer.saved_bytes)
-        rc_flops = (0.0, sel_flops, full_fwd)
-    else:  # embedding and head keep their tensors
-        rc, saved = (0.0,) * 3, (layer.saved_bytes,) * 3
-        transient, rc_flops = (0.0,) * 3, (0.0,) * 3
+    rc, saved, transient, again, rc_flops = [], [], [], [], []
+    for pol in policies:
+        if checkpointable:
+            eff = effect(pol, layer)
+        else:  # embedding and head keep their tensors
+            eff = effect(policies[0].__class__("none", "none"), layer)
+        rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd)))
+        rc_flops.append(eff.full * full_fwd + sum(s * o.flops
+                                                  for s, o in zip(eff.shares, layer.ops)))
+        saved.append(eff.saved)
+        transient.append(eff.transient)
+        again.append(eff.full)
     return KindCost(
-        fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), compute=cost.compute, params=layer.params,
-        eparams=layer.expert_params, saved=np.array(saved), transient=np.array(transient),
+        fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
+        params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
+        transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
@@ -130,7 +134,7 @@ class ConfigCosts:
 
 def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     """Build the split-independent costs of ``par`` (the plan must be valid)."""
-    return _config_costs(sc, par.with_(stage_layers=None, recompute=(Recompute.NONE,)))
+    return _config_costs(sc, par.with_(stage_layers=None, recompute=("none",)))
 
 
 @lru_cache(maxsize=4096)
@@ -144,8 +148,8 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     lay = layouts(par, cluster, sc.gpus)
 
     def kind(layer, checkpointable=True):
-        return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), checkpointable,
-                     st.gather_whole_block)
+        return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), st.recompute,
+                     checkpointable, st.gather_whole_block)
 
     pp, vp = par.pp, par.vp
     micro = tr.global_batch // (par.mbs * par.dp)
@@ -180,21 +184,19 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 
 @dataclass
 class Chunk:
-    """Per-micro-batch totals of one chunk; the fields named in ``BY_POLICY`` have a trailing
-    axis of length 3 (recompute none, selective, full)."""
+    """Per-micro-batch totals of one chunk; ``rc``, ``again``, ``saved`` and ``transient`` have a
+    trailing axis over the stack's recompute policies."""
 
     fwd: object
     bwd: object
     rc: object
+    again: object
     params: object
     eparams: object
     saved: object
     transient: object
     largest: object
     layers: object
-
-
-IS_FULL = np.array([0.0, 0.0, 1.0])
 
 
 def _sum(*terms):
@@ -214,15 +216,17 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         parts.append((np.asarray(1.0), cc.embedding))
     if head:
         parts.append((np.asarray(1.0), cc.head))
-    transient = largest = 0.0
+    transient = largest = again = 0.0
     for n, k in parts:
         present = (n > 0)
         transient = np.maximum(transient, np.where(present[..., None], k.transient, 0.0))
+        again = np.maximum(again, np.where(present[..., None], k.again, 0.0))
         largest = np.maximum(largest, np.where(present, k.largest_weight, 0.0))
     return Chunk(
         fwd=_sum(*(n * k.fwd for n, k in parts)),
         bwd=_sum(*(n * k.bwd for n, k in parts)),
         rc=_sum(*(n[..., None] * k.rc for n, k in parts)),
+        again=again,
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
@@ -281,7 +285,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     ag = _dp(cc.ag, ch.params * M.COMPUTE_BYTES, ch.eparams * M.COMPUTE_BYTES) \
         if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
-    comm_b = ag * (1.0 + IS_FULL) + rs
+    comm_b = ag * (1.0 + ch.again) + rs
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
     extra_f = exposed(ag, fwd, eff) + ag * per_layer
@@ -362,7 +366,7 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
         transient = transient + cc.logits_bytes
 
     def pol(v):
-        return np.asarray(v)[..., None] * np.ones(3)
+        return np.asarray(v)[..., None] * np.ones(len(st.recompute))
 
     return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks], st)
 

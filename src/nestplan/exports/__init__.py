@@ -15,7 +15,7 @@ from functools import lru_cache
 from ..errors import SpecError
 from ..evaluate import chunk_bounds
 from ..evaluate import evaluate as _evaluate
-from ..options import Recompute
+from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism
@@ -57,17 +57,21 @@ def rank_map(par: Parallelism, devices_per_node: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def uniform_policy(par: Parallelism) -> tuple[Recompute, list[str]]:
-    """One recompute policy for every stage (frameworks take one), and a note if the plan had
-    several: the most memory-saving one is used, so the plan still fits."""
-    policies = [par.recompute_of(s) for s in range(par.pp)]
-    order = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]
-    chosen = max(set(policies), key=order.index)
+_SAVING = {"none": 0, "modules": 1, "matmul-outputs": 1, "every": 2, "full": 3}
+"""Recompute rule families from the least to the most memory-saving."""
+
+
+def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
+    """One recompute policy of the plan's stack for every stage (frameworks take one), and a
+    note if the plan had several: the most memory-saving one is used, so the plan still fits."""
+    par, stack = pf.plan, pf.scenario.stack
+    policies = [stack.policy(par.recompute_of(s)) for s in range(par.pp)]
+    chosen = max(policies, key=lambda p: _SAVING[p.kind])
     notes = []
     if len(set(policies)) > 1:
-        per = ", ".join(f"stage {s}: {p.value}" for s, p in enumerate(policies))
+        per = ", ".join(f"stage {s}: {p.name}" for s, p in enumerate(policies))
         notes.append(f"per-stage recomputation ({per}) cannot be expressed; every stage uses "
-                     f"'{chosen.value}'")
+                     f"'{chosen.name}'")
     return chosen, notes
 
 

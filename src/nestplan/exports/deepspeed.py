@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from ..options import Precision, Recompute
+from ..options import Precision
 from ..planfile import PlanFile
 from . import Export, blocks_per_chunk, fit_notes, predicted_note, uniform_policy
 
@@ -30,9 +30,9 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     sc, par = pf.scenario, pf.plan
     tr = sc.training
     notes = fit_notes(pf)
-    policy, rec_notes = uniform_policy(par)
+    policy, rec_notes = uniform_policy(pf)
     notes += rec_notes
-    exported = par.with_(recompute=(policy,))
+    exported = par.with_(recompute=(policy.name,))
     if par.vp > 1:
         notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
                      "virtual stages per device become one (same blocks per device)")
@@ -41,11 +41,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         notes.append(f"ZeRO-{par.zero} is incompatible with DeepSpeed's pipeline engine; "
                      "exported as ZeRO-1")
         exported = exported.with_(zero=1)
-    if policy is Recompute.SELECTIVE:
-        notes.append("selective recomputation has no DeepSpeed setting; the model code must "
-                     "checkpoint the attention core (Megatron-DeepSpeed: "
-                     "--recompute-granularity selective)")
-    elif policy is Recompute.FULL and par.pp == 1:
+    if policy.kind in ("modules", "matmul-outputs", "every"):
+        notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no DeepSpeed "
+                     "setting; the model code must checkpoint what it names (Megatron-DeepSpeed: "
+                     "--recompute-granularity selective for the attention core)")
+    elif policy.kind == "full" and par.pp == 1:
         notes.append("full recomputation: wrap each transformer block in "
                      "deepspeed.checkpointing.checkpoint in the model code (configured by the "
                      "activation_checkpointing section)")
@@ -58,7 +58,8 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         "zero_optimization": {"stage": exported.zero, "overlap_comm": sc.stack.overlap_grad_reduce,
                               "contiguous_gradients": True, "reduce_scatter": True},
         "bf16": {"enabled": True},
-        "activation_checkpointing": {"partition_activations": par.sp,
+        # partitioning applies to checkpointed activations only
+        "activation_checkpointing": {"partition_activations": par.sp and policy.kind != "none",
                                      "contiguous_memory_optimization": False,
                                      "cpu_checkpointing": False,
                                      "number_checkpoints": None,
@@ -69,8 +70,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     }
     if par.pp > 1:
         # read by the pipeline engine; stages and the split are PipelineModule arguments
-        cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy is Recompute.FULL
-                           else 0}
+        cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy.kind == "full" else 0}
         split = exported.stage_layers or _merged_split(pf)
         notes.append(f"pipeline: PipelineModule(num_stages={par.pp}) with blocks per stage "
                      f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); the "
@@ -83,7 +83,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
                      f"{par.tp}{' with sequence parallelism' if par.sp else ''}, sequence "
                      f"(context) parallel {par.cp}, expert parallel {par.ep}")
-    if exported != par.with_(recompute=(policy,)) or rec_notes:
+    if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported))
     return cfg, notes
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from ..axes import MEGATRON_ORDER
-from ..options import MLPKind, Norm, Position, Precision, Recompute
+from ..options import MLPKind, Norm, Position, Precision
 from ..planfile import PlanFile
 from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note,
                rank_map, uniform_policy)
@@ -42,9 +42,18 @@ def export(pf: PlanFile) -> Export:
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
     notes = fit_notes(pf)
-    policy, rec_notes = uniform_policy(par)
+    policy, rec_notes = uniform_policy(pf)
+    if policy.kind == "matmul-outputs":
+        rec_notes.append(f"recompute policy '{policy.name}' (per-op checkpointing) has no "
+                         "Megatron equivalent; exported as selective recomputation of the "
+                         "attention core, which keeps more")
+    elif policy.kind == "every":
+        rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) is approximated by "
+                         "--recompute-method block: the first blocks of every stage recompute "
+                         "fully, the same share as one block in every "
+                         f"{policy.every}")
     notes += rec_notes
-    exported = par.with_(recompute=(policy,)) if rec_notes else par
+    exported = par.with_(recompute=(policy.name,)) if rec_notes else par
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
         f"--pipeline-model-parallel-size {par.pp}",
@@ -82,11 +91,17 @@ def export(pf: PlanFile) -> Export:
                  f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
     else:
         args.append(f"--pipeline-model-parallel-layout '{_layout(sizes)}'")
-    if policy is Recompute.FULL:
+    if policy.kind == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform",
                  "--recompute-num-layers 1"]
-    elif policy is Recompute.SELECTIVE:
+    elif policy.kind == "every":
+        per_chunk = -(-min(sizes) // policy.every)
+        args += ["--recompute-granularity full", "--recompute-method block",
+                 f"--recompute-num-layers {per_chunk}"]
+    elif policy.kind in ("modules", "matmul-outputs"):
         args.append("--recompute-granularity selective")
+        if policy.modules not in ((), ("core_attn",)):  # Megatron's default module list
+            args.append("--recompute-modules " + " ".join(policy.modules))
     if par.zero == 1:
         args.append("--use-distributed-optimizer")
     elif par.zero in (2, 3):  # the flags Megatron-FSDP's user guide lists as required

@@ -34,7 +34,13 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
     notes = fit_notes(pf)
-    policy, rec_notes = uniform_policy(par)
+    policy, rec_notes = uniform_policy(pf)
+    mode = {"none": "none", "full": "full", "matmul-outputs": "selective"}.get(policy.kind)
+    if mode is None:  # Megatron's module checkpointing, per-layer intervals
+        mode = "selective" if policy.kind == "modules" else "full"
+        rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no torchtitan "
+                         f"equivalent; its activation checkpointing runs '{mode}' instead, which "
+                         "keeps " + ("other tensors" if mode == "selective" else "less"))
     notes += rec_notes
     zero, etp = par.zero, par.expert_tp
     if zero == 1:
@@ -50,7 +56,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      "replicates data parallelism; exported as ZeRO-2 (FSDP over the "
                      "data-parallel ranks)")
         zero = 2
-    exported = par.with_(recompute=(policy,), zero=zero,
+    exported = par.with_(recompute=(policy.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
     module, config = REGISTRY.get(m.name, PLACEHOLDER)
     if (module, config) == PLACEHOLDER:
@@ -96,7 +102,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     if tr.precision is Precision.FP8:
         notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
                      "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
-    groups.append([f"activation-checkpoint:{policy.value}"])  # none, selective or full
+    groups.append([f"activation-checkpoint:{mode}"])
     if par.rank_order != TORCHTITAN_ORDER:
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
                      + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "

@@ -11,7 +11,7 @@ is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time)
 device ``i``'s position class, the blocks it holds and its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
-an ``(N+1, N+1, 3)`` array, or ``cost[l2 - l, r]`` of an ``(N+1, 3)`` array when only the number
+an ``(N+1, N+1, K)`` array, or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array (K recompute policies) when only the number
 of units matters, as for models whose blocks are all alike (``inf`` where not allowed: too few or
 too many units, over memory, or over a threshold). ``D_i[l]`` is the best value of devices
 ``0..i-1`` covering ``[0, l)``; one relaxation step gives
@@ -62,7 +62,8 @@ def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarr
         shifted = sliding_window_view(pad, n1)[:, ::-1]  # shifted[l2, n] = prev[l2 - n]
         flat = op(shifted[:, lo:hi, None], cost[None, lo:hi, :]).reshape(n1, -1)
         idx = flat.argmin(axis=1)
-        return flat[np.arange(n1), idx], idx + 3 * lo  # back-pointer (n, r) as n·3 + r
+        k = cost.shape[1]
+        return flat[np.arange(n1), idx], idx + k * lo  # back-pointer (n, r) as n·k + r
     else:  # cost[l2, l, r]
         n1 = cost.shape[0]
         flat = op(prev[None, :, None], cost).reshape(n1, -1)  # [l2, (l, r)]
@@ -86,12 +87,13 @@ def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
     return float(d[-1]), back
 
 
-def backtrack(back: list[np.ndarray], by_count: bool) -> tuple[Stage, ...]:
-    """The stages of the chain ending at the last unit."""
+def backtrack(back: list[np.ndarray], by_count: bool, policies: int) -> tuple[Stage, ...]:
+    """The stages of the chain ending at the last unit (``policies``: length of the policy
+    axis)."""
     end = back[0].shape[0] - 1
     out = []
     for idx in reversed(back):
-        k, policy = divmod(int(idx[end]), 3)
+        k, policy = divmod(int(idx[end]), policies)
         start = end - k if by_count else k
         out.append(Stage(start, end, policy))
         end = start
@@ -108,8 +110,8 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
           const: float, bound: float = INF) -> Solution | None:
     """The optimal stage split and policies, or None if nothing fits (or beats ``bound``).
 
-    ``x[i]``, ``e[i]``: per-device arrays of X and E, ``(N+1, N+1, 3)`` indexed ``[end, start,
-    policy]``, or ``(N+1, 3)`` indexed ``[count, policy]`` when only the number of units matters
+    ``x[i]``, ``e[i]``: per-device arrays of X and E, ``(N+1, N+1, K)`` indexed ``[end, start,
+    policy]``, or ``(N+1, K)`` indexed ``[count, policy]`` when only the number of units matters
     (``inf`` where not allowed); ``ok[i]``: False where device ``i`` would not fit.
     """
     p = len(x)
@@ -152,7 +154,7 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
             s, back = chain(costs, np.add)
             if not np.isfinite(s):
                 continue
-            stages = backtrack(back, by_count)
+            stages = backtrack(back, by_count, x[0].shape[-1])
             val = value(stages)
             if val < best_val:
                 best_val, best = val, Solution(val, stages)

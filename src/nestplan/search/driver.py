@@ -56,11 +56,12 @@ class _Found:
     par: Parallelism = field(compare=False)
 
 
-def plan_from_solution(model, par: Parallelism, sol: DP.Solution) -> Parallelism:
+def plan_from_solution(model, model_stack, par: Parallelism,
+                       sol: DP.Solution) -> Parallelism:
     """The full plan of a DP solution: blocks per chunk (model order) and policies."""
     units = [s.end - s.start for s in sol.stages]
     return par.with_(stage_layers=space.chunk_sizes(model, par.pp, par.vp, units),
-                     recompute=tuple(D.POLICIES[s.policy] for s in sol.stages))
+                     recompute=tuple(model_stack.recompute[s.policy].name for s in sol.stages))
 
 
 def _states_floor(sc: Scenario, par: Parallelism) -> float:
@@ -163,7 +164,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         base_ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
         any_fit = False
         for allowed in sets:
-            allow = np.zeros(3, dtype=bool)
+            allow = np.zeros(len(world.stack.recompute), dtype=bool)
             allow[list(allowed)] = True
             ok = [o & allow for o in base_ok]
             any_fit = any_fit or any(o.any() for o in ok)
@@ -171,7 +172,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)
             if sol is None:
                 continue
-            entry = _Found(-sol.objective, plan_from_solution(world.model, par, sol))
+            entry = _Found(-sol.objective, plan_from_solution(world.model, world.stack, par, sol))
             if len(found) < top:
                 heapq.heappush(found, entry)
             else:

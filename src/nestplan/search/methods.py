@@ -28,7 +28,6 @@ import time
 from ..cost import device as D
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
-from ..options import Recompute
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
 from .driver import SearchResult
@@ -82,14 +81,15 @@ def phaze(sc: Scenario, con: space.Constraints, top: int, progress=None) -> Sear
     con = dataclasses.replace(con, zero=0 if con.zero is None else con.zero)
     try:
         found = driver.run(sc, con, method="phaze", top=top, view=flat_view(sc),
-                           policies=(0, 2), progress=progress)
+                           policies=sc.stack.policies_of("none") + sc.stack.policies_of("full"),
+                           progress=progress)
     except InfeasibleError as e:
         raise InfeasibleError(f"phaze (no ZeRO, no selective recomputation): {e}") from None
     return _rescore("phaze", sc, found, start)
 
 
-def _sharded_more(par: Parallelism) -> Parallelism:
-    return par.with_(zero=3, recompute=(Recompute.FULL,) * par.pp)
+def _sharded_more(sc: Scenario, par: Parallelism) -> Parallelism:
+    return par.with_(zero=3, recompute=(sc.stack.most_saving,) * par.pp)
 
 
 def alpa(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
@@ -100,7 +100,7 @@ def alpa(sc: Scenario, con: space.Constraints, top: int, progress=None) -> Searc
     for ev in found.plans:
         real = evaluate(sc, ev.plan)
         if not real.fits:
-            real = evaluate(sc, _sharded_more(ev.plan))
+            real = evaluate(sc, _sharded_more(sc, ev.plan))
         if real.fits:
             fixed.append(real)
     if not fixed:
@@ -139,7 +139,7 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
         par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp, vp=con.vp or 1, sp=sp,
                           zero=_manual_zero(zeros, con.zero),
-                          recompute=con.recompute or (Recompute.FULL,),
+                          recompute=con.recompute or (sc.stack.most_saving,),
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}
                                                if con.rank_order else {}))
         try:
@@ -194,9 +194,9 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
         rec = list(par.recompute) * (par.pp if len(par.recompute) == 1 else 1)
         offered = sc.stack.recompute
         if sc.stack.recompute_per_stage:
-            rec[rng.randrange(par.pp)] = rng.choice(offered)
+            rec[rng.randrange(par.pp)] = rng.choice(offered).name
         else:
-            rec = [rng.choice(offered)]
+            rec = [rng.choice(offered).name]
         return par.with_(recompute=tuple(rec))
     # move one unit of the split between neighbouring devices (space.split_units)
     if par.pp < 2:
@@ -259,7 +259,7 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
     """Every configuration, every split (``space.split_units``) and every per-stage policy."""
     start = time.perf_counter()
     configs = list(space.configurations(sc, con))
-    sets = [[D.POLICIES[i] for i in s] for s in space.policy_sets(sc, con)]
+    sets = [[sc.stack.recompute[i].name for i in s] for s in space.policy_sets(sc, con)]
 
     def per_stage(pp):
         for pols in sets:

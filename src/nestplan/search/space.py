@@ -28,7 +28,6 @@ from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import local_strategy
-from ..options import Recompute
 from ..specs import Parallelism, Scenario, check_plan, chunks_from_totals, default_split
 
 MIN_CP_CHUNK = 1024
@@ -49,7 +48,8 @@ class Constraints:
     vp: int | None = None
     sp: bool | None = None
     zero: int | None = None
-    recompute: tuple[Recompute, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    """Recompute policy names (the stack's), one or one per stage."""
     mbs: int | None = None
     rank_order: tuple[Axis, ...] | None = None
     tp_within_node: bool = False
@@ -156,14 +156,11 @@ def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
 
 
 def policy_sets(sc: Scenario, con: Constraints) -> list[tuple[int, ...]]:
-    """Recompute policies (indices into ``cost.device.POLICIES``) the stage DP may mix in one
+    """Recompute policies (indices into the stack's ``recompute``) the stage DP may mix in one
     plan: every policy the stack offers at once when stages may differ, else one run per policy.
     A fixed constraint narrows them."""
-    from ..cost.device import POLICIES
-
-    offered = [p for p in sc.stack.recompute
-               if con.recompute is None or p in con.recompute]
-    idx = tuple(POLICIES.index(p) for p in offered)
+    idx = tuple(i for i, p in enumerate(sc.stack.recompute)
+                if con.recompute is None or p.name in con.recompute)
     if sc.stack.recompute_per_stage and (con.recompute is None or len(set(con.recompute)) > 1):
         return [idx] if idx else []
     return [(i,) for i in idx]

@@ -383,7 +383,7 @@ def _constraints(table: Any):
     """``[constraints]`` to a search ``Constraints`` and its canonical JSON."""
     from ..axes import parse_order
     from ..loaders import check_keys
-    from ..options import Recompute
+    from ..recompute import parse_names
     from ..search.space import Constraints
 
     check_keys(table, "constraints", required=set(), optional=set(CONSTRAINT_KEYS))
@@ -404,12 +404,8 @@ def _constraints(table: Any):
                 raise SpecError(where, value, "must be true or false")
             kw[key] = canon[key] = value
         elif key == "recompute":
-            items = value if isinstance(value, list) else (
-                value.split(",") if isinstance(value, str) else [value])
-            if not items:
-                raise SpecError(where, value, "give one policy or one per stage")
-            kw[key] = tuple(Recompute.parse(where, str(r).strip()) for r in items)
-            canon[key] = [r.value for r in kw[key]]
+            kw[key] = parse_names(where, value)
+            canon[key] = list(kw[key])
         elif key == "rank_order":
             if not isinstance(value, str):
                 raise SpecError(where, value, "must be a string like 'tp-cp-dp-pp'")

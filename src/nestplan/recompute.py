@@ -1,0 +1,178 @@
+"""Activation recomputation policies: one home for what a policy keeps and what it runs again.
+
+A stack names the policies it offers (``StackSpec.recompute``: name -> rule); plans, plan files,
+``--recompute`` and the exports carry those names. The layer graph tags every operator with the
+recompute module it belongs to and whether what it saves is internal to that module
+(``graph.Op.module``, ``graph.Op.internal``; ``Op.pinned`` for what a checkpoint of the module
+keeps alive beyond that), the matmuls it runs as in eager code
+(``Op.matmuls``) and its output size (``Op.out_bytes``). A rule turns those tags into the bytes a
+layer keeps for backward, the share of each operator's forward that backward runs again, and the
+working memory of the recomputation (:func:`effect`). Rules:
+
+``none``
+    keep everything the operators save.
+``full``
+    keep the layer's input; run the whole forward, with its communication, again in backward
+    (Megatron ``--recompute-granularity full --recompute-method uniform --recompute-num-layers
+    1``; torchtitan ``activation_checkpoint.mode = "full"``; DeepSpeed's and Composer's
+    per-block checkpointing).
+``modules:NAME[,NAME...]``
+    checkpoint those modules: drop the tensors internal to them and run their operators again
+    (Megatron ``--recompute-granularity selective --recompute-modules``; ``core_attn`` is its
+    default and Korthikanti et al. 2022 §5's selective recomputation).
+``matmul-outputs``
+    torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``): inside a
+    checkpointed block keep the outputs of matmuls except every second one and the attention
+    kernel's outputs; everything else runs again.
+``every:N``
+    full recomputation of every N-th block, none of the others (torchtitan's per-layer selective
+    option ``selective_ac_option = "N"`` of 2024). Costs are the average over N blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import SpecError
+
+RULES = ("none", "full", "modules:", "matmul-outputs", "every:")
+MODULES = ("core_attn",)
+"""Recompute modules the layer graph tags (Megatron-Core's names)."""
+
+#: The policies a stack file may name without defining them.
+STANDARD = {"none": "none", "selective": "modules:core_attn", "full": "full"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One named recomputation policy of a stack."""
+
+    name: str
+    rule: str
+
+    @property
+    def kind(self) -> str:
+        """The rule's family: ``none``, ``full``, ``modules``, ``matmul-outputs`` or ``every``."""
+        return self.rule.split(":", 1)[0]
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(self.rule.split(":", 1)[1].split(",")) if self.kind == "modules" else ()
+
+    @property
+    def every(self) -> int:
+        return int(self.rule.split(":", 1)[1]) if self.kind == "every" else 0
+
+    @property
+    def full_share(self) -> float:
+        """Share of the blocks whose whole forward (and its communication) runs again."""
+        return {"full": 1.0, "every": 1.0 / self.every if self.every else 0.0}.get(self.kind, 0.0)
+
+
+def parse_rule(where: str, rule: object) -> str:
+    """A rule string, checked; SpecError naming ``where`` otherwise."""
+    text = str(rule).strip()
+    allowed = ("allowed: none, full, modules:NAME[,NAME] (NAME: " + ", ".join(MODULES)
+               + "), matmul-outputs, every:N (N >= 2)")
+    if text in ("none", "full", "matmul-outputs"):
+        return text
+    head, _, tail = text.partition(":")
+    if head == "modules" and tail:
+        names = [m.strip() for m in tail.split(",")]
+        if all(m in MODULES for m in names):
+            return "modules:" + ",".join(dict.fromkeys(names))
+    if head == "every" and tail.isdigit() and int(tail) >= 2:
+        return f"every:{int(tail)}"
+    raise SpecError(where, rule, allowed)
+
+
+def parse_names(where: str, value: object) -> tuple[str, ...]:
+    """Policy names from a flag or file value: ``"full"``, ``"none,full"`` or a list of names.
+    Whether the stack offers them is checked with the plan (``StackSpec.unsupported``)."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    names = tuple(str(r).strip() for r in items)
+    if not names or not all(names):
+        raise SpecError(where, value,
+                        "give one policy name or one per pipeline stage, e.g. full or none,full")
+    return names
+
+
+def standard(where: str, names) -> tuple[Policy, ...]:
+    """Policies from a list of standard names (``none``, ``selective``, ``full``)."""
+    out = []
+    for name in names:
+        if name not in STANDARD:
+            raise SpecError(where, name, "allowed: " + ", ".join(STANDARD)
+                            + " (or a table of name = rule to define others)")
+        out.append(Policy(name, STANDARD[name]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a policy does to one layer, per micro-batch on one device."""
+
+    saved: float
+    """Bytes kept for backward."""
+    shares: tuple[float, ...]
+    """Per operator, the share of its forward that backward runs again (beside ``full``)."""
+    full: float
+    """Share of the layer's whole forward, with its communication, that runs again."""
+    transient: float
+    """Working memory while the layer's backward runs: the tensors recomputed for it."""
+
+
+@lru_cache(maxsize=4096)
+def effect(policy: Policy, layer) -> Effect:
+    """What ``policy`` keeps and recomputes for ``layer`` (a ``graph.LayerGraph``)."""
+    ops = layer.ops
+    everything = layer.saved_bytes
+    none = (0.0,) * len(ops)
+    kind = policy.kind
+    if kind == "none":
+        return Effect(everything, none, 0.0, 0.0)
+    if kind == "full":
+        return Effect(layer.input_bytes, none, 1.0, everything)
+    if kind == "every":
+        n = policy.every
+        return Effect((layer.input_bytes + (n - 1) * everything) / n, none, 1.0 / n, everything)
+    if kind == "modules":
+        chosen = set(policy.modules)
+        drop = sum(o.saved for o in ops if o.internal and o.module in chosen)
+        pinned = sum(o.pinned for o in ops if o.module in chosen)
+        shares = tuple(1.0 if o.module in chosen else 0.0 for o in ops)
+        return Effect(everything - drop + pinned, shares, 0.0, drop)
+    return _matmul_outputs(layer)
+
+
+def _matmul_outputs(layer) -> Effect:
+    """torchtitan's per-op rule (torchtitan/distributed/activation_checkpoint.py, save list of
+    matmuls, attention kernels and reduce-scatters; ``mm_count % 2 == 0`` recomputed). The block's
+    input stays, as under full recomputation; the router's small matmul is always recomputed
+    (``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``)."""
+    from .graph import OpKind
+
+    saved = layer.input_bytes
+    count = 0
+    shares = []
+    for op in layer.ops:
+        if op.kind is OpKind.MEMORY:
+            shares.append(1.0)
+            continue
+        if op.kind is OpKind.ATTENTION:
+            saved += op.out_bytes
+            shares.append(0.0)
+            continue
+        if op.name == "router":
+            shares.append(1.0)
+            continue
+        again = 0.0
+        for part in op.matmuls:
+            count += 1
+            if count % 2:
+                saved += op.out_bytes * part
+            else:
+                again += part
+        shares.append(again)
+    return Effect(saved, tuple(shares), 0.0, max(layer.saved_bytes - saved, 0.0))
