@@ -277,3 +277,28 @@ def test_plan_searches_a_stacks_own_policies(tmp_path):
                          "--stack", "mine.toml", "--json", "--top", 1, cwd=tmp_path)
     assert code == 0, err
     assert json.loads(out)["recompute"] == "half"
+
+
+def test_plans_keep_the_memory_headroom(tmp_path):
+    """``plan`` recommends only plans whose predicted peak leaves the headroom free (default 6 %
+    of HBM); ``evaluate`` reports the margin of any plan; the plan file keeps the headroom."""
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+            "--seq-len", 8192, "--global-batch", 64, "--top", 3, "--json"]
+    code, out, err = cli(*args, "--save", tmp_path / "p.json")
+    assert code == 0, err
+    js = json.loads(out)
+    for plan in [js] + js["top"]:
+        assert plan["peak_memory_gib"] <= 0.94 * js["capacity_gib"] + 1e-9
+    assert js["within_headroom"] and js["margin_gib"] == pytest.approx(
+        js["capacity_gib"] - js["peak_memory_gib"])
+    assert js["memory_headroom_gib"] == pytest.approx(0.06 * js["capacity_gib"])
+    code, out, err = cli(*args, "--memory-headroom", 0)
+    tight = json.loads(out)
+    assert code == 0 and tight["step_time_s"] <= js["step_time_s"]
+    assert json.loads(tmp_path.joinpath("p.json").read_text())["memory_headroom"] == 0.06
+    code, out, err = cli("evaluate", "--plan", tmp_path / "p.json", "--memory-headroom", 49)
+    assert code == 0 and "not recommended" in out, out
+    for bad in ("-1", "50", "nan"):
+        code, out, err = cli(*args, "--memory-headroom", bad)
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert f"memory-headroom: got {float(bad)}; must be a percent of HBM in [0, 50)" in err

@@ -83,6 +83,8 @@ BASE = '[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8]\n'
     (BASE + "[constraints]\nzero = 4\n", "constraints.zero"),
     (BASE + "[constraints]\ntensor_parallel = 8\n", "constraints.tensor_parallel"),
     (BASE + "[constraints]\nrank_order = 'tp-dp'\n", "constraints.rank_order"),
+    (BASE + 'stack = ["megatron-core", "titan"]\n', "grid.stack: got 'titan'; unknown stack"),
+    (BASE + "stack = [3]\n", "grid.stack: got 3; must be a catalog name or a path"),
 ])
 def test_bad_sweep_files_exit_2_with_one_line(tmp_path, capsys, text, needle):
     path = _write(tmp_path, text)
@@ -133,6 +135,23 @@ def test_ids_are_stable_and_distinct(tmp_path):
     assert set(ids) == {p.id for p in b.points()}
     c = load(_write(tmp_path, SMALL + "[constraints]\ntp = 2\n", "c.toml"))
     assert not set(ids) & {p.id for p in c.points()}  # constraints are part of the id
+
+
+def test_stack_is_a_grid_key(tmp_path):
+    """A sweep may vary the training stack (a name or a path); grids that do not name it keep
+    their point ids, and each point is searched for its stack."""
+    (tmp_path / "mine.toml").write_text('base = "torchtitan"\nname = "mine"\n')
+    spec = load(_write(tmp_path, BASE + 'stack = ["megatron-core", "mine.toml"]\n'))
+    points = spec.points()
+    assert [spec.scenario(p).stack.name for p in points] == ["megatron-core", "mine"]
+    plain = load(_write(tmp_path, BASE, "plain.toml")).points()
+    assert plain[0].id not in {p.id for p in points}
+    assert dict(plain[0].values).keys() == {"model", "cluster", "gpus", "method", "seq_len",
+                                            "global_batch", "precision"}
+    assert main(["sweep", str(tmp_path / "s.toml"), "--quiet", "--workers", "1"]) == 0
+    rows = _rows(tmp_path / "s.csv")
+    assert [r["stack"] for r in rows] == ["megatron-core", "mine.toml"]
+    assert rows[1]["zero"] in ("0", "2", "3")  # a plan the torchtitan-based stack runs
 
 
 def test_network_overrides_replace_the_level_value(tmp_path):

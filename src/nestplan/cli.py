@@ -39,6 +39,9 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
     g.add_argument("--stack", help="training stack: catalog name (nestplan list stacks) or stack "
                    "TOML path (default megatron-core)")
+    g.add_argument("--memory-headroom", type=float, metavar="PCT",
+                   help="percent of HBM a recommended plan leaves free beyond its predicted peak "
+                   "(default 6, the memory model's largest measured under-prediction)")
     k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if for_evaluate
                              else "constraints: any plan flag fixes that knob")
     k.add_argument("--tp", type=int, help="tensor-parallel degree")
@@ -71,10 +74,25 @@ def _scenario(args):
 
     seq = args.seq_len if args.seq_len is not None else DEFAULT_SEQ_LEN
     batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
-    return scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
-                               global_batch=batch,
-                               precision=Precision.parse("precision", args.precision or "bf16"),
-                               stack=args.stack)
+    sc = scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
+                             global_batch=batch,
+                             precision=Precision.parse("precision", args.precision or "bf16"),
+                             stack=args.stack)
+    return _with_headroom(sc, args)
+
+
+def _with_headroom(sc, args):
+    """``sc`` with ``--memory-headroom`` when given (a percent of HBM)."""
+    import dataclasses
+
+    from .errors import SpecError
+
+    pct = args.memory_headroom
+    if pct is None:
+        return sc
+    if not 0 <= pct < 50:  # also refuses nan
+        raise SpecError("memory-headroom", pct, "must be a percent of HBM in [0, 50)")
+    return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 
 def _constraints(args):
@@ -170,7 +188,7 @@ def cmd_evaluate(args) -> int:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
                              "(or leave out --plan)")
         pf = planfile.load(args.plan)
-        ev = evaluate(pf.scenario, pf.plan)
+        ev = evaluate(_with_headroom(pf.scenario, args), pf.plan)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
         if missing:

@@ -27,7 +27,7 @@ from .specs import Parallelism, Scenario
 FORMAT = 2
 """Format 2 adds the stack; format 1 files (stack settings in ``training``) still load."""
 _TOP = {"format", "nestplan_version", "model", "cluster", "gpus", "training", "stack", "plan",
-        "stages", "predicted", "method", "comparison"}
+        "stages", "predicted", "method", "comparison", "memory_headroom"}
 _V1_STACK_KEYS = {"attention", "grad_bytes", "overlap_grad_reduce", "overlap_param_gather",
                   "tp_overlap", "overlap_p2p", "step_overhead_s", "flat_dp_collectives"}
 """Keys a format-1 plan file kept in ``training`` that are the stack's now."""
@@ -78,6 +78,15 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
 """Types of the comparison keys that are not numbers (kinds, description)."""
 
 
+def _headroom(data: dict, source: str) -> float:
+    from .specs import Scenario
+
+    value = data.get("memory_headroom", Scenario.memory_headroom)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 0.5:
+        raise SpecError(f"{source}: memory_headroom", value, "must be a share of HBM in [0, 0.5)")
+    return float(value)
+
+
 def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None = None) -> dict:
     """The plan file of an evaluated plan (``comparison``: see :class:`PlanFile`)."""
     from .evaluate import chunk_bounds
@@ -95,7 +104,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
         **({"method": method} if method else {}),
         "model": model_to_table(sc.model), "cluster": cluster_to_table(sc.cluster),
         "gpus": sc.gpus, "training": training_to_table(sc.training),
-        "stack": stack_to_table(sc.stack), "plan": plan,
+        "stack": stack_to_table(sc.stack), "memory_headroom": sc.memory_headroom, "plan": plan,
         "stages": [_stage_entry(s, replicas) for s in ev.stages],
         "predicted": predicted,
         **({"comparison": comparison} if comparison else {}),
@@ -172,7 +181,7 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
                                              f"{source}: cluster"),
                   gpus=_int(data, "gpus", source),
                   training=training_from_table(training, f"{source}: training"),
-                  stack=stack_spec)
+                  stack=stack_spec, memory_headroom=_headroom(data, source))
     par = plan_from_dict(data["plan"], f"{source}: plan")
     ev = evaluate(sc, par)  # also validates the plan against the scenario
     stages = data.get("stages")

@@ -124,7 +124,23 @@ class Evaluation:
 
     @property
     def fits(self) -> bool:
+        """The predicted peak fits in HBM."""
         return self.peak_memory <= self.capacity
+
+    @property
+    def margin(self) -> float:
+        """HBM left free at the predicted peak, bytes (negative when it does not fit)."""
+        return self.capacity - self.peak_memory
+
+    @property
+    def headroom(self) -> float:
+        """The margin a recommended plan keeps (``Scenario.memory_headroom`` of HBM), bytes."""
+        return self.capacity * self.scenario.memory_headroom
+
+    @property
+    def within_headroom(self) -> bool:
+        """It fits with the headroom to spare: what ``plan`` recommends."""
+        return self.peak_memory <= self.scenario.memory_limit
 
     @property
     def worst_stage(self) -> StageReport:
@@ -167,6 +183,9 @@ class Evaluation:
             "capacity_gib": self.capacity / GiB,
             "fits": self.fits,
             "why_not": self.why_not,
+            "margin_gib": self.margin / GiB,
+            "memory_headroom_gib": self.headroom / GiB,
+            "within_headroom": self.within_headroom,
             "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
             "vp": p.vp, "sp": p.sp, "zero": p.zero,
             "recompute": (p.recompute[0] if len(set(p.recompute)) == 1

@@ -442,14 +442,27 @@ class Scenario(_CachedHash):
     training: TrainingSpec
     stack: StackSpec = field(default_factory=lambda: _default_stack())
     """The framework that runs it (default: the catalog's ``megatron-core``)."""
+    memory_headroom: float = 0.06
+    """Share of each device's HBM a recommended plan leaves free beyond its predicted peak. The
+    default covers the largest under-prediction measured against frameworks' logged peaks:
+    predicted 5.5 % below measured (fsdp_runs.csv memory rows, README "Accuracy"), i.e. a
+    measured peak up to 1/(1 - 0.055) = 1.058 times the prediction."""
 
     def __post_init__(self):
         _positive("gpus", self.gpus)
+        h = self.memory_headroom
+        if not (isinstance(h, (int, float)) and 0 <= h < 0.5):
+            raise SpecError("memory_headroom", h, "must be a share of HBM in [0, 0.5)")
         if self.gpus > MAX_GPUS:
             raise SpecError("gpus", self.gpus, f"at most {MAX_GPUS:,} devices are supported")
         cap = self.cluster.max_devices
         if cap is not None and self.gpus > cap:
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
+
+    @property
+    def memory_limit(self) -> float:
+        """Bytes a recommended plan may use per device: HBM less the headroom."""
+        return self.cluster.accelerator.hbm_bytes * (1.0 - self.memory_headroom)
 
 
 def _default_stack() -> StackSpec:

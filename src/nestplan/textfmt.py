@@ -38,6 +38,12 @@ def evaluation(ev: Evaluation) -> str:
     ]
     if not ev.fits:
         out.append(f"  why: {ev.why_not}")
+    else:
+        verdict = ("leaves the headroom" if ev.within_headroom
+                   else "less than the headroom: not recommended")
+        out.append(f"memory margin    {ev.margin / GiB:.1f} GiB free; headroom "
+                   f"{ev.headroom / GiB:.1f} GiB ({ev.scenario.memory_headroom:.0%} of HBM): "
+                   f"{verdict}")
     out += ["", "time per step (exposed; on the slowest pipeline stage):"]
     total = ev.step_time
     for f in fields(ev.time):

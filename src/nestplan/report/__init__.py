@@ -90,6 +90,9 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
         _card(f"{ev.model_tflops_per_gpu:.0f}", "model TFLOP/s per GPU"),
         _card(f"{ev.peak_memory / GiB:.1f} / {ev.capacity / GiB:.1f} GiB",
               "peak memory / HBM" + ("" if ev.fits else " — does not fit"), bad=not ev.fits),
+        _card(f"{ev.margin / GiB:.1f} GiB", f"free at the peak (headroom {ev.headroom / GiB:.1f} "
+              "GiB" + (")" if ev.within_headroom else ": not met)"),
+              bad=not ev.within_headroom),
     ]
     if pf.predicted.get("step_time_s") and abs(pf.predicted["step_time_s"] - ev.step_time) > \
             1e-6 * ev.step_time:

@@ -95,7 +95,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     start = time.perf_counter()
     space.check_constraints(sc, con)
     world = view or sc
-    cap = world.cluster.accelerator.hbm_bytes
+    cap = world.memory_limit
     sets = space.policy_sets(world, con)
     if policies is not None:  # a baseline's own restriction, within what the stack offers
         sets = [tuple(p for p in s if p in policies) for s in sets]
@@ -212,6 +212,12 @@ def _why_nothing_fits(sc: Scenario, con: space.Constraints, shortfall, n_configs
         hints.append("a smaller micro-batch (drop --mbs)")
     if con.tp is not None or con.tp_within_node:
         hints.append("more tensor parallelism")
-    return (f"nothing fits in {sc.cluster.accelerator.hbm_bytes / GiB:.1f} GiB per device; the "
+    if sc.memory_headroom > 0:
+        hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
+    hbm = sc.cluster.accelerator.hbm_bytes
+    room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
+            f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
+            f"{hbm / GiB:.1f} GiB per device")
+    return (f"nothing fits in {room}; the "
             f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} zero={par.zero} "
             f"mbs={par.mbs}) is short by {gap / GiB:.1f} GiB; try {', '.join(hints)}")

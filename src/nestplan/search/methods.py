@@ -99,9 +99,9 @@ def alpa(sc: Scenario, con: space.Constraints, top: int, progress=None) -> Searc
     fixed = []
     for ev in found.plans:
         real = evaluate(sc, ev.plan)
-        if not real.fits:
+        if not real.within_headroom:
             real = evaluate(sc, _sharded_more(sc, ev.plan))
-        if real.fits:
+        if real.within_headroom:
             fixed.append(real)
     if not fixed:
         raise InfeasibleError("alpa: none of its plans fits even after sharding more "
@@ -143,7 +143,7 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}
                                                if con.rank_order else {}))
         try:
-            if evaluate(sc, par).fits:
+            if evaluate(sc, par).within_headroom:
                 return par
         except SpecError as e:
             last_error = e
@@ -243,7 +243,7 @@ def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
     feasible = []
     for par in sorted(seen, key=seen.get):
         ev = evaluate(sc, par)
-        if ev.fits:
+        if ev.within_headroom:
             feasible.append(ev)
         if len(feasible) >= top:
             break
@@ -280,7 +280,7 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
             sizes = space.chunk_sizes(sc.model, par.pp, par.vp, per_device)
             for rec in per_stage(par.pp):
                 ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
-                if ev.fits and (best is None or ev.step_time < best.step_time):
+                if ev.within_headroom and (best is None or ev.step_time < best.step_time):
                     best = ev
         if best is not None:
             found.append(best)

@@ -64,7 +64,7 @@ def build(cc: D.ConfigCosts) -> Tables | None:
 
     def spread(a):
         return np.where(valid, a, INF)
-    cap = cc.sc.cluster.accelerator.hbm_bytes
+    cap = cc.sc.memory_limit
 
     def device_class(first: bool, last: bool, stage: int):
         chunks = [D.chunk(cc, d, m, first and k == 0, last and k == v - 1)

@@ -12,11 +12,11 @@ value stands for a one-element list)::
     cluster = ["nest-h100-spineleaf"]    # required: catalog names or paths
     gpus = [64, 128, 256]                # required
     method = ["nest", "manual"]          # default ["nest"]
+    stack = ["megatron-core", "torchtitan"]  # optional (default megatron-core): names or paths
     seq_len = [4096]                     # default [4096]
     global_batch = [1024]                # default [1024]
     precision = ["bf16"]                 # default ["bf16"]
-    # attention_span (packed documents) may be varied too; how a framework runs the model is
-    # the stack's (not yet a sweep key)
+    # attention_span (packed documents) may be varied too
 
     [grid.network.spine]              # a level that every cluster of the grid has
     oversubscription = [1, 2, 4]      # also bandwidth_GBps or bandwidth_GiBps (replaces the
@@ -162,10 +162,13 @@ class SweepSpec:
         net = point.network()
         cluster = _cluster(_resolve(point["cluster"], base),
                            tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
-        training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method")
+        training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method",
+                                                                 "stack")
                     and not k.startswith("network.")}
+        stack = dict(point.values).get("stack")
         return Scenario(model=_model(_resolve(point["model"], base)), cluster=cluster,
-                        gpus=point["gpus"], training=training_from_table(training, "grid"))
+                        gpus=point["gpus"], training=training_from_table(training, "grid"),
+                        stack=_stack(_resolve(stack, base) if stack else None))
 
 
 def point_id(values: dict[str, Any], constraints_key: str) -> str:
@@ -196,6 +199,12 @@ def _model(ref: str):
     from ..catalog import get_model
 
     return get_model(ref)
+
+
+def _stack(ref: str | None):
+    from ..catalog import get_stack
+
+    return get_stack(ref) if ref else get_stack()
 
 
 @lru_cache(maxsize=256)
@@ -258,7 +267,7 @@ def _as_field(where: str, value, fn, *args):
     try:
         return fn(*args)
     except SpecError as e:
-        inner = ("" if e.field in ("model", "cluster") else f"{e.value}: " if e.field == "file"
+        inner = ("" if e.field in ("model", "cluster", "stack") else f"{e.value}: " if e.field == "file"
                  else f"{e.field}: ")
         raise SpecError(where, value, f"{inner}{e.allowed}") from None
 
@@ -306,7 +315,7 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
         raise SpecError("grid", grid, f"empty; give at least model, cluster and gpus ({example})")
     extras = _training_extra_keys()
     check_keys(grid, "grid", required=set(GRID_REQUIRED),
-               optional=set(GRID_DEFAULTS) | set(extras) | {"network"})
+               optional=set(GRID_DEFAULTS) | set(extras) | {"network", "stack"})
     params: list[Parameter] = []
 
     def add(key: str, values: list):
@@ -331,6 +340,13 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
         if m not in METHODS:
             raise SpecError("grid.method", m, f"allowed: {', '.join(METHODS)}")
     add("method", methods)
+    if "stack" in grid:  # only when named, so that the ids of older sweeps' points stay
+        stacks = _values(grid, "stack", "grid.stack")
+        for name in stacks:
+            if not isinstance(name, str):
+                raise SpecError("grid.stack", name, "must be a catalog name or a path")
+            _as_field("grid.stack", name, _stack, _resolve(name, base))
+        add("stack", stacks)
 
     # training keys: each value checked by the training loader, with the other keys at defaults
     defaults = {"seq_len": GRID_DEFAULTS["seq_len"][0], "global_batch": GRID_DEFAULTS["global_batch"][0]}
