@@ -1,8 +1,9 @@
 """Fitting a stack's calibration to measured runs (``nestplan calibrate``).
 
 The fitted values are multipliers of the base stack, found by damped Gauss-Newton on the log
-errors of the rows' step times, each regularised toward the base (a prior on log(multiplier) of
-width ``PRIOR``), so that a parameter the rows barely constrain stays near the base value. The
+errors of the rows' step times (each of width ``NOISE``), regularised toward the base (a prior on
+log(multiplier) of width ``PRIOR``), so that a parameter the rows barely constrain stays near the
+base value. The
 rows' plans stay as loaded (a row whose micro-batch or recomputation was filled in by the model
 keeps the base stack's choice). What is fitted depends on how many step-time rows there are,
 never more parameters than rows:
@@ -26,9 +27,12 @@ from .errors import SpecError
 from .stack import StackSpec
 from .units import US
 
+NOISE = 0.05
+"""Width of a row's log error: how far a measured run scatters around a model that is right for
+its group (the catalog stacks' mean |error| on their own runs is 3.8-9.9 %, README "Accuracy")."""
 PRIOR = 0.5
 """Width of the prior on each log-multiplier: a multiplier of e^0.5 = 1.65 costs as much as one
-row off by a factor 1.65."""
+row off by NOISE (5 %), so one row moves a multiplier almost all the way to it."""
 PRIOR_KERNEL_US = 5.0
 """Width of the prior on the added per-kernel overhead, microseconds."""
 MAX_ITER = 30
@@ -85,14 +89,14 @@ def _predict(cases, stack: StackSpec) -> tuple[np.ndarray, list]:
 
 
 def _solve(cases, base: StackSpec, names) -> np.ndarray:
-    """Log-multipliers minimising sum(log error^2) + sum((x / PRIOR)^2)."""
+    """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2)."""
     measured = np.log([c.measured for c in cases])
     x = np.zeros(len(names))
     widths = np.array([PRIOR_KERNEL_US if n == "kernel_overhead_us" else PRIOR for n in names])
 
     def residuals(x):
         t, _ = _predict(cases, _apply(base, names, x))
-        return np.concatenate([np.log(t) - measured, x / widths])
+        return np.concatenate([(np.log(t) - measured) / NOISE, x / widths])
 
     r = residuals(x)
     damping = 1e-3

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Calibration from one measured run: does it carry to the rest of its group?
+
+For every group of the held-out runs (``tests/data/held_out_runs.csv``: one stack, one
+accelerator, dense or MoE), and for every choice of the one row a user would measure, fit the
+row's stack with ``calibrate`` (one row: one compute scale) and predict the group's other rows.
+Prints per group the median |error| of the other rows before calibration and after it, as the
+median and the worst over the choice of the calibration row. Held-out rows are scored here, never
+fitted into the catalog.
+
+    python benchmarks/calibrate_groups.py [RUNS.csv]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from nestplan.calibrate import fit
+from nestplan.validation import load_cases, predict
+
+HERE = Path(__file__).resolve().parent
+DEFAULT = HERE.parent / "tests" / "data" / "held_out_runs.csv"
+
+
+def groups(cases):
+    out = defaultdict(list)
+    for c in cases:
+        if c.metric != "step_time":
+            continue
+        sc = c.scenario
+        kind = "MoE" if sc.model.moe is not None else "dense"
+        out[(sc.stack.name, sc.cluster.accelerator.name, kind)].append(c)
+    return out
+
+
+def error(case, stack) -> float:
+    seconds, _ = predict(case, stack)
+    return abs(seconds / case.measured - 1)
+
+
+def table(path: Path) -> list[dict]:
+    rows = []
+    for (stack, acc, kind), cases in sorted(groups(load_cases(path)).items()):
+        if len(cases) < 2:
+            continue
+        base = cases[0].scenario.stack
+        before = statistics.median(error(c, base) for c in cases)
+        after = []
+        for i, one in enumerate(cases):
+            fitted = fit([one], base, leave_one_out=False).stack
+            after.append(statistics.median(error(c, fitted) for j, c in enumerate(cases)
+                                           if j != i))
+        rows.append(dict(group=f"{stack}, {acc}, {kind}", rows=len(cases), before=before,
+                         after_median=statistics.median(after), after_worst=max(after)))
+    return rows
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    print(f"{'group':48s} {'rows':>4s} {'before':>8s} {'after (median of choices)':>26s} "
+          f"{'after (worst choice)':>21s}")
+    for r in table(path):
+        print(f"{r['group']:48s} {r['rows']:4d} {r['before']:8.1%} {r['after_median']:26.1%} "
+              f"{r['after_worst']:21.1%}")
+
+
+if __name__ == "__main__":
+    main()
