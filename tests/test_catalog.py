@@ -121,11 +121,17 @@ def test_cluster_toml_inline_accelerator(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('name = "mine"\n[accelerator]\nname = "chip"\npeak_tflops_bf16 = 100\n'
                  'hbm_GiB = 16\nhbm_GBps = 800\nmatmul_efficiency_bf16_by_GFLOP = [[1, 0.5]]\n'
+                 'attention_efficiency = [0.5, 0.4]\nmemory_efficiency = 0.8\n'
                  '[[levels]]\nname = "n"\nsize = 4\nbandwidth_GBps = 100\nlatency_us = 2\n'
                  '[[levels]]\nname = "net"\nbandwidth_GBps = 25\nlatency_us = 10\n'
                  'oversubscription = 2.0\n')
     c = get_cluster(str(p))
     assert c.accelerator.peak_flops_bf16 == 100e12 and c.levels[1].oversubscription == 2.0
+    # no efficiency has a default in code: a file without one says which key is missing
+    q = tmp_path / "without.toml"
+    q.write_text(p.read_text().replace("memory_efficiency = 0.8\n", ""))
+    with pytest.raises(SpecError, match="memory_efficiency"):
+        get_cluster(str(q))
 
 
 @pytest.mark.parametrize("body,field", [

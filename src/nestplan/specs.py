@@ -86,9 +86,9 @@ class AcceleratorSpec(_CachedHash):
     """(GEMM FLOP, achieved fraction of bf16 peak) points, interpolated in log(FLOP)."""
     matmul_efficiency_fp8: tuple[tuple[float, float], ...] = ()
     """(GEMM FLOP, achieved fraction of fp8 peak) points; empty when fp8 is absent."""
-    attention_efficiency: tuple[float, float] = (0.5, 0.4)
+    attention_efficiency: tuple[float, float]
     """Fraction of bf16 peak reached by fused (flash) attention, (forward, backward)."""
-    memory_efficiency: float = 0.85
+    memory_efficiency: float
     """Fraction of peak HBM bandwidth reached by memory-bound kernels."""
     kernel_overhead: float = 0.0
     """Fixed time per kernel launch not hidden by the stream, seconds."""
