@@ -36,7 +36,6 @@ from functools import lru_cache
 
 from .errors import SpecError
 
-RULES = ("none", "full", "modules:", "matmul-outputs", "every:")
 MODULES = ("core_attn",)
 """Recompute modules the layer graph tags (Megatron-Core's names)."""
 
@@ -64,10 +63,8 @@ class Policy:
     def every(self) -> int:
         return int(self.rule.split(":", 1)[1]) if self.kind == "every" else 0
 
-    @property
-    def full_share(self) -> float:
-        """Share of the blocks whose whole forward (and its communication) runs again."""
-        return {"full": 1.0, "every": 1.0 / self.every if self.every else 0.0}.get(self.kind, 0.0)
+
+NONE = Policy("none", "none")
 
 
 def parse_rule(where: str, rule: object) -> str:

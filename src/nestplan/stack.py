@@ -163,6 +163,10 @@ class StackSpec(_CachedHash):
                             "rule none first")
         if len(set(names)) != len(names):
             raise SpecError("stack.recompute", names, "policy names must differ")
+        for name in names:
+            if not name or any(c in name for c in ", \t"):
+                raise SpecError("stack.recompute", name, "a policy name is one word without "
+                                "commas (plans list one per stage, comma-separated)")
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))

@@ -27,6 +27,7 @@ import numpy as np
 from .. import graph as G
 from ..axes import Axis
 from ..placement import Layouts, layouts
+from ..recompute import NONE, effect
 from ..specs import ClusterSpec, Parallelism, Scenario
 from . import memory as M
 from .compute import layer_cost
@@ -34,7 +35,6 @@ from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
 from .hardware import effective
 from .overlap import exposed
 from .pipeline import chunks_in_flight
-from ..recompute import effect
 
 
 def optimizer_traffic(stack) -> float:
@@ -76,11 +76,8 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     full_fwd = sum(o.flops for o in layer.ops)
     bwd_flops = sum(o.bwd_flops for o in layer.ops)
     rc, saved, transient, again, rc_flops = [], [], [], [], []
-    for pol in policies:
-        if checkpointable:
-            eff = effect(pol, layer)
-        else:  # embedding and head keep their tensors
-            eff = effect(policies[0].__class__("none", "none"), layer)
+    for pol in policies:  # the embedding and the head keep their tensors under every policy
+        eff = effect(pol if checkpointable else NONE, layer)
         rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd)))
         rc_flops.append(eff.full * full_fwd + sum(s * o.flops
                                                   for s, o in zip(eff.shares, layer.ops)))
