@@ -1,9 +1,6 @@
 """Training stacks: the catalog, stack files, plans a stack can run, calibration, FSDP runs."""
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,21 +13,10 @@ from nestplan.loaders import stack_from_table, stack_to_table
 from nestplan.specs import Parallelism
 from nestplan.validation import load_cases, run, table
 
-# the console script of the interpreter running the tests (its venv need not be on PATH)
-_BESIDE = Path(sys.executable).parent / "nestplan"
-NESTPLAN = str(_BESIDE) if _BESIDE.exists() else shutil.which("nestplan")
+from console import cli
 
 ISSUE_STACKS = ("megatron-core", "nemo", "megatron-2021", "megatron-2022", "megatron-deepspeed",
                 "deepspeed", "torchtitan", "composer")
-
-
-def cli(*args, cwd=None):
-    """The installed console script in a subprocess: (exit code, stdout, stderr)."""
-    if NESTPLAN is None:
-        pytest.skip("the nestplan console script is not installed")
-    p = subprocess.run([NESTPLAN, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                       timeout=120)
-    return p.returncode, p.stdout, p.stderr
 
 
 def test_catalog_has_every_stack_and_each_round_trips():

@@ -168,6 +168,9 @@ def _plan(args, sc):
     return Parallelism(**kw)
 
 
+MAX_TOP = 1000
+"""Most plans ``plan --top`` lists (each is evaluated in full)."""
+
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "sp",
                                     "zero", "recompute", "rank_order")
@@ -210,9 +213,12 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from .errors import SpecError
     from .result import SUMMARY_KEYS
     from .search.methods import run_method
 
+    if not 1 <= args.top <= MAX_TOP:
+        raise SpecError("top", args.top, f"must be an integer in [1, {MAX_TOP}]")
     sc = _scenario(args)
     progress = _Progress()
     try:
@@ -328,12 +334,10 @@ def cmd_list(args) -> int:
 
 
 def _runs_csv(text: str) -> Path:
-    from .errors import SpecError
+    from .loaders import regular_file
 
     path = Path(text)
-    if not path.is_file():
-        raise SpecError("--csv", str(path), "no such file; give the path of a runs CSV (the "
-                        "columns of shared/data/published_runs.csv)")
+    regular_file(path, "--csv", "runs CSV")
     return path
 
 
@@ -408,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search(pl)
     pl.add_argument("--method", default="nest", help="nest (default), manual, phaze, alpa, "
                     "mist, mcmc or exhaustive")
-    pl.add_argument("--top", type=int, default=5, help="plans to list (default 5)")
+    pl.add_argument("--top", type=int, default=5, help=f"plans to list, 1-{MAX_TOP} (default 5)")
     pl.set_defaults(func=cmd_plan)
     cm = sub.add_parser("compare", help="every method on one scenario, side by side")
     _add_scenario(cm, for_evaluate=False)

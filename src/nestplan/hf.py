@@ -167,12 +167,7 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
 
 def model_from_hf_config(path: Path) -> ModelSpec:
     """A ModelSpec from a HuggingFace ``config.json`` file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError("model", str(path), "no such file") from None
-    except OSError as e:  # a directory, no permission, ...
-        raise SpecError("model", str(path), f"cannot read it ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError("model", str(path), f"not valid JSON ({e})") from None
+    from .loaders import read_document
+
+    data = read_document(path, "model", "JSON")
     return model_from_hf_dict(data, Path(path).name if Path(path).name != "config.json" else str(path))

@@ -14,19 +14,51 @@ from .options import MLPKind, Norm, Position
 from .specs import AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec, MoESpec
 
 
-def read_toml(path: Path) -> dict:
-    """Parse a TOML file; syntax errors become SpecError naming the file."""
+MAX_FILE_BYTES = 64 * 2**20
+"""Largest input file read (plans, models, clusters and stacks are kilobytes)."""
+
+
+def regular_file(path: Path, field: str, kind: str) -> None:
+    """Refuse anything but an existing regular file of sane size before it is opened (a FIFO
+    or a device would block or never end); SpecError naming ``field``."""
+    import stat
+
+    try:
+        info = Path(path).stat()
+    except FileNotFoundError:
+        raise SpecError(field, str(path), "no such file") from None
+    except OSError as e:
+        raise SpecError(field, str(path), f"cannot read it ({e.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise SpecError(field, str(path), f"{what}; give a {kind} file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise SpecError(field, str(path), f"{info.st_size:,} bytes; a {kind} input file of "
+                        f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
+
+
+def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
+    """Parse a TOML or JSON file: the one reader of nestplan's input files, with one mapping of
+    what can go wrong to a SpecError naming ``field``. Anything but a regular file (a directory,
+    a FIFO, a device) is refused before it is read; a UTF-8 byte-order mark is accepted."""
+    import json
     import tomllib
 
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        regular_file(path, field, kind)
+        text = Path(path).read_bytes().decode("utf-8-sig")
+        return tomllib.loads(text) if kind == "TOML" else json.loads(text)
     except FileNotFoundError:
-        raise SpecError("file", str(path), "no such file") from None
-    except OSError as e:  # a directory, no permission, ...
-        raise SpecError("file", str(path), f"cannot read it ({e.strerror})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SpecError("file", str(path), f"not valid TOML ({e})") from None
+        raise SpecError(field, str(path), "no such file") from None
+    except OSError as e:  # no permission, ...
+        raise SpecError(field, str(path), f"cannot read it ({e.strerror})") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(field, str(path), f"not valid {kind} ({e})") from None
+
+
+def read_toml(path: Path) -> dict:
+    """Parse a TOML file; errors become a SpecError naming the file."""
+    return read_document(path, "file", "TOML")
 
 
 def check_keys(table: dict, where: str, *, required: set[str], optional: set[str]) -> None:

@@ -245,10 +245,6 @@ def _short(items: list) -> str:
 
 
 def load(path: str | Path) -> PlanFile:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError("plan file", str(path), "no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError("plan file", str(path), f"not valid JSON ({e})") from None
-    return from_dict(data, Path(path).name)
+    from .loaders import read_document
+
+    return from_dict(read_document(path, "plan file", "JSON"), Path(path).name)

@@ -322,6 +322,9 @@ def load_cases(path: Path, *, include_lora: bool = False,
     ``rank_order``, ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model
     file (relative to the CSV); ``peak_memory_gib=X`` in ``other_metrics`` is a measured peak."""
     path = Path(path)
+    from .loaders import regular_file
+
+    regular_file(path, "--csv", "CSV")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
