@@ -35,7 +35,7 @@ PRIOR = 0.5
 row off by NOISE (5 %), so one row moves a multiplier almost all the way to it."""
 PRIOR_KERNEL_US = 5.0
 """Width of the prior on the added per-kernel overhead, microseconds."""
-MAX_ITER = 30
+MAX_ITER = 100
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ def _solve(cases, base: StackSpec, names) -> np.ndarray:
     measured = np.log([c.measured for c in cases])
     x = np.zeros(len(names))
     widths = np.array([PRIOR_KERNEL_US if n == "kernel_overhead_us" else PRIOR for n in names])
+    # the added kernel overhead cannot take the base's below zero: iterates stay inside
+    lower = np.array([-base.kernel_overhead / US if n == "kernel_overhead_us" else -np.inf
+                      for n in names])
 
     def residuals(x):
         t, _ = _predict(cases, _apply(base, names, x))
@@ -105,18 +108,20 @@ def _solve(cases, base: StackSpec, names) -> np.ndarray:
         jac = np.stack([(residuals(x + step * e) - r) / step for e in np.eye(len(x))], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
+        cost = r @ r
         while True:
             dx = -np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), g)
-            dx = np.clip(dx, -0.5, 0.5)
+            dx = np.maximum(x + np.clip(dx, -0.5, 0.5), lower) - x
             trial = residuals(x + dx)
-            if trial @ trial < r @ r:
+            if trial @ trial < cost:
                 x, r = x + dx, trial
                 damping = max(damping / 10, 1e-6)
                 break
             damping *= 10
             if damping > 1e6:
                 return x
-        if np.max(np.abs(dx)) < 1e-4:
+        # converged: the step is tiny, or it no longer lowers the objective measurably
+        if np.max(np.abs(dx)) < 1e-4 or cost - r @ r < 1e-9 * cost:
             return x
     raise SpecError("calibrate", f"{len(cases)} rows", f"the fit did not converge in {MAX_ITER} "
                     "iterations; check the rows for inconsistent measurements")

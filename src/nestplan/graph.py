@@ -59,6 +59,7 @@ class Hide(enum.Enum):
     TP_FWD = "tp_fwd"  # forward TP collectives, hidden only with full TP overlap (userbuffers)
     TP_BWD = "tp_bwd"  # backward TP collectives, hidden behind the weight-gradient GEMMs
     ATTENTION = "attention"  # CP K/V exchange, hidden behind the attention core
+    ATTENTION_FIRST = "attention_first"  # CP K/V all-gather, hidden behind 1/cp of the core
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,8 @@ class Local:
     """Norms are fused kernels keeping only their input (the stack's ``fused_norm``)."""
     fused_mlp: bool = True
     """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
+    cp_allgather: bool = False
+    """Context parallelism all-gathers K/V (the stack's ``cp_exchange``) instead of a ring."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -338,10 +341,19 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                       bwd_nbytes=2 * E * (probs + v_rep + T * x.a * d_v),
                       call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2,
                       module="core_attn"))
-    if loc.cp > 1:
+    if loc.cp > 1 and not loc.cp_allgather:  # ring: K/V passed on while each block computes
         kv_block = E * (k_el + v_el)
         comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
                   Comm("cp_kv_bwd", Axis.CP, CollKind.RING_EXCHANGE, 2 * kv_block, "bwd",
+                       Hide.ATTENTION)]
+    elif loc.cp > 1:  # torch's all-gather rotater: every K/V shard gathered behind the first
+        # sub-attention, forward and again in backward; dK/dV still pass round a ring
+        kv_block = E * (k_el + v_el)
+        comms += [Comm("cp_kv_ag", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "fwd",
+                       Hide.ATTENTION_FIRST),
+                  Comm("cp_kv_ag_bwd", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "bwd",
+                       Hide.ATTENTION_FIRST),
+                  Comm("cp_dkv_bwd", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "bwd",
                        Hide.ATTENTION)]
     ops.append(_gemm("proj", T, x.a * d_v, h, saved=E * T * x.a * d_v))
     comms += x.tp_comms("proj", column=False, nbytes=block_in)

@@ -94,7 +94,7 @@ _ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps", "matmul_ef
                    "attention_efficiency", "memory_efficiency"}
 """Every efficiency is a measured or stated figure of the file (no defaults in code)."""
 _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_overhead_us",
-                   "base"}
+                   "sustained_share", "base"}
 
 
 def _points(value, where: str) -> tuple[tuple[float, float], ...]:
@@ -126,6 +126,8 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     if "matmul_efficiency_fp8_by_GFLOP" in table:
         kw["matmul_efficiency_fp8"] = _points(table["matmul_efficiency_fp8_by_GFLOP"],
                                               f"{where}.matmul_efficiency_fp8_by_GFLOP")
+    if "sustained_share" in table:
+        kw["sustained_share"] = float(_typed(table, "sustained_share", where, _NUM))
     if "attention_efficiency" in table:
         att = table["attention_efficiency"]
         if not (isinstance(att, list) and len(att) == 2 and all(isinstance(x, _NUM) for x in att)):
@@ -252,6 +254,8 @@ def accelerator_to_table(acc: AcceleratorSpec) -> dict:
         "memory_efficiency": acc.memory_efficiency,
         "kernel_overhead_us": _clean(acc.kernel_overhead / units.US),
     }
+    if acc.sustained_share != 1.0:
+        table["sustained_share"] = acc.sustained_share
     if acc.peak_flops_fp8 is not None:
         table["peak_tflops_fp8"] = _clean(acc.peak_flops_fp8 / units.TFLOPS)
         table["matmul_efficiency_fp8_by_GFLOP"] = [[_clean(f / 1e9), e]
@@ -346,7 +350,7 @@ def _stack_fields() -> dict:
 
     keys = {
         **{k: plain(str) for k in ("name", "description", "export_format",
-                                  "default_recompute")},
+                                  "default_recompute", "cp_exchange")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",

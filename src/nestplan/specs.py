@@ -92,6 +92,10 @@ class AcceleratorSpec(_CachedHash):
     """Fraction of peak HBM bandwidth reached by memory-bound kernels."""
     kernel_overhead: float = 0.0
     """Fixed time per kernel launch not hidden by the stream, seconds."""
+    sustained_share: float = 1.0
+    """Share of the peak rates its clocks sustain where a power limit holds them below the
+    datasheet part's (compute-bound kernels run at ``peak · share · efficiency``; the peaks stay
+    the datasheet's, the MFU convention)."""
 
     def __post_init__(self):
         _positive("accelerator.peak_flops_bf16", self.peak_flops_bf16, integer=False)
@@ -108,9 +112,16 @@ class AcceleratorSpec(_CachedHash):
                 raise SpecError(f"accelerator.{label}", table,
                                 "points must be (FLOP, efficiency) with increasing FLOP and "
                                 "0 < efficiency <= 1")
+        if not (isinstance(self.sustained_share, (int, float)) and 0 < self.sustained_share <= 1):
+            raise SpecError("accelerator.sustained_share", self.sustained_share,
+                            "must be in (0, 1]: the share of the peak its clocks sustain")
         for e in (*self.attention_efficiency, self.memory_efficiency):
             if not 0 < e <= 1:
                 raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
+
+    def sustained_flops(self, precision: Precision) -> float:
+        """The matmul rate its clocks sustain in ``precision`` (peak times ``sustained_share``)."""
+        return self.peak_flops(precision) * self.sustained_share
 
     def peak_flops(self, precision: Precision) -> float:
         """Peak matmul FLOP/s in ``precision``."""

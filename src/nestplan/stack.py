@@ -76,6 +76,10 @@ class StackSpec(_CachedHash):
     """Tensor-parallel communication overlap."""
     overlap_p2p: bool = True
     """Pipeline send/recv overlaps compute in the steady state."""
+    cp_exchange: str = "ring"
+    """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
+    attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:
+    torch's context_parallel default)."""
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring over the group's top level (no node-level
     aggregation)."""
@@ -140,6 +144,8 @@ class StackSpec(_CachedHash):
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
+        if self.cp_exchange not in ("ring", "allgather"):
+            raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):
             raise SpecError("stack.master_bytes", self.master_bytes,
                             "allowed: 0 (no separate master copy) or 4 (fp32)")

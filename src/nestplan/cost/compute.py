@@ -53,10 +53,11 @@ def op_time(op: Op, acc: AcceleratorSpec, precision: Precision, backward: bool) 
         return nbytes / mem_bw + (acc.kernel_overhead if nbytes else 0.0)
     if op.kind is OpKind.ATTENTION:
         eff = acc.attention_efficiency[1 if backward else 0]
-        return max(flops / (acc.peak_flops_bf16 * eff), nbytes / mem_bw) + acc.kernel_overhead
+        return max(flops / (acc.sustained_flops(Precision.BF16) * eff),
+                   nbytes / mem_bw) + acc.kernel_overhead
     prec = precision if op.lowp else Precision.BF16
     eff = matmul_efficiency(acc, prec, op.call_flops)
-    t = max(flops / (acc.peak_flops(prec) * eff), nbytes / mem_bw)
+    t = max(flops / (acc.sustained_flops(prec) * eff), nbytes / mem_bw)
     if prec is Precision.FP8:
         m, k, n = op.shape
         t += FP8_CAST_BYTES * (m * n if backward else m * k) / mem_bw
@@ -114,15 +115,16 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     group_of = {Axis.TP: tp_group, Axis.CP: cp_group, Axis.EP: ep_group}
     link = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
     exposed = dict(link)
+    cp = cp_group.size
     fwd_hidable = {Hide.TP_FWD: gemm_f if tp_overlap is TPOverlap.FULL else 0.0,
-                   Hide.ATTENTION: attn_f}
+                   Hide.ATTENTION: attn_f, Hide.ATTENTION_FIRST: attn_f / cp}
     bwd_hidable = {Hide.TP_BWD: {TPOverlap.NONE: 0.0, TPOverlap.BACKWARD: wgrad,
                                  TPOverlap.FULL: gemm_b}[tp_overlap],
-                   Hide.ATTENTION: attn_b}
+                   Hide.ATTENTION: attn_b, Hide.ATTENTION_FIRST: attn_b / cp}
     fwd_comm = {h: 0.0 for h in Hide}
     bwd_comm = {h: 0.0 for h in Hide}
-    fwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
-    bwd_by_axis = {Hide.NONE: {}, Hide.TP_FWD: {}, Hide.TP_BWD: {}, Hide.ATTENTION: {}}
+    fwd_by_axis = {h: {} for h in Hide}
+    bwd_by_axis = {h: {} for h in Hide}
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster)
