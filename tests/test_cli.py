@@ -108,9 +108,27 @@ def test_moe_errors(capsys):
     code, _, err = run_exit(moe + ["--ep", "3"], capsys)
     assert code == 2 and "ep: got 3" in err
     code, _, err = run_exit(moe + ["--ep", "16"], capsys)
-    assert code == 2 and "ep: got 16; must divide moe.experts = 8" in err
+    assert code == 2 and "ep: got 16; must divide the 8 experts of mixtral-8x7b" in err
     code, out, _ = run_exit(moe + ["--ep", "8", "--json"], capsys)
     assert code == 0 and json.loads(out)["ep"] == 8
+
+
+def test_expert_parallelism_folds_over_tensor_parallel_ranks(capsys):
+    """MoE parallel folding (Megatron-Core): EP 8 on 16 GPUs with TP 4 spans TP ranks (dp·cp is
+    only 4); evaluate takes it, plan searches such grids, and an impossible fold is bad input."""
+    base = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", "16",
+            "--global-batch", "64", "--seq-len", "4096"]
+    fixed = ["--tp", "4", "--pp", "2", "--sp", "--mbs", "1", "--recompute", "full"]
+    code, out, err = run_exit(["evaluate", *base, *fixed, "--ep", "8", "--etp", "1", "--json"],
+                              capsys)
+    js = json.loads(out)
+    assert code == 0 and (js["tp"], js["dp"], js["ep"], js["etp"]) == (4, 2, 8, 1), err
+    code, out, err = run_exit(["plan", *base, "--tp", "4", "--ep", "8", "--etp", "1", "--json",
+                               "--top", "1"], capsys)
+    js = json.loads(out)
+    assert code == 0 and js["ep"] == 8 and js["dp"] * js["cp"] < 8, err
+    code, _, err = run_exit(["evaluate", *base, *fixed, "--ep", "8", "--etp", "4"], capsys)
+    assert code == 2 and "etp·ep = 4·8 must divide tp·cp·dp = 8" in err
 
 
 def test_tp_must_divide_kv_heads(capsys):

@@ -40,10 +40,14 @@ def plans():
                             rank_order=(Axis.TP, Axis.CP, Axis.PP, Axis.DP))),
         (mix, Parallelism(tp=2, pp=2, dp=16, ep=8, etp=1, sp=True, zero=2, mbs=1,
                           recompute=(N,))),
+        # MoE parallel folding: EP 8 spans the TP ranks (dp·cp = 4), expert-DP 2
+        (mix, Parallelism(tp=4, pp=4, dp=4, ep=8, etp=1, sp=True, zero=1, mbs=1,
+                          recompute=(S,))),
     ]
 
 
-@pytest.fixture(params=range(3), ids=["gpt3-interleaved", "llama3-cp-order", "mixtral-ep"])
+@pytest.fixture(params=range(4), ids=["gpt3-interleaved", "llama3-cp-order", "mixtral-ep",
+                                      "mixtral-folded"])
 def plan_file(request, tmp_path):
     sc, par = plans()[request.param]
     ev = evaluate(sc, par)

@@ -4,7 +4,7 @@ import enum
 
 
 class Axis(str, enum.Enum):
-    """A parallel axis. ``EP`` is carved out of the ``DP``×``CP`` ranks (Megatron's convention)."""
+    """A parallel axis. ``EP`` lives in the expert grid, which folds over the ``TP``×``CP``×``DP`` ranks."""
 
     TP = "tp"
     CP = "cp"

@@ -48,7 +48,7 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--pp", type=int, help="pipeline stages")
     k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
     k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
-    k.add_argument("--ep", type=int, help="expert-parallel degree, out of dp·cp (default 1)")
+    k.add_argument("--ep", type=int, help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
     k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
     k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,

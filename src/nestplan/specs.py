@@ -365,7 +365,8 @@ class Parallelism(_CachedHash):
     cp: int = 1
     """Context-parallel degree (splits the sequence)."""
     ep: int = 1
-    """Expert-parallel degree, carved out of dp·cp."""
+    """Expert-parallel degree. The expert grid etp × ep × edp folds over the same tp·cp·dp ranks
+    as the attention grid (Megatron-Core's MoE parallel folding), so EP may span TP ranks."""
     etp: int | None = None
     """Expert tensor-parallel degree (None = same as tp)."""
     vp: int = 1
@@ -401,9 +402,6 @@ class Parallelism(_CachedHash):
         if sorted(a.value for a in self.rank_order) != sorted(a.value for a in RANK_AXES):
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
                             "must order each of tp, cp, dp, pp once")
-        if (self.dp * self.cp) % self.ep:
-            raise SpecError("ep", self.ep, f"must divide dp·cp = {self.dp * self.cp} "
-                            "(expert parallelism is carved out of the data/context ranks)")
         if self.vp > 1 and self.pp == 1:
             raise SpecError("vp", self.vp, "virtual stages need pp > 1")
         if self.stage_layers is not None:
@@ -510,10 +508,12 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if par.etp is not None and par.etp != par.tp:
             raise SpecError("etp", par.etp, f"{m.name} has no experts; leave etp unset")
     else:
-        _divides("ep", par.ep, "moe.experts", m.moe.experts)
+        if par.ep > m.moe.experts or m.moe.experts % par.ep:
+            raise SpecError("ep", par.ep, f"must divide the {m.moe.experts} experts of {m.name}")
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
-            raise SpecError("etp", par.expert_tp, f"etp·ep = {par.expert_tp * par.ep} must divide "
-                            f"tp·cp·dp = {par.tp * par.cp * par.dp}")
+            raise SpecError("ep", par.ep, f"etp·ep = {par.expert_tp}·{par.ep} must divide "
+                            f"tp·cp·dp = {par.tp * par.cp * par.dp} (the expert grid folds over "
+                            "the attention grid's ranks)")
         if par.tp > 1 and not par.sp:
             raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "
                             "as in Megatron-Core")

@@ -7,7 +7,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
 * tp: divides gpus and heads, fits kv-heads (divides or is a multiple), divides the FFN width;
   at most the GPUs of a node when ``tp_within_node``;
 * cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens;
-* ep: divides the experts and dp·cp; expert-TP is 1 or tp;
+* ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
+  attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp;
 * pp: divides the rest, at most the layers; vp: 1 or a divisor of the layers leaving at least
   pp blocks per round (and a micro-batch count divisible by pp), at most ``MAX_VP``;
 * zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS``;
@@ -133,8 +134,9 @@ def shapes(sc: Scenario, con: Constraints):
                         continue
                     per_replica = tr.global_batch // dp
                     mbss = [b for b in _divisors(per_replica) if b <= MAX_MBS]
+                    # folded expert grid: etp·ep divides tp·cp·dp (checked per etp below)
                     eps = [1] if m.moe is None else [
-                        e for e in _divisors(m.moe.experts) if (dp * cp) % e == 0]
+                        e for e in _divisors(m.moe.experts) if (tp * cp * dp) % e == 0]
                     for ep in _pick(con.ep, eps):
                         etps = [None] if m.moe is None else sorted({1, tp})
                         for etp in ([con.etp] if con.etp is not None else etps):
