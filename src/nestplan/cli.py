@@ -326,10 +326,21 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .catalog import get_stack, list_names
+    from .catalog import get_model, get_stack, list_names
+    from .graph import active_params, total_params
 
     for name in list_names(args.kind):
-        print(f"{name:22s} {get_stack(name).description}" if args.kind == "stacks" else name)
+        if args.kind == "stacks":
+            print(f"{name:22s} {get_stack(name).description}")
+        elif args.kind == "models":
+            m = get_model(name)
+            size = f"{total_params(m) / 1e9:8.1f}B parameters"
+            if m.moe is not None:
+                size += (f", {active_params(m) / 1e9:.1f}B active ({m.moe.experts} experts, "
+                         f"top-{m.moe.top_k})")
+            print(f"{name:22s} {m.layers:4d} layers  {size}")
+        else:
+            print(name)
     return 0
 
 
@@ -453,7 +464,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from .errors import InfeasibleError, NestplanError
 
+    import warnings
+
+    from .hf import HFNote
+
     args = build_parser().parse_args(argv)
+
+    def note(message, category, *rest, **kw):
+        if issubclass(category, HFNote):
+            print(f"nestplan: note: {message}", file=sys.stderr)
+        else:
+            previous(message, category, *rest, **kw)
+
+    previous = warnings.showwarning
+    warnings.showwarning = note
     try:
         return args.func(args)
     except InfeasibleError as e:
@@ -464,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":

@@ -306,6 +306,8 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents
         S = min(S, loc.span)
+    if m.local_span and m.local_share:  # chunked / sliding-window layers, averaged over blocks
+        S = m.local_share * min(S, m.local_span) + (1 - m.local_share) * S
     full = 2.0 * b * x.a * s * S * (d_qk + d_v)  # QK^T and PV, no mask
     if loc.attention is AttentionImpl.FLASH:
         done = full * (0.5 if m.causal else 1.0)  # flash skips fully masked blocks

@@ -2,12 +2,19 @@
 
 Only the architecture keys are read; the many other keys of a config (tokens ids, dtype, rope
 scaling, ...) do not change the cost and are ignored. A missing architecture key or an unsupported
-``model_type`` is a SpecError.
+``model_type`` is a SpecError. A ``model_type`` nestplan does not know whose ``architectures``
+names a class of a supported family is read as that family, with a note (``HFNote``) that the CLI
+prints.
+
+What is not modelled, by family: attention sinks (GPT-OSS: one learned scalar per head), QK norms
+(Qwen3, GLM-4.5), partial rotary embeddings (GLM-4.5), multi-token-prediction layers (DeepSeek-V3,
+Kimi-K2, GLM-4.5: ``num_nextn_predict_layers`` is ignored), and the per-layer alternation of
+local and global attention, whose cost is averaged over the blocks (``ModelSpec.local_share``).
 """
 
 from __future__ import annotations
 
-import json
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,19 +84,94 @@ def _mixtral(cfg: _Config) -> dict:
 
 def _qwen3_moe(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
-    layers = kw["layers"]
-    only_dense = set(cfg.get("mlp_only_layers", default=[], kind=list))
-    step = cfg.get("decoder_sparse_step", default=1)
-    sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
-    # Express the pattern with first_dense_layers / layer_freq when it has that shape.
-    first = sparse[0] if sparse else layers
-    if sparse != list(range(first, layers, step)):
-        raise SpecError(f"{cfg.source}: mlp_only_layers", sorted(only_dense),
-                        "only a leading block of dense layers and a fixed sparse step are supported")
+    first, step = _moe_pattern(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
                         first_dense_layers=first, layer_freq=step)
+    return kw
+
+
+class HFNote(UserWarning):
+    """Something the user should know about how a config.json was read (not an error)."""
+
+
+def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
+    """(first_dense_layers, layer_freq) from Qwen-style ``mlp_only_layers`` and
+    ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0)."""
+    only_dense = set(cfg.get("mlp_only_layers", default=[], kind=list))
+    step = cfg.get("decoder_sparse_step", default=1)
+    sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
+    first = sparse[0] if sparse else layers
+    if sparse != list(range(first, layers, step)):
+        raise SpecError(f"{cfg.source}: mlp_only_layers", sorted(only_dense),
+                        "only a leading block of dense layers and a fixed sparse step are supported")
+    return first, step
+
+
+def _qwen2_moe(cfg: _Config) -> dict:
+    # Qwen2-MoE: q/k/v biases (modelling code), one gated shared expert of its own size
+    kw = _llama_like(cfg, bias=True)
+    first, step = _moe_pattern(cfg, kw["layers"])
+    shared = cfg.get("shared_expert_intermediate_size", default=0)
+    kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
+                        ffn_hidden=cfg.get("moe_intermediate_size"),
+                        shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
+                        first_dense_layers=first, layer_freq=step)
+    return kw
+
+
+def _glm4_moe(cfg: _Config) -> dict:
+    # GLM-4.5: standard GQA attention with biases, DeepSeek-style routed and shared experts
+    kw = _llama_like(cfg)
+    moe_ffn = cfg.get("moe_intermediate_size")
+    kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts"), top_k=cfg.get("num_experts_per_tok"),
+                        ffn_hidden=moe_ffn, shared_experts=cfg.get("n_shared_experts", default=0),
+                        shared_ffn_hidden=moe_ffn,
+                        first_dense_layers=cfg.get("first_k_dense_replace", default=0))
+    return kw
+
+
+def _gpt_oss(cfg: _Config) -> dict:
+    # GPT-OSS: every block MoE; sliding-window attention on the layers layer_types names
+    kw = _llama_like(cfg)
+    kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
+                        ffn_hidden=cfg.get("intermediate_size"))
+    types = cfg.get("layer_types", default=None, kind=list)
+    window = cfg.get("sliding_window", default=0)
+    if types is not None and len(types) != kw["layers"]:
+        raise SpecError(f"{cfg.source}: layer_types", f"{len(types)} entries",
+                        f"needs one per layer ({kw['layers']})")
+    if window:
+        local = (sum(t == "sliding_attention" for t in types) if types is not None
+                 else kw["layers"] // 2)  # the modelling code alternates when not listed
+        kw.update(local_span=2 * window, local_share=local / kw["layers"])
+    return kw
+
+
+def _llama4(cfg: _Config) -> dict:
+    # Llama 4: dense and MoE blocks interleaved, one shared expert, chunked attention on the
+    # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention)
+    text = cfg.data.get("text_config", cfg.data)
+    if not isinstance(text, dict):
+        raise SpecError(f"{cfg.source}: text_config", text, "must be a table")
+    cfg = _Config(text, f"{cfg.source}: text_config" if text is not cfg.data else cfg.source)
+    kw = _llama_like(cfg)
+    kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
+    layers = kw["layers"]
+    step = cfg.get("interleave_moe_layer_step", default=1)
+    expert_ffn = cfg.get("intermediate_size")
+    kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
+                        ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
+                        first_dense_layers=step - 1, layer_freq=step)
+    chunk = cfg.get("attention_chunk_size", default=0)
+    if chunk:
+        rope = cfg.get("no_rope_layers", default=None, kind=list)
+        if rope is not None and len(rope) != layers:
+            raise SpecError(f"{cfg.source}: no_rope_layers", f"{len(rope)} entries",
+                            f"needs one per layer ({layers})")
+        local = sum(1 for r in rope if r) if rope else layers - layers // 4  # every 4th is NoPE
+        kw.update(local_span=chunk, local_share=local / layers)
     return kw
 
 
@@ -146,9 +228,21 @@ def _bloom(cfg: _Config) -> dict:
 
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _llama,
-    "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom,
-    "deepseek_v3": _deepseek_v3,
+    "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
+    "bloom": _bloom, "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe,
+    "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4,
 }
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "BloomForCausalLM": "bloom",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
+    "GptOssForCausalLM": "gpt_oss", "Llama4ForConditionalGeneration": "llama4",
+    "Llama4ForCausalLM": "llama4_text",
+}
+"""HuggingFace model classes (``architectures``) and the family each is read as."""
 
 
 def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
@@ -157,8 +251,16 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         raise SpecError(source, type(data).__name__, "a config.json must hold a JSON object")
     mtype = data.get("model_type")
     if mtype not in FAMILIES:
-        raise SpecError(f"{source}: model_type", mtype,
-                        f"supported model types: {', '.join(sorted(FAMILIES))}")
+        archs = data.get("architectures") or []
+        known = [ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in ARCHITECTURES]
+        if not known:
+            raise SpecError(f"{source}: model_type", mtype,
+                            f"supported model types: {', '.join(sorted(FAMILIES))} (or "
+                            "architectures naming one of their model classes)")
+        warnings.warn(HFNote(f"{source}: model_type {mtype!r} is not one nestplan knows; read "
+                             f"as {known[0]}, the family of its architecture {archs[0]}"),
+                      stacklevel=2)
+        mtype = known[0]
     kw = FAMILIES[mtype](_Config(data, source))
     kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
     kw.setdefault("kv_heads", kw["heads"])

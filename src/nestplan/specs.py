@@ -296,10 +296,20 @@ class ModelSpec(_CachedHash):
     """Mixture-of-experts settings, or None for a dense model."""
     mla: MLASpec | None = None
     """Multi-head latent attention settings, or None for standard attention."""
+    local_span: int = 0
+    """Tokens a query attends among on the layers with local attention, as a block-diagonal span:
+    the chunk size of chunked attention (Llama 4), twice the window of sliding-window attention
+    (GPT-OSS; a causal window w costs about what causal chunks of 2w cost); 0 = none."""
+    local_share: float = 0.0
+    """Share of the blocks with local attention. Their attention cost is averaged over all
+    blocks (exact for the model's total; a stage's share of local layers may differ by one)."""
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
             _positive(f"model.{f}", getattr(self, f))
+        _positive("model.local_span", self.local_span, allow_zero=True)
+        if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
+            raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
         if self.heads % self.kv_heads:
             raise SpecError("model.kv_heads", self.kv_heads,
