@@ -1,0 +1,108 @@
+"""The MoE model families people train in 2025-26, from their real config.json files
+(tests/data/hf/, sources in tests/data/hf/SOURCES.md), and the catalog entries made from them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nestplan.catalog import get_model
+from nestplan.graph import active_params, total_params
+from nestplan.hf import model_from_hf_config, model_from_hf_dict
+from nestplan.loaders import model_to_table
+
+from console import cli, one_line_error
+
+HF = Path(__file__).parent / "data" / "hf"
+DATA = Path(__file__).parent / "data"
+
+# total and active parameters as the model cards state them, in billions
+PUBLISHED = {
+    "kimi-k2.json": (1040, 32),  # MoonshotAI/Kimi-K2 README: 1T total, 32B activated
+    "gpt-oss-120b.json": (116.8, 5.1),  # openai gpt-oss model card: 116.8B total, 5.1B active
+    "llama4-maverick.json": (400, 17),  # Meta Llama 4 model card: 400B total, 17B active
+    "glm4.5.json": (106, 12),  # zai-org GLM-4.5 README: GLM-4.5-Air 106B total, 12B active
+    "qwen2-moe.json": (57, 14),  # Qwen2 report: Qwen2-57B-A14B
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_sizes_match_the_model_cards(name):
+    m = model_from_hf_config(HF / name)
+    total, active = PUBLISHED[name]
+    assert total_params(m) / 1e9 == pytest.approx(total, rel=0.03)
+    # nestplan counts the output layer as active (gpt-oss's card does not: +0.6B)
+    assert active_params(m) / 1e9 == pytest.approx(active, rel=0.15)
+
+
+def test_families_read_what_makes_them_differ():
+    llama4 = model_from_hf_config(HF / "llama4-maverick.json")
+    assert [llama4.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert llama4.moe.shared_experts == 1 and llama4.ffn_hidden == 16384
+    assert (llama4.local_span, llama4.local_share) == (8192, 0.75)  # NoPE every 4th block
+    oss = model_from_hf_config(HF / "gpt-oss-120b.json")
+    assert (oss.local_span, oss.local_share) == (256, 0.5) and oss.bias
+    qwen2 = model_from_hf_config(HF / "qwen2-moe.json")
+    assert qwen2.moe.shared_ffn_hidden == 20480 and qwen2.bias
+    glm = model_from_hf_config(HF / "glm4.5.json")
+    assert glm.moe.first_dense_layers == 1 and glm.moe.shared_experts == 1
+    kimi = model_from_hf_config(HF / "kimi-k2.json")
+    assert kimi.mla is not None and kimi.moe.experts == 384
+
+
+def test_local_attention_costs_less_at_long_sequences():
+    oss = model_from_hf_config(HF / "gpt-oss-120b.json")
+    full = oss.__class__(**{**vars(oss), "local_span": 0, "local_share": 0.0})
+    from nestplan.evaluate import model_flops_per_sequence
+
+    short = model_flops_per_sequence(oss, 256, 0) / model_flops_per_sequence(full, 256, 0)
+    long = model_flops_per_sequence(oss, 65536, 0) / model_flops_per_sequence(full, 65536, 0)
+    assert short == pytest.approx(1.0) and long < 0.8
+
+
+@pytest.mark.parametrize("name, config", [
+    ("deepseek-v3", DATA / "deepseek-v3.json"), ("qwen3-235b-a22b", DATA / "qwen3-235b-a22b.json"),
+    ("qwen3-30b-a3b", DATA / "qwen3-30b-a3b.json"), ("kimi-k2", HF / "kimi-k2.json"),
+    ("gpt-oss-120b", HF / "gpt-oss-120b.json"), ("llama4-maverick", HF / "llama4-maverick.json")])
+def test_catalog_entries_are_their_configs(name, config):
+    table = model_to_table(get_model(name))
+    mine = model_to_table(model_from_hf_config(config))
+    assert {**table, "name": None} == {**mine, "name": None}
+
+
+def test_an_unknown_model_type_is_read_by_its_architecture(tmp_path):
+    data = json.loads((HF / "kimi-k2.json").read_text())
+    data["model_type"] = "kimi_k3"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr", "--gpus", 256,
+                         "--tp", 8, "--pp", 8, "--ep", 32, "--etp", 1, "--sp", "--mbs", 1,
+                         "--global-batch", 256, "--seq-len", 4096, "--recompute", "full",
+                         "--json")
+    assert code == 0, err
+    assert "note:" in err and "read as deepseek_v3" in err and len(err.strip().splitlines()) == 1
+    data["architectures"] = ["KimiK3ForCausalLM"]
+    path.write_text(json.dumps(data))
+    assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
+                               "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+                               "--seq-len", 2048), "model_type: got 'kimi_k3'; supported")
+
+
+@pytest.mark.parametrize("name, key", [("gpt-oss-120b.json", "num_local_experts"),
+                                       ("qwen2-moe.json", "moe_intermediate_size"),
+                                       ("glm4.5.json", "n_routed_experts")])
+def test_a_config_missing_a_moe_key_is_one_line(tmp_path, name, key):
+    data = json.loads((HF / name).read_text())
+    del data[key]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
+                               "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+                               "--seq-len", 2048), f"{key}: got None; missing key")
+
+
+def test_top_k_beyond_the_experts_is_bad_input():
+    data = json.loads((HF / "qwen2-moe.json").read_text())
+    data["num_experts_per_tok"] = 65
+    with pytest.raises(Exception, match="moe.top_k: got 65; must be <= moe.experts = 64"):
+        model_from_hf_dict(data)
