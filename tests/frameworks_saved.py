@@ -6,7 +6,8 @@ A standalone helper for the memory-model checks: tests run it in a subprocess (i
 prediction. Checked with torch 2.13 (CPU), megatron-core 0.16.1 and torchtitan 0.3.0.
 
     python tests/frameworks_saved.py megatron --seq 256 --batch 1 --hidden 512 --heads 8 \
-        --groups 2 --ffn 1408 --policy none|selective|full [--swiglu-fusion] [--no-rope]
+        --groups 2 --ffn 1408 --policy none|selective|full [--modules core_attn,layernorm,...]
+        [--swiglu-fusion] [--no-rope]
         [--moe-experts 4 --topk 2 --moe-ffn 512]
     python tests/frameworks_saved.py torchtitan --seq 256 ... \
         --policy none|full|selective-op|selective-layer
@@ -24,9 +25,10 @@ Method
 * Two transformer blocks with bf16 parameters run one forward pass on CPU (training mode,
   dropout 0) on a bf16 input that requires grad (standing for the previous block's output). During
   the forward ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves. They
-  are counted once per storage (``untyped_storage().data_ptr()``, the largest ``nbytes`` seen), and
-  only if autograd still holds them when the forward ends (a weak reference to the packed tensor:
-  a dropped branch of the graph frees what it saved). Backward then runs once, as a check.
+  are counted once per storage (``untyped_storage().data_ptr()``), at the size the storage has
+  when the forward ends (output-discarding checkpointing frees a saved output's storage in place),
+  and only if autograd still holds them then (a weak reference to the packed tensor: a dropped
+  branch of the graph frees what it saved). Backward then runs once, as a check.
 * Not counted: parameters and whatever shares a parameter's storage (e.g. ``weight.t()``), module
   buffers (e.g. torchtitan's RoPE table, a slice of which RoPE saves), and inputs shared by all
   blocks (attention mask, rotary table): those are listed with ``"per_block": false``.
@@ -175,11 +177,17 @@ class SavedTensorCounter:
                             self._record(x, None, f"sac:{key}", lambda x=x: x)
         records = []
         for ptr, e in self.entries.items():
-            if not any(r() is not None for r in e["refs"]):
+            live = [t for t in (r() for r in e["refs"]) if t is not None]
+            if not live:
                 continue      # autograd let go of it before the forward pass ended
+            # bytes the storage holds now: output-discarding checkpointing (Megatron's
+            # CheckpointWithoutOutput) frees a saved output's storage in place (resize_(0))
+            now = max(t.untyped_storage().nbytes() for t in live)
+            if now == 0:
+                continue
             origins = list(dict.fromkeys(
                 [names.get(s, "?") for s in e["seqs"]] + e["origins"]))
-            records.append({"shape": e["shape"], "dtype": e["dtype"], "nbytes": e["nbytes"],
+            records.append({"shape": e["shape"], "dtype": e["dtype"], "nbytes": now,
                             "origin": ", ".join(origins), "module": e["module"],
                             "per_block": ptr not in self.shared,
                             **({"shared_input": self.shared[ptr]} if ptr in self.shared else {})})
@@ -259,9 +267,20 @@ def megatron_saved(a) -> dict:
     #    _get_cuda_rng_state / _set_cuda_rng_state -> no-ops on CPU (the CPU state is still kept).
     mcore_random._get_cuda_rng_state = lambda *args, **kw: None
     mcore_random._set_cuda_rng_state = lambda *args, **kw: None
+    #  * output-discarding checkpointing (CheckpointWithoutOutput: layernorm, moe_act) asks
+    #    Transformer Engine whether fp8 is on -> without TE, answer "off" (no autocast context)
+    if not getattr(mcore_random, "HAVE_TE", True):
+        class _NoFP8:
+            @staticmethod
+            def is_fp8_enabled():
+                return False
+        mcore_random.FP8GlobalStateManager = _NoFP8
+        mcore_random.activation_recompute_forward = lambda **kw: contextlib.nullcontext()
+        mcore_random.fp8_autocast = lambda **kw: contextlib.nullcontext()
     notes.append("Megatron patches: torch.cuda.current_device -> 'cpu'; CUDA RNG tracker fork() -> "
                  "null context; tensor_parallel.random._get/_set_cuda_rng_state -> no-ops "
-                 "(checkpoint recompute); no effect on what is saved.")
+                 "(checkpoint recompute); without Transformer Engine, CheckpointWithoutOutput's "
+                 "fp8 query answers 'off'; no effect on what is saved.")
 
     moe = a.moe_experts > 0
     if moe:
@@ -275,6 +294,8 @@ def megatron_saved(a) -> dict:
     kw = {}
     if a.policy == "selective":
         kw = dict(recompute_granularity="selective")      # recompute_modules default: core_attn
+        if a.modules:
+            kw["recompute_modules"] = a.modules.split(",")
     elif a.policy == "full":
         kw = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     if moe:
@@ -538,6 +559,9 @@ def parse(argv=None):
                     choices=sorted(set(MEGATRON_POLICIES + TORCHTITAN_POLICIES)))
     ap.add_argument("--no-rope", dest="rope", action="store_false",
                     help="Megatron: do not pass rotary_pos_emb (torchtitan always applies RoPE)")
+    ap.add_argument("--modules", default="",
+                    help="Megatron, policy selective: recompute_modules, comma-separated "
+                    "(default: Megatron's, core_attn)")
     ap.add_argument("--swiglu-fusion", action="store_true",
                     help="Megatron: bias_activation_fusion=True (Megatron-LM's default)")
     ap.add_argument("--moe-experts", type=int, default=0, help="Megatron: MoE layer with N experts")

@@ -74,7 +74,7 @@ def test_console_script_runs():
     (swap(BASE, "--dp", "3"), "must equal gpus = 1024"),
     (swap(BASE, "--precision", "fp4"), "precision: got 'fp4'; allowed: bf16, fp8"),
     (swap(BASE, "--precision", "fp8"), "a100-sxm-80gb has no fp8"),
-    (swap(BASE, "--recompute", "some"), "recompute: got 'some'; stack megatron-core offers none, selective, full"),
+    (swap(BASE, "--recompute", "some"), "recompute: got 'some'; stack megatron-core offers none, selective, fine-grained, full"),
     (swap(BASE, "--zero", "4"), "zero: got 4; allowed: 0, 1, 2, 3"),
     (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
     (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),

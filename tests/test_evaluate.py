@@ -62,10 +62,13 @@ def test_recompute_trades_memory_for_time():
     assert none.peak_memory > sel.peak_memory > full.peak_memory
 
 
-def test_selective_recompute_saves_nothing_with_flash_attention():
+def test_selective_recompute_saves_little_with_flash_attention():
+    """A flash core keeps q, k, v (the checkpoint's inputs) and its fp32 log-sum-exp: selective
+    recomputation drops only the latter."""
     none = gpt3(tp=8, pp=16, recompute="none", sp=True)
     sel = gpt3(tp=8, pp=16, recompute="selective", sp=True)
-    assert sel.peak_memory == pytest.approx(none.peak_memory, rel=1e-4)
+    assert sel.peak_memory < none.peak_memory
+    assert sel.peak_memory == pytest.approx(none.peak_memory, rel=1e-3)
     assert sel.step_time > none.step_time
 
 

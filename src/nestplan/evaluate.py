@@ -191,5 +191,7 @@ def layer_time(sc: Scenario, par: Parallelism) -> float:
     block = G.build(sc.model, local_strategy(par, tr, st)).block(0)
     c = layer_cost(block, cluster.accelerator, cluster, layouts(par, cluster, sc.gpus), tr, st)
     eff = effect(st.policy(par.recompute_of(0)), block)
-    extra = eff.full * c.fwd + sum(s * t for s, t in zip(eff.shares, c.op_fwd))
+    comm = dict(c.module_fwd_comm)
+    extra = (eff.full * c.fwd + sum(s * t for s, t in zip(eff.shares, c.op_fwd))
+             + sum(comm.get(m, 0.0) for m in eff.comm_modules))
     return c.fwd + c.bwd + extra

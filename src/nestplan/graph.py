@@ -80,11 +80,14 @@ class Op:
     """FLOP of one GEMM call (sets its efficiency); for grouped GEMMs, one expert's call."""
     saved: float = 0.0
     """Bytes kept for backward."""
-    module: str = ""
-    """The recompute module it belongs to (``recompute.MODULES``; "" for none)."""
-    internal: bool = False
-    """What it saves is internal to its module: dropped (and recomputed) when the module is
-    checkpointed. Tensors a module takes in or hands on stay."""
+    modules: frozenset = frozenset()
+    """The recompute modules it belongs to (``recompute.MODULES``: Megatron-Core's names; an op of
+    the routed experts' activation is in both ``moe_act`` and ``moe``)."""
+    saved_by: str = ""
+    """The module that produced the tensor it saves ("" when produced outside every module, e.g.
+    the layer input). Checkpointing a module drops what its own ops save of its own tensors;
+    output-discarding checkpointing (``recompute.OUTPUT_DISCARDING``) drops its outputs wherever
+    they are saved."""
     pinned: float = 0.0
     """Bytes a checkpoint of its module keeps alive beyond what it saves (the base storage of an
     input that is a view)."""
@@ -113,6 +116,8 @@ class Comm:
     hide: Hide = Hide.NONE
     expert: bool = False
     """Runs in the expert mesh (a TP collective here uses the expert-TP group)."""
+    module: str = ""
+    """The recompute module whose forward it belongs to (run again when that module is)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -195,11 +200,11 @@ def _gemm(name: str, m: float, k: float, n: float, *, saved: float, lowp: bool =
               matmuls=matmuls)
 
 
-def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0, saved: float = 0.0,
-         module: str = "", internal: bool = False) -> Op:
+def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0,
+         saved: float = 0.0) -> Op:
     """A memory-bound op touching ``elements`` bf16 values ``rw`` times forward, ``bwd_rw`` backward."""
     return Op(name, OpKind.MEMORY, nbytes=E * rw * elements, bwd_nbytes=E * bwd_rw * elements,
-              saved=saved, module=module, internal=internal)
+              saved=saved)
 
 
 class _Dims:
@@ -315,10 +320,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         ops.append(Op("attn_core", OpKind.ATTENTION, flops=done, bwd_flops=2.5 * done,
                       nbytes=E * (q_el + k_el + v_el + T * x.a * d_v), bwd_nbytes=3 * E * (
                           q_el + k_el + v_el + T * x.a * d_v),
-                      saved=E * (q_el + k_el + v_el) + lse, model_flops=full, module="core_attn",
+                      saved=E * (q_el + k_el + v_el), model_flops=full,
                       out_bytes=E * T * x.a * d_v + lse, pinned=pinned))
-        # selective recompute of a flash core keeps its inputs and drops only the statistics
-        ops.append(Op("attn_stats", OpKind.MEMORY, saved=0.0, module="core_attn", internal=True))
+        # the fp32 log-sum-exp it keeps beside q, k, v: internal to the core
+        ops.append(Op("attn_stats", OpKind.MEMORY, saved=lse))
     else:
         probs = b * x.a * s * S
         batch = b * x.a
@@ -327,22 +332,19 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         k_rep, v_rep = T * x.a * d_qk, T * x.a * d_v
         if k_rep + v_rep > k_el + v_el:
             ops.append(_mem("kv_repeat", k_el + v_el + k_rep + v_rep, rw=1.0, bwd_rw=1.0,
-                            saved=E * (k_rep + v_rep - k_el - v_el), module="core_attn",
-                            internal=True))
+                            saved=E * (k_rep + v_rep - k_el - v_el)))
         ops.append(Op("attn_scores", OpKind.GEMM, flops=full / 2, bwd_flops=full,
                       nbytes=E * (q_el + k_rep + probs), bwd_nbytes=2 * E * (q_el + k_rep + probs),
                       call_flops=full / 2 / batch, saved=E * (q_el + k_el), model_flops=full / 2,
-                      module="core_attn", pinned=pinned))
+                      pinned=pinned))
         # softmax keeps its output; dropout keeps a 1-byte mask and its output (Korthikanti §4.1)
-        ops.append(_mem("softmax", probs, saved=E * probs, module="core_attn", internal=True))
+        ops.append(_mem("softmax", probs, saved=E * probs))
         if m.dropout:
-            ops.append(_mem("attn_dropout", probs, rw=2.5, bwd_rw=2.5, saved=(1 + E) * probs,
-                            module="core_attn", internal=True))
+            ops.append(_mem("attn_dropout", probs, rw=2.5, bwd_rw=2.5, saved=(1 + E) * probs))
         ops.append(Op("attn_pv", OpKind.GEMM, flops=full / 2, bwd_flops=full,
                       nbytes=E * (probs + v_rep + T * x.a * d_v),
                       bwd_nbytes=2 * E * (probs + v_rep + T * x.a * d_v),
-                      call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2,
-                      module="core_attn"))
+                      call_flops=full / 2 / batch, saved=E * v_el, model_flops=full / 2))
     if loc.cp > 1 and not loc.cp_allgather:  # ring: K/V passed on while each block computes
         kv_block = E * (k_el + v_el)
         comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
@@ -449,9 +451,51 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     drop_mask = Tn * h if m.dropout else 0.0
     ops.append(_mem("resid_mlp", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
                     saved=drop_mask))
-    layer = LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, tuple(ops), tuple(comms),
-                       params, expert_params, E * Tn * h, total)
-    return layer
+    return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
+                      tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
+                            for c in comms), params, expert_params, E * Tn * h, total)
+
+
+def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
+    """Op name -> (recompute modules it is in, module that produced what it saves), after
+    Megatron-Core's transformer layer (megatron/core/transformer: the submodules its
+    ``--recompute-modules`` name)."""
+    up = "mla_up_proj" if mla else ""  # what produces q, k, v for the attention core
+
+    def t(*mods):
+        return frozenset(mods)
+    return {
+        "ln_attn": (t("layernorm"), ""), "ln_mlp": (t("layernorm"), ""),
+        "qkv": (t(), "layernorm"), "q": (t(), "layernorm"), "q_down": (t(), "layernorm"),
+        "q_up": (t("mla_up_proj"), ""), "kv_up": (t("mla_up_proj"), ""),
+        "rope": (t("mla_up_proj") if mla else t(), ""),
+        "attn_core": (t("core_attn"), up), "attn_scores": (t("core_attn"), up),
+        "attn_pv": (t("core_attn"), up), "attn_stats": (t("core_attn"), "core_attn"),
+        "kv_repeat": (t("core_attn"), "core_attn"), "softmax": (t("core_attn"), "core_attn"),
+        "attn_dropout": (t("core_attn"), "core_attn"), "proj": (t(), "core_attn"),
+        "fc1": (t("mlp"), "layernorm"), "act": (t("mlp"), "mlp"), "fc2": (t("mlp"), "mlp"),
+        "router": (t("moe"), "layernorm"), "router_softmax": (t("moe"), "moe"),
+        "permute": (t("moe"), "moe"), "expert_fc1": (t("moe"), "moe"),
+        "expert_act": (t("moe", "moe_act"), "moe"), "expert_fc2": (t("moe"), "moe_act"),
+        "unpermute": (t("moe"), "moe"),
+        "shared_fc1": (t("moe", "shared_experts"), "layernorm"),
+        "shared_act": (t("moe", "shared_experts"), "shared_experts"),
+        "shared_fc2": (t("moe", "shared_experts"), "shared_experts"),
+    }
+
+
+def _tagged(ops: list[Op], mla: bool) -> tuple[Op, ...]:
+    tags = _op_tags(mla)
+    return tuple(replace(o, modules=tags[o.name][0], saved_by=tags[o.name][1])
+                 if o.name in tags else o for o in ops)
+
+
+_COMM_MODULE = {"cp_kv": "core_attn", "cp_kv_bwd": "core_attn", "cp_kv_ag": "core_attn",
+                "cp_kv_ag_bwd": "core_attn", "cp_dkv_bwd": "core_attn", "fc1": "mlp",
+                "fc2": "mlp", "dispatch": "moe", "combine": "moe", "dispatch_bwd": "moe",
+                "combine_bwd": "moe", "etp_ag": "moe", "etp_rs": "moe", "etp_ag_bwd": "moe",
+                "etp_rs_bwd": "moe"}
+"""Collective (by name before its first dot) -> the recompute module whose forward it is in."""
 
 
 def _embedding(x: _Dims) -> LayerGraph:

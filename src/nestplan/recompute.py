@@ -3,8 +3,8 @@
 A stack names the policies it offers (``StackSpec.recompute``: name -> rule); plans, plan files,
 ``--recompute`` and the exports carry those names. The layer graph tags every operator with the
 recompute module it belongs to and whether what it saves is internal to that module
-(``graph.Op.module``, ``graph.Op.internal``; ``Op.pinned`` for what a checkpoint of the module
-keeps alive beyond that), the matmuls it runs as in eager code
+(``graph.Op.modules``, ``graph.Op.saved_by``; ``Op.pinned`` for what a checkpoint of the module
+keeps alive beyond that; ``graph.Comm.module``), the matmuls it runs as in eager code
 (``Op.matmuls``) and its output size (``Op.out_bytes``). A rule turns those tags into the bytes a
 layer keeps for backward, the share of each operator's forward that backward runs again, and the
 working memory of the recomputation (:func:`effect`). Rules:
@@ -17,9 +17,10 @@ working memory of the recomputation (:func:`effect`). Rules:
     1``; torchtitan ``activation_checkpoint.mode = "full"``; DeepSpeed's and Composer's
     per-block checkpointing).
 ``modules:NAME[,NAME...]``
-    checkpoint those modules: drop the tensors internal to them and run their operators again
-    (Megatron ``--recompute-granularity selective --recompute-modules``; ``core_attn`` is its
-    default and Korthikanti et al. 2022 §5's selective recomputation).
+    checkpoint those modules (``MODULES``): drop the tensors they produce and keep themselves,
+    and, for the output-discarding ones, their outputs wherever saved; run their operators and
+    collectives again (Megatron ``--recompute-granularity selective --recompute-modules``;
+    ``core_attn`` is its default and Korthikanti et al. 2022 §5's selective recomputation).
 ``matmul-outputs``
     torchtitan's per-op selective checkpointing (``selective_ac_option = "op"``): inside a
     checkpointed block keep the outputs of matmuls except every second one and the attention
@@ -36,8 +37,19 @@ from functools import lru_cache
 
 from .errors import SpecError
 
-MODULES = ("core_attn",)
-"""Recompute modules the layer graph tags (Megatron-Core's names)."""
+MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
+"""Recompute modules the layer graph tags: Megatron-Core's ``--recompute-modules`` choices
+(megatron/core/transformer/transformer_config.py ``recompute_modules``, NVIDIA/Megatron-LM @
+d98e8a64dd)."""
+OUTPUT_DISCARDING = frozenset({"layernorm", "mla_up_proj", "moe_act"})
+"""Modules Megatron checkpoints without their output (CheckpointWithoutOutput): the output is
+dropped wherever a later op saved it and recomputed before that op's backward. The others use
+normal checkpointing: inputs kept, internals dropped, the output kept by whoever saves it."""
+_PARENT = {"moe_act": "moe", "shared_experts": "moe"}
+
+
+def _inside(producer: str, module: str) -> bool:
+    return producer == module or _PARENT.get(producer) == module
 
 #: The policies a stack file may name without defining them.
 STANDARD = {"none": "none", "selective": "modules:core_attn", "full": "full"}
@@ -118,6 +130,8 @@ class Effect:
     """Share of the layer's whole forward, with its communication, that runs again."""
     transient: float
     """Working memory while the layer's backward runs: the tensors recomputed for it."""
+    comm_modules: tuple[str, ...] = ()
+    """Modules whose forward collectives run again (``graph.Comm.module``)."""
 
 
 @lru_cache(maxsize=4096)
@@ -136,10 +150,14 @@ def effect(policy: Policy, layer) -> Effect:
         return Effect((layer.input_bytes + (n - 1) * everything) / n, none, 1.0 / n, everything)
     if kind == "modules":
         chosen = set(policy.modules)
-        drop = sum(o.saved for o in ops if o.internal and o.module in chosen)
-        pinned = sum(o.pinned for o in ops if o.module in chosen)
-        shares = tuple(1.0 if o.module in chosen else 0.0 for o in ops)
-        return Effect(everything - drop + pinned, shares, 0.0, drop)
+
+        def dropped(o) -> bool:
+            return any(_inside(o.saved_by, m) and (m in o.modules or m in OUTPUT_DISCARDING)
+                       for m in chosen)
+        drop = sum(o.saved for o in ops if dropped(o))
+        pinned = sum(o.pinned for o in ops if o.modules & chosen)
+        shares = tuple(1.0 if o.modules & chosen else 0.0 for o in ops)
+        return Effect(everything - drop + pinned, shares, 0.0, drop, tuple(sorted(chosen)))
     return _matmul_outputs(layer)
 
 

@@ -79,6 +79,8 @@ class LayerCost:
     """Backward (without recomputation): compute plus exposed communication."""
     op_fwd: tuple[float, ...]
     """Forward compute of each operator (what a recompute policy runs again, in shares)."""
+    module_fwd_comm: tuple[tuple[str, float], ...]
+    """Exposed forward communication of each recompute module (run again with it)."""
     compute: float
     """Forward + backward compute alone."""
     comm: tuple[tuple[Axis, float, float], ...]
@@ -104,7 +106,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         f += tf
         b += tb
         op_fwd.append(tf)
-        if op.module == "core_attn":
+        if "core_attn" in op.modules:
             attn_f += tf
             attn_b += tb
         if op.kind is OpKind.GEMM:
@@ -125,6 +127,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     bwd_comm = {h: 0.0 for h in Hide}
     fwd_by_axis = {h: {} for h in Hide}
     bwd_by_axis = {h: {} for h in Hide}
+    fwd_by_module = {h: {} for h in Hide}
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster)
@@ -132,12 +135,17 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)
         table[c.hide] += t
         by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
+        if c.phase == "fwd" and c.module:
+            fwd_by_module[c.hide][c.module] = fwd_by_module[c.hide].get(c.module, 0.0) + t
     f_exposed = b_exposed = 0.0
+    by_module: dict[str, float] = {}
     for hide, total in fwd_comm.items():
         shown = exposed_time(total, fwd_hidable.get(hide, 0.0), overlap)
         f_exposed += shown
         for ax, t in fwd_by_axis[hide].items():
             exposed[ax] += shown * t / total if total else 0.0
+        for mod, t in fwd_by_module[hide].items():
+            by_module[mod] = by_module.get(mod, 0.0) + (shown * t / total if total else 0.0)
     for hide, total in bwd_comm.items():
         shown = exposed_time(total, bwd_hidable.get(hide, 0.0), overlap)
         b_exposed += shown
@@ -147,6 +155,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         fwd=f + f_exposed,
         bwd=b + b_exposed,
         op_fwd=tuple(op_fwd),
+        module_fwd_comm=tuple(sorted(by_module.items())),
         compute=f + b,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
     )

@@ -78,7 +78,9 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     rc, saved, transient, again, rc_flops = [], [], [], [], []
     for pol in policies:  # the embedding and the head keep their tensors under every policy
         eff = effect(pol if checkpointable else NONE, layer)
-        rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd)))
+        comm = dict(cost.module_fwd_comm)
+        rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd))
+                  + sum(comm.get(m, 0.0) for m in eff.comm_modules))
         rc_flops.append(eff.full * full_fwd + sum(s * o.flops
                                                   for s, o in zip(eff.shares, layer.ops)))
         saved.append(eff.saved)
