@@ -431,3 +431,12 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
         assert {k: sorted(device_of[r] for r in v) for k, v in got.items()
                 if k in want} == want
         assert set(want) <= set(got)
+
+
+def test_megatron_export_names_the_recompute_modules():
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
+    par = Parallelism(tp=2, pp=2, dp=16, ep=8, etp=1, sp=True, zero=1, mbs=1,
+                      recompute=("fine-grained",))
+    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    assert "--recompute-granularity selective" in text
+    assert "--recompute-modules layernorm mla_up_proj moe_act" in text
