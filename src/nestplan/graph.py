@@ -60,6 +60,8 @@ class Hide(enum.Enum):
     TP_BWD = "tp_bwd"  # backward TP collectives, hidden behind the weight-gradient GEMMs
     ATTENTION = "attention"  # CP K/V exchange, hidden behind the attention core
     ATTENTION_FIRST = "attention_first"  # CP K/V all-gather, hidden behind 1/cp of the core
+    OTHER_BATCH = "other_batch"  # EP exchange, hidden behind another micro-batch's layer compute
+    SHARED = "shared"  # EP exchange, hidden behind the shared experts' compute
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,9 @@ class Comm:
     """Runs in the expert mesh (a TP collective here uses the expert-TP group)."""
     module: str = ""
     """The recompute module whose forward it belongs to (run again when that module is)."""
+    dedup: tuple[int, int] = (0, 0)
+    """(top-k, experts) of a dispatch that sends a token once per remote node, however many of
+    its experts live there (DeepEP); (0, 0) for a plain all-to-all."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -177,6 +182,10 @@ class Local:
     """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
     cp_allgather: bool = False
     """Context parallelism all-gathers K/V (the stack's ``cp_exchange``) instead of a ring."""
+    dispatcher: str = "alltoall"
+    """How MoE tokens reach their experts (the stack's ``moe_dispatcher``)."""
+    ep_overlap: str = "none"
+    """What hides the expert-parallel exchange (the stack's ``moe_overlap``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -431,10 +440,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         kept = 0.0 if x.loc.fused_mlp and m.gated else E * routed * h
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
-            comms += [Comm("dispatch", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
-                      Comm("combine", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "fwd"),
-                      Comm("dispatch_bwd", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "bwd"),
-                      Comm("combine_bwd", Axis.EP, CollKind.ALL_TO_ALL, E * routed * h, "bwd")]
+            comms += _dispatch(x, routed, Tn)
         if etp > 1:
             comms += [Comm("etp_ag", Axis.TP, CollKind.ALL_GATHER, E * X * h, "fwd", expert=True),
                       Comm("etp_rs", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "fwd", expert=True),
@@ -446,6 +452,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         if mo.shared_experts:
             f_sh = mo.shared_experts * (mo.shared_ffn_hidden or mo.ffn_hidden)
             ops += _mlp(x, "shared_", T, f_sh / x.t, saved_in=0.0)
+            # a tensor-parallel MLP like the dense one, with its collectives
+            comms += x.tp_comms("shared_fc1", column=True, nbytes=E * T * h)
+            comms += x.tp_comms("shared_fc2", column=False, nbytes=E * T * h)
             params += _mlp_params(m, f_sh / x.t)
             total += _mlp_params(m, f_sh)
     drop_mask = Tn * h if m.dropout else 0.0
@@ -454,6 +463,28 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
                             for c in comms), params, expert_params, E * Tn * h, total)
+
+
+def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
+    """The expert-parallel exchange of one MoE layer, as the stack's dispatcher runs it
+    (Megatron-Core ``--moe-token-dispatcher-type``, megatron/core/transformer/moe/README.md @
+    NVIDIA/Megatron-LM d98e8a64dd): ``alltoall`` sends each routed token copy to its expert's
+    rank and back; ``allgather`` gathers every rank's tokens (not their copies) over the EP group
+    and reduce-scatters the outputs; ``flex`` (DeepEP) sends a token once per remote node and
+    forwards it inside the node over NVLink."""
+    m, loc = x.m, x.loc
+    hide = {"batch": Hide.OTHER_BATCH, "shared": Hide.SHARED}.get(loc.ep_overlap, Hide.NONE)
+    if loc.dispatcher == "allgather":
+        gathered = E * tokens * m.hidden * loc.ep
+        return [Comm("dispatch", Axis.EP, CollKind.ALL_GATHER, gathered, "fwd", hide),
+                Comm("combine", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "fwd", hide),
+                Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
+                Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
+    dedup = (m.moe.top_k, m.moe.experts) if loc.dispatcher == "flex" else (0, 0)
+    nbytes = E * routed * m.hidden
+    return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)
+            for name, phase in (("dispatch", "fwd"), ("combine", "fwd"), ("dispatch_bwd", "bwd"),
+                                ("combine_bwd", "bwd"))]
 
 
 def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
@@ -494,7 +525,8 @@ _COMM_MODULE = {"cp_kv": "core_attn", "cp_kv_bwd": "core_attn", "cp_kv_ag": "cor
                 "cp_kv_ag_bwd": "core_attn", "cp_dkv_bwd": "core_attn", "fc1": "mlp",
                 "fc2": "mlp", "dispatch": "moe", "combine": "moe", "dispatch_bwd": "moe",
                 "combine_bwd": "moe", "etp_ag": "moe", "etp_rs": "moe", "etp_ag_bwd": "moe",
-                "etp_rs_bwd": "moe"}
+                "etp_rs_bwd": "moe", "shared_fc1": "shared_experts",
+                "shared_fc2": "shared_experts"}
 """Collective (by name before its first dot) -> the recompute module whose forward it is in."""
 
 

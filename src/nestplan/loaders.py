@@ -355,7 +355,8 @@ def _stack_fields() -> dict:
 
     keys = {
         **{k: plain(str) for k in ("name", "description", "export_format",
-                                  "default_recompute", "cp_exchange")},
+                                  "default_recompute", "cp_exchange", "moe_dispatcher",
+                                  "moe_overlap")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",

@@ -76,6 +76,15 @@ class StackSpec(_CachedHash):
     """Tensor-parallel communication overlap."""
     overlap_p2p: bool = True
     """Pipeline send/recv overlaps compute in the steady state."""
+    moe_dispatcher: str = "alltoall"
+    """How MoE tokens reach their experts: ``alltoall``, ``allgather`` or ``flex`` (DeepEP:
+    a token crosses the network once per remote node), as Megatron-Core's
+    ``--moe-token-dispatcher-type``."""
+    moe_overlap: str = "none"
+    """What hides the expert-parallel exchange: ``none``; ``shared`` (the shared experts run
+    during it: ``--moe-shared-expert-overlap``); ``batch`` (another micro-batch's compute:
+    ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``; one more micro-batch of
+    activations held)."""
     cp_exchange: str = "ring"
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
     attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:
@@ -144,6 +153,11 @@ class StackSpec(_CachedHash):
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
+        if self.moe_dispatcher not in ("alltoall", "allgather", "flex"):
+            raise SpecError("stack.moe_dispatcher", self.moe_dispatcher,
+                            "allowed: alltoall, allgather, flex")
+        if self.moe_overlap not in ("none", "shared", "batch"):
+            raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):

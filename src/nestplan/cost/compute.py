@@ -99,13 +99,16 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
                 groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
                 overlap: float) -> LayerCost:
-    f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = 0.0
+    f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = shared_f = shared_b = 0.0
     op_fwd = []
     for op in layer.ops:
         tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
         f += tf
         b += tb
         op_fwd.append(tf)
+        if "shared_experts" in op.modules:
+            shared_f += tf
+            shared_b += tb
         if "core_attn" in op.modules:
             attn_f += tf
             attn_b += tb
@@ -119,10 +122,13 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     exposed = dict(link)
     cp = cp_group.size
     fwd_hidable = {Hide.TP_FWD: gemm_f if tp_overlap is TPOverlap.FULL else 0.0,
-                   Hide.ATTENTION: attn_f, Hide.ATTENTION_FIRST: attn_f / cp}
+                   Hide.ATTENTION: attn_f, Hide.ATTENTION_FIRST: attn_f / cp,
+                   # merged forward-backward of adjacent micro-batches: the other one's backward
+                   Hide.OTHER_BATCH: b, Hide.SHARED: shared_f}
     bwd_hidable = {Hide.TP_BWD: {TPOverlap.NONE: 0.0, TPOverlap.BACKWARD: wgrad,
                                  TPOverlap.FULL: gemm_b}[tp_overlap],
-                   Hide.ATTENTION: attn_b, Hide.ATTENTION_FIRST: attn_b / cp}
+                   Hide.ATTENTION: attn_b, Hide.ATTENTION_FIRST: attn_b / cp,
+                   Hide.OTHER_BATCH: f, Hide.SHARED: shared_b}
     fwd_comm = {h: 0.0 for h in Hide}
     bwd_comm = {h: 0.0 for h in Hide}
     fwd_by_axis = {h: {} for h in Hide}
@@ -130,7 +136,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     fwd_by_module = {h: {} for h in Hide}
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
-        t = collective_time(c.kind, c.nbytes, grp, cluster)
+        t = collective_time(c.kind, c.nbytes, grp, cluster, dedup=c.dedup)
         link[c.axis] += t
         table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)
         table[c.hide] += t

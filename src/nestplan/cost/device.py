@@ -322,8 +322,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
                                                F / cc.micro if st.overlap_param_gather else 0.0,
                                                st.overlap_efficiency)
-    mem = memory_breakdown(memory_parts(cc, chunks, stage),
-                           chunks_in_flight(stage, par.pp, par.vp, cc.micro))
+    mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage))
     shape = np.shape(X)
 
     def full(v):
@@ -332,6 +331,18 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     return Device(F=full(F), B=full(B), X=X, E=full(tail + opt), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
                   gather_link=gather, memory=mem, chunks=times)
+
+
+def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
+    """Micro-batches whose activations each chunk of pipeline device ``stage`` holds at its peak:
+    the schedule's count, plus one where the stack overlaps the expert exchange of one
+    micro-batch with another's compute (Megatron's merged forward-backward of adjacent
+    micro-batches starts the next forward before this backward ends)."""
+    par = cc.par
+    held = chunks_in_flight(stage, par.pp, par.vp, cc.micro)
+    if cc.sc.stack.moe_overlap == "batch" and cc.moe is not None and par.ep > 1:
+        held = [held[0] + 1, *held[1:]]
+    return held
 
 
 @dataclass

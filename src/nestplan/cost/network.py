@@ -93,13 +93,34 @@ def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[fl
 Coeffs = tuple[tuple[float, float], ...]
 
 
+def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0)) -> float:
+    """Share of an all-to-all's data (the routed copies a device holds) that leaves a block of
+    ``inside`` of the ``n`` group members, under uniform routing.
+
+    Plain: the copies bound for the other ``n - inside`` members. Deduplicating (``dedup`` =
+    (top-k, experts), DeepEP): a token crosses once per other block holding at least one of its
+    k experts; a block misses all k with probability C(E - E_b, k) / C(E, k) (k distinct experts
+    among E, E_b of them in the block), so the expected crossings per token are
+    (blocks - 1)·(1 - that), out of the k copies counted in the data.
+    """
+    k, experts = dedup
+    if k <= 1 or inside <= 1:
+        return (n - inside) / n
+    blocks = n // inside
+    per_block = experts * inside // n
+    miss = math.comb(experts - per_block, k) / math.comb(experts, k)
+    return (blocks - 1) * (1 - miss) / k
+
+
 @lru_cache(maxsize=65536)
 def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
-                      flat: bool = False) -> Coeffs:
+                      flat: bool = False, dedup: tuple[int, int] = (0, 0)) -> Coeffs:
     """(latency s, seconds per byte) of each algorithm that can run the collective on ``g``.
 
     The collective's time for ``b > 0`` bytes is the cheapest ``latency + b · per_byte``; an
-    empty tuple means it is free (a single device). ``flat`` forces the flat ring.
+    empty tuple means it is free (a single device). ``flat`` forces the flat ring; ``dedup``:
+    an all-to-all that sends a token once per remote block (``crossing_share``) beyond the
+    innermost level.
     """
     n = g.size
     if n <= 1:
@@ -107,11 +128,12 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
     top = g.top
     lat = cluster.levels[top].latency
     if kind is CollKind.ALL_TO_ALL:
-        # every device sends (n-1)/n of its data, each over its own links (no NIC aggregation)
+        # each device's data leaving each block, over its own links (no NIC aggregation)
         per_byte, prev = 0.0, 1
         for lvl, kl in enumerate(g.k):
             if kl > prev:
-                per_byte = max(per_byte, (n - prev) / n / level_bandwidth(cluster, lvl, g.share))
+                share = crossing_share(n, prev, dedup if lvl > 0 else (0, 0))
+                per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))
             prev = kl
         return ((2 * lat, per_byte),)
     if kind is CollKind.RING_EXCHANGE:  # n - 1 steps of the given bytes
@@ -141,12 +163,13 @@ def coeff_time(coeffs: Coeffs, nbytes):
 
 
 def collective_time(kind: CollKind, nbytes: float, g: GroupLayout, cluster: ClusterSpec,
-                    flat: bool = False) -> float:
+                    flat: bool = False, dedup: tuple[int, int] = (0, 0)) -> float:
     """Seconds for one collective of ``nbytes`` (see :class:`~nestplan.graph.CollKind`) on ``g``.
 
-    ``flat``: force a flat ring at the top level (no aggregation of a node's links).
+    ``flat``: force a flat ring at the top level (no aggregation of a node's links); ``dedup``:
+    see ``collective_coeffs``.
     """
-    return coeff_time(collective_coeffs(kind, g, cluster, flat), nbytes)
+    return coeff_time(collective_coeffs(kind, g, cluster, flat, dedup), nbytes)
 
 
 def p2p_time(nbytes: float, level: int, share: tuple[float, ...], cluster: ClusterSpec) -> float:

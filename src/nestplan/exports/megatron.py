@@ -66,7 +66,13 @@ def export(pf: PlanFile) -> Export:
                  f"--expert-tensor-parallel-size {par.expert_tp}",
                  f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
-                 "--moe-token-dispatcher-type alltoall"]
+                 f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
+        if sc.stack.moe_dispatcher == "flex":
+            args.append("--moe-flex-dispatcher-backend deepep")
+        if sc.stack.moe_overlap == "batch" and par.ep > 1:
+            args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+        elif sc.stack.moe_overlap == "shared" and m.moe.shared_experts:
+            args.append("--moe-shared-expert-overlap")
         if m.moe.shared_experts:
             args.append("--moe-shared-expert-intermediate-size "
                         f"{m.moe.shared_experts * (m.moe.shared_ffn_hidden or m.moe.ffn_hidden)}")

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import graph as G
 from ..cost import device as D
-from ..cost.pipeline import chunks_in_flight
 
 INF = np.inf
 
@@ -81,7 +80,7 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         xc, ec, parts = classes[key]
         x.append(xc)
         e.append(ec)
-        held = chunks_in_flight(i, p, v, cc.micro)
+        held = D.held_in_flight(cc, i)
         m_i = spread(D.memory_breakdown(parts, held).total)
         mem.append(m_i)
         ok.append(m_i <= cap)

@@ -1,0 +1,99 @@
+"""Expert-parallel token dispatch: the traffic each level carries, the dispatchers a stack runs,
+and the overlap that hides them (issue 9)."""
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from nestplan.catalog import get_stack
+from nestplan.cost.network import crossing_share
+from nestplan.evaluate import evaluate, scenario_from_names
+from nestplan.placement import _block_sizes, _expert_grid, layouts, rank_grid
+from nestplan.specs import Parallelism
+
+
+@pytest.mark.parametrize("par", [
+    Parallelism(tp=4, pp=2, dp=2, ep=8, etp=1, sp=True),   # EP folded over TP ranks
+    Parallelism(tp=2, pp=1, dp=8, ep=16, etp=1, sp=True),  # EP across two nodes
+    Parallelism(tp=8, pp=1, dp=2, ep=4, etp=2, sp=True)])  # expert TP inside EP
+def test_all_to_all_share_per_level_matches_a_count_over_ranks(par):
+    """For every EP group of the folded expert grid and every member, the share of its routed
+    copies that leave its block at each level (uniform routing: one copy per peer) equals what
+    the cost model uses, (n - members inside) / n."""
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", par.devices, seq_len=4096,
+                             global_batch=64)
+    lay = layouts(par, sc.cluster, sc.gpus).ep
+    egrid = _expert_grid(rank_grid(par), par)
+    groups = np.moveaxis(egrid, 2, -1).reshape(-1, par.ep)
+    blocks = (1, *_block_sizes(sc.cluster, sc.gpus)[:-1])
+    prev = 1
+    for level, inside in enumerate(lay.k):
+        if inside > prev:
+            size = blocks[level]  # a level-(l-1) block: what traffic crossing level l leaves
+            for group in groups:
+                for d in group:
+                    leaving = sum(1 for e in group if e // size != d // size) / len(group)
+                    assert leaving == pytest.approx(crossing_share(len(group), prev))
+        prev = inside
+
+
+@pytest.mark.parametrize("experts, k, n, inside", [(8, 2, 4, 2), (16, 4, 8, 2), (12, 3, 6, 3)])
+def test_deduplicated_crossings_match_an_enumeration(experts, k, n, inside):
+    """DeepEP sends a token once per remote block holding any of its k (distinct) experts:
+    the closed form against every choice of k experts, for a token on rank 0."""
+    per_rank = experts // n
+    block_of = [e // per_rank // inside for e in range(experts)]
+    total = count = 0
+    for picks in itertools.combinations(range(experts), k):
+        total += len({block_of[e] for e in picks} - {0})
+        count += 1
+    assert crossing_share(n, inside, (k, experts)) == pytest.approx(total / count / k)
+
+
+def _deepseek(stack, gpus=1024, ep=64):
+    from pathlib import Path
+
+    cfg = Path(__file__).parent / "data" / "deepseek-v3.json"
+    sc = scenario_from_names(str(cfg), "dgx-h100-ndr", gpus, seq_len=4096, global_batch=1024)
+    sc = replace(sc, stack=stack)
+    par = Parallelism(tp=1, pp=16, dp=gpus // 16, ep=ep, etp=1, mbs=1, recompute=("full",))
+    return evaluate(sc, par)
+
+
+def test_dispatchers_and_overlap_change_what_they_should():
+    base = get_stack("megatron-core")
+    a2a = _deepseek(base)
+    flex = _deepseek(replace(base, moe_dispatcher="flex"))
+    gather = _deepseek(replace(base, moe_dispatcher="allgather"))
+    batch = _deepseek(replace(base, moe_overlap="batch"))
+    # top-8 over 8 nodes: DeepEP sends each token to fewer nodes than it has copies
+    assert flex.link_time["ep"] < a2a.link_time["ep"]
+    # all-gather moves every rank's tokens to all 64 ranks: far more than 8 copies
+    assert gather.link_time["ep"] > a2a.link_time["ep"]
+    # batch-level overlap hides exposed EP time and holds one more micro-batch
+    assert batch.time.ep < a2a.time.ep and batch.link_time["ep"] == pytest.approx(
+        a2a.link_time["ep"])
+    assert batch.peak_memory > a2a.peak_memory
+
+
+def test_stack_dispatcher_values_are_checked():
+    from nestplan.errors import SpecError
+
+    with pytest.raises(SpecError, match="moe_dispatcher: got 'deepep'; allowed: alltoall"):
+        replace(get_stack("megatron-core"), moe_dispatcher="deepep")
+    with pytest.raises(SpecError, match="moe_overlap: got 'yes'; allowed: none, shared, batch"):
+        replace(get_stack("megatron-core"), moe_overlap="yes")
+
+
+def test_the_megatron_export_names_the_dispatcher_and_overlap():
+    from nestplan import planfile
+    from nestplan.exports import export
+
+    stack = replace(get_stack("megatron-core"), moe_dispatcher="flex", moe_overlap="batch")
+    ev = _deepseek(stack)
+    text = export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
+    for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
+                 "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
+        assert flag in text
