@@ -12,6 +12,8 @@ prediction. Checked with torch 2.13 (CPU), megatron-core 0.16.1 and torchtitan 0
     python tests/frameworks_saved.py torchtitan --seq 256 ... \
         --policy none|full|selective-op|selective-layer
     python tests/frameworks_saved.py --all    # the small matrix below, as a JSON list
+    python tests/frameworks_saved.py --batch '[["megatron", "--policy", "full"], ...]'
+        # several runs of one framework in one process (what the tests use)
 
 Each run prints ONE JSON object on stdout (the frameworks' chatter goes to stderr):
 ``framework``, ``policy``, ``config``, ``saved_bytes_per_block`` (bytes held for backward by a
@@ -260,7 +262,8 @@ def megatron_saved(a) -> dict:
     from megatron.core.transformer.transformer_block import TransformerBlock
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    parallel_state.initialize_model_parallel(1, 1)
+    if not parallel_state.model_parallel_is_initialized():   # a batch runs several configs
+        parallel_state.initialize_model_parallel(1, 1)
     #  * the CUDA RNG tracker's fork() (dropout regions) -> a null context;
     mcore_random.get_cuda_rng_tracker().fork = lambda *args, **kw: contextlib.nullcontext()
     #  * recompute (CheckpointFunction) stashes and restores the CUDA RNG state with
@@ -600,17 +603,29 @@ def run_matrix() -> list[dict]:
     return results
 
 
+def _measure(a) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stdout(sys.stderr):    # keep stdout for the JSON
+            return megatron_saved(a) if a.framework == "megatron" else torchtitan_saved(a)
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    if argv[:1] == ["--batch"]:
+        # several runs of ONE framework in this process (the tests' way: one start-up), given
+        # as a JSON list of argument lists; prints a JSON list of results in that order
+        runs = json.loads(argv[1])
+        if len({r[0] for r in runs}) > 1:
+            raise SystemExit("--batch: one framework per batch")
+        print(json.dumps([_measure(parse(r)) for r in runs]))
+        return
     a = parse(argv)
     if a.all:
         print(json.dumps(run_matrix(), indent=1))
         return
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with contextlib.redirect_stdout(sys.stderr):    # keep stdout for the one JSON object
-            result = megatron_saved(a) if a.framework == "megatron" else torchtitan_saved(a)
-    print(json.dumps(result, indent=1))
+    print(json.dumps(_measure(a), indent=1))
 
 
 if __name__ == "__main__":
