@@ -2,6 +2,7 @@
 and the overlap that hides them (issue 9)."""
 
 import itertools
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -97,3 +98,30 @@ def test_the_megatron_export_names_the_dispatcher_and_overlap():
     for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
                  "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
         assert flag in text
+
+
+def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
+    """A stated imbalance (trained routers) makes the busiest expert rank compute and receive
+    more; a capacity factor drops tokens beyond it; both are bad input outside [1, 64]."""
+    from console import cli, one_line_error
+
+    base = ["evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", 64,
+            "--tp", 2, "--pp", 2, "--sp", "--ep", 8, "--etp", 1, "--mbs", 1, "--global-batch", 128,
+            "--seq-len", 4096, "--recompute", "full", "--json"]
+
+    def step(*extra):
+        code, out, err = cli(*base, *extra)
+        assert code == 0, err
+        return json.loads(out)
+
+    balanced, skewed = step(), step("--moe-imbalance", 1.5)
+    capped = step("--moe-imbalance", 1.5, "--moe-capacity-factor", 1.2)
+    assert balanced["step_time_s"] < capped["step_time_s"] < skewed["step_time_s"]
+    # bytes grow 1.5 times; the collectives' latencies do not
+    assert 1.4 < skewed["link_time_s"]["ep"] / balanced["link_time_s"]["ep"] < 1.5
+    code, out, err = cli(*base, "--moe-imbalance", 1.5, "--save", tmp_path / "p.json")
+    assert json.loads((tmp_path / "p.json").read_text())["training"]["moe_imbalance"] == 1.5
+    code, out, err = cli("evaluate", "--plan", tmp_path / "p.json", "--json")
+    assert json.loads(out)["step_time_s"] == pytest.approx(skewed["step_time_s"])
+    assert one_line_error(*cli(*base, "--moe-imbalance", 0.5),
+                          "moe-imbalance: got 0.5; must be a ratio to the mean load in [1, 64]")

@@ -39,6 +39,12 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
     g.add_argument("--stack", help="training stack: catalog name (nestplan list stacks) or stack "
                    "TOML path (default megatron-core)")
+    g.add_argument("--moe-imbalance", type=float, metavar="R",
+                   help="MoE: routed tokens of the busiest expert rank over the mean (default 1, "
+                   "balanced)")
+    g.add_argument("--moe-capacity-factor", type=float, metavar="C",
+                   help="MoE: expert capacity factor; tokens beyond it are dropped (default: "
+                   "dropless)")
     g.add_argument("--memory-headroom", type=float, metavar="PCT",
                    help="percent of HBM a recommended plan leaves free beyond its predicted peak "
                    "(default 6, the memory model's largest measured under-prediction)")
@@ -74,10 +80,15 @@ def _scenario(args):
 
     seq = args.seq_len if args.seq_len is not None else DEFAULT_SEQ_LEN
     batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
+    moe = {}
+    if args.moe_imbalance is not None:
+        moe["moe_imbalance"] = args.moe_imbalance
+    if args.moe_capacity_factor is not None:
+        moe["moe_capacity"] = args.moe_capacity_factor
     sc = scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                              global_batch=batch,
                              precision=Precision.parse("precision", args.precision or "bf16"),
-                             stack=args.stack)
+                             stack=args.stack, **moe)
     return _with_headroom(sc, args)
 
 
@@ -173,7 +184,8 @@ MAX_TOP = 1000
 
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "sp",
-                                    "zero", "recompute", "rank_order")
+                                    "zero", "recompute", "rank_order", "moe_imbalance",
+                                    "moe_capacity_factor")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 

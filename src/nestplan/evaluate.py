@@ -44,7 +44,7 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
                    stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
-                   stack.moe_dispatcher, stack.moe_overlap)
+                   stack.moe_dispatcher, stack.moe_overlap, tr.moe_load)
 
 
 @lru_cache(maxsize=256)

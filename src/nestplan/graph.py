@@ -186,6 +186,8 @@ class Local:
     """How MoE tokens reach their experts (the stack's ``moe_dispatcher``)."""
     ep_overlap: str = "none"
     """What hides the expert-parallel exchange (the stack's ``moe_overlap``)."""
+    moe_load: float = 1.0
+    """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -424,7 +426,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         ops.append(_gemm("router", Tn, h, mo.experts, saved=E * Tn * h, lowp=False))
         ops.append(_mem("router_softmax", Tn * mo.experts, saved=FP32 * Tn * mo.experts))
         routed = Tn * k  # token copies leaving this device
-        X = routed * etp  # token copies this device computes (balanced routing)
+        X = routed * etp * loc.moe_load  # copies the busiest device computes
         local_experts = mo.experts / ep
         f_e = mo.ffn_hidden / etp
         ops.append(_mem("permute", routed * h, saved=0.0))
@@ -481,7 +483,7 @@ def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
                 Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
                 Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
     dedup = (m.moe.top_k, m.moe.experts) if loc.dispatcher == "flex" else (0, 0)
-    nbytes = E * routed * m.hidden
+    nbytes = E * routed * m.hidden * loc.moe_load  # the busiest rank receives the most
     return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)
             for name, phase in (("dispatch", "fwd"), ("combine", "fwd"), ("dispatch_bwd", "bwd"),
                                 ("combine_bwd", "bwd"))]

@@ -293,7 +293,8 @@ def model_to_table(model: ModelSpec) -> dict:
     return table
 
 
-TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention_span"}
+TRAINING_KEYS = {"seq_len", "global_batch", "precision", "attention_span", "moe_imbalance",
+                 "moe_capacity"}
 """Keys of a training (workload) table; how a framework runs it is the stack's."""
 
 
@@ -302,6 +303,10 @@ def training_to_table(tr) -> dict:
              "precision": tr.precision.value}
     if tr.attention_span is not None:
         table["attention_span"] = tr.attention_span
+    if tr.moe_imbalance != 1.0:
+        table["moe_imbalance"] = tr.moe_imbalance
+    if tr.moe_capacity is not None:
+        table["moe_capacity"] = tr.moe_capacity
     return table
 
 
@@ -313,6 +318,9 @@ def training_from_table(table: dict, where: str = "training"):
     kw: dict[str, Any] = {k: _typed(table, k, where, int) for k in ("seq_len", "global_batch")}
     if "attention_span" in table:
         kw["attention_span"] = _typed(table, "attention_span", where, int)
+    for key in ("moe_imbalance", "moe_capacity"):
+        if key in table:
+            kw[key] = float(_typed(table, key, where, _NUM))
     if "precision" in table:
         kw["precision"] = Precision.parse(f"{where}.precision", table["precision"])
     return TrainingSpec(**kw)

@@ -351,12 +351,28 @@ class TrainingSpec(_CachedHash):
     attention_span: int | None = None
     """Tokens a query attends to when sequences are packed from shorter documents (block-diagonal
     attention, as in packed fine-tuning); None = the whole sequence."""
+    moe_imbalance: float = 1.0
+    """Routed tokens of the busiest expert-parallel rank over the mean (1: balanced, as in
+    benchmarks that force balanced routing; trained routers run above 1). The busiest rank sets
+    the pace: its expert GEMMs and its share of the exchange grow by this factor."""
+    moe_capacity: float | None = None
+    """Expert capacity factor (Megatron ``--moe-expert-capacity-factor``): tokens beyond it are
+    dropped, which caps the imbalance; None = dropless."""
 
     def __post_init__(self):
         _positive("seq_len", self.seq_len)
         _positive("global_batch", self.global_batch)
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
+        for f, flag in (("moe_imbalance", "moe-imbalance"), ("moe_capacity", "moe-capacity-factor")):
+            v = getattr(self, f)
+            if v is not None and not (isinstance(v, (int, float)) and 1 <= v <= 64):
+                raise SpecError(flag, v, "must be a ratio to the mean load in [1, 64]")
+
+    @property
+    def moe_load(self) -> float:
+        """The busiest expert rank's routed tokens over the mean, after dropping."""
+        return min(self.moe_imbalance, self.moe_capacity or math.inf)
 
 
 # ----------------------------------------------------------------------------- plan

@@ -199,8 +199,20 @@ def _training(row: _Row) -> TrainingSpec:
     text = row.text("precision") or "bf16"
     precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
     packed = row.text("regime") in ("sft", "lora")
-    return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
-                        attention_span=SQUAD_PACKED_SPAN if packed else None)
+    moe = {}
+    for key in ("moe_imbalance", "moe_capacity"):  # stated in other_metrics, where known
+        value = row.other(key)
+        if value:
+            try:
+                moe[key] = float(value)
+            except ValueError:
+                raise SpecError(f"{row.where}.other_metrics", f"{key}={value}",
+                                f"{key} must be a number >= 1") from None
+    try:
+        return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
+                            attention_span=SQUAD_PACKED_SPAN if packed else None, **moe)
+    except SpecError as e:
+        raise SpecError(f"{row.where}.other_metrics", e.value, e.allowed) from None
 
 
 def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
