@@ -52,7 +52,7 @@ def plan_file(request, tmp_path):
     sc, par = plans()[request.param]
     ev = evaluate(sc, par)
     path = tmp_path / "plan.json"
-    planfile.save(ev, path, method="test")
+    planfile.save(ev, path, method="nest")
     return planfile.load(path), ev
 
 
@@ -62,7 +62,7 @@ def test_plan_file_round_trip(plan_file):
     again = evaluate(pf.scenario, pf.plan)
     assert again.step_time == pytest.approx(ev.step_time, rel=1e-12)
     assert pf.predicted["step_time_s"] == pytest.approx(ev.step_time)
-    assert pf.method == "test" and pf.scenario.cluster == ev.scenario.cluster
+    assert pf.method == "nest" and pf.scenario.cluster == ev.scenario.cluster
 
 
 def test_plan_file_lists_every_replicas_devices(plan_file):
@@ -347,7 +347,7 @@ def test_every_paper_scenario_plan_exports_and_parses(monkeypatch, part):
         sc = scenario_from_names(row["model"], row["cluster"], row["gpus"],
                                  seq_len=row["seq_len"], global_batch=row["global_batch"])
         ev = evaluate(sc, planfile.plan_from_dict(row["plan"]))
-        pf = planfile.from_dict(planfile.to_dict(ev, method="paper"))
+        pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
         text = {fmt: export(pf, fmt).text for fmt in ("megatron", "torchtitan", "deepspeed")}
         assert all(t.strip() for t in text.values())
         par = pf.plan

@@ -1,6 +1,7 @@
 """Bad files and flags through the installed console script: exit 2 and one line, never a
 traceback, never a hang (issue 11)."""
 
+import json
 import os
 
 import pytest
@@ -53,3 +54,80 @@ def test_a_byte_order_mark_is_accepted(tmp_path):
 def test_validate_csv_must_be_a_file(tmp_path):
     assert one_line_error(*cli("validate", "--csv", tmp_path),
                           "--csv: got '%s'; a directory; give a runs CSV file" % tmp_path)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--gpus", 64, "--tp", 8, "--pp", 8, "--dp", 8],
+     "dp: got 8; tp·pp·dp = 8·8·8 = 512 must divide gpus = 64"),
+    (["--gpus", 64, "--tp", 16, "--tp-within-node"],
+     "tp: got 16; --tp-within-node keeps tensor parallelism inside a node of 8 devices"),
+    (["--gpus", 64, "--tp", 1, "--sp"], "sp: got True; sequence parallelism needs tp > 1"),
+    (["--gpus", 8, "--recompute", "full,none"],
+     "recompute: got 'full,none'; one policy per pipeline stage needs --pp 2"),
+    (["--gpus", 8, "--recompute", "some"], "recompute: got 'some'; stack megatron-core offers"),
+])
+def test_contradictory_constraints_are_bad_input(flags, needle):
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", *flags]
+    assert one_line_error(*cli(*args), needle)
+
+
+def test_fp8_on_a_part_without_it_is_bad_input_for_plan_too():
+    assert one_line_error(*cli("plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
+                               "--gpus", 64, "--precision", "fp8"),
+                          "precision: got 'fp8'; a100-sxm-80gb has no fp8 matmul units")
+
+
+def test_per_stage_recomputation_is_kept_by_the_search():
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--pp", 2, "--recompute", "full,none", "--json", "--top", 1)
+    assert code == 0, err
+    assert json.loads(out)["recompute"] == ["full", "none"]
+
+
+def test_evaluate_refuses_sequence_parallelism_without_tp():
+    assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--sp"),
+                          "sp: got True; sequence parallelism needs tp > 1")
+
+
+@pytest.mark.parametrize("value", ["-50", "1e-300", "1e300"])
+def test_a_level_bandwidth_outside_physical_range_is_named_in_the_files_units(tmp_path, value):
+    path = tmp_path / "c.toml"
+    path.write_text(f'name = "x"\naccelerator = "h100-sxm-80gb"\n[[levels]]\nname = "n"\n'
+                    f'size = 8\nbandwidth_GBps = {value}\nlatency_us = 2\n[[levels]]\n'
+                    f'name = "net"\nbandwidth_GBps = 50\nlatency_us = 5\n')
+    shown = f"{float(value):g}" if "e" in value else value
+    assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--cluster", path),
+                          f"levels[0].bandwidth_GBps: got {shown}; must be in [0.001, 100000]")
+
+
+def test_a_model_too_large_to_work_on_is_refused_before_any_work(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**9,
+                                "hidden_size": 64, "num_attention_heads": 4,
+                                "intermediate_size": 128, "vocab_size": 100}))
+    assert one_line_error(*cli(*EVALUATE, "--model", path, timeout=30),
+                          "num_hidden_layers: got 1000000000; at most 10,000 is supported")
+
+
+def test_a_plan_file_names_a_real_method(tmp_path):
+    path = tmp_path / "p.json"
+    code, out, err = cli(*EVALUATE, "--model", "llama3-8b", "--save", path)
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    data["method"] = "magic"
+    path.write_text(json.dumps(data))
+    assert one_line_error(*cli("evaluate", "--plan", path),
+                          "method: got 'magic'; the search method that found the plan: nest")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_full_disk_is_one_line_not_a_traceback():
+    import subprocess
+
+    from console import NESTPLAN
+
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([NESTPLAN, *map(str, EVALUATE), "--model", "llama3-8b", "--json"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.strip() == (
+        "nestplan: error: cannot write the output: No space left on device")

@@ -23,6 +23,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"nestplan: error: {message} (see nestplan {self.prog.split()[-1]} --help)\n")
 
 
+def _json(obj) -> str:
+    """One JSON object for ``--json``: strict JSON (a NaN or an infinity is a bug here, never
+    printed as the non-JSON tokens NaN/Infinity)."""
+    return json.dumps(obj, allow_nan=False)
+
+
 def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g = p.add_argument_group("scenario")
     g.add_argument("--model", required=not for_evaluate,
@@ -216,7 +222,7 @@ def cmd_evaluate(args) -> int:
         planfile.save(ev, args.save, method=pf.method if pf else None,
                       comparison=pf.comparison if pf else None)
     if args.json:
-        print(json.dumps(ev.to_json()))
+        print(_json(ev.to_json()))
     else:
         from .textfmt import evaluation
 
@@ -246,7 +252,7 @@ def cmd_plan(args) -> int:
         js.update(method=res.method, search_seconds=res.seconds,
                   configurations=res.configurations, solved=res.solved,
                   top=[{k: ev.to_json()[k] for k in SUMMARY_KEYS} for ev in res.plans])
-        print(json.dumps(js))
+        print(_json(js))
     else:
         from .textfmt import search_result
 
@@ -286,7 +292,7 @@ def cmd_compare(args) -> int:
         ref = results["manual"].best.tokens_per_s if "manual" in results else None
         for row, res in zip(rows, results.values()):
             row["tokens_per_s_ratio_to_manual"] = res.best.tokens_per_s / ref if ref else None
-        print(json.dumps({"methods": rows, "errors": errors}))
+        print(_json({"methods": rows, "errors": errors}))
     else:
         from .textfmt import comparison
 
@@ -371,7 +377,7 @@ def cmd_validate(args) -> int:
     outcomes = run(_runs_csv(args.csv), get_stack(args.stack) if args.stack else None)
     summary = report(outcomes)
     if args.json:
-        print(json.dumps(summary))
+        print(_json(summary))
     else:
         print(table(outcomes))
         print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}: "
@@ -491,7 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = note
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
+        return code
     except InfeasibleError as e:
         print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
         return 3
@@ -499,9 +507,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nestplan: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    except OSError as e:  # writing the output (files read are checked where they are read)
+        _quiet_stdout()
+        print(f"nestplan: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        return 1
     finally:
         warnings.showwarning = previous
+
+
+def _quiet_stdout() -> None:
+    """After a failed write, send stdout to nowhere so that the exit's flush cannot fail again."""
+    import os
+
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

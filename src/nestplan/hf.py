@@ -264,7 +264,19 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     kw = FAMILIES[mtype](_Config(data, source))
     kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
     kw.setdefault("kv_heads", kw["heads"])
-    return ModelSpec(name=source, **kw)
+    try:
+        return ModelSpec(name=source, **kw)
+    except SpecError as e:  # name the config's key, not nestplan's field
+        key = HF_KEYS.get(e.field.removeprefix("model."), e.field)
+        raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
+
+
+HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+           "head_dim": "head_dim", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+           "moe.experts": "num_experts", "moe.top_k": "num_experts_per_tok",
+           "moe.ffn_hidden": "moe_intermediate_size"}
+"""nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 
 def model_from_hf_config(path: Path) -> ModelSpec:

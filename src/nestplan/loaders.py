@@ -150,19 +150,34 @@ _LEVEL_KEYS = {"name", "size", "bandwidth_GBps", "bandwidth_GiBps", "latency_us"
                "efficiency"}
 
 
+def _ranged(table: dict, key: str, where: str, low: float, high: float, what: str) -> float:
+    """A number of the file in [low, high] (finite), as written; SpecError naming the key."""
+    import math
+
+    value = _typed(table, key, where, _NUM)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise SpecError(f"{where}.{key}", value, f"must be in [{low:g}, {high:g}] ({what})")
+    return float(value)
+
+
 def level_from_table(table: dict, where: str) -> Level:
     check_keys(table, where, required={"name", "latency_us"}, optional=_LEVEL_KEYS)
     has_gb, has_gib = "bandwidth_GBps" in table, "bandwidth_GiBps" in table
-    if has_gb == has_gib:
+    if has_gb and has_gib:
+        raise SpecError(f"{where}.bandwidth_GiBps", table["bandwidth_GiBps"],
+                        "give bandwidth_GBps or bandwidth_GiBps, not both")
+    if not has_gb and not has_gib:
         raise SpecError(f"{where}.bandwidth_GBps", None,
-                        "give exactly one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps (2^30 B/s)")
-    bw = (units.gbps(_typed(table, "bandwidth_GBps", where, _NUM)) if has_gb
-          else units.gibps(_typed(table, "bandwidth_GiBps", where, _NUM)))
+                        "give one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps (2^30 B/s)")
+    key = "bandwidth_GBps" if has_gb else "bandwidth_GiBps"
+    # physically meaningful ranges, in the file's units (per device and direction)
+    gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
+    latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
     return Level(
         name=_typed(table, "name", where, str),
         size=_typed(table, "size", where, int),
-        bandwidth=bw,
-        latency=_typed(table, "latency_us", where, _NUM) * units.US,
+        bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
+        latency=latency * units.US,
         oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
         efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
     )

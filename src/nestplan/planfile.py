@@ -208,6 +208,12 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     for key in ("method", "nestplan_version"):
         if key in data and not isinstance(data[key], str):
             raise SpecError(f"{source}: {key}", data[key], "must be a string")
+    if "method" in data:
+        from .search.methods import METHODS
+
+        if data["method"] not in METHODS:
+            raise SpecError(f"{source}: method", data["method"],
+                            "the search method that found the plan: " + ", ".join(METHODS))
     predicted = data.get("predicted", {})
     if not isinstance(predicted, dict) or not all(
             isinstance(v, (int, float)) for v in predicted.values()):

@@ -307,6 +307,11 @@ class ModelSpec(_CachedHash):
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
             _positive(f"model.{f}", getattr(self, f))
+        # far beyond any model trained; bounds the work (and memory) a config can ask for
+        for f, most in (("layers", MAX_LAYERS), ("hidden", 2**20), ("heads", 2**14),
+                        ("vocab", 2**24), ("ffn_hidden", 2**22)):
+            if getattr(self, f) > most:
+                raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
@@ -463,6 +468,8 @@ class Parallelism(_CachedHash):
 
 
 MAX_GPUS = 2**20
+MAX_LAYERS = 10_000
+"""Transformer blocks a model may have (the largest trained have ~200)."""
 """Largest device count accepted, well above any training cluster built so far."""
 
 
@@ -525,6 +532,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
     if par.cp > 1 and (t.seq_len // par.cp) % 2:
         raise SpecError("cp", par.cp, "seq_len / cp must be even (load-balanced causal chunks)")
+    if par.sp and par.tp == 1:
+        raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if par.sp and par.tp > 1 and (t.seq_len // par.cp) % par.tp:
         raise SpecError("sp", True, f"sequence parallelism needs tp = {par.tp} to divide "
                         f"seq_len / cp = {t.seq_len // par.cp}")

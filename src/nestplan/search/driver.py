@@ -97,6 +97,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     world = view or sc
     cap = world.memory_limit
     sets = space.policy_sets(world, con)
+    per_stage = con.recompute if con.recompute is not None and len(con.recompute) > 1 else None
     if policies is not None:  # a baseline's own restriction, within what the stack offers
         sets = [tuple(p for p in s if p in policies) for s in sets]
         sets = [s for s in sets if s]
@@ -167,6 +168,9 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             allow = np.zeros(len(world.stack.recompute), dtype=bool)
             allow[list(allowed)] = True
             ok = [o & allow for o in base_ok]
+            if per_stage:  # one fixed policy per pipeline device
+                ok = [o & (np.arange(len(allow)) == world.stack.policy_index(per_stage[i]))
+                      for i, o in enumerate(ok)]
             any_fit = any_fit or any(o.any() for o in ok)
             bound = -found[0].key if len(found) >= top else np.inf
             sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)

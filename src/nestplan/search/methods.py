@@ -262,6 +262,9 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
     sets = [[sc.stack.recompute[i].name for i in s] for s in space.policy_sets(sc, con)]
 
     def per_stage(pp):
+        if con.recompute is not None and len(con.recompute) > 1:  # fixed, one per stage
+            yield tuple(con.recompute)
+            return
         for pols in sets:
             yield from _products(pols, pp)
 

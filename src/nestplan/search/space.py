@@ -89,6 +89,34 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     for name, value, ok, rule in rules:
         if value is not None and (value <= 0 or not ok(value)):
             raise SpecError(name, value, rule)
+    # knobs that are each possible but contradict each other or the hardware
+    fixed = {k: getattr(con, k) for k in ("tp", "pp", "dp", "cp") if getattr(con, k) is not None}
+    product = math.prod(fixed.values())
+    if gpus % product or (len(fixed) == 4 and product != gpus):
+        names = "·".join(fixed)
+        values = "·".join(str(v) for v in fixed.values())
+        last = list(fixed)[-1]
+        raise SpecError(last, fixed[last], f"{names} = {values} = {product} must "
+                        f"{'equal' if len(fixed) == 4 else 'divide'} gpus = {gpus}")
+    node = sc.cluster.devices_per_node
+    if con.tp_within_node and con.tp is not None and con.tp > node:
+        raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
+                        f"of {node} devices")
+    if con.sp and con.tp == 1:
+        raise SpecError("sp", True, "sequence parallelism needs tp > 1")
+    if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
+        raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
+    if con.ep is not None and con.etp is not None and con.tp is not None and con.cp is not None \
+            and con.dp is not None and (con.tp * con.cp * con.dp) % (con.etp * con.ep):
+        raise SpecError("ep", con.ep, f"etp·ep = {con.etp}·{con.ep} must divide tp·cp·dp = "
+                        f"{con.tp * con.cp * con.dp}")
+    sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
+    if con.recompute is not None and len(con.recompute) > 1:
+        if con.pp is None or con.pp != len(con.recompute):
+            raise SpecError("recompute", ",".join(con.recompute),
+                            f"one policy per pipeline stage needs --pp {len(con.recompute)}")
+    for name in con.recompute or ():
+        sc.stack.policy(name)  # names the stack's policies when it is not one of them
 
 
 @dataclass(frozen=True)
