@@ -20,7 +20,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"nestplan: error: {message} (see nestplan {self.prog.split()[-1]} --help)\n")
+        words = self.prog.split()
+        where = " ".join(["nestplan", *words[1:]])  # the subcommand's help, or the top-level one
+        self.exit(2, f"nestplan: error: {message} (see {where} --help)\n")
 
 
 def _json(obj) -> str:
@@ -140,16 +142,17 @@ class _Progress:
     """Progress on stderr once a search has run for more than two seconds: one updating line
     on a terminal, a line every few seconds otherwise."""
 
-    def __init__(self):
+    def __init__(self, method: str = "nest"):
         self.tty = sys.stderr.isatty()
         self.shown, self.last = False, 0.0
+        self.method = method
 
     def __call__(self, done: int, total: int, seconds: float):
         if seconds < 2.0 or (not self.tty and seconds - self.last < 5.0):
             return
         self.shown, self.last = True, seconds
-        text = (f"nestplan: searching, {done:,} configurations solved ({total:,} in the "
-                f"space), {seconds:.0f} s")
+        text = (f"nestplan: {self.method} searching, {done:,} configurations solved ({total:,} "
+                f"in the space), {seconds:.0f} s")
         print("\r" + text if self.tty else text, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 
@@ -235,10 +238,9 @@ def cmd_plan(args) -> int:
     from .result import SUMMARY_KEYS
     from .search.methods import run_method
 
-    if not 1 <= args.top <= MAX_TOP:
-        raise SpecError("top", args.top, f"must be an integer in [1, {MAX_TOP}]")
+    _check_top(args.top)
     sc = _scenario(args)
-    progress = _Progress()
+    progress = _Progress(args.method)
     try:
         res = run_method(args.method, sc, _constraints(args), top=args.top, progress=progress)
     finally:
@@ -260,26 +262,35 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _check_top(top: int) -> None:
+    from .errors import SpecError
+
+    if not 1 <= top <= MAX_TOP:
+        raise SpecError("top", top, f"must be an integer in [1, {MAX_TOP}]")
+
+
 def cmd_compare(args) -> int:
     from .errors import InfeasibleError, SpecError
     from .result import SUMMARY_KEYS
     from .search.methods import METHODS, run_method
 
+    _check_top(args.top)
     sc = _scenario(args)
     con = _constraints(args)
     results, errors = {}, {}
     for name in METHODS:
-        progress = _Progress()
+        progress = _Progress(name)
         try:
-            results[name] = run_method(name, sc, con, top=1, progress=progress)
+            results[name] = run_method(name, sc, con, top=args.top, progress=progress)
         except (InfeasibleError, SpecError) as e:
-            errors[name] = str(e).split(";")[-1].strip() if isinstance(e, SpecError) else str(e)
+            text = str(e).split(";")[-1].strip() if isinstance(e, SpecError) else str(e)
+            errors[name] = text.removeprefix(f"{name}: ")  # the method is the key already
         finally:
             progress.close()
     if not results:
-        from .errors import InfeasibleError as Inf
-
-        raise Inf("no method found a plan: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+        # nest searches the whole space: its reason stands for all (each method's is in --json)
+        why = errors.get("nest") or next(iter(errors.values()))
+        raise InfeasibleError(f"no method found a plan ({', '.join(errors)}); nest: {why}")
     rows = [{"method": name, **{k: res.best.to_json()[k] for k in SUMMARY_KEYS},
              "search_seconds": res.seconds} for name, res in results.items()]
     if args.save:
@@ -363,9 +374,13 @@ def cmd_list(args) -> int:
 
 
 def _runs_csv(text: str) -> Path:
+    from .errors import SpecError
     from .loaders import regular_file
 
     path = Path(text)
+    if text == str(DEFAULT_RUNS) and not path.exists():
+        raise SpecError("--csv", text, "the default is the shared data beside a checkout, not "
+                        "here; give --csv RUNS.csv (a runs CSV with published_runs.csv's columns)")
     regular_file(path, "--csv", "runs CSV")
     return path
 
@@ -446,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     cm = sub.add_parser("compare", help="every method on one scenario, side by side")
     _add_scenario(cm, for_evaluate=False)
     _add_search(cm)
+    cm.add_argument("--top", type=int, default=1, help=f"plans each method keeps, 1-{MAX_TOP} "
+                    "(default 1; the table shows each method's best)")
     cm.set_defaults(func=cmd_compare)
     ex = sub.add_parser("export", help="launch configuration of a saved plan for a framework")
     ex.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")

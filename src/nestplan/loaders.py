@@ -112,14 +112,17 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     kw: dict[str, Any] = {}
     if "name" in table:
         kw["name"] = _typed(table, "name", where, str)
+    # physically meaningful ranges in the file's units, checked before conversion
     if "peak_tflops_bf16" in table:
-        kw["peak_flops_bf16"] = _typed(table, "peak_tflops_bf16", where, _NUM) * units.TFLOPS
+        kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 0.1, 1e5,
+                                        "dense TFLOP/s") * units.TFLOPS
     if "peak_tflops_fp8" in table:
-        kw["peak_flops_fp8"] = _typed(table, "peak_tflops_fp8", where, _NUM) * units.TFLOPS
+        kw["peak_flops_fp8"] = _ranged(table, "peak_tflops_fp8", where, 0.1, 1e5,
+                                       "dense TFLOP/s") * units.TFLOPS
     if "hbm_GiB" in table:
-        kw["hbm_bytes"] = _typed(table, "hbm_GiB", where, _NUM) * units.GiB
+        kw["hbm_bytes"] = _ranged(table, "hbm_GiB", where, 0.1, 1e5, "GiB") * units.GiB
     if "hbm_GBps" in table:
-        kw["hbm_bandwidth"] = units.gbps(_typed(table, "hbm_GBps", where, _NUM))
+        kw["hbm_bandwidth"] = units.gbps(_ranged(table, "hbm_GBps", where, 1.0, 1e6, "GB/s"))
     if "matmul_efficiency_bf16_by_GFLOP" in table:
         kw["matmul_efficiency_bf16"] = _points(table["matmul_efficiency_bf16_by_GFLOP"],
                                                f"{where}.matmul_efficiency_bf16_by_GFLOP")
@@ -186,6 +189,9 @@ def level_from_table(table: dict, where: str) -> Level:
 def cluster_from_table(table: dict, get_accelerator: Callable[[str], AcceleratorSpec],
                        where: str = "cluster") -> ClusterSpec:
     """Build a cluster; ``accelerator`` is a catalog name or an inline table (``base`` optional)."""
+    if not table:
+        raise SpecError(where, "an empty file", "a cluster file needs name, accelerator and "
+                        "[[levels]] (see src/nestplan/catalog/clusters/*.toml)")
     check_keys(table, where, required={"name", "accelerator", "levels"}, optional={"description"})
     acc = table["accelerator"]
     if isinstance(acc, str):

@@ -179,6 +179,10 @@ class ClusterSpec(_CachedHash):
             if lvl.size is None:
                 raise SpecError(f"levels[{lvl.name}].size", None,
                                 "only the outermost level may omit size")
+        names = [lvl.name for lvl in self.levels]
+        for name in names:
+            if names.count(name) > 1:  # sweeps and messages name levels: they must differ
+                raise SpecError("levels.name", name, "each level needs a name of its own")
 
     @property
     def max_devices(self) -> int | None:

@@ -49,8 +49,8 @@ def run_command(args) -> int:
     if args.dry_run:
         points, existing = plan_run(spec)
         done = len(existing.done)
-        print(f"sweep: {len(points):,} points, {done:,} already done, {len(points) - done:,} to "
-              f"run; results in {spec.output}")
+        print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
+              f"{len(points) - done:,} to run; results in {spec.output}")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet)
     if s.interrupted:
@@ -58,14 +58,19 @@ def run_command(args) -> int:
         print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "
               "run the same command again to resume", file=sys.stderr)
         return 128 + int(s.interrupted)
-    rate = f", {s.ran / s.seconds:.1f} points/s" if s.ran and s.seconds > 0 else ""
-    print(f"sweep: {s.total:,} points: {s.ran:,} run ({s.ok:,} ok, {s.infeasible:,} infeasible, "
+    rate = f", {s.ran / s.seconds:.3g} points/s" if s.ran and s.seconds > 0 else ""
+    print(f"sweep: {_n(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, {s.infeasible:,} infeasible, "
           f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
     if s.errors:
-        print(f"sweep: note: {s.errors:,} points failed (see the error column); running the same "
+        print(f"sweep: note: {_n(s.errors, 'point')} failed (see the error column); running the same "
               "command again retries them")
     if s.foreign:
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
               "(kept)")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     return 0
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 point``, ``2 points``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
