@@ -17,7 +17,7 @@ from nestplan.axes import Axis
 from nestplan.cli import main
 from nestplan.errors import SpecError
 from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
-from nestplan.exports import export
+from nestplan.exports import export, uniform_policy
 from nestplan.placement import _expert_grid, rank_grid
 from nestplan.specs import Parallelism
 
@@ -270,8 +270,8 @@ def check_torchtitan(pf, text: str):
     dims = ParallelDims.from_config(p, pf.scenario.gpus)
     if pf.scenario.model.moe is not None:  # the dense and expert regions cover the same ranks
         assert (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0
-    policy = max((par.recompute_of(s) for s in range(par.pp)),
-                 key=["none", "selective", "full"].index)
+    # the one policy the export runs for every stage (the plan's that keeps the least)
+    policy = uniform_policy(pf)[0].name
     kind = {"none": type(None), "selective": "SelectiveAC",
             "full": "FullAC"}[policy]
     ac = cfg.activation_checkpoint
@@ -304,7 +304,7 @@ def check_deepspeed(pf, text: str, monkeypatch):
     par = pf.plan
     assert cfg.zero_optimization_stage == (min(par.zero, 1) if par.pp > 1 else par.zero)
     if par.pp > 1:
-        full = any(par.recompute_of(s) == "full" for s in range(par.pp))
+        full = uniform_policy(pf)[0].kind == "full"
         assert cfg.pipeline["activation_checkpoint_interval"] == (1 if full else 0)
 
 
@@ -440,3 +440,24 @@ def test_megatron_export_names_the_recompute_modules():
     text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
     assert "--recompute-granularity selective" in text
     assert "--recompute-modules layernorm mla_up_proj moe_act" in text
+
+
+def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
+    """Frameworks take one recompute policy; the export uses the plan's policy that keeps the
+    fewest bytes of this model's blocks (not a fixed order of rule kinds)."""
+    from dataclasses import replace
+
+    from nestplan.catalog import get_stack
+    from nestplan.recompute import Policy
+
+    base = get_stack("megatron-core")
+    stack = replace(base, name="mine", recompute=(Policy("none", "none"),
+                                                  Policy("every", "every:3"),
+                                                  Policy("mlp", "modules:mlp,moe")))
+    sc = replace(scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096,
+                                     global_batch=384), stack=stack)
+    par = Parallelism(tp=2, pp=2, dp=16, ep=8, etp=1, sp=True, zero=1, mbs=3,
+                      recompute=("mlp", "every"))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    policy, notes = uniform_policy(pf)
+    assert policy.name == "mlp" and "keeps the least" in notes[0]

@@ -131,3 +131,24 @@ def test_a_full_disk_is_one_line_not_a_traceback():
                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 1 and p.stderr.strip() == (
         "nestplan: error: cannot write the output: No space left on device")
+
+
+def test_a_stack_that_cannot_mix_policies_refuses_per_stage_ones():
+    assert one_line_error(*cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                               "--gpus", 8, "--stack", "torchtitan", "--pp", 2, "--recompute",
+                               "none,full"),
+                          "recompute: got 'none,full'; stack torchtitan applies one policy to "
+                          "every stage")
+
+
+def test_a_plan_file_may_list_per_stage_policies_as_one_string(tmp_path):
+    path = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 8, "--tp", 1, "--pp", 2, "--mbs", 1, "--global-batch", 8,
+                         "--seq-len", 2048, "--recompute", "full,none", "--save", path)
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    data["plan"]["recompute"] = "full,none"
+    path.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", path, "--json")
+    assert code == 0 and json.loads(out)["recompute"] == ["full", "none"], err

@@ -106,3 +106,19 @@ def test_top_k_beyond_the_experts_is_bad_input():
     data["num_experts_per_tok"] = 65
     with pytest.raises(Exception, match="moe.top_k: got 65; must be <= moe.experts = 64"):
         model_from_hf_dict(data)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"num_attention_heads": 0}, "num_attention_heads: got 0; must be an integer >= 1"),
+    ({"model_type": ["llama"], "architectures": []},
+     "model_type: got \"['llama']\"; supported model types"),
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step: got 0; must be an integer >= 1"),
+    ({"mlp_only_layers": "0"}, "mlp_only_layers: got '0'; must be a list"),
+])
+def test_bad_config_values_are_one_line(tmp_path, change, needle):
+    data = {**json.loads((HF / "qwen2-moe.json").read_text()), **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
+                               "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+                               "--seq-len", 2048), needle)

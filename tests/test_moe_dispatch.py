@@ -143,3 +143,18 @@ def test_every_moe_run_is_expressed_and_predicted_as_reported(name):
     assert outcomes and all(o.predicted > 0 for o in outcomes)
     mean = sum(abs(o.error) for o in outcomes) / len(outcomes) * 100
     assert mean == pytest.approx(MOE_FILES[name], abs=0.5)
+
+
+def test_imbalance_needs_more_than_one_expert_rank_and_leaves_hardware_flops_alone():
+    """With one EP rank every rank holds every expert: no busiest rank. Imbalance slows the
+    busiest rank but does not add hardware FLOP (HFU falls with it)."""
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=128)
+
+    def run(ep, load):
+        s = replace(sc, training=replace(sc.training, moe_imbalance=load))
+        return evaluate(s, Parallelism(tp=4, pp=4, dp=2, ep=ep, etp=1, sp=True, mbs=1,
+                                       recompute=("full",)))
+    assert run(1, 2.0).step_time == pytest.approx(run(1, 1.0).step_time)
+    even, skewed = run(2, 1.0), run(2, 2.0)
+    assert skewed.step_time > even.step_time
+    assert skewed.hardware_flops == pytest.approx(even.hardware_flops)

@@ -89,7 +89,7 @@ def test_plan_with_a_stack_returns_only_what_it_runs(tmp_path):
     ('base = "megatron-core"\nrecompute = {none = "none", x = "modules:attention"}\n',
      "stack.recompute.x: got 'modules:attention'; allowed: none, full, modules:NAME"),
     ('base = "megatron-core"\nrecompute = {full = "full", none = "none"}\n',
-     "rule none first"),
+     "its first policy must be none = \"none\""),
     ('base = "megatron-core"\nrecompute = ["none", "half"]\n',
      "stack.recompute: got 'half'; allowed: none, selective, full (or a table"),
     ('base = "megatron-core"\ndefault_recompute = "half"\n',
@@ -332,3 +332,12 @@ def test_a_power_capped_part_runs_compute_at_its_sustained_share():
     assert half.peak_flops(Precision.BF16) == acc.peak_flops(Precision.BF16)
     with pytest.raises(SpecError, match="sustained_share"):
         replace(acc, sustained_share=1.5)
+
+
+def test_an_edited_file_is_read_again_in_a_long_lived_process(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('base = "megatron-core"\nname = "first"\n')
+    assert get_stack(str(path)).name == "first"
+    path.write_text('base = "megatron-core"\nname = "second-name"\n')  # another size, too
+    assert get_stack(str(path)).name == "second-name"
+    assert get_stack("megatron-core") is get_stack("megatron-core")  # catalog names stay cached

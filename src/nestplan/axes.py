@@ -4,7 +4,8 @@ import enum
 
 
 class Axis(str, enum.Enum):
-    """A parallel axis. ``EP`` lives in the expert grid, which folds over the ``TP``×``CP``×``DP`` ranks."""
+    """A parallel axis. ``EP`` lives in the expert grid, which folds over the ``TP``×``CP``×``DP``
+    ranks."""
 
     TP = "tp"
     CP = "cp"

@@ -62,14 +62,16 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--pp", type=int, help="pipeline stages")
     k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
     k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
-    k.add_argument("--ep", type=int, help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
+    k.add_argument("--ep", type=int,
+                   help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
     k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
     k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
-    k.add_argument("--recompute", help="none (default), selective or full; or one per stage, "
-                   "comma-separated")
+    k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
+                   "(default), selective, full; megatron-core also fine-grained), or one per "
+                   "stage, comma-separated")
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -99,7 +99,8 @@ class Op:
     """The matmuls it runs as in eager model code, as shares of its output (fused QKV is wq, wk
     and wv; a gated fc1 is w1 and w3)."""
     model_flops: float = 0.0
-    """Forward FLOP by the usual MFU convention (full s×s attention, no recompute)."""
+    """Forward FLOP by the usual MFU convention (no recompute; attention over the span the model
+    and workload attend: the whole sequence unless local or packed)."""
     shape: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """GEMM (m, k, n) on this device; zeros for other ops."""
     lowp: bool = False
@@ -144,6 +145,9 @@ class LayerGraph:
     """Bytes of the layer input (what full recomputation keeps)."""
     total_params: float
     """Parameters of the whole layer (all devices together, without replication)."""
+    expert_load: float = 1.0
+    """How far the routed experts' ops (``expert_*``) run above the mean device's work: the
+    busiest expert rank's load (its time and memory); hardware FLOP counts divide it out."""
 
     @property
     def largest_weight(self) -> float:
@@ -426,7 +430,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         ops.append(_gemm("router", Tn, h, mo.experts, saved=E * Tn * h, lowp=False))
         ops.append(_mem("router_softmax", Tn * mo.experts, saved=FP32 * Tn * mo.experts))
         routed = Tn * k  # token copies leaving this device
-        X = routed * etp * loc.moe_load  # copies the busiest device computes
+        load = loc.moe_load if ep > 1 else 1.0  # one EP rank holds every expert: no busiest one
+        X = routed * etp * load  # copies the busiest device computes
         local_experts = mo.experts / ep
         f_e = mo.ffn_hidden / etp
         ops.append(_mem("permute", routed * h, saved=0.0))
@@ -464,7 +469,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                     saved=drop_mask))
     return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
-                            for c in comms), params, expert_params, E * Tn * h, total)
+                            for c in comms), params, expert_params, E * Tn * h, total,
+                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
@@ -483,7 +489,7 @@ def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
                 Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
                 Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
     dedup = (m.moe.top_k, m.moe.experts) if loc.dispatcher == "flex" else (0, 0)
-    nbytes = E * routed * m.hidden * loc.moe_load  # the busiest rank receives the most
+    nbytes = E * routed * m.hidden * loc.moe_load  # the busiest rank receives the most (ep > 1)
     return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)
             for name, phase in (("dispatch", "fwd"), ("combine", "fwd"), ("dispatch_bwd", "bwd"),
                                 ("combine_bwd", "bwd"))]

@@ -29,12 +29,23 @@ class _Config:
     def __init__(self, data: dict, source: str):
         self.data, self.source = data, source
 
-    def get(self, *keys: str, default: Any = ..., kind: type = int) -> Any:
+    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: int = 1) -> Any:
+        """The first of ``keys`` present; an int must be >= ``minimum``, a list a flat list of
+        numbers or strings."""
         for k in keys:
             if k in self.data and self.data[k] is not None:
                 v = self.data[k]
-                if kind is int and not (isinstance(v, int) and not isinstance(v, bool)):
-                    raise SpecError(f"{self.source}: {k}", v, "must be an integer")
+                where = f"{self.source}: {k}"
+                if kind is int:
+                    if not (isinstance(v, int) and not isinstance(v, bool)):
+                        raise SpecError(where, v, "must be an integer")
+                    if v < minimum:
+                        raise SpecError(where, v, f"must be an integer >= {minimum}")
+                elif kind is list and not (isinstance(v, list) and all(
+                        isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)):
+                    raise SpecError(where, v, "must be a list of integers or strings")
+                elif kind is str and not isinstance(v, str):
+                    raise SpecError(where, v, "must be a string")
                 return v
         if default is ...:
             raise SpecError(f"{self.source}: {keys[0]}", None,
@@ -113,7 +124,7 @@ def _qwen2_moe(cfg: _Config) -> dict:
     # Qwen2-MoE: q/k/v biases (modelling code), one gated shared expert of its own size
     kw = _llama_like(cfg, bias=True)
     first, step = _moe_pattern(cfg, kw["layers"])
-    shared = cfg.get("shared_expert_intermediate_size", default=0)
+    shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
                         shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
@@ -126,9 +137,10 @@ def _glm4_moe(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     moe_ffn = cfg.get("moe_intermediate_size")
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts"), top_k=cfg.get("num_experts_per_tok"),
-                        ffn_hidden=moe_ffn, shared_experts=cfg.get("n_shared_experts", default=0),
+                        ffn_hidden=moe_ffn,
+                        shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
                         shared_ffn_hidden=moe_ffn,
-                        first_dense_layers=cfg.get("first_k_dense_replace", default=0))
+                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0))
     return kw
 
 
@@ -138,7 +150,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
     types = cfg.get("layer_types", default=None, kind=list)
-    window = cfg.get("sliding_window", default=0)
+    window = cfg.get("sliding_window", default=0, minimum=0)
     if types is not None and len(types) != kw["layers"]:
         raise SpecError(f"{cfg.source}: layer_types", f"{len(types)} entries",
                         f"needs one per layer ({kw['layers']})")
@@ -164,7 +176,7 @@ def _llama4(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
                         first_dense_layers=step - 1, layer_freq=step)
-    chunk = cfg.get("attention_chunk_size", default=0)
+    chunk = cfg.get("attention_chunk_size", default=0, minimum=0)
     if chunk:
         rope = cfg.get("no_rope_layers", default=None, kind=list)
         if rope is not None and len(rope) != layers:
@@ -177,7 +189,7 @@ def _llama4(cfg: _Config) -> dict:
 
 def _deepseek_v3(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
-    mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0),
+    mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0, minimum=0),
                   kv_lora_rank=cfg.get("kv_lora_rank"),
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
                   qk_rope_head_dim=cfg.get("qk_rope_head_dim"),
@@ -186,9 +198,9 @@ def _deepseek_v3(cfg: _Config) -> dict:
     moe_ffn = cfg.get("moe_intermediate_size")
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
-                        shared_experts=cfg.get("n_shared_experts", default=0),
+                        shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
                         shared_ffn_hidden=moe_ffn,
-                        first_dense_layers=cfg.get("first_k_dense_replace", default=0),
+                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
                         layer_freq=cfg.get("moe_layer_freq", default=1))
     return kw
 
@@ -250,6 +262,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     if not isinstance(data, dict):
         raise SpecError(source, type(data).__name__, "a config.json must hold a JSON object")
     mtype = data.get("model_type")
+    if not isinstance(mtype, str):
+        mtype = repr(mtype) if mtype is not None else None
     if mtype not in FAMILIES:
         archs = data.get("architectures") or []
         known = [ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in ARCHITECTURES]

@@ -90,8 +90,8 @@ _NUM = (int, float)
 
 # ----------------------------------------------------------------------------- accelerator
 
-_ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps", "matmul_efficiency_bf16_by_GFLOP",
-                   "attention_efficiency", "memory_efficiency"}
+_ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps",
+                   "matmul_efficiency_bf16_by_GFLOP", "attention_efficiency", "memory_efficiency"}
 """Every efficiency is a measured or stated figure of the file (no defaults in code)."""
 _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_overhead_us",
                    "sustained_share", "base"}

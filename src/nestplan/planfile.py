@@ -138,8 +138,7 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
         kw["sp"] = table["sp"]
     if "recompute" in table:
         rec = table["recompute"]
-        rec = [rec] if isinstance(rec, str) else rec
-        if not isinstance(rec, list):
+        if not isinstance(rec, (str, list)):
             raise SpecError(f"{where}.recompute", rec, "must be a policy or a list of policies")
         kw["recompute"] = parse_names(f"{where}.recompute", rec)
     if "rank_order" in table:

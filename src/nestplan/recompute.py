@@ -157,7 +157,8 @@ def effect(policy: Policy, layer) -> Effect:
         drop = sum(o.saved for o in ops if dropped(o))
         pinned = sum(o.pinned for o in ops if o.modules & chosen)
         shares = tuple(1.0 if o.modules & chosen else 0.0 for o in ops)
-        return Effect(everything - drop + pinned, shares, 0.0, drop, tuple(sorted(chosen)))
+        rerun = chosen | {child for child, parent in _PARENT.items() if parent in chosen}
+        return Effect(everything - drop + pinned, shares, 0.0, drop, tuple(sorted(rerun)))
     return _matmul_outputs(layer)
 
 

@@ -373,7 +373,8 @@ class TrainingSpec(_CachedHash):
         _positive("global_batch", self.global_batch)
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
-        for f, flag in (("moe_imbalance", "moe-imbalance"), ("moe_capacity", "moe-capacity-factor")):
+        for f, flag in (("moe_imbalance", "moe-imbalance"),
+                        ("moe_capacity", "moe-capacity-factor")):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and 1 <= v <= 64):
                 raise SpecError(flag, v, "must be a ratio to the mean load in [1, 64]")
@@ -472,9 +473,9 @@ class Parallelism(_CachedHash):
 
 
 MAX_GPUS = 2**20
+"""Largest device count accepted, well above any training cluster built so far."""
 MAX_LAYERS = 10_000
 """Transformer blocks a model may have (the largest trained have ~200)."""
-"""Largest device count accepted, well above any training cluster built so far."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -177,10 +177,10 @@ class StackSpec(_CachedHash):
         if not 0 <= self.overlap_efficiency <= 1:
             raise SpecError("stack.overlap_efficiency", self.overlap_efficiency, "must be in [0, 1]")
         names = [p.name for p in self.recompute]
-        if not self.recompute or self.recompute[0].rule != "none":
+        if not self.recompute or self.recompute[0] != Policy("none", "none"):
             raise SpecError("stack.recompute", names,
-                            "every stack can run without recomputation: name a policy with "
-                            "rule none first")
+                            "every stack can run without recomputation: its first policy must "
+                            "be none = \"none\" (plans name it when they recompute nothing)")
         if len(set(names)) != len(names):
             raise SpecError("stack.recompute", names, "policy names must differ")
         for name in names:

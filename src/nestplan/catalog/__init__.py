@@ -10,7 +10,7 @@ Names are lowercase with dashes (``h100-sxm-80gb``, ``dgx-h100-ndr``, ``llama3-7
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, wraps
 from importlib import resources
 from pathlib import Path
 
@@ -39,6 +39,30 @@ def looks_like_path(text: str) -> bool:
     return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and Path(text).exists())
 
 
+def _stamp(name: str):
+    """What says a file changed: (modification time ns, size); None for a catalog name."""
+    if not looks_like_path(name):
+        return None
+    try:
+        st = Path(name).stat()
+    except OSError:
+        return None  # loading it says what is wrong
+    return st.st_mtime_ns, st.st_size
+
+
+def _cached(fn):
+    """Cache ``fn(name)``; a file (not a catalog name) is read again once it changes, so that a
+    long-lived process sees an edited TOML (a stack's base files are stamped by the top file
+    only)."""
+    cached = lru_cache(maxsize=None)(lambda name, stamp: fn(name))
+
+    @wraps(fn)
+    def get(name: str = DEFAULT_STACK):
+        return cached(name, _stamp(name))
+    get.cache_clear = cached.cache_clear
+    return get
+
+
 def _catalog_table(kind: str, name: str, field: str) -> dict:
     from ..loaders import read_toml
 
@@ -51,7 +75,7 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
         return read_toml(path)
 
 
-@lru_cache(maxsize=None)
+@_cached
 def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path."""
     from ..loaders import accelerator_from_table, read_toml
@@ -64,7 +88,7 @@ def get_accelerator(name: str) -> AcceleratorSpec:
     return accelerator_from_table(table)
 
 
-@lru_cache(maxsize=None)
+@_cached
 def get_cluster(name: str) -> ClusterSpec:
     """A cluster by catalog name or TOML path."""
     from ..loaders import cluster_from_table, read_toml
@@ -74,7 +98,7 @@ def get_cluster(name: str) -> ClusterSpec:
     return cluster_from_table(table, get_accelerator)
 
 
-@lru_cache(maxsize=None)
+@_cached
 def get_model(name: str) -> ModelSpec:
     """A model by catalog name, TOML path, or HuggingFace ``config.json`` path."""
     from ..loaders import model_from_table, read_toml
@@ -98,7 +122,7 @@ def _stack_table(name: str, field: str) -> tuple[dict, str]:
     return _catalog_table("stacks", name, field), name
 
 
-@lru_cache(maxsize=None)
+@_cached
 def get_stack(name: str = DEFAULT_STACK) -> StackSpec:
     """A stack by catalog name or TOML path; ``base = "..."`` chains are followed (a path
     ``base`` is relative to the file that names it)."""

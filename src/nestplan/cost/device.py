@@ -73,16 +73,18 @@ class KindCost:
 
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
           whole_block: bool) -> KindCost:
-    full_fwd = sum(o.flops for o in layer.ops)
-    bwd_flops = sum(o.bwd_flops for o in layer.ops)
+    # hardware FLOP of the mean device: the busiest expert rank's extra load divided out
+    mean = [1.0 / layer.expert_load if o.name.startswith("expert_") else 1.0 for o in layer.ops]
+    full_fwd = sum(o.flops * w for o, w in zip(layer.ops, mean))
+    bwd_flops = sum(o.bwd_flops * w for o, w in zip(layer.ops, mean))
     rc, saved, transient, again, rc_flops = [], [], [], [], []
     for pol in policies:  # the embedding and the head keep their tensors under every policy
         eff = effect(pol if checkpointable else NONE, layer)
         comm = dict(cost.module_fwd_comm)
         rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd))
                   + sum(comm.get(m, 0.0) for m in eff.comm_modules))
-        rc_flops.append(eff.full * full_fwd + sum(s * o.flops
-                                                  for s, o in zip(eff.shares, layer.ops)))
+        rc_flops.append(eff.full * full_fwd + sum(s * o.flops * w
+                                                  for s, o, w in zip(eff.shares, layer.ops, mean)))
         saved.append(eff.saved)
         transient.append(eff.transient)
         again.append(eff.full)

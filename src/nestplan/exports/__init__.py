@@ -57,21 +57,25 @@ def rank_map(par: Parallelism, devices_per_node: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SAVING = {"none": 0, "modules": 1, "matmul-outputs": 1, "every": 2, "full": 3}
-"""Recompute rule families from the least to the most memory-saving."""
-
-
 def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     """One recompute policy of the plan's stack for every stage (frameworks take one), and a
-    note if the plan had several: the most memory-saving one is used, so the plan still fits."""
-    par, stack = pf.plan, pf.scenario.stack
+    note if the plan had several: the one that keeps the fewest bytes per block of the plan's
+    own layer graph, so that the plan still fits."""
+    from ..evaluate import local_strategy
+    from ..graph import build
+    from ..recompute import effect
+
+    sc, par = pf.scenario, pf.plan
+    stack = sc.stack
     policies = [stack.policy(par.recompute_of(s)) for s in range(par.pp)]
-    chosen = max(policies, key=lambda p: _SAVING[p.kind])
+    graph = build(sc.model, local_strategy(par, sc.training, stack))
+    block = graph.moe if graph.moe is not None else graph.dense
+    chosen = min(policies, key=lambda p: effect(p, block).saved)
     notes = []
     if len(set(policies)) > 1:
         per = ", ".join(f"stage {s}: {p.name}" for s, p in enumerate(policies))
         notes.append(f"per-stage recomputation ({per}) cannot be expressed; every stage uses "
-                     f"'{chosen.name}'")
+                     f"'{chosen.name}', the one that keeps the least")
     return chosen, notes
 
 

@@ -11,8 +11,8 @@ is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time)
 device ``i``'s position class, the blocks it holds and its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
-an ``(N+1, N+1, K)`` array, or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array (K recompute policies) when only the number
-of units matters, as for models whose blocks are all alike (``inf`` where not allowed: too few or
+an ``(N+1, N+1, K)`` array (K recompute policies), or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array
+when only the number of units matters, as for models whose blocks are all alike (``inf`` where not allowed: too few or
 too many units, over memory, or over a threshold). ``D_i[l]`` is the best value of devices
 ``0..i-1`` covering ``[0, l)``; one relaxation step gives
 ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with

@@ -117,6 +117,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                             f"one policy per pipeline stage needs --pp {len(con.recompute)}")
     for name in con.recompute or ():
         sc.stack.policy(name)  # names the stack's policies when it is not one of them
+    if con.recompute is not None and len(set(con.recompute)) > 1 \
+            and not sc.stack.recompute_per_stage:
+        raise SpecError("recompute", ",".join(con.recompute),
+                        f"stack {sc.stack.name} applies one policy to every stage")
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ def run_command(args) -> int:
               "run the same command again to resume", file=sys.stderr)
         return 128 + int(s.interrupted)
     rate = f", {s.ran / s.seconds:.3g} points/s" if s.ran and s.seconds > 0 else ""
-    print(f"sweep: {_n(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, {s.infeasible:,} infeasible, "
+    print(f"sweep: {_n(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, "
+          f"{s.infeasible:,} infeasible, "
           f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
     if s.errors:
         print(f"sweep: note: {_n(s.errors, 'point')} failed (see the error column); running the same "
