@@ -187,6 +187,21 @@ def test_a_plan_searched_for_a_stack_exports_unchanged(tmp_path):
     assert code == 0 and "searched for stack torchtitan (exports as torchtitan), not for megatron" in err
 
 
+@pytest.mark.parametrize("stack, fmt, extra", [
+    ("deepspeed", "deepspeed", []),
+    # megatron-core may mix policies per stage, which Megatron's flags cannot: fixed here
+    ("megatron-core", "megatron", ["--recompute", "selective"])])
+def test_plans_of_other_stacks_export_unchanged_too(tmp_path, stack, fmt, extra):
+    path = tmp_path / "p.json"
+    code, out, err = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         64, "--seq-len", 4096, "--global-batch", 256, "--stack", stack,
+                         "--top", 1, "--save", path, *extra)
+    assert code == 0, err
+    code, out, err = cli("export", path, "--format", fmt)
+    assert code == 0 and "exported plan: predicted" not in err + out, err + out
+    assert "searched for stack" not in err + out
+
+
 def test_unfused_kernels_change_only_what_they_name():
     # a GELU MLP has no gated activation to fuse: on every stack its activation reads and writes
     # its tensor once forward and twice backward, and keeps its input
