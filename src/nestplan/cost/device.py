@@ -29,12 +29,16 @@ from ..axes import Axis
 from ..placement import Layouts, layouts
 from ..recompute import NONE, effect
 from ..specs import ClusterSpec, Parallelism, Scenario
+from ..stack import StackSpec
 from . import memory as M
 from .compute import layer_cost
 from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
 from .hardware import effective
 from .overlap import exposed
 from .pipeline import chunks_in_flight
+
+Num = float | np.ndarray
+"""A number, or an array of them (the search evaluates every split at once)."""
 
 
 def optimizer_traffic(stack) -> float:
@@ -183,21 +187,21 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Chunk:
     """Per-micro-batch totals of one chunk; ``rc``, ``again``, ``saved`` and ``transient`` have a
     trailing axis over the stack's recompute policies."""
 
-    fwd: object
-    bwd: object
-    rc: object
-    again: object
-    params: object
-    eparams: object
-    saved: object
-    transient: object
-    largest: object
-    layers: object
+    fwd: Num
+    bwd: Num
+    rc: Num
+    again: Num
+    params: Num
+    eparams: Num
+    saved: Num
+    transient: Num
+    largest: Num
+    layers: Num
 
 
 def _sum(*terms):
@@ -240,41 +244,41 @@ def _dp(coeffs: tuple[Coeffs, Coeffs], dense_bytes, expert_bytes):
     return coeff_time(coeffs[0], dense_bytes) + coeff_time(coeffs[1], expert_bytes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Device:
     """One device's per-micro-batch time, end-of-step time and memory, per recompute policy
     (trailing axis)."""
 
-    F: object
-    B: object
-    X: object
-    E: object
-    tail: object
+    F: Num
+    B: Num
+    X: Num
+    E: Num
+    tail: Num
     """Exposed gradient reduction after the last backward."""
-    opt: object
+    opt: Num
     """Optimizer step plus exposed parameter all-gather."""
-    zero_exposed: object
+    zero_exposed: Num
     """Exposed per-micro-batch ZeRO-2/3 traffic (in X)."""
-    zero_link: object
-    sync_link: object
+    zero_link: Num
+    sync_link: Num
     """Gradient reduction on the links (no policy axis)."""
-    gather_link: object
+    gather_link: Num
     """Parameter all-gather on the links (no policy axis)."""
     memory: M.MemoryBreakdown
     chunks: list[ChunkTime]
     """Per-micro-batch time of each chunk (the parts of F and B)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChunkTime:
     """Per-micro-batch seconds of one chunk on its device, per recompute policy (trailing axis)."""
 
-    F: object
+    F: Num
     """Forward, with the exposed part of ZeRO-3's weight gathers."""
-    B: object
+    B: Num
     """Backward and recomputation, with the exposed part of ZeRO-2/3 traffic."""
-    zero_exposed: object
-    zero_link: object
+    zero_exposed: Num
+    zero_link: Num
 
 
 def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
@@ -347,18 +351,18 @@ def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
     return held
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryParts:
     """A device's memory apart from how many micro-batches it holds in flight."""
 
-    weights: object
-    gradients: object
-    optimizer: object
-    transient: object
+    weights: Num
+    gradients: Num
+    optimizer: Num
+    transient: Num
     saved: list
     """Activation bytes one micro-batch leaves in each chunk."""
-    stack: object
-    """The StackSpec (its memory reserve)."""
+    stack: StackSpec
+    """The stack (its memory reserve)."""
 
 
 def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryParts:
