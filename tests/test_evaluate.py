@@ -6,7 +6,6 @@ import pytest
 
 from nestplan.evaluate import evaluate, evaluate_names, scenario_from_names
 from nestplan.axes import Axis
-from nestplan.options import AttentionImpl
 from nestplan.specs import Parallelism
 
 CONTRACT = ["step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",

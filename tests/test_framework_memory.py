@@ -158,7 +158,7 @@ def test_materialised_gqa_attention_keeps_k_and_v_for_every_head():
     keeps K and V repeated to all heads, and selective recomputation drops the copies."""
     none, sel = (predicted(MATERIALIZED, p) for p in ("none", "selective"))
     c = CONFIG
-    s, h, d = c["seq"], c["hidden"], c["hidden"] // c["heads"]
+    s, d = c["seq"], c["hidden"] // c["heads"]
     copies = 2 * 2 * s * d * (c["heads"] - c["groups"])  # bf16 K and V beyond their own heads
     probs = 2 * c["heads"] * s * s
     # RoPE: the checkpointed core keeps q and k rotated, and v pins the fused QKV output

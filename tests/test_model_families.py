@@ -2,11 +2,13 @@
 (tests/data/hf/, sources in tests/data/hf/SOURCES.md), and the catalog entries made from them."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nestplan.catalog import get_model
+from nestplan.errors import SpecError
 from nestplan.graph import active_params, total_params
 from nestplan.hf import model_from_hf_config, model_from_hf_dict
 from nestplan.loaders import model_to_table
@@ -52,7 +54,7 @@ def test_families_read_what_makes_them_differ():
 
 def test_local_attention_costs_less_at_long_sequences():
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
-    full = oss.__class__(**{**vars(oss), "local_span": 0, "local_share": 0.0})
+    full = replace(oss, local_span=0, local_share=0.0)
     from nestplan.evaluate import model_flops_per_sequence
 
     short = model_flops_per_sequence(oss, 256, 0) / model_flops_per_sequence(full, 256, 0)
@@ -104,7 +106,7 @@ def test_a_config_missing_a_moe_key_is_one_line(tmp_path, name, key):
 def test_top_k_beyond_the_experts_is_bad_input():
     data = json.loads((HF / "qwen2-moe.json").read_text())
     data["num_experts_per_tok"] = 65
-    with pytest.raises(Exception, match="moe.top_k: got 65; must be <= moe.experts = 64"):
+    with pytest.raises(SpecError, match="moe.top_k: got 65; must be <= moe.experts = 64"):
         model_from_hf_dict(data)
 
 

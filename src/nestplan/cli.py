@@ -236,7 +236,6 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from .errors import SpecError
     from .result import SUMMARY_KEYS
     from .search.methods import run_method
 

@@ -191,8 +191,4 @@ def layer_time(sc: Scenario, par: Parallelism) -> float:
     cluster = effective(sc.cluster, st)
     block = G.build(sc.model, local_strategy(par, tr, st)).block(0)
     c = layer_cost(block, cluster.accelerator, cluster, layouts(par, cluster, sc.gpus), tr, st)
-    eff = effect(st.policy(par.recompute_of(0)), block)
-    comm = dict(c.module_fwd_comm)
-    extra = (eff.full * c.fwd + sum(s * t for s, t in zip(eff.shares, c.op_fwd))
-             + sum(comm.get(m, 0.0) for m in eff.comm_modules))
-    return c.fwd + c.bwd + extra
+    return c.fwd + c.bwd + D.recompute_time(effect(st.policy(par.recompute_of(0)), block), c)

@@ -75,6 +75,15 @@ class KindCost:
     hw_flops: np.ndarray
 
 
+def recompute_time(eff, cost) -> float:
+    """Seconds backward spends running forward work again under a policy's ``effect`` (a
+    ``recompute.Effect``) for a layer of ``cost`` (a ``compute.LayerCost``): the whole forward's
+    share, the operators' shares and the re-run modules' forward collectives."""
+    comm = dict(cost.module_fwd_comm)
+    return (eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd))
+            + sum(comm.get(m, 0.0) for m in eff.comm_modules))
+
+
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
           whole_block: bool) -> KindCost:
     # hardware FLOP of the mean device: the busiest expert rank's extra load divided out
@@ -84,9 +93,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     rc, saved, transient, again, rc_flops = [], [], [], [], []
     for pol in policies:  # the embedding and the head keep their tensors under every policy
         eff = effect(pol if checkpointable else NONE, layer)
-        comm = dict(cost.module_fwd_comm)
-        rc.append(eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd))
-                  + sum(comm.get(m, 0.0) for m in eff.comm_modules))
+        rc.append(recompute_time(eff, cost))
         rc_flops.append(eff.full * full_fwd + sum(s * o.flops * w
                                                   for s, o, w in zip(eff.shares, layer.ops, mean)))
         saved.append(eff.saved)

@@ -95,7 +95,8 @@ Coeffs = tuple[tuple[float, float], ...]
 
 def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0)) -> float:
     """Share of an all-to-all's data (the routed copies a device holds) that leaves a block of
-    ``inside`` of the ``n`` group members, under uniform routing.
+    ``inside`` of the ``n`` group members, under uniform routing, when the group fills its blocks
+    evenly (``n / inside`` blocks, as ``placement`` lays every group out).
 
     Plain: the copies bound for the other ``n - inside`` members. Deduplicating (``dedup`` =
     (top-k, experts), DeepEP): a token crosses once per other block holding at least one of its

@@ -25,7 +25,6 @@ import math
 import random
 import time
 
-from ..cost import device as D
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan

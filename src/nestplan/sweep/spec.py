@@ -321,17 +321,17 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
     def add(key: str, values: list):
         params.append(Parameter(key=key, values=_distinct(values, f"grid.{key}")))
 
-    models = _values(grid, "model", "grid.model")
-    for m in models:
-        if not isinstance(m, str):
-            raise SpecError("grid.model", m, "must be a catalog name or a path")
-        _as_field("grid.model", m, _model, _resolve(m, base))
-    add("model", models)
-    clusters = _values(grid, "cluster", "grid.cluster")
-    for c in clusters:
-        if not isinstance(c, str):
-            raise SpecError("grid.cluster", c, "must be a catalog name or a path")
-        _as_field("grid.cluster", c, _cluster, _resolve(c, base))
+    def references(key: str, load) -> list:
+        """A grid key of catalog names or paths, each loaded once to check it."""
+        values = _values(grid, key, f"grid.{key}")
+        for v in values:
+            if not isinstance(v, str):
+                raise SpecError(f"grid.{key}", v, "must be a catalog name or a path")
+            _as_field(f"grid.{key}", v, load, _resolve(v, base))
+        return values
+
+    add("model", references("model", _model))
+    clusters = references("cluster", _cluster)
     add("cluster", clusters)
     add("gpus", _positive_ints(_values(grid, "gpus", "grid.gpus"), "grid.gpus"))
     methods = [str(m).lower() for m in
@@ -341,12 +341,7 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
             raise SpecError("grid.method", m, f"allowed: {', '.join(METHODS)}")
     add("method", methods)
     if "stack" in grid:  # only when named, so that the ids of older sweeps' points stay
-        stacks = _values(grid, "stack", "grid.stack")
-        for name in stacks:
-            if not isinstance(name, str):
-                raise SpecError("grid.stack", name, "must be a catalog name or a path")
-            _as_field("grid.stack", name, _stack, _resolve(name, base))
-        add("stack", stacks)
+        add("stack", references("stack", _stack))
 
     # training keys: each value checked by the training loader, with the other keys at defaults
     defaults = {"seq_len": GRID_DEFAULTS["seq_len"][0], "global_batch": GRID_DEFAULTS["global_batch"][0]}
