@@ -123,19 +123,20 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     # breakdown: per-micro-batch work on the slowest device, the end on the latest one
     k = max(range(pp), key=lambda i: x[i])
     j = max(range(pp), key=lambda i: e[i])
-    compute = recompute = 0.0
+    compute = recompute = host = 0.0
     exp = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
     link = dict(exp)
     for chunk in contents[k]:
         for n, kc in _kinds(cc, *chunk):
             compute += n * kc.compute
+            host += n * kc.host
             recompute += n * kc.rc[pols[k]]
             for ax, t in kc.exposed:
                 exp[ax] += n * t
             for ax, t in kc.link:  # full recomputation repeats the forward collectives
                 link[ax] += n * t * (1 + kc.again[pols[k]])
     time = TimeBreakdown(
-        compute=micro * compute, recompute=micro * recompute,
+        compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
         pp=2 * cc.fill + micro * cc.steady_p2p, bubble=span - micro * x[k],

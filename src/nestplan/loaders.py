@@ -358,7 +358,7 @@ def _list(value, where: str, kind: type | tuple = str) -> list:
 
 
 _STACK_FIELD_OF = {"reserved_GiB": "reserved_bytes", "step_overhead_s": "step_overhead",
-                   "kernel_overhead_us": "kernel_overhead"}
+                   "kernel_overhead_us": "kernel_overhead", "moe_layer_host_ms": "moe_layer_host"}
 """File keys that carry a unit, and the StackSpec field (SI) each sets; other keys are fields."""
 
 
@@ -396,6 +396,7 @@ def _stack_fields() -> dict:
                                  "memory_scale", "overlap_efficiency", "step_overhead_s")},
         "reserved_GiB": number(units.GiB),
         "kernel_overhead_us": number(units.US),
+        "moe_layer_host_ms": number(units.MS),
         "attention": choice(AttentionImpl),
         "tp_overlap": choice(TPOverlap),
         "recompute": ((list, dict), _recompute_from_file, _recompute_to_file),

@@ -26,6 +26,8 @@ class TimeBreakdown:
     """Forward + backward compute."""
     recompute: float
     """Forward passes repeated by activation recomputation."""
+    host: float
+    """Forward time waiting on the host (MoE layers: ``StackSpec.moe_layer_host``)."""
     tp: float
     """Exposed tensor-parallel communication (including expert-TP)."""
     cp: float

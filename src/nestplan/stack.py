@@ -24,7 +24,7 @@ from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
 from .specs import _CachedHash
-from .units import GiB, US
+from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
@@ -136,6 +136,13 @@ class StackSpec(_CachedHash):
     kernel_overhead: float = 0.0
     """Seconds each kernel launch adds beyond the accelerator's own (eager frameworks' host-side
     dispatch that the GPU stream does not hide for small kernels)."""
+    moe_layer_host: float = 0.0
+    """Seconds of host work (Python, kernel launches) in one MoE layer's forward that the device
+    cannot run ahead of. Dropless token dispatch copies the per-expert token counts to the host
+    and waits for them before the exchange, once per MoE layer forward (Megatron-Core's
+    ``_maybe_dtoh_and_synchronize`` in ``megatron/core/transformer/moe/token_dispatcher.py``),
+    so the host is never ahead there: such a forward takes at least this long (the wait shows as
+    ``host`` in the breakdown). Calibrated, like the multipliers above."""
     overlap_efficiency: float = 0.7
     """Share of overlapped communication that compute actually hides (kernels share SMs and HBM)."""
     step_overhead: float = 0.05
@@ -167,6 +174,7 @@ class StackSpec(_CachedHash):
         _nonneg("allocator_overhead", self.allocator_overhead)
         _nonneg("step_overhead_s", self.step_overhead)
         _nonneg("kernel_overhead_us", self.kernel_overhead / US)
+        _nonneg("moe_layer_host_ms", self.moe_layer_host / MS)
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))
         if len(self.network_scale) != 2:

@@ -9,6 +9,7 @@ KiB = 2.0**10
 MiB = 2.0**20
 GiB = 2.0**30
 US = 1e-6
+MS = 1e-3
 TFLOPS = 1e12
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..axes import Axis
-from ..graph import Hide, LayerGraph, Op, OpKind
+from ..graph import Hide, LayerGraph, LayerKind, Op, OpKind
 from ..options import Precision, TPOverlap
 from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
@@ -74,7 +74,7 @@ class LayerCost:
     """Time of one layer on one device, per micro-batch, with its communication."""
 
     fwd: float
-    """Forward: compute plus exposed communication."""
+    """Forward: compute plus exposed communication, or the host's time when that is longer."""
     bwd: float
     """Backward (without recomputation): compute plus exposed communication."""
     op_fwd: tuple[float, ...]
@@ -83,6 +83,8 @@ class LayerCost:
     """Exposed forward communication of each recompute module (run again with it)."""
     compute: float
     """Forward + backward compute alone."""
+    host: float
+    """Forward time spent waiting on the host (``StackSpec.moe_layer_host``; MoE layers)."""
     comm: tuple[tuple[Axis, float, float], ...]
     """(axis, time on the link, exposed time) for forward + backward."""
 
@@ -91,14 +93,15 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                training: TrainingSpec, stack: StackSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
+    host = stack.moe_layer_host if layer.kind is LayerKind.MOE else 0.0
     return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
-                       stack.tp_overlap, stack.overlap_efficiency)
+                       stack.tp_overlap, stack.overlap_efficiency, host)
 
 
 @lru_cache(maxsize=65536)
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
                 groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
-                overlap: float) -> LayerCost:
+                overlap: float, host: float) -> LayerCost:
     f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = shared_f = shared_b = 0.0
     op_fwd = []
     for op in layer.ops:
@@ -157,11 +160,14 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         b_exposed += shown
         for ax, t in bwd_by_axis[hide].items():
             exposed[ax] += shown * t / total if total else 0.0
+    # a forward the host cannot run ahead of lasts at least the host's part of it
+    waiting = max(0.0, host - (f + f_exposed))
     return LayerCost(
-        fwd=f + f_exposed,
+        fwd=f + f_exposed + waiting,
         bwd=b + b_exposed,
         op_fwd=tuple(op_fwd),
         module_fwd_comm=tuple(sorted(by_module.items())),
         compute=f + b,
+        host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
     )

@@ -63,6 +63,7 @@ class KindCost:
     again: np.ndarray
     """Share of the layer whose whole forward runs again (its weights gathered again)."""
     compute: float
+    host: float
     params: float
     eparams: float
     saved: np.ndarray
@@ -101,7 +102,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         again.append(eff.full)
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
-        params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
+        host=cost.host, params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
         transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
