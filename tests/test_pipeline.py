@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from nestplan.cost.pipeline import chunks_in_flight, schedule_time, warmup_chunks
+from nestplan.schedule import chunks_in_flight, span, warmup_chunks
 from nestplan.schedule import makespan
 from nestplan.schedule import simulate as ops
 
@@ -12,6 +12,10 @@ from nestplan.schedule import simulate as ops
 def simulate(f, b, micro, vp=1):
     """Makespan with every chunk of device ``i`` taking ``f[i]`` forward and ``b[i]`` backward."""
     return makespan(ops([[x] * vp for x in f], [[x] * vp for x in b], micro))
+
+
+def schedule_time(x, micro, vp):
+    return span(x, x, micro, vp)
 
 
 def closed(f, b, micro, vp):

@@ -66,6 +66,11 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
     k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
     k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
+    from .schedule import SCHEDULES
+
+    k.add_argument("--schedule", metavar="NAME",
+                   help="pipeline schedule: " + ", ".join(SCHEDULES) + " (default 1f1b, "
+                   "interleaved-1f1b when vp > 1; the stack's own list: nestplan list stacks)")
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
@@ -137,6 +142,8 @@ def _constraints(args):
         kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order:
         kw["rank_order"] = parse_order(args.rank_order)
+    if args.schedule is not None:
+        kw["schedule"] = args.schedule
     return Constraints(tp_within_node=args.tp_within_node, **kw)
 
 
@@ -187,6 +194,8 @@ def _plan(args, sc):
         kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order:
         kw["rank_order"] = parse_order(args.rank_order)
+    if args.schedule is not None:
+        kw["schedule"] = args.schedule
     return Parallelism(**kw)
 
 
@@ -194,7 +203,8 @@ MAX_TOP = 1000
 """Most plans ``plan --top`` lists (each is evaluated in full)."""
 
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
-PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "sp",
+PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "schedule",
+                                    "sp",
                                     "zero", "recompute", "rank_order", "moe_imbalance",
                                     "moe_capacity_factor")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""

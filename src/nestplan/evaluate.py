@@ -31,7 +31,7 @@ from .axes import Axis
 from .cost import device as D
 from .cost.compute import layer_cost
 from .cost.hardware import effective
-from .cost.pipeline import schedule_time
+from .schedule import span
 from .placement import layouts, stage_devices
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
@@ -68,10 +68,10 @@ def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
     return out
 
 
-def step_time(cc: D.ConfigCosts, x, e) -> float:
+def step_time(cc: D.ConfigCosts, x, y, e) -> float:
     """The step: the schedule with its fill and drain, the latest device's end, host overhead."""
-    return (schedule_time(list(x), cc.micro, cc.par.vp) + 2 * cc.fill + max(e)
-            + cc.sc.stack.step_overhead)
+    return span(list(x), list(y), cc.micro, cc.par.vp) + 2 * cc.fill + max(e) \
+        + cc.sc.stack.step_overhead
 
 
 def _contents(cc: D.ConfigCosts, bounds, stage: int):
@@ -106,17 +106,20 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
         contents.append(mine)
         pols.append(pol)
         chunk_times.append((tuple(float(t.F[pol]) for t in devices[-1].chunks),
-                            tuple(float(t.B[pol]) for t in devices[-1].chunks)))
+                            tuple(float(t.B[pol]) for t in devices[-1].chunks),
+                            tuple(float(t.W[pol]) for t in devices[-1].chunks)))
     x = [float(d.X[p]) for d, p in zip(devices, pols)]
+    y = [float(d.Y[p]) for d, p in zip(devices, pols)]
     e = [float(d.E[p]) for d, p in zip(devices, pols)]
-    span = schedule_time(x, micro, vp)
-    step = step_time(cc, x, e)
+    scheduled = span(x, y, micro, vp)
+    step = step_time(cc, x, y, e)
     ids = stage_devices(par)
     stages = tuple(StageReport(
         index=s, blocks=tuple(bounds[c] for c in range(s, pp * vp, pp)),
         has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
-        chunk_fwd=chunk_times[s][0], chunk_bwd=chunk_times[s][1],
-        send=cc.boundary[s] if s < len(cc.boundary) else 0.0, end=e[s],
+        chunk_fwd=chunk_times[s][0], chunk_bwd=chunk_times[s][1], chunk_wgt=chunk_times[s][2],
+        send=cc.boundary[s] if s < len(cc.boundary) else 0.0,
+        end=float(devices[s].tail[pols[s]] + devices[s].opt[pols[s]]),
         memory=D.pick(devices[s].memory, pols[s]), recompute=sc.stack.recompute[pols[s]].name,
         devices=ids[s]) for s in range(pp))
 
@@ -139,7 +142,10 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
         compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
-        pp=2 * cc.fill + micro * cc.steady_p2p, bubble=span - micro * x[k],
+        pp=2 * cc.fill + micro * cc.steady_p2p,
+        # the schedule's idle time, and the weight gradients it leaves after its span
+        bubble=scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
+                                           - float(devices[j].opt[pols[j]])),
         dp=float(devices[j].tail[pols[j]]),
         optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}

@@ -32,7 +32,7 @@ _V1_STACK_KEYS = {"attention", "grad_bytes", "overlap_grad_reduce", "overlap_par
                   "tp_overlap", "overlap_p2p", "step_overhead_s", "flat_dp_collectives"}
 """Keys a format-1 plan file kept in ``training`` that are the stack's now."""
 _PLAN = {"tp", "pp", "dp", "cp", "ep", "etp", "vp", "sp", "zero", "recompute", "mbs",
-         "rank_order", "stage_layers"}
+         "rank_order", "stage_layers", "schedule"}
 _STAGE = {"stage", "blocks", "replicas", "recompute", "embedding", "head"}
 
 
@@ -65,14 +65,16 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
 
 def plan_to_dict(par: Parallelism) -> dict:
     return {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
-            "etp": par.expert_tp, "vp": par.vp, "sp": par.sp, "zero": par.zero,
-            "recompute": [par.recompute_of(s) for s in range(par.pp)], "mbs": par.mbs,
+            "etp": par.expert_tp, "vp": par.vp, "schedule": par.pipeline.name, "sp": par.sp,
+            "zero": par.zero, "recompute": [par.recompute_of(s) for s in range(par.pp)],
+            "mbs": par.mbs,
             "rank_order": "-".join(a.value for a in par.rank_order),
             "stage_layers": list(par.stage_layers) if par.stage_layers else None}
 
 
 COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "search_seconds")
 _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
+                     "schedule": ((str,), "a string"),
                      "recompute": ((str, list), "a policy or a list of policies"),
                      "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false")}
 """Types of the comparison keys that are not numbers (kinds, description)."""
@@ -143,6 +145,13 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
         kw["recompute"] = parse_names(f"{where}.recompute", rec)
     if "rank_order" in table:
         kw["rank_order"] = parse_order(str(table["rank_order"]))
+    if "schedule" in table:
+        from .schedule import SCHEDULES
+
+        if table["schedule"] not in SCHEDULES:
+            raise SpecError(f"{where}.schedule", table["schedule"],
+                            "allowed: " + ", ".join(SCHEDULES))
+        kw["schedule"] = table["schedule"]
     if table.get("stage_layers") is not None:
         sl = table["stage_layers"]
         if not isinstance(sl, list) or not all(isinstance(n, int) for n in sl):

@@ -10,7 +10,7 @@ from .units import GiB
 
 
 SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
-                "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
+                "cp", "ep", "vp", "schedule", "sp", "zero", "recompute", "mbs", "rank_order")
 """The keys of :meth:`Evaluation.to_json` that summarise a plan in one row."""
 
 
@@ -65,10 +65,12 @@ class StageReport:
     """Forward seconds of one micro-batch through each model chunk of this stage."""
     chunk_bwd: tuple[float, ...]
     """Backward (+ recompute) seconds of one micro-batch through each model chunk."""
+    chunk_wgt: tuple[float, ...]
+    """The weight-gradient part of ``chunk_bwd`` (a split schedule runs it apart)."""
     send: float
     """Seconds to send one micro-batch's activations (or gradients) to the next stage."""
     end: float
-    """Seconds after this stage's last backward: exposed gradient reduction, optimizer step."""
+    """Seconds after this stage's last operation: exposed gradient reduction, optimizer step."""
     memory: MemoryBreakdown
     recompute: str
     devices: tuple[int, ...]
@@ -189,7 +191,7 @@ class Evaluation:
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
             "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
-            "vp": p.vp, "sp": p.sp, "zero": p.zero,
+            "vp": p.vp, "schedule": p.pipeline.name, "sp": p.sp, "zero": p.zero,
             "recompute": (p.recompute[0] if len(set(p.recompute)) == 1
                           else list(p.recompute)),
             "mbs": p.mbs,

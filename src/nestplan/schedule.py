@@ -1,43 +1,194 @@
-"""The pipeline schedule operation by operation: 1F1B and interleaved 1F1B, as Megatron runs them.
+"""Pipeline schedules, the one home: which exist, what each runs in which order, how long a step
+takes under it (closed form) and what each device holds at its peak.
 
-Each device runs its operations in Megatron's order (warm-up forwards, then one forward and one
-backward alternately, then the cool-down backwards); an operation starts when its device is free
-and its input has arrived (the previous chunk's forward output, or the next chunk's gradient,
-plus the send time between the two devices). ``cost/pipeline.py`` has the closed form the cost
-model uses; ``tests/test_pipeline.py`` checks one against the other, and the HTML report draws
-these operations as the pipeline timeline.
+A schedule runs, on every pipeline device, forwards (F) and backwards of micro-batches through
+the device's model chunks. Schedules that split the backward run the input-gradient part (B) as
+soon as they can and the weight-gradient part (W) later, to fill the pipeline's idle time (Qi et
+al., "Zero Bubble Pipeline Parallelism", ICLR 2024); the others run B and W as one backward.
+
+The closed form. With ``m`` micro-batches, ``v`` chunks per device, ``X_i`` the forward +
+backward time of one micro-batch on device ``i`` (all its chunks), ``F_i`` its forward part and
+``W_i`` its weight-gradient part, a schedule's span is::
+
+    T = (m - 1/v) · max_i X_i + sum_i Y_i / v
+
+and device ``i`` then still runs ``X_i - Y_i`` of weight gradients (its ``tail``; the cost model adds
+it to what the device does after its last backward). 1F1B, interleaved 1F1B and GPipe have
+``Y = X``: for equal stages ``(m + (p - 1)/v)·X``, the bubble of ``(p - 1)/v`` micro-batch times
+(Narayanan et al. SC'21 §2.2; GPipe's all-forwards-then-all-backwards has the same span, Huang et
+al. 2019). ZB-H1 has ``Y = X - W - min(W, F)``: for equal stages ``m·X + (p - 1)(F + B - W)`` when
+``W <= F`` (the bubble Qi et al. §3.1 give for it, a third of 1F1B's when F = B = W), and
+``m·X + (p - 1)·B`` when ``W > F``.
+
+Why these are exact for equal stages (each device ``F``, ``B``, ``W`` per micro-batch, sends
+free; ZB-H1 with ``m >= p``): under 1F1B the last device idles ``(p - 1)·F`` before its first
+forward and never after; its last backward ends ``m·X`` later and the gradient needs ``p - 1``
+backwards to reach device 0. Interleaving cuts each of those hops to a chunk, ``1/v`` of the
+work. Under ZB-H1 device 0 idles ``(p - 1)·B`` while the first gradient comes back and never
+after; the drain's backwards are ``B`` alone (their ``W`` wait), and the last device, never idle
+after its first forward, finishes ``(p - 1)·F + m·X`` in: the span is ``m·X`` plus the larger
+of the two idle times, ``(p - 1)·max(F, B)`` = ``(p - 1)·(B + max(F - W, 0))`` once the ``W`` that
+device ``i`` defers (one per step from its ``i``-th) are counted. ``tests/test_schedules.py``
+checks every closed form against :func:`simulate` running the schedule's own operation order:
+equal where this docstring says exact, within a stated bound for unequal stages and with send
+delays.
+
+Memory: a micro-batch's activations stay until its backward (its ``W`` under the split schedules,
+which needs the layer inputs), so a device holds at its peak the micro-batches it has started
+and not finished: ``p - i`` under 1F1B and ZB-H1 (the zero-bubble schedules here keep 1F1B's
+limit), Megatron's warm-up count under interleaving, all ``m`` under GPipe.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+OpKey = tuple[str, int, int]
+"""(kind, local chunk, micro-batch) of one operation on a device."""
 
 
 @dataclass(frozen=True)
-class Op:
-    """One forward or backward of one micro-batch through one model chunk."""
+class Schedule:
+    name: str
+    """The name plans, ``--schedule`` and stacks use."""
+    title: str
+    chunks: str
+    """How many model chunks per device it runs: ``one`` (vp = 1) or ``many`` (vp >= 2)."""
+    split_backward: bool
+    """Runs the weight-gradient part of the backward (W) apart from the input-gradient part,
+    to fill the pipeline's idle time."""
+    min_micro: int = 0
+    """Fewest micro-batches per replica it runs with, in multiples of ``pp`` (``check``)."""
+    holds_all: bool = False
+    """Every micro-batch's activations are held at the peak (all forwards run first)."""
+    torchtitan: str | None = None
+    """torchtitan's ``parallelism.pipeline_parallel_schedule`` name (None: it has none)."""
+    megatron: bool = False
+    """Megatron-Core runs it (``--num-layers-per-virtual-pipeline-stage`` picks interleaving)."""
 
-    stage: int
-    """Pipeline device position."""
-    chunk: int
-    """Model chunk in model order (``local chunk · pp + stage``)."""
-    kind: str
-    """``"F"`` (forward) or ``"B"`` (backward, with any recomputation)."""
-    micro: int
-    start: float
-    """Seconds from the start of the step."""
-    end: float
+    def check(self, pp: int, vp: int, micro: int) -> tuple[str, object, str] | None:
+        """Why a plan with these degrees cannot use this schedule, as (field, value, rule)."""
+        if self.chunks == "one" and vp != 1:
+            return "vp", vp, f"schedule {self.name} runs one model chunk per device; use vp = 1"
+        if self.chunks == "many" and pp > 1 and vp < 2:
+            return "vp", vp, f"schedule {self.name} needs vp >= 2 model chunks per device"
+        if pp > 1 and micro < self.min_micro * pp:
+            return "micro-batches", micro, (f"schedule {self.name} needs at least "
+                                            f"{self.min_micro * pp} per replica (pp = {pp})")
+        return None
+
+    def held(self, stage: int, pp: int, vp: int, micro: int) -> list[int]:
+        """Micro-batches of each of the device's ``vp`` chunks whose activations it holds at its
+        peak."""
+        if self.holds_all:
+            return [micro] * vp
+        if self.split_backward:  # each device defers W until it holds device 0's 1F1B peak
+            return [min(pp, micro)] * vp
+        return chunks_in_flight(stage, pp, vp, micro)
+
+    def bubble_share(self, x, f, w):
+        """``Y`` of the closed form for a device with per-micro-batch time ``x``, forward part
+        ``f`` and weight-gradient part ``w`` (numbers or arrays)."""
+        if not self.split_backward:
+            return x
+        return x - w - np.minimum(w, f)
+
+    def tail(self, f, w, vp: int = 1):
+        """Weight-gradient work a device runs after the span (``X - Y``, per chunk round)."""
+        if not self.split_backward:
+            return 0.0 * w
+        return (w + np.minimum(w, f)) / vp
+
+    def span(self, x: list[float], f: list[float], w: list[float], micro: int, vp: int) -> float:
+        """Seconds from the first forward to the end of the schedule, before any device's
+        ``tail``."""
+        return span(x, [float(self.bubble_share(xi, fi, wi)) for xi, fi, wi in zip(x, f, w)],
+                    micro, vp)
+
+    def order(self, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+        """The operations of device ``rank`` in the order it runs them."""
+        return _orders(self.name, pp, vp, micro)[rank]
 
 
-def device_order(rank: int, pp: int, vp: int, micro: int) -> list[tuple[str, int, int]]:
-    """(kind, local chunk, micro-batch) in the order device ``rank`` runs them."""
+SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
+    Schedule("gpipe", "GPipe: all forwards, then all backwards", "one", False, holds_all=True,
+             torchtitan="GPipe"),
+    Schedule("1f1b", "1F1B (PipeDream-Flush): one forward, one backward", "one", False,
+             torchtitan="1F1B", megatron=True),
+    Schedule("interleaved-1f1b", "interleaved 1F1B over vp model chunks per device", "many",
+             False, torchtitan="Interleaved1F1B", megatron=True),
+    Schedule("zb-h1", "zero bubble ZB-H1: weight gradients fill the bubble; every device holds "
+             "up to pp micro-batches", "one", True, min_micro=1),
+)}
+"""Every schedule nestplan models, by name."""
+
+
+def span(x: list[float], y: list[float], micro: int, vp: int) -> float:
+    """The closed form ``(m - 1/v)·max X + sum Y / v`` (module docstring)."""
+    if not x:
+        return 0.0
+    return (micro - 1.0 / vp) * max(x) + sum(y) / vp
+
+
+def resolve(name: str | None, vp: int) -> Schedule:
+    """The schedule a plan names; None: 1F1B, or interleaved 1F1B when ``vp > 1`` (Megatron's
+    choice by the number of virtual stages)."""
+    if name is None:
+        return SCHEDULES["interleaved-1f1b" if vp > 1 else "1f1b"]
+    return SCHEDULES[name]
+
+
+# ------------------------------------------------------------------------------------- memory
+
+def warmup_chunks(stage: int, pp: int, vp: int, micro: int) -> int:
+    """Micro-batch chunks whose activations device ``stage`` holds at its peak under 1F1B.
+
+    1F1B: stage ``i`` runs ``p - i`` forwards before its first backward. Interleaved (Megatron's
+    ``get_num_warmup_microbatches``): ``2·(p - i - 1) + (v - 1)·p`` warm-up forwards, plus the one
+    in flight. Never more than the ``m·v`` chunks that exist.
+    """
+    if vp == 1:
+        return min(pp - stage, micro)
+    return min(2 * (pp - stage - 1) + (vp - 1) * pp + 1, micro * vp)
+
+
+def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
+    """How many micro-batches of each of the device's ``vp`` chunks are held at the peak.
+
+    Megatron's interleaved warm-up runs ``p`` forwards of chunk 0, then ``p`` of chunk 1, ...
+    """
+    total = warmup_chunks(stage, pp, vp, micro)
+    if vp == 1:
+        return [total]
+    held = []
+    for j in range(vp):
+        held.append(max(0, min(pp, total - j * pp, micro)))
+    # what the warm-up pattern leaves over (more than p·v chunks) returns to chunk 0 and on
+    extra = total - sum(held)
+    j = 0
+    while extra > 0 and j < vp:
+        add = min(extra, micro - held[j])
+        held[j] += add
+        extra -= add
+        j += 1
+    return held
+
+
+# ------------------------------------------------------------------------------------- orders
+
+def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+    """Megatron's order: warm-up forwards, then one forward and one backward alternately, then
+    the cool-down backwards (interleaved: groups of ``pp`` micro-batches per chunk)."""
     total = micro * vp
     if vp == 1:
         warm = min(pp - rank - 1, micro)
     else:
         warm = min((pp - rank - 1) * 2 + (vp - 1) * pp, total)
 
-    def nth(k: int, backward: bool) -> tuple[str, int, int]:
+    def nth(k: int, backward: bool) -> OpKey:
         group, pos = divmod(k, pp * vp)
         local = (k // pp) % vp
         return ("B", vp - 1 - local, group * pp + pos % pp) if backward else \
@@ -55,21 +206,84 @@ def device_order(rank: int, pp: int, vp: int, micro: int) -> list[tuple[str, int
     while b < total:
         ops.append(nth(b, True))
         b += 1
-    return ops
+    return tuple(ops)
+
+
+def _zb_h1(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
+    """ZB-H1 as PyTorch's zero-bubble 1F1B builds it (``_get_1f1b_rank_ops`` with
+    ``enable_zero_bubble``, torch/distributed/pipelining/schedules.py, torch 2.13): 1F1B's
+    warm-up forwards, then forward and input-gradient backward alternately; device ``i`` starts
+    running one weight gradient after each backward only from its ``i``-th steady step on, so it
+    holds at most ``p`` micro-batches (device 0's 1F1B peak), and runs the ones left at the end.
+    """
+    warm = min(pp - rank - 1, micro)
+    ops: list[OpKey] = [("F", 0, mb) for mb in range(warm)]
+    f, b, w = warm, 0, 0
+    step = 0
+    while b < micro:
+        if f < micro:
+            ops.append(("F", 0, f))
+            f += 1
+        ops.append(("B", 0, b))
+        b += 1
+        if step >= rank:
+            ops.append(("W", 0, w))
+            w += 1
+        step += 1
+    ops += [("W", 0, k) for k in range(w, micro)]
+    return tuple(ops)
+
+
+@lru_cache(maxsize=256)
+def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...], ...]:
+    if name == "gpipe":
+        return tuple(tuple([("F", 0, mb) for mb in range(micro)]
+                           + [("B", 0, mb) for mb in range(micro)]) for _ in range(pp))
+    if name == "zb-h1":
+        return tuple(_zb_h1(r, pp, micro) for r in range(pp))
+    return tuple(_one_f_one_b(r, pp, vp, micro) for r in range(pp))
+
+
+# ---------------------------------------------------------------------------------- simulation
+
+@dataclass(frozen=True)
+class Op:
+    """One forward, backward or weight-gradient pass of one micro-batch through one chunk."""
+
+    stage: int
+    """Pipeline device position."""
+    chunk: int
+    """Model chunk in model order (``local chunk · pp + stage``)."""
+    kind: str
+    """``"F"`` (forward), ``"B"`` (backward, with any recomputation; under a split schedule its
+    input-gradient part) or ``"W"`` (weight gradient, split schedules)."""
+    micro: int
+    start: float
+    """Seconds from the start of the step."""
+    end: float
 
 
 def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
-             send: list[float] | None = None) -> list[Op]:
-    """Every operation of one step with its start and end.
+             send: list[float] | None = None, *, schedule: Schedule | None = None,
+             wgt: list[list[float]] | None = None) -> list[Op]:
+    """Every operation of one step with its start and end, each device running its operations
+    in the schedule's order; an operation starts when its device is free and its input has
+    arrived (the previous chunk's forward output, or the next chunk's gradient, plus the send
+    time between the two devices; a W follows its own B).
 
     ``fwd[i][c]`` and ``bwd[i][c]`` are the seconds of one micro-batch through local chunk ``c``
-    of device ``i`` (each device holds the same number of chunks); ``send[i]`` is the transfer
-    time from device ``i`` to the next one (device ``pp - 1`` sends to device 0 between
-    interleaved chunks). The schedule assumes the device order above and deadlock-free inputs.
+    of device ``i`` (each device holds the same number of chunks), ``bwd`` the whole backward;
+    ``wgt[i][c]`` the weight-gradient part of it (a split schedule runs ``bwd - wgt`` as B and
+    ``wgt`` as W); ``send[i]`` the transfer time from device ``i`` to the next one (device
+    ``pp - 1`` sends to device 0 between interleaved chunks). ``schedule``: 1F1B, or interleaved
+    1F1B with several chunks, when not given.
     """
     pp, vp = len(fwd), len(fwd[0])
+    schedule = schedule or resolve(None, vp)
     send = send or [0.0] * pp
-    orders = [device_order(r, pp, vp, micro) for r in range(pp)]
+    wgt = wgt or [[0.0] * vp for _ in range(pp)]
+    split = schedule.split_backward
+    orders = [schedule.order(r, pp, vp, micro) for r in range(pp)]
     done: dict[tuple[str, int, int], float] = {}
     pos, free = [0] * pp, [0.0] * pp
     last = pp * vp - 1
@@ -83,17 +297,18 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
                 g = local * pp + r
                 if kind == "F":
                     dep, wire = (("F", g - 1, mb), send[(g - 1) % pp]) if g > 0 else (None, 0.0)
-                elif g < last:
-                    dep, wire = ("B", g + 1, mb), send[g % pp]
+                    t = fwd[r][local]
+                elif kind == "W":
+                    dep, wire, t = ("B", g, mb), 0.0, wgt[r][local]
                 else:
-                    dep, wire = ("F", g, mb), 0.0
+                    dep, wire = (("B", g + 1, mb), send[g % pp]) if g < last else (("F", g, mb), 0.0)
+                    t = bwd[r][local] - (wgt[r][local] if split else 0.0)
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done[dep] + wire if dep else 0.0)
-                end = start + (fwd[r][local] if kind == "F" else bwd[r][local])
-                done[(kind, g, mb)] = end
-                out.append(Op(r, g, kind, mb, start, end))
-                free[r] = end
+                done[(kind, g, mb)] = start + t
+                out.append(Op(r, g, kind, mb, start, start + t))
+                free[r] = start + t
                 pos[r] += 1
                 progress = True
     if any(pos[r] < len(orders[r]) for r in range(pp)):

@@ -420,8 +420,17 @@ class Parallelism(_CachedHash):
     """Axes from innermost (consecutive ranks) to outermost; ranks map to device ids in order."""
     stage_layers: tuple[int, ...] | None = None
     """Transformer blocks per model chunk in pipeline order (pp·vp entries); None = even split."""
+    schedule: str | None = None
+    """Pipeline schedule by name (``schedule.SCHEDULES``); None: 1F1B, interleaved when vp > 1."""
 
     def __post_init__(self):
+        from .schedule import SCHEDULES
+
+        if self.schedule is not None:
+            if self.schedule not in SCHEDULES:
+                raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
+            if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
+                object.__setattr__(self, "schedule", None)  # one form for the default
         for f in ("tp", "pp", "dp", "cp", "ep", "vp", "mbs"):
             _positive(f, getattr(self, f))
         if self.etp is not None:
@@ -454,6 +463,13 @@ class Parallelism(_CachedHash):
     @property
     def expert_tp(self) -> int:
         return self.tp if self.etp is None else self.etp
+
+    @property
+    def pipeline(self):
+        """The :class:`~nestplan.schedule.Schedule` this plan runs."""
+        from .schedule import resolve
+
+        return resolve(self.schedule, self.vp)
 
     @property
     def expert_dp(self) -> int:
@@ -569,6 +585,9 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if par.vp > 1 and micro % par.pp:
         raise SpecError("global_batch", t.global_batch, f"the interleaved schedule needs the "
                         f"micro-batch count ({micro}) to be a multiple of pp = {par.pp}")
+    why = par.pipeline.check(par.pp, par.vp, micro)
+    if why is not None:
+        raise SpecError(*why)
     chunks = par.pp * par.vp
     if par.stage_layers is None:
         if m.layers < chunks:

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
+from .schedule import SCHEDULES
 from .specs import _CachedHash
 from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
-SCHEDULES = ("1f1b", "interleaved-1f1b")
-"""Pipeline schedules nestplan models today."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
 
@@ -106,7 +105,7 @@ class StackSpec(_CachedHash):
     """Recompute policies it offers, by name (``recompute.Policy``); plans name them."""
     recompute_per_stage: bool = True
     """Different pipeline stages may use different recompute policies."""
-    schedules: tuple[str, ...] = SCHEDULES
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
     """Pipeline schedules it runs."""
     zero_stages: tuple[int, ...] = (0, 1)
     """ZeRO stages it runs (1 = distributed optimizer; 2 and 3 as FSDP or DeepSpeed stages)."""
@@ -278,8 +277,10 @@ class StackSpec(_CachedHash):
         if par.pp > 1 and par.zero > self.max_zero_with_pp:
             return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
                                       "pipeline parallelism")
-        if par.vp > 1 and not self.interleaves:
-            return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
+        if par.pp > 1 and par.pipeline.name not in self.schedules:
+            if par.schedule is None:
+                return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
+            return "schedule", par.schedule, f"stack {n} runs " + ", ".join(self.schedules)
         for r in par.recompute:
             if self.policy_index(r) is None:
                 return "recompute", r, f"stack {n} offers " + ", ".join(

@@ -13,7 +13,10 @@ def plan_line(ev: Evaluation) -> str:
     parts = [f"tp={p.tp}", f"pp={p.pp}", f"dp={p.dp}", f"cp={p.cp}", f"ep={p.ep}"]
     if ev.scenario.model.moe is not None:
         parts.append(f"etp={p.expert_tp}")
-    parts += [f"vp={p.vp}", f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
+    parts += [f"vp={p.vp}"]
+    if p.pp > 1:
+        parts.append(f"schedule={p.pipeline.name}")
+    parts += [f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
               "recompute=" + p.recompute_text, f"mbs={p.mbs}",
               f"order={'-'.join(a.value for a in p.rank_order)}"]
     return " ".join(parts)
@@ -92,11 +95,12 @@ def _row(rank, ev) -> str:
     return (f"{rank:>2}  {ev.step_time:9.3f}  {ev.tokens_per_s:12,.0f}  {ev.mfu * 100:5.1f}%  "
             f"{ev.peak_memory / 2**30:6.1f}  {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} {p.ep:>3} "
             f"{p.vp:>2} {'on' if p.sp else '-':>3} {p.zero:>4} {p.mbs:>4}  {rec:10s} "
-            f"{'-'.join(a.value for a in p.rank_order)}")
+            f"{'-'.join(a.value for a in p.rank_order):12s} "
+            f"{p.pipeline.name if p.pp > 1 else '-'}")
 
 
 HEADER = (" #  step (s)      tokens/s    MFU  mem GiB   tp  pp    dp  cp  ep vp  sp zero  mbs"
-          "  recompute  order")
+          "  recompute  order        schedule")
 
 
 def search_result(res) -> str:

@@ -83,6 +83,8 @@ class LayerCost:
     """Exposed forward communication of each recompute module (run again with it)."""
     compute: float
     """Forward + backward compute alone."""
+    wgrad: float
+    """The weight-gradient part of the backward's compute (what a split schedule defers)."""
     host: float
     """Forward time spent waiting on the host (``StackSpec.moe_layer_host``; MoE layers)."""
     comm: tuple[tuple[Axis, float, float], ...]
@@ -168,6 +170,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         op_fwd=tuple(op_fwd),
         module_fwd_comm=tuple(sorted(by_module.items())),
         compute=f + b,
+        wgrad=wgrad,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
     )

@@ -35,7 +35,6 @@ from .compute import layer_cost
 from .network import Coeffs, coeff_time, collective_coeffs, p2p_time
 from .hardware import effective
 from .overlap import exposed
-from .pipeline import chunks_in_flight
 
 Num = float | np.ndarray
 """A number, or an array of them (the search evaluates every split at once)."""
@@ -63,6 +62,8 @@ class KindCost:
     again: np.ndarray
     """Share of the layer whose whole forward runs again (its weights gathered again)."""
     compute: float
+    wgrad: float
+    """Weight-gradient part of ``bwd`` (what a split schedule runs as W)."""
     host: float
     params: float
     eparams: float
@@ -102,7 +103,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         again.append(eff.full)
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
-        host=cost.host, params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
+        wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
         transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
@@ -202,6 +203,7 @@ class Chunk:
 
     fwd: Num
     bwd: Num
+    wgrad: Num
     rc: Num
     again: Num
     params: Num
@@ -238,6 +240,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
     return Chunk(
         fwd=_sum(*(n * k.fwd for n, k in parts)),
         bwd=_sum(*(n * k.bwd for n, k in parts)),
+        wgrad=_sum(*(n * k.wgrad for n, k in parts)),
         rc=_sum(*(n[..., None] * k.rc for n, k in parts)),
         again=again,
         params=_sum(*(n * k.params for n, k in parts)),
@@ -259,8 +262,15 @@ class Device:
 
     F: Num
     B: Num
+    W: Num
+    """The weight-gradient part of ``B`` (run apart by a split schedule)."""
     X: Num
+    Y: Num
+    """The device's share of the schedule's span beyond its bottleneck (``Schedule.bubble_share``:
+    ``X`` unless the schedule defers weight gradients)."""
     E: Num
+    """End of step after the schedule's span: the weight gradients the schedule leaves, the
+    exposed gradient reduction and the optimizer."""
     tail: Num
     """Exposed gradient reduction after the last backward."""
     opt: Num
@@ -285,6 +295,8 @@ class ChunkTime:
     """Forward, with the exposed part of ZeRO-3's weight gathers."""
     B: Num
     """Backward and recomputation, with the exposed part of ZeRO-2/3 traffic."""
+    W: Num
+    """The weight-gradient compute inside ``B``."""
     zero_exposed: Num
     zero_link: Num
 
@@ -306,18 +318,20 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     extra_b = exposed(comm_b, work_b, eff) + comm_b * per_layer
     B = work_b + extra_b
     return ChunkTime(F=np.broadcast_to(fwd + extra_f, np.shape(B)), B=B,
+                     W=np.broadcast_to(np.asarray(ch.wgrad)[..., None], np.shape(B)),
                      zero_exposed=extra_f + extra_b, zero_link=ag + comm_b)
 
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
     par, st, acc = cc.par, cc.sc.stack, cc.hw.accelerator
-    F = B = zexp = zlink = 0.0
+    F = B = W = zexp = zlink = 0.0
     times = [chunk_time(cc, ch) for ch in chunks]
     for t in times:
-        F, B = F + t.F, B + t.B
+        F, B, W = F + t.F, B + t.B, W + t.W
         zexp, zlink = zexp + t.zero_exposed, zlink + t.zero_link
     X = F + B + cc.steady_p2p
+    schedule = par.pipeline
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
     sync = 0.0 * params
@@ -342,7 +356,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     def full(v):
         return np.broadcast_to(v, shape)
 
-    return Device(F=full(F), B=full(B), X=X, E=full(tail + opt), tail=full(tail), opt=full(opt),
+    return Device(F=full(F), B=full(B), W=full(W), X=X, Y=schedule.bubble_share(X, F, W),
+                  E=full(tail + opt + schedule.tail(F, W, par.vp)), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
                   gather_link=gather, memory=mem, chunks=times)
 
@@ -353,7 +368,7 @@ def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
     micro-batch with another's compute (Megatron's merged forward-backward of adjacent
     micro-batches starts the next forward before this backward ends)."""
     par = cc.par
-    held = chunks_in_flight(stage, par.pp, par.vp, cc.micro)
+    held = par.pipeline.held(stage, par.pp, par.vp, cc.micro)
     if cc.sc.stack.moe_overlap == "batch" and cc.moe is not None and par.ep > 1:
         held = [held[0] + 1, *held[1:]]
     return held

@@ -14,7 +14,8 @@ from ..schedule import Op, makespan, simulate
 from ..svg import Svg, colour, fmt_tick, legend, shade, ticks
 from ..units import GiB, fmt_time
 
-FORWARD, BACKWARD, END = "#4C8BD6", "#E08A3C", "#8E8E8E"
+FORWARD, BACKWARD, WEIGHT, END = "#4C8BD6", "#E08A3C", "#6BB36B", "#8E8E8E"
+KIND = {"F": ("forward", FORWARD), "B": ("backward", BACKWARD), "W": ("weight gradient", WEIGHT)}
 IDLE = "#F1F1F1"
 WIDTH = 1080.0
 
@@ -22,10 +23,12 @@ WIDTH = 1080.0
 # ------------------------------------------------------------------------------------ timeline
 
 def schedule(ev: Evaluation) -> list[Op]:
-    """Every forward and backward of one step, from the evaluation's per-chunk times."""
+    """Every operation of one step under the plan's schedule, from the evaluation's per-chunk
+    times."""
     st = ev.stages
     return simulate([list(s.chunk_fwd) for s in st], [list(s.chunk_bwd) for s in st],
-                    ev.micro_batches, [s.send for s in st])
+                    ev.micro_batches, [s.send for s in st], schedule=ev.plan.pipeline,
+                    wgt=[list(s.chunk_wgt) for s in st])
 
 
 def _seconds(t: float, span: float) -> str:
@@ -89,11 +92,11 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
     for o in ops:
         y = top + o.stage * row
         local = o.chunk // pp
-        base = FORWARD if o.kind == "F" else BACKWARD
+        what, base = KIND[o.kind]
         fill = shade(base, 0.45 * local / max(vp - 1, 1)) if vp > 1 else base
         for x0, x1 in spans(o.start, o.end):
             svg.rect(x0, y + 1, x1 - x0, row - 2, fill, cls=f"op {o.kind}",
-                     tip=f"stage {o.stage}, {'forward' if o.kind == 'F' else 'backward'} of "
+                     tip=f"stage {o.stage}, {what} of "
                          f"micro-batch {o.micro}, chunk {o.chunk}: {fmt_time(o.start)} to "
                          f"{fmt_time(o.end)}")
             if x1 - x0 > 14 and row >= 14:
@@ -119,9 +122,11 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
     if x is not None:
         svg.line(x, top - 4, x, axis_y, "#C00", width=1.5, dash="5 3",
                  tip=f"predicted step time {fmt_time(ev.step_time)}")
-    entries = [("forward", FORWARD), ("backward (+ recompute)", BACKWARD),
-               ("gradient sync + optimizer", END), ("idle", IDLE)]
-    legend(svg, left, axis_y + 40, entries, per_row=4, col_width=200)
+    entries = [("forward", FORWARD), ("backward (+ recompute)", BACKWARD)]
+    if ev.plan.pipeline.split_backward:
+        entries += [("weight gradient", WEIGHT)]
+    entries += [("gradient sync + optimizer", END), ("idle", IDLE)]
+    legend(svg, left, axis_y + 40, entries, per_row=len(entries), col_width=180)
     numbers = {"schedule_s": span, "drawn_s": total, "ops": len(ops),
                "elided": len(wins) > 1, "bubble": 1 - sum(o.end - o.start for o in ops)
                / (pp * span) if span else 0.0}

@@ -5,10 +5,12 @@ Choose for every pipeline device ``i = 0..p-1`` how many blocks ``n_i >= 1`` it 
 chunk (the ``n_i`` sum to ``N``, the blocks of one round of chunks) and its recompute policy
 ``r_i``, so that every device fits in memory and
 
-    objective = m·max X_i + (sum X_i - max X_i)/v + max E_i + const
+    objective = (m - 1/v)·max X_i + sum Y_i / v + max E_i + const
 
-is smallest, where ``X_i`` (per-micro-batch time) and ``E_i`` (end-of-step time) depend only on
-device ``i``'s position class, the blocks it holds and its policy.
+is smallest, where ``X_i`` (per-micro-batch time), ``Y_i`` (its share of the schedule's span
+beyond the bottleneck: ``X_i`` unless the schedule defers weight gradients, ``schedule.py``) and
+``E_i`` (end-of-step time) depend only on device ``i``'s position class, the blocks it holds and
+its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
 an ``(N+1, N+1, K)`` array (K recompute policies), or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array
@@ -19,9 +21,9 @@ too many units, over memory, or over a threshold). ``D_i[l]`` is the best value 
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
 Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is
-``(m - 1/v)·t + S/v + e + const`` with ``S = sum X``, increasing in ``t`` and ``e``. So the
+``(m - 1/v)·t + S/v + e + const`` with ``S = sum Y``, increasing in ``t`` and ``e``. So the
 optimum is the best, over thresholds ``t`` (a value some ``X`` takes) and ``e`` (a value some
-``E`` takes), of the min-sum chain under ``X <= t, E <= e``. Thresholds are visited in increasing
+``E`` takes), of the chain of least ``S`` under ``X <= t, E <= e``. Thresholds are visited in increasing
 order and abandoned once the bound ``(m - 1/v)·t + S_min/v + e_min + const`` cannot beat the best
 plan found; the value of every plan found is recomputed from its actual maxima.
 """
@@ -100,28 +102,31 @@ def backtrack(back: list[np.ndarray], by_count: bool, policies: int) -> tuple[St
     return tuple(reversed(out))
 
 
-def objective(x: list[float], e: list[float], micro: int, vp: int, const: float) -> float:
+def objective(x: list[float], y: list[float], e: list[float], micro: int, vp: int,
+              const: float) -> float:
     """The pipeline objective of one solution (same arithmetic as ``evaluate.step_time``)."""
-    peak = max(x)
-    return micro * peak + (sum(x) - peak) / vp + const + max(e)
+    return (micro - 1.0 / vp) * max(x) + sum(y) / vp + const + max(e)
 
 
 def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro: int, vp: int,
-          const: float, bound: float = INF) -> Solution | None:
+          const: float, bound: float = INF, y: list[np.ndarray] | None = None) -> Solution | None:
     """The optimal stage split and policies, or None if nothing fits (or beats ``bound``).
 
-    ``x[i]``, ``e[i]``: per-device arrays of X and E, ``(N+1, N+1, K)`` indexed ``[end, start,
-    policy]``, or ``(N+1, K)`` indexed ``[count, policy]`` when only the number of units matters
-    (``inf`` where not allowed); ``ok[i]``: False where device ``i`` would not fit.
+    ``x[i]``, ``y[i]``, ``e[i]``: per-device arrays of X, Y (``x`` when not given) and E,
+    ``(N+1, N+1, K)`` indexed ``[end, start, policy]``, or ``(N+1, K)`` indexed ``[count,
+    policy]`` when only the number of units matters (``inf`` where not allowed); ``ok[i]``:
+    False where device ``i`` would not fit.
     """
     p = len(x)
+    y = x if y is None else y
     by_count = x[0].ndim == 2
     xs = [np.where(ok[i], x[i], INF) for i in range(p)]
+    ys = [np.where(ok[i], y[i], INF) for i in range(p)]
     es = [np.where(ok[i], e[i], INF) for i in range(p)]
     t0, _ = chain(xs, np.maximum)
     if not np.isfinite(t0):
         return None
-    s_min, _ = chain(xs, np.add)
+    s_min, _ = chain(ys, np.add)
     e_min, _ = chain(es, np.maximum)
     slope = micro - 1.0 / vp
     best: Solution | None = None
@@ -132,16 +137,17 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
 
     def value(stages):
         xv = [cell(x[i], s) for i, s in enumerate(stages)]
+        yv = [cell(y[i], s) for i, s in enumerate(stages)]
         ev = [cell(e[i], s) for i, s in enumerate(stages)]
-        return objective(xv, ev, micro, vp, const)
+        return objective(xv, yv, ev, micro, vp, const)
 
     t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))
     for t in t_values[t_values >= t0]:
         if slope * t + s_min / vp + e_min + const >= best_val:
             break
         under_t = [a <= t for a in xs]
-        xt = [np.where(m, a, INF) for m, a in zip(under_t, xs)]
-        st, _ = chain(xt, np.add)
+        yt = [np.where(m, a, INF) for m, a in zip(under_t, ys)]
+        st, _ = chain(yt, np.add)
         if not np.isfinite(st) or slope * t + st / vp + e_min + const >= best_val:
             continue
         et = [np.where(m, a, INF) for m, a in zip(under_t, es)]
@@ -150,7 +156,7 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         for ev in e_values[e_values >= e_t]:
             if slope * t + st / vp + ev + const >= best_val:
                 break
-            costs = [np.where(b <= ev, a, INF) for a, b in zip(xt, et)]
+            costs = [np.where(b <= ev, a, INF) for a, b in zip(yt, et)]
             s, back = chain(costs, np.add)
             if not np.isfinite(s):
                 continue

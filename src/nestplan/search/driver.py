@@ -137,13 +137,14 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         if level == 1:  # rank order -> virtual stages
             base, vps = item
             for vp in vps:
-                par = base.with_(vp=vp)
-                try:
-                    check_plan(world, par)
-                except SpecError:
-                    continue
-                heapq.heappush(heap, (space.network_bound(world, par), tick, 2, par))
-                tick += 1
+                for sched in space.schedules(world, con, base.pp, vp):
+                    par = base.with_(vp=vp, schedule=sched)
+                    try:
+                        check_plan(world, par)
+                    except SpecError:
+                        continue
+                    heapq.heappush(heap, (space.network_bound(world, par), tick, 2, par))
+                    tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
             for zero in space.zero_stages(world, con, item):
@@ -173,7 +174,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                       for i, o in enumerate(ok)]
             any_fit = any_fit or any(o.any() for o in ok)
             bound = -found[0].key if len(found) >= top else np.inf
-            sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound)
+            sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound, y=tb.y)
             if sol is None:
                 continue
             entry = _Found(-sol.objective, plan_from_solution(world.model, world.stack, par, sol))

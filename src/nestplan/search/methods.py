@@ -183,7 +183,8 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
         s = rng.choice(shapes)
         order = rng.choice(space.rank_orders(con, s))
         vp = rng.choice(space.virtual_stages(sc, con, s))
-        return s.parallelism(order, vp, par.zero).with_(recompute=par.recompute[:1])
+        return s.parallelism(order, vp, par.zero).with_(
+            recompute=par.recompute[:1], schedule=rng.choice(space.schedules(sc, con, s.pp, vp)))
     if move < 0.45:
         return par.with_(zero=rng.choice(space.zero_stages(sc, con, par) or [par.zero]))
     if move < 0.55:

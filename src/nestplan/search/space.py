@@ -29,6 +29,7 @@ from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import local_strategy
+from ..schedule import SCHEDULES, resolve
 from ..specs import Parallelism, Scenario, check_plan, chunks_from_totals, default_split
 
 MIN_CP_CHUNK = 1024
@@ -53,6 +54,8 @@ class Constraints:
     """Recompute policy names (the stack's), one or one per stage."""
     mbs: int | None = None
     rank_order: tuple[Axis, ...] | None = None
+    schedule: str | None = None
+    """Pipeline schedule by name (``schedule.SCHEDULES``)."""
     tp_within_node: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -117,6 +120,19 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                             f"one policy per pipeline stage needs --pp {len(con.recompute)}")
     for name in con.recompute or ():
         sc.stack.policy(name)  # names the stack's policies when it is not one of them
+    if con.schedule is not None:
+        if con.schedule not in SCHEDULES:
+            raise SpecError("schedule", con.schedule, "allowed: " + ", ".join(SCHEDULES))
+        if con.schedule not in sc.stack.schedules:
+            raise SpecError("schedule", con.schedule,
+                            f"stack {sc.stack.name} runs " + ", ".join(sc.stack.schedules))
+        if con.pp == 1:
+            raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
+        rule = SCHEDULES[con.schedule]
+        why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1),
+                         1 << 30)
+        if why is not None and con.vp is not None:
+            raise SpecError(*why)
     if con.recompute is not None and len(set(con.recompute)) > 1 \
             and not sc.stack.recompute_per_stage:
         raise SpecError("recompute", ",".join(con.recompute),
@@ -249,6 +265,18 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     return _pick(con.vp, vps)
 
 
+def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | None]:
+    """Pipeline schedules the stack runs for ``pp`` devices of ``vp`` chunks (None: the default
+    for ``vp``, Megatron's 1F1B or interleaved 1F1B); one entry without pipelining."""
+    if pp == 1:
+        return [None]
+    default = resolve(None, vp).name
+    names = [n for n in sc.stack.schedules
+             if SCHEDULES[n].check(pp, vp, 1 << 30) is None
+             and (con.schedule is None or n == con.schedule)]
+    return [None if n == default else n for n in names]
+
+
 def rank_orders(con: Constraints, shape: Shape) -> list[tuple[Axis, ...]]:
     """Orders of the axes with size > 1; tensor parallelism stays innermost (its per-layer
     collectives are the heaviest traffic: Megatron, Llama 3 and the NEST paper all keep it so)."""
@@ -265,13 +293,14 @@ def configurations(sc: Scenario, con: Constraints):
     for shape in shapes(sc, con):
         for order in rank_orders(con, shape):
             for vp in virtual_stages(sc, con, shape):
-                for zero in zero_stages(sc, con, shape.parallelism()):
-                    par = shape.parallelism(order, vp, zero)
-                    try:
-                        check_plan(sc, par)
-                    except SpecError:
-                        continue
-                    yield par
+                for sched in schedules(sc, con, shape.pp, vp):
+                    for zero in zero_stages(sc, con, shape.parallelism()):
+                        par = shape.parallelism(order, vp, zero).with_(schedule=sched)
+                        try:
+                            check_plan(sc, par)
+                        except SpecError:
+                            continue
+                        yield par
 
 
 @lru_cache(maxsize=65536)
@@ -279,9 +308,21 @@ def _compute(layer: G.LayerGraph, acc, prec) -> float:
     return sum(op_time(o, acc, prec, False) + op_time(o, acc, prec, True) for o in layer.ops)
 
 
-def _factor(micro: int, pp: int, vp: int) -> float:
-    """``(m - 1/v)/p + 1/v``: how per-micro-batch work spread over p devices becomes a step."""
+def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
+    """How per-micro-batch work spread over p devices becomes a step at least: ``(m - 1/v)/p +
+    1/v`` under schedules that run whole backwards (``T >= (m - 1/v)·max X + sum X / v``), ``m/p``
+    under those that defer weight gradients (every device runs its ``m·X_i`` inside the step)."""
+    if split:
+        return micro / pp
     return (micro - 1 / vp) / pp + 1 / vp
+
+
+def _splits(sc: Scenario, par: Parallelism | None = None) -> bool:
+    """Whether the step may run a schedule that defers weight gradients: the plan's, or (no
+    plan yet) any the stack offers."""
+    if par is not None:
+        return par.pp > 1 and par.pipeline.split_backward
+    return any(SCHEDULES[n].split_backward for n in sc.stack.schedules)
 
 
 def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
@@ -295,7 +336,7 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
     head = mg.head_shared if shape.pp == 1 else mg.head
     work += _compute(mg.embedding, acc, tr.precision) + _compute(head, acc, tr.precision)
     micro = tr.global_batch // (shape.mbs * shape.dp)
-    return work * _factor(micro, shape.pp, vp) + sc.stack.step_overhead
+    return work * _factor(micro, shape.pp, vp, _splits(sc)) + sc.stack.step_overhead
 
 
 @lru_cache(maxsize=65536)
@@ -327,11 +368,12 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, tuple[float, 
 def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
-    the most interleaved variant uses the least fill)."""
-    work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0))
+    the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
+    work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0, schedule=None))
     v = vp or par.vp
     fill = sum(boundary[c % par.pp] for c in range(par.pp * par.vp - 1))
-    return work * _factor(micro, par.pp, v) + 2 * fill + sc.stack.step_overhead
+    split = _splits(sc) if vp is not None else _splits(sc, par)
+    return work * _factor(micro, par.pp, v, split) + 2 * fill + sc.stack.step_overhead
 
 
 def config_bound(sc: Scenario, par: Parallelism) -> float:
@@ -377,7 +419,8 @@ def config_bound(sc: Scenario, par: Parallelism) -> float:
         lay.edp.size if par.zero >= 1 else 1)
     end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
     micro = tr.global_batch // (par.mbs * par.dp)
-    return network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp) + end
+    return (network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp, _splits(sc, par))
+            + end)
 
 
 def compositions(total: int, parts: int, least: int = 1):

@@ -21,6 +21,8 @@ INF = np.inf
 @dataclass
 class Tables:
     x: list[np.ndarray]
+    y: list[np.ndarray]
+    """Each device's share of the schedule's span beyond the bottleneck (``Device.Y``)."""
     e: list[np.ndarray]
     ok: list[np.ndarray]
     mem: list[np.ndarray]
@@ -69,20 +71,21 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         chunks = [D.chunk(cc, d, m, first and k == 0, last and k == v - 1)
                   for k, (d, m) in enumerate(rounds)]
         dev = D.device(cc, chunks, stage)
-        return spread(dev.X), spread(dev.E), D.memory_parts(cc, chunks, stage)
+        return spread(dev.X), spread(dev.Y), spread(dev.E), D.memory_parts(cc, chunks, stage)
 
     classes = {}
-    x, e, mem, ok = [], [], [], []
+    x, y, e, mem, ok = [], [], [], [], []
     for i in range(p):
         key = ("first" if i == 0 else "") + ("last" if i == p - 1 else "")
         if key not in classes:
             classes[key] = device_class(i == 0, i == p - 1, i)
-        xc, ec, parts = classes[key]
+        xc, yc, ec, parts = classes[key]
         x.append(xc)
+        y.append(yc)
         e.append(ec)
         held = D.held_in_flight(cc, i)
         m_i = spread(D.memory_breakdown(parts, held).total)
         mem.append(m_i)
         ok.append(m_i <= cap)
     const = 2 * cc.fill + cc.sc.stack.step_overhead
-    return Tables(x=x, e=e, ok=ok, mem=mem, valid=valid, const=const)
+    return Tables(x=x, y=y, e=e, ok=ok, mem=mem, valid=valid, const=const)
