@@ -267,6 +267,15 @@ def check_torchtitan(pf, text: str):
         blocks = [sum(1 for f in part if f.startswith("layers.")) for part in parts]
         assert blocks == [b - a for a, b in chunk_bounds(pf.scenario.model, par)]
         assert cfg.training.local_batch_size % p.pipeline_parallel_microbatch_size == 0
+        # the schedule torchtitan will build: the plan's, or the closest one it runs
+        from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
+                                                            get_schedule_class)
+
+        looped = issubclass(get_schedule_class(p.pipeline_parallel_schedule),
+                            PipelineScheduleMulti)
+        assert looped == (par.vp > 1)
+        if par.pipeline.torchtitan is not None:
+            assert p.pipeline_parallel_schedule == par.pipeline.torchtitan
     dims = ParallelDims.from_config(p, pf.scenario.gpus)
     if pf.scenario.model.moe is not None:  # the dense and expert regions cover the same ranks
         assert (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0

@@ -16,6 +16,7 @@ from nestplan.search import methods, space
 from nestplan.search.space import Constraints
 from nestplan.catalog import get_stack
 from nestplan.recompute import Policy
+from nestplan.schedule import SCHEDULES
 from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Scenario, TrainingSpec
 
 H100 = get_cluster("dgx-h100-ndr").accelerator
@@ -45,18 +46,23 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
        batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
        over=st.sampled_from([1.0, 4.0]), zero=st.sampled_from([0, 1, 3]),
        mbs=st.sampled_from([1, 2]), first_dense=st.sampled_from([0, 1]),
-       more_policies=st.booleans())
+       more_policies=st.booleans(), every_schedule=st.booleans())
 def test_dp_equals_brute_force(layers, gpus, node, heads, moe, hbm, batch, bw_ratio, over, zero,
-                               mbs, first_dense, more_policies):
+                               mbs, first_dense, more_policies, every_schedule):
     """Random small models (dense, MoE, MoE after a dense layer) and two-level clusters with
-    tight memory, with the standard three recompute policies or a stack offering four: NEST finds
-    exactly the brute-force optimum of the same space."""
+    tight memory, with the standard three recompute policies or a stack offering four, and
+    Megatron's two pipeline schedules or every schedule nestplan models (zero bubble's deferred
+    weight gradients change both the objective and the memory): NEST finds exactly the
+    brute-force optimum of the same space."""
     sc = tiny_scenario(layers, gpus, node, heads, heads // 2 if heads > 2 else heads, moe, hbm,
                        batch, bw_ratio, over, first_dense)
     if more_policies:
         base = get_stack("megatron-core")
         sc = dataclasses.replace(sc, stack=dataclasses.replace(
             base, recompute=base.recompute + (Policy("half", "every:2"),)))
+    if every_schedule:
+        sc = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
+                                                               schedules=tuple(SCHEDULES)))
     con = Constraints(zero=zero, mbs=mbs)
     try:
         oracle = methods.run_method("exhaustive", sc, con, top=1)

@@ -79,6 +79,19 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     return chosen, notes
 
 
+def closest_schedule(par: Parallelism, offered: tuple[str, ...],
+                     framework: str) -> tuple[Parallelism, list[str]]:
+    """``par`` with a pipeline schedule the framework runs (``offered``, nestplan's names), and
+    a note when that changed it: interleaved 1F1B for a schedule over several chunks per
+    device, else 1F1B."""
+    name = par.pipeline.name
+    if par.pp == 1 or name in offered:
+        return par, []
+    target = "interleaved-1f1b" if par.vp > 1 and "interleaved-1f1b" in offered else "1f1b"
+    return par.with_(schedule=target), [
+        f"{framework} has no {name} schedule ({par.pipeline.title}); exported with {target}"]
+
+
 def fit_notes(pf: PlanFile) -> list[str]:
     """A warning when the plan itself does not fit its devices' memory."""
     ev = evaluate(pf.scenario, pf.plan)

@@ -36,7 +36,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     if par.vp > 1:
         notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
                      "virtual stages per device become one (same blocks per device)")
-        exported = exported.with_(vp=1, stage_layers=_merged_split(pf))
+        exported = exported.with_(vp=1, schedule=None, stage_layers=_merged_split(pf))
+    elif par.pp > 1 and par.pipeline.name != "1f1b":
+        notes.append(f"DeepSpeed's pipeline engine runs 1F1B only; the plan's {par.pipeline.name} "
+                     "is exported as 1F1B")
+        exported = exported.with_(schedule=None)
     if par.pp > 1 and par.zero >= 2:
         notes.append(f"ZeRO-{par.zero} is incompatible with DeepSpeed's pipeline engine; "
                      "exported as ZeRO-1")

@@ -15,8 +15,14 @@ from itertools import groupby
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision
 from ..planfile import PlanFile
-from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note,
+from ..schedule import SCHEDULES
+from . import (Export, blocks_per_chunk, closest_schedule, evaluate, fit_notes, mesh_json,
+               predicted_note,
                rank_map, uniform_policy)
+
+
+MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
+"""Schedules Megatron-Core runs (1F1B; interleaved with virtual stages)."""
 
 
 def _layout(sizes: list[int]) -> str:
@@ -52,8 +58,10 @@ def export(pf: PlanFile) -> Export:
                          "--recompute-method block: the first blocks of every stage recompute "
                          "fully, the same share as one block in every "
                          f"{policy.every}")
-    notes += rec_notes
     exported = par.with_(recompute=(policy.name,)) if rec_notes else par
+    exported, sched_notes = closest_schedule(exported, MEGATRON_SCHEDULES, "Megatron-Core")
+    rec_notes += sched_notes
+    notes += rec_notes
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
         f"--pipeline-model-parallel-size {par.pp}",

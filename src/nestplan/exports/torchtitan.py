@@ -18,14 +18,17 @@ from __future__ import annotations
 from ..axes import Axis
 from ..options import Precision
 from ..planfile import PlanFile
-from . import (Export, blocks_per_chunk, evaluate, fit_notes, mesh_json, predicted_note, rank_map,
-               uniform_policy)
+from ..schedule import SCHEDULES
+from . import (Export, blocks_per_chunk, closest_schedule, evaluate, fit_notes, mesh_json,
+               predicted_note, rank_map, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
             "llama3-405b": ("llama3", "llama3_405b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
+TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
+"""Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
 
 
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
@@ -58,6 +61,8 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         zero = 2
     exported = par.with_(recompute=(policy.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
+    exported, sched_notes = closest_schedule(exported, TORCHTITAN_SCHEDULES, "torchtitan")
+    notes += sched_notes
     module, config = REGISTRY.get(m.name, PLACEHOLDER)
     if (module, config) == PLACEHOLDER:
         notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
@@ -81,7 +86,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     opt("parallelism.expert_parallel_degree", par.ep)
     opt("parallelism.pipeline_parallel_degree", par.pp)
     if par.pp > 1:
-        opt("parallelism.pipeline_parallel_schedule", "Interleaved1F1B" if par.vp > 1 else "1F1B")
+        opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
         sizes = blocks_per_chunk(pf)
         parts, start = [], 0
@@ -108,7 +113,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
                      "process with RANK from the rank map (.ranks.csv) so that torchtitan rank "
                      "r runs on the device the plan chose")
-    if rec_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
+    if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported))
     return groups, notes, exported
 
