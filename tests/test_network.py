@@ -103,3 +103,44 @@ def test_pipeline_boundaries_know_their_level():
     par2 = dataclasses.replace(par, rank_order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
     lay2 = layouts(par2, H100, 16)
     assert [b.level for b in lay2.pp] == [0, 0, 0, 1, 0, 0, 0]
+
+
+def test_group_levels_equal_a_count_over_every_row():
+    """``_group_k`` (one row per residue when rows are translates) equals counting the blocks
+    every row touches, for grids of random degrees and rank orders, dense and expert groups, on
+    block sizes that are and are not powers of two."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    from nestplan.axes import Axis
+    from nestplan.placement import _expert_grid, _group_k, _rows, rank_grid
+    from nestplan.specs import Parallelism
+
+    def brute(groups, blocks):
+        n = groups.shape[1]
+        ks = [-(-n // max(len(set((row // b).tolist())) for row in groups)) for b in blocks]
+        ks[-1] = n
+        for i in range(1, len(ks)):
+            ks[i] = max(ks[i], ks[i - 1])
+        return tuple(ks)
+
+    rng = random.Random(11)
+    orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
+    for _ in range(120):
+        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4, 8]) for _ in range(4))
+        ep = rng.choice([1, 2, 4])
+        if (tp * cp * dp) % ep:
+            ep = 1
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=1,
+                          rank_order=rng.choice(orders))
+        grid = rank_grid(par)
+        blocks = (rng.choice([2, 3, 4, 8]), rng.choice([6, 16, 32]), par.devices)
+        dense = [(_rows(grid, a), True) for a in range(4)]
+        dense.append((grid.transpose(0, 3, 1, 2).reshape(-1, dp * cp), True))
+        egrid = _expert_grid(grid, par)
+        for rows, affine in dense + [(_rows(egrid, a), False) for a in (1, 2, 3)]:
+            assert _group_k(rows, blocks, affine) == brute(rows, blocks)
+            assert _group_k(rows, blocks) == brute(rows, blocks)
+        assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))

@@ -18,6 +18,7 @@ attention (no s×s tensor; Q, K, V and the log-sum-exp kept).
 from __future__ import annotations
 
 import enum
+from functools import cached_property
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -598,7 +599,7 @@ class ModelGraph:
     def block(self, index: int) -> LayerGraph:
         return self.moe if self.kinds[index] is LayerKind.MOE else self.dense
 
-    @property
+    @cached_property
     def n_moe(self) -> int:
         return sum(1 for k in self.kinds if k is LayerKind.MOE)
 

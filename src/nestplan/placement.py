@@ -78,15 +78,34 @@ def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     return (*cluster.block_sizes(), max(gpus, 1))
 
 
-def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
-    """k per level for groups given as rows of device ids (worst row: most blocks touched)."""
+def _group_k(groups: np.ndarray, blocks: tuple[int, ...], affine: bool = False
+             ) -> tuple[int, ...]:
+    """k per level for groups given as rows of device ids (worst row: most blocks touched).
+
+    When the rows are translates of one pattern, how many blocks of size b a row touches
+    depends only on its first id modulo b, and one row per residue stands for all (a rank grid
+    of 65,536 devices has 65,536/n rows). ``affine``: the caller knows they are (groups along
+    axes of a rank grid, whose ids are a sum of index times stride); else it is checked.
+    """
     n = groups.shape[1]
+    first = groups[0]
+    rows = groups if n == 1 or (first[1:] > first[:-1]).all() else groups[
+        :, np.argsort(first, kind="stable")]
+    pattern = rows[0] - rows[0, 0]
+    translates = affine or bool((rows - rows[:, :1] == pattern).all())
+    translates = translates and (n == 1 or bool((pattern[1:] > pattern[:-1]).all()))
+    if not translates:
+        rows = np.sort(groups, axis=1)
     ks = []
-    for b in blocks:
-        ids = np.sort(groups // b, axis=1)
-        distinct = 1 + (np.diff(ids, axis=1) != 0).sum(axis=1)
+    for b in blocks[:-1]:  # the outermost block holds the whole group
+        sample = rows
+        if translates and b < rows.shape[0]:
+            seen = np.zeros(b, dtype=bool)
+            seen[rows[:, 0] % b] = True
+            sample = np.flatnonzero(seen)[:, None] + pattern[None, :]
+        distinct = 1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)
         ks.append(-(-n // int(distinct.max())))
-    ks[-1] = n
+    ks.append(n)
     # a block of a higher level holds at least the members of the lower block
     for i in range(1, len(ks)):
         ks[i] = max(ks[i], ks[i - 1])
@@ -130,43 +149,86 @@ def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
 @lru_cache(maxsize=8192)
 def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     tp, pp, dp, cp, ep, etp, vp, order = key
-    par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, rank_order=order)
+    dense = _dense_groups((tp, pp, dp, cp, order), cluster, gpus)
+    if ep == 1 and etp == tp:  # the expert grid is the dense one: expert DP = DP·CP, ETP = TP
+        blocks = _block_sizes(cluster, gpus)
+        expert = (GroupLayout(1, tuple(1 for _ in blocks)), dense[0], dense[2])
+    else:
+        expert = _expert_groups((tp, pp, dp, cp, ep, etp, order), cluster, gpus)
+    boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus)
+    if vp > 1:
+        boundaries += (_wrap((tp, pp, dp, cp, order), cluster, gpus),)
+    return Layouts(tp=dense[0], cp=dense[1], dp=dense[2], ep=expert[0], etp=expert[1],
+                   edp=expert[2], pp=tuple(Boundary(level, share) for level in boundaries),
+                   embedding=dense[3])
+
+
+@lru_cache(maxsize=16)
+def _grid(key: tuple) -> tuple[Parallelism, np.ndarray]:
+    """The plan of degrees ``key`` = (tp, pp, dp, cp, rank order) and its rank grid."""
+    tp, pp, dp, cp, order = key
+    par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, rank_order=order)
+    return par, rank_grid(par)
+
+
+def _lay(rows: np.ndarray, blocks: tuple[int, ...], affine: bool = False) -> GroupLayout:
+    return GroupLayout(rows.shape[1], _group_k(rows, blocks, affine))
+
+
+@lru_cache(maxsize=4096)
+def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLayout, ...]:
+    """tp, cp, dp·cp and first-and-last-stage groups (independent of vp and of the experts)."""
+    par, grid = _grid(key)
     blocks = _block_sizes(cluster, gpus)
-    grid = rank_grid(par)
-    egrid = _expert_grid(grid, par)
-
-    def lay(rows: np.ndarray) -> GroupLayout:
-        return GroupLayout(rows.shape[1], _group_k(rows, blocks))
-
     dp_rows = grid.transpose(0, 3, 1, 2).reshape(-1, par.dp * par.cp)
-    boundaries = []
-    total = gpus
-    pairs = [(i, i + 1) for i in range(par.pp - 1)]
-    if par.vp > 1:
-        pairs.append((par.pp - 1, 0))
-    # steady-state sharing: fraction of each block's devices whose next stage lies outside it
+    emb = np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1)
+    return (_lay(_rows(grid, 3), blocks, True), _lay(_rows(grid, 2), blocks, True),
+            _lay(dp_rows, blocks, True),
+            _lay(emb, blocks) if par.pp > 1 else GroupLayout(1, tuple(1 for _ in blocks)))
+
+
+@lru_cache(maxsize=4096)
+def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLayout, ...]:
+    """ep, expert-tp and expert-dp groups of the folded expert grid."""
+    tp, pp, dp, cp, ep, etp, order = key
+    _, grid = _grid((tp, pp, dp, cp, order))
+    par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, rank_order=order)
+    blocks = _block_sizes(cluster, gpus)
+    egrid = _expert_grid(grid, par)
+    return _lay(_rows(egrid, 2), blocks), _lay(_rows(egrid, 3), blocks), _lay(_rows(egrid, 1),
+                                                                               blocks)
+
+
+def _level(a: np.ndarray, b: np.ndarray, blocks: tuple[int, ...]) -> int:
+    """The highest level whose blocks some pair (a[i], b[i]) of devices crosses (-1: none)."""
+    level = -1
+    for lvl, bs in enumerate((1, *blocks[:-1])):
+        if np.any(a // bs != b // bs):
+            level = lvl
+    return level
+
+
+@lru_cache(maxsize=4096)
+def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
+                ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The level each stage-to-next-stage boundary crosses, and the steady-state sharing: the
+    fraction of each block's devices whose next stage lies outside it."""
+    par, grid = _grid(key)
+    blocks = _block_sizes(cluster, gpus)
     src = grid[:-1].ravel() if par.pp > 1 else np.zeros(0, dtype=int)
     dst = grid[1:].ravel() if par.pp > 1 else np.zeros(0, dtype=int)
-    share = tuple(float(np.count_nonzero(src // b != dst // b)) / total if total else 0.0
+    share = tuple(float(np.count_nonzero(src // b != dst // b)) / gpus if gpus else 0.0
                   for b in (1, *blocks[:-1]))
-    for i, j in pairs:
-        a, b = grid[i].ravel(), grid[j].ravel()
-        level = -1
-        for lvl, bs in enumerate((1, *blocks[:-1])):
-            if np.any(a // bs != b // bs):
-                level = lvl
-        boundaries.append(Boundary(level, share))
-    emb = np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1)
-    return Layouts(
-        tp=lay(_rows(grid, 3)),
-        cp=lay(_rows(grid, 2)),
-        dp=lay(dp_rows),
-        ep=lay(_rows(egrid, 2)),
-        etp=lay(_rows(egrid, 3)),
-        edp=lay(_rows(egrid, 1)),
-        pp=tuple(boundaries),
-        embedding=lay(emb) if par.pp > 1 else GroupLayout(1, tuple(1 for _ in blocks)),
-    )
+    levels = tuple(_level(grid[i].ravel(), grid[i + 1].ravel(), blocks)
+                   for i in range(par.pp - 1))
+    return levels, share
+
+
+@lru_cache(maxsize=4096)
+def _wrap(key: tuple, cluster: ClusterSpec, gpus: int) -> int:
+    """The level the last stage's send to stage 0 crosses (interleaved schedules)."""
+    par, grid = _grid(key)
+    return _level(grid[-1].ravel(), grid[0].ravel(), _block_sizes(cluster, gpus))
 
 
 def stage_devices(par: Parallelism) -> tuple[tuple[int, ...], ...]:

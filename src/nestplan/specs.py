@@ -14,6 +14,7 @@ from .errors import SpecError
 from typing import TYPE_CHECKING
 
 from .options import MLPKind, Norm, Position, Precision
+from .schedule import SCHEDULES, resolve
 
 if TYPE_CHECKING:  # stack.py builds on this module's helpers
     from .stack import StackSpec
@@ -388,6 +389,9 @@ class TrainingSpec(_CachedHash):
 # ----------------------------------------------------------------------------- plan
 
 
+_RANK_SET = frozenset(RANK_AXES)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parallelism(_CachedHash):
     """Degrees and knobs of one training plan. ``tp·pp·dp·cp`` = devices."""
@@ -424,8 +428,6 @@ class Parallelism(_CachedHash):
     """Pipeline schedule by name (``schedule.SCHEDULES``); None: 1F1B, interleaved when vp > 1."""
 
     def __post_init__(self):
-        from .schedule import SCHEDULES
-
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
@@ -439,12 +441,13 @@ class Parallelism(_CachedHash):
             raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", (self.recompute,))
-        object.__setattr__(self, "recompute", tuple(str(r) for r in self.recompute))
+        if type(self.recompute) is not tuple or not all(type(r) is str for r in self.recompute):
+            object.__setattr__(self, "recompute", tuple(str(r) for r in self.recompute))
         if not self.recompute or len(self.recompute) not in (1, self.pp) or not all(
                 self.recompute):
             raise SpecError("recompute", ",".join(self.recompute),
                             f"give one policy or one per pipeline stage ({self.pp})")
-        if sorted(a.value for a in self.rank_order) != sorted(a.value for a in RANK_AXES):
+        if len(self.rank_order) != len(RANK_AXES) or set(self.rank_order) != _RANK_SET:
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
                             "must order each of tp, cp, dp, pp once")
         if self.vp > 1 and self.pp == 1:
@@ -467,8 +470,6 @@ class Parallelism(_CachedHash):
     @property
     def pipeline(self):
         """The :class:`~nestplan.schedule.Schedule` this plan runs."""
-        from .schedule import resolve
-
         return resolve(self.schedule, self.vp)
 
     @property

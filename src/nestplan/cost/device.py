@@ -282,7 +282,7 @@ class Device:
     """Gradient reduction on the links (no policy axis)."""
     gather_link: Num
     """Parameter all-gather on the links (no policy axis)."""
-    memory: M.MemoryBreakdown
+    memory: M.MemoryBreakdown | None
     chunks: list[ChunkTime]
     """Per-micro-batch time of each chunk (the parts of F and B)."""
 
@@ -322,11 +322,14 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
                      zero_exposed=extra_f + extra_b, zero_link=ag + comm_b)
 
 
-def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
-    """Cost of pipeline device ``stage`` holding ``chunks`` (in model order)."""
+def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
+           times: list[ChunkTime] | None = None, memory: bool = True) -> Device:
+    """Cost of pipeline device ``stage`` holding ``chunks`` (in model order); ``times``: their
+    ``chunk_time``s when already known; without ``memory`` the result's ``memory`` is None (the
+    search's tables take memory apart, per device position)."""
     par, st, acc = cc.par, cc.sc.stack, cc.hw.accelerator
     F = B = W = zexp = zlink = 0.0
-    times = [chunk_time(cc, ch) for ch in chunks]
+    times = times if times is not None else [chunk_time(cc, ch) for ch in chunks]
     for t in times:
         F, B, W = F + t.F, B + t.B, W + t.W
         zexp, zlink = zexp + t.zero_exposed, zlink + t.zero_link
@@ -350,7 +353,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> Device:
     opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
                                                F / cc.micro if st.overlap_param_gather else 0.0,
                                                st.overlap_efficiency)
-    mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage))
+    mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage)) \
+        if memory else None
     shape = np.shape(X)
 
     def full(v):

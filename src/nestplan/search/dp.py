@@ -31,9 +31,9 @@ plan found; the value of every plan found is recomputed from its actual maxima.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 INF = np.inf
 
@@ -53,19 +53,37 @@ class Solution:
     stages: tuple[Stage, ...]
 
 
-def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=4096)
+def _back_index(n1: int, lo: int, hi: int) -> np.ndarray:
+    """Indices into ``[inf]*(n1-1) + prev`` that give ``prev[l2 - n]`` at ``[l2, n - lo]``."""
+    l2 = np.arange(n1)[:, None]
+    n = np.arange(lo, hi)[None, :]
+    return l2 - n + n1 - 1
+
+
+def _relax(prev: np.ndarray, cost: np.ndarray, op, band: tuple[int, int] | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
     if cost.ndim == 2:  # by count: cost[n, r] for a device of n units, wherever it starts
         n1 = prev.shape[0]
-        rows = np.flatnonzero(np.isfinite(cost).any(axis=1))
-        if rows.size == 0:
+        if band is None:
+            rows = np.flatnonzero(np.isfinite(cost).any(axis=1))
+            band = (rows[0], rows[-1] + 1) if rows.size else (0, 0)
+        lo, hi = band  # the counts that can be used at all
+        if hi <= lo:
             return np.full(n1, INF), np.zeros(n1, dtype=int)
-        lo, hi = rows[0], rows[-1] + 1  # the band of counts that can be used at all
+        # both ops are monotone in the device's cost, so its best policy for each count can
+        # be chosen first: min over (n, r) of op(prev[l2 - n], cost[n, r]) is the min over n
+        # of op(prev[l2 - n], min over r of cost[n, r])
+        band_cost = cost[lo:hi]
+        best_r = band_cost.argmin(axis=1)
+        best = band_cost[np.arange(hi - lo), best_r]
         pad = np.concatenate([np.full(n1 - 1, INF), prev])
-        shifted = sliding_window_view(pad, n1)[:, ::-1]  # shifted[l2, n] = prev[l2 - n]
-        flat = op(shifted[:, lo:hi, None], cost[None, lo:hi, :]).reshape(n1, -1)
-        idx = flat.argmin(axis=1)
+        shifted = pad[_back_index(n1, lo, hi)]  # shifted[l2, n - lo] = prev[l2 - n]
+        flat = op(shifted, best[None, :])
+        n = flat.argmin(axis=1)
         k = cost.shape[1]
-        return flat[np.arange(n1), idx], idx + k * lo  # back-pointer (n, r) as n·k + r
+        # back-pointer (n, r) as n·k + r
+        return flat[np.arange(n1), n], (n + lo) * k + best_r[n]
     else:  # cost[l2, l, r]
         n1 = cost.shape[0]
         flat = op(prev[None, :, None], cost).reshape(n1, -1)  # [l2, (l, r)]
@@ -73,20 +91,33 @@ def _relax(prev: np.ndarray, cost: np.ndarray, op) -> tuple[np.ndarray, np.ndarr
     return flat[np.arange(n1), idx], idx
 
 
-def chain(costs: list[np.ndarray], op) -> tuple[float, list[np.ndarray]]:
+def chain(costs: list[np.ndarray], op, bands: list | None = None
+          ) -> tuple[float, list[np.ndarray]]:
     """Best chain value through all devices and the back-pointers of every step.
 
     ``costs[i]`` is ``[end, start, policy]`` or, when a device's cost depends only on how many
-    units it holds, ``[count, policy]``.
+    units it holds, ``[count, policy]``; ``bands[i]``, for the latter, a range of counts outside
+    which ``costs[i]`` is all ``inf`` (found when not given).
     """
     n1 = costs[0].shape[0]
     d = np.full(n1, INF)
     d[0] = 0.0
     back = []
-    for c in costs:
-        d, idx = _relax(d, c, op)
+    for i, c in enumerate(costs):
+        d, idx = _relax(d, c, op, bands[i] if bands else None)
         back.append(idx)
     return float(d[-1]), back
+
+
+def _bands(costs: list[np.ndarray]) -> list | None:
+    """The range of usable counts of each by-count cost array (None for the other layout)."""
+    if costs[0].ndim != 2:
+        return None
+    out = []
+    for c in costs:
+        rows = np.flatnonzero(np.isfinite(c).any(axis=1))
+        out.append((int(rows[0]), int(rows[-1]) + 1) if rows.size else (0, 0))
+    return out
 
 
 def backtrack(back: list[np.ndarray], by_count: bool, policies: int) -> tuple[Stage, ...]:
@@ -123,11 +154,12 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
     xs = [np.where(ok[i], x[i], INF) for i in range(p)]
     ys = [np.where(ok[i], y[i], INF) for i in range(p)]
     es = [np.where(ok[i], e[i], INF) for i in range(p)]
-    t0, _ = chain(xs, np.maximum)
+    bands = _bands(xs)  # ys, es and every masked copy are inf at least where xs is
+    t0, _ = chain(xs, np.maximum, bands)
     if not np.isfinite(t0):
         return None
-    s_min, _ = chain(ys, np.add)
-    e_min, _ = chain(es, np.maximum)
+    s_min, _ = chain(ys, np.add, bands)
+    e_min, _ = chain(es, np.maximum, bands)
     slope = micro - 1.0 / vp
     best: Solution | None = None
     best_val = bound
@@ -147,17 +179,17 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
             break
         under_t = [a <= t for a in xs]
         yt = [np.where(m, a, INF) for m, a in zip(under_t, ys)]
-        st, _ = chain(yt, np.add)
+        st, _ = chain(yt, np.add, bands)
         if not np.isfinite(st) or slope * t + st / vp + e_min + const >= best_val:
             continue
         et = [np.where(m, a, INF) for m, a in zip(under_t, es)]
-        e_t, _ = chain(et, np.maximum)
+        e_t, _ = chain(et, np.maximum, bands)
         e_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in et]))
         for ev in e_values[e_values >= e_t]:
             if slope * t + st / vp + ev + const >= best_val:
                 break
             costs = [np.where(b <= ev, a, INF) for a, b in zip(yt, et)]
-            s, back = chain(costs, np.add)
+            s, back = chain(costs, np.add, bands)
             if not np.isfinite(s):
                 continue
             stages = backtrack(back, by_count, x[0].shape[-1])

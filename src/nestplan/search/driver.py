@@ -70,10 +70,12 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     from ..graph import build
 
     mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
-    expert = sum(mg.block(i).expert_params for i in range(sc.model.layers))
+    n_moe = mg.n_moe
+    n_dense = sc.model.layers - n_moe
+    expert = n_moe * mg.moe.expert_params if n_moe else 0.0
+    blocks = n_dense * mg.dense.params + (n_moe * mg.moe.params if n_moe else 0.0)
     head = mg.head.params if par.pp > 1 or not sc.model.tied_embeddings else 0.0
-    dense_local = (sum(mg.block(i).params for i in range(sc.model.layers))
-                   + mg.embedding.params + head) / par.pp
+    dense_local = (blocks + mg.embedding.params + head) / par.pp
     w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
     return w + g + o + sc.stack.reserved_bytes
@@ -147,10 +149,11 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                     tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
-            for zero in space.zero_stages(world, con, item):
-                par = item.with_(zero=zero)
-                heapq.heappush(heap, (space.config_bound(world, par), tick, 3, par))
-                tick += 1
+            zeros = space.zero_stages(world, con, item)
+            for zero, b in zip(zeros, space.config_bounds(world, item, zeros, net=lb)):
+                if b < bound:  # else it could never be popped before the search ends
+                    heapq.heappush(heap, (b, tick, 3, item.with_(zero=zero)))
+                    tick += 1
             continue
         par = item
         if memory_aware:

@@ -376,12 +376,18 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> floa
     return work * _factor(micro, par.pp, v, split) + 2 * fill + sc.stack.step_overhead
 
 
-def config_bound(sc: Scenario, par: Parallelism) -> float:
+def config_bound(sc: Scenario, par: Parallelism, net: float | None = None) -> float:
     """``network_bound`` plus what the ZeRO stage costs at least: per-micro-batch ZeRO-2/3
     traffic and the end-of-step reduction and optimizer step of an average device. Overlap
-    hides at most the stack's ``overlap_efficiency`` of any communication; collective times are subadditive
-    in bytes and increasing, so the whole model's traffic and the average device bound the
-    per-chunk and the largest device's."""
+    hides at most the stack's ``overlap_efficiency`` of any communication; collective times are
+    subadditive in bytes and increasing, so the whole model's traffic and the average device
+    bound the per-chunk and the largest device's. ``net``: the plan's ``network_bound`` when
+    known (the same for every ZeRO stage)."""
+    return config_bounds(sc, par, (par.zero,), net)[0]
+
+
+def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = None) -> list[float]:
+    """``config_bound`` of ``par`` with each ZeRO stage of ``zeros`` (shared work done once)."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
@@ -402,25 +408,32 @@ def config_bound(sc: Scenario, par: Parallelism) -> float:
         return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
                 + coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), e_bytes))
 
-    zero = 0.0
-    if par.zero >= 2:
-        zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
-    if par.zero >= 3:
-        zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.COMPUTE_BYTES, eparams * M.COMPUTE_BYTES)
-    avg_p, avg_e = params / par.pp, eparams / par.pp
-    end = 0.0
-    if par.zero < 2:
-        kind = G.CollKind.ALL_REDUCE if par.zero == 0 else G.CollKind.REDUCE_SCATTER
-        end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
-    if par.zero in (1, 2):
-        end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.COMPUTE_BYTES, avg_e * M.COMPUTE_BYTES)
-    acc = cluster.accelerator
-    shard = avg_p / (lay.dp.size if par.zero >= 1 else 1) + avg_e / (
-        lay.edp.size if par.zero >= 1 else 1)
-    end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
+    if net is None:
+        net = network_bound(sc, par)
     micro = tr.global_batch // (par.mbs * par.dp)
-    return (network_bound(sc, par) + shown * zero * _factor(micro, par.pp, par.vp, _splits(sc, par))
-            + end)
+    factor = _factor(micro, par.pp, par.vp, _splits(sc, par))
+    avg_p, avg_e = params / par.pp, eparams / par.pp
+    acc = cluster.accelerator
+    out = []
+    for z in zeros:
+        zero = 0.0
+        if z >= 2:
+            zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
+        if z >= 3:
+            zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.COMPUTE_BYTES,
+                           eparams * M.COMPUTE_BYTES)
+        end = 0.0
+        if z < 2:
+            kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
+            end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
+        if z in (1, 2):
+            end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.COMPUTE_BYTES,
+                              avg_e * M.COMPUTE_BYTES)
+        shard = avg_p / (lay.dp.size if z >= 1 else 1) + avg_e / (
+            lay.edp.size if z >= 1 else 1)
+        end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
+        out.append(net + shown * zero * factor + end)
+    return out
 
 
 def compositions(total: int, parts: int, least: int = 1):

@@ -67,10 +67,18 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         return np.where(valid, a, INF)
     cap = cc.sc.memory_limit
 
+    built: dict = {}  # (round, embedding, head) -> (chunk, its time): shared by the classes
+
+    def piece(k: int, emb: bool, head: bool):
+        if (k, emb, head) not in built:
+            ch = D.chunk(cc, *rounds[k], emb, head)
+            built[k, emb, head] = ch, D.chunk_time(cc, ch)
+        return built[k, emb, head]
+
     def device_class(first: bool, last: bool, stage: int):
-        chunks = [D.chunk(cc, d, m, first and k == 0, last and k == v - 1)
-                  for k, (d, m) in enumerate(rounds)]
-        dev = D.device(cc, chunks, stage)
+        pieces = [piece(k, first and k == 0, last and k == v - 1) for k in range(v)]
+        chunks = [c for c, _ in pieces]
+        dev = D.device(cc, chunks, stage, times=[t for _, t in pieces], memory=False)
         return spread(dev.X), spread(dev.Y), spread(dev.E), D.memory_parts(cc, chunks, stage)
 
     classes = {}
