@@ -18,7 +18,12 @@ FAST = settings(max_examples=40, deadline=None, derandomize=True,
 
 
 def _vp(schedule, draw_vp: int) -> int:
-    return 1 if schedule.chunks == "one" else draw_vp
+    return {"one": 1, "two": 2}.get(schedule.chunks, draw_vp)
+
+
+def _micro(schedule, pp: int, rounds: int) -> int:
+    """``rounds`` micro-batches per stage, at least what the schedule needs."""
+    return max(rounds, schedule.min_micro) * pp
 
 
 def closed_form(schedule, fwd, bwd, wgt, micro, send=None):
@@ -29,7 +34,7 @@ def closed_form(schedule, fwd, bwd, wgt, micro, send=None):
     f = [sum(row) for row in fwd]
     w = [sum(row) for row in wgt]
     y = [float(schedule.bubble_share(xi, fi, wi)) for xi, fi, wi in zip(x, f, w)]
-    tail = max(float(schedule.tail(fi, wi, vp)) for fi, wi in zip(f, w))
+    tail = max(float(schedule.tail(xi, fi, wi, vp)) for xi, fi, wi in zip(x, f, w))
     fill = sum((send or [0.0] * pp)[c % pp] for c in range(pp * vp - 1))
     return span(x, y, micro, vp) + tail + 2 * fill
 
@@ -41,11 +46,13 @@ def closed_form(schedule, fwd, bwd, wgt, micro, send=None):
 def test_closed_form_is_exact_for_equal_stages(name, pp, vp, rounds, f, b, w_share):
     """Every device alike (forward ``f``, backward ``b`` of which ``w_share`` is the weight
     gradient, at most half: W no longer than the input-gradient part, as in every layer the
-    cost model builds), sends free, micro-batches a multiple of pp: the closed form is the
-    simulated makespan of the schedule's own order."""
+    cost model builds; ZB-V with F = B = W), sends free, micro-batches a multiple of pp: the
+    closed form is the simulated makespan of the schedule's own order."""
     s = SCHEDULES[name]
     vp = _vp(s, vp)
-    micro = rounds * pp
+    micro = _micro(s, pp, rounds)
+    if s.v_shape:  # ZB-V's closed form is exact where its paper's is: F = B = W
+        b, w_share = 2 * f, 0.5
     fwd, bwd = [[f] * vp for _ in range(pp)], [[b] * vp for _ in range(pp)]
     wgt = [[b * w_share] * vp for _ in range(pp)]
     sim = makespan(simulate(fwd, bwd, micro, schedule=s, wgt=wgt))
@@ -58,14 +65,15 @@ def test_closed_form_is_exact_for_equal_stages(name, pp, vp, rounds, f, b, w_sha
 def test_closed_form_bounds_unequal_stages_with_sends(name, pp, vp, rounds, seed):
     """Devices within ±50 % of each other, backward 2-2.4x the forward with a weight gradient of
     0.6-1.1x the forward, sends up to a tenth of a forward: the closed form stays within
-    -7 %/+8 % of the simulation from 4·pp micro-batches on, and within -7 %/+22 % from pp on
-    (the module docstring's bounds; measured -6 %/+7 % and -5 %/+19 %)."""
+    -6 %/+11 % of the simulation from 4·pp micro-batches on, and within -9 %/+22 % from pp on
+    (the module docstring's bounds; measured over 1,500 such cases per schedule: -4.0 %/+9.8 %
+    and -7.9 %/+19.3 %)."""
     import random
 
     rng = random.Random(seed)
     s = SCHEDULES[name]
     vp = _vp(s, vp)
-    micro = rounds * pp
+    micro = _micro(s, pp, rounds)
     base = [rng.uniform(0.5, 1.5) for _ in range(pp)]
     fwd = [[x * rng.uniform(0.9, 1.1) for _ in range(vp)] for x in base]
     bwd = [[x * rng.uniform(2.0, 2.4) for x in row] for row in fwd]
@@ -73,7 +81,7 @@ def test_closed_form_bounds_unequal_stages_with_sends(name, pp, vp, rounds, seed
     send = [rng.uniform(0.0, 0.1) for _ in range(pp)]
     sim = makespan(simulate(fwd, bwd, micro, send, schedule=s, wgt=wgt))
     ratio = closed_form(s, fwd, bwd, wgt, micro, send) / sim
-    assert 0.93 <= ratio <= (1.08 if rounds >= 4 else 1.22)
+    assert (0.94 <= ratio <= 1.11) if rounds >= 4 else (0.91 <= ratio <= 1.22)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -81,6 +89,7 @@ def test_closed_form_bounds_unequal_stages_with_sends(name, pp, vp, rounds, seed
 def test_every_operation_runs_once_after_its_inputs(name, pp, vp, micro):
     s = SCHEDULES[name]
     vp = _vp(s, vp)
+    micro = max(micro, s.min_micro * pp)
     f = [[1.0 + 0.1 * (i + c) for c in range(vp)] for i in range(pp)]
     b = [[2 * x for x in row] for row in f]
     w = [[0.8 * x for x in row] for row in f]
@@ -91,13 +100,19 @@ def test_every_operation_runs_once_after_its_inputs(name, pp, vp, micro):
     at = {(o.kind, o.chunk, o.micro): o for o in ops}
     assert len(at) == len(ops)
     last = pp * vp - 1
+
+    def wire(c):  # between chunk c and c + 1: none on one device
+        h = s.hop(c, pp)
+        return 0.0 if h is None else sends[h]
+
     for o in ops:
+        assert s.device_of(o.chunk, pp) == o.stage
         if o.kind == "F" and o.chunk > 0:
-            assert o.start >= at[("F", o.chunk - 1, o.micro)].end + sends[(o.chunk - 1) % pp] - 1e-12
+            assert o.start >= at[("F", o.chunk - 1, o.micro)].end + wire(o.chunk - 1) - 1e-12
         if o.kind == "B":
             assert o.start >= at[("F", o.chunk, o.micro)].end - 1e-12
             if o.chunk < last:
-                assert o.start >= at[("B", o.chunk + 1, o.micro)].end + sends[o.chunk % pp] - 1e-12
+                assert o.start >= at[("B", o.chunk + 1, o.micro)].end + wire(o.chunk) - 1e-12
         if o.kind == "W":
             assert o.start >= at[("B", o.chunk, o.micro)].end - 1e-12
     for r in range(pp):  # one operation at a time per device
@@ -114,6 +129,7 @@ def test_memory_held_is_what_the_order_holds(name, pp, vp, micro):
     also Megatron's warm-up count."""
     s = SCHEDULES[name]
     vp = _vp(s, vp)
+    micro = max(micro, s.min_micro * pp)
     for r in range(pp):
         by_order = _held_by_order(s.order(r, pp, vp, micro), vp, s.split_backward)
         assert sum(s.held(r, pp, vp, micro)) == sum(by_order)
@@ -137,14 +153,15 @@ def test_zero_bubble_trades_memory_for_bubble():
 @pytest.mark.parametrize("name,pp,vp,micro", [
     ("interleaved-zb", 2, 2, 2), ("interleaved-zb", 4, 2, 8), ("interleaved-zb", 4, 3, 8),
     ("interleaved-zb", 8, 2, 16), ("interleaved-zb", 4, 4, 16), ("zb-h1", 4, 1, 8),
-    ("zb-h1", 8, 1, 8), ("interleaved-1f1b", 4, 2, 8), ("interleaved-1f1b", 8, 3, 16)])
+    ("zb-h1", 8, 1, 8), ("interleaved-1f1b", 4, 2, 8), ("interleaved-1f1b", 8, 3, 16),
+    ("zbv", 2, 2, 4), ("zbv", 4, 2, 8), ("zbv", 4, 2, 13), ("zbv", 8, 2, 16)])
 def test_orders_are_pytorchs(name, pp, vp, micro):
     """The order each device runs is the one PyTorch's own schedule computes for the same
     degrees (``_calculate_single_rank_operations``; ZB-H1 is its interleaved zero bubble with one
     stage per rank)."""
     sched = pytest.importorskip("torch.distributed.pipelining.schedules")
-    cls = (sched.ScheduleInterleaved1F1B if name == "interleaved-1f1b"
-           else sched.ScheduleInterleavedZeroBubble)
+    cls = {"interleaved-1f1b": sched.ScheduleInterleaved1F1B,
+           "zbv": sched.ScheduleZBVZeroBubble}.get(name, sched.ScheduleInterleavedZeroBubble)
     kinds = {sched._ComputationType.FORWARD: "F", sched._ComputationType.FULL_BACKWARD: "B",
              sched._ComputationType.BACKWARD_INPUT: "B",
              sched._ComputationType.BACKWARD_WEIGHT: "W"}
@@ -154,8 +171,10 @@ def test_orders_are_pytorchs(name, pp, vp, micro):
         theirs.number_of_rounds = max(1, micro // pp)
         theirs.microbatches_per_round = micro // theirs.number_of_rounds
         theirs._n_microbatches = micro
+        theirs.num_stages = pp * vp
         actions = [a for a in theirs._calculate_single_rank_operations(rank) if a is not None]
-        order = tuple((kinds[a.computation_type], a.stage_index // pp, a.microbatch_index)
+        local = {c: k for k, c in enumerate(SCHEDULES[name].chunks_of(rank, pp, vp))}
+        order = tuple((kinds[a.computation_type], local[a.stage_index], a.microbatch_index)
                       for a in actions)
         assert SCHEDULES[name].order(rank, pp, vp, micro) == order
 
@@ -202,6 +221,26 @@ def test_plan_file_round_trips_the_schedule_and_torchtitan_exports_it(tmp_path):
     assert "--parallelism.pipeline_parallel_schedule InterleavedZeroBubble" in out
 
 
+def test_zbv_places_a_v_and_exports_as_torchtitans(tmp_path):
+    """ZB-V: device 0 holds the first and the last chunk (embedding and head), the last device
+    the two middle ones; the bubble is below interleaved 1F1B's; torchtitan gets ZBVZeroBubble
+    and the chunk split in model order."""
+    saved = tmp_path / "v.json"
+    code, out, err = cli("evaluate", *LLAMA, "--vp", "2", "--stack", "torchtitan", "--schedule",
+                         "zbv", "--json", "--save", saved)
+    assert code == 0, err
+    zbv = json.loads(out)
+    first, last = zbv["stages"][0], zbv["stages"][-1]
+    assert first["embedding"] and first["head"] and not last["embedding"] and not last["head"]
+    assert first["blocks"][0][0] == 0 and first["blocks"][1][1] == 32  # llama3-8b: 32 blocks
+    assert last["blocks"][0][1] == last["blocks"][1][0]  # the turn of the V
+    code, out, err = cli("evaluate", *LLAMA, "--vp", "2", "--stack", "torchtitan", "--json")
+    assert zbv["time_s"]["bubble"] < json.loads(out)["time_s"]["bubble"]
+    code, out, err = cli("export", saved, "--format", "torchtitan")
+    assert code == 0, err
+    assert "--parallelism.pipeline_parallel_schedule ZBVZeroBubble" in out
+
+
 def test_a_schedule_a_framework_lacks_is_exported_as_the_closest_with_a_note(tmp_path):
     stack = tmp_path / "zb.toml"
     stack.write_text('base = "megatron-core"\nname = "mc-zb"\n'
@@ -217,7 +256,8 @@ def test_a_schedule_a_framework_lacks_is_exported_as_the_closest_with_a_note(tmp
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--schedule", "zbv"], "schedule: got 'zbv'; allowed: gpipe"),
+    (["--schedule", "dualpipev"], "schedule: got 'dualpipev'; allowed: gpipe"),
+    (["--schedule", "zbv", "--vp", "3"], "schedule zbv runs exactly 2 model chunks per device"),
     (["--schedule", "interleaved-zb"], "schedule interleaved-zb needs vp >= 2"),
     (["--schedule", "zb-h1", "--vp", "2"], "schedule zb-h1 runs one model chunk per device"),
     (["--schedule", "gpipe"], "stack megatron-core runs 1f1b, interleaved-1f1b"),
@@ -256,3 +296,23 @@ def test_plan_searches_the_stacks_schedules(tmp_path):
     code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
                          "16", "--stack", stack, "--pp", "1", "--schedule", "zb-h1")
     assert one_line_error(code, out, err, "a pipeline schedule needs --pp > 1"), err
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("schedule,vp", [("zbv", 2), ("interleaved-zb", 2), ("gpipe", 1)])
+def test_torchtitan_parses_each_schedules_export(tmp_path, schedule, vp):
+    """torchtitan's own ConfigManager parses the export of a plan under each schedule it runs,
+    with the schedule's name and one model part per chunk (``test_exports.check_torchtitan``)."""
+    pytest.importorskip("torchtitan")
+    from nestplan import planfile
+    from test_exports import check_torchtitan
+
+    saved = tmp_path / "p.json"
+    code, out, err = cli("evaluate", *LLAMA, "--vp", str(vp), "--stack", "torchtitan",
+                         "--schedule", schedule, "--save", saved)
+    assert code == 0, err
+    code, out, err = cli("export", saved, "--format", "torchtitan")
+    assert code == 0, err
+    pf = planfile.from_dict(json.loads(saved.read_text()))
+    assert pf.plan.pipeline.name == schedule
+    check_torchtitan(pf, out)

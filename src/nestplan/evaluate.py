@@ -60,7 +60,7 @@ def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
 
 def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
     """[first, last) transformer blocks of every model chunk, in model order."""
-    split = par.stage_layers or default_split(model, par.pp, par.vp)
+    split = par.stage_layers or default_split(model, par.pp, par.vp, par.pipeline)
     out, start = [], 0
     for n in split:
         out.append((start, start + n))
@@ -79,7 +79,7 @@ def _contents(cc: D.ConfigCosts, bounds, stage: int):
     par, kinds = cc.par, cc.graph.kinds
     last = par.pp * par.vp - 1
     out = []
-    for c in range(stage, par.pp * par.vp, par.pp):
+    for c in par.pipeline.chunks_of(stage, par.pp, par.vp):
         a, b = bounds[c]
         n_moe = sum(1 for i in range(a, b) if kinds[i] is G.LayerKind.MOE)
         out.append((b - a - n_moe, n_moe, c == 0, c == last))
@@ -115,8 +115,9 @@ def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
     step = step_time(cc, x, y, e)
     ids = stage_devices(par)
     stages = tuple(StageReport(
-        index=s, blocks=tuple(bounds[c] for c in range(s, pp * vp, pp)),
-        has_embedding=s == 0, has_head=(pp * vp - 1) % pp == s, time_per_microbatch=x[s],
+        index=s, blocks=tuple(bounds[c] for c in par.pipeline.chunks_of(s, pp, vp)),
+        has_embedding=s == 0, has_head=par.pipeline.device_of(pp * vp - 1, pp) == s,
+        time_per_microbatch=x[s],
         chunk_fwd=chunk_times[s][0], chunk_bwd=chunk_times[s][1], chunk_wgt=chunk_times[s][2],
         send=cc.boundary[s] if s < len(cc.boundary) else 0.0,
         end=float(devices[s].tail[pols[s]] + devices[s].opt[pols[s]]),

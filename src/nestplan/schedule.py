@@ -12,8 +12,8 @@ backward time of one micro-batch on device ``i`` (all its chunks), ``F_i`` its f
 
     T = (m - 1/v) · max_i X_i + sum_i Y_i / v
 
-and device ``i`` then still runs ``X_i - Y_i`` of weight gradients (its ``tail``; the cost model adds
-it to what the device does after its last backward). 1F1B, interleaved 1F1B and GPipe have
+and device ``i`` then still runs ``(X_i - Y_i)/v`` of weight gradients (its ``tail``; the cost model
+adds it to what the device does after its last backward). 1F1B, interleaved 1F1B and GPipe have
 ``Y = X``: for equal stages ``(m + (p - 1)/v)·X``, the bubble of ``(p - 1)/v`` micro-batch times
 (Narayanan et al. SC'21 §2.2; GPipe's all-forwards-then-all-backwards has the same span, Huang et
 al. 2019). ZB-H1 has ``Y = X - W - min(W, F)``: for equal stages ``m·X + (p - 1)(F + B - W)`` when
@@ -33,8 +33,16 @@ finishes ``(p - 1)·F + m·X`` in: the span is ``m·X`` plus the larger of the t
 (one per step from its ``i``-th) are counted. ``tests/test_schedules.py`` checks every closed form
 against :func:`simulate` running the schedule's own operation order: equal where this docstring
 says exact; for devices within ±50 % of each other and sends up to a tenth of a forward, within
--7 %/+8 % from ``4·p`` micro-batches on and -7 %/+22 % from ``p`` on (measured: -6 %/+7 % and
--5 %/+19 %; the closed form charges every device's bubble at the slowest device's pace).
+-6 %/+11 % from ``4·p`` micro-batches on and -9 %/+22 % from ``p`` on (measured over 1,500 random
+cases per schedule: -4.0 %/+9.8 % and -7.9 %/+19.3 %; the closed form charges every device's
+bubble at the slowest device's pace).
+
+ZB-V (Qi et al. §6; torchtitan's ``ZBVZeroBubble``) places two chunks per device in a V: device
+``i`` holds model chunks ``i`` and ``2p - 1 - i``, so the turn from chunk ``p - 1`` to ``p`` stays
+on the last device and the embedding and the head share device 0. Its ``Y`` is the device's
+input-gradient part ``B`` (plus twice what a forward longer than it adds): for equal stages with
+per-chunk ``F = B = W`` (the paper's condition for zero bubble) the span is ``m·X + (p - 1)·B/2``
+exactly, a sixth of 1F1B's bubble; elsewhere the bounds above hold.
 
 Memory: a micro-batch's activations stay until its backward (its ``W`` under the split schedules,
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
@@ -60,7 +68,8 @@ class Schedule:
     """The name plans, ``--schedule`` and stacks use."""
     title: str
     chunks: str
-    """How many model chunks per device it runs: ``one`` (vp = 1) or ``many`` (vp >= 2)."""
+    """How many model chunks per device it runs: ``one`` (vp = 1), ``many`` (vp >= 2) or
+    ``two`` (vp = 2)."""
     split_backward: bool
     """Runs the weight-gradient part of the backward (W) apart from the input-gradient part,
     to fill the pipeline's idle time."""
@@ -68,6 +77,9 @@ class Schedule:
     """Fewest micro-batches per replica it runs with, in multiples of ``pp`` (``check``)."""
     holds_all: bool = False
     """Every micro-batch's activations are held at the peak (all forwards run first)."""
+    v_shape: bool = False
+    """Chunks are placed in a V (device ``i`` holds chunks ``i`` and ``2p - 1 - i``: the model
+    goes down the pipeline and back), not looped (device ``i`` holds ``i, i + p, ...``)."""
     torchtitan: str | None = None
     """torchtitan's ``parallelism.pipeline_parallel_schedule`` name (None: it has none)."""
     megatron: bool = False
@@ -79,10 +91,41 @@ class Schedule:
             return "vp", vp, f"schedule {self.name} runs one model chunk per device; use vp = 1"
         if self.chunks == "many" and pp > 1 and vp < 2:
             return "vp", vp, f"schedule {self.name} needs vp >= 2 model chunks per device"
+        if self.chunks == "two" and vp != 2:
+            return "vp", vp, f"schedule {self.name} runs exactly 2 model chunks per device (vp = 2)"
         if pp > 1 and micro < self.min_micro * pp:
             return "micro-batches", micro, (f"schedule {self.name} needs at least "
                                             f"{self.min_micro * pp} per replica (pp = {pp})")
         return None
+
+    def device_of(self, chunk: int, pp: int) -> int:
+        """The pipeline device that runs model chunk ``chunk`` (model order)."""
+        if self.v_shape:
+            return chunk if chunk < pp else 2 * pp - 1 - chunk
+        return chunk % pp
+
+    def chunks_of(self, stage: int, pp: int, vp: int) -> list[int]:
+        """The model chunks device ``stage`` runs, by local index."""
+        if self.v_shape:
+            return [stage, 2 * pp - 1 - stage]
+        return list(range(stage, pp * vp, pp))
+
+    def hop(self, chunk: int, pp: int) -> int | None:
+        """Which stage boundary the activations cross from ``chunk`` to ``chunk + 1``: the
+        boundary after device ``i`` is ``i`` (device ``p - 1`` to 0 when looped chunks wrap
+        around); None when both chunks are on one device."""
+        a, b = self.device_of(chunk, pp), self.device_of(chunk + 1, pp)
+        if a == b:
+            return None
+        return pp - 1 if (a, b) == (pp - 1, 0) else min(a, b)
+
+    def model_order(self, per_device: list[list[int]], pp: int, vp: int) -> tuple[int, ...]:
+        """Chunk sizes in model order from each device's sizes by local index."""
+        out = []
+        for c in range(pp * vp):
+            d = self.device_of(c, pp)
+            out.append(per_device[d][self.chunks_of(d, pp, vp).index(c)])
+        return tuple(out)
 
     def held(self, stage: int, pp: int, vp: int, micro: int) -> list[int]:
         """Micro-batches of each of the device's ``vp`` chunks whose activations it holds at its
@@ -98,13 +141,16 @@ class Schedule:
         ``f`` and weight-gradient part ``w`` (numbers or arrays)."""
         if not self.split_backward:
             return x
+        if self.v_shape:  # the input-gradient part, and what a forward longer than it adds
+            b = x - f - w
+            return b + 2 * np.maximum(f - b, 0.0)
         return x - w - np.minimum(w, f)
 
-    def tail(self, f, w, vp: int = 1):
-        """Weight-gradient work a device runs after the span (``X - Y``, per chunk round)."""
+    def tail(self, x, f, w, vp: int = 1):
+        """Weight-gradient work a device runs after the span: ``(X - Y)/v``."""
         if not self.split_backward:
-            return 0.0 * w
-        return (w + np.minimum(w, f)) / vp
+            return 0.0 * x
+        return np.maximum(x - self.bubble_share(x, f, w), 0.0) / vp
 
     def span(self, x: list[float], f: list[float], w: list[float], micro: int, vp: int) -> float:
         """Seconds from the first forward to the end of the schedule, before any device's
@@ -128,6 +174,8 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
              "up to pp micro-batches", "one", True, min_micro=1),
     Schedule("interleaved-zb", "interleaved zero bubble (ZB1P) over vp model chunks per device",
              "many", True, min_micro=1, torchtitan="InterleavedZeroBubble"),
+    Schedule("zbv", "zero bubble ZB-V: two chunks per device in a V, weight gradients fill the "
+             "bubble", "two", True, min_micro=2, v_shape=True, torchtitan="ZBVZeroBubble"),
 )}
 """Every schedule nestplan models, by name."""
 
@@ -256,6 +304,54 @@ def _zero_bubble(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
     return tuple(ops)
 
 
+def _zbv(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
+    """ZB-V's order (Qi et al. §6), by the rule of PyTorch's ``ScheduleZBVZeroBubble``
+    (torch/distributed/pipelining/schedules.py, torch 2.13): local chunk 0 is model chunk ``i``
+    (going down the pipeline), chunk 1 is ``2p - 1 - i`` (coming back). Device ``i`` runs
+    ``2(p - i) - 1`` forwards of chunk 0, then ``i`` pairs of forwards of chunk 1 and 0, then
+    ``p - i`` rounds of forward, input gradient and weight gradient of chunk 1; in the steady
+    state a round of F, B, W of chunk 0 then of chunk 1; the cool-down runs the input gradients
+    of both chunks (``i`` pairs), then of chunk 0 each followed by one of its deferred weight
+    gradients, and the weight gradients left, chunk 1's first. ``tests/test_schedules.py``
+    compares it with PyTorch's own."""
+    ops: list[OpKey] = []
+    f, b, w = [0, 0], [0, 0], [0, 0]
+
+    def run(kind: str, local: int):
+        count = {"F": f, "B": b, "W": w}[kind]
+        ops.append((kind, local, count[local]))
+        count[local] += 1
+
+    for _ in range(2 * (pp - rank) - 1):
+        run("F", 0)
+    for _ in range(rank):
+        run("F", 1)
+        run("F", 0)
+    for _ in range(pp - rank):
+        run("F", 1)
+        run("B", 1)
+        run("W", 1)
+    while f[1] < f[0] or f[0] < micro:
+        if f[0] < micro:
+            run("F", 0)
+        run("B", 0)
+        run("W", 0)
+        run("F", 1)
+        run("B", 1)
+        run("W", 1)
+    for _ in range(rank):
+        run("B", 0)
+        run("B", 1)
+    for _ in range(pp - rank):
+        run("B", 0)
+        run("W", 0)
+    while w[1] < b[1]:
+        run("W", 1)
+    while w[0] < b[0]:
+        run("W", 0)
+    return tuple(ops)
+
+
 def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
     """Micro-batches of each chunk in flight (forward run, backward or W not yet) when the
     device holds the most."""
@@ -275,6 +371,8 @@ def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...],
     if name == "gpipe":
         return tuple(tuple([("F", 0, mb) for mb in range(micro)]
                            + [("B", 0, mb) for mb in range(micro)]) for _ in range(pp))
+    if name == "zbv":
+        return tuple(_zbv(r, pp, micro) for r in range(pp))
     if SCHEDULES[name].split_backward:
         return tuple(_zero_bubble(r, pp, vp, micro) for r in range(pp))
     return tuple(_one_f_one_b(r, pp, vp, micro) for r in range(pp))
@@ -310,9 +408,9 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     ``fwd[i][c]`` and ``bwd[i][c]`` are the seconds of one micro-batch through local chunk ``c``
     of device ``i`` (each device holds the same number of chunks), ``bwd`` the whole backward;
     ``wgt[i][c]`` the weight-gradient part of it (a split schedule runs ``bwd - wgt`` as B and
-    ``wgt`` as W); ``send[i]`` the transfer time from device ``i`` to the next one (device
-    ``pp - 1`` sends to device 0 between interleaved chunks). ``schedule``: 1F1B, or interleaved
-    1F1B with several chunks, when not given.
+    ``wgt`` as W); ``send[i]`` the transfer time between device ``i`` and the next one (device
+    ``pp - 1`` sends to device 0 between looped chunks; a V sends back up the same links).
+    ``schedule``: 1F1B, or interleaved 1F1B with several chunks, when not given.
     """
     pp, vp = len(fwd), len(fwd[0])
     schedule = schedule or resolve(None, vp)
@@ -320,6 +418,13 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     wgt = wgt or [[0.0] * vp for _ in range(pp)]
     split = schedule.split_backward
     orders = [schedule.order(r, pp, vp, micro) for r in range(pp)]
+    chunk_of = [schedule.chunks_of(r, pp, vp) for r in range(pp)]
+
+    def wire(g: int) -> float:
+        """Transfer between chunk ``g`` and ``g + 1`` (either way)."""
+        h = schedule.hop(g, pp)
+        return 0.0 if h is None else send[h]
+
     done: dict[tuple[str, int, int], float] = {}
     pos, free = [0] * pp, [0.0] * pp
     last = pp * vp - 1
@@ -330,18 +435,18 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
         for r in range(pp):
             while pos[r] < len(orders[r]):
                 kind, local, mb = orders[r][pos[r]]
-                g = local * pp + r
+                g = chunk_of[r][local]
                 if kind == "F":
-                    dep, wire = (("F", g - 1, mb), send[(g - 1) % pp]) if g > 0 else (None, 0.0)
+                    dep, delay = (("F", g - 1, mb), wire(g - 1)) if g > 0 else (None, 0.0)
                     t = fwd[r][local]
                 elif kind == "W":
-                    dep, wire, t = ("B", g, mb), 0.0, wgt[r][local]
+                    dep, delay, t = ("B", g, mb), 0.0, wgt[r][local]
                 else:
-                    dep, wire = (("B", g + 1, mb), send[g % pp]) if g < last else (("F", g, mb), 0.0)
+                    dep, delay = (("B", g + 1, mb), wire(g)) if g < last else (("F", g, mb), 0.0)
                     t = bwd[r][local] - (wgt[r][local] if split else 0.0)
                 if dep is not None and dep not in done:
                     break
-                start = max(free[r], done[dep] + wire if dep else 0.0)
+                start = max(free[r], done[dep] + delay if dep else 0.0)
                 done[(kind, g, mb)] = start + t
                 out.append(Op(r, g, kind, mb, start, start + t))
                 free[r] = start + t

@@ -628,10 +628,14 @@ def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
     return tuple(t // vp + (1 if r < t % vp else 0) for r in range(vp) for t in totals)
 
 
-def default_split(model: ModelSpec, pp: int, vp: int) -> tuple[int, ...]:
+def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[int, ...]:
     """Blocks per chunk when a plan does not say: every device as even as possible, each
     device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving
-    of models whose blocks differ)."""
+    of models whose blocks differ); ``schedule`` places the chunks (looped when not given)."""
+    if schedule is not None and schedule.v_shape:
+        per_device = [[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
+                      for t in even_split(model.layers, pp)]
+        return schedule.model_order(per_device, pp, vp)
     if vp == 1 or model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers)):
         return chunks_from_totals(even_split(model.layers, pp), vp)
     per_round = even_split(model.layers // vp, pp) if model.layers % vp == 0 else None

@@ -169,7 +169,9 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     micro = tr.global_batch // (par.mbs * par.dp)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
-    fill = sum(boundary[c % pp] for c in range(pp * vp - 1))
+    schedule = par.pipeline
+    hops = [schedule.hop(c, pp) for c in range(pp * vp - 1)]
+    fill = sum(boundary[h] for h in hops if h is not None)
     steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
     flat = st.flat_dp_collectives
 
@@ -177,8 +179,8 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         return (collective_coeffs(kind_, lay.dp, cluster, flat),
                 collective_coeffs(kind_, lay.edp, cluster, flat))
 
-    tied_params = 0.0
-    if model.tied_embeddings and pp > 1:
+    tied_params = 0.0  # a V puts the embedding and the head on device 0: nothing to all-reduce
+    if model.tied_embeddings and pp > 1 and not schedule.v_shape:
         tied_params = mg.embedding.params - (model.max_positions * model.hidden
                                              if model.position.value == "learned" else 0)
     head = mg.head_shared if pp == 1 else mg.head
@@ -361,7 +363,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
         return np.broadcast_to(v, shape)
 
     return Device(F=full(F), B=full(B), W=full(W), X=X, Y=schedule.bubble_share(X, F, W),
-                  E=full(tail + opt + schedule.tail(F, W, par.vp)), tail=full(tail), opt=full(opt),
+                  E=full(tail + opt + schedule.tail(X, F, W, par.vp)), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
                   gather_link=gather, memory=mem, chunks=times)
 
@@ -405,7 +407,8 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
         for c in chunks:
             largest = np.maximum(largest, c.largest)
         transient = transient + 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
-    if stage == par.pp - 1:  # gradient of the fp32 logits in backward
+    if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp):  # the head's device:
+        # the gradient of the fp32 logits in backward
         transient = transient + cc.logits_bytes
 
     def pol(v):

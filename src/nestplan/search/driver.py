@@ -60,7 +60,7 @@ def plan_from_solution(model, model_stack, par: Parallelism,
                        sol: DP.Solution) -> Parallelism:
     """The full plan of a DP solution: blocks per chunk (model order) and policies."""
     units = [s.end - s.start for s in sol.stages]
-    return par.with_(stage_layers=space.chunk_sizes(model, par.pp, par.vp, units),
+    return par.with_(stage_layers=space.chunk_sizes(model, par.pp, par.vp, units, par.pipeline),
                      recompute=tuple(model_stack.recompute[s.policy].name for s in sol.stages))
 
 

@@ -209,7 +209,8 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
         return par
     units[a] -= 1
     units[b] += 1
-    return par.with_(stage_layers=space.chunk_sizes(sc.model, par.pp, par.vp, units))
+    return par.with_(stage_layers=space.chunk_sizes(sc.model, par.pp, par.vp, units,
+                                                    par.pipeline))
 
 
 def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
@@ -280,7 +281,7 @@ def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
         units, least = space.split_units(sc.model, par.vp)
         best = None
         for per_device in space.compositions(units, par.pp, least):
-            sizes = space.chunk_sizes(sc.model, par.pp, par.vp, per_device)
+            sizes = space.chunk_sizes(sc.model, par.pp, par.vp, per_device, par.pipeline)
             for rec in per_stage(par.pp):
                 ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
                 if ev.within_headroom and (best is None or ev.step_time < best.step_time):

@@ -235,8 +235,12 @@ def split_units(model, vp: int) -> tuple[int, int]:
     return model.layers // vp, 1
 
 
-def chunk_sizes(model, pp: int, vp: int, per_device) -> tuple[int, ...]:
-    """Blocks per chunk (model order) from the DP's units per device."""
+def chunk_sizes(model, pp: int, vp: int, per_device, schedule=None) -> tuple[int, ...]:
+    """Blocks per chunk (model order) from the DP's units per device; ``schedule`` places the
+    chunks (looped when not given; a V only for models whose blocks are all alike)."""
+    if schedule is not None and schedule.v_shape:
+        return schedule.model_order([[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
+                                     for t in per_device], pp, vp)
     if vp == 1 or homogeneous(model):
         return chunks_from_totals(tuple(per_device), vp)
     return tuple(per_device) * vp
@@ -244,9 +248,11 @@ def chunk_sizes(model, pp: int, vp: int, per_device) -> tuple[int, ...]:
 
 def device_units(model, par: Parallelism) -> list[int]:
     """The units per device of a plan that follows the split rule."""
-    sizes = par.stage_layers or default_split(model, par.pp, par.vp)
+    schedule = par.pipeline
+    sizes = par.stage_layers or default_split(model, par.pp, par.vp, schedule)
     if par.vp == 1 or homogeneous(model):
-        return [sum(sizes[r * par.pp + i] for r in range(par.vp)) for i in range(par.pp)]
+        return [sum(sizes[c] for c in schedule.chunks_of(i, par.pp, par.vp))
+                for i in range(par.pp)]
     return list(sizes[:par.pp])
 
 
@@ -273,7 +279,9 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
     default = resolve(None, vp).name
     names = [n for n in sc.stack.schedules
              if SCHEDULES[n].check(pp, vp, 1 << 30) is None
-             and (con.schedule is None or n == con.schedule)]
+             and (con.schedule is None or n == con.schedule)
+             # the split rule places a V's chunks only for models whose blocks are all alike
+             and (not SCHEDULES[n].v_shape or homogeneous(sc.model))]
     return [None if n == default else n for n in names]
 
 
@@ -371,7 +379,8 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> floa
     the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
     work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0, schedule=None))
     v = vp or par.vp
-    fill = sum(boundary[c % par.pp] for c in range(par.pp * par.vp - 1))
+    hops = (par.pipeline.hop(c, par.pp) for c in range(par.pp * par.vp - 1))
+    fill = sum(boundary[h] for h in hops if h is not None)
     split = _splits(sc) if vp is not None else _splits(sc, par)
     return work * _factor(micro, par.pp, v, split) + 2 * fill + sc.stack.step_overhead
 

@@ -38,7 +38,8 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     par, model = cc.par, cc.sc.model
     p, v = par.pp, par.vp
     units, least = split_units(model, v)
-    if units < p * least or (not homogeneous(model) and model.layers % v):
+    schedule = par.pipeline
+    if units < p * least or (not homogeneous(model) and (model.layers % v or schedule.v_shape)):
         return None
     idx = np.arange(units + 1)
     top = units - (p - 1) * least
@@ -75,18 +76,22 @@ def build(cc: D.ConfigCosts) -> Tables | None:
             built[k, emb, head] = ch, D.chunk_time(cc, ch)
         return built[k, emb, head]
 
-    def device_class(first: bool, last: bool, stage: int):
-        pieces = [piece(k, first and k == 0, last and k == v - 1) for k in range(v)]
+    def device_class(flags, stage: int):
+        pieces = [piece(k, emb, head) for k, (emb, head) in enumerate(flags)]
         chunks = [c for c, _ in pieces]
         dev = D.device(cc, chunks, stage, times=[t for _, t in pieces], memory=False)
         return spread(dev.X), spread(dev.Y), spread(dev.E), D.memory_parts(cc, chunks, stage)
 
     classes = {}
     x, y, e, mem, ok = [], [], [], [], []
+    last = p * v - 1
     for i in range(p):
-        key = ("first" if i == 0 else "") + ("last" if i == p - 1 else "")
+        # devices alike but for the embedding and the head (and the tied-embedding all-reduce
+        # of the first and last device) share one class
+        flags = tuple((c == 0, c == last) for c in schedule.chunks_of(i, p, v))
+        key = (flags, i in (0, p - 1))
         if key not in classes:
-            classes[key] = device_class(i == 0, i == p - 1, i)
+            classes[key] = device_class(flags, i)
         xc, yc, ec, parts = classes[key]
         x.append(xc)
         y.append(yc)
