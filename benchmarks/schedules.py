@@ -3,8 +3,9 @@
 and as the search's best plan for each schedule.
 
 Scenarios: Llama 3 405B on 16,384 H100 with the plan of the Llama 3 paper (TP 8, PP 16, DP 128,
-16 micro-batches of one sequence per pipeline: "whose bubble at 16 micro-batches is large"), and
-GPT-3 175B on 1,024 devices of the NEST paper's H100 spine-leaf. Every schedule is evaluated on a
+16 micro-batches of one sequence per pipeline: "whose bubble at 16 micro-batches is large"),
+GPT-3 175B on 1,024 devices of the NEST paper's H100 spine-leaf, and Llama 3 405B on only 128
+H100, where memory binds. Every schedule is evaluated on a
 stack that offers them all (``megatron-core`` behaviour; the schedules a real stack runs are
 its ``schedules``), then ``plan --schedule`` finds the best plan under each.
 
@@ -29,8 +30,10 @@ SCENARIOS = [
     ("gpt3-175b on 1,024 x nest-h100-spineleaf, seq 2048, batch 4096", "gpt3-175b",
      "nest-h100-spineleaf", 1024, 2048, 4096,
      Parallelism(tp=8, pp=8, dp=16, mbs=1, zero=1, sp=True)),
+    ("llama3-405b on 128 x dgx-h100-ndr, seq 8192, batch 64 (memory-bound)", "llama3-405b",
+     "dgx-h100-ndr", 128, 8192, 64, Parallelism(tp=8, pp=16, dp=1, mbs=1, zero=0, sp=True)),
 ]
-VP = {"many": 2, "one": 1}
+VP = {"many": 2, "one": 1, "two": 2}
 
 
 def every_schedule(sc):
@@ -42,7 +45,8 @@ def line(label: str, ev) -> str:
     t = ev.time
     return (f"  {label:34s} step {ev.step_time:8.3f} s  bubble {t.bubble:7.3f} s "
             f"({t.bubble / ev.step_time:5.1%})  peak {ev.peak_memory / GiB:6.1f} GiB "
-            f"{'fits' if ev.fits else 'does NOT fit'}  {ev.plan.recompute_text}")
+            f"{'fits' if ev.fits else 'does NOT fit'}  recompute "
+            + "/".join(sorted(set(ev.plan.recompute))))
 
 
 def main() -> None:
@@ -65,7 +69,8 @@ def main() -> None:
                 print(f"  {name:34s} none: {str(e).splitlines()[0]}")
                 continue
             p = res.best.plan
-            print(line(f"{name}: tp{p.tp} pp{p.pp} dp{p.dp} vp{p.vp} mbs{p.mbs}", res.best))
+            print(line(f"{name}: tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vp{p.vp} mbs{p.mbs}",
+                       res.best))
         print()
 
 

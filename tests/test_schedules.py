@@ -316,3 +316,14 @@ def test_torchtitan_parses_each_schedules_export(tmp_path, schedule, vp):
     pf = planfile.from_dict(json.loads(saved.read_text()))
     assert pf.plan.pipeline.name == schedule
     check_torchtitan(pf, out)
+
+
+def test_every_method_keeps_a_fixed_schedule():
+    """``compare --schedule``: every baseline returns a pipelined plan under that schedule."""
+    code, out, err = cli("compare", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         "16", "--global-batch", "64", "--seq-len", "4096", "--stack",
+                         "torchtitan", "--schedule", "zbv", "--json")
+    assert code == 0, err
+    methods = [m for m in json.loads(out)["methods"] if "schedule" in m]
+    assert len(methods) >= 5
+    assert {m["schedule"] for m in methods} == {"zbv"} and all(m["pp"] > 1 for m in methods)

@@ -27,6 +27,7 @@ import time
 
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
+from ..schedule import SCHEDULES
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
 from .driver import SearchResult
@@ -129,14 +130,20 @@ def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
     pps = [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0
            and (p == 1 or sc.stack.offers("pp"))]
     last_error = None
+    sched = SCHEDULES.get(con.schedule) if con.schedule else None
+    vp = con.vp or (2 if sched is not None and sched.chunks != "one" else 1)
     for pp in _allowed("pp", con.pp, pps):
+        if sched is not None and pp == 1:  # a fixed schedule is a pipelined plan
+            continue
         dp = rest // pp
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
         zeros = space.zero_stages(sc, con, Parallelism(pp=pp))
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
-        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp, vp=con.vp or 1, sp=sp,
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp,
+                          vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
+                          sp=sp,
                           zero=_manual_zero(zeros, con.zero),
                           recompute=con.recompute or (sc.stack.most_saving,),
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}
@@ -182,7 +189,8 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
     if move < 0.3:  # a different shape (degrees and micro-batch); split reset to even
         s = rng.choice(shapes)
         order = rng.choice(space.rank_orders(con, s))
-        vp = rng.choice(space.virtual_stages(sc, con, s))
+        vps = [v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v)]
+        vp = rng.choice(vps)
         return s.parallelism(order, vp, par.zero).with_(
             recompute=par.recompute[:1], schedule=rng.choice(space.schedules(sc, con, s.pp, vp)))
     if move < 0.45:
@@ -217,14 +225,17 @@ def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
          budget: int = MCMC_BUDGET, seed: int = MCMC_SEED) -> SearchResult:
     start = time.perf_counter()
     rng = random.Random(seed)
-    shapes = list(space.shapes(sc, con))
+    shapes = [s for s in space.shapes(sc, con)
+              if any(space.schedules(sc, con, s.pp, v) for v in space.virtual_stages(sc, con, s))]
     if not shapes:
         raise InfeasibleError("mcmc: no configuration satisfies the constraints")
     try:
         cur = manual_plan(sc, con)
     except InfeasibleError:
         s = shapes[0]
-        cur = s.parallelism(space.rank_orders(con, s)[0])
+        vp = next(v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v))
+        cur = s.parallelism(space.rank_orders(con, s)[0], vp).with_(
+            schedule=space.schedules(sc, con, s.pp, vp)[0])
     cur_cost = _cost(sc, cur)
     seen: dict[Parallelism, float] = {cur: cur_cost}
     beta = 20.0

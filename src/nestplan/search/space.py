@@ -273,9 +273,10 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
 
 def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | None]:
     """Pipeline schedules the stack runs for ``pp`` devices of ``vp`` chunks (None: the default
-    for ``vp``, Megatron's 1F1B or interleaved 1F1B); one entry without pipelining."""
+    for ``vp``, Megatron's 1F1B or interleaved 1F1B); without pipelining one entry, or none when
+    the user fixed a schedule (a plan with a schedule is a pipelined one)."""
     if pp == 1:
-        return [None]
+        return [None] if con.schedule is None else []
     default = resolve(None, vp).name
     names = [n for n in sc.stack.schedules
              if SCHEDULES[n].check(pp, vp, 1 << 30) is None
