@@ -34,7 +34,7 @@ finishes ``(p - 1)·F + m·X`` in: the span is ``m·X`` plus the larger of the t
 against :func:`simulate` running the schedule's own operation order: equal where this docstring
 says exact; for devices within ±50 % of each other and sends up to a tenth of a forward, within
 -6 %/+11 % from ``4·p`` micro-batches on and -9 %/+22 % from ``p`` on (measured over 1,500 random
-cases per schedule: -4.0 %/+9.8 % and -7.9 %/+19.3 %; the closed form charges every device's
+cases per schedule: -4.2 %/+9.8 % and -8.1 %/+19.3 %; the closed form charges every device's
 bubble at the slowest device's pace).
 
 ZB-V (Qi et al. §6; torchtitan's ``ZBVZeroBubble``) places two chunks per device in a V: device
@@ -42,7 +42,12 @@ ZB-V (Qi et al. §6; torchtitan's ``ZBVZeroBubble``) places two chunks per devic
 on the last device and the embedding and the head share device 0. Its ``Y`` is the device's
 input-gradient part ``B`` (plus twice what a forward longer than it adds): for equal stages with
 per-chunk ``F = B = W`` (the paper's condition for zero bubble) the span is ``m·X + (p - 1)·B/2``
-exactly, a sixth of 1F1B's bubble; elsewhere the bounds above hold.
+exactly, a sixth of 1F1B's bubble; elsewhere the bounds above hold. DualPipeV (DeepSeek-V3's
+DualPipe on the same V; torchtitan's ``DualPipeV``) runs some backwards whole and pairs a
+forward with a backward of the other chunk in its steady state; its ``Y`` is ZB-H1's, exact for
+``F = B = W`` per chunk (the span ``m·X + (p - 1)(F + B - W)/2``), and it holds ``2p + 1``
+chunk-micro-batches on every device. (DualPipe itself, with two copies of the parameters, is
+not modelled.)
 
 Memory: a micro-batch's activations stay until its backward (its ``W`` under the split schedules,
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
@@ -141,7 +146,7 @@ class Schedule:
         ``f`` and weight-gradient part ``w`` (numbers or arrays)."""
         if not self.split_backward:
             return x
-        if self.v_shape:  # the input-gradient part, and what a forward longer than it adds
+        if self.name == "zbv":  # the input-gradient part, and what a forward longer than it adds
             b = x - f - w
             return b + 2 * np.maximum(f - b, 0.0)
         return x - w - np.minimum(w, f)
@@ -176,6 +181,9 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
              "many", True, min_micro=1, torchtitan="InterleavedZeroBubble"),
     Schedule("zbv", "zero bubble ZB-V: two chunks per device in a V, weight gradients fill the "
              "bubble", "two", True, min_micro=2, v_shape=True, torchtitan="ZBVZeroBubble"),
+    Schedule("dualpipev", "DualPipeV: DeepSeek's DualPipe on a V of two chunks per device, "
+             "forward and backward of different micro-batches paired", "two", True,
+             min_micro=2, v_shape=True, torchtitan="DualPipeV"),
 )}
 """Every schedule nestplan models, by name."""
 
@@ -352,6 +360,67 @@ def _zbv(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
     return tuple(ops)
 
 
+def _dualpipev(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
+    """DualPipeV's order (DeepSeek-V3's DualPipe cut to a V: Qi et al.'s placement with DualPipe's
+    schedule), by the rule of PyTorch's ``ScheduleDualPipeV`` (torch/distributed/pipelining/
+    schedules.py, torch 2.13, after deepseek-ai/DualPipe). Local chunk 0 is model chunk ``i``,
+    chunk 1 is ``2p - 1 - i``. ``X`` is a whole backward (input and weight gradient together),
+    ``B`` an input-gradient backward whose weight gradient (``W``) runs later, in order. In the
+    steady state a forward of one chunk and a whole backward of the other run back to back
+    (DualPipe's overlapped "F&B" pair, whose communication the other's compute hides: nestplan
+    charges that through the stack's expert-exchange overlap). ``tests/test_schedules.py``
+    compares the order with PyTorch's own, pairs as two operations."""
+    ops: list[OpKey] = []
+    count: dict[tuple[str, int], int] = {}
+    pending: list[tuple[int, int]] = []  # (local, micro-batch) of deferred weight gradients
+
+    def run(kind: str, local: int):
+        key = (("B" if kind == "X" else kind), local)
+        mb = count.get(key, 0)
+        ops.append((kind, local, mb))
+        count[key] = mb + 1
+        if kind == "B":
+            pending.append((local, mb))
+
+    def weight():
+        if pending:
+            local, mb = pending.pop(0)
+            ops.append(("W", local, mb))
+
+    for _ in range((pp - rank - 1) * 2):
+        run("F", 0)
+    for _ in range(rank + 1):
+        run("F", 0)
+        run("F", 1)
+    for _ in range(pp - rank - 1):
+        run("B", 1)
+        weight()
+        run("F", 1)
+    for _ in range(micro - 2 * pp + rank + 1):
+        run("F", 0)  # PyTorch pairs these two, except on the last device the first time
+        run("X", 1)
+        run("F", 1)
+        run("X", 0)
+    for _ in range(pp - rank - 1):
+        run("X", 1)
+        run("F", 1)
+        run("X", 0)
+    split = False
+    for i in range(rank + 1):
+        if i == (rank + 1) // 2 and rank % 2 == 1:
+            split = True
+        run("B" if split else "X", 1)
+        if i == (rank + 1) // 2 and rank % 2 == 0:
+            split = True
+        run("B" if split else "X", 0)
+    for _ in range(pp - rank - 1):
+        weight()
+        run("B" if split else "X", 0)
+    for _ in range(rank + 1):
+        weight()
+    return tuple(ops)
+
+
 def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
     """Micro-batches of each chunk in flight (forward run, backward or W not yet) when the
     device holds the most."""
@@ -361,7 +430,7 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
             now[local] += 1
             if sum(now) > sum(best):
                 best = list(now)
-        elif kind == ("W" if split else "B"):
+        elif kind == ("W" if split else "B") or kind == "X":
             now[local] -= 1
     return best
 
@@ -373,6 +442,8 @@ def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...],
                            + [("B", 0, mb) for mb in range(micro)]) for _ in range(pp))
     if name == "zbv":
         return tuple(_zbv(r, pp, micro) for r in range(pp))
+    if name == "dualpipev":
+        return tuple(_dualpipev(r, pp, micro) for r in range(pp))
     if SCHEDULES[name].split_backward:
         return tuple(_zero_bubble(r, pp, vp, micro) for r in range(pp))
     return tuple(_one_f_one_b(r, pp, vp, micro) for r in range(pp))
@@ -390,7 +461,8 @@ class Op:
     """Model chunk in model order (``local chunk · pp + stage``)."""
     kind: str
     """``"F"`` (forward), ``"B"`` (backward, with any recomputation; under a split schedule its
-    input-gradient part) or ``"W"`` (weight gradient, split schedules)."""
+    input-gradient part), ``"W"`` (weight gradient, split schedules) or ``"X"`` (a whole backward
+    in a split schedule: DualPipeV's)."""
     micro: int
     start: float
     """Seconds from the start of the step."""
@@ -441,13 +513,13 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
                     t = fwd[r][local]
                 elif kind == "W":
                     dep, delay, t = ("B", g, mb), 0.0, wgt[r][local]
-                else:
+                else:  # B, or X: a whole backward in a schedule that splits the others
                     dep, delay = (("B", g + 1, mb), wire(g)) if g < last else (("F", g, mb), 0.0)
-                    t = bwd[r][local] - (wgt[r][local] if split else 0.0)
+                    t = bwd[r][local] - (wgt[r][local] if split and kind == "B" else 0.0)
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done[dep] + delay if dep else 0.0)
-                done[(kind, g, mb)] = start + t
+                done[("B" if kind == "X" else kind, g, mb)] = start + t
                 out.append(Op(r, g, kind, mb, start, start + t))
                 free[r] = start + t
                 pos[r] += 1
