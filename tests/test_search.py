@@ -167,3 +167,41 @@ def test_compare_json(capsys):
     methods_run = {m["method"]: m for m in js["methods"]}
     assert methods_run["manual"]["tokens_per_s_ratio_to_manual"] == pytest.approx(1.0)
     assert methods_run["nest"]["tokens_per_s_ratio_to_manual"] >= 1.0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
+       moe=st.booleans(), batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
+       first_dense=st.sampled_from([0, 1]))
+def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, batch, bw_ratio,
+                                                      first_dense):
+    """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
+    stage DP's objective of each configuration it stands for, under every schedule (memory
+    ignored: the DP's best over all splits and policies)."""
+    import numpy as np
+
+    from nestplan.cost import device as D
+    from nestplan.search import dp as DP
+    from nestplan.search import tables as T
+
+    sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense)
+    sc = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
+                                                           schedules=tuple(SCHEDULES)))
+    con = Constraints()
+    for shape in space.shapes(sc, con):
+        vps = space.virtual_stages(sc, con, shape)
+        if not vps:
+            continue
+        shape_bound = space.compute_bound(sc, shape, max(vps))
+        for par in space.configurations(sc, Constraints(
+                tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, mbs=shape.mbs, sp=shape.sp)):
+            tb = T.build(D.config_costs(sc, par))
+            if tb is None:
+                continue
+            sol = DP.solve(tb.x, tb.e, [np.ones_like(o) for o in tb.ok], D.config_costs(
+                sc, par).micro, par.vp, tb.const, y=tb.y)
+            assert sol is not None
+            order_bound = space.network_bound(sc, par.with_(vp=1, schedule=None), max(vps))
+            for bound in (shape_bound, order_bound, space.network_bound(sc, par),
+                          space.config_bound(sc, par)):
+                assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
