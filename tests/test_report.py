@@ -166,3 +166,34 @@ def test_chromium_check_catches_script_errors(tmp_path):
     broken.write_text(html.replace("</body>", "<script>undefinedFunction();</script></body>"))
     root = re.search(r"<html[^>]*>", _dom(tmp_path, broken)).group(0)
     assert "data-errors" in root and "undefinedFunction" in root
+
+
+@pytest.mark.parametrize("schedule,vp", [("zb-h1", 1), ("interleaved-zb", 2), ("zbv", 2),
+                                         ("dualpipev", 2)])
+def test_timeline_draws_each_schedules_operations(tmp_path, schedule, vp):
+    """The report's timeline runs the plan's own schedule: weight gradients apart (W), whole
+    backwards (X) where DualPipeV keeps them, every chunk on the device the schedule places it
+    on, and a span within the closed form's stated bound."""
+    from dataclasses import replace
+
+    from nestplan.catalog import get_stack
+    from nestplan.schedule import SCHEDULES
+
+    from nestplan.evaluate import scenario_from_names
+    from nestplan.specs import Parallelism
+
+    stack = replace(get_stack("torchtitan"), schedules=tuple(SCHEDULES))
+    sc = replace(scenario_from_names("llama3-8b", "nest-h100-spineleaf", 64, seq_len=4096,
+                                     global_batch=64), stack=stack)
+    ev = evaluate(sc, Parallelism(tp=2, pp=4, dp=8, vp=vp, mbs=1, zero=3, schedule=schedule))
+    assert ev.plan.pipeline.name == schedule
+    ops = figures.schedule(ev)
+    kinds = {o.kind for o in ops}
+    assert "W" in kinds and ("X" in kinds) == (schedule == "dualpipev")
+    for o in ops:
+        assert ev.plan.pipeline.device_of(o.chunk, ev.plan.pp) == o.stage
+    svg, numbers = figures.timeline(ev)
+    assert 'class="op W"' in str(svg) and numbers["ops"] == len(ops)
+    span = max(o.end for o in ops)
+    closed = ev.step_time - ev.scenario.stack.step_overhead - max(s.end for s in ev.stages)
+    assert 0.91 <= closed / span <= 1.22

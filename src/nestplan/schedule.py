@@ -124,6 +124,11 @@ class Schedule:
             return None
         return pp - 1 if (a, b) == (pp - 1, 0) else min(a, b)
 
+    def hops(self, pp: int, vp: int) -> tuple[int, ...]:
+        """The stage boundary each chunk-to-chunk transfer of one micro-batch's forward crosses,
+        in model order (transfers inside a device left out)."""
+        return _hops(self.name, pp, vp)
+
     def model_order(self, per_device: list[list[int]], pp: int, vp: int) -> tuple[int, ...]:
         """Chunk sizes in model order from each device's sizes by local index."""
         out = []
@@ -433,6 +438,12 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
         elif kind == ("W" if split else "B") or kind == "X":
             now[local] -= 1
     return best
+
+
+@lru_cache(maxsize=1024)
+def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
+    s = SCHEDULES[name]
+    return tuple(h for h in (s.hop(c, pp) for c in range(pp * vp - 1)) if h is not None)
 
 
 @lru_cache(maxsize=256)

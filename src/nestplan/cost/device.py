@@ -170,8 +170,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     schedule = par.pipeline
-    hops = [schedule.hop(c, pp) for c in range(pp * vp - 1)]
-    fill = sum(boundary[h] for h in hops if h is not None)
+    fill = sum(boundary[h] for h in schedule.hops(pp, vp))
     steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
     flat = st.flat_dp_collectives
 

@@ -15,7 +15,8 @@ from ..svg import Svg, colour, fmt_tick, legend, shade, ticks
 from ..units import GiB, fmt_time
 
 FORWARD, BACKWARD, WEIGHT, END = "#4C8BD6", "#E08A3C", "#6BB36B", "#8E8E8E"
-KIND = {"F": ("forward", FORWARD), "B": ("backward", BACKWARD), "W": ("weight gradient", WEIGHT)}
+KIND = {"F": ("forward", FORWARD), "B": ("backward", BACKWARD), "X": ("whole backward", BACKWARD),
+        "W": ("weight gradient", WEIGHT)}
 IDLE = "#F1F1F1"
 WIDTH = 1080.0
 

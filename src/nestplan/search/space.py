@@ -380,8 +380,7 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> floa
     the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
     work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0, schedule=None))
     v = vp or par.vp
-    hops = (par.pipeline.hop(c, par.pp) for c in range(par.pp * par.vp - 1))
-    fill = sum(boundary[h] for h in hops if h is not None)
+    fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
     split = _splits(sc) if vp is not None else _splits(sc, par)
     return work * _factor(micro, par.pp, v, split) + 2 * fill + sc.stack.step_overhead
 
