@@ -3,7 +3,8 @@
 Targets (issue "Find the best plan"): GPT-3 175B on 1,024 devices of nest-h100-spineleaf within
 10 s and 2 GB; Llama-3 405B on 16,384 H100s within 60 s. Also prints how search time grows with
 the device count (64 to 65,536) and with the layer count. Every search runs in a fresh process so
-that its peak resident memory is its own.
+that its peak resident memory is its own. The torchtitan row searches its larger space: six
+pipeline schedules (megatron-core: two).
 
     python benchmarks/search_speed.py [--quick]
 """
@@ -21,8 +22,9 @@ from dataclasses import replace
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import driver
 from nestplan.search.space import Constraints
-model, cluster, gpus, seq, batch, layers = sys.argv[1:7]
-sc = scenario_from_names(model, cluster, int(gpus), seq_len=int(seq), global_batch=int(batch))
+model, cluster, gpus, seq, batch, layers, stack = sys.argv[1:8]
+sc = scenario_from_names(model, cluster, int(gpus), seq_len=int(seq), global_batch=int(batch),
+                         stack=stack)
 if int(layers):
     sc = replace(sc, model=replace(sc.model, layers=int(layers)))
 t0 = time.perf_counter()
@@ -32,19 +34,21 @@ rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 p = res.best.plan
 print(json.dumps({"seconds": secs, "rss_mb": rss, "space": res.configurations,
                   "solved": res.solved, "step": res.best.step_time,
-                  "plan": f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vp{p.vp} z{p.zero} mbs{p.mbs}"}))
+                  "plan": f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vp{p.vp} z{p.zero} mbs{p.mbs}"
+                          + (f" {p.pipeline.name}" if p.pp > 1 else "")}))
 """
 
 
-def search(model, cluster, gpus, seq, batch, layers=0):
+def search(model, cluster, gpus, seq, batch, layers=0, stack="megatron-core"):
     out = subprocess.run([sys.executable, "-c", CHILD, model, cluster, str(gpus), str(seq),
-                          str(batch), str(layers)], capture_output=True, text=True, check=True)
+                          str(batch), str(layers), stack], capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def row(label, r):
     print(f"{label:46s} {r['seconds']:8.2f} s {r['rss_mb']:8.0f} MB {r['solved']:7,d} / "
-          f"{r['space']:9,d}  {r['plan']:32s} {r['step']:8.3f} s")
+          f"{r['space']:9,d}  {r['plan']:40s} {r['step']:8.3f} s")
 
 
 def main(argv=None) -> None:
@@ -57,6 +61,8 @@ def main(argv=None) -> None:
                                                           1024, 2048, 4096))
     row("llama3-405b, 16,384 x dgx-h100-ndr", search("llama3-405b", "dgx-h100-ndr", 16384, 8192,
                                                       2048))
+    row("llama3-70b, 1,024 x dgx-h100-ndr, torchtitan", search(
+        "llama3-70b", "dgx-h100-ndr", 1024, 8192, 4096, stack="torchtitan"))
     if args.quick:
         return
     print("\ngrowth with the device count (llama3-70b on dgx-h100-ndr, seq 8192, 4 sequences "

@@ -285,6 +285,11 @@ def test_zero_bubble_needs_a_micro_batch_per_stage():
     stack_args = ["--stack", "torchtitan", "--vp", "2", "--schedule", "interleaved-zb"]
     code, out, err = cli("evaluate", *args, *stack_args)
     assert one_line_error(code, out, err, "micro-batch"), err
+    six = [a if a != "64" else "12" for a in LLAMA]  # 6 micro-batches: not 2·pp, nor a multiple
+    for v_schedule in ("zbv", "dualpipev"):  # a V needs 2·pp micro-batches
+        code, out, err = cli("evaluate", *six, "--stack", "torchtitan", "--vp", "2",
+                             "--schedule", v_schedule)
+        assert one_line_error(code, out, err, "needs at least 8 per replica (pp = 4)"), err
 
 
 def test_plan_searches_the_stacks_schedules(tmp_path):

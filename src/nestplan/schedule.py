@@ -53,7 +53,10 @@ Memory: a micro-batch's activations stay until its backward (its ``W`` under the
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
 and not finished: ``p - i`` under 1F1B, Megatron's warm-up count under interleaving, all ``m``
 under GPipe, and under the zero-bubble schedules ``p`` per chunk on every device (read off the
-order: device ``i`` defers ``i`` weight gradients).
+order: device ``i`` defers ``i`` weight gradients). A deferred ``W`` needs only the GEMMs' inputs
+and output gradients; counting the micro-batch's whole activations until then assumes that what
+its ``B`` frees (the attention's and norms' saved tensors) is about what ``W`` keeps (the output
+gradients, which no forward saves): an approximation, not measured.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ class Schedule:
         if self.holds_all:
             return [micro] * vp
         if self.split_backward:  # read off the order: W deferred keeps micro-batches longer
-            return _held_by_order(self.order(stage, pp, vp, micro), vp, True)
+            return list(_held(self.name, stage, pp, vp, micro))
         return chunks_in_flight(stage, pp, vp, micro)
 
     def bubble_share(self, x, f, w):
@@ -440,13 +443,18 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
     return best
 
 
+@lru_cache(maxsize=65536)
+def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
+    return tuple(_held_by_order(SCHEDULES[name].order(stage, pp, vp, micro), vp, True))
+
+
 @lru_cache(maxsize=1024)
 def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
     s = SCHEDULES[name]
     return tuple(h for h in (s.hop(c, pp) for c in range(pp * vp - 1)) if h is not None)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=2048)
 def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...], ...]:
     if name == "gpipe":
         return tuple(tuple([("F", 0, mb) for mb in range(micro)]

@@ -583,7 +583,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
     micro = t.global_batch // per_replica
-    if par.vp > 1 and micro % par.pp:
+    if par.vp > 1 and not par.pipeline.v_shape and micro % par.pp:
         raise SpecError("global_batch", t.global_batch, f"the interleaved schedule needs the "
                         f"micro-batch count ({micro}) to be a multiple of pp = {par.pp}")
     why = par.pipeline.check(par.pp, par.vp, micro)

@@ -65,9 +65,14 @@ def plan_from_solution(model, model_stack, par: Parallelism,
 
 
 def _states_floor(sc: Scenario, par: Parallelism) -> float:
-    """Bytes no split can go below: the model states spread over the pipeline, plus the reserve."""
+    """Bytes the most loaded device holds at least, whatever the split and the recomputation:
+    the average device's model states, plus the reserve, plus the average device's activations
+    when every block keeps only what the stack's most saving policy keeps and the blocks sit
+    where the schedule holds the fewest micro-batches (each device keeps at least one block per
+    chunk). The most loaded device holds at least the average."""
     from ..evaluate import local_strategy
     from ..graph import build
+    from ..recompute import effect
 
     mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
     n_moe = mg.n_moe
@@ -78,7 +83,13 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     dense_local = (blocks + mg.embedding.params + head) / par.pp
     w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
-    return w + g + o + sc.stack.reserved_bytes
+    kinds = [mg.dense] + ([mg.moe] if n_moe else [])
+    least_saved = min(effect(p, k).saved for p in sc.stack.recompute for k in kinds)
+    micro = sc.training.global_batch // (par.mbs * par.dp)
+    held = [min(par.pipeline.held(i, par.pp, par.vp, micro)) for i in range(par.pp)]
+    spare = max(sc.model.layers - par.vp * par.pp, 0)
+    acts = least_saved * (par.vp * sum(held) + spare * min(held)) / par.pp
+    return w + g + o + sc.stack.reserved_bytes + acts
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,

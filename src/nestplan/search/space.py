@@ -278,11 +278,15 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
     if pp == 1:
         return [None] if con.schedule is None else []
     default = resolve(None, vp).name
-    names = [n for n in sc.stack.schedules
+    offered = sc.stack.schedules
+    names = [n for n in offered
              if SCHEDULES[n].check(pp, vp, 1 << 30) is None
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
-             and (not SCHEDULES[n].v_shape or homogeneous(sc.model))]
+             and (not SCHEDULES[n].v_shape or homogeneous(sc.model))
+             # GPipe has 1F1B's span and holds more (m >= p - i micro-batches on every stage):
+             # a plan under it is never better than the same plan under 1F1B
+             and not (n == "gpipe" and con.schedule is None and "1f1b" in offered)]
     return [None if n == default else n for n in names]
 
 
@@ -312,11 +316,6 @@ def configurations(sc: Scenario, con: Constraints):
                         yield par
 
 
-@lru_cache(maxsize=65536)
-def _compute(layer: G.LayerGraph, acc, prec) -> float:
-    return sum(op_time(o, acc, prec, False) + op_time(o, acc, prec, True) for o in layer.ops)
-
-
 def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
     """How per-micro-batch work spread over p devices becomes a step at least: ``(m - 1/v)/p +
     1/v`` under schedules that run whole backwards (``T >= (m - 1/v)·max X + sum X / v``), ``m/p``
@@ -324,6 +323,40 @@ def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
     if split:
         return micro / pp
     return (micro - 1 / vp) / pp + 1 / vp
+
+
+def _rule(schedule) -> str:
+    """How a schedule's ``Y`` relates to the work (``schedule.Schedule.bubble_share``)."""
+    if not schedule.split_backward:
+        return "whole"
+    return "v" if schedule.name == "zbv" else "deferred"
+
+
+def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
+    """The rules of the plan's schedule, or (no plan yet) of every schedule the stack runs."""
+    if par is not None:
+        return {_rule(par.pipeline)} if par.pp > 1 else {"whole"}
+    return {_rule(SCHEDULES[n]) for n in sc.stack.schedules} | {"whole"}
+
+
+def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int,
+            rules: set[str]) -> float:
+    """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
+    at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
+    ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X >= sum X / p``:
+    whole backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``;
+    and every device runs its ``m·X_i`` inside the step."""
+    whole = work * ((micro - 1 / vp) / pp + 1 / vp)
+    floor = work * micro / pp
+    out = []
+    for r in rules:
+        if r == "whole":
+            out.append(whole)
+        elif r == "deferred":
+            out.append(max(floor, whole - 2 * wgrad / vp))
+        else:
+            out.append(max(floor, work * (micro - 1 / vp) / pp + b_in / vp))
+    return min(out)
 
 
 def _splits(sc: Scenario, par: Parallelism | None = None) -> bool:
@@ -334,24 +367,45 @@ def _splits(sc: Scenario, par: Parallelism | None = None) -> bool:
     return any(SCHEDULES[n].split_backward for n in sc.stack.schedules)
 
 
+@lru_cache(maxsize=65536)
+def _parts(layer: G.LayerGraph, acc, prec) -> tuple[float, float, float]:
+    """Forward + backward compute of a layer, its weight-gradient part, and the rest of its
+    backward (the cost model's own op times and weight-gradient share)."""
+    from ..cost.compute import _wgrad_share
+
+    total = wgrad = bwd = 0.0
+    for o in layer.ops:
+        b = op_time(o, acc, prec, True)
+        total += op_time(o, acc, prec, False) + b
+        bwd += b
+        wgrad += _wgrad_share(o) * b
+    return total, wgrad, bwd - wgrad
+
+
 def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
     """A step time no configuration of ``shape`` with ``vp`` or more virtual stages can beat:
-    its compute alone, spread evenly (``T >= (m - 1/v)·sum X/p + sum X/v``)."""
+    its compute alone, spread evenly over the devices by the least favourable schedule the
+    stack runs (``_spread``)."""
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
     mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
-    work = (sc.model.layers - mg.n_moe) * _compute(mg.dense, acc, tr.precision)
-    if mg.n_moe:
-        work += mg.n_moe * _compute(mg.moe, acc, tr.precision)
     head = mg.head_shared if shape.pp == 1 else mg.head
-    work += _compute(mg.embedding, acc, tr.precision) + _compute(head, acc, tr.precision)
+    layers = [(sc.model.layers - mg.n_moe, mg.dense), (mg.n_moe, mg.moe), (1, mg.embedding),
+              (1, head)]
+    work = wgrad = b_in = 0.0
+    for n, layer in layers:
+        if n:
+            t, w, b = _parts(layer, acc, tr.precision)
+            work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
     micro = tr.global_batch // (shape.mbs * shape.dp)
-    return work * _factor(micro, shape.pp, vp, _splits(sc)) + sc.stack.step_overhead
+    return _spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc)) + sc.stack.step_overhead
 
 
 @lru_cache(maxsize=65536)
-def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, tuple[float, ...], int]:
-    """Per-micro-batch work with exposed intra-layer communication, the send/recv time of each
-    pipeline boundary, and the micro-batch count (independent of vp and ZeRO)."""
+def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
+                                                            tuple[float, ...], int]:
+    """Per-micro-batch work with exposed intra-layer communication, its weight-gradient part
+    and the rest of its backward, the send/recv time of each pipeline boundary, and the
+    micro-batch count (independent of vp and ZeRO)."""
     from ..cost.compute import layer_cost
     from ..cost.network import p2p_time
     from ..placement import layouts
@@ -360,29 +414,32 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, tuple[float, 
     cluster = effective(sc.cluster, st)
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
-
-    def time(layer):
-        c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
-        return c.fwd + c.bwd
-
-    work = (sc.model.layers - mg.n_moe) * time(mg.dense)
-    if mg.n_moe:
-        work += mg.n_moe * time(mg.moe)
-    work += time(mg.embedding) + time(mg.head_shared if par.pp == 1 else mg.head)
+    head = mg.head_shared if par.pp == 1 else mg.head
+    layers = [(sc.model.layers - mg.n_moe, mg.dense), (mg.n_moe, mg.moe), (1, mg.embedding),
+              (1, head)]
+    work = wgrad = b_in = 0.0
+    for n, layer in layers:
+        if n:
+            c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
+            work += n * (c.fwd + c.bwd)
+            wgrad += n * c.wgrad
+            b_in += n * (c.bwd - c.wgrad)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
-    return work, boundary, tr.global_batch // (par.mbs * par.dp)
+    return work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp)
 
 
 def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
     the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
-    work, boundary, micro = _network_parts(sc, par.with_(vp=1, zero=0, schedule=None))
+    work, wgrad, b_in, boundary, micro = _network_parts(
+        sc, par.with_(vp=1, zero=0, schedule=None))
     v = vp or par.vp
     fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
-    split = _splits(sc) if vp is not None else _splits(sc, par)
-    return work * _factor(micro, par.pp, v, split) + 2 * fill + sc.stack.step_overhead
+    rules = _rules(sc) if vp is not None else _rules(sc, par)
+    return (_spread(work, wgrad, b_in, micro, par.pp, v, rules) + 2 * fill
+            + sc.stack.step_overhead)
 
 
 def config_bound(sc: Scenario, par: Parallelism, net: float | None = None) -> float:

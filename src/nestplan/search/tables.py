@@ -9,6 +9,7 @@ the blocks are all alike and only their number matters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,12 +34,40 @@ class Tables:
 def build(cc: D.ConfigCosts) -> Tables | None:
     """Tables for ``cc``, whose units follow ``space.split_units``; None when the units cannot
     give every device its least share."""
+    par = cc.par
+    schedule = par.pipeline
+    # what does not depend on the schedule is shared by every schedule with the same chunk
+    # placement (looped, or a V): per device position, X, F, W, the end without deferred weight
+    # gradients, and the memory apart from the micro-batches in flight
+    base = _classes(cc.sc, par.with_(schedule="zbv" if schedule.v_shape else None))
+    if base is None:
+        return None
+    valid, per_device, const = base
+    cap = cc.sc.memory_limit
+    x, y, e, mem, ok = [], [], [], [], []
+    for i, (X, F, W, E, parts) in enumerate(per_device):
+        x.append(np.where(valid, X, INF))
+        y.append(np.where(valid, schedule.bubble_share(X, F, W), INF))
+        e.append(np.where(valid, E + schedule.tail(X, F, W, par.vp), INF))
+        held = D.held_in_flight(cc, i)
+        m_i = np.where(valid, D.memory_breakdown(parts, held).total, INF)
+        mem.append(m_i)
+        ok.append(m_i <= cap)
+    return Tables(x=x, y=y, e=e, ok=ok, mem=mem, valid=valid, const=const)
+
+
+@lru_cache(maxsize=512)
+def _classes(sc, par):
+    """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
+    parts), constant) of ``par`` on its schedule's chunk placement; None when the units cannot
+    give every device its least share."""
     from .space import homogeneous, split_units
 
-    par, model = cc.par, cc.sc.model
+    cc = D.config_costs(sc, par)
+    model = sc.model
     p, v = par.pp, par.vp
-    units, least = split_units(model, v)
     schedule = par.pipeline
+    units, least = split_units(model, v)
     if units < p * least or (not homogeneous(model) and (model.layers % v or schedule.v_shape)):
         return None
     idx = np.arange(units + 1)
@@ -64,10 +93,6 @@ def build(cc: D.ConfigCosts) -> Tables | None:
             moe = (moe_prefix[b] - moe_prefix[a]).astype(float)
             rounds.append((np.where(valid[..., 0], n, 0) - moe, moe))
 
-    def spread(a):
-        return np.where(valid, a, INF)
-    cap = cc.sc.memory_limit
-
     built: dict = {}  # (round, embedding, head) -> (chunk, its time): shared by the classes
 
     def piece(k: int, emb: bool, head: bool):
@@ -80,10 +105,11 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         pieces = [piece(k, emb, head) for k, (emb, head) in enumerate(flags)]
         chunks = [c for c, _ in pieces]
         dev = D.device(cc, chunks, stage, times=[t for _, t in pieces], memory=False)
-        return spread(dev.X), spread(dev.Y), spread(dev.E), D.memory_parts(cc, chunks, stage)
+        # the end without the schedule's deferred weight gradients (added per schedule)
+        return (dev.X, dev.F, dev.W, dev.tail + dev.opt, D.memory_parts(cc, chunks, stage))
 
     classes = {}
-    x, y, e, mem, ok = [], [], [], [], []
+    per_device = []
     last = p * v - 1
     for i in range(p):
         # devices alike but for the embedding and the head (and the tied-embedding all-reduce
@@ -92,13 +118,6 @@ def build(cc: D.ConfigCosts) -> Tables | None:
         key = (flags, i in (0, p - 1))
         if key not in classes:
             classes[key] = device_class(flags, i)
-        xc, yc, ec, parts = classes[key]
-        x.append(xc)
-        y.append(yc)
-        e.append(ec)
-        held = D.held_in_flight(cc, i)
-        m_i = spread(D.memory_breakdown(parts, held).total)
-        mem.append(m_i)
-        ok.append(m_i <= cap)
-    const = 2 * cc.fill + cc.sc.stack.step_overhead
-    return Tables(x=x, y=y, e=e, ok=ok, mem=mem, valid=valid, const=const)
+        per_device.append(classes[key])
+    const = 2 * cc.fill + sc.stack.step_overhead
+    return valid, per_device, const
