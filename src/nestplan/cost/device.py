@@ -114,7 +114,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one per plan configuration (cached): identity is equality
 class ConfigCosts:
     """Everything about a plan that does not depend on its stage split."""
 

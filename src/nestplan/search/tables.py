@@ -39,16 +39,24 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     # what does not depend on the schedule is shared by every schedule with the same chunk
     # placement (looped, or a V): per device position, X, F, W, the end without deferred weight
     # gradients, and the memory apart from the micro-batches in flight
-    base = _classes(cc.sc, par.with_(schedule="zbv" if schedule.v_shape else None))
+    canonical = par.with_(schedule="zbv" if schedule.v_shape else None)
+    base = _classes(cc if canonical == par else D.config_costs(cc.sc, canonical))
     if base is None:
         return None
     valid, per_device, const = base
     cap = cc.sc.memory_limit
     x, y, e, mem, ok = [], [], [], [], []
-    for i, (X, F, W, E, parts) in enumerate(per_device):
-        x.append(np.where(valid, X, INF))
-        y.append(np.where(valid, schedule.bubble_share(X, F, W), INF))
-        e.append(np.where(valid, E + schedule.tail(X, F, W, par.vp), INF))
+    timed: dict = {}  # device class -> its (X, Y, E) cells under this schedule
+    for i, cls in enumerate(per_device):
+        X, F, W, E, parts = cls
+        if id(cls) not in timed:
+            timed[id(cls)] = (np.where(valid, X, INF),
+                              np.where(valid, schedule.bubble_share(X, F, W), INF),
+                              np.where(valid, E + schedule.tail(X, F, W, par.vp), INF))
+        xi, yi, ei = timed[id(cls)]
+        x.append(xi)
+        y.append(yi)
+        e.append(ei)
         held = D.held_in_flight(cc, i)
         m_i = np.where(valid, D.memory_breakdown(parts, held).total, INF)
         mem.append(m_i)
@@ -56,14 +64,14 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     return Tables(x=x, y=y, e=e, ok=ok, mem=mem, valid=valid, const=const)
 
 
-@lru_cache(maxsize=512)
-def _classes(sc, par):
+@lru_cache(maxsize=128)
+def _classes(cc: D.ConfigCosts):
     """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
-    parts), constant) of ``par`` on its schedule's chunk placement; None when the units cannot
-    give every device its least share."""
+    parts), constant) of ``cc``'s plan on its schedule's chunk placement; None when the units
+    cannot give every device its least share."""
     from .space import homogeneous, split_units
 
-    cc = D.config_costs(sc, par)
+    sc, par = cc.sc, cc.par
     model = sc.model
     p, v = par.pp, par.vp
     schedule = par.pipeline
