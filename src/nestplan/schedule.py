@@ -445,7 +445,8 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
 
 @lru_cache(maxsize=65536)
 def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
-    return tuple(_held_by_order(SCHEDULES[name].order(stage, pp, vp, micro), vp, True))
+    # one device's order, not every device's (the search asks for many micro-batch counts)
+    return tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp, True))
 
 
 @lru_cache(maxsize=1024)
@@ -454,18 +455,21 @@ def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
     return tuple(h for h in (s.hop(c, pp) for c in range(pp * vp - 1)) if h is not None)
 
 
-@lru_cache(maxsize=2048)
-def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...], ...]:
+def _order_of(name: str, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
     if name == "gpipe":
-        return tuple(tuple([("F", 0, mb) for mb in range(micro)]
-                           + [("B", 0, mb) for mb in range(micro)]) for _ in range(pp))
+        return tuple([("F", 0, mb) for mb in range(micro)] + [("B", 0, mb) for mb in range(micro)])
     if name == "zbv":
-        return tuple(_zbv(r, pp, micro) for r in range(pp))
+        return _zbv(rank, pp, micro)
     if name == "dualpipev":
-        return tuple(_dualpipev(r, pp, micro) for r in range(pp))
+        return _dualpipev(rank, pp, micro)
     if SCHEDULES[name].split_backward:
-        return tuple(_zero_bubble(r, pp, vp, micro) for r in range(pp))
-    return tuple(_one_f_one_b(r, pp, vp, micro) for r in range(pp))
+        return _zero_bubble(rank, pp, vp, micro)
+    return _one_f_one_b(rank, pp, vp, micro)
+
+
+@lru_cache(maxsize=64)
+def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...], ...]:
+    return tuple(_order_of(name, r, pp, vp, micro) for r in range(pp))
 
 
 # ---------------------------------------------------------------------------------- simulation
