@@ -344,3 +344,48 @@ def test_every_method_keeps_a_fixed_schedule():
     methods = [m for m in json.loads(out)["methods"] if "schedule" in m]
     assert len(methods) >= 5
     assert {m["schedule"] for m in methods} == {"zbv"} and all(m["pp"] > 1 for m in methods)
+
+
+def test_a_v_keeps_one_copy_of_tied_embeddings():
+    """In a V the embedding and the head share device 0: a tied vocabulary matrix is held once
+    (under 1F1B the last stage keeps its own copy, all-reduced with the first)."""
+    from dataclasses import replace
+
+    from nestplan.catalog import get_stack
+    from nestplan.evaluate import evaluate, scenario_from_names
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("gpt-1p7b", "dgx-h100-ndr", 4, seq_len=2048, global_batch=16)
+    assert sc.model.tied_embeddings
+    sc = replace(sc, stack=replace(get_stack("torchtitan"), schedules=tuple(SCHEDULES)))
+
+    def weights(schedule, vp):
+        ev = evaluate(sc, Parallelism(pp=4, dp=1, vp=vp, mbs=1, schedule=schedule))
+        return sum(s.memory.weights for s in ev.stages), ev.stages[0].memory.weights
+
+    loop_total, _ = weights("1f1b", 1)
+    v_total, v_first = weights("zbv", 2)
+    vocab_matrix = sc.model.vocab * sc.model.hidden * sc.stack.weight_bytes
+    assert v_total == pytest.approx(loop_total - vocab_matrix, rel=0.01)
+
+
+def test_v_plans_with_uneven_micro_batches_search_and_export(tmp_path):
+    """A V needs 2·pp micro-batches, not a multiple of pp: the search offers it then, and the
+    Megatron and DeepSpeed exports (no V there) give each device its blocks in one chunk."""
+    stack = tmp_path / "mc-v.toml"  # Megatron-Core's behaviour, with the V schedules offered
+    stack.write_text('base = "megatron-core"\nname = "mc-v"\n'
+                     'schedules = ["1f1b", "interleaved-1f1b", "zbv", "dualpipev"]\n')
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--global-batch",
+            "10", "--seq-len", "4096", "--stack", stack]
+    code, out, err = cli("plan", *args, "--pp", "4", "--tp", "2", "--schedule", "zbv", "--json",
+                         "--save", tmp_path / "v.json")
+    assert code == 0, err
+    best = json.loads(out)
+    assert best["schedule"] == "zbv" and best["micro_batches"] == 10  # not a multiple of 4
+    per_device = [sum(b - a for a, b in st["blocks"]) for st in best["stages"]]
+    code, out, err = cli("export", tmp_path / "v.json", "--format", "megatron")
+    assert code == 0, err
+    assert "exported with 1f1b, each device's blocks in one chunk" in err
+    code, out, err = cli("export", tmp_path / "v.json", "--format", "deepspeed")
+    assert code == 0, err
+    assert f"blocks per stage {per_device}" in err

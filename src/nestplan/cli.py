@@ -70,7 +70,7 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
 
     k.add_argument("--schedule", metavar="NAME",
                    help="pipeline schedule: " + ", ".join(SCHEDULES) + " (default 1f1b, "
-                   "interleaved-1f1b when vp > 1; the stack's own list: nestplan list stacks)")
+                   "interleaved-1f1b when vp > 1; a stack runs those its file lists in schedules)")
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")

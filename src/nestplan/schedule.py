@@ -52,8 +52,8 @@ not modelled.)
 Memory: a micro-batch's activations stay until its backward (its ``W`` under the split schedules,
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
 and not finished: ``p - i`` under 1F1B, Megatron's warm-up count under interleaving, all ``m``
-under GPipe, and under the zero-bubble schedules ``p`` per chunk on every device (read off the
-order: device ``i`` defers ``i`` weight gradients). A deferred ``W`` needs only the GEMMs' inputs
+under GPipe, under ZB-H1 and interleaved zero bubble ``p`` per chunk on every device (read off
+the order: device ``i`` defers ``i`` weight gradients), under ZB-V ``2p`` per device. A deferred ``W`` needs only the GEMMs' inputs
 and output gradients; counting the micro-batch's whole activations until then assumes that what
 its ``B`` frees (the attention's and norms' saved tensors) is about what ``W`` keeps (the output
 gradients, which no forward saves): an approximation, not measured.
@@ -164,12 +164,6 @@ class Schedule:
         if not self.split_backward:
             return 0.0 * x
         return np.maximum(x - self.bubble_share(x, f, w), 0.0) / vp
-
-    def span(self, x: list[float], f: list[float], w: list[float], micro: int, vp: int) -> float:
-        """Seconds from the first forward to the end of the schedule, before any device's
-        ``tail``."""
-        return span(x, [float(self.bubble_share(xi, fi, wi)) for xi, fi, wi in zip(x, f, w)],
-                    micro, vp)
 
     def order(self, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
         """The operations of device ``rank`` in the order it runs them."""
@@ -481,7 +475,7 @@ class Op:
     stage: int
     """Pipeline device position."""
     chunk: int
-    """Model chunk in model order (``local chunk · pp + stage``)."""
+    """Model chunk in model order (``Schedule.chunks_of`` the stage, by local index)."""
     kind: str
     """``"F"`` (forward), ``"B"`` (backward, with any recomputation; under a split schedule its
     input-gradient part), ``"W"`` (weight gradient, split schedules) or ``"X"`` (a whole backward

@@ -251,7 +251,7 @@ class StackSpec(_CachedHash):
     @property
     def interleaves(self) -> bool:
         """It runs a pipeline schedule over several model chunks per device."""
-        return any(SCHEDULES[s].chunks == "many" for s in self.schedules)
+        return any(SCHEDULES[s].chunks != "one" for s in self.schedules)
 
     def missing_axis(self, par) -> tuple[str, object, str] | None:
         """The first parallel axis ``par`` uses (a Parallelism, or any object with its degrees)

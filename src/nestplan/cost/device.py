@@ -171,7 +171,8 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     schedule = par.pipeline
     fill = sum(boundary[h] for h in schedule.hops(pp, vp))
-    steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(boundary) * vp
+    steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(
+        (boundary[h] for h in schedule.hops(pp, vp)), default=0.0) * vp
     flat = st.flat_dp_collectives
 
     def coeffs(kind_):
@@ -182,7 +183,9 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     if model.tied_embeddings and pp > 1 and not schedule.v_shape:
         tied_params = mg.embedding.params - (model.max_positions * model.hidden
                                              if model.position.value == "learned" else 0)
-    head = mg.head_shared if pp == 1 else mg.head
+    # the head shares the embedding's device (and a tied one its weights) without pipelining or
+    # in a V
+    head = mg.head_shared if pp == 1 or schedule.v_shape else mg.head
     return ConfigCosts(
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
         moe=kind(mg.moe) if mg.moe is not None else None,

@@ -79,17 +79,33 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     return chosen, notes
 
 
-def closest_schedule(par: Parallelism, offered: tuple[str, ...],
+def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
                      framework: str) -> tuple[Parallelism, list[str]]:
-    """``par`` with a pipeline schedule the framework runs (``offered``, nestplan's names), and
-    a note when that changed it: interleaved 1F1B for a schedule over several chunks per
-    device, else 1F1B."""
+    """``par`` (the plan of ``pf`` as exported so far) with a pipeline schedule the framework runs
+    (``offered``, nestplan's names), and a note when that changed it: interleaved 1F1B with the
+    same chunks per device where it can run (every device keeps its chunks' blocks), else 1F1B
+    with each device's blocks in one chunk."""
+    from ..evaluate import chunk_bounds
+    from ..schedule import SCHEDULES
+
     name = par.pipeline.name
     if par.pp == 1 or name in offered:
         return par, []
-    target = "interleaved-1f1b" if par.vp > 1 and "interleaved-1f1b" in offered else "1f1b"
-    return par.with_(schedule=target), [
-        f"{framework} has no {name} schedule ({par.pipeline.title}); exported with {target}"]
+    sizes = [b - a for a, b in chunk_bounds(pf.scenario.model, par)]
+    local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
+    tr = pf.scenario.training
+    micro = tr.global_batch // (par.mbs * par.dp)
+    if par.vp > 1 and "interleaved-1f1b" in offered and micro % par.pp == 0:
+        target, vp = SCHEDULES["interleaved-1f1b"], par.vp
+        layers = target.model_order(local, par.pp, vp)
+        how = ""
+    else:
+        target, vp = SCHEDULES["1f1b"], 1
+        layers = tuple(sum(row) for row in local)
+        how = ", each device's blocks in one chunk" if par.vp > 1 else ""
+    return par.with_(schedule=target.name, vp=vp, stage_layers=layers), [
+        f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
+        f"{target.name}{how}"]
 
 
 def fit_notes(pf: PlanFile) -> list[str]:

@@ -23,7 +23,8 @@ def _merged_split(pf: PlanFile) -> tuple[int, ...]:
     """Blocks per stage when each stage's virtual chunks become one."""
     par = pf.plan
     sizes = blocks_per_chunk(pf)
-    return tuple(sum(sizes[c] for c in range(s, len(sizes), par.pp)) for s in range(par.pp))
+    return tuple(sum(sizes[c] for c in par.pipeline.chunks_of(s, par.pp, par.vp))
+                 for s in range(par.pp))
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str]]:

@@ -14,10 +14,10 @@ from itertools import groupby
 
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision
+from ..evaluate import chunk_bounds
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, blocks_per_chunk, closest_schedule, evaluate, fit_notes, mesh_json,
-               predicted_note,
+from . import (Export, closest_schedule, evaluate, fit_notes, mesh_json, predicted_note,
                rank_map, uniform_policy)
 
 
@@ -59,7 +59,7 @@ def export(pf: PlanFile) -> Export:
                          "fully, the same share as one block in every "
                          f"{policy.every}")
     exported = par.with_(recompute=(policy.name,)) if rec_notes else par
-    exported, sched_notes = closest_schedule(exported, MEGATRON_SCHEDULES, "Megatron-Core")
+    exported, sched_notes = closest_schedule(pf, exported, MEGATRON_SCHEDULES, "Megatron-Core")
     rec_notes += sched_notes
     notes += rec_notes
     args: list[str] = [
@@ -93,14 +93,14 @@ def export(pf: PlanFile) -> Export:
                  f"--qk-pos-emb-head-dim {a.qk_rope_head_dim}", f"--v-head-dim {a.v_head_dim}"]
         if a.q_lora_rank:
             args.append(f"--q-lora-rank {a.q_lora_rank}")
-    sizes = blocks_per_chunk(pf)
+    sizes = [b - a for a, b in chunk_bounds(m, exported)]  # the exported plan's chunks
     uniform = len(set(sizes)) == 1
-    if par.vp > 1:  # Megatron needs it with two stages; nestplan's costs assume it always
+    if exported.vp > 1:  # Megatron needs it with two stages; nestplan's costs assume it always
         args.append("--overlap-p2p-communication")
     if uniform:
-        if par.vp > 1:
+        if exported.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")
-    elif par.vp == 1 and (par.pp == 2 or len(set(sizes[1:-1])) == 1):
+    elif exported.vp == 1 and (par.pp == 2 or len(set(sizes[1:-1])) == 1):
         args += [f"--decoder-first-pipeline-num-layers {sizes[0]}",
                  f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
     else:

@@ -16,11 +16,12 @@ launched through the rank map written beside the arguments.
 from __future__ import annotations
 
 from ..axes import Axis
+from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, blocks_per_chunk, closest_schedule, evaluate, fit_notes, mesh_json,
-               predicted_note, rank_map, uniform_policy)
+from . import (Export, closest_schedule, evaluate, fit_notes, mesh_json, predicted_note,
+               rank_map, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -61,7 +62,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         zero = 2
     exported = par.with_(recompute=(policy.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
-    exported, sched_notes = closest_schedule(exported, TORCHTITAN_SCHEDULES, "torchtitan")
+    exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
     notes += sched_notes
     module, config = REGISTRY.get(m.name, PLACEHOLDER)
     if (module, config) == PLACEHOLDER:
@@ -88,7 +89,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     if par.pp > 1:
         opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
-        sizes = blocks_per_chunk(pf)
+        sizes = [b - a for a, b in chunk_bounds(m, exported)]  # the exported plan's chunks
         parts, start = [], 0
         for c, n in enumerate(sizes):
             part = (["tok_embeddings"] if c == 0 else []) + [

@@ -79,7 +79,8 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     n_dense = sc.model.layers - n_moe
     expert = n_moe * mg.moe.expert_params if n_moe else 0.0
     blocks = n_dense * mg.dense.params + (n_moe * mg.moe.params if n_moe else 0.0)
-    head = mg.head.params if par.pp > 1 or not sc.model.tied_embeddings else 0.0
+    apart = par.pp > 1 and not par.pipeline.v_shape  # the head on another device than the embedding
+    head = mg.head.params if apart or not sc.model.tied_embeddings else 0.0
     dense_local = (blocks + mg.embedding.params + head) / par.pp
     w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
@@ -121,9 +122,12 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         vps = space.virtual_stages(world, con, shape)
         if not vps:  # a fixed vp this shape cannot take
             continue
+        variants = sum(len(space.schedules(world, con, shape.pp, v)) for v in vps)
+        if not variants:  # a fixed schedule this shape cannot run
+            continue
         orders = space.rank_orders(con, shape)
         zeros = space.zero_stages(world, con, shape.parallelism())
-        size += len(vps) * len(orders) * len(zeros)
+        size += variants * len(orders) * len(zeros)
         heapq.heappush(heap, (space.compute_bound(world, shape, max(vps)), tick, 0, shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective

@@ -260,11 +260,14 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     micro = sc.training.global_batch // (shape.mbs * shape.dp)
     model = sc.model
     vps = [1]
-    if not sc.stack.interleaves:
+    if not sc.stack.interleaves or shape.pp == 1:
         return _pick(con.vp, vps)
+    # looped interleaving needs the micro-batches in rounds of pp; a V (two chunks) only enough
+    # of them, which its schedules check
+    v_shaped = any(SCHEDULES[n].v_shape for n in sc.stack.schedules) and homogeneous(model)
     for v in range(2, MAX_VP + 1):
-        if shape.pp == 1 or micro % shape.pp:
-            break
+        if micro % shape.pp and not (v == 2 and v_shaped):
+            continue
         units, least = split_units(model, v)
         if (homogeneous(model) or model.layers % v == 0) and units >= shape.pp * least:
             vps.append(v)
@@ -359,12 +362,9 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
     return min(out)
 
 
-def _splits(sc: Scenario, par: Parallelism | None = None) -> bool:
-    """Whether the step may run a schedule that defers weight gradients: the plan's, or (no
-    plan yet) any the stack offers."""
-    if par is not None:
-        return par.pp > 1 and par.pipeline.split_backward
-    return any(SCHEDULES[n].split_backward for n in sc.stack.schedules)
+def _splits(par: Parallelism) -> bool:
+    """Whether the plan's schedule defers weight gradients."""
+    return par.pp > 1 and par.pipeline.split_backward
 
 
 @lru_cache(maxsize=65536)
@@ -464,7 +464,7 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par, cluster, sc.gpus)
     shown = 1.0 - st.overlap_efficiency
-    head = mg.head_shared if par.pp == 1 else mg.head
+    head = mg.head_shared if par.pp == 1 or par.pipeline.v_shape else mg.head
     params = ((sc.model.layers - mg.n_moe) * mg.dense.params + mg.embedding.params + head.params
               + (mg.n_moe * mg.moe.params if mg.n_moe else 0.0))
     eparams = mg.n_moe * mg.moe.expert_params if mg.n_moe else 0.0
@@ -477,7 +477,7 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
     if net is None:
         net = network_bound(sc, par)
     micro = tr.global_batch // (par.mbs * par.dp)
-    factor = _factor(micro, par.pp, par.vp, _splits(sc, par))
+    factor = _factor(micro, par.pp, par.vp, _splits(par))
     avg_p, avg_e = params / par.pp, eparams / par.pp
     acc = cluster.accelerator
     out = []
