@@ -389,3 +389,17 @@ def test_v_plans_with_uneven_micro_batches_search_and_export(tmp_path):
     code, out, err = cli("export", tmp_path / "v.json", "--format", "deepspeed")
     assert code == 0, err
     assert f"blocks per stage {per_device}" in err
+
+
+def test_a_plan_of_another_framework_exports_with_a_prediction(tmp_path):
+    """A pipelined torchtitan plan (FSDP ZeRO-3, a V) exported for DeepSpeed becomes ZeRO-1 and
+    1F1B, which torchtitan's stack does not run: the export still predicts it, with that stack's
+    behaviour, and says so."""
+    saved = tmp_path / "p.json"
+    code, out, err = cli("evaluate", *LLAMA, "--vp", "2", "--stack", "torchtitan", "--schedule",
+                         "zbv", "--save", saved)
+    assert code == 0, err
+    code, out, err = cli("export", saved, "--format", "deepspeed")
+    assert code == 0, err
+    assert "exported as ZeRO-1" in err
+    assert "with torchtitan's behaviour, although stack torchtitan runs ZeRO stages 0, 2, 3" in err

@@ -91,9 +91,11 @@ def _kinds(cc: D.ConfigCosts, dense, moe, emb, head):
                                   (int(head), cc.head)) if n and kc is not None]
 
 
-def evaluate(sc: Scenario, par: Parallelism) -> Evaluation:
-    """Predict what ``par`` does on ``sc``; raises SpecError if the plan is invalid."""
-    check_plan(sc, par)
+def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Evaluation:
+    """Predict what ``par`` does on ``sc``; raises SpecError if the plan is invalid (or, unless
+    ``stack_offers`` is False, one the scenario's stack does not offer: exports predict a plan
+    of another framework with the plan's stack's behaviour)."""
+    check_plan(sc, par, stack=stack_offers)
     cc = D.config_costs(sc, par)
     pp, vp, micro, tr = par.pp, par.vp, cc.micro, sc.training
     bounds = chunk_bounds(sc.model, par)

@@ -114,11 +114,21 @@ def fit_notes(pf: PlanFile) -> list[str]:
     return [] if ev.fits else [f"the plan does NOT fit: {ev.why_not}"]
 
 
+def prediction(pf: PlanFile, changed: Parallelism):
+    """nestplan's evaluation of the plan actually exported, with the plan's stack's behaviour,
+    and a remark when that stack itself would not run it (a plan searched for another framework,
+    exported as what the format's framework runs)."""
+    sc = pf.scenario
+    why = sc.stack.unsupported(changed)
+    under = "" if why is None else f" (with {sc.stack.name}'s behaviour, although {why[2]})"
+    return evaluate(sc, changed, stack_offers=False), under
+
+
 def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
-    """What nestplan predicts for the plan actually exported."""
+    """What nestplan predicts for the plan actually exported (``prediction``)."""
     before = evaluate(pf.scenario, pf.plan)
-    after = evaluate(pf.scenario, changed)
-    return (f"exported plan: predicted step {after.step_time:.3f} s instead of "
+    after, under = prediction(pf, changed)
+    return (f"exported plan: predicted step {after.step_time:.3f} s{under} instead of "
             f"{before.step_time:.3f} s, peak memory {after.peak_memory / 2**30:.1f} GiB "
             f"({'fits' if after.fits else 'does NOT fit'})")
 

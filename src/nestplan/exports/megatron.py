@@ -17,7 +17,7 @@ from ..options import MLPKind, Norm, Position, Precision
 from ..evaluate import chunk_bounds
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, closest_schedule, evaluate, fit_notes, mesh_json, predicted_note,
+from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, prediction,
                rank_map, uniform_policy)
 
 
@@ -162,7 +162,7 @@ def export(pf: PlanFile) -> Export:
                      "Megatron rank r runs on the device the plan chose")
     if rec_notes:
         notes.append(predicted_note(pf, exported))
-    ev = evaluate(sc, exported)
+    ev, _ = prediction(pf, exported)
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
             f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "

@@ -20,7 +20,7 @@ from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, closest_schedule, evaluate, fit_notes, mesh_json, predicted_note,
+from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, prediction,
                rank_map, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -122,7 +122,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
 def export(pf: PlanFile) -> Export:
     sc = pf.scenario
     groups, notes, exported = arguments(pf)
-    ev = evaluate(sc, exported)
+    ev, _ = prediction(pf, exported)
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
              "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
