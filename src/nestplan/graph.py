@@ -603,6 +603,15 @@ class ModelGraph:
     def n_moe(self) -> int:
         return sum(1 for k in self.kinds if k is LayerKind.MOE)
 
+    def counts(self, head_beside_embedding: bool) -> list[tuple[int, LayerGraph]]:
+        """Every layer kind of the whole model with how many there are (none left out at 0):
+        the blocks, the embedding and the head (sharing a tied embedding's weight when it sits
+        on the embedding's device: ``Parallelism.head_beside_embedding``)."""
+        head = self.head_shared if head_beside_embedding else self.head
+        out = [(len(self.kinds) - self.n_moe, self.dense), (self.n_moe, self.moe),
+               (1, self.embedding), (1, head)]
+        return [(n, layer) for n, layer in out if n]
+
 
 def _fp8_saves(layer: LayerGraph) -> LayerGraph:
     """In fp8, Transformer Engine keeps a linear layer's input for backward as its fp8 copy."""

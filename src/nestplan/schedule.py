@@ -64,8 +64,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 OpKey = tuple[str, int, int]
 """(kind, local chunk, micro-batch) of one operation on a device."""
 
@@ -78,9 +76,11 @@ class Schedule:
     chunks: str
     """How many model chunks per device it runs: ``one`` (vp = 1), ``many`` (vp >= 2) or
     ``two`` (vp = 2)."""
-    split_backward: bool
-    """Runs the weight-gradient part of the backward (W) apart from the input-gradient part,
-    to fill the pipeline's idle time."""
+    bubble: str = "whole"
+    """What each device adds to the span beyond the bottleneck (``Y``): ``whole`` (its whole
+    per-micro-batch time), ``deferred`` (less the weight gradients that fill the bubble) or
+    ``input`` (its input-gradient backward: ZB-V). ``bubble_share`` and the search's bounds
+    (``search.space._spread``) read it."""
     min_micro: int = 0
     """Fewest micro-batches per replica it runs with, in multiples of ``pp`` (``check``)."""
     holds_all: bool = False
@@ -105,6 +105,12 @@ class Schedule:
             return "micro-batches", micro, (f"schedule {self.name} needs at least "
                                             f"{self.min_micro * pp} per replica (pp = {pp})")
         return None
+
+    @property
+    def split_backward(self) -> bool:
+        """Runs the weight-gradient part of the backward (W) apart from the input-gradient
+        part, to fill the pipeline's idle time."""
+        return self.bubble != "whole"
 
     def device_of(self, chunk: int, pp: int) -> int:
         """The pipeline device that runs model chunk ``chunk`` (model order)."""
@@ -152,16 +158,20 @@ class Schedule:
     def bubble_share(self, x, f, w):
         """``Y`` of the closed form for a device with per-micro-batch time ``x``, forward part
         ``f`` and weight-gradient part ``w`` (numbers or arrays)."""
-        if not self.split_backward:
+        import numpy as np  # here, not at start-up: specs import this module
+
+        if self.bubble == "whole":
             return x
-        if self.name == "zbv":  # the input-gradient part, and what a forward longer than it adds
+        if self.bubble == "input":  # and what a forward longer than it adds
             b = x - f - w
             return b + 2 * np.maximum(f - b, 0.0)
         return x - w - np.minimum(w, f)
 
     def tail(self, x, f, w, vp: int = 1):
         """Weight-gradient work a device runs after the span: ``(X - Y)/v``."""
-        if not self.split_backward:
+        import numpy as np
+
+        if self.bubble == "whole":
             return 0.0 * x
         return np.maximum(x - self.bubble_share(x, f, w), 0.0) / vp
 
@@ -171,20 +181,21 @@ class Schedule:
 
 
 SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
-    Schedule("gpipe", "GPipe: all forwards, then all backwards", "one", False, holds_all=True,
+    Schedule("gpipe", "GPipe: all forwards, then all backwards", "one", holds_all=True,
              torchtitan="GPipe"),
-    Schedule("1f1b", "1F1B (PipeDream-Flush): one forward, one backward", "one", False,
+    Schedule("1f1b", "1F1B (PipeDream-Flush): one forward, one backward", "one",
              torchtitan="1F1B", megatron=True),
     Schedule("interleaved-1f1b", "interleaved 1F1B over vp model chunks per device", "many",
-             False, torchtitan="Interleaved1F1B", megatron=True),
+             torchtitan="Interleaved1F1B", megatron=True),
     Schedule("zb-h1", "zero bubble ZB-H1: weight gradients fill the bubble; every device holds "
-             "up to pp micro-batches", "one", True, min_micro=1),
+             "up to pp micro-batches", "one", "deferred", min_micro=1),
     Schedule("interleaved-zb", "interleaved zero bubble (ZB1P) over vp model chunks per device",
-             "many", True, min_micro=1, torchtitan="InterleavedZeroBubble"),
+             "many", "deferred", min_micro=1, torchtitan="InterleavedZeroBubble"),
     Schedule("zbv", "zero bubble ZB-V: two chunks per device in a V, weight gradients fill the "
-             "bubble", "two", True, min_micro=2, v_shape=True, torchtitan="ZBVZeroBubble"),
+             "bubble", "two", "input", min_micro=2, v_shape=True,
+             torchtitan="ZBVZeroBubble"),
     Schedule("dualpipev", "DualPipeV: DeepSeek's DualPipe on a V of two chunks per device, "
-             "forward and backward of different micro-batches paired", "two", True,
+             "forward and backward of different micro-batches paired", "two", "deferred",
              min_micro=2, v_shape=True, torchtitan="DualPipeV"),
 )}
 """Every schedule nestplan models, by name."""
@@ -327,38 +338,30 @@ def _zbv(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
     ops: list[OpKey] = []
     f, b, w = [0, 0], [0, 0], [0, 0]
 
-    def run(kind: str, local: int):
-        count = {"F": f, "B": b, "W": w}[kind]
-        ops.append((kind, local, count[local]))
-        count[local] += 1
+    def run(*steps: tuple[str, int]):
+        for kind, local in steps:
+            count = {"F": f, "B": b, "W": w}[kind]
+            ops.append((kind, local, count[local]))
+            count[local] += 1
 
     for _ in range(2 * (pp - rank) - 1):
-        run("F", 0)
+        run(("F", 0))
     for _ in range(rank):
-        run("F", 1)
-        run("F", 0)
+        run(("F", 1), ("F", 0))
     for _ in range(pp - rank):
-        run("F", 1)
-        run("B", 1)
-        run("W", 1)
+        run(("F", 1), ("B", 1), ("W", 1))
     while f[1] < f[0] or f[0] < micro:
         if f[0] < micro:
-            run("F", 0)
-        run("B", 0)
-        run("W", 0)
-        run("F", 1)
-        run("B", 1)
-        run("W", 1)
+            run(("F", 0))
+        run(("B", 0), ("W", 0), ("F", 1), ("B", 1), ("W", 1))
     for _ in range(rank):
-        run("B", 0)
-        run("B", 1)
+        run(("B", 0), ("B", 1))
     for _ in range(pp - rank):
-        run("B", 0)
-        run("W", 0)
+        run(("B", 0), ("W", 0))
     while w[1] < b[1]:
-        run("W", 1)
+        run(("W", 1))
     while w[0] < b[0]:
-        run("W", 0)
+        run(("W", 0))
     return tuple(ops)
 
 

@@ -468,6 +468,11 @@ class Parallelism(_CachedHash):
         return self.tp if self.etp is None else self.etp
 
     @property
+    def head_beside_embedding(self) -> bool:
+        """The output head runs on the embedding's device: without pipelining, or in a V."""
+        return self.pp == 1 or self.pipeline.v_shape
+
+    @property
     def pipeline(self):
         """The :class:`~nestplan.schedule.Schedule` this plan runs."""
         return resolve(self.schedule, self.vp)

@@ -183,9 +183,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     if model.tied_embeddings and pp > 1 and not schedule.v_shape:
         tied_params = mg.embedding.params - (model.max_positions * model.hidden
                                              if model.position.value == "learned" else 0)
-    # the head shares the embedding's device (and a tied one its weights) without pipelining or
-    # in a V
-    head = mg.head_shared if pp == 1 or schedule.v_shape else mg.head
+    head = mg.head_shared if par.head_beside_embedding else mg.head
     return ConfigCosts(
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
         moe=kind(mg.moe) if mg.moe is not None else None,

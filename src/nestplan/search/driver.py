@@ -75,16 +75,12 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     from ..recompute import effect
 
     mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
-    n_moe = mg.n_moe
-    n_dense = sc.model.layers - n_moe
-    expert = n_moe * mg.moe.expert_params if n_moe else 0.0
-    blocks = n_dense * mg.dense.params + (n_moe * mg.moe.params if n_moe else 0.0)
-    apart = par.pp > 1 and not par.pipeline.v_shape  # the head on another device than the embedding
-    head = mg.head.params if apart or not sc.model.tied_embeddings else 0.0
-    dense_local = (blocks + mg.embedding.params + head) / par.pp
-    w, g, o = M.model_states(dense_local, expert / par.pp, par.zero, par.dp * par.cp,
+    layers = mg.counts(par.head_beside_embedding)
+    dense = sum(n * layer.params for n, layer in layers)
+    expert = sum(n * layer.expert_params for n, layer in layers)
+    w, g, o = M.model_states(dense / par.pp, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
-    kinds = [mg.dense] + ([mg.moe] if n_moe else [])
+    kinds = [mg.dense] + ([mg.moe] if mg.n_moe else [])
     least_saved = min(effect(p, k).saved for p in sc.stack.recompute for k in kinds)
     micro = sc.training.global_batch // (par.mbs * par.dp)
     held = [min(par.pipeline.held(i, par.pp, par.vp, micro)) for i in range(par.pp)]

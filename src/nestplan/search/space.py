@@ -328,18 +328,11 @@ def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
     return (micro - 1 / vp) / pp + 1 / vp
 
 
-def _rule(schedule) -> str:
-    """How a schedule's ``Y`` relates to the work (``schedule.Schedule.bubble_share``)."""
-    if not schedule.split_backward:
-        return "whole"
-    return "v" if schedule.name == "zbv" else "deferred"
-
-
 def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
     """The rules of the plan's schedule, or (no plan yet) of every schedule the stack runs."""
     if par is not None:
-        return {_rule(par.pipeline)} if par.pp > 1 else {"whole"}
-    return {_rule(SCHEDULES[n]) for n in sc.stack.schedules} | {"whole"}
+        return {par.pipeline.bubble} if par.pp > 1 else {"whole"}
+    return {SCHEDULES[n].bubble for n in sc.stack.schedules} | {"whole"}
 
 
 def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int,
@@ -357,7 +350,7 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
             out.append(whole)
         elif r == "deferred":
             out.append(max(floor, whole - 2 * wgrad / vp))
-        else:
+        else:  # "input"
             out.append(max(floor, work * (micro - 1 / vp) / pp + b_in / vp))
     return min(out)
 
@@ -388,14 +381,10 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
     stack runs (``_spread``)."""
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
     mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
-    head = mg.head_shared if shape.pp == 1 else mg.head
-    layers = [(sc.model.layers - mg.n_moe, mg.dense), (mg.n_moe, mg.moe), (1, mg.embedding),
-              (1, head)]
     work = wgrad = b_in = 0.0
-    for n, layer in layers:
-        if n:
-            t, w, b = _parts(layer, acc, tr.precision)
-            work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
+    for n, layer in mg.counts(shape.pp == 1):
+        t, w, b = _parts(layer, acc, tr.precision)
+        work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
     micro = tr.global_batch // (shape.mbs * shape.dp)
     return _spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc)) + sc.stack.step_overhead
 
@@ -414,16 +403,11 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
     cluster = effective(sc.cluster, st)
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
-    head = mg.head_shared if par.pp == 1 else mg.head
-    layers = [(sc.model.layers - mg.n_moe, mg.dense), (mg.n_moe, mg.moe), (1, mg.embedding),
-              (1, head)]
     work = wgrad = b_in = 0.0
-    for n, layer in layers:
-        if n:
-            c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
-            work += n * (c.fwd + c.bwd)
-            wgrad += n * c.wgrad
-            b_in += n * (c.bwd - c.wgrad)
+    for n, layer in mg.counts(par.pp == 1):
+        c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
+        work, wgrad, b_in = (work + n * (c.fwd + c.bwd), wgrad + n * c.wgrad,
+                             b_in + n * (c.bwd - c.wgrad))
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     return work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp)
@@ -464,10 +448,9 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par, cluster, sc.gpus)
     shown = 1.0 - st.overlap_efficiency
-    head = mg.head_shared if par.pp == 1 or par.pipeline.v_shape else mg.head
-    params = ((sc.model.layers - mg.n_moe) * mg.dense.params + mg.embedding.params + head.params
-              + (mg.n_moe * mg.moe.params if mg.n_moe else 0.0))
-    eparams = mg.n_moe * mg.moe.expert_params if mg.n_moe else 0.0
+    layers = mg.counts(par.head_beside_embedding)
+    params = sum(n * layer.params for n, layer in layers)
+    eparams = sum(n * layer.expert_params for n, layer in layers)
     flat = st.flat_dp_collectives
 
     def dp(kind, p_bytes, e_bytes):
