@@ -85,7 +85,6 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     (``offered``, nestplan's names), and a note when that changed it: interleaved 1F1B with the
     same chunks per device where it can run (every device keeps its chunks' blocks), else 1F1B
     with each device's blocks in one chunk."""
-    from ..evaluate import chunk_bounds
     from ..schedule import SCHEDULES
 
     name = par.pipeline.name
@@ -151,7 +150,3 @@ def export(pf: PlanFile, fmt: str) -> Export:
                          f"{fmt}; its prediction assumes {stack.name}'s behaviour (plan again with "
                          f"--stack for a {fmt} plan)")
     return out
-
-
-def blocks_per_chunk(pf: PlanFile) -> list[int]:
-    return [b - a for a, b in chunk_bounds(pf.scenario.model, pf.plan)]

@@ -14,17 +14,10 @@ from __future__ import annotations
 
 import json
 
+from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
-from . import Export, blocks_per_chunk, fit_notes, predicted_note, uniform_policy
-
-
-def _merged_split(pf: PlanFile) -> tuple[int, ...]:
-    """Blocks per stage when each stage's virtual chunks become one."""
-    par = pf.plan
-    sizes = blocks_per_chunk(pf)
-    return tuple(sum(sizes[c] for c in par.pipeline.chunks_of(s, par.pp, par.vp))
-                 for s in range(par.pp))
+from . import Export, closest_schedule, fit_notes, predicted_note, uniform_policy
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str]]:
@@ -33,15 +26,14 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     notes = fit_notes(pf)
     policy, rec_notes = uniform_policy(pf)
     notes += rec_notes
-    exported = par.with_(recompute=(policy.name,))
+    # the pipeline engine runs 1F1B only: every device's chunks become one
+    exported, _ = closest_schedule(pf, par.with_(recompute=(policy.name,)), ("1f1b",), "DeepSpeed")
     if par.vp > 1:
         notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
                      "virtual stages per device become one (same blocks per device)")
-        exported = exported.with_(vp=1, schedule=None, stage_layers=_merged_split(pf))
     elif par.pp > 1 and par.pipeline.name != "1f1b":
         notes.append(f"DeepSpeed's pipeline engine runs 1F1B only; the plan's {par.pipeline.name} "
                      "is exported as 1F1B")
-        exported = exported.with_(schedule=None)
     if par.pp > 1 and par.zero >= 2:
         notes.append(f"ZeRO-{par.zero} is incompatible with DeepSpeed's pipeline engine; "
                      "exported as ZeRO-1")
@@ -76,7 +68,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     if par.pp > 1:
         # read by the pipeline engine; stages and the split are PipelineModule arguments
         cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy.kind == "full" else 0}
-        split = exported.stage_layers or _merged_split(pf)
+        split = [b - a for a, b in chunk_bounds(sc.model, exported)]  # one chunk per stage
         notes.append(f"pipeline: PipelineModule(num_stages={par.pp}) with blocks per stage "
                      f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); the "
                      "split is set in code: partition_method='uniform' balances layer counts, "
