@@ -342,8 +342,7 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
     ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X >= sum X / p``:
     whole backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``;
     and every device runs its ``m·X_i`` inside the step."""
-    whole = work * ((micro - 1 / vp) / pp + 1 / vp)
-    floor = work * micro / pp
+    whole, floor = work * _factor(micro, pp, vp), work * _factor(micro, pp, vp, split=True)
     out = []
     for r in rules:
         if r == "whole":
@@ -460,6 +459,8 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
     if net is None:
         net = network_bound(sc, par)
     micro = tr.global_batch // (par.mbs * par.dp)
+    # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
+    # floor (m/p), which keeps net + this a bound (_spread's forms are each linear in the work)
     factor = _factor(micro, par.pp, par.vp, _splits(par))
     avg_p, avg_e = params / par.pp, eparams / par.pp
     acc = cluster.accelerator
