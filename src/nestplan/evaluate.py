@@ -33,6 +33,7 @@ from .cost.compute import layer_cost
 from .cost.hardware import effective
 from .schedule import span
 from .placement import layouts, stage_devices
+from .options import Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, check_plan, default_split
@@ -44,7 +45,8 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
                    stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
-                   stack.moe_dispatcher, stack.moe_overlap, tr.moe_load)
+                   stack.moe_dispatcher, stack.moe_overlap, tr.moe_load,
+                   stack.fp8_tp_gather and tr.precision is Precision.FP8)
 
 
 @lru_cache(maxsize=256)

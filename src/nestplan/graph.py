@@ -193,6 +193,9 @@ class Local:
     """What hides the expert-parallel exchange (the stack's ``moe_overlap``)."""
     moe_load: float = 1.0
     """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``)."""
+    fp8_tp_gather: bool = False
+    """Tensor-parallel all-gathers around fp8 linear layers move fp8 (the stack's
+    ``fp8_tp_gather`` in fp8 training)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -241,10 +244,14 @@ class _Dims:
         self.f = m.ffn_hidden / t
         self.V = padded_vocab(m.vocab, t) / t
 
-    def tp_comms(self, name: str, *, column: bool, nbytes: float) -> list[Comm]:
-        """Collectives of a column- (input side) or row-parallel (output side) linear layer."""
+    def tp_comms(self, name: str, *, column: bool, nbytes: float, lowp: bool = True) -> list[Comm]:
+        """Collectives of a column- (input side) or row-parallel (output side) linear layer;
+        ``lowp`` as for ``_gemm`` (its all-gathers move fp8 under ``Local.fp8_tp_gather``)."""
         if self.t == 1:
             return []
+        if self.loc.sp and lowp and self.loc.fp8_tp_gather:
+            return [replace(c, nbytes=c.nbytes / E) if c.kind is CollKind.ALL_GATHER else c
+                    for c in self.tp_comms(name, column=column, nbytes=nbytes, lowp=False)]
         if column:  # identity forward; input-gradient all-reduce backward (SP: all-gather / RS)
             if self.loc.sp:
                 return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
@@ -573,7 +580,7 @@ def _head(x: _Dims, with_weight: bool) -> LayerGraph:
     # Vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2)
     ops.append(Op("cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
                   bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V))
-    comms = x.tp_comms("lm_head", column=True, nbytes=E * T * h)
+    comms = x.tp_comms("lm_head", column=True, nbytes=E * T * h, lowp=False)
     if x.t > 1:
         comms.append(Comm("loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))
     if with_weight:

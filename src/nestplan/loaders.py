@@ -388,7 +388,7 @@ def _stack_fields() -> dict:
                                   "moe_overlap")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
-                                    "gather_whole_block", "recompute_per_stage", "default_sp",
+                                    "gather_whole_block", "recompute_per_stage", "default_sp", "fp8_param_gather", "fp8_tp_gather",
                                     "gpt_tied_embeddings")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_transient_bytes", "max_zero_with_pp", "default_zero")},

@@ -91,6 +91,16 @@ class StackSpec(_CachedHash):
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring over the group's top level (no node-level
     aggregation)."""
+    fp8_param_gather: bool = False
+    """In fp8 training, ZeRO-3/FSDP and the sharded optimizer all-gather the transformer blocks'
+    linear weights as their fp8 copies, one byte each (torchao's
+    ``enable_fsdp_float8_all_gather``, Megatron-Core's ``--fp8-param-gather``); the embedding and
+    the output layer stay in bf16. Off, every gathered weight moves in bf16."""
+    fp8_tp_gather: bool = False
+    """In fp8 training with sequence parallelism, the tensor-parallel all-gathers around the
+    blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;
+    reduce-scatters stay bf16 (torchao's ``Float8ColwiseParallel``/``Float8RowwiseParallel``,
+    which torchtitan applies with float8 and TP)."""
     gather_whole_block: bool = False
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""

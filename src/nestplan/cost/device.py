@@ -67,6 +67,8 @@ class KindCost:
     host: float
     params: float
     eparams: float
+    gather: float
+    """Bytes per weight its ZeRO all-gathers move (``memory.gather_bytes``)."""
     saved: np.ndarray
     transient: np.ndarray
     """Working memory while this layer's backward runs (the recomputed activations)."""
@@ -87,7 +89,7 @@ def recompute_time(eff, cost) -> float:
 
 
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
-          whole_block: bool) -> KindCost:
+          whole_block: bool, gather: float) -> KindCost:
     # hardware FLOP of the mean device: the busiest expert rank's extra load divided out
     mean = [1.0 / layer.expert_load if o.name.startswith("expert_") else 1.0 for o in layer.ops]
     full_fwd = sum(o.flops * w for o, w in zip(layer.ops, mean))
@@ -103,7 +105,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         again.append(eff.full)
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
-        wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params, saved=np.array(saved),
+        wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params, gather=gather, saved=np.array(saved),
         transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
@@ -163,7 +165,8 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 
     def kind(layer, checkpointable=True):
         return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), st.recompute,
-                     checkpointable, st.gather_whole_block)
+                     checkpointable, st.gather_whole_block,
+                     M.gather_bytes(layer.kind, st, tr.precision))
 
     pp, vp = par.pp, par.vp
     micro = tr.global_batch // (par.mbs * par.dp)
@@ -210,6 +213,9 @@ class Chunk:
     again: Num
     params: Num
     eparams: Num
+    gathered: Num
+    egathered: Num
+    """Bytes a ZeRO all-gather of the chunk's dense (expert) weights moves."""
     saved: Num
     transient: Num
     largest: Num
@@ -247,6 +253,8 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         again=again,
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
+        gathered=_sum(*(n * k.params * k.gather for n, k in parts)),
+        egathered=_sum(*(n * k.eparams * k.gather for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
         transient=transient, largest=largest,
         layers=_sum(*(n for n, _ in parts)),
@@ -309,10 +317,12 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     eff = st.overlap_efficiency
     rs = _dp(cc.rs, ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
         if par.zero >= 2 else 0.0 * ch.params
-    ag = _dp(cc.ag, ch.params * M.COMPUTE_BYTES, ch.eparams * M.COMPUTE_BYTES) \
-        if par.zero >= 3 else 0.0 * ch.params
+    ag = _dp(cc.ag, ch.gathered, ch.egathered) if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
-    comm_b = ag * (1.0 + ch.again) + rs
+    # a recomputed forward gathers its weights again, except in an FSDP unit: there it runs
+    # inside the unit's backward, after the backward's own gather (tests/test_framework_comm.py)
+    again = 0.0 if st.gather_whole_block else ch.again
+    comm_b = ag * (1.0 + again) + rs
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
     extra_f = exposed(ag, fwd, eff) + ag * per_layer
@@ -350,8 +360,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
         cc.lay.edp.size if par.zero >= 1 else 1)
     opt = shard * optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
-    gather = _dp(cc.ag, params * M.COMPUTE_BYTES, eparams * M.COMPUTE_BYTES) \
-        if par.zero in (1, 2) else 0.0 * params
+    gather = _dp(cc.ag, _sum(*(c.gathered for c in chunks)),
+                 _sum(*(c.egathered for c in chunks))) if par.zero in (1, 2) else 0.0 * params
     opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
                                                F / cc.micro if st.overlap_param_gather else 0.0,
                                                st.overlap_efficiency)

@@ -450,6 +450,10 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
     layers = mg.counts(par.head_beside_embedding)
     params = sum(n * layer.params for n, layer in layers)
     eparams = sum(n * layer.expert_params for n, layer in layers)
+    gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
+                   for n, layer in layers)
+    egathered = sum(n * layer.expert_params * M.gather_bytes(layer.kind, st, tr.precision)
+                    for n, layer in layers)
     flat = st.flat_dp_collectives
 
     def dp(kind, p_bytes, e_bytes):
@@ -470,15 +474,13 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
         if z >= 2:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
         if z >= 3:
-            zero += 2 * dp(G.CollKind.ALL_GATHER, params * M.COMPUTE_BYTES,
-                           eparams * M.COMPUTE_BYTES)
+            zero += 2 * dp(G.CollKind.ALL_GATHER, gathered, egathered)
         end = 0.0
         if z < 2:
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
             end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
         if z in (1, 2):
-            end += shown * dp(G.CollKind.ALL_GATHER, avg_p * M.COMPUTE_BYTES,
-                              avg_e * M.COMPUTE_BYTES)
+            end += shown * dp(G.CollKind.ALL_GATHER, gathered / par.pp, egathered / par.pp)
         shard = avg_p / (lay.dp.size if z >= 1 else 1) + avg_e / (
             lay.edp.size if z >= 1 else 1)
         end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
