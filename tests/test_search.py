@@ -177,12 +177,15 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                                                       first_dense):
     """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
     stage DP's objective of each configuration it stands for, under every schedule (memory
-    ignored: the DP's best over all splits and policies)."""
+    ignored: the DP's best over all splits and policies); with one policy in every block, the
+    bound plus that policy's least recompute is at most the DP's objective under it, and the
+    memory floor at most the least peak any split reaches."""
     import numpy as np
 
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
+    from nestplan.search.driver import _recompute_floors, _states_floors
 
     sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense)
     sc = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
@@ -205,3 +208,14 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
             for bound in (shape_bound, order_bound, space.network_bound(sc, par),
                           space.config_bound(sc, par)):
                 assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
+            # one policy in every block: its recompute joins the bound, its memory the floor
+            cc = D.config_costs(sc, par)
+            adds, floors = _recompute_floors(cc), _states_floors(sc, par)
+            policies = np.arange(len(sc.stack.recompute))
+            for p in policies:
+                only = [np.broadcast_to(policies == p, o.shape) for o in tb.ok]
+                sol_p = DP.solve(tb.x, tb.e, only, cc.micro, par.vp, tb.const, y=tb.y)
+                bound = space.config_bound(sc, par) + adds[p]
+                assert bound <= sol_p.objective * (1 + 1e-9), (par, p, bound, sol_p.objective)
+                peak = DP.min_peak_memory([m[..., p:p + 1] for m in tb.mem], tb.valid)
+                assert floors[p] <= peak * (1 + 1e-9), (par, p, floors[p], peak)

@@ -44,6 +44,10 @@ class LayerKind(enum.Enum):
     HEAD = "head"
 
 
+BLOCK_KINDS = frozenset({LayerKind.DENSE, LayerKind.MOE})
+"""The transformer blocks (what pipeline stages split), as opposed to the embedding and head."""
+
+
 class CollKind(enum.Enum):
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"  # nbytes = gathered (output) size

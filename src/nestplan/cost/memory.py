@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..graph import BLOCK_KINDS
+from ..options import Precision
 
 COMPUTE_BYTES = 2
 """Bytes per weight element as the GEMMs use it and as ZeRO-3/FSDP gathers it (bf16)."""
@@ -32,12 +34,8 @@ def gather_bytes(kind, stack, precision) -> float:
     sharded optimizer all-gather: bf16, or fp8 for the transformer blocks when the stack gathers
     fp8 weights in fp8 training (``StackSpec.fp8_param_gather``; a block's norm weights, a few
     hidden-sized vectors, are counted with its linear layers)."""
-    from ..graph import LayerKind
-    from ..options import Precision
-
-    block = kind in (LayerKind.DENSE, LayerKind.MOE)
     fp8 = stack.fp8_param_gather and precision is Precision.FP8
-    return FP8_BYTES if block and fp8 else COMPUTE_BYTES
+    return FP8_BYTES if kind in BLOCK_KINDS and fp8 else COMPUTE_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,12 +64,13 @@ def plan_from_solution(model, model_stack, par: Parallelism,
                      recompute=tuple(model_stack.recompute[s.policy].name for s in sol.stages))
 
 
-def _states_floor(sc: Scenario, par: Parallelism) -> float:
-    """Bytes the most loaded device holds at least, whatever the split and the recomputation:
-    the average device's model states, plus the reserve, plus the average device's activations
-    when every block keeps only what the stack's most saving policy keeps and the blocks sit
-    where the schedule holds the fewest micro-batches (each device keeps at least one block per
-    chunk). The most loaded device holds at least the average."""
+def _states_floors(sc: Scenario, par: Parallelism) -> np.ndarray:
+    """Per recompute policy of the stack, bytes the most loaded device holds at least when every
+    block runs that policy, whatever the split: the average device's model states, plus the
+    average device's activations with the blocks where the schedule holds the fewest
+    micro-batches (each device keeps at least one block per chunk), plus one block's working
+    memory, plus the reserve these imply (``memory.reserve``). The most loaded device holds at
+    least the average. The least of them bounds plans that mix policies."""
     from ..evaluate import local_strategy
     from ..graph import build
     from ..recompute import effect
@@ -80,13 +81,32 @@ def _states_floor(sc: Scenario, par: Parallelism) -> float:
     expert = sum(n * layer.expert_params for n, layer in layers)
     w, g, o = M.model_states(dense / par.pp, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
+    st = sc.stack
     kinds = [mg.dense] + ([mg.moe] if mg.n_moe else [])
-    least_saved = min(effect(p, k).saved for p in sc.stack.recompute for k in kinds)
+    effects = [[effect(p, k) for k in kinds] for p in st.recompute]
+    saved = np.array([min(e.saved for e in row) for row in effects])
+    # every device runs one block's backward at least: its working memory, and under ZeRO-3 the
+    # gathered weights of the block in use and the next one
+    transient = np.array([min(e.transient for e in row) for row in effects])
+    if par.zero >= 3:
+        transient = transient + 2 * M.COMPUTE_BYTES * min(
+            k.params + k.expert_params if st.gather_whole_block else k.largest_weight
+            for k in kinds)
     micro = sc.training.global_batch // (par.mbs * par.dp)
     held = [min(par.pipeline.held(i, par.pp, par.vp, micro)) for i in range(par.pp)]
     spare = max(sc.model.layers - par.vp * par.pp, 0)
-    acts = least_saved * (par.vp * sum(held) + spare * min(held)) / par.pp
-    return w + g + o + sc.stack.reserved_bytes + acts
+    acts = saved * (par.vp * sum(held) + spare * min(held)) / par.pp
+    return w + g + o + M.reserve(acts, transient, st) + acts + transient
+
+
+def _recompute_floors(cc: D.ConfigCosts) -> np.ndarray:
+    """Per recompute policy, what running it in every block adds at least to the configuration's
+    bound (``space.recompute_bounds`` of its per-micro-batch recompute time)."""
+    g = cc.graph
+    blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, cc.dense), (g.n_moe, cc.moe)) if n]
+    total = sum(n * k.rc for n, k in blocks)
+    cheapest = np.min([k.rc for _, k in blocks], axis=0)
+    return np.asarray(space.recompute_bounds(cc.sc, cc.par, total, cheapest))
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
@@ -111,6 +131,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     if policies is not None:  # a baseline's own restriction, within what the stack offers
         sets = [tuple(p for p in s if p in policies) for s in sets]
         sets = [s for s in sets if s]
+    single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
     heap: list = []
     tick = 0
     size = 0
@@ -166,20 +187,39 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                     heapq.heappush(heap, (b, tick, 3, item.with_(zero=zero)))
                     tick += 1
             continue
-        par = item
-        if memory_aware:
-            floor = _states_floor(world, par)
-            if floor > cap:
-                shortfall = min(shortfall, (floor - cap, par), key=lambda t: t[0])
+        if level == 3:  # configuration -> the recompute policy sets that may fit, with bounds
+            par = item
+            if memory_aware:
+                floors = _states_floors(world, par)
+                least = min(floors[list(s)].min() for s in sets)
+                if least > cap:
+                    shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
+                    continue
+            cc = D.config_costs(world, par)
+            # one policy in every block: its least recompute time joins the bound
+            adds = _recompute_floors(cc) if single else None
+            keep = [(lb + (adds[s[0]] if single else 0.0), s) for s in sets
+                    if not memory_aware or floors[list(s)].min() <= cap]
+            keep = sorted((b, s) for b, s in keep if b < bound)
+            if not keep:
                 continue
-        cc = D.config_costs(world, par)
+            if keep[0][0] > lb:  # wait for its turn
+                heapq.heappush(heap, (keep[0][0], tick, 4, (par, keep)))
+                tick += 1
+                continue
+        else:
+            par, keep = item
+            cc = D.config_costs(world, par)
         tb = T.build(cc)
         if tb is None:
             continue
         solved += 1
         base_ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
         any_fit = False
-        for allowed in sets:
+        for set_bound, allowed in keep:
+            bound = -found[0].key if len(found) >= top else np.inf
+            if set_bound >= bound:
+                break
             allow = np.zeros(len(world.stack.recompute), dtype=bool)
             allow[list(allowed)] = True
             ok = [o & allow for o in base_ok]
@@ -187,7 +227,6 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 ok = [o & (np.arange(len(allow)) == world.stack.policy_index(per_stage[i]))
                       for i, o in enumerate(ok)]
             any_fit = any_fit or any(o.any() for o in ok)
-            bound = -found[0].key if len(found) >= top else np.inf
             sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound, y=tb.y)
             if sol is None:
                 continue
@@ -196,7 +235,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 heapq.heappush(found, entry)
             else:
                 heapq.heappushpop(found, entry)
-        if memory_aware and not any_fit:
+        if memory_aware and not any_fit and not found:
             peak = DP.min_peak_memory(tb.mem, tb.valid)
             if np.isfinite(peak):
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])

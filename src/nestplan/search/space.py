@@ -336,22 +336,31 @@ def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
 
 
 def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int,
-            rules: set[str]) -> float:
+            rules: set[str], busiest: float = 0.0) -> float:
     """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
     at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
-    ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X >= sum X / p``:
-    whole backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``;
-    and every device runs its ``m·X_i`` inside the step."""
-    whole, floor = work * _factor(micro, pp, vp), work * _factor(micro, pp, vp, split=True)
+    ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X`` at least both the
+    average ``sum X / p`` and ``busiest`` (the work some device must hold: ``_busiest``): whole
+    backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``; and
+    every device runs its ``m·X_i`` inside the step."""
+    most = max(work / pp, busiest)
+    lead = (micro - 1 / vp) * most
     out = []
     for r in rules:
         if r == "whole":
-            out.append(whole)
+            out.append(lead + work / vp)
         elif r == "deferred":
-            out.append(max(floor, whole - 2 * wgrad / vp))
+            out.append(max(micro * most, lead + (work - 2 * wgrad) / vp))
         else:  # "input"
-            out.append(max(floor, work * (micro - 1 / vp) / pp + b_in / vp))
+            out.append(max(micro * most, lead + b_in / vp))
     return min(out)
+
+
+def _busiest(model, pp: int, per_block) -> float:
+    """Per-micro-batch work that the busiest of ``pp`` devices holds at least: some device holds
+    ``ceil(L / p)`` of the ``L`` blocks (pigeonhole, whatever the split, chunks or V), each
+    costing at least the cheapest block kind's ``per_block`` work (pass the kinds' works)."""
+    return -(-model.layers // pp) * min(per_block) if pp > 1 else 0.0
 
 
 def _splits(par: Parallelism) -> bool:
@@ -381,19 +390,23 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
     mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
     work = wgrad = b_in = 0.0
+    blocks = []
     for n, layer in mg.counts(shape.pp == 1):
         t, w, b = _parts(layer, acc, tr.precision)
         work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
+        if layer.kind in G.BLOCK_KINDS:
+            blocks.append(t)
     micro = tr.global_batch // (shape.mbs * shape.dp)
-    return _spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc)) + sc.stack.step_overhead
+    return _spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc),
+                   _busiest(sc.model, shape.pp, blocks)) + sc.stack.step_overhead
 
 
 @lru_cache(maxsize=65536)
 def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
-                                                            tuple[float, ...], int]:
+                                                            tuple[float, ...], int, float]:
     """Per-micro-batch work with exposed intra-layer communication, its weight-gradient part
-    and the rest of its backward, the send/recv time of each pipeline boundary, and the
-    micro-batch count (independent of vp and ZeRO)."""
+    and the rest of its backward, the send/recv time of each pipeline boundary, the
+    micro-batch count and the busiest device's least work (independent of vp and ZeRO)."""
     from ..cost.compute import layer_cost
     from ..cost.network import p2p_time
     from ..placement import layouts
@@ -403,26 +416,45 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
     work = wgrad = b_in = 0.0
+    blocks = []
     for n, layer in mg.counts(par.pp == 1):
         c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
         work, wgrad, b_in = (work + n * (c.fwd + c.bwd), wgrad + n * c.wgrad,
                              b_in + n * (c.bwd - c.wgrad))
+        if layer.kind in G.BLOCK_KINDS:
+            blocks.append(c.fwd + c.bwd)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
-    return work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp)
+    return (work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp),
+            _busiest(sc.model, par.pp, blocks))
 
 
 def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
     the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
-    work, wgrad, b_in, boundary, micro = _network_parts(
+    work, wgrad, b_in, boundary, micro, busiest = _network_parts(
         sc, par.with_(vp=1, zero=0, schedule=None))
     v = vp or par.vp
     fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
     rules = _rules(sc) if vp is not None else _rules(sc, par)
-    return (_spread(work, wgrad, b_in, micro, par.pp, v, rules) + 2 * fill
+    return (_spread(work, wgrad, b_in, micro, par.pp, v, rules, busiest) + 2 * fill
             + sc.stack.step_overhead)
+
+
+def recompute_bounds(sc: Scenario, par: Parallelism, total, cheapest) -> list[float]:
+    """What recomputation adds at least to ``network_bound(sc, par)`` when every block runs one
+    policy, per policy: ``total`` is its per-micro-batch recompute time over all blocks,
+    ``cheapest`` the least of one block (both per policy). Recomputation is backward work on
+    the device that holds the block, so it joins the work spread over the devices and the
+    busiest device's least share (``_spread`` is the rest of ``network_bound``)."""
+    work, wgrad, b_in, _, micro, busiest = _network_parts(
+        sc, par.with_(vp=1, zero=0, schedule=None))
+    rules = _rules(sc, par)
+    base = _spread(work, wgrad, b_in, micro, par.pp, par.vp, rules, busiest)
+    most = -(-sc.model.layers // par.pp) if par.pp > 1 else 0
+    return [_spread(work + r, wgrad, b_in + r, micro, par.pp, par.vp, rules, busiest + most * c)
+            - base for r, c in zip(total, cheapest)]
 
 
 def config_bound(sc: Scenario, par: Parallelism, net: float | None = None) -> float:
