@@ -63,8 +63,8 @@ def test_console_script_runs():
     (swap(BASE, "--tp", "0"), "tp: got 0; must be an integer > 0"),
     (swap(BASE, "--tp", "-8"), "tp: got -8"),
     (swap(BASE, "--mbs", "0"), "mbs: got 0"),
-    (swap(BASE, "--seq-len", "0"), "seq_len: got 0"),
-    (swap(BASE, "--global-batch", "-1"), "global_batch: got -1"),
+    (swap(BASE, "--seq-len", "0"), "seq-len: got 0"),
+    (swap(BASE, "--global-batch", "-1"), "global-batch: got -1"),
     (swap(BASE, "--gpus", "0"), "gpus: got 0"),
     (swap(BASE, "--tp", "7"), "tp·pp·cp = 7·8·1 = 56 must divide gpus = 1024"),
     (swap(swap(BASE, "--gpus", "1792"), "--tp", "7"), "tp: got 7; must divide heads = 96"),
@@ -80,7 +80,7 @@ def test_console_script_runs():
     (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),
     (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
      "interleaved schedule needs the micro-batch count (97) to be a multiple of pp = 8"),
-    (swap(BASE, "--rank-order", "tp-dp-pp"), "rank_order: got 'tp-dp-pp'"),
+    (swap(BASE, "--rank-order", "tp-dp-pp"), "rank-order: got 'tp-dp-pp'"),
     (swap(BASE, "--tp", "eight"), "argument --tp: invalid int value: 'eight'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle, capsys):

@@ -152,3 +152,15 @@ def test_a_plan_file_may_list_per_stage_policies_as_one_string(tmp_path):
     path.write_text(json.dumps(data))
     code, out, err = cli("evaluate", "--plan", path, "--json")
     assert code == 0 and json.loads(out)["recompute"] == ["full", "none"], err
+
+
+def test_validate_works_anywhere_with_the_shipped_published_runs(tmp_path, shared):
+    """``nestplan validate`` without --csv reads the published runs shipped inside the package,
+    which must be the shared file itself (a copy that drifted would validate something else)."""
+    from importlib import resources
+
+    shipped = resources.files("nestplan").joinpath("data", "published_runs.csv").read_bytes()
+    assert shipped == (shared / "data" / "published_runs.csv").read_bytes()
+    code, out, err = cli("validate", "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert json.loads(out)["count"] == 63

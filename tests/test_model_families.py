@@ -106,7 +106,7 @@ def test_a_config_missing_a_moe_key_is_one_line(tmp_path, name, key):
 def test_top_k_beyond_the_experts_is_bad_input():
     data = json.loads((HF / "qwen2-moe.json").read_text())
     data["num_experts_per_tok"] = 65
-    with pytest.raises(SpecError, match="moe.top_k: got 65; must be <= moe.experts = 64"):
+    with pytest.raises(SpecError, match="num_experts_per_tok: got 65; must be <= moe.experts = 64"):
         model_from_hf_dict(data)
 
 

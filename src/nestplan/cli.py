@@ -11,7 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_RUNS = Path("../shared/data/published_runs.csv")
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH = 1024
 
@@ -89,8 +88,32 @@ def _add_search(p: argparse.ArgumentParser):
                    help="keep tensor parallelism inside a node")
 
 
+FLAG_OF = {"seq_len": "seq-len", "global_batch": "global-batch", "rank_order": "rank-order",
+           "moe_imbalance": "moe-imbalance", "moe_capacity": "moe-capacity-factor"}
+"""The flag that sets a scenario or plan field, for errors about a value given as a flag."""
+
+
+def _as_flags(fn):
+    """Run ``fn`` naming the flag (``seq-len``) instead of the field (``seq_len``) in a
+    SpecError about a value the user gave as a flag."""
+    import functools
+
+    from .errors import SpecError
+
+    @functools.wraps(fn)
+    def wrapped(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except SpecError as e:
+            if e.field in FLAG_OF:
+                raise SpecError(FLAG_OF[e.field], e.value, e.allowed) from None
+            raise
+    return wrapped
+
+
+@_as_flags
 def _scenario(args):
-    from .evaluate import scenario_from_names
+    from .catalog import scenario_from_names
     from .options import Precision
 
     seq = args.seq_len if args.seq_len is not None else DEFAULT_SEQ_LEN
@@ -102,7 +125,8 @@ def _scenario(args):
         moe["moe_capacity"] = args.moe_capacity_factor
     sc = scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                              global_batch=batch,
-                             precision=Precision.parse("precision", args.precision or "bf16"),
+                             precision=Precision.parse(
+                                 "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, **moe)
     return _with_headroom(sc, args)
 
@@ -121,6 +145,7 @@ def _with_headroom(sc, args):
     return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 
+@_as_flags
 def _constraints(args):
     from .axes import parse_order
     from .errors import SpecError
@@ -140,7 +165,7 @@ def _constraints(args):
         kw["sp"] = args.sp
     if args.recompute is not None:
         kw["recompute"] = parse_names("recompute", args.recompute)
-    if args.rank_order:
+    if args.rank_order is not None:
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
@@ -170,6 +195,7 @@ class _Progress:
             print(file=sys.stderr)
 
 
+@_as_flags
 def _plan(args, sc):
     from .axes import parse_order
     from .errors import SpecError
@@ -192,7 +218,7 @@ def _plan(args, sc):
               zero=0 if args.zero is None else args.zero, mbs=args.mbs)
     if args.recompute is not None:
         kw["recompute"] = parse_names("recompute", args.recompute)
-    if args.rank_order:
+    if args.rank_order is not None:
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
@@ -212,7 +238,7 @@ PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp
 
 def cmd_evaluate(args) -> int:
     from .errors import UsageError
-    from .evaluate import evaluate
+    from .specs import check_plan
 
     pf = None
     if args.plan:
@@ -224,13 +250,17 @@ def cmd_evaluate(args) -> int:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
                              "(or leave out --plan)")
         pf = planfile.load(args.plan)
-        ev = evaluate(_with_headroom(pf.scenario, args), pf.plan)
+        sc, plan = _with_headroom(pf.scenario, args), pf.plan
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
         if missing:
             raise UsageError(f"missing {' '.join(missing)} (or give --plan PLAN.json)")
         sc = _scenario(args)
-        ev = evaluate(sc, _plan(args, sc))
+        plan = _plan(args, sc)
+    check_plan(sc, plan)  # before the cost model (and numpy) is loaded: mistakes answer fast
+    from .evaluate import evaluate
+
+    ev = evaluate(sc, plan)
     if args.save:
         from . import planfile
 
@@ -325,7 +355,10 @@ def cmd_compare(args) -> int:
 def cmd_export(args) -> int:
     from . import planfile
     from .exports import export
+    from .loaders import writable
 
+    if args.output:
+        writable(args.output, "-o", "launch-script")
     out = export(planfile.load(args.plan), args.format)
     if args.output:
         path = Path(args.output)
@@ -353,8 +386,10 @@ def cmd_report(args) -> int:
     from . import planfile
     from .errors import SpecError
     from .evaluate import evaluate
+    from .loaders import writable
     from .report import render
 
+    writable(args.output, "-o", "HTML")
     pf = planfile.load(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
@@ -384,14 +419,16 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _runs_csv(text: str) -> Path:
-    from .errors import SpecError
+def _runs_csv(text: str | None) -> Path:
+    """The runs CSV a command reads: the given file, or (``None``) the published runs shipped
+    with nestplan (a copy of the shared ``published_runs.csv``)."""
+    from importlib import resources
+
     from .loaders import regular_file
 
+    if text is None:
+        return Path(str(resources.files("nestplan").joinpath("data", "published_runs.csv")))
     path = Path(text)
-    if text == str(DEFAULT_RUNS) and not path.exists():
-        raise SpecError("--csv", text, "the default is the shared data beside a checkout, not "
-                        "here; give --csv RUNS.csv (a runs CSV with published_runs.csv's columns)")
     regular_file(path, "--csv", "runs CSV")
     return path
 
@@ -415,12 +452,13 @@ def cmd_calibrate(args) -> int:
     from .calibrate import fit
     from .catalog import DEFAULT_STACK, get_stack, looks_like_path
     from .errors import SpecError
-    from .loaders import stack_to_table
+    from .loaders import stack_to_table, writable
     from .tomlfmt import dumps
     from .validation import load_cases
 
-    base = get_stack(args.stack or DEFAULT_STACK)
+    base = get_stack(DEFAULT_STACK if args.stack is None else args.stack)
     out = Path(args.output)
+    writable(out, "-o", "stack TOML")
     cases = load_cases(_runs_csv(args.csv), stack=base)
     result = fit(cases, base, name=out.stem)
     print(f"{'id':40s} {'measured':>10s} {'before':>8s} {'after':>8s}"
@@ -492,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("kind", choices=["models", "clusters", "accelerators", "stacks"])
     ls.set_defaults(func=cmd_list)
     v = sub.add_parser("validate", help="compare predictions with measured training runs")
-    v.add_argument("--csv", default=str(DEFAULT_RUNS), help="a runs CSV (default: %(default)s)")
+    v.add_argument("--csv", help="a runs CSV (default: the published runs shipped with nestplan, "
+                   "a copy of ../shared/data/published_runs.csv)")
     v.add_argument("--stack", help="stack for every row (default: each row's stack column, or "
                    "the catalog stack that names its source)")
     v.add_argument("--json", action="store_true", help="one JSON object: rows and summary")
@@ -525,6 +564,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = note
     try:
+        if getattr(args, "save", None):  # refused before the work, not after it
+            from .loaders import writable
+
+            writable(args.save, "--save", "plan JSON")
         code = args.func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
         return code

@@ -33,6 +33,7 @@ from .cost.compute import layer_cost
 from .cost.hardware import effective
 from .schedule import span
 from .placement import layouts, stage_devices
+from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog)
 from .options import Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
@@ -166,17 +167,6 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
                       link_time=links, stages=stages)
-
-
-def scenario_from_names(model: str, cluster: str, gpus: int, *, stack: str | None = None,
-                        **training) -> Scenario:
-    """A Scenario from catalog names (or file paths), a stack name or path (default
-    ``megatron-core``) and TrainingSpec keywords."""
-    from .catalog import DEFAULT_STACK, get_cluster, get_model, get_stack
-    from .specs import TrainingSpec
-
-    return Scenario(model=get_model(model), cluster=get_cluster(cluster), gpus=gpus,
-                    training=TrainingSpec(**training), stack=get_stack(stack or DEFAULT_STACK))
 
 
 def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_batch: int,

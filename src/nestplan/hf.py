@@ -275,12 +275,18 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                              f"as {known[0]}, the family of its architecture {archs[0]}"),
                       stacklevel=2)
         mtype = known[0]
-    kw = FAMILIES[mtype](_Config(data, source))
-    kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
-    kw.setdefault("kv_heads", kw["heads"])
     try:
+        kw = FAMILIES[mtype](_Config(data, source))
+        if data.get("head_dim") is None and kw.get("mla") is None \
+                and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
+            raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "
+                            f"= {kw['heads']} when the config gives no head_dim")
+        kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
+        kw.setdefault("kv_heads", kw["heads"])
         return ModelSpec(name=source, **kw)
     except SpecError as e:  # name the config's key, not nestplan's field
+        if e.field.startswith(f"{source}: "):
+            raise
         key = HF_KEYS.get(e.field.removeprefix("model."), e.field)
         raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
 

@@ -37,6 +37,16 @@ def regular_file(path: Path, field: str, kind: str) -> None:
                         f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
 
 
+def writable(path, field: str, kind: str) -> None:
+    """Refuse an output path that cannot be written before any work is done: a directory, or a
+    file in a directory that does not exist (SpecError naming ``field``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(field, str(path), f"a directory; give a {kind} file path")
+    if not path.parent.is_dir():
+        raise SpecError(field, str(path), f"no such directory: {path.parent}")
+
+
 def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
     """Parse a TOML or JSON file: the one reader of nestplan's input files, with one mapping of
     what can go wrong to a SpecError naming ``field``. Anything but a regular file (a directory,
@@ -52,13 +62,17 @@ def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
         raise SpecError(field, str(path), "no such file") from None
     except OSError as e:  # no permission, ...
         raise SpecError(field, str(path), f"cannot read it ({e.strerror})") from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+                        f"offset {e.start}); give a {kind} file") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
         raise SpecError(field, str(path), f"not valid {kind} ({e})") from None
 
 
-def read_toml(path: Path) -> dict:
-    """Parse a TOML file; errors become a SpecError naming the file."""
-    return read_document(path, "file", "TOML")
+def read_toml(path: Path, field: str = "file") -> dict:
+    """Parse a TOML file; errors become a SpecError naming ``field`` (the flag or key that
+    named the file)."""
+    return read_document(path, field, "TOML")
 
 
 def check_keys(table: dict, where: str, *, required: set[str], optional: set[str]) -> None:

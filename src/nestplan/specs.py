@@ -22,6 +22,12 @@ if TYPE_CHECKING:  # stack.py builds on this module's helpers
 # ----------------------------------------------------------------------------- helpers
 
 
+MAX_TOKENS = 2**24
+"""Largest sequence length (tokens) and global batch (sequences) a scenario may name: 16.8M,
+beyond the longest context offered (10M tokens: Llama 4 Scout, Meta AI blog "The Llama 4 herd",
+2025-04-05) and any batch in use."""
+
+
 def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
     ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
         isinstance(value, (int, float)) and not isinstance(value, bool))
@@ -370,8 +376,11 @@ class TrainingSpec(_CachedHash):
     dropped, which caps the imbalance; None = dropless."""
 
     def __post_init__(self):
-        _positive("seq_len", self.seq_len)
-        _positive("global_batch", self.global_batch)
+        for name in ("seq_len", "global_batch"):
+            value = getattr(self, name)
+            _positive(name, value)
+            if value > MAX_TOKENS:
+                raise SpecError(name, value, f"at most {MAX_TOKENS:,} is supported")
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
         for f, flag in (("moe_imbalance", "moe-imbalance"),

@@ -347,7 +347,10 @@ def load_cases(path: Path, *, include_lora: bool = False,
             rows = []
             for data in reader:
                 rows.append((reader.line_num, data))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except UnicodeDecodeError as e:
+        raise SpecError("--csv", str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+                        f"offset {e.start}); give a runs CSV file") from None
+    except (OSError, csv.Error) as e:
         raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
     cases = []
     for i, data in rows:

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import SpecError
-from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec
+from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec, Scenario
 from ..stack import StackSpec
 
 KINDS = ("models", "clusters", "accelerators", "stacks")
@@ -80,7 +80,7 @@ def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path."""
     from ..loaders import accelerator_from_table, read_toml
 
-    table = read_toml(Path(name)) if looks_like_path(name) else _catalog_table(
+    table = read_toml(Path(name), "accelerator") if looks_like_path(name) else _catalog_table(
         "accelerators", name, "accelerator")
     if "base" in table:
         base = get_accelerator(table.pop("base"))
@@ -93,7 +93,7 @@ def get_cluster(name: str) -> ClusterSpec:
     """A cluster by catalog name or TOML path."""
     from ..loaders import cluster_from_table, read_toml
 
-    table = read_toml(Path(name)) if looks_like_path(name) else _catalog_table(
+    table = read_toml(Path(name), "cluster") if looks_like_path(name) else _catalog_table(
         "clusters", name, "cluster")
     return cluster_from_table(table, get_accelerator)
 
@@ -108,7 +108,7 @@ def get_model(name: str) -> ModelSpec:
             from ..hf import model_from_hf_config
 
             return model_from_hf_config(Path(name))
-        return model_from_table(read_toml(Path(name)))
+        return model_from_table(read_toml(Path(name), "model"))
     return model_from_table(_catalog_table("models", name, "model"))
 
 
@@ -118,7 +118,7 @@ def _stack_table(name: str, field: str) -> tuple[dict, str]:
 
     if looks_like_path(name):
         path = Path(name)
-        return read_toml(path), str(path.resolve())
+        return read_toml(path, field), str(path.resolve())
     return _catalog_table("stacks", name, field), name
 
 
@@ -162,3 +162,14 @@ def stack_sources() -> tuple[tuple[str, str], ...]:
         for entry in _catalog_table("stacks", name, "stack").get("runs_source", []):
             out.append((entry, name))
     return tuple(out)
+
+
+def scenario_from_names(model: str, cluster: str, gpus: int, *, stack: str | None = None,
+                        **training) -> Scenario:
+    """A Scenario from catalog names (or file paths), a stack name or path (default
+    ``megatron-core``) and TrainingSpec keywords."""
+    from ..specs import TrainingSpec
+
+    return Scenario(model=get_model(model), cluster=get_cluster(cluster), gpus=gpus,
+                    training=TrainingSpec(**training),
+                    stack=get_stack(DEFAULT_STACK if stack is None else stack))

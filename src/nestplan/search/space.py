@@ -133,6 +133,17 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                          1 << 30)
         if why is not None and con.vp is not None:
             raise SpecError(*why)
+    # what the stack does not run at all (the search would find nothing and say less)
+    from types import SimpleNamespace
+
+    degrees = SimpleNamespace(tp=con.tp or 1, cp=con.cp or 1, ep=con.ep or 1, pp=con.pp or 1,
+                              sp=bool(con.sp))
+    missing = sc.stack.missing_axis(degrees)
+    if missing is not None:
+        raise SpecError(*missing)
+    if con.zero is not None and con.zero not in sc.stack.zero_stages:
+        raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
+                        + ", ".join(map(str, sc.stack.zero_stages)))
     if con.recompute is not None and len(set(con.recompute)) > 1 \
             and not sc.stack.recompute_per_stage:
         raise SpecError("recompute", ",".join(con.recompute),

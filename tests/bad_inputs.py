@@ -1,0 +1,493 @@
+"""The bad-input campaign (issue 11): every subcommand and every file format, as a user mistypes
+them. ``test_campaign.py`` runs each case through the installed console script and expects
+exit 2, nothing on stdout and one line on stderr that holds the case's ``needle``.
+
+A case's ``files`` are written to a fresh directory first: text, bytes, a function of the base
+plan file (a dict, for plan-file variants), ``DIR`` (a directory) or ``FIFO`` (a named pipe).
+``{name}`` in an argument is that file's path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+
+DIR, FIFO = object(), object()
+
+
+@dataclass
+class Case:
+    id: str
+    args: list
+    needle: str
+    files: dict = field(default_factory=dict)
+
+
+SCENARIO = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8"]
+PLAN = ["--tp", "1", "--pp", "1", "--mbs", "1", "--global-batch", "8", "--seq-len", "2048"]
+EVAL = ["evaluate", *SCENARIO, *PLAN]
+SEARCH = ["plan", *SCENARIO]
+CASES: list[Case] = []
+
+
+def case(id_, args, needle, **files):
+    CASES.append(Case(id_, list(args), needle, files))
+
+
+# ---- numeric flags of evaluate, plan and compare --------------------------------------------
+NUMBERS = {
+    "--gpus": (["0", "-8", "1.5", "eight", "nan", str(2**40)], "gpus"),
+    "--seq-len": (["0", "-1", "2k", "inf", str(10**9)], "seq-len"),
+    "--global-batch": (["0", "-8", "many", "1e3"], "global-batch"),
+    "--moe-imbalance": (["0", "-1", "0.5", "nan", "inf", "x"], "moe-imbalance"),
+    "--moe-capacity-factor": (["0", "-1", "nan", "x"], "moe-capacity-factor"),
+    "--memory-headroom": (["-1", "50", "100", "nan", "x"], "memory-headroom"),
+}
+def _without(args: list, flag: str) -> list:
+    """``args`` without ``flag`` and its value."""
+    if flag not in args:
+        return list(args)
+    i = args.index(flag)
+    return args[:i] + args[i + 2:]
+
+
+for flag, (values, name) in NUMBERS.items():
+    for v in values:
+        case(f"evaluate{flag}={v}", [*_without(EVAL, flag), flag, v], name)
+        if flag in ("--gpus", "--memory-headroom", "--moe-imbalance"):
+            case(f"plan{flag}={v}", [*_without(SEARCH, flag), flag, v], name)
+
+PLAN_FLAGS = {
+    "--tp": ["0", "-1", "3", "two", "1024"],
+    "--pp": ["0", "-2", "3", "64"],
+    "--dp": ["0", "3", "-8"],
+    "--cp": ["0", "3", "-1"],
+    "--ep": ["0", "2", "-1"],
+    "--etp": ["0", "3"],
+    "--vp": ["0", "-1", "3"],
+    "--zero": ["4", "-1", "x", "1.5"],
+    "--mbs": ["0", "-1", "16", "x"],
+}
+for flag, values in PLAN_FLAGS.items():
+    for v in values:
+        case(f"evaluate{flag}={v}", [*_without(EVAL, flag), flag, v], flag.lstrip("-"))
+for flag in ("--tp", "--pp", "--cp", "--zero", "--mbs", "--vp"):
+    for v in ("5" if flag == "--zero" else "0", "-1", "x"):
+        case(f"plan{flag}={v}", [*SEARCH, flag, v], flag.lstrip("-"))
+
+for v in ("fp4", "", "int8", "BF-16"):
+    case(f"evaluate--precision={v!r}", [*EVAL, "--precision", v], "precision")
+    case(f"plan--precision={v!r}", [*SEARCH, "--precision", v], "precision")
+for v in ("nope", "1f1b,zbv", "", "interleaved"):
+    case(f"evaluate--schedule={v!r}", [*EVAL, "--schedule", v], "schedule")
+    case(f"plan--schedule={v!r}", [*SEARCH, "--schedule", v], "schedule")
+case("evaluate--schedule-without-pp", [*EVAL, "--schedule", "zbv"], "schedule")
+for v in ("sometimes", "", "full,,none", "none,", "FULL"):
+    case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "recompute")
+    case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "recompute")
+for v in ("tp-tp-dp-pp", "dp", "tp-cp-dp-xx", "", "tp-cp-dp-pp-pp"):
+    case(f"evaluate--rank-order={v!r}", [*EVAL, "--rank-order", v], "rank-order")
+for v in ("0", "-1", "1001", "x", "100000"):
+    case(f"plan--top={v}", [*SEARCH, "--top", v], "top")
+    case(f"compare--top={v}", ["compare", *SCENARIO, "--top", v], "top")
+for v in ("genetic", "", "NEST "):
+    case(f"plan--method={v!r}", [*SEARCH, "--method", v], "method")
+for name in ("nope", "llama-9", "", "../etc/passwd"):
+    case(f"evaluate--model={name!r}", ["evaluate", "--model", name, *SCENARIO[2:], *PLAN],
+         "model")
+    case(f"evaluate--cluster={name!r}", ["evaluate", "--model", "llama3-8b", "--cluster", name,
+                                        "--gpus", "8", *PLAN], "cluster")
+    case(f"evaluate--stack={name!r}", [*EVAL, "--stack", name], "stack")
+case("evaluate-missing-model", ["evaluate", "--cluster", "dgx-h100-ndr", "--gpus", "8", *PLAN],
+     "model")
+case("evaluate-missing-plan-flags", ["evaluate", *SCENARIO], "missing")
+case("evaluate-too-many-gpus-for-cluster", ["evaluate", "--model", "llama3-8b", "--cluster",
+                                            "dgx-h100-ndr", "--gpus", str(2**21), *PLAN], "gpus")
+case("plan-contradiction-tp-pp-dp", [*SEARCH[:-1], "64", "--tp", "8", "--pp", "8", "--dp", "8"],
+     "must divide gpus")
+case("plan-tp-within-node", [*SEARCH[:-1], "64", "--tp", "16", "--tp-within-node"],
+     "tp-within-node")
+case("plan-sp-without-tp", [*SEARCH, "--tp", "1", "--sp"], "sp")
+case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
+                          "--gpus", "8", "--precision", "fp8"], "precision")
+case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")
+case("plan-ep-more-than-experts", ["plan", "--model", "mixtral-8x7b", "--cluster",
+                                   "dgx-h100-ndr", "--gpus", "64", "--ep", "16"], "experts")
+case("plan-per-stage-without-pp", [*SEARCH, "--recompute", "full,none"], "recompute")
+case("plan-torchtitan-zero1", [*SEARCH, "--stack", "torchtitan", "--zero", "1"], "zero")
+case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"], "pp")
+case("unknown-subcommand", ["optimise"], "invalid choice")
+case("unknown-flag", [*EVAL, "--turbo"], "unrecognized arguments")
+case("list-unknown", ["list", "gpus"], "invalid choice")
+
+# ---- HuggingFace model configs -----------------------------------------------------------------
+LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+         "vocab_size": 1000}
+
+
+def _hf(**changes):
+    cfg = dict(LLAMA)
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    return json.dumps(cfg)
+
+
+HF_BAD = {
+    "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
+    "layers-neg": (_hf(num_hidden_layers=-3), "num_hidden_layers"),
+    "layers-str": (_hf(num_hidden_layers="four"), "num_hidden_layers"),
+    "layers-float": (_hf(num_hidden_layers=4.5), "num_hidden_layers"),
+    "layers-huge": (_hf(num_hidden_layers=10**9), "num_hidden_layers"),
+    "layers-missing": (_hf(num_hidden_layers=None), "num_hidden_layers"),
+    "hidden0": (_hf(hidden_size=0), "hidden_size"),
+    "hidden-huge": (_hf(hidden_size=10**9), "hidden_size"),
+    "hidden-not-heads-multiple": (_hf(hidden_size=250), "hidden_size"),
+    "heads0": (_hf(num_attention_heads=0), "num_attention_heads"),
+    "kv-not-dividing": (_hf(num_key_value_heads=3), "num_key_value_heads"),
+    "kv-more-than-heads": (_hf(num_key_value_heads=8), "num_key_value_heads"),
+    "ffn0": (_hf(intermediate_size=0), "intermediate_size"),
+    "ffn-null": (json.dumps({**LLAMA, "intermediate_size": None}), "intermediate_size"),
+    "vocab0": (_hf(vocab_size=0), "vocab_size"),
+    "vocab-bool": (_hf(vocab_size=True), "vocab_size"),
+    "unknown-type": (_hf(model_type="mamba"), "model_type"),
+    "type-number": (_hf(model_type=7), "model_type"),
+    "not-json": ("{model_type: llama", "JSON"),
+    "json-array": ("[1, 2, 3]", "JSON object"),
+    "json-string": ('"llama"', "JSON object"),
+    "empty": ("", "JSON"),
+    "nan": (_hf(hidden_size=float("nan")), "hidden_size"),
+    "binary": (b"\x00\x01\x02\xff\xfe", "UTF-8"),
+    "moe-topk-over-experts": (json.dumps({**LLAMA, "model_type": "mixtral",
+                                          "num_local_experts": 2, "num_experts_per_tok": 4}),
+                              "num_experts_per_tok"),
+    "moe-experts0": (json.dumps({**LLAMA, "model_type": "mixtral", "num_local_experts": 0,
+                                 "num_experts_per_tok": 2}), "num_local_experts"),
+    "gpt2-positions-neg": (json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128,
+                                       "n_head": 4, "vocab_size": 1000, "n_positions": -1}),
+                           "n_positions"),
+}
+for name, (content, needle) in HF_BAD.items():
+    case(f"hf-config-{name}", ["evaluate", "--model", "{cfg}.json", *SCENARIO[2:], *PLAN],
+         needle, **{"cfg.json": content})
+case("hf-config-directory", ["evaluate", "--model", "{d}", *SCENARIO[2:], *PLAN], "directory",
+     d=DIR)
+case("hf-config-fifo", ["evaluate", "--model", "{p}.json", *SCENARIO[2:], *PLAN],
+     "not a regular file", **{"p.json": FIFO})
+case("hf-config-missing-file", ["evaluate", "--model", "{d}/none.json", *SCENARIO[2:], *PLAN],
+     "model", d=DIR)
+
+# ---- cluster files ---------------------------------------------------------------------------
+LEVELS = ('[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 3\n'
+          '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n')
+CLUSTER = 'name = "mine"\naccelerator = "h100-sxm-80gb"\n' + LEVELS
+
+
+def _cluster_with(old, new):
+    assert old in CLUSTER, old
+    return CLUSTER.replace(old, new, 1)
+
+
+CLUSTER_BAD = {
+    "not-toml": ("name = \n", "TOML"),
+    "empty": ("", "accelerator"),
+    "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
+    "no-accelerator": (CLUSTER.replace('accelerator = "h100-sxm-80gb"\n', ""), "accelerator"),
+    "unknown-accelerator": (_cluster_with("h100-sxm-80gb", "h900"), "accelerator"),
+    "accelerator-number": (_cluster_with('"h100-sxm-80gb"', "7"), "accelerator"),
+    "no-levels": ('name = "x"\naccelerator = "h100-sxm-80gb"\n', "levels"),
+    "level-size0": (_cluster_with("size = 8", "size = 0"), "size"),
+    "level-size-neg": (_cluster_with("size = 8", "size = -8"), "size"),
+    "level-size-float": (_cluster_with("size = 8", "size = 8.5"), "size"),
+    "level-size-str": (_cluster_with("size = 8", 'size = "8"'), "size"),
+    "bandwidth0": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = 0"),
+                   "bandwidth_GBps"),
+    "bandwidth-neg": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = -50"),
+                      "bandwidth_GBps"),
+    "bandwidth-tiny": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = 1e-300"),
+                       "bandwidth_GBps"),
+    "bandwidth-huge": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = 1e300"),
+                       "bandwidth_GBps"),
+    "bandwidth-nan": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = nan"),
+                      "bandwidth_GBps"),
+    "bandwidth-inf": (_cluster_with("bandwidth_GBps = 450", "bandwidth_GBps = inf"),
+                      "bandwidth_GBps"),
+    "bandwidth-two-units": (_cluster_with("bandwidth_GBps = 450",
+                                          "bandwidth_GBps = 450\nbandwidth_GiBps = 400"),
+                            "bandwidth"),
+    "bandwidth-missing": (_cluster_with("bandwidth_GBps = 450\n", ""), "bandwidth"),
+    "latency-neg": (_cluster_with("latency_us = 3", "latency_us = -3"), "latency_us"),
+    "latency-huge": (_cluster_with("latency_us = 3", "latency_us = 1e12"), "latency_us"),
+    "efficiency-over-1": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 1.5"),
+                          "efficiency"),
+    "efficiency0": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 0"),
+                    "efficiency"),
+    "oversubscription-below-1": (CLUSTER + "oversubscription = 0.5\n", "oversubscription"),
+    "duplicate-level-names": (_cluster_with('name = "net"', 'name = "node"'), "name"),
+    "levels-not-table": ('name = "x"\naccelerator = "h100-sxm-80gb"\nlevels = 3\n', "levels"),
+    "level-unknown-key": (_cluster_with("latency_us = 3", "latency_us = 3\nspeed = 1"), "speed"),
+    "utf16": ("\ufeffname = 1".encode("utf-16"), "UTF-8"),
+    "inline-accelerator-bad": (CLUSTER.replace('accelerator = "h100-sxm-80gb"',
+                                               'accelerator = { name = "a", hbm_GiB = -1 }'),
+                               "accelerator"),
+}
+for name, (content, needle) in CLUSTER_BAD.items():
+    case(f"cluster-file-{name}", ["evaluate", "--model", "llama3-8b", "--cluster", "{c}.toml",
+                                  "--gpus", "8", *PLAN], needle, **{"c.toml": content})
+case("cluster-file-directory", ["evaluate", "--model", "llama3-8b", "--cluster", "{d}", "--gpus",
+                                "8", *PLAN], "directory", d=DIR)
+case("cluster-file-fifo", ["evaluate", "--model", "llama3-8b", "--cluster", "{f}.toml", "--gpus",
+                           "8", *PLAN], "not a regular file", **{"f.toml": FIFO})
+case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev/zero",
+                          "--gpus", "8", *PLAN], "not a regular file")
+
+# ---- stack files -------------------------------------------------------------------------------
+STACK_BAD = {
+    "unknown-key": ('base = "megatron-core"\nname = "s"\nturbo = true\n', "turbo"),
+    "wrong-type": ('base = "megatron-core"\nname = "s"\nfused_norm = "yes"\n', "fused_norm"),
+    "negative-scale": ('base = "megatron-core"\nname = "s"\nmatmul_scale = -1\n',
+                       "matmul_scale"),
+    "zero-scale": ('base = "megatron-core"\nname = "s"\nmemory_scale = 0\n', "memory_scale"),
+    "nan-scale": ('base = "megatron-core"\nname = "s"\nattention_scale = nan\n',
+                  "attention_scale"),
+    "negative-overhead": ('base = "megatron-core"\nname = "s"\nstep_overhead_s = -0.1\n',
+                          "step_overhead_s"),
+    "inf-overhead": ('base = "megatron-core"\nname = "s"\nstep_overhead_s = inf\n',
+                     "step_overhead_s"),
+    "overlap-over-1": ('base = "megatron-core"\nname = "s"\noverlap_efficiency = 2\n',
+                       "overlap_efficiency"),
+    "base-unknown": ('base = "megatron-9"\nname = "s"\n', "megatron-9"),
+    "base-number": ('base = 3\nname = "s"\n', "base"),
+    "no-name-no-base": ('attention = "flash"\n', "name"),
+    "bad-attention": ('base = "megatron-core"\nname = "s"\nattention = "sparse"\n',
+                      "attention"),
+    "bad-tp-overlap": ('base = "megatron-core"\nname = "s"\ntp_overlap = "async"\n',
+                       "tp_overlap"),
+    "bad-schedule": ('base = "megatron-core"\nname = "s"\nschedules = ["1f1b", "zb-h9"]\n',
+                     "schedules"),
+    "bad-zero-stage": ('base = "megatron-core"\nname = "s"\nzero_stages = [0, 5]\n',
+                       "zero_stages"),
+    "empty-zero-stages": ('base = "megatron-core"\nname = "s"\nzero_stages = []\n',
+                          "zero_stages"),
+    "default-zero-not-offered": ('base = "megatron-core"\nname = "s"\nzero_stages = [0, 1]\n'
+                                 'default_zero = 3\n', "default_zero"),
+    "bad-axis": ('base = "megatron-core"\nname = "s"\naxes = ["tp", "xp"]\n', "axes"),
+    "recompute-without-none": ('base = "megatron-core"\nname = "s"\nrecompute = ["full"]\n',
+                               "recompute"),
+    "recompute-bad-rule": ('base = "megatron-core"\nname = "s"\n'
+                           'recompute = { none = "none", half = "every:0" }\n', "half"),
+    "recompute-unknown-module": ('base = "megatron-core"\nname = "s"\n'
+                                'recompute = { none = "none", x = "modules:brain" }\n', "x"),
+    "recompute-unknown-name": ('base = "megatron-core"\nname = "s"\n'
+                              'recompute = ["none", "most"]\n', "recompute"),
+    "weight-bytes-3": ('base = "megatron-core"\nname = "s"\nweight_bytes = 3\n',
+                       "weight_bytes"),
+    "grad-bytes-str": ('base = "megatron-core"\nname = "s"\ngrad_bytes = "4"\n', "grad_bytes"),
+    "network-scale-one": ('base = "megatron-core"\nname = "s"\nnetwork_scale = [1.0]\n',
+                          "network_scale"),
+    "dispatcher-bad": ('base = "megatron-core"\nname = "s"\nmoe_dispatcher = "mail"\n',
+                       "moe_dispatcher"),
+    "reserved-neg": ('base = "megatron-core"\nname = "s"\nreserved_GiB = -1\n',
+                     "reserved_GiB"),
+    "moe-host-neg": ('base = "megatron-core"\nname = "s"\nmoe_layer_host_ms = -1\n',
+                     "moe_layer_host_ms"),
+    "not-toml": ('base = "megatron-core\n', "TOML"),
+    "export-format-bad": ('base = "megatron-core"\nname = "s"\nexport_format = "jax"\n',
+                          "export_format"),
+}
+for name, (content, needle) in STACK_BAD.items():
+    case(f"stack-file-{name}", [*EVAL, "--stack", "{s}.toml"], needle, **{"s.toml": content})
+case("stack-file-base-cycle", [*EVAL, "--stack", "{a}.toml"], "base",
+     **{"a.toml": 'base = "{b}.toml"\nname = "a"\n', "b.toml": 'base = "{a}.toml"\nname = "b"\n'})
+case("stack-file-self-base", [*EVAL, "--stack", "{a}.toml"], "base",
+     **{"a.toml": 'base = "{a}.toml"\nname = "a"\n'})
+case("stack-file-directory", [*EVAL, "--stack", "{d}"], "directory", d=DIR)
+
+
+# ---- plan files (evaluate --plan, export, report) ---------------------------------------------
+def plan_with(path: str, value=None, *, drop: bool = False):
+    """A plan-file variant: set (or drop) one key, ``path`` dotted from the file's top."""
+
+    def make(base: dict) -> str:
+        data = copy.deepcopy(base)
+        keys = path.split(".")
+        node = data
+        for k in keys[:-1]:
+            node = node[k]
+        if drop:
+            node.pop(keys[-1], None)
+        else:
+            node[keys[-1]] = value
+        return json.dumps(data, allow_nan=True)
+
+    return make
+
+
+PLANFILE_BAD = {
+    "tp-zero": (plan_with("plan.tp", 0), "tp"),
+    "tp-str": (plan_with("plan.tp", "1"), "tp"),
+    "dp-wrong": (plan_with("plan.dp", 3), "dp"),
+    "zero-5": (plan_with("plan.zero", 5), "zero"),
+    "recompute-unknown": (plan_with("plan.recompute", ["most"]), "recompute"),
+    "recompute-number": (plan_with("plan.recompute", 3), "recompute"),
+    "schedule-unknown": (plan_with("plan.schedule", "zb-h9"), "schedule"),
+    "rank-order-bad": (plan_with("plan.rank_order", "tp-tp-dp-pp"), "rank_order"),
+    "stage-layers-sum": (plan_with("plan.stage_layers", [31]), "stage_layers"),
+    "stage-layers-neg": (plan_with("plan.stage_layers", [40, -8]), "stage_layers"),
+    "mbs-zero": (plan_with("plan.mbs", 0), "mbs"),
+    "plan-missing": (plan_with("plan", drop=True), "plan"),
+    "plan-not-object": (plan_with("plan", [1, 2]), "plan"),
+    "model-missing": (plan_with("model", drop=True), "model"),
+    "model-layers-neg": (plan_with("model.layers", -1), "layers"),
+    "model-hidden-str": (plan_with("model.hidden", "big"), "hidden"),
+    "model-mlp-bad": (plan_with("model.mlp", "kan"), "mlp"),
+    "cluster-missing": (plan_with("cluster", drop=True), "cluster"),
+    "cluster-bandwidth-neg": (lambda base: plan_with(
+        "cluster.levels", [{**base["cluster"]["levels"][0], "bandwidth_GBps": -1},
+                           *base["cluster"]["levels"][1:]])(base), "bandwidth_GBps"),
+    "accelerator-hbm-neg": (plan_with("cluster.accelerator.hbm_GiB", -80), "hbm_GiB"),
+    "accelerator-peak-nan": (plan_with("cluster.accelerator.peak_tflops_bf16", float("nan")),
+                             "peak_tflops_bf16"),
+    "gpus-zero": (plan_with("gpus", 0), "gpus"),
+    "gpus-str": (plan_with("gpus", "8"), "gpus"),
+    "training-seq-neg": (plan_with("training.seq_len", -2048), "seq_len"),
+    "training-precision-bad": (plan_with("training.precision", "fp2"), "precision"),
+    "stack-scale-neg": (plan_with("stack.matmul_scale", -1.0), "matmul_scale"),
+    "stack-overhead-nan": (plan_with("stack.step_overhead_s", float("nan")), "step_overhead_s"),
+    "stack-overhead-neg": (plan_with("stack.step_overhead_s", -5.0), "step_overhead_s"),
+    "stack-overhead-inf": (plan_with("stack.step_overhead_s", float("inf")), "step_overhead_s"),
+    "stack-unknown-key": (plan_with("stack.turbo", True), "turbo"),
+    "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
+    "format-future": (plan_with("format", 99), "format"),
+    "format-str": (plan_with("format", "2"), "format"),
+    "method-magic": (plan_with("method", "magic"), "method"),
+    "unknown-top-key": (plan_with("colour", "red"), "colour"),
+    "not-json": ("{plan:", "JSON"),
+    "array": ("[]", "JSON object"),
+    "empty": ("", "JSON"),
+    "binary": (b"\xff\xfe\x00", "UTF-8"),
+}
+for name, (content, needle) in PLANFILE_BAD.items():
+    case(f"plan-file-{name}-evaluate", ["evaluate", "--plan", "{p}.json"], needle,
+         **{"p.json": content})
+for name in ("tp-zero", "recompute-unknown", "plan-missing", "not-json", "stack-overhead-nan",
+             "format-future", "binary"):
+    content, needle = PLANFILE_BAD[name]
+    case(f"plan-file-{name}-export", ["export", "{p}.json", "--format", "megatron"], needle,
+         **{"p.json": content})
+    case(f"plan-file-{name}-report", ["report", "{p}.json", "-o", "{d}/r.html"], needle,
+         **{"p.json": content, "d": DIR})
+for where in ("evaluate", "export", "report"):
+    args = {"evaluate": ["evaluate", "--plan", "{d}"],
+            "export": ["export", "{d}", "--format", "megatron"],
+            "report": ["report", "{d}", "-o", "{d}/r.html"]}[where]
+    case(f"plan-file-directory-{where}", args, "directory", d=DIR)
+    missing = [a.replace("{d}", "{d}/none.json") if a in ("{d}",) else a for a in args]
+    case(f"plan-file-missing-{where}", missing, "none.json", d=DIR)
+case("export-unknown-format", ["export", "{p}.json", "--format", "jax"], "format",
+     **{"p.json": plan_with("gpus", 8)})
+case("export-into-missing-directory", ["export", "{p}.json", "--format", "megatron", "-o",
+                                       "{d}/no/such/dir/run.sh"], "no/such/dir",
+     **{"p.json": plan_with("gpus", 8), "d": DIR})
+case("export-onto-a-directory", ["export", "{p}.json", "--format", "torchtitan", "-o", "{d}"],
+     "directory", **{"p.json": plan_with("gpus", 8), "d": DIR})
+case("report-onto-a-directory", ["report", "{p}.json", "-o", "{d}"], "directory",
+     **{"p.json": plan_with("gpus", 8), "d": DIR})
+case("evaluate-save-onto-a-directory", [*EVAL, "--save", "{d}"], "directory", d=DIR)
+case("evaluate-save-into-missing-directory", [*EVAL, "--save", "{d}/no/such/p.json"],
+     "no/such", d=DIR)
+case("evaluate-plan-with-flags", ["evaluate", "--plan", "{p}.json", "--tp", "2"], "--plan",
+     **{"p.json": plan_with("gpus", 8)})
+
+# ---- runs CSVs (validate, calibrate) ---------------------------------------------------------
+RUN_HEADER = ("id,model,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,"
+              "vp,dp,cp,zero_stage,sequence_parallel,recompute,micro_batch,global_batch,"
+              "precision,regime,metric,step_time_s,confidence,source,other_metrics,stack")
+RUN = ("r1,Llama-3-8B,32,4096,32,8,14336,128256,8192,H100-SXM5-80GB,8,1,1,,8,1,1,,none,1,8,"
+       "bf16,pretrain,step_time,1.5,high,test,,megatron-core")
+
+
+def _runs(old: str, new: str, *, header: str = RUN_HEADER) -> str:
+    assert old in RUN, old
+    return header + "\n" + RUN.replace(old, new, 1) + "\n"
+
+
+RUNS_BAD = {
+    "empty": ("", "runs"),
+    "header-only": (RUN_HEADER + "\n", "run"),
+    "missing-column": (RUN_HEADER.replace(",seq_len", "") + "\n" + RUN.replace(",8192", "", 1)
+                       + "\n", "seq_len"),
+    "bad-stack": (_runs(",megatron-core", ",megatron-9"), "stack"),
+    "stack-file-missing": (_runs(",megatron-core", ",nowhere.toml"), "stack"),
+    "layers-word": (_runs(",32,", ",thirty,"), "layers"),
+    "gpus-zero": (_runs(",H100-SXM5-80GB,8,", ",H100-SXM5-80GB,0,"), "num_gpus"),
+    "step-negative": (_runs(",1.5,", ",-1.5,"), "step_time_s"),
+    "step-nan": (_runs(",1.5,", ",nan,"), "step_time_s"),
+    "step-word": (_runs(",1.5,", ",fast,"), "step_time_s"),
+    "gpu-unknown": (_runs("H100-SXM5-80GB", "Z100"), "gpu"),
+    "precision-bad": (_runs(",bf16,", ",fp2,"), "precision"),
+    "recompute-bad": (_runs(",none,", ",some,"), "recompute"),
+    "metric-bad": (_runs(",step_time,", ",vibes,"), "metric"),
+    "plan-does-not-divide": (_runs(",8,1,1,,8,", ",8,3,1,,8,"), "tp"),
+    "binary": (b"\xff\xfe\x00\x01", "UTF-8"),
+}
+for name, (content, needle) in RUNS_BAD.items():
+    case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
+         **{"r.csv": content})
+for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary"):
+    content, needle = RUNS_BAD[name]
+    case(f"runs-csv-{name}-calibrate", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"], needle,
+         **{"r.csv": content, "d": DIR})
+case("validate-csv-directory", ["validate", "--csv", "{d}"], "directory", d=DIR)
+case("validate-csv-missing", ["validate", "--csv", "{d}/none.csv"], "none.csv", d=DIR)
+case("validate-stack-unknown", ["validate", "--csv", "{r}.csv", "--stack", "megatron-9"],
+     "stack", **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("calibrate-missing-output", ["calibrate", "{r}.csv"], "output",
+     **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("calibrate-output-directory", ["calibrate", "{r}.csv", "-o", "{d}"], "directory",
+     **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
+case("calibrate-unknown-base", ["calibrate", "{r}.csv", "--stack", "megatron-9", "-o",
+                                "{d}/m.toml"], "stack", **{"r.csv": _runs(",1.5,", ",1.5,"),
+                                                           "d": DIR})
+case("calibrate-csv-missing", ["calibrate", "{d}/none.csv", "-o", "{d}/m.toml"], "none.csv",
+     d=DIR)
+
+# ---- sweep files ---------------------------------------------------------------------------
+SWEEP = ('[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["nest-h100-spineleaf"]\ngpus = [16]\n'
+         'seq_len = [2048]\nglobal_batch = [64]\n')
+SWEEP_BAD = {
+    "not-toml": ("[grid\n", "TOML"),
+    "empty": ("", "grid"),
+    "no-grid": ('[constraints]\ntp_within_node = true\n', "grid"),
+    "unknown-top-key": (SWEEP + "[extras]\nx = 1\n", "extras"),
+    "unknown-grid-key": (SWEEP.replace("gpus = [16]", "gpus = [16]\ncolour = [\"red\"]"),
+                         "colour"),
+    "empty-list": (SWEEP.replace("gpus = [16]", "gpus = []"), "gpus"),
+    "gpus-zero": (SWEEP.replace("gpus = [16]", "gpus = [0]"), "gpus"),
+    "gpus-str": (SWEEP.replace("gpus = [16]", 'gpus = ["16"]'), "gpus"),
+    "model-unknown": (SWEEP.replace('"gpt-1p7b"', '"gpt-9"'), "model"),
+    "cluster-unknown": (SWEEP.replace('"nest-h100-spineleaf"', '"nowhere"'), "cluster"),
+    "method-unknown": (SWEEP + 'method = ["genetic"]\n', "method"),
+    "seq-neg": (SWEEP.replace("seq_len = [2048]", "seq_len = [-1]"), "seq_len"),
+    "network-level-unknown": (SWEEP + "[grid.network.moon]\noversubscription = [2]\n", "moon"),
+    "network-value-bad": (SWEEP + "[grid.network.spine]\noversubscription = [0.1]\n",
+                          "oversubscription"),
+    "network-key-unknown": (SWEEP + "[grid.network.spine]\nwarp = [2]\n", "warp"),
+    "constraint-unknown": (SWEEP + "[constraints]\nturbo = true\n", "turbo"),
+    "constraint-bad-value": (SWEEP + "[constraints]\ntp = 0\n", "tp"),
+    "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
+}
+for name, (content, needle) in SWEEP_BAD.items():
+    case(f"sweep-file-{name}", ["sweep", "{s}.toml", "--dry-run"], needle, **{"s.toml": content})
+case("sweep-file-missing", ["sweep", "{d}/none.toml"], "none.toml", d=DIR)
+case("sweep-file-directory", ["sweep", "{d}"], "directory", d=DIR)
+case("sweep-workers-zero", ["sweep", "{s}.toml", "--workers", "0"], "workers",
+     **{"s.toml": SWEEP})
+case("sweep-workers-neg", ["sweep", "{s}.toml", "--workers", "-2"], "workers",
+     **{"s.toml": SWEEP})
+case("sweep-output-directory", ["sweep", "{s}.toml", "-o", "{d}"], ".csv",
+     **{"s.toml": SWEEP, "d": DIR})
