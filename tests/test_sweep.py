@@ -294,6 +294,7 @@ def test_a_csv_with_other_columns_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray")  # one Ray at a time: ray stop ends every instance here
 def test_ray_gives_the_same_rows_as_the_pool(pool_run, tmp_path, capsys):
     pytest.importorskip("ray")
     out = tmp_path / "ray.csv"
@@ -301,3 +302,73 @@ def test_ray_gives_the_same_rows_as_the_pool(pool_run, tmp_path, capsys):
                  "--quiet"]) == 0
     assert f"{SMALL_POINTS} run ({SMALL_POINTS} ok" in capsys.readouterr().out
     assert _without_timing(_rows(out)) == _without_timing(_rows(pool_run.with_suffix(".csv")))
+
+
+def _ray_task_pids() -> list[int]:
+    """Processes running a sweep point as a Ray task (Ray titles them ``ray::run_task``)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::run_task"):
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
+    """``sweep --ray ADDRESS`` against a Ray head started apart (``ray start --head``), as on a
+    cluster (nestplan is shipped to the workers): one worker process is killed while it runs a
+    point; the sweep still finishes, the point runs again, and the CSV has every point once."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from console import NESTPLAN
+
+    pytest.importorskip("ray")
+    if not os.path.isdir("/proc"):
+        pytest.skip("finds Ray's worker processes through /proc")
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    with socket.socket() as s:  # a free port for the head
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Ray 2.5x turns token authentication on for `ray start --head`; a driver reads the token
+    # that the head wrote (~/.ray/auth_token) when the mode is set in its environment too
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    start = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
+                            "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, env=env, timeout=180)
+    try:
+        assert start.returncode == 0, start.stderr[-2000:]
+        out = tmp_path / "ray.csv"
+        sweep = subprocess.Popen([NESTPLAN, "sweep", str(pool_run), "--ray", f"127.0.0.1:{port}",
+                                  "-o", str(out), "--quiet"], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        killed = None
+        deadline = time.monotonic() + 240
+        while sweep.poll() is None and time.monotonic() < deadline:
+            pids = _ray_task_pids()
+            if pids and killed is None:
+                killed = pids[0]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.05)
+        stdout, stderr = sweep.communicate(timeout=60)
+        assert sweep.returncode == 0, stderr[-2000:]
+        assert killed is not None, "no Ray worker was seen running a point"
+        rows = _rows(out)
+        assert len(rows) == SMALL_POINTS and len({r["id"] for r in rows}) == SMALL_POINTS
+        assert {r["status"] for r in rows} == {"ok"}
+        assert _without_timing(rows) == _without_timing(_rows(pool_run.with_suffix(".csv")))
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, env=env, timeout=120)

@@ -30,7 +30,8 @@ def evaluation(ev: Evaluation) -> str:
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
         f"stack {ev.scenario.stack.name}",
-        f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batches per replica)",
+        f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batch"
+        f"{'es' if ev.micro_batches != 1 else ''} per replica)",
         "",
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",

@@ -170,8 +170,9 @@ def export(pf: PlanFile) -> Export:
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
-    extras = {".mesh.json": mesh_json(par)}
-    if par.rank_order != MEGATRON_ORDER:
+    extras = {}
+    if par.rank_order != MEGATRON_ORDER:  # Megatron's own order needs neither
         extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
+        extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
     return Export(text=text, extras=extras, notes=notes)

@@ -300,6 +300,10 @@ def _import_ray():
     return ray
 
 
+RAY_RETRIES = 3
+"""Times Ray runs a point again when the worker process running it dies."""
+
+
 def _ray(tasks: Iterator[Task], address: str, workers: int | None):
     import logging
 
@@ -322,7 +326,9 @@ def _ray(tasks: Iterator[Task], address: str, workers: int | None):
     try:
         window = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         window *= 2
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        # a point whose worker process dies (killed, out of memory, a lost node) runs again on
+        # another; a failed search is a row, not an exception, so nothing else is retried
+        remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(run_task)
         it = iter(tasks)
         exhausted = False
         while pending or not exhausted:
