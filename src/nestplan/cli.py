@@ -145,31 +145,13 @@ def _with_headroom(sc, args):
     return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 
-@_as_flags
 def _constraints(args):
-    from .axes import parse_order
-    from .errors import SpecError
-    from .recompute import parse_names
-    from .search.space import Constraints
+    from .search.space import KNOBS, constraints_from
 
-    kw = {}
-    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs"):
-        value = getattr(args, name)
-        if value is not None:
-            if value <= 0 and not (name == "zero" and value == 0):
-                raise SpecError(name, value, "must be an integer > 0")
-            if name == "zero" and value not in (0, 1, 2, 3):
-                raise SpecError("zero", value, "allowed: 0, 1, 2, 3")
-            kw[name] = value
-    if args.sp is not None:
-        kw["sp"] = args.sp
-    if args.recompute is not None:
-        kw["recompute"] = parse_names("recompute", args.recompute)
-    if args.rank_order is not None:
-        kw["rank_order"] = parse_order(args.rank_order)
-    if args.schedule is not None:
-        kw["schedule"] = args.schedule
-    return Constraints(tp_within_node=args.tp_within_node, **kw)
+    names = (*KNOBS, "sp", "recompute", "rank_order", "schedule")
+    values = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    return constraints_from({**values, "tp_within_node": args.tp_within_node},
+                            lambda key: FLAG_OF.get(key, key))
 
 
 class _Progress:

@@ -63,15 +63,6 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
     return [[sorted(grid[s, d].ravel().tolist()) for d in range(par.dp)] for s in range(par.pp)]
 
 
-def plan_to_dict(par: Parallelism) -> dict:
-    return {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
-            "etp": par.expert_tp, "vp": par.vp, "schedule": par.pipeline.name, "sp": par.sp,
-            "zero": par.zero, "recompute": [par.recompute_of(s) for s in range(par.pp)],
-            "mbs": par.mbs,
-            "rank_order": "-".join(a.value for a in par.rank_order),
-            "stage_layers": list(par.stage_layers) if par.stage_layers else None}
-
-
 COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "search_seconds")
 _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
                      "schedule": ((str,), "a string"),
@@ -96,7 +87,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
     sc, par = ev.scenario, ev.plan
     bounds = chunk_bounds(sc.model, par)
     replicas = stage_replicas(par)
-    plan = plan_to_dict(par)
+    plan = par.to_dict()
     plan["stage_layers"] = [b - a for a, b in bounds]
     js = ev.to_json()
     predicted = {k: js[k] for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",

@@ -190,13 +190,11 @@ class Evaluation:
             "margin_gib": self.margin / GiB,
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
-            "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp,
-            "vp": p.vp, "schedule": p.pipeline.name, "sp": p.sp, "zero": p.zero,
+            **{k: v for k, v in p.to_dict().items() if k != "stage_layers"},  # see "stages"
+            # one policy for every stage is written once
             "recompute": (p.recompute[0] if len(set(p.recompute)) == 1
                           else list(p.recompute)),
-            "mbs": p.mbs,
             "micro_batches": self.micro_batches,
-            "rank_order": "-".join(a.value for a in p.rank_order),
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
             "link_time_s": dict(self.link_time),
             "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},

@@ -499,6 +499,17 @@ class Parallelism(_CachedHash):
     def recompute_of(self, stage: int) -> str:
         return self.recompute[0] if len(self.recompute) == 1 else self.recompute[stage]
 
+    def to_dict(self) -> dict:
+        """The plan as plan files and JSON output write it (the one serialisation; plan files
+        read it back with ``planfile``): every degree, the schedule's name, one recompute policy
+        per stage, the rank order as ``tp-cp-dp-pp`` and the blocks per chunk (None: even)."""
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+                "etp": self.expert_tp, "vp": self.vp, "schedule": self.pipeline.name,
+                "sp": self.sp, "zero": self.zero,
+                "recompute": [self.recompute_of(s) for s in range(self.pp)], "mbs": self.mbs,
+                "rank_order": "-".join(a.value for a in self.rank_order),
+                "stage_layers": list(self.stage_layers) if self.stage_layers else None}
+
     def with_(self, **changes) -> "Parallelism":
         return replace(self, **changes)
 

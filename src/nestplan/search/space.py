@@ -60,6 +60,49 @@ class Constraints:
     extra: dict = field(default_factory=dict, compare=False)
 
 
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
+"""The integer knobs a search may have fixed."""
+
+
+def constraints_from(values: dict, name=lambda key: key) -> Constraints:
+    """The one parser of fixed search knobs, from ``plan``'s flags or a sweep file's
+    ``[constraints]``: ``values`` maps Constraints fields to what the user gave; a SpecError
+    names the knob as ``name(field)`` (the flag, or the file's key)."""
+    from ..axes import parse_order
+    from ..recompute import parse_names
+
+    kw: dict = {}
+    for key, value in values.items():
+        where = name(key)
+        if key in KNOBS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SpecError(where, value, "must be an integer")
+            if key == "zero" and value not in (0, 1, 2, 3):
+                raise SpecError(where, value, "allowed: 0, 1, 2, 3")
+            if key != "zero" and value <= 0:
+                raise SpecError(where, value, "must be an integer > 0")
+            kw[key] = value
+        elif key in ("sp", "tp_within_node"):
+            if not isinstance(value, bool):
+                raise SpecError(where, value, "must be true or false")
+            kw[key] = value
+        elif key == "recompute":
+            kw[key] = parse_names(where, value)
+        elif key in ("rank_order", "schedule"):
+            if not isinstance(value, str):
+                raise SpecError(where, value, "must be a string" + (
+                    " like 'tp-cp-dp-pp'" if key == "rank_order" else ""))
+            if key == "rank_order":
+                try:
+                    value = parse_order(value)
+                except SpecError as e:
+                    raise SpecError(where, e.value, e.allowed) from None
+            kw[key] = value
+        else:
+            raise SpecError(where, value, "not a search constraint")
+    return Constraints(**kw)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 

@@ -61,8 +61,8 @@ CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 """Grid parameters every sweep has, in column order."""
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
               "size")
-CONSTRAINT_INTS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
-CONSTRAINT_KEYS = CONSTRAINT_INTS + ("sp", "recompute", "rank_order", "tp_within_node")
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs", "sp", "recompute",
+                   "rank_order", "tp_within_node")
 
 RESULT_COLUMNS = ("status", "error", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
                   "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero",
@@ -391,38 +391,16 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
 
 
 def _constraints(table: Any):
-    """``[constraints]`` to a search ``Constraints`` and its canonical JSON."""
-    from ..axes import parse_order
+    """``[constraints]`` to a search ``Constraints`` (``space.constraints_from``, the parser of
+    ``plan``'s flags too) and its canonical JSON."""
     from ..loaders import check_keys
-    from ..recompute import parse_names
-    from ..search.space import Constraints
+    from ..search.space import constraints_from
 
     check_keys(table, "constraints", required=set(), optional=set(CONSTRAINT_KEYS))
-    kw: dict[str, Any] = {}
+    con = constraints_from(table, lambda key: f"constraints.{key}")
     canon: dict[str, Any] = {}
-    for key, value in table.items():
-        where = f"constraints.{key}"
-        if key in CONSTRAINT_INTS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise SpecError(where, value, "must be an integer")
-            if key == "zero" and value not in (0, 1, 2, 3):
-                raise SpecError(where, value, "allowed: 0, 1, 2, 3")
-            if key != "zero" and value <= 0:
-                raise SpecError(where, value, "must be an integer > 0")
-            kw[key] = canon[key] = value
-        elif key in ("sp", "tp_within_node"):
-            if not isinstance(value, bool):
-                raise SpecError(where, value, "must be true or false")
-            kw[key] = canon[key] = value
-        elif key == "recompute":
-            kw[key] = parse_names(where, value)
-            canon[key] = list(kw[key])
-        elif key == "rank_order":
-            if not isinstance(value, str):
-                raise SpecError(where, value, "must be a string like 'tp-cp-dp-pp'")
-            try:
-                kw[key] = parse_order(value)
-            except SpecError as e:
-                raise SpecError(where, value, e.allowed) from None
-            canon[key] = "-".join(a.value for a in kw[key])
-    return Constraints(**kw), json.dumps(canon, sort_keys=True, separators=(",", ":"))
+    for key in table:
+        value = getattr(con, key)
+        canon[key] = (list(value) if key == "recompute" else
+                      "-".join(a.value for a in value) if key == "rank_order" else value)
+    return con, json.dumps(canon, sort_keys=True, separators=(",", ":"))
