@@ -128,3 +128,26 @@ def test_mfu_uses_model_flops():
     f = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert ev.model_flops == pytest.approx(f, rel=0.01)
     assert ev.mfu == pytest.approx(f / ev.step_time / 1024 / 312e12, rel=0.01)
+
+
+def test_every_cache_has_one_reset():
+    """Memo caches are made through ``caching.cached`` (none with functools directly), and
+    ``caching.clear`` empties all of them; results are the same afterwards."""
+    import re
+    from pathlib import Path
+
+    import nestplan
+    from nestplan import caching
+    from nestplan.evaluate import evaluate_names
+
+    src = Path(nestplan.__file__).parent
+    direct = [str(p.relative_to(src)) for p in src.rglob("*.py") if p.name != "caching.py"
+              and re.search(r"\blru_cache\b|^@cache\b|functools import .*\bcache\b",
+                            p.read_text(), re.M)]
+    assert not direct, direct
+    kw = dict(seq_len=2048, global_batch=16, tp=2, pp=2, mbs=1)
+    before = evaluate_names("llama3-8b", "dgx-h100-ndr", 16, **kw).step_time
+    assert caching.count() > 20
+    caching.clear()
+    assert all(c.cache_info().currsize == 0 for c in caching._CACHES)
+    assert evaluate_names("llama3-8b", "dgx-h100-ndr", 16, **kw).step_time == before

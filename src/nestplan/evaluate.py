@@ -24,8 +24,8 @@ the search optimises for a plan is exactly what ``evaluate`` reports.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
+from .caching import cached
 from . import graph as G
 from .axes import Axis
 from .cost import device as D
@@ -50,7 +50,7 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
                    stack.fp8_tp_gather and tr.precision is Precision.FP8)
 
 
-@lru_cache(maxsize=256)
+@cached(maxsize=256)
 def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
     """Forward + backward model FLOP of one sequence (full attention, no recomputation; the
     convention does not depend on the kernels)."""

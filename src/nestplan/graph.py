@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 from functools import cached_property
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
+from .caching import cached
 from .axes import Axis
 from .options import AttentionImpl, Position, Precision
 from .specs import ModelSpec
@@ -631,7 +631,7 @@ def _fp8_saves(layer: LayerGraph) -> LayerGraph:
     return replace(layer, ops=ops)
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def build(model: ModelSpec, loc: Local) -> ModelGraph:
     """Layer graphs of ``model`` on one device under the local strategy ``loc``."""
     x = _Dims(model, loc)

@@ -15,10 +15,10 @@ share one level-``l`` block. The group's traffic crosses level ``l`` when ``k[l]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from .caching import cached
 from .axes import Axis
 from .specs import ClusterSpec, Parallelism
 
@@ -146,7 +146,7 @@ def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
                      par.rank_order), cluster, gpus)
 
 
-@lru_cache(maxsize=8192)
+@cached(maxsize=8192)
 def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     tp, pp, dp, cp, ep, etp, vp, order = key
     dense = _dense_groups((tp, pp, dp, cp, order), cluster, gpus)
@@ -163,7 +163,7 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
                    embedding=dense[3])
 
 
-@lru_cache(maxsize=16)
+@cached(maxsize=16)
 def _grid(key: tuple) -> tuple[Parallelism, np.ndarray]:
     """The plan of degrees ``key`` = (tp, pp, dp, cp, rank order) and its rank grid."""
     tp, pp, dp, cp, order = key
@@ -175,7 +175,7 @@ def _lay(rows: np.ndarray, blocks: tuple[int, ...], affine: bool = False) -> Gro
     return GroupLayout(rows.shape[1], _group_k(rows, blocks, affine))
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLayout, ...]:
     """tp, cp, dp·cp and first-and-last-stage groups (independent of vp and of the experts)."""
     par, grid = _grid(key)
@@ -187,7 +187,7 @@ def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLay
             _lay(emb, blocks) if par.pp > 1 else GroupLayout(1, tuple(1 for _ in blocks)))
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLayout, ...]:
     """ep, expert-tp and expert-dp groups of the folded expert grid."""
     tp, pp, dp, cp, ep, etp, order = key
@@ -208,7 +208,7 @@ def _level(a: np.ndarray, b: np.ndarray, blocks: tuple[int, ...]) -> int:
     return level
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The level each stage-to-next-stage boundary crosses, and the steady-state sharing: the
@@ -224,7 +224,7 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
     return levels, share
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _wrap(key: tuple, cluster: ClusterSpec, gpus: int) -> int:
     """The level the last stage's send to stage 0 crosses (interleaved schedules)."""
     par, grid = _grid(key)

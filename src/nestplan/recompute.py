@@ -33,8 +33,8 @@ working memory of the recomputation (:func:`effect`). Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
+from .caching import cached
 from .errors import SpecError
 
 MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
@@ -134,7 +134,7 @@ class Effect:
     """Modules whose forward collectives run again (``graph.Comm.module``)."""
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def effect(policy: Policy, layer) -> Effect:
     """What ``policy`` keeps and recomputes for ``layer`` (a ``graph.LayerGraph``)."""
     ops = layer.ops

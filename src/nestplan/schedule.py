@@ -62,7 +62,7 @@ gradients, which no forward saves): an approximation, not measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from .caching import cached
 
 OpKey = tuple[str, int, int]
 """(kind, local chunk, micro-batch) of one operation on a device."""
@@ -440,13 +440,13 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
     return best
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
     # one device's order, not every device's (the search asks for many micro-batch counts)
     return tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp, True))
 
 
-@lru_cache(maxsize=1024)
+@cached(maxsize=1024)
 def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
     s = SCHEDULES[name]
     return tuple(h for h in (s.hop(c, pp) for c in range(pp * vp - 1)) if h is not None)
@@ -464,7 +464,7 @@ def _order_of(name: str, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey
     return _one_f_one_b(rank, pp, vp, micro)
 
 
-@lru_cache(maxsize=64)
+@cached(maxsize=64)
 def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...], ...]:
     return tuple(_order_of(name, r, pp, vp, micro) for r in range(pp))
 

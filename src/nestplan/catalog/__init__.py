@@ -10,10 +10,11 @@ Names are lowercase with dashes (``h100-sxm-80gb``, ``dgx-h100-ndr``, ``llama3-7
 
 from __future__ import annotations
 
-from functools import lru_cache, wraps
+from functools import wraps
 from importlib import resources
 from pathlib import Path
 
+from ..caching import cached
 from ..errors import SpecError
 from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec, Scenario
 from ..stack import StackSpec
@@ -54,12 +55,12 @@ def _cached(fn):
     """Cache ``fn(name)``; a file (not a catalog name) is read again once it changes, so that a
     long-lived process sees an edited TOML (a stack's base files are stamped by the top file
     only)."""
-    cached = lru_cache(maxsize=None)(lambda name, stamp: fn(name))
+    memo = cached(maxsize=None)(lambda name, stamp: fn(name))
 
     @wraps(fn)
     def get(name: str = DEFAULT_STACK):
-        return cached(name, _stamp(name))
-    get.cache_clear = cached.cache_clear
+        return memo(name, _stamp(name))
+    get.cache_clear = memo.cache_clear
     return get
 
 
@@ -152,7 +153,7 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
     return stack_from_table(table, where, base=base)
 
 
-@lru_cache(maxsize=None)
+@cached(maxsize=None)
 def stack_sources() -> tuple[tuple[str, str], ...]:
     """(source text, stack name) of every catalog stack's ``runs_source`` entries: a runs-CSV row
     without a ``stack`` column is taken to have run on the stack whose entry is the longest one

@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
+from ..caching import cached
 from ..axes import Axis
 from ..graph import Hide, LayerGraph, LayerKind, Op, OpKind
 from ..options import Precision, TPOverlap
@@ -100,7 +100,7 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                        stack.tp_overlap, stack.overlap_efficiency, host)
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
                 groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
                 overlap: float, host: float) -> LayerCost:

@@ -20,10 +20,10 @@ and the step is ``m·max X + (sum X − max X)/v + fill/drain send/recv + max E 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from ..caching import cached
 from .. import graph as G
 from ..axes import Axis
 from ..placement import Layouts, layouts
@@ -153,7 +153,7 @@ def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     return _config_costs(sc, par.with_(stage_layers=None, recompute=("none",)))
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     from ..evaluate import local_strategy
 

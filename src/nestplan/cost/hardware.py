@@ -8,13 +8,13 @@ compute and collective times in one place.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 
+from ..caching import cached
 from ..specs import ClusterSpec
 from ..stack import StackSpec, scaled
 
 
-@lru_cache(maxsize=256)
+@cached(maxsize=256)
 def effective(cluster: ClusterSpec, stack: StackSpec) -> ClusterSpec:
     """``cluster`` with efficiencies scaled by ``stack`` (the same object when nothing scales)."""
     if (stack.matmul_scale, stack.attention_scale, stack.memory_scale) == (1.0, 1.0, 1.0) \

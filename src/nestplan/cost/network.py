@@ -22,14 +22,14 @@ Algorithms (the cheapest is used, as NCCL's tuner does):
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
+from ..caching import cached
 from ..graph import CollKind
 from ..placement import GroupLayout
 from ..specs import ClusterSpec
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def level_bandwidth(cluster: ClusterSpec, level: int, share: tuple[float, ...] = ()) -> float:
     """Bytes/s one device gets for traffic crossing ``level`` (see the module docstring).
 
@@ -113,7 +113,7 @@ def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0)) -> floa
     return (blocks - 1) * (1 - miss) / k
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
                       flat: bool = False, dedup: tuple[int, int] = (0, 0)) -> Coeffs:
     """(latency s, seconds per byte) of each algorithm that can run the collective on ``g``.

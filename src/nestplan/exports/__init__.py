@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 
+from ..caching import cached
 from ..errors import SpecError
 from ..evaluate import chunk_bounds
 from ..evaluate import evaluate as _evaluate
@@ -22,7 +22,7 @@ from ..specs import Parallelism
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 
-evaluate = lru_cache(maxsize=32)(_evaluate)
+evaluate = cached(maxsize=32)(_evaluate)
 """The exporters evaluate the plan and the plan they export, often the same one, once."""
 
 

@@ -31,9 +31,9 @@ plan found; the value of every plan found is recomputed from its actual maxima.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
+from ..caching import cached
 
 INF = np.inf
 
@@ -53,7 +53,7 @@ class Solution:
     stages: tuple[Stage, ...]
 
 
-@lru_cache(maxsize=4096)
+@cached(maxsize=4096)
 def _back_index(n1: int, lo: int, hi: int) -> np.ndarray:
     """Indices into ``[inf]*(n1-1) + prev`` that give ``prev[l2 - n]`` at ``[l2, n - lo]``."""
     l2 = np.arange(n1)[:, None]

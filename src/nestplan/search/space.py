@@ -21,8 +21,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 
+from ..caching import cached
 from .. import graph as G
 from ..axes import RANK_AXES, Axis
 from ..cost.compute import op_time
@@ -422,7 +422,7 @@ def _splits(par: Parallelism) -> bool:
     return par.pp > 1 and par.pipeline.split_backward
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def _parts(layer: G.LayerGraph, acc, prec) -> tuple[float, float, float]:
     """Forward + backward compute of a layer, its weight-gradient part, and the rest of its
     backward (the cost model's own op times and weight-gradient share)."""
@@ -455,7 +455,7 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
                    _busiest(sc.model, shape.pp, blocks)) + sc.stack.step_overhead
 
 
-@lru_cache(maxsize=65536)
+@cached(maxsize=65536)
 def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
                                                             tuple[float, ...], int, float]:
     """Per-micro-batch work with exposed intra-layer communication, its weight-gradient part

@@ -9,10 +9,10 @@ the blocks are all alike and only their number matters.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from ..caching import cached
 from .. import graph as G
 from ..cost import device as D
 
@@ -64,7 +64,7 @@ def build(cc: D.ConfigCosts) -> Tables | None:
     return Tables(x=x, y=y, e=e, ok=ok, mem=mem, valid=valid, const=const)
 
 
-@lru_cache(maxsize=128)
+@cached(maxsize=128)
 def _classes(cc: D.ConfigCosts):
     """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
     parts), constant) of ``cc``'s plan on its schedule's chunk placement; None when the units

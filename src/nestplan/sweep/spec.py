@@ -39,10 +39,10 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass
-from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..caching import cached
 from ..errors import SpecError
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def _resolve(ref: str, base: Path) -> str:
     return ref
 
 
-@cache
+@cached(maxsize=None)
 def _model(ref: str):
     from ..catalog import get_model
 
@@ -207,7 +207,7 @@ def _stack(ref: str | None):
     return get_stack(ref) if ref else get_stack()
 
 
-@lru_cache(maxsize=256)
+@cached(maxsize=256)
 def _cluster(ref: str, overrides: tuple = ()):
     """The cluster with level overrides applied through the loaders (so they validate them)."""
     from ..catalog import get_accelerator, get_cluster
