@@ -140,8 +140,11 @@ def _with_headroom(sc, args):
     pct = args.memory_headroom
     if pct is None:
         return sc
-    if not 0 <= pct < 50:  # also refuses nan
-        raise SpecError("memory-headroom", pct, "must be a percent of HBM in [0, 50)")
+    from .specs import MAX_HEADROOM, valid_headroom
+
+    if not valid_headroom(pct / 100):
+        raise SpecError("memory-headroom", pct,
+                        f"must be a percent of HBM in [0, {MAX_HEADROOM * 100:g})")
     return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 

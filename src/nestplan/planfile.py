@@ -72,11 +72,12 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
 
 
 def _headroom(data: dict, source: str) -> float:
-    from .specs import Scenario
+    from .specs import MAX_HEADROOM, Scenario, valid_headroom
 
     value = data.get("memory_headroom", Scenario.memory_headroom)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 0.5:
-        raise SpecError(f"{source}: memory_headroom", value, "must be a share of HBM in [0, 0.5)")
+    if not valid_headroom(value):
+        raise SpecError(f"{source}: memory_headroom", value,
+                        f"must be a share of HBM in [0, {MAX_HEADROOM})")
     return float(value)
 
 

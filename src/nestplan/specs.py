@@ -514,10 +514,22 @@ class Parallelism(_CachedHash):
         return replace(self, **changes)
 
 
+MAX_HEADROOM = 0.5
+"""A plan may be asked to leave less than this share of HBM free beyond its predicted peak."""
+
+
+def valid_headroom(share) -> bool:
+    """The one rule for a memory headroom (a share of HBM; NaN and booleans are not)."""
+    return (isinstance(share, (int, float)) and not isinstance(share, bool)
+            and 0 <= share < MAX_HEADROOM)
+
+
 MAX_GPUS = 2**20
 """Largest device count accepted, well above any training cluster built so far."""
-MAX_LAYERS = 10_000
-"""Transformer blocks a model may have (the largest trained have ~200)."""
+MAX_LAYERS = 1_000
+"""Transformer blocks a model may have: five times the deepest trained (~200). The stage DP's
+split tables grow with the square of the blocks: measured on two cores, a 1,000-block model
+plans in about 7 s and 2 GB, a 2,000-block one took 262 s and 24 GB."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -539,9 +551,9 @@ class Scenario(_CachedHash):
 
     def __post_init__(self):
         _positive("gpus", self.gpus)
-        h = self.memory_headroom
-        if not (isinstance(h, (int, float)) and 0 <= h < 0.5):
-            raise SpecError("memory_headroom", h, "must be a share of HBM in [0, 0.5)")
+        if not valid_headroom(self.memory_headroom):
+            raise SpecError("memory_headroom", self.memory_headroom,
+                            f"must be a share of HBM in [0, {MAX_HEADROOM})")
         if self.gpus > MAX_GPUS:
             raise SpecError("gpus", self.gpus, f"at most {MAX_GPUS:,} devices are supported")
         cap = self.cluster.max_devices
