@@ -144,3 +144,41 @@ def test_group_levels_equal_a_count_over_every_row():
             assert _group_k(rows, blocks, affine) == brute(rows, blocks)
             assert _group_k(rows, blocks) == brute(rows, blocks)
         assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))
+
+
+def test_pipeline_boundaries_equal_a_count_over_every_device():
+    """``_boundaries`` (window sums over stage 0's residues) equals visiting every device of
+    every stage: the level each boundary crosses and the share of devices sending outside
+    their block, for random degrees and rank orders on block sizes that are and are not powers
+    of two."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    from nestplan.placement import _block_sizes, _boundaries, rank_grid
+    from nestplan.specs import ClusterSpec, Level
+
+    rng = random.Random(5)
+    orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
+    for _ in range(60):
+        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4]) for _ in range(4))
+        pp = max(pp, 2)
+        gpus = tp * pp * dp * cp
+        node, pod = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 5])
+        cluster = ClusterSpec(name="c", accelerator=H100.accelerator, levels=(
+            Level(name="n", size=node, bandwidth=400e9, latency=1e-6),
+            Level(name="p", size=pod, bandwidth=50e9, latency=5e-6),
+            Level(name="t", size=None, bandwidth=25e9, latency=9e-6)))
+        order = rng.choice(orders)
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, rank_order=order)
+        levels, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus)
+        grid = rank_grid(par)
+        sizes = (1, *_block_sizes(cluster, gpus)[:-1])
+        src, dst = grid[:-1].ravel(), grid[1:].ravel()
+        assert share == pytest.approx(tuple(np.count_nonzero(src // b != dst // b) / gpus
+                                            for b in sizes))
+        want = tuple(max((lvl for lvl, b in enumerate(sizes)
+                          if np.any(grid[i].ravel() // b != grid[i + 1].ravel() // b)),
+                         default=-1) for i in range(pp - 1))
+        assert levels == want, (par, levels, want)

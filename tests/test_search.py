@@ -23,7 +23,7 @@ H100 = get_cluster("dgx-h100-ndr").accelerator
 
 
 def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio, over,
-                  first_dense=0):
+                  first_dense=0, vocab=512):
     """A small model on a small cluster; HBM leaves ``extra_mib`` above the fixed reserve
     (the tiny plans need 12-85 MiB of it, so memory decides some and not others)."""
     acc = dataclasses.replace(H100, hbm_bytes=1.5 * 2**30 + extra_mib * 2**20)
@@ -32,7 +32,7 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
         Level(name="net", size=None, bandwidth=200e9 / bw_ratio, latency=10e-6,
               oversubscription=over)))
     model = ModelSpec(name="tiny", layers=layers, hidden=256, heads=heads, kv_heads=kv,
-                      head_dim=256 // heads, ffn_hidden=512, vocab=512, mlp=MLPKind.SWIGLU,
+                      head_dim=256 // heads, ffn_hidden=512, vocab=vocab, mlp=MLPKind.SWIGLU,
                       norm=Norm.RMSNORM, bias=False, position=Position.ROPE,
                       moe=MoESpec(experts=2, top_k=1, ffn_hidden=256,
                                   first_dense_layers=first_dense) if moe else None)
@@ -172,9 +172,9 @@ def test_compare_json(capsys):
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
        moe=st.booleans(), batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
-       first_dense=st.sampled_from([0, 1]))
+       first_dense=st.sampled_from([0, 1]), vocab=st.sampled_from([512, 16384]))
 def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, batch, bw_ratio,
-                                                      first_dense):
+                                                      first_dense, vocab):
     """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
     stage DP's objective of each configuration it stands for, under every schedule (memory
     ignored: the DP's best over all splits and policies); with one policy in every block, the
@@ -185,9 +185,10 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
-    from nestplan.search.driver import _recompute_floors, _states_floors
+    from nestplan.search.driver import _recompute_bounds, _states_floors
 
-    sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense)
+    sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense,
+                       vocab)
     sc = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
                                                            schedules=tuple(SCHEDULES)))
     con = Constraints()
@@ -210,12 +211,12 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                 assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
             # one policy in every block: its recompute joins the bound, its memory the floor
             cc = D.config_costs(sc, par)
-            adds, floors = _recompute_floors(cc), _states_floors(sc, par)
+            bounds, floors = _recompute_bounds(cc), _states_floors(sc, par)
             policies = np.arange(len(sc.stack.recompute))
             for p in policies:
                 only = [np.broadcast_to(policies == p, o.shape) for o in tb.ok]
                 sol_p = DP.solve(tb.x, tb.e, only, cc.micro, par.vp, tb.const, y=tb.y)
-                bound = space.config_bound(sc, par) + adds[p]
+                bound = bounds[p]
                 assert bound <= sol_p.objective * (1 + 1e-9), (par, p, bound, sol_p.objective)
                 peak = DP.min_peak_memory([m[..., p:p + 1] for m in tb.mem], tb.valid)
                 assert floors[p] <= peak * (1 + 1e-9), (par, p, floors[p], peak)

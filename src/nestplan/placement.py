@@ -98,6 +98,11 @@ def _group_k(groups: np.ndarray, blocks: tuple[int, ...], affine: bool = False
         rows = np.sort(groups, axis=1)
     ks = []
     for b in blocks[:-1]:  # the outermost block holds the whole group
+        if translates and pattern[-1] < b:
+            # a row spans less than a block: it touches two blocks when it crosses an edge
+            crosses = bool((rows[:, 0] % b + pattern[-1] >= b).any())
+            ks.append(-(-n // (2 if crosses else 1)))
+            continue
         sample = rows
         if translates and b < rows.shape[0]:
             seen = np.zeros(b, dtype=bool)
@@ -212,14 +217,33 @@ def _level(a: np.ndarray, b: np.ndarray, blocks: tuple[int, ...]) -> int:
 def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The level each stage-to-next-stage boundary crosses, and the steady-state sharing: the
-    fraction of each block's devices whose next stage lies outside it."""
+    fraction of each block's devices whose next stage lies outside it.
+
+    Stage ``i + 1``'s devices are stage ``i``'s shifted by the pipeline stride ``s`` (an affine
+    rank grid), and a device ``a`` sends across a block of ``b`` devices when ``s >= b`` or
+    ``a mod b >= b - s``; counting stage 0's devices by residue (a histogram of ``b`` bins) then
+    gives every stage's count as a window sum, without visiting every device of every stage.
+    """
     par, grid = _grid(key)
-    blocks = _block_sizes(cluster, gpus)
-    src = grid[:-1].ravel() if par.pp > 1 else np.zeros(0, dtype=int)
-    dst = grid[1:].ravel() if par.pp > 1 else np.zeros(0, dtype=int)
-    share = tuple(float(np.count_nonzero(src // b != dst // b)) / gpus if gpus else 0.0
-                  for b in (1, *blocks[:-1]))
-    levels = tuple(_level(grid[i].ravel(), grid[i + 1].ravel(), blocks)
+    sizes = (1, *_block_sizes(cluster, gpus)[:-1])
+    if par.pp == 1:
+        return (), tuple(0.0 for _ in sizes)
+    s = int(grid[1].flat[0] - grid[0].flat[0])
+    base = grid[0].ravel()
+    stages = np.arange(par.pp - 1)
+    crossing = []  # per level, devices of each boundary's stage that send outside their block
+    for b in sizes:
+        if s >= b:
+            crossing.append(np.full(par.pp - 1, base.size))
+            continue
+        prefix = np.concatenate([[0], np.cumsum(np.bincount(base % b, minlength=b))])
+        lo = (b - s - stages * s) % b  # residues r with (r + i·s) mod b in [b - s, b)
+        hi = lo + s
+        inside = prefix[np.minimum(hi, b)] - prefix[lo]
+        wrapped = prefix[np.maximum(hi - b, 0)]  # the window's part past b, from residue 0
+        crossing.append(inside + np.where(hi > b, wrapped, 0))
+    share = tuple(float(c.sum()) / gpus if gpus else 0.0 for c in crossing)
+    levels = tuple(max((lvl for lvl, c in enumerate(crossing) if c[i] > 0), default=-1)
                    for i in range(par.pp - 1))
     return levels, share
 

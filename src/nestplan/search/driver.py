@@ -99,14 +99,15 @@ def _states_floors(sc: Scenario, par: Parallelism) -> np.ndarray:
     return w + g + o + M.reserve(acts, transient, st) + acts + transient
 
 
-def _recompute_floors(cc: D.ConfigCosts) -> np.ndarray:
-    """Per recompute policy, what running it in every block adds at least to the configuration's
-    bound (``space.recompute_bounds`` of its per-micro-batch recompute time)."""
+def _recompute_bounds(cc: D.ConfigCosts) -> np.ndarray:
+    """Per recompute policy, the configuration's bound when every block runs it
+    (``space.config_bound`` with its per-micro-batch recompute time)."""
     g = cc.graph
     blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, cc.dense), (g.n_moe, cc.moe)) if n]
     total = sum(n * k.rc for n, k in blocks)
     cheapest = np.min([k.rc for _, k in blocks], axis=0)
-    return np.asarray(space.recompute_bounds(cc.sc, cc.par, total, cheapest))
+    return np.array([space.config_bound(cc.sc, cc.par, (float(t), float(c)))
+                     for t, c in zip(total, cheapest)])
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
@@ -132,6 +133,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         sets = [tuple(p for p in s if p in policies) for s in sets]
         sets = [s for s in sets if s]
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
+    fixed = tuple(s[0] for s in sets) if single and sets else None
     heap: list = []
     tick = 0
     size = 0
@@ -145,7 +147,8 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         orders = space.rank_orders(con, shape)
         zeros = space.zero_stages(world, con, shape.parallelism())
         size += variants * len(orders) * len(zeros)
-        heapq.heappush(heap, (space.compute_bound(world, shape, max(vps)), tick, 0, shape))
+        heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
+                              shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     solved = 0
@@ -164,7 +167,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             vps = space.virtual_stages(world, con, item)
             for order in space.rank_orders(con, item):
                 par = item.parallelism(order)
-                heapq.heappush(heap, (space.network_bound(world, par, max(vps)), tick, 1,
+                heapq.heappush(heap, (max(lb, space.network_bound(world, par, max(vps))), tick, 1,
                                       (par, vps)))
                 tick += 1
             continue
@@ -177,12 +180,13 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                         check_plan(world, par)
                     except SpecError:
                         continue
-                    heapq.heappush(heap, (space.network_bound(world, par), tick, 2, par))
+                    heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2, par))
                     tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
             zeros = space.zero_stages(world, con, item)
-            for zero, b in zip(zeros, space.config_bounds(world, item, zeros, net=lb)):
+            for zero, b in zip(zeros, space.config_bounds(world, item, zeros)):
+                b = max(lb, b)  # the parent's bound holds for its children too
                 if b < bound:  # else it could never be popped before the search ends
                     heapq.heappush(heap, (b, tick, 3, item.with_(zero=zero)))
                     tick += 1
@@ -197,8 +201,8 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                     continue
             cc = D.config_costs(world, par)
             # one policy in every block: its least recompute time joins the bound
-            adds = _recompute_floors(cc) if single else None
-            keep = [(lb + (adds[s[0]] if single else 0.0), s) for s in sets
+            bounds = _recompute_bounds(cc) if single else None
+            keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
                     if not memory_aware or floors[list(s)].min() <= cap]
             keep = sorted((b, s) for b, s in keep if b < bound)
             if not keep:

@@ -103,8 +103,10 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
     return Constraints(**kw)
 
 
+@cached(maxsize=4096)
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _pick(fixed, values):
@@ -437,22 +439,41 @@ def _parts(layer: G.LayerGraph, acc, prec) -> tuple[float, float, float]:
     return total, wgrad, bwd - wgrad
 
 
-def compute_bound(sc: Scenario, shape: Shape, vp: int) -> float:
+def compute_bound(sc: Scenario, shape: Shape, vp: int,
+                  policies: tuple[int, ...] | None = None) -> float:
     """A step time no configuration of ``shape`` with ``vp`` or more virtual stages can beat:
     its compute alone, spread evenly over the devices by the least favourable schedule the
-    stack runs (``_spread``)."""
+    stack runs (``_spread``). ``policies``: when every plan runs one of these recompute policies
+    in all its blocks, the least of their recomputed forward compute joins the work."""
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
     mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
-    work = wgrad = b_in = 0.0
-    blocks = []
-    for n, layer in mg.counts(shape.pp == 1):
-        t, w, b = _parts(layer, acc, tr.precision)
-        work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
-        if layer.kind in G.BLOCK_KINDS:
-            blocks.append(t)
     micro = tr.global_batch // (shape.mbs * shape.dp)
-    return _spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc),
-                   _busiest(sc.model, shape.pp, blocks)) + sc.stack.step_overhead
+    out = []
+    for p in policies if policies is not None else (None,):
+        work = wgrad = b_in = 0.0
+        blocks = []
+        for n, layer in mg.counts(shape.pp == 1):
+            t, w, b = _parts(layer, acc, tr.precision)
+            if p is not None and layer.kind in G.BLOCK_KINDS:
+                r = _recomputed(layer, acc, tr.precision, sc.stack.recompute[p])
+                t, b = t + r, b + r
+            work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
+            if layer.kind in G.BLOCK_KINDS:
+                blocks.append(t)
+        out.append(_spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc),
+                           _busiest(sc.model, shape.pp, blocks)))
+    return min(out) + sc.stack.step_overhead
+
+
+@cached(maxsize=65536)
+def _recomputed(layer: G.LayerGraph, acc, prec, policy) -> float:
+    """Forward compute a block runs again in backward under ``policy`` (its operators' op
+    times; the collectives it repeats left out: a lower bound of ``device.recompute_time``)."""
+    from ..recompute import effect
+
+    eff = effect(policy, layer)
+    fwd = [op_time(o, acc, prec, False) for o in layer.ops]
+    return eff.full * sum(fwd) + sum(s * t for s, t in zip(eff.shares, fwd))
 
 
 @cached(maxsize=65536)
@@ -483,45 +504,41 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
             _busiest(sc.model, par.pp, blocks))
 
 
-def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
+def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
+                  rc: tuple[float, float] = (0.0, 0.0), busiest: bool = True) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
-    the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
-    work, wgrad, b_in, boundary, micro, busiest = _network_parts(
+    the most interleaved variant, over every schedule the stack runs, uses the least fill).
+    ``rc``: when every block runs one recompute policy, its per-micro-batch recompute time over
+    all blocks and of the cheapest block (backward work on the block's device: it joins the
+    work spread over the devices and the busiest device's least share). ``busiest=False``
+    leaves out the busiest device's share (the average form, to which per-device traffic that
+    the busiest device need not carry can be added: ``config_bounds``)."""
+    work, wgrad, b_in, boundary, micro, most = _network_parts(
         sc, par.with_(vp=1, zero=0, schedule=None))
+    total, cheapest = rc
+    if busiest and par.pp > 1:
+        most += -(-sc.model.layers // par.pp) * cheapest
     v = vp or par.vp
     fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
     rules = _rules(sc) if vp is not None else _rules(sc, par)
-    return (_spread(work, wgrad, b_in, micro, par.pp, v, rules, busiest) + 2 * fill
-            + sc.stack.step_overhead)
+    return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules,
+                    most if busiest else 0.0) + 2 * fill + sc.stack.step_overhead)
 
 
-def recompute_bounds(sc: Scenario, par: Parallelism, total, cheapest) -> list[float]:
-    """What recomputation adds at least to ``network_bound(sc, par)`` when every block runs one
-    policy, per policy: ``total`` is its per-micro-batch recompute time over all blocks,
-    ``cheapest`` the least of one block (both per policy). Recomputation is backward work on
-    the device that holds the block, so it joins the work spread over the devices and the
-    busiest device's least share (``_spread`` is the rest of ``network_bound``)."""
-    work, wgrad, b_in, _, micro, busiest = _network_parts(
-        sc, par.with_(vp=1, zero=0, schedule=None))
-    rules = _rules(sc, par)
-    base = _spread(work, wgrad, b_in, micro, par.pp, par.vp, rules, busiest)
-    most = -(-sc.model.layers // par.pp) if par.pp > 1 else 0
-    return [_spread(work + r, wgrad, b_in + r, micro, par.pp, par.vp, rules, busiest + most * c)
-            - base for r, c in zip(total, cheapest)]
-
-
-def config_bound(sc: Scenario, par: Parallelism, net: float | None = None) -> float:
+def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0, 0.0)) -> float:
     """``network_bound`` plus what the ZeRO stage costs at least: per-micro-batch ZeRO-2/3
     traffic and the end-of-step reduction and optimizer step of an average device. Overlap
     hides at most the stack's ``overlap_efficiency`` of any communication; collective times are
     subadditive in bytes and increasing, so the whole model's traffic and the average device
-    bound the per-chunk and the largest device's. ``net``: the plan's ``network_bound`` when
-    known (the same for every ZeRO stage)."""
-    return config_bounds(sc, par, (par.zero,), net)[0]
+    bound the per-chunk and the largest device's. The per-micro-batch traffic joins the
+    average form of the span only (the busiest device need not hold the embedding's share);
+    the larger of that and the busiest form is the bound. ``rc`` as for ``network_bound``."""
+    return config_bounds(sc, par, (par.zero,), rc)[0]
 
 
-def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = None) -> list[float]:
+def config_bounds(sc: Scenario, par: Parallelism, zeros,
+                  rc: tuple[float, float] = (0.0, 0.0)) -> list[float]:
     """``config_bound`` of ``par`` with each ZeRO stage of ``zeros`` (shared work done once)."""
     from ..cost import device as D
     from ..cost import memory as M
@@ -546,8 +563,8 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
         return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
                 + coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), e_bytes))
 
-    if net is None:
-        net = network_bound(sc, par)
+    net = network_bound(sc, par, rc=rc)
+    average = network_bound(sc, par, rc=rc, busiest=False)
     micro = tr.global_batch // (par.mbs * par.dp)
     # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
     # floor (m/p), which keeps net + this a bound (_spread's forms are each linear in the work)
@@ -570,7 +587,7 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros, net: float | None = Non
         shard = avg_p / (lay.dp.size if z >= 1 else 1) + avg_e / (
             lay.edp.size if z >= 1 else 1)
         end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
-        out.append(net + shown * zero * factor + end)
+        out.append(max(net, average + shown * zero * factor) + end)
     return out
 
 
