@@ -20,7 +20,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from nestplan.errors import InfeasibleError, SpecError
-from nestplan.planfile import plan_to_dict
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import methods
 from nestplan.search.space import Constraints
@@ -162,7 +161,7 @@ def write_plans(evs) -> None:
         sc, tr = ev.scenario, ev.scenario.training
         row = {"model": sc.model.name, "cluster": sc.cluster.name, "gpus": sc.gpus,
                "seq_len": tr.seq_len, "global_batch": tr.global_batch,
-               "plan": plan_to_dict(ev.plan)}
+               "plan": ev.plan.to_dict()}
         key = json.dumps(row, sort_keys=True)
         if key not in seen:
             seen.add(key)

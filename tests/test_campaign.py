@@ -31,5 +31,6 @@ def test_bad_input_is_one_line_and_exit_2(case, base, tmp_path):
     lines = err.strip().splitlines()
     assert "Traceback" not in err, err
     assert code == 2 and out == "" and len(lines) == 1, (code, out[:300], err[-600:])
-    assert case.needle in lines[0], lines[0]
+    # the needle names what was wrong: look for it in the message, not in the prefix
+    assert case.needle in lines[0].removeprefix("nestplan: error: "), lines[0]
     assert seconds < 60

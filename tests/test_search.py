@@ -172,9 +172,10 @@ def test_compare_json(capsys):
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
        moe=st.booleans(), batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
-       first_dense=st.sampled_from([0, 1]), vocab=st.sampled_from([512, 16384]))
+       first_dense=st.sampled_from([0, 1]), vocab=st.sampled_from([512, 16384]),
+       stack=st.sampled_from(["megatron-core", "torchtitan"]))
 def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, batch, bw_ratio,
-                                                      first_dense, vocab):
+                                                      first_dense, vocab, stack):
     """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
     stage DP's objective of each configuration it stands for, under every schedule (memory
     ignored: the DP's best over all splits and policies); with one policy in every block, the
@@ -185,11 +186,15 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
-    from nestplan.search.driver import _recompute_bounds, _states_floors
+    from nestplan.search.driver import _floor_parts, _recompute_bounds, _states_floor
 
     sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense,
                        vocab)
-    sc = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
+    from nestplan.catalog import get_stack
+
+    # megatron-core gathers operator by operator and mixes policies per stage; torchtitan
+    # gathers whole blocks (FSDP) and runs one policy everywhere
+    sc = dataclasses.replace(sc, stack=dataclasses.replace(get_stack(stack),
                                                            schedules=tuple(SCHEDULES)))
     con = Constraints()
     for shape in space.shapes(sc, con):
@@ -211,7 +216,7 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                 assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
             # one policy in every block: its recompute joins the bound, its memory the floor
             cc = D.config_costs(sc, par)
-            bounds, floors = _recompute_bounds(cc), _states_floors(sc, par)
+            bounds, parts = _recompute_bounds(cc), _floor_parts(sc, par)
             policies = np.arange(len(sc.stack.recompute))
             for p in policies:
                 only = [np.broadcast_to(policies == p, o.shape) for o in tb.ok]
@@ -219,4 +224,9 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                 bound = bounds[p]
                 assert bound <= sol_p.objective * (1 + 1e-9), (par, p, bound, sol_p.objective)
                 peak = DP.min_peak_memory([m[..., p:p + 1] for m in tb.mem], tb.valid)
-                assert floors[p] <= peak * (1 + 1e-9), (par, p, floors[p], peak)
+                floor = _states_floor(parts, (p,))
+                assert floor <= peak * (1 + 1e-9), (par, p, floor, peak)
+            # plans mixing every policy stage by stage
+            peak = DP.min_peak_memory(tb.mem, tb.valid)
+            floor = _states_floor(parts, tuple(policies))
+            assert floor <= peak * (1 + 1e-9), (par, floor, peak)

@@ -304,28 +304,43 @@ def test_ray_gives_the_same_rows_as_the_pool(pool_run, tmp_path, capsys):
     assert _without_timing(_rows(out)) == _without_timing(_rows(pool_run.with_suffix(".csv")))
 
 
-def _ray_task_pids() -> list[int]:
-    """Processes running a sweep point as a Ray task (Ray titles them ``ray::run_task``)."""
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process here: pid -> (parent pid, command line)."""
     import os
 
-    pids = []
+    out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::run_task"):
-                        pids.append(int(entry))
-            except OSError:
+                    out[int(entry)] = (ppid, f.read())
+            except (OSError, ValueError, IndexError):
                 pass
-    return pids
+    return out
+
+
+def _session(temp: str) -> dict[int, bytes]:
+    """The processes of the Ray instance started with ``--temp-dir temp`` (those naming it and
+    their descendants, its workers among them): pid -> command line."""
+    procs = _processes()
+    mine = {pid for pid, (_, cmd) in procs.items() if temp.encode() in cmd}
+    grown = True
+    while grown:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in mine} - mine
+        mine |= more
+        grown = bool(more)
+    return {pid: procs[pid][1] for pid in mine}
 
 
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
 def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
     """``sweep --ray ADDRESS`` against a Ray head started apart (``ray start --head``), as on a
-    cluster (nestplan is shipped to the workers): one worker process is killed while it runs a
-    point; the sweep still finishes, the point runs again, and the CSV has every point once."""
+    cluster (nestplan is shipped to the workers): one of its worker processes is killed while it
+    runs a point; the sweep still finishes, the point runs again (without the retry it would be
+    an error row), and the CSV has every point once. Only this head's processes are touched."""
     import os
     import signal
     import socket
@@ -339,15 +354,20 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
     pytest.importorskip("ray")
     if not os.path.isdir("/proc"):
         pytest.skip("finds Ray's worker processes through /proc")
+    import shutil
+    import tempfile
+
     ray_cli = str(Path(sys.executable).parent / "ray")
     with socket.socket() as s:  # a free port for the head
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="nestplan-ray-", dir="/tmp")  # short: Ray's socket paths
     # Ray 2.5x turns token authentication on for `ray start --head`; a driver reads the token
     # that the head wrote (~/.ray/auth_token) when the mode is set in its environment too
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
     start = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
-                            "--include-dashboard=false", "--disable-usage-stats"],
+                            f"--temp-dir={temp}", "--include-dashboard=false",
+                            "--disable-usage-stats"],
                            capture_output=True, text=True, env=env, timeout=180)
     try:
         assert start.returncode == 0, start.stderr[-2000:]
@@ -358,10 +378,12 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
         killed = None
         deadline = time.monotonic() + 240
         while sweep.poll() is None and time.monotonic() < deadline:
-            pids = _ray_task_pids()
-            if pids and killed is None:
-                killed = pids[0]
-                os.kill(killed, signal.SIGKILL)
+            if killed is None:  # a worker of this head, busy with a point
+                busy = [pid for pid, cmd in _session(temp).items()
+                        if cmd.startswith(b"ray::run_task")]
+                if busy:
+                    killed = busy[0]
+                    os.kill(killed, signal.SIGKILL)
             time.sleep(0.05)
         stdout, stderr = sweep.communicate(timeout=60)
         assert sweep.returncode == 0, stderr[-2000:]
@@ -370,5 +392,10 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
         assert len(rows) == SMALL_POINTS and len({r["id"] for r in rows}) == SMALL_POINTS
         assert {r["status"] for r in rows} == {"ok"}
         assert _without_timing(rows) == _without_timing(_rows(pool_run.with_suffix(".csv")))
-    finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, env=env, timeout=120)
+    finally:  # this head's processes only (``ray stop`` would end every Ray here)
+        for pid in _session(temp):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(temp, ignore_errors=True)

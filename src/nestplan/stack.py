@@ -93,9 +93,10 @@ class StackSpec(_CachedHash):
     aggregation)."""
     fp8_param_gather: bool = False
     """In fp8 training, ZeRO-3/FSDP and the sharded optimizer all-gather the transformer blocks'
-    linear weights as their fp8 copies, one byte each (torchao's
-    ``enable_fsdp_float8_all_gather``, Megatron-Core's ``--fp8-param-gather``); the embedding and
-    the output layer stay in bf16. Off, every gathered weight moves in bf16."""
+    dense linear weights as their fp8 copies, one byte each (torchao's
+    ``enable_fsdp_float8_all_gather``); the embedding, the output layer and routed experts
+    (grouped weights, not ``nn.Linear``) stay in bf16. Off, every gathered weight moves in
+    bf16."""
     fp8_tp_gather: bool = False
     """In fp8 training with sequence parallelism, the tensor-parallel all-gathers around the
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;

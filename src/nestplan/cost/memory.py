@@ -30,10 +30,12 @@ FP8_BYTES = 1
 
 
 def gather_bytes(kind, stack, precision) -> float:
-    """Bytes per weight of a layer of ``kind`` (a ``graph.LayerKind``) that ZeRO-3/FSDP and the
-    sharded optimizer all-gather: bf16, or fp8 for the transformer blocks when the stack gathers
-    fp8 weights in fp8 training (``StackSpec.fp8_param_gather``; a block's norm weights, a few
-    hidden-sized vectors, are counted with its linear layers)."""
+    """Bytes per dense weight of a layer of ``kind`` (a ``graph.LayerKind``) that ZeRO-3/FSDP
+    and the sharded optimizer all-gather: bf16, or fp8 for the transformer blocks when the stack
+    gathers fp8 weights in fp8 training (``StackSpec.fp8_param_gather``; a block's norm weights,
+    a few hidden-sized vectors, are counted with its linear layers). Routed experts' weights are
+    gathered in bf16 (``COMPUTE_BYTES``) either way: torchao converts ``nn.Linear`` modules, and
+    grouped expert weights are not."""
     fp8 = stack.fp8_param_gather and precision is Precision.FP8
     return FP8_BYTES if kind in BLOCK_KINDS and fp8 else COMPUTE_BYTES
 

@@ -64,13 +64,11 @@ def plan_from_solution(model, model_stack, par: Parallelism,
                      recompute=tuple(model_stack.recompute[s.policy].name for s in sol.stages))
 
 
-def _states_floors(sc: Scenario, par: Parallelism) -> np.ndarray:
-    """Per recompute policy of the stack, bytes the most loaded device holds at least when every
-    block runs that policy, whatever the split: the average device's model states, plus the
-    average device's activations with the blocks where the schedule holds the fewest
-    micro-batches (each device keeps at least one block per chunk), plus one block's working
-    memory, plus the reserve these imply (``memory.reserve``). The most loaded device holds at
-    least the average. The least of them bounds plans that mix policies."""
+def _floor_parts(sc: Scenario, par: Parallelism):
+    """What ``_states_floor`` needs of a configuration, computed once for all its policy sets:
+    the average device's model states, per recompute policy the least bytes a block keeps and
+    the least working memory of a block's backward, and how many blocks' worth of activations
+    the average device holds at least."""
     from ..evaluate import local_strategy
     from ..graph import build
     from ..recompute import effect
@@ -95,8 +93,21 @@ def _states_floors(sc: Scenario, par: Parallelism) -> np.ndarray:
     micro = sc.training.global_batch // (par.mbs * par.dp)
     held = [min(par.pipeline.held(i, par.pp, par.vp, micro)) for i in range(par.pp)]
     spare = max(sc.model.layers - par.vp * par.pp, 0)
-    acts = saved * (par.vp * sum(held) + spare * min(held)) / par.pp
-    return w + g + o + M.reserve(acts, transient, st) + acts + transient
+    blocks_held = (par.vp * sum(held) + spare * min(held)) / par.pp
+    return w + g + o, saved, transient, blocks_held, st
+
+
+def _states_floor(parts, policies) -> float:
+    """Bytes the most loaded device holds at least, whatever the split, when its blocks run
+    any mix of ``policies`` (indices): the average device's model states, its activations with
+    the blocks where the schedule holds the fewest micro-batches and each keeping the least any
+    of the policies keeps, one block's least working memory, and the reserve these imply
+    (``memory.reserve``, increasing in both). The most loaded device holds at least the
+    average."""
+    states, saved, transient, blocks_held, stack = parts
+    acts = min(saved[p] for p in policies) * blocks_held
+    work = min(transient[p] for p in policies)
+    return states + M.reserve(acts, work, stack) + acts + work
 
 
 def _recompute_bounds(cc: D.ConfigCosts) -> np.ndarray:
@@ -132,6 +143,10 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     if policies is not None:  # a baseline's own restriction, within what the stack offers
         sets = [tuple(p for p in s if p in policies) for s in sets]
         sets = [s for s in sets if s]
+    if not sets:
+        names = ", ".join(world.stack.recompute[p].name for p in (policies or ()))
+        raise InfeasibleError(f"{method} searches only the recompute policies {names}; "
+                              "the constraints allow none of them")
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
     fixed = tuple(s[0] for s in sets) if single and sets else None
     heap: list = []
@@ -194,8 +209,9 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         if level == 3:  # configuration -> the recompute policy sets that may fit, with bounds
             par = item
             if memory_aware:
-                floors = _states_floors(world, par)
-                least = min(floors[list(s)].min() for s in sets)
+                parts = _floor_parts(world, par)
+                floors = {s: _states_floor(parts, s) for s in sets}
+                least = min(floors.values())
                 if least > cap:
                     shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
                     continue
@@ -203,7 +219,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             # one policy in every block: its least recompute time joins the bound
             bounds = _recompute_bounds(cc) if single else None
             keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
-                    if not memory_aware or floors[list(s)].min() <= cap]
+                    if not memory_aware or floors[s] <= cap]
             keep = sorted((b, s) for b, s in keep if b < bound)
             if not keep:
                 continue

@@ -555,8 +555,7 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros,
     eparams = sum(n * layer.expert_params for n, layer in layers)
     gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
                    for n, layer in layers)
-    egathered = sum(n * layer.expert_params * M.gather_bytes(layer.kind, st, tr.precision)
-                    for n, layer in layers)
+    egathered = sum(n * layer.expert_params * M.COMPUTE_BYTES for n, layer in layers)
     flat = st.flat_dp_collectives
 
     def dp(kind, p_bytes, e_bytes):
