@@ -165,3 +165,12 @@ def test_validate_works_anywhere_with_the_shipped_published_runs(tmp_path, share
     code, out, err = cli("validate", "--json", cwd=tmp_path)
     assert code == 0, err
     assert json.loads(out)["count"] == 63
+
+
+def test_a_baseline_whose_policies_the_constraints_exclude_says_so():
+    """phaze searches none and full only: asked for selective, it finds nothing and says why
+    (exit 3), as compare's table does, instead of failing inside the search."""
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--method", "phaze", "--recompute", "selective")
+    assert code == 3 and out == "" and "Traceback" not in err
+    assert "phaze searches only the recompute policies none, full" in err
