@@ -105,8 +105,8 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         again.append(eff.full)
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
-        wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params, gather=gather, saved=np.array(saved),
-        transient=np.array(transient),
+        wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params,
+        gather=gather, saved=np.array(saved), transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),

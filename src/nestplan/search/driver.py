@@ -182,8 +182,8 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             vps = space.virtual_stages(world, con, item)
             for order in space.rank_orders(con, item):
                 par = item.parallelism(order)
-                heapq.heappush(heap, (max(lb, space.network_bound(world, par, max(vps))), tick, 1,
-                                      (par, vps)))
+                b = max(lb, space.network_bound(world, par, max(vps)))
+                heapq.heappush(heap, (b, tick, 1, (par, vps)))
                 tick += 1
             continue
         if level == 1:  # rank order -> virtual stages
