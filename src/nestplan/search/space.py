@@ -505,7 +505,8 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
 
 
 def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
-                  rc: tuple[float, float] = (0.0, 0.0), busiest: bool = True) -> float:
+                  rc: tuple[float, float] = (0.0, 0.0), busiest: bool = True,
+                  busy: float = 0.0) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
     the most interleaved variant, over every schedule the stack runs, uses the least fill).
@@ -513,17 +514,22 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
     all blocks and of the cheapest block (backward work on the block's device: it joins the
     work spread over the devices and the busiest device's least share). ``busiest=False``
     leaves out the busiest device's share (the average form, to which per-device traffic that
-    the busiest device need not carry can be added: ``config_bounds``)."""
-    work, wgrad, b_in, boundary, micro, most = _network_parts(
-        sc, par.with_(vp=1, zero=0, schedule=None))
-    total, cheapest = rc
-    if busiest and par.pp > 1:
-        most += -(-sc.model.layers // par.pp) * cheapest
-    v = vp or par.vp
-    fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
+    the busiest device need not carry can be added: ``config_bounds``); ``busy`` adds to the
+    busiest device's share what it carries at least (its blocks' ZeRO traffic)."""
+    parts = _network_parts(sc, _keys(par)[0])
     rules = _rules(sc) if vp is not None else _rules(sc, par)
+    return _span(sc, par, parts, vp or par.vp, rules, rc, busy if busiest else None)
+
+
+def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float | None) -> float:
+    """``network_bound`` from its ``_network_parts``; ``busy`` None: the average form."""
+    work, wgrad, b_in, boundary, micro, most = parts
+    total, cheapest = rc
+    if busy is not None and par.pp > 1:
+        most += -(-sc.model.layers // par.pp) * cheapest + busy
+    fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
     return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules,
-                    most if busiest else 0.0) + 2 * fill + sc.stack.step_overhead)
+                    most if busy is not None else 0.0) + 2 * fill + sc.stack.step_overhead)
 
 
 def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0, 0.0)) -> float:
@@ -531,15 +537,46 @@ def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0,
     traffic and the end-of-step reduction and optimizer step of an average device. Overlap
     hides at most the stack's ``overlap_efficiency`` of any communication; collective times are
     subadditive in bytes and increasing, so the whole model's traffic and the average device
-    bound the per-chunk and the largest device's. The per-micro-batch traffic joins the
-    average form of the span only (the busiest device need not hold the embedding's share);
-    the larger of that and the busiest form is the bound. ``rc`` as for ``network_bound``."""
+    bound the per-chunk and the largest device's. The whole model's per-micro-batch traffic
+    joins the average form of the span; the busiest device's form gets the traffic of the
+    blocks it holds at least (it need not hold the embedding's share); the larger is the bound.
+    ``rc`` as for ``network_bound``."""
     return config_bounds(sc, par, (par.zero,), rc)[0]
 
 
 def config_bounds(sc: Scenario, par: Parallelism, zeros,
                   rc: tuple[float, float] = (0.0, 0.0)) -> list[float]:
     """``config_bound`` of ``par`` with each ZeRO stage of ``zeros`` (shared work done once)."""
+    net_key, zero_key = _keys(par)
+    parts = _network_parts(sc, net_key)
+    rules = _rules(sc, par)
+    costs = _zero_costs(sc, zero_key)
+    shown = 1.0 - sc.stack.overlap_efficiency
+    # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
+    # floor (m/p), which keeps the average form plus this a bound (that form is linear in work)
+    factor = _factor(parts[4], par.pp, par.vp, _splits(par))
+    average = _span(sc, par, parts, par.vp, rules, rc, None)
+    out = []
+    for z in zeros:
+        zero, busy, end = costs[z]
+        net = _span(sc, par, parts, par.vp, rules, rc, shown * busy)
+        out.append(max(net, average + shown * zero * factor) + end)
+    return out
+
+
+@cached(maxsize=65536)
+def _keys(par: Parallelism) -> tuple[Parallelism, Parallelism]:
+    """The keys ``config_bounds`` looks its shared parts up by (a plan without vp, ZeRO and
+    schedule; without ZeRO), made once per plan."""
+    return par.with_(vp=1, zero=0, schedule=None), par.with_(zero=0)
+
+
+@cached(maxsize=16384)
+def _zero_costs(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float, float], ...]:
+    """Per ZeRO stage 0-3 of ``par`` (its own stage ignored): the whole model's per-micro-batch
+    ZeRO traffic, the least of it the busiest device carries (the ``ceil(L/p)`` blocks it holds
+    at least, each at least the lightest block's bytes), and the exposed end of step of an
+    average device (gradient reduction, parameter gather, optimizer step)."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
@@ -556,28 +593,31 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros,
     gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
                    for n, layer in layers)
     egathered = sum(n * layer.expert_params * M.COMPUTE_BYTES for n, layer in layers)
+    blocks = [layer for _, layer in layers if layer.kind in G.BLOCK_KINDS]
+    most = -(-sc.model.layers // par.pp) if par.pp > 1 else 0
+    least_p = most * min(layer.params for layer in blocks)
+    least_e = most * min(layer.expert_params for layer in blocks)
+    least_g = most * min(layer.params * M.gather_bytes(layer.kind, st, tr.precision)
+                         for layer in blocks)
     flat = st.flat_dp_collectives
 
     def dp(kind, p_bytes, e_bytes):
         return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
                 + coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), e_bytes))
 
-    net = network_bound(sc, par, rc=rc)
-    average = network_bound(sc, par, rc=rc, busiest=False)
-    micro = tr.global_batch // (par.mbs * par.dp)
-    # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
-    # floor (m/p), which keeps net + this a bound (_spread's forms are each linear in the work)
-    factor = _factor(micro, par.pp, par.vp, _splits(par))
     avg_p, avg_e = params / par.pp, eparams / par.pp
     acc = cluster.accelerator
     out = []
-    for z in zeros:
-        zero = 0.0
+    for z in range(4):
+        zero = busy = end = 0.0
         if z >= 2:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
+            busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
+                       least_e * st.grad_bytes) if most else 0.0
         if z >= 3:
             zero += 2 * dp(G.CollKind.ALL_GATHER, gathered, egathered)
-        end = 0.0
+            busy += 2 * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.COMPUTE_BYTES) \
+                if most else 0.0
         if z < 2:
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
             end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
@@ -586,8 +626,8 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros,
         shard = avg_p / (lay.dp.size if z >= 1 else 1) + avg_e / (
             lay.edp.size if z >= 1 else 1)
         end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
-        out.append(max(net, average + shown * zero * factor) + end)
-    return out
+        out.append((zero, busy, end))
+    return tuple(out)
 
 
 def compositions(total: int, parts: int, least: int = 1):
