@@ -97,11 +97,14 @@ def _group_k(groups: np.ndarray, blocks: tuple[int, ...], affine: bool = False
     if not translates:
         rows = np.sort(groups, axis=1)
     ks = []
+    gap = int(np.diff(pattern).max()) if translates and n > 1 else 0
     for b in blocks[:-1]:  # the outermost block holds the whole group
-        if translates and pattern[-1] < b:
-            # a row spans less than a block: it touches two blocks when it crosses an edge
-            crosses = bool((rows[:, 0] % b + pattern[-1] >= b).any())
-            ks.append(-(-n // (2 if crosses else 1)))
+        if translates and gap < b:
+            # no two neighbours of a row are a block apart, so the row touches every block from
+            # its first member's to its last's: floor((r + span)/b) + 1 for a first member at
+            # residue r (one pass over the rows' first members)
+            most = int(((rows[:, 0] % b + pattern[-1]) // b).max()) + 1
+            ks.append(-(-n // most))
             continue
         sample = rows
         if translates and b < rows.shape[0]:
