@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..caching import cached
 from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
@@ -71,7 +72,6 @@ def _floor_parts(sc: Scenario, par: Parallelism):
     the average device holds at least."""
     from ..evaluate import local_strategy
     from ..graph import build
-    from ..recompute import effect
 
     mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
     layers = mg.counts(par.head_beside_embedding)
@@ -80,21 +80,36 @@ def _floor_parts(sc: Scenario, par: Parallelism):
     w, g, o = M.model_states(dense / par.pp, expert / par.pp, par.zero, par.dp * par.cp,
                              par.expert_dp, sc.stack)
     st = sc.stack
-    kinds = [mg.dense] + ([mg.moe] if mg.n_moe else [])
-    effects = [[effect(p, k) for k in kinds] for p in st.recompute]
-    saved = np.array([min(e.saved for e in row) for row in effects])
-    # every device runs one block's backward at least: its working memory, and under ZeRO-3 the
-    # gathered weights of the block in use and the next one
-    transient = np.array([min(e.transient for e in row) for row in effects])
-    if par.zero >= 3:
-        transient = transient + 2 * M.COMPUTE_BYTES * min(
-            k.params + k.expert_params if st.gather_whole_block else k.largest_weight
-            for k in kinds)
+    saved, transient, weights = _least_kept(mg, st.recompute, st.gather_whole_block)
+    if par.zero >= 3:  # the gathered weights of the block in use and the next one
+        transient = transient + 2 * M.COMPUTE_BYTES * weights
     micro = sc.training.global_batch // (par.mbs * par.dp)
-    held = [min(par.pipeline.held(i, par.pp, par.vp, micro)) for i in range(par.pp)]
+    held = _least_held(par.pipeline.name, par.pp, par.vp, micro)
     spare = max(sc.model.layers - par.vp * par.pp, 0)
     blocks_held = (par.vp * sum(held) + spare * min(held)) / par.pp
     return w + g + o, saved, transient, blocks_held, st
+
+
+@cached(maxsize=4096)
+def _least_kept(mg, policies, whole_block: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """Of a model graph's block kinds, per recompute policy: the least bytes a block keeps for
+    backward, the least working memory of a block's backward; and the fewest weights a ZeRO-3
+    gather brings in for one block (the whole block in FSDP units, else its largest operator)."""
+    from ..recompute import effect
+
+    kinds = [mg.dense] + ([mg.moe] if mg.n_moe else [])
+    effects = [[effect(p, k) for k in kinds] for p in policies]
+    return (np.array([min(e.saved for e in row) for row in effects]),
+            np.array([min(e.transient for e in row) for row in effects]),
+            min(k.params + k.expert_params if whole_block else k.largest_weight for k in kinds))
+
+
+@cached(maxsize=4096)
+def _least_held(schedule: str, pp: int, vp: int, micro: int) -> tuple[int, ...]:
+    """Per pipeline device, the fewest micro-batches any of its chunks holds at its peak."""
+    from ..schedule import SCHEDULES
+
+    return tuple(min(SCHEDULES[schedule].held(i, pp, vp, micro)) for i in range(pp))
 
 
 def _states_floor(parts, policies) -> float:
@@ -148,7 +163,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
         raise InfeasibleError(f"{method} searches only the recompute policies {names}; "
                               "the constraints allow none of them")
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
-    fixed = tuple(s[0] for s in sets) if single and sets else None
+    fixed = tuple(s[0] for s in sets) if single else None
     heap: list = []
     tick = 0
     size = 0

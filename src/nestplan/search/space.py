@@ -573,10 +573,11 @@ def _keys(par: Parallelism) -> tuple[Parallelism, Parallelism]:
 
 @cached(maxsize=16384)
 def _zero_costs(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float, float], ...]:
-    """Per ZeRO stage 0-3 of ``par`` (its own stage ignored): the whole model's per-micro-batch
-    ZeRO traffic, the least of it the busiest device carries (the ``ceil(L/p)`` blocks it holds
-    at least, each at least the lightest block's bytes), and the exposed end of step of an
-    average device (gradient reduction, parameter gather, optimizer step)."""
+    """Per ZeRO stage 0-3 of ``par`` (its own stage ignored), seconds: the whole model's
+    per-micro-batch ZeRO traffic on the links, the least of it the busiest device carries (the
+    ``ceil(L/p)`` blocks it holds at least, each at least the lightest block's bytes) — both
+    before overlap, which the caller applies — and the exposed end of step of an average device
+    (gradient reduction, parameter gather, optimizer step)."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
