@@ -106,21 +106,23 @@ def test_pipeline_boundaries_know_their_level():
 
 
 def test_group_levels_equal_a_count_over_every_row():
-    """``_group_k`` (one row per residue when rows are translates) equals counting the blocks
-    every row touches, for grids of random degrees and rank orders, dense and expert groups, on
-    block sizes that are and are not powers of two."""
+    """The dense groups (counted from the axes' strides and the residues of their first members,
+    without listing them) and the expert groups (``_group_k`` over their rows) equal counting the
+    blocks every row touches, for grids of random degrees and rank orders, on block sizes that
+    are and are not powers of two, with enough rows for the residues' convolution to run."""
     import itertools
     import random
 
     import numpy as np
 
     from nestplan.axes import Axis
-    from nestplan.placement import _expert_grid, _group_k, _rows, rank_grid
-    from nestplan.specs import Parallelism
+    from nestplan.placement import _dense_groups, _expert_grid, _group_k, _rows, rank_grid
+    from nestplan.specs import ClusterSpec, Level, Parallelism
 
     def brute(groups, blocks):
         n = groups.shape[1]
-        ks = [-(-n // max(len(set((row // b).tolist())) for row in groups)) for b in blocks]
+        ks = [-(-n // int((1 + (np.diff(np.sort(groups, axis=1) // b, axis=1) != 0).sum(axis=1))
+                          .max())) for b in blocks]
         ks[-1] = n
         for i in range(1, len(ks)):
             ks[i] = max(ks[i], ks[i - 1])
@@ -129,20 +131,31 @@ def test_group_levels_equal_a_count_over_every_row():
     rng = random.Random(11)
     orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
     for _ in range(120):
-        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4, 8]) for _ in range(4))
+        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4, 8, 16]) for _ in range(4))
         ep = rng.choice([1, 2, 4])
         if (tp * cp * dp) % ep:
             ep = 1
-        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=1,
-                          rank_order=rng.choice(orders))
+        order = rng.choice(orders)
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=1, rank_order=order)
         grid = rank_grid(par)
-        blocks = (rng.choice([2, 3, 4, 8]), rng.choice([6, 16, 32]), par.devices)
-        dense = [(_rows(grid, a), True) for a in range(4)]
-        dense.append((grid.transpose(0, 3, 1, 2).reshape(-1, dp * cp), True))
+        sizes = (rng.choice([2, 3, 4, 8]), rng.choice([6, 16, 32, 96]), rng.choice([64, 1000]))
+        cluster = ClusterSpec(name="c", accelerator=H100.accelerator, levels=(
+            *(Level(name=f"l{i}", size=sz, bandwidth=400e9, latency=1e-6)
+              for i, sz in enumerate((sizes[0], sizes[1] // sizes[0] or 1,
+                                      sizes[2] // sizes[1] or 1))),
+            Level(name="top", size=None, bandwidth=25e9, latency=9e-6)))
+        blocks = (*cluster.block_sizes(), par.devices)
+        rows = [_rows(grid, 3), _rows(grid, 2), grid.transpose(0, 3, 1, 2).reshape(-1, dp * cp)]
+        if pp > 1:
+            rows.append(np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1))
+        got = _dense_groups((tp, pp, dp, cp, order), cluster, par.devices)
+        for layout, r in zip(got, rows):
+            assert layout.k == brute(r, blocks), (par, blocks)
+        if pp == 1:
+            assert got[3].k == tuple(1 for _ in blocks)
         egrid = _expert_grid(grid, par)
-        for rows, affine in dense + [(_rows(egrid, a), False) for a in (1, 2, 3)]:
-            assert _group_k(rows, blocks, affine) == brute(rows, blocks)
-            assert _group_k(rows, blocks) == brute(rows, blocks)
+        for r in [_rows(egrid, a) for a in (1, 2, 3)]:
+            assert _group_k(r, blocks) == brute(r, blocks)
         assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))
 
 
@@ -156,16 +169,16 @@ def test_pipeline_boundaries_equal_a_count_over_every_device():
 
     import numpy as np
 
-    from nestplan.placement import _block_sizes, _boundaries, rank_grid
+    from nestplan.placement import _block_sizes, _boundaries, _wrap, rank_grid
     from nestplan.specs import ClusterSpec, Level
 
     rng = random.Random(5)
     orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
-    for _ in range(60):
-        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4]) for _ in range(4))
+    for _ in range(100):
+        tp, pp, dp, cp = (rng.choice([1, 2, 3, 4, 8, 16]) for _ in range(4))
         pp = max(pp, 2)
         gpus = tp * pp * dp * cp
-        node, pod = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 5])
+        node, pod = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 5, 32])
         cluster = ClusterSpec(name="c", accelerator=H100.accelerator, levels=(
             Level(name="n", size=node, bandwidth=400e9, latency=1e-6),
             Level(name="p", size=pod, bandwidth=50e9, latency=5e-6),
@@ -182,3 +195,6 @@ def test_pipeline_boundaries_equal_a_count_over_every_device():
                           if np.any(grid[i].ravel() // b != grid[i + 1].ravel() // b)),
                          default=-1) for i in range(pp - 1))
         assert levels == want, (par, levels, want)
+        wrap = max((lvl for lvl, b in enumerate(sizes)
+                    if np.any(grid[-1].ravel() // b != grid[0].ravel() // b)), default=-1)
+        assert _wrap((tp, pp, dp, cp, order), cluster, gpus) == wrap

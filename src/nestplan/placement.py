@@ -14,12 +14,13 @@ share one level-``l`` block. The group's traffic crosses level ``l`` when ``k[l]
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from .caching import cached
-from .axes import Axis
+from .axes import RANK_AXES, Axis
 from .specs import ClusterSpec, Parallelism
 
 
@@ -120,16 +121,84 @@ def _group_k(groups: np.ndarray, blocks: tuple[int, ...], affine: bool = False
     return tuple(ks)
 
 
+def _strides(key: tuple) -> dict[Axis, tuple[int, int]]:
+    """(size, stride) of every axis of the degrees ``key`` = (tp, pp, dp, cp, rank order): rank
+    ids are the sum of each axis's index times its stride, the first axis of the order fastest."""
+    tp, pp, dp, cp, order = key
+    sizes = {Axis.TP: tp, Axis.CP: cp, Axis.DP: dp, Axis.PP: pp}
+    stride, out = 1, {}
+    for ax in order:
+        out[ax] = (sizes[ax], stride)
+        stride *= sizes[ax]
+    return out
+
+
 def rank_grid(par: Parallelism) -> np.ndarray:
     """Device id of every rank, indexed ``[pp, dp, cp, tp]``."""
-    sizes = {Axis.TP: par.tp, Axis.CP: par.cp, Axis.DP: par.dp, Axis.PP: par.pp}
-    stride, strides = 1, {}
-    for ax in par.rank_order:
-        strides[ax] = stride
-        stride *= sizes[ax]
-    idx = np.ix_(*(np.arange(sizes[a]) for a in (Axis.PP, Axis.DP, Axis.CP, Axis.TP)))
-    return (idx[0] * strides[Axis.PP] + idx[1] * strides[Axis.DP] + idx[2] * strides[Axis.CP]
-            + idx[3] * strides[Axis.TP])
+    axes = _strides((par.tp, par.pp, par.dp, par.cp, par.rank_order))
+    idx = np.ix_(*(np.arange(axes[a][0]) for a in (Axis.PP, Axis.DP, Axis.CP, Axis.TP)))
+    return sum(i * axes[a][1] for i, a in zip(idx, (Axis.PP, Axis.DP, Axis.CP, Axis.TP)))
+
+
+def _ids(axes: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Every id ``sum j·stride`` (``j < size``) of the (size, stride) axes, sorted."""
+    ids = np.zeros(1, dtype=np.int64)
+    for size, stride in axes:
+        ids = np.add.outer(ids, np.arange(size, dtype=np.int64) * stride).ravel()
+    return np.sort(ids)
+
+
+@cached(maxsize=4096)
+def _residues(axes: tuple[tuple[int, int], ...], b: int) -> np.ndarray:
+    """How many ids ``sum j·stride`` of the (size, stride) axes fall on each residue mod ``b``.
+
+    Without listing the ids: one axis's residues repeat with period ``b / gcd(stride, b)``, and
+    the histogram of a sum of axes is the cyclic convolution of theirs (by FFT; the counts are
+    integers below 2**31, far inside float64's exact range for the transform's rounding).
+    """
+    count = math.prod(size for size, _ in axes)
+    if count <= 4 * b:
+        out = np.bincount(_ids(axes) % b, minlength=b)
+        out.flags.writeable = False  # cached: shared by every caller
+        return out
+    hist = np.zeros(b)
+    hist[0] = 1.0
+    for size, stride in axes:
+        period = b // math.gcd(stride, b)
+        steps = np.arange(period, dtype=np.int64) * stride % b
+        one = (np.bincount(steps, minlength=b) * (size // period)
+               + np.bincount(steps[:size % period], minlength=b))
+        hist = np.fft.irfft(np.fft.rfft(hist) * np.fft.rfft(one), n=b)
+    out = np.rint(hist).astype(np.int64)
+    assert int(out.sum()) == count and np.abs(hist - out).max() < 0.25
+    out.flags.writeable = False  # cached: shared by every caller
+    return out
+
+
+def _affine_k(pattern: np.ndarray, bases: tuple[tuple[int, int], ...], blocks: tuple[int, ...]
+              ) -> tuple[int, ...]:
+    """k per level of the groups ``base + pattern`` for every base ``sum j·stride`` of the
+    (size, stride) axes ``bases``: the groups along axes of a rank grid, counted from the
+    residues of their first members (``pattern`` sorted, starting at 0) without listing them.
+    A row touches the same blocks of size ``b`` as any row whose first member has its residue.
+    """
+    n = pattern.size
+    gap = int(np.diff(pattern).max()) if n > 1 else 0
+    ks = []
+    for b in blocks[:-1]:  # the outermost block holds the whole group
+        res = np.flatnonzero(_residues(bases, b))
+        if gap < b:
+            # no two neighbours of a row are a block apart: the row touches every block from
+            # its first member's to its last's
+            most = int((res.max() + pattern[-1]) // b) + 1
+        else:
+            sample = res[:, None] + pattern[None, :]
+            most = int((1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)).max())
+        ks.append(-(-n // most))
+    ks.append(n)
+    for i in range(1, len(ks)):  # a block of a higher level holds the members of a lower one
+        ks[i] = max(ks[i], ks[i - 1])
+    return tuple(ks)
 
 
 def _expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
@@ -185,14 +254,24 @@ def _lay(rows: np.ndarray, blocks: tuple[int, ...], affine: bool = False) -> Gro
 
 @cached(maxsize=4096)
 def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLayout, ...]:
-    """tp, cp, dp·cp and first-and-last-stage groups (independent of vp and of the experts)."""
-    par, grid = _grid(key)
+    """tp, cp, dp·cp and first-and-last-stage groups (independent of vp and of the experts),
+    from the axes' strides: a group along some axes is a pattern (its members' offsets) placed
+    at every base the other axes form."""
+    axes = _strides(key)
     blocks = _block_sizes(cluster, gpus)
-    dp_rows = grid.transpose(0, 3, 1, 2).reshape(-1, par.dp * par.cp)
-    emb = np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1)
-    return (_lay(_rows(grid, 3), blocks, True), _lay(_rows(grid, 2), blocks, True),
-            _lay(dp_rows, blocks, True),
-            _lay(emb, blocks) if par.pp > 1 else GroupLayout(1, tuple(1 for _ in blocks)))
+
+    def along(*group: Axis) -> GroupLayout:
+        pattern = _ids(tuple(axes[a] for a in group))
+        others = tuple(axes[a] for a in RANK_AXES if a not in group)
+        return GroupLayout(pattern.size, _affine_k(pattern, others, blocks))
+
+    size, stride = axes[Axis.PP]
+    if size > 1:
+        others = tuple(axes[a] for a in (Axis.DP, Axis.CP, Axis.TP))
+        emb = GroupLayout(2, _affine_k(np.array([0, (size - 1) * stride]), others, blocks))
+    else:
+        emb = GroupLayout(1, tuple(1 for _ in blocks))
+    return along(Axis.TP), along(Axis.CP), along(Axis.DP, Axis.CP), emb
 
 
 @cached(maxsize=4096)
@@ -207,15 +286,6 @@ def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLa
                                                                                blocks)
 
 
-def _level(a: np.ndarray, b: np.ndarray, blocks: tuple[int, ...]) -> int:
-    """The highest level whose blocks some pair (a[i], b[i]) of devices crosses (-1: none)."""
-    level = -1
-    for lvl, bs in enumerate((1, *blocks[:-1])):
-        if np.any(a // bs != b // bs):
-            level = lvl
-    return level
-
-
 @cached(maxsize=4096)
 def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -224,22 +294,24 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
 
     Stage ``i + 1``'s devices are stage ``i``'s shifted by the pipeline stride ``s`` (an affine
     rank grid), and a device ``a`` sends across a block of ``b`` devices when ``s >= b`` or
-    ``a mod b >= b - s``; counting stage 0's devices by residue (a histogram of ``b`` bins) then
-    gives every stage's count as a window sum, without visiting every device of every stage.
+    ``a mod b >= b - s``; counting stage 0's devices by residue (a histogram of ``b`` bins, from
+    the other axes' strides) then gives every stage's count as a window sum, without visiting
+    every device of every stage.
     """
-    par, grid = _grid(key)
+    axes = _strides(key)
+    pp, s = axes[Axis.PP]
     sizes = (1, *_block_sizes(cluster, gpus)[:-1])
-    if par.pp == 1:
+    if pp == 1:
         return (), tuple(0.0 for _ in sizes)
-    s = int(grid[1].flat[0] - grid[0].flat[0])
-    base = grid[0].ravel()
-    stages = np.arange(par.pp - 1)
+    stage0 = tuple(axes[a] for a in RANK_AXES if a is not Axis.PP)
+    per_stage = math.prod(size for size, _ in stage0)
+    stages = np.arange(pp - 1)
     crossing = []  # per level, devices of each boundary's stage that send outside their block
     for b in sizes:
         if s >= b:
-            crossing.append(np.full(par.pp - 1, base.size))
+            crossing.append(np.full(pp - 1, per_stage))
             continue
-        prefix = np.concatenate([[0], np.cumsum(np.bincount(base % b, minlength=b))])
+        prefix = np.concatenate([[0], np.cumsum(_residues(stage0, b))])
         lo = (b - s - stages * s) % b  # residues r with (r + i·s) mod b in [b - s, b)
         hi = lo + s
         inside = prefix[np.minimum(hi, b)] - prefix[lo]
@@ -247,15 +319,23 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
         crossing.append(inside + np.where(hi > b, wrapped, 0))
     share = tuple(float(c.sum()) / gpus if gpus else 0.0 for c in crossing)
     levels = tuple(max((lvl for lvl, c in enumerate(crossing) if c[i] > 0), default=-1)
-                   for i in range(par.pp - 1))
+                   for i in range(pp - 1))
     return levels, share
 
 
 @cached(maxsize=4096)
 def _wrap(key: tuple, cluster: ClusterSpec, gpus: int) -> int:
-    """The level the last stage's send to stage 0 crosses (interleaved schedules)."""
-    par, grid = _grid(key)
-    return _level(grid[-1].ravel(), grid[0].ravel(), _block_sizes(cluster, gpus))
+    """The level the last stage's send to stage 0 crosses (interleaved schedules): a device
+    ``a`` of stage 0 and its partner ``a + (pp - 1)·s`` share a block of ``b`` devices unless
+    ``a mod b + (pp - 1)·s >= b``, so stage 0's largest residue decides."""
+    axes = _strides(key)
+    pp, s = axes[Axis.PP]
+    stage0 = tuple(axes[a] for a in RANK_AXES if a is not Axis.PP)
+    level = -1
+    for lvl, b in enumerate((1, *_block_sizes(cluster, gpus)[:-1])):
+        if int(np.flatnonzero(_residues(stage0, b)).max()) + (pp - 1) * s >= b:
+            level = lvl
+    return level
 
 
 def stage_devices(par: Parallelism) -> tuple[tuple[int, ...], ...]:
