@@ -203,7 +203,8 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
             continue
         shape_bound = space.compute_bound(sc, shape, max(vps))
         for par in space.configurations(sc, Constraints(
-                tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, mbs=shape.mbs, sp=shape.sp)):
+                tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, mbs=shape.mbs, sp=shape.sp,
+                ep=shape.ep, etp=shape.etp)):
             tb = T.build(D.config_costs(sc, par))
             if tb is None:
                 continue
@@ -230,3 +231,25 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
             peak = DP.min_peak_memory(tb.mem, tb.valid)
             floor = _states_floor(parts, tuple(policies))
             assert floor <= peak * (1 + 1e-9), (par, floor, peak)
+
+
+def test_least_top_equals_the_best_split_found_by_brute_force():
+    """``space._least_top`` (the busiest device's least work when the embedding's and the
+    head's devices carry extra work) equals the least maximum over every split of the blocks
+    with at least ``least`` per device."""
+    import itertools
+    import random
+
+    from nestplan.search.space import _least_top
+
+    rng = random.Random(1)
+    for _ in range(300):
+        p, a = rng.randint(2, 4), rng.uniform(0.1, 2.0)
+        blocks = rng.randint(p, 10)
+        least = rng.randint(1, blocks // p)
+        extra = tuple(rng.uniform(0.0, 3.0) for _ in range(rng.choice([1, 2])))
+        loads = list(extra) + [0.0] * (p - len(extra))
+        best = min(max(a * n + e for n, e in zip(split, loads))
+                   for split in itertools.product(range(least, blocks + 1), repeat=p)
+                   if sum(split) == blocks)
+        assert _least_top(a, extra, p, blocks, least) == pytest.approx(best, rel=1e-9)

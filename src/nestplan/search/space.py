@@ -412,11 +412,53 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
     return min(out)
 
 
-def _busiest(model, pp: int, per_block) -> float:
-    """Per-micro-batch work that the busiest of ``pp`` devices holds at least: some device holds
-    ``ceil(L / p)`` of the ``L`` blocks (pigeonhole, whatever the split, chunks or V), each
-    costing at least the cheapest block kind's ``per_block`` work (pass the kinds' works)."""
-    return -(-model.layers // pp) * min(per_block) if pp > 1 else 0.0
+def _busiest(model, pp: int, per_block, ends: tuple[float, float] = (0.0, 0.0),
+             least: int = 1, beside: bool | None = None) -> float:
+    """Per-micro-batch work that the busiest of ``pp`` devices holds at least, whatever the
+    split, chunks or V. Each block costs at least ``a``, the cheapest block kind's ``per_block``
+    work (pass the kinds' works). Two forms, the larger holds:
+
+    * pigeonhole: some device holds ``ceil(L / p)`` of the ``L`` blocks;
+    * the ends: the devices holding the embedding and the head (``ends``: their works; one
+      device when ``beside``, two when not, the lesser of both when None) also hold ``least``
+      blocks or more. If every device's work is at most ``T``, a device with extra work ``e``
+      holds at most ``floor((T - e)/a)`` blocks, and those caps must add up to ``L``; the least
+      such ``T`` (``_least_top``) bounds the busiest device.
+    """
+    if pp == 1:
+        return 0.0
+    a = min(per_block)
+    pigeon = -(-model.layers // pp) * a
+    emb, head = ends
+    arrangements = {True: [(emb + head,)], False: [(emb, head)]}.get(
+        beside, [(emb + head,), (emb, head)])
+    return max(pigeon, min(_least_top(a, extra, pp, model.layers, least)
+                           for extra in arrangements))
+
+
+def _least_top(a: float, extra: tuple[float, ...], pp: int, blocks: int, least: int) -> float:
+    """The least ``T`` at which ``pp`` devices, those listed in ``extra`` with that much extra
+    work, each holding ``least`` or more blocks of work ``a``, can hold ``blocks`` blocks with no
+    device's work above ``T``. A device with extra ``e`` holds at most ``floor((T - e)/a)``
+    blocks; ``T`` is at least ``lo``, the larger of the ends' least work and the average. At
+    ``lo + a`` the caps add up to at least ``(pp·lo - sum e)/a >= blocks``, so the answer lies in
+    ``[lo, lo + a]``, at ``lo`` or where some ``T - e`` is a multiple of ``a`` (where a cap
+    grows). A slack of 1e-9 in the floors keeps rounding on the side of a smaller ``T``."""
+    if a <= 0.0:
+        return max(extra) + 0.0
+    others = pp - len(extra)
+
+    def fits(t: float) -> bool:
+        caps = [max(0, math.floor((t - e) / a + 1e-9)) for e in extra]
+        return sum(caps) + others * math.floor(t / a + 1e-9) >= blocks
+
+    lo = max(a * least + max(extra), (a * blocks + sum(extra)) / pp)
+    points = sorted(a * j + e for e in (0.0, *extra)
+                    for j in range(max(0, math.floor((lo - e) / a)), math.ceil((lo - e) / a) + 2))
+    for t in [lo, *(t for t in points if lo < t <= lo + a)]:
+        if fits(t):
+            return t
+    return lo  # not reached: after a few steps every cap exceeds blocks / pp
 
 
 def _splits(par: Parallelism) -> bool:
@@ -451,7 +493,7 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int,
     out = []
     for p in policies if policies is not None else (None,):
         work = wgrad = b_in = 0.0
-        blocks = []
+        blocks, ends = [], {}
         for n, layer in mg.counts(shape.pp == 1):
             t, w, b = _parts(layer, acc, tr.precision)
             if p is not None and layer.kind in G.BLOCK_KINDS:
@@ -460,8 +502,12 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int,
             work, wgrad, b_in = work + n * t, wgrad + n * w, b_in + n * b
             if layer.kind in G.BLOCK_KINDS:
                 blocks.append(t)
+            else:
+                ends[layer.kind] = t
+        ends[G.LayerKind.HEAD] = min(ends[G.LayerKind.HEAD],
+                                     _parts(mg.head_shared, acc, tr.precision)[0])
         out.append(_spread(work, wgrad, b_in, micro, shape.pp, vp, _rules(sc),
-                           _busiest(sc.model, shape.pp, blocks)))
+                           _busiest(sc.model, shape.pp, blocks, _ends(ends))))
     return min(out) + sc.stack.step_overhead
 
 
@@ -491,17 +537,27 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
     work = wgrad = b_in = 0.0
-    blocks = []
+    blocks, ends = [], {}
     for n, layer in mg.counts(par.pp == 1):
         c = layer_cost(layer, cluster.accelerator, cluster, lay, tr, st)
         work, wgrad, b_in = (work + n * (c.fwd + c.bwd), wgrad + n * c.wgrad,
                              b_in + n * (c.bwd - c.wgrad))
         if layer.kind in G.BLOCK_KINDS:
             blocks.append(c.fwd + c.bwd)
+        else:
+            ends[layer.kind] = c.fwd + c.bwd
+    shared = layer_cost(mg.head_shared, cluster.accelerator, cluster, lay, tr, st)
+    ends[G.LayerKind.HEAD] = min(ends[G.LayerKind.HEAD], shared.fwd + shared.bwd)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     return (work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp),
-            _busiest(sc.model, par.pp, blocks))
+            (min(blocks), _ends(ends)))
+
+
+def _ends(works: dict) -> tuple[float, float]:
+    """(embedding, head) work from per-kind works (the head's the lesser with and without its
+    own weight: it sits beside the embedding in a V)."""
+    return works[G.LayerKind.EMBEDDING], works[G.LayerKind.HEAD]
 
 
 def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
@@ -523,13 +579,20 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
 
 def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float | None) -> float:
     """``network_bound`` from its ``_network_parts``; ``busy`` None: the average form."""
-    work, wgrad, b_in, boundary, micro, most = parts
+    work, wgrad, b_in, boundary, micro, (block, ends) = parts
     total, cheapest = rc
+    most = 0.0
     if busy is not None and par.pp > 1:
-        most += -(-sc.model.layers // par.pp) * cheapest + busy
+        # ``v`` differs from the plan's vp only for the bound of every variant of a rank order
+        # (``network_bound``'s override): then neither the least blocks nor the V are known
+        known = v == par.vp
+        pigeon = _busiest(sc.model, par.pp, [block + cheapest])
+        ended = _busiest(sc.model, par.pp, [block + cheapest], ends, v if known else 1,
+                         par.head_beside_embedding if known else None)
+        most = max(pigeon + busy, ended)
     fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
-    return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules,
-                    most if busy is not None else 0.0) + 2 * fill + sc.stack.step_overhead)
+    return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most)
+            + 2 * fill + sc.stack.step_overhead)
 
 
 def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0, 0.0)) -> float:
