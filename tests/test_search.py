@@ -217,7 +217,7 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                 assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
             # one policy in every block: its recompute joins the bound, its memory the floor
             cc = D.config_costs(sc, par)
-            bounds, parts = _recompute_bounds(cc), _floor_parts(sc, par)
+            bounds, parts = _recompute_bounds(sc, par), _floor_parts(sc, par)
             policies = np.arange(len(sc.stack.recompute))
             for p in policies:
                 only = [np.broadcast_to(policies == p, o.shape) for o in tb.ok]

@@ -140,12 +140,15 @@ def rank_grid(par: Parallelism) -> np.ndarray:
     return sum(i * axes[a][1] for i, a in zip(idx, (Axis.PP, Axis.DP, Axis.CP, Axis.TP)))
 
 
+@cached(maxsize=1024)
 def _ids(axes: tuple[tuple[int, int], ...]) -> np.ndarray:
     """Every id ``sum j·stride`` (``j < size``) of the (size, stride) axes, sorted."""
     ids = np.zeros(1, dtype=np.int64)
     for size, stride in axes:
         ids = np.add.outer(ids, np.arange(size, dtype=np.int64) * stride).ravel()
-    return np.sort(ids)
+    ids.sort()
+    ids.flags.writeable = False  # cached: shared by every caller
+    return ids
 
 
 @cached(maxsize=4096)
@@ -157,7 +160,7 @@ def _residues(axes: tuple[tuple[int, int], ...], b: int) -> np.ndarray:
     integers below 2**31, far inside float64's exact range for the transform's rounding).
     """
     count = math.prod(size for size, _ in axes)
-    if count <= 4 * b:
+    if count <= max(4 * b, 1 << 14):  # listing them is cheaper than the transforms
         out = np.bincount(_ids(axes) % b, minlength=b)
         out.flags.writeable = False  # cached: shared by every caller
         return out

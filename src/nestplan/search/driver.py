@@ -125,15 +125,23 @@ def _states_floor(parts, policies) -> float:
     return states + M.reserve(acts, work, stack) + acts + work
 
 
-def _recompute_bounds(cc: D.ConfigCosts) -> np.ndarray:
+def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
     """Per recompute policy, the configuration's bound when every block runs it
-    (``space.config_bound`` with its per-micro-batch recompute time)."""
-    g = cc.graph
-    blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, cc.dense), (g.n_moe, cc.moe)) if n]
-    total = sum(n * k.rc for n, k in blocks)
-    cheapest = np.min([k.rc for _, k in blocks], axis=0)
-    return np.array([space.config_bound(cc.sc, cc.par, (float(t), float(c)))
-                     for t, c in zip(total, cheapest)])
+    (``space.config_bound`` with its least per-micro-batch recompute time: the recomputed
+    operators' compute, ``space._recomputed``, without the collectives they repeat)."""
+    from ..cost.hardware import effective
+    from ..evaluate import local_strategy
+    from ..graph import build
+
+    g = build(sc.model, local_strategy(par, sc.training, sc.stack))
+    acc, prec = effective(sc.cluster, sc.stack).accelerator, sc.training.precision
+    blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, g.dense), (g.n_moe, g.moe)) if n]
+    out = []
+    for policy in sc.stack.recompute:
+        rc = [(n, space._recomputed(k, acc, prec, policy)) for n, k in blocks]
+        out.append(space.config_bound(sc, par, (sum(n * r for n, r in rc),
+                                                min(r for _, r in rc))))
+    return np.array(out)
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
@@ -230,9 +238,8 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 if least > cap:
                     shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
                     continue
-            cc = D.config_costs(world, par)
             # one policy in every block: its least recompute time joins the bound
-            bounds = _recompute_bounds(cc) if single else None
+            bounds = _recompute_bounds(world, par) if single else None
             keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
                     if not memory_aware or floors[s] <= cap]
             keep = sorted((b, s) for b, s in keep if b < bound)
@@ -244,7 +251,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 continue
         else:
             par, keep = item
-            cc = D.config_costs(world, par)
+        cc = D.config_costs(world, par)
         tb = T.build(cc)
         if tb is None:
             continue

@@ -425,15 +425,20 @@ def _busiest(model, pp: int, per_block, ends: tuple[float, float] = (0.0, 0.0),
       holds at most ``floor((T - e)/a)`` blocks, and those caps must add up to ``L``; the least
       such ``T`` (``_least_top``) bounds the busiest device.
     """
+    return max(_forms(model.layers, pp, min(per_block), ends, least, beside))
+
+
+@cached(maxsize=65536)
+def _forms(layers: int, pp: int, a: float, ends: tuple[float, float], least: int,
+           beside: bool | None) -> tuple[float, float]:
+    """``_busiest``'s two forms (pigeonhole, ends) for blocks of least work ``a``."""
     if pp == 1:
-        return 0.0
-    a = min(per_block)
-    pigeon = -(-model.layers // pp) * a
+        return 0.0, 0.0
     emb, head = ends
     arrangements = {True: [(emb + head,)], False: [(emb, head)]}.get(
         beside, [(emb + head,), (emb, head)])
-    return max(pigeon, min(_least_top(a, extra, pp, model.layers, least)
-                           for extra in arrangements))
+    return (-(-layers // pp) * a,
+            min(_least_top(a, extra, pp, layers, least) for extra in arrangements))
 
 
 def _least_top(a: float, extra: tuple[float, ...], pp: int, blocks: int, least: int) -> float:
@@ -586,9 +591,8 @@ def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float 
         # ``v`` differs from the plan's vp only for the bound of every variant of a rank order
         # (``network_bound``'s override): then neither the least blocks nor the V are known
         known = v == par.vp
-        pigeon = _busiest(sc.model, par.pp, [block + cheapest])
-        ended = _busiest(sc.model, par.pp, [block + cheapest], ends, v if known else 1,
-                         par.head_beside_embedding if known else None)
+        pigeon, ended = _forms(sc.model.layers, par.pp, block + cheapest, ends,
+                               v if known else 1, par.head_beside_embedding if known else None)
         most = max(pigeon + busy, ended)
     fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
     return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most)
