@@ -437,17 +437,11 @@ class Parallelism(_CachedHash):
     """Pipeline schedule by name (``schedule.SCHEDULES``); None: 1F1B, interleaved when vp > 1."""
 
     def __post_init__(self):
-        if self.schedule is not None:
-            if self.schedule not in SCHEDULES:
-                raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
-            if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
-                object.__setattr__(self, "schedule", None)  # one form for the default
-        for f in ("tp", "pp", "dp", "cp", "ep", "vp", "mbs"):
+        for f in ("tp", "pp", "dp", "cp", "ep", "mbs"):
             _positive(f, getattr(self, f))
+        self._check_staging()
         if self.etp is not None:
             _positive("etp", self.etp)
-        if self.zero not in (0, 1, 2, 3):
-            raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", (self.recompute,))
         if type(self.recompute) is not tuple or not all(type(r) is str for r in self.recompute):
@@ -459,14 +453,26 @@ class Parallelism(_CachedHash):
         if len(self.rank_order) != len(RANK_AXES) or set(self.rank_order) != _RANK_SET:
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
                             "must order each of tp, cp, dp, pp once")
-        if self.vp > 1 and self.pp == 1:
-            raise SpecError("vp", self.vp, "virtual stages need pp > 1")
         if self.stage_layers is not None:
-            if len(self.stage_layers) != self.pp * self.vp:
-                raise SpecError("stage_layers", self.stage_layers,
-                                f"needs pp·vp = {self.pp * self.vp} entries")
             for n in self.stage_layers:
                 _positive("stage_layers[]", n, allow_zero=True)
+
+    def _check_staging(self) -> None:
+        """The checks of the fields the search derives plans by (``_DERIVED``): schedule, vp,
+        ZeRO stage, and the blocks per chunk against vp."""
+        if self.schedule is not None:
+            if self.schedule not in SCHEDULES:
+                raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
+            if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
+                object.__setattr__(self, "schedule", None)  # one form for the default
+        _positive("vp", self.vp)
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
+        if self.vp > 1 and self.pp == 1:
+            raise SpecError("vp", self.vp, "virtual stages need pp > 1")
+        if self.stage_layers is not None and len(self.stage_layers) != self.pp * self.vp:
+            raise SpecError("stage_layers", self.stage_layers,
+                            f"needs pp·vp = {self.pp * self.vp} entries")
 
     @property
     def devices(self) -> int:
@@ -511,7 +517,20 @@ class Parallelism(_CachedHash):
                 "stage_layers": list(self.stage_layers) if self.stage_layers else None}
 
     def with_(self, **changes) -> "Parallelism":
-        return replace(self, **changes)
+        """A copy with ``changes``, checked as the constructor checks. Changes only to the
+        fields the search derives plans by (schedule, vp, ZeRO stage) re-run only their checks:
+        the rest of the plan was checked when it was made (the search derives ~10^5 plans)."""
+        if not changes.keys() <= _DERIVED:
+            return replace(self, **changes)
+        new = object.__new__(Parallelism)
+        state = {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        state.update(changes)
+        new.__dict__.update(state)
+        new._check_staging()
+        return new
+
+
+_DERIVED = frozenset({"schedule", "vp", "zero"})
 
 
 MAX_HEADROOM = 0.5

@@ -70,6 +70,19 @@ def _floor_parts(sc: Scenario, par: Parallelism):
     the average device's model states, per recompute policy the least bytes a block keeps and
     the least working memory of a block's backward, and how many blocks' worth of activations
     the average device holds at least."""
+    dense, expert, saved, transient, weights, blocks_held = _floor_shared(sc, space._keys(par)[1])
+    st = sc.stack
+    w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st)
+    if par.zero >= 3:  # the gathered weights of the block in use and the next one
+        transient = transient + 2 * M.COMPUTE_BYTES * weights
+    return w + g + o, saved, transient, blocks_held, st
+
+
+@cached(maxsize=16384)
+def _floor_shared(sc: Scenario, par: Parallelism):
+    """``_floor_parts`` of a plan without its ZeRO stage: the average device's dense and expert
+    parameters, the least kept and working bytes per policy, the fewest weights one ZeRO-3
+    gather brings in, and the blocks' worth of activations held."""
     from ..evaluate import local_strategy
     from ..graph import build
 
@@ -77,17 +90,12 @@ def _floor_parts(sc: Scenario, par: Parallelism):
     layers = mg.counts(par.head_beside_embedding)
     dense = sum(n * layer.params for n, layer in layers)
     expert = sum(n * layer.expert_params for n, layer in layers)
-    w, g, o = M.model_states(dense / par.pp, expert / par.pp, par.zero, par.dp * par.cp,
-                             par.expert_dp, sc.stack)
-    st = sc.stack
-    saved, transient, weights = _least_kept(mg, st.recompute, st.gather_whole_block)
-    if par.zero >= 3:  # the gathered weights of the block in use and the next one
-        transient = transient + 2 * M.COMPUTE_BYTES * weights
+    saved, transient, weights = _least_kept(mg, sc.stack.recompute, sc.stack.gather_whole_block)
     micro = sc.training.global_batch // (par.mbs * par.dp)
     held = _least_held(par.pipeline.name, par.pp, par.vp, micro)
     spare = max(sc.model.layers - par.vp * par.pp, 0)
     blocks_held = (par.vp * sum(held) + spare * min(held)) / par.pp
-    return w + g + o, saved, transient, blocks_held, st
+    return dense / par.pp, expert / par.pp, saved, transient, weights, blocks_held
 
 
 @cached(maxsize=4096)
@@ -136,12 +144,11 @@ def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
     g = build(sc.model, local_strategy(par, sc.training, sc.stack))
     acc, prec = effective(sc.cluster, sc.stack).accelerator, sc.training.precision
     blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, g.dense), (g.n_moe, g.moe)) if n]
-    out = []
+    rcs = []
     for policy in sc.stack.recompute:
         rc = [(n, space._recomputed(k, acc, prec, policy)) for n, k in blocks]
-        out.append(space.config_bound(sc, par, (sum(n * r for n, r in rc),
-                                                min(r for _, r in rc))))
-    return np.array(out)
+        rcs.append((sum(n * r for n, r in rc), min(r for _, r in rc)))
+    return np.array(space.policy_bounds(sc, par, rcs))
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,

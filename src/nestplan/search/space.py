@@ -584,19 +584,29 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
 
 def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float | None) -> float:
     """``network_bound`` from its ``_network_parts``; ``busy`` None: the average form."""
-    work, wgrad, b_in, boundary, micro, (block, ends) = parts
+    fill = sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
+    return _spans(sc, par, parts, v, rules, rc, fill, (busy,))[0]
+
+
+def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float,
+           busies) -> list[float]:
+    """``_span`` for each ``busy`` of ``busies`` (the pipeline's ``fill`` given)."""
+    work, wgrad, b_in, _, micro, (block, ends) = parts
     total, cheapest = rc
-    most = 0.0
-    if busy is not None and par.pp > 1:
+    base = 2 * fill + sc.stack.step_overhead
+    forms = None
+    if par.pp > 1 and any(b is not None for b in busies):
         # ``v`` differs from the plan's vp only for the bound of every variant of a rank order
         # (``network_bound``'s override): then neither the least blocks nor the V are known
         known = v == par.vp
-        pigeon, ended = _forms(sc.model.layers, par.pp, block + cheapest, ends,
-                               v if known else 1, par.head_beside_embedding if known else None)
-        most = max(pigeon + busy, ended)
-    fill = sum(boundary[h] for h in par.pipeline.hops(par.pp, par.vp))
-    return (_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most)
-            + 2 * fill + sc.stack.step_overhead)
+        forms = _forms(sc.model.layers, par.pp, block + cheapest, ends, v if known else 1,
+                       par.head_beside_embedding if known else None)
+    out = []
+    for busy in busies:
+        most = 0.0 if busy is None or forms is None else max(forms[0] + busy, forms[1])
+        out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most)
+                   + base)
+    return out
 
 
 def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0, 0.0)) -> float:
@@ -614,33 +624,48 @@ def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0,
 def config_bounds(sc: Scenario, par: Parallelism, zeros,
                   rc: tuple[float, float] = (0.0, 0.0)) -> list[float]:
     """``config_bound`` of ``par`` with each ZeRO stage of ``zeros`` (shared work done once)."""
-    net_key, zero_key = _keys(par)
+    return _bounds(sc, par, zeros, (rc,))[0]
+
+
+def policy_bounds(sc: Scenario, par: Parallelism, rcs) -> list[float]:
+    """``config_bound`` of ``par`` with each recompute time ``rc`` of ``rcs`` (one per policy
+    run in every block; shared work done once)."""
+    return [row[0] for row in _bounds(sc, par, (par.zero,), rcs)]
+
+
+def _bounds(sc: Scenario, par: Parallelism, zeros, rcs) -> list[list[float]]:
+    """``config_bound`` per recompute time of ``rcs`` and ZeRO stage of ``zeros``."""
+    net_key = _keys(par)[0]
     parts = _network_parts(sc, net_key)
     rules = _rules(sc, par)
-    costs = _zero_costs(sc, zero_key)
+    costs = _zero_costs(sc, net_key, par.head_beside_embedding)
     shown = 1.0 - sc.stack.overlap_efficiency
     # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
     # floor (m/p), which keeps the average form plus this a bound (that form is linear in work)
     factor = _factor(parts[4], par.pp, par.vp, _splits(par))
-    average = _span(sc, par, parts, par.vp, rules, rc, None)
+    fill = sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
     out = []
-    for z in zeros:
-        zero, busy, end = costs[z]
-        net = _span(sc, par, parts, par.vp, rules, rc, shown * busy)
-        out.append(max(net, average + shown * zero * factor) + end)
+    for rc in rcs:
+        average, *nets = _spans(sc, par, parts, par.vp, rules, rc, fill,
+                                (None, *(shown * costs[z][1] for z in zeros)))
+        out.append([max(net, average + shown * costs[z][0] * factor) + costs[z][2]
+                    for z, net in zip(zeros, nets)])
     return out
 
 
 @cached(maxsize=65536)
 def _keys(par: Parallelism) -> tuple[Parallelism, Parallelism]:
-    """The keys ``config_bounds`` looks its shared parts up by (a plan without vp, ZeRO and
-    schedule; without ZeRO), made once per plan."""
+    """The keys shared parts of a plan are looked up by, made once per plan: the plan without
+    vp, ZeRO and schedule (``config_bounds``' network and ZeRO parts), and without ZeRO (the
+    driver's memory floor)."""
     return par.with_(vp=1, zero=0, schedule=None), par.with_(zero=0)
 
 
 @cached(maxsize=16384)
-def _zero_costs(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float, float], ...]:
-    """Per ZeRO stage 0-3 of ``par`` (its own stage ignored), seconds: the whole model's
+def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
+                ) -> tuple[tuple[float, float, float], ...]:
+    """Per ZeRO stage 0-3 of ``par`` (its own stage, vp and schedule ignored: pass the head's
+    place, ``Parallelism.head_beside_embedding``, as ``beside``), seconds: the whole model's
     per-micro-batch ZeRO traffic on the links, the least of it the busiest device carries (the
     ``ceil(L/p)`` blocks it holds at least, each at least the lightest block's bytes) — both
     before overlap, which the caller applies — and the exposed end of step of an average device
@@ -655,7 +680,7 @@ def _zero_costs(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float, flo
     mg = G.build(sc.model, local_strategy(par, tr, st))
     lay = layouts(par, cluster, sc.gpus)
     shown = 1.0 - st.overlap_efficiency
-    layers = mg.counts(par.head_beside_embedding)
+    layers = mg.counts(beside)
     params = sum(n * layer.params for n, layer in layers)
     eparams = sum(n * layer.expert_params for n, layer in layers)
     gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
