@@ -61,6 +61,8 @@ gradients, which no forward saves): an approximation, not measured.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from .caching import cached
 
@@ -443,7 +445,22 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
 @cached(maxsize=65536)
 def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
     # one device's order, not every device's (the search asks for many micro-batch counts)
+    micro = min(micro, _settled(name, pp))
     return tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp, True))
+
+
+def _settled(name: str, pp: int) -> int | float:
+    """A micro-batch count past which ``_held`` no longer changes (inf: not known). In
+    ``_zero_bubble``'s order, device ``i``'s warm-up and steady steps do not depend on the count
+    while forwards remain; the warm-up's ``(v - 1)·p + p - 1 - i`` forwards and the ``i``
+    steps before its first weight gradient each add one micro-batch in flight, after which every
+    step adds one forward and retires one weight gradient, and the cool-down only retires. So the
+    peak (and the first order reaching it, which ``_held_by_order`` keeps) is the same for every
+    count with ``m·v >= v·p + 1``: ``p + 2`` micro-batches and more
+    (``tests/test_schedules.py`` compares counts up to ``p + 2 + 3·p``)."""
+    if name in ("zbv", "dualpipev") or not SCHEDULES[name].split_backward:
+        return math.inf
+    return pp + 2
 
 
 @cached(maxsize=1024)
