@@ -88,7 +88,7 @@ for v in ("sometimes", "", "full,,none", "none,", "FULL"):
     case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "recompute")
 for v in ("tp-tp-dp-pp", "dp", "tp-cp-dp-xx", "", "tp-cp-dp-pp-pp"):
     case(f"evaluate--rank-order={v!r}", [*EVAL, "--rank-order", v], "rank-order")
-for v in ("0", "-1", "1001", "x", "100000"):
+for v in ("0", "-1", "101", "x", "100000"):
     case(f"plan--top={v}", [*SEARCH, "--top", v], "top")
     case(f"compare--top={v}", ["compare", *SCENARIO, "--top", v], "top")
 for v in ("genetic", "", "NEST "):
