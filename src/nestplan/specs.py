@@ -460,12 +460,12 @@ class Parallelism(_CachedHash):
     def _check_staging(self) -> None:
         """The checks of the fields the search derives plans by (``_DERIVED``): schedule, vp,
         ZeRO stage, and the blocks per chunk against vp."""
+        _positive("vp", self.vp)
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
             if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
                 object.__setattr__(self, "schedule", None)  # one form for the default
-        _positive("vp", self.vp)
         if self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
         if self.vp > 1 and self.pp == 1:

@@ -463,7 +463,7 @@ def _least_top(a: float, extra: tuple[float, ...], pp: int, blocks: int, least: 
     for t in [lo, *(t for t in points if lo < t <= lo + a)]:
         if fits(t):
             return t
-    return lo  # not reached: after a few steps every cap exceeds blocks / pp
+    return lo  # not reached: at lo + a the caps hold every block
 
 
 def _splits(par: Parallelism) -> bool:
