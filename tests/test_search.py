@@ -179,14 +179,16 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
     """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
     stage DP's objective of each configuration it stands for, under every schedule (memory
     ignored: the DP's best over all splits and policies); with one policy in every block, the
-    bound plus that policy's least recompute is at most the DP's objective under it, and the
-    memory floor at most the least peak any split reaches."""
+    bound plus that policy's least recompute is at most the DP's objective under it, the
+    memory floor at most the least peak any split reaches, and with that peak as the capacity
+    the per-device floor (``_positions_fit``) still lets some split fit."""
     import numpy as np
 
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
-    from nestplan.search.driver import _floor_parts, _recompute_bounds, _states_floor
+    from nestplan.search.driver import (_floor_parts, _positions_fit, _recompute_bounds,
+                                         _states_floor)
 
     sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense,
                        vocab)
@@ -227,10 +229,13 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
                 peak = DP.min_peak_memory([m[..., p:p + 1] for m in tb.mem], tb.valid)
                 floor = _states_floor(parts, (p,))
                 assert floor <= peak * (1 + 1e-9), (par, p, floor, peak)
+                # with the least peak as the capacity, the per-device floor lets a split fit
+                assert _positions_fit(parts, (p,), peak * (1 + 1e-9), layers, par.vp), (par, p)
             # plans mixing every policy stage by stage
             peak = DP.min_peak_memory(tb.mem, tb.valid)
             floor = _states_floor(parts, tuple(policies))
             assert floor <= peak * (1 + 1e-9), (par, floor, peak)
+            assert _positions_fit(parts, tuple(policies), peak * (1 + 1e-9), layers, par.vp)
 
 
 def test_least_top_equals_the_best_split_found_by_brute_force():

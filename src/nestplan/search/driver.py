@@ -10,6 +10,7 @@ scored on the real scenario.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -20,6 +21,7 @@ from ..caching import cached
 from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
+from ..graph import BLOCK_KINDS
 from ..evaluate import evaluate
 from ..result import Evaluation
 from ..specs import Parallelism, Scenario, check_plan
@@ -66,23 +68,28 @@ def plan_from_solution(model, model_stack, par: Parallelism,
 
 
 def _floor_parts(sc: Scenario, par: Parallelism):
-    """What ``_states_floor`` needs of a configuration, computed once for all its policy sets:
-    the average device's model states, per recompute policy the least bytes a block keeps and
-    the least working memory of a block's backward, and how many blocks' worth of activations
-    the average device holds at least."""
-    dense, expert, saved, transient, weights, blocks_held = _floor_shared(sc, space._keys(par)[1])
+    """What ``_states_floor`` and ``_positions_fit`` need of a configuration, computed once for
+    all its policy sets: the average device's model states, per recompute policy the least
+    bytes a block keeps and the least working memory of a block's backward, how many blocks'
+    worth of activations the average device holds at least, the stack, the lightest block's
+    model states, and per device the fewest micro-batches any of its chunks holds."""
+    dense, expert, saved, transient, weights, blocks_held, light, held = _floor_shared(
+        sc, space._keys(par)[1])
     st = sc.stack
     w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st)
     if par.zero >= 3:  # the gathered weights of the block in use and the next one
         transient = transient + 2 * M.COMPUTE_BYTES * weights
-    return w + g + o, saved, transient, blocks_held, st
+    block = min(sum(M.model_states(p, e, par.zero, par.dp * par.cp, par.expert_dp, st))
+                for p, e in light)
+    return w + g + o, saved, transient, blocks_held, st, block, held
 
 
 @cached(maxsize=16384)
 def _floor_shared(sc: Scenario, par: Parallelism):
     """``_floor_parts`` of a plan without its ZeRO stage: the average device's dense and expert
     parameters, the least kept and working bytes per policy, the fewest weights one ZeRO-3
-    gather brings in, and the blocks' worth of activations held."""
+    gather brings in, the blocks' worth of activations held, each block kind's (dense, expert)
+    parameters, and the micro-batches each device holds at least."""
     from ..evaluate import local_strategy
     from ..graph import build
 
@@ -95,7 +102,10 @@ def _floor_shared(sc: Scenario, par: Parallelism):
     held = _least_held(par.pipeline.name, par.pp, par.vp, micro)
     spare = max(sc.model.layers - par.vp * par.pp, 0)
     blocks_held = (par.vp * sum(held) + spare * min(held)) / par.pp
-    return dense / par.pp, expert / par.pp, saved, transient, weights, blocks_held
+    light = tuple((layer.params, layer.expert_params) for _, layer in layers
+                  if layer.kind in BLOCK_KINDS)
+    return (dense / par.pp, expert / par.pp, saved, transient, weights, blocks_held, light,
+            held)
 
 
 @cached(maxsize=4096)
@@ -127,10 +137,35 @@ def _states_floor(parts, policies) -> float:
     of the policies keeps, one block's least working memory, and the reserve these imply
     (``memory.reserve``, increasing in both). The most loaded device holds at least the
     average."""
-    states, saved, transient, blocks_held, stack = parts
+    states, saved, transient, blocks_held, stack = parts[:5]
     acts = min(saved[p] for p in policies) * blocks_held
     work = min(transient[p] for p in policies)
     return states + M.reserve(acts, work, stack) + acts + work
+
+
+def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool:
+    """Whether some split of ``blocks`` blocks, at least ``least`` per device, could fit every
+    device in ``cap`` bytes when its blocks run any mix of ``policies``. Device ``i`` holding
+    ``n`` blocks needs at least ``n`` times the lightest block's model states and its least
+    kept bytes per micro-batch times the micro-batches its chunks hold at least, one block's
+    least working memory, and the reserve on these (linear: ``memory.reserve``); so it holds at
+    most ``floor((cap - fixed) / per_block_i)`` blocks, and those must add up to ``blocks``.
+    The embedding's and the head's states are left out (they only add)."""
+    stack, block, held = parts[4], parts[5], parts[6]
+    saved = min(parts[1][p] for p in policies)
+    work = min(parts[2][p] for p in policies)
+    share = 1.0 + stack.allocator_overhead
+    room = cap - M.reserve(0.0, work, stack) - work
+    total = 0
+    for h in held:
+        per_block = block + share * h * saved
+        if per_block <= 0.0:
+            return room >= 0.0
+        most = math.floor(room / per_block + 1e-9)
+        if most < least:
+            return False
+        total += most
+    return total >= blocks
 
 
 def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
@@ -196,6 +231,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                               shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
+    unfit: list[Parallelism] = []  # configurations no split fits (``_positions_fit``)
     solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
     last_report = start
@@ -245,10 +281,16 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 if least > cap:
                     shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
                     continue
+                blocks, per_device = world.model.layers, par.vp
+                room = {s: floors[s] <= cap and _positions_fit(parts, s, cap, blocks, per_device)
+                        for s in sets}
+                if not any(room.values()):  # solved only if nothing fits, for the shortfall
+                    unfit.append(par)
+                    continue
             # one policy in every block: its least recompute time joins the bound
             bounds = _recompute_bounds(world, par) if single else None
             keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
-                    if not memory_aware or floors[s] <= cap]
+                    if not memory_aware or room[s]]
             keep = sorted((b, s) for b, s in keep if b < bound)
             if not keep:
                 continue
@@ -286,6 +328,13 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 heapq.heappushpop(found, entry)
         if memory_aware and not any_fit and not found:
             peak = DP.min_peak_memory(tb.mem, tb.valid)
+            if np.isfinite(peak):
+                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
+    if not found:
+        # the configurations no split could fit: their least peak says how far off they are
+        for par in unfit:
+            tb = T.build(D.config_costs(world, par))
+            peak = DP.min_peak_memory(tb.mem, tb.valid) if tb is not None else np.inf
             if np.isfinite(peak):
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if progress:
