@@ -392,15 +392,18 @@ def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
 
 
 def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int,
-            rules: set[str], busiest: float = 0.0) -> float:
+            rules: set[str], busiest: float = 0.0, end: float = 0.0) -> float:
     """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
     at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
     ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X`` at least both the
     average ``sum X / p`` and ``busiest`` (the work some device must hold: ``_busiest``): whole
     backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``; and
-    every device runs its ``m·X_i`` inside the step."""
+    every device runs its ``m·X_i`` inside the step. ``end``: what the tail is at least (an
+    average device's end of step); it joins the forms built on ``(m - 1/v)·max X``, not
+    ``m·X_i``, which already spends the busiest device's own tail (its deferred weight
+    gradients run there) and need not exceed an average device's."""
     most = max(work / pp, busiest)
-    lead = (micro - 1 / vp) * most
+    lead = (micro - 1 / vp) * most + end
     out = []
     for r in rules:
         if r == "whole":
@@ -589,9 +592,10 @@ def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float 
 
 
 def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float,
-           busies) -> list[float]:
-    """``_span`` for each ``busy`` of ``busies`` (the pipeline's ``fill`` given)."""
-    work, wgrad, b_in, _, micro, (block, ends) = parts
+           busies, ends=None) -> list[float]:
+    """``_span`` for each ``busy`` of ``busies`` (the pipeline's ``fill`` given), with the end
+    of step of ``ends`` (one per ``busy``; 0 when not given: ``_spread``)."""
+    work, wgrad, b_in, _, micro, (block, works) = parts
     total, cheapest = rc
     base = 2 * fill + sc.stack.step_overhead
     forms = None
@@ -599,12 +603,12 @@ def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float
         # ``v`` differs from the plan's vp only for the bound of every variant of a rank order
         # (``network_bound``'s override): then neither the least blocks nor the V are known
         known = v == par.vp
-        forms = _forms(sc.model.layers, par.pp, block + cheapest, ends, v if known else 1,
+        forms = _forms(sc.model.layers, par.pp, block + cheapest, works, v if known else 1,
                        par.head_beside_embedding if known else None)
     out = []
-    for busy in busies:
+    for busy, end in zip(busies, ends or [0.0] * len(busies)):
         most = 0.0 if busy is None or forms is None else max(forms[0] + busy, forms[1])
-        out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most)
+        out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most, end)
                    + base)
     return out
 
@@ -646,10 +650,15 @@ def _bounds(sc: Scenario, par: Parallelism, zeros, rcs) -> list[list[float]]:
     fill = sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
     out = []
     for rc in rcs:
-        average, *nets = _spans(sc, par, parts, par.vp, rules, rc, fill,
-                                (None, *(shown * costs[z][1] for z in zeros)))
-        out.append([max(net, average + shown * costs[z][0] * factor) + costs[z][2]
-                    for z, net in zip(zeros, nets)])
+        # per ZeRO stage: the busiest device's form with its blocks' traffic, and the average
+        # form with the whole model's (in both, the end joins only the ``(m - 1/v)·max X``
+        # forms: ``_spread``)
+        nets = _spans(sc, par, parts, par.vp, rules, rc, fill,
+                      [shown * costs[z][1] for z in zeros], [costs[z][2] for z in zeros])
+        averages = _spans(sc, par, parts, par.vp, rules, rc, fill, [None] * len(zeros),
+                          [costs[z][2] for z in zeros])
+        out.append([max(net, average + shown * costs[z][0] * factor)
+                    for z, net, average in zip(zeros, nets, averages)])
     return out
 
 
@@ -668,8 +677,9 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
     place, ``Parallelism.head_beside_embedding``, as ``beside``), seconds: the whole model's
     per-micro-batch ZeRO traffic on the links, the least of it the busiest device carries (the
     ``ceil(L/p)`` blocks it holds at least, each at least the lightest block's bytes) — both
-    before overlap, which the caller applies — and the exposed end of step of an average device
-    (gradient reduction, parameter gather, optimizer step)."""
+    before overlap, which the caller applies — and what the most loaded device's exposed end of
+    step is at least (gradient reduction, parameter gather, optimizer step; from the average
+    bytes of each quantity, below)."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
@@ -694,15 +704,28 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
                          for layer in blocks)
     flat = st.flat_dp_collectives
 
+    def dense(kind, nbytes):
+        return coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), nbytes)
+
+    def experts(kind, nbytes):
+        return coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), nbytes)
+
     def dp(kind, p_bytes, e_bytes):
-        return (coeff_time(collective_coeffs(kind, lay.dp, cluster, flat), p_bytes)
-                + coeff_time(collective_coeffs(kind, lay.edp, cluster, flat), e_bytes))
+        return dense(kind, p_bytes) + experts(kind, e_bytes)
 
     avg_p, avg_e = params / par.pp, eparams / par.pp
     acc = cluster.accelerator
+    per_byte = D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
+    # the end of step bounds the most loaded device's by the average device's bytes of each
+    # quantity, but one device need not carry the most of every quantity (a device of dense
+    # blocks holds no experts; the embedding's weights may gather at other bytes per weight):
+    # the device with the most dense weights has at least the average dense reduction and
+    # optimizer work, and the one with the most experts the expert part; the gathers join the
+    # dense part only when every kind gathers at the same bytes per weight
+    uniform = len({M.gather_bytes(layer.kind, st, tr.precision) for _, layer in layers}) == 1
     out = []
     for z in range(4):
-        zero = busy = end = 0.0
+        zero = busy = 0.0
         if z >= 2:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
             busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
@@ -711,15 +734,18 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
             zero += 2 * dp(G.CollKind.ALL_GATHER, gathered, egathered)
             busy += 2 * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.COMPUTE_BYTES) \
                 if most else 0.0
+        d_end = avg_p / (lay.dp.size if z >= 1 else 1) * per_byte
+        e_end = avg_e / (lay.edp.size if z >= 1 else 1) * per_byte
+        g_end = 0.0
         if z < 2:
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
-            end += shown * dp(kind, avg_p * st.grad_bytes, avg_e * st.grad_bytes)
+            d_end += shown * dense(kind, avg_p * st.grad_bytes)
+            e_end += shown * experts(kind, avg_e * st.grad_bytes)
         if z in (1, 2):
-            end += shown * dp(G.CollKind.ALL_GATHER, gathered / par.pp, egathered / par.pp)
-        shard = avg_p / (lay.dp.size if z >= 1 else 1) + avg_e / (
-            lay.edp.size if z >= 1 else 1)
-        end += shard * D.optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
-        out.append((zero, busy, end))
+            g_end = shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
+            e_end += shown * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
+        d_end, g_end = (d_end + g_end, 0.0) if uniform else (d_end, g_end)
+        out.append((zero, busy, max(d_end, g_end, e_end)))
     return tuple(out)
 
 
