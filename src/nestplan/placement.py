@@ -189,6 +189,9 @@ def _affine_k(pattern: np.ndarray, bases: tuple[tuple[int, int], ...], blocks: t
     gap = int(np.diff(pattern).max()) if n > 1 else 0
     ks = []
     for b in blocks[:-1]:  # the outermost block holds the whole group
+        if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
+            ks.append(n)
+            continue
         res = np.flatnonzero(_residues(bases, b))
         if gap < b:
             # no two neighbours of a row are a block apart: the row touches every block from
@@ -314,6 +317,9 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
         if s >= b:
             crossing.append(np.full(pp - 1, per_stage))
             continue
+        if b >= gpus:  # one block holds every device used
+            crossing.append(np.zeros(pp - 1, dtype=int))
+            continue
         prefix = np.concatenate([[0], np.cumsum(_residues(stage0, b))])
         lo = (b - s - stages * s) % b  # residues r with (r + i·s) mod b in [b - s, b)
         hi = lo + s
@@ -336,7 +342,7 @@ def _wrap(key: tuple, cluster: ClusterSpec, gpus: int) -> int:
     stage0 = tuple(axes[a] for a in RANK_AXES if a is not Axis.PP)
     level = -1
     for lvl, b in enumerate((1, *_block_sizes(cluster, gpus)[:-1])):
-        if int(np.flatnonzero(_residues(stage0, b)).max()) + (pp - 1) * s >= b:
+        if b < gpus and int(np.flatnonzero(_residues(stage0, b)).max()) + (pp - 1) * s >= b:
             level = lvl
     return level
 
