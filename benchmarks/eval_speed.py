@@ -23,6 +23,8 @@ from nestplan.specs import Parallelism
 
 
 def clear_caches():
+    """The cost model's caches only (``caching.clear`` would also drop the parsed catalog, which
+    a process evaluating many plans keeps)."""
     for cached in (G.build, _layer_cost, _layouts, _config_costs):
         cached.cache_clear()
 

@@ -147,7 +147,7 @@ def test_every_cache_has_one_reset():
     assert not direct, direct
     kw = dict(seq_len=2048, global_batch=16, tp=2, pp=2, mbs=1)
     before = evaluate_names("llama3-8b", "dgx-h100-ndr", 16, **kw).step_time
-    assert caching.count() > 20
+    assert sum(c.cache_info().currsize for c in caching._CACHES) > 0  # the run cached
     caching.clear()
     assert all(c.cache_info().currsize == 0 for c in caching._CACHES)
     assert evaluate_names("llama3-8b", "dgx-h100-ndr", 16, **kw).step_time == before

@@ -406,10 +406,10 @@ def test_a_plan_of_another_framework_exports_with_a_prediction(tmp_path):
 
 
 def test_held_micro_batches_settle_where_the_schedule_says():
-    """``_held`` caps the micro-batch count at ``_settled`` (the zero-bubble order's in-flight
-    peak no longer changes past it): for every split schedule, device, pp 2-8 and the vp it
-    runs, the capped answer equals reading the whole order, counts from pp to pp + 2 + 3·pp."""
-    from nestplan.schedule import SCHEDULES, _held, _held_by_order, _order_of
+    """``Schedule.held`` caps the micro-batch count at ``_settled`` (the zero-bubble order's
+    in-flight peak no longer changes past it): for every split schedule, device, pp 2-8 and the
+    vp it runs, the capped answer equals reading the whole order, counts pp to pp + 2 + 3·pp."""
+    from nestplan.schedule import SCHEDULES, _held_by_order, _order_of
 
     checked = 0
     for name, sched in SCHEDULES.items():
@@ -422,6 +422,7 @@ def test_held_micro_batches_settle_where_the_schedule_says():
                     for micro in range(pp, 3 + 4 * pp):
                         whole = tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp,
                                                      True))
-                        assert _held(name, stage, pp, vp, micro) == whole, (name, pp, vp, micro)
+                        assert tuple(sched.held(stage, pp, vp, micro)) == whole, (
+                            name, pp, vp, micro)
                         checked += 1
     assert checked > 1000

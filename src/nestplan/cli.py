@@ -149,9 +149,9 @@ def _with_headroom(sc, args):
 
 
 def _constraints(args):
-    from .search.space import KNOBS, constraints_from
+    from .search.space import KNOBS, SWITCHES, constraints_from
 
-    names = (*KNOBS, "sp", "recompute", "rank_order", "schedule")
+    names = (*KNOBS, *(k for k in SWITCHES if k != "tp_within_node"), "schedule")
     values = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     return constraints_from({**values, "tp_within_node": args.tp_within_node},
                             lambda key: FLAG_OF.get(key, key))

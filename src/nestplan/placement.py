@@ -79,43 +79,52 @@ def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     return (*cluster.block_sizes(), max(gpus, 1))
 
 
-def _group_k(groups: np.ndarray, blocks: tuple[int, ...], affine: bool = False
-             ) -> tuple[int, ...]:
+def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
     """k per level for groups given as rows of device ids (worst row: most blocks touched).
 
-    When the rows are translates of one pattern, how many blocks of size b a row touches
-    depends only on its first id modulo b, and one row per residue stands for all (a rank grid
-    of 65,536 devices has 65,536/n rows). ``affine``: the caller knows they are (groups along
-    axes of a rank grid, whose ids are a sum of index times stride); else it is checked.
+    When the rows are translates of one pattern (checked), how many blocks of size b a row
+    touches depends only on its first id modulo b (``_pattern_k``); else every row is counted.
     """
     n = groups.shape[1]
     first = groups[0]
     rows = groups if n == 1 or (first[1:] > first[:-1]).all() else groups[
         :, np.argsort(first, kind="stable")]
     pattern = rows[0] - rows[0, 0]
-    translates = affine or bool((rows - rows[:, :1] == pattern).all())
-    translates = translates and (n == 1 or bool((pattern[1:] > pattern[:-1]).all()))
-    if not translates:
-        rows = np.sort(groups, axis=1)
+    if bool((rows - rows[:, :1] == pattern).all()) and (
+            n == 1 or bool((pattern[1:] > pattern[:-1]).all())):
+        return _pattern_k(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
+    rows = np.sort(groups, axis=1)
+    ks = [-(-n // int((1 + (np.diff(rows // b, axis=1) != 0).sum(axis=1)).max()))
+          for b in blocks[:-1]]
+    return _nested(ks + [n])
+
+
+def _pattern_k(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> tuple[int, ...]:
+    """k per level of groups ``first + pattern`` (``pattern`` sorted, from 0) whose first
+    members take the residues ``residues(b)`` modulo each block size ``b``: a row touches the
+    same blocks as any row whose first member has its residue."""
+    n = pattern.size
+    gap = int(np.diff(pattern).max()) if n > 1 else 0
     ks = []
-    gap = int(np.diff(pattern).max()) if translates and n > 1 else 0
     for b in blocks[:-1]:  # the outermost block holds the whole group
-        if translates and gap < b:
-            # no two neighbours of a row are a block apart, so the row touches every block from
-            # its first member's to its last's: floor((r + span)/b) + 1 for a first member at
-            # residue r (one pass over the rows' first members)
-            most = int(((rows[:, 0] % b + pattern[-1]) // b).max()) + 1
-            ks.append(-(-n // most))
+        if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
+            ks.append(n)
             continue
-        sample = rows
-        if translates and b < rows.shape[0]:
-            seen = np.zeros(b, dtype=bool)
-            seen[rows[:, 0] % b] = True
-            sample = np.flatnonzero(seen)[:, None] + pattern[None, :]
-        distinct = 1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)
-        ks.append(-(-n // int(distinct.max())))
-    ks.append(n)
-    # a block of a higher level holds at least the members of the lower block
+        res = residues(b)
+        if gap < b:
+            # no two neighbours of a row are a block apart: the row touches every block from
+            # its first member's to its last's
+            most = int((res.max() + pattern[-1]) // b) + 1
+        else:
+            sample = res[:, None] + pattern[None, :]
+            most = int((1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)).max())
+        ks.append(-(-n // most))
+    return _nested(ks + [n])
+
+
+def _nested(ks: list[int]) -> tuple[int, ...]:
+    """k per level, each at least the level below's (a block of a higher level holds the
+    members of a lower one)."""
     for i in range(1, len(ks)):
         ks[i] = max(ks[i], ks[i - 1])
     return tuple(ks)
@@ -182,29 +191,8 @@ def _affine_k(pattern: np.ndarray, bases: tuple[tuple[int, int], ...], blocks: t
               ) -> tuple[int, ...]:
     """k per level of the groups ``base + pattern`` for every base ``sum j·stride`` of the
     (size, stride) axes ``bases``: the groups along axes of a rank grid, counted from the
-    residues of their first members (``pattern`` sorted, starting at 0) without listing them.
-    A row touches the same blocks of size ``b`` as any row whose first member has its residue.
-    """
-    n = pattern.size
-    gap = int(np.diff(pattern).max()) if n > 1 else 0
-    ks = []
-    for b in blocks[:-1]:  # the outermost block holds the whole group
-        if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
-            ks.append(n)
-            continue
-        res = np.flatnonzero(_residues(bases, b))
-        if gap < b:
-            # no two neighbours of a row are a block apart: the row touches every block from
-            # its first member's to its last's
-            most = int((res.max() + pattern[-1]) // b) + 1
-        else:
-            sample = res[:, None] + pattern[None, :]
-            most = int((1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)).max())
-        ks.append(-(-n // most))
-    ks.append(n)
-    for i in range(1, len(ks)):  # a block of a higher level holds the members of a lower one
-        ks[i] = max(ks[i], ks[i - 1])
-    return tuple(ks)
+    residues of their first members (``_residues``) without listing them."""
+    return _pattern_k(pattern, lambda b: np.flatnonzero(_residues(bases, b)), blocks)
 
 
 def _expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
@@ -254,8 +242,8 @@ def _grid(key: tuple) -> tuple[Parallelism, np.ndarray]:
     return par, rank_grid(par)
 
 
-def _lay(rows: np.ndarray, blocks: tuple[int, ...], affine: bool = False) -> GroupLayout:
-    return GroupLayout(rows.shape[1], _group_k(rows, blocks, affine))
+def _lay(rows: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
+    return GroupLayout(rows.shape[1], _group_k(rows, blocks))
 
 
 @cached(maxsize=4096)

@@ -62,8 +62,8 @@ gradients, which no forward saves): an approximation, not measured.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
+
 from .caching import cached
 
 OpKey = tuple[str, int, int]
@@ -154,7 +154,7 @@ class Schedule:
         if self.holds_all:
             return [micro] * vp
         if self.split_backward:  # read off the order: W deferred keeps micro-batches longer
-            return list(_held(self.name, stage, pp, vp, micro))
+            return list(_held(self.name, stage, pp, vp, min(micro, _settled(self.name, pp))))
         return chunks_in_flight(stage, pp, vp, micro)
 
     def bubble_share(self, x, f, w):
@@ -445,7 +445,6 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
 @cached(maxsize=65536)
 def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
     # one device's order, not every device's (the search asks for many micro-batch counts)
-    micro = min(micro, _settled(name, pp))
     return tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp, True))
 
 
@@ -458,9 +457,7 @@ def _settled(name: str, pp: int) -> int | float:
     peak (and the first order reaching it, which ``_held_by_order`` keeps) is the same for every
     count with ``m·v >= v·p + 1``: ``p + 2`` micro-batches and more
     (``tests/test_schedules.py`` compares counts up to ``p + 2 + 3·p``)."""
-    if name in ("zbv", "dualpipev") or not SCHEDULES[name].split_backward:
-        return math.inf
-    return pp + 2
+    return pp + 2 if _builder(name) is _zero_bubble else math.inf
 
 
 @cached(maxsize=1024)
@@ -470,15 +467,24 @@ def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
 
 
 def _order_of(name: str, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+    return _builder(name)(rank, pp, vp, micro)
+
+
+def _builder(name: str):
+    """The function that builds one device's order of the schedule ``name``:
+    ``(rank, pp, vp, micro) -> ops``."""
     if name == "gpipe":
-        return tuple([("F", 0, mb) for mb in range(micro)] + [("B", 0, mb) for mb in range(micro)])
+        return _gpipe
     if name == "zbv":
-        return _zbv(rank, pp, micro)
+        return lambda rank, pp, vp, micro: _zbv(rank, pp, micro)
     if name == "dualpipev":
-        return _dualpipev(rank, pp, micro)
-    if SCHEDULES[name].split_backward:
-        return _zero_bubble(rank, pp, vp, micro)
-    return _one_f_one_b(rank, pp, vp, micro)
+        return lambda rank, pp, vp, micro: _dualpipev(rank, pp, micro)
+    return _zero_bubble if SCHEDULES[name].split_backward else _one_f_one_b
+
+
+def _gpipe(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+    """GPipe: every forward, then every backward."""
+    return tuple([("F", 0, mb) for mb in range(micro)] + [("B", 0, mb) for mb in range(micro)])
 
 
 @cached(maxsize=64)

@@ -45,8 +45,10 @@ def _divides(name: str, value: int, whole_name: str, whole: int, example: str = 
         raise SpecError(name, value, f"must divide {whole_name} = {whole}{hint}")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (pairs up to its square root)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 class _CachedHash:
@@ -437,6 +439,8 @@ class Parallelism(_CachedHash):
     """Pipeline schedule by name (``schedule.SCHEDULES``); None: 1F1B, interleaved when vp > 1."""
 
     def __post_init__(self):
+        # checks that involve schedule, vp or zero belong in ``_check_staging``: ``with_`` runs
+        # only that one when those are all that change (``_DERIVED``)
         for f in ("tp", "pp", "dp", "cp", "ep", "mbs"):
             _positive(f, getattr(self, f))
         self._check_staging()
@@ -604,7 +608,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
                         f"{par.devices} must equal gpus = {sc.gpus}")
     if par.tp > m.heads:
         raise SpecError("tp", par.tp, f"must be <= heads = {m.heads} ({m.name})")
-    _divides("tp", par.tp, "heads", m.heads, f"one of {_divisors(m.heads)[:8]}")
+    _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
     if m.kv_heads % par.tp and par.tp % m.kv_heads:
         raise SpecError("tp", par.tp, f"must divide kv_heads = {m.kv_heads} or be a multiple of it")
     if t.seq_len % par.cp:

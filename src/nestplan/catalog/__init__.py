@@ -60,7 +60,6 @@ def _cached(fn):
     @wraps(fn)
     def get(name: str = DEFAULT_STACK):
         return memo(name, _stamp(name))
-    get.cache_clear = memo.cache_clear
     return get
 
 

@@ -254,7 +254,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
         gathered=_sum(*(n * k.params * k.gather for n, k in parts)),
-        egathered=_sum(*(n * k.eparams * M.COMPUTE_BYTES for n, k in parts)),
+        egathered=_sum(*(n * k.eparams * M.EXPERT_GATHER_BYTES for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
         transient=transient, largest=largest,
         layers=_sum(*(n for n, _ in parts)),

@@ -40,6 +40,11 @@ def gather_bytes(kind, stack, precision) -> float:
     return FP8_BYTES if kind in BLOCK_KINDS and fp8 else COMPUTE_BYTES
 
 
+EXPERT_GATHER_BYTES = COMPUTE_BYTES
+"""Bytes per routed-expert weight that ZeRO-3/FSDP and the sharded optimizer all-gather (bf16
+under fp8 gathers too: ``gather_bytes``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:
     """Bytes on one device at its peak."""

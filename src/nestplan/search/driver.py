@@ -13,7 +13,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -21,10 +21,11 @@ from ..caching import cached
 from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
-from ..graph import BLOCK_KINDS
 from ..evaluate import evaluate
+from ..graph import BLOCK_KINDS
 from ..result import Evaluation
 from ..specs import Parallelism, Scenario, check_plan
+from ..stack import StackSpec
 from ..units import GiB
 from . import dp as DP
 from . import space
@@ -67,12 +68,27 @@ def plan_from_solution(model, model_stack, par: Parallelism,
                      recompute=tuple(model_stack.recompute[s.policy].name for s in sol.stages))
 
 
-def _floor_parts(sc: Scenario, par: Parallelism):
-    """What ``_states_floor`` and ``_positions_fit`` need of a configuration, computed once for
-    all its policy sets: the average device's model states, per recompute policy the least
-    bytes a block keeps and the least working memory of a block's backward, how many blocks'
-    worth of activations the average device holds at least, the stack, the lightest block's
-    model states, and per device the fewest micro-batches any of its chunks holds."""
+class _Floor(NamedTuple):
+    """What ``_states_floor`` and ``_positions_fit`` need of a configuration (bytes), computed
+    once for all its policy sets."""
+
+    states: float
+    """The average device's model states."""
+    saved: np.ndarray
+    """Per recompute policy, the least bytes a block keeps per micro-batch."""
+    transient: np.ndarray
+    """Per recompute policy, the least working memory of a block's backward."""
+    blocks_held: float
+    """Blocks' worth of activations (in micro-batches) the average device holds at least."""
+    stack: StackSpec
+    block: float
+    """The lightest block's model states."""
+    held: tuple[int, ...]
+    """Per device, the fewest micro-batches any of its chunks holds."""
+
+
+def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
+    """The configuration's ``_Floor``."""
     dense, expert, saved, transient, weights, blocks_held, light, held = _floor_shared(
         sc, space._keys(par)[1])
     st = sc.stack
@@ -81,7 +97,7 @@ def _floor_parts(sc: Scenario, par: Parallelism):
         transient = transient + 2 * M.COMPUTE_BYTES * weights
     block = min(sum(M.model_states(p, e, par.zero, par.dp * par.cp, par.expert_dp, st))
                 for p, e in light)
-    return w + g + o, saved, transient, blocks_held, st, block, held
+    return _Floor(w + g + o, saved, transient, blocks_held, st, block, held)
 
 
 @cached(maxsize=16384)
@@ -137,10 +153,9 @@ def _states_floor(parts, policies) -> float:
     of the policies keeps, one block's least working memory, and the reserve these imply
     (``memory.reserve``, increasing in both). The most loaded device holds at least the
     average."""
-    states, saved, transient, blocks_held, stack = parts[:5]
-    acts = min(saved[p] for p in policies) * blocks_held
-    work = min(transient[p] for p in policies)
-    return states + M.reserve(acts, work, stack) + acts + work
+    acts = min(parts.saved[p] for p in policies) * parts.blocks_held
+    work = min(parts.transient[p] for p in policies)
+    return parts.states + M.reserve(acts, work, parts.stack) + acts + work
 
 
 def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool:
@@ -151,14 +166,13 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     least working memory, and the reserve on these (linear: ``memory.reserve``); so it holds at
     most ``floor((cap - fixed) / per_block_i)`` blocks, and those must add up to ``blocks``.
     The embedding's and the head's states are left out (they only add)."""
-    stack, block, held = parts[4], parts[5], parts[6]
-    saved = min(parts[1][p] for p in policies)
-    work = min(parts[2][p] for p in policies)
-    share = 1.0 + stack.allocator_overhead
-    room = cap - M.reserve(0.0, work, stack) - work
+    saved = min(parts.saved[p] for p in policies)
+    work = min(parts.transient[p] for p in policies)
+    share = 1.0 + parts.stack.allocator_overhead
+    room = cap - M.reserve(0.0, work, parts.stack) - work
     total = 0
-    for h in held:
-        per_block = block + share * h * saved
+    for h in parts.held:
+        per_block = parts.block + share * h * saved
         if per_block <= 0.0:
             return room >= 0.0
         most = math.floor(room / per_block + 1e-9)
@@ -170,8 +184,15 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
 
 def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
     """Per recompute policy, the configuration's bound when every block runs it
-    (``space.config_bound`` with its least per-micro-batch recompute time: the recomputed
-    operators' compute, ``space._recomputed``, without the collectives they repeat)."""
+    (``space.config_bound`` with its least per-micro-batch recompute time)."""
+    return np.array(space.policy_bounds(sc, par, _recompute_times(sc, space._keys(par)[0])))
+
+
+@cached(maxsize=16384)
+def _recompute_times(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float], ...]:
+    """Per recompute policy, seconds per micro-batch: the recomputed operators' compute over
+    all blocks and of the cheapest block (``space._recomputed``, without the collectives they
+    repeat). Depends only on the plan's local strategy: pass it without vp, ZeRO and schedule."""
     from ..cost.hardware import effective
     from ..evaluate import local_strategy
     from ..graph import build
@@ -179,11 +200,11 @@ def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
     g = build(sc.model, local_strategy(par, sc.training, sc.stack))
     acc, prec = effective(sc.cluster, sc.stack).accelerator, sc.training.precision
     blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, g.dense), (g.n_moe, g.moe)) if n]
-    rcs = []
+    out = []
     for policy in sc.stack.recompute:
         rc = [(n, space._recomputed(k, acc, prec, policy)) for n, k in blocks]
-        rcs.append((sum(n * r for n, r in rc), min(r for _, r in rc)))
-    return np.array(space.policy_bounds(sc, par, rcs))
+        out.append((sum(n * r for n, r in rc), min(r for _, r in rc)))
+    return tuple(out)
 
 
 def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
@@ -281,8 +302,9 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 if least > cap:
                     shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
                     continue
-                blocks, per_device = world.model.layers, par.vp
-                room = {s: floors[s] <= cap and _positions_fit(parts, s, cap, blocks, per_device)
+                # each device holds one block per chunk at least
+                room = {s: floors[s] <= cap
+                        and _positions_fit(parts, s, cap, world.model.layers, par.vp)
                         for s in sets}
                 if not any(room.values()):  # solved only if nothing fits, for the shortfall
                     unfit.append(par)

@@ -30,7 +30,8 @@ from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import local_strategy
 from ..schedule import SCHEDULES, resolve
-from ..specs import Parallelism, Scenario, check_plan, chunks_from_totals, default_split
+from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
+                     divisors)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -62,6 +63,9 @@ class Constraints:
 
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
 """The integer knobs a search may have fixed."""
+
+SWITCHES = ("sp", "recompute", "rank_order", "tp_within_node")
+"""The other constraints both ``plan``'s flags and a sweep file's ``[constraints]`` take."""
 
 
 def constraints_from(values: dict, name=lambda key: key) -> Constraints:
@@ -104,9 +108,8 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
 
 
 @cached(maxsize=4096)
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(divisors(n))
 
 
 def _pick(fixed, values):
@@ -531,8 +534,8 @@ def _recomputed(layer: G.LayerGraph, acc, prec, policy) -> float:
 
 
 @cached(maxsize=65536)
-def _network_parts(sc: Scenario, par: Parallelism) -> tuple[float, float, float,
-                                                            tuple[float, ...], int, float]:
+def _network_parts(sc: Scenario, par: Parallelism) -> tuple[
+        float, float, float, tuple[float, ...], int, tuple[float, tuple[float, float]]]:
     """Per-micro-batch work with exposed intra-layer communication, its weight-gradient part
     and the rest of its backward, the send/recv time of each pipeline boundary, the
     micro-batch count and the busiest device's least work (independent of vp and ZeRO)."""
@@ -568,33 +571,28 @@ def _ends(works: dict) -> tuple[float, float]:
     return works[G.LayerKind.EMBEDDING], works[G.LayerKind.HEAD]
 
 
-def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None, *,
-                  rc: tuple[float, float] = (0.0, 0.0), busiest: bool = True,
-                  busy: float = 0.0) -> float:
+def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> float:
     """Like ``compute_bound`` but with the exposed intra-layer communication of the rank order
     and the pipeline's fill and drain; ``vp`` overrides the plan's virtual stages (the bound of
-    the most interleaved variant, over every schedule the stack runs, uses the least fill).
-    ``rc``: when every block runs one recompute policy, its per-micro-batch recompute time over
-    all blocks and of the cheapest block (backward work on the block's device: it joins the
-    work spread over the devices and the busiest device's least share). ``busiest=False``
-    leaves out the busiest device's share (the average form, to which per-device traffic that
-    the busiest device need not carry can be added: ``config_bounds``); ``busy`` adds to the
-    busiest device's share what it carries at least (its blocks' ZeRO traffic)."""
+    the most interleaved variant, over every schedule the stack runs, uses the least fill)."""
     parts = _network_parts(sc, _keys(par)[0])
     rules = _rules(sc) if vp is not None else _rules(sc, par)
-    return _span(sc, par, parts, vp or par.vp, rules, rc, busy if busiest else None)
+    return _spans(sc, par, parts, vp or par.vp, rules, (0.0, 0.0), _fill(par, parts), (0.0,))[0]
 
 
-def _span(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, busy: float | None) -> float:
-    """``network_bound`` from its ``_network_parts``; ``busy`` None: the average form."""
-    fill = sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
-    return _spans(sc, par, parts, v, rules, rc, fill, (busy,))[0]
+def _fill(par: Parallelism, parts) -> float:
+    """Send/recv on the pipeline's fill path, from ``_network_parts``' per-boundary times."""
+    return sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
 
 
 def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float,
            busies, ends=None) -> list[float]:
-    """``_span`` for each ``busy`` of ``busies`` (the pipeline's ``fill`` given), with the end
-    of step of ``ends`` (one per ``busy``; 0 when not given: ``_spread``)."""
+    """The span bound from ``_network_parts`` for each ``busy`` of ``busies``: what the busiest
+    device carries at least beyond its blocks' work (its blocks' ZeRO traffic), or None for the
+    average form alone (to which per-device traffic the busiest device need not carry can be
+    added: ``_bounds``). ``rc``: when every block runs one recompute policy, its per-micro-batch
+    recompute time over all blocks and of the cheapest block (backward work on the block's
+    device). ``ends``: the end of step joining each (0 when not given: ``_spread``)."""
     work, wgrad, b_in, _, micro, (block, works) = parts
     total, cheapest = rc
     base = 2 * fill + sc.stack.step_overhead
@@ -613,27 +611,25 @@ def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float
     return out
 
 
-def config_bound(sc: Scenario, par: Parallelism, rc: tuple[float, float] = (0.0, 0.0)) -> float:
+def config_bound(sc: Scenario, par: Parallelism) -> float:
     """``network_bound`` plus what the ZeRO stage costs at least: per-micro-batch ZeRO-2/3
     traffic and the end-of-step reduction and optimizer step of an average device. Overlap
     hides at most the stack's ``overlap_efficiency`` of any communication; collective times are
     subadditive in bytes and increasing, so the whole model's traffic and the average device
     bound the per-chunk and the largest device's. The whole model's per-micro-batch traffic
     joins the average form of the span; the busiest device's form gets the traffic of the
-    blocks it holds at least (it need not hold the embedding's share); the larger is the bound.
-    ``rc`` as for ``network_bound``."""
-    return config_bounds(sc, par, (par.zero,), rc)[0]
+    blocks it holds at least (it need not hold the embedding's share); the larger is the bound."""
+    return config_bounds(sc, par, (par.zero,))[0]
 
 
-def config_bounds(sc: Scenario, par: Parallelism, zeros,
-                  rc: tuple[float, float] = (0.0, 0.0)) -> list[float]:
+def config_bounds(sc: Scenario, par: Parallelism, zeros) -> list[float]:
     """``config_bound`` of ``par`` with each ZeRO stage of ``zeros`` (shared work done once)."""
-    return _bounds(sc, par, zeros, (rc,))[0]
+    return _bounds(sc, par, zeros, ((0.0, 0.0),))[0]
 
 
 def policy_bounds(sc: Scenario, par: Parallelism, rcs) -> list[float]:
     """``config_bound`` of ``par`` with each recompute time ``rc`` of ``rcs`` (one per policy
-    run in every block; shared work done once)."""
+    run in every block, as ``_spans`` takes it; shared work done once)."""
     return [row[0] for row in _bounds(sc, par, (par.zero,), rcs)]
 
 
@@ -647,7 +643,7 @@ def _bounds(sc: Scenario, par: Parallelism, zeros, rcs) -> list[list[float]]:
     # the ZeRO traffic is in X, not in W: its share of a split schedule's span is at least the
     # floor (m/p), which keeps the average form plus this a bound (that form is linear in work)
     factor = _factor(parts[4], par.pp, par.vp, _splits(par))
-    fill = sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
+    fill = _fill(par, parts)
     out = []
     for rc in rcs:
         # per ZeRO stage: the busiest device's form with its blocks' traffic, and the average
@@ -695,7 +691,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
     eparams = sum(n * layer.expert_params for n, layer in layers)
     gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
                    for n, layer in layers)
-    egathered = sum(n * layer.expert_params * M.COMPUTE_BYTES for n, layer in layers)
+    egathered = sum(n * layer.expert_params * M.EXPERT_GATHER_BYTES for n, layer in layers)
     blocks = [layer for _, layer in layers if layer.kind in G.BLOCK_KINDS]
     most = -(-sc.model.layers // par.pp) if par.pp > 1 else 0
     least_p = most * min(layer.params for layer in blocks)
@@ -732,7 +728,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
                        least_e * st.grad_bytes) if most else 0.0
         if z >= 3:
             zero += 2 * dp(G.CollKind.ALL_GATHER, gathered, egathered)
-            busy += 2 * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.COMPUTE_BYTES) \
+            busy += 2 * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.EXPERT_GATHER_BYTES) \
                 if most else 0.0
         d_end = avg_p / (lay.dp.size if z >= 1 else 1) * per_byte
         e_end = avg_e / (lay.edp.size if z >= 1 else 1) * per_byte

@@ -61,8 +61,6 @@ CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 """Grid parameters every sweep has, in column order."""
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
               "size")
-CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs", "sp", "recompute",
-                   "rank_order", "tp_within_node")
 
 RESULT_COLUMNS = ("status", "error", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
                   "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero",
@@ -394,9 +392,9 @@ def _constraints(table: Any):
     """``[constraints]`` to a search ``Constraints`` (``space.constraints_from``, the parser of
     ``plan``'s flags too) and its canonical JSON."""
     from ..loaders import check_keys
-    from ..search.space import constraints_from
+    from ..search.space import KNOBS, SWITCHES, constraints_from
 
-    check_keys(table, "constraints", required=set(), optional=set(CONSTRAINT_KEYS))
+    check_keys(table, "constraints", required=set(), optional={*KNOBS, *SWITCHES})
     con = constraints_from(table, lambda key: f"constraints.{key}")
     canon: dict[str, Any] = {}
     for key in table:
