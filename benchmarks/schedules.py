@@ -7,7 +7,9 @@ Scenarios: Llama 3 405B on 16,384 H100 with the plan of the Llama 3 paper (TP 8,
 GPT-3 175B on 1,024 devices of the NEST paper's H100 spine-leaf, and Llama 3 405B on only 128
 H100, where memory binds. Every schedule is evaluated on a
 stack that offers them all (``megatron-core`` behaviour; the schedules a real stack runs are
-its ``schedules``), then ``plan --schedule`` finds the best plan under each.
+its ``schedules``), then ``plan --schedule`` finds the best plan under each. DualPipe, which the
+search does not run, is evaluated on the best DualPipeV plan unfolded (twice the pipeline ranks,
+half the replicas: the same compute and memory, the real ranks' network).
 
     python benchmarks/schedules.py
 """
@@ -21,7 +23,7 @@ from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.schedule import SCHEDULES
 from nestplan.search import driver
 from nestplan.search.space import Constraints
-from nestplan.specs import Parallelism
+from nestplan.specs import Parallelism, unfold
 from nestplan.units import GiB
 
 SCENARIOS = [
@@ -62,13 +64,23 @@ def main() -> None:
             except SpecError as e:
                 print(f"  {name:34s} cannot run this plan: {e}")
         print(" best plan the search finds under each schedule:")
+        found = {}
         for name in SCHEDULES:
+            if SCHEDULES[name].mirrored:  # not searched: the DualPipeV plan as its fold
+                p = found.get("dualpipev")
+                if p is None or p.dp % 2:
+                    print(f"  {name:34s} not searched; no DualPipeV plan with even dp to unfold")
+                    continue
+                real = unfold(replace(p, mirror=True))
+                print(line(f"{name}: tp{real.tp} pp{real.pp} dp{real.dp} cp{real.cp} (unfolded)",
+                           evaluate(sc, real)))
+                continue
             try:
                 res = driver.run(sc, Constraints(schedule=name), top=1)
             except (InfeasibleError, SpecError) as e:
                 print(f"  {name:34s} none: {str(e).splitlines()[0]}")
                 continue
-            p = res.best.plan
+            p = found[name] = res.best.plan
             print(line(f"{name}: tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vp{p.vp} mbs{p.mbs}",
                        res.best))
         print()

@@ -105,6 +105,27 @@ def test_pipeline_boundaries_know_their_level():
     assert [b.level for b in lay2.pp] == [0, 0, 0, 1, 0, 0, 0]
 
 
+def _brute_k(groups, blocks) -> tuple[int, ...]:
+    """k per level of the groups (rows of device ids), by counting the blocks each row touches."""
+    import numpy as np
+
+    n = groups.shape[1]
+    ks = [-(-n // int((1 + (np.diff(np.sort(groups, axis=1) // b, axis=1) != 0).sum(axis=1))
+                      .max())) for b in blocks]
+    ks[-1] = n
+    for i in range(1, len(ks)):
+        ks[i] = max(ks[i], ks[i - 1])
+    return tuple(ks)
+
+
+def _random_cluster(rng) -> ClusterSpec:
+    node, pod = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 5, 32])
+    return ClusterSpec(name="c", accelerator=H100.accelerator, levels=(
+        Level(name="n", size=node, bandwidth=400e9, latency=1e-6),
+        Level(name="p", size=pod, bandwidth=50e9, latency=5e-6),
+        Level(name="t", size=None, bandwidth=25e9, latency=9e-6)))
+
+
 def test_group_levels_equal_a_count_over_every_row():
     """The dense groups (counted from the axes' strides and the residues of their first members,
     without listing them) and the expert groups (``_group_k`` over their rows) equal counting the
@@ -118,15 +139,6 @@ def test_group_levels_equal_a_count_over_every_row():
     from nestplan.axes import Axis
     from nestplan.placement import _dense_groups, _expert_grid, _group_k, _rows, rank_grid
     from nestplan.specs import ClusterSpec, Level, Parallelism
-
-    def brute(groups, blocks):
-        n = groups.shape[1]
-        ks = [-(-n // int((1 + (np.diff(np.sort(groups, axis=1) // b, axis=1) != 0).sum(axis=1))
-                          .max())) for b in blocks]
-        ks[-1] = n
-        for i in range(1, len(ks)):
-            ks[i] = max(ks[i], ks[i - 1])
-        return tuple(ks)
 
     rng = random.Random(11)
     orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
@@ -150,12 +162,12 @@ def test_group_levels_equal_a_count_over_every_row():
             rows.append(np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1))
         got = _dense_groups((tp, pp, dp, cp, order), cluster, par.devices)
         for layout, r in zip(got, rows):
-            assert layout.k == brute(r, blocks), (par, blocks)
+            assert layout.k == _brute_k(r, blocks), (par, blocks)
         if pp == 1:
             assert got[3].k == tuple(1 for _ in blocks)
         egrid = _expert_grid(grid, par)
         for r in [_rows(egrid, a) for a in (1, 2, 3)]:
-            assert _group_k(r, blocks) == brute(r, blocks)
+            assert _group_k(r, blocks) == _brute_k(r, blocks)
         assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))
 
 
@@ -198,3 +210,48 @@ def test_pipeline_boundaries_equal_a_count_over_every_device():
         wrap = max((lvl for lvl, b in enumerate(sizes)
                     if np.any(grid[-1].ravel() // b != grid[0].ravel() // b)), default=-1)
         assert _wrap((tp, pp, dp, cp, order), cluster, gpus) == wrap
+
+
+def test_a_dualpipe_fold_lays_its_groups_over_the_real_ranks():
+    """A DualPipe plan's fold (``specs.fold``: DualPipeV on half the ranks, twice the replicas)
+    keeps the real plan's TP and CP groups; its gradient group is a stage's replicas on the two
+    ranks farthest apart that hold it (rank 0 and rank pp - 1), its expert-DP group likewise;
+    its boundary q is the farther of real boundaries q and pp - 2 - q, and the V's turn is the
+    real middle boundary. Counted over the real grid's rows, random degrees, orders, clusters."""
+    import itertools
+    import random
+
+    import numpy as np
+
+    from nestplan.placement import _block_sizes, _expert_grid, _rows, rank_grid
+    from nestplan.specs import fold
+
+    rng = random.Random(17)
+    orders = list(itertools.permutations([Axis.TP, Axis.CP, Axis.DP, Axis.PP]))
+    for _ in range(60):
+        tp, dp, cp = (rng.choice([1, 2, 3, 4]) for _ in range(3))
+        pp = rng.choice([4, 6, 8])
+        ep = rng.choice([e for e in (1, 2, 4) if (tp * cp * dp) % e == 0])
+        real = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=1, vp=2, schedule="dualpipe",
+                           rank_order=rng.choice(orders))
+        cluster = _random_cluster(rng)
+        gpus = real.devices
+        got = layouts(fold(real), cluster, gpus)
+        whole = layouts(real.with_(schedule=None, vp=1), cluster, gpus)
+        grid = rank_grid(real)
+        blocks = (*cluster.block_sizes(), gpus)
+        assert (got.tp, got.cp) == (whole.tp, whole.cp)
+        ends = np.concatenate([grid[0].transpose(2, 0, 1).reshape(tp, -1),
+                               grid[-1].transpose(2, 0, 1).reshape(tp, -1)], axis=1)
+        assert got.dp.k == _brute_k(ends, blocks), real
+        egrid = _expert_grid(grid, real)
+        pair = np.concatenate([_rows(egrid[:1], 1), _rows(egrid[-1:], 1)], axis=1)
+        assert got.edp.k == _brute_k(pair, blocks), real
+        sizes = (1, *_block_sizes(cluster, gpus)[:-1])
+
+        def level(i):  # the highest level real boundary i crosses
+            return max((lvl for lvl, b in enumerate(sizes)
+                        if np.any(grid[i].ravel() // b != grid[i + 1].ravel() // b)), default=-1)
+
+        want = [max(level(q), level(pp - 2 - q)) for q in range(pp // 2 - 1)] + [level(pp // 2 - 1)]
+        assert [b.level for b in got.pp] == want, real

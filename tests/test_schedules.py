@@ -21,6 +21,11 @@ def _vp(schedule, draw_vp: int) -> int:
     return {"one": 1, "two": 2}.get(schedule.chunks, draw_vp)
 
 
+def _pp(schedule, pp: int) -> int:
+    """An even count for a mirrored schedule (DualPipe)."""
+    return pp + pp % 2 if schedule.mirrored else pp
+
+
 def _micro(schedule, pp: int, rounds: int) -> int:
     """``rounds`` micro-batches per stage, at least what the schedule needs."""
     return max(rounds, schedule.min_micro) * pp
@@ -30,6 +35,11 @@ def closed_form(schedule, fwd, bwd, wgt, micro, send=None):
     """What the cost model predicts for these per-chunk times: the span, the latest device's
     weight-gradient tail and the sends on the fill and drain path (``evaluate.step_time``)."""
     pp, vp = len(fwd), len(fwd[0])
+    if schedule.mirrored:  # the cost model's fold: DualPipeV on the first half, the turn's send
+        half, send = pp // 2, send or [0.0] * pp
+        folded = [max(send[q], send[pp - 2 - q]) for q in range(half - 1)]
+        return closed_form(SCHEDULES["dualpipev"], fwd[:half], bwd[:half], wgt[:half],
+                           micro // 2, folded + [0.0]) + 2 * send[half - 1]
     x = [sum(fwd[i]) + sum(bwd[i]) for i in range(pp)]
     f = [sum(row) for row in fwd]
     w = [sum(row) for row in wgt]
@@ -49,9 +59,9 @@ def test_closed_form_is_exact_for_equal_stages(name, pp, vp, rounds, f, b, w_sha
     cost model builds; ZB-V with F = B = W), sends free, micro-batches a multiple of pp: the
     closed form is the simulated makespan of the schedule's own order."""
     s = SCHEDULES[name]
-    vp = _vp(s, vp)
+    vp, pp = _vp(s, vp), _pp(s, pp)
     micro = _micro(s, pp, rounds)
-    if s.v_shape:  # ZB-V's and DualPipeV's closed forms are exact where the papers': F = B = W
+    if s.v_shape or s.mirrored:  # ZB-V's and DualPipeV's closed forms are exact where the papers': F = B = W
         b, w_share = 2 * f, 0.5
     fwd, bwd = [[f] * vp for _ in range(pp)], [[b] * vp for _ in range(pp)]
     wgt = [[b * w_share] * vp for _ in range(pp)]
@@ -72,13 +82,16 @@ def test_closed_form_bounds_unequal_stages_with_sends(name, pp, vp, rounds, seed
 
     rng = random.Random(seed)
     s = SCHEDULES[name]
-    vp = _vp(s, vp)
+    vp, pp = _vp(s, vp), _pp(s, pp)
     micro = _micro(s, pp, rounds)
     base = [rng.uniform(0.5, 1.5) for _ in range(pp)]
     fwd = [[x * rng.uniform(0.9, 1.1) for _ in range(vp)] for x in base]
     bwd = [[x * rng.uniform(2.0, 2.4) for x in row] for row in fwd]
     wgt = [[x * rng.uniform(0.6, 1.1) for x in row] for row in fwd]
     send = [rng.uniform(0.0, 0.1) for _ in range(pp)]
+    if s.mirrored:  # a rank and its mirror hold the same stages
+        fwd, bwd, wgt = ([row[r] if r < pp // 2 else row[pp - 1 - r] for r in range(pp)]
+                         for row in (fwd, bwd, wgt))
     sim = makespan(simulate(fwd, bwd, micro, send, schedule=s, wgt=wgt))
     ratio = closed_form(s, fwd, bwd, wgt, micro, send) / sim
     assert (0.94 <= ratio <= 1.11) if rounds >= 4 else (0.91 <= ratio <= 1.22)
@@ -94,29 +107,40 @@ def test_every_operation_runs_once_after_its_inputs(name, pp, vp, micro):
     b = [[2 * x for x in row] for row in f]
     w = [[0.8 * x for x in row] for row in f]
     sends = [0.05 * (i + 1) for i in range(pp)]
+    if s.mirrored:  # a rank and its mirror hold the same stages
+        f, b, w = ([row[min(r, pp - 1 - r)] for r in range(pp)] for row in (f, b, w))
     ops = simulate(f, b, micro, sends, schedule=s, wgt=w)
     # every (chunk, micro-batch): one forward, one backward (B, or X: a whole one in a split
     # schedule), and a weight gradient W exactly when the backward was B of a split schedule
     at = {("B" if o.kind == "X" else o.kind, o.chunk, o.micro): o for o in ops}
     assert len(at) == len(ops)
     n_b = sum(o.kind == "B" for o in ops)
+    last = s.model_chunks(pp, vp) - 1
     assert sum(o.kind == "F" for o in ops) == n_b + sum(o.kind == "X" for o in ops) == (
-        pp * vp * micro)
+        (last + 1) * micro)
     assert sum(o.kind == "W" for o in ops) == (n_b if s.split_backward else 0)
-    last = pp * vp - 1
 
-    def wire(c):  # between chunk c and c + 1: none on one device
+    def rank(c, mb):  # the device of chunk c for micro-batch mb (DualPipe: by its end)
+        if s.mirrored:
+            return pp - 1 - c if mb >= micro // 2 else c
+        return s.device_of(c, pp)
+
+    def wire(c, mb):  # between chunk c and c + 1: none on one device
+        if s.mirrored:
+            return sends[pp - 2 - c if mb >= micro // 2 else c]
         h = s.hop(c, pp)
         return 0.0 if h is None else sends[h]
 
     for o in ops:
-        assert s.device_of(o.chunk, pp) == o.stage
+        assert rank(o.chunk, o.micro) == o.stage
         if o.kind == "F" and o.chunk > 0:
-            assert o.start >= at[("F", o.chunk - 1, o.micro)].end + wire(o.chunk - 1) - 1e-12
+            assert o.start >= (at[("F", o.chunk - 1, o.micro)].end + wire(o.chunk - 1, o.micro)
+                               - 1e-12)
         if o.kind == "B":
             assert o.start >= at[("F", o.chunk, o.micro)].end - 1e-12
             if o.chunk < last:
-                assert o.start >= at[("B", o.chunk + 1, o.micro)].end + wire(o.chunk) - 1e-12
+                assert o.start >= (at[("B", o.chunk + 1, o.micro)].end + wire(o.chunk, o.micro)
+                                   - 1e-12)
         if o.kind == "W":
             assert o.start >= at[("B", o.chunk, o.micro)].end - 1e-12
     for r in range(pp):  # one operation at a time per device
@@ -267,7 +291,16 @@ def test_a_schedule_a_framework_lacks_is_exported_as_the_closest_with_a_note(tmp
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--schedule", "dualpipe"], "schedule: got 'dualpipe'; allowed: gpipe"),
+    (["--schedule", "dualpipe-x"], "schedule: got 'dualpipe-x'; allowed: gpipe"),
+    (["--schedule", "dualpipe", "--vp", "2", "--pp", "2", "--tp", "4"],
+     "pp: got 2; schedule dualpipe is modelled from 4 pipeline ranks"),
+    (["--schedule", "dualpipe", "--vp", "2", "--gpus", "12", "--pp", "3"],
+     "pp: got 3; schedule dualpipe needs an even number of pipeline ranks"),
+    (["--schedule", "dualpipe", "--vp", "2", "--global-batch", "18"],
+     "micro-batches: got 9; schedule dualpipe needs an even count per replica"),
+    (["--schedule", "dualpipe", "--vp", "2", "--recompute", "full,none,none,none"],
+     "rank r and rank pp-1-r hold the same stages"),
+    (["--schedule", "dualpipe", "--vp", "2"], "stack megatron-core runs 1f1b, interleaved-1f1b"),
     (["--schedule", "zbv", "--vp", "3"], "schedule zbv runs exactly 2 model chunks per device"),
     (["--schedule", "interleaved-zb"], "schedule interleaved-zb needs vp >= 2"),
     (["--schedule", "zb-h1", "--vp", "2"], "schedule zb-h1 runs one model chunk per device"),
@@ -415,8 +448,8 @@ def test_held_micro_batches_settle_where_the_schedule_says():
     for name, sched in SCHEDULES.items():
         if not sched.split_backward:
             continue
-        vps = (2,) if sched.v_shape else (1,) if name == "zb-h1" else (1, 2, 3)
-        for pp in range(2, 9):
+        vps = (2,) if sched.chunks == "two" else (1,) if name == "zb-h1" else (1, 2, 3)
+        for pp in range(2, 9, 2 if sched.mirrored else 1):
             for vp in vps:
                 for stage in range(pp):
                     for micro in range(pp, 3 + 4 * pp):
@@ -426,3 +459,84 @@ def test_held_micro_batches_settle_where_the_schedule_says():
                             name, pp, vp, micro)
                         checked += 1
     assert checked > 1000
+
+
+# ------------------------------------------------------------------------------------ DualPipe
+
+@FAST
+@given(half=st.integers(2, 4), extra=st.integers(0, 8), seed=st.integers(0, 10**6))
+def test_dualpipe_runs_what_dualpipev_runs_on_half_the_ranks(half, extra, seed):
+    """DualPipe's own order on ``2h`` ranks (micro-batches from both ends, rank ``r`` holding
+    stage ``r`` and stage ``2h - 1 - r``) runs, rank by rank, exactly DualPipeV's timeline for
+    position ``min(r, 2h - 1 - r)`` of ``h`` with half the micro-batches: the fold the cost model
+    evaluates (``specs.fold``). Unequal stages and sends, a boundary's send equal to its
+    mirror's; the middle boundary free, as the V's turn on one device is."""
+    import random
+
+    rng = random.Random(seed)
+    pp, micro = 2 * half, 2 * (2 * half + extra)
+    fwd = [[rng.uniform(0.5, 1.5) for _ in range(2)] for _ in range(half)]
+    bwd = [[x * rng.uniform(1.5, 2.5) for x in row] for row in fwd]
+    wgt = [[x * rng.uniform(0.3, 0.9) for x in row] for row in fwd]
+    sends = [rng.uniform(0.0, 0.2) for _ in range(half - 1)]
+    real_sends = sends + [0.0] + sends[::-1] + [0.0]
+
+    def mirrored(rows):
+        return [rows[min(r, pp - 1 - r)] for r in range(pp)]
+
+    real = simulate(mirrored(fwd), mirrored(bwd), micro, real_sends, schedule=SCHEDULES["dualpipe"],
+                    wgt=mirrored(wgt))
+    folded = simulate(fwd, bwd, micro // 2, sends + [0.0], schedule=SCHEDULES["dualpipev"],
+                      wgt=wgt)
+    assert makespan(real) == pytest.approx(makespan(folded), rel=1e-12)
+    for r in range(pp):
+        mine = sorted((o.kind, o.start, o.end) for o in real if o.stage == r)
+        fold = sorted((o.kind, o.start, o.end) for o in folded if o.stage == min(r, pp - 1 - r))
+        assert [m[0] for m in mine] == [f[0] for f in fold]
+        assert [t for m in mine for t in m[1:]] == pytest.approx(
+            [t for f in fold for t in f[1:]], rel=1e-12)
+
+
+DUALPIPE_STACK = 'base = "torchtitan"\nname = "tt-dp"\nschedules = ["1f1b", "dualpipev", "dualpipe"]\n'
+
+
+def test_a_dualpipe_plan_costs_its_fold_on_the_real_ranks(tmp_path):
+    """``evaluate --schedule dualpipe``: each rank and its mirror hold the same blocks and the
+    memory of the fold's position (DualPipeV on half the ranks, twice the replicas), with the
+    same compute; what differs is the network of the real ranks (the gradient group spans rank
+    0 and rank pp - 1, here across nodes). The plan file round-trips;
+    torchtitan, which has no DualPipe, gets DualPipeV on the same ranks with a note; the search
+    refuses it in one line; a plan file with a chunk per rank-and-chunk is refused."""
+    stack = tmp_path / "dp.toml"
+    stack.write_text(DUALPIPE_STACK)
+    saved = tmp_path / "p.json"
+    args = [*LLAMA, "--vp", "2", "--stack", stack, "--json"]
+    code, out, err = cli("evaluate", *args, "--schedule", "dualpipe", "--save", saved)
+    assert code == 0, err
+    dual = json.loads(out)
+    code, out, err = cli("evaluate", *args, "--schedule", "dualpipev", "--pp", "2")
+    assert code == 0, err
+    fold = json.loads(out)
+    assert dual["schedule"] == "dualpipe" and (dual["pp"], dual["dp"]) == (4, 2)
+    assert dual["micro_batches"] == 2 * fold["micro_batches"]
+    assert [s["blocks"] for s in dual["stages"]] == [fold["stages"][h]["blocks"]
+                                                      for h in (0, 1, 1, 0)]
+    assert [s["memory_gib"] for s in dual["stages"]] == pytest.approx(
+        [fold["stages"][h]["memory_gib"] for h in (0, 1, 1, 0)])
+    assert dual["stages"][3]["embedding"] and dual["stages"][3]["head"]
+    assert dual["time_s"]["compute"] == pytest.approx(fold["time_s"]["compute"])
+    # ZeRO-3 gathers over a stage's replicas on ranks 0 and 3: two nodes (the fold's in one)
+    assert dual["time_s"]["zero"] > 2 * fold["time_s"]["zero"]
+    code, out, err = cli("evaluate", "--plan", saved, "--json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == pytest.approx(dual["step_time_s"])
+    code, out, err = cli("export", saved, "--format", "torchtitan")
+    assert code == 0, err
+    assert "no dualpipe schedule" in err and "DualPipeV" in out
+    code, out, err = cli("plan", *LLAMA[:-4], "--stack", stack, "--schedule", "dualpipe")
+    assert one_line_error(code, out, err, "the search does not run it"), err
+    plan = json.loads(saved.read_text())
+    plan["plan"]["stage_layers"] = [4] * 8
+    saved.write_text(json.dumps(plan))
+    code, out, err = cli("evaluate", "--plan", saved)
+    assert one_line_error(code, out, err, "needs 4 entries (pp·vp / 2: every stage is on two"), err

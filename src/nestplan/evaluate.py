@@ -24,6 +24,7 @@ the search optimises for a plan is exactly what ``evaluate`` reports.
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from .caching import cached
 from . import graph as G
@@ -37,7 +38,7 @@ from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog
 from .options import Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
-from .specs import Parallelism, Scenario, check_plan, default_split
+from .specs import Parallelism, Scenario, check_plan, default_split, fold
 
 
 def local_strategy(par: Parallelism, tr, stack) -> G.Local:
@@ -99,6 +100,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
     ``stack_offers`` is False, one the scenario's stack does not offer: exports predict a plan
     of another framework with the plan's stack's behaviour)."""
     check_plan(sc, par, stack=stack_offers)
+    if par.pipeline.mirrored:
+        return _unfolded(evaluate(sc, fold(par), stack_offers=False), par)
     cc = D.config_costs(sc, par)
     pp, vp, micro, tr = par.pp, par.vp, cc.micro, sc.training
     bounds = chunk_bounds(sc.model, par)
@@ -167,6 +170,24 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
                       link_time=links, stages=stages)
+
+
+def _unfolded(ev: Evaluation, par: Parallelism) -> Evaluation:
+    """A DualPipe plan's evaluation from its fold's (``specs.fold``): rank ``r`` is position
+    ``min(r, pp - 1 - r)`` on its own devices, the send after it its real boundary's (the fold's
+    boundary of the two it stands for, or the turn); a micro-batch passes one of its two stages,
+    a fold's micro-batch (one from each end) both."""
+    pp, ids = par.pp, stage_devices(par)
+    folded = ev.stages
+
+    def rank(r: int) -> StageReport:
+        send = folded[min(r, pp - 2 - r)].send if r < pp - 1 else 0.0
+        mine = folded[min(r, pp - 1 - r)]
+        return replace(mine, index=r, devices=ids[r], send=send,
+                       time_per_microbatch=mine.time_per_microbatch / 2)
+
+    return replace(ev, plan=par, micro_batches=2 * ev.micro_batches,
+                   stages=tuple(rank(r) for r in range(pp)))
 
 
 def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_batch: int,

@@ -213,8 +213,44 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
 
 def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
     """Group layouts of ``par`` when its ranks fill ``gpus`` devices of ``cluster`` in order."""
-    return _layouts((par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.vp,
-                     par.rank_order), cluster, gpus)
+    key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.vp, par.rank_order)
+    return _mirror_layouts(key, cluster, gpus) if par.mirror else _layouts(key, cluster, gpus)
+
+
+@cached(maxsize=256)
+def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
+    """The groups of a DualPipe plan's fold (``specs.fold``: ``pp`` positions, ``dp`` replicas
+    of which half are the mirror ranks), laid over the real plan's ranks (``2·pp`` ranks,
+    ``dp/2`` replicas): a stage's gradients reduce over its replicas on rank ``h`` and on rank
+    ``2·pp - 1 - h``, counted for the pair farthest apart (``h = 0``, the ends; the step waits for
+    the slowest reduction); the fold's boundary ``q`` carries rank ``q``'s sends and those of its
+    mirror boundary ``2·pp - 2 - q``, the farther of the two; the turn from stage ``pp - 1`` to
+    ``pp`` crosses the real boundary between ranks ``pp - 1`` and ``pp`` (index ``pp - 1``)."""
+    tp, pp, dp, cp, ep, etp, vp, order = key
+    ranks, replicas = 2 * pp, dp // 2
+    real = (tp, ranks, replicas, cp, order)
+    blocks = _block_sizes(cluster, gpus)
+    tp_lay, cp_lay, _, _ = _dense_groups(real, cluster, gpus)
+    axes = _strides(real)
+    far = (ranks - 1) * axes[Axis.PP][1]
+    pattern = _ids((axes[Axis.DP], axes[Axis.CP]))
+    both = np.sort(np.concatenate([pattern, pattern + far]))
+    dp_lay = GroupLayout(both.size, _affine_k(both, (axes[Axis.TP],), blocks))
+    if ep == 1 and etp == tp:
+        expert = (GroupLayout(1, tuple(1 for _ in blocks)), tp_lay, dp_lay)
+    else:
+        ep_lay, etp_lay, _ = _expert_groups((tp, ranks, replicas, cp, ep, etp, order), cluster,
+                                            gpus)
+        _, grid = _grid(real)
+        egrid = _expert_grid(grid, Parallelism(tp=tp, pp=ranks, dp=replicas, cp=cp, ep=ep,
+                                               etp=etp, rank_order=order))
+        pair = np.concatenate([_rows(egrid[:1], 1), _rows(egrid[-1:], 1)], axis=1)
+        expert = (ep_lay, etp_lay, _lay(pair, blocks))
+    levels, share = _boundaries(real, cluster, gpus)
+    folded = tuple(max(levels[q], levels[ranks - 2 - q]) for q in range(pp - 1))
+    return Layouts(tp=tp_lay, cp=cp_lay, dp=dp_lay, ep=expert[0], etp=expert[1], edp=expert[2],
+                   pp=tuple(Boundary(level, share) for level in (*folded, levels[pp - 1])),
+                   embedding=GroupLayout(1, tuple(1 for _ in blocks)))
 
 
 @cached(maxsize=8192)

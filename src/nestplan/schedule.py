@@ -46,8 +46,21 @@ exactly, a sixth of 1F1B's bubble; elsewhere the bounds above hold. DualPipeV (D
 DualPipe on the same V; torchtitan's ``DualPipeV``) runs some backwards whole and pairs a
 forward with a backward of the other chunk in its steady state; its ``Y`` is ZB-H1's, exact for
 ``F = B = W`` per chunk (the span ``m·X + (p - 1)(F + B - W)/2``), and it holds ``2p + 1``
-chunk-micro-batches on every device. (DualPipe itself, with two copies of the parameters, is
-not modelled.)
+chunk-micro-batches on every device.
+
+DualPipe (DeepSeek-V3's own, ``deepseek-ai/DualPipe`` ``dualpipe/dualpipe.py`` at 3da1bbe) runs
+the model in ``p`` stages over ``p`` ranks in both directions at once: rank ``r`` holds stage
+``r`` and stage ``p - 1 - r`` (two copies of every stage's parameters, their gradients summed
+between the two ranks), half the micro-batches enter at rank 0 and half at rank ``p - 1``. Its
+``step`` runs on rank ``r`` exactly DualPipeV's steps for position ``h = min(r, p - 1 - r)`` of
+``p/2`` with ``m/2`` micro-batches (the same step counts with ``half_rank`` and
+``half_num_chunks``; the repository's README compares the two "based on the same number of PP
+stages": the same bubble and per-device memory on half the devices). So DualPipe on ``p`` ranks
+and ``d`` replicas costs what DualPipeV on ``p/2`` positions and ``2d`` replicas costs (:func:`fold`),
+but for its network: the two copies of a stage reduce their gradients between mirror ranks
+``h`` and ``p - 1 - h``, and the turn from stage ``p/2 - 1`` to ``p/2`` is a send between ranks
+``p/2 - 1`` and ``p/2``, where the V turns on one device. ``simulate`` runs DualPipe's own
+two-directional order on all ``p`` ranks; ``tests/test_schedules.py`` checks it against the fold.
 
 Memory: a micro-batch's activations stay until its backward (its ``W`` under the split schedules,
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
@@ -94,6 +107,9 @@ class Schedule:
     """torchtitan's ``parallelism.pipeline_parallel_schedule`` name (None: it has none)."""
     megatron: bool = False
     """Megatron-Core runs it (``--num-layers-per-virtual-pipeline-stage`` picks interleaving)."""
+    mirrored: bool = False
+    """The pipeline's two halves run the model in opposite directions (DualPipe): ``pp`` model
+    stages, each on two ranks (``r`` and ``pp - 1 - r``); the cost model runs its :func:`fold`."""
 
     def check(self, pp: int, vp: int, micro: int) -> tuple[str, object, str] | None:
         """Why a plan with these degrees cannot use this schedule, as (field, value, rule)."""
@@ -103,10 +119,19 @@ class Schedule:
             return "vp", vp, f"schedule {self.name} needs vp >= 2 model chunks per device"
         if self.chunks == "two" and vp != 2:
             return "vp", vp, f"schedule {self.name} runs exactly 2 model chunks per device (vp = 2)"
+        if self.mirrored and pp % 2:
+            return "pp", pp, f"schedule {self.name} needs an even number of pipeline ranks"
         if pp > 1 and micro < self.min_micro * pp:
             return "micro-batches", micro, (f"schedule {self.name} needs at least "
                                             f"{self.min_micro * pp} per replica (pp = {pp})")
+        if self.mirrored and micro % 2:
+            return "micro-batches", micro, (f"schedule {self.name} needs an even count per "
+                                            "replica (half enter at each end)")
         return None
+
+    def model_chunks(self, pp: int, vp: int) -> int:
+        """Distinct model chunks (``pp·vp``; a mirrored schedule holds each one twice)."""
+        return pp * vp // 2 if self.mirrored else pp * vp
 
     @property
     def split_backward(self) -> bool:
@@ -115,13 +140,19 @@ class Schedule:
         return self.bubble != "whole"
 
     def device_of(self, chunk: int, pp: int) -> int:
-        """The pipeline device that runs model chunk ``chunk`` (model order)."""
+        """The pipeline device that runs model chunk ``chunk`` (model order; of a mirrored
+        schedule, the one of the first half)."""
+        if self.mirrored:
+            return min(chunk, pp - 1 - chunk)
         if self.v_shape:
             return chunk if chunk < pp else 2 * pp - 1 - chunk
         return chunk % pp
 
     def chunks_of(self, stage: int, pp: int, vp: int) -> list[int]:
         """The model chunks device ``stage`` runs, by local index."""
+        if self.mirrored:  # the stages of the rank and its mirror (DualPipe's phases)
+            h = min(stage, pp - 1 - stage)
+            return [h, pp - 1 - h]
         if self.v_shape:
             return [stage, 2 * pp - 1 - stage]
         return list(range(stage, pp * vp, pp))
@@ -129,11 +160,15 @@ class Schedule:
     def hop(self, chunk: int, pp: int) -> int | None:
         """Which stage boundary the activations cross from ``chunk`` to ``chunk + 1``: the
         boundary after device ``i`` is ``i`` (device ``p - 1`` to 0 when looped chunks wrap
-        around); None when both chunks are on one device."""
+        around); None when both chunks are on one device. Mirrored: the boundary the micro-
+        batches entering at rank 0 cross (those entering at the other end cross
+        ``pp - 2 - chunk``)."""
+        if self.mirrored:
+            return chunk
         a, b = self.device_of(chunk, pp), self.device_of(chunk + 1, pp)
         if a == b:
             return None
-        return pp - 1 if (a, b) == (pp - 1, 0) else min(a, b)
+        return pp - 1 if (a, b) == (pp - 1, 0) and not self.v_shape else min(a, b)
 
     def hops(self, pp: int, vp: int) -> tuple[int, ...]:
         """The stage boundary each chunk-to-chunk transfer of one micro-batch's forward crosses,
@@ -143,7 +178,7 @@ class Schedule:
     def model_order(self, per_device: list[list[int]], pp: int, vp: int) -> tuple[int, ...]:
         """Chunk sizes in model order from each device's sizes by local index."""
         out = []
-        for c in range(pp * vp):
+        for c in range(self.model_chunks(pp, vp)):
             d = self.device_of(c, pp)
             out.append(per_device[d][self.chunks_of(d, pp, vp).index(c)])
         return tuple(out)
@@ -199,6 +234,9 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
     Schedule("dualpipev", "DualPipeV: DeepSeek's DualPipe on a V of two chunks per device, "
              "forward and backward of different micro-batches paired", "two", "deferred",
              min_micro=2, v_shape=True, torchtitan="DualPipeV"),
+    Schedule("dualpipe", "DualPipe (DeepSeek-V3): pp stages run from both ends at once, every "
+             "rank holding its stage and its mirror's (two copies of the parameters)", "two",
+             "deferred", min_micro=2, mirrored=True),
 )}
 """Every schedule nestplan models, by name."""
 
@@ -428,6 +466,22 @@ def _dualpipev(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
     return tuple(ops)
 
 
+def _dualpipe(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+    """DualPipe's order on rank ``rank`` of ``pp``: DualPipeV's for position ``min(rank, pp - 1 -
+    rank)`` of ``pp/2`` with half the micro-batches (``dualpipe.py``'s ``step`` runs the same
+    eight steps with ``half_rank`` and ``half_num_chunks``). Local chunk 0 is stage ``h``, 1 is
+    stage ``pp - 1 - h``; micro-batch ``j`` of local chunk ``c`` is the ``j``-th of those entering
+    at rank 0 when ``c`` is the rank's own direction (chunk 0 on the first half), else the
+    ``j``-th entering at rank ``pp - 1`` (:func:`direction`)."""
+    return _dualpipev(min(rank, pp - 1 - rank), pp // 2, micro // 2)
+
+
+def direction(rank: int, local: int, pp: int) -> int:
+    """Under a mirrored schedule, which end the micro-batches of the rank's local chunk
+    ``local`` enter at: 0 (rank 0) or 1 (rank ``pp - 1``)."""
+    return local ^ int(rank >= pp // 2)
+
+
 def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
     """Micro-batches of each chunk in flight (forward run, backward or W not yet) when the
     device holds the most."""
@@ -463,7 +517,8 @@ def _settled(name: str, pp: int) -> int | float:
 @cached(maxsize=1024)
 def _hops(name: str, pp: int, vp: int) -> tuple[int, ...]:
     s = SCHEDULES[name]
-    return tuple(h for h in (s.hop(c, pp) for c in range(pp * vp - 1)) if h is not None)
+    return tuple(h for h in (s.hop(c, pp) for c in range(s.model_chunks(pp, vp) - 1))
+                 if h is not None)
 
 
 def _order_of(name: str, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
@@ -479,6 +534,8 @@ def _builder(name: str):
         return lambda rank, pp, vp, micro: _zbv(rank, pp, micro)
     if name == "dualpipev":
         return lambda rank, pp, vp, micro: _dualpipev(rank, pp, micro)
+    if name == "dualpipe":
+        return _dualpipe
     return _zero_bubble if SCHEDULES[name].split_backward else _one_f_one_b
 
 
@@ -525,7 +582,9 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     ``wgt[i][c]`` the weight-gradient part of it (a split schedule runs ``bwd - wgt`` as B and
     ``wgt`` as W); ``send[i]`` the transfer time between device ``i`` and the next one (device
     ``pp - 1`` sends to device 0 between looped chunks; a V sends back up the same links).
-    ``schedule``: 1F1B, or interleaved 1F1B with several chunks, when not given.
+    ``schedule``: 1F1B, or interleaved 1F1B with several chunks, when not given. A mirrored
+    schedule's micro-batches entering at rank ``pp - 1`` are numbered after those entering at
+    rank 0.
     """
     pp, vp = len(fwd), len(fwd[0])
     schedule = schedule or resolve(None, vp)
@@ -535,14 +594,18 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     orders = [schedule.order(r, pp, vp, micro) for r in range(pp)]
     chunk_of = [schedule.chunks_of(r, pp, vp) for r in range(pp)]
 
-    def wire(g: int) -> float:
-        """Transfer between chunk ``g`` and ``g + 1`` (either way)."""
+    def wire(g: int, way: int) -> float:
+        """Transfer between chunk ``g`` and ``g + 1`` (either way) of a micro-batch that
+        entered at end ``way`` (a mirrored schedule's second end crosses the boundaries
+        backwards)."""
         h = schedule.hop(g, pp)
+        if h is not None and way:
+            h = pp - 2 - h
         return 0.0 if h is None else send[h]
 
     done: dict[tuple[str, int, int], float] = {}
     pos, free = [0] * pp, [0.0] * pp
-    last = pp * vp - 1
+    last = schedule.model_chunks(pp, vp) - 1
     out: list[Op] = []
     progress = True
     while progress:
@@ -551,13 +614,16 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
             while pos[r] < len(orders[r]):
                 kind, local, mb = orders[r][pos[r]]
                 g = chunk_of[r][local]
+                way = direction(r, local, pp) if schedule.mirrored else 0
+                mb += way * (micro // 2)  # a mirrored schedule's second end: its own ids
                 if kind == "F":
-                    dep, delay = (("F", g - 1, mb), wire(g - 1)) if g > 0 else (None, 0.0)
+                    dep, delay = (("F", g - 1, mb), wire(g - 1, way)) if g > 0 else (None, 0.0)
                     t = fwd[r][local]
                 elif kind == "W":
                     dep, delay, t = ("B", g, mb), 0.0, wgt[r][local]
                 else:  # B, or X: a whole backward in a schedule that splits the others
-                    dep, delay = (("B", g + 1, mb), wire(g)) if g < last else (("F", g, mb), 0.0)
+                    dep, delay = ((("B", g + 1, mb), wire(g, way)) if g < last
+                                  else (("F", g, mb), 0.0))
                     t = bwd[r][local] - (wgt[r][local] if split and kind == "B" else 0.0)
                 if dep is not None and dep not in done:
                     break

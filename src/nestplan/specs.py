@@ -437,6 +437,10 @@ class Parallelism(_CachedHash):
     """Transformer blocks per model chunk in pipeline order (pp·vp entries); None = even split."""
     schedule: str | None = None
     """Pipeline schedule by name (``schedule.SCHEDULES``); None: 1F1B, interleaved when vp > 1."""
+    mirror: bool = False
+    """Internal: this is a DualPipe plan's fold (:func:`fold`), whose pipeline devices each stand
+    for a rank and its mirror and whose replicas are twice the real ones; plans written, read
+    and exported never set it."""
 
     def __post_init__(self):
         # checks that involve schedule, vp or zero belong in ``_check_staging``: ``with_`` runs
@@ -474,9 +478,11 @@ class Parallelism(_CachedHash):
             raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
         if self.vp > 1 and self.pp == 1:
             raise SpecError("vp", self.vp, "virtual stages need pp > 1")
-        if self.stage_layers is not None and len(self.stage_layers) != self.pp * self.vp:
-            raise SpecError("stage_layers", self.stage_layers,
-                            f"needs pp·vp = {self.pp * self.vp} entries")
+        chunks = self.pipeline.model_chunks(self.pp, self.vp)
+        if self.stage_layers is not None and len(self.stage_layers) != chunks:
+            raise SpecError("stage_layers", self.stage_layers, f"needs {chunks} entries (pp·vp"
+                            + (" / 2: every stage is on two ranks)" if chunks < self.pp * self.vp
+                               else ")"))
 
     @property
     def devices(self) -> int:
@@ -489,7 +495,7 @@ class Parallelism(_CachedHash):
     @property
     def head_beside_embedding(self) -> bool:
         """The output head runs on the embedding's device: without pipelining, or in a V."""
-        return self.pp == 1 or self.pipeline.v_shape
+        return self.pp == 1 or self.pipeline.v_shape or self.pipeline.mirrored
 
     @property
     def pipeline(self):
@@ -535,6 +541,28 @@ class Parallelism(_CachedHash):
 
 
 _DERIVED = frozenset({"schedule", "vp", "zero"})
+
+
+def fold(par: Parallelism) -> Parallelism:
+    """The plan the cost model runs for ``par``: itself, or for a mirrored schedule (DualPipe on
+    ``p`` ranks and ``d`` replicas) DualPipeV on ``p/2`` positions and ``2d`` replicas, each
+    position standing for rank ``h`` and its mirror ``p - 1 - h`` (the same stages, the same
+    order of operations: ``schedule`` module docstring), marked ``mirror`` so that placement
+    lays its groups over the real ranks."""
+    if not par.pipeline.mirrored:
+        return par
+    half = par.pp // 2
+    return replace(par, pp=half, dp=2 * par.dp, schedule="dualpipev", mirror=True,
+                   recompute=tuple(par.recompute_of(h) for h in range(half)))
+
+
+def unfold(par: Parallelism) -> Parallelism:
+    """The DualPipe plan whose fold ``par`` is (``par`` itself when it is no fold)."""
+    if not par.mirror:
+        return par
+    per = par.recompute if len(par.recompute) == 1 else par.recompute + par.recompute[::-1]
+    return replace(par, pp=2 * par.pp, dp=par.dp // 2, schedule="dualpipe", mirror=False,
+                   recompute=per)
 
 
 MAX_HEADROOM = 0.5
@@ -644,13 +672,20 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
     micro = t.global_batch // per_replica
-    if par.vp > 1 and not par.pipeline.v_shape and micro % par.pp:
+    if par.vp > 1 and not (par.pipeline.v_shape or par.pipeline.mirrored) and micro % par.pp:
         raise SpecError("global_batch", t.global_batch, f"the interleaved schedule needs the "
                         f"micro-batch count ({micro}) to be a multiple of pp = {par.pp}")
     why = par.pipeline.check(par.pp, par.vp, micro)
     if why is not None:
         raise SpecError(*why)
-    chunks = par.pp * par.vp
+    if par.pipeline.mirrored:
+        if par.pp < 4:
+            raise SpecError("pp", par.pp, f"schedule {par.pipeline.name} is modelled from 4 "
+                            "pipeline ranks (2 ranks hold the whole model twice)")
+        if any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r) for r in range(par.pp)):
+            raise SpecError("recompute", par.recompute_text, f"under {par.pipeline.name} rank r "
+                            "and rank pp-1-r hold the same stages: give them the same policy")
+    chunks = par.pipeline.model_chunks(par.pp, par.vp)
     if par.stage_layers is None:
         if m.layers < chunks:
             raise SpecError("pp", par.pp, f"pp·vp = {chunks} exceeds the {m.layers} layers of "
@@ -693,6 +728,8 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
     """Blocks per chunk when a plan does not say: every device as even as possible, each
     device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving
     of models whose blocks differ); ``schedule`` places the chunks (looped when not given)."""
+    if schedule is not None and schedule.mirrored:  # its fold's split (``fold``)
+        return default_split(model, pp // 2, vp, SCHEDULES["dualpipev"])
     if schedule is not None and schedule.v_shape:
         per_device = [[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
                       for t in even_split(model.layers, pp)]

@@ -173,9 +173,11 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     schedule = par.pipeline
-    fill = sum(boundary[h] for h in schedule.hops(pp, vp))
+    # a DualPipe fold's V turns between two ranks (placement._mirror_layouts' last boundary)
+    hops = schedule.hops(pp, vp) + ((pp - 1,) if par.mirror else ())
+    fill = sum(boundary[h] for h in hops)
     steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(
-        (boundary[h] for h in schedule.hops(pp, vp)), default=0.0) * vp
+        (boundary[h] for h in hops), default=0.0) * vp
     flat = st.flat_dp_collectives
 
     def coeffs(kind_):

@@ -90,6 +90,12 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     name = par.pipeline.name
     if par.pp == 1 or name in offered:
         return par, []
+    if par.pipeline.mirrored:  # one copy of the parameters: the model split anew
+        target = "dualpipev" if "dualpipev" in offered else "1f1b"
+        vp = 2 if target == "dualpipev" else 1
+        return par.with_(schedule=target, vp=vp, stage_layers=None), [
+            f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
+            f"{target} on the same {par.pp} ranks, the blocks split evenly"]
     sizes = [b - a for a, b in chunk_bounds(pf.scenario.model, par)]
     local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
     tr = pf.scenario.training

@@ -27,8 +27,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     policy, rec_notes = uniform_policy(pf)
     notes += rec_notes
     # the pipeline engine runs 1F1B only: every device's chunks become one
-    exported, _ = closest_schedule(pf, par.with_(recompute=(policy.name,)), ("1f1b",), "DeepSpeed")
-    if par.vp > 1:
+    exported, sched = closest_schedule(pf, par.with_(recompute=(policy.name,)), ("1f1b",),
+                                       "DeepSpeed")
+    if par.pipeline.mirrored:
+        notes += sched
+    elif par.vp > 1:
         notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
                      "virtual stages per device become one (same blocks per device)")
     elif par.pp > 1 and par.pipeline.name != "1f1b":

@@ -177,6 +177,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         if con.pp == 1:
             raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
         rule = SCHEDULES[con.schedule]
+        if rule.mirrored:
+            raise SpecError("schedule", con.schedule, "the search does not run it (it costs "
+                            "what dualpipev on half the ranks with twice the replicas costs, "
+                            "but for its network); evaluate a plan with it instead")
         why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1),
                          1 << 30)
         if why is not None and con.vp is not None:
@@ -346,6 +350,8 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
              and (not SCHEDULES[n].v_shape or homogeneous(sc.model))
+             # DualPipe is evaluated, not searched (README, "Pipeline schedules")
+             and not SCHEDULES[n].mirrored
              # GPipe has 1F1B's span and holds more (m >= p - i micro-batches on every stage):
              # a plan under it is never better than the same plan under 1F1B
              and not (n == "gpipe" and con.schedule is None and "1f1b" in offered)]
