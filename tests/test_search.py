@@ -1,6 +1,7 @@
 """The stage DP and the search: exact against brute force, equal to evaluate, baselines."""
 
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -173,16 +174,20 @@ def test_compare_json(capsys):
 @given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
        moe=st.booleans(), batch=st.sampled_from([4, 8]), bw_ratio=st.sampled_from([1.0, 10.0]),
        first_dense=st.sampled_from([0, 1]), vocab=st.sampled_from([512, 16384]),
-       stack=st.sampled_from(["megatron-core", "torchtitan"]))
+       stack=st.sampled_from(["megatron-core", "torchtitan"]),
+       hbm=st.sampled_from([20, 35, 60, 1000]))
 def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, batch, bw_ratio,
-                                                      first_dense, vocab, stack):
+                                                      first_dense, vocab, stack, hbm):
     """Every bound the branch and bound prunes with (compute, network, ZeRO) is at most the
     stage DP's objective of each configuration it stands for, under every schedule (memory
     ignored: the DP's best over all splits and policies); with one policy in every block, the
     bound plus that policy's least recompute is at most the DP's objective under it, the
     memory floor at most the least peak any split reaches, and with that peak as the capacity
-    the per-device floor (``_positions_fit``) still lets some split fit."""
-    sc = tiny_scenario(layers, gpus, node, 2, 2, moe, 1000, batch, bw_ratio, 1.0, first_dense,
+    the per-device floor (``_positions_fit``) still lets some split fit; with the memory as it
+    is (tight for some plans), the bound with the recomputation it forces
+    (``driver._memory_bound``) is at most the DP's objective over the splits that fit, for
+    every policy set the search tries."""
+    sc = tiny_scenario(layers, gpus, node, 2, 2, moe, hbm, batch, bw_ratio, 1.0, first_dense,
                        vocab)
     from nestplan.catalog import get_stack
 
@@ -201,8 +206,8 @@ def _bounds_hold(sc, con=None):
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
-    from nestplan.search.driver import (_floor_parts, _positions_fit, _recompute_bounds,
-                                         _states_floor)
+    from nestplan.search.driver import (_floor_parts, _memory_bound, _positions_fit,
+                                         _recompute_bounds, _states_floor)
 
     layers = sc.model.layers
     con = con or Constraints()
@@ -243,6 +248,15 @@ def _bounds_hold(sc, con=None):
             floor = _states_floor(parts, tuple(policies))
             assert floor <= peak * (1 + 1e-9), (par, floor, peak)
             assert _positions_fit(parts, tuple(policies), peak * (1 + 1e-9), layers, par.vp)
+            # what memory forces, for the policy sets the search tries and each one alone
+            for s in {*space.policy_sets(sc, con), *((p,) for p in policies)}:
+                allow = np.isin(policies, s)
+                sol_m = DP.solve(tb.x, tb.e, [o & allow for o in tb.ok], cc.micro, par.vp,
+                                 tb.const, y=tb.y)
+                if sol_m is not None:
+                    bound = _memory_bound(sc, par, parts, s, sc.memory_limit)
+                    assert bound <= sol_m.objective * (1 + 1e-9), (par, s, bound,
+                                                                   sol_m.objective)
 
 
 @pytest.mark.parametrize("case", ["float8-zero-bubble", "moe-dense-first"])
@@ -289,3 +303,29 @@ def test_least_top_equals_the_best_split_found_by_brute_force():
                    for split in itertools.product(range(least, blocks + 1), repeat=p)
                    if sum(split) == blocks)
         assert _least_top(a, extra, p, blocks, least) == pytest.approx(best, rel=1e-9)
+
+
+def test_lower_hull_is_the_least_recompute_of_any_mix_of_policies():
+    """``driver._lower_hull`` of (bytes kept, recompute) points, read by interpolation at an
+    average of bytes kept, is the least recompute any mix of two policies reaches there (the LP
+    over fractions of blocks, whose optimum mixes at most two), for random policy sets."""
+    import random
+
+    import numpy as np
+
+    from nestplan.search.driver import _lower_hull
+
+    rng = random.Random(3)
+    for _ in range(300):
+        points = [(rng.choice([0.0, 1.0, 2.0, rng.uniform(0, 10)]), rng.uniform(0, 5))
+                  for _ in range(rng.randint(1, 6))]
+        xs, ys = _lower_hull(points)
+        assert list(xs) == sorted(xs) and all(np.diff(ys) < 0)
+        for _ in range(20):
+            s = rng.uniform(min(p[0] for p in points), max(p[0] for p in points) + 2)
+            best = min(r for k, r in points if k <= s)
+            for (k1, r1), (k2, r2) in itertools.permutations(points, 2):
+                if k1 <= s < k2:  # a fraction f of policy 2: (1 - f)·k1 + f·k2 = s
+                    f = (s - k1) / (k2 - k1)
+                    best = min(best, (1 - f) * r1 + f * r2)
+            assert np.interp(min(s, xs[-1]), xs, ys) == pytest.approx(best, abs=1e-12)

@@ -182,6 +182,103 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     return total >= blocks
 
 
+def _lower_hull(points) -> tuple[np.ndarray, np.ndarray]:
+    """The lower convex hull of (bytes kept, recompute seconds) points where keeping more
+    recomputes less: the least recompute any mix of them reaches per byte kept (an LP over
+    fractions of blocks), as vertices in increasing bytes."""
+    best: dict[float, float] = {}
+    for kept, rc in points:
+        best[kept] = min(rc, best.get(kept, np.inf))
+    hull: list[tuple[float, float]] = []
+    for kept, rc in sorted(best.items()):
+        if hull and rc >= hull[-1][1]:  # keeps more and recomputes no less: never better
+            continue
+        while len(hull) >= 2:  # drop a middle vertex above the chord
+            (x0, y0), (x1, y1) = hull[-2], hull[-1]
+            if (y1 - y0) * (kept - x0) >= (rc - y0) * (x1 - x0):
+                hull.pop()
+            else:
+                break
+        hull.append((kept, rc))
+    return np.array([h[0] for h in hull]), np.array([h[1] for h in hull])
+
+
+def _memory_top(parts: _Floor, policies, cap: float, blocks: int, least: int, work: float,
+                rcs) -> float:
+    """Per-micro-batch work the busiest device has at least when memory forces recomputation:
+    device ``i`` holding ``n`` blocks of at least ``work`` seconds each fits in ``cap`` only if
+    its blocks keep at most ``(room - n·block) / (share·h_i)`` bytes per micro-batch
+    (``_positions_fit``'s floor), and the least recompute of ``n`` blocks keeping that much is
+    ``n`` times the lower hull of the policies' (least kept bytes, least recompute ``rcs``)
+    at the average (mixing policies block by block at best as the hull's fractions do). So a
+    device can hold ``n`` blocks within ``T`` only if ``n·work + R_i(n) <= T``; the least ``T``
+    at which those counts (at least ``least`` each) add up to ``blocks`` bounds the busiest
+    device (inf when no split fits)."""
+    return _least_top_under_memory(
+        tuple((float(parts.saved[p]), rcs[p]) for p in policies), parts.held, parts.block,
+        min(float(parts.transient[p]) for p in policies), parts.stack, cap, blocks, least, work)
+
+
+@cached(maxsize=65536)
+def _least_top_under_memory(points, held, block: float, work_mem: float, stack, cap: float,
+                            blocks: int, least: int, work: float) -> float:
+    """``_memory_top`` from hashable parts (configurations of one shape share them)."""
+    hull_s, hull_r = _lower_hull(points)
+    share = 1.0 + stack.allocator_overhead
+    room = cap - M.reserve(0.0, work_mem, stack) - work_mem
+    n = np.arange(blocks + 1, dtype=float)
+    counts: dict[int, int] = {}
+    for h in held:
+        counts[h] = counts.get(h, 0) + 1
+    curves = []
+    for h, mult in counts.items():
+        budget = room - n * block
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = budget / (share * h * n) if h > 0 else np.where(budget >= 0, np.inf, -np.inf)
+        rec = np.interp(np.minimum(per, hull_s[-1]), hull_s, hull_r)
+        cost = n * work + n * rec
+        cost[(per < hull_s[0]) | (budget < 0)] = np.inf
+        cost[0] = 0.0
+        # the least cost of holding n or more blocks: nondecreasing in n
+        curves.append((np.minimum.accumulate(cost[::-1])[::-1], mult))
+    candidates = np.unique(np.concatenate([c[np.isfinite(c)] for c, _ in curves]))
+    if candidates.size == 0:
+        return np.inf
+
+    def holds(t: float) -> bool:
+        total = 0
+        for c, mult in curves:
+            most = int(np.searchsorted(c, t * (1 + 1e-12), side="right")) - 1
+            if most < least:
+                return False
+            total += mult * most
+        return total >= blocks
+
+    lo, hi = 0, candidates.size - 1
+    if not holds(candidates[hi]):
+        return np.inf
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(candidates[lo])
+
+
+def _memory_bound(sc: Scenario, par: Parallelism, parts: _Floor, policies, cap: float
+                  ) -> float:
+    """``space.config_bound`` with the busiest device's work at least ``_memory_top``'s, when
+    memory forces some recomputation (else 0: the bound adds nothing)."""
+    rcs = [cheapest for _, cheapest in _recompute_times(sc, space._keys(par)[0])]
+    if any(rcs[p] == 0.0 for p in policies) and _positions_fit(
+            parts, tuple(p for p in policies if rcs[p] == 0.0), cap, sc.model.layers, par.vp):
+        return 0.0
+    top = _memory_top(parts, tuple(policies), cap, sc.model.layers, par.vp,
+                      space.least_block_work(sc, par), tuple(rcs))
+    return space.policy_bounds(sc, par, ((0.0, 0.0),), top)[0] if np.isfinite(top) else np.inf
+
+
 def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
     """Per recompute policy, the configuration's bound when every block runs it
     (``space.config_bound`` with its least per-micro-batch recompute time)."""
@@ -313,6 +410,9 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             bounds = _recompute_bounds(world, par) if single else None
             keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
                     if not memory_aware or room[s]]
+            if memory_aware:  # the recomputation memory forces on the busiest device
+                keep = [(max(b, _memory_bound(world, par, parts, s, cap)) if b < bound else b, s)
+                        for b, s in keep]
             keep = sorted((b, s) for b, s in keep if b < bound)
             if not keep:
                 continue

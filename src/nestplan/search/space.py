@@ -401,18 +401,28 @@ def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
 
 
 def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int,
-            rules: set[str], busiest: float = 0.0, end: float = 0.0) -> float:
+            rules: set[str], busiest: float = 0.0, end=(), eff: float = 0.0) -> float:
     """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
     at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
     ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X`` at least both the
     average ``sum X / p`` and ``busiest`` (the work some device must hold: ``_busiest``): whole
     backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``; and
-    every device runs its ``m·X_i`` inside the step. ``end``: what the tail is at least (an
-    average device's end of step); it joins the forms built on ``(m - 1/v)·max X``, not
-    ``m·X_i``, which already spends the busiest device's own tail (its deferred weight
-    gradients run there) and need not exceed an average device's."""
+    every device runs its ``m·X_i`` inside the step. ``end``: what the tail is at least, as
+    forms ``(c, R)``: some device ``k`` ends its step with ``c`` plus a gradient reduction of
+    ``R`` or more seconds, of which ``eff`` (``overlap_efficiency``) of its overlap with the
+    device's last backward hides: ``R - eff·min(R, B_k)``, ``B_k <= X_k <= max X``. It joins
+    the forms built on ``(m - 1/v)·max X``, not ``m·X_i``, which already spends the busiest
+    device's own tail (its deferred weight gradients run there) and need not exceed an average
+    device's. Since ``(m - 1/v)·max(most, x) - eff·min(R, x)`` is least at ``x = most`` when
+    ``m - 1/v >= eff``, the window is at most ``most`` there (else at most ``R``)."""
     most = max(work / pp, busiest)
-    lead = (micro - 1 / vp) * most + end
+    window = most if micro - 1 / vp >= eff else math.inf
+    tail = 0.0
+    for c, r in end:  # a loop, not max() over a generator: the search calls this ~10^5 times
+        shown = c + r - eff * (r if r < window else window)
+        if shown > tail:
+            tail = shown
+    lead = (micro - 1 / vp) * most + tail
     out = []
     for r in rules:
         if r == "whole":
@@ -592,13 +602,15 @@ def _fill(par: Parallelism, parts) -> float:
 
 
 def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float,
-           busies, ends=None) -> list[float]:
+           busies, ends=None, top: float = 0.0) -> list[float]:
     """The span bound from ``_network_parts`` for each ``busy`` of ``busies``: what the busiest
     device carries at least beyond its blocks' work (its blocks' ZeRO traffic), or None for the
     average form alone (to which per-device traffic the busiest device need not carry can be
     added: ``_bounds``). ``rc``: when every block runs one recompute policy, its per-micro-batch
     recompute time over all blocks and of the cheapest block (backward work on the block's
-    device). ``ends``: the end of step joining each (0 when not given: ``_spread``)."""
+    device). ``ends``: the end-of-step forms joining each (none when not given: ``_spread``).
+    ``top``: what some device's per-micro-batch work is at least besides (the memory's
+    ``driver._memory_top``); it joins the busiest device's forms."""
     work, wgrad, b_in, _, micro, (block, works) = parts
     total, cheapest = rc
     base = 2 * fill + sc.stack.step_overhead
@@ -610,10 +622,12 @@ def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float
         forms = _forms(sc.model.layers, par.pp, block + cheapest, works, v if known else 1,
                        par.head_beside_embedding if known else None)
     out = []
-    for busy, end in zip(busies, ends or [0.0] * len(busies)):
-        most = 0.0 if busy is None or forms is None else max(forms[0] + busy, forms[1])
-        out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most, end)
-                   + base)
+    eff = sc.stack.overlap_efficiency
+    for busy, end in zip(busies, ends or [()] * len(busies)):
+        most = 0.0 if busy is None else top if forms is None else max(forms[0] + busy,
+                                                                          forms[1], top)
+        out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most, end,
+                           eff) + base)
     return out
 
 
@@ -633,13 +647,21 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros) -> list[float]:
     return _bounds(sc, par, zeros, ((0.0, 0.0),))[0]
 
 
-def policy_bounds(sc: Scenario, par: Parallelism, rcs) -> list[float]:
+def policy_bounds(sc: Scenario, par: Parallelism, rcs, top: float = 0.0) -> list[float]:
     """``config_bound`` of ``par`` with each recompute time ``rc`` of ``rcs`` (one per policy
-    run in every block, as ``_spans`` takes it; shared work done once)."""
-    return [row[0] for row in _bounds(sc, par, (par.zero,), rcs)]
+    run in every block, as ``_spans`` takes it; shared work done once); ``top``: what the
+    busiest device's per-micro-batch work is at least besides (``_spans``)."""
+    return [row[0] for row in _bounds(sc, par, (par.zero,), rcs, top)]
 
 
-def _bounds(sc: Scenario, par: Parallelism, zeros, rcs) -> list[list[float]]:
+def least_block_work(sc: Scenario, par: Parallelism) -> float:
+    """Per-micro-batch forward + backward of the cheapest block, with its exposed intra-layer
+    communication (what ``_busiest`` counts a block as)."""
+    return _network_parts(sc, _keys(par)[0])[5][0]
+
+
+def _bounds(sc: Scenario, par: Parallelism, zeros, rcs, top: float = 0.0
+            ) -> list[list[float]]:
     """``config_bound`` per recompute time of ``rcs`` and ZeRO stage of ``zeros``."""
     net_key = _keys(par)[0]
     parts = _network_parts(sc, net_key)
@@ -656,7 +678,7 @@ def _bounds(sc: Scenario, par: Parallelism, zeros, rcs) -> list[list[float]]:
         # form with the whole model's (in both, the end joins only the ``(m - 1/v)·max X``
         # forms: ``_spread``)
         nets = _spans(sc, par, parts, par.vp, rules, rc, fill,
-                      [shown * costs[z][1] for z in zeros], [costs[z][2] for z in zeros])
+                      [shown * costs[z][1] for z in zeros], [costs[z][2] for z in zeros], top)
         averages = _spans(sc, par, parts, par.vp, rules, rc, fill, [None] * len(zeros),
                           [costs[z][2] for z in zeros])
         out.append([max(net, average + shown * costs[z][0] * factor)
@@ -673,15 +695,15 @@ def _keys(par: Parallelism) -> tuple[Parallelism, Parallelism]:
 
 
 @cached(maxsize=16384)
-def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
-                ) -> tuple[tuple[float, float, float], ...]:
+def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ...]:
     """Per ZeRO stage 0-3 of ``par`` (its own stage, vp and schedule ignored: pass the head's
     place, ``Parallelism.head_beside_embedding``, as ``beside``), seconds: the whole model's
     per-micro-batch ZeRO traffic on the links, the least of it the busiest device carries (the
     ``ceil(L/p)`` blocks it holds at least, each at least the lightest block's bytes) — both
     before overlap, which the caller applies — and what the most loaded device's exposed end of
     step is at least (gradient reduction, parameter gather, optimizer step; from the average
-    bytes of each quantity, below)."""
+    bytes of each quantity, below), as ``_spread``'s end forms ``(c, R)``: ``c`` what shows
+    whatever the overlap, ``R`` a gradient reduction the device's last backward may hide."""
     from ..cost import device as D
     from ..cost import memory as M
     from ..cost.network import coeff_time, collective_coeffs
@@ -738,16 +760,18 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool
                 if most else 0.0
         d_end = avg_p / (lay.dp.size if z >= 1 else 1) * per_byte
         e_end = avg_e / (lay.edp.size if z >= 1 else 1) * per_byte
-        g_end = 0.0
-        if z < 2:
+        g_end = d_sync = e_sync = 0.0
+        if z < 2:  # reduced after the last backward, which hides some of it (``device``)
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
-            d_end += shown * dense(kind, avg_p * st.grad_bytes)
-            e_end += shown * experts(kind, avg_e * st.grad_bytes)
+            d_sync = dense(kind, avg_p * st.grad_bytes)
+            e_sync = experts(kind, avg_e * st.grad_bytes)
+            if not st.overlap_grad_reduce:  # nothing hides it
+                d_end, e_end, d_sync, e_sync = d_end + d_sync, e_end + e_sync, 0.0, 0.0
         if z in (1, 2):
             g_end = shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
             e_end += shown * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
         d_end, g_end = (d_end + g_end, 0.0) if uniform else (d_end, g_end)
-        out.append((zero, busy, max(d_end, g_end, e_end)))
+        out.append((zero, busy, ((d_end, d_sync), (g_end, 0.0), (e_end, e_sync))))
     return tuple(out)
 
 
