@@ -185,7 +185,7 @@ def test_pruning_bounds_never_exceed_the_dp_objective(layers, gpus, node, moe, b
     memory floor at most the least peak any split reaches, and with that peak as the capacity
     the per-device floor (``_positions_fit``) still lets some split fit; with the memory as it
     is (tight for some plans), the bound with the recomputation it forces
-    (``driver._memory_bound``) is at most the DP's objective over the splits that fit, for
+    (``driver._set_bounds``) is at most the DP's objective over the splits that fit, for
     every policy set the search tries."""
     sc = tiny_scenario(layers, gpus, node, 2, 2, moe, hbm, batch, bw_ratio, 1.0, first_dense,
                        vocab)
@@ -206,8 +206,7 @@ def _bounds_hold(sc, con=None):
     from nestplan.cost import device as D
     from nestplan.search import dp as DP
     from nestplan.search import tables as T
-    from nestplan.search.driver import (_floor_parts, _memory_bound, _positions_fit,
-                                         _recompute_bounds, _states_floor)
+    from nestplan.search.driver import _floor_parts, _positions_fit, _set_bounds, _states_floor
 
     layers = sc.model.layers
     con = con or Constraints()
@@ -231,8 +230,9 @@ def _bounds_hold(sc, con=None):
                 assert bound <= sol.objective * (1 + 1e-9), (par, bound, sol.objective)
             # one policy in every block: its recompute joins the bound, its memory the floor
             cc = D.config_costs(sc, par)
-            bounds, parts = _recompute_bounds(sc, par), _floor_parts(sc, par)
             policies = np.arange(len(sc.stack.recompute))
+            parts = _floor_parts(sc, par)
+            bounds = _set_bounds(sc, par, [(p,) for p in policies], True, None, 0.0)
             for p in policies:
                 only = [np.broadcast_to(policies == p, o.shape) for o in tb.ok]
                 sol_p = DP.solve(tb.x, tb.e, only, cc.micro, par.vp, tb.const, y=tb.y)
@@ -254,7 +254,7 @@ def _bounds_hold(sc, con=None):
                 sol_m = DP.solve(tb.x, tb.e, [o & allow for o in tb.ok], cc.micro, par.vp,
                                  tb.const, y=tb.y)
                 if sol_m is not None:
-                    bound = _memory_bound(sc, par, parts, s, sc.memory_limit)
+                    bound = _set_bounds(sc, par, [s], len(s) == 1, parts, sc.memory_limit)[0]
                     assert bound <= sol_m.objective * (1 + 1e-9), (par, s, bound,
                                                                    sol_m.objective)
 

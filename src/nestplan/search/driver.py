@@ -105,23 +105,31 @@ def _floor_shared(sc: Scenario, par: Parallelism):
     """``_floor_parts`` of a plan without its ZeRO stage: the average device's dense and expert
     parameters, the least kept and working bytes per policy, the fewest weights one ZeRO-3
     gather brings in, the blocks' worth of activations held, each block kind's (dense, expert)
-    parameters, and the micro-batches each device holds at least."""
+    parameters, and the micro-batches each device holds at least. No byte depends on where the
+    ranks sit: the plans of every rank order share one (``_floor_of``)."""
     from ..evaluate import local_strategy
+
+    return _floor_of(sc, local_strategy(par, sc.training, sc.stack), par.pp, par.vp,
+                     par.pipeline.name, par.dp, par.head_beside_embedding)
+
+
+@cached(maxsize=16384)
+def _floor_of(sc: Scenario, local, pp: int, vp: int, schedule: str, dp: int, beside: bool):
+    """``_floor_shared`` of the plans with this local strategy and pipeline."""
     from ..graph import build
 
-    mg = build(sc.model, local_strategy(par, sc.training, sc.stack))
-    layers = mg.counts(par.head_beside_embedding)
+    mg = build(sc.model, local)
+    layers = mg.counts(beside)
     dense = sum(n * layer.params for n, layer in layers)
     expert = sum(n * layer.expert_params for n, layer in layers)
     saved, transient, weights = _least_kept(mg, sc.stack.recompute, sc.stack.gather_whole_block)
-    micro = sc.training.global_batch // (par.mbs * par.dp)
-    held = _least_held(par.pipeline.name, par.pp, par.vp, micro)
-    spare = max(sc.model.layers - par.vp * par.pp, 0)
-    blocks_held = (par.vp * sum(held) + spare * min(held)) / par.pp
+    micro = sc.training.global_batch // (local.mbs * dp)
+    held = _least_held(schedule, pp, vp, micro)
+    spare = max(sc.model.layers - vp * pp, 0)
+    blocks_held = (vp * sum(held) + spare * min(held)) / pp
     light = tuple((layer.params, layer.expert_params) for _, layer in layers
                   if layer.kind in BLOCK_KINDS)
-    return (dense / par.pp, expert / par.pp, saved, transient, weights, blocks_held, light,
-            held)
+    return (dense / pp, expert / pp, saved, transient, weights, blocks_held, light, held)
 
 
 @cached(maxsize=4096)
@@ -266,23 +274,25 @@ def _least_top_under_memory(points, held, block: float, work_mem: float, stack, 
     return float(candidates[lo])
 
 
-def _memory_bound(sc: Scenario, par: Parallelism, parts: _Floor, policies, cap: float
-                  ) -> float:
-    """``space.config_bound`` with the busiest device's work at least ``_memory_top``'s, when
-    memory forces some recomputation (else 0: the bound adds nothing)."""
-    rcs = [cheapest for _, cheapest in _recompute_times(sc, space._keys(par)[0])]
-    if any(rcs[p] == 0.0 for p in policies) and _positions_fit(
-            parts, tuple(p for p in policies if rcs[p] == 0.0), cap, sc.model.layers, par.vp):
-        return 0.0
-    top = _memory_top(parts, tuple(policies), cap, sc.model.layers, par.vp,
-                      space.least_block_work(sc, par), tuple(rcs))
-    return space.policy_bounds(sc, par, ((0.0, 0.0),), top)[0] if np.isfinite(top) else np.inf
-
-
-def _recompute_bounds(sc: Scenario, par: Parallelism) -> np.ndarray:
-    """Per recompute policy, the configuration's bound when every block runs it
-    (``space.config_bound`` with its least per-micro-batch recompute time)."""
-    return np.array(space.policy_bounds(sc, par, _recompute_times(sc, space._keys(par)[0])))
+def _set_bounds(sc: Scenario, par: Parallelism, sets, single: bool, parts: _Floor | None,
+                cap: float) -> list[float]:
+    """The configuration's bound for each policy set (``space.config_bound``, one computation
+    for all): with one policy in every block (``single``), its least per-micro-batch recompute
+    time joins it; with ``parts`` (memory-aware), the busiest device's least work when memory
+    forces recomputation (``_memory_top``; inf when no split fits)."""
+    times = _recompute_times(sc, space._keys(par)[0])
+    rcs = tuple(cheapest for _, cheapest in times)
+    tops = []
+    for s in sets:
+        free = tuple(p for p in s if rcs[p] == 0.0)
+        if parts is None or free and _positions_fit(parts, free, cap, sc.model.layers, par.vp):
+            tops.append(0.0)  # a split that recomputes nothing may fit: nothing forced
+        else:
+            tops.append(_memory_top(parts, s, cap, sc.model.layers, par.vp,
+                                    space.least_block_work(sc, par), rcs))
+    bounds = space.policy_bounds(sc, par, [times[s[0]] if single else (0.0, 0.0) for s in sets],
+                                 [t if np.isfinite(t) else 0.0 for t in tops])
+    return [b if np.isfinite(t) else np.inf for b, t in zip(bounds, tops)]
 
 
 @cached(maxsize=16384)
@@ -406,14 +416,10 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 if not any(room.values()):  # solved only if nothing fits, for the shortfall
                     unfit.append(par)
                     continue
-            # one policy in every block: its least recompute time joins the bound
-            bounds = _recompute_bounds(world, par) if single else None
-            keep = [(max(lb, bounds[s[0]]) if single else lb, s) for s in sets
-                    if not memory_aware or room[s]]
-            if memory_aware:  # the recomputation memory forces on the busiest device
-                keep = [(max(b, _memory_bound(world, par, parts, s, cap)) if b < bound else b, s)
-                        for b, s in keep]
-            keep = sorted((b, s) for b, s in keep if b < bound)
+            tried = [s for s in sets if not memory_aware or room[s]]
+            keep = list(zip(_set_bounds(world, par, tried, single,
+                                        parts if memory_aware else None, cap), tried))
+            keep = sorted((max(lb, b), s) for b, s in keep if b < bound)
             if not keep:
                 continue
             if keep[0][0] > lb:  # wait for its turn

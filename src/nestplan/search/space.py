@@ -647,11 +647,12 @@ def config_bounds(sc: Scenario, par: Parallelism, zeros) -> list[float]:
     return _bounds(sc, par, zeros, ((0.0, 0.0),))[0]
 
 
-def policy_bounds(sc: Scenario, par: Parallelism, rcs, top: float = 0.0) -> list[float]:
+def policy_bounds(sc: Scenario, par: Parallelism, rcs, tops=None) -> list[float]:
     """``config_bound`` of ``par`` with each recompute time ``rc`` of ``rcs`` (one per policy
-    run in every block, as ``_spans`` takes it; shared work done once); ``top``: what the
-    busiest device's per-micro-batch work is at least besides (``_spans``)."""
-    return [row[0] for row in _bounds(sc, par, (par.zero,), rcs, top)]
+    run in every block, as ``_spans`` takes it, or (0, 0)) and the matching entry of ``tops``:
+    what the busiest device's per-micro-batch work is at least besides (``_spans``; none when
+    not given). Shared work done once."""
+    return [row[0] for row in _bounds(sc, par, (par.zero,), rcs, tops)]
 
 
 def least_block_work(sc: Scenario, par: Parallelism) -> float:
@@ -660,9 +661,9 @@ def least_block_work(sc: Scenario, par: Parallelism) -> float:
     return _network_parts(sc, _keys(par)[0])[5][0]
 
 
-def _bounds(sc: Scenario, par: Parallelism, zeros, rcs, top: float = 0.0
-            ) -> list[list[float]]:
-    """``config_bound`` per recompute time of ``rcs`` and ZeRO stage of ``zeros``."""
+def _bounds(sc: Scenario, par: Parallelism, zeros, rcs, tops=None) -> list[list[float]]:
+    """``config_bound`` per recompute time of ``rcs`` (with the busiest device's least work of
+    ``tops``) and ZeRO stage of ``zeros``."""
     net_key = _keys(par)[0]
     parts = _network_parts(sc, net_key)
     rules = _rules(sc, par)
@@ -673,7 +674,7 @@ def _bounds(sc: Scenario, par: Parallelism, zeros, rcs, top: float = 0.0
     factor = _factor(parts[4], par.pp, par.vp, _splits(par))
     fill = _fill(par, parts)
     out = []
-    for rc in rcs:
+    for rc, top in zip(rcs, tops or [0.0] * len(rcs)):
         # per ZeRO stage: the busiest device's form with its blocks' traffic, and the average
         # form with the whole model's (in both, the end joins only the ``(m - 1/v)·max X``
         # forms: ``_spread``)
