@@ -74,9 +74,12 @@ def main(argv=None) -> None:
     for layers in (24, 48, 96, 192):
         row(f"  {layers} layers", search("gpt3-175b", "nest-h100-spineleaf", 1024, 2048, 4096,
                                          layers))
-    print("\nthe slowest search known within the limits: a deep model whose plans must recompute "
-          "to fit\n(llama3-70b widths with 256 layers on 1,024 x dgx-h100-ndr, seq 8192):")
-    row("  256 layers", search("llama3-70b", "dgx-h100-ndr", 1024, 8192, 4096, 256))
+    print("\nthe slowest searches known within the limits: deep models whose plans must "
+          "recompute to fit\n(on 1,024 x dgx-h100-ndr, seq 8192, 4,096 sequences):")
+    row("  llama3-70b widths, 256 layers", search("llama3-70b", "dgx-h100-ndr", 1024, 8192, 4096,
+                                                  256))
+    row("  llama3-8b widths, 512 layers (the limit)", search("llama3-8b", "dgx-h100-ndr", 1024,
+                                                             8192, 4096, 512))
 
 
 if __name__ == "__main__":

@@ -250,28 +250,16 @@ def _least_top_under_memory(points, held, block: float, work_mem: float, stack, 
         # the least cost of holding n or more blocks: nondecreasing in n
         curves.append((np.minimum.accumulate(cost[::-1])[::-1], mult))
     candidates = np.unique(np.concatenate([c[np.isfinite(c)] for c, _ in curves]))
-    if candidates.size == 0:
-        return np.inf
-
-    def holds(t: float) -> bool:
-        total = 0
-        for c, mult in curves:
-            most = int(np.searchsorted(c, t * (1 + 1e-12), side="right")) - 1
-            if most < least:
-                return False
-            total += mult * most
-        return total >= blocks
-
-    lo, hi = 0, candidates.size - 1
-    if not holds(candidates[hi]):
-        return np.inf
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(candidates[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(candidates[lo])
+    # at each candidate T, the most blocks each device can hold (a nondecreasing curve's count
+    # of values <= T, less the n = 0 entry), all candidates at once
+    total = np.zeros(candidates.size, dtype=np.int64)
+    enough = np.ones(candidates.size, dtype=bool)
+    for c, mult in curves:
+        most = np.searchsorted(c, candidates, side="right") - 1
+        total += mult * most
+        enough &= most >= least
+    holds = np.flatnonzero(enough & (total >= blocks))
+    return float(candidates[holds[0]]) if holds.size else np.inf
 
 
 def _set_bounds(sc: Scenario, par: Parallelism, sets, single: bool, parts: _Floor | None,
