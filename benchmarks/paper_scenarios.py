@@ -80,7 +80,7 @@ def shape(ev) -> str:
     p = ev.plan
     parts = [f"t{p.tp}", f"p{p.pp}", f"d{p.dp}"] + ([f"c{p.cp}"] if p.cp > 1 else []) + (
         [f"e{p.ep}"] if p.ep > 1 else []) + ([f"v{p.vp}"] if p.vp > 1 else []) + [
-        f"z{p.zero}", "rc:" + "+".join(sorted({r.value[:3] for r in p.recompute}))]
+        f"z{p.zero}", "rc:" + "+".join(sorted({r[:3] for r in p.recompute}))]
     return " ".join(parts)
 
 
@@ -223,8 +223,8 @@ SP/CP and the rank order, so:
   NVLink and InfiniBand hops. Taken at face value every ring collective inside a node costs at
   least 0.7 ms, so Megatron's TP = 8 with full recomputation (Manual) pays several milliseconds
   per layer for layers that compute in about 0.1 ms (BERT-large, micro-batch 1). That, not the
-  search, is why Manual trails by two orders of magnitude on BERT-large and by 4-8x on the
-  7B-class models; NEST and every searching baseline move to pure data parallelism there. In the
+  search, is why Manual trails by two orders of magnitude on BERT-large and by 3.2x on
+  Llama-2 7B; NEST and every searching baseline move to pure data parallelism there. In the
   artifact the same latencies were added to millisecond compute as if they were milliseconds,
   i.e. they counted 1,000 times less.
 * **Manual is otherwise sound.** With a correct memory model Megatron's rules are feasible
@@ -234,8 +234,10 @@ SP/CP and the rank order, so:
   parallelism and full recomputation where memory allows (ZeRO-1/2/3 and context parallelism
   instead), by interleaving the pipeline of GPT-3 and Mixtral, and by choosing the rank order
   (on `nest-h100-spineleaf` the rack level is 4 times slower than the spine). Against the
-  searching baselines the margins are small (0-15 %) because they search the same space with a
-  different view of the network or of memory. The paper's gains come from balancing a
+  searching baselines the median margin is small (phaze 7 %, alpa 2 %, mist and mcmc 0 %)
+  because they search the same space with a different view of the network or of memory; where
+  that view misleads them it is large (on the H100 spine-leaf, phaze 1.8x on Mixtral at 128
+  devices and alpa 4.7x on GPT-3 at 128; mist 13 % and mcmc 17 % at most). The paper's gains come from balancing a
   stage-0-heavy, head-in-every-layer model.
 * **Network weighs what it should.** On the H100 spine-leaf setup, where the rack level carries
   12.5 GiB/s, communication decides plans, so network-agnostic baselines (phaze, mist) lose more
