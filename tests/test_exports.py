@@ -279,10 +279,12 @@ def check_torchtitan(pf, text: str):
     dims = ParallelDims.from_config(p, pf.scenario.gpus)
     if pf.scenario.model.moe is not None:  # the dense and expert regions cover the same ranks
         assert (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0
-    # the one policy the export runs for every stage (the plan's that keeps the least)
-    policy = uniform_policy(pf)[0].name
-    kind = {"none": type(None), "selective": "SelectiveAC",
-            "full": "FullAC"}[policy]
+    # the one policy the export runs for every stage (the plan's that keeps the least), as
+    # torchtitan's mode by its rule (module recomputation such as megatron-core's selective or
+    # fine-grained runs as torchtitan's selective, with a note)
+    policy = uniform_policy(pf)[0]
+    kind = (type(None) if policy.kind == "none" else "SelectiveAC"
+            if policy.kind in ("modules", "matmul-outputs") else "FullAC")
     ac = cfg.activation_checkpoint
     assert ac is None if kind is type(None) else type(ac).__qualname__.startswith(kind)
 
