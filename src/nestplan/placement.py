@@ -74,6 +74,11 @@ class Layouts:
     """First and last stage (tied-embedding gradient all-reduce)."""
 
 
+def _alone(blocks: tuple[int, ...]) -> GroupLayout:
+    """A group of one device (nothing crosses any level)."""
+    return GroupLayout(1, tuple(1 for _ in blocks))
+
+
 def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     """Devices under one block of each level; the outermost block holds every device."""
     return (*cluster.block_sizes(), max(gpus, 1))
@@ -237,7 +242,7 @@ def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     both = np.sort(np.concatenate([pattern, pattern + far]))
     dp_lay = GroupLayout(both.size, _affine_k(both, (axes[Axis.TP],), blocks))
     if ep == 1 and etp == tp:
-        expert = (GroupLayout(1, tuple(1 for _ in blocks)), tp_lay, dp_lay)
+        expert = (_alone(blocks), tp_lay, dp_lay)
     else:
         ep_lay, etp_lay, _ = _expert_groups((tp, ranks, replicas, cp, ep, etp, order), cluster,
                                             gpus)
@@ -250,7 +255,7 @@ def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     folded = tuple(max(levels[q], levels[ranks - 2 - q]) for q in range(pp - 1))
     return Layouts(tp=tp_lay, cp=cp_lay, dp=dp_lay, ep=expert[0], etp=expert[1], edp=expert[2],
                    pp=tuple(Boundary(level, share) for level in (*folded, levels[pp - 1])),
-                   embedding=GroupLayout(1, tuple(1 for _ in blocks)))
+                   embedding=_alone(blocks))
 
 
 @cached(maxsize=8192)
@@ -259,7 +264,7 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     dense = _dense_groups((tp, pp, dp, cp, order), cluster, gpus)
     if ep == 1 and etp == tp:  # the expert grid is the dense one: expert DP = DP·CP, ETP = TP
         blocks = _block_sizes(cluster, gpus)
-        expert = (GroupLayout(1, tuple(1 for _ in blocks)), dense[0], dense[2])
+        expert = (_alone(blocks), dense[0], dense[2])
     else:
         expert = _expert_groups((tp, pp, dp, cp, ep, etp, order), cluster, gpus)
     boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus)
@@ -300,7 +305,7 @@ def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLay
         others = tuple(axes[a] for a in (Axis.DP, Axis.CP, Axis.TP))
         emb = GroupLayout(2, _affine_k(np.array([0, (size - 1) * stride]), others, blocks))
     else:
-        emb = GroupLayout(1, tuple(1 for _ in blocks))
+        emb = _alone(blocks)
     return along(Axis.TP), along(Axis.CP), along(Axis.DP, Axis.CP), emb
 
 

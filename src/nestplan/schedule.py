@@ -107,9 +107,11 @@ class Schedule:
     """torchtitan's ``parallelism.pipeline_parallel_schedule`` name (None: it has none)."""
     megatron: bool = False
     """Megatron-Core runs it (``--num-layers-per-virtual-pipeline-stage`` picks interleaving)."""
-    mirrored: bool = False
-    """The pipeline's two halves run the model in opposite directions (DualPipe): ``pp`` model
-    stages, each on two ranks (``r`` and ``pp - 1 - r``); the cost model runs its :func:`fold`."""
+    folds_to: str | None = None
+    """For a schedule whose pipeline's two halves run the model in opposite directions
+    (DualPipe: ``pp`` model stages, each on two ranks ``r`` and ``pp - 1 - r``), the schedule
+    whose order each rank runs on half the ranks and half the micro-batches; the cost model runs
+    that fold (``specs.fold``)."""
 
     def check(self, pp: int, vp: int, micro: int) -> tuple[str, object, str] | None:
         """Why a plan with these degrees cannot use this schedule, as (field, value, rule)."""
@@ -121,6 +123,9 @@ class Schedule:
             return "vp", vp, f"schedule {self.name} runs exactly 2 model chunks per device (vp = 2)"
         if self.mirrored and pp % 2:
             return "pp", pp, f"schedule {self.name} needs an even number of pipeline ranks"
+        if self.mirrored and pp < 4:
+            return "pp", pp, (f"schedule {self.name} is modelled from 4 pipeline ranks (2 ranks "
+                              "hold the whole model twice)")
         if pp > 1 and micro < self.min_micro * pp:
             return "micro-batches", micro, (f"schedule {self.name} needs at least "
                                             f"{self.min_micro * pp} per replica (pp = {pp})")
@@ -132,6 +137,11 @@ class Schedule:
     def model_chunks(self, pp: int, vp: int) -> int:
         """Distinct model chunks (``pp·vp``; a mirrored schedule holds each one twice)."""
         return pp * vp // 2 if self.mirrored else pp * vp
+
+    @property
+    def mirrored(self) -> bool:
+        """Its pipeline's two halves run the model in opposite directions (``folds_to``)."""
+        return self.folds_to is not None
 
     @property
     def split_backward(self) -> bool:
@@ -236,7 +246,7 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
              min_micro=2, v_shape=True, torchtitan="DualPipeV"),
     Schedule("dualpipe", "DualPipe (DeepSeek-V3): pp stages run from both ends at once, every "
              "rank holding its stage and its mirror's (two copies of the parameters)", "two",
-             "deferred", min_micro=2, mirrored=True),
+             "deferred", min_micro=2, folds_to="dualpipev"),
 )}
 """Every schedule nestplan models, by name."""
 
@@ -466,14 +476,15 @@ def _dualpipev(rank: int, pp: int, micro: int) -> tuple[OpKey, ...]:
     return tuple(ops)
 
 
-def _dualpipe(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
-    """DualPipe's order on rank ``rank`` of ``pp``: DualPipeV's for position ``min(rank, pp - 1 -
-    rank)`` of ``pp/2`` with half the micro-batches (``dualpipe.py``'s ``step`` runs the same
-    eight steps with ``half_rank`` and ``half_num_chunks``). Local chunk 0 is stage ``h``, 1 is
-    stage ``pp - 1 - h``; micro-batch ``j`` of local chunk ``c`` is the ``j``-th of those entering
-    at rank 0 when ``c`` is the rank's own direction (chunk 0 on the first half), else the
-    ``j``-th entering at rank ``pp - 1`` (:func:`direction`)."""
-    return _dualpipev(min(rank, pp - 1 - rank), pp // 2, micro // 2)
+def _mirrored(folds_to: str, rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+    """A mirrored schedule's order on rank ``rank`` of ``pp``: its fold's (``folds_to``) for
+    position ``min(rank, pp - 1 - rank)`` of ``pp/2`` with half the micro-batches (DualPipe:
+    ``dualpipe.py``'s ``step`` runs DualPipeV's eight steps with ``half_rank`` and
+    ``half_num_chunks``). Local chunk 0 is stage ``h``, 1 is stage ``pp - 1 - h``; micro-batch
+    ``j`` of local chunk ``c`` is the ``j``-th of those entering at rank 0 when ``c`` is the
+    rank's own direction (chunk 0 on the first half), else the ``j``-th entering at rank
+    ``pp - 1`` (:func:`direction`)."""
+    return _order_of(folds_to, min(rank, pp - 1 - rank), pp // 2, vp, micro // 2)
 
 
 def direction(rank: int, local: int, pp: int) -> int:
@@ -534,8 +545,9 @@ def _builder(name: str):
         return lambda rank, pp, vp, micro: _zbv(rank, pp, micro)
     if name == "dualpipev":
         return lambda rank, pp, vp, micro: _dualpipev(rank, pp, micro)
-    if name == "dualpipe":
-        return _dualpipe
+    if SCHEDULES[name].mirrored:
+        return lambda rank, pp, vp, micro: _mirrored(SCHEDULES[name].folds_to, rank, pp, vp,
+                                                     micro)
     return _zero_bubble if SCHEDULES[name].split_backward else _one_f_one_b
 
 

@@ -497,6 +497,11 @@ class Parallelism(_CachedHash):
         """The output head runs on the embedding's device: without pipelining, or in a V."""
         return self.pp == 1 or self.pipeline.v_shape or self.pipeline.mirrored
 
+    def hops(self) -> tuple[int, ...]:
+        """The stage boundaries one micro-batch's forward crosses (``Schedule.hops``); a DualPipe
+        fold's V also turns between two ranks (``placement._mirror_layouts``' last boundary)."""
+        return self.pipeline.hops(self.pp, self.vp) + ((self.pp - 1,) if self.mirror else ())
+
     @property
     def pipeline(self):
         """The :class:`~nestplan.schedule.Schedule` this plan runs."""
@@ -552,7 +557,7 @@ def fold(par: Parallelism) -> Parallelism:
     if not par.pipeline.mirrored:
         return par
     half = par.pp // 2
-    return replace(par, pp=half, dp=2 * par.dp, schedule="dualpipev", mirror=True,
+    return replace(par, pp=half, dp=2 * par.dp, schedule=par.pipeline.folds_to, mirror=True,
                    recompute=tuple(par.recompute_of(h) for h in range(half)))
 
 
@@ -561,7 +566,8 @@ def unfold(par: Parallelism) -> Parallelism:
     if not par.mirror:
         return par
     per = par.recompute if len(par.recompute) == 1 else par.recompute + par.recompute[::-1]
-    return replace(par, pp=2 * par.pp, dp=par.dp // 2, schedule="dualpipe", mirror=False,
+    real = next(n for n, s in SCHEDULES.items() if s.folds_to == par.pipeline.name)
+    return replace(par, pp=2 * par.pp, dp=par.dp // 2, schedule=real, mirror=False,
                    recompute=per)
 
 
@@ -678,13 +684,10 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     why = par.pipeline.check(par.pp, par.vp, micro)
     if why is not None:
         raise SpecError(*why)
-    if par.pipeline.mirrored:
-        if par.pp < 4:
-            raise SpecError("pp", par.pp, f"schedule {par.pipeline.name} is modelled from 4 "
-                            "pipeline ranks (2 ranks hold the whole model twice)")
-        if any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r) for r in range(par.pp)):
-            raise SpecError("recompute", par.recompute_text, f"under {par.pipeline.name} rank r "
-                            "and rank pp-1-r hold the same stages: give them the same policy")
+    if par.pipeline.mirrored and any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r)
+                                     for r in range(par.pp)):
+        raise SpecError("recompute", par.recompute_text, f"under {par.pipeline.name} rank r "
+                        "and rank pp-1-r hold the same stages: give them the same policy")
     chunks = par.pipeline.model_chunks(par.pp, par.vp)
     if par.stage_layers is None:
         if m.layers < chunks:
@@ -729,7 +732,7 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
     device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving
     of models whose blocks differ); ``schedule`` places the chunks (looped when not given)."""
     if schedule is not None and schedule.mirrored:  # its fold's split (``fold``)
-        return default_split(model, pp // 2, vp, SCHEDULES["dualpipev"])
+        return default_split(model, pp // 2, vp, SCHEDULES[schedule.folds_to])
     if schedule is not None and schedule.v_shape:
         per_device = [[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
                       for t in even_split(model.layers, pp)]

@@ -173,8 +173,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     schedule = par.pipeline
-    # a DualPipe fold's V turns between two ranks (placement._mirror_layouts' last boundary)
-    hops = schedule.hops(pp, vp) + ((pp - 1,) if par.mirror else ())
+    hops = par.hops()
     fill = sum(boundary[h] for h in hops)
     steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(
         (boundary[h] for h in hops), default=0.0) * vp

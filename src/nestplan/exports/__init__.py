@@ -90,9 +90,9 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     name = par.pipeline.name
     if par.pp == 1 or name in offered:
         return par, []
-    if par.pipeline.mirrored:  # one copy of the parameters: the model split anew
-        target = "dualpipev" if "dualpipev" in offered else "1f1b"
-        vp = 2 if target == "dualpipev" else 1
+    if par.pipeline.mirrored:  # its fold's schedule on the same ranks: one copy of the weights
+        target = par.pipeline.folds_to if par.pipeline.folds_to in offered else "1f1b"
+        vp = 1 if SCHEDULES[target].chunks == "one" else par.vp
         return par.with_(schedule=target, vp=vp, stage_layers=None), [
             f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
             f"{target} on the same {par.pp} ranks, the blocks split evenly"]

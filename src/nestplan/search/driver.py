@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -175,9 +176,7 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     most ``floor((cap - fixed) / per_block_i)`` blocks, and those must add up to ``blocks``.
     The embedding's and the head's states are left out (they only add)."""
     saved = min(parts.saved[p] for p in policies)
-    work = min(parts.transient[p] for p in policies)
-    share = 1.0 + parts.stack.allocator_overhead
-    room = cap - M.reserve(0.0, work, parts.stack) - work
+    room, share = _room(parts.stack, min(parts.transient[p] for p in policies), cap)
     total = 0
     for h in parts.held:
         per_block = parts.block + share * h * saved
@@ -188,6 +187,13 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
             return False
         total += most
     return total >= blocks
+
+
+def _room(stack: StackSpec, work: float, cap: float) -> tuple[float, float]:
+    """Bytes a device has for its blocks' states and kept activations once one block's working
+    memory ``work`` and the reserve on it are taken from ``cap``, and the factor the caching
+    allocator puts on activations (``memory.reserve``: linear in both)."""
+    return cap - M.reserve(0.0, work, stack) - work, 1.0 + stack.allocator_overhead
 
 
 def _lower_hull(points) -> tuple[np.ndarray, np.ndarray]:
@@ -230,16 +236,15 @@ def _memory_top(parts: _Floor, policies, cap: float, blocks: int, least: int, wo
 @cached(maxsize=65536)
 def _least_top_under_memory(points, held, block: float, work_mem: float, stack, cap: float,
                             blocks: int, least: int, work: float) -> float:
-    """``_memory_top`` from hashable parts (configurations of one shape share them)."""
+    """``_memory_top`` from hashable parts (configurations of one shape share them): ``points``
+    per policy (bytes kept per block and micro-batch, recompute seconds per block and
+    micro-batch), ``held`` micro-batches per device, ``block`` (bytes of the lightest block's
+    states), ``work_mem`` and ``cap`` bytes, ``work`` seconds per block and micro-batch."""
     hull_s, hull_r = _lower_hull(points)
-    share = 1.0 + stack.allocator_overhead
-    room = cap - M.reserve(0.0, work_mem, stack) - work_mem
+    room, share = _room(stack, work_mem, cap)
     n = np.arange(blocks + 1, dtype=float)
-    counts: dict[int, int] = {}
-    for h in held:
-        counts[h] = counts.get(h, 0) + 1
     curves = []
-    for h, mult in counts.items():
+    for h, mult in Counter(held).items():  # devices holding alike share a curve
         budget = room - n * block
         with np.errstate(divide="ignore", invalid="ignore"):
             per = budget / (share * h * n) if h > 0 else np.where(budget >= 0, np.inf, -np.inf)
@@ -270,13 +275,14 @@ def _set_bounds(sc: Scenario, par: Parallelism, sets, single: bool, parts: _Floo
     forces recomputation (``_memory_top``; inf when no split fits)."""
     times = _recompute_times(sc, space._keys(par)[0])
     rcs = tuple(cheapest for _, cheapest in times)
+    layers = sc.model.layers
     tops = []
     for s in sets:
         free = tuple(p for p in s if rcs[p] == 0.0)
-        if parts is None or free and _positions_fit(parts, free, cap, sc.model.layers, par.vp):
+        if parts is None or (free and _positions_fit(parts, free, cap, layers, par.vp)):
             tops.append(0.0)  # a split that recomputes nothing may fit: nothing forced
         else:
-            tops.append(_memory_top(parts, s, cap, sc.model.layers, par.vp,
+            tops.append(_memory_top(parts, s, cap, layers, par.vp,
                                     space.least_block_work(sc, par), rcs))
     bounds = space.policy_bounds(sc, par, [times[s[0]] if single else (0.0, 0.0) for s in sets],
                                  [t if np.isfinite(t) else 0.0 for t in tops])

@@ -598,7 +598,7 @@ def network_bound(sc: Scenario, par: Parallelism, vp: int | None = None) -> floa
 
 def _fill(par: Parallelism, parts) -> float:
     """Send/recv on the pipeline's fill path, from ``_network_parts``' per-boundary times."""
-    return sum(parts[3][h] for h in par.pipeline.hops(par.pp, par.vp))
+    return sum(parts[3][h] for h in par.hops())
 
 
 def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float,
@@ -624,8 +624,12 @@ def _spans(sc: Scenario, par: Parallelism, parts, v: int, rules, rc, fill: float
     out = []
     eff = sc.stack.overlap_efficiency
     for busy, end in zip(busies, ends or [()] * len(busies)):
-        most = 0.0 if busy is None else top if forms is None else max(forms[0] + busy,
-                                                                          forms[1], top)
+        if busy is None:  # the average form
+            most = 0.0
+        elif forms is None:  # no pipeline: the one device holds every block
+            most = top
+        else:
+            most = max(forms[0] + busy, forms[1], top)
         out.append(_spread(work + total, wgrad, b_in + total, micro, par.pp, v, rules, most, end,
                            eff) + base)
     return out
