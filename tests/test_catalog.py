@@ -1,6 +1,7 @@
 """Catalog entries, HuggingFace configs and strict loading."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,8 @@ def test_deepseek_v3_family():
     cfg = json.loads((DATA / "deepseek-v3.json").read_text())
     m = model_from_hf_dict(cfg)
     assert m.mla is not None and m.moe.shared_experts == 1 and m.num_moe_layers == 58
+    assert m.mtp_layers == 1  # its MTP module: tests/test_mtp.py
+    m = replace(m, mtp_layers=0)
     # 671B total, 37B active (DeepSeek-V3 report, without the MTP module)
     assert G.total_params(m) / 1e9 == pytest.approx(671, rel=0.01)
     assert G.active_params(m) / 1e9 == pytest.approx(37.6, rel=0.02)

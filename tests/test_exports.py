@@ -7,6 +7,7 @@ installs; without it they are skipped.
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,25 @@ def test_megatron_mla_and_moe_pattern():
     assert eval(pattern) == [0] * 3 + [1] * 58  # noqa: S307 - our own export, as Megatron does
 
 
+def test_megatron_trains_the_depths_where_the_plan_puts_them():
+    """DeepSeek-V3 with its MTP depth: ``--mtp-num-layers``, and a stated layout holds the depth
+    in its last chunk, which Megatron-Core's layout parser and validator accept."""
+    sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 1024, seq_len=4096, global_batch=8192)
+    par = Parallelism(tp=2, pp=8, vp=4, dp=64, ep=64, etp=1, sp=True, zero=1, mbs=1,
+                      stage_layers=(1,) + (2,) * 30 + (0,))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    text = export(pf, "megatron").text
+    assert "--mtp-num-layers 1" in text
+    assert "--pipeline-model-parallel-layout 'Et|tt|" in text and text.count("|mL'") == 1
+    pytest.importorskip("megatron.core")
+    check_megatron(pf, text, ranks=False)
+    plain = export(planfile.from_dict(planfile.to_dict(evaluate(
+        replace(sc, model=replace(sc.model, mtp_layers=0)), par))), "megatron").text
+    assert "--mtp-num-layers" not in plain and "|L'" in plain
+    for fmt in ("torchtitan", "deepspeed"):
+        assert any("multi-token-prediction depth" in n for n in export(pf, fmt).notes), fmt
+
+
 def test_exports_say_what_they_change_and_warn_when_nothing_fits():
     sc, par = plans()[1]  # ZeRO-3 under pipelining, per-stage recomputation
     pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
@@ -214,6 +234,8 @@ def check_megatron(pf, text: str, ranks: bool = True):
         layout = text.split("--pipeline-model-parallel-layout '")[1].split("'")[0]
         parsed = PipelineParallelLayerLayout(layout, par.pp)
         assert parsed.virtual_pipeline_model_parallel_size == par.vp
+        m = pf.scenario.model  # Megatron's own check of the blocks and depths it holds
+        parsed.validate_layer_layout(m.layers, m.mtp_layers or None)
     if par.vp > 1:  # Megatron's validate_args: interleaving over two stages needs it
         assert "--overlap-p2p-communication" in text
     if not ranks:

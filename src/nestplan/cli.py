@@ -52,6 +52,9 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g.add_argument("--moe-capacity-factor", type=float, metavar="C",
                    help="MoE: expert capacity factor; tokens beyond it are dropped (default: "
                    "dropless)")
+    g.add_argument("--mtp-layers", type=int, metavar="N",
+                   help="multi-token-prediction depths trained (default: the model's, e.g. 1 for "
+                   "DeepSeek-V3; 0 trains without)")
     g.add_argument("--memory-headroom", type=float, metavar="PCT",
                    help="percent of HBM a recommended plan leaves free beyond its predicted peak "
                    "(default 6, the memory model's largest measured under-prediction)")
@@ -89,7 +92,8 @@ def _add_search(p: argparse.ArgumentParser):
 
 
 FLAG_OF = {"seq_len": "seq-len", "global_batch": "global-batch", "rank_order": "rank-order",
-           "moe_imbalance": "moe-imbalance", "moe_capacity": "moe-capacity-factor"}
+           "moe_imbalance": "moe-imbalance", "moe_capacity": "moe-capacity-factor",
+           "model.mtp_layers": "mtp-layers"}
 """The flag that sets a scenario or plan field, for errors about a value given as a flag."""
 
 
@@ -128,6 +132,11 @@ def _scenario(args):
                              precision=Precision.parse(
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, **moe)
+    if args.mtp_layers is not None:
+        import dataclasses
+
+        sc = dataclasses.replace(sc, model=dataclasses.replace(sc.model,
+                                                               mtp_layers=args.mtp_layers))
     return _with_headroom(sc, args)
 
 
@@ -218,7 +227,7 @@ EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch",
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "schedule",
                                     "sp",
                                     "zero", "recompute", "rank_order", "moe_imbalance",
-                                    "moe_capacity_factor")
+                                    "moe_capacity_factor", "mtp_layers")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 

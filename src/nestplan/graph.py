@@ -153,6 +153,8 @@ class LayerGraph:
     expert_load: float = 1.0
     """How far the routed experts' ops (``expert_*``) run above the mean device's work: the
     busiest expert rank's load (its time and memory); hardware FLOP counts divide it out."""
+    moe_blocks: int = 0
+    """MoE blocks it runs (one for an MoE block; a head's multi-token-prediction blocks)."""
 
     @property
     def largest_weight(self) -> float:
@@ -449,8 +451,12 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         ops.append(_mem("permute", routed * h, saved=0.0))
         tokens_per_call = X / local_experts
         mlp = _mlp(x, "expert_", X, f_e, saved_in=E * X * h)
-        # grouped GEMM: efficiency set by one expert's share of the tokens
-        mlp = [replace(o, call_flops=o.call_flops * tokens_per_call / X) for o in mlp]
+        # grouped GEMM: efficiency set by one expert's share of the tokens; it reads every local
+        # expert's weight (forward, and dgrad and wgrad backward), not one
+        mlp = [replace(o, call_flops=o.call_flops * tokens_per_call / X,
+                       nbytes=o.nbytes + (local_experts - 1) * E * o.shape[1] * o.shape[2],
+                       bwd_nbytes=o.bwd_nbytes + 2 * (local_experts - 1) * E * o.shape[1]
+                       * o.shape[2]) if o.kind is OpKind.GEMM else o for o in mlp]
         ops += mlp
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
@@ -482,7 +488,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
                             for c in comms), params, expert_params, E * Tn * h, total,
-                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0))
+                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0),
+                      moe_blocks=int(moe))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
@@ -569,8 +576,53 @@ def _embedding(x: _Dims) -> LayerGraph:
     return LayerGraph(LayerKind.EMBEDDING, tuple(ops), tuple(comms), params, 0.0, 0.0, total)
 
 
-def _head(x: _Dims, with_weight: bool) -> LayerGraph:
-    """Final norm, output projection over the (vocab-parallel) vocabulary and the loss."""
+def _output(x: _Dims, prefix: str = "") -> tuple[list[Op], list[Comm]]:
+    """The output layer over the (vocab-parallel) vocabulary and the loss."""
+    T, Tn, h, V = x.T, x.Tn, x.h, x.V
+    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * Tn * h, lowp=False),
+           # vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2)
+           Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
+              bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V)]
+    comms = x.tp_comms(f"{prefix}lm_head", column=True, nbytes=E * T * h, lowp=False)
+    if x.t > 1:
+        comms.append(Comm(f"{prefix}loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))
+    return ops, comms
+
+
+def _mtp(x: _Dims, block: LayerGraph) -> tuple[list[Op], list[Comm], float, float]:
+    """One multi-token-prediction depth as Megatron-Core runs it (``MultiTokenPredictionLayer``,
+    megatron/core/transformer/multi_token_prediction.py @ d98e8a64dd): the next tokens'
+    embedding (the embedding's own lookup and collectives) and the previous depth's hidden states,
+    each normed (enorm, hnorm), concatenated and projected by ``eh_proj`` (column-parallel 2h -> h,
+    its output gathered over TP and scattered back to the sequence shards), then ``block`` and the
+    final norm, the shared output layer and a loss. Ops, comms, local and total parameters (the
+    embedding and output weights are the model's own, counted where they live)."""
+    m, T, Tn, h = x.m, x.T, x.Tn, x.h
+    emb = _embedding(x)
+    # a Transformer Engine linear in the fp8 context keeps its input's fp8 copy (``_fp8_saves``)
+    kept = E * Tn * 2 * h / (E if x.loc.precision is Precision.FP8 else 1)
+    ops = [*emb.ops, _norm("mtp_enorm", x, Tn * h), _norm("mtp_hnorm", x, Tn * h),
+           _gemm("mtp_eh_proj", T, 2 * h, h / x.t, saved=kept)]
+    comms = [*emb.comms, *x.tp_comms("mtp_eh_proj", column=True, nbytes=E * T * 2 * h)]
+    if x.t > 1:  # gather_from_tensor_model_parallel_region (backward: a local split)
+        comms.append(Comm("mtp_eh_proj.ag_out", Axis.TP, CollKind.ALL_GATHER, E * T * h, "fwd"))
+    ops += [*block.ops, _norm("mtp_ln_final", x, Tn * h)]
+    comms += block.comms
+    out_ops, out_comms = _output(x, "mtp_")
+    ops += out_ops
+    comms += out_comms
+    norms = 3 * _norm_params(m)
+    return (ops, comms, norms + 2 * h * h / x.t + block.params,
+            norms + 2 * h * h + block.total_params)
+
+
+def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -> LayerGraph:
+    """Final norm, output projection over the (vocab-parallel) vocabulary and the loss, then the
+    model's multi-token-prediction depths with ``block`` as theirs. ``out_weight``: it holds the
+    output weight (untied, or tied but on another device than the embedding); ``embedding_copy``:
+    it holds the embedding weight for the depths' lookups (Megatron-Core builds the embedding on
+    the stage running them, gpt_model.py @ d98e8a64dd, and all-reduces its gradient with the
+    first stage's)."""
     m = x.m
     T, Tn, h, V = x.T, x.Tn, x.h, x.V
     ops = [_norm("ln_final", x, Tn * h)]
@@ -580,17 +632,24 @@ def _head(x: _Dims, with_weight: bool) -> LayerGraph:
                 _mem("head_transform_norm", T * h, saved=E * T * h)]
         params += h * h + _norm_params(m)
         total += h * h + _norm_params(m)
-    ops.append(_gemm("lm_head", T, h, V, saved=E * Tn * h, lowp=False))
-    # Vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2)
-    ops.append(Op("cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
-                  bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V))
-    comms = x.tp_comms("lm_head", column=True, nbytes=E * T * h, lowp=False)
-    if x.t > 1:
-        comms.append(Comm("loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))
-    if with_weight:
+    out_ops, comms = _output(x)
+    ops += out_ops
+    if out_weight:
         params += V * h
         total += padded_vocab(m.vocab, x.t) * h
-    return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params, 0.0, 0.0, total)
+    for _ in range(m.mtp_layers):
+        d_ops, d_comms, d_params, d_total = _mtp(x, block)
+        ops += d_ops
+        comms += d_comms
+        params += d_params
+        total += d_total
+    if m.mtp_layers and embedding_copy:
+        params += V * h
+    depths = m.mtp_layers
+    return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params,
+                      depths * block.expert_params, 0.0, total,
+                      expert_load=block.expert_load if depths else 1.0,
+                      moe_blocks=depths * block.moe_blocks)
 
 
 @dataclass(frozen=True, eq=False)
@@ -601,9 +660,11 @@ class ModelGraph:
     dense: LayerGraph
     moe: LayerGraph | None
     head: LayerGraph
-    """Head with its own output weight (untied, or tied but on a different stage than the embedding)."""
+    """Head on another device than the embedding: its own output weight (untied, or a tied one's
+    copy) and, with multi-token prediction, a copy of the embedding for the depths' lookups."""
     head_shared: LayerGraph
-    """Head whose output weight is the embedding's (tied embeddings, embedding on the same device)."""
+    """Head on the embedding's device: a tied output weight and the depths' lookups use the
+    embedding's (the same object as ``head`` when neither applies)."""
     kinds: tuple[LayerKind, ...]
     """Kind of each transformer block, in order."""
 
@@ -638,15 +699,15 @@ def build(model: ModelSpec, loc: Local) -> ModelGraph:
     kinds = tuple(LayerKind.MOE if model.is_moe_layer(i) else LayerKind.DENSE
                   for i in range(model.layers))
     fix = _fp8_saves if loc.precision is Precision.FP8 else (lambda layer: layer)
-    head = _head(x, with_weight=True)
-    return ModelGraph(
-        embedding=_embedding(x),
-        dense=fix(_block(x, moe=False)),
-        moe=fix(_block(x, moe=True)) if model.moe is not None else None,
-        head=head,
-        head_shared=_head(x, with_weight=False) if model.tied_embeddings else head,
-        kinds=kinds,
-    )
+    dense = fix(_block(x, moe=False))
+    moe = fix(_block(x, moe=True)) if model.moe is not None else None
+    mtp_block = moe if moe is not None else dense  # Megatron-Core's MTP block: the decoder's spec
+    head = _head(x, True, True, mtp_block)
+    # beside the embedding: a tied output weight and the depths' lookups use the embedding's
+    beside = (_head(x, not model.tied_embeddings, False, mtp_block)
+              if model.tied_embeddings or model.mtp_layers else head)
+    return ModelGraph(embedding=_embedding(x), dense=dense, moe=moe, head=head,
+                      head_shared=beside, kinds=kinds)
 
 
 def total_params(model: ModelSpec) -> float:
@@ -663,5 +724,6 @@ def active_params(model: ModelSpec) -> float:
         return total_params(model)
     mo = model.moe
     inactive = (mo.experts - mo.top_k) * _mlp_params(model, mo.ffn_hidden)
-    return total_params(model) - model.num_moe_layers * inactive
+    mtp_moe = model.mtp_layers  # an MoE model's depths run MoE blocks
+    return total_params(model) - (model.num_moe_layers + mtp_moe) * inactive
 

@@ -6,10 +6,12 @@ scaling, ...) do not change the cost and are ignored. A missing architecture key
 names a class of a supported family is read as that family, with a note (``HFNote``) that the CLI
 prints.
 
-What is not modelled, by family: attention sinks (GPT-OSS: one learned scalar per head), QK norms
-(Qwen3, GLM-4.5), partial rotary embeddings (GLM-4.5), multi-token-prediction layers (DeepSeek-V3,
-Kimi-K2, GLM-4.5: ``num_nextn_predict_layers`` is ignored), and the per-layer alternation of
-local and global attention, whose cost is averaged over the blocks (``ModelSpec.local_share``).
+Multi-token-prediction depths (DeepSeek-V3, Kimi-K2, GLM-4.5: ``num_nextn_predict_layers``) are
+read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; a run without
+them sets ``--mtp-layers 0``. What is not modelled, by family: attention sinks (GPT-OSS: one
+learned scalar per head), QK norms (Qwen3, GLM-4.5), partial rotary embeddings (GLM-4.5), and the
+per-layer alternation of local and global attention, whose cost is averaged over the blocks
+(``ModelSpec.local_share``).
 """
 
 from __future__ import annotations
@@ -141,7 +143,16 @@ def _glm4_moe(cfg: _Config) -> dict:
                         shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
                         shared_ffn_hidden=moe_ffn,
                         first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0))
+    kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
+
+
+def _mtp_layers(cfg: _Config) -> int:
+    """Multi-token-prediction depths the config ships, which Megatron-Bridge's DeepSeek and GLM
+    bridges train by default (``mtp_num_layers = num_nextn_predict_layers``: NVIDIA-NeMo/
+    Megatron-Bridge @ 067f987df0, src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py:97,
+    src/megatron/bridge/models/glm/glm45_bridge.py:86)."""
+    return cfg.get("num_nextn_predict_layers", default=0, minimum=0)
 
 
 def _gpt_oss(cfg: _Config) -> dict:
@@ -202,6 +213,7 @@ def _deepseek_v3(cfg: _Config) -> dict:
                         shared_ffn_hidden=moe_ffn,
                         first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
                         layer_freq=cfg.get("moe_layer_freq", default=1))
+    kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
 

@@ -231,7 +231,7 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
                    "position", "max_positions", "causal", "moe", "mla", "local_span",
-                   "local_share"}
+                   "local_share", "mtp_layers"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "first_dense_layers", "layer_freq"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
@@ -268,6 +268,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mla=mla,
         local_span=_typed(table, "local_span", where, int, 0),
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
+        mtp_layers=_typed(table, "mtp_layers", where, int, 0),
     )
 
 
@@ -325,6 +326,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["mla"] = {f: getattr(model.mla, f) for f in sorted(_MLA_KEYS)}
     if model.local_span:
         table.update(local_span=model.local_span, local_share=model.local_share)
+    if model.mtp_layers:
+        table["mtp_layers"] = model.mtp_layers
     return table
 
 

@@ -27,6 +27,11 @@ MAX_TOKENS = 2**24
 beyond the longest context offered (10M tokens: Llama 4 Scout, Meta AI blog "The Llama 4 herd",
 2025-04-05) and any batch in use."""
 
+MAX_MTP_LAYERS = 16
+"""Most multi-token-prediction depths a model may train (DeepSeek-V3 trains one; Megatron-Bridge's
+MTP guide, docs/training/multi-token-prediction.md, gives 1-2 as the typical range): each depth
+adds a block and a loss to the last pipeline stage."""
+
 
 def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
     ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
@@ -316,6 +321,11 @@ class ModelSpec(_CachedHash):
     local_share: float = 0.0
     """Share of the blocks with local attention. Their attention cost is averaged over all
     blocks (exact for the model's total; a stage's share of local layers may differ by one)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction depths trained after the last block (DeepSeek-V3 §2.2; Megatron-Core
+    ``--mtp-num-layers``): each embeds the next token, projects it with the previous depth's
+    hidden states (2h -> h), runs one more block (MoE in an MoE model) and its own loss through
+    the shared output layer. They run with the output head, on the last pipeline stage."""
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
@@ -326,6 +336,10 @@ class ModelSpec(_CachedHash):
             if getattr(self, f) > most:
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)
+        _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
+        if self.mtp_layers > MAX_MTP_LAYERS:
+            raise SpecError("model.mtp_layers", self.mtp_layers,
+                            f"at most {MAX_MTP_LAYERS} is supported")
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)

@@ -25,7 +25,7 @@ Each row names a model, a cluster, a plan and the **stack** that ran it, sometim
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .axes import parse_order
@@ -83,7 +83,7 @@ class Case:
 class _Row:
     """One CSV row; malformed fields raise a SpecError naming the row and the column."""
 
-    MAY_BE_ZERO = ("zero_stage", "shared_experts")
+    MAY_BE_ZERO = ("zero_stage", "shared_experts", "mtp_layers")
 
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
@@ -161,6 +161,17 @@ class _Row:
 
 
 def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
+    model = _architecture(row, base, stack)
+    depths = row.number("mtp_layers")  # blank: the model's own (its config's)
+    if depths is None or depths == model.mtp_layers:
+        return model
+    try:
+        return replace(model, mtp_layers=depths)
+    except SpecError as e:
+        raise SpecError(f"{row.where}.mtp_layers", e.value, e.allowed) from None
+
+
+def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     name = row.text("model")
     if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
         from .catalog import get_model
@@ -235,11 +246,19 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     if sp is None:
         sp = stack.default_sp and tp > 1
     order = row.text("rank_order")
+    extra = {"rank_order": parse_order(order)} if order else {}
+    layout = row.text("stage_layers")
+    if layout:  # blocks per model chunk, space-separated (the head runs after the last)
+        try:
+            extra["stage_layers"] = tuple(int(n) for n in layout.split())
+        except ValueError:
+            raise SpecError(f"{row.where}.stage_layers", layout,
+                            "must be whole numbers of blocks per model chunk, space-separated") from None
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(stack.policy(rec).name,),
                        mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
-                       **({"rank_order": parse_order(order)} if order else {}))
+                       **extra)
 
 
 def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: bool) -> Parallelism:
@@ -331,7 +350,8 @@ def load_cases(path: Path, *, include_lora: bool = False,
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
-    ``rank_order``, ``ep``, ``etp``; a blank ``layers`` makes ``model`` a catalog name or a model
+    ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers`` (blocks per model
+    chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes ``model`` a catalog name or a model
     file (relative to the CSV); ``peak_memory_gib=X`` in ``other_metrics`` is a measured peak."""
     path = Path(path)
     from .loaders import regular_file

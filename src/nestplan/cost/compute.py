@@ -86,7 +86,7 @@ class LayerCost:
     wgrad: float
     """The weight-gradient part of the backward's compute (what a split schedule defers)."""
     host: float
-    """Forward time spent waiting on the host (``StackSpec.moe_layer_host``; MoE layers)."""
+    """Forward time spent waiting on the host (``StackSpec.moe_layer_host`` per MoE block)."""
     comm: tuple[tuple[Axis, float, float], ...]
     """(axis, time on the link, exposed time) for forward + backward."""
 
@@ -95,7 +95,7 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                training: TrainingSpec, stack: StackSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
-    host = stack.moe_layer_host if layer.kind is LayerKind.MOE else 0.0
+    host = stack.moe_layer_host * layer.moe_blocks
     return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
                        stack.tp_overlap, stack.overlap_efficiency, host)
 

@@ -183,8 +183,10 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         return (collective_coeffs(kind_, lay.dp, cluster, flat),
                 collective_coeffs(kind_, lay.edp, cluster, flat))
 
-    tied_params = 0.0  # a V puts the embedding and the head on device 0: nothing to all-reduce
-    if model.tied_embeddings and pp > 1 and not schedule.v_shape:
+    # the embedding's gradient, summed with the head's copy (a tied output weight, or the lookup
+    # table of multi-token prediction); a V puts both on device 0: nothing to all-reduce
+    tied_params = 0.0
+    if (model.tied_embeddings or model.mtp_layers) and pp > 1 and not schedule.v_shape:
         tied_params = mg.embedding.params - (model.max_positions * model.hidden
                                              if model.position.value == "learned" else 0)
     head = mg.head_shared if par.head_beside_embedding else mg.head

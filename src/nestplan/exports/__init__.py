@@ -149,6 +149,17 @@ def export(pf: PlanFile, fmt: str) -> Export:
     else:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
     out = run(pf)
+    depths = pf.scenario.model.mtp_layers
+    if depths and fmt != "megatron":  # Megatron-Core alone runs multi-token prediction
+        import dataclasses
+
+        sc = pf.scenario
+        without = dataclasses.replace(sc, model=dataclasses.replace(sc.model, mtp_layers=0))
+        after = evaluate(without, pf.plan, stack_offers=False)
+        out.notes.append(f"the model trains {depths} multi-token-prediction depth(s), which "
+                         f"{fmt}'s model code does not run: the launched run trains without "
+                         f"them (predicted step {after.step_time:.3f} s instead of "
+                         f"{evaluate(sc, pf.plan).step_time:.3f} s)")
     stack = pf.scenario.stack
     if stack.export_format != fmt:
         runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"

@@ -3,7 +3,9 @@
 Names follow Megatron-LM's ``megatron/training/arguments.py``. Non-uniform pipelines use
 ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` when only the
 first and last stages differ, and ``--pipeline-model-parallel-layout`` otherwise (E = embedding,
-t = transformer block, L = loss/head, ``|`` ends a model chunk; chunks are dealt round-robin).
+t = transformer block, m = multi-token-prediction depth, L = loss/head, ``|`` ends a model chunk;
+chunks are dealt round-robin). Multi-token prediction is ``--mtp-num-layers``; without a layout
+Megatron runs the depths on the last stage, as nestplan does.
 Megatron builds its process groups in the order tp-cp-ep-dp-pp; a plan with another rank order is
 launched through the rank map written beside the arguments.
 """
@@ -25,11 +27,11 @@ MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
 """Schedules Megatron-Core runs (1F1B; interleaved with virtual stages)."""
 
 
-def _layout(sizes: list[int]) -> str:
+def _layout(sizes: list[int], mtp: int = 0) -> str:
     chunks = []
     for c, n in enumerate(sizes):
         text = ("E" if c == 0 else "") + ("t" * n if n <= 2 else f"t*{n}") + (
-            "L" if c == len(sizes) - 1 else "")
+            "m" * mtp + "L" if c == len(sizes) - 1 else "")
         chunks.append(text)
     return "|".join(chunks)
 
@@ -104,7 +106,7 @@ def export(pf: PlanFile) -> Export:
         args += [f"--decoder-first-pipeline-num-layers {sizes[0]}",
                  f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
     else:
-        args.append(f"--pipeline-model-parallel-layout '{_layout(sizes)}'")
+        args.append(f"--pipeline-model-parallel-layout '{_layout(sizes, m.mtp_layers)}'")
     if policy.kind == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform",
                  "--recompute-num-layers 1"]
@@ -133,6 +135,8 @@ def export(pf: PlanFile) -> Export:
              f"--num-layers {m.layers}", f"--hidden-size {m.hidden}",
              f"--num-attention-heads {m.heads}", f"--kv-channels {m.head_dim}",
              f"--ffn-hidden-size {m.ffn_hidden}"]
+    if m.mtp_layers:
+        args.append(f"--mtp-num-layers {m.mtp_layers}")
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     if m.mlp is MLPKind.SWIGLU:

@@ -1,0 +1,137 @@
+"""Multi-token prediction (DeepSeek-V3's MTP depths, Megatron-Core ``--mtp-num-layers``): read from
+the configs, run with the head on the last stage, checked against published counts."""
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nestplan import graph as G
+from nestplan.catalog import get_model, scenario_from_names
+from nestplan.evaluate import evaluate, model_flops_per_sequence
+from nestplan.hf import model_from_hf_config
+from nestplan.loaders import model_from_table, model_to_table
+from nestplan.options import AttentionImpl, Precision
+from nestplan.specs import Parallelism
+
+from console import cli, one_line_error
+
+DATA = Path(__file__).parent / "data"
+V3 = get_model("deepseek-v3")
+
+
+def _local(tp=1, ep=1, sp=False):
+    return G.Local(tp, sp, 1, ep, 1, 1, 4096, Precision.BF16, AttentionImpl.FLASH)
+
+
+def test_configs_name_their_depths_and_the_catalog_entry_is_its_config():
+    assert model_from_hf_config(DATA / "deepseek-v3.json").mtp_layers == 1
+    assert model_from_hf_config(DATA / "hf" / "glm4.5.json").mtp_layers == 1
+    assert model_from_hf_config(DATA / "hf" / "kimi-k2.json").mtp_layers == 0
+    assert V3.mtp_layers == 1
+    assert model_from_table(model_to_table(V3)) == V3
+
+
+def test_the_depth_adds_what_nemo_counts_for_it():
+    """NeMo 25.11's performance table gives DeepSeek-V3 at 4,096 tokens 260.4 GFLOP per token with
+    one MTP depth and 249.7 without (Megatron-Bridge docs/performance-summary-archive.md @
+    067f987df0: model TFLOP/s over tokens/s; tests/data/moe_runs.csv): the depth's own work."""
+    with_mtp = model_flops_per_sequence(V3, 4096, 0) / 4096
+    without = model_flops_per_sequence(replace(V3, mtp_layers=0), 4096, 0) / 4096
+    assert (with_mtp - without) / 1e9 == pytest.approx(260.4 - 249.7, rel=0.03)
+
+
+def test_parameters_match_the_model_card():
+    """DeepSeek-V3's card: 671B main-model weights and 14B of MTP module, whose checkpoint keeps
+    its own copies of the embedding and the output head (2 x 0.93B), which training shares."""
+    shared = 2 * V3.vocab * V3.hidden / 1e9
+    assert G.total_params(replace(V3, mtp_layers=0)) / 1e9 == pytest.approx(671, rel=0.005)
+    assert G.total_params(V3) / 1e9 == pytest.approx(685 - shared, rel=0.005)
+
+
+def test_the_head_runs_the_depth_with_its_block_and_a_lookup_table_when_apart():
+    g0 = G.build(replace(V3, mtp_layers=0), _local(ep=8))
+    g1 = G.build(V3, _local(ep=8))
+    depth = g1.head.ops[len(g0.head.ops):]
+    assert [o.name for o in depth if o.name.startswith("mtp_")] == [
+        "mtp_enorm", "mtp_hnorm", "mtp_eh_proj", "mtp_ln_final", "mtp_lm_head",
+        "mtp_cross_entropy"]
+    assert sum(o.flops for o in depth) > sum(o.flops for o in g1.moe.ops)
+    assert g1.head.moe_blocks == 1 and g1.moe.moe_blocks == 1 and g1.dense.moe_blocks == 0
+    assert g1.head.expert_params == g1.moe.expert_params
+    # on another stage than the embedding it keeps a copy of the embedding for the lookups
+    assert g1.head.params - g1.head_shared.params == pytest.approx(g1.embedding.params)
+    assert g0.head is g0.head_shared  # untied, no depths: one head
+
+
+def test_tensor_parallel_depths_gather_the_projection():
+    g = G.build(V3, _local(tp=2, ep=4, sp=True))
+    names = {c.name for c in g.head.comms}
+    assert {"mtp_eh_proj.ag", "mtp_eh_proj.ag_out", "mtp_lm_head.ag", "mtp_loss.ar"} <= names
+
+
+def test_the_last_stage_pays_for_the_depth_and_its_embedding_gradient():
+    sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 256, seq_len=4096, global_batch=512)
+    par = Parallelism(tp=1, pp=16, dp=16, ep=8, etp=1, zero=1, mbs=1,
+                      stage_layers=(4,) * 15 + (1,))
+    e1 = evaluate(sc, par)
+    e0 = evaluate(replace(sc, model=replace(sc.model, mtp_layers=0)), par)
+    last1, last0 = e1.stages[-1], e0.stages[-1]
+    assert last1.time_per_microbatch > last0.time_per_microbatch
+    assert last1.memory.weights > last0.memory.weights  # the block and the lookup table
+    assert e1.stages[3].time_per_microbatch == pytest.approx(e0.stages[3].time_per_microbatch)
+    # with the recipe's layout the last stage stays the lightest: the step barely moves
+    assert last1.time_per_microbatch < e1.stages[3].time_per_microbatch
+    assert e1.step_time == pytest.approx(e0.step_time, rel=0.02)
+    # Megatron's default split without a layout puts the depth on a full stage: the slowest
+    even = evaluate(sc, replace(par, stage_layers=None))
+    assert even.stages[-1].time_per_microbatch == max(s.time_per_microbatch for s in even.stages)
+
+
+def test_grouped_gemms_read_every_local_experts_weight():
+    m = get_model("qwen3-30b-a3b")
+    one, eight = G.build(m, _local(ep=16)), G.build(m, _local(ep=2))
+    fc1 = {g: next(o for o in gr.moe.ops if o.name == "expert_fc1")
+           for g, gr in (("one", one), ("eight", eight))}
+    weight = 2 * m.hidden * 2 * m.moe.ffn_hidden  # bf16 w1|w3 of one expert
+    for name, experts in (("one", 128 / 16), ("eight", 128 / 2)):
+        o = fc1[name]
+        m_, k, n = o.shape
+        assert o.nbytes == pytest.approx(2 * (m_ * k + m_ * n) + experts * weight)
+
+
+def test_the_flag_and_the_runs_column_set_the_depths(tmp_path):
+    base = ("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", "256",
+            "--tp", "1", "--pp", "16", "--ep", "8", "--etp", "1", "--mbs", "1",
+            "--global-batch", "512", "--seq-len", "4096", "--zero", "1", "--json")
+    import json
+
+    code, out, err = cli(*base)
+    code0, out0, err0 = cli(*base, "--mtp-layers", "0")
+    assert code == 0 and code0 == 0, err + err0
+    assert json.loads(out)["step_time_s"] > json.loads(out0)["step_time_s"]
+    code, out, err = cli(*base, "--mtp-layers", "-1")
+    assert one_line_error(code, out, err, "mtp-layers"), err
+    code, out, err = cli(*base, "--mtp-layers", "99")
+    assert one_line_error(code, out, err, "mtp-layers"), err
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("mtp_layers", "-1", "mtp_layers"), ("mtp_layers", "one", "mtp_layers"),
+    ("stage_layers", "4 4 x", "stage_layers"), ("stage_layers", "4 4", "stage_layers")])
+def test_bad_depth_or_layout_columns_are_one_line(tmp_path, column, value, needle):
+    with open(DATA / "moe_runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    row = next(r for r in rows if r["id"] == "nemo2602-b200-deepseek-v3-256g")
+    row[column] = value
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    for stack in (DATA / "moe_stacks").glob("*.toml"):
+        (tmp_path / "moe_stacks").mkdir(exist_ok=True)
+        (tmp_path / "moe_stacks" / stack.name).write_text(stack.read_text())
+    code, out, err = cli("validate", "--csv", path)
+    assert one_line_error(code, out, err, needle), err
