@@ -63,6 +63,9 @@ def test_the_head_runs_the_depth_with_its_block_and_a_lookup_table_when_apart():
     # on another stage than the embedding it keeps a copy of the embedding for the lookups
     assert g1.head.params - g1.head_shared.params == pytest.approx(g1.embedding.params)
     assert g0.head is g0.head_shared  # untied, no depths: one head
+    tied = replace(V3, tied_embeddings=True)
+    gt = G.build(tied, _local(ep=8))  # apart, the tied output weight is the lookup table too
+    assert gt.head.params - gt.head_shared.params == pytest.approx(gt.embedding.params)
 
 
 def test_tensor_parallel_depths_gather_the_projection():

@@ -622,7 +622,9 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
     output weight (untied, or tied but on another device than the embedding); ``embedding_copy``:
     it holds the embedding weight for the depths' lookups (Megatron-Core builds the embedding on
     the stage running them, gpt_model.py @ d98e8a64dd, and all-reduces its gradient with the
-    first stage's)."""
+    first stage's). The head keeps its tensors under every recompute policy, so a depth keeps its
+    block's activations (Megatron-Core checkpoints MTP layers under full recomputation: not
+    modelled)."""
     m = x.m
     T, Tn, h, V = x.T, x.Tn, x.h, x.V
     ops = [_norm("ln_final", x, Tn * h)]
@@ -702,7 +704,8 @@ def build(model: ModelSpec, loc: Local) -> ModelGraph:
     dense = fix(_block(x, moe=False))
     moe = fix(_block(x, moe=True)) if model.moe is not None else None
     mtp_block = moe if moe is not None else dense  # Megatron-Core's MTP block: the decoder's spec
-    head = _head(x, True, True, mtp_block)
+    # apart from the embedding, a tied output weight is the depths' lookup table as well
+    head = _head(x, True, not model.tied_embeddings, mtp_block)
     # beside the embedding: a tied output weight and the depths' lookups use the embedding's
     beside = (_head(x, not model.tied_embeddings, False, mtp_block)
               if model.tied_embeddings or model.mtp_layers else head)
