@@ -23,7 +23,22 @@ def test_catalog_has_the_named_entries():
     assert {"a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "tpu-v4",
             "mi300x"} <= set(list_names("accelerators"))
     assert {"nest-tpuv4-fattree", "nest-h100-spineleaf", "selene-a100-hdr", "dgx-h100-ndr",
-            "meta-h100-roce-7to1"} <= set(list_names("clusters"))
+            "meta-h100-roce-7to1", "gb200-nvl72-ndr", "gb300-nvl72-xdr",
+            "dgx-b300-xdr"} <= set(list_names("clusters"))
+
+
+def test_nvl72_racks_keep_a_64_way_expert_group_on_nvlink():
+    """On GB200 NVL72 racks (64 GPUs of each as NeMo's launcher places jobs) an expert-parallel
+    group of 64 shares one NVLink domain; on 8-GPU DGX B200 nodes it spans 8 of them."""
+    from nestplan.placement import layouts
+    from nestplan.specs import Parallelism
+
+    par = Parallelism(tp=1, pp=4, dp=64, ep=64, etp=1, mbs=1)
+    rack = layouts(par, get_cluster("gb200-nvl72-ndr"), 256).ep
+    nodes = layouts(par, get_cluster("dgx-b200-ndr"), 256).ep
+    assert rack.k[0] == 64 and nodes.k[0] == 8  # members sharing the innermost (NVLink) block
+    assert get_cluster("gb200-nvl72-ndr").accelerator.name == "gb200"
+    assert get_cluster("gb300-nvl72-xdr").levels[1].bandwidth == 100e9  # ConnectX-8, 800 Gb/s
 
 
 @pytest.mark.parametrize("kind,get", [("models", get_model), ("clusters", get_cluster),

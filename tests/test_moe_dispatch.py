@@ -128,7 +128,8 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
 
 
 # mean |error| of the MoE runs as README's "MoE runs" reports them (percent); not targets
-MOE_FILES = {"moe_runs.csv": 21.8, "moe_held_out.csv": 33.2}
+MOE_FILES = {"moe_runs.csv": 21.8, "moe_held_out.csv": 33.2,
+             "moe_runs_gb200_gb300_b300.csv": 20.7}
 
 
 @pytest.mark.parametrize("name", sorted(MOE_FILES))
@@ -179,6 +180,34 @@ def test_moe_layer_host_time_bounds_the_forward_and_shows_as_host():
     assert e1.time.host == pytest.approx(layers * c1.moe.host)
     assert e1.time.total == pytest.approx(e1.step_time)
     assert e1.step_time == pytest.approx(e0.step_time + e1.time.host)
+
+
+def test_a_full_iteration_cuda_graph_leaves_nothing_to_wait_on(tmp_path):
+    """With the whole forward-backward replayed as one CUDA graph the MoE layers wait on no host;
+    the stack file key is checked and exported as Megatron's --cuda-graph-impl."""
+    from console import cli, one_line_error
+    from nestplan import planfile
+    from nestplan.exports import export
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
+    bound = replace(sc, stack=replace(sc.stack, moe_layer_host=0.05))
+    graph = replace(bound, stack=replace(bound.stack, full_iteration_cuda_graph=True))
+    e1, e2 = evaluate(bound, par), evaluate(graph, par)
+    assert e1.time.host > 0 and e2.time.host == 0.0 and e2.step_time < e1.step_time
+    text = export(planfile.from_dict(planfile.to_dict(e2)), "megatron").text
+    assert "--cuda-graph-impl full_iteration" in text
+    assert "--cuda-graph-impl" not in export(planfile.from_dict(planfile.to_dict(e1)),
+                                              "megatron").text
+    good = tmp_path / "graph.toml"
+    good.write_text('base = "nemo"\nname = "g"\nfull_iteration_cuda_graph = true\n')
+    assert get_stack(str(good)).full_iteration_cuda_graph
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "nemo"\nname = "g"\nfull_iteration_cuda_graph = "yes"\n')
+    code, out, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", "16", "--tp", "1", "--pp", "1", "--mbs", "1", "--ep", "8",
+                         "--global-batch", "64", "--seq-len", "4096", "--stack", bad)
+    assert one_line_error(code, out, err, "full_iteration_cuda_graph"), err
 
 
 def test_moe_layer_host_time_in_stack_files(tmp_path):

@@ -102,6 +102,12 @@ class StackSpec(_CachedHash):
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;
     reduce-scatters stay bf16 (torchao's ``Float8ColwiseParallel``/``Float8RowwiseParallel``,
     which torchtitan applies with float8 and TP)."""
+    full_iteration_cuda_graph: bool = False
+    """The forward-backward path replays as one CUDA graph (Megatron-Core
+    ``--cuda-graph-impl full_iteration``: "1 CUDA graph for the whole forward-backward path
+    excluding the optimizer step", megatron/core/transformer/transformer_config.py @ d98e8a64dd):
+    the host launches nothing per layer, so no MoE layer waits on it (``moe_layer_host`` does not
+    apply)."""
     gather_whole_block: bool = False
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""

@@ -37,11 +37,12 @@ from .stack import StackSpec
 from .units import GiB
 
 CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr",
-              "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr",
+              "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr", "B300": "dgx-b300-xdr",
+              "GB200": "gb200-nvl72-ndr", "GB300": "gb300-nvl72-xdr",
               "H100-SXM5-96GB-HBM2E": "meta-h100-hbm2e-rdma"}
 """The cluster of a row that names only its GPU: the published runs' clusters (``clusters.md``),
-NVIDIA's DGX designs for the newer GPUs, and Meta's Grand Teton hosts of torchtitan's H100 runs
-(``fsdp_runs.md``). llm-foundry's A100 rows ran on RoCE at 1,600 Gb/s per 8-GPU node, Selene's
+NVIDIA's DGX designs for the newer GPUs (GB200 and GB300: NVL72 racks), and Meta's Grand Teton
+hosts of torchtitan's H100 runs (``fsdp_runs.md``). llm-foundry's A100 rows ran on RoCE at 1,600 Gb/s per 8-GPU node, Selene's
 25 GB/s per GPU. A ``cluster`` column (a catalog name, or a TOML path relative to the CSV)
 overrides it."""
 GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",

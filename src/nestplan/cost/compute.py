@@ -95,7 +95,8 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                training: TrainingSpec, stack: StackSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
-    host = stack.moe_layer_host * layer.moe_blocks
+    # a full-iteration CUDA graph replays without the host: nothing to wait on
+    host = 0.0 if stack.full_iteration_cuda_graph else stack.moe_layer_host * layer.moe_blocks
     return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
                        stack.tp_overlap, stack.overlap_efficiency, host)
 
