@@ -129,7 +129,7 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
 
 # mean |error| of the MoE runs as README's "MoE runs" reports them (percent); not targets
 MOE_FILES = {"moe_runs.csv": 21.8, "moe_held_out.csv": 33.2,
-             "moe_runs_gb200_gb300_b300.csv": 20.7}
+             "moe_runs_gb200_gb300_b300.csv": 20.4}
 
 
 @pytest.mark.parametrize("name", sorted(MOE_FILES))
@@ -196,7 +196,10 @@ def test_a_full_iteration_cuda_graph_leaves_nothing_to_wait_on(tmp_path):
     e1, e2 = evaluate(bound, par), evaluate(graph, par)
     assert e1.time.host > 0 and e2.time.host == 0.0 and e2.step_time < e1.step_time
     text = export(planfile.from_dict(planfile.to_dict(e2)), "megatron").text
+    # Megatron-LM's validate_args asserts the NaN check off with a full-iteration graph
+    # (megatron/training/arguments.py @ d98e8a64dd)
     assert "--cuda-graph-impl full_iteration" in text
+    assert "--no-check-for-nan-in-loss-and-grad" in text
     assert "--cuda-graph-impl" not in export(planfile.from_dict(planfile.to_dict(e1)),
                                               "megatron").text
     good = tmp_path / "graph.toml"

@@ -55,7 +55,7 @@ def test_the_head_runs_the_depth_with_its_block_and_a_lookup_table_when_apart():
     g1 = G.build(V3, _local(ep=8))
     depth = g1.head.ops[len(g0.head.ops):]
     assert [o.name for o in depth if o.name.startswith("mtp_")] == [
-        "mtp_enorm", "mtp_hnorm", "mtp_eh_proj", "mtp_ln_final", "mtp_lm_head",
+        "mtp_embed_lookup", "mtp_enorm", "mtp_hnorm", "mtp_eh_proj", "mtp_ln_final", "mtp_lm_head",
         "mtp_cross_entropy"]
     assert sum(o.flops for o in depth) > sum(o.flops for o in g1.moe.ops)
     assert g1.head.moe_blocks == 1 and g1.moe.moe_blocks == 1 and g1.dense.moe_blocks == 0
@@ -93,18 +93,30 @@ def test_the_last_stage_pays_for_the_depth_and_its_embedding_gradient():
 
 
 def test_grouped_gemms_read_every_local_experts_weight():
-    m = get_model("qwen3-30b-a3b")
-    one, eight = G.build(m, _local(ep=16)), G.build(m, _local(ep=2))
-    fc1 = {g: next(o for o in gr.moe.ops if o.name == "expert_fc1")
-           for g, gr in (("one", one), ("eight", eight))}
+    """A grouped GEMM over L local experts moves its tokens once and all L weight matrices
+    (forward; dgrad and wgrad each read them again backward)."""
+    m = get_model("qwen3-30b-a3b")  # 128 experts
     weight = 2 * m.hidden * 2 * m.moe.ffn_hidden  # bf16 w1|w3 of one expert
-    for name, experts in (("one", 128 / 16), ("eight", 128 / 2)):
-        o = fc1[name]
-        m_, k, n = o.shape
-        assert o.nbytes == pytest.approx(2 * (m_ * k + m_ * n) + experts * weight)
+    for ep, local in ((16, 8), (2, 64)):
+        fc1 = next(o for o in G.build(m, _local(ep=ep)).moe.ops if o.name == "expert_fc1")
+        rows, k, n = fc1.shape
+        tokens = 2 * (rows * k + rows * n)  # bf16 input and output
+        assert fc1.nbytes == pytest.approx(tokens + local * weight)
+        assert fc1.bwd_nbytes == pytest.approx(2 * (tokens + local * weight))
 
 
-def test_the_flag_and_the_runs_column_set_the_depths(tmp_path):
+def test_a_depth_waits_on_the_host_as_one_more_moe_block():
+    """Host-bound MoE blocks (a small model at one micro-batch): a depth adds one block's wait."""
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
+    e0 = evaluate(sc, par)
+    e1 = evaluate(replace(sc, model=replace(sc.model, mtp_layers=1)), par)
+    blocks = sc.model.num_moe_layers
+    assert e0.time.host > 0
+    assert e1.time.host == pytest.approx(e0.time.host * (blocks + 1) / blocks)
+
+
+def test_the_flag_sets_the_depths_and_stacks_without_them_refuse():
     base = ("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", "256",
             "--tp", "1", "--pp", "16", "--ep", "8", "--etp", "1", "--mbs", "1",
             "--global-batch", "512", "--seq-len", "4096", "--zero", "1", "--json")
@@ -114,16 +126,30 @@ def test_the_flag_and_the_runs_column_set_the_depths(tmp_path):
     code0, out0, err0 = cli(*base, "--mtp-layers", "0")
     assert code == 0 and code0 == 0, err + err0
     assert json.loads(out)["step_time_s"] > json.loads(out0)["step_time_s"]
-    code, out, err = cli(*base, "--mtp-layers", "-1")
-    assert one_line_error(code, out, err, "mtp-layers"), err
-    code, out, err = cli(*base, "--mtp-layers", "99")
-    assert one_line_error(code, out, err, "mtp-layers"), err
+    for bad in ("-1", "99"):
+        code, out, err = cli(*base, "--mtp-layers", bad)
+        assert one_line_error(code, out, err, "mtp-layers"), err
+    code, out, err = cli(*base, "--stack", "deepspeed")  # its model code has no MTP
+    assert one_line_error(code, out, err, "--mtp-layers 0"), err
 
 
-@pytest.mark.parametrize("column, value, needle", [
-    ("mtp_layers", "-1", "mtp_layers"), ("mtp_layers", "one", "mtp_layers"),
-    ("stage_layers", "4 4 x", "stage_layers"), ("stage_layers", "4 4", "stage_layers")])
-def test_bad_depth_or_layout_columns_are_one_line(tmp_path, column, value, needle):
+def test_a_runs_csv_column_sets_the_depths(tmp_path):
+    from nestplan.validation import load_cases
+
+    path = _one_row(tmp_path, "mtp_layers", "0")
+    (case,) = load_cases(path)
+    assert case.scenario.model.mtp_layers == 0 and V3.mtp_layers == 1
+
+
+def test_only_decoders_predict_further_tokens():
+    from nestplan.errors import SpecError
+
+    with pytest.raises(SpecError, match="causal"):
+        replace(get_model("bert-large"), mtp_layers=1)
+
+
+def _one_row(tmp_path, column, value):
+    """The B200 DeepSeek-V3 development row with one column changed, in a CSV of its own."""
     with open(DATA / "moe_runs.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     row = next(r for r in rows if r["id"] == "nemo2602-b200-deepseek-v3-256g")
@@ -136,5 +162,12 @@ def test_bad_depth_or_layout_columns_are_one_line(tmp_path, column, value, needl
     for stack in (DATA / "moe_stacks").glob("*.toml"):
         (tmp_path / "moe_stacks").mkdir(exist_ok=True)
         (tmp_path / "moe_stacks" / stack.name).write_text(stack.read_text())
-    code, out, err = cli("validate", "--csv", path)
+    return path
+
+
+@pytest.mark.parametrize("column, value, needle", [
+    ("mtp_layers", "-1", "mtp_layers"), ("mtp_layers", "one", "mtp_layers"),
+    ("stage_layers", "4 4 x", "stage_layers"), ("stage_layers", "4 4", "stage_layers")])
+def test_bad_depth_or_layout_columns_are_one_line(tmp_path, column, value, needle):
+    code, out, err = cli("validate", "--csv", _one_row(tmp_path, column, value))
     assert one_line_error(code, out, err, needle), err

@@ -133,10 +133,9 @@ def _scenario(args):
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, **moe)
     if args.mtp_layers is not None:
-        import dataclasses
+        from dataclasses import replace
 
-        sc = dataclasses.replace(sc, model=dataclasses.replace(sc.model,
-                                                               mtp_layers=args.mtp_layers))
+        sc = replace(sc, model=replace(sc.model, mtp_layers=args.mtp_layers))
     return _with_headroom(sc, args)
 
 

@@ -155,6 +155,8 @@ class LayerGraph:
     busiest expert rank's load (its time and memory); hardware FLOP counts divide it out."""
     moe_blocks: int = 0
     """MoE blocks it runs (one for an MoE block; a head's multi-token-prediction blocks)."""
+    depth_block: LayerGraph | None = None
+    """A head's multi-token-prediction block (each depth runs one), else None."""
 
     @property
     def largest_weight(self) -> float:
@@ -598,14 +600,19 @@ def _mtp(x: _Dims, block: LayerGraph) -> tuple[list[Op], list[Comm], float, floa
     final norm, the shared output layer and a loss. Ops, comms, local and total parameters (the
     embedding and output weights are the model's own, counted where they live)."""
     m, T, Tn, h = x.m, x.T, x.Tn, x.h
-    emb = _embedding(x)
+    emb = _embedding(x)  # the next tokens' lookup, named apart from the embedding layer's
+    lookup = [replace(o, name=f"mtp_{o.name}") for o in emb.ops]
+    lookup_comms = [replace(c, name=f"mtp_{c.name}") for c in emb.comms]
     # a Transformer Engine linear in the fp8 context keeps its input's fp8 copy (``_fp8_saves``)
     kept = E * Tn * 2 * h / (E if x.loc.precision is Precision.FP8 else 1)
-    ops = [*emb.ops, _norm("mtp_enorm", x, Tn * h), _norm("mtp_hnorm", x, Tn * h),
+    ops = [*lookup, _norm("mtp_enorm", x, Tn * h), _norm("mtp_hnorm", x, Tn * h),
            _gemm("mtp_eh_proj", T, 2 * h, h / x.t, saved=kept)]
-    comms = [*emb.comms, *x.tp_comms("mtp_eh_proj", column=True, nbytes=E * T * 2 * h)]
+    comms = [*lookup_comms, *x.tp_comms("mtp_eh_proj", column=True, nbytes=E * T * 2 * h)]
     if x.t > 1:  # gather_from_tensor_model_parallel_region (backward: a local split)
         comms.append(Comm("mtp_eh_proj.ag_out", Axis.TP, CollKind.ALL_GATHER, E * T * h, "fwd"))
+        if x.loc.sp:  # scatter_to_sequence_parallel_region (forward: a local split)
+            comms.append(Comm("mtp_eh_proj.ag_scatter_bwd", Axis.TP, CollKind.ALL_GATHER,
+                              E * T * h, "bwd"))
     ops += [*block.ops, _norm("mtp_ln_final", x, Tn * h)]
     comms += block.comms
     out_ops, out_comms = _output(x, "mtp_")
@@ -651,7 +658,8 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
     return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params,
                       depths * block.expert_params, 0.0, total,
                       expert_load=block.expert_load if depths else 1.0,
-                      moe_blocks=depths * block.moe_blocks)
+                      moe_blocks=depths * block.moe_blocks,
+                      depth_block=block if depths else None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -663,7 +671,8 @@ class ModelGraph:
     moe: LayerGraph | None
     head: LayerGraph
     """Head on another device than the embedding: its own output weight (untied, or a tied one's
-    copy) and, with multi-token prediction, a copy of the embedding for the depths' lookups."""
+    copy, which the depths' lookups use too) and, untied with multi-token prediction, a copy of
+    the embedding for the depths' lookups."""
     head_shared: LayerGraph
     """Head on the embedding's device: a tied output weight and the depths' lookups use the
     embedding's (the same object as ``head`` when neither applies)."""
@@ -703,7 +712,9 @@ def build(model: ModelSpec, loc: Local) -> ModelGraph:
     fix = _fp8_saves if loc.precision is Precision.FP8 else (lambda layer: layer)
     dense = fix(_block(x, moe=False))
     moe = fix(_block(x, moe=True)) if model.moe is not None else None
-    mtp_block = moe if moe is not None else dense  # Megatron-Core's MTP block: the decoder's spec
+    # Megatron-Core builds the depth's block from the last decoder layer's spec (megatron/core/
+    # models/gpt/gpt_layer_specs.py @ d98e8a64dd, get_gpt_mtp_block_spec_for_backend)
+    mtp_block = moe if kinds[-1] is LayerKind.MOE else dense
     # apart from the embedding, a tied output weight is the depths' lookup table as well
     head = _head(x, True, not model.tied_embeddings, mtp_block)
     # beside the embedding: a tied output weight and the depths' lookups use the embedding's
@@ -727,6 +738,6 @@ def active_params(model: ModelSpec) -> float:
         return total_params(model)
     mo = model.moe
     inactive = (mo.experts - mo.top_k) * _mlp_params(model, mo.ffn_hidden)
-    mtp_moe = model.mtp_layers  # an MoE model's depths run MoE blocks
-    return total_params(model) - (model.num_moe_layers + mtp_moe) * inactive
+    moe_depths = model.mtp_layers if model.is_moe_layer(model.layers - 1) else 0
+    return total_params(model) - (model.num_moe_layers + moe_depths) * inactive
 

@@ -407,7 +407,7 @@ def _stack_fields() -> dict:
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
-                                    "full_iteration_cuda_graph")},
+                                    "full_iteration_cuda_graph", "multi_token_prediction")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_transient_bytes", "max_zero_with_pp", "default_zero")},
         **{k: number() for k in ("allocator_overhead", "matmul_scale", "attention_scale",

@@ -337,6 +337,9 @@ class ModelSpec(_CachedHash):
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
+        if self.mtp_layers and not self.causal:
+            raise SpecError("model.mtp_layers", self.mtp_layers,
+                            "multi-token prediction needs a causal (decoder) model")
         if self.mtp_layers > MAX_MTP_LAYERS:
             raise SpecError("model.mtp_layers", self.mtp_layers,
                             f"at most {MAX_MTP_LAYERS} is supported")
@@ -631,6 +634,10 @@ class Scenario(_CachedHash):
         cap = self.cluster.max_devices
         if cap is not None and self.gpus > cap:
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
+        if self.model.mtp_layers and not self.stack.multi_token_prediction:
+            raise SpecError("model.mtp_layers", self.model.mtp_layers,
+                            f"stack {self.stack.name} trains no multi-token-prediction depths; "
+                            "set 0 (--mtp-layers 0)")
 
     @property
     def memory_limit(self) -> float:

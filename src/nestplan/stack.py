@@ -140,6 +140,9 @@ class StackSpec(_CachedHash):
     default; False where a source's parameter counts show untied ones."""
     axes: tuple[str, ...] = AXES
     """Parallel axes it offers beside data parallelism."""
+    multi_token_prediction: bool = True
+    """It trains multi-token-prediction depths (``ModelSpec.mtp_layers``): Megatron-Core's
+    ``--mtp-num-layers`` (0.11 and later); the other frameworks' model code has none."""
     # ---- calibration
     matmul_scale: float = 1.0
     """Multiplies the accelerator's GEMM efficiency (capped at 1)."""

@@ -42,9 +42,9 @@ CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-n
               "H100-SXM5-96GB-HBM2E": "meta-h100-hbm2e-rdma"}
 """The cluster of a row that names only its GPU: the published runs' clusters (``clusters.md``),
 NVIDIA's DGX designs for the newer GPUs (GB200 and GB300: NVL72 racks), and Meta's Grand Teton
-hosts of torchtitan's H100 runs (``fsdp_runs.md``). llm-foundry's A100 rows ran on RoCE at 1,600 Gb/s per 8-GPU node, Selene's
-25 GB/s per GPU. A ``cluster`` column (a catalog name, or a TOML path relative to the CSV)
-overrides it."""
+hosts of torchtitan's H100 runs (``fsdp_runs.md``). llm-foundry's A100 rows ran on RoCE at
+1,600 Gb/s per 8-GPU node, Selene's 25 GB/s per GPU. A ``cluster`` column (a catalog name, or a
+TOML path relative to the CSV) overrides it."""
 GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",
                "H100-SXM-80GB": "H100-SXM5-80GB", "H100-80GB": "H100-SXM5-80GB",
                "H100": "H100-SXM5-80GB", "H200-SXM-141GB": "H200", "B200-SXM-180GB": "B200",
@@ -253,8 +253,8 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
         try:
             extra["stage_layers"] = tuple(int(n) for n in layout.split())
         except ValueError:
-            raise SpecError(f"{row.where}.stage_layers", layout,
-                            "must be whole numbers of blocks per model chunk, space-separated") from None
+            raise SpecError(f"{row.where}.stage_layers", layout, "must be whole numbers of "
+                            "blocks per model chunk, space-separated") from None
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(stack.policy(rec).name,),
@@ -351,9 +351,10 @@ def load_cases(path: Path, *, include_lora: bool = False,
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
-    ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers`` (blocks per model
-    chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes ``model`` a catalog name or a model
-    file (relative to the CSV); ``peak_memory_gib=X`` in ``other_metrics`` is a measured peak."""
+    ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers``
+    (blocks per model chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes
+    ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
+    ``other_metrics`` is a measured peak."""
     path = Path(path)
     from .loaders import regular_file
 

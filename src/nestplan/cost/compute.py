@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..caching import cached
 from ..axes import Axis
-from ..graph import Hide, LayerGraph, LayerKind, Op, OpKind
+from ..graph import Hide, LayerGraph, Op, OpKind
 from ..options import Precision, TPOverlap
 from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
@@ -96,9 +96,15 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
     # a full-iteration CUDA graph replays without the host: nothing to wait on
-    host = 0.0 if stack.full_iteration_cuda_graph else stack.moe_layer_host * layer.moe_blocks
-    return _layer_cost(layer, acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
-                       stack.tp_overlap, stack.overlap_efficiency, host)
+    host = 0.0 if stack.full_iteration_cuda_graph else stack.moe_layer_host
+    args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision, stack.tp_overlap,
+            stack.overlap_efficiency)
+    if layer.depth_block is None:
+        return _layer_cost(layer, *args, host if layer.moe_blocks else 0.0)
+    # a head's depths: each depth's block waits as a block does, the rest of the head does not
+    wait = layer.moe_blocks * _layer_cost(layer.depth_block, *args, host).host
+    cost = _layer_cost(layer, *args, 0.0)
+    return replace(cost, fwd=cost.fwd + wait, host=wait)
 
 
 @cached(maxsize=65536)

@@ -9,7 +9,7 @@ plan it can run, never silently: the notes say what changed and what nestplan pr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..caching import cached
 from ..errors import SpecError
@@ -138,6 +138,14 @@ def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
             f"({'fits' if after.fits else 'does NOT fit'})")
 
 
+def mtp_note(pf: PlanFile) -> str:
+    """The saved plan's predicted step with and without the model's multi-token prediction."""
+    sc = pf.scenario
+    without = replace(sc, model=replace(sc.model, mtp_layers=0))
+    return (f"the saved plan is predicted at {evaluate(without, pf.plan).step_time:.3f} s a step "
+            f"without them, {evaluate(sc, pf.plan).step_time:.3f} s with them")
+
+
 def export(pf: PlanFile, fmt: str) -> Export:
     """The launch configuration of ``pf`` for framework ``fmt``."""
     if fmt == "megatron":
@@ -150,16 +158,14 @@ def export(pf: PlanFile, fmt: str) -> Export:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
     out = run(pf)
     depths = pf.scenario.model.mtp_layers
-    if depths and fmt != "megatron":  # Megatron-Core alone runs multi-token prediction
-        import dataclasses
-
-        sc = pf.scenario
-        without = dataclasses.replace(sc, model=dataclasses.replace(sc.model, mtp_layers=0))
-        after = evaluate(without, pf.plan, stack_offers=False)
+    if depths and fmt == "torchtitan":  # a model-spec setting, not an argument
+        out.notes.append(f"the model trains {depths} multi-token-prediction depth(s): build its "
+                         f"model spec with num_mtp_layers={depths} (torchtitan's DeepSeek-V3 "
+                         f"model_registry), or the run trains without them ({mtp_note(pf)})")
+    elif depths and fmt == "deepspeed":
         out.notes.append(f"the model trains {depths} multi-token-prediction depth(s), which "
-                         f"{fmt}'s model code does not run: the launched run trains without "
-                         f"them (predicted step {after.step_time:.3f} s instead of "
-                         f"{evaluate(sc, pf.plan).step_time:.3f} s)")
+                         f"DeepSpeed does not add: the launched run trains them only if the "
+                         f"model code has them ({mtp_note(pf)})")
     stack = pf.scenario.stack
     if stack.export_format != fmt:
         runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"

@@ -137,8 +137,8 @@ def export(pf: PlanFile) -> Export:
              f"--ffn-hidden-size {m.ffn_hidden}"]
     if m.mtp_layers:
         args.append(f"--mtp-num-layers {m.mtp_layers}")
-    if sc.stack.full_iteration_cuda_graph:
-        args.append("--cuda-graph-impl full_iteration")
+    if sc.stack.full_iteration_cuda_graph:  # validate_args requires the NaN check off with it
+        args += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     if m.mlp is MLPKind.SWIGLU:
