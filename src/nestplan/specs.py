@@ -324,8 +324,8 @@ class ModelSpec(_CachedHash):
     mtp_layers: int = 0
     """Multi-token-prediction depths trained after the last block (DeepSeek-V3 §2.2; Megatron-Core
     ``--mtp-num-layers``): each embeds the next token, projects it with the previous depth's
-    hidden states (2h -> h), runs one more block (MoE in an MoE model) and its own loss through
-    the shared output layer. They run with the output head, on the last pipeline stage."""
+    hidden states (2h -> h), runs one more block (of the last block's kind) and its own loss
+    through the shared output layer. They run with the output head, on the last pipeline stage."""
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):

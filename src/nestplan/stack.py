@@ -142,7 +142,8 @@ class StackSpec(_CachedHash):
     """Parallel axes it offers beside data parallelism."""
     multi_token_prediction: bool = True
     """It trains multi-token-prediction depths (``ModelSpec.mtp_layers``): Megatron-Core's
-    ``--mtp-num-layers`` (0.11 and later); the other frameworks' model code has none."""
+    ``--mtp-num-layers`` (core_v0.12.0 and later) and torchtitan's DeepSeek-V3 do; the catalog's
+    Megatron-LM 2021-22, DeepSpeed and Composer stacks do not."""
     # ---- calibration
     matmul_scale: float = 1.0
     """Multiplies the accelerator's GEMM efficiency (capped at 1)."""

@@ -279,6 +279,7 @@ def policy_sets(sc: Scenario, con: Constraints) -> list[tuple[int, ...]]:
     return [(i,) for i in idx]
 
 
+@cached(maxsize=64)  # asked for every configuration: a walk over the blocks each time
 def homogeneous(model) -> bool:
     """Every transformer block is of one kind (all dense, or all MoE)."""
     return model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers))
