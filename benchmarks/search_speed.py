@@ -22,9 +22,10 @@ from dataclasses import replace
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import driver
 from nestplan.search.space import Constraints
-model, cluster, gpus, seq, batch, layers, stack = sys.argv[1:8]
+from nestplan.options import Precision
+model, cluster, gpus, seq, batch, layers, stack, precision = sys.argv[1:9]
 sc = scenario_from_names(model, cluster, int(gpus), seq_len=int(seq), global_batch=int(batch),
-                         stack=stack)
+                         stack=stack, precision=Precision.parse("precision", precision))
 if int(layers):
     sc = replace(sc, model=replace(sc.model, layers=int(layers)))
 t0 = time.perf_counter()
@@ -39,10 +40,10 @@ print(json.dumps({"seconds": secs, "rss_mb": rss, "space": res.configurations,
 """
 
 
-def search(model, cluster, gpus, seq, batch, layers=0, stack="megatron-core"):
+def search(model, cluster, gpus, seq, batch, layers=0, stack="megatron-core", precision="bf16"):
     out = subprocess.run([sys.executable, "-c", CHILD, model, cluster, str(gpus), str(seq),
-                          str(batch), str(layers), stack], capture_output=True, text=True,
-                         check=True)
+                          str(batch), str(layers), stack, precision], capture_output=True,
+                         text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -65,6 +66,12 @@ def main(argv=None) -> None:
         "llama3-70b", "dgx-h100-ndr", 1024, 8192, 4096, stack="torchtitan"))
     if args.quick:
         return
+    print("\nmixtures of experts (every EP and expert-TP fold in the space; the nemo stack's "
+          "MoE host wait):")
+    row("  qwen3-235b-a22b, 256 x gb200-nvl72-ndr, fp8", search(
+        "qwen3-235b-a22b", "gb200-nvl72-ndr", 256, 4096, 8192, stack="nemo", precision="fp8"))
+    row("  deepseek-v3, 256 x gb200-nvl72-ndr, fp8", search(
+        "deepseek-v3", "gb200-nvl72-ndr", 256, 4096, 4096, stack="nemo", precision="fp8"))
     print("\ngrowth with the device count (llama3-70b on dgx-h100-ndr, seq 8192, 4 sequences "
           "per device up to 16,384 sequences):")
     for gpus in (64, 256, 1024, 4096, 16384, 65536):
