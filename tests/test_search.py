@@ -305,27 +305,29 @@ def test_least_top_equals_the_best_split_found_by_brute_force():
         assert _least_top(a, extra, p, blocks, least) == pytest.approx(best, rel=1e-9)
 
 
-def test_lower_hull_is_the_least_recompute_of_any_mix_of_policies():
-    """``driver._lower_hull`` of (bytes kept, recompute) points, read by interpolation at an
-    average of bytes kept, is the least recompute any mix of two policies reaches there (the LP
-    over fractions of blocks, whose optimum mixes at most two), for random policy sets."""
+def test_memory_forced_recompute_is_that_of_the_cheapest_policy_that_fits():
+    """``driver._least_recompute``: a device's blocks, spread over its chunks as the plan space
+    spreads them (extras first), keep each policy's bytes times their chunk's micro-batches; the
+    least recompute is that of the cheapest single policy whose total fits (one policy per
+    device), against a count block by block, for random chunk holdings and policies."""
     import random
 
     import numpy as np
 
-    from nestplan.search.driver import _lower_hull
+    from nestplan.search.driver import _least_recompute
 
     rng = random.Random(3)
     for _ in range(300):
-        points = [(rng.choice([0.0, 1.0, 2.0, rng.uniform(0, 10)]), rng.uniform(0, 5))
-                  for _ in range(rng.randint(1, 6))]
-        xs, ys = _lower_hull(points)
-        assert list(xs) == sorted(xs) and all(np.diff(ys) < 0)
-        for _ in range(20):
-            s = rng.uniform(min(p[0] for p in points), max(p[0] for p in points) + 2)
-            best = min(r for k, r in points if k <= s)
-            for (k1, r1), (k2, r2) in itertools.permutations(points, 2):
-                if k1 <= s < k2:  # a fraction f of policy 2: (1 - f)·k1 + f·k2 = s
-                    f = (s - k1) / (k2 - k1)
-                    best = min(best, (1 - f) * r1 + f * r2)
-            assert np.interp(min(s, xs[-1]), xs, ys) == pytest.approx(best, abs=1e-12)
+        chunks = rng.randint(1, 5)
+        held = tuple(rng.randint(0, 40) for _ in range(chunks))
+        points = tuple((rng.choice([0.0, 1.0, rng.uniform(0, 10)]), rng.uniform(0, 5))
+                       for _ in range(rng.randint(1, 5)))
+        n = np.arange(0, 25)
+        allowed = np.array([rng.uniform(0, 400) for _ in n])
+        got = _least_recompute(points, held, 24, allowed)
+        for count, cap, value in zip(n, allowed, got):
+            per_chunk = [count // chunks + (k < count % chunks) for k in range(chunks)]
+            blocks = [k for k in range(chunks) for _ in range(per_chunk[k])]  # each block's chunk
+            fitting = [count * rc for kept, rc in points
+                       if sum(kept * held[k] for k in blocks) <= cap]
+            assert value == pytest.approx(min(fitting, default=np.inf), abs=1e-12)

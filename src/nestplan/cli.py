@@ -407,6 +407,8 @@ def cmd_list(args) -> int:
             if m.moe is not None:
                 size += (f", {active_params(m) / 1e9:.1f}B active ({m.moe.experts} experts, "
                          f"top-{m.moe.top_k})")
+            if m.mtp_layers:
+                size += f", with {m.mtp_layers} multi-token-prediction depth(s)"
             print(f"{name:22s} {m.layers:4d} layers  {size}")
         else:
             print(name)

@@ -10,7 +10,6 @@ scored on the real scenario.
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -84,8 +83,8 @@ class _Floor(NamedTuple):
     stack: StackSpec
     block: float
     """The lightest block's model states."""
-    held: tuple[int, ...]
-    """Per device, the fewest micro-batches any of its chunks holds."""
+    held: tuple[tuple[int, ...], ...]
+    """Per device, the micro-batches each of its chunks holds at its peak."""
 
 
 def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
@@ -125,9 +124,10 @@ def _floor_of(sc: Scenario, local, pp: int, vp: int, schedule: str, dp: int, bes
     expert = sum(n * layer.expert_params for n, layer in layers)
     saved, transient, weights = _least_kept(mg, sc.stack.recompute, sc.stack.gather_whole_block)
     micro = sc.training.global_batch // (local.mbs * dp)
-    held = _least_held(schedule, pp, vp, micro)
+    held = _chunks_held(schedule, pp, vp, micro)
+    least = [min(h) for h in held]
     spare = max(sc.model.layers - vp * pp, 0)
-    blocks_held = (vp * sum(held) + spare * min(held)) / pp
+    blocks_held = (vp * sum(least) + spare * min(least)) / pp
     light = tuple((layer.params, layer.expert_params) for _, layer in layers
                   if layer.kind in BLOCK_KINDS)
     return (dense / pp, expert / pp, saved, transient, weights, blocks_held, light, held)
@@ -148,11 +148,28 @@ def _least_kept(mg, policies, whole_block: bool) -> tuple[np.ndarray, np.ndarray
 
 
 @cached(maxsize=4096)
-def _least_held(schedule: str, pp: int, vp: int, micro: int) -> tuple[int, ...]:
-    """Per pipeline device, the fewest micro-batches any of its chunks holds at its peak."""
+def _chunks_held(schedule: str, pp: int, vp: int, micro: int) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline device, the micro-batches each of its chunks holds at its peak."""
     from ..schedule import SCHEDULES
 
-    return tuple(min(SCHEDULES[schedule].held(i, pp, vp, micro)) for i in range(pp))
+    return tuple(tuple(SCHEDULES[schedule].held(i, pp, vp, micro)) for i in range(pp))
+
+
+def _chunk_counts(n: np.ndarray, chunks: int) -> np.ndarray:
+    """Blocks in each chunk of a device holding ``n`` blocks (one row per count), spread as the
+    plan space spreads them (``space.split_units``: extras in the first chunks; interleaved
+    models whose blocks differ hold a multiple of ``chunks``, the same in each)."""
+    k = np.arange(chunks)
+    return n[:, None] // chunks + (k[None, :] < (n[:, None] % chunks))
+
+
+@cached(maxsize=4096)
+def _held_weight(held: tuple[int, ...], blocks: int) -> np.ndarray:
+    """Micro-batch-blocks of activations a device with ``held`` per chunk keeps when it holds
+    0 to ``blocks`` blocks: each block times the micro-batches its chunk holds (read-only)."""
+    out = _chunk_counts(np.arange(blocks + 1), len(held)) @ np.asarray(held, dtype=float)
+    out.flags.writeable = False
+    return out
 
 
 def _states_floor(parts, policies) -> float:
@@ -170,22 +187,22 @@ def _states_floor(parts, policies) -> float:
 def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool:
     """Whether some split of ``blocks`` blocks, at least ``least`` per device, could fit every
     device in ``cap`` bytes when its blocks run any mix of ``policies``. Device ``i`` holding
-    ``n`` blocks needs at least ``n`` times the lightest block's model states and its least
-    kept bytes per micro-batch times the micro-batches its chunks hold at least, one block's
-    least working memory, and the reserve on these (linear: ``memory.reserve``); so it holds at
-    most ``floor((cap - fixed) / per_block_i)`` blocks, and those must add up to ``blocks``.
-    The embedding's and the head's states are left out (they only add)."""
+    ``n`` blocks needs at least ``n`` times the lightest block's model states, the least bytes a
+    block keeps per micro-batch times the micro-batches each block's chunk holds (its blocks
+    spread over its chunks as the plan space spreads them: ``_chunk_counts``), one block's least
+    working memory, and the reserve on these (linear: ``memory.reserve``); the most blocks each
+    device can hold so must add up to ``blocks``. The embedding's and the head's states are left
+    out (they only add)."""
     saved = min(parts.saved[p] for p in policies)
     room, share = _room(parts.stack, min(parts.transient[p] for p in policies), cap)
+    n = np.arange(blocks + 1)
     total = 0
-    for h in parts.held:
-        per_block = parts.block + share * h * saved
-        if per_block <= 0.0:
-            return room >= 0.0
-        most = math.floor(room / per_block + 1e-9)
+    for held, mult in Counter(parts.held).items():
+        need = n * parts.block + share * saved * _held_weight(held, blocks)  # nondecreasing
+        most = int(np.searchsorted(need, room * (1 + 1e-12), side="right")) - 1
         if most < least:
             return False
-        total += most
+        total += mult * most
     return total >= blocks
 
 
@@ -196,41 +213,36 @@ def _room(stack: StackSpec, work: float, cap: float) -> tuple[float, float]:
     return cap - M.reserve(0.0, work, stack) - work, 1.0 + stack.allocator_overhead
 
 
-def _lower_hull(points) -> tuple[np.ndarray, np.ndarray]:
-    """The lower convex hull of (bytes kept, recompute seconds) points where keeping more
-    recomputes less: the least recompute any mix of them reaches per byte kept (an LP over
-    fractions of blocks), as vertices in increasing bytes."""
-    best: dict[float, float] = {}
-    for kept, rc in points:
-        best[kept] = min(rc, best.get(kept, np.inf))
-    hull: list[tuple[float, float]] = []
-    for kept, rc in sorted(best.items()):
-        if hull and rc >= hull[-1][1]:  # keeps more and recomputes no less: never better
-            continue
-        while len(hull) >= 2:  # drop a middle vertex above the chord
-            (x0, y0), (x1, y1) = hull[-2], hull[-1]
-            if (y1 - y0) * (kept - x0) >= (rc - y0) * (x1 - x0):
-                hull.pop()
-            else:
-                break
-        hull.append((kept, rc))
-    return np.array([h[0] for h in hull]), np.array([h[1] for h in hull])
-
-
 def _memory_top(parts: _Floor, policies, cap: float, blocks: int, least: int, work: float,
                 rcs) -> float:
     """Per-micro-batch work the busiest device has at least when memory forces recomputation:
     device ``i`` holding ``n`` blocks of at least ``work`` seconds each fits in ``cap`` only if
-    its blocks keep at most ``(room - n·block) / (share·h_i)`` bytes per micro-batch
-    (``_positions_fit``'s floor), and the least recompute of ``n`` blocks keeping that much is
-    ``n`` times the lower hull of the policies' (least kept bytes, least recompute ``rcs``)
-    at the average (mixing policies block by block at best as the hull's fractions do). So a
-    device can hold ``n`` blocks within ``T`` only if ``n·work + R_i(n) <= T``; the least ``T``
-    at which those counts (at least ``least`` each) add up to ``blocks`` bounds the busiest
-    device (inf when no split fits)."""
+    what its blocks keep, each block's bytes per micro-batch times the micro-batches its chunk
+    holds (``_positions_fit``'s floor), stays within its room; the least recompute of ``n``
+    blocks doing so is that of the cheapest policy (least kept bytes, least recompute ``rcs``)
+    that fits, a device's blocks all running its one policy (``_least_recompute``). So a
+    device can hold ``n`` blocks within ``T`` only if
+    ``n·work + R_i(n) <= T``; the least ``T`` at which those counts (at least ``least`` each) add
+    up to ``blocks`` bounds the busiest device (inf when no split fits)."""
     return _least_top_under_memory(
         tuple((float(parts.saved[p]), rcs[p]) for p in policies), parts.held, parts.block,
         min(float(parts.transient[p]) for p in policies), parts.stack, cap, blocks, least, work)
+
+
+def _least_recompute(points, held: tuple[int, ...], blocks: int,
+                     allowed: np.ndarray) -> np.ndarray:
+    """For each count ``n`` from 0 to ``blocks``, the least recompute seconds of a device holding
+    ``n`` blocks whose kept bytes, each block's weighted by the micro-batches its chunk holds
+    (``held``), total at most ``allowed``: a plan runs one policy on all of a device's blocks,
+    so the cheapest of the policies (``points``: bytes kept and recompute seconds per block and
+    micro-batch, each the least of any block) that fits; inf when none does."""
+    n = np.arange(blocks + 1)
+    weight = _held_weight(held, blocks)
+    out = np.full(n.shape, np.inf)
+    for kept, rc in points:
+        fits = weight * kept <= allowed * (1 + 1e-12)
+        out = np.where(fits, np.minimum(out, n * rc), out)
+    return out
 
 
 @cached(maxsize=65536)
@@ -238,19 +250,17 @@ def _least_top_under_memory(points, held, block: float, work_mem: float, stack, 
                             blocks: int, least: int, work: float) -> float:
     """``_memory_top`` from hashable parts (configurations of one shape share them): ``points``
     per policy (bytes kept per block and micro-batch, recompute seconds per block and
-    micro-batch), ``held`` micro-batches per device, ``block`` (bytes of the lightest block's
-    states), ``work_mem`` and ``cap`` bytes, ``work`` seconds per block and micro-batch."""
-    hull_s, hull_r = _lower_hull(points)
+    micro-batch), ``held`` micro-batches per device and chunk, ``block`` (bytes of the lightest
+    block's states), ``work_mem`` and ``cap`` bytes, ``work`` seconds per block and
+    micro-batch."""
     room, share = _room(stack, work_mem, cap)
-    n = np.arange(blocks + 1, dtype=float)
+    n = np.arange(blocks + 1)
     curves = []
     for h, mult in Counter(held).items():  # devices holding alike share a curve
         budget = room - n * block
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per = budget / (share * h * n) if h > 0 else np.where(budget >= 0, np.inf, -np.inf)
-        rec = np.interp(np.minimum(per, hull_s[-1]), hull_s, hull_r)
-        cost = n * work + n * rec
-        cost[(per < hull_s[0]) | (budget < 0)] = np.inf
+        rec = _least_recompute(points, h, blocks, budget / share)
+        cost = n * work + rec
+        cost[budget < 0] = np.inf
         cost[0] = 0.0
         # the least cost of holding n or more blocks: nondecreasing in n
         curves.append((np.minimum.accumulate(cost[::-1])[::-1], mult))
