@@ -107,7 +107,9 @@ class StackSpec(_CachedHash):
     ``--cuda-graph-impl full_iteration``: "1 CUDA graph for the whole forward-backward path
     excluding the optimizer step", megatron/core/transformer/transformer_config.py @ d98e8a64dd):
     the host launches nothing per layer, so no MoE layer waits on it (``moe_layer_host`` does not
-    apply)."""
+    apply). Such a graph cannot hold the dispatch's host sync: the recipes that use it give
+    HybridEP a static per-rank token budget (``moe_expert_rank_capacity_factor``), under which
+    ``_HybridEPManager`` sizes its buffers without one (token_dispatcher.py, same commit)."""
     gather_whole_block: bool = False
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""
