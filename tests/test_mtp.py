@@ -71,7 +71,8 @@ def test_the_head_runs_the_depth_with_its_block_and_a_lookup_table_when_apart():
 def test_tensor_parallel_depths_gather_the_projection():
     g = G.build(V3, _local(tp=2, ep=4, sp=True))
     names = {c.name for c in g.head.comms}
-    assert {"mtp_eh_proj.ag", "mtp_eh_proj.ag_out", "mtp_lm_head.ag", "mtp_loss.ar"} <= names
+    assert {"mtp_eh_proj.ag", "mtp_eh_proj.ag_out", "mtp_eh_proj.ag_scatter_bwd",
+            "mtp_lm_head.ag", "mtp_loss.ar"} <= names
 
 
 def test_the_last_stage_pays_for_the_depth_and_its_embedding_gradient():
@@ -90,6 +91,12 @@ def test_the_last_stage_pays_for_the_depth_and_its_embedding_gradient():
     # Megatron's default split without a layout puts the depth on a full stage: the slowest
     even = evaluate(sc, replace(par, stage_layers=None))
     assert even.stages[-1].time_per_microbatch == max(s.time_per_microbatch for s in even.stages)
+    # the lookup table's gradient is all-reduced with the embedding's (first and last stage)
+    from nestplan.cost.device import config_costs
+
+    with_depth = config_costs(sc, par)
+    assert with_depth.tied_params == pytest.approx(with_depth.graph.embedding.params)
+    assert config_costs(replace(sc, model=replace(sc.model, mtp_layers=0)), par).tied_params == 0
 
 
 def test_grouped_gemms_read_every_local_experts_weight():
