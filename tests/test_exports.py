@@ -160,6 +160,11 @@ def test_megatron_trains_the_depths_where_the_plan_puts_them():
     assert "--mtp-num-layers" not in plain and "|L'" in plain
     for fmt in ("torchtitan", "deepspeed"):
         assert any("multi-token-prediction depth" in n for n in export(pf, fmt).notes), fmt
+    titan = export(pf, "torchtitan").text
+    assert "deepseek_v3_671b" in titan  # torchtitan 0.3's own DeepSeek-V3 definition
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    check_torchtitan(pf, titan)
 
 
 def test_exports_say_what_they_change_and_warn_when_nothing_fits():

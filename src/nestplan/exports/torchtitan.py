@@ -25,7 +25,9 @@ from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, p
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
-            "llama3-405b": ("llama3", "llama3_405b")}
+            "llama3-405b": ("llama3", "llama3_405b"),
+            # torchtitan/models/deepseek_v3/config_registry.py (0.3.0 wheel): without MTP depths
+            "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
 TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
