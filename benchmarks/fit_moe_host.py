@@ -25,6 +25,8 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 DEV = [DATA / "moe_runs.csv"]
 HELD_OUT = [DATA / "moe_held_out.csv", DATA / "held_out_runs.csv"]
 GRID_MS = [i / 10 for i in range(0, 151)]
+NEWER_HELD_OUT = ("nemo2509", "nemo2606", "nemo260601", "nemo2608")
+"""Releases held out in the GB200/GB300/B300 file (tests/data/moe_runs_sources.md, the split)."""
 
 
 def moe_cases(paths):
@@ -58,6 +60,15 @@ def main() -> None:
               f"rows over 35 %: {sum(abs(e) > 0.35 for e in after)}")
         for c, b, a in zip(cases, before, after):
             print(f"  {c.id:44s} {c.scenario.stack.name[:30]:30s} {b:+7.1%} -> {a:+7.1%}")
+    # the GB200/GB300/B300 rows, loaded after the fit: what a refit on every development row
+    # would pick (coarser grid), against the catalog's value
+    newer = moe_cases([DATA / "moe_runs_gb200_gb300_b300.csv"])
+    more = dev + [c for c in newer if c.id.split("-")[0] not in NEWER_HELD_OUT]
+    catalog = dev[0].scenario.stack.moe_layer_host / MS
+    scan = [(mean_abs(errors(more, h)), h) for h in GRID_MS[::5]]
+    print(f"\nall {len(more)} development rows (with the GB200/GB300/B300 file's): a refit would "
+          f"pick {min(scan)[1]:.1f} ms (mean |error| {min(scan)[0]:.1%}; at the catalog's "
+          f"{catalog:.1f} ms {mean_abs(errors(more, catalog)):.1%})")
 
 
 if __name__ == "__main__":
