@@ -185,7 +185,7 @@ def test_moe_layer_host_time_bounds_the_forward_and_shows_as_host():
 def test_a_full_iteration_cuda_graph_leaves_nothing_to_wait_on(tmp_path):
     """With the whole forward-backward replayed as one CUDA graph the MoE layers wait on no host;
     the stack file key is checked and exported as Megatron's --cuda-graph-impl."""
-    from console import cli, one_line_error
+    from console import one_line_error
     from nestplan import planfile
     from nestplan.exports import export
 
@@ -207,21 +207,27 @@ def test_a_full_iteration_cuda_graph_leaves_nothing_to_wait_on(tmp_path):
     assert get_stack(str(good)).full_iteration_cuda_graph
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "nemo"\nname = "g"\nfull_iteration_cuda_graph = "yes"\n')
-    code, out, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
-                         "--gpus", "16", "--tp", "1", "--pp", "1", "--mbs", "1", "--ep", "8",
-                         "--global-batch", "64", "--seq-len", "4096", "--stack", bad)
+    code, out, err = _evaluate_moe_with(bad)
     assert one_line_error(code, out, err, "full_iteration_cuda_graph"), err
 
 
 def test_moe_layer_host_time_in_stack_files(tmp_path):
-    from console import cli, one_line_error
+    from console import one_line_error
 
     good = tmp_path / "host.toml"
     good.write_text('base = "megatron-core"\nname = "mine"\nmoe_layer_host_ms = 2.5\n')
     assert get_stack(str(good)).moe_layer_host == pytest.approx(2.5e-3)
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "megatron-core"\nname = "mine"\nmoe_layer_host_ms = -1\n')
-    code, out, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
-                         "--gpus", "16", "--tp", "1", "--pp", "1", "--mbs", "1", "--ep", "8",
-                         "--global-batch", "64", "--seq-len", "4096", "--stack", bad)
+    code, out, err = _evaluate_moe_with(bad)
     assert one_line_error(code, out, err, "moe_layer_host_ms"), err
+
+
+def _evaluate_moe_with(stack):
+    """``nestplan evaluate`` of Qwen3-30B-A3B with expert parallelism under a stack file:
+    (exit code, stdout, stderr)."""
+    from console import cli
+
+    return cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus",
+               "16", "--tp", "1", "--pp", "1", "--mbs", "1", "--ep", "8", "--global-batch", "64",
+               "--seq-len", "4096", "--stack", stack)

@@ -153,10 +153,18 @@ class LayerGraph:
     expert_load: float = 1.0
     """How far the routed experts' ops (``expert_*``) run above the mean device's work: the
     busiest expert rank's load (its time and memory); hardware FLOP counts divide it out."""
-    moe_blocks: int = 0
-    """MoE blocks it runs (one for an MoE block; a head's multi-token-prediction blocks)."""
+    depths: int = 0
+    """A head's multi-token-prediction depths (``ModelSpec.mtp_layers``), each running
+    ``depth_block``."""
     depth_block: LayerGraph | None = None
-    """A head's multi-token-prediction block (each depth runs one), else None."""
+    """A head's multi-token-prediction block, else None."""
+
+    @property
+    def moe_blocks(self) -> int:
+        """MoE blocks it runs (one for an MoE block; a head's depths with an MoE block)."""
+        if self.depth_block is not None:
+            return self.depths * self.depth_block.moe_blocks
+        return int(self.kind is LayerKind.MOE)
 
     @property
     def largest_weight(self) -> float:
@@ -490,8 +498,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
                             for c in comms), params, expert_params, E * Tn * h, total,
-                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0),
-                      moe_blocks=int(moe))
+                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
@@ -658,8 +665,7 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
     return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params,
                       depths * block.expert_params, 0.0, total,
                       expert_load=block.expert_load if depths else 1.0,
-                      moe_blocks=depths * block.moe_blocks,
-                      depth_block=block if depths else None)
+                      depths=depths, depth_block=block if depths else None)
 
 
 @dataclass(frozen=True, eq=False)

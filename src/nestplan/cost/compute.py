@@ -100,9 +100,10 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
     args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision, stack.tp_overlap,
             stack.overlap_efficiency)
     if layer.depth_block is None:
-        return _layer_cost(layer, *args, host if layer.moe_blocks else 0.0)
+        return _layer_cost(layer, *args, host * layer.moe_blocks)
     # a head's depths: each depth's block waits as a block does, the rest of the head does not
-    wait = layer.moe_blocks * _layer_cost(layer.depth_block, *args, host).host
+    block = layer.depth_block
+    wait = layer.depths * _layer_cost(block, *args, host * block.moe_blocks).host
     cost = _layer_cost(layer, *args, 0.0)
     return replace(cost, fwd=cost.fwd + wait, host=wait)
 

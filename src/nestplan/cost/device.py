@@ -142,8 +142,10 @@ class ConfigCosts:
     ag: tuple[Coeffs, Coeffs]
     ar: tuple[Coeffs, Coeffs]
     tied_ar: Coeffs
-    """All-reduce of the tied embedding's gradient between first and last stage."""
+    """All-reduce between first and last stage of the embedding's gradient with its copy on the
+    head's device (a tied output weight, or multi-token prediction's lookup table)."""
     tied_params: float
+    """Elements of that gradient (0 when nothing is all-reduced)."""
     logits_bytes: float
     """fp32 logits gradient on the head's device during backward."""
 

@@ -83,8 +83,9 @@ class _Floor(NamedTuple):
     stack: StackSpec
     block: float
     """The lightest block's model states."""
-    held: tuple[tuple[int, ...], ...]
-    """Per device, the micro-batches each of its chunks holds at its peak."""
+    held: tuple[tuple[tuple[int, ...], int], ...]
+    """The micro-batches each chunk of a device holds at its peak, with how many devices hold
+    alike (devices holding alike share every per-device floor)."""
 
 
 def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
@@ -105,7 +106,8 @@ def _floor_shared(sc: Scenario, par: Parallelism):
     """``_floor_parts`` of a plan without its ZeRO stage: the average device's dense and expert
     parameters, the least kept and working bytes per policy, the fewest weights one ZeRO-3
     gather brings in, the blocks' worth of activations held, each block kind's (dense, expert)
-    parameters, and the micro-batches each device holds at least. No byte depends on where the
+    parameters, and the micro-batches each chunk of each kind of device holds (``_Floor.held``).
+    No byte depends on where the
     ranks sit: the plans of every rank order share one (``_floor_of``)."""
     from ..evaluate import local_strategy
 
@@ -130,7 +132,8 @@ def _floor_of(sc: Scenario, local, pp: int, vp: int, schedule: str, dp: int, bes
     blocks_held = (vp * sum(least) + spare * min(least)) / pp
     light = tuple((layer.params, layer.expert_params) for _, layer in layers
                   if layer.kind in BLOCK_KINDS)
-    return (dense / pp, expert / pp, saved, transient, weights, blocks_held, light, held)
+    return (dense / pp, expert / pp, saved, transient, weights, blocks_held, light,
+            tuple(Counter(held).items()))
 
 
 @cached(maxsize=4096)
@@ -155,19 +158,11 @@ def _chunks_held(schedule: str, pp: int, vp: int, micro: int) -> tuple[tuple[int
     return tuple(tuple(SCHEDULES[schedule].held(i, pp, vp, micro)) for i in range(pp))
 
 
-def _chunk_counts(n: np.ndarray, chunks: int) -> np.ndarray:
-    """Blocks in each chunk of a device holding ``n`` blocks (one row per count), spread as the
-    plan space spreads them (``space.split_units``: extras in the first chunks; interleaved
-    models whose blocks differ hold a multiple of ``chunks``, the same in each)."""
-    k = np.arange(chunks)
-    return n[:, None] // chunks + (k[None, :] < (n[:, None] % chunks))
-
-
 @cached(maxsize=4096)
 def _held_weight(held: tuple[int, ...], blocks: int) -> np.ndarray:
     """Micro-batch-blocks of activations a device with ``held`` per chunk keeps when it holds
     0 to ``blocks`` blocks: each block times the micro-batches its chunk holds (read-only)."""
-    out = _chunk_counts(np.arange(blocks + 1), len(held)) @ np.asarray(held, dtype=float)
+    out = space.chunk_counts(np.arange(blocks + 1), len(held)) @ np.asarray(held, dtype=float)
     out.flags.writeable = False
     return out
 
@@ -189,15 +184,15 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     device in ``cap`` bytes when its blocks run any mix of ``policies``. Device ``i`` holding
     ``n`` blocks needs at least ``n`` times the lightest block's model states, the least bytes a
     block keeps per micro-batch times the micro-batches each block's chunk holds (its blocks
-    spread over its chunks as the plan space spreads them: ``_chunk_counts``), one block's least
-    working memory, and the reserve on these (linear: ``memory.reserve``); the most blocks each
+    spread over its chunks as the plan space spreads them: ``space.chunk_counts``), one block's
+    least working memory, and the reserve on these (linear: ``memory.reserve``); the most blocks each
     device can hold so must add up to ``blocks``. The embedding's and the head's states are left
     out (they only add)."""
     saved = min(parts.saved[p] for p in policies)
     room, share = _room(parts.stack, min(parts.transient[p] for p in policies), cap)
     n = np.arange(blocks + 1)
     total = 0
-    for held, mult in Counter(parts.held).items():
+    for held, mult in parts.held:
         need = n * parts.block + share * saved * _held_weight(held, blocks)  # nondecreasing
         most = int(np.searchsorted(need, room * (1 + 1e-12), side="right")) - 1
         if most < least:
@@ -221,9 +216,9 @@ def _memory_top(parts: _Floor, policies, cap: float, blocks: int, least: int, wo
     holds (``_positions_fit``'s floor), stays within its room; the least recompute of ``n``
     blocks doing so is that of the cheapest policy (least kept bytes, least recompute ``rcs``)
     that fits, a device's blocks all running its one policy (``_least_recompute``). So a
-    device can hold ``n`` blocks within ``T`` only if
-    ``n·work + R_i(n) <= T``; the least ``T`` at which those counts (at least ``least`` each) add
-    up to ``blocks`` bounds the busiest device (inf when no split fits)."""
+    device can hold ``n`` blocks within ``T`` only if ``n·work + R_i(n) <= T``; the least ``T``
+    at which those counts (at least ``least`` each) add up to ``blocks`` bounds the busiest
+    device (inf when no split fits)."""
     return _least_top_under_memory(
         tuple((float(parts.saved[p]), rcs[p]) for p in policies), parts.held, parts.block,
         min(float(parts.transient[p]) for p in policies), parts.stack, cap, blocks, least, work)
@@ -250,13 +245,13 @@ def _least_top_under_memory(points, held, block: float, work_mem: float, stack, 
                             blocks: int, least: int, work: float) -> float:
     """``_memory_top`` from hashable parts (configurations of one shape share them): ``points``
     per policy (bytes kept per block and micro-batch, recompute seconds per block and
-    micro-batch), ``held`` micro-batches per device and chunk, ``block`` (bytes of the lightest
-    block's states), ``work_mem`` and ``cap`` bytes, ``work`` seconds per block and
-    micro-batch."""
+    micro-batch), ``held`` (``_Floor.held``: micro-batches per chunk of each kind of device, with
+    its count), ``block`` (bytes of the lightest block's states), ``work_mem`` and ``cap`` bytes,
+    ``work`` seconds per block and micro-batch."""
     room, share = _room(stack, work_mem, cap)
     n = np.arange(blocks + 1)
     curves = []
-    for h, mult in Counter(held).items():  # devices holding alike share a curve
+    for h, mult in held:  # devices holding alike share a curve
         budget = room - n * block
         rec = _least_recompute(points, h, blocks, budget / share)
         cost = n * work + rec

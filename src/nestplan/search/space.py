@@ -285,6 +285,15 @@ def homogeneous(model) -> bool:
     return model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers))
 
 
+def chunk_counts(n, chunks: int):
+    """Blocks in each chunk of a device holding ``n`` blocks (an integer array: one row per
+    count), spread as ``specs.chunks_from_totals`` spreads them, extras in the first chunks (an
+    interleaved model whose blocks differ holds a multiple of ``chunks``: the same in each)."""
+    import numpy as np
+
+    return n[:, None] // chunks + (np.arange(chunks)[None, :] < (n[:, None] % chunks))
+
+
 def split_units(model, vp: int) -> tuple[int, int]:
     """What the stage DP splits among the devices, as (units, least units per device).
 

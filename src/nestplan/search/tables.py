@@ -69,7 +69,7 @@ def _classes(cc: D.ConfigCosts):
     """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
     parts), constant) of ``cc``'s plan on its schedule's chunk placement; None when the units
     cannot give every device its least share."""
-    from .space import homogeneous, split_units
+    from .space import chunk_counts, homogeneous, split_units
 
     sc, par = cc.sc, cc.par
     model = sc.model
@@ -85,9 +85,10 @@ def _classes(cc: D.ConfigCosts):
         # n // v blocks with the extras first
         valid = ((idx >= least) & (idx <= top))[:, None]
         all_moe = model.moe is not None
+        counts = chunk_counts(idx, v).astype(float)
         rounds = []
         for k in range(v):
-            blocks = (idx // v + (k < idx % v)).astype(float)
+            blocks = counts[:, k]
             rounds.append((0.0 * blocks, blocks) if all_moe else (blocks, 0.0 * blocks))
     else:  # blocks [lo, hi) of every round of units (one round without interleaving)
         hi, lo = np.meshgrid(idx, idx, indexing="ij")
