@@ -287,7 +287,6 @@ def test_least_top_equals_the_best_split_found_by_brute_force():
     """``space._least_top`` (the busiest device's least work when the embedding's and the
     head's devices carry extra work) equals the least maximum over every split of the blocks
     with at least ``least`` per device."""
-    import itertools
     import random
 
     from nestplan.search.space import _least_top

@@ -47,8 +47,9 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
                    stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
-                   stack.moe_dispatcher, stack.moe_overlap, tr.moe_load,
-                   stack.fp8_tp_gather and tr.precision is Precision.FP8)
+                   stack.moe_dispatcher, stack.moe_overlap,
+                   tr.moe_capacity if stack.pads_experts(tr) else tr.moe_load,
+                   stack.fp8_tp_gather and tr.precision is Precision.FP8, stack.pads_experts(tr))
 
 
 @cached(maxsize=256)

@@ -212,6 +212,9 @@ class Local:
     fp8_tp_gather: bool = False
     """Tensor-parallel all-gathers around fp8 linear layers move fp8 (the stack's
     ``fp8_tp_gather`` in fp8 training)."""
+    moe_padded: bool = False
+    """Every expert's input is padded to its capacity (``StackSpec.pads_experts``): ``moe_load``
+    is the capacity factor, on one expert rank too."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -454,7 +457,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         ops.append(_gemm("router", Tn, h, mo.experts, saved=E * Tn * h, lowp=False))
         ops.append(_mem("router_softmax", Tn * mo.experts, saved=FP32 * Tn * mo.experts))
         routed = Tn * k  # token copies leaving this device
-        load = loc.moe_load if ep > 1 else 1.0  # one EP rank holds every expert: no busiest one
+        # one EP rank holds every expert: no busiest one, unless every expert is padded
+        load = loc.moe_load if ep > 1 or loc.moe_padded else 1.0
         X = routed * etp * load  # copies the busiest device computes
         local_experts = mo.experts / ep
         f_e = mo.ffn_hidden / etp
@@ -498,7 +502,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
                             for c in comms), params, expert_params, E * Tn * h, total,
-                      expert_load=(loc.moe_load if moe and loc.ep > 1 else 1.0))
+                      # padded to capacity, every device computes its capacity alike
+                      expert_load=(loc.moe_load if moe and loc.ep > 1 and not loc.moe_padded
+                                   else 1.0))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:

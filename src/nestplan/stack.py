@@ -29,6 +29,8 @@ from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
+CUDA_GRAPHS = ("none", "layers", "full_iteration")
+"""What a stack may replay as CUDA graphs (``StackSpec.cuda_graphs``)."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
 
@@ -102,14 +104,26 @@ class StackSpec(_CachedHash):
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;
     reduce-scatters stay bf16 (torchao's ``Float8ColwiseParallel``/``Float8RowwiseParallel``,
     which torchtitan applies with float8 and TP)."""
-    full_iteration_cuda_graph: bool = False
-    """The forward-backward path replays as one CUDA graph (Megatron-Core
-    ``--cuda-graph-impl full_iteration``: "1 CUDA graph for the whole forward-backward path
-    excluding the optimizer step", megatron/core/transformer/transformer_config.py @ d98e8a64dd):
-    the host launches nothing per layer, so no MoE layer waits on it (``moe_layer_host`` does not
-    apply). Such a graph cannot hold the dispatch's host sync: the recipes that use it give
-    HybridEP a static per-rank token budget (``moe_expert_rank_capacity_factor``), under which
-    ``_HybridEPManager`` sizes its buffers without one (token_dispatcher.py, same commit)."""
+    cuda_graphs: str = "none"
+    """What replays as CUDA graphs, as Megatron-Core's ``--cuda-graph-impl``: ``none``; ``layers``
+    (``local`` capturing whole transformer layers, forward and backward); ``full_iteration`` ("1
+    CUDA graph for the whole forward-backward path excluding the optimizer step";
+    megatron/core/transformer/transformer_config.py @ d98e8a64dd). A graphed layer launches
+    nothing from the host, so an MoE layer in one does not wait on it (``moe_layer_host`` does not
+    apply). Megatron-Core captures an MoE layer only with static shapes: under ``layers`` when the
+    workload sets a capacity factor and the stack pads to it (``moe_pad_to_capacity``; "moe cuda
+    graph is only supported with drop-padding MoE", same file), otherwise the MoE layers run
+    eagerly and wait as before; the recipes that graph a full iteration give HybridEP a static
+    per-rank token budget (``moe_expert_rank_capacity_factor``), under which
+    ``_HybridEPManager`` sizes its buffers without the host sync (token_dispatcher.py, same
+    commit). Full recomputation runs only under ``full_iteration`` ("full recompute is only
+    supported with full iteration CUDA graph", same file), so a ``layers`` stack offers none."""
+    moe_pad_to_capacity: bool = False
+    """With a capacity factor (``TrainingSpec.moe_capacity``), every expert's input is padded to
+    its capacity (Megatron-Core ``--moe-pad-expert-input-to-capacity``; Megatron-Bridge's
+    token-drop benchmarks set it: ``apply_moe_token_drop``): every expert rank sends, receives
+    and computes its capacity whatever the routing, and the dispatch's shapes are static (no host
+    sync; graphable)."""
     gather_whole_block: bool = False
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""
@@ -187,6 +201,8 @@ class StackSpec(_CachedHash):
                             "allowed: alltoall, allgather, flex")
         if self.moe_overlap not in ("none", "shared", "batch"):
             raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):
@@ -217,6 +233,11 @@ class StackSpec(_CachedHash):
             if not name or any(c in name for c in ", \t"):
                 raise SpecError("stack.recompute", name, "a policy name is one word without "
                                 "commas (plans list one per stage, comma-separated)")
+        whole = [p.name for p in self.recompute if p.kind in ("full", "every")]
+        if self.cuda_graphs == "layers" and whole:
+            raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
+                            "recomputes whole layers only under full_iteration graphs; offer "
+                            "none, selective or modules:... policies")
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
@@ -243,6 +264,18 @@ class StackSpec(_CachedHash):
     def optimizer_bytes(self) -> int:
         """Optimizer bytes per parameter: Adam's fp32 m and v, plus the fp32 master copy."""
         return 8 + self.master_bytes
+
+    def pads_experts(self, training) -> bool:
+        """Every expert's input is padded to the capacity ``training`` (a TrainingSpec) sets."""
+        return self.moe_pad_to_capacity and training.moe_capacity is not None
+
+    def moe_host_wait(self, training) -> float:
+        """Seconds an MoE layer's forward waits on the host: none inside a CUDA graph (see
+        ``cuda_graphs``), ``moe_layer_host`` when it runs eagerly."""
+        if self.cuda_graphs == "full_iteration" or (
+                self.cuda_graphs == "layers" and self.pads_experts(training)):
+            return 0.0
+        return self.moe_layer_host
 
     def policy_index(self, name: str) -> int | None:
         """Position of the recompute policy ``name`` in ``recompute`` (None if not offered)."""

@@ -95,8 +95,7 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                training: TrainingSpec, stack: StackSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
-    # a full-iteration CUDA graph replays without the host: nothing to wait on
-    host = 0.0 if stack.full_iteration_cuda_graph else stack.moe_layer_host
+    host = stack.moe_host_wait(training)
     args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision, stack.tp_overlap,
             stack.overlap_efficiency)
     if layer.depth_block is None:

@@ -79,6 +79,10 @@ def export(pf: PlanFile) -> Export:
                  f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
         if sc.stack.moe_dispatcher == "flex":
             args.append("--moe-flex-dispatcher-backend deepep")
+        if tr.moe_capacity is not None:
+            args.append(f"--moe-expert-capacity-factor {tr.moe_capacity:g}")
+            if sc.stack.pads_experts(tr):
+                args.append("--moe-pad-expert-input-to-capacity")
         if sc.stack.moe_overlap == "batch" and par.ep > 1:
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
         elif sc.stack.moe_overlap == "shared" and m.moe.shared_experts:
@@ -137,8 +141,10 @@ def export(pf: PlanFile) -> Export:
              f"--ffn-hidden-size {m.ffn_hidden}"]
     if m.mtp_layers:
         args.append(f"--mtp-num-layers {m.mtp_layers}")
-    if sc.stack.full_iteration_cuda_graph:  # validate_args requires the NaN check off with it
+    if sc.stack.cuda_graphs == "full_iteration":  # validate_args wants the NaN check off with it
         args += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+    elif sc.stack.cuda_graphs == "layers":  # no --cuda-graph-modules: whole layers
+        args.append("--cuda-graph-impl local")
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     if m.mlp is MLPKind.SWIGLU:
