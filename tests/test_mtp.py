@@ -95,8 +95,9 @@ def test_the_last_stage_pays_for_the_depth_and_its_embedding_gradient():
     from nestplan.cost.device import config_costs
 
     with_depth = config_costs(sc, par)
-    assert with_depth.tied_params == pytest.approx(with_depth.graph.embedding.params)
-    assert config_costs(replace(sc, model=replace(sc.model, mtp_layers=0)), par).tied_params == 0
+    assert with_depth.embedding_copy_params == pytest.approx(with_depth.graph.embedding.params)
+    without = config_costs(replace(sc, model=replace(sc.model, mtp_layers=0)), par)
+    assert without.embedding_copy_params == 0
 
 
 def test_grouped_gemms_read_every_local_experts_weight():

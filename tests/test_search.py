@@ -330,3 +330,18 @@ def test_memory_forced_recompute_is_that_of_the_cheapest_policy_that_fits():
             fitting = [count * rc for kept, rc in points
                        if sum(kept * held[k] for k in blocks) <= cap]
             assert value == pytest.approx(min(fitting, default=np.inf), abs=1e-12)
+
+
+def test_the_spread_rule_has_one_meaning_in_both_forms():
+    """``space.chunk_counts`` (arrays, for the cost tables and the memory floors) spreads a
+    device's blocks over its chunks exactly as ``specs.spread`` does (plans, default splits)."""
+    import numpy as np
+
+    from nestplan.search.space import chunk_counts
+    from nestplan.specs import chunks_from_totals, spread
+
+    counts = np.arange(40)
+    for chunks in range(1, 7):
+        table = chunk_counts(counts, chunks)
+        assert [list(row) for row in table] == [spread(int(n), chunks) for n in counts]
+    assert chunks_from_totals((5, 4), 2) == (3, 2, 2, 2)

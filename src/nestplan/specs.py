@@ -738,14 +738,26 @@ def even_split(layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def spread(total: int, vp: int) -> list[int]:
+    """Blocks in each of a device's ``vp`` chunks when it holds ``total``: as even as possible,
+    the extra blocks in its first chunks (the plan space's rule; ``search.space.chunk_counts``
+    is its array form).
+
+    >>> spread(5, 2)
+    [3, 2]
+    """
+    return [total // vp + (1 if k < total % vp else 0) for k in range(vp)]
+
+
 def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
     """Chunk sizes in model order (round-major) when device ``i`` holds ``totals[i]`` blocks
-    spread over its ``vp`` chunks as evenly as possible, extra blocks in the earlier rounds.
+    spread over its ``vp`` chunks (:func:`spread`).
 
     >>> chunks_from_totals((5, 4), 2)
     (3, 2, 2, 2)
     """
-    return tuple(t // vp + (1 if r < t % vp else 0) for r in range(vp) for t in totals)
+    per_device = [spread(t, vp) for t in totals]
+    return tuple(chunks[r] for r in range(vp) for chunks in per_device)
 
 
 def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[int, ...]:
@@ -755,9 +767,7 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
     if schedule is not None and schedule.mirrored:  # its fold's split (``fold``)
         return default_split(model, pp // 2, vp, SCHEDULES[schedule.folds_to])
     if schedule is not None and schedule.v_shape:
-        per_device = [[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
-                      for t in even_split(model.layers, pp)]
-        return schedule.model_order(per_device, pp, vp)
+        return schedule.model_order([spread(t, vp) for t in even_split(model.layers, pp)], pp, vp)
     if vp == 1 or model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers)):
         return chunks_from_totals(even_split(model.layers, pp), vp)
     per_round = even_split(model.layers // vp, pp) if model.layers % vp == 0 else None

@@ -141,10 +141,10 @@ class ConfigCosts:
     """Reduce-scatter over the dense and expert data-parallel groups."""
     ag: tuple[Coeffs, Coeffs]
     ar: tuple[Coeffs, Coeffs]
-    tied_ar: Coeffs
+    embedding_copy_ar: Coeffs
     """All-reduce between first and last stage of the embedding's gradient with its copy on the
     head's device (a tied output weight, or multi-token prediction's lookup table)."""
-    tied_params: float
+    embedding_copy_params: float
     """Elements of that gradient (0 when nothing is all-reduced)."""
     logits_bytes: float
     """fp32 logits gradient on the head's device during backward."""
@@ -187,10 +187,10 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 
     # the embedding's gradient, summed with the head's copy (a tied output weight, or the lookup
     # table of multi-token prediction); a V puts both on device 0: nothing to all-reduce
-    tied_params = 0.0
+    embedding_copy_params = 0.0
     if (model.tied_embeddings or model.mtp_layers) and pp > 1 and not schedule.v_shape:
-        tied_params = mg.embedding.params - (model.max_positions * model.hidden
-                                             if model.position.value == "learned" else 0)
+        embedding_copy_params = mg.embedding.params - (
+            model.max_positions * model.hidden if model.position.value == "learned" else 0)
     head = mg.head_shared if par.head_beside_embedding else mg.head
     return ConfigCosts(
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
@@ -199,8 +199,8 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         boundary=boundary, fill=fill, steady_p2p=steady,
         rs=coeffs(G.CollKind.REDUCE_SCATTER), ag=coeffs(G.CollKind.ALL_GATHER),
         ar=coeffs(G.CollKind.ALL_REDUCE),
-        tied_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
-        tied_params=tied_params,
+        embedding_copy_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
+        embedding_copy_params=embedding_copy_params,
         logits_bytes=st.loss_transient_bytes * par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(
             model.vocab, par.tp) / par.tp,
     )
@@ -358,8 +358,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     if par.zero < 2:
         coeffs = cc.ar if par.zero == 0 else cc.rs
         sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
-    if cc.tied_params and stage in (0, par.pp - 1):
-        sync = sync + coeff_time(cc.tied_ar, cc.tied_params * st.grad_bytes)
+    if cc.embedding_copy_params and stage in (0, par.pp - 1):
+        sync = sync + coeff_time(cc.embedding_copy_ar, cc.embedding_copy_params * st.grad_bytes)
     tail = exposed(np.asarray(sync)[..., None], B if st.overlap_grad_reduce else 0.0,
                    st.overlap_efficiency)
     shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (

@@ -287,8 +287,8 @@ def homogeneous(model) -> bool:
 
 def chunk_counts(n, chunks: int):
     """Blocks in each chunk of a device holding ``n`` blocks (an integer array: one row per
-    count), spread as ``specs.chunks_from_totals`` spreads them, extras in the first chunks (an
-    interleaved model whose blocks differ holds a multiple of ``chunks``: the same in each)."""
+    count): ``specs.spread`` for many counts at once (an interleaved model whose blocks differ
+    holds a multiple of ``chunks``: the same in each)."""
     import numpy as np
 
     return n[:, None] // chunks + (np.arange(chunks)[None, :] < (n[:, None] % chunks))
@@ -298,7 +298,7 @@ def split_units(model, vp: int) -> tuple[int, int]:
     """What the stage DP splits among the devices, as (units, least units per device).
 
     The plan space's split rule: each device holds a number of blocks spread over its ``vp``
-    chunks as evenly as possible (``specs.chunks_from_totals``) — the units are blocks, at least
+    chunks as evenly as possible (``specs.spread``) — the units are blocks, at least
     one per chunk. Interleaved models whose blocks differ (some dense, some MoE) instead repeat
     one split of ``layers / vp`` blocks in every round of chunks, so that every chunk's blocks are
     known from its position.
