@@ -7,6 +7,7 @@ installs; without it they are skipped.
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -380,7 +381,9 @@ def test_every_paper_scenario_plan_exports_and_parses(monkeypatch, part):
     rows = json.loads(PAPER_PLANS.read_text())
     assert len(rows) >= 40
     shapes = set()  # Megatron's rank generator is slow: check each distinct mesh once
-    parsed = set()  # torchtitan's parser too: each distinct argument list (but the stage FQNs)
+    # torchtitan's parser too (0.2 s a call): each distinct argument list up to its numbers and
+    # stage FQNs (33 of 204 plans), which covers every flag and value kind the exports write
+    parsed = set()
     for row in rows[part::2]:
         sc = scenario_from_names(row["model"], row["cluster"], row["gpus"],
                                  seq_len=row["seq_len"], global_batch=row["global_batch"])
@@ -392,7 +395,7 @@ def test_every_paper_scenario_plan_exports_and_parses(monkeypatch, part):
         shape = (par.tp, par.pp, par.dp, par.cp, par.rank_order)
         check_megatron(pf, text["megatron"], ranks=shape not in shapes)
         shapes.add(shape)
-        key = tuple(line for line in text["torchtitan"].splitlines()
+        key = tuple(re.sub(r"\d+", "#", line) for line in text["torchtitan"].splitlines()
                     if not line.startswith("#") and "module_fqns" not in line)
         if key not in parsed:
             check_torchtitan(pf, text["torchtitan"])
