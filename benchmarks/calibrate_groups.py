@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Calibration from one measured run: does it carry to the rest of its group?
 
-For every group of the held-out runs (``tests/data/held_out_runs.csv``: one stack, one
+For every group of the held-out runs (``tests/data/held_out_runs.csv``: one stack's calibration,
+which its variants share (a row may run on a variant file based on it, e.g. with DeepEP), one
 accelerator, dense or MoE), and for every choice of the one row a user would measure, fit the
-row's stack with ``calibrate`` (one row: one compute scale) and predict the group's other rows.
+row's stack with ``calibrate`` (one row: one compute scale) and predict the group's other rows,
+each with its own stack under that calibration (``StackSpec.calibrated_as``).
 Prints per group the median |error| of the other rows before calibration and after it, as the
 median and the worst over the choice of the calibration row. Held-out rows are scored here, never
 fitted into the catalog.
@@ -19,10 +21,26 @@ from collections import defaultdict
 from pathlib import Path
 
 from nestplan.calibrate import fit
+from nestplan.catalog import get_stack, list_names
+from nestplan.errors import SpecError
+from nestplan.stack import CALIBRATION
 from nestplan.validation import load_cases, predict
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent / "tests" / "data" / "held_out_runs.csv"
+
+
+def family(stack) -> str:
+    """The catalog stack whose calibration ``stack`` has (else its own name)."""
+    mine = tuple(getattr(stack, f) for f in CALIBRATION)
+    for name in [stack.name, *list_names("stacks")]:
+        try:
+            catalog = get_stack(name)
+        except SpecError:  # a stack file's own name, not a catalog one
+            continue
+        if tuple(getattr(catalog, f) for f in CALIBRATION) == mine:
+            return name
+    return stack.name
 
 
 def groups(cases):
@@ -32,7 +50,7 @@ def groups(cases):
             continue
         sc = c.scenario
         kind = "MoE" if sc.model.moe is not None else "dense"
-        out[(sc.stack.name, sc.cluster.accelerator.name, kind)].append(c)
+        out[(family(sc.stack), sc.cluster.accelerator.name, kind)].append(c)
     return out
 
 
@@ -46,13 +64,12 @@ def table(path: Path) -> list[dict]:
     for (stack, acc, kind), cases in sorted(groups(load_cases(path)).items()):
         if len(cases) < 2:
             continue
-        base = cases[0].scenario.stack
-        before = statistics.median(error(c, base) for c in cases)
+        before = statistics.median(error(c, c.scenario.stack) for c in cases)
         after = []
         for i, one in enumerate(cases):
-            fitted = fit([one], base, leave_one_out=False).stack
-            after.append(statistics.median(error(c, fitted) for j, c in enumerate(cases)
-                                           if j != i))
+            fitted = fit([one], one.scenario.stack, leave_one_out=False).stack
+            after.append(statistics.median(error(c, c.scenario.stack.calibrated_as(fitted))
+                                           for j, c in enumerate(cases) if j != i))
         rows.append(dict(group=f"{stack}, {acc}, {kind}", rows=len(cases), before=before,
                          after_median=statistics.median(after), after_worst=max(after)))
     return rows

@@ -36,6 +36,29 @@ def test_bases_carry_over_and_overrides_win():
     assert get_stack("megatron-2022").tp_overlap.value == "backward"
 
 
+def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp_path):
+    """``calibrated_as`` gives a variant stack (behaviour set, calibration inherited) the
+    calibration of a calibrated stack: the same stack as a variant file whose base is the
+    calibrated file that ``nestplan calibrate`` writes."""
+    from dataclasses import replace
+
+    from nestplan.tomlfmt import dumps
+
+    nemo = get_stack("nemo")
+    calibrated = replace(nemo, name="mine", matmul_scale=0.8, attention_scale=0.9,
+                         memory_scale=0.7, moe_layer_host=0.004, fitted_on=("run-1",))
+    (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{
+        k: v for k, v in stack_to_table(calibrated).items()
+        if v != stack_to_table(nemo).get(k) or k in ("name", "fitted_on")}}))
+    variant_text = 'name = "v"\nmoe_dispatcher = "flex"\nmoe_overlap = "batch"\n'
+    (tmp_path / "v.toml").write_text('base = "nemo"\n' + variant_text)
+    (tmp_path / "v-mine.toml").write_text('base = "mine.toml"\n' + variant_text)
+    variant = get_stack(str(tmp_path / "v.toml"))
+    assert variant.matmul_scale == nemo.matmul_scale  # a variant shares its base's calibration
+    assert variant.calibrated_as(calibrated) == get_stack(str(tmp_path / "v-mine.toml"))
+    assert variant.calibrated_as(calibrated).moe_dispatcher == "flex"
+
+
 def test_a_stack_refuses_plans_it_cannot_run():
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
                              stack="torchtitan")

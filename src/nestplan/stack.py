@@ -18,7 +18,7 @@ Every value in the catalog's files carries its source there, not here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
@@ -31,6 +31,11 @@ FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
 CUDA_GRAPHS = ("none", "layers", "full_iteration")
 """What a stack may replay as CUDA graphs (``StackSpec.cuda_graphs``)."""
+CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
+               "kernel_overhead", "moe_layer_host", "overlap_efficiency", "step_overhead",
+               "allocator_overhead", "fitted_on")
+"""The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
+calibration, which its variants (``base = ...`` files that set behaviour only) share."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
 
@@ -264,6 +269,12 @@ class StackSpec(_CachedHash):
     def optimizer_bytes(self) -> int:
         """Optimizer bytes per parameter: Adam's fp32 m and v, plus the fp32 master copy."""
         return 8 + self.master_bytes
+
+    def calibrated_as(self, other: "StackSpec") -> "StackSpec":
+        """This stack's behaviour with ``other``'s calibration (the fields ``CALIBRATION`` names):
+        what a stack file with ``base`` = a calibrated file gets, e.g. a variant of a stack that
+        was calibrated on runs of the stack itself."""
+        return replace(self, **{f: getattr(other, f) for f in CALIBRATION})
 
     def pads_experts(self, training) -> bool:
         """Every expert's input is padded to the capacity ``training`` (a TrainingSpec) sets."""
