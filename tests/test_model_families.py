@@ -39,6 +39,17 @@ def test_sizes_match_the_model_cards(name):
     assert active_params(m) / 1e9 == pytest.approx(active, rel=0.15)
 
 
+@pytest.mark.parametrize("name, total, active", [
+    ("gpt-oss-120b.json", 116.83, 5.13), ("gpt-oss-20b.json", 20.91, 3.61)])
+def test_gpt_oss_sizes_match_their_card(name, total, active):
+    """OpenAI's gpt-oss model card (arXiv 2508.10925, Table 1) counts 116.83B / 20.91B parameters
+    and 5.13B / 3.61B active per token, the unembedding active and the embedding not."""
+    m = model_from_hf_config(HF / name)
+    assert total_params(m) / 1e9 == pytest.approx(total, abs=0.005)
+    embedding = m.vocab * m.hidden
+    assert (active_params(m) - embedding) / 1e9 == pytest.approx(active, abs=0.005)
+
+
 def test_families_read_what_makes_them_differ():
     llama4 = model_from_hf_config(HF / "llama4-maverick.json")
     assert [llama4.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
