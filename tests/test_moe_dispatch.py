@@ -239,16 +239,10 @@ MEGATRON_SCOPE_DEFAULT = "ignore:full scope is deprecated"
 """megatron-core 0.16 warns about its own default cuda_graph_scope on every TransformerConfig."""
 
 
-@pytest.mark.frameworks
-@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
-def test_cuda_graph_stack_files_are_checked_as_megatron_checks_them(tmp_path):
+def test_cuda_graph_stack_files_are_checked(tmp_path):
     """Stack-file keys go through the console script; a per-layer-graph stack may not offer full
-    recomputation, which Megatron-Core's own TransformerConfig refuses too (the installed
-    megatron-core, on CPU), while it accepts whole-layer graphs of a padded MoE layer."""
+    recomputation (as Megatron-Core refuses it: the next test)."""
     from console import one_line_error
-
-    TransformerConfig = pytest.importorskip(
-        "megatron.core.transformer.transformer_config").TransformerConfig
 
     good = tmp_path / "graph.toml"
     good.write_text('base = "nemo"\nname = "g"\ncuda_graphs = "layers"\n'
@@ -263,6 +257,15 @@ def test_cuda_graph_stack_files_are_checked_as_megatron_checks_them(tmp_path):
         code, out, err = _evaluate_moe_with(bad)
         assert one_line_error(code, out, err, field), err
 
+
+@pytest.mark.frameworks
+@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
+def test_megatron_graphs_a_padded_moe_layer_and_refuses_full_recompute_with_it():
+    """The rules of ``cuda_graphs = "layers"`` as the installed megatron-core's own
+    TransformerConfig checks them on CPU: whole-layer graphs of a padded MoE layer are accepted,
+    full recomputation with them is refused."""
+    TransformerConfig = pytest.importorskip(
+        "megatron.core.transformer.transformer_config").TransformerConfig
     moe = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_moe_experts=8,
                moe_router_topk=2, moe_ffn_hidden_size=32, add_bias_linear=False,
                cuda_graph_impl="local", moe_expert_capacity_factor=1.0,
@@ -305,8 +308,7 @@ def test_model_zoo_rows_split_their_pipeline_as_megatron_does():
     import csv
     from pathlib import Path
 
-    import torch
-
+    torch = pytest.importorskip("torch")
     block = pytest.importorskip("megatron.core.transformer.transformer_block")
     from megatron.core import parallel_state as ps
     from megatron.core.transformer.transformer_config import TransformerConfig
