@@ -30,17 +30,26 @@ HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent / "tests" / "data" / "held_out_runs.csv"
 
 
-def family(stack) -> str:
-    """The catalog stack whose calibration ``stack`` has (else its own name)."""
-    mine = tuple(getattr(stack, f) for f in CALIBRATION)
-    for name in [stack.name, *list_names("stacks")]:
-        try:
-            catalog = get_stack(name)
-        except SpecError:  # a stack file's own name, not a catalog one
-            continue
-        if tuple(getattr(catalog, f) for f in CALIBRATION) == mine:
+def calibration(stack) -> tuple:
+    return tuple(getattr(stack, f) for f in CALIBRATION)
+
+
+def label(stacks) -> str:
+    """A group's name: a catalog stack among its rows' own, else one with their calibration
+    (catalog stacks that share a calibration, e.g. deepspeed and megatron-deepspeed, are one
+    group)."""
+    names = sorted({s.name for s in stacks})
+    catalog = set(list_names("stacks"))
+    for name in names:
+        if name in catalog:
             return name
-    return stack.name
+    for name in sorted(catalog):
+        try:
+            if calibration(get_stack(name)) == calibration(stacks[0]):
+                return name
+        except SpecError:
+            continue
+    return names[0]
 
 
 def groups(cases):
@@ -50,8 +59,9 @@ def groups(cases):
             continue
         sc = c.scenario
         kind = "MoE" if sc.model.moe is not None else "dense"
-        out[(family(sc.stack), sc.cluster.accelerator.name, kind)].append(c)
-    return out
+        out[(calibration(sc.stack), sc.cluster.accelerator.name, kind)].append(c)
+    return {(label([c.scenario.stack for c in cases]), acc, kind): cases
+            for (_, acc, kind), cases in out.items()}
 
 
 def error(case, stack) -> float:

@@ -220,19 +220,40 @@ def test_a_layer_in_a_cuda_graph_waits_on_no_host(tmp_path):
     assert "--moe-expert-capacity-factor 1 " in padded + " "
     assert "--moe-pad-expert-input-to-capacity" in padded
     assert "--moe-pad-expert-input-to-capacity" not in text(layers_unpadded)
+    # unpadded MoE layers stay eager: only the attention is graphed (Qwen3 has no dense layer)
+    for ev in (layers_unpadded, layers_dropless):
+        assert "--cuda-graph-modules attn \\\n" in text(ev)  # one module: no mlp after it
+    # DeepSeek-V3's first three layers are dense: their MLPs are graphed too
+    ds = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 256, seq_len=4096, global_batch=256)
+    ds = replace(ds, stack=replace(ds.stack, cuda_graphs="layers",
+                                   recompute=ds.stack.recompute[:2]))
+    ev = evaluate(ds, Parallelism(tp=1, pp=8, dp=32, ep=32, etp=1, mbs=1))
+    assert "--cuda-graph-modules attn mlp \\\n" in text(ev)
 
 
 def test_padding_to_capacity_computes_the_capacity_on_every_expert_rank():
-    """Dropping caps the busiest rank at the capacity; padding makes every rank compute it, on
-    one expert rank too, and the padded work counts as hardware FLOP."""
+    """Dropping caps the busiest rank at the capacity and leaves the mean device's work alone;
+    padding makes every rank compute its capacity, on one expert rank too: the padded work is
+    hardware FLOP in proportion to the capacity beyond 1, and with the routing above capacity the
+    busiest rank's time is the same either way."""
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
-    sc = replace(sc, training=replace(sc.training, moe_capacity=1.5, moe_imbalance=1.2))
-    padded = replace(sc, stack=replace(sc.stack, moe_pad_to_capacity=True))
+
+    def run(par, capacity, imbalance, pad):
+        tr = replace(sc.training, moe_capacity=capacity, moe_imbalance=imbalance)
+        return evaluate(replace(sc, training=tr, stack=replace(
+            sc.stack, moe_pad_to_capacity=pad)), par)
+
     for ep in (1, 8):
         par = Parallelism(tp=1, pp=1, dp=16, ep=ep, etp=1, mbs=1)
-        drop, pad = evaluate(sc, par), evaluate(padded, par)
-        assert pad.time.compute > drop.time.compute
-        assert pad.hardware_flops > drop.hardware_flops
+        base = run(par, 1.0, 1.0, False).hardware_flops
+        assert run(par, 1.5, 1.2, False).hardware_flops == pytest.approx(base)
+        assert run(par, 1.0, 1.0, True).hardware_flops == pytest.approx(base)
+        half, whole = (run(par, c, 1.2, True).hardware_flops - base for c in (1.5, 2.0))
+        assert half > 0 and half / whole == pytest.approx(0.5)
+        assert run(par, 1.5, 1.2, True).time.compute > run(par, 1.5, 1.2, False).time.compute
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
+    assert run(par, 1.5, 2.0, True).time.compute == pytest.approx(
+        run(par, 1.5, 2.0, False).time.compute)
 
 
 MEGATRON_SCOPE_DEFAULT = "ignore:full scope is deprecated"
@@ -249,9 +270,16 @@ def test_cuda_graph_stack_files_are_checked(tmp_path):
                     'moe_pad_to_capacity = true\nrecompute = ["none", "selective"]\n')
     stack = get_stack(str(good))
     assert stack.cuda_graphs == "layers" and stack.moe_pad_to_capacity
+    legacy = tmp_path / "legacy.toml"  # the key cuda_graphs replaced, as older plan files hold it
+    legacy.write_text('base = "nemo"\nname = "g"\nfull_iteration_cuda_graph = true\n')
+    assert get_stack(str(legacy)).cuda_graphs == "full_iteration"
     for body, field in (('cuda_graphs = "yes"', "cuda_graphs"),
                         ('cuda_graphs = "layers"', "stack.recompute"),
-                        ('moe_pad_to_capacity = "yes"', "moe_pad_to_capacity")):
+                        ('moe_pad_to_capacity = "yes"', "moe_pad_to_capacity"),
+                        ('moe_dispatcher = "flex"\nmoe_pad_to_capacity = true',
+                         "moe_pad_to_capacity"),
+                        ('full_iteration_cuda_graph = true\ncuda_graphs = "none"',
+                         "full_iteration_cuda_graph")):
         bad = tmp_path / "bad.toml"
         bad.write_text(f'base = "nemo"\nname = "g"\n{body}\n')
         code, out, err = _evaluate_moe_with(bad)
@@ -274,6 +302,17 @@ def test_megatron_graphs_a_padded_moe_layer_and_refuses_full_recompute_with_it()
     with pytest.raises(AssertionError, match="full recompute"):
         TransformerConfig(**moe, recompute_granularity="full", recompute_method="uniform",
                           recompute_num_layers=1)
+    # without padding the export graphs the attention only (megatron-core 0.16 names the
+    # modules cuda_graph_scope, later releases cuda_graph_modules): accepted; MoE graphs refused
+    dropless = {k: v for k, v in moe.items()
+                if k not in ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity")}
+    TransformerConfig(**dropless, cuda_graph_scope=["attn"])
+    with pytest.raises(AssertionError, match="drop-padding"):
+        TransformerConfig(**dropless, cuda_graph_scope=["moe"])
+    # `mlp` only where dense layers exist (the export adds it for them)
+    TransformerConfig(**dropless, cuda_graph_scope=["attn", "mlp"], moe_layer_freq=[0, 1])
+    with pytest.raises(AssertionError, match="dense layers"):
+        TransformerConfig(**dropless, cuda_graph_scope=["attn", "mlp"])
 
 
 def test_moe_layer_host_time_in_stack_files(tmp_path):

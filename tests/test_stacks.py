@@ -40,13 +40,25 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
     """``calibrated_as`` gives a variant stack (behaviour set, calibration inherited) the
     calibration of a calibrated stack: the same stack as a variant file whose base is the
     calibrated file that ``nestplan calibrate`` writes."""
+    import dataclasses
     from dataclasses import replace
 
     from nestplan.tomlfmt import dumps
 
+    from nestplan.calibrate import _apply, _names
+    from nestplan.stack import CALIBRATION
+
     nemo = get_stack("nemo")
+    # every field calibrate may fit is part of a stack's calibration
+    fitted = _apply(nemo, _names(6), [0.1] * len(_names(6)))
+    changed = {f.name for f in dataclasses.fields(nemo)
+               if getattr(fitted, f.name) != getattr(nemo, f.name)}
+    assert changed and changed <= set(CALIBRATION) and "allocator_overhead" in CALIBRATION
     calibrated = replace(nemo, name="mine", matmul_scale=0.8, attention_scale=0.9,
-                         memory_scale=0.7, moe_layer_host=0.004, fitted_on=("run-1",))
+                         memory_scale=0.7, network_scale=(0.9, 0.8), kernel_overhead=2e-6,
+                         moe_layer_host=0.004, overlap_efficiency=0.6, step_overhead=0.1,
+                         allocator_overhead=0.07, fitted_on=("run-1",))
+    assert all(getattr(calibrated, f) != getattr(nemo, f) for f in CALIBRATION)
     (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{
         k: v for k, v in stack_to_table(calibrated).items()
         if v != stack_to_table(nemo).get(k) or k in ("name", "fitted_on")}}))

@@ -208,7 +208,8 @@ class Local:
     ep_overlap: str = "none"
     """What hides the expert-parallel exchange (the stack's ``moe_overlap``)."""
     moe_load: float = 1.0
-    """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``)."""
+    """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``); with
+    every expert's input padded (``moe_padded``), the capacity factor every rank computes."""
     fp8_tp_gather: bool = False
     """Tensor-parallel all-gathers around fp8 linear layers move fp8 (the stack's
     ``fp8_tp_gather`` in fp8 training)."""
@@ -523,7 +524,8 @@ def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
                 Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
                 Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
     dedup = (m.moe.top_k, m.moe.experts) if loc.dispatcher == "flex" else (0, 0)
-    nbytes = E * routed * m.hidden * loc.moe_load  # the busiest rank receives the most (ep > 1)
+    # the busiest rank receives the most (ep > 1); padded, every rank receives its capacity
+    nbytes = E * routed * m.hidden * loc.moe_load
     return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)
             for name, phase in (("dispatch", "fwd"), ("combine", "fwd"), ("dispatch_bwd", "bwd"),
                                 ("combine_bwd", "bwd"))]

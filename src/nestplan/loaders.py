@@ -459,6 +459,7 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
     from .stack import StackSpec
 
     fields = _stack_fields()
+    table = _renamed_stack_keys(table, where)
     check_keys(table, where, required=set() if base is not None else {"name"},
                optional=set(fields) | STACK_ONLY_KEYS)
     kw: dict[str, Any] = {}
@@ -470,6 +471,21 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
     except SpecError as e:  # name the file's key, not the field
         key = e.field.removeprefix("stack.")
         raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
+
+
+def _renamed_stack_keys(table: dict, where: str) -> dict:
+    """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph`` (plan
+    files store their stack whole) read as they were meant."""
+    if "full_iteration_cuda_graph" not in table:
+        return table
+    table = dict(table)
+    old = _typed(table, "full_iteration_cuda_graph", where, bool)
+    del table["full_iteration_cuda_graph"]
+    if "cuda_graphs" in table:
+        raise SpecError(f"{where}.full_iteration_cuda_graph", old,
+                        "give cuda_graphs only (it replaced full_iteration_cuda_graph)")
+    table["cuda_graphs"] = "full_iteration" if old else "none"
+    return table
 
 
 def stack_to_table(stack) -> dict:

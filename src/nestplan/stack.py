@@ -118,7 +118,8 @@ class StackSpec(_CachedHash):
     apply). Megatron-Core captures an MoE layer only with static shapes: under ``layers`` when the
     workload sets a capacity factor and the stack pads to it (``moe_pad_to_capacity``; "moe cuda
     graph is only supported with drop-padding MoE", same file), otherwise the MoE layers run
-    eagerly and wait as before; the recipes that graph a full iteration give HybridEP a static
+    eagerly and wait as before (the Megatron export then graphs the attention and dense MLPs
+    only: ``--cuda-graph-modules attn [mlp]``); the recipes that graph a full iteration give HybridEP a static
     per-rank token budget (``moe_expert_rank_capacity_factor``), under which
     ``_HybridEPManager`` sizes its buffers without the host sync (token_dispatcher.py, same
     commit). Full recomputation runs only under ``full_iteration`` ("full recompute is only
@@ -127,8 +128,11 @@ class StackSpec(_CachedHash):
     """With a capacity factor (``TrainingSpec.moe_capacity``), every expert's input is padded to
     its capacity (Megatron-Core ``--moe-pad-expert-input-to-capacity``; Megatron-Bridge's
     token-drop benchmarks set it: ``apply_moe_token_drop``): every expert rank sends, receives
-    and computes its capacity whatever the routing, and the dispatch's shapes are static (no host
-    sync; graphable)."""
+    and computes its capacity whatever the routing, and the dispatch's shapes are static, so a
+    per-layer CUDA graph can hold the layer (run eagerly, the layer still waits on the host's
+    launches: ``moe_layer_host``). Only the all-to-all dispatcher pads (megatron-core 0.16:
+    ``MoEAlltoAllTokenDispatcher``; the all-gather dispatcher ignores the flag and
+    ``TransformerConfig`` refuses it with DeepEP)."""
     gather_whole_block: bool = False
     """ZeRO-3 gathers a whole transformer block's weights at once (FSDP units) rather than one
     operator's; memory holds the block in use and the prefetched next one."""
@@ -208,6 +212,10 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
+        if self.moe_pad_to_capacity and self.moe_dispatcher != "alltoall":
+            raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
+                            "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
+                            "refuses it)")
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):

@@ -86,7 +86,7 @@ class LayerCost:
     wgrad: float
     """The weight-gradient part of the backward's compute (what a split schedule defers)."""
     host: float
-    """Forward time spent waiting on the host (``StackSpec.moe_layer_host`` per MoE block)."""
+    """Forward time spent waiting on the host (``StackSpec.moe_host_wait`` per MoE block)."""
     comm: tuple[tuple[Axis, float, float], ...]
     """(axis, time on the link, exposed time) for forward + backward."""
 

@@ -143,8 +143,15 @@ def export(pf: PlanFile) -> Export:
         args.append(f"--mtp-num-layers {m.mtp_layers}")
     if sc.stack.cuda_graphs == "full_iteration":  # validate_args wants the NaN check off with it
         args += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
-    elif sc.stack.cuda_graphs == "layers":  # no --cuda-graph-modules: whole layers
+    elif sc.stack.cuda_graphs == "layers":
         args.append("--cuda-graph-impl local")
+        if m.moe is not None and not sc.stack.pads_experts(tr):
+            # an MoE layer without padding has dynamic shapes: graph the attention (and the MLPs
+            # of dense layers) and leave the MoE layers eager, as the cost model runs them
+            # (Megatron-Core refuses `moe` graphs without drop-padding; `mlp` only with dense
+            # layers: transformer_config.py @ d98e8a64dd); otherwise whole layers (no modules)
+            dense = m.moe.first_dense_layers or m.moe.layer_freq > 1
+            args.append("--cuda-graph-modules attn" + (" mlp" if dense else ""))
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     if m.mlp is MLPKind.SWIGLU:
