@@ -374,3 +374,26 @@ def test_model_zoo_rows_split_their_pipeline_as_megatron_does():
             ps.set_pipeline_model_parallel_world_size(None)
             ps.set_pipeline_model_parallel_rank(None)
         assert [int(n) for n in r["stage_layers"].split()] == theirs, r["id"]
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("capacity, ep", [(1.0, 8), (1.25, 8), (1.5, 4), (2.0, 1)])
+def test_padded_expert_tokens_are_megatrons_capacity(capacity, ep):
+    """Padded to capacity, a device's experts compute what Megatron-Core's all-to-all dispatcher
+    gives them: every local expert the capacity of every source rank, get_capacity(tokens·top-k,
+    experts, factor) each (installed megatron-core's own function;
+    MoEAlltoAllTokenDispatcher.preprocess)."""
+    get_capacity = pytest.importorskip("megatron.core.transformer.moe.moe_utils").get_capacity
+    from nestplan import graph as G
+    from nestplan.evaluate import local_strategy
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    sc = replace(sc, training=replace(sc.training, moe_capacity=capacity, moe_imbalance=1.3),
+                 stack=replace(sc.stack, moe_pad_to_capacity=True))
+    par = Parallelism(tp=1, pp=1, dp=16, ep=ep, etp=1, mbs=1)
+    block = G.build(sc.model, local_strategy(par, sc.training, sc.stack)).block(0)
+    fc1 = next(o for o in block.ops if o.name == "expert_fc1")
+    moe = sc.model.moe
+    per_expert = get_capacity(num_tokens=4096 * moe.top_k, num_experts=moe.experts,
+                              capacity_factor=capacity)
+    assert fc1.shape[0] == pytest.approx(moe.experts // ep * per_expert * ep)
