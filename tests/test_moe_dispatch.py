@@ -397,3 +397,37 @@ def test_padded_expert_tokens_are_megatrons_capacity(capacity, ep):
     per_expert = get_capacity(num_tokens=4096 * moe.top_k, num_experts=moe.experts,
                               capacity_factor=capacity)
     assert fc1.shape[0] == pytest.approx(moe.experts // ep * per_expert * ep)
+
+
+@pytest.mark.parametrize("name", sorted(MOE_FILES))
+def test_every_moe_row_runs_what_its_notes_state(name):
+    """A row's stack runs the dispatcher, expert all-to-all overlap, CUDA graphs and recompute
+    modules its notes state (each row's notes quote its recipe; a stack file that drifted from
+    them would score a plan the run did not use)."""
+    import csv
+    import re
+    from pathlib import Path
+
+    from nestplan.validation import load_cases
+
+    path = Path(__file__).parent / "data" / name
+    with open(path, newline="") as f:
+        notes = {r["id"]: r["notes"] for r in csv.DictReader(f)}
+    checked = 0
+    for case in load_cases(path):
+        text, stack = notes[case.id], case.scenario.stack
+        said = re.search(r"dispatcher: (flex|alltoall)", text)
+        if said:
+            assert stack.moe_dispatcher == said.group(1), case.id
+        if "EP A2A overlap on" in text:
+            assert stack.moe_overlap == "batch", case.id
+        if "EP A2A overlap off" in text:
+            assert stack.moe_overlap != "batch", case.id
+        if "CUDA graphs full_iteration" in text:
+            assert stack.cuda_graphs == "full_iteration", case.id
+        modules = re.search(r"recompute_modules=([a-z_,]+)", text)
+        if modules:
+            rules = {stack.policy(p).rule for p in case.plan.recompute}
+            assert rules == {"modules:" + modules.group(1)}, case.id
+        checked += bool(said or modules or "EP A2A overlap" in text)
+    assert checked >= 1
