@@ -431,3 +431,18 @@ def test_every_moe_row_runs_what_its_notes_state(name):
             assert rules == {"modules:" + modules.group(1)}, case.id
         checked += bool(said or modules or "EP A2A overlap" in text)
     assert checked >= 1
+
+
+def test_plan_files_written_before_cuda_graphs_still_load():
+    """Plan files store their stack whole; those written while the field was the boolean
+    full_iteration_cuda_graph load with the graphs they meant."""
+    from nestplan import planfile
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    for graphs, old in (("full_iteration", True), ("none", False)):
+        ev = evaluate(replace(sc, stack=replace(sc.stack, cuda_graphs=graphs)),
+                      Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1))
+        d = planfile.to_dict(ev)
+        del d["stack"]["cuda_graphs"]
+        d["stack"]["full_iteration_cuda_graph"] = old
+        assert planfile.from_dict(d).scenario.stack.cuda_graphs == graphs
