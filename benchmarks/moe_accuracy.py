@@ -21,7 +21,8 @@ from nestplan.validation import load_cases, outcome
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 GB = DATA / "moe_runs_gb200_gb300_b300.csv"
 HELD_OUT_RELEASES = ("nemo2509", "nemo2606", "nemo260601", "nemo2608")
-"""Releases held out in the GB200/GB300/B300 file."""
+"""Releases held out in the GB200/GB300/B300 file (tests/data/moe_runs_sources.md, the split;
+``fit_moe_host.py`` reads it from here)."""
 FAR = 0.35
 """Issue 9's bound on any held-out row's |error| (counted on both sides)."""
 

@@ -314,6 +314,7 @@ def test_memory_forced_recompute_is_that_of_the_cheapest_policy_that_fits():
     import numpy as np
 
     from nestplan.search.driver import _least_recompute
+    from nestplan.specs import spread
 
     rng = random.Random(3)
     for _ in range(300):
@@ -325,7 +326,7 @@ def test_memory_forced_recompute_is_that_of_the_cheapest_policy_that_fits():
         allowed = np.array([rng.uniform(0, 400) for _ in n])
         got = _least_recompute(points, held, 24, allowed)
         for count, cap, value in zip(n, allowed, got):
-            per_chunk = [count // chunks + (k < count % chunks) for k in range(chunks)]
+            per_chunk = spread(int(count), chunks)
             blocks = [k for k in range(chunks) for _ in range(per_chunk[k])]  # each block's chunk
             fitting = [count * rc for kept, rc in points
                        if sum(kept * held[k] for k in blocks) <= cap]

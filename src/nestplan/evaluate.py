@@ -44,12 +44,13 @@ from .specs import Parallelism, Scenario, check_plan, default_split, fold
 def local_strategy(par: Parallelism, tr, stack) -> G.Local:
     """The layer-graph key of a plan: its intra-layer strategy, micro-batch shape and the
     stack's kernels."""
+    padded = stack.pads_experts(tr)  # every rank computes the capacity, not the busiest's load
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
                    stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
                    stack.moe_dispatcher, stack.moe_overlap,
-                   tr.moe_capacity if stack.pads_experts(tr) else tr.moe_load,
-                   stack.fp8_tp_gather and tr.precision is Precision.FP8, stack.pads_experts(tr))
+                   tr.moe_capacity if padded else tr.moe_load,
+                   stack.fp8_tp_gather and tr.precision is Precision.FP8, padded)
 
 
 @cached(maxsize=256)

@@ -661,15 +661,13 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
     if out_weight:
         params += V * h
         total += padded_vocab(m.vocab, x.t) * h
-    for _ in range(m.mtp_layers):
-        d_ops, d_comms, d_params, d_total = _mtp(x, block)
-        ops += d_ops
-        comms += d_comms
-        params += d_params
-        total += d_total
-    if m.mtp_layers and embedding_copy:
-        params += V * h
     depths = m.mtp_layers
+    if depths:  # every depth runs alike
+        d_ops, d_comms, d_params, d_total = _mtp(x, block)
+        ops += d_ops * depths
+        comms += d_comms * depths
+        params += depths * d_params + (V * h if embedding_copy else 0)
+        total += depths * d_total
     return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params,
                       depths * block.expert_params, 0.0, total,
                       expert_load=block.expert_load if depths else 1.0,
@@ -730,9 +728,9 @@ def build(model: ModelSpec, loc: Local) -> ModelGraph:
     # models/gpt/gpt_layer_specs.py @ d98e8a64dd, get_gpt_mtp_block_spec_for_backend)
     mtp_block = moe if kinds[-1] is LayerKind.MOE else dense
     # apart from the embedding, a tied output weight is the depths' lookup table as well
-    head = _head(x, True, not model.tied_embeddings, mtp_block)
+    head = _head(x, out_weight=True, embedding_copy=not model.tied_embeddings, block=mtp_block)
     # beside the embedding: a tied output weight and the depths' lookups use the embedding's
-    beside = (_head(x, not model.tied_embeddings, False, mtp_block)
+    beside = (_head(x, out_weight=not model.tied_embeddings, embedding_copy=False, block=mtp_block)
               if model.tied_embeddings or model.mtp_layers else head)
     return ModelGraph(embedding=_embedding(x), dense=dense, moe=moe, head=head,
                       head_shared=beside, kinds=kinds)

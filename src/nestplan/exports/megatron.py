@@ -150,7 +150,7 @@ def export(pf: PlanFile) -> Export:
             # of dense layers) and leave the MoE layers eager, as the cost model runs them
             # (Megatron-Core refuses `moe` graphs without drop-padding; `mlp` only with dense
             # layers: transformer_config.py @ d98e8a64dd); otherwise whole layers (no modules)
-            dense = m.moe.first_dense_layers or m.moe.layer_freq > 1
+            dense = m.num_moe_layers < m.layers
             args.append("--cuda-graph-modules attn" + (" mlp" if dense else ""))
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
