@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .axes import MEGATRON_ORDER, RANK_AXES, Axis
 from .errors import SpecError
@@ -361,9 +362,14 @@ class ModelSpec(_CachedHash):
             return False
         return (index - self.moe.first_dense_layers) % self.moe.layer_freq == 0
 
-    @property
+    @cached_property  # asked for every configuration a search weighs: walk the blocks once
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def homogeneous(self) -> bool:
+        """Every transformer block is of one kind (all dense, or all MoE)."""
+        return self.num_moe_layers in (0, self.layers)
 
     @property
     def gated(self) -> bool:
@@ -768,7 +774,7 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
         return default_split(model, pp // 2, vp, SCHEDULES[schedule.folds_to])
     if schedule is not None and schedule.v_shape:
         return schedule.model_order([spread(t, vp) for t in even_split(model.layers, pp)], pp, vp)
-    if vp == 1 or model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers)):
+    if vp == 1 or model.homogeneous:
         return chunks_from_totals(even_split(model.layers, pp), vp)
     per_round = even_split(model.layers // vp, pp) if model.layers % vp == 0 else None
     if per_round is None:

@@ -279,12 +279,6 @@ def policy_sets(sc: Scenario, con: Constraints) -> list[tuple[int, ...]]:
     return [(i,) for i in idx]
 
 
-@cached(maxsize=64)  # asked for every configuration: a walk over the blocks each time
-def homogeneous(model) -> bool:
-    """Every transformer block is of one kind (all dense, or all MoE)."""
-    return model.moe is None or all(model.is_moe_layer(i) for i in range(model.layers))
-
-
 def chunk_counts(n, chunks: int):
     """Blocks in each chunk of a device holding ``n`` blocks (an integer array: one row per
     count): ``specs.spread`` for many counts at once (an interleaved model whose blocks differ
@@ -303,7 +297,7 @@ def split_units(model, vp: int) -> tuple[int, int]:
     one split of ``layers / vp`` blocks in every round of chunks, so that every chunk's blocks are
     known from its position.
     """
-    if vp == 1 or homogeneous(model):
+    if vp == 1 or model.homogeneous:
         return model.layers, vp
     return model.layers // vp, 1
 
@@ -314,7 +308,7 @@ def chunk_sizes(model, pp: int, vp: int, per_device, schedule=None) -> tuple[int
     if schedule is not None and schedule.v_shape:
         return schedule.model_order([[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
                                      for t in per_device], pp, vp)
-    if vp == 1 or homogeneous(model):
+    if vp == 1 or model.homogeneous:
         return chunks_from_totals(tuple(per_device), vp)
     return tuple(per_device) * vp
 
@@ -323,7 +317,7 @@ def device_units(model, par: Parallelism) -> list[int]:
     """The units per device of a plan that follows the split rule."""
     schedule = par.pipeline
     sizes = par.stage_layers or default_split(model, par.pp, par.vp, schedule)
-    if par.vp == 1 or homogeneous(model):
+    if par.vp == 1 or model.homogeneous:
         return [sum(sizes[c] for c in schedule.chunks_of(i, par.pp, par.vp))
                 for i in range(par.pp)]
     return list(sizes[:par.pp])
@@ -337,12 +331,12 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
         return _pick(con.vp, vps)
     # looped interleaving needs the micro-batches in rounds of pp; a V (two chunks) only enough
     # of them, which its schedules check
-    v_shaped = any(SCHEDULES[n].v_shape for n in sc.stack.schedules) and homogeneous(model)
+    v_shaped = any(SCHEDULES[n].v_shape for n in sc.stack.schedules) and model.homogeneous
     for v in range(2, MAX_VP + 1):
         if micro % shape.pp and not (v == 2 and v_shaped):
             continue
         units, least = split_units(model, v)
-        if (homogeneous(model) or model.layers % v == 0) and units >= shape.pp * least:
+        if (model.homogeneous or model.layers % v == 0) and units >= shape.pp * least:
             vps.append(v)
     return _pick(con.vp, vps)
 
@@ -359,7 +353,7 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
              if SCHEDULES[n].check(pp, vp, 1 << 30) is None
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
-             and (not SCHEDULES[n].v_shape or homogeneous(sc.model))
+             and (not SCHEDULES[n].v_shape or sc.model.homogeneous)
              # DualPipe is evaluated, not searched (README, "Pipeline schedules")
              and not SCHEDULES[n].mirrored
              # GPipe has 1F1B's span and holds more (m >= p - i micro-batches on every stage):

@@ -69,18 +69,18 @@ def _classes(cc: D.ConfigCosts):
     """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
     parts), constant) of ``cc``'s plan on its schedule's chunk placement; None when the units
     cannot give every device its least share."""
-    from .space import chunk_counts, homogeneous, split_units
+    from .space import chunk_counts, split_units
 
     sc, par = cc.sc, cc.par
     model = sc.model
     p, v = par.pp, par.vp
     schedule = par.pipeline
     units, least = split_units(model, v)
-    if units < p * least or (not homogeneous(model) and (model.layers % v or schedule.v_shape)):
+    if units < p * least or (not model.homogeneous and (model.layers % v or schedule.v_shape)):
         return None
     idx = np.arange(units + 1)
     top = units - (p - 1) * least
-    if homogeneous(model):
+    if model.homogeneous:
         # a device's cost depends only on how many blocks it holds: tables by count, chunks of
         # n // v blocks with the extras first
         valid = ((idx >= least) & (idx <= top))[:, None]
