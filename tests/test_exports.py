@@ -21,6 +21,7 @@ from nestplan.errors import SpecError
 from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
 from nestplan.exports import export, uniform_policy
 from nestplan.placement import _expert_grid, rank_grid
+from nestplan.options import Precision
 from nestplan.specs import Parallelism
 
 N, S, F = "none", "selective", "full"
@@ -227,8 +228,71 @@ def _groups(arr, axis: int) -> list[list[int]]:
     return sorted(sorted(int(d) for d in g) for g in rows)
 
 
+def _flags(text: str) -> dict[str, list[str]]:
+    """``--name value ...`` of an argument export, by name."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("--"):
+            name, *values = line.rstrip(" \\").split()
+            out[name[2:]] = values
+    return out
+
+
+MEGATRON_NOT_CONFIG = ("cuda-graph-impl", "cuda-graph-modules", "moe-layer-freq",
+                       "pipeline-model-parallel-layout")
+"""Export flags left out of the TransformerConfig check: the CUDA-graph flags are named as in
+Megatron-LM's main branch, which the installed megatron-core release names otherwise (they have
+their own check in test_moe_dispatch.py), the MoE layer pattern is Python syntax that
+Megatron's argument parser evaluates, and the layout is checked by its own class above."""
+
+
+def megatron_transformer_config(text: str):
+    """Megatron-Core's own TransformerConfig (MLATransformerConfig with MLA) built from the
+    exported arguments that are its fields, so that its validation of the recompute modules, the
+    fp8 recipe and the MoE settings runs on what the export says. The fp8 recompute checks ask
+    for Transformer Engine >= 2.6, which a CPU machine does not have: the check takes it as
+    installed, as a GPU launch of the export would have it."""
+    import dataclasses
+    from unittest import mock
+
+    import torch
+    from megatron.core.transformer import transformer_config as tc
+
+    flags = _flags(text)
+    cls = tc.MLATransformerConfig if "multi-latent-attention" in flags else tc.TransformerConfig
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    renamed = {"num-experts": "num_moe_experts", "fp8-format": "fp8",
+               "swiglu": "gated_linear_unit"}
+    kw = {"bf16": True}
+    for name, values in flags.items():
+        if name in MEGATRON_NOT_CONFIG:
+            continue
+        key = renamed.get(name, name.replace("-", "_"))
+        if name == "disable-bias-linear":
+            kw["add_bias_linear"] = False
+        elif key in fields:
+            default = fields[key].default
+            if not values:
+                kw[key] = True
+            elif key == "recompute_modules":
+                kw[key] = values
+            elif isinstance(default, bool):
+                kw[key] = values[0] == "true"
+            elif isinstance(default, float) or key.endswith("_factor"):
+                kw[key] = float(values[0])
+            else:
+                kw[key] = int(values[0]) if values[0].isdigit() else values[0]
+    if kw.get("gated_linear_unit"):
+        kw["activation_func"] = torch.nn.functional.silu
+    if kw.get("pipeline_model_parallel_size", 1) > 1:
+        kw["pipeline_dtype"] = torch.bfloat16
+    with mock.patch.object(tc, "is_te_min_version", lambda *a, **k: True):
+        return cls(**kw)
+
+
 def check_megatron(pf, text: str, ranks: bool = True):
-    """Megatron-Core parses the layout, and (``ranks``) its rank generators mapped through the
+    """Megatron-Core parses the layout, builds its TransformerConfig from the arguments
+    (``megatron_transformer_config``), and (``ranks``) its rank generators mapped through the
     exported rank map give the plan's TP, CP, DP and PP groups and its expert EP, expert-TP and
     expert-DP groups."""
     from megatron.core import parallel_state as ps
@@ -236,6 +300,7 @@ def check_megatron(pf, text: str, ranks: bool = True):
         PipelineParallelLayerLayout)
 
     par = pf.plan
+    megatron_transformer_config(text)
     if "--pipeline-model-parallel-layout" in text:
         layout = text.split("--pipeline-model-parallel-layout '")[1].split("'")[0]
         parsed = PipelineParallelLayerLayout(layout, par.pp)
@@ -474,13 +539,48 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
         assert set(want) <= set(got)
 
 
-def test_megatron_export_names_the_recompute_modules():
-    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
-    par = Parallelism(tp=2, pp=2, dp=16, ep=8, etp=1, sp=True, zero=1, mbs=1,
-                      recompute=("fine-grained",))
+@pytest.mark.parametrize("model, gpus, moe, fp8, modules", [
+    ("mixtral-8x7b", 64, dict(ep=8, etp=1), False, "layernorm moe_act"),
+    ("llama3-8b", 16, {}, False, "layernorm"),
+    ("llama3-8b", 16, {}, True, "layernorm"),
+    ("deepseek-v3", 256, dict(ep=8, etp=1), True, "layernorm mla_up_proj moe_act"),
+])
+def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, moe, fp8,
+                                                                   modules):
+    """megatron-core's fine-grained policy (layernorm, mla_up_proj, moe_act) exports only the
+    modules the model has (Megatron-Core refuses moe_act without grouped experts and mla_up_proj
+    without MLA), and fp8 with a per-tensor recipe that runs with them (Megatron's default,
+    delayed scaling, refuses layernorm and moe_act recomputation): Megatron-Core's own
+    TransformerConfig accepts the result where it is installed."""
+    sc = scenario_from_names(model, "dgx-h100-ndr", gpus, seq_len=4096, global_batch=256,
+                             precision=Precision.FP8 if fp8 else Precision.BF16)
+    pp = 16 if model == "deepseek-v3" else 2
+    par = Parallelism(tp=2 if not moe else 1, pp=pp, dp=gpus // pp // (2 if not moe else 1),
+                      sp=not moe, zero=1, mbs=1, recompute=("fine-grained",), **moe)
     text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
     assert "--recompute-granularity selective" in text
-    assert "--recompute-modules layernorm mla_up_proj moe_act" in text
+    assert f"--recompute-modules {modules} \\" in text
+    assert ("--fp8-recipe tensorwise" in text) == fp8
+    try:
+        import megatron.core  # noqa: F401
+    except ImportError:
+        return
+    cfg = megatron_transformer_config(text)
+    assert cfg.recompute_modules == modules.split()
+
+
+def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation():
+    from nestplan.catalog import get_stack
+    from nestplan.recompute import Policy
+
+    base = get_stack("megatron-core")
+    stack = replace(base, name="mine", recompute=base.recompute + (Policy("act", "modules:moe_act"),))
+    sc = replace(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096,
+                                     global_batch=64), stack=stack)
+    par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("act",))
+    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    assert "--recompute" not in exp.text
+    assert any("recomputes nothing in this model" in n for n in exp.notes)
 
 
 def test_one_policy_for_every_stage_is_the_one_that_keeps_least():

@@ -695,6 +695,14 @@ class ModelGraph:
         return self.moe if self.kinds[index] is LayerKind.MOE else self.dense
 
     @cached_property
+    def modules(self) -> frozenset[str]:
+        """The recompute modules some operator of this model is in (``recompute.MODULES``): a
+        dense model has no ``moe_act``, a model without MLA no ``mla_up_proj``."""
+        layers = (self.embedding, self.dense, self.moe, self.head, self.head_shared)
+        return frozenset().union(*(o.modules for layer in layers if layer is not None
+                                   for o in layer.ops))
+
+    @cached_property
     def n_moe(self) -> int:
         return sum(1 for k in self.kinds if k is LayerKind.MOE)
 

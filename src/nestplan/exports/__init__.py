@@ -133,9 +133,11 @@ def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
     """What nestplan predicts for the plan actually exported (``prediction``)."""
     before = evaluate(pf.scenario, pf.plan)
     after, under = prediction(pf, changed)
-    return (f"exported plan: predicted step {after.step_time:.3f} s{under} instead of "
-            f"{before.step_time:.3f} s, peak memory {after.peak_memory / 2**30:.1f} GiB "
-            f"({'fits' if after.fits else 'does NOT fit'})")
+    step = f"{after.step_time:.3f} s{under}"
+    step = (f"unchanged at {step}" if f"{after.step_time:.3f}" == f"{before.step_time:.3f}"
+            else f"{step} instead of {before.step_time:.3f} s")
+    return (f"exported plan: predicted step {step}, peak memory "
+            f"{after.peak_memory / 2**30:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
 
 
 def mtp_note(pf: PlanFile) -> str:

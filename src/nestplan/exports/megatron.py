@@ -16,7 +16,8 @@ from itertools import groupby
 
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision
-from ..evaluate import chunk_bounds
+from .. import graph as G
+from ..evaluate import chunk_bounds, local_strategy
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, prediction,
@@ -61,6 +62,14 @@ def export(pf: PlanFile) -> Export:
                          "fully, the same share as one block in every "
                          f"{policy.every}")
     exported = par.with_(recompute=(policy.name,)) if rec_notes else par
+    # only the modules this model has: Megatron-Core refuses the others (moe_act without
+    # grouped experts, mla_up_proj without MLA: transformer_config.py @ d98e8a64dd); leaving
+    # them out changes nothing the cost model runs, as no operator of the model is in them
+    present = G.build(m, local_strategy(exported, tr, sc.stack)).modules
+    modules = tuple(x for x in policy.modules if x in present)
+    if policy.modules and not modules:
+        notes.append(f"recompute policy '{policy.name}' recomputes nothing in this model (it "
+                     f"has none of {', '.join(policy.modules)}): exported without recomputation")
     exported, sched_notes = closest_schedule(pf, exported, MEGATRON_SCHEDULES, "Megatron-Core")
     rec_notes += sched_notes
     notes += rec_notes
@@ -118,10 +127,10 @@ def export(pf: PlanFile) -> Export:
         per_chunk = -(-min(sizes) // policy.every)
         args += ["--recompute-granularity full", "--recompute-method block",
                  f"--recompute-num-layers {per_chunk}"]
-    elif policy.kind in ("modules", "matmul-outputs"):
+    elif policy.kind == "matmul-outputs" or (policy.kind == "modules" and modules):
         args.append("--recompute-granularity selective")
-        if policy.modules not in ((), ("core_attn",)):  # Megatron's default module list
-            args.append("--recompute-modules " + " ".join(policy.modules))
+        if modules not in ((), ("core_attn",)):  # Megatron's default module list
+            args.append("--recompute-modules " + " ".join(modules))
     if par.zero == 1:
         args.append("--use-distributed-optimizer")
     elif par.zero in (2, 3):  # the flags Megatron-FSDP's user guide lists as required
@@ -173,7 +182,11 @@ def export(pf: PlanFile) -> Export:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     args.append("--bf16")
     if tr.precision is Precision.FP8:
-        args += ["--fp8-format hybrid", "--transformer-impl transformer_engine"]
+        # per-tensor current scaling: the per-tensor casts the cost model charges, and (unlike
+        # Megatron's default, delayed scaling) it runs with layernorm and moe_act recomputation
+        # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
+        args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
+                 "--transformer-impl transformer_engine"]
     if par.rank_order != MEGATRON_ORDER:
         order = "-".join(a.value for a in par.rank_order)
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
