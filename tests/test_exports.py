@@ -5,6 +5,7 @@ need the ``frameworks`` extra (torch CPU, megatron-core, deepspeed, torchtitan),
 installs; without it they are skipped.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -561,9 +562,7 @@ def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, 
     assert "--recompute-granularity selective" in text
     assert f"--recompute-modules {modules} \\" in text
     assert ("--fp8-recipe tensorwise" in text) == fp8
-    try:
-        import megatron.core  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("megatron") is None:  # the text is checked; Megatron is not here
         return
     cfg = megatron_transformer_config(text)
     assert cfg.recompute_modules == modules.split()
