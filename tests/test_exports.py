@@ -601,3 +601,19 @@ def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
     pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
     policy, notes = uniform_policy(pf)
     assert policy.name == "mlp" and "keeps the least" in notes[0]
+
+
+def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map():
+    """tp-dp-cp-pp with cp = 1 places every rank as Megatron's and torchtitan's own order does:
+    no note, no rank map; a real difference still gets both."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    same = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
+                       rank_order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP))
+    assert np.array_equal(rank_grid(same), rank_grid(same.with_(rank_order=(Axis.TP, Axis.CP,
+                                                                               Axis.DP, Axis.PP))))
+    moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
+    for fmt in ("megatron", "torchtitan"):
+        exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, same))), fmt)
+        assert ".ranks.csv" not in exp.extras and not any("rank order" in n for n in exp.notes)
+        exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, moved))), fmt)
+        assert ".ranks.csv" in exp.extras and any("rank order" in n for n in exp.notes)

@@ -554,6 +554,13 @@ class Parallelism(_CachedHash):
                 "rank_order": "-".join(a.value for a in self.rank_order),
                 "stage_layers": list(self.stage_layers) if self.stage_layers else None}
 
+    def ranks_ordered_as(self, order: tuple[Axis, ...]) -> bool:
+        """The plan's rank order places every rank where ``order`` does: the two agree once
+        the axes of size 1, which move nothing, are left out."""
+        size = {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp}
+        return ([a for a in self.rank_order if size[a] > 1]
+                == [a for a in order if size[a] > 1])
+
     def with_(self, **changes) -> "Parallelism":
         """A copy with ``changes``, checked as the constructor checks. Changes only to the
         fields the search derives plans by (schedule, vp, ZeRO stage) re-run only their checks:

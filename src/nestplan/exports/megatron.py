@@ -187,7 +187,7 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
-    if par.rank_order != MEGATRON_ORDER:
+    if not par.ranks_ordered_as(MEGATRON_ORDER):
         order = "-".join(a.value for a in par.rank_order)
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
                      "start each process with RANK from the rank map (.ranks.csv) so that "
@@ -203,7 +203,7 @@ def export(pf: PlanFile) -> Export:
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
     extras = {}
-    if par.rank_order != MEGATRON_ORDER:  # Megatron's own order needs neither
+    if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
         extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"

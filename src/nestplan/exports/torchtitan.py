@@ -111,7 +111,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
                      "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
     groups.append([f"activation-checkpoint:{mode}"])
-    if par.rank_order != TORCHTITAN_ORDER:
+    if not par.ranks_ordered_as(TORCHTITAN_ORDER):
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
                      + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
                      "process with RANK from the rank map (.ranks.csv) so that torchtitan rank "
@@ -133,6 +133,6 @@ def export(pf: PlanFile) -> Export:
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}
-    if pf.plan.rank_order != TORCHTITAN_ORDER:
+    if not pf.plan.ranks_ordered_as(TORCHTITAN_ORDER):
         extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.devices_per_node)
     return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes)
