@@ -472,6 +472,10 @@ SWEEP_BAD = {
     "constraint-unknown": (SWEEP + "[constraints]\nturbo = true\n", "turbo"),
     "constraint-bad-value": (SWEEP + "[constraints]\ntp = 0\n", "tp"),
     "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
+    # 500 x 300 = 150,000 points: over the limit, refused before listing them
+    "too-many-points": (SWEEP.replace("gpus = [16]", f"gpus = {list(range(8, 4008, 8))}")
+                        .replace("seq_len = [2048]", f"seq_len = {list(range(512, 154112, 512))}"),
+                        "at most 100,000 points"),
 }
 for name, (content, needle) in SWEEP_BAD.items():
     case(f"sweep-file-{name}", ["sweep", "{s}.toml", "--dry-run"], needle, **{"s.toml": content})

@@ -38,6 +38,7 @@ import base64
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,10 @@ FORMAT_VERSION = 1
 """Part of every point's id: bump when the meaning of a parameter changes."""
 
 SECTIONS = ("sweep", "grid", "constraints")
+MAX_POINTS = 100_000
+"""Most points one sweep file may hold (the product of its grid's list lengths). At the example
+sweep's two points a second on two cores, this many is half a day of work; a grid of millions
+would spend minutes and gigabytes only listing its points."""
 SWEEP_KEYS = {"output", "parquet"}
 GRID_REQUIRED = ("model", "cluster", "gpus")
 GRID_DEFAULTS: dict[str, tuple] = {"method": ("nest",), "seq_len": (4096,),
@@ -255,8 +260,15 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
         raise SpecError("output", str(out), "must end in .csv (the Parquet and SVG files are "
                         "written beside it)")
     constraints, constraints_key = _constraints(table.get("constraints", {}))
+    parameters = _grid(table.get("grid"), path.parent)
+    count = math.prod(len(p.values) for p in parameters)
+    if count > MAX_POINTS:
+        sizes = " x ".join(str(len(p.values)) for p in parameters if len(p.values) > 1)
+        raise SpecError("grid", f"{count:,} points ({sizes})",
+                        f"at most {MAX_POINTS:,} points in one sweep file; split the grid over "
+                        "several files")
     return SweepSpec(path=path, output=out, parquet=bool(sweep.get("parquet", False)),
-                     parameters=_grid(table.get("grid"), path.parent), constraints=constraints,
+                     parameters=parameters, constraints=constraints,
                      constraints_key=constraints_key)
 
 
