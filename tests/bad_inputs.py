@@ -226,6 +226,11 @@ CLUSTER_BAD = {
     "inline-accelerator-bad": (CLUSTER.replace('accelerator = "h100-sxm-80gb"',
                                                'accelerator = { name = "a", hbm_GiB = -1 }'),
                                "accelerator"),
+    "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
+    "kernel-overhead-huge": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", kernel_overhead_us = 1e12 }'),
+        "kernel_overhead_us"),
 }
 for name, (content, needle) in CLUSTER_BAD.items():
     case(f"cluster-file-{name}", ["evaluate", "--model", "llama3-8b", "--cluster", "{c}.toml",
@@ -250,6 +255,10 @@ STACK_BAD = {
                           "step_overhead_s"),
     "inf-overhead": ('base = "megatron-core"\nname = "s"\nstep_overhead_s = inf\n',
                      "step_overhead_s"),
+    **{f"{key}-huge": (f'base = "megatron-core"\nname = "s"\n{key} = {value}\n', key)
+       for key, value in (("step_overhead_s", "1e308"), ("kernel_overhead_us", "1e12"),
+                          ("allocator_overhead", "1e9"), ("moe_layer_host_ms", "1e12"),
+                          ("reserved_GiB", "1e6"))},
     "overlap-over-1": ('base = "megatron-core"\nname = "s"\noverlap_efficiency = 2\n',
                        "overlap_efficiency"),
     "base-unknown": ('base = "megatron-9"\nname = "s"\n', "megatron-9"),

@@ -133,6 +133,10 @@ class AcceleratorSpec(_CachedHash):
         for e in (*self.attention_efficiency, self.memory_efficiency):
             if not 0 < e <= 1:
                 raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
+        us = self.kernel_overhead * 1e6
+        if not (isinstance(us, (int, float)) and math.isfinite(us) and 0 <= us <= 1000):
+            raise SpecError("accelerator.kernel_overhead_us", us,
+                            "must be a number >= 0 and at most 1000 (a launch takes a few)")
 
     def sustained_flops(self, precision: Precision) -> float:
         """The matmul rate its clocks sustain in ``precision`` (peak times ``sustained_share``)."""
@@ -167,6 +171,9 @@ class Level(_CachedHash):
     def __post_init__(self):
         if self.size is not None:
             _positive(f"levels[{self.name}].size", self.size)
+            if self.size > MAX_GPUS:
+                raise SpecError(f"levels[{self.name}].size", self.size,
+                                f"at most {MAX_GPUS:,} (the most devices nestplan plans for)")
         _positive(f"levels[{self.name}].bandwidth_GBps", self.bandwidth, integer=False)
         _positive(f"levels[{self.name}].latency_us", self.latency, integer=False, allow_zero=True)
         if not (isinstance(self.oversubscription, (int, float)) and self.oversubscription >= 1):

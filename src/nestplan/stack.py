@@ -221,11 +221,13 @@ class StackSpec(_CachedHash):
         if self.master_bytes not in (0, 4):
             raise SpecError("stack.master_bytes", self.master_bytes,
                             "allowed: 0 (no separate master copy) or 4 (fp32)")
-        _nonneg("reserved_GiB", self.reserved_bytes / GiB)
-        _nonneg("allocator_overhead", self.allocator_overhead)
-        _nonneg("step_overhead_s", self.step_overhead)
-        _nonneg("kernel_overhead_us", self.kernel_overhead / US)
-        _nonneg("moe_layer_host_ms", self.moe_layer_host / MS)
+        # upper bounds far beyond any measured value, so that a typo cannot print a step of
+        # 1e308 s: the catalog's are 1.5 GiB, 0.05, 0.05 s, 0 us and 6.8 ms
+        _nonneg("reserved_GiB", self.reserved_bytes / GiB, 1024)
+        _nonneg("allocator_overhead", self.allocator_overhead, 1)
+        _nonneg("step_overhead_s", self.step_overhead, 60)
+        _nonneg("kernel_overhead_us", self.kernel_overhead / US, 1000)
+        _nonneg("moe_layer_host_ms", self.moe_layer_host / MS, 1000)
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))
         if len(self.network_scale) != 2:
@@ -376,9 +378,9 @@ _AXIS_NAMES = {"tp": "tensor parallelism", "cp": "context parallelism",
                "ep": "expert parallelism", "pp": "pipeline parallelism"}
 
 
-def _nonneg(field: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise SpecError(f"stack.{field}", value, "must be a finite number >= 0")
+def _nonneg(field: str, value: float, most: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= most):
+        raise SpecError(f"stack.{field}", value, f"must be a number >= 0 and at most {most:g}")
 
 
 def _positive_scale(field: str, value: float) -> None:
