@@ -423,6 +423,7 @@ RUNS_BAD = {
     "missing-column": (RUN_HEADER.replace(",seq_len", "") + "\n" + RUN.replace(",8192", "", 1)
                        + "\n", "seq_len"),
     "bad-stack": (_runs(",megatron-core", ",megatron-9"), "stack"),
+    "misspelt-column": (_runs("r1", "r1", header=RUN_HEADER.replace(",stack", ",stak")), "stak"),
     "stack-file-missing": (_runs(",megatron-core", ",nowhere.toml"), "stack"),
     "layers-word": (_runs(",32,", ",thirty,"), "layers"),
     "gpus-zero": (_runs(",H100-SXM5-80GB,8,", ",H100-SXM5-80GB,0,"), "num_gpus"),

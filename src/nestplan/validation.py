@@ -25,6 +25,7 @@ Each row names a model, a cluster, a plan and the **stack** that ran it, sometim
 from __future__ import annotations
 
 import csv
+import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -58,6 +59,12 @@ COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
            "sequence_parallel", "recompute", "micro_batch", "global_batch", "precision", "regime",
            "metric", "step_time_s", "confidence")
 """Columns every runs CSV has (those of ``published_runs.csv`` that the model reads)."""
+OPTIONAL_COLUMNS = ("experts", "topk", "shared_experts", "moe_ffn_hidden", "ep", "etp",
+                    "mtp_layers", "stage_layers", "cluster", "stack", "rank_order",
+                    "other_metrics", "gpus_per_node", "source", "step_time_derivation", "notes")
+"""Columns a runs CSV may have besides ``COLUMNS`` (the last four are read by people only);
+any other is refused, so that a misspelt ``stak`` does not silently run every row on the default
+stack."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
@@ -366,6 +373,12 @@ def load_cases(path: Path, *, include_lora: bool = False,
             if missing:
                 raise SpecError(f"{path}: missing columns", ", ".join(missing),
                                 "a runs CSV needs the columns of published_runs.csv")
+            for name in reader.fieldnames:
+                if name not in COLUMNS + OPTIONAL_COLUMNS:
+                    close = difflib.get_close_matches(name, COLUMNS + OPTIONAL_COLUMNS, n=1)
+                    hint = f"did you mean {close[0]}? " if close else ""
+                    raise SpecError(f"{path}: column", name, f"unknown; {hint}optional columns: "
+                                    + ", ".join(OPTIONAL_COLUMNS))
             rows = []
             for data in reader:
                 rows.append((reader.line_num, data))
