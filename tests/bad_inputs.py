@@ -363,6 +363,7 @@ PLANFILE_BAD = {
     "stack-overhead-inf": (plan_with("stack.step_overhead_s", float("inf")), "step_overhead_s"),
     "stack-unknown-key": (plan_with("stack.turbo", True), "turbo"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
+    "predicted-word": (plan_with("predicted.step_time_s", "fast"), "predicted.step_time_s"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
     "method-magic": (plan_with("method", "magic"), "method"),

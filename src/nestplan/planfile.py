@@ -215,9 +215,11 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
             raise SpecError(f"{source}: method", data["method"],
                             "the search method that found the plan: " + ", ".join(METHODS))
     predicted = data.get("predicted", {})
-    if not isinstance(predicted, dict) or not all(
-            isinstance(v, (int, float)) for v in predicted.values()):
+    if not isinstance(predicted, dict):
         raise SpecError(f"{source}: predicted", predicted, "must map metric names to numbers")
+    for key, value in predicted.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"{source}: predicted.{key}", value, "must be a number")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison"), source), data.get("nestplan_version"))
 
