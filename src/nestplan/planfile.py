@@ -218,7 +218,7 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     if not isinstance(predicted, dict):
         raise SpecError(f"{source}: predicted", predicted, "must map metric names to numbers")
     for key, value in predicted.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)):  # numbers, and true/false for ``fits``
             raise SpecError(f"{source}: predicted.{key}", value, "must be a number")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison"), source), data.get("nestplan_version"))

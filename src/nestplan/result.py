@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
 from .specs import Parallelism, Scenario
-from .units import GiB
+from .units import GiB, fmt_gib
 
 
 SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
@@ -161,7 +161,7 @@ class Evaluation:
                   ("weights", m.weights), ("gradients", m.gradients), ("transient", m.transient),
                   key=lambda kv: kv[1])
         return (f"stage {s.index} needs {m.total / GiB:.1f} GiB of {self.capacity / GiB:.1f} GiB "
-                f"(short by {(m.total - self.capacity) / GiB:.1f} GiB; largest part: {big[0]} "
+                f"(short by {fmt_gib(m.total - self.capacity)} GiB; largest part: {big[0]} "
                 f"{big[1] / GiB:.1f} GiB)")
 
     def to_json(self) -> dict:

@@ -23,6 +23,12 @@ def gibps(value: float) -> float:
     return value * GiB
 
 
+def fmt_gib(nbytes: float) -> str:
+    """Bytes as GiB with one decimal, two below 0.1 GiB (so a small shortfall does not read 0.0),
+    e.g. ``fmt_gib(3 * 2**25) == '0.09'``."""
+    return f"{nbytes / GiB:.2f}" if 0 < abs(nbytes) < 0.1 * GiB else f"{nbytes / GiB:.1f}"
+
+
 def fmt_time(t: float) -> str:
     """Seconds as s/ms/us text, e.g. ``fmt_time(0.0123) == '12.30 ms'``."""
     if abs(t) >= 1.0:

@@ -26,7 +26,7 @@ from ..graph import BLOCK_KINDS
 from ..result import Evaluation
 from ..specs import Parallelism, Scenario, check_plan
 from ..stack import StackSpec
-from ..units import GiB
+from ..units import GiB, fmt_gib
 from . import dp as DP
 from . import space
 from . import tables as T
@@ -495,12 +495,12 @@ def _why_nothing_fits(sc: Scenario, con: space.Constraints, shortfall, n_configs
         hints.append("a smaller micro-batch (drop --mbs)")
     if con.tp is not None or con.tp_within_node:
         hints.append("more tensor parallelism")
-    if sc.memory_headroom > 0:
-        hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
     hbm = sc.cluster.accelerator.hbm_bytes
+    if 0 < gap <= sc.memory_headroom * hbm:  # only where giving up headroom could close the gap
+        hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
     room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
             f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
             f"{hbm / GiB:.1f} GiB per device")
     return (f"nothing fits in {room}; the "
             f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} zero={par.zero} "
-            f"mbs={par.mbs}) is short by {gap / GiB:.1f} GiB; try {', '.join(hints)}")
+            f"mbs={par.mbs}) is short by {fmt_gib(gap)} GiB; try {', '.join(hints)}")
