@@ -224,3 +224,12 @@ def test_validate_knows_gpu_aliases_and_catalog_clusters(runs_csv, capsys):
     for changes in ({"gpu": "A100-SXM-80GB"}, {"gpu": "", "cluster": "selene-a100-hdr"}):
         code, out, _ = run(["validate", "--csv", runs_csv(**changes)], capsys)
         assert code == 0 and "nar21-t1-1p7b" in out and ": ok" in out
+
+
+def test_python_dash_m_runs_the_command():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "nestplan", "list", "stacks"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "megatron-core" in p.stdout, p.stderr

@@ -77,7 +77,7 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
-                   "(default), selective, full; megatron-core also fine-grained), or one per "
+                   "(default), selective, full; megatron-core and nemo also fine-grained), or one per "
                    "stage, comma-separated")
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
@@ -457,7 +457,7 @@ def cmd_calibrate(args) -> int:
     writable(out, "-o", "stack TOML")
     cases = load_cases(_runs_csv(args.csv), stack=base)
     result = fit(cases, base, name=out.stem)
-    print(f"{'id':40s} {'measured':>10s} {'before':>8s} {'after':>8s}"
+    print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
           + (f" {'left out':>9s}" if result.loo else ""))
     for i, c in enumerate(cases):
         line = (f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% "

@@ -468,16 +468,21 @@ def report(outcomes: list[Outcome]) -> dict:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    """A per-row text table with the mean absolute error."""
-    lines = [f"{'id':40s} {'stack':18s} {'plan':28s} {'measured':>10s} {'predicted':>10s} "
-             f"{'error':>7s}"]
-    for o in outcomes:
-        p = o.case.plan
-        desc = (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
+    """A per-row text table with the mean absolute error (columns as wide as their widest
+    entry; times in seconds)."""
+    def plan_text(p: Parallelism) -> str:
+        return (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
                 + (f" v{p.vp}" if p.vp > 1 else "") + (" sp" if p.sp else "")
                 + f" z{p.zero} {p.recompute_text} b{p.mbs}")
-        line = (f"{o.case.id:40s} {o.case.scenario.stack.name:18s} {desc:28s} "
-                f"{o.case.measured:10.4f} {o.predicted:10.4f} {o.error * 100:+6.1f}%")
+
+    rows = [(o.case.id, o.case.scenario.stack.name, plan_text(o.case.plan)) for o in outcomes]
+    wid, wst, wpl = (max(len(h), *(len(r[i]) for r in rows))
+                     for i, h in enumerate(("id", "stack", "plan")))
+    lines = [f"{'id':{wid}s} {'stack':{wst}s} {'plan':{wpl}s} {'measured s':>11s} "
+             f"{'predicted s':>11s} {'error':>7s}"]
+    for o, (rid, stack, plan) in zip(outcomes, rows):
+        line = (f"{rid:{wid}s} {stack:{wst}s} {plan:{wpl}s} {o.case.measured:11.4f} "
+                f"{o.predicted:11.4f} {o.error * 100:+6.1f}%")
         if o.memory_error is not None:
             line += (f"  memory {o.case.memory / GiB:.1f} GiB, predicted "
                      f"{o.predicted_memory / GiB:.1f} ({o.memory_error * 100:+.1f}%)")

@@ -9,8 +9,10 @@ micro-batch size and the rank order. Ranges searched (documented limits):
 * cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens;
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
   attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp;
-* pp: divides the rest, at most the layers; vp: 1 or a divisor of the layers leaving at least
-  pp blocks per round (and a micro-batch count divisible by pp), at most ``MAX_VP``;
+* pp: divides the rest, at most the layers; vp: 1, or up to ``MAX_VP`` chunks per device with
+  a micro-batch count divisible by pp and at least one block per chunk (``split_units``: each
+  device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
+  the layers and repeats one split in every round);
 * zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS``;
 * rank orders: tensor parallelism innermost, then every order of the other axes of size > 1
   (axes of size 1 move nothing).

@@ -26,7 +26,8 @@ from .spec import Point, SweepSpec
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "fits",
-            "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero", "recompute", "mbs", "rank_order")
+            "tp", "pp", "dp", "cp", "ep", "etp", "vp", "schedule", "sp", "zero", "recompute", "mbs",
+            "rank_order")
 
 
 # ----------------------------------------------------------------------------- one point
@@ -501,9 +502,10 @@ def write_parquet(spec: SweepSpec) -> Path:
     except ImportError:
         raise UsageError("--parquet needs pyarrow: pip install 'nestplan[parquet]'") from None
     types = {"id": pa.string(), "status": pa.string(), "error": pa.string(),
-             "recompute": pa.string(), "rank_order": pa.string(), "fits": pa.bool_(),
-             "sp": pa.bool_()}
-    types.update({k: pa.int64() for k in ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")})
+             "recompute": pa.string(), "rank_order": pa.string(), "schedule": pa.string(),
+             "fits": pa.bool_(), "sp": pa.bool_()}
+    types.update({k: pa.int64() for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero",
+                                           "mbs")})
     types.update({k: pa.float64() for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
                                              "mfu", "peak_memory_gib", "search_seconds")})
     arrow = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}

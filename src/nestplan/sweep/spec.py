@@ -68,8 +68,8 @@ LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscripti
               "size")
 
 RESULT_COLUMNS = ("status", "error", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
-                  "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero",
-                  "recompute", "mbs", "rank_order", "search_seconds")
+                  "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "schedule",
+                  "sp", "zero", "recompute", "mbs", "rank_order", "search_seconds")
 """CSV columns after ``id`` and the grid parameters."""
 
 
