@@ -174,3 +174,14 @@ def test_a_baseline_whose_policies_the_constraints_exclude_says_so():
                          "--method", "phaze", "--recompute", "selective")
     assert code == 3 and out == "" and "Traceback" not in err
     assert "phaze searches only the recompute policies none, full" in err
+
+
+def test_an_infeasible_search_with_json_prints_an_object_too():
+    """Exit 3 with --json: the reason on stderr as always, and on stdout one object a script can
+    read (no plan)."""
+    code, out, err = cli("plan", "--model", "llama3-405b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--global-batch", 8, "--seq-len", 4096, "--json")
+    assert code == 3 and "Traceback" not in err and "no feasible plan" in err
+    js = json.loads(out)
+    assert js["feasible"] is False and "short by" in js["reason"] and "more GPUs" in js["reason"]
+    assert "less headroom" not in js["reason"]  # 779 GiB short: no headroom would close it

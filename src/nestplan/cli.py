@@ -568,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
         return code
     except InfeasibleError as e:
+        if getattr(args, "json", False):  # a script reading stdout gets an object here too
+            print(_json({"feasible": False, "reason": str(e)}))
         print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
         return 3
     except NestplanError as e:
