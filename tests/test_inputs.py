@@ -185,3 +185,12 @@ def test_an_infeasible_search_with_json_prints_an_object_too():
     js = json.loads(out)
     assert js["feasible"] is False and "short by" in js["reason"] and "more GPUs" in js["reason"]
     assert "less headroom" not in js["reason"]  # 779 GiB short: no headroom would close it
+
+
+def test_moe_flags_on_a_dense_model_get_a_note():
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
+                         2048, "--moe-imbalance", 1.5, "--moe-capacity-factor", 1.0)
+    assert code == 0 and "Traceback" not in err
+    assert ("nestplan: note: --moe-imbalance and --moe-capacity-factor: llama3-8b has no "
+            "experts; ignored") in err

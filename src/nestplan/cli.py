@@ -136,6 +136,15 @@ def _scenario(args):
         from dataclasses import replace
 
         sc = replace(sc, model=replace(sc.model, mtp_layers=args.mtp_layers))
+    if moe and sc.model.moe is None:
+        import warnings
+
+        from .errors import Note
+
+        given = " and ".join(f"--{k.replace('_', '-')}" for k in ("moe_imbalance",
+                                                                 "moe_capacity_factor")
+                             if getattr(args, k) is not None)
+        warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
     return _with_headroom(sc, args)
 
 
@@ -547,12 +556,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import warnings
 
-    from .hf import HFNote
+    from .errors import Note
 
     args = build_parser().parse_args(argv)
 
     def note(message, category, *rest, **kw):
-        if issubclass(category, HFNote):
+        if issubclass(category, Note):
             print(f"nestplan: note: {message}", file=sys.stderr)
         else:
             previous(message, category, *rest, **kw)

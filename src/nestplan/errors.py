@@ -21,3 +21,8 @@ class InfeasibleError(NestplanError):
 
 class UsageError(NestplanError):
     """A command given without what it needs (exit code 2, like SpecError)."""
+
+
+class Note(UserWarning):
+    """Something the user should know about how the input was read (not an error); the CLI
+    prints it on stderr as ``nestplan: note: ...``."""

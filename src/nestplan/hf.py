@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import SpecError
+from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import MLASpec, ModelSpec, MoESpec
 
@@ -105,7 +105,7 @@ def _qwen3_moe(cfg: _Config) -> dict:
     return kw
 
 
-class HFNote(UserWarning):
+class HFNote(Note):
     """Something the user should know about how a config.json was read (not an error)."""
 
 
