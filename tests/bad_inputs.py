@@ -174,8 +174,8 @@ HF_BAD = {
 for name, (content, needle) in HF_BAD.items():
     case(f"hf-config-{name}", ["evaluate", "--model", "{cfg}.json", *SCENARIO[2:], *PLAN],
          needle, **{"cfg.json": content})
-case("hf-config-directory", ["evaluate", "--model", "{d}", *SCENARIO[2:], *PLAN], "directory",
-     d=DIR)
+case("hf-config-directory", ["evaluate", "--model", "{d}", *SCENARIO[2:], *PLAN],
+     "folder without a config.json", d=DIR)
 case("hf-config-fifo", ["evaluate", "--model", "{p}.json", *SCENARIO[2:], *PLAN],
      "not a regular file", **{"p.json": FIFO})
 case("hf-config-missing-file", ["evaluate", "--model", "{d}/none.json", *SCENARIO[2:], *PLAN],

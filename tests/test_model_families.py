@@ -137,3 +137,16 @@ def test_bad_config_values_are_one_line(tmp_path, change, needle):
     assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
                                "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
                                "--seq-len", 2048), needle)
+
+
+def test_a_model_folder_reads_its_config_json(tmp_path):
+    """A downloaded HuggingFace model is a folder: --model takes it as its config.json."""
+    import shutil
+    from dataclasses import replace
+
+    from nestplan.catalog import get_model
+
+    shutil.copy(HF / "gpt-oss-20b.json", tmp_path / "config.json")
+    folder, file = get_model(str(tmp_path)), get_model(str(tmp_path / "config.json"))
+    assert folder == replace(file, name=folder.name)
+    assert folder.layers == 24 and folder.moe.experts == 32

@@ -40,12 +40,18 @@ def looks_like_path(text: str) -> bool:
     return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and Path(text).exists())
 
 
+def hf_config_in(path: Path) -> Path:
+    """``path``, or the ``config.json`` in it when it is a (HuggingFace model) folder."""
+    return path / "config.json" if path.is_dir() and (path / "config.json").is_file() else path
+
+
 def _stamp(name: str):
     """What says a file changed: (modification time ns, size); None for a catalog name."""
     if not looks_like_path(name):
         return None
+    path = hf_config_in(Path(name))
     try:
-        st = Path(name).stat()
+        st = path.stat()
     except OSError:
         return None  # loading it says what is wrong
     return st.st_mtime_ns, st.st_size
@@ -100,15 +106,20 @@ def get_cluster(name: str) -> ClusterSpec:
 
 @_cached
 def get_model(name: str) -> ModelSpec:
-    """A model by catalog name, TOML path, or HuggingFace ``config.json`` path."""
+    """A model by catalog name, TOML path, or HuggingFace ``config.json`` path (or the folder
+    that holds one, as a downloaded model's)."""
     from ..loaders import model_from_table, read_toml
 
     if looks_like_path(name):
-        if name.endswith(".json"):
+        path = hf_config_in(Path(name))
+        if path.is_dir():
+            raise SpecError("model", name, "a folder without a config.json; give a catalog name, "
+                            "a model TOML, or a HuggingFace config.json or its folder")
+        if path.suffix == ".json":
             from ..hf import model_from_hf_config
 
-            return model_from_hf_config(Path(name))
-        return model_from_table(read_toml(Path(name), "model"))
+            return model_from_hf_config(path)
+        return model_from_table(read_toml(path, "model"))
     return model_from_table(_catalog_table("models", name, "model"))
 
 
