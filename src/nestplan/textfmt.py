@@ -90,18 +90,29 @@ def id_ranges(ids, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f",… ({len(ids)})"
 
 
-def _row(rank, ev) -> str:
+TOP_COLUMNS = ("#", "step (s)", "tokens/s", "MFU", "mem GiB", "tp", "pp", "dp", "cp", "ep",
+               "vp", "sp", "zero", "mbs", "recompute", "order", "schedule")
+"""The columns of ``plan``'s list of plans; the last three are text (left-aligned)."""
+
+
+def _cells(rank, ev) -> list[str]:
     p = ev.plan
-    rec = p.recompute_text
-    return (f"{rank:>2}  {ev.step_time:9.3f}  {ev.tokens_per_s:12,.0f}  {ev.mfu * 100:5.1f}%  "
-            f"{ev.peak_memory / 2**30:6.1f}  {p.tp:>3} {p.pp:>3} {p.dp:>5} {p.cp:>3} {p.ep:>3} "
-            f"{p.vp:>2} {'on' if p.sp else '-':>3} {p.zero:>4} {p.mbs:>4}  {rec:10s} "
-            f"{'-'.join(a.value for a in p.rank_order):12s} "
-            f"{p.pipeline.name if p.pp > 1 else '-'}")
+    return [str(rank), f"{ev.step_time:.3f}", f"{ev.tokens_per_s:,.0f}", f"{ev.mfu * 100:.1f}%",
+            f"{ev.peak_memory / 2**30:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
+            str(p.ep), str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
+            p.recompute_text, "-".join(a.value for a in p.rank_order),
+            p.pipeline.name if p.pp > 1 else "-"]
 
 
-HEADER = (" #  step (s)      tokens/s    MFU  mem GiB   tp  pp    dp  cp  ep vp  sp zero  mbs"
-          "  recompute  order        schedule")
+def _aligned(header: tuple[str, ...], rows: list[list[str]], text_from: int) -> list[str]:
+    """Header and rows with every column as wide as its widest cell: numbers right-aligned,
+    the columns from ``text_from`` on left-aligned."""
+    widths = [max(len(r[i]) for r in [list(header), *rows]) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i >= text_from else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(header)] + [line(r) for r in rows]
 
 
 def search_result(res) -> str:
@@ -110,8 +121,9 @@ def search_result(res) -> str:
     sc = best.scenario
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
            f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
-           f"{res.configurations:,} configurations in {res.seconds:.1f} s", "", HEADER]
-    out += [_row(i + 1, ev) for i, ev in enumerate(res.plans)]
+           f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
+    out += _aligned(TOP_COLUMNS, [_cells(i + 1, ev) for i, ev in enumerate(res.plans)],
+                    text_from=TOP_COLUMNS.index("recompute"))
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:
         out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")
