@@ -239,12 +239,34 @@ def _flags(text: str) -> dict[str, list[str]]:
     return out
 
 
-MEGATRON_NOT_CONFIG = ("cuda-graph-impl", "cuda-graph-modules", "moe-layer-freq",
-                       "pipeline-model-parallel-layout")
-"""Export flags left out of the TransformerConfig check: the CUDA-graph flags are named as in
-Megatron-LM's main branch, which the installed megatron-core release names otherwise (they have
-their own check in test_moe_dispatch.py), the MoE layer pattern is Python syntax that
-Megatron's argument parser evaluates, and the layout is checked by its own class above."""
+MEGATRON_NOT_CONFIG = ("pipeline-model-parallel-layout",)
+"""Export flags left out of the TransformerConfig check (the layout is checked by its own
+class)."""
+
+
+def _graph_fields(flags: dict, fields) -> dict:
+    """The CUDA-graph flags, which the export names as Megatron-LM's main branch does
+    (``--cuda-graph-impl local|transformer_engine|full_iteration``, ``--cuda-graph-modules``),
+    as the installed release's fields: megatron-core 0.16 calls the modules ``cuda_graph_scope``
+    and a full iteration ``local`` with that scope."""
+    impl = flags.get("cuda-graph-impl", ["none"])[0]
+    modules = flags.get("cuda-graph-modules", [])
+    if impl == "none":
+        return {}
+    if "cuda_graph_modules" in fields:
+        return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
+    if impl == "full_iteration":
+        return {"cuda_graph_impl": "local", "cuda_graph_scope": ["full_iteration"]}
+    return {"cuda_graph_impl": impl, **({"cuda_graph_scope": modules} if modules else {})}
+
+
+def _moe_layer_freq(pattern: str):
+    """``--moe-layer-freq`` as Megatron's argument parser reads it: an integer, or a Python list
+    expression of digits, brackets, commas, ``+`` and ``*`` (which it evaluates; the export
+    quotes it for the shell)."""
+    pattern = pattern.strip("'")
+    assert re.fullmatch(r"[\d\[\](),+*]+", pattern), pattern
+    return eval(pattern, {"__builtins__": {}})  # the charset above holds no names
 
 
 def megatron_transformer_config(text: str):
@@ -265,8 +287,11 @@ def megatron_transformer_config(text: str):
     renamed = {"num-experts": "num_moe_experts", "fp8-format": "fp8",
                "swiglu": "gated_linear_unit"}
     kw = {"bf16": True}
+    kw.update(_graph_fields(flags, fields))
+    if "moe-layer-freq" in flags:
+        kw["moe_layer_freq"] = _moe_layer_freq(flags["moe-layer-freq"][0])
     for name, values in flags.items():
-        if name in MEGATRON_NOT_CONFIG:
+        if name in MEGATRON_NOT_CONFIG or name.startswith("cuda-graph") or name == "moe-layer-freq":
             continue
         key = renamed.get(name, name.replace("-", "_"))
         if name == "disable-bias-linear":

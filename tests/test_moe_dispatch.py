@@ -284,6 +284,91 @@ def test_cuda_graph_stack_files_are_checked(tmp_path):
         bad.write_text(f'base = "nemo"\nname = "g"\n{body}\n')
         code, out, err = _evaluate_moe_with(bad)
         assert one_line_error(code, out, err, field), err
+    # module graphs: Megatron-Core's own rules (checked against it in the next tests)
+    layers = 'cuda_graphs = "layers"\nrecompute = ["none", "selective"]\n'
+    for body, needle in (('cuda_graph_modules = ["attn"]', "only with cuda_graphs = layers"),
+                         (layers + 'cuda_graph_modules = ["attention"]', "allowed: attn"),
+                         (layers + 'cuda_graph_modules = ["attn", "attn"]', "must differ"),
+                         (layers + 'cuda_graph_modules = ["moe_preprocess"]', "needs moe_router"),
+                         (layers + 'moe_pad_to_capacity = true\n'
+                          'cuda_graph_modules = ["moe", "moe_router"]', "exclude each other"),
+                         (layers + 'cuda_graph_modules = ["moe"]', "moe_pad_to_capacity"),
+                         ('cuda_graphs = "layers"\ncuda_graph_modules = ["moe_router"]\n'
+                          'recompute = {none = "none", m = "modules:moe"}', "graphed moe_router")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f'base = "nemo"\nname = "g"\n{body}\n')
+        code, out, err = _evaluate_moe_with(bad)
+        assert one_line_error(code, out, err, needle), err
+
+
+def _module_graphs(modules, padded=False, **training):
+    stack = replace(get_stack("nemo"), name="te-graphs", cuda_graphs="layers",
+                    cuda_graph_modules=modules, moe_pad_to_capacity=padded,
+                    recompute=get_stack("nemo").recompute[:2])
+    return replace(scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096,
+                                       global_batch=256, **training), stack=stack)
+
+
+@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
+@pytest.mark.parametrize("model, modules, training, exported", [
+    # NeMo's MoE recipes: the router and its preprocessing in Transformer Engine graphs
+    ("qwen3-30b-a3b", ("attn", "moe_router", "moe_preprocess"), {},
+     "attn moe_router moe_preprocess"),
+    # a capacity factor without padding: the all-to-all copies token counts to the host in its
+    # preprocessing, which Megatron-Core will not graph
+    ("qwen3-30b-a3b", ("attn", "moe_router", "moe_preprocess"), {"moe_capacity": 1.0},
+     "attn moe_router"),
+    # a dense model has no router and no MoE layer to graph
+    ("llama3-8b", ("attn", "mlp", "moe_router"), {}, "attn mlp"),
+    # with padding the MoE layer itself
+    ("qwen3-30b-a3b", ("attn", "moe"), {"moe_capacity": 1.0, "padded": True}, "attn moe"),
+])
+def test_module_graphs_export_what_megatron_accepts(model, modules, training, exported):
+    """A stack's CUDA graph modules export as Transformer Engine graphs of the modules the
+    model and workload have (a note names the rest), which Megatron-Core's own
+    TransformerConfig accepts where it is installed, and which it refuses unfiltered."""
+    import importlib.util
+
+    from nestplan import planfile
+    from nestplan.exports import export
+    from test_exports import _flags, megatron_transformer_config
+
+    padded = training.pop("padded", False)
+    sc = replace(_module_graphs(modules, padded, **training),
+                 model=scenario_from_names(model, "dgx-h100-ndr", 16, seq_len=4096,
+                                           global_batch=256).model)
+    moe = sc.model.moe is not None
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8 if moe else 1, etp=1 if moe else None, zero=1,
+                      mbs=1)
+    ev = evaluate(sc, par)
+    exp = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
+    flags = _flags(exp.text)
+    assert flags["cuda-graph-impl"] == ["transformer_engine"]
+    assert " ".join(flags["cuda-graph-modules"]) == exported
+    assert any("left out" in n for n in exp.notes) == (exported != " ".join(modules))
+    # the cost model runs the MoE layers as the export graphs them
+    graphed = "moe" in exported.split()
+    assert sc.stack.graphs_moe_layers(sc.training) == graphed
+    if importlib.util.find_spec("megatron") is None:
+        return
+    megatron_transformer_config(exp.text)
+    if exported != " ".join(modules):
+        unfiltered = exp.text.replace(f"--cuda-graph-modules {exported}",
+                                      "--cuda-graph-modules " + " ".join(modules))
+        with pytest.raises(AssertionError):
+            megatron_transformer_config(unfiltered)
+
+
+def test_only_the_moe_layers_own_graph_spares_it_the_host():
+    """A graphed router leaves the experts eager: the MoE layer still waits on the host; the
+    padded layer's own graph (or whole-layer graphs) does not."""
+    router = _module_graphs(("attn", "moe_router", "moe_preprocess"))
+    assert router.stack.moe_host_wait(router.training) == router.stack.moe_layer_host > 0
+    own = _module_graphs(("attn", "moe"), padded=True, moe_capacity=1.0)
+    assert own.stack.moe_host_wait(own.training) == 0.0
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, zero=1, mbs=1)
+    assert evaluate(own, par).step_time < evaluate(
+        replace(own, stack=replace(own.stack, cuda_graph_modules=("attn",))), par).step_time
 
 
 @pytest.mark.frameworks

@@ -419,6 +419,7 @@ def _stack_fields() -> dict:
         "tp_overlap": choice(TPOverlap),
         "recompute": ((list, dict), _recompute_from_file, _recompute_to_file),
         "schedules": listed(),
+        "cuda_graph_modules": listed(),
         "zero_stages": listed(int),
         "axes": listed(),
         "network_scale": listed(_NUM, item=lambda x, where: float(x)),

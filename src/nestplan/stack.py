@@ -31,6 +31,9 @@ FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
 CUDA_GRAPHS = ("none", "layers", "full_iteration")
 """What a stack may replay as CUDA graphs (``StackSpec.cuda_graphs``)."""
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+"""Parts of a layer per-layer graphs may capture (``StackSpec.cuda_graph_modules``):
+Megatron-Core's ``CudaGraphModule`` choices for training (transformer_config.py @ d98e8a64dd)."""
 CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
                "kernel_overhead", "moe_layer_host", "overlap_efficiency", "step_overhead",
                "allocator_overhead", "fitted_on")
@@ -124,6 +127,19 @@ class StackSpec(_CachedHash):
     ``_HybridEPManager`` sizes its buffers without the host sync (token_dispatcher.py, same
     commit). Full recomputation runs only under ``full_iteration`` ("full recompute is only
     supported with full iteration CUDA graph", same file), so a ``layers`` stack offers none."""
+    cuda_graph_modules: tuple[str, ...] = ()
+    """Under ``cuda_graphs = "layers"``, the parts of every layer captured, as Transformer
+    Engine's per-module graphs (Megatron-Core ``--cuda-graph-impl transformer_engine
+    --cuda-graph-modules``; NeMo's MoE recipes capture ``attn``, ``moe_router`` and
+    ``moe_preprocess``); empty: whole layers. The MoE layer's own graph (``moe``) needs the
+    padding to capacity that makes its shapes static, and only it spares the layer the host's
+    launches: an eager MoE layer around a graphed router still waits on the host (the token
+    counts reach the host before the experts run). Megatron-Core's rules, checked here: ``moe``
+    and ``moe_router`` exclude each other, ``moe_preprocess`` needs ``moe_router``, and a
+    ``moe`` recompute module cannot hold a graphed router (same file). The export leaves out the
+    modules a model or a workload does not have (``mlp`` without dense layers, the MoE modules
+    without experts, ``moe`` without padding, ``moe_preprocess`` when the all-to-all copies the
+    token counts to the host in its preprocessing: a capacity factor without padding)."""
     moe_pad_to_capacity: bool = False
     """With a capacity factor (``TrainingSpec.moe_capacity``), every expert's input is padded to
     its capacity (Megatron-Core ``--moe-pad-expert-input-to-capacity``; Megatron-Bridge's
@@ -212,6 +228,26 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
+        mods = self.cuda_graph_modules
+        for m in mods:
+            if m not in CUDA_GRAPH_MODULES:
+                raise SpecError("stack.cuda_graph_modules", m,
+                                "allowed: " + ", ".join(CUDA_GRAPH_MODULES))
+        if len(set(mods)) != len(mods):
+            raise SpecError("stack.cuda_graph_modules", list(mods), "modules must differ")
+        if mods and self.cuda_graphs != "layers":
+            raise SpecError("stack.cuda_graph_modules", list(mods),
+                            f"only with cuda_graphs = layers (got {self.cuda_graphs})")
+        if "moe" in mods and "moe_router" in mods:
+            raise SpecError("stack.cuda_graph_modules", list(mods),
+                            "moe and moe_router exclude each other (moe holds the router)")
+        if "moe_preprocess" in mods and "moe_router" not in mods:
+            raise SpecError("stack.cuda_graph_modules", list(mods),
+                            "moe_preprocess needs moe_router")
+        if "moe" in mods and not self.moe_pad_to_capacity:
+            raise SpecError("stack.cuda_graph_modules", list(mods), "moe needs "
+                            "moe_pad_to_capacity = true (static shapes; Megatron-Core graphs an "
+                            "MoE layer only with drop-padding)")
         if self.moe_pad_to_capacity and self.moe_dispatcher != "alltoall":
             raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
                             "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
@@ -253,6 +289,10 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
                             "recomputes whole layers only under full_iteration graphs; offer "
                             "none, selective or modules:... policies")
+        moe_rec = [p.name for p in self.recompute if "moe" in p.modules]
+        if "moe_router" in self.cuda_graph_modules and moe_rec:
+            raise SpecError("stack.recompute", moe_rec, "a moe recompute module cannot hold a "
+                            "graphed moe_router (Megatron-Core); offer other modules")
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
@@ -290,13 +330,18 @@ class StackSpec(_CachedHash):
         """Every expert's input is padded to the capacity ``training`` (a TrainingSpec) sets."""
         return self.moe_pad_to_capacity and training.moe_capacity is not None
 
+    def graphs_moe_layers(self, training) -> bool:
+        """An MoE layer replays inside a CUDA graph: a full iteration's, or its own per-layer
+        graph (whole layers or the ``moe`` module) when its experts are padded."""
+        mods = self.cuda_graph_modules
+        return self.cuda_graphs == "full_iteration" or (
+            self.cuda_graphs == "layers" and self.pads_experts(training)
+            and (not mods or "moe" in mods))
+
     def moe_host_wait(self, training) -> float:
         """Seconds an MoE layer's forward waits on the host: none inside a CUDA graph (see
         ``cuda_graphs``), ``moe_layer_host`` when it runs eagerly."""
-        if self.cuda_graphs == "full_iteration" or (
-                self.cuda_graphs == "layers" and self.pads_experts(training)):
-            return 0.0
-        return self.moe_layer_host
+        return 0.0 if self.graphs_moe_layers(training) else self.moe_layer_host
 
     def policy_index(self, name: str) -> int | None:
         """Position of the recompute policy ``name`` in ``recompute`` (None if not offered)."""

@@ -47,6 +47,32 @@ def _moe_pattern(m) -> str:
     return "[" + ",".join(str(f) for f in flags) + "]"
 
 
+def _layer_graphs(sc) -> tuple[list[str], list[str]]:
+    """Per-layer CUDA graphs as Megatron-Core accepts them for this model and workload
+    (transformer_config.py @ d98e8a64dd): whole layers (``local``), or the stack's modules
+    (``transformer_engine``) less those the model or workload lacks."""
+    m, tr, st = sc.model, sc.training, sc.stack
+    padded = st.pads_experts(tr)
+    dense = m.num_moe_layers < m.layers  # `mlp` only where dense layers exist
+    if not st.cuda_graph_modules:
+        if m.moe is None or padded:
+            return ["--cuda-graph-impl local"], []
+        # an MoE layer without padding has dynamic shapes: graph the attention (and the MLPs of
+        # dense layers) and leave the MoE layers eager, as the cost model runs them
+        return ["--cuda-graph-impl local", "--cuda-graph-modules attn" + (" mlp" if dense else "")], []
+    token_copy = not padded and st.moe_dispatcher == "alltoall" and tr.moe_capacity is not None
+    lacks = {"mlp": not dense, "moe": m.moe is None or not padded, "moe_router": m.moe is None,
+             "moe_preprocess": m.moe is None or token_copy}
+    kept = [x for x in st.cuda_graph_modules if not lacks.get(x, False)]
+    dropped = [x for x in st.cuda_graph_modules if x not in kept]
+    notes = [f"CUDA graph modules {', '.join(dropped)} left out: Megatron-Core refuses them for "
+             "this model and workload (see StackSpec.cuda_graph_modules)"] if dropped else []
+    if not kept:
+        return [], notes
+    return ["--cuda-graph-impl transformer_engine",
+            "--cuda-graph-modules " + " ".join(kept)], notes
+
+
 def export(pf: PlanFile) -> Export:
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
@@ -153,14 +179,9 @@ def export(pf: PlanFile) -> Export:
     if sc.stack.cuda_graphs == "full_iteration":  # validate_args wants the NaN check off with it
         args += ["--cuda-graph-impl full_iteration", "--no-check-for-nan-in-loss-and-grad"]
     elif sc.stack.cuda_graphs == "layers":
-        args.append("--cuda-graph-impl local")
-        if m.moe is not None and not sc.stack.pads_experts(tr):
-            # an MoE layer without padding has dynamic shapes: graph the attention (and the MLPs
-            # of dense layers) and leave the MoE layers eager, as the cost model runs them
-            # (Megatron-Core refuses `moe` graphs without drop-padding; `mlp` only with dense
-            # layers: transformer_config.py @ d98e8a64dd); otherwise whole layers (no modules)
-            dense = m.num_moe_layers < m.layers
-            args.append("--cuda-graph-modules attn" + (" mlp" if dense else ""))
+        graph_args, graph_notes = _layer_graphs(sc)
+        args += graph_args
+        notes += graph_notes
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     if m.mlp is MLPKind.SWIGLU:
