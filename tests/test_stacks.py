@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from nestplan import graph as G
-from nestplan.catalog import get_stack, list_names
+from nestplan.catalog import get_accelerator, get_stack, list_names
 from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate, local_strategy, scenario_from_names
 from nestplan.loaders import stack_from_table, stack_to_table
@@ -202,6 +202,38 @@ def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
     code, out, err = cli("calibrate", runs_csv(stack="jax"), "--stack", "megatron-2021",
                          "-o", tmp_path / "x.toml")
     assert code == 0, err  # --stack overrides the column
+
+
+@pytest.mark.parametrize("peak_gib, ok", [(80, True), (5000, False)])
+def test_calibrate_fits_an_allocator_share_above_1_and_refuses_an_absurd_one(tmp_path, runs_csv,
+                                                                             peak_gib, ok):
+    """A peak some GiB above the predicted tensors fits an allocator share above 1 (the stack
+    file it writes loads again); one that no allocator explains is refused naming the rows."""
+    csv = runs_csv(other_metrics=f"peak_memory_gib={peak_gib}")
+    out_path = tmp_path / "m.toml"
+    code, out, err = cli("calibrate", csv, "--stack", "megatron-core", "-o", out_path)
+    if ok:
+        assert code == 0, err
+        assert get_stack(str(out_path)).allocator_overhead > 1
+    else:
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "peak_memory_gib" in err
+        assert runs_csv.row["id"] in err and "Traceback" not in err
+
+
+def test_the_stated_bounds_themselves_load(tmp_path):
+    """A file's value at its bound survives the conversion to SI units (1000 us is 1e-3 s)."""
+    from nestplan.loaders import cluster_from_table
+
+    stack = tmp_path / "k.toml"
+    stack.write_text('base = "megatron-core"\nname = "k"\nkernel_overhead_us = 1000\n'
+                     'allocator_overhead = 10\nmoe_layer_host_ms = 1000\nstep_overhead_s = 60\n')
+    assert get_stack(str(stack)).kernel_overhead == pytest.approx(1e-3)
+    cluster = cluster_from_table({"name": "c", "accelerator": {"base": "h100-sxm-80gb",
+                                                                "name": "a",
+                                                                "kernel_overhead_us": 1000},
+                                  "levels": [{"name": "n", "bandwidth_GBps": 450,
+                                              "latency_us": 2}]}, get_accelerator)
+    assert cluster.accelerator.kernel_overhead == pytest.approx(1e-3)
 
 
 def test_runs_csv_stack_column_names_a_catalog_stack(runs_csv):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import SpecError
-from .stack import StackSpec
+from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import US
 
 NOISE = 0.05
@@ -141,7 +141,13 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
             shares.append((c.memory - base) / work)
     if not shares:
         return None
-    return max(0.0, float(np.mean(shares)))
+    share = max(0.0, float(np.mean(shares)))
+    if share > MAX_ALLOCATOR_OVERHEAD:
+        raise SpecError("peak_memory_gib", ", ".join(c.id for c in cases if c.memory is not None),
+                        f"these runs' peaks exceed the predicted tensors by {share:.1f}x their "
+                        f"activations (an allocator overhead above {MAX_ALLOCATOR_OVERHEAD:g}): "
+                        "the memory model does not describe them; check the rows' plans")
+    return share
 
 
 def _errors(cases, stack: StackSpec):

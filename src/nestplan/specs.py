@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .options import MLPKind, Norm, Position, Precision
 from .schedule import SCHEDULES, resolve
+from .units import US
 
 if TYPE_CHECKING:  # stack.py builds on this module's helpers
     from .stack import StackSpec
@@ -43,6 +44,13 @@ def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = Fals
         bound = ">= 0" if allow_zero else "> 0"
         raise SpecError(name, value, f"must be {kind} {bound}")
     return value
+
+
+def within(value, most: float) -> bool:
+    """``value`` is a finite number in [0, most] (the bound with a relative 1e-9 of slack, so
+    that a file's value at the bound survives its conversion to SI units and back)."""
+    return (isinstance(value, (int, float)) and math.isfinite(value)
+            and 0 <= value <= most * (1 + 1e-9))
 
 
 def _divides(name: str, value: int, whole_name: str, whole: int, example: str = ""):
@@ -133,8 +141,8 @@ class AcceleratorSpec(_CachedHash):
         for e in (*self.attention_efficiency, self.memory_efficiency):
             if not 0 < e <= 1:
                 raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
-        us = self.kernel_overhead * 1e6
-        if not (isinstance(us, (int, float)) and math.isfinite(us) and 0 <= us <= 1000):
+        us = self.kernel_overhead / US
+        if not within(us, 1000):
             raise SpecError("accelerator.kernel_overhead_us", us,
                             "must be a number >= 0 and at most 1000 (a launch takes a few)")
 
