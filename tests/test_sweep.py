@@ -244,6 +244,35 @@ class _Counting:
         return self.real(*args, **kw)
 
 
+def test_rows_hold_the_schedule_and_etp_where_they_mean_something(pool_run):
+    for r in _rows(pool_run.with_suffix(".csv")):
+        assert r["etp"] == ""  # a dense model
+        assert (r["schedule"] == "") == (r["pp"] == "1")
+
+
+def test_a_results_file_of_before_etp_and_schedule_resumes(tmp_path, pool_run, capsys):
+    """A results CSV written before the etp and schedule columns existed resumes: its rows are
+    kept with those cells blank and only the missing points run."""
+    from nestplan.sweep.run import LATER_COLUMNS
+
+    path = _write(tmp_path, SMALL)
+    rows = _rows(pool_run.with_suffix(".csv"))[:5]
+    old = [c for c in COLUMNS if c not in LATER_COLUMNS]
+    with open(tmp_path / "s.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    assert "5 already done, 7 to run" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    with open(tmp_path / "s.csv", newline="") as f:
+        assert next(csv.reader(f)) == COLUMNS
+    again = {r["id"]: r for r in _rows(tmp_path / "s.csv")}
+    assert len(again) == SMALL_POINTS
+    assert all(again[r["id"]]["schedule"] == "" and again[r["id"]]["step_time_s"] ==
+               r["step_time_s"] for r in rows)
+
+
 def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, monkeypatch):
     from nestplan.search import methods
 

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
-from .spec import Point, SweepSpec
+from .spec import RESULT_COLUMNS, RESULT_TYPES, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
-_METRICS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "fits",
-            "tp", "pp", "dp", "cp", "ep", "etp", "vp", "schedule", "sp", "zero", "recompute", "mbs",
-            "rank_order")
+_METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "search_seconds"))
+"""Result columns taken from the best plan's ``--json`` object."""
 
 
 # ----------------------------------------------------------------------------- one point
@@ -60,6 +59,10 @@ def run_task(scenario, method: str, constraints) -> dict:
         return error_row(e)
     js = res.best.to_json()
     row = {k: js[k] for k in _METRICS}
+    if scenario.model.moe is None:
+        row["etp"] = None  # no experts: no expert-TP degree
+    if js["pp"] == 1:
+        row["schedule"] = None  # no pipeline: no schedule
     if isinstance(row["recompute"], list):
         row["recompute"] = ",".join(row["recompute"])
     row.update(status="ok", error="", search_seconds=res.seconds)
@@ -94,6 +97,13 @@ class Existing:
     """Rows a re-run removes."""
     foreign: int = 0
     """Kept rows whose id is not a point of this sweep (an edited sweep file)."""
+    upgraded: bool = False
+    """The file was written before ``LATER_COLUMNS`` existed: rewritten with them blank."""
+
+
+LATER_COLUMNS = ("etp", "schedule")
+"""Result columns added after the first sweeps were written (nestplan of 2026-12-02): a results
+CSV without them resumes, its rows with these cells blank (the point ids did not change)."""
 
 
 def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
@@ -108,6 +118,11 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SpecError("output", str(path), f"cannot read it as a results CSV ({_one_line(e)}); "
                         "give another --output or delete the file") from None
+    if rows and rows[0] == [c for c in columns if c not in LATER_COLUMNS]:
+        old = rows[0]
+        rows = [columns] + [[dict(zip(old, r)).get(c, "") for c in columns]
+                            if len(r) == len(old) else r for r in rows[1:]]
+        out.upgraded = True
     if not rows or rows[0] != columns:
         have = rows[0] if rows else []
         missing = [c for c in columns if c not in have]
@@ -139,7 +154,8 @@ class ResultsWriter:
         self.columns = spec.columns
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if existing.dropped or not path.is_file() or path.stat().st_size == 0:
+            if (existing.dropped or existing.upgraded or not path.is_file()
+                    or path.stat().st_size == 0):
                 tmp = path.with_name(path.name + ".tmp")
                 with open(tmp, "w", newline="") as f:
                     w = csv.writer(f)
@@ -501,14 +517,8 @@ def write_parquet(spec: SweepSpec) -> Path:
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError("--parquet needs pyarrow: pip install 'nestplan[parquet]'") from None
-    types = {"id": pa.string(), "status": pa.string(), "error": pa.string(),
-             "recompute": pa.string(), "rank_order": pa.string(), "schedule": pa.string(),
-             "fits": pa.bool_(), "sp": pa.bool_()}
-    types.update({k: pa.int64() for k in ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero",
-                                           "mbs")})
-    types.update({k: pa.float64() for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                                             "mfu", "peak_memory_gib", "search_seconds")})
     arrow = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    types = {"id": pa.string(), **{k: arrow[t] for k, t in RESULT_TYPES.items()}}
     types.update({p.key: arrow[p.kind] for p in spec.parameters})
     table = pacsv.read_csv(spec.output, convert_options=pacsv.ConvertOptions(
         column_types=types, true_values=["true"], false_values=["false"],

@@ -67,10 +67,13 @@ CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
               "size")
 
-RESULT_COLUMNS = ("status", "error", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
-                  "peak_memory_gib", "fits", "tp", "pp", "dp", "cp", "ep", "etp", "vp", "schedule",
-                  "sp", "zero", "recompute", "mbs", "rank_order", "search_seconds")
-"""CSV columns after ``id`` and the grid parameters."""
+RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s": float,
+                "tokens_per_s_per_gpu": float, "mfu": float, "peak_memory_gib": float,
+                "fits": bool, "tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int,
+                "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
+                "mbs": int, "rank_order": str, "search_seconds": float}
+"""CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
+RESULT_COLUMNS = tuple(RESULT_TYPES)
 
 
 def _training_extra_keys() -> tuple[str, ...]:
