@@ -593,15 +593,20 @@ def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, 
     assert cfg.recompute_modules == modules.split()
 
 
-def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation():
+@pytest.mark.parametrize("model, rule, moe", [
+    ("llama3-8b", "modules:moe_act", {}),
+    # Mixtral's blocks are all MoE: no dense MLP, though nestplan builds a dense block's graph
+    ("mixtral-8x7b", "modules:mlp", dict(ep=8, etp=1)),
+])
+def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation(model, rule, moe):
     from nestplan.catalog import get_stack
     from nestplan.recompute import Policy
 
     base = get_stack("megatron-core")
-    stack = replace(base, name="mine", recompute=base.recompute + (Policy("act", "modules:moe_act"),))
-    sc = replace(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096,
+    stack = replace(base, name="mine", recompute=base.recompute + (Policy("act", rule),))
+    sc = replace(scenario_from_names(model, "dgx-h100-ndr", 8, seq_len=4096,
                                      global_batch=64), stack=stack)
-    par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("act",))
+    par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("act",), **moe)
     exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
     assert "--recompute" not in exp.text
     assert any("recomputes nothing in this model" in n for n in exp.notes)

@@ -294,7 +294,11 @@ def test_cuda_graph_stack_files_are_checked(tmp_path):
                           'cuda_graph_modules = ["moe", "moe_router"]', "exclude each other"),
                          (layers + 'cuda_graph_modules = ["moe"]', "moe_pad_to_capacity"),
                          ('cuda_graphs = "layers"\ncuda_graph_modules = ["moe_router"]\n'
-                          'recompute = {none = "none", m = "modules:moe"}', "graphed moe_router")):
+                          'recompute = {none = "none", m = "modules:moe"}', "graphed moe_router"),
+                         # not a graph rule, but Megatron-Core's as well
+                         ('moe_overlap = "shared"\n'
+                          'recompute = {none = "none", s = "modules:shared_experts"}',
+                          "moe_overlap = shared")):
         bad = tmp_path / "bad.toml"
         bad.write_text(f'base = "nemo"\nname = "g"\n{body}\n')
         code, out, err = _evaluate_moe_with(bad)

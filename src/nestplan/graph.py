@@ -698,9 +698,9 @@ class ModelGraph:
     def modules(self) -> frozenset[str]:
         """The recompute modules some operator of this model is in (``recompute.MODULES``): a
         dense model has no ``moe_act``, a model without MLA no ``mla_up_proj``."""
-        layers = (self.embedding, self.dense, self.moe, self.head, self.head_shared)
-        return frozenset().union(*(o.modules for layer in layers if layer is not None
-                                   for o in layer.ops))
+        used = {self.block(i) for i in range(len(self.kinds))}  # an all-MoE model has no MLP
+        layers = (self.embedding, *used, self.head, self.head_shared)
+        return frozenset().union(*(o.modules for layer in layers for o in layer.ops))
 
     @cached_property
     def n_moe(self) -> int:

@@ -293,6 +293,11 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
                             "recomputes whole layers only under full_iteration graphs; offer "
                             "none, selective or modules:... policies")
+        shared_rec = [p.name for p in self.recompute if "shared_experts" in p.modules]
+        if self.moe_overlap == "shared" and shared_rec:
+            raise SpecError("stack.recompute", shared_rec, "shared_experts recomputation cannot "
+                            "run with moe_overlap = shared (Megatron-Core refuses it with "
+                            "--moe-shared-expert-overlap); offer other modules")
         moe_rec = [p.name for p in self.recompute if "moe" in p.modules]
         if "moe_router" in self.cuda_graph_modules and moe_rec:
             raise SpecError("stack.recompute", moe_rec, "a moe recompute module cannot hold a "
