@@ -194,3 +194,25 @@ def test_moe_flags_on_a_dense_model_get_a_note():
     assert code == 0 and "Traceback" not in err
     assert ("nestplan: note: --moe-imbalance and --moe-capacity-factor: llama3-8b has no "
             "experts; ignored") in err
+
+
+def test_compare_with_nothing_feasible_keeps_each_methods_reason_in_json():
+    code, out, err = cli("compare", "--model", "llama3-405b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 8, "--global-batch", 8, "--seq-len", 4096, "--json")
+    js = json.loads(out)
+    assert code == 3 and js["feasible"] is False and js["methods"] == []
+    assert set(js["errors"]) >= {"nest", "manual", "phaze"} and "short by" in js["errors"]["nest"]
+
+
+def test_a_plan_that_fits_hbm_but_not_the_headroom_is_told_of_the_headroom():
+    """Every knob fixed, the one configuration fits 79.6 GiB of HBM but not with 6 % kept free:
+    the reason names its shortfall (a cell of a few blocks fitting must not hide it) and the
+    headroom as a way out; with no headroom it is the plan."""
+    fixed = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1, "--pp", 1,
+             "--dp", 8, "--cp", 1, "--mbs", 1, "--zero", 1, "--recompute", "none",
+             "--global-batch", 64, "--seq-len", 3584]
+    code, out, err = cli("plan", *fixed, "--json")
+    js = json.loads(out)
+    assert code == 3 and "short by" in js["reason"] and "less headroom" in js["reason"], err
+    code, out, err = cli("plan", *fixed, "--memory-headroom", 0, "--json")
+    assert code == 0 and json.loads(out)["fits"], err

@@ -334,7 +334,8 @@ def cmd_compare(args) -> int:
     if not results:
         # nest searches the whole space: its reason stands for all (each method's is in --json)
         why = errors.get("nest") or next(iter(errors.values()))
-        raise InfeasibleError(f"no method found a plan ({', '.join(errors)}); nest: {why}")
+        raise InfeasibleError(f"no method found a plan ({', '.join(errors)}); nest: {why}",
+                              {"methods": [], "errors": errors})
     rows = [{"method": name, **{k: res.best.to_json()[k] for k in SUMMARY_KEYS},
              "search_seconds": res.seconds} for name, res in results.items()]
     if args.save:
@@ -578,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except InfeasibleError as e:
         if getattr(args, "json", False):  # a script reading stdout gets an object here too
-            print(_json({"feasible": False, "reason": str(e)}))
+            print(_json({"feasible": False, "reason": str(e), **e.details}))
         print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
         return 3
     except NestplanError as e:

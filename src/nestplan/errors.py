@@ -18,6 +18,11 @@ class SpecError(NestplanError, ValueError):
 class InfeasibleError(NestplanError):
     """No plan satisfies the constraints (for example, nothing fits in memory)."""
 
+    def __init__(self, reason: str, details: dict | None = None):
+        super().__init__(reason)
+        self.details = details or {}
+        """What ``--json`` prints beside the reason (e.g. ``compare``'s error per method)."""
+
 
 class UsageError(NestplanError):
     """A command given without what it needs (exit code 2, like SpecError)."""

@@ -433,7 +433,6 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             continue
         solved += 1
         base_ok = tb.ok if memory_aware else [np.ones_like(o) for o in tb.ok]
-        any_fit = False
         for set_bound, allowed in keep:
             bound = -found[0].key if len(found) >= top else np.inf
             if set_bound >= bound:
@@ -444,7 +443,6 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
             if per_stage:  # one fixed policy per pipeline device
                 ok = [o & (np.arange(len(allow)) == world.stack.policy_index(per_stage[i]))
                       for i, o in enumerate(ok)]
-            any_fit = any_fit or any(o.any() for o in ok)
             sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound, y=tb.y)
             if sol is None:
                 continue
@@ -453,9 +451,13 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                 heapq.heappush(found, entry)
             else:
                 heapq.heappushpop(found, entry)
-        if memory_aware and not any_fit and not found:
-            peak = DP.min_peak_memory(tb.mem, tb.valid)
-            if np.isfinite(peak):
+        if memory_aware and not found:
+            # how far the policies allowed here are from fitting the whole model (a cell of a
+            # few blocks may fit where no split of all of them does)
+            allowed = np.zeros(len(world.stack.recompute), dtype=bool)
+            allowed[sorted({p for _, s in keep for p in s})] = True
+            peak = DP.min_peak_memory([np.where(allowed, m, np.inf) for m in tb.mem], tb.valid)
+            if np.isfinite(peak) and peak > cap:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if not found:
         # the configurations no split could fit: their least peak says how far off they are
