@@ -5,7 +5,6 @@ need the ``frameworks`` extra (torch CPU, megatron-core, deepspeed, torchtitan),
 installs; without it they are skipped.
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -565,32 +564,44 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
         assert set(want) <= set(got)
 
 
-@pytest.mark.parametrize("model, gpus, moe, fp8, modules", [
+RECOMPUTE_CASES = [
     ("mixtral-8x7b", 64, dict(ep=8, etp=1), False, "layernorm moe_act"),
     ("llama3-8b", 16, {}, False, "layernorm"),
     ("llama3-8b", 16, {}, True, "layernorm"),
     ("deepseek-v3", 256, dict(ep=8, etp=1), True, "layernorm mla_up_proj moe_act"),
-])
-def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, moe, fp8,
-                                                                   modules):
-    """megatron-core's fine-grained policy (layernorm, mla_up_proj, moe_act) exports only the
-    modules the model has (Megatron-Core refuses moe_act without grouped experts and mla_up_proj
-    without MLA), and fp8 with a per-tensor recipe that runs with them (Megatron's default,
-    delayed scaling, refuses layernorm and moe_act recomputation): Megatron-Core's own
-    TransformerConfig accepts the result where it is installed."""
+]
+"""(model, gpus, expert degrees, fp8, the modules exported) of a fine-grained plan."""
+
+
+def _fine_grained_export(model, gpus, moe, fp8) -> str:
     sc = scenario_from_names(model, "dgx-h100-ndr", gpus, seq_len=4096, global_batch=256,
                              precision=Precision.FP8 if fp8 else Precision.BF16)
     pp = 16 if model == "deepseek-v3" else 2
     par = Parallelism(tp=2 if not moe else 1, pp=pp, dp=gpus // pp // (2 if not moe else 1),
                       sp=not moe, zero=1, mbs=1, recompute=("fine-grained",), **moe)
-    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    return export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+
+
+@pytest.mark.parametrize("model, gpus, moe, fp8, modules", RECOMPUTE_CASES)
+def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, moe, fp8,
+                                                                   modules):
+    """megatron-core's fine-grained policy (layernorm, mla_up_proj, moe_act) exports only the
+    modules the model has (Megatron-Core refuses moe_act without grouped experts and mla_up_proj
+    without MLA), and fp8 with a per-tensor recipe that runs with them (Megatron's default,
+    delayed scaling, refuses layernorm and moe_act recomputation)."""
+    text = _fine_grained_export(model, gpus, moe, fp8)
     assert "--recompute-granularity selective" in text
     assert f"--recompute-modules {modules} \\" in text
     assert ("--fp8-recipe tensorwise" in text) == fp8
-    if importlib.util.find_spec("megatron") is None:  # the text is checked; Megatron is not here
-        return
-    cfg = megatron_transformer_config(text)
-    assert cfg.recompute_modules == modules.split()
+
+
+@frameworks
+def test_megatron_accepts_the_recompute_modules_it_is_given():
+    """The exports of the test above, in Megatron-Core's own TransformerConfig."""
+    pytest.importorskip("megatron.core")
+    for model, gpus, moe, fp8, modules in RECOMPUTE_CASES:
+        cfg = megatron_transformer_config(_fine_grained_export(model, gpus, moe, fp8))
+        assert cfg.recompute_modules == modules.split(), model
 
 
 @pytest.mark.parametrize("model, rule, moe", [
@@ -633,14 +644,19 @@ def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
     assert policy.name == "mlp" and "keeps the least" in notes[0]
 
 
-def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map():
-    """tp-dp-cp-pp with cp = 1 places every rank as Megatron's and torchtitan's own order does:
-    no note, no rank map; a real difference still gets both."""
-    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+@pytest.mark.parametrize("model, moe", [("llama3-8b", {}), ("mixtral-8x7b", dict(ep=8, etp=1))])
+def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, moe):
+    """tp-dp-cp-pp with cp = 1 places every rank, and every expert group folded over them, as
+    Megatron's and torchtitan's own order does: no note, no rank map; a real difference still
+    gets both."""
+    sc = scenario_from_names(model, "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     same = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
-                       rank_order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP))
-    assert np.array_equal(rank_grid(same), rank_grid(same.with_(rank_order=(Axis.TP, Axis.CP,
-                                                                               Axis.DP, Axis.PP))))
+                       rank_order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP), **moe)
+    own = same.with_(rank_order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
+    assert np.array_equal(rank_grid(same), rank_grid(own))
+    if moe:
+        assert np.array_equal(_expert_grid(rank_grid(same), same), _expert_grid(rank_grid(own), own))
+    assert evaluate(sc, same).step_time == evaluate(sc, own).step_time
     moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
     for fmt in ("megatron", "torchtitan"):
         exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, same))), fmt)

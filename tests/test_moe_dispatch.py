@@ -53,22 +53,30 @@ def test_deduplicated_crossings_match_an_enumeration(experts, k, n, inside):
     assert crossing_share(n, inside, (k, experts)) == pytest.approx(total / count / k)
 
 
-def _deepseek(stack, gpus=1024, ep=64):
+def _deepseek(stack, gpus=1024, ep=64, pp=16, recompute="full"):
     from pathlib import Path
 
     cfg = Path(__file__).parent / "data" / "deepseek-v3.json"
     sc = scenario_from_names(str(cfg), "dgx-h100-ndr", gpus, seq_len=4096, global_batch=1024)
     sc = replace(sc, stack=stack)
-    par = Parallelism(tp=1, pp=16, dp=gpus // 16, ep=ep, etp=1, mbs=1, recompute=("full",))
+    par = Parallelism(tp=1, pp=pp, dp=gpus // pp, ep=ep, etp=1, mbs=1, recompute=(recompute,))
     return evaluate(sc, par)
+
+
+def _batch_overlap(stack):
+    """``stack`` overlapping the expert exchange with another micro-batch, as Megatron-Core
+    runs it: without full recomputation (DeepSeek-V3's 61 blocks, a prime, cannot interleave, so
+    its plans with it do not pipeline)."""
+    return replace(stack, moe_overlap="batch", recompute=stack.recompute[:3])
 
 
 def test_dispatchers_and_overlap_change_what_they_should():
     base = get_stack("megatron-core")
-    a2a = _deepseek(base)
-    flex = _deepseek(replace(base, moe_dispatcher="flex"))
-    gather = _deepseek(replace(base, moe_dispatcher="allgather"))
-    batch = _deepseek(replace(base, moe_overlap="batch"))
+    plan = dict(pp=1, recompute="fine-grained")  # what batch overlap runs with (_batch_overlap)
+    a2a = _deepseek(base, **plan)
+    flex = _deepseek(replace(base, moe_dispatcher="flex"), **plan)
+    gather = _deepseek(replace(base, moe_dispatcher="allgather"), **plan)
+    batch = _deepseek(_batch_overlap(base), **plan)
     # top-8 over 8 nodes: DeepEP sends each token to fewer nodes than it has copies
     assert flex.link_time["ep"] < a2a.link_time["ep"]
     # all-gather moves every rank's tokens to all 64 ranks: far more than 8 copies
@@ -77,6 +85,27 @@ def test_dispatchers_and_overlap_change_what_they_should():
     assert batch.time.ep < a2a.time.ep and batch.link_time["ep"] == pytest.approx(
         a2a.link_time["ep"])
     assert batch.peak_memory > a2a.peak_memory
+
+
+def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():
+    """Megatron-Core overlaps the expert exchange with another micro-batch under pipelining only
+    with virtual stages: a batch-overlap stack refuses the plan without them, and the search
+    does not offer it."""
+    from nestplan.errors import SpecError
+
+    stack = _batch_overlap(get_stack("megatron-core"))
+    sc = replace(scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096,
+                                     global_batch=256), stack=stack)
+    par = Parallelism(tp=2, pp=4, dp=8, ep=8, etp=1, sp=True, zero=1, mbs=1)
+    with pytest.raises(SpecError, match="vp: got 1; stack .* interleaved schedule"):
+        evaluate(sc, par)
+    assert evaluate(sc, par.with_(vp=2)).step_time > 0
+    assert evaluate(sc, par.with_(pp=1, dp=32)).step_time > 0  # no pipeline: no rule
+    from nestplan.search.methods import run_method
+    from nestplan.search.space import Constraints
+
+    res = run_method("nest", sc, Constraints(tp=2, ep=8), top=20)
+    assert all(p.plan.pp == 1 or p.plan.vp > 1 for p in res.plans)
 
 
 def test_stack_dispatcher_values_are_checked():
@@ -92,8 +121,8 @@ def test_the_megatron_export_names_the_dispatcher_and_overlap():
     from nestplan import planfile
     from nestplan.exports import export
 
-    stack = replace(get_stack("megatron-core"), moe_dispatcher="flex", moe_overlap="batch")
-    ev = _deepseek(stack)
+    stack = _batch_overlap(replace(get_stack("megatron-core"), moe_dispatcher="flex"))
+    ev = _deepseek(stack, pp=1, recompute="fine-grained")
     text = export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
     for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
                  "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
@@ -295,10 +324,13 @@ def test_cuda_graph_stack_files_are_checked(tmp_path):
                          (layers + 'cuda_graph_modules = ["moe"]', "moe_pad_to_capacity"),
                          ('cuda_graphs = "layers"\ncuda_graph_modules = ["moe_router"]\n'
                           'recompute = {none = "none", m = "modules:moe"}', "graphed moe_router"),
-                         # not a graph rule, but Megatron-Core's as well
+                         # not graph rules, but Megatron-Core's as well
                          ('moe_overlap = "shared"\n'
                           'recompute = {none = "none", s = "modules:shared_experts"}',
-                          "moe_overlap = shared")):
+                          "moe_overlap = shared"),
+                         ('moe_overlap = "batch"', "recomputes neither whole blocks"),
+                         ('moe_overlap = "batch"\nmoe_dispatcher = "allgather"\n'
+                          'recompute = ["none", "selective"]', "alltoall or flex")):
         bad = tmp_path / "bad.toml"
         bad.write_text(f'base = "nemo"\nname = "g"\n{body}\n')
         code, out, err = _evaluate_moe_with(bad)
@@ -535,3 +567,38 @@ def test_plan_files_written_before_cuda_graphs_still_load():
         del d["stack"]["cuda_graphs"]
         d["stack"]["full_iteration_cuda_graph"] = old
         assert planfile.from_dict(d).scenario.stack.cuda_graphs == graphs
+
+
+@pytest.mark.frameworks
+@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
+def test_megatron_accepts_the_dispatchers_overlaps_and_graphs_exported():
+    """Megatron-Core's own TransformerConfig on the Megatron exports of this file's stacks: the
+    dispatchers, the batch and shared-expert overlaps, and the CUDA graphs (full iteration,
+    whole layers with and without padding)."""
+    pytest.importorskip("megatron.core")
+    from nestplan import planfile
+    from nestplan.exports import export
+    from test_exports import megatron_transformer_config
+
+    def text(ev):
+        return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
+
+    base = get_stack("megatron-core")
+    batch = _deepseek(_batch_overlap(replace(base, moe_dispatcher="flex")), pp=1,
+                      recompute="fine-grained")
+    # the installed megatron-core 0.16 still refuses the overlap with an MTP depth on a single
+    # stage, which Megatron-LM's main branch, the export's target, allows since 286445c28a
+    batch = evaluate(replace(batch.scenario, model=replace(batch.scenario.model, mtp_layers=0)),
+                     batch.plan)
+    exports = [text(_deepseek(base)), text(_deepseek(replace(base, moe_overlap="shared"))),
+               text(_deepseek(replace(base, moe_dispatcher="allgather"))), text(batch)]
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
+    capped = replace(sc, training=replace(sc.training, moe_capacity=1.0))
+    layers = dict(cuda_graphs="layers", recompute=sc.stack.recompute[:2])
+    for scenario, stack in ((sc, dict(cuda_graphs="full_iteration")), (sc, layers),
+                            (capped, layers), (capped, dict(layers, moe_pad_to_capacity=True))):
+        exports.append(text(evaluate(replace(scenario, stack=replace(scenario.stack, **stack)),
+                                     par)))
+    for t in exports:
+        megatron_transformer_config(t)

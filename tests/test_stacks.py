@@ -62,7 +62,8 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
     (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{
         k: v for k, v in stack_to_table(calibrated).items()
         if v != stack_to_table(nemo).get(k) or k in ("name", "fitted_on")}}))
-    variant_text = 'name = "v"\nmoe_dispatcher = "flex"\nmoe_overlap = "batch"\n'
+    variant_text = ('name = "v"\nmoe_dispatcher = "flex"\nmoe_overlap = "batch"\n'
+                    'recompute = ["none", "selective"]\n')
     (tmp_path / "v.toml").write_text('base = "nemo"\n' + variant_text)
     (tmp_path / "v-mine.toml").write_text('base = "mine.toml"\n' + variant_text)
     variant = get_stack(str(tmp_path / "v.toml"))

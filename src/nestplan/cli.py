@@ -33,7 +33,8 @@ def _json(obj) -> str:
 def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     g = p.add_argument_group("scenario")
     g.add_argument("--model", required=not for_evaluate,
-                   help="catalog name or path to a HuggingFace config.json")
+                   help="catalog name, model TOML, or HuggingFace config.json (or the model "
+                   "folder holding it)")
     g.add_argument("--cluster", required=not for_evaluate,
                    help="catalog name or path to a cluster TOML file")
     g.add_argument("--gpus", type=int, required=not for_evaluate, help="devices used by the run")
@@ -77,8 +78,9 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="sequence parallelism")
     k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
-                   "(default), selective, full; megatron-core and nemo also fine-grained), or one per "
-                   "stage, comma-separated")
+                   "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
+                   "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
+                   "comma-separated")
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -96,7 +96,10 @@ class StackSpec(_CachedHash):
     """What hides the expert-parallel exchange: ``none``; ``shared`` (the shared experts run
     during it: ``--moe-shared-expert-overlap``); ``batch`` (another micro-batch's compute:
     ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``; one more micro-batch of
-    activations held)."""
+    activations held). Megatron-Core runs ``batch`` only with the all-to-all or flex dispatcher,
+    without full or block recomputation or a ``moe`` recompute module, and, when pipelining with
+    expert parallelism, only with an interleaved schedule (transformer_config.py @
+    d98e8a64dd): a ``batch`` stack offers no such policy, and runs no such plan."""
     cp_exchange: str = "ring"
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
     attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:
@@ -293,6 +296,17 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
                             "recomputes whole layers only under full_iteration graphs; offer "
                             "none, selective or modules:... policies")
+        if self.moe_overlap == "batch":
+            if self.moe_dispatcher == "allgather":
+                raise SpecError("stack.moe_overlap", "batch", "Megatron-Core overlaps the expert "
+                                "exchange with another micro-batch only with moe_dispatcher = "
+                                "alltoall or flex")
+            refused = [p.name for p in self.recompute
+                       if p.kind in ("full", "every") or "moe" in p.modules]
+            if refused:
+                raise SpecError("stack.recompute", refused, "with moe_overlap = batch "
+                                "Megatron-Core recomputes neither whole blocks nor the moe "
+                                "module; offer none, selective or other modules:... policies")
         shared_rec = [p.name for p in self.recompute if "shared_experts" in p.modules]
         if self.moe_overlap == "shared" and shared_rec:
             raise SpecError("stack.recompute", shared_rec, "shared_experts recomputation cannot "
@@ -412,6 +426,10 @@ class StackSpec(_CachedHash):
             if par.schedule is None:
                 return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
             return "schedule", par.schedule, f"stack {n} runs " + ", ".join(self.schedules)
+        if self.moe_overlap == "batch" and par.ep > 1 and par.pp > 1 and par.vp == 1:
+            return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
+                                  "micro-batch, which Megatron-Core does with pipelining only "
+                                  "under an interleaved schedule: use vp > 1")
         for r in par.recompute:
             if self.policy_index(r) is None:
                 return "recompute", r, f"stack {n} offers " + ", ".join(

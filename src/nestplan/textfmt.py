@@ -104,13 +104,13 @@ def _cells(rank, ev) -> list[str]:
             p.pipeline.name if p.pp > 1 else "-"]
 
 
-def _aligned(header: tuple[str, ...], rows: list[list[str]], text_from: int) -> list[str]:
-    """Header and rows with every column as wide as its widest cell: numbers right-aligned,
-    the columns from ``text_from`` on left-aligned."""
+def aligned(header: tuple[str, ...], rows: list[list[str]], right: range | set) -> list[str]:
+    """Header and rows with every column as wide as its widest cell: the columns ``right``
+    names (numbers) right-aligned, the others left-aligned."""
     widths = [max(len(r[i]) for r in [list(header), *rows]) for i in range(len(header))]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i >= text_from else c.rjust(w)
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     return [line(header)] + [line(r) for r in rows]
 
@@ -122,8 +122,8 @@ def search_result(res) -> str:
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
            f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
            f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
-    out += _aligned(TOP_COLUMNS, [_cells(i + 1, ev) for i, ev in enumerate(res.plans)],
-                    text_from=TOP_COLUMNS.index("recompute"))
+    out += aligned(TOP_COLUMNS, [_cells(i + 1, ev) for i, ev in enumerate(res.plans)],
+                   right=range(TOP_COLUMNS.index("recompute")))
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:
         out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")

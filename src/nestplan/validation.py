@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .axes import parse_order
-from .catalog import DEFAULT_STACK
+from .catalog import DEFAULT_STACK, hf_config_in
 from .errors import SpecError
 from .options import MLPKind, Norm, Position, Precision
 from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec, check_plan
@@ -62,9 +62,9 @@ COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
 OPTIONAL_COLUMNS = ("experts", "topk", "shared_experts", "moe_ffn_hidden", "ep", "etp",
                     "mtp_layers", "stage_layers", "cluster", "stack", "rank_order",
                     "other_metrics", "gpus_per_node", "source", "step_time_derivation", "notes")
-"""Columns a runs CSV may have besides ``COLUMNS`` (the last four are read by people only);
-any other is refused, so that a misspelt ``stak`` does not silently run every row on the default
-stack."""
+"""Columns a runs CSV may have besides ``COLUMNS`` (``source`` names the stack of a row without
+a ``stack``; ``step_time_derivation`` and ``notes`` are for people); any other is refused, so
+that a misspelt ``stak`` does not silently run every row on the default stack."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
@@ -148,9 +148,9 @@ class _Row:
         if "/" not in name and not name.endswith((".toml", ".json")):
             return name
         path = base / name
-        if not path.is_file():
+        if not (path.is_file() or (key == "model" and hf_config_in(path).is_file())):
             raise SpecError(f"{self.where}.{key}", name, f"no such file ({path})")
-        return str(path)
+        return str(path)  # a model may be a HuggingFace model folder (``catalog.get_model``)
 
     def stack(self, base: Path, override: StackSpec | None) -> StackSpec:
         """The stack that ran this row (see the module docstring)."""
@@ -468,25 +468,26 @@ def report(outcomes: list[Outcome]) -> dict:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    """A per-row text table with the mean absolute error (columns as wide as their widest
-    entry; times in seconds)."""
+    """A per-row text table with the mean absolute error (times in seconds)."""
+    from .textfmt import aligned
+
     def plan_text(p: Parallelism) -> str:
         return (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
                 + (f" v{p.vp}" if p.vp > 1 else "") + (" sp" if p.sp else "")
                 + f" z{p.zero} {p.recompute_text} b{p.mbs}")
 
-    rows = [(o.case.id, o.case.scenario.stack.name, plan_text(o.case.plan)) for o in outcomes]
-    wid, wst, wpl = (max(len(h), *(len(r[i]) for r in rows))
-                     for i, h in enumerate(("id", "stack", "plan")))
-    lines = [f"{'id':{wid}s} {'stack':{wst}s} {'plan':{wpl}s} {'measured s':>11s} "
-             f"{'predicted s':>11s} {'error':>7s}"]
-    for o, (rid, stack, plan) in zip(outcomes, rows):
-        line = (f"{rid:{wid}s} {stack:{wst}s} {plan:{wpl}s} {o.case.measured:11.4f} "
-                f"{o.predicted:11.4f} {o.error * 100:+6.1f}%")
-        if o.memory_error is not None:
-            line += (f"  memory {o.case.memory / GiB:.1f} GiB, predicted "
-                     f"{o.predicted_memory / GiB:.1f} ({o.memory_error * 100:+.1f}%)")
-        lines.append(line)
+    if not outcomes:
+        return "no rows"
+    rows = []
+    for o in outcomes:
+        memory = (f"memory {o.case.memory / GiB:.1f} GiB, predicted "
+                  f"{o.predicted_memory / GiB:.1f} ({o.memory_error * 100:+.1f}%)"
+                  if o.memory_error is not None else "")
+        rows.append([o.case.id, o.case.scenario.stack.name, plan_text(o.case.plan),
+                     f"{o.case.measured:.4f}", f"{o.predicted:.4f}", f"{o.error * 100:+.1f}%",
+                     memory])
+    header = ("id", "stack", "plan", "measured s", "predicted s", "error", "")
+    lines = aligned(header, rows, right={3, 4, 5})
     mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
     worst = max(outcomes, key=lambda o: abs(o.error))
     lines.append(f"rows {len(outcomes)}  mean |error| {mae * 100:.1f}%  worst {worst.case.id} "
