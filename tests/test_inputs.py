@@ -216,3 +216,11 @@ def test_a_plan_that_fits_hbm_but_not_the_headroom_is_told_of_the_headroom():
     assert code == 3 and "short by" in js["reason"] and "less headroom" in js["reason"], err
     code, out, err = cli("plan", *fixed, "--memory-headroom", 0, "--json")
     assert code == 0 and json.loads(out)["fits"], err
+
+
+def test_gib_text_keeps_a_small_shortfall_visible():
+    from nestplan.units import GiB, fmt_gib
+
+    assert fmt_gib(0.03 * GiB) == "0.03" and fmt_gib(-0.03 * GiB) == "-0.03"
+    assert fmt_gib(0.1 * GiB) == "0.1" and fmt_gib(779.34 * GiB) == "779.3"
+    assert fmt_gib(0) == "0.0"

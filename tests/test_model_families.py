@@ -150,3 +150,22 @@ def test_a_model_folder_reads_its_config_json(tmp_path):
     folder, file = get_model(str(tmp_path)), get_model(str(tmp_path / "config.json"))
     assert folder == replace(file, name=folder.name)
     assert folder.layers == 24 and folder.moe.experts == 32
+    # an edited config.json is read again (the folder's own time does not change with it)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(num_hidden_layers=12, layer_types=cfg["layer_types"][:12])
+    (tmp_path / "config.json").write_text(json.dumps(cfg, indent=4))
+    assert get_model(str(tmp_path)).layers == 12
+
+
+def test_a_runs_csv_may_name_a_model_folder(tmp_path, runs_csv, shared):
+    """A runs CSV's model column (with layers blank) takes a model folder too, relative to it."""
+    import shutil
+
+    from nestplan.validation import load_cases
+
+    (tmp_path / "llama").mkdir()
+    shutil.copy(shared / "data" / "hf_configs" / "llama3-8b.json", tmp_path / "llama" / "config.json")
+    path = runs_csv(model="./llama", layers="", hidden="", heads="", kv_heads="", ffn_hidden="",
+                    vocab="")
+    case, = load_cases(Path(path))
+    assert case.scenario.model.layers == 32 and case.scenario.model.hidden == 4096
