@@ -224,3 +224,22 @@ def test_gib_text_keeps_a_small_shortfall_visible():
     assert fmt_gib(0.03 * GiB) == "0.03" and fmt_gib(-0.03 * GiB) == "-0.03"
     assert fmt_gib(0.1 * GiB) == "0.1" and fmt_gib(779.34 * GiB) == "779.3"
     assert fmt_gib(0) == "0.0"
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(gpus=0), "p.json: gpus"),
+    (lambda d: d["cluster"]["levels"][0].update(size=0), "p.json: levels["),
+    (lambda d: d["training"].update(seq_len=-1), "p.json: seq_len"),
+    (lambda d: d["plan"].update(tp=3), "p.json: dp"),
+])
+def test_every_error_in_a_plan_file_names_the_file(tmp_path, edit, field):
+    path = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
+                         2048, "--save", path)
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", path)
+    assert code == 2 and err.startswith(f"nestplan: error: {field}"), err

@@ -153,7 +153,17 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
 
 
 def from_dict(data: dict, source: str = "plan file") -> PlanFile:
-    """Rebuild a plan file's scenario and plan; reject what this version cannot read."""
+    """Rebuild a plan file's scenario and plan; reject what this version cannot read (every
+    error named after the file: ``p.json: gpus``, ``p.json: levels[leaf].size``)."""
+    try:
+        return _from_dict(data, source)
+    except SpecError as e:
+        if e.field.startswith(source):
+            raise
+        raise SpecError(f"{source}: {e.field}", e.value, e.allowed) from None
+
+
+def _from_dict(data: dict, source: str) -> PlanFile:
     from .catalog import get_accelerator, get_stack
     from .evaluate import evaluate
 
