@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from nestplan.axes import Axis
-from nestplan.catalog import get_cluster
+from nestplan.catalog import get_accelerator, get_cluster
 from nestplan.cost.network import collective_time, level_bandwidth, p2p_time
 from nestplan.graph import CollKind
 from nestplan.placement import GroupLayout, layouts, stage_devices
@@ -255,3 +255,32 @@ def test_a_dualpipe_fold_lays_its_groups_over_the_real_ranks():
 
         want = [max(level(q), level(pp - 2 - q)) for q in range(pp // 2 - 1)] + [level(pp // 2 - 1)]
         assert [b.level for b in got.pp] == want, real
+
+
+def test_a_slow_link_between_stages_shows_through_overlapped_sends():
+    """Two sites joined by a slow link, the pipeline split across it: overlapped send/recv
+    cannot hide behind less compute than the link needs, so the step lasts at least every
+    micro-batch's sends over it (one activation per chunk each way), a slower link costs
+    proportionally more, and on a fast network nothing shows."""
+    from nestplan.catalog import scenario_from_names
+    from nestplan.evaluate import evaluate
+    from nestplan.loaders import cluster_from_table
+
+    def run(gbps):
+        cluster = cluster_from_table({
+            "name": "two-sites", "accelerator": "h100-sxm-80gb", "levels": [
+                {"name": "nvlink", "size": 8, "bandwidth_GBps": 450, "latency_us": 3},
+                {"name": "site", "size": 16, "bandwidth_GBps": 50, "latency_us": 14},
+                {"name": "dci", "bandwidth_GBps": gbps, "latency_us": 500}]}, get_accelerator)
+        sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=4096,
+                                 global_batch=1024)
+        par = Parallelism(tp=2, pp=4, dp=16, cp=2, vp=8, sp=True, zero=1, mbs=1,
+                          rank_order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
+        return evaluate(dataclasses.replace(sc, cluster=cluster), par)
+
+    slow, slower, fast = run(0.25), run(0.1), run(50.0)
+    send = max(s.send for s in slow.stages)
+    assert slow.step_time >= slow.micro_batches * 8 * send  # vp = 8 chunks a micro-batch
+    assert slow.time.pp > 0.5 * slow.step_time
+    assert slower.step_time > 2 * slow.step_time  # 2.5 times slower link
+    assert fast.time.pp < 0.05 * fast.step_time and slow.step_time > 2 * fast.step_time

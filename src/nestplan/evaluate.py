@@ -8,7 +8,8 @@ Overlap assumptions (stated once, here and in the README):
 * Context parallelism: the K/V ring exchange hides behind the attention core.
 * Expert parallelism: dispatch/combine all-to-alls are exposed.
 * Pipeline: send/recv on the fill and drain path is exposed; in the steady state it overlaps
-  compute when ``overlap_p2p`` (else it adds to every micro-batch).
+  compute when ``overlap_p2p`` (a device's micro-batch then lasts at least its sends: a slow
+  link shows), else it adds to every micro-batch.
 * Data parallelism: each stage's gradient reduction overlaps its last backward
   (``overlap_grad_reduce``) or follows it; the step ends with the slowest stage's reduction,
   optimizer step and (sharded optimizer) parameter all-gather, the latter hidden behind the next
@@ -153,7 +154,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
-        pp=2 * cc.fill + micro * cc.steady_p2p,
+        pp=2 * cc.fill + micro * (cc.steady_p2p + max(0.0, cc.p2p_floor - float(
+            devices[k].F[pols[k]] + devices[k].B[pols[k]]))),
         # the schedule's idle time, and the weight gradients it leaves after its span
         bubble=scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
                                            - float(devices[j].opt[pols[j]])),

@@ -10,7 +10,8 @@ Per micro-batch, a chunk takes ``fwd`` forward and ``bwd + recompute`` backward;
 per-micro-batch traffic prefetched layer by layer (``overlap.exposed`` of it shows, plus one
 layer's worth). Per device::
 
-    X_i = sum over chunks (forward + backward) [+ steady-state send/recv when not overlapped]
+    X_i = sum over chunks (forward + backward) [+ steady-state send/recv when not overlapped;
+          at least the steady-state send/recv when overlapped]
     E_i = exposed gradient reduction after the last backward + optimizer step
           + exposed parameter all-gather (sharded optimizer)
 
@@ -137,6 +138,10 @@ class ConfigCosts:
     """Send/recv on the fill (or drain) path: every chunk boundary once."""
     steady_p2p: float
     """Send/recv added to every micro-batch when it does not overlap compute."""
+    p2p_floor: float
+    """Send/recv of one micro-batch's chunks on the busiest boundary when it overlaps compute:
+    a device's time per micro-batch is at least this (a slow link cannot hide behind less
+    compute than it needs)."""
     rs: tuple[Coeffs, Coeffs]
     """Reduce-scatter over the dense and expert data-parallel groups."""
     ag: tuple[Coeffs, Coeffs]
@@ -177,8 +182,11 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     schedule = par.pipeline
     hops = par.hops()
     fill = sum(boundary[h] for h in hops)
-    steady = 0.0 if st.overlap_p2p or pp == 1 else 2 * max(
-        (boundary[h] for h in hops), default=0.0) * vp
+    # per chunk and micro-batch, each boundary carries one activation forward and one gradient
+    # back, in opposite directions of its (full-duplex) links: waited for one after the other
+    # when not overlapped, at least one of them on the link when overlapped
+    send = max((boundary[h] for h in hops), default=0.0) * vp if pp > 1 else 0.0
+    steady, p2p_floor = (0.0, send) if st.overlap_p2p else (2 * send, 0.0)
     flat = st.flat_dp_collectives
 
     def coeffs(kind_):
@@ -196,7 +204,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
         moe=kind(mg.moe) if mg.moe is not None else None,
         embedding=kind(mg.embedding, False), head=kind(head, False), micro=micro,
-        boundary=boundary, fill=fill, steady_p2p=steady,
+        boundary=boundary, fill=fill, steady_p2p=steady, p2p_floor=p2p_floor,
         rs=coeffs(G.CollKind.REDUCE_SCATTER), ag=coeffs(G.CollKind.ALL_GATHER),
         ar=coeffs(G.CollKind.ALL_REDUCE),
         embedding_copy_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
@@ -350,7 +358,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     for t in times:
         F, B, W = F + t.F, B + t.B, W + t.W
         zexp, zlink = zexp + t.zero_exposed, zlink + t.zero_link
-    X = F + B + cc.steady_p2p
+    X = np.maximum(F + B, cc.p2p_floor) + cc.steady_p2p
     schedule = par.pipeline
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
