@@ -151,3 +151,13 @@ def test_every_cache_has_one_reset():
     caching.clear()
     assert all(c.cache_info().currsize == 0 for c in caching._CACHES)
     assert evaluate_names("llama3-8b", "dgx-h100-ndr", 16, **kw).step_time == before
+
+
+def test_full_recomputation_runs_the_forward_collectives_again_not_the_backward():
+    """On the links, full recomputation adds the forward's collectives once more: at most half
+    of what forward and backward move (the backward moves at least as much), never all of it."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=4096, global_batch=512)
+    plan = Parallelism(tp=8, pp=8, dp=8, sp=True, zero=1, mbs=1)
+    none = evaluate(sc, plan.with_(recompute=("none",))).link_time["tp"]
+    full = evaluate(sc, plan.with_(recompute=("full",))).link_time["tp"]
+    assert 1.2 * none < full <= 1.5 * none

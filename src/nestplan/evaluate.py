@@ -148,8 +148,10 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
             recompute += n * kc.rc[pols[k]]
             for ax, t in kc.exposed:
                 exp[ax] += n * t
-            for ax, t in kc.link:  # full recomputation repeats the forward collectives
-                link[ax] += n * t * (1 + kc.again[pols[k]])
+            for ax, t in kc.link:
+                link[ax] += n * t
+            for ax, t in kc.fwd_link:  # full recomputation repeats the forward collectives
+                link[ax] += n * t * kc.again[pols[k]]
     time = TimeBreakdown(
         compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],

@@ -89,6 +89,8 @@ class LayerCost:
     """Forward time spent waiting on the host (``StackSpec.moe_host_wait`` per MoE block)."""
     comm: tuple[tuple[Axis, float, float], ...]
     """(axis, time on the link, exposed time) for forward + backward."""
+    fwd_link: tuple[tuple[Axis, float], ...] = ()
+    """(axis, time on the link) of the forward alone (what a full recomputation runs again)."""
 
 
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
@@ -131,7 +133,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     tp_group, cp_group, ep_group, etp_group = groups
     group_of = {Axis.TP: tp_group, Axis.CP: cp_group, Axis.EP: ep_group}
     link = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
-    exposed = dict(link)
+    exposed, fwd_link = dict(link), dict(link)
     cp = cp_group.size
     fwd_hidable = {Hide.TP_FWD: gemm_f if tp_overlap is TPOverlap.FULL else 0.0,
                    Hide.ATTENTION: attn_f, Hide.ATTENTION_FIRST: attn_f / cp,
@@ -150,6 +152,8 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster, dedup=c.dedup)
         link[c.axis] += t
+        if c.phase == "fwd":
+            fwd_link[c.axis] += t
         table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)
         table[c.hide] += t
         by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
@@ -180,4 +184,5 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         wgrad=wgrad,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
+        fwd_link=tuple((ax, fwd_link[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
     )

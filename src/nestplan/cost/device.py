@@ -76,6 +76,8 @@ class KindCost:
     largest_weight: float
     exposed: tuple[tuple[Axis, float], ...]
     link: tuple[tuple[Axis, float], ...]
+    fwd_link: tuple[tuple[Axis, float], ...]
+    """The forward's part of ``link`` (run again by full recomputation)."""
     model_flops: float
     hw_flops: np.ndarray
 
@@ -112,6 +114,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
         link=tuple((ax, li) for ax, li, _ in cost.comm),
+        fwd_link=cost.fwd_link,
         model_flops=layer.model_flops,
         hw_flops=np.array([full_fwd + bwd_flops + r for r in rc_flops]),
     )
