@@ -346,3 +346,14 @@ def test_the_spread_rule_has_one_meaning_in_both_forms():
         table = chunk_counts(counts, chunks)
         assert [list(row) for row in table] == [spread(int(n), chunks) for n in counts]
     assert chunks_from_totals((5, 4), 2) == (3, 2, 2, 2)
+
+
+def test_the_manual_plan_keeps_tp_at_8_on_a_rack_sized_nvlink_domain():
+    """An NVL72 rack is one 64-GPU NVLink level in the catalog; Megatron's rule of thumb still
+    stops at TP 8 (a TP of 64 made compare's 'vs manual' ratio 64x)."""
+    from nestplan.search.methods import manual_plan
+    from nestplan.search.space import Constraints
+
+    sc = scenario_from_names("llama3-70b", "gb200-nvl72-ndr", 512, seq_len=4096,
+                             global_batch=1024)
+    assert manual_plan(sc, Constraints()).tp == 8

@@ -4,7 +4,8 @@ Each baseline searches with its own view of the world and its plans are then sco
 full cost model on the real cluster (``evaluate``):
 
 * ``nest``: the network- and memory-aware DP over the whole space (``driver.run``).
-* ``manual``: Megatron-style rules: TP = the GPUs of a node (capped by the heads), SP with TP,
+* ``manual``: Megatron-style rules: TP = the GPUs of a node, at most 8 (``MANUAL_MAX_TP``;
+  capped by the heads), SP with TP,
   the smallest PP that fits with uniform stages, full recomputation, distributed optimizer,
   micro-batch 1, DP for the rest, Megatron's rank order.
 * ``phaze``: the same stage DP, network-agnostic (every link has the outermost level's
@@ -116,10 +117,17 @@ def _allowed(name, fixed, values):
     return [fixed] if fixed is not None else values
 
 
+MANUAL_MAX_TP = 8
+"""The largest TP a hand-made plan takes, whatever the NVLink domain: Megatron's rule is "TP up
+to the GPUs of a server" for 8-GPU servers (Narayanan et al. 2021, arXiv 2104.04473, takeaway
+#1), and no Megatron or NeMo run in shared/data or tests/data uses more than 8, on NVL72 racks
+either (a 72-GPU domain would otherwise give TP 64)."""
+
+
 def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
-    node = sc.cluster.devices_per_node
+    node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % t == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
            and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
