@@ -106,12 +106,12 @@ def test_pipeline_boundaries_know_their_level():
 
 
 def _brute_k(groups, blocks) -> tuple[int, ...]:
-    """k per level of the groups (rows of device ids), by counting the blocks each row touches."""
-    import numpy as np
+    """k per level of the groups (rows of device ids), by counting, for every row and every
+    block it touches, its members in that block: the fewest anywhere."""
+    from collections import Counter
 
     n = groups.shape[1]
-    ks = [-(-n // int((1 + (np.diff(np.sort(groups, axis=1) // b, axis=1) != 0).sum(axis=1))
-                      .max())) for b in blocks]
+    ks = [min(min(Counter(int(d) // b for d in row).values()) for row in groups) for b in blocks]
     ks[-1] = n
     for i in range(1, len(ks)):
         ks[i] = max(ks[i], ks[i - 1])
@@ -284,3 +284,21 @@ def test_a_slow_link_between_stages_shows_through_overlapped_sends():
     assert slow.time.pp > 0.5 * slow.step_time
     assert slower.step_time > 2 * slow.step_time  # 2.5 times slower link
     assert fast.time.pp < 0.05 * fast.step_time and slow.step_time > 2 * fast.step_time
+
+
+def test_a_group_split_unevenly_by_a_block_is_costed_for_its_most_exposed_members():
+    """Four EP groups of 32 on 72-GPU racks: GPUs 64-95 put 8 members in the first rack and 24
+    in the second, so those 8 send three quarters of their all-to-all out of the rack; the
+    layout says 8 (not the even 16), and the exchange costs what 8-GPU blocks would."""
+    from nestplan.placement import layouts
+
+    def racks(size):
+        return ClusterSpec(name="r", accelerator=H100.accelerator, levels=(
+            Level(name="nvl", size=size, bandwidth=900e9, latency=2e-6),
+            Level(name="ib", size=None, bandwidth=50e9, latency=5e-6)))
+
+    par = Parallelism(tp=1, pp=1, dp=128, ep=32, etp=1)
+    assert layouts(par, racks(72), 128).ep.k == (8, 32)
+    cost = {size: collective_time(CollKind.ALL_TO_ALL, 64e6, layouts(par, racks(size), 128).ep,
+                                  racks(size)) for size in (72, 8)}
+    assert cost[72] == pytest.approx(cost[8])

@@ -30,7 +30,9 @@ class GroupLayout:
 
     size: int
     k: tuple[int, ...]
-    """Members of the group inside one block of each level (the last entry is ``size``)."""
+    """Members of the group inside one block of each level (the last entry is ``size``): for a
+    group a block boundary splits unevenly, the fewest it has in one block (its most exposed
+    members, whose traffic leaves the block the most)."""
     share: tuple[float, ...] = ()
     """Per level, the fraction of a lower block's devices whose traffic crosses this level at once
     (1.0 for collectives, where every device is in some group; empty = all 1.0)."""
@@ -84,11 +86,25 @@ def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     return (*cluster.block_sizes(), max(gpus, 1))
 
 
-def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
-    """k per level for groups given as rows of device ids (worst row: most blocks touched).
+def _fewest_in_a_block(rows: np.ndarray, b: int) -> int:
+    """Over sorted rows of device ids, the fewest members any row has in one block of size
+    ``b`` that it touches: the most exposed member's company (a group of 32 split 8 + 24 by a
+    rack boundary sends three quarters of its all-to-all across it from the 8, not a half)."""
+    blk = rows // b
+    starts = np.ones(blk.shape, dtype=bool)
+    starts[:, 1:] = blk[:, 1:] != blk[:, :-1]
+    idx = np.flatnonzero(starts.ravel())
+    runs = np.diff(np.append(idx, blk.size))  # lengths of the runs of equal blocks, row by row
+    return int(runs.min())
 
-    When the rows are translates of one pattern (checked), how many blocks of size b a row
-    touches depends only on its first id modulo b (``_pattern_k``); else every row is counted.
+
+def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
+    """k per level for groups given as rows of device ids: the fewest members any row has in
+    one block it touches (``_fewest_in_a_block``; n / blocks touched when a row fills them
+    evenly).
+
+    When the rows are translates of one pattern (checked), a row's blocks depend only on its
+    first id modulo b (``_pattern_k``); else every row is counted.
     """
     n = groups.shape[1]
     first = groups[0]
@@ -99,31 +115,20 @@ def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
             n == 1 or bool((pattern[1:] > pattern[:-1]).all())):
         return _pattern_k(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
     rows = np.sort(groups, axis=1)
-    ks = [-(-n // int((1 + (np.diff(rows // b, axis=1) != 0).sum(axis=1)).max()))
-          for b in blocks[:-1]]
-    return _nested(ks + [n])
+    return _nested([_fewest_in_a_block(rows, b) for b in blocks[:-1]] + [n])
 
 
 def _pattern_k(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> tuple[int, ...]:
     """k per level of groups ``first + pattern`` (``pattern`` sorted, from 0) whose first
-    members take the residues ``residues(b)`` modulo each block size ``b``: a row touches the
-    same blocks as any row whose first member has its residue."""
+    members take the residues ``residues(b)`` modulo each block size ``b``: a row lies in the
+    blocks as any row whose first member has its residue does."""
     n = pattern.size
-    gap = int(np.diff(pattern).max()) if n > 1 else 0
     ks = []
     for b in blocks[:-1]:  # the outermost block holds the whole group
         if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
             ks.append(n)
             continue
-        res = residues(b)
-        if gap < b:
-            # no two neighbours of a row are a block apart: the row touches every block from
-            # its first member's to its last's
-            most = int((res.max() + pattern[-1]) // b) + 1
-        else:
-            sample = res[:, None] + pattern[None, :]
-            most = int((1 + (np.diff(sample // b, axis=1) != 0).sum(axis=1)).max())
-        ks.append(-(-n // most))
+        ks.append(_fewest_in_a_block(residues(b)[:, None] + pattern[None, :], b))
     return _nested(ks + [n])
 
 

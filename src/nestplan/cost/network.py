@@ -95,8 +95,9 @@ Coeffs = tuple[tuple[float, float], ...]
 
 def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0)) -> float:
     """Share of an all-to-all's data (the routed copies a device holds) that leaves a block of
-    ``inside`` of the ``n`` group members, under uniform routing, when the group fills its blocks
-    evenly (``n / inside`` blocks, as ``placement`` lays every group out).
+    ``inside`` of the ``n`` group members, under uniform routing (``placement`` gives a group
+    split unevenly by a block boundary the smallest share it has in one block: its most exposed
+    members'; the blocks are then counted as ``n / inside``).
 
     Plain: the copies bound for the other ``n - inside`` members. Deduplicating (``dedup`` =
     (top-k, experts), DeepEP): a token crosses once per other block holding at least one of its
