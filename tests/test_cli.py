@@ -49,6 +49,12 @@ def test_evaluate_text_breakdown(capsys):
 def test_list(capsys):
     code, out, _ = run(["list", "clusters"], capsys)
     assert code == 0 and "nest-h100-spineleaf" in out.split()
+    # an architect sees each cluster's levels: fan-out and bandwidth per device
+    line = next(ln for ln in out.splitlines() if ln.startswith("dgx-h100-ndr "))
+    assert "h100-sxm-80gb" in line and "nvlink x8 450 GB/s" in line and "leaf x32 50 GB/s" in line
+    code, out, _ = run(["list", "accelerators"], capsys)
+    assert "989.4 bf16 TFLOP/s" in next(ln for ln in out.splitlines()
+                                        if ln.startswith("h100-sxm-80gb "))
 
 
 def test_console_script_runs():

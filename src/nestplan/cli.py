@@ -407,7 +407,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .catalog import get_model, get_stack, list_names
+    from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
     from .graph import active_params, total_params
 
     for name in list_names(args.kind):
@@ -422,6 +422,19 @@ def cmd_list(args) -> int:
             if m.mtp_layers:
                 size += f", with {m.mtp_layers} multi-token-prediction depth(s)"
             print(f"{name:22s} {m.layers:4d} layers  {size}")
+        elif args.kind == "clusters":
+            c = get_cluster(name)
+            # per level: its fan-out (children per group; the top has none) and each device's
+            # bandwidth into it
+            levels = ", ".join(
+                f"{lv.name}{' x' + str(lv.size) if lv.size else ''} {lv.bandwidth / 1e9:.4g} GB/s"
+                + (f" {lv.oversubscription:g}:1" if lv.oversubscription != 1 else "")
+                for lv in c.levels)
+            print(f"{name:22s} {c.accelerator.name:20s} {levels}")
+        elif args.kind == "accelerators":
+            a = get_accelerator(name)
+            print(f"{name:22s} {a.peak_flops_bf16 / 1e12:7.1f} bf16 TFLOP/s, "
+                  f"{a.hbm_bytes / 2**30:6.1f} GiB at {a.hbm_bandwidth / 1e12:.2f} TB/s")
         else:
             print(name)
     return 0

@@ -164,13 +164,15 @@ def render(pf: PlanFile, ev: Evaluation) -> str:
     tl, nums = figures.timeline(ev)
     elided = (" The steady state in the middle repeats the same pattern and is cut out (…)."
               if nums["elided"] else "")
+    runs = (f"as the {ev.plan.pipeline.name} schedule runs them (lighter shades: later virtual "
+            f"chunks); transfers between stages delay the receiver" if ev.plan.pp > 1 else
+            "on the one stage (no pipeline)")
     timeline_caption = (
-        f"Forward and backward of every micro-batch on every stage, as the 1F1B"
-        f"{' interleaved' if ev.plan.vp > 1 else ''} schedule runs them (lighter shades: later "
-        f"virtual chunks); transfers between stages delay the receiver. Simulated schedule "
+        f"Forward and backward of every micro-batch on every stage, {runs}. Simulated schedule "
         f"{fmt_time(nums['schedule_s'])} with {nums['bubble']:.1%} idle; the cost model's closed "
         f"form (dashed red line: the predicted step, including gradient sync, optimizer and host "
-        f"overhead) assumes steady-state transfers hide behind compute.{elided}")
+        f"overhead) hides steady-state transfers behind compute where the compute lasts longer."
+        f"{elided}")
     body = "".join([
         _summary(pf, ev),
         "<h2>Pipeline timeline</h2>", _figure(tl, timeline_caption),

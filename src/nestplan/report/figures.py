@@ -106,7 +106,9 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
     for s, (e, st) in enumerate(zip(ends, ev.stages)):
         for x0, x1 in spans(e, e + st.end):
             svg.rect(x0, top + s * row + 1, x1 - x0, row - 2, END,
-                     tip=f"stage {s}: gradient reduction and optimizer step, {fmt_time(st.end)}")
+                     tip=f"stage {s}: gradient reduction and optimizer step, {fmt_time(st.end)} "
+                         f"(the step's fixed host overhead, "
+                         f"{fmt_time(ev.scenario.stack.step_overhead)}, follows)")
     axis_y = top + row * pp + 4
     for i, (a, b) in enumerate(wins):
         for t in ticks(a, b, 6 if len(wins) == 1 else 3):
