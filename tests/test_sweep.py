@@ -428,3 +428,19 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
             except OSError:
                 pass
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_the_plot_draws_identical_series_once_and_ticks_the_gpu_counts(tmp_path):
+    """Networks a plan does not feel give identical series: one line, its label counting the
+    others; a linear GPU axis is ticked at the counts swept, inside the canvas."""
+    from nestplan.sweep.plot import summary_svg
+
+    spec = load(_write(tmp_path, SMALL.replace("gpus = [8, 16, 32]", "gpus = [256, 512]")))
+    results = [(p, 1000.0 + p["gpus"]) for p in spec.points() if p["method"] == "nest"]
+    root = ET.fromstring(str(summary_svg(spec, results, omitted=0)))
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f".//{ns}polyline")) == 1  # both bandwidths alike: drawn once
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert any(t and t.endswith("(= 1 more)") for t in texts), texts
+    ticks = [t for t in root.iter(f"{ns}text") if t.text in ("256", "512")]
+    assert len(ticks) == 2 and all(0 <= float(t.get("x")) <= 640 for t in ticks)

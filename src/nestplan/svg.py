@@ -147,6 +147,14 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
     x0, x1 = min(xs), max(xs)
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
+    # ticks at the values drawn when they are few (a sweep's GPU counts), else round ones with
+    # the axis widened to hold them all
+    drawn = sorted({x for x, _ in pts})
+    if logx or 1 < len(drawn) <= 8:
+        xt = drawn
+    else:
+        xt = ticks(x0, x1)
+        x0, x1 = xt[0], xt[-1]
     yt = ticks(0.0 if min(ys) >= 0 else min(ys), max(ys))
     y0, y1 = yt[0], yt[-1]
     pw, ph = width - left - right, height - top - bottom
@@ -162,7 +170,6 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
     for t in yt:
         svg.line(left, py(t), left + pw, py(t), "#e4e4e4")
         svg.text(left - 6, py(t) + 4, fmt_tick(t), size=10, anchor="end")
-    xt = sorted({x for x, _ in pts}) if logx else ticks(x0, x1)
     for t in xt:
         svg.text(px(t), top + ph + 16, fmt_tick(t), size=10, anchor="middle")
     svg.line(left, top + ph, left + pw, top + ph)

@@ -91,7 +91,14 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         title = " · ".join(str(v) for v in key) or spec.path.stem
         if len(groups) > MAX_SERIES:
             title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
-        series = [(_label(rest, s), groups[s]) for s in grid_order]
+        # series with the same points (e.g. networks the plan does not feel) are drawn once,
+        # their labels joined
+        same: dict = {}
+        for s in grid_order:
+            same.setdefault(tuple(sorted(groups[s])), []).append(s)
+        series = [(_label(rest, members[0], 24) + (f" (= {len(members) - 1} more)"
+                                                  if len(members) > 1 else ""),
+                   groups[members[0]]) for members in same.values()]
         charts.append(line_chart(series, title=_fit(title, 80),
                                  xlabel="GPUs" if x.key == "gpus" else x.key.removeprefix("network."),
                                  ylabel="tokens/s per GPU",
