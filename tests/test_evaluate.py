@@ -161,3 +161,25 @@ def test_full_recomputation_runs_the_forward_collectives_again_not_the_backward(
     none = evaluate(sc, plan.with_(recompute=("none",))).link_time["tp"]
     full = evaluate(sc, plan.with_(recompute=("full",))).link_time["tp"]
     assert 1.2 * none < full <= 1.5 * none
+
+
+def test_exposed_dp_time_never_exceeds_the_dp_time_on_the_links():
+    """Both are the same device's: the latest to end (the first stage, with the embedding's
+    gradients), not an average over the stages; with DP across a 16:1 spine."""
+    from nestplan.catalog import get_accelerator
+    from nestplan.loaders import cluster_from_table
+
+    spine = cluster_from_table({"name": "os16", "accelerator": "h100-sxm-80gb", "levels": [
+        {"name": "nvlink", "size": 8, "bandwidth_GBps": 450, "latency_us": 3},
+        {"name": "leaf", "size": 16, "bandwidth_GBps": 50, "latency_us": 5},
+        {"name": "spine", "bandwidth_GBps": 50, "latency_us": 10, "oversubscription": 16}]},
+        get_accelerator)
+    sc = dataclasses.replace(scenario_from_names("llama3-70b", "dgx-h100-ndr", 512,
+                                                 seq_len=4096, global_batch=256), cluster=spine)
+    for policy in ("none", "full"):
+        ev = evaluate(sc, Parallelism(tp=8, pp=16, dp=4, sp=True, zero=1, mbs=1,
+                                      recompute=(policy,),
+                                      rank_order=(Axis.TP, Axis.CP, Axis.PP, Axis.DP)))
+        latest = max(ev.stages, key=lambda st: st.end)
+        assert latest.index == 0
+        assert 0 < ev.time.dp <= ev.link_time["dp"]

@@ -165,7 +165,9 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}
     links["pp"] = 2 * cc.fill + micro * 2 * max(cc.boundary, default=0.0) * vp
-    links["dp"] = (sum(float(d.sync_link + d.gather_link) for d in devices) / pp
+    # the gradient reduction and parameter gathers of the device whose step ends last (its
+    # exposed part is ``time.dp``), with the per-micro-batch ZeRO traffic of the slowest one
+    links["dp"] = (float(devices[j].sync_link + devices[j].gather_link)
                    + micro * float(devices[k].zero_link[pols[k]]))
 
     hw = sum(n * kc.hw_flops[pols[s]] for s in range(pp) for chunk in contents[s]
