@@ -147,11 +147,21 @@ def _device_roles(ev: Evaluation) -> dict[int, tuple[int, int, int, int]]:
     return roles
 
 
+def _expert_roles(ev: Evaluation) -> dict[int, str]:
+    """device id -> its place in the folded expert grid (``placement._expert_grid``)."""
+    from ..placement import _expert_grid
+
+    egrid = _expert_grid(rank_grid(ev.plan), ev.plan)  # [pp, edp, ep, etp]
+    return {int(dev): f", ep rank {e}, expert-tp rank {t}, expert-dp replica {d}"
+            for (_, d, e, t), dev in np.ndenumerate(egrid)}
+
+
 def placement(ev: Evaluation) -> Svg:
     """Every device in its node, nodes in their switch groups, coloured by stage and shaded by
     data-parallel replica."""
     cluster, gpus = ev.scenario.cluster, ev.gpus
     roles = _device_roles(ev)
+    experts = _expert_roles(ev) if ev.scenario.model.moe is not None else {}
     levels = cluster.levels
     sizes = [lvl.size for lvl in levels[:-1]]  # children per block of each bounded level
     per_node = sizes[0] if sizes else gpus
@@ -228,7 +238,7 @@ def placement(ev: Evaluation) -> Svg:
                 cy = y + pad[0] + node_label + (k // cols0) * cell
                 svg.rect(cx + 0.5, cy + 0.5, cell - 1, cell - 1, fill, cls=f"d s{s}",
                          tip=(f"device {dev}: stage {s}, replica {d}, cp rank {c}, tp rank {t}"
-                              if tips else None))
+                              + experts.get(dev, "") if tips else None))
             return
         p = pad[min(level, 3)]
         if block_label:
@@ -320,7 +330,8 @@ def breakdown(ev: Evaluation) -> Svg:
         if w > 48:
             svg.text(x + w / 2, 45, name, size=10, anchor="middle", fill="#fff")
         x += w
-    legend(svg, left, 78, [(n, c) for n, c in BREAKDOWN.items()], per_row=10, col_width=104)
+    shown = [(n, BREAKDOWN[n]) for n, v in parts if v > 0]  # the parts this step has
+    legend(svg, left, 78, shown, per_row=10, col_width=104)
     return svg
 
 
