@@ -23,7 +23,7 @@ from pathlib import Path
 from nestplan.errors import InfeasibleError, SpecError
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import methods
-from nestplan.search.space import Constraints
+from nestplan.search.constraints import Constraints
 
 HERE = Path(__file__).parent
 PAPER = HERE.parent.parent / "shared" / "data" / "nest_paper"

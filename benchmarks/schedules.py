@@ -22,7 +22,7 @@ from nestplan.errors import InfeasibleError, SpecError
 from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.schedule import SCHEDULES
 from nestplan.search import driver
-from nestplan.search.space import Constraints
+from nestplan.search.constraints import Constraints
 from nestplan.specs import Parallelism, unfold
 from nestplan.units import GiB
 

@@ -21,7 +21,7 @@ import json, resource, sys, time
 from dataclasses import replace
 from nestplan.evaluate import scenario_from_names
 from nestplan.search import driver
-from nestplan.search.space import Constraints
+from nestplan.search.constraints import Constraints
 from nestplan.options import Precision
 model, cluster, gpus, seq, batch, layers, stack, precision = sys.argv[1:9]
 sc = scenario_from_names(model, cluster, int(gpus), seq_len=int(seq), global_batch=int(batch),

@@ -102,7 +102,7 @@ def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():
     assert evaluate(sc, par.with_(vp=2)).step_time > 0
     assert evaluate(sc, par.with_(pp=1, dp=32)).step_time > 0  # no pipeline: no rule
     from nestplan.search.methods import run_method
-    from nestplan.search.space import Constraints
+    from nestplan.search.constraints import Constraints
 
     res = run_method("nest", sc, Constraints(tp=2, ep=8), top=20)
     assert all(p.plan.pp == 1 or p.plan.vp > 1 for p in res.plans)

@@ -14,7 +14,7 @@ from nestplan.errors import InfeasibleError
 from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.options import MLPKind, Norm, Position
 from nestplan.search import methods, space
-from nestplan.search.space import Constraints
+from nestplan.search.constraints import Constraints
 from nestplan.catalog import get_stack
 from nestplan.recompute import Policy
 from nestplan.schedule import SCHEDULES
@@ -352,8 +352,24 @@ def test_the_manual_plan_keeps_tp_at_8_on_a_rack_sized_nvlink_domain():
     """An NVL72 rack is one 64-GPU NVLink level in the catalog; Megatron's rule of thumb still
     stops at TP 8 (a TP of 64 made compare's 'vs manual' ratio 64x)."""
     from nestplan.search.methods import manual_plan
-    from nestplan.search.space import Constraints
+    from nestplan.search.constraints import Constraints
 
     sc = scenario_from_names("llama3-70b", "gb200-nvl72-ndr", 512, seq_len=4096,
                              global_batch=1024)
     assert manual_plan(sc, Constraints()).tp == 8
+
+
+def test_a_fixed_vp_follows_the_split_rule_the_search_uses():
+    """vp need not divide the layers of a model whose blocks are all alike (each device spreads
+    its blocks over its chunks), as the search itself picks: fixing it is not refused; for a
+    model of dense and MoE blocks it must divide them."""
+    from nestplan.errors import SpecError
+    from nestplan.search.constraints import check_constraints
+
+    llama = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=4096,
+                                global_batch=1024)
+    check_constraints(llama, Constraints(pp=4, vp=7))  # 80 blocks: not a multiple of 7
+    dsv3 = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 512, seq_len=4096,
+                               global_batch=1024)
+    with pytest.raises(SpecError, match="vp: got 2; must be 1 or divide layers = 61"):
+        check_constraints(dsv3, Constraints(pp=4, vp=2))

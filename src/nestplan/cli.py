@@ -168,7 +168,7 @@ def _with_headroom(sc, args):
 
 
 def _constraints(args):
-    from .search.space import KNOBS, SWITCHES, constraints_from
+    from .search.constraints import KNOBS, SWITCHES, constraints_from
 
     names = (*KNOBS, *(k for k in SWITCHES if k != "tp_within_node"), "schedule")
     values = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
@@ -280,15 +280,25 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def _searchable(args):
+    """The scenario and constraints of ``plan``/``compare``, checked before the search (and its
+    numerical libraries) is loaded: a bad flag is refused at once."""
+    from .search.constraints import check_constraints
+
+    _check_top(args.top)
+    sc, con = _scenario(args), _constraints(args)
+    check_constraints(sc, con)
+    return sc, con
+
+
 def cmd_plan(args) -> int:
+    sc, con = _searchable(args)
     from .result import SUMMARY_KEYS
     from .search.methods import run_method
 
-    _check_top(args.top)
-    sc = _scenario(args)
     progress = _Progress(args.method)
     try:
-        res = run_method(args.method, sc, _constraints(args), top=args.top, progress=progress)
+        res = run_method(args.method, sc, con, top=args.top, progress=progress)
     finally:
         progress.close()
     if args.save:
@@ -316,13 +326,11 @@ def _check_top(top: int) -> None:
 
 
 def cmd_compare(args) -> int:
+    sc, con = _searchable(args)
     from .errors import InfeasibleError, SpecError
     from .result import SUMMARY_KEYS
     from .search.methods import METHODS, run_method
 
-    _check_top(args.top)
-    sc = _scenario(args)
-    con = _constraints(args)
     results, errors = {}, {}
     for name in METHODS:
         progress = _Progress(name)

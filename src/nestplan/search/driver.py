@@ -29,6 +29,7 @@ from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
 from . import space
+from .constraints import Constraints, check_constraints
 from . import tables as T
 
 Progress = Callable[[int, int, float], None]
@@ -313,7 +314,7 @@ def _recompute_times(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float
     return tuple(out)
 
 
-def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int = 5,
+def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         view: Scenario | None = None, policies: tuple[int, ...] | None = None,
         memory_aware: bool = True, progress: Progress | None = None) -> SearchResult:
     """Best ``top`` plans of the space under ``con``, optimised in ``view`` (default: ``sc``).
@@ -327,7 +328,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
     (baselines that check memory afterwards).
     """
     start = time.perf_counter()
-    space.check_constraints(sc, con)
+    check_constraints(sc, con)
     world = view or sc
     cap = world.memory_limit
     sets = space.policy_sets(world, con)
@@ -476,7 +477,7 @@ def run(sc: Scenario, con: space.Constraints, *, method: str = "nest", top: int 
                         configurations=size, solved=solved, objective=-best[0].key)
 
 
-def _why_nothing_fits(sc: Scenario, con: space.Constraints, shortfall, n_configs: int) -> str:
+def _why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
     if n_configs == 0:
         fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
             "tp_within_node", "extra")}

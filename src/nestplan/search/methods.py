@@ -31,6 +31,7 @@ from ..evaluate import evaluate
 from ..schedule import SCHEDULES
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
+from .constraints import Constraints
 from .driver import SearchResult
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -67,17 +68,17 @@ def _rescore(method: str, sc: Scenario, found: SearchResult, start: float) -> Se
                         objective=found.objective, notes=found.notes)
 
 
-def nest(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+def nest(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     return driver.run(sc, con, method="nest", top=top, progress=progress)
 
 
-def mist(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+def mist(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
     found = driver.run(sc, con, method="mist", top=top, view=flat_view(sc), progress=progress)
     return _rescore("mist", sc, found, start)
 
 
-def phaze(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+def phaze(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
     con = dataclasses.replace(con, zero=0 if con.zero is None else con.zero)
     try:
@@ -93,7 +94,7 @@ def _sharded_more(sc: Scenario, par: Parallelism) -> Parallelism:
     return par.with_(zero=3, recompute=(sc.stack.most_saving,) * par.pp)
 
 
-def alpa(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+def alpa(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
     found = driver.run(sc, con, method="alpa", top=max(top, 20), view=two_level_view(sc),
                        memory_aware=False, progress=progress)
@@ -124,7 +125,7 @@ to the GPUs of a server" for 8-GPU servers (Narayanan et al. 2021, arXiv 2104.04
 either (a 72-GPU domain would otherwise give TP 64)."""
 
 
-def manual_plan(sc: Scenario, con: space.Constraints) -> Parallelism:
+def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
     node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
@@ -176,7 +177,7 @@ def _manual_zero(offered: list[int], fixed: int | None) -> int:
     return 0
 
 
-def manual(sc: Scenario, con: space.Constraints, top: int, progress=None) -> SearchResult:
+def manual(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
     ev = evaluate(sc, manual_plan(sc, con))
     return SearchResult(method="manual", plans=[ev], seconds=time.perf_counter() - start,
@@ -191,7 +192,7 @@ def _cost(sc: Scenario, par: Parallelism) -> float:
     return ev.step_time * (1.0 + 10.0 * over)
 
 
-def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: random.Random,
+def _neighbour(sc: Scenario, par: Parallelism, con: Constraints, rng: random.Random,
                shapes: list[space.Shape]) -> Parallelism:
     move = rng.random()
     if move < 0.3:  # a different shape (degrees and micro-batch); split reset to even
@@ -229,7 +230,7 @@ def _neighbour(sc: Scenario, par: Parallelism, con: space.Constraints, rng: rand
                                                     par.pipeline))
 
 
-def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
+def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
          budget: int = MCMC_BUDGET, seed: int = MCMC_SEED) -> SearchResult:
     start = time.perf_counter()
     rng = random.Random(seed)
@@ -274,7 +275,7 @@ def mcmc(sc: Scenario, con: space.Constraints, top: int, progress=None,
                         objective=feasible[0].step_time)
 
 
-def exhaustive(sc: Scenario, con: space.Constraints, top: int, progress=None,
+def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
                limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
     """Every configuration, every split (``space.split_units``) and every per-stage policy."""
     start = time.perf_counter()
@@ -325,7 +326,7 @@ RUNNERS = {"nest": nest, "manual": manual, "phaze": phaze, "alpa": alpa, "mist":
            "mcmc": mcmc, "exhaustive": exhaustive}
 
 
-def run_method(name: str, sc: Scenario, con: space.Constraints, *, top: int = 5,
+def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
                progress=None) -> SearchResult:
     """Run one method; ``name`` is one of ``METHODS``."""
     if name not in RUNNERS:

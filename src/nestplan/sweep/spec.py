@@ -47,7 +47,7 @@ from ..caching import cached
 from ..errors import SpecError
 
 if TYPE_CHECKING:
-    from ..search.space import Constraints
+    from ..search.constraints import Constraints
 
 FORMAT_VERSION = 1
 """Part of every point's id: bump when the meaning of a parameter changes."""
@@ -404,10 +404,10 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
 
 
 def _constraints(table: Any):
-    """``[constraints]`` to a search ``Constraints`` (``space.constraints_from``, the parser of
+    """``[constraints]`` to a search ``Constraints`` (``search.constraints.constraints_from``, the parser of
     ``plan``'s flags too) and its canonical JSON."""
     from ..loaders import check_keys
-    from ..search.space import KNOBS, SWITCHES, constraints_from
+    from ..search.constraints import KNOBS, SWITCHES, constraints_from
 
     check_keys(table, "constraints", required=set(), optional={*KNOBS, *SWITCHES})
     con = constraints_from(table, lambda key: f"constraints.{key}")

@@ -1,0 +1,166 @@
+"""What a user may fix of a search (``plan``'s flags, a sweep file's ``[constraints]``): the
+knobs, their one parser, and the checks against a scenario that need no search. Kept apart from
+the plan space so that a command refuses a bad flag before it loads the search."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..axes import Axis
+from ..errors import SpecError
+from ..schedule import SCHEDULES
+from ..specs import Scenario
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraints:
+    """Knobs the user fixed (None = searched)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    vp: int | None = None
+    sp: bool | None = None
+    zero: int | None = None
+    recompute: tuple[str, ...] | None = None
+    """Recompute policy names (the stack's), one or one per stage."""
+    mbs: int | None = None
+    rank_order: tuple[Axis, ...] | None = None
+    schedule: str | None = None
+    """Pipeline schedule by name (``schedule.SCHEDULES``)."""
+    tp_within_node: bool = False
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
+"""The integer knobs a search may have fixed."""
+
+SWITCHES = ("sp", "recompute", "rank_order", "tp_within_node")
+"""The other constraints both ``plan``'s flags and a sweep file's ``[constraints]`` take."""
+
+
+def constraints_from(values: dict, name=lambda key: key) -> Constraints:
+    """The one parser of fixed search knobs, from ``plan``'s flags or a sweep file's
+    ``[constraints]``: ``values`` maps Constraints fields to what the user gave; a SpecError
+    names the knob as ``name(field)`` (the flag, or the file's key)."""
+    from ..axes import parse_order
+    from ..recompute import parse_names
+
+    kw: dict = {}
+    for key, value in values.items():
+        where = name(key)
+        if key in KNOBS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SpecError(where, value, "must be an integer")
+            if key == "zero" and value not in (0, 1, 2, 3):
+                raise SpecError(where, value, "allowed: 0, 1, 2, 3")
+            if key != "zero" and value <= 0:
+                raise SpecError(where, value, "must be an integer > 0")
+            kw[key] = value
+        elif key in ("sp", "tp_within_node"):
+            if not isinstance(value, bool):
+                raise SpecError(where, value, "must be true or false")
+            kw[key] = value
+        elif key == "recompute":
+            kw[key] = parse_names(where, value)
+        elif key in ("rank_order", "schedule"):
+            if not isinstance(value, str):
+                raise SpecError(where, value, "must be a string" + (
+                    " like 'tp-cp-dp-pp'" if key == "rank_order" else ""))
+            if key == "rank_order":
+                try:
+                    value = parse_order(value)
+                except SpecError as e:
+                    raise SpecError(where, e.value, e.allowed) from None
+            kw[key] = value
+        else:
+            raise SpecError(where, value, "not a search constraint")
+    return Constraints(**kw)
+
+
+def check_constraints(sc: Scenario, con: Constraints) -> None:
+    """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
+    m, tr, gpus = sc.model, sc.training, sc.gpus
+    rules = [
+        ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
+         f"must divide gpus = {gpus} and heads = {m.heads}"),
+        ("pp", con.pp, lambda v: gpus % v == 0 and v <= m.layers,
+         f"must divide gpus = {gpus} and be at most layers = {m.layers}"),
+        ("dp", con.dp, lambda v: gpus % v == 0 and tr.global_batch % v == 0,
+         f"must divide gpus = {gpus} and global_batch = {tr.global_batch}"),
+        ("cp", con.cp, lambda v: gpus % v == 0 and tr.seq_len % v == 0,
+         f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
+        ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
+         f"must divide global_batch = {tr.global_batch}"),
+        ("vp", con.vp, lambda v: v == 1 or m.homogeneous or m.layers % v == 0,
+         f"must be 1 or divide layers = {m.layers} (its blocks differ: dense and MoE)"),
+        ("ep", con.ep, lambda v: v == 1 or (m.moe is not None and m.moe.experts % v == 0),
+         "must divide the experts (1 for dense models)"),
+    ]
+    for name, value, ok, rule in rules:
+        if value is not None and (value <= 0 or not ok(value)):
+            raise SpecError(name, value, rule)
+    # knobs that are each possible but contradict each other or the hardware
+    fixed = {k: getattr(con, k) for k in ("tp", "pp", "dp", "cp") if getattr(con, k) is not None}
+    product = math.prod(fixed.values())
+    if gpus % product or (len(fixed) == 4 and product != gpus):
+        names = "·".join(fixed)
+        values = "·".join(str(v) for v in fixed.values())
+        last = list(fixed)[-1]
+        raise SpecError(last, fixed[last], f"{names} = {values} = {product} must "
+                        f"{'equal' if len(fixed) == 4 else 'divide'} gpus = {gpus}")
+    node = sc.cluster.devices_per_node
+    if con.tp_within_node and con.tp is not None and con.tp > node:
+        raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
+                        f"of {node} devices")
+    if con.sp and con.tp == 1:
+        raise SpecError("sp", True, "sequence parallelism needs tp > 1")
+    if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
+        raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
+    if con.ep is not None and con.etp is not None and con.tp is not None and con.cp is not None \
+            and con.dp is not None and (con.tp * con.cp * con.dp) % (con.etp * con.ep):
+        raise SpecError("ep", con.ep, f"etp·ep = {con.etp}·{con.ep} must divide tp·cp·dp = "
+                        f"{con.tp * con.cp * con.dp}")
+    sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
+    if con.recompute is not None and len(con.recompute) > 1:
+        if con.pp is None or con.pp != len(con.recompute):
+            raise SpecError("recompute", ",".join(con.recompute),
+                            f"one policy per pipeline stage needs --pp {len(con.recompute)}")
+    for name in con.recompute or ():
+        sc.stack.policy(name)  # names the stack's policies when it is not one of them
+    if con.schedule is not None:
+        if con.schedule not in SCHEDULES:
+            raise SpecError("schedule", con.schedule, "allowed: " + ", ".join(SCHEDULES))
+        if con.schedule not in sc.stack.schedules:
+            raise SpecError("schedule", con.schedule,
+                            f"stack {sc.stack.name} runs " + ", ".join(sc.stack.schedules))
+        if con.pp == 1:
+            raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
+        rule = SCHEDULES[con.schedule]
+        if rule.mirrored:
+            raise SpecError("schedule", con.schedule, "the search does not run it (it costs "
+                            "what dualpipev on half the ranks with twice the replicas costs, "
+                            "but for its network); evaluate a plan with it instead")
+        why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1),
+                         1 << 30)
+        if why is not None and con.vp is not None:
+            raise SpecError(*why)
+    # what the stack does not run at all (the search would find nothing and say less)
+    from types import SimpleNamespace
+
+    degrees = SimpleNamespace(tp=con.tp or 1, cp=con.cp or 1, ep=con.ep or 1, pp=con.pp or 1,
+                              sp=bool(con.sp))
+    missing = sc.stack.missing_axis(degrees)
+    if missing is not None:
+        raise SpecError(*missing)
+    if con.zero is not None and con.zero not in sc.stack.zero_stages:
+        raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
+                        + ", ".join(map(str, sc.stack.zero_stages)))
+    if con.recompute is not None and len(set(con.recompute)) > 1 \
+            and not sc.stack.recompute_per_stage:
+        raise SpecError("recompute", ",".join(con.recompute),
+                        f"stack {sc.stack.name} applies one policy to every stage")
