@@ -109,6 +109,8 @@ case("plan-contradiction-tp-pp-dp", [*SEARCH[:-1], "64", "--tp", "8", "--pp", "8
 case("plan-tp-within-node", [*SEARCH[:-1], "64", "--tp", "16", "--tp-within-node"],
      "tp-within-node")
 case("plan-sp-without-tp", [*SEARCH, "--tp", "1", "--sp"], "sp")
+case("plan-vp-over-the-limit", [*SEARCH, "--vp", "9"], "at most 8")
+case("plan-more-chunks-than-blocks", [*SEARCH, "--pp", "8", "--vp", "8"], "chunks need")
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                           "--gpus", "8", "--precision", "fp8"], "precision")
 case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")

@@ -371,5 +371,36 @@ def test_a_fixed_vp_follows_the_split_rule_the_search_uses():
     check_constraints(llama, Constraints(pp=4, vp=7))  # 80 blocks: not a multiple of 7
     dsv3 = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 512, seq_len=4096,
                                global_batch=1024)
-    with pytest.raises(SpecError, match="vp: got 2; must be 1 or divide layers = 61"):
+    with pytest.raises(SpecError, match="vp: got 2; must be at most 8, and 1 or a divisor of layers = 61"):
         check_constraints(dsv3, Constraints(pp=4, vp=2))
+
+
+def test_the_manual_method_keeps_what_the_user_fixed():
+    """With --pp 4 on 16 GPUs Megatron's node-wide TP 8 leaves no room: the manual plan takes
+    the largest TP that does (it asked for dp = 0 before); a mirrored schedule the stack runs is
+    the manual method's to use (only the search refuses it)."""
+    from nestplan.search.methods import manual_plan
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = manual_plan(sc, Constraints(pp=4))
+    assert (par.tp, par.pp, par.dp) == (4, 4, 1)
+    dual = dataclasses.replace(sc, stack=dataclasses.replace(sc.stack,
+                                                             schedules=("1f1b", "dualpipe")))
+    assert manual_plan(dual, Constraints(pp=4, schedule="dualpipe")).schedule == "dualpipe"
+    from nestplan.errors import SpecError
+    from nestplan.search.driver import run
+
+    with pytest.raises(SpecError, match="the search does not run it"):
+        run(dual, Constraints(pp=4, schedule="dualpipe"))
+
+
+def test_a_batch_overlap_stack_refuses_a_fixed_single_chunk_pipeline_up_front(tmp_path):
+    from console import cli, one_line_error
+
+    stack = tmp_path / "b.toml"
+    stack.write_text('base = "nemo"\nname = "b"\nmoe_overlap = "batch"\n'
+                     'recompute = ["none", "selective"]\n')
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 64, "--stack", stack, "--pp", 4, "--vp", 1, "--ep", 8,
+                         "--global-batch", 256)
+    assert one_line_error(code, out, err, "vp: got 1; stack b overlaps the expert exchange"), err

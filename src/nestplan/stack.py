@@ -426,7 +426,7 @@ class StackSpec(_CachedHash):
             if par.schedule is None:
                 return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
             return "schedule", par.schedule, f"stack {n} runs " + ", ".join(self.schedules)
-        if self.moe_overlap == "batch" and par.ep > 1 and par.pp > 1 and par.vp == 1:
+        if par.vp == 1 and self.interleaving_required(par.ep, par.pp):
             return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
                                   "micro-batch, which Megatron-Core does with pipelining only "
                                   "under an interleaved schedule: use vp > 1")
@@ -438,6 +438,11 @@ class StackSpec(_CachedHash):
             return "recompute", ",".join(par.recompute), (
                 f"stack {n} applies one policy to every stage")
         return None
+
+    def interleaving_required(self, ep: int, pp: int) -> bool:
+        """Plans with these degrees run only with virtual stages: the expert exchange overlapped
+        with another micro-batch under pipelining (``moe_overlap = "batch"``)."""
+        return self.moe_overlap == "batch" and ep > 1 and pp > 1
 
     def check(self, par) -> None:
         """Raise a SpecError when this stack cannot run ``par``."""

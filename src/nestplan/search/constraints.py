@@ -13,6 +13,19 @@ from ..schedule import SCHEDULES
 from ..specs import Scenario
 
 
+MAX_VP = 8
+"""Most virtual stages (model chunks) per device the search considers."""
+
+
+def refuse_unsearchable(con: "Constraints") -> None:
+    """The search (not every method) cannot run a mirrored schedule: refuse a constraint that
+    fixes one (SpecError naming it)."""
+    if con.schedule is not None and con.schedule in SCHEDULES and SCHEDULES[con.schedule].mirrored:
+        raise SpecError("schedule", con.schedule, "the search does not run it (it costs what "
+                        "dualpipev on half the ranks with twice the replicas costs, but for its "
+                        "network); evaluate a plan with it instead")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Constraints:
     """Knobs the user fixed (None = searched)."""
@@ -96,8 +109,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
         ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
          f"must divide global_batch = {tr.global_batch}"),
-        ("vp", con.vp, lambda v: v == 1 or m.homogeneous or m.layers % v == 0,
-         f"must be 1 or divide layers = {m.layers} (its blocks differ: dense and MoE)"),
+        ("vp", con.vp, lambda v: v <= MAX_VP and (v == 1 or m.homogeneous or m.layers % v == 0),
+         f"must be at most {MAX_VP}" + ("" if m.homogeneous else
+                                        f", and 1 or a divisor of layers = {m.layers} (its "
+                                        "blocks differ: dense and MoE)")),
         ("ep", con.ep, lambda v: v == 1 or (m.moe is not None and m.moe.experts % v == 0),
          "must divide the experts (1 for dense models)"),
     ]
@@ -117,6 +132,14 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if con.tp_within_node and con.tp is not None and con.tp > node:
         raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
                         f"of {node} devices")
+    if con.vp is not None and con.pp is not None and con.vp * con.pp > m.layers:
+        raise SpecError("vp", con.vp, f"pp·vp = {con.pp}·{con.vp} chunks need at least as many "
+                        f"blocks; {m.name} has {m.layers}")
+    if con.vp == 1 and (con.pp or 1) > 1 and (con.ep or 1) > 1 \
+            and sc.stack.interleaving_required(con.ep, con.pp):
+        raise SpecError("vp", 1, f"stack {sc.stack.name} overlaps the expert exchange with another "
+                        "micro-batch, which Megatron-Core does with pipelining only under an "
+                        "interleaved schedule: use vp > 1")
     if con.sp and con.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
@@ -141,10 +164,6 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         if con.pp == 1:
             raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
         rule = SCHEDULES[con.schedule]
-        if rule.mirrored:
-            raise SpecError("schedule", con.schedule, "the search does not run it (it costs "
-                            "what dualpipev on half the ranks with twice the replicas costs, "
-                            "but for its network); evaluate a plan with it instead")
         why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1),
                          1 << 30)
         if why is not None and con.vp is not None:

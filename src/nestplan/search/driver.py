@@ -29,7 +29,7 @@ from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
 from . import space
-from .constraints import Constraints, check_constraints
+from .constraints import Constraints, check_constraints, refuse_unsearchable
 from . import tables as T
 
 Progress = Callable[[int, int, float], None]
@@ -329,6 +329,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     """
     start = time.perf_counter()
     check_constraints(sc, con)
+    refuse_unsearchable(con)
     world = view or sc
     cap = world.memory_limit
     sets = space.policy_sets(world, con)

@@ -129,10 +129,14 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
     node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
+    fixed = (con.cp or 1) * (con.pp or 1) * (con.dp or 1)  # what the TP must leave room for
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
-           if gpus % t == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
+           if gpus % (t * fixed) == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
            and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
            and (t == 1 or sc.stack.offers("tp"))]
+    if not tps and con.tp is None:
+        raise InfeasibleError(f"manual: no tensor-parallel degree leaves room for the fixed "
+                              f"cp·pp·dp = {fixed} on {gpus} devices")
     tp = con.tp or tps[0]
     cp = con.cp or 1
     rest = gpus // (tp * cp)

@@ -32,13 +32,12 @@ from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import local_strategy
 from ..schedule import SCHEDULES, resolve
-from .constraints import Constraints
+from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
                      divisors)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
-MAX_VP = 8
 
 
 @cached(maxsize=4096)
