@@ -105,6 +105,20 @@ def test_pipeline_boundaries_know_their_level():
     assert [b.level for b in lay2.pp] == [0, 0, 0, 1, 0, 0, 0]
 
 
+def _brute_touched(groups, blocks) -> tuple[int, ...]:
+    """Blocks of each level the groups touch, at most, by counting every row (the last is 1)."""
+    touched = [max(len({int(d) // b for d in row}) for row in groups) for b in blocks]
+    touched[-1] = 1
+    for i in range(len(touched) - 2, -1, -1):
+        touched[i] = max(touched[i], touched[i + 1])
+    return tuple(touched)
+
+
+def _brute_counts(layout, groups, blocks) -> bool:
+    """The layout's block counts per level equal a count over every row."""
+    return tuple(layout.count(i) for i in range(len(blocks))) == _brute_touched(groups, blocks)
+
+
 def _brute_k(groups, blocks) -> tuple[int, ...]:
     """k per level of the groups (rows of device ids), by counting, for every row and every
     block it touches, its members in that block: the fewest anywhere."""
@@ -128,7 +142,7 @@ def _random_cluster(rng) -> ClusterSpec:
 
 def test_group_levels_equal_a_count_over_every_row():
     """The dense groups (counted from the axes' strides and the residues of their first members,
-    without listing them) and the expert groups (``_group_k`` over their rows) equal counting the
+    without listing them) and the expert groups (``_group_layout`` over their rows) equal counting the
     blocks every row touches, for grids of random degrees and rank orders, on block sizes that
     are and are not powers of two, with enough rows for the residues' convolution to run."""
     import itertools
@@ -137,7 +151,7 @@ def test_group_levels_equal_a_count_over_every_row():
     import numpy as np
 
     from nestplan.axes import Axis
-    from nestplan.placement import _dense_groups, _expert_grid, _group_k, _rows, rank_grid
+    from nestplan.placement import _dense_groups, _expert_grid, _group_layout, _rows, rank_grid
     from nestplan.specs import ClusterSpec, Level, Parallelism
 
     rng = random.Random(11)
@@ -163,11 +177,13 @@ def test_group_levels_equal_a_count_over_every_row():
         got = _dense_groups((tp, pp, dp, cp, order), cluster, par.devices)
         for layout, r in zip(got, rows):
             assert layout.k == _brute_k(r, blocks), (par, blocks)
+            assert _brute_counts(layout, r, blocks), (par, blocks)
         if pp == 1:
             assert got[3].k == tuple(1 for _ in blocks)
         egrid = _expert_grid(grid, par)
         for r in [_rows(egrid, a) for a in (1, 2, 3)]:
-            assert _group_k(r, blocks) == _brute_k(r, blocks)
+            got_e = _group_layout(r, blocks)
+            assert got_e.k == _brute_k(r, blocks) and _brute_counts(got_e, r, blocks)
         assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))
 
 
@@ -243,10 +259,10 @@ def test_a_dualpipe_fold_lays_its_groups_over_the_real_ranks():
         assert (got.tp, got.cp) == (whole.tp, whole.cp)
         ends = np.concatenate([grid[0].transpose(2, 0, 1).reshape(tp, -1),
                                grid[-1].transpose(2, 0, 1).reshape(tp, -1)], axis=1)
-        assert got.dp.k == _brute_k(ends, blocks), real
+        assert got.dp.k == _brute_k(ends, blocks) and _brute_counts(got.dp, ends, blocks), real
         egrid = _expert_grid(grid, real)
         pair = np.concatenate([_rows(egrid[:1], 1), _rows(egrid[-1:], 1)], axis=1)
-        assert got.edp.k == _brute_k(pair, blocks), real
+        assert got.edp.k == _brute_k(pair, blocks) and _brute_counts(got.edp, pair, blocks), real
         sizes = (1, *_block_sizes(cluster, gpus)[:-1])
 
         def level(i):  # the highest level real boundary i crosses
@@ -298,7 +314,21 @@ def test_a_group_split_unevenly_by_a_block_is_costed_for_its_most_exposed_member
             Level(name="ib", size=None, bandwidth=50e9, latency=5e-6)))
 
     par = Parallelism(tp=1, pp=1, dp=128, ep=32, etp=1)
-    assert layouts(par, racks(72), 128).ep.k == (8, 32)
+    lay = layouts(par, racks(72), 128).ep
+    assert lay.k == (8, 32) and lay.count(0) == 2  # 8 + 24: two racks, not four of 8
     cost = {size: collective_time(CollKind.ALL_TO_ALL, 64e6, layouts(par, racks(size), 128).ep,
                                   racks(size)) for size in (72, 8)}
     assert cost[72] == pytest.approx(cost[8])
+    # DeepEP sends a token once per other rack holding one of its experts: the 8 have one other
+    # rack, not three. Against an enumeration on a small split (2 + 6 of 8 ranks, 16 experts,
+    # top-3): every choice of 3 experts, crossings of a token on the 2-rank side
+    import itertools
+
+    from nestplan.cost.network import crossing_share
+
+    rack_of = [0] * 4 + [1] * 12  # 2 ranks x 2 experts here, 6 ranks x 2 over there
+    picks = list(itertools.combinations(range(16), 3))
+    enumerated = sum(1 for p in picks if any(rack_of[e] for e in p)) / len(picks) / 3
+    assert crossing_share(8, 2, (3, 16), others=1) == pytest.approx(enumerated)
+    assert crossing_share(32, 8, (8, 256), others=lay.count(0) - 1) < crossing_share(
+        32, 8, (8, 256))  # one other rack is crossed less often than three would be

@@ -36,6 +36,15 @@ class GroupLayout:
     share: tuple[float, ...] = ()
     """Per level, the fraction of a lower block's devices whose traffic crosses this level at once
     (1.0 for collectives, where every device is in some group; empty = all 1.0)."""
+    blocks: tuple[int, ...] = ()
+    """Blocks of each level that a group touches, at most (the last entry is 1; empty: ``size``
+    over ``k``, a group that fills its blocks evenly)."""
+
+    def count(self, level: int) -> int:
+        """Blocks of ``level`` the group touches (-1: its devices)."""
+        if level < 0:
+            return self.size
+        return self.blocks[level] if self.blocks else max(1, self.size // self.k[level])
 
     @property
     def top(self) -> int:
@@ -86,25 +95,36 @@ def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     return (*cluster.block_sizes(), max(gpus, 1))
 
 
-def _fewest_in_a_block(rows: np.ndarray, b: int) -> int:
-    """Over sorted rows of device ids, the fewest members any row has in one block of size
-    ``b`` that it touches: the most exposed member's company (a group of 32 split 8 + 24 by a
-    rack boundary sends three quarters of its all-to-all across it from the 8, not a half)."""
+def _fewest_in_a_block(rows: np.ndarray, b: int) -> tuple[int, int]:
+    """Over sorted rows of device ids: the fewest members any row has in one block of size
+    ``b`` that it touches (its most exposed members' company: a group of 32 split 8 + 24 by a
+    rack boundary sends three quarters of its all-to-all across it from the 8, not a half), and
+    the most blocks a row touches."""
     blk = rows // b
     starts = np.ones(blk.shape, dtype=bool)
     starts[:, 1:] = blk[:, 1:] != blk[:, :-1]
     idx = np.flatnonzero(starts.ravel())
     runs = np.diff(np.append(idx, blk.size))  # lengths of the runs of equal blocks, row by row
-    return int(runs.min())
+    return int(runs.min()), int(starts.sum(axis=1).max())
 
 
-def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
-    """k per level for groups given as rows of device ids: the fewest members any row has in
-    one block it touches (``_fewest_in_a_block``; n / blocks touched when a row fills them
-    evenly).
+def _layout(n: int, per_level: list[tuple[int, int]]) -> GroupLayout:
+    """A group of ``n`` from (fewest in a block, blocks touched) per bounded level; the
+    outermost block holds it whole."""
+    ks = _nested([k for k, _ in per_level] + [n])
+    touched = [t for _, t in per_level] + [1]
+    for i in range(len(touched) - 2, -1, -1):  # a higher level's blocks hold the lower ones
+        touched[i] = max(touched[i], touched[i + 1])
+    even = all(k * t == n for k, t in zip(ks, touched))
+    return GroupLayout(n, ks, blocks=() if even else tuple(touched))
+
+
+def _group_layout(groups: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
+    """The layout of groups given as rows of device ids: per level, the fewest members any row
+    has in one block it touches and the most blocks a row touches (``_fewest_in_a_block``).
 
     When the rows are translates of one pattern (checked), a row's blocks depend only on its
-    first id modulo b (``_pattern_k``); else every row is counted.
+    first id modulo b (``_pattern_layout``); else every row is counted.
     """
     n = groups.shape[1]
     first = groups[0]
@@ -113,23 +133,23 @@ def _group_k(groups: np.ndarray, blocks: tuple[int, ...]) -> tuple[int, ...]:
     pattern = rows[0] - rows[0, 0]
     if bool((rows - rows[:, :1] == pattern).all()) and (
             n == 1 or bool((pattern[1:] > pattern[:-1]).all())):
-        return _pattern_k(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
+        return _pattern_layout(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
     rows = np.sort(groups, axis=1)
-    return _nested([_fewest_in_a_block(rows, b) for b in blocks[:-1]] + [n])
+    return _layout(n, [_fewest_in_a_block(rows, b) for b in blocks[:-1]])
 
 
-def _pattern_k(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> tuple[int, ...]:
-    """k per level of groups ``first + pattern`` (``pattern`` sorted, from 0) whose first
+def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> GroupLayout:
+    """The layout of groups ``first + pattern`` (``pattern`` sorted, from 0) whose first
     members take the residues ``residues(b)`` modulo each block size ``b``: a row lies in the
     blocks as any row whose first member has its residue does."""
     n = pattern.size
-    ks = []
+    per_level = []
     for b in blocks[:-1]:  # the outermost block holds the whole group
         if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
-            ks.append(n)
+            per_level.append((n, 1))
             continue
-        ks.append(_fewest_in_a_block(residues(b)[:, None] + pattern[None, :], b))
-    return _nested(ks + [n])
+        per_level.append(_fewest_in_a_block(residues(b)[:, None] + pattern[None, :], b))
+    return _layout(n, per_level)
 
 
 def _nested(ks: list[int]) -> tuple[int, ...]:
@@ -197,12 +217,12 @@ def _residues(axes: tuple[tuple[int, int], ...], b: int) -> np.ndarray:
     return out
 
 
-def _affine_k(pattern: np.ndarray, bases: tuple[tuple[int, int], ...], blocks: tuple[int, ...]
-              ) -> tuple[int, ...]:
-    """k per level of the groups ``base + pattern`` for every base ``sum j·stride`` of the
+def _affine_layout(pattern: np.ndarray, bases: tuple[tuple[int, int], ...],
+                   blocks: tuple[int, ...]) -> GroupLayout:
+    """The layout of the groups ``base + pattern`` for every base ``sum j·stride`` of the
     (size, stride) axes ``bases``: the groups along axes of a rank grid, counted from the
     residues of their first members (``_residues``) without listing them."""
-    return _pattern_k(pattern, lambda b: np.flatnonzero(_residues(bases, b)), blocks)
+    return _pattern_layout(pattern, lambda b: np.flatnonzero(_residues(bases, b)), blocks)
 
 
 def _expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
@@ -245,7 +265,7 @@ def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
     far = (ranks - 1) * axes[Axis.PP][1]
     pattern = _ids((axes[Axis.DP], axes[Axis.CP]))
     both = np.sort(np.concatenate([pattern, pattern + far]))
-    dp_lay = GroupLayout(both.size, _affine_k(both, (axes[Axis.TP],), blocks))
+    dp_lay = _affine_layout(both, (axes[Axis.TP],), blocks)
     if ep == 1 and etp == tp:
         expert = (_alone(blocks), tp_lay, dp_lay)
     else:
@@ -289,7 +309,7 @@ def _grid(key: tuple) -> tuple[Parallelism, np.ndarray]:
 
 
 def _lay(rows: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
-    return GroupLayout(rows.shape[1], _group_k(rows, blocks))
+    return _group_layout(rows, blocks)
 
 
 @cached(maxsize=4096)
@@ -303,12 +323,12 @@ def _dense_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLay
     def along(*group: Axis) -> GroupLayout:
         pattern = _ids(tuple(axes[a] for a in group))
         others = tuple(axes[a] for a in RANK_AXES if a not in group)
-        return GroupLayout(pattern.size, _affine_k(pattern, others, blocks))
+        return _affine_layout(pattern, others, blocks)
 
     size, stride = axes[Axis.PP]
     if size > 1:
         others = tuple(axes[a] for a in (Axis.DP, Axis.CP, Axis.TP))
-        emb = GroupLayout(2, _affine_k(np.array([0, (size - 1) * stride]), others, blocks))
+        emb = _affine_layout(np.array([0, (size - 1) * stride]), others, blocks)
     else:
         emb = _alone(blocks)
     return along(Axis.TP), along(Axis.CP), along(Axis.DP, Axis.CP), emb

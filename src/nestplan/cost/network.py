@@ -44,16 +44,23 @@ def level_bandwidth(cluster: ClusterSpec, level: int, share: tuple[float, ...] =
     return best
 
 
+def _fan_in(g: GroupLayout, lvl: int) -> int:
+    """Blocks of the level below that one block of ``lvl`` gathers for the group (its lower
+    blocks over its blocks: ``k[lvl] / k[lvl - 1]`` when the group fills them evenly)."""
+    return max(1, round(g.count(lvl - 1) / g.count(lvl)))
+
+
 def _ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     n = g.size
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
     per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
+            # the fewest members of a block (``prev``) carry the ring's crossing flow
             share = traversals * (n - 1) / n / prev
             per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))
             # ring steps whose hop crosses exactly this level, per traversal
-            steps = n / prev - (n / kl if kl < n else 1)
+            steps = g.count(lvl - 1) - g.count(lvl)
             latency += steps * cluster.levels[lvl].latency
         prev = kl
     return traversals * latency, per_byte
@@ -64,7 +71,7 @@ def _hierarchical(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple
     per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
-            r = kl // prev
+            r = _fan_in(g, lvl)
             per_byte += traversals * (r - 1) / r / prev / level_bandwidth(cluster, lvl, g.share)
             latency += traversals * (r - 1) * cluster.levels[lvl].latency
         prev = kl
@@ -75,7 +82,7 @@ def _tree(g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
     per_byte, latency, prev = 0.0, 0.0, 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
-            r = kl // prev
+            r = _fan_in(g, lvl)
             per_byte = max(per_byte, 2 / prev / level_bandwidth(cluster, lvl, g.share))
             latency += 2 * math.ceil(math.log2(r)) * cluster.levels[lvl].latency
         prev = kl
@@ -93,25 +100,30 @@ def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[fl
 Coeffs = tuple[tuple[float, float], ...]
 
 
-def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0)) -> float:
+def crossing_share(n: int, inside: int, dedup: tuple[int, int] = (0, 0),
+                   others: int | None = None) -> float:
     """Share of an all-to-all's data (the routed copies a device holds) that leaves a block of
-    ``inside`` of the ``n`` group members, under uniform routing (``placement`` gives a group
-    split unevenly by a block boundary the smallest share it has in one block: its most exposed
-    members'; the blocks are then counted as ``n / inside``).
+    ``inside`` of the ``n`` group members, under uniform routing; the other members lie in
+    ``others`` other blocks (default: as many as an even fill makes, ``n / inside - 1``;
+    ``placement`` gives a group split unevenly by a block boundary the fewest members it has in
+    one block: its most exposed members').
 
     Plain: the copies bound for the other ``n - inside`` members. Deduplicating (``dedup`` =
     (top-k, experts), DeepEP): a token crosses once per other block holding at least one of its
-    k experts; a block misses all k with probability C(E - E_b, k) / C(E, k) (k distinct experts
-    among E, E_b of them in the block), so the expected crossings per token are
-    (blocks - 1)·(1 - that), out of the k copies counted in the data.
+    k experts; a block of E_b of the E experts misses all k with probability C(E - E_b, k) /
+    C(E, k) (k distinct experts), so the expected crossings per token are
+    others·(1 - that) with the other members spread evenly over the other blocks, out of the
+    k copies counted in the data.
     """
     k, experts = dedup
     if k <= 1 or inside <= 1:
         return (n - inside) / n
-    blocks = n // inside
-    per_block = experts * inside // n
+    others = n // inside - 1 if others is None else others
+    if others <= 0:
+        return 0.0
+    per_block = experts * (n - inside) // (n * others)
     miss = math.comb(experts - per_block, k) / math.comb(experts, k)
-    return (blocks - 1) * (1 - miss) / k
+    return others * (1 - miss) / k
 
 
 @cached(maxsize=65536)
@@ -134,7 +146,8 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
         per_byte, prev = 0.0, 1
         for lvl, kl in enumerate(g.k):
             if kl > prev:
-                share = crossing_share(n, prev, dedup if lvl > 0 else (0, 0))
+                share = crossing_share(n, prev, dedup if lvl > 0 else (0, 0),
+                                       others=g.count(lvl - 1) - 1 if lvl > 0 else None)
                 per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))
             prev = kl
         return ((2 * lat, per_byte),)
