@@ -345,8 +345,7 @@ def _module_graphs(modules, padded=False, **training):
                                        global_batch=256, **training), stack=stack)
 
 
-@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
-@pytest.mark.parametrize("model, modules, training, exported", [
+MODULE_GRAPH_CASES = [
     # NeMo's MoE recipes: the router and its preprocessing in Transformer Engine graphs
     ("qwen3-30b-a3b", ("attn", "moe_router", "moe_preprocess"), {},
      "attn moe_router moe_preprocess"),
@@ -358,17 +357,15 @@ def _module_graphs(modules, padded=False, **training):
     ("llama3-8b", ("attn", "mlp", "moe_router"), {}, "attn mlp"),
     # with padding the MoE layer itself
     ("qwen3-30b-a3b", ("attn", "moe"), {"moe_capacity": 1.0, "padded": True}, "attn moe"),
-])
-def test_module_graphs_export_what_megatron_accepts(model, modules, training, exported):
-    """A stack's CUDA graph modules export as Transformer Engine graphs of the modules the
-    model and workload have (a note names the rest), which Megatron-Core's own
-    TransformerConfig accepts where it is installed, and which it refuses unfiltered."""
-    import importlib.util
+]
+"""(model, the stack's graph modules, workload, what the Megatron export graphs)."""
 
+
+def _module_graph_export(model, modules, training):
     from nestplan import planfile
     from nestplan.exports import export
-    from test_exports import _flags, megatron_transformer_config
 
+    training = dict(training)
     padded = training.pop("padded", False)
     sc = replace(_module_graphs(modules, padded, **training),
                  model=scenario_from_names(model, "dgx-h100-ndr", 16, seq_len=4096,
@@ -376,23 +373,39 @@ def test_module_graphs_export_what_megatron_accepts(model, modules, training, ex
     moe = sc.model.moe is not None
     par = Parallelism(tp=1, pp=1, dp=16, ep=8 if moe else 1, etp=1 if moe else None, zero=1,
                       mbs=1)
-    ev = evaluate(sc, par)
-    exp = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
+    return sc, export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+
+
+@pytest.mark.parametrize("model, modules, training, exported", MODULE_GRAPH_CASES)
+def test_module_graphs_export_what_the_model_and_workload_have(model, modules, training,
+                                                               exported):
+    """A stack's CUDA graph modules export as Transformer Engine graphs of the modules the
+    model and workload have (a note names the rest), and the cost model runs the MoE layers
+    as the export graphs them."""
+    from test_exports import _flags
+
+    sc, exp = _module_graph_export(model, modules, training)
     flags = _flags(exp.text)
     assert flags["cuda-graph-impl"] == ["transformer_engine"]
     assert " ".join(flags["cuda-graph-modules"]) == exported
     assert any("left out" in n for n in exp.notes) == (exported != " ".join(modules))
-    # the cost model runs the MoE layers as the export graphs them
-    graphed = "moe" in exported.split()
-    assert sc.stack.graphs_moe_layers(sc.training) == graphed
-    if importlib.util.find_spec("megatron") is None:
-        return
-    megatron_transformer_config(exp.text)
-    if exported != " ".join(modules):
-        unfiltered = exp.text.replace(f"--cuda-graph-modules {exported}",
-                                      "--cuda-graph-modules " + " ".join(modules))
-        with pytest.raises(AssertionError):
-            megatron_transformer_config(unfiltered)
+    assert sc.stack.graphs_moe_layers(sc.training) == ("moe" in exported.split())
+
+
+@pytest.mark.frameworks
+@pytest.mark.filterwarnings(MEGATRON_SCOPE_DEFAULT)
+def test_megatron_accepts_the_module_graphs_exported_and_refuses_them_unfiltered():
+    pytest.importorskip("megatron.core")
+    from test_exports import megatron_transformer_config
+
+    for model, modules, training, exported in MODULE_GRAPH_CASES:
+        _, exp = _module_graph_export(model, modules, training)
+        megatron_transformer_config(exp.text)
+        if exported != " ".join(modules):
+            unfiltered = exp.text.replace(f"--cuda-graph-modules {exported}",
+                                          "--cuda-graph-modules " + " ".join(modules))
+            with pytest.raises(AssertionError):
+                megatron_transformer_config(unfiltered)
 
 
 def test_only_the_moe_layers_own_graph_spares_it_the_host():

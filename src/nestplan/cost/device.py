@@ -10,8 +10,8 @@ Per micro-batch, a chunk takes ``fwd`` forward and ``bwd + recompute`` backward;
 per-micro-batch traffic prefetched layer by layer (``overlap.exposed`` of it shows, plus one
 layer's worth). Per device::
 
-    X_i = sum over chunks (forward + backward) [+ steady-state send/recv when not overlapped;
-          at least the steady-state send/recv when overlapped]
+    X_i = sum over chunks (forward + backward) [+ steady-state send/recv both ways when not
+          overlapped; when overlapped, at least one way's sends: the busiest boundary's]
     E_i = exposed gradient reduction after the last backward + optimizer step
           + exposed parameter all-gather (sharded optimizer)
 

@@ -164,9 +164,9 @@ def render(pf: PlanFile, ev: Evaluation) -> str:
     tl, nums = figures.timeline(ev)
     elided = (" The steady state in the middle repeats the same pattern and is cut out (…)."
               if nums["elided"] else "")
-    runs = (f"as the {ev.plan.pipeline.name} schedule runs them (lighter shades: later virtual "
-            f"chunks); transfers between stages delay the receiver" if ev.plan.pp > 1 else
-            "on the one stage (no pipeline)")
+    shades = " (lighter shades: later virtual chunks)" if ev.plan.vp > 1 else ""
+    runs = (f"as the {ev.plan.pipeline.name} schedule runs them{shades}; transfers between "
+            "stages delay the receiver" if ev.plan.pp > 1 else "on the one stage (no pipeline)")
     timeline_caption = (
         f"Forward and backward of every micro-batch on every stage, {runs}. Simulated schedule "
         f"{fmt_time(nums['schedule_s'])} with {nums['bubble']:.1%} idle; the cost model's closed "

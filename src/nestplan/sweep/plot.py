@@ -92,7 +92,7 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         if len(groups) > MAX_SERIES:
             title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
         # series with the same points (e.g. networks the plan does not feel) are drawn once,
-        # their labels joined
+        # labelled by the first with a count of the others
         same: dict = {}
         for s in grid_order:
             same.setdefault(tuple(sorted(groups[s])), []).append(s)
