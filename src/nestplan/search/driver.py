@@ -456,17 +456,15 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if memory_aware and not found:
             # how far the policies allowed here are from fitting the whole model (a cell of a
             # few blocks may fit where no split of all of them does)
-            allowed = np.zeros(len(world.stack.recompute), dtype=bool)
-            allowed[sorted({p for _, s in keep for p in s})] = True
-            peak = DP.min_peak_memory([np.where(allowed, m, np.inf) for m in tb.mem], tb.valid)
-            if np.isfinite(peak) and peak > cap:
+            peak = _least_peak(tb, world, sets)
+            if peak > cap:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if not found:
         # the configurations no split could fit: their least peak says how far off they are
         for par in unfit:
             tb = T.build(D.config_costs(world, par))
-            peak = DP.min_peak_memory(tb.mem, tb.valid) if tb is not None else np.inf
-            if np.isfinite(peak):
+            peak = _least_peak(tb, world, sets) if tb is not None else np.inf
+            if cap < peak < np.inf:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if progress:
         progress(solved, size, time.perf_counter() - start)
@@ -476,6 +474,15 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
+
+
+def _least_peak(tb, world: Scenario, sets) -> float:
+    """The least largest device memory over whole splits of the model, with the recompute
+    policies the constraints allow (``sets``: per stage, or the same for every stage)."""
+    allowed = np.zeros(len(world.stack.recompute), dtype=bool)
+    allowed[sorted({p for s in sets for p in s})] = True
+    peak = DP.min_peak_memory([np.where(allowed, m, np.inf) for m in tb.mem], tb.valid)
+    return float(peak) if np.isfinite(peak) else np.inf
 
 
 def _why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
