@@ -20,7 +20,7 @@ from nestplan.cli import main
 from nestplan.errors import SpecError
 from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
 from nestplan.exports import export, uniform_policy
-from nestplan.placement import _expert_grid, rank_grid
+from nestplan.placement import expert_grid, rank_grid
 from nestplan.options import Precision
 from nestplan.specs import Parallelism
 
@@ -345,7 +345,7 @@ def check_megatron(pf, text: str, ranks: bool = True):
         assert theirs == _groups(grid, dim), axis
     if pf.scenario.model.moe is None:
         return
-    egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
+    egrid = expert_grid(grid, par)  # [pp, edp, ep, etp]
     expert = ps.RankGenerator(tp=par.expert_tp, ep=par.ep, dp=egrid.shape[1], pp=par.pp, cp=1,
                               order="tp-cp-ep-dp-pp")
     for axis, dim in (("tp", 3), ("ep", 2), ("dp", 1)):
@@ -548,7 +548,7 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
     if par.rank_order != (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
         assert _parse_rank_map((tmp_path / "tt.args.ranks.csv").read_text()) == device_of
     grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
-    egrid = _expert_grid(grid, par)  # [pp, edp, ep, etp]
+    egrid = expert_grid(grid, par)  # [pp, edp, ep, etp]
     dp_name = "dp_replicate" if par.zero == 0 else "dp_shard"
     for rank in range(8):
         got = json.loads((tmp_path / "out" / f"{rank}.json").read_text())
@@ -655,7 +655,7 @@ def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, m
     own = same.with_(rank_order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
     assert np.array_equal(rank_grid(same), rank_grid(own))
     if moe:
-        assert np.array_equal(_expert_grid(rank_grid(same), same), _expert_grid(rank_grid(own), own))
+        assert np.array_equal(expert_grid(rank_grid(same), same), expert_grid(rank_grid(own), own))
     assert evaluate(sc, same).step_time == evaluate(sc, own).step_time
     moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
     for fmt in ("megatron", "torchtitan"):

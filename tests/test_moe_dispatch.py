@@ -11,7 +11,7 @@ import pytest
 from nestplan.catalog import get_stack
 from nestplan.cost.network import crossing_share
 from nestplan.evaluate import evaluate, scenario_from_names
-from nestplan.placement import _block_sizes, _expert_grid, layouts, rank_grid
+from nestplan.placement import _block_sizes, expert_grid, layouts, rank_grid
 from nestplan.specs import Parallelism
 
 
@@ -26,7 +26,7 @@ def test_all_to_all_share_per_level_matches_a_count_over_ranks(par):
     sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", par.devices, seq_len=4096,
                              global_batch=64)
     lay = layouts(par, sc.cluster, sc.gpus).ep
-    egrid = _expert_grid(rank_grid(par), par)
+    egrid = expert_grid(rank_grid(par), par)
     groups = np.moveaxis(egrid, 2, -1).reshape(-1, par.ep)
     blocks = (1, *_block_sizes(sc.cluster, sc.gpus)[:-1])
     prev = 1

@@ -151,7 +151,7 @@ def test_group_levels_equal_a_count_over_every_row():
     import numpy as np
 
     from nestplan.axes import Axis
-    from nestplan.placement import _dense_groups, _expert_grid, _group_layout, _rows, rank_grid
+    from nestplan.placement import _dense_groups, expert_grid, _group_layout, _rows, rank_grid
     from nestplan.specs import ClusterSpec, Level, Parallelism
 
     rng = random.Random(11)
@@ -180,7 +180,7 @@ def test_group_levels_equal_a_count_over_every_row():
             assert _brute_counts(layout, r, blocks), (par, blocks)
         if pp == 1:
             assert got[3].k == tuple(1 for _ in blocks)
-        egrid = _expert_grid(grid, par)
+        egrid = expert_grid(grid, par)
         for r in [_rows(egrid, a) for a in (1, 2, 3)]:
             got_e = _group_layout(r, blocks)
             assert got_e.k == _brute_k(r, blocks) and _brute_counts(got_e, r, blocks)
@@ -239,7 +239,7 @@ def test_a_dualpipe_fold_lays_its_groups_over_the_real_ranks():
 
     import numpy as np
 
-    from nestplan.placement import _block_sizes, _expert_grid, _rows, rank_grid
+    from nestplan.placement import _block_sizes, expert_grid, _rows, rank_grid
     from nestplan.specs import fold
 
     rng = random.Random(17)
@@ -260,7 +260,7 @@ def test_a_dualpipe_fold_lays_its_groups_over_the_real_ranks():
         ends = np.concatenate([grid[0].transpose(2, 0, 1).reshape(tp, -1),
                                grid[-1].transpose(2, 0, 1).reshape(tp, -1)], axis=1)
         assert got.dp.k == _brute_k(ends, blocks) and _brute_counts(got.dp, ends, blocks), real
-        egrid = _expert_grid(grid, real)
+        egrid = expert_grid(grid, real)
         pair = np.concatenate([_rows(egrid[:1], 1), _rows(egrid[-1:], 1)], axis=1)
         assert got.edp.k == _brute_k(pair, blocks) and _brute_counts(got.edp, pair, blocks), real
         sizes = (1, *_block_sizes(cluster, gpus)[:-1])

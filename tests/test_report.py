@@ -203,7 +203,7 @@ def test_an_moe_plans_devices_name_their_expert_ranks_and_the_legend_only_its_pa
     """Hovering a device of an MoE plan shows its place in the folded expert grid as well (the
     same groups as the placement's expert grid); the breakdown's legend lists only the parts the
     step has."""
-    from nestplan.placement import _expert_grid, rank_grid
+    from nestplan.placement import expert_grid, rank_grid
 
     path, ev = _plan(tmp_path, model="mixtral-8x7b", cluster="dgx-h100-ndr", gpus=64, tp=2, pp=2,
                      vp=1, ep=8, etp=1, sp=True, recompute="full", global_batch=128)
@@ -212,7 +212,7 @@ def test_an_moe_plans_devices_name_their_expert_ranks_and_the_legend_only_its_pa
     tips = {int(t.split(":")[0].split()[1]): t for r in svgs["fig-placement"].iter(f"{SVG_NS}rect")
             if (r.get("class") or "").startswith("d ")
             for t in [r.find(f"{SVG_NS}title").text]}
-    egrid = _expert_grid(rank_grid(ev.plan), ev.plan)
+    egrid = expert_grid(rank_grid(ev.plan), ev.plan)
     for group in egrid[0].reshape(-1, 8):  # stage 0's EP groups of 8
         ranks = sorted(int(tips[int(d)].split("ep rank ")[1].split(",")[0]) for d in group)
         assert ranks == list(range(8))

@@ -417,6 +417,7 @@ def cmd_report(args) -> int:
 def cmd_list(args) -> int:
     from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
     from .graph import active_params, total_params
+    from .units import GB, TFLOPS, GiB
 
     for name in list_names(args.kind):
         if args.kind == "stacks":
@@ -435,14 +436,14 @@ def cmd_list(args) -> int:
             # per level: its fan-out (children per group; the top has none) and each device's
             # bandwidth into it
             levels = ", ".join(
-                f"{lv.name}{' x' + str(lv.size) if lv.size else ''} {lv.bandwidth / 1e9:.4g} GB/s"
+                f"{lv.name}{' x' + str(lv.size) if lv.size else ''} {lv.bandwidth / GB:.4g} GB/s"
                 + (f" {lv.oversubscription:g}:1" if lv.oversubscription != 1 else "")
                 for lv in c.levels)
             print(f"{name:22s} {c.accelerator.name:20s} {levels}")
         elif args.kind == "accelerators":
             a = get_accelerator(name)
-            print(f"{name:22s} {a.peak_flops_bf16 / 1e12:7.1f} bf16 TFLOP/s, "
-                  f"{a.hbm_bytes / 2**30:6.1f} GiB at {a.hbm_bandwidth / 1e12:.2f} TB/s")
+            print(f"{name:22s} {a.peak_flops_bf16 / TFLOPS:7.1f} bf16 TFLOP/s, "
+                  f"{a.hbm_bytes / GiB:6.1f} GiB at {a.hbm_bandwidth / (1000 * GB):.2f} TB/s")
         else:
             print(name)
     return 0

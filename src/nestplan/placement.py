@@ -225,7 +225,7 @@ def _affine_layout(pattern: np.ndarray, bases: tuple[tuple[int, int], ...],
     return _pattern_layout(pattern, lambda b: np.flatnonzero(_residues(bases, b)), blocks)
 
 
-def _expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
+def expert_grid(grid: np.ndarray, par: Parallelism) -> np.ndarray:
     """Device ids per stage as ``[pp, edp, ep, etp]``.
 
     The expert mesh re-splits each stage's dense ranks taken in the logical order tp, cp, dp
@@ -272,7 +272,7 @@ def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
         ep_lay, etp_lay, _ = _expert_groups((tp, ranks, replicas, cp, ep, etp, order), cluster,
                                             gpus)
         _, grid = _grid(real)
-        egrid = _expert_grid(grid, Parallelism(tp=tp, pp=ranks, dp=replicas, cp=cp, ep=ep,
+        egrid = expert_grid(grid, Parallelism(tp=tp, pp=ranks, dp=replicas, cp=cp, ep=ep,
                                                etp=etp, rank_order=order))
         pair = np.concatenate([_rows(egrid[:1], 1), _rows(egrid[-1:], 1)], axis=1)
         expert = (ep_lay, etp_lay, _lay(pair, blocks))
@@ -341,7 +341,7 @@ def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLa
     _, grid = _grid((tp, pp, dp, cp, order))
     par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, rank_order=order)
     blocks = _block_sizes(cluster, gpus)
-    egrid = _expert_grid(grid, par)
+    egrid = expert_grid(grid, par)
     return _lay(_rows(egrid, 2), blocks), _lay(_rows(egrid, 3), blocks), _lay(_rows(egrid, 1),
                                                                                blocks)
 

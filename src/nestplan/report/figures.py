@@ -148,10 +148,10 @@ def _device_roles(ev: Evaluation) -> dict[int, tuple[int, int, int, int]]:
 
 
 def _expert_roles(ev: Evaluation) -> dict[int, str]:
-    """device id -> its place in the folded expert grid (``placement._expert_grid``)."""
-    from ..placement import _expert_grid
+    """device id -> its place in the folded expert grid (``placement.expert_grid``)."""
+    from ..placement import expert_grid
 
-    egrid = _expert_grid(rank_grid(ev.plan), ev.plan)  # [pp, edp, ep, etp]
+    egrid = expert_grid(rank_grid(ev.plan), ev.plan)  # [pp, edp, ep, etp]
     return {int(dev): f", ep rank {e}, expert-tp rank {t}, expert-dp replica {d}"
             for (_, d, e, t), dev in np.ndenumerate(egrid)}
 
