@@ -156,8 +156,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
-        pp=2 * cc.fill + micro * (cc.steady_p2p + max(0.0, cc.p2p_floor - float(
-            devices[k].F[pols[k]] + devices[k].B[pols[k]]))),
+        # what send/recv adds to the slowest device's micro-batch beyond its compute
+        pp=2 * cc.fill + micro * (x[k] - float(devices[k].F[pols[k]] + devices[k].B[pols[k]])),
         # the schedule's idle time, and the weight gradients it leaves after its span
         bubble=scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
                                            - float(devices[j].opt[pols[j]])),

@@ -219,7 +219,7 @@ def _from_dict(data: dict, source: str) -> PlanFile:
         if key in data and not isinstance(data[key], str):
             raise SpecError(f"{source}: {key}", data[key], "must be a string")
     if "method" in data:
-        from .search.methods import METHODS
+        from .search.constraints import METHODS
 
         if data["method"] not in METHODS:
             raise SpecError(f"{source}: method", data["method"],

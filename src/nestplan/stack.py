@@ -291,31 +291,7 @@ class StackSpec(_CachedHash):
             if not name or any(c in name for c in ", \t"):
                 raise SpecError("stack.recompute", name, "a policy name is one word without "
                                 "commas (plans list one per stage, comma-separated)")
-        whole = [p.name for p in self.recompute if p.kind in ("full", "every")]
-        if self.cuda_graphs == "layers" and whole:
-            raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
-                            "recomputes whole layers only under full_iteration graphs; offer "
-                            "none, selective or modules:... policies")
-        if self.moe_overlap == "batch":
-            if self.moe_dispatcher == "allgather":
-                raise SpecError("stack.moe_overlap", "batch", "Megatron-Core overlaps the expert "
-                                "exchange with another micro-batch only with moe_dispatcher = "
-                                "alltoall or flex")
-            refused = [p.name for p in self.recompute
-                       if p.kind in ("full", "every") or "moe" in p.modules]
-            if refused:
-                raise SpecError("stack.recompute", refused, "with moe_overlap = batch "
-                                "Megatron-Core recomputes neither whole blocks nor the moe "
-                                "module; offer none, selective or other modules:... policies")
-        shared_rec = [p.name for p in self.recompute if "shared_experts" in p.modules]
-        if self.moe_overlap == "shared" and shared_rec:
-            raise SpecError("stack.recompute", shared_rec, "shared_experts recomputation cannot "
-                            "run with moe_overlap = shared (Megatron-Core refuses it with "
-                            "--moe-shared-expert-overlap); offer other modules")
-        moe_rec = [p.name for p in self.recompute if "moe" in p.modules]
-        if "moe_router" in self.cuda_graph_modules and moe_rec:
-            raise SpecError("stack.recompute", moe_rec, "a moe recompute module cannot hold a "
-                            "graphed moe_router (Megatron-Core); offer other modules")
+        self._check_megatron_combinations()
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
@@ -337,6 +313,35 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.default_sp", True, "needs sp in axes")
         if self.max_zero_with_pp not in (0, 1, 2, 3):
             raise SpecError("stack.max_zero_with_pp", self.max_zero_with_pp, "allowed: 0-3")
+
+    def _check_megatron_combinations(self) -> None:
+        """Combinations of CUDA graphs, expert overlap and recompute policies that Megatron-Core
+        refuses (transformer_config.py @ d98e8a64dd; each checked against the installed release
+        in the tests)."""
+        whole = [p.name for p in self.recompute if p.kind in ("full", "every")]
+        if self.cuda_graphs == "layers" and whole:
+            raise SpecError("stack.recompute", whole, "with cuda_graphs = layers Megatron-Core "
+                            "recomputes whole layers only under full_iteration graphs; offer "
+                            "none, selective or modules:... policies")
+        if self.moe_overlap == "batch":
+            if self.moe_dispatcher == "allgather":
+                raise SpecError("stack.moe_overlap", "batch", "Megatron-Core overlaps the expert "
+                                "exchange with another micro-batch only with moe_dispatcher = "
+                                "alltoall or flex")
+            refused = [p.name for p in self.recompute if p.name in whole or "moe" in p.modules]
+            if refused:
+                raise SpecError("stack.recompute", refused, "with moe_overlap = batch "
+                                "Megatron-Core recomputes neither whole blocks nor the moe "
+                                "module; offer none, selective or other modules:... policies")
+        shared_rec = [p.name for p in self.recompute if "shared_experts" in p.modules]
+        if self.moe_overlap == "shared" and shared_rec:
+            raise SpecError("stack.recompute", shared_rec, "shared_experts recomputation cannot "
+                            "run with moe_overlap = shared (Megatron-Core refuses it with "
+                            "--moe-shared-expert-overlap); offer other modules")
+        moe_rec = [p.name for p in self.recompute if "moe" in p.modules]
+        if "moe_router" in self.cuda_graph_modules and moe_rec:
+            raise SpecError("stack.recompute", moe_rec, "a moe recompute module cannot hold a "
+                            "graphed moe_router (Megatron-Core); offer other modules")
 
     @property
     def optimizer_bytes(self) -> int:

@@ -139,12 +139,10 @@ class ConfigCosts:
     """Send/recv seconds of one micro-batch across each pipeline boundary."""
     fill: float
     """Send/recv on the fill (or drain) path: every chunk boundary once."""
-    steady_p2p: float
-    """Send/recv added to every micro-batch when it does not overlap compute."""
-    p2p_floor: float
-    """Send/recv of one micro-batch's chunks on the busiest boundary when it overlaps compute:
-    a device's time per micro-batch is at least this (a slow link cannot hide behind less
-    compute than it needs)."""
+    p2p_send: float
+    """Seconds one micro-batch's chunks spend on the busiest boundary of the schedule, one way
+    (each boundary carries an activation forward and a gradient back per chunk, in opposite
+    directions of its full-duplex links)."""
     rs: tuple[Coeffs, Coeffs]
     """Reduce-scatter over the dense and expert data-parallel groups."""
     ag: tuple[Coeffs, Coeffs]
@@ -156,6 +154,18 @@ class ConfigCosts:
     """Elements of that gradient (0 when nothing is all-reduced)."""
     logits_bytes: float
     """fp32 logits gradient on the head's device during backward."""
+
+    @property
+    def steady_p2p(self) -> float:
+        """Send/recv added to every micro-batch when it does not overlap compute: both ways,
+        waited for one after the other."""
+        return 0.0 if self.sc.stack.overlap_p2p else 2 * self.p2p_send
+
+    @property
+    def p2p_floor(self) -> float:
+        """A device's least time per micro-batch when send/recv overlaps compute: a slow link
+        cannot hide behind less compute than it needs."""
+        return self.p2p_send if self.sc.stack.overlap_p2p else 0.0
 
 
 def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
@@ -185,11 +195,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     schedule = par.pipeline
     hops = par.hops()
     fill = sum(boundary[h] for h in hops)
-    # per chunk and micro-batch, each boundary carries one activation forward and one gradient
-    # back, in opposite directions of its (full-duplex) links: waited for one after the other
-    # when not overlapped, at least one of them on the link when overlapped
     send = max((boundary[h] for h in hops), default=0.0) * vp if pp > 1 else 0.0
-    steady, p2p_floor = (0.0, send) if st.overlap_p2p else (2 * send, 0.0)
     flat = st.flat_dp_collectives
 
     def coeffs(kind_):
@@ -207,7 +213,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),
         moe=kind(mg.moe) if mg.moe is not None else None,
         embedding=kind(mg.embedding, False), head=kind(head, False), micro=micro,
-        boundary=boundary, fill=fill, steady_p2p=steady, p2p_floor=p2p_floor,
+        boundary=boundary, fill=fill, p2p_send=send,
         rs=coeffs(G.CollKind.REDUCE_SCATTER), ag=coeffs(G.CollKind.ALL_GATHER),
         ar=coeffs(G.CollKind.ALL_REDUCE),
         embedding_copy_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),

@@ -59,10 +59,12 @@ def _layer_graphs(sc) -> tuple[list[str], list[str]]:
             return ["--cuda-graph-impl local"], []
         # an MoE layer without padding has dynamic shapes: graph the attention (and the MLPs of
         # dense layers) and leave the MoE layers eager, as the cost model runs them
-        return ["--cuda-graph-impl local", "--cuda-graph-modules attn" + (" mlp" if dense else "")], []
+        return ["--cuda-graph-impl local",
+                "--cuda-graph-modules attn" + (" mlp" if dense else "")], []
     token_copy = not padded and st.moe_dispatcher == "alltoall" and tr.moe_capacity is not None
-    lacks = {"mlp": not dense, "moe": m.moe is None or not padded, "moe_router": m.moe is None,
-             "moe_preprocess": m.moe is None or token_copy}
+    # `moe` as the cost model runs it: graphed only when padded (StackSpec.graphs_moe_layers)
+    lacks = {"mlp": not dense, "moe": m.moe is None or not st.graphs_moe_layers(tr),
+             "moe_router": m.moe is None, "moe_preprocess": m.moe is None or token_copy}
     kept = [x for x in st.cuda_graph_modules if not lacks.get(x, False)]
     dropped = [x for x in st.cuda_graph_modules if x not in kept]
     notes = [f"CUDA graph modules {', '.join(dropped)} left out: Megatron-Core refuses them for "

@@ -307,9 +307,9 @@ def memory(ev: Evaluation) -> Svg:
 
 # ------------------------------------------------------------------------------------ breakdown
 
-BREAKDOWN = {"compute": "#4C72B0", "recompute": "#64B5CD", "host": "#B07AA1", "tp": "#DD8452", "cp": "#CCB974",
-             "ep": "#DA8BC3", "zero": "#8172B2", "pp": "#937860", "bubble": "#C9C9C9",
-             "dp": "#55A868", "optimizer": "#C44E52"}
+BREAKDOWN = {"compute": "#4C72B0", "recompute": "#64B5CD", "host": "#B07AA1", "tp": "#DD8452",
+             "cp": "#CCB974", "ep": "#DA8BC3", "zero": "#8172B2", "pp": "#937860",
+             "bubble": "#C9C9C9", "dp": "#55A868", "optimizer": "#C44E52"}
 
 
 def breakdown(ev: Evaluation) -> Svg:

@@ -13,6 +13,8 @@ from ..schedule import SCHEDULES
 from ..specs import Scenario
 
 
+METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
+"""The search methods a user may name (``methods.run_method`` runs them)."""
 MAX_VP = 8
 """Most virtual stages (model chunks) per device the search considers."""
 

@@ -341,6 +341,8 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         names = ", ".join(world.stack.recompute[p].name for p in (policies or ()))
         raise InfeasibleError(f"{method} searches only the recompute policies {names}; "
                               "the constraints allow none of them")
+    permitted = np.zeros(len(world.stack.recompute), dtype=bool)  # for the shortfall
+    permitted[sorted({p for s in sets for p in s})] = True
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
     fixed = tuple(s[0] for s in sets) if single else None
     heap: list = []
@@ -456,14 +458,14 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if memory_aware and not found:
             # how far the policies allowed here are from fitting the whole model (a cell of a
             # few blocks may fit where no split of all of them does)
-            peak = _least_peak(tb, world, sets)
+            peak = _least_peak(tb, permitted)
             if peak > cap:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if not found:
         # the configurations no split could fit: their least peak says how far off they are
         for par in unfit:
             tb = T.build(D.config_costs(world, par))
-            peak = _least_peak(tb, world, sets) if tb is not None else np.inf
+            peak = _least_peak(tb, permitted) if tb is not None else np.inf
             if cap < peak < np.inf:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if progress:
@@ -476,12 +478,10 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                         configurations=size, solved=solved, objective=-best[0].key)
 
 
-def _least_peak(tb, world: Scenario, sets) -> float:
+def _least_peak(tb, permitted: np.ndarray) -> float:
     """The least largest device memory over whole splits of the model, with the recompute
-    policies the constraints allow (``sets``: per stage, or the same for every stage)."""
-    allowed = np.zeros(len(world.stack.recompute), dtype=bool)
-    allowed[sorted({p for s in sets for p in s})] = True
-    peak = DP.min_peak_memory([np.where(allowed, m, np.inf) for m in tb.mem], tb.valid)
+    policies ``permitted`` (a mask over the stack's policies)."""
+    peak = DP.min_peak_memory([np.where(permitted, m, np.inf) for m in tb.mem], tb.valid)
     return float(peak) if np.isfinite(peak) else np.inf
 
 

@@ -31,10 +31,9 @@ from ..evaluate import evaluate
 from ..schedule import SCHEDULES
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
-from .constraints import Constraints
+from .constraints import METHODS, Constraints
 from .driver import SearchResult
 
-METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
 MCMC_BUDGET = 1500
 MCMC_SEED = 0
 EXHAUSTIVE_LIMIT = 200_000

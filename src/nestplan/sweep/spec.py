@@ -321,7 +321,7 @@ def _positive_ints(values: list, where: str) -> list:
 
 def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
     from ..loaders import check_keys, training_from_table
-    from ..search.methods import METHODS
+    from ..search.constraints import METHODS
 
     example = "e.g. model = [\"llama3-8b\"], cluster = [\"dgx-h100-ndr\"], gpus = [64, 128]"
     if grid is None or grid == {}:
