@@ -169,6 +169,14 @@ HF_BAD = {
                               "num_experts_per_tok"),
     "moe-experts0": (json.dumps({**LLAMA, "model_type": "mixtral", "num_local_experts": 0,
                                  "num_experts_per_tok": 2}), "num_local_experts"),
+    "yarn-factor-str": (_hf(rope_scaling={"rope_type": "yarn", "factor": "x"}),
+                        "rope_scaling.factor"),
+    "yarn-attention-factor-neg": (_hf(rope_scaling={"type": "yarn", "factor": 8,
+                                                    "attention_factor": -1}),
+                                  "rope_scaling.attention_factor"),
+    "gpt-oss-swiglu-limit-str": (json.dumps({**LLAMA, "model_type": "gpt_oss",
+                                             "num_local_experts": 4, "num_experts_per_tok": 2,
+                                             "swiglu_limit": "seven"}), "swiglu_limit"),
     "gpt2-positions-neg": (json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128,
                                        "n_head": 4, "vocab_size": 1000, "n_positions": -1}),
                            "n_positions"),
@@ -301,6 +309,12 @@ STACK_BAD = {
     "not-toml": ('base = "megatron-core\n', "TOML"),
     "export-format-bad": ('base = "megatron-core"\nname = "s"\nexport_format = "jax"\n',
                           "export_format"),
+    "eager-op-unknown": ('base = "megatron-core"\nname = "s"\neager_ops = ["softmax"]\n',
+                         "eager_ops"),
+    "eager-op-twice": ('base = "megatron-core"\nname = "s"\n'
+                       'eager_ops = ["glu_clamp", "glu_clamp"]\n', "eager_ops"),
+    "eager-ops-str": ('base = "megatron-core"\nname = "s"\neager_ops = "scaled_rope"\n',
+                      "eager_ops"),
 }
 for name, (content, needle) in STACK_BAD.items():
     case(f"stack-file-{name}", [*EVAL, "--stack", "{s}.toml"], needle, **{"s.toml": content})
@@ -348,6 +362,11 @@ PLANFILE_BAD = {
     "model-layers-neg": (plan_with("model.layers", -1), "layers"),
     "model-hidden-str": (plan_with("model.hidden", "big"), "hidden"),
     "model-mlp-bad": (plan_with("model.mlp", "kan"), "mlp"),
+    "model-rope-mscale-neg": (plan_with("model.rope_mscale", -1.3), "rope_mscale"),
+    "model-rope-mscale-str": (plan_with("model.rope_mscale", "yarn"), "rope_mscale"),
+    "model-glu-clamp-ungated": (lambda base: plan_with("model.glu_clamp", 7.0)(
+        json.loads(plan_with("model.mlp", "gelu")(base))), "glu_clamp"),
+    "model-glu-clamp-inf": (plan_with("model.glu_clamp", 1e300), "glu_clamp"),
     "cluster-missing": (plan_with("cluster", drop=True), "cluster"),
     "cluster-bandwidth-neg": (lambda base: plan_with(
         "cluster.levels", [{**base["cluster"]["levels"][0], "bandwidth_GBps": -1},

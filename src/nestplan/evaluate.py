@@ -51,7 +51,8 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
                    stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
                    stack.moe_dispatcher, stack.moe_overlap,
                    tr.moe_capacity if padded else tr.moe_load,
-                   stack.fp8_tp_gather and tr.precision is Precision.FP8, padded)
+                   stack.fp8_tp_gather and tr.precision is Precision.FP8, padded,
+                   frozenset(stack.eager_ops))
 
 
 @cached(maxsize=256)

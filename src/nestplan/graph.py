@@ -29,6 +29,15 @@ from .specs import ModelSpec
 E = 2  # bytes per bf16 activation element
 FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
+EAGER_PASSES = {"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5), "expert_bias": (6.0, 5.0)}
+"""Forward and backward bytes, in bf16 elements of the tensor, that the eager kernels a stack runs
+instead of a fused one move (``StackSpec.eager_ops``), counted op by op on Megatron-Core 0.16's own
+code on CPU (every non-view ATen op's inputs and outputs: tests/test_framework_traffic.py):
+``scaled_rope`` over q and k (the unfused RoPE: two products, a negation, two concatenations and a
+sum, for the fused kernel's one read and write); ``glu_clamp`` over the gated MLP's fc1 output (two
+clamps and a concatenation forward, their masks and the split backward); ``expert_bias`` over the
+experts' fc2 output (a product and a sum per expert and a concatenation forward, with the router's
+bf16 probabilities)."""
 
 
 class OpKind(enum.Enum):
@@ -216,6 +225,8 @@ class Local:
     moe_padded: bool = False
     """Every expert's input is padded to its capacity (``StackSpec.pads_experts``): ``moe_load``
     is the capacity factor, on one expert rank too."""
+    eager_ops: frozenset = frozenset()
+    """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -244,6 +255,12 @@ def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0,
     """A memory-bound op touching ``elements`` bf16 values ``rw`` times forward, ``bwd_rw`` backward."""
     return Op(name, OpKind.MEMORY, nbytes=E * rw * elements, bwd_nbytes=E * bwd_rw * elements,
               saved=saved)
+
+
+def _eager(name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
+    """The eager kernels of ``EAGER_PASSES[kind]`` over ``elements`` bf16 values."""
+    rw, bwd_rw = EAGER_PASSES[kind]
+    return _mem(name, elements, rw=rw, bwd_rw=bwd_rw, saved=saved)
 
 
 class _Dims:
@@ -344,7 +361,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                   + la.kv_lora_rank + m.heads * d_v * h)
         q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
-    if m.position is Position.ROPE:
+    if m.position is Position.ROPE and m.rope_mscale != 1 and m.mla is None \
+            and "scaled_rope" in loc.eager_ops:
+        ops.append(_eager("rope", "scaled_rope", q_el + k_el))
+    elif m.position is Position.ROPE:
         ops.append(_mem("rope", q_el + k_el))
     # A checkpoint of the core keeps its inputs q, k, v. With RoPE, q and k are fresh rotated
     # copies while v stays a view of the fused QKV output, whose whole storage it keeps alive
@@ -422,7 +442,12 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
         act_saved += E * tokens * ffn_local
         rw, bwd_rw = 5.0, 6.0
     halves = (0.5, 0.5) if m.gated else (1.0,)  # eager gated MLPs run w1 and w3 apart
-    return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves),
+    clamp = []
+    if m.glu_clamp and m.gated and "glu_clamp" in x.loc.eager_ops:
+        # clamped halves concatenated anew: the activation keeps that copy, the clamps keep
+        # their input (the fc1 output the activation would have kept)
+        clamp = [_eager(f"{prefix}clamp", "glu_clamp", tokens * width, saved=E * tokens * width)]
+    return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves), *clamp,
             _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
 
@@ -473,6 +498,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                        bwd_nbytes=o.bwd_nbytes + 2 * (local_experts - 1) * E * o.shape[1]
                        * o.shape[2]) if o.kind is OpKind.GEMM else o for o in mlp]
         ops += mlp
+        if m.bias and "expert_bias" in loc.eager_ops:  # fc2's bias, added per expert
+            ops.append(_eager("expert_bias", "expert_bias", X * h))
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
@@ -549,6 +576,11 @@ def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
         "kv_repeat": (t("core_attn"), "core_attn"), "softmax": (t("core_attn"), "core_attn"),
         "attn_dropout": (t("core_attn"), "core_attn"), "proj": (t(), "core_attn"),
         "fc1": (t("mlp"), "layernorm"), "act": (t("mlp"), "mlp"), "fc2": (t("mlp"), "mlp"),
+        # a clamp's saved bytes stand for the clamped copy the activation keeps (made inside the
+        # recomputed module), the activation's for the fc1 output the clamps keep
+        "clamp": (t("mlp"), "mlp"), "expert_clamp": (t("moe", "moe_act"), "moe_act"),
+        "shared_clamp": (t("moe", "shared_experts"), "shared_experts"),
+        "expert_bias": (t("moe"), "moe"),
         "router": (t("moe"), "layernorm"), "router_softmax": (t("moe"), "moe"),
         "permute": (t("moe"), "moe"), "expert_fc1": (t("moe"), "moe"),
         "expert_act": (t("moe", "moe_act"), "moe"), "expert_fc2": (t("moe"), "moe_act"),

@@ -16,6 +16,7 @@ per-layer alternation of local and global attention, whose cost is averaged over
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +61,42 @@ def _act(cfg: _Config, key: str = "hidden_act") -> MLPKind:
     return MLPKind.SWIGLU if act in ("silu", "swish", "swiglu") else MLPKind.GELU
 
 
+def _number(cfg: _Config, table: dict, key: str, where: str, default: float | None) -> float | None:
+    v = table.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SpecError(f"{cfg.source}: {where}{key}", v, "must be a number >= 0")
+    return float(v)
+
+
+def _rope_mscale(cfg: _Config) -> float:
+    """The factor YaRN scales RoPE's cos and sin by (``rope_scaling`` with ``rope_type`` or
+    ``type`` = "yarn"; 1 for any other RoPE): ``attention_factor`` when given, else
+    get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set, else
+    get_mscale(factor), with get_mscale(s, m) = 0.1·m·ln(s) + 1 (1 for s <= 1): HuggingFace's
+    rule (transformers ``_compute_yarn_parameters``), which Megatron-Core's
+    ``_yarn_get_concentration_factor`` (megatron/core/models/common/embeddings/
+    yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) matches but for an explicit
+    ``mscale_all_dim`` of 0. GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
+    rs = cfg.data.get("rope_scaling")
+    if not isinstance(rs, dict) or (rs.get("rope_type") or rs.get("type")) != "yarn":
+        return 1.0
+    where = "rope_scaling."
+    given = _number(cfg, rs, "attention_factor", where, None)
+    if given:
+        return given
+    factor = _number(cfg, rs, "factor", where, 1.0)
+
+    def get_mscale(m: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    mscale = _number(cfg, rs, "mscale", where, None)
+    all_dim = _number(cfg, rs, "mscale_all_dim", where, None)
+    if mscale and all_dim:
+        return get_mscale(mscale) / get_mscale(all_dim)
+    return get_mscale(1.0)
+
+
 def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
@@ -76,6 +113,7 @@ def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
         bias=bool(cfg.get("attention_bias", default=bias, kind=bool)),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", default=False, kind=bool)),
         position=Position.ROPE,
+        rope_mscale=_rope_mscale(cfg),
     )
 
 
@@ -169,6 +207,8 @@ def _gpt_oss(cfg: _Config) -> dict:
         local = (sum(t == "sliding_attention" for t in types) if types is not None
                  else kw["layers"] // 2)  # the modelling code alternates when not listed
         kw.update(local_span=2 * window, local_share=local / kw["layers"])
+    # the clamped GLU: both halves clamped to swiglu_limit before the activation
+    kw["glu_clamp"] = _number(cfg, cfg.data, "swiglu_limit", "", 0.0)
     return kw
 
 

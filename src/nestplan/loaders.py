@@ -231,7 +231,7 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
                    "position", "max_positions", "causal", "moe", "mla", "local_span",
-                   "local_share", "mtp_layers"}
+                   "local_share", "mtp_layers", "rope_mscale", "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "first_dense_layers", "layer_freq"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
@@ -269,6 +269,8 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         local_span=_typed(table, "local_span", where, int, 0),
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
+        rope_mscale=float(_typed(table, "rope_mscale", where, _NUM, 1.0)),
+        glu_clamp=float(_typed(table, "glu_clamp", where, _NUM, 0.0)),
     )
 
 
@@ -328,6 +330,10 @@ def model_to_table(model: ModelSpec) -> dict:
         table.update(local_span=model.local_span, local_share=model.local_share)
     if model.mtp_layers:
         table["mtp_layers"] = model.mtp_layers
+    if model.rope_mscale != 1.0:
+        table["rope_mscale"] = model.rope_mscale
+    if model.glu_clamp:
+        table["glu_clamp"] = model.glu_clamp
     return table
 
 
@@ -420,6 +426,7 @@ def _stack_fields() -> dict:
         "recompute": ((list, dict), _recompute_from_file, _recompute_to_file),
         "schedules": listed(),
         "cuda_graph_modules": listed(),
+        "eager_ops": listed(),
         "zero_stages": listed(int),
         "axes": listed(),
         "network_scale": listed(_NUM, item=lambda x, where: float(x)),

@@ -34,6 +34,12 @@ MAX_MTP_LAYERS = 16
 MTP guide, docs/training/multi-token-prediction.md, gives 1-2 as the typical range): each depth
 adds a block and a loss to the last pipeline stage."""
 
+MAX_ROPE_MSCALE = 10.0
+"""Largest RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
+context extension of e^90; published factors (4-64) give 1.14-1.42."""
+MAX_GLU_CLAMP = 1e6
+"""Largest clamp limit of a gated activation (``ModelSpec.glu_clamp``; GPT-OSS uses 7)."""
+
 
 def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
     ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else (
@@ -342,6 +348,15 @@ class ModelSpec(_CachedHash):
     ``--mtp-num-layers``): each embeds the next token, projects it with the previous depth's
     hidden states (2h -> h), runs one more block (of the last block's kind) and its own loss
     through the shared output layer. They run with the output head, on the last pipeline stage."""
+    rope_mscale: float = 1.0
+    """The factor RoPE's cos and sin are scaled by: YaRN's attention factor (``rope_scaling``
+    with ``rope_type = "yarn"``: 0.1·ln(factor) + 1 unless the config gives ``attention_factor``
+    or ``mscale``/``mscale_all_dim``; GPT-OSS: 1.3466); 1 = unscaled. What it costs depends on
+    the stack (``StackSpec.eager_ops``: ``scaled_rope``)."""
+    glu_clamp: float = 0.0
+    """The limit a clamped gated activation clamps its two halves to before the activation
+    (GPT-OSS: ``swiglu_limit = 7``); 0 = no clamp. What it costs depends on the stack
+    (``StackSpec.eager_ops``: ``glu_clamp``)."""
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
@@ -362,6 +377,15 @@ class ModelSpec(_CachedHash):
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
+        if not (within(self.rope_mscale, MAX_ROPE_MSCALE) and self.rope_mscale > 0):
+            raise SpecError("model.rope_mscale", self.rope_mscale,
+                            f"must be a number in (0, {MAX_ROPE_MSCALE:g}] (1 = unscaled RoPE)")
+        if not within(self.glu_clamp, MAX_GLU_CLAMP):
+            raise SpecError("model.glu_clamp", self.glu_clamp,
+                            f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")
+        if self.glu_clamp and not self.gated:
+            raise SpecError("model.glu_clamp", self.glu_clamp,
+                            f"clamps a gated activation; model.mlp = {self.mlp.value} is not gated")
         if self.heads % self.kv_heads:
             raise SpecError("model.kv_heads", self.kv_heads,
                             f"must divide model.heads = {self.heads}")

@@ -42,6 +42,8 @@ CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale
                "allocator_overhead", "fitted_on")
 """The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
 calibration, which its variants (``base = ...`` files that set behaviour only) share."""
+EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
+"""What ``StackSpec.eager_ops`` may name."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
 
@@ -65,6 +67,14 @@ class StackSpec(_CachedHash):
     fused_gated_mlp: bool = True
     """The gated MLP's activation is one fused kernel (keeps its two inputs); unfused eager code
     also keeps the activation's output."""
+    eager_ops: tuple[str, ...] = ()
+    """Pieces of some models this stack runs as separate eager PyTorch kernels where a fused
+    kernel would read and write the tensor once; each is costed as the passes over memory its
+    kernels make, counted on the framework's own code (``tests/test_framework_traffic.py``; the
+    counts: ``graph.EAGER_PASSES``). Named in ``EAGER_OPS``: ``scaled_rope``, RoPE whose cos and
+    sin YaRN scales (``ModelSpec.rope_mscale`` != 1, attention without MLA); ``glu_clamp``, the
+    clamp of a clamped gated activation (``ModelSpec.glu_clamp``); ``expert_bias``, the routed
+    experts' output bias (``ModelSpec.bias``)."""
     weight_bytes: int = 2
     """Bytes per stored parameter: 2 when bf16 model weights sit beside fp32 master copies
     (Megatron, DeepSpeed), 4 when the fp32 parameters themselves are stored and cast to bf16 for
@@ -234,6 +244,11 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
+        for op in self.eager_ops:
+            if op not in EAGER_OPS:
+                raise SpecError("stack.eager_ops", op, "allowed: " + ", ".join(EAGER_OPS))
+        if len(set(self.eager_ops)) != len(self.eager_ops):
+            raise SpecError("stack.eager_ops", list(self.eager_ops), "names must differ")
         mods = self.cuda_graph_modules
         for m in mods:
             if m not in CUDA_GRAPH_MODULES:

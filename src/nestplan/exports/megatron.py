@@ -201,6 +201,13 @@ def export(pf: PlanFile) -> Export:
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
+    kept_only_as_cost = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g})"] if m.rope_mscale != 1 else []) \
+        + ([f"the GLU clamp at {m.glu_clamp:g}"] if m.glu_clamp else [])
+    if kept_only_as_cost:
+        notes.append(" and ".join(kept_only_as_cost) + " not exported (nestplan keeps their cost, "
+                     "not their parameters): set them as the model's recipe does "
+                     "(--position-embedding-type yarn and its --yarn-* scaling; the clamped "
+                     "activation)")
     if not m.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     args.append("--bf16")

@@ -1,0 +1,120 @@
+"""Pieces of a model a stack runs as eager kernels (``StackSpec.eager_ops``): YaRN-scaled RoPE,
+the clamp of a clamped GLU and the experts' output bias, as Megatron-Core runs GPT-OSS. Their
+per-element traffic is checked on Megatron-Core's own code in ``test_framework_traffic.py``; here,
+that the layer graph puts it on the right tensors, for the right models and stacks, and keeps
+what the kernels keep."""
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nestplan import graph as G
+from nestplan.catalog import get_model, get_stack
+from nestplan.evaluate import local_strategy
+from nestplan.graph import E, EAGER_PASSES
+from nestplan.hf import model_from_hf_config, model_from_hf_dict
+from nestplan.loaders import model_from_table, model_to_table
+from nestplan.recompute import Policy, effect
+from nestplan.specs import Parallelism, TrainingSpec
+
+DATA = Path(__file__).parent / "data"
+TR = TrainingSpec(seq_len=4096, global_batch=8)
+PAR = Parallelism(ep=8, dp=8, mbs=1)
+
+
+def moe_ops(model, stack):
+    layer = G.build(model, local_strategy(PAR, TR, stack)).moe
+    return layer, {o.name: o for o in layer.ops}
+
+
+def test_the_graph_costs_the_passes_on_the_tensors_they_run_over():
+    """Over q and k, the fc1 output and the fc2 output of the busiest expert rank."""
+    model = get_model("gpt-oss-120b")
+    _, ops = moe_ops(model, get_stack("megatron-core"))
+    tokens = TR.seq_len * PAR.mbs
+    qk = tokens * (model.heads + model.kv_heads) * model.head_dim
+    routed = tokens * model.moe.top_k * TR.moe_load
+    for name, kind, elements in (("rope", "scaled_rope", qk),
+                                 ("expert_clamp", "glu_clamp", routed * 2 * model.moe.ffn_hidden),
+                                 ("expert_bias", "expert_bias", routed * model.hidden)):
+        fwd, bwd = EAGER_PASSES[kind]
+        assert ops[name].nbytes == pytest.approx(E * fwd * elements)
+        assert ops[name].bwd_nbytes == pytest.approx(E * bwd * elements)
+
+
+def test_only_stacks_that_run_them_eagerly_pay():
+    gpt_oss = get_model("gpt-oss-120b")
+    megatron = get_stack("megatron-core")
+    _, fused = moe_ops(gpt_oss, get_stack("torchtitan"))
+    _, eager = moe_ops(gpt_oss, megatron)
+    assert "expert_clamp" not in fused and "expert_bias" not in fused
+    assert eager["rope"].nbytes == pytest.approx(fused["rope"].nbytes * EAGER_PASSES["scaled_rope"][0] / 2)
+    # Transformer Engine's op fuser: the clamp and the bias in the fused grouped MLP
+    fuser = get_stack(str(DATA / "moe_stacks" / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"))
+    _, ops = moe_ops(gpt_oss, fuser)
+    assert "expert_clamp" not in ops and "expert_bias" not in ops
+    assert ops["rope"].nbytes == eager["rope"].nbytes
+    # unscaled RoPE, no clamp, no bias: nothing changes under Megatron-Core
+    qwen = get_model("qwen3-30b-a3b")
+    assert qwen.rope_mscale == 1 and not qwen.glu_clamp and not qwen.bias
+    assert moe_ops(qwen, megatron)[0].ops == moe_ops(qwen, replace(megatron, eager_ops=()))[0].ops
+    # MLA applies RoPE in its own path: a scale there is not the unfused path costed here
+    mla = replace(get_model("deepseek-v3"), rope_mscale=1.3)
+    assert moe_ops(mla, megatron)[1]["rope"].nbytes == moe_ops(get_model("deepseek-v3"), megatron)[1]["rope"].nbytes
+
+
+def test_the_clamped_copy_is_kept_unless_moe_act_is_recomputed():
+    """Without recomputation the activation keeps the clamped copy and the clamps keep the fc1
+    output; recomputing moe_act keeps the fc1 output alone (the checkpoint's input)."""
+    gpt_oss = get_model("gpt-oss-120b")
+    megatron = get_stack("megatron-core")
+    act = Policy("act", "modules:moe_act")
+    clamped, ops = moe_ops(gpt_oss, megatron)
+    plain, _ = moe_ops(gpt_oss, replace(megatron, eager_ops=("scaled_rope", "expert_bias")))
+    fc1_out = E * TR.seq_len * gpt_oss.moe.top_k * TR.moe_load * 2 * gpt_oss.moe.ffn_hidden
+    assert ops["expert_clamp"].saved == pytest.approx(fc1_out)
+    none = Policy("none", "none")
+    assert effect(none, clamped).saved - effect(none, plain).saved == pytest.approx(fc1_out)
+    assert effect(act, clamped).saved == pytest.approx(effect(act, plain).saved)
+
+
+def test_huggingface_configs_give_the_scale_and_the_clamp():
+    gpt_oss = model_from_hf_config(DATA / "hf" / "gpt-oss-120b.json")
+    assert gpt_oss.rope_mscale == pytest.approx(0.1 * math.log(32) + 1)
+    assert gpt_oss.glu_clamp == 7.0
+    catalog = get_model("gpt-oss-120b")
+    assert (catalog.rope_mscale, catalog.glu_clamp) == (gpt_oss.rope_mscale, gpt_oss.glu_clamp)
+    # DeepSeek-V3's mscale = mscale_all_dim: YaRN leaves cos and sin unscaled
+    assert model_from_hf_config(DATA / "deepseek-v3.json").rope_mscale == 1.0
+    llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+             "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}
+    assert model_from_hf_dict(llama).rope_mscale == 1.0
+    llama3 = {"rope_type": "llama3", "factor": 8.0}
+    assert model_from_hf_dict({**llama, "rope_scaling": llama3}).rope_mscale == 1.0
+    given = {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.2}
+    assert model_from_hf_dict({**llama, "rope_scaling": given}).rope_mscale == 1.2
+    both = {"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.5}
+    assert model_from_hf_dict({**llama, "rope_scaling": both}).rope_mscale == pytest.approx(
+        (0.1 * math.log(40) + 1) / (0.05 * math.log(40) + 1))
+
+
+def test_plan_files_keep_the_scale_and_the_clamp():
+    model = get_model("gpt-oss-120b")
+    assert model_from_table(model_to_table(model)) == model
+    assert "rope_mscale" not in model_to_table(get_model("llama3-8b"))
+
+
+def test_megatron_export_says_what_it_does_not_carry(tmp_path):
+    from console import cli
+
+    plan = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-h100-ndr",
+                       "--gpus", 8, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
+                       "--recompute", "full", "--save", plan)
+    assert code == 0, err
+    code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
+    assert code == 0, err
+    assert "YaRN-scaled RoPE (x1.347) and the GLU clamp at 7 not exported" in err
+    assert "not exported" in (tmp_path / "run.sh").read_text()
