@@ -55,6 +55,16 @@ def runs_csv(tmp_path, shared):
 OPTIONAL = ("frameworks", "ray", "parquet", "chromium")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The tests of the frameworks' own code run in one worker (pytest-xdist ``loadgroup``):
+    importing Megatron-Core, torchtitan and DeepSpeed costs several seconds in each worker that
+    does."""
+    for item in items:
+        if item.get_closest_marker("frameworks") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("frameworks"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -21,6 +21,7 @@ says so:
   megatron-core stack with materialised attention; everything else is the stack as it is.
 """
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -61,6 +62,13 @@ MEGATRON_RUNS = (
 _RESULTS: dict[tuple, dict] = {}
 
 
+def installed(module: str) -> None:
+    """Skip unless ``module`` is installed, without importing it here: the measurements run in a
+    subprocess, and an import in this worker would cost seconds for nothing."""
+    if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+
+
 def measured(framework: str, policy: str, *extra: str) -> dict:
     """The script's result for one run. Every run a test module asks of a framework is measured
     in one process the first time one is asked for (start-up dominates a single run)."""
@@ -96,11 +104,11 @@ def predicted(stack, policy: str, moe: bool = False) -> float:
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks_saved")
+@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("policy, script_policy", [
     ("none", "none"), ("selective", "selective-op"), ("full", "full")])
 def test_torchtitan_block_saves_what_the_stack_says(policy, script_policy):
-    pytest.importorskip("torchtitan")
+    installed("torchtitan")
     got = measured("torchtitan", script_policy)["saved_bytes_per_block"]
     assert predicted(get_stack("torchtitan"), policy) == pytest.approx(got, rel=0.10)
 
@@ -117,18 +125,18 @@ MATERIALIZED = replace(get_stack("megatron-core"), attention=AttentionImpl.MATER
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks_saved")
+@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("policy", ["none", "selective", "full"])
 def test_megatron_core_layer_saves_what_the_stack_says(policy):
-    pytest.importorskip("megatron.core")
+    installed("megatron.core")
     got = megatron_gpu_equivalent(measured("megatron", policy, "--swiglu-fusion"))
     assert predicted(MATERIALIZED, policy) == pytest.approx(got, rel=0.10)
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks_saved")
+@pytest.mark.xdist_group("frameworks")
 def test_megatron_core_moe_layer_saves_what_the_stack_says():
-    pytest.importorskip("megatron.core")
+    installed("megatron.core")
     result = measured("megatron", "none", "--swiglu-fusion", *MOE_ARGS)
     # the router keeps its input, the normed hidden states (2 bytes per token and hidden unit)
     router = [t for t in result["tensors"] if "RouterGatingLinear" in t["origin"]]
@@ -138,7 +146,7 @@ def test_megatron_core_moe_layer_saves_what_the_stack_says():
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks_saved")
+@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("modules, moe", [
     ("layernorm", False), ("mlp", False), ("core_attn,layernorm", False),
     ("moe", True), ("layernorm", True), ("core_attn,moe", True)])
@@ -146,7 +154,7 @@ def test_megatron_core_recompute_modules_save_what_the_stack_says(modules, moe):
     """Megatron-Core's --recompute-modules, normal (core_attn, mlp, moe) and output-discarding
     (layernorm) checkpointing. moe_act is not measured: Megatron allows it only with grouped
     GEMM experts, which need Transformer Engine (not on CPU)."""
-    pytest.importorskip("megatron.core")
+    installed("megatron.core")
     extra = MOE_ARGS if moe else ()
     got = megatron_gpu_equivalent(measured("megatron", "selective", "--swiglu-fusion",
                                            "--modules", modules, *extra))

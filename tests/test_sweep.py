@@ -350,11 +350,15 @@ def _processes() -> dict[int, tuple[int, bytes]]:
     return out
 
 
-def _session(temp: str) -> dict[int, bytes]:
-    """The processes of the Ray instance started with ``--temp-dir temp`` (those naming it and
-    their descendants, its workers among them): pid -> command line."""
+def _session(temp: str, port: int) -> dict[int, bytes]:
+    """The processes of the Ray instance started with ``--temp-dir temp --port port`` (those
+    naming the directory or the head's address, and their descendants, its workers among them;
+    the client server names only the address, and outlives its parent): pid -> command line."""
     procs = _processes()
-    mine = {pid for pid, (_, cmd) in procs.items() if temp.encode() in cmd}
+    address = b"--address="
+    mine = {pid for pid, (_, cmd) in procs.items()
+            if temp.encode() in cmd or any(a.startswith(address) and a.endswith(f":{port}".encode())
+                                           for a in cmd.split(b"\0"))}
     grown = True
     while grown:
         more = {pid for pid, (ppid, _) in procs.items() if ppid in mine} - mine
@@ -408,7 +412,7 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
         deadline = time.monotonic() + 240
         while sweep.poll() is None and time.monotonic() < deadline:
             if killed is None:  # a worker of this head, busy with a point
-                busy = [pid for pid, cmd in _session(temp).items()
+                busy = [pid for pid, cmd in _session(temp, port).items()
                         if cmd.startswith(b"ray::run_task")]
                 if busy:
                     killed = busy[0]
@@ -422,7 +426,7 @@ def test_a_killed_ray_worker_loses_no_point(pool_run, tmp_path):
         assert {r["status"] for r in rows} == {"ok"}
         assert _without_timing(rows) == _without_timing(_rows(pool_run.with_suffix(".csv")))
     finally:  # this head's processes only (``ray stop`` would end every Ray here)
-        for pid in _session(temp):
+        for pid in _session(temp, port):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
