@@ -174,6 +174,13 @@ HF_BAD = {
     "yarn-attention-factor-neg": (_hf(rope_scaling={"type": "yarn", "factor": 8,
                                                     "attention_factor": -1}),
                                   "rope_scaling.attention_factor"),
+    "yarn-attention-factor-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
+                                                     "attention_factor": 0}), "rope_scaling"),
+    "yarn-overflow": (_hf(rope_scaling={"rope_type": "yarn", "factor": 1e308, "mscale": 1e308,
+                                        "mscale_all_dim": 1e308}), "rope_scaling"),
+    "gpt-oss-swiglu-limit-huge": (json.dumps({**LLAMA, "model_type": "gpt_oss",
+                                              "num_local_experts": 4, "num_experts_per_tok": 2,
+                                              "swiglu_limit": 1e7}), "swiglu_limit"),
     "gpt-oss-swiglu-limit-str": (json.dumps({**LLAMA, "model_type": "gpt_oss",
                                              "num_local_experts": 4, "num_experts_per_tok": 2,
                                              "swiglu_limit": "seven"}), "swiglu_limit"),
@@ -367,6 +374,10 @@ PLANFILE_BAD = {
     "model-glu-clamp-ungated": (lambda base: plan_with("model.glu_clamp", 7.0)(
         json.loads(plan_with("model.mlp", "gelu")(base))), "glu_clamp"),
     "model-glu-clamp-inf": (plan_with("model.glu_clamp", 1e300), "glu_clamp"),
+    "model-rope-mscale-alibi": (lambda base: plan_with("model.rope_mscale", 1.3)(
+        json.loads(plan_with("model.position", "alibi")(base))), "rope_mscale"),
+    "model-expert-bias-int": (plan_with("model.moe", {"experts": 8, "top_k": 2, "ffn_hidden": 64,
+                                                      "expert_bias": 1}), "expert_bias"),
     "cluster-missing": (plan_with("cluster", drop=True), "cluster"),
     "cluster-bandwidth-neg": (lambda base: plan_with(
         "cluster.levels", [{**base["cluster"]["levels"][0], "bandwidth_GBps": -1},

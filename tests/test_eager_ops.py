@@ -50,7 +50,8 @@ def test_only_stacks_that_run_them_eagerly_pay():
     _, fused = moe_ops(gpt_oss, get_stack("torchtitan"))
     _, eager = moe_ops(gpt_oss, megatron)
     assert "expert_clamp" not in fused and "expert_bias" not in fused
-    assert eager["rope"].nbytes == pytest.approx(fused["rope"].nbytes * EAGER_PASSES["scaled_rope"][0] / 2)
+    assert eager["rope"].nbytes == pytest.approx(
+        fused["rope"].nbytes * EAGER_PASSES["scaled_rope"][0] / 2)
     # Transformer Engine's op fuser: the clamp and the bias in the fused grouped MLP
     fuser = get_stack(str(DATA / "moe_stacks" / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"))
     _, ops = moe_ops(gpt_oss, fuser)
@@ -60,9 +61,12 @@ def test_only_stacks_that_run_them_eagerly_pay():
     qwen = get_model("qwen3-30b-a3b")
     assert qwen.rope_mscale == 1 and not qwen.glu_clamp and not qwen.bias
     assert moe_ops(qwen, megatron)[0].ops == moe_ops(qwen, replace(megatron, eager_ops=()))[0].ops
+    # attention biases alone (Qwen2-MoE, GLM-4.5) are not the experts' biases
+    assert "expert_bias" not in moe_ops(replace(qwen, bias=True), megatron)[1]
     # MLA applies RoPE in its own path: a scale there is not the unfused path costed here
     mla = replace(get_model("deepseek-v3"), rope_mscale=1.3)
-    assert moe_ops(mla, megatron)[1]["rope"].nbytes == moe_ops(get_model("deepseek-v3"), megatron)[1]["rope"].nbytes
+    unscaled = moe_ops(get_model("deepseek-v3"), megatron)[1]["rope"]
+    assert moe_ops(mla, megatron)[1]["rope"].nbytes == unscaled.nbytes
 
 
 def test_the_clamped_copy_is_kept_unless_moe_act_is_recomputed():
@@ -111,10 +115,21 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
 
     plan = tmp_path / "p.json"
     code, _, err = cli("evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-h100-ndr",
-                       "--gpus", 8, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
-                       "--recompute", "full", "--save", plan)
+                       "--gpus", 8, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch",
+                       8, "--seq-len", 4096, "--recompute", "full", "--save", plan)
     assert code == 0, err
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
     assert "YaRN-scaled RoPE (x1.347) and the GLU clamp at 7 not exported" in err
     assert "not exported" in (tmp_path / "run.sh").read_text()
+    assert "op fuser" not in err
+    # a stack that runs the clamp and the bias fused, as Transformer Engine's op fuser does
+    fuser = DATA / "moe_stacks" / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"
+    code, _, err = cli("evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-h100-ndr",
+                       "--gpus", 8, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch",
+                       8, "--seq-len", 4096, "--stack", fuser, "--save", plan)
+    assert code == 0, err
+    code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
+    assert code == 0, err
+    assert ("runs the GLU clamp and the experts' output bias fused, as Transformer Engine's op "
+            "fuser does: launch with use_transformer_engine_op_fuser") in err

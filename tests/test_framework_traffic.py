@@ -12,41 +12,53 @@ import pytest
 
 from nestplan.graph import E, EAGER_PASSES
 
-torch = pytest.importorskip("torch")
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_leaves  # noqa: E402
-
 pytestmark = pytest.mark.frameworks
 
 
-class Traffic(TorchDispatchMode):
-    """Bytes read and written by the non-view ATen ops run under it."""
+def traffic():
+    """A dispatch mode that counts the bytes read and written by the non-view ATen ops run under
+    it (torch is imported here, by these tests only, not by every worker that collects them)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
 
-    def __init__(self):
-        super().__init__()
-        self.bytes = 0
+    class Traffic(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view and func is not torch.ops.aten.detach.default:
-            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
-        return out
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view and func is not torch.ops.aten.detach.default:
+                tensors = [t for t in tree_leaves((args, kwargs, out))
+                           if isinstance(t, torch.Tensor)]
+                self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+    return Traffic()
 
 
-def passes(fn, x: torch.Tensor) -> tuple[float, float]:
+def passes(fn, x) -> tuple[float, float]:
     """Forward and backward bytes of ``fn(x)`` in bf16 elements of ``x`` (a fresh leaf: a
     second backward into it would add a gradient accumulation)."""
-    with Traffic() as fwd:
+    import torch
+
+    with traffic() as fwd:
         y = fn(x)
     grad = torch.ones_like(y)
-    with Traffic() as bwd:
+    with traffic() as bwd:
         y.backward(grad)
     return fwd.bytes / (E * x.numel()), bwd.bytes / (E * x.numel())
 
 
 def bf16(*shape):
+    torch = pytest.importorskip("torch")
     return torch.randn(*shape, dtype=torch.bfloat16, requires_grad=True)
+
+
+def rand(*shape, dtype=None):
+    torch = pytest.importorskip("torch")
+    return torch.rand(*shape, dtype=dtype)
 
 
 def test_unfused_scaled_rope_moves_what_the_graph_says():
@@ -54,7 +66,7 @@ def test_unfused_scaled_rope_moves_what_the_graph_says():
     from megatron.core.models.common.embeddings import rope_utils
 
     seq, batch, heads, dim = 64, 4, 32, 64
-    freqs = torch.randn(seq, 1, 1, dim)
+    freqs = rand(seq, 1, 1, dim)
     got = passes(lambda t: rope_utils._apply_rotary_pos_emb_bshd(t, freqs, mscale=1.35),
                  bf16(seq, batch, heads, dim))
     assert got == pytest.approx(EAGER_PASSES["scaled_rope"], rel=0.10)
@@ -66,7 +78,7 @@ def test_glu_clamp_moves_what_the_graph_says():
     from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
 
     tokens, ffn = 512, 256
-    probs = torch.rand(tokens, 1)
+    probs = rand(tokens, 1)
     with_clamp, without = (
         passes(lambda y: weighted_bias_quick_geglu_impl(y, None, probs, False, 1.0, limit),
                bf16(tokens, 2 * ffn))
@@ -82,7 +94,7 @@ def test_expert_output_bias_moves_what_the_graph_says():
 
     experts, per_expert, hidden = 4, 128, 256
     biases = [bf16(hidden) for _ in range(experts)]
-    probs = torch.rand(experts * per_expert, 1, dtype=torch.bfloat16)
+    probs = bf16(experts * per_expert, 1).detach()
     got = passes(lambda out: TEGroupedMLP._apply_bias(out, biases, [per_expert] * experts, probs),
                  bf16(experts * per_expert, hidden))
     assert got == pytest.approx(EAGER_PASSES["expert_bias"], rel=0.10)

@@ -30,14 +30,16 @@ E = 2  # bytes per bf16 activation element
 FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
 EAGER_PASSES = {"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5), "expert_bias": (6.0, 5.0)}
-"""Forward and backward bytes, in bf16 elements of the tensor, that the eager kernels a stack runs
-instead of a fused one move (``StackSpec.eager_ops``), counted op by op on Megatron-Core 0.16's own
-code on CPU (every non-view ATen op's inputs and outputs: tests/test_framework_traffic.py):
-``scaled_rope`` over q and k (the unfused RoPE: two products, a negation, two concatenations and a
-sum, for the fused kernel's one read and write); ``glu_clamp`` over the gated MLP's fc1 output (two
-clamps and a concatenation forward, their masks and the split backward); ``expert_bias`` over the
-experts' fc2 output (a product and a sum per expert and a concatenation forward, with the router's
-bf16 probabilities)."""
+"""Forward and backward passes over a tensor (bytes moved / 2 B per bf16 element) of the eager
+kernels Megatron-Core runs instead of a fused one (``StackSpec.eager_ops``), counted op by op on
+Megatron-Core 0.16's own code on CPU (every non-view ATen op's inputs and outputs:
+tests/test_framework_traffic.py): ``scaled_rope`` over q and k (the unfused RoPE: two products, a
+negation, two concatenations and a sum, where the fused kernel reads and writes once);
+``glu_clamp`` over the gated MLP's fc1 output (two clamps and a concatenation forward, their masks
+and the split backward); ``expert_bias`` over the experts' fc2 output (a product and a sum per
+expert and a concatenation forward) with bf16 router probabilities, the router's dtype unless
+``moe_router_dtype`` is set (megatron/core/transformer/moe/router.py), which Megatron-Bridge's
+GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes."""
 
 
 class OpKind(enum.Enum):
@@ -498,7 +500,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                        bwd_nbytes=o.bwd_nbytes + 2 * (local_experts - 1) * E * o.shape[1]
                        * o.shape[2]) if o.kind is OpKind.GEMM else o for o in mlp]
         ops += mlp
-        if m.bias and "expert_bias" in loc.eager_ops:  # fc2's bias, added per expert
+        if mo.expert_bias and "expert_bias" in loc.eager_ops:  # fc2's bias, added per expert
             ops.append(_eager("expert_bias", "expert_bias", X * h))
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the

@@ -84,7 +84,7 @@ def _rope_mscale(cfg: _Config) -> float:
         return 1.0
     where = "rope_scaling."
     given = _number(cfg, rs, "attention_factor", where, None)
-    if given:
+    if given is not None:
         return given
     factor = _number(cfg, rs, "factor", where, 1.0)
 
@@ -92,9 +92,11 @@ def _rope_mscale(cfg: _Config) -> float:
         return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
     mscale = _number(cfg, rs, "mscale", where, None)
     all_dim = _number(cfg, rs, "mscale_all_dim", where, None)
-    if mscale and all_dim:
-        return get_mscale(mscale) / get_mscale(all_dim)
-    return get_mscale(1.0)
+    scale = get_mscale(mscale) / get_mscale(all_dim) if mscale and all_dim else get_mscale(1.0)
+    if not math.isfinite(scale):
+        raise SpecError(f"{cfg.source}: rope_scaling", rs, "its factor and mscales give no finite "
+                        "scale of RoPE's cos and sin")
+    return scale
 
 
 def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
@@ -196,8 +198,9 @@ def _mtp_layers(cfg: _Config) -> int:
 def _gpt_oss(cfg: _Config) -> dict:
     # GPT-OSS: every block MoE; sliding-window attention on the layers layer_types names
     kw = _llama_like(cfg)
+    # its experts carry biases (gate_up_proj_bias, down_proj_bias in the modelling code)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
-                        ffn_hidden=cfg.get("intermediate_size"))
+                        ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     types = cfg.get("layer_types", default=None, kind=list)
     window = cfg.get("sliding_window", default=0, minimum=0)
     if types is not None and len(types) != kw["layers"]:
@@ -207,8 +210,11 @@ def _gpt_oss(cfg: _Config) -> dict:
         local = (sum(t == "sliding_attention" for t in types) if types is not None
                  else kw["layers"] // 2)  # the modelling code alternates when not listed
         kw.update(local_span=2 * window, local_share=local / kw["layers"])
-    # the clamped GLU: both halves clamped to swiglu_limit before the activation
-    kw["glu_clamp"] = _number(cfg, cfg.data, "swiglu_limit", "", 0.0)
+    # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
+    # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
+    # as transformers' GptOssConfig defaults it)
+    kw["mlp"] = MLPKind.SWIGLU
+    kw["glu_clamp"] = _number(cfg, cfg.data, "swiglu_limit", "", 7.0)
     return kw
 
 
@@ -347,7 +353,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
            "head_dim": "head_dim", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
            "moe.experts": "num_experts", "moe.top_k": "num_experts_per_tok",
-           "moe.ffn_hidden": "moe_intermediate_size"}
+           "moe.ffn_hidden": "moe_intermediate_size", "rope_mscale": "rope_scaling",
+           "glu_clamp": "swiglu_limit"}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

@@ -233,7 +233,7 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "ti
                    "position", "max_positions", "causal", "moe", "mla", "local_span",
                    "local_share", "mtp_layers", "rope_mscale", "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
-             "first_dense_layers", "layer_freq"}
+             "first_dense_layers", "layer_freq", "expert_bias"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
 
 
@@ -245,7 +245,8 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
     if "moe" in table:
         t = table["moe"]
         check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
-        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", int) for k in t})
+        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", bool if k == "expert_bias" else int)
+                         for k in t})
     if "mla" in table:
         t = table["mla"]
         check_keys(t, f"{where}.mla", required=_MLA_KEYS, optional=set())

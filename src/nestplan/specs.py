@@ -34,9 +34,10 @@ MAX_MTP_LAYERS = 16
 MTP guide, docs/training/multi-token-prediction.md, gives 1-2 as the typical range): each depth
 adds a block and a loss to the last pipeline stage."""
 
-MAX_ROPE_MSCALE = 10.0
-"""Largest RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
-context extension of e^90; published factors (4-64) give 1.14-1.42."""
+MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
+"""Bounds of a RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
+context extension of e^90; published factors (4-64) give 1.14-1.42, and a ratio of two mscales
+below 1 stays near it."""
 MAX_GLU_CLAMP = 1e6
 """Largest clamp limit of a gated activation (``ModelSpec.glu_clamp``; GPT-OSS uses 7)."""
 
@@ -262,8 +263,14 @@ class MoESpec(_CachedHash):
     """Leading layers that use a dense MLP instead of experts."""
     layer_freq: int = 1
     """Every ``layer_freq``-th layer (after the dense ones) is an MoE layer."""
+    expert_bias: bool = False
+    """The routed experts' linear layers carry biases (GPT-OSS; not Qwen2-MoE or GLM-4.5, whose
+    biases are the attention's q, k, v only). What adding them costs depends on the stack
+    (``StackSpec.eager_ops``: ``expert_bias``)."""
 
     def __post_init__(self):
+        if not isinstance(self.expert_bias, bool):
+            raise SpecError("moe.expert_bias", self.expert_bias, "must be true or false")
         _positive("moe.experts", self.experts)
         _positive("moe.top_k", self.top_k)
         _positive("moe.ffn_hidden", self.ffn_hidden)
@@ -377,9 +384,13 @@ class ModelSpec(_CachedHash):
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
-        if not (within(self.rope_mscale, MAX_ROPE_MSCALE) and self.rope_mscale > 0):
+        if not (within(self.rope_mscale, MAX_ROPE_MSCALE) and self.rope_mscale >= MIN_ROPE_MSCALE):
             raise SpecError("model.rope_mscale", self.rope_mscale,
-                            f"must be a number in (0, {MAX_ROPE_MSCALE:g}] (1 = unscaled RoPE)")
+                            f"must be a number in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}] "
+                            "(1 = unscaled RoPE)")
+        if self.rope_mscale != 1 and self.position is not Position.ROPE:
+            raise SpecError("model.rope_mscale", self.rope_mscale,
+                            f"scales RoPE; model.position = {self.position.value} is not rope")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

@@ -74,7 +74,9 @@ class StackSpec(_CachedHash):
     counts: ``graph.EAGER_PASSES``). Named in ``EAGER_OPS``: ``scaled_rope``, RoPE whose cos and
     sin YaRN scales (``ModelSpec.rope_mscale`` != 1, attention without MLA); ``glu_clamp``, the
     clamp of a clamped gated activation (``ModelSpec.glu_clamp``); ``expert_bias``, the routed
-    experts' output bias (``ModelSpec.bias``)."""
+    experts' output bias (``MoESpec.expert_bias``). The counts are Megatron-Core's kernels; other
+    stacks list none, though torchtitan's GPT-OSS experts also clamp and add their biases in eager
+    code (torchtitan/models/gpt_oss/moe.py, 0.3.0): other kernels, not counted."""
     weight_bytes: int = 2
     """Bytes per stored parameter: 2 when bf16 model weights sit beside fp32 master copies
     (Megatron, DeepSpeed), 4 when the fp32 parameters themselves are stored and cast to bf16 for

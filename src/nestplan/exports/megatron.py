@@ -203,6 +203,14 @@ def export(pf: PlanFile) -> Export:
                      "learned absolute positions in the export")
     kept_only_as_cost = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g})"] if m.rope_mscale != 1 else []) \
         + ([f"the GLU clamp at {m.glu_clamp:g}"] if m.glu_clamp else [])
+    fused = [what for what, op, here in (
+        ("the GLU clamp", "glu_clamp", m.glu_clamp),
+        ("the experts' output bias", "expert_bias", m.moe is not None and m.moe.expert_bias))
+        if here and op not in sc.stack.eager_ops]
+    if fused:
+        notes.append(f"stack '{sc.stack.name}' runs {' and '.join(fused)} fused, as Transformer "
+                     "Engine's op fuser does: launch with use_transformer_engine_op_fuser (not "
+                     "exported)")
     if kept_only_as_cost:
         notes.append(" and ".join(kept_only_as_cost) + " not exported (nestplan keeps their cost, "
                      "not their parameters): set them as the model's recipe does "
