@@ -11,6 +11,8 @@ import pytest
 from nestplan.cli import main
 from nestplan.sweep.spec import RESULT_COLUMNS, load
 
+from console import cli
+
 # 12 quick points: 3 GPU counts x 2 methods x 2 NIC bandwidths
 SMALL = """
 [grid]
@@ -248,6 +250,43 @@ def test_rows_hold_the_schedule_and_etp_where_they_mean_something(pool_run):
     for r in _rows(pool_run.with_suffix(".csv")):
         assert r["etp"] == ""  # a dense model
         assert (r["schedule"] == "") == (r["pp"] == "1")
+
+
+def test_an_moe_rows_etp_is_its_plans(tmp_path):
+    """An MoE model's rows give the expert-tensor degree of the plan found (a dense model's are
+    blank, above): the same plan as ``plan`` finds for the point."""
+    import json
+
+    model = _write(tmp_path, """name = "small-moe"
+layers = 4
+hidden = 1024
+heads = 8
+ffn_hidden = 4096
+vocab = 32000
+mlp = "swiglu"
+
+[moe]
+experts = 8
+top_k = 2
+ffn_hidden = 2048
+""", "small-moe.toml")
+    path = _write(tmp_path, f"""
+[grid]
+model = ["{model}"]
+cluster = ["dgx-h100-ndr"]
+gpus = [16]
+method = ["nest"]
+seq_len = [4096]
+global_batch = [64]
+""")
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    (row,) = _rows(path.with_suffix(".csv"))
+    assert row["status"] == "ok" and row["etp"].isdigit()
+    code, out, err = cli("plan", "--model", model, "--cluster", "dgx-h100-ndr",
+                         "--gpus", 16, "--seq-len", 4096, "--global-batch", 64, "--json")
+    assert code == 0, err
+    best = json.loads(out)
+    assert (int(row["ep"]), int(row["etp"]), int(row["tp"])) == (best["ep"], best["etp"], best["tp"])
 
 
 def test_a_results_file_of_before_etp_and_schedule_resumes(tmp_path, pool_run, capsys):

@@ -55,6 +55,10 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
     memory = [evaluate(o.case.scenario, o.case.plan) for o in outcomes]
     record_property("print", "held-out runs\n" + table(outcomes) + "\npeak memory / HBM: " + ", ".join(
         f"{o.case.id} {ev.peak_memory / ev.capacity:.2f}" for o, ev in zip(outcomes, memory)))
+    rows = {line.split()[0]: line for line in table(outcomes).splitlines()}
+    # the plan column names the expert degrees of MoE rows
+    assert " t2 p1 d128 e8 sp z3 full b4 " in rows["mcore-moezoo-qwen3-235b-fsdp"]
+    assert " t8 p16 d64 sp z1 none b1 " in rows["llama3-405b-8192g"]
     got = {o.case.id: round(o.error * 100, 1) for o in outcomes}
     assert got.keys() == HELD_OUT_ERRORS.keys()
     moved = {k: (HELD_OUT_ERRORS[k], v) for k, v in got.items() if abs(v - HELD_OUT_ERRORS[k]) > 0.5}

@@ -22,6 +22,17 @@ def plan_line(ev: Evaluation) -> str:
     return " ".join(parts)
 
 
+def plan_short(p, moe: bool = False) -> str:
+    """A plan in a table cell (``t8 p16 d64 e8 v2 sp z1 full b1``): the degrees above 1 beyond
+    tp, pp and dp, expert degrees for an MoE model, ZeRO stage, recomputation, micro-batch. The
+    long form is ``plan_line``."""
+    extra = [f"{name}{v}" for name, v, show in (
+        ("c", p.cp, p.cp > 1), ("e", p.ep, moe and p.ep > 1),
+        ("et", p.expert_tp, moe and p.expert_tp > 1), ("v", p.vp, p.vp > 1)) if show]
+    return " ".join([f"t{p.tp}", f"p{p.pp}", f"d{p.dp}", *extra, *(["sp"] if p.sp else []),
+                     f"z{p.zero}", p.recompute_text, f"b{p.mbs}"])
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario

@@ -469,12 +469,7 @@ def report(outcomes: list[Outcome]) -> dict:
 
 def table(outcomes: list[Outcome]) -> str:
     """A per-row text table with the mean absolute error (times in seconds)."""
-    from .textfmt import aligned
-
-    def plan_text(p: Parallelism) -> str:
-        return (f"t{p.tp} p{p.pp} d{p.dp}" + (f" c{p.cp}" if p.cp > 1 else "")
-                + (f" v{p.vp}" if p.vp > 1 else "") + (" sp" if p.sp else "")
-                + f" z{p.zero} {p.recompute_text} b{p.mbs}")
+    from .textfmt import aligned, plan_short
 
     if not outcomes:
         return "no rows"
@@ -483,7 +478,8 @@ def table(outcomes: list[Outcome]) -> str:
         memory = (f"memory {o.case.memory / GiB:.1f} GiB, predicted "
                   f"{o.predicted_memory / GiB:.1f} ({o.memory_error * 100:+.1f}%)"
                   if o.memory_error is not None else "")
-        rows.append([o.case.id, o.case.scenario.stack.name, plan_text(o.case.plan),
+        moe = o.case.scenario.model.moe is not None
+        rows.append([o.case.id, o.case.scenario.stack.name, plan_short(o.case.plan, moe),
                      f"{o.case.measured:.4f}", f"{o.predicted:.4f}", f"{o.error * 100:+.1f}%",
                      memory])
     header = ("id", "stack", "plan", "measured s", "predicted s", "error", "")
