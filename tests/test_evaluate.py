@@ -167,6 +167,24 @@ def test_full_recomputation_runs_the_forward_collectives_again_not_the_backward(
     assert 1.2 * none < full <= 1.5 * none
 
 
+def test_recomputed_modules_run_their_forward_collectives_again_on_the_links():
+    """Recomputing the MoE module sends its tokens to their experts and back once more, forward
+    only (dispatch and combine: half of what the layer's exchange moves); recomputing the
+    attention core alone moves nothing again."""
+    from dataclasses import replace
+
+    from nestplan.recompute import Policy
+
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
+    stack = replace(sc.stack, recompute=sc.stack.recompute + (Policy("moe", "modules:moe"),))
+    sc = replace(sc, stack=stack)
+    plan = Parallelism(tp=1, pp=1, dp=64, ep=8, zero=1, mbs=1)
+    ep = {p: evaluate(sc, plan.with_(recompute=(p,))).link_time["ep"]
+          for p in ("none", "selective", "moe")}
+    assert ep["selective"] == ep["none"]
+    assert ep["moe"] == pytest.approx(1.5 * ep["none"])
+
+
 def test_exposed_dp_time_never_exceeds_the_dp_time_on_the_links():
     """Both are the same device's: the latest to end (the first stage, with the embedding's
     gradients), not an average over the stages; with DP across a 16:1 spine."""

@@ -151,8 +151,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                 exp[ax] += n * t
             for ax, t in kc.link:
                 link[ax] += n * t
-            for ax, t in kc.fwd_link:  # full recomputation repeats the forward collectives
-                link[ax] += n * t * kc.again[pols[k]]
+            for ax, t in kc.again_link[pols[k]]:  # forward collectives recomputation repeats
+                link[ax] += n * t
     time = TimeBreakdown(
         compute=micro * compute, recompute=micro * recompute, host=micro * host,
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],

@@ -91,6 +91,9 @@ class LayerCost:
     """(axis, time on the link, exposed time) for forward + backward."""
     fwd_link: tuple[tuple[Axis, float], ...] = ()
     """(axis, time on the link) of the forward alone (what a full recomputation runs again)."""
+    module_fwd_link: tuple[tuple[str, Axis, float], ...] = ()
+    """(module, axis, time on the link) of each recompute module's forward collectives (what
+    recomputing that module runs again)."""
 
 
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
@@ -148,6 +151,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     fwd_by_axis = {h: {} for h in Hide}
     bwd_by_axis = {h: {} for h in Hide}
     fwd_by_module = {h: {} for h in Hide}
+    module_link: dict[tuple[str, Axis], float] = {}
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster, dedup=c.dedup)
@@ -159,6 +163,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
         if c.phase == "fwd" and c.module:
             fwd_by_module[c.hide][c.module] = fwd_by_module[c.hide].get(c.module, 0.0) + t
+            module_link[c.module, c.axis] = module_link.get((c.module, c.axis), 0.0) + t
     f_exposed = b_exposed = 0.0
     by_module: dict[str, float] = {}
     for hide, total in fwd_comm.items():
@@ -185,4 +190,6 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
         fwd_link=tuple((ax, fwd_link[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
+        module_fwd_link=tuple((m, ax, t) for (m, ax), t in sorted(
+            module_link.items(), key=lambda kv: (kv[0][0], kv[0][1].value))),
     )

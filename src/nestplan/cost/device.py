@@ -76,8 +76,9 @@ class KindCost:
     largest_weight: float
     exposed: tuple[tuple[Axis, float], ...]
     link: tuple[tuple[Axis, float], ...]
-    fwd_link: tuple[tuple[Axis, float], ...]
-    """The forward's part of ``link`` (run again by full recomputation)."""
+    again_link: tuple[tuple[tuple[Axis, float], ...], ...]
+    """Per recompute policy, (axis, time on the link) of the forward collectives it runs again:
+    the whole forward's under full recomputation, the recomputed modules' otherwise."""
     model_flops: float
     hw_flops: np.ndarray
 
@@ -97,10 +98,15 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     mean = [1.0 / layer.expert_load if o.name.startswith("expert_") else 1.0 for o in layer.ops]
     full_fwd = sum(o.flops * w for o, w in zip(layer.ops, mean))
     bwd_flops = sum(o.bwd_flops * w for o, w in zip(layer.ops, mean))
-    rc, saved, transient, again, rc_flops = [], [], [], [], []
+    rc, saved, transient, again, rc_flops, again_link = [], [], [], [], [], []
     for pol in policies:  # the embedding and the head keep their tensors under every policy
         eff = effect(pol if checkpointable else NONE, layer)
         rc.append(recompute_time(eff, cost))
+        rerun = {ax: eff.full * t for ax, t in cost.fwd_link}
+        for m, ax, t in cost.module_fwd_link:
+            if m in eff.comm_modules:
+                rerun[ax] = rerun.get(ax, 0.0) + t
+        again_link.append(tuple((ax, t) for ax, t in rerun.items() if t))
         rc_flops.append(eff.full * full_fwd + sum(s * o.flops * w
                                                   for s, o, w in zip(eff.shares, layer.ops, mean)))
         saved.append(eff.saved)
@@ -114,7 +120,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
         link=tuple((ax, li) for ax, li, _ in cost.comm),
-        fwd_link=cost.fwd_link,
+        again_link=tuple(again_link),
         model_flops=layer.model_flops,
         hw_flops=np.array([full_fwd + bwd_flops + r for r in rc_flops]),
     )
