@@ -122,6 +122,8 @@ case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"
 case("unknown-subcommand", ["optimise"], "invalid choice")
 case("unknown-flag", [*EVAL, "--turbo"], "unrecognized arguments")
 case("list-unknown", ["list", "gpus"], "invalid choice")
+case("list-unknown-stack", ["list", "stacks", "nosuch"], "unknown stack")
+case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml", d=DIR)
 
 # ---- HuggingFace model configs -----------------------------------------------------------------
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,

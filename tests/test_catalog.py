@@ -48,6 +48,27 @@ def test_every_entry_loads(kind, get):
         assert get(name).name
 
 
+@pytest.mark.parametrize("kind,name", [("stacks", "nemo"), ("stacks", "torchtitan-float8-asynctp"),
+                                       ("models", "gpt-oss-120b"), ("models", "deepseek-v3"),
+                                       ("clusters", "gb200-nvl72-ndr"),
+                                       ("accelerators", "b200-sxm-180gb")])
+def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_path):
+    """``nestplan list KIND NAME`` shows every field of an entry (a stack's bases resolved) as a
+    file of its kind: loaded back from that file it is the same spec."""
+    from nestplan.catalog import get_stack
+
+    from console import cli
+
+    code, out, err = cli("list", kind, name)
+    assert code == 0 and err == "", err
+    assert out.startswith(f"# {kind[:-1]} {name}, every field")
+    path = tmp_path / "mine.toml"
+    path.write_text(out)
+    get = {"models": get_model, "clusters": get_cluster, "accelerators": get_accelerator,
+           "stacks": get_stack}[kind]
+    assert get(str(path)) == get(name)
+
+
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 174.6), ("llama2-7b", 6.74),
                                            ("llama2-70b", 68.98), ("llama3-8b", 8.03),
                                            ("llama3-70b", 70.55), ("llama3-405b", 405.85),

@@ -419,6 +419,18 @@ def cmd_list(args) -> int:
     from .graph import active_params, total_params
     from .units import GB, TFLOPS, GiB
 
+    if args.name is not None:
+        from . import loaders
+        from .tomlfmt import document
+
+        get, to_table = {"models": (get_model, loaders.model_to_table),
+                         "clusters": (get_cluster, loaders.cluster_to_table),
+                         "accelerators": (get_accelerator, loaders.accelerator_to_table),
+                         "stacks": (get_stack, loaders.stack_to_table)}[args.kind]
+        text = document(to_table(get(args.name)))
+        print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)")
+        print(text, end="")
+        return 0
     for name in list_names(args.kind):
         if args.kind == "stacks":
             print(f"{name:22s} {get_stack(name).description}")
@@ -558,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep(sub)
     ls = sub.add_parser("list", help="list catalog entries")
     ls.add_argument("kind", choices=["models", "clusters", "accelerators", "stacks"])
+    ls.add_argument("name", nargs="?", metavar="NAME|PATH",
+                    help="show this one in full, as a file of its kind (a stack with its bases "
+                         "resolved): a starting point for your own")
     ls.set_defaults(func=cmd_list)
     v = sub.add_parser("validate", help="compare predictions with measured training runs")
     v.add_argument("--csv", help="a runs CSV (default: the published runs shipped with nestplan, "

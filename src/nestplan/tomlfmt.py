@@ -1,4 +1,5 @@
-"""Writing flat TOML tables (stack files from ``nestplan calibrate``); reading is ``tomllib``'s."""
+"""Writing TOML (stack files from ``nestplan calibrate``, specs shown by ``nestplan list KIND
+NAME``); reading is ``tomllib``'s."""
 
 from __future__ import annotations
 
@@ -29,3 +30,31 @@ def dumps(table: dict) -> str:
     'name = "mine"\\nmatmul_scale = 0.9\\naxes = ["tp", "pp"]\\n'
     """
     return "".join(f"{k} = {_value(v)}\n" for k, v in table.items())
+
+
+def _tables(v) -> bool:
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def document(table: dict, prefix: str = "") -> str:
+    """A nested table as a TOML document: its plain keys, then each sub-table as ``[name]`` and
+    each list of tables as ``[[name]]`` entries (nested to any depth).
+
+    >>> print(document({"name": "c", "levels": [{"size": 8}], "moe": {"experts": 8}}), end="")
+    name = "c"
+    <BLANKLINE>
+    [[levels]]
+    size = 8
+    <BLANKLINE>
+    [moe]
+    experts = 8
+    """
+    out = dumps({k: v for k, v in table.items() if not isinstance(v, dict) and not _tables(v)})
+    for k, v in table.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += f"\n[{name}]\n" + document(v, name + ".")
+        elif _tables(v):
+            for item in v:
+                out += f"\n[[{name}]]\n" + document(item, name + ".")
+    return out
