@@ -239,3 +239,9 @@ def test_python_dash_m_runs_the_command():
     p = subprocess.run([sys.executable, "-m", "nestplan", "list", "stacks"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and "megatron-core" in p.stdout, p.stderr
+
+
+def test_block_ranges_read_as_people_write_them():
+    from nestplan.textfmt import block_range
+
+    assert [block_range(*r) for r in ((3, 8), (5, 6), (4, 4))] == ["3-7", "5", "none"]

@@ -12,6 +12,7 @@ import pytest
 
 from nestplan import graph as G
 from nestplan.catalog import get_model, get_stack
+from nestplan.errors import SpecError
 from nestplan.evaluate import local_strategy
 from nestplan.graph import E, EAGER_PASSES
 from nestplan.hf import model_from_hf_config, model_from_hf_dict
@@ -63,10 +64,9 @@ def test_only_stacks_that_run_them_eagerly_pay():
     assert moe_ops(qwen, megatron)[0].ops == moe_ops(qwen, replace(megatron, eager_ops=()))[0].ops
     # attention biases alone (Qwen2-MoE, GLM-4.5) are not the experts' biases
     assert "expert_bias" not in moe_ops(replace(qwen, bias=True), megatron)[1]
-    # MLA applies RoPE in its own path: a scale there is not the unfused path costed here
-    mla = replace(get_model("deepseek-v3"), rope_mscale=1.3)
-    unscaled = moe_ops(get_model("deepseek-v3"), megatron)[1]["rope"]
-    assert moe_ops(mla, megatron)[1]["rope"].nbytes == unscaled.nbytes
+    # MLA applies its YaRN scale in its own path, not the unfused one costed here
+    with pytest.raises(SpecError, match="rope_mscale"):
+        replace(get_model("deepseek-v3"), rope_mscale=1.3)
 
 
 def test_the_clamped_copy_is_kept_unless_moe_act_is_recomputed():
@@ -120,7 +120,9 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     assert code == 0, err
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
-    assert "YaRN-scaled RoPE (x1.347) and the GLU clamp at 7 not exported" in err
+    assert "YaRN-scaled RoPE (x1.347: --position-embedding-type yarn and its scaling) and " \
+           "the clamped GLU at 7 (GPT-OSS: --quick-geglu --glu-linear-offset 1 " \
+           "--activation-func-clamp-value 7) not exported" in err
     assert "not exported" in (tmp_path / "run.sh").read_text()
     assert "op fuser" not in err
     # a stack that runs the clamp and the bias fused, as Transformer Engine's op fuser does
@@ -132,4 +134,5 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
     assert ("runs the GLU clamp and the experts' output bias fused, as Transformer Engine's op "
-            "fuser does: launch with use_transformer_engine_op_fuser") in err
+            "fuser does: exported with --use-transformer-engine-op-fuser") in err
+    assert "--use-transformer-engine-op-fuser" in (tmp_path / "run.sh").read_text()

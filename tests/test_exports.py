@@ -451,6 +451,21 @@ def test_torchtitan_parses_the_arguments(plan_file):
 
 
 @frameworks
+def test_torchtitan_runs_gpt_oss_with_its_own_definition():
+    """torchtitan 0.3 defines GPT-OSS-120B (``--module gpt_oss --config gpt_oss_120b``): the
+    export names it, and its ConfigManager takes the arguments with the plan's degrees."""
+    sc = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
+                             stack="torchtitan")
+    pf = planfile.from_dict(planfile.to_dict(evaluate(
+        sc, Parallelism(tp=1, pp=4, dp=16, ep=8, etp=1, zero=3, mbs=1, recompute=("full",)))))
+    text = export(pf, "torchtitan").text
+    assert "--module gpt_oss" in text and "--config gpt_oss_120b" in text
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    check_torchtitan(pf, text)
+
+
+@frameworks
 def test_deepspeed_accepts_config(plan_file, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("deepspeed.runtime.config")

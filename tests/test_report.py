@@ -41,6 +41,7 @@ def test_figures_hold_the_plan(tmp_path):
     html = render(pf, evaluate(pf.scenario, pf.plan))
     svgs = _svgs(html)
     assert set(svgs) == {"fig-timeline", "fig-placement", "fig-memory", "fig-breakdown"}
+    assert f"stack {pf.scenario.stack.name}" in html
     # timeline: every forward and backward of every micro-batch through every chunk
     ops = [r for r in svgs["fig-timeline"].iter(f"{SVG_NS}rect") if "op" in (r.get("class") or "")]
     assert len(ops) == 2 * ev.micro_batches * ev.plan.pp * ev.plan.vp

@@ -57,7 +57,7 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
         f"{o.case.id} {ev.peak_memory / ev.capacity:.2f}" for o, ev in zip(outcomes, memory)))
     rows = {line.split()[0]: line for line in table(outcomes).splitlines()}
     # the plan column names the expert degrees of MoE rows
-    assert " t2 p1 d128 e8 sp z3 full b4 " in rows["mcore-moezoo-qwen3-235b-fsdp"]
+    assert " t2 p1 d128 e8 et1 sp z3 full b4 " in rows["mcore-moezoo-qwen3-235b-fsdp"]
     assert " t8 p16 d64 sp z1 none b1 " in rows["llama3-405b-8192g"]
     got = {o.case.id: round(o.error * 100, 1) for o in outcomes}
     assert got.keys() == HELD_OUT_ERRORS.keys()

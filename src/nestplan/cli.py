@@ -147,7 +147,26 @@ def _scenario(args):
                                                                  "moe_capacity_factor")
                              if getattr(args, k) is not None)
         warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
+    _note_fused_pieces(sc)
     return _with_headroom(sc, args)
+
+
+def _note_fused_pieces(sc) -> None:
+    """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
+    eager_ops``) the stack costs as fused ones."""
+    m = sc.model
+    pieces = {"scaled_rope": m.rope_mscale != 1 and m.mla is None, "glu_clamp": bool(m.glu_clamp),
+              "expert_bias": m.moe is not None and m.moe.expert_bias}
+    fused = [op for op, here in pieces.items() if here and op not in sc.stack.eager_ops]
+    if fused:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
+                      "fused kernels (not in its eager_ops): check your framework does (Megatron-"
+                      "Core runs them eagerly, without Transformer Engine's op fuser for the last "
+                      "two; torchtitan's GPT-OSS code clamps and adds expert biases eagerly)", Note)
 
 
 def _with_headroom(sc, args):
@@ -600,11 +619,17 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
 
+    notes: list[str] = []  # printed once the command has run: a user mistake stays one line
+
     def note(message, category, *rest, **kw):
         if issubclass(category, Note):
-            print(f"nestplan: note: {message}", file=sys.stderr)
+            notes.append(f"nestplan: note: {message}")
         else:
             previous(message, category, *rest, **kw)
+
+    def print_notes():
+        for line in dict.fromkeys(notes):
+            print(line, file=sys.stderr)
 
     previous = warnings.showwarning
     warnings.showwarning = note
@@ -615,10 +640,12 @@ def main(argv: list[str] | None = None) -> int:
             writable(args.save, "--save", "plan JSON")
         code = args.func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
+        print_notes()
         return code
     except InfeasibleError as e:
         if getattr(args, "json", False):  # a script reading stdout gets an object here too
             print(_json({"feasible": False, "reason": str(e), **e.details}))
+        print_notes()
         print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
         return 3
     except NestplanError as e:

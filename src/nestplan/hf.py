@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import MLASpec, ModelSpec, MoESpec
+from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec
 
 
 class _Config:
@@ -70,6 +70,10 @@ def _number(cfg: _Config, table: dict, key: str, where: str, default: float | No
     return float(v)
 
 
+MAX_YARN_FACTOR = 1e6
+"""Largest YaRN context extension a config may give (published ones: 4-64)."""
+
+
 def _rope_mscale(cfg: _Config) -> float:
     """The factor YaRN scales RoPE's cos and sin by (``rope_scaling`` with ``rope_type`` or
     ``type`` = "yarn"; 1 for any other RoPE): ``attention_factor`` when given, else
@@ -80,13 +84,23 @@ def _rope_mscale(cfg: _Config) -> float:
     yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) matches but for an explicit
     ``mscale_all_dim`` of 0. GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
     rs = cfg.data.get("rope_scaling")
-    if not isinstance(rs, dict) or (rs.get("rope_type") or rs.get("type")) != "yarn":
+    if rs is None:
+        return 1.0
+    if not isinstance(rs, dict):
+        raise SpecError(f"{cfg.source}: rope_scaling", rs, "must be a table (or null)")
+    if (rs.get("rope_type") or rs.get("type")) != "yarn":
         return 1.0
     where = "rope_scaling."
     given = _number(cfg, rs, "attention_factor", where, None)
     if given is not None:
+        if not MIN_ROPE_MSCALE <= given <= MAX_ROPE_MSCALE:
+            raise SpecError(f"{cfg.source}: rope_scaling.attention_factor", given,
+                            f"must be in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
         return given
-    factor = _number(cfg, rs, "factor", where, 1.0)
+    factor = _number(cfg, rs, "factor", where, None)
+    if factor is None or not 1 <= factor <= MAX_YARN_FACTOR:
+        raise SpecError(f"{cfg.source}: rope_scaling.factor", factor, "YaRN needs a context "
+                        f"extension factor in [1, {MAX_YARN_FACTOR:g}]")
 
     def get_mscale(m: float) -> float:
         return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
@@ -215,6 +229,8 @@ def _gpt_oss(cfg: _Config) -> dict:
     # as transformers' GptOssConfig defaults it)
     kw["mlp"] = MLPKind.SWIGLU
     kw["glu_clamp"] = _number(cfg, cfg.data, "swiglu_limit", "", 7.0)
+    if not kw["glu_clamp"]:
+        raise SpecError(f"{cfg.source}: swiglu_limit", 0, "must be > 0 (the clamp limit)")
     return kw
 
 
@@ -251,7 +267,10 @@ def _deepseek_v3(cfg: _Config) -> dict:
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
                   qk_rope_head_dim=cfg.get("qk_rope_head_dim"),
                   v_head_dim=cfg.get("v_head_dim"))
-    kw.update(mla=mla, kv_heads=kw["heads"], head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    # MLA applies its YaRN scale in its own path (Megatron-Core's MLA RoPE), not the one
+    # ``rope_mscale`` costs
+    kw.update(mla=mla, kv_heads=kw["heads"], head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+              rope_mscale=1.0)
     moe_ffn = cfg.get("moe_intermediate_size")
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,

@@ -391,6 +391,9 @@ class ModelSpec(_CachedHash):
         if self.rope_mscale != 1 and self.position is not Position.ROPE:
             raise SpecError("model.rope_mscale", self.rope_mscale,
                             f"scales RoPE; model.position = {self.position.value} is not rope")
+        if self.rope_mscale != 1 and self.mla is not None:
+            raise SpecError("model.rope_mscale", self.rope_mscale, "scales standard attention's "
+                            "RoPE; MLA applies its YaRN scale in its own path (leave it 1)")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

@@ -22,13 +22,18 @@ def plan_line(ev: Evaluation) -> str:
     return " ".join(parts)
 
 
+def block_range(a: int, b: int) -> str:
+    """Blocks [a, b) as people write them: ``3-7``, ``5`` for one, ``none`` for none."""
+    return "none" if b <= a else str(a) if b == a + 1 else f"{a}-{b - 1}"
+
+
 def plan_short(p, moe: bool = False) -> str:
     """A plan in a table cell (``t8 p16 d64 e8 v2 sp z1 full b1``): the degrees above 1 beyond
-    tp, pp and dp, expert degrees for an MoE model, ZeRO stage, recomputation, micro-batch. The
-    long form is ``plan_line``."""
+    tp, pp and dp, for an MoE model its expert degree (``e``) and an expert-tensor degree other
+    than tp (``et``), ZeRO stage, recomputation, micro-batch. The long form is ``plan_line``."""
     extra = [f"{name}{v}" for name, v, show in (
         ("c", p.cp, p.cp > 1), ("e", p.ep, moe and p.ep > 1),
-        ("et", p.expert_tp, moe and p.expert_tp > 1), ("v", p.vp, p.vp > 1)) if show]
+        ("et", p.expert_tp, moe and p.expert_tp != p.tp), ("v", p.vp, p.vp > 1)) if show]
     return " ".join([f"t{p.tp}", f"p{p.pp}", f"d{p.dp}", *extra, *(["sp"] if p.sp else []),
                      f"z{p.zero}", p.recompute_text, f"b{p.mbs}"])
 
@@ -77,7 +82,7 @@ def evaluation(ev: Evaluation) -> str:
     if len(ev.stages) > 1:
         out += ["", "stages:"]
         for s in ev.stages:
-            blocks = ", ".join(f"{a}-{b - 1}" if b > a else "none" for a, b in s.blocks)
+            blocks = ", ".join(block_range(a, b) for a, b in s.blocks)
             extra = (" +embedding" if s.has_embedding else "") + (" +head" if s.has_head else "")
             out.append(f"  {s.index:3d}  blocks {blocks}{extra}  {fmt_time(s.time_per_microbatch)}"
                        f"/micro-batch  {s.memory.total / GiB:6.1f} GiB  recompute {s.recompute}")

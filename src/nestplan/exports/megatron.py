@@ -201,21 +201,24 @@ def export(pf: PlanFile) -> Export:
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
-    kept_only_as_cost = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g})"] if m.rope_mscale != 1 else []) \
-        + ([f"the GLU clamp at {m.glu_clamp:g}"] if m.glu_clamp else [])
+    unexported = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g}: --position-embedding-type yarn "
+                   "and its scaling)"] if m.rope_mscale != 1 else []) \
+        + ([f"the clamped GLU at {m.glu_clamp:g} (GPT-OSS: --quick-geglu --glu-linear-offset 1 "
+            f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else [])
+    if unexported:
+        notes.append(" and ".join(unexported) + " not exported (nestplan keeps their cost, not "
+                     "their parameters): set them as the model's recipe does")
     fused = [what for what, op, here in (
         ("the GLU clamp", "glu_clamp", m.glu_clamp),
         ("the experts' output bias", "expert_bias", m.moe is not None and m.moe.expert_bias))
         if here and op not in sc.stack.eager_ops]
-    if fused:
+    if fused and sc.stack.export_format == "megatron":
+        # Transformer Engine's op fuser runs both inside the fused grouped MLP (a TransformerConfig
+        # field, so a Megatron-LM flag: megatron/training/arguments.py @ d98e8a64dd builds the
+        # transformer arguments from TransformerConfig)
+        args.append("--use-transformer-engine-op-fuser")
         notes.append(f"stack '{sc.stack.name}' runs {' and '.join(fused)} fused, as Transformer "
-                     "Engine's op fuser does: launch with use_transformer_engine_op_fuser (not "
-                     "exported)")
-    if kept_only_as_cost:
-        notes.append(" and ".join(kept_only_as_cost) + " not exported (nestplan keeps their cost, "
-                     "not their parameters): set them as the model's recipe does "
-                     "(--position-embedding-type yarn and its --yarn-* scaling; the clamped "
-                     "activation)")
+                     "Engine's op fuser does: exported with --use-transformer-engine-op-fuser")
     if not m.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     args.append("--bf16")

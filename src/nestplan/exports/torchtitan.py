@@ -27,7 +27,10 @@ TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
             "llama3-405b": ("llama3", "llama3_405b"),
             # torchtitan/models/deepseek_v3/config_registry.py (0.3.0 wheel): without MTP depths
-            "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b")}
+            "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+            # torchtitan/models/gpt_oss/config_registry.py (0.3.0 wheel): gpt_oss_120b, the
+            # 36-layer, 128-expert model of __init__.py's model_registry("120b")
+            "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
 TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)

@@ -14,7 +14,7 @@ from html import escape
 from .. import __version__
 from ..planfile import PlanFile
 from ..result import Evaluation
-from ..textfmt import id_ranges, plan_line
+from ..textfmt import block_range, id_ranges, plan_line
 from ..units import GiB, fmt_time
 from . import figures
 
@@ -106,7 +106,7 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
              ["ZeRO stage", p.zero], ["micro-batch size", p.mbs],
              ["micro-batches per replica", ev.micro_batches],
              ["rank order (innermost first)", "-".join(a.value for a in p.rank_order)]]
-    stage_rows = [[s.index, ", ".join(f"{a}-{b - 1}" if b > a else "none" for a, b in s.blocks)
+    stage_rows = [[s.index, ", ".join(block_range(a, b) for a, b in s.blocks)
                    + (" +emb" if s.has_embedding else "") + (" +head" if s.has_head else ""),
                    s.recompute, fmt_time(s.time_per_microbatch), f"{s.memory.total / GiB:.1f}",
                    id_ranges(s.devices, 48)] for s in ev.stages]
@@ -117,7 +117,7 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
     return (
         f"<h1>{escape(sc.model.name)} on {sc.gpus:,} × {escape(sc.cluster.accelerator.name)}</h1>"
         f'<p class="sub">cluster {escape(sc.cluster.name)} · sequence {tr.seq_len:,} · global '
-        f"batch {tr.global_batch:,} · {tr.precision.value}"
+        f"batch {tr.global_batch:,} · {tr.precision.value} · stack {escape(sc.stack.name)}"
         + (f" · found by {escape(pf.method)}" if pf.method else "")
         + f"</p><div class=cards>{''.join(cards)}</div>{why}"
         f"<p class=sub>{escape(plan_line(ev))}</p>"
