@@ -136,3 +136,16 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     assert ("runs the GLU clamp and the experts' output bias fused, as Transformer Engine's op "
             "fuser does: exported with --use-transformer-engine-op-fuser") in err
     assert "--use-transformer-engine-op-fuser" in (tmp_path / "run.sh").read_text()
+
+
+def test_the_step_says_how_much_of_its_compute_is_eager_kernels():
+    from nestplan.evaluate import evaluate, scenario_from_names
+
+    sc = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
+    plan = Parallelism(tp=1, pp=1, dp=64, ep=8, zero=1, mbs=1)
+    ev = evaluate(sc, plan)
+    fused = evaluate(replace(sc, stack=replace(sc.stack, eager_ops=())), plan)
+    assert fused.eager_kernels == 0 < ev.eager_kernels < ev.time.compute
+    # what the eager kernels add over the fused ones they replace, forward and backward
+    assert ev.time.compute - fused.time.compute < ev.eager_kernels
+    assert ev.to_json()["eager_kernels_s"] == ev.eager_kernels

@@ -139,12 +139,13 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
     # breakdown: per-micro-batch work on the slowest device, the end on the latest one
     k = max(range(pp), key=lambda i: x[i])
     j = max(range(pp), key=lambda i: e[i])
-    compute = recompute = host = 0.0
+    compute = recompute = host = eager = 0.0
     exp = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
     link = dict(exp)
     for chunk in contents[k]:
         for n, kc in _kinds(cc, *chunk):
             compute += n * kc.compute
+            eager += n * kc.eager
             host += n * kc.host
             recompute += n * kc.rc[pols[k]]
             for ax, t in kc.exposed:
@@ -178,7 +179,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
     return Evaluation(scenario=sc, plan=par, micro_batches=micro, step_time=step,
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
-                      link_time=links, stages=stages)
+                      link_time=links, stages=stages, eager_kernels=micro * eager)
 
 
 def _unfolded(ev: Evaluation, par: Parallelism) -> Evaluation:

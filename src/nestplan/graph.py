@@ -121,6 +121,8 @@ class Op:
     """GEMM (m, k, n) on this device; zeros for other ops."""
     lowp: bool = False
     """GEMM that runs in the plan's matmul precision (fp8 when selected); others stay bf16."""
+    eager: bool = False
+    """Eager kernels a fused one would replace (``StackSpec.eager_ops``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +264,7 @@ def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0,
 def _eager(name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
     """The eager kernels of ``EAGER_PASSES[kind]`` over ``elements`` bf16 values."""
     rw, bwd_rw = EAGER_PASSES[kind]
-    return _mem(name, elements, rw=rw, bwd_rw=bwd_rw, saved=saved)
+    return replace(_mem(name, elements, rw=rw, bwd_rw=bwd_rw, saved=saved), eager=True)
 
 
 class _Dims:

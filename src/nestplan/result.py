@@ -96,6 +96,9 @@ class Evaluation:
     link_time: dict[str, float]
     """Per axis, seconds of one step its collectives occupy the links (hidden or not)."""
     stages: tuple[StageReport, ...]
+    eager_kernels: float = 0.0
+    """Seconds of ``time.compute`` spent in eager kernels that a fused one would replace
+    (``StackSpec.eager_ops``)."""
 
     @property
     def gpus(self) -> int:
@@ -196,6 +199,7 @@ class Evaluation:
                           else list(p.recompute)),
             "micro_batches": self.micro_batches,
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
+            "eager_kernels_s": self.eager_kernels,
             "link_time_s": dict(self.link_time),
             "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},
             "stages": [

@@ -83,6 +83,8 @@ class LayerCost:
     """Exposed forward communication of each recompute module (run again with it)."""
     compute: float
     """Forward + backward compute alone."""
+    eager: float
+    """The part of ``compute`` in eager kernels (``graph.Op.eager``)."""
     wgrad: float
     """The weight-gradient part of the backward's compute (what a split schedule defers)."""
     host: float
@@ -116,13 +118,15 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
 def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
                 groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
                 overlap: float, host: float) -> LayerCost:
-    f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = shared_f = shared_b = 0.0
+    f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = shared_f = shared_b = eager = 0.0
     op_fwd = []
     for op in layer.ops:
         tf, tb = op_time(op, acc, prec, False), op_time(op, acc, prec, True)
         f += tf
         b += tb
         op_fwd.append(tf)
+        if op.eager:
+            eager += tf + tb
         if "shared_experts" in op.modules:
             shared_f += tf
             shared_b += tb
@@ -186,6 +190,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         op_fwd=tuple(op_fwd),
         module_fwd_comm=tuple(sorted(by_module.items())),
         compute=f + b,
+        eager=eager,
         wgrad=wgrad,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),

@@ -63,6 +63,8 @@ class KindCost:
     again: np.ndarray
     """Share of the layer whose whole forward runs again (its weights gathered again)."""
     compute: float
+    eager: float
+    """The part of ``compute`` in eager kernels (``StackSpec.eager_ops``)."""
     wgrad: float
     """Weight-gradient part of ``bwd`` (what a split schedule runs as W)."""
     host: float
@@ -114,6 +116,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         again.append(eff.full)
     return KindCost(
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
+        eager=cost.eager,
         wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params,
         gather=gather, saved=np.array(saved), transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
