@@ -487,3 +487,16 @@ def test_the_plot_draws_identical_series_once_and_ticks_the_gpu_counts(tmp_path)
     assert any(t and t.endswith("(= 1 more)") for t in texts), texts
     ticks = [t for t in root.iter(f"{ns}text") if t.text in ("256", "512")]
     assert len(ticks) == 2 and all(0 <= float(t.get("x")) <= 640 for t in ticks)
+
+
+def test_the_plot_names_a_file_given_by_path_by_its_name():
+    """A stack (or model, cluster) swept by path is labelled by its file name: a label cut at its
+    width would show only the folders."""
+    from nestplan.sweep.plot import _label
+    from nestplan.sweep.spec import Parameter
+
+    stacks = Parameter(key="stack",
+                       values=("/a/rather/long/folder/of/stacks/mine-with-eager.toml", "nemo"))
+    assert _label([stacks], ("/a/rather/long/folder/of/stacks/mine-with-eager.toml",)) == \
+        "mine-with-eager"
+    assert _label([stacks], ("nemo",)) == "nemo"

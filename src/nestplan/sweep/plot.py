@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from ..catalog import looks_like_path
 from ..svg import Svg, line_chart
 from .spec import Parameter, Point, SweepSpec
 
@@ -49,7 +50,8 @@ def _part(p: Parameter, v) -> str:
         _, level, key = p.key.split(".", 2)
         return f"{level} " + _NETWORK_UNITS[key].format(v)
     if p.kind is str:
-        return str(v)
+        # a file (a model, cluster or stack given by path) by its name: the folders say nothing
+        return Path(v).stem if looks_like_path(str(v)) else str(v)
     return f"{p.key}={str(v).lower() if p.kind is bool else format(v, 'g')}"
 
 
