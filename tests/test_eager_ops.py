@@ -149,3 +149,17 @@ def test_the_step_says_how_much_of_its_compute_is_eager_kernels():
     # what the eager kernels add over the fused ones they replace, forward and backward
     assert ev.time.compute - fused.time.compute < ev.eager_kernels
     assert ev.to_json()["eager_kernels_s"] == ev.eager_kernels
+
+
+def test_a_stack_that_costs_the_pieces_fused_says_so_and_a_mistake_stays_one_line():
+    from console import cli, one_line_error
+
+    base = ["evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-h100-ndr", "--gpus", 64,
+            "--tp", 1, "--pp", 1, "--ep", 8, "--global-batch", 256, "--seq-len", 4096]
+    code, out, err = cli(*base, "--mbs", 1, "--stack", "torchtitan")
+    assert code == 0 and "stack 'torchtitan' costs gpt-oss-120b's scaled_rope, glu_clamp, " \
+        "expert_bias as fused kernels" in err
+    code, out, err = cli(*base, "--mbs", 1)
+    assert code == 0 and "fused kernels" not in err  # megatron-core runs them eagerly
+    # the note is not printed when the command then fails: the error stays the one line
+    assert one_line_error(*cli(*base, "--mbs", 3, "--stack", "torchtitan"), "mbs")

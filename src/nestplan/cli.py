@@ -164,9 +164,10 @@ def _note_fused_pieces(sc) -> None:
         from .errors import Note
 
         warnings.warn(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
-                      "fused kernels (not in its eager_ops): check your framework does (Megatron-"
-                      "Core runs them eagerly, without Transformer Engine's op fuser for the last "
-                      "two; torchtitan's GPT-OSS code clamps and adds expert biases eagerly)", Note)
+                      "fused kernels (not in its eager_ops): check your framework does "
+                      "(Megatron-Core runs all three eagerly unless Transformer Engine's op fuser "
+                      "fuses the clamp and the bias; torchtitan's GPT-OSS code clamps and adds "
+                      "expert biases eagerly)", Note)
 
 
 def _with_headroom(sc, args):
