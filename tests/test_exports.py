@@ -476,7 +476,7 @@ PAPER_PLANS = Path(__file__).parent.parent / "benchmarks" / "paper_plans.json"
 
 
 @frameworks
-@pytest.mark.parametrize("part", [0, 1])  # two halves, so that two workers share the work
+@pytest.mark.parametrize("part", [0, 1])  # two halves: shorter units in the frameworks worker
 def test_every_paper_scenario_plan_exports_and_parses(monkeypatch, part):
     """Every method's plan of every NEST-paper scenario (written by
     benchmarks/paper_scenarios.py) exports to all three formats, which the frameworks accept."""
