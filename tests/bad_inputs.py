@@ -524,6 +524,11 @@ SWEEP_BAD = {
 }
 for name, (content, needle) in SWEEP_BAD.items():
     case(f"sweep-file-{name}", ["sweep", "{s}.toml", "--dry-run"], needle, **{"s.toml": content})
+# a stack file the grid names, with a bad value inside: the message shows that value too
+case("sweep-file-stack-file-bad-value", ["sweep", "{s}.toml", "--dry-run"],
+     "stack.eager_ops: got 'glu-clamp'",
+     **{"s.toml": SWEEP + 'stack = ["{t}.toml"]\n',
+        "t.toml": 'base = "nemo"\nname = "t"\neager_ops = ["glu-clamp"]\n'})
 case("sweep-file-missing", ["sweep", "{d}/none.toml"], "none.toml", d=DIR)
 case("sweep-file-directory", ["sweep", "{d}"], "directory", d=DIR)
 case("sweep-workers-zero", ["sweep", "{s}.toml", "--workers", "0"], "workers",

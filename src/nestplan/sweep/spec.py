@@ -281,7 +281,7 @@ def _as_field(where: str, value, fn, *args):
         return fn(*args)
     except SpecError as e:
         inner = ("" if e.field in ("model", "cluster", "stack") else f"{e.value}: " if e.field == "file"
-                 else f"{e.field}: ")
+                 else f"{e.field}: got {e.value!r}; ")
         raise SpecError(where, value, f"{inner}{e.allowed}") from None
 
 
