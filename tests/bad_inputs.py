@@ -524,6 +524,15 @@ SWEEP_BAD = {
 }
 for name, (content, needle) in SWEEP_BAD.items():
     case(f"sweep-file-{name}", ["sweep", "{s}.toml", "--dry-run"], needle, **{"s.toml": content})
+# model TOML files: a sub-table's key at the top level says where it belongs
+MODEL_TOML = 'name = "x"\nlayers = 2\nhidden = 256\nheads = 4\nffn_hidden = 512\nvocab = 1000\n'
+for name, (extra, needle) in {
+        "moe-key-at-top": ("expert_bias = true\n", "belongs in the [moe] table"),
+        "mla-key-at-top": ("kv_lora_rank = 64\n", "belongs in the [mla] table"),
+        "rope-mscale-bool": ("rope_mscale = true\n", "rope_mscale"),
+        "glu-clamp-str": ('mlp = "swiglu"\nglu_clamp = "7"\n', "glu_clamp")}.items():
+    case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
+         **{"m.toml": MODEL_TOML + extra})
 # a stack file the grid names, with a bad value inside: the message shows that value too
 case("sweep-file-stack-file-bad-value", ["sweep", "{s}.toml", "--dry-run"],
      "stack.eager_ops: got 'glu-clamp'",
