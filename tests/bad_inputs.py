@@ -368,6 +368,7 @@ PLANFILE_BAD = {
     "plan-missing": (plan_with("plan", drop=True), "plan"),
     "plan-not-object": (plan_with("plan", [1, 2]), "plan"),
     "model-missing": (plan_with("model", drop=True), "model"),
+    "model-not-table": (plan_with("model", ["x"]), "must be a table"),
     "model-layers-neg": (plan_with("model.layers", -1), "layers"),
     "model-hidden-str": (plan_with("model.hidden", "big"), "hidden"),
     "model-mlp-bad": (plan_with("model.mlp", "kan"), "mlp"),

@@ -500,3 +500,7 @@ def test_the_plot_names_a_file_given_by_path_by_its_name():
     assert _label([stacks], ("/a/rather/long/folder/of/stacks/mine-with-eager.toml",)) == \
         "mine-with-eager"
     assert _label([stacks], ("nemo",)) == "nemo"
+    # a HuggingFace config by its folder; two files of one name as given
+    models = Parameter(key="model", values=("/hf/gpt-oss-20b/config.json", "a/m.toml", "b/m.toml"))
+    assert [_label([models], (v,), 100) for v in models.values] == [
+        "gpt-oss-20b", "a/m.toml", "b/m.toml"]

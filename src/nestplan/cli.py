@@ -154,10 +154,9 @@ def _scenario(args):
 def _note_fused_pieces(sc) -> None:
     """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
     eager_ops``) the stack costs as fused ones."""
-    m = sc.model
-    pieces = {"scaled_rope": m.rope_mscale != 1 and m.mla is None, "glu_clamp": bool(m.glu_clamp),
-              "expert_bias": m.moe is not None and m.moe.expert_bias}
-    fused = [op for op, here in pieces.items() if here and op not in sc.stack.eager_ops]
+    from .graph import eager_pieces
+
+    fused = [op for op in eager_pieces(sc.model) if op not in sc.stack.eager_ops]
     if fused:
         import warnings
 
@@ -165,8 +164,8 @@ def _note_fused_pieces(sc) -> None:
 
         warnings.warn(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
                       "fused kernels (not in its eager_ops): check your framework does "
-                      "(Megatron-Core runs all three eagerly unless Transformer Engine's op fuser "
-                      "fuses the clamp and the bias; torchtitan's GPT-OSS code clamps and adds "
+                      "(Megatron-Core runs these eagerly, but for the clamp and the bias with "
+                      "Transformer Engine's op fuser; torchtitan's GPT-OSS code clamps and adds "
                       "expert biases eagerly)", Note)
 
 
@@ -275,6 +274,7 @@ def cmd_evaluate(args) -> int:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
                              "(or leave out --plan)")
         pf = planfile.load(args.plan)
+        _note_fused_pieces(pf.scenario)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
@@ -393,7 +393,9 @@ def cmd_export(args) -> int:
 
     if args.output:
         writable(args.output, "-o", "launch-script")
-    out = export(planfile.load(args.plan), args.format)
+    pf = planfile.load(args.plan)
+    _note_fused_pieces(pf.scenario)
+    out = export(pf, args.format)
     if args.output:
         path = Path(args.output)
         try:
@@ -425,6 +427,7 @@ def cmd_report(args) -> int:
 
     writable(args.output, "-o", "HTML")
     pf = planfile.load(args.plan)
+    _note_fused_pieces(pf.scenario)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
         Path(args.output).write_text(html)
@@ -616,21 +619,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import warnings
 
-    from .errors import Note
+    from .errors import PENDING_NOTES, Note, flush_notes
 
     args = build_parser().parse_args(argv)
 
-    notes: list[str] = []  # printed once the command has run: a user mistake stays one line
-
     def note(message, category, *rest, **kw):
-        if issubclass(category, Note):
-            notes.append(f"nestplan: note: {message}")
+        if issubclass(category, Note):  # printed once the command has run (errors.flush_notes)
+            PENDING_NOTES.append(f"nestplan: note: {message}")
         else:
             previous(message, category, *rest, **kw)
-
-    def print_notes():
-        for line in dict.fromkeys(notes):
-            print(line, file=sys.stderr)
 
     previous = warnings.showwarning
     warnings.showwarning = note
@@ -641,15 +638,15 @@ def main(argv: list[str] | None = None) -> int:
             writable(args.save, "--save", "plan JSON")
         code = args.func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
-        print_notes()
         return code
     except InfeasibleError as e:
         if getattr(args, "json", False):  # a script reading stdout gets an object here too
             print(_json({"feasible": False, "reason": str(e), **e.details}))
-        print_notes()
+        flush_notes()
         print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
         return 3
     except NestplanError as e:
+        PENDING_NOTES.clear()  # the mistake is the one line
         print(f"nestplan: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -659,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         print(f"nestplan: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
         return 1
-    finally:
+    finally:  # after the output, an interrupt or any other ending: what is pending
+        flush_notes()
         warnings.showwarning = previous
 
 

@@ -30,4 +30,19 @@ class UsageError(NestplanError):
 
 class Note(UserWarning):
     """Something the user should know about how the input was read (not an error); the CLI
-    prints it on stderr as ``nestplan: note: ...``."""
+    prints it on stderr as ``nestplan: note: ...`` once the command has run (``flush_notes``),
+    and not at all when the command then fails on bad input (its error stays one line)."""
+
+
+PENDING_NOTES: list[str] = []
+"""Notes raised and not yet printed (the CLI's warning hook gathers them)."""
+
+
+def flush_notes() -> None:
+    """Print the pending notes on stderr, each once; a command that then works for long (a sweep)
+    calls it once its input has been read."""
+    import sys
+
+    for line in dict.fromkeys(PENDING_NOTES):
+        print(line, file=sys.stderr)
+    PENDING_NOTES.clear()

@@ -261,6 +261,16 @@ def _mem(name: str, elements: float, *, rw: float = 2.0, bwd_rw: float = 3.0,
               saved=saved)
 
 
+def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
+    """The pieces of ``m`` that a stack may run as eager kernels (``StackSpec.eager_ops``): its
+    YaRN-scaled RoPE (not MLA's, which scales in its own path), the clamp of its clamped GLU, its
+    experts' output bias."""
+    return tuple(op for op, here in (
+        ("scaled_rope", m.position is Position.ROPE and m.rope_mscale != 1 and m.mla is None),
+        ("glu_clamp", bool(m.glu_clamp) and m.gated),
+        ("expert_bias", m.moe is not None and m.moe.expert_bias)) if here)
+
+
 def _eager(name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
     """The eager kernels of ``EAGER_PASSES[kind]`` over ``elements`` bf16 values."""
     rw, bwd_rw = EAGER_PASSES[kind]
@@ -272,6 +282,8 @@ class _Dims:
 
     def __init__(self, m: ModelSpec, loc: Local):
         self.m, self.loc = m, loc
+        self.eager = frozenset(eager_pieces(m)) & loc.eager_ops
+        """The model's pieces this stack runs as eager kernels."""
         t = loc.tp
         self.t = t
         self.s = loc.seq_len // loc.cp
@@ -365,8 +377,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                   + la.kv_lora_rank + m.heads * d_v * h)
         q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
-    if m.position is Position.ROPE and m.rope_mscale != 1 and m.mla is None \
-            and "scaled_rope" in loc.eager_ops:
+    if "scaled_rope" in x.eager:
         ops.append(_eager("rope", "scaled_rope", q_el + k_el))
     elif m.position is Position.ROPE:
         ops.append(_mem("rope", q_el + k_el))
@@ -447,7 +458,7 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
         rw, bwd_rw = 5.0, 6.0
     halves = (0.5, 0.5) if m.gated else (1.0,)  # eager gated MLPs run w1 and w3 apart
     clamp = []
-    if m.glu_clamp and m.gated and "glu_clamp" in x.loc.eager_ops:
+    if "glu_clamp" in x.eager:
         # clamped halves concatenated anew: the activation keeps that copy, the clamps keep
         # their input (the fc1 output the activation would have kept)
         clamp = [_eager(f"{prefix}clamp", "glu_clamp", tokens * width, saved=E * tokens * width)]
@@ -502,7 +513,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                        bwd_nbytes=o.bwd_nbytes + 2 * (local_experts - 1) * E * o.shape[1]
                        * o.shape[2]) if o.kind is OpKind.GEMM else o for o in mlp]
         ops += mlp
-        if mo.expert_bias and "expert_bias" in loc.eager_ops:  # fc2's bias, added per expert
+        if "expert_bias" in x.eager:  # fc2's bias, added per expert
             ops.append(_eager("expert_bias", "expert_bias", X * h))
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the

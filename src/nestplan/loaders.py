@@ -238,10 +238,11 @@ _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_di
 
 
 def model_from_table(table: dict, where: str = "model") -> ModelSpec:
-    for key in table.keys() - _MODEL_REQUIRED - _MODEL_OPTIONAL:  # a sub-table's key at the top
-        for sub, keys in (("moe", _MOE_KEYS), ("mla", _MLA_KEYS)):
-            if key in keys:
-                raise SpecError(f"{where}.{key}", table[key], f"belongs in the [{sub}] table")
+    if isinstance(table, dict):  # a sub-table's key at the top (check_keys refuses a non-table)
+        for key in sorted(table.keys() - _MODEL_REQUIRED - _MODEL_OPTIONAL):
+            for sub, keys in (("moe", _MOE_KEYS), ("mla", _MLA_KEYS)):
+                if key in keys:
+                    raise SpecError(f"{where}.{key}", table[key], f"belongs in the [{sub}] table")
     check_keys(table, where, required=_MODEL_REQUIRED, optional=_MODEL_OPTIONAL)
     ints = {k: _typed(table, k, where, int) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")}
     heads = ints["heads"]

@@ -96,7 +96,7 @@ class Evaluation:
     link_time: dict[str, float]
     """Per axis, seconds of one step its collectives occupy the links (hidden or not)."""
     stages: tuple[StageReport, ...]
-    eager_kernels: float = 0.0
+    eager_kernels: float
     """Seconds of ``time.compute`` spent in eager kernels that a fused one would replace
     (``StackSpec.eager_ops``)."""
 

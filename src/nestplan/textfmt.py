@@ -71,8 +71,11 @@ def evaluation(ev: Evaluation) -> str:
         if abs(v) > 1e-9:
             out.append(f"  {f.name:10s} {fmt_time(v):>12s}  {v / total * 100:5.1f}%")
         if f.name == "compute" and ev.eager_kernels > 1e-9:
-            out.append(f"    of which eager kernels {fmt_time(ev.eager_kernels)} (the stack's "
-                       f"eager_ops: {', '.join(ev.scenario.stack.eager_ops)})")
+            from .graph import eager_pieces
+
+            ran = [op for op in eager_pieces(ev.scenario.model) if op in ev.scenario.stack.eager_ops]
+            out.append(f"    of which eager kernels {fmt_time(ev.eager_kernels)} "
+                       f"({', '.join(ran)})")
     link = {k: v for k, v in ev.link_time.items() if v > 1e-9}
     if link:
         out.append("communication on the links (hidden or not): "

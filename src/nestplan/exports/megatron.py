@@ -208,10 +208,9 @@ def export(pf: PlanFile) -> Export:
     if unexported:
         notes.append(" and ".join(unexported) + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
-    fused = [what for what, op, here in (
-        ("the GLU clamp", "glu_clamp", m.glu_clamp),
-        ("the experts' output bias", "expert_bias", m.moe is not None and m.moe.expert_bias))
-        if here and op not in sc.stack.eager_ops]
+    fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
+                                   ("the experts' output bias", "expert_bias"))
+             if op in G.eager_pieces(m) and op not in sc.stack.eager_ops]
     if fused and sc.stack.export_format == "megatron":
         # Transformer Engine's op fuser runs both inside the fused grouped MLP (a TransformerConfig
         # field, so a Megatron-LM flag: megatron/training/arguments.py @ d98e8a64dd builds the

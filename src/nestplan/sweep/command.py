@@ -37,7 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_command(args) -> int:
-    from ..errors import SpecError
+    from ..errors import SpecError, flush_notes
     from .run import check_extras, plan_run, run_sweep
     from .spec import load
 
@@ -46,6 +46,7 @@ def run_command(args) -> int:
     spec = load(args.file, output=args.output)
     parquet = args.parquet or spec.parquet
     check_extras(parquet=parquet, ray=args.ray)
+    flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
         points, existing = plan_run(spec)
         done = len(existing.done)

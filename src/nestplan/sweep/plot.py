@@ -50,9 +50,25 @@ def _part(p: Parameter, v) -> str:
         _, level, key = p.key.split(".", 2)
         return f"{level} " + _NETWORK_UNITS[key].format(v)
     if p.kind is str:
-        # a file (a model, cluster or stack given by path) by its name: the folders say nothing
-        return Path(v).stem if looks_like_path(str(v)) else str(v)
+        return _file_name(p, str(v))
     return f"{p.key}={str(v).lower() if p.kind is bool else format(v, 'g')}"
+
+
+def _short(value: str) -> str:
+    """A file given by path by its name (a HuggingFace config.json by its folder's); a catalog name
+    as it is."""
+    if not looks_like_path(value):
+        return value
+    path = Path(value)
+    return path.parent.name or value if path.name == "config.json" else path.stem
+
+
+def _file_name(p: Parameter, value: str) -> str:
+    """``value`` of ``p`` by its short name, unless another of ``p``'s values has the same one
+    (then as given)."""
+    short = _short(value)
+    clash = sum(_short(str(v)) == short for v in p.values) > 1
+    return value if clash else short
 
 
 def _label(params: list[Parameter], values: tuple, chars: int = 34) -> str:
@@ -90,7 +106,7 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         groups = panels[key]
         keep = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))[:MAX_SERIES]
         grid_order = sorted(keep, key=lambda s: tuple(p.values.index(v) for p, v in zip(rest, s)))
-        title = " · ".join(str(v) for v in key) or spec.path.stem
+        title = " · ".join(_part(p, v) for p, v in zip(by, key)) or spec.path.stem
         if len(groups) > MAX_SERIES:
             title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
         # series with the same points (e.g. networks the plan does not feel) are drawn once,
