@@ -57,7 +57,7 @@ def main() -> None:
         before, after = errors(cases, 0.0), errors(cases, best)
         print(f"\n{name}: {len(cases)} rows  mean |error| {mean_abs(before):.1%} -> "
               f"{mean_abs(after):.1%}  median {statistics.median(map(abs, after)):.1%}  "
-              f"rows over 35 %: {sum(abs(e) > FAR for e in after)}")
+              f"rows over {FAR:.0%}: {sum(abs(e) > FAR for e in after)}")
         for c, b, a in zip(cases, before, after):
             print(f"  {c.id:44s} {c.scenario.stack.name[:30]:30s} {b:+7.1%} -> {a:+7.1%}")
     # the GB200/GB300/B300 rows, loaded after the fit: what a refit on every development row

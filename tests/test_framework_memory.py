@@ -104,7 +104,6 @@ def predicted(stack, policy: str, moe: bool = False) -> float:
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("policy, script_policy", [
     ("none", "none"), ("selective", "selective-op"), ("full", "full")])
 def test_torchtitan_block_saves_what_the_stack_says(policy, script_policy):
@@ -125,7 +124,6 @@ MATERIALIZED = replace(get_stack("megatron-core"), attention=AttentionImpl.MATER
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("policy", ["none", "selective", "full"])
 def test_megatron_core_layer_saves_what_the_stack_says(policy):
     installed("megatron.core")
@@ -134,7 +132,6 @@ def test_megatron_core_layer_saves_what_the_stack_says(policy):
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks")
 def test_megatron_core_moe_layer_saves_what_the_stack_says():
     installed("megatron.core")
     result = measured("megatron", "none", "--swiglu-fusion", *MOE_ARGS)
@@ -146,7 +143,6 @@ def test_megatron_core_moe_layer_saves_what_the_stack_says():
 
 
 @pytest.mark.frameworks
-@pytest.mark.xdist_group("frameworks")
 @pytest.mark.parametrize("modules, moe", [
     ("layernorm", False), ("mlp", False), ("core_attn,layernorm", False),
     ("moe", True), ("layernorm", True), ("core_attn,moe", True)])

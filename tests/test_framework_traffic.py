@@ -67,6 +67,7 @@ def test_unfused_scaled_rope_moves_what_the_graph_says():
 
     seq, batch, heads, dim = 64, 4, 32, 64
     freqs = rand(seq, 1, 1, dim)
+    # GPT-OSS's YaRN scale, 0.1·ln 32 + 1 = 1.347 (any scale other than 1 takes this path)
     got = passes(lambda t: rope_utils._apply_rotary_pos_emb_bshd(t, freqs, mscale=1.35),
                  bf16(seq, batch, heads, dim))
     assert got == pytest.approx(EAGER_PASSES["scaled_rope"], rel=0.10)

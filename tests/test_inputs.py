@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from campaign_run import base_plan
 from console import cli, one_line_error
 
 EVALUATE = ["evaluate", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1, "--pp", 1,
@@ -188,9 +189,8 @@ def test_an_infeasible_search_with_json_prints_an_object_too():
 
 
 def test_moe_flags_on_a_dense_model_get_a_note():
-    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
-                         8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
-                         2048, "--moe-imbalance", 1.5, "--moe-capacity-factor", 1.0)
+    code, out, err = cli(*EVALUATE, "--model", "llama3-8b", "--moe-imbalance", 1.5,
+                         "--moe-capacity-factor", 1.0)
     assert code == 0 and "Traceback" not in err
     assert ("nestplan: note: --moe-imbalance and --moe-capacity-factor: llama3-8b has no "
             "experts; ignored") in err
@@ -198,7 +198,7 @@ def test_moe_flags_on_a_dense_model_get_a_note():
 
 def test_compare_with_nothing_feasible_keeps_each_methods_reason_in_json():
     code, out, err = cli("compare", "--model", "llama3-405b", "--cluster", "dgx-h100-ndr",
-                         "--gpus", 8, "--global-batch", 8, "--seq-len", 4096, "--json")
+                         "--gpus", 1, "--global-batch", 1, "--seq-len", 4096, "--json")
     js = json.loads(out)
     assert code == 3 and js["feasible"] is False and js["methods"] == []
     assert set(js["errors"]) >= {"nest", "manual", "phaze"} and "short by" in js["errors"]["nest"]
@@ -234,11 +234,7 @@ def test_gib_text_keeps_a_small_shortfall_visible():
 ])
 def test_every_error_in_a_plan_file_names_the_file(tmp_path, edit, field):
     path = tmp_path / "p.json"
-    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
-                         8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
-                         2048, "--save", path)
-    assert code == 0, err
-    data = json.loads(path.read_text())
+    data = base_plan(tmp_path)
     edit(data)
     path.write_text(json.dumps(data))
     code, out, err = cli("evaluate", "--plan", path)

@@ -8,9 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from nestplan import planfile
 from nestplan.catalog import get_stack
 from nestplan.cost.network import crossing_share
 from nestplan.evaluate import evaluate, scenario_from_names
+from nestplan.exports import export
 from nestplan.placement import _block_sizes, expert_grid, layouts, rank_grid
 from nestplan.specs import Parallelism
 
@@ -51,6 +53,11 @@ def test_deduplicated_crossings_match_an_enumeration(experts, k, n, inside):
         total += len({block_of[e] for e in picks} - {0})
         count += 1
     assert crossing_share(n, inside, (k, experts)) == pytest.approx(total / count / k)
+
+
+def megatron_text(ev) -> str:
+    """The Megatron export of an evaluation, through its plan file."""
+    return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
 
 
 def _deepseek(stack, gpus=1024, ep=64, pp=16, recompute="full"):
@@ -118,12 +125,10 @@ def test_stack_dispatcher_values_are_checked():
 
 
 def test_the_megatron_export_names_the_dispatcher_and_overlap():
-    from nestplan import planfile
-    from nestplan.exports import export
 
     stack = _batch_overlap(replace(get_stack("megatron-core"), moe_dispatcher="flex"))
     ev = _deepseek(stack, pp=1, recompute="fine-grained")
-    text = export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
+    text = megatron_text(ev)
     for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
                  "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
         assert flag in text
@@ -215,8 +220,6 @@ def test_a_layer_in_a_cuda_graph_waits_on_no_host(tmp_path):
     """A full-iteration graph holds every MoE layer, so none waits on the host; per-layer graphs
     hold an MoE layer only when its input is padded to a capacity (static shapes). Exported as
     Megatron's --cuda-graph-impl with the capacity flags."""
-    from nestplan import planfile
-    from nestplan.exports import export
 
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
@@ -237,27 +240,25 @@ def test_a_layer_in_a_cuda_graph_waits_on_no_host(tmp_path):
     assert layers_padded.time.host == 0.0
     assert layers_padded.step_time == pytest.approx(full.step_time)  # capacity 1: same work
 
-    def text(ev):
-        return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
     # Megatron-LM's validate_args asserts the NaN check off with a full-iteration graph
     # (megatron/training/arguments.py @ d98e8a64dd)
-    assert "--cuda-graph-impl full_iteration" in text(full)
-    assert "--no-check-for-nan-in-loss-and-grad" in text(full)
-    assert "--cuda-graph-impl" not in text(e1)
-    padded = text(layers_padded)
+    assert "--cuda-graph-impl full_iteration" in megatron_text(full)
+    assert "--no-check-for-nan-in-loss-and-grad" in megatron_text(full)
+    assert "--cuda-graph-impl" not in megatron_text(e1)
+    padded = megatron_text(layers_padded)
     assert "--cuda-graph-impl local" in padded and "--cuda-graph-modules" not in padded
     assert "--moe-expert-capacity-factor 1 " in padded + " "
     assert "--moe-pad-expert-input-to-capacity" in padded
-    assert "--moe-pad-expert-input-to-capacity" not in text(layers_unpadded)
+    assert "--moe-pad-expert-input-to-capacity" not in megatron_text(layers_unpadded)
     # unpadded MoE layers stay eager: only the attention is graphed (Qwen3 has no dense layer)
     for ev in (layers_unpadded, layers_dropless):
-        assert "--cuda-graph-modules attn \\\n" in text(ev)  # one module: no mlp after it
+        assert "--cuda-graph-modules attn \\\n" in megatron_text(ev)  # one module: no mlp after it
     # DeepSeek-V3's first three layers are dense: their MLPs are graphed too
     ds = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 256, seq_len=4096, global_batch=256)
     ds = replace(ds, stack=replace(ds.stack, cuda_graphs="layers",
                                    recompute=ds.stack.recompute[:2]))
     ev = evaluate(ds, Parallelism(tp=1, pp=8, dp=32, ep=32, etp=1, mbs=1))
-    assert "--cuda-graph-modules attn mlp \\\n" in text(ev)
+    assert "--cuda-graph-modules attn mlp \\\n" in megatron_text(ev)
 
 
 def test_padding_to_capacity_computes_the_capacity_on_every_expert_rank():
@@ -362,8 +363,6 @@ MODULE_GRAPH_CASES = [
 
 
 def _module_graph_export(model, modules, training):
-    from nestplan import planfile
-    from nestplan.exports import export
 
     training = dict(training)
     padded = training.pop("padded", False)
@@ -592,12 +591,8 @@ def test_megatron_accepts_the_dispatchers_overlaps_and_graphs_exported():
     dispatchers, the batch and shared-expert overlaps, and the CUDA graphs (full iteration,
     whole layers with and without padding)."""
     pytest.importorskip("megatron.core")
-    from nestplan import planfile
-    from nestplan.exports import export
     from test_exports import megatron_transformer_config
 
-    def text(ev):
-        return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
 
     base = get_stack("megatron-core")
     batch = _deepseek(_batch_overlap(replace(base, moe_dispatcher="flex")), pp=1,
@@ -606,15 +601,15 @@ def test_megatron_accepts_the_dispatchers_overlaps_and_graphs_exported():
     # stage, which Megatron-LM's main branch, the export's target, allows since 286445c28a
     batch = evaluate(replace(batch.scenario, model=replace(batch.scenario.model, mtp_layers=0)),
                      batch.plan)
-    exports = [text(_deepseek(base)), text(_deepseek(replace(base, moe_overlap="shared"))),
-               text(_deepseek(replace(base, moe_dispatcher="allgather"))), text(batch)]
+    exports = [megatron_text(_deepseek(base)), megatron_text(_deepseek(replace(base, moe_overlap="shared"))),
+               megatron_text(_deepseek(replace(base, moe_dispatcher="allgather"))), megatron_text(batch)]
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, mbs=1)
     capped = replace(sc, training=replace(sc.training, moe_capacity=1.0))
     layers = dict(cuda_graphs="layers", recompute=sc.stack.recompute[:2])
     for scenario, stack in ((sc, dict(cuda_graphs="full_iteration")), (sc, layers),
                             (capped, layers), (capped, dict(layers, moe_pad_to_capacity=True))):
-        exports.append(text(evaluate(replace(scenario, stack=replace(scenario.stack, **stack)),
+        exports.append(megatron_text(evaluate(replace(scenario, stack=replace(scenario.stack, **stack)),
                                      par)))
     for t in exports:
         megatron_transformer_config(t)

@@ -151,12 +151,21 @@ def _scenario(args):
     return _with_headroom(sc, args)
 
 
+def _load_plan(path: str):
+    """A plan file, with the notes its scenario calls for."""
+    from . import planfile
+
+    pf = planfile.load(path)
+    _note_fused_pieces(pf.scenario)
+    return pf
+
+
 def _note_fused_pieces(sc) -> None:
     """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
     eager_ops``) the stack costs as fused ones."""
-    from .graph import eager_pieces
+    from .graph import eager_split
 
-    fused = [op for op in eager_pieces(sc.model) if op not in sc.stack.eager_ops]
+    fused = eager_split(sc.model, sc.stack.eager_ops)[1]
     if fused:
         import warnings
 
@@ -266,15 +275,12 @@ def cmd_evaluate(args) -> int:
 
     pf = None
     if args.plan:
-        from . import planfile
-
         given = [f"--{n.replace('_', '-')}" for n in PLAN_FILE_HOLDS
                  if getattr(args, n) is not None]
         if given:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
                              "(or leave out --plan)")
-        pf = planfile.load(args.plan)
-        _note_fused_pieces(pf.scenario)
+        pf = _load_plan(args.plan)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
@@ -387,14 +393,12 @@ def cmd_compare(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from . import planfile
     from .exports import export
     from .loaders import writable
 
     if args.output:
         writable(args.output, "-o", "launch-script")
-    pf = planfile.load(args.plan)
-    _note_fused_pieces(pf.scenario)
+    pf = _load_plan(args.plan)
     out = export(pf, args.format)
     if args.output:
         path = Path(args.output)
@@ -419,15 +423,13 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import planfile
     from .errors import SpecError
     from .evaluate import evaluate
     from .loaders import writable
     from .report import render
 
     writable(args.output, "-o", "HTML")
-    pf = planfile.load(args.plan)
-    _note_fused_pieces(pf.scenario)
+    pf = _load_plan(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
         Path(args.output).write_text(html)
@@ -475,12 +477,10 @@ def cmd_list(args) -> int:
                 + (f" {lv.oversubscription:g}:1" if lv.oversubscription != 1 else "")
                 for lv in c.levels)
             print(f"{name:22s} {c.accelerator.name:20s} {levels}")
-        elif args.kind == "accelerators":
+        else:  # accelerators
             a = get_accelerator(name)
             print(f"{name:22s} {a.peak_flops_bf16 / TFLOPS:7.1f} bf16 TFLOP/s, "
                   f"{a.hbm_bytes / GiB:6.1f} GiB at {a.hbm_bandwidth / (1000 * GB):.2f} TB/s")
-        else:
-            print(name)
     return 0
 
 

@@ -166,7 +166,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         dp=float(devices[j].tail[pols[j]]),
         optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}
-    links["pp"] = 2 * cc.fill + micro * 2 * max(cc.boundary, default=0.0) * vp
+    links["pp"] = 2 * cc.fill + micro * 2 * cc.p2p_send
     # the gradient reduction and parameter gathers of the device whose step ends last (its
     # exposed part is ``time.dp``), with the per-micro-batch ZeRO traffic of the slowest one
     links["dp"] = (float(devices[j].sync_link + devices[j].gather_link)

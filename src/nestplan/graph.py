@@ -271,6 +271,14 @@ def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
         ("expert_bias", m.moe is not None and m.moe.expert_bias)) if here)
 
 
+def eager_split(m: ModelSpec, eager_ops) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels,
+    and those it runs fused."""
+    pieces = eager_pieces(m)
+    return (tuple(p for p in pieces if p in eager_ops),
+            tuple(p for p in pieces if p not in eager_ops))
+
+
 def _eager(name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
     """The eager kernels of ``EAGER_PASSES[kind]`` over ``elements`` bf16 values."""
     rw, bwd_rw = EAGER_PASSES[kind]
@@ -282,7 +290,7 @@ class _Dims:
 
     def __init__(self, m: ModelSpec, loc: Local):
         self.m, self.loc = m, loc
-        self.eager = frozenset(eager_pieces(m)) & loc.eager_ops
+        self.eager = eager_split(m, loc.eager_ops)[0]
         """The model's pieces this stack runs as eager kernels."""
         t = loc.tp
         self.t = t

@@ -235,14 +235,16 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "ti
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "first_dense_layers", "layer_freq", "expert_bias"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
+_SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS}
+"""A key of a model's [moe] or [mla] table -> that table."""
 
 
 def model_from_table(table: dict, where: str = "model") -> ModelSpec:
-    if isinstance(table, dict):  # a sub-table's key at the top (check_keys refuses a non-table)
-        for key in sorted(table.keys() - _MODEL_REQUIRED - _MODEL_OPTIONAL):
-            for sub, keys in (("moe", _MOE_KEYS), ("mla", _MLA_KEYS)):
-                if key in keys:
-                    raise SpecError(f"{where}.{key}", table[key], f"belongs in the [{sub}] table")
+    misplaced = sorted(_SUB_TABLE_OF.keys() & table.keys() - _MODEL_REQUIRED - _MODEL_OPTIONAL) \
+        if isinstance(table, dict) else []  # check_keys below refuses a non-table
+    if misplaced:  # a sub-table's key at the top
+        key = misplaced[0]
+        raise SpecError(f"{where}.{key}", table[key], f"belongs in the [{_SUB_TABLE_OF[key]}] table")
     check_keys(table, where, required=_MODEL_REQUIRED, optional=_MODEL_OPTIONAL)
     ints = {k: _typed(table, k, where, int) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")}
     heads = ints["heads"]

@@ -34,6 +34,8 @@ MAX_MTP_LAYERS = 16
 MTP guide, docs/training/multi-token-prediction.md, gives 1-2 as the typical range): each depth
 adds a block and a loss to the last pipeline stage."""
 
+MAX_KERNEL_OVERHEAD_US = 1000.0
+"""Most launch overhead an accelerator or stack may add per kernel, µs (a launch takes a few)."""
 MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
 """Bounds of a RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
 context extension of e^90; published factors (4-64) give 1.14-1.42, and a ratio of two mscales
@@ -149,9 +151,9 @@ class AcceleratorSpec(_CachedHash):
             if not 0 < e <= 1:
                 raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
         us = self.kernel_overhead / US
-        if not within(us, 1000):
-            raise SpecError("accelerator.kernel_overhead_us", us,
-                            "must be a number >= 0 and at most 1000 (a launch takes a few)")
+        if not within(us, MAX_KERNEL_OVERHEAD_US):
+            raise SpecError("accelerator.kernel_overhead_us", us, "must be a number >= 0 and at "
+                            f"most {MAX_KERNEL_OVERHEAD_US:g} (a launch takes a few)")
 
     def sustained_flops(self, precision: Precision) -> float:
         """The matmul rate its clocks sustain in ``precision`` (peak times ``sustained_share``)."""

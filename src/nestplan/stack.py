@@ -24,7 +24,7 @@ from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
 from .schedule import SCHEDULES
-from .specs import _CachedHash, within
+from .specs import MAX_KERNEL_OVERHEAD_US, _CachedHash, within
 from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
@@ -46,6 +46,15 @@ EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
 """What ``StackSpec.eager_ops`` may name."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
+
+
+def _names(field: str, values, allowed: tuple, differ: str | None = None) -> None:
+    """Each of ``values`` is one of ``allowed``; with ``differ`` (the message), none twice."""
+    for v in values:
+        if v not in allowed:
+            raise SpecError(field, v, "allowed: " + ", ".join(map(str, allowed)))
+    if differ and len(set(values)) != len(values):
+        raise SpecError(field, list(values), differ)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,18 +255,9 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
-        for op in self.eager_ops:
-            if op not in EAGER_OPS:
-                raise SpecError("stack.eager_ops", op, "allowed: " + ", ".join(EAGER_OPS))
-        if len(set(self.eager_ops)) != len(self.eager_ops):
-            raise SpecError("stack.eager_ops", list(self.eager_ops), "names must differ")
+        _names("stack.eager_ops", self.eager_ops, EAGER_OPS, "names must differ")
         mods = self.cuda_graph_modules
-        for m in mods:
-            if m not in CUDA_GRAPH_MODULES:
-                raise SpecError("stack.cuda_graph_modules", m,
-                                "allowed: " + ", ".join(CUDA_GRAPH_MODULES))
-        if len(set(mods)) != len(mods):
-            raise SpecError("stack.cuda_graph_modules", list(mods), "modules must differ")
+        _names("stack.cuda_graph_modules", mods, CUDA_GRAPH_MODULES, "modules must differ")
         if mods and self.cuda_graphs != "layers":
             raise SpecError("stack.cuda_graph_modules", list(mods),
                             f"only with cuda_graphs = layers (got {self.cuda_graphs})")
@@ -286,7 +286,7 @@ class StackSpec(_CachedHash):
         _nonneg("reserved_GiB", self.reserved_bytes / GiB, 1024)
         _nonneg("allocator_overhead", self.allocator_overhead, MAX_ALLOCATOR_OVERHEAD)
         _nonneg("step_overhead_s", self.step_overhead, 60)
-        _nonneg("kernel_overhead_us", self.kernel_overhead / US, 1000)
+        _nonneg("kernel_overhead_us", self.kernel_overhead / US, MAX_KERNEL_OVERHEAD_US)
         _nonneg("moe_layer_host_ms", self.moe_layer_host / MS, 1000)
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))
@@ -312,17 +312,11 @@ class StackSpec(_CachedHash):
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
-        for s in self.schedules:
-            if s not in SCHEDULES:
-                raise SpecError("stack.schedules", s, "allowed: " + ", ".join(SCHEDULES))
-        for z in self.zero_stages:
-            if z not in (0, 1, 2, 3):
-                raise SpecError("stack.zero_stages", z, "allowed: 0, 1, 2, 3")
+        _names("stack.schedules", self.schedules, tuple(SCHEDULES))
+        _names("stack.zero_stages", self.zero_stages, (0, 1, 2, 3))
         if not self.zero_stages:
             raise SpecError("stack.zero_stages", [], "name at least one ZeRO stage")
-        for a in self.axes:
-            if a not in AXES:
-                raise SpecError("stack.axes", a, "allowed: " + ", ".join(AXES))
+        _names("stack.axes", self.axes, AXES)
         if self.default_zero not in self.zero_stages:
             raise SpecError("stack.default_zero", self.default_zero,
                             "must be one of zero_stages " + str(list(self.zero_stages)))

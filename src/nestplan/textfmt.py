@@ -71,9 +71,9 @@ def evaluation(ev: Evaluation) -> str:
         if abs(v) > 1e-9:
             out.append(f"  {f.name:10s} {fmt_time(v):>12s}  {v / total * 100:5.1f}%")
         if f.name == "compute" and ev.eager_kernels > 1e-9:
-            from .graph import eager_pieces
+            from .graph import eager_split
 
-            ran = [op for op in eager_pieces(ev.scenario.model) if op in ev.scenario.stack.eager_ops]
+            ran = eager_split(ev.scenario.model, ev.scenario.stack.eager_ops)[0]
             out.append(f"    of which eager kernels {fmt_time(ev.eager_kernels)} "
                        f"({', '.join(ran)})")
     link = {k: v for k, v in ev.link_time.items() if v > 1e-9}
@@ -120,7 +120,7 @@ TOP_COLUMNS = ("#", "step (s)", "tokens/s", "MFU", "mem GiB", "tp", "pp", "dp", 
 def _cells(rank, ev) -> list[str]:
     p = ev.plan
     return [str(rank), f"{ev.step_time:.3f}", f"{ev.tokens_per_s:,.0f}", f"{ev.mfu * 100:.1f}%",
-            f"{ev.peak_memory / 2**30:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
+            f"{ev.peak_memory / GiB:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
             str(p.ep), str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
             p.recompute_text, "-".join(a.value for a in p.rank_order),
             p.pipeline.name if p.pp > 1 else "-"]
@@ -162,7 +162,7 @@ def comparison(results: dict, errors: dict) -> str:
         ev = res.best
         ratio = f"{ev.tokens_per_s / ref:8.2f}x" if ref else "        -"
         out.append(f"{name:11s} {ev.tokens_per_s:12,.0f} {ratio:>9s} {ev.step_time:9.3f} "
-                   f"{ev.peak_memory / 2**30:8.1f} {res.seconds:10.2f}  {plan_line(ev)}")
+                   f"{ev.peak_memory / GiB:8.1f} {res.seconds:10.2f}  {plan_line(ev)}")
     for name, why in errors.items():
         out.append(f"{name:11s} {'-':>12s} {'-':>9s} {'-':>9s} {'-':>8s} {'-':>10s}  {why}")
     return "\n".join(out)

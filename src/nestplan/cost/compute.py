@@ -91,9 +91,9 @@ class LayerCost:
     """Forward time spent waiting on the host (``StackSpec.moe_host_wait`` per MoE block)."""
     comm: tuple[tuple[Axis, float, float], ...]
     """(axis, time on the link, exposed time) for forward + backward."""
-    fwd_link: tuple[tuple[Axis, float], ...] = ()
+    fwd_link: tuple[tuple[Axis, float], ...]
     """(axis, time on the link) of the forward alone (what a full recomputation runs again)."""
-    module_fwd_link: tuple[tuple[str, Axis, float], ...] = ()
+    module_fwd_link: tuple[tuple[str, Axis, float], ...]
     """(module, axis, time on the link) of each recompute module's forward collectives (what
     recomputing that module runs again)."""
 

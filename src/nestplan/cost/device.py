@@ -94,6 +94,16 @@ def recompute_time(eff, cost) -> float:
             + sum(comm.get(m, 0.0) for m in eff.comm_modules))
 
 
+def recompute_link(eff, cost) -> tuple[tuple[Axis, float], ...]:
+    """(axis, seconds on the links) of the forward collectives that ``recompute_time`` runs
+    again: the whole forward's share, and the re-run modules'."""
+    rerun = {ax: eff.full * t for ax, t in cost.fwd_link}
+    for m, ax, t in cost.module_fwd_link:
+        if m in eff.comm_modules:
+            rerun[ax] = rerun.get(ax, 0.0) + t
+    return tuple((ax, t) for ax, t in rerun.items() if t)
+
+
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
           whole_block: bool, gather: float) -> KindCost:
     # hardware FLOP of the mean device: the busiest expert rank's extra load divided out
@@ -104,11 +114,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
     for pol in policies:  # the embedding and the head keep their tensors under every policy
         eff = effect(pol if checkpointable else NONE, layer)
         rc.append(recompute_time(eff, cost))
-        rerun = {ax: eff.full * t for ax, t in cost.fwd_link}
-        for m, ax, t in cost.module_fwd_link:
-            if m in eff.comm_modules:
-                rerun[ax] = rerun.get(ax, 0.0) + t
-        again_link.append(tuple((ax, t) for ax, t in rerun.items() if t))
+        again_link.append(recompute_link(eff, cost))
         rc_flops.append(eff.full * full_fwd + sum(s * o.flops * w
                                                   for s, o, w in zip(eff.shares, layer.ops, mean)))
         saved.append(eff.saved)

@@ -19,6 +19,7 @@ from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism
+from ..units import GiB
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 
@@ -133,11 +134,10 @@ def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
     """What nestplan predicts for the plan actually exported (``prediction``)."""
     before = evaluate(pf.scenario, pf.plan)
     after, under = prediction(pf, changed)
-    step = f"{after.step_time:.3f} s{under}"
-    step = (f"unchanged at {step}" if f"{after.step_time:.3f}" == f"{before.step_time:.3f}"
-            else f"{step} instead of {before.step_time:.3f} s")
+    now, was = f"{after.step_time:.3f}", f"{before.step_time:.3f}"
+    step = f"unchanged at {now} s{under}" if now == was else f"{now} s{under} instead of {was} s"
     return (f"exported plan: predicted step {step}, peak memory "
-            f"{after.peak_memory / 2**30:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
+            f"{after.peak_memory / GiB:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
 
 
 def mtp_note(pf: PlanFile) -> str:

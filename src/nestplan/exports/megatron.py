@@ -208,9 +208,9 @@ def export(pf: PlanFile) -> Export:
     if unexported:
         notes.append(" and ".join(unexported) + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
+    fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
-                                   ("the experts' output bias", "expert_bias"))
-             if op in G.eager_pieces(m) and op not in sc.stack.eager_ops]
+                                   ("the experts' output bias", "expert_bias")) if op in fused_ops]
     if fused and sc.stack.export_format == "megatron":
         # Transformer Engine's op fuser runs both inside the fused grouped MLP (a TransformerConfig
         # field, so a Megatron-LM flag: megatron/training/arguments.py @ d98e8a64dd builds the

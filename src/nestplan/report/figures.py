@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from ..placement import rank_grid
+from ..placement import expert_grid, rank_grid
 from ..result import Evaluation
 from ..schedule import Op, makespan, simulate
 from ..svg import Svg, colour, fmt_tick, legend, shade, ticks
@@ -138,20 +138,19 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
 
 # ------------------------------------------------------------------------------------ placement
 
-def _device_roles(ev: Evaluation) -> dict[int, tuple[int, int, int, int]]:
-    """device id -> (stage, data-parallel replica, context rank, tensor rank)."""
-    grid = rank_grid(ev.plan)
+def _device_roles(grid) -> dict[int, tuple[int, int, int, int]]:
+    """device id -> (stage, data-parallel replica, context rank, tensor rank), from the plan's
+    ``rank_grid``."""
     roles = {}
     for (s, d, c, t), dev in np.ndenumerate(grid):
         roles[int(dev)] = (s, d, c, t)
     return roles
 
 
-def _expert_roles(ev: Evaluation) -> dict[int, str]:
-    """device id -> its place in the folded expert grid (``placement.expert_grid``)."""
-    from ..placement import expert_grid
-
-    egrid = expert_grid(rank_grid(ev.plan), ev.plan)  # [pp, edp, ep, etp]
+def _expert_roles(grid, plan) -> dict[int, str]:
+    """device id -> its place in the folded expert grid (``placement.expert_grid``) of the plan's
+    ``rank_grid``."""
+    egrid = expert_grid(grid, plan)  # [pp, edp, ep, etp]
     return {int(dev): f", ep rank {e}, expert-tp rank {t}, expert-dp replica {d}"
             for (_, d, e, t), dev in np.ndenumerate(egrid)}
 
@@ -160,8 +159,9 @@ def placement(ev: Evaluation) -> Svg:
     """Every device in its node, nodes in their switch groups, coloured by stage and shaded by
     data-parallel replica."""
     cluster, gpus = ev.scenario.cluster, ev.gpus
-    roles = _device_roles(ev)
-    experts = _expert_roles(ev) if ev.scenario.model.moe is not None else {}
+    grid = rank_grid(ev.plan)
+    roles = _device_roles(grid)
+    experts = _expert_roles(grid, ev.plan) if ev.scenario.model.moe is not None else {}
     levels = cluster.levels
     sizes = [lvl.size for lvl in levels[:-1]]  # children per block of each bounded level
     per_node = sizes[0] if sizes else gpus

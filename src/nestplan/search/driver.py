@@ -341,8 +341,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         names = ", ".join(world.stack.recompute[p].name for p in (policies or ()))
         raise InfeasibleError(f"{method} searches only the recompute policies {names}; "
                               "the constraints allow none of them")
-    permitted = np.zeros(len(world.stack.recompute), dtype=bool)  # for the shortfall
-    permitted[sorted({p for s in sets for p in s})] = True
+    permitted = _policy_mask(world.stack, {p for s in sets for p in s})  # for the shortfall
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
     fixed = tuple(s[0] for s in sets) if single else None
     heap: list = []
@@ -362,7 +361,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                               shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
-    unfit: list[Parallelism] = []  # configurations no split fits (``_positions_fit``)
+    unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
     last_report = start
@@ -441,8 +440,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             bound = -found[0].key if len(found) >= top else np.inf
             if set_bound >= bound:
                 break
-            allow = np.zeros(len(world.stack.recompute), dtype=bool)
-            allow[list(allowed)] = True
+            allow = _policy_mask(world.stack, allowed)
             ok = [o & allow for o in base_ok]
             if per_stage:  # one fixed policy per pipeline device
                 ok = [o & (np.arange(len(allow)) == world.stack.policy_index(per_stage[i]))
@@ -455,14 +453,12 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 heapq.heappush(found, entry)
             else:
                 heapq.heappushpop(found, entry)
-        if memory_aware and not found:
-            # how far the policies allowed here are from fitting the whole model (a cell of a
-            # few blocks may fit where no split of all of them does)
-            peak = _least_peak(tb, permitted)
-            if peak > cap:
-                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
+        if memory_aware and not found:  # measured at the end, if nothing is found at all
+            unfit.append(par)
     if not found:
-        # the configurations no split could fit: their least peak says how far off they are
+        # how far the allowed policies are from fitting the whole model, for the configurations
+        # no split could fit and those no plan came from (a cell of a few blocks may fit where no
+        # split of all of them does)
         for par in unfit:
             tb = T.build(D.config_costs(world, par))
             peak = _least_peak(tb, permitted) if tb is not None else np.inf
@@ -476,6 +472,13 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
+
+
+def _policy_mask(stack: StackSpec, indices) -> np.ndarray:
+    """A mask over the stack's recompute policies, true at ``indices``."""
+    mask = np.zeros(len(stack.recompute), dtype=bool)
+    mask[sorted(indices)] = True
+    return mask
 
 
 def _least_peak(tb, permitted: np.ndarray) -> float:

@@ -327,6 +327,7 @@ def _products(values, n):
 
 RUNNERS = {"nest": nest, "manual": manual, "phaze": phaze, "alpa": alpa, "mist": mist,
            "mcmc": mcmc, "exhaustive": exhaustive}
+assert tuple(RUNNERS) == METHODS, "search/constraints.py's METHODS names these runners"
 
 
 def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,

@@ -119,9 +119,9 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         raise SpecError("output", str(path), f"cannot read it as a results CSV ({_one_line(e)}); "
                         "give another --output or delete the file") from None
     if rows and rows[0] == [c for c in columns if c not in LATER_COLUMNS]:
-        old = rows[0]
-        rows = [columns] + [[dict(zip(old, r)).get(c, "") for c in columns]
-                            if len(r) == len(old) else r for r in rows[1:]]
+        at = {c: i for i, c in enumerate(rows[0])}
+        rows = [columns] + [[r[at[c]] if c in at else "" for c in columns]
+                            if len(r) == len(at) else r for r in rows[1:]]
         out.upgraded = True
     if not rows or rows[0] != columns:
         have = rows[0] if rows else []
