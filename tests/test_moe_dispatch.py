@@ -532,7 +532,7 @@ def test_padded_expert_tokens_are_megatrons_capacity(capacity, ep):
     assert fc1.shape[0] == pytest.approx(moe.experts // ep * per_expert * ep)
 
 
-@pytest.mark.parametrize("name", sorted(MOE_FILES))
+@pytest.mark.parametrize("name", sorted(MOE_FILES) + ["held_out_runs.csv"])
 def test_every_moe_row_runs_what_its_notes_state(name):
     """A row's stack runs the dispatcher, expert all-to-all overlap, CUDA graphs and recompute
     modules its notes state (each row's notes quote its recipe; a stack file that drifted from

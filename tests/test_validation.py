@@ -37,7 +37,7 @@ HELD_OUT_ERRORS = {
     "nemo2511-llama3-8b-8g": +22.7, "nemo2509-llama3-70b-64g": +12.8,
     "nemo2602-llama3-70b-64g": +11.3, "nemo2509-llama3-405b-1024g": -0.2,
     "nemo2602-llama3-405b-1024g": -0.6,
-    "nemo2511-qwen3-30b-a3b-16g": -51.7, "nemo2509-deepseek-v3-1024g": -10.8,
+    "nemo2511-qwen3-30b-a3b-16g": -32.9, "nemo2509-deepseek-v3-1024g": -10.8,
     "mcore-moezoo-qwen3-235b-fsdp": +38.0, "mcore-moezoo-qwen3-235b-tp4pp8": +6.8,
     "automodel-deepseek-v3-1024g": +4.5, "automodel-deepseek-v3-256g": +26.2,
     "automodel-qwen3-30b-a3b-8g": +23.9,

@@ -113,8 +113,9 @@ class Schedule:
     whose order each rank runs on half the ranks and half the micro-batches; the cost model runs
     that fold (``specs.fold``)."""
 
-    def check(self, pp: int, vp: int, micro: int) -> tuple[str, object, str] | None:
-        """Why a plan with these degrees cannot use this schedule, as (field, value, rule)."""
+    def check(self, pp: int, vp: int, micro: int | None = None) -> tuple[str, object, str] | None:
+        """Why a plan with these degrees cannot use this schedule, as (field, value, rule);
+        ``micro`` (micro-batches per replica) None: the degrees alone."""
         if self.chunks == "one" and vp != 1:
             return "vp", vp, f"schedule {self.name} runs one model chunk per device; use vp = 1"
         if self.chunks == "many" and pp > 1 and vp < 2:
@@ -126,6 +127,11 @@ class Schedule:
         if self.mirrored and pp < 4:
             return "pp", pp, (f"schedule {self.name} is modelled from 4 pipeline ranks (2 ranks "
                               "hold the whole model twice)")
+        if micro is None:
+            return None
+        if self.looped_rounds and pp > 1 and micro % pp:
+            return "micro-batches", micro, (f"schedule {self.name} runs the micro-batches in "
+                                            f"rounds of pp = {pp}: give a multiple of it")
         if pp > 1 and micro < self.min_micro * pp:
             return "micro-batches", micro, (f"schedule {self.name} needs at least "
                                             f"{self.min_micro * pp} per replica (pp = {pp})")
@@ -133,6 +139,13 @@ class Schedule:
             return "micro-batches", micro, (f"schedule {self.name} needs an even count per "
                                             "replica (half enter at each end)")
         return None
+
+    @property
+    def looped_rounds(self) -> bool:
+        """Runs looped chunks (device ``i`` holds ``i, i + p, ...``) over the micro-batches in
+        rounds of ``pp`` (Megatron-Core's interleaved schedule asserts a multiple of ``pp``), so
+        the micro-batch count must be one (``check``)."""
+        return self.chunks == "many"
 
     def model_chunks(self, pp: int, vp: int) -> int:
         """Distinct model chunks (``pp·vp``; a mirrored schedule holds each one twice)."""

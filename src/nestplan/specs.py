@@ -767,12 +767,13 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
     micro = t.global_batch // per_replica
-    if par.vp > 1 and not (par.pipeline.v_shape or par.pipeline.mirrored) and micro % par.pp:
-        raise SpecError("global_batch", t.global_batch, f"the interleaved schedule needs the "
-                        f"micro-batch count ({micro}) to be a multiple of pp = {par.pp}")
     why = par.pipeline.check(par.pp, par.vp, micro)
     if why is not None:
-        raise SpecError(*why)
+        field, value, rule = why
+        if field == "micro-batches":  # the input the user gave: the global batch
+            field, value, rule = "global_batch", t.global_batch, (
+                f"{micro} micro-batches per replica (global_batch / (mbs·dp)): {rule}")
+        raise SpecError(field, value, rule)
     if par.pipeline.mirrored and any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r)
                                      for r in range(par.pp)):
         raise SpecError("recompute", par.recompute_text, f"under {par.pipeline.name} rank r "

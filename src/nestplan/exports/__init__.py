@@ -101,7 +101,8 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
     tr = pf.scenario.training
     micro = tr.global_batch // (par.mbs * par.dp)
-    if par.vp > 1 and "interleaved-1f1b" in offered and micro % par.pp == 0:
+    if (par.vp > 1 and "interleaved-1f1b" in offered
+            and SCHEDULES["interleaved-1f1b"].check(par.pp, par.vp, micro) is None):
         target, vp = SCHEDULES["interleaved-1f1b"], par.vp
         layers = target.model_order(local, par.pp, vp)
         how = ""

@@ -166,8 +166,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         if con.pp == 1:
             raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
         rule = SCHEDULES[con.schedule]
-        why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1),
-                         1 << 30)
+        why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1))
         if why is not None and con.vp is not None:
             raise SpecError(*why)
     # what the stack does not run at all (the search would find nothing and say less)

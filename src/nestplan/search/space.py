@@ -10,7 +10,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
   attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp;
 * pp: divides the rest, at most the layers; vp: 1, or up to ``MAX_VP`` chunks per device with
-  a micro-batch count divisible by pp and at least one block per chunk (``split_units``: each
+  a micro-batch count one of the stack's schedules runs with them (``Schedule.check``: rounds
+  of pp when looped, at least 2·pp in a V) and at least one block per chunk (``split_units``: each
   device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
   the layers and repeats one split in every round);
 * zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS``;
@@ -178,11 +179,12 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     vps = [1]
     if not sc.stack.interleaves or shape.pp == 1:
         return _pick(con.vp, vps)
-    # looped interleaving needs the micro-batches in rounds of pp; a V (two chunks) only enough
-    # of them, which its schedules check
-    v_shaped = any(SCHEDULES[n].v_shape for n in sc.stack.schedules) and model.homogeneous
+    # a chunk count some searched schedule of the stack runs with these micro-batches (looped
+    # interleaving in rounds of pp, a V with enough of them: ``Schedule.check``)
+    searched = [SCHEDULES[n] for n in sc.stack.schedules if not SCHEDULES[n].mirrored
+                and (not SCHEDULES[n].v_shape or model.homogeneous)]
     for v in range(2, MAX_VP + 1):
-        if micro % shape.pp and not (v == 2 and v_shaped):
+        if all(s.check(shape.pp, v, micro) is not None for s in searched):
             continue
         units, least = split_units(model, v)
         if (model.homogeneous or model.layers % v == 0) and units >= shape.pp * least:
@@ -199,7 +201,7 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
     default = resolve(None, vp).name
     offered = sc.stack.schedules
     names = [n for n in offered
-             if SCHEDULES[n].check(pp, vp, 1 << 30) is None
+             if SCHEDULES[n].check(pp, vp) is None
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
              and (not SCHEDULES[n].v_shape or sc.model.homogeneous)
