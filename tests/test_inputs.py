@@ -229,7 +229,7 @@ def test_gib_text_keeps_a_small_shortfall_visible():
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.update(gpus=0), "p.json: gpus"),
     (lambda d: d["cluster"]["levels"][0].update(size=0), "p.json: levels["),
-    (lambda d: d["training"].update(seq_len=-1), "p.json: seq_len"),
+    (lambda d: d["training"].update(seq_len=-1), "p.json: training.seq_len"),
     (lambda d: d["plan"].update(tp=3), "p.json: dp"),
 ])
 def test_every_error_in_a_plan_file_names_the_file(tmp_path, edit, field):

@@ -417,8 +417,12 @@ def cmd_export(args) -> int:
         if out.extras:
             print("nestplan: give -o PATH to also write " + ", ".join(
                 f"PATH{s}" for s in out.extras), file=sys.stderr)
-    for note in out.notes:
-        print(f"nestplan: note: {note}", file=sys.stderr)
+    import warnings
+
+    from .errors import Note
+
+    for note in out.notes:  # after the output, with the plan file's own notes (main)
+        warnings.warn(note, Note)
     return 0
 
 

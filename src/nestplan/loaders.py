@@ -375,7 +375,12 @@ def training_from_table(table: dict, where: str = "training"):
             kw[key] = float(_typed(table, key, where, _NUM))
     if "precision" in table:
         kw["precision"] = Precision.parse(f"{where}.precision", table["precision"])
-    return TrainingSpec(**kw)
+    try:
+        return TrainingSpec(**kw)
+    except SpecError as e:  # named by the file's key (the spec names command-line flags)
+        key = {"moe-imbalance": "moe_imbalance", "moe-capacity-factor": "moe_capacity"}.get(
+            e.field, e.field)
+        raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
 
 
 # ----------------------------------------------------------------------------- stack
