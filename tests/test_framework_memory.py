@@ -157,6 +157,20 @@ def test_megatron_core_recompute_modules_save_what_the_stack_says(modules, moe):
     assert predicted(MATERIALIZED, "modules:" + modules, moe) == pytest.approx(got, rel=0.10)
 
 
+@pytest.mark.xdist_group("frameworks")
+def test_the_frameworks_tests_share_one_worker(request):
+    """conftest puts every frameworks test in one xdist group, so that one worker, not each,
+    starts the frameworks (the measurements above run once per worker that asks). pytest-xdist
+    tags a grouped test's id with its group; a pytest whose ids it cannot tag spreads the group
+    over every worker without a word (pytest-dev/pytest-xdist#1386: pytest 9.2, hence the pin in
+    pyproject's test extra)."""
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not request.config.getvalue("loadgroup"):
+        pytest.skip("not run by pytest-xdist with --dist loadgroup")
+    assert request.node.nodeid.endswith("@frameworks"), request.node.nodeid
+
+
 def test_materialised_gqa_attention_keeps_k_and_v_for_every_head():
     """The fix the CPU check asked for, without the frameworks: under GQA the unfused attention
     keeps K and V repeated to all heads, and selective recomputation drops the copies."""
