@@ -86,6 +86,9 @@ case("evaluate--schedule-without-pp", [*EVAL, "--schedule", "zbv"], "schedule")
 for v in ("sometimes", "", "full,,none", "none,", "FULL"):
     case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "recompute")
     case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "recompute")
+for v in ("none*0,full", "none*x", "*3", "full*5000", "none*-1"):  # name*k: k stages in a row
+    case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "name*k")
+    case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "name*k")
 for v in ("tp-tp-dp-pp", "dp", "tp-cp-dp-xx", "", "tp-cp-dp-pp-pp"):
     case(f"evaluate--rank-order={v!r}", [*EVAL, "--rank-order", v], "rank-order")
 for v in ("0", "-1", "101", "x", "100000"):

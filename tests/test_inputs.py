@@ -5,6 +5,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from campaign_run import base_plan
 from console import cli, one_line_error
@@ -83,6 +85,31 @@ def test_per_stage_recomputation_is_kept_by_the_search():
                          "--pp", 2, "--recompute", "full,none", "--json", "--top", 1)
     assert code == 0, err
     assert json.loads(out)["recompute"] == ["full", "none"]
+
+
+@given(st.lists(st.sampled_from(["none", "selective", "fine-grained", "full"]), min_size=1,
+                max_size=40))
+def test_per_stage_policies_print_as_runs_and_read_back(names):
+    """A plan prints its policies with runs of one name as name*k; that text reads back as the
+    same policy on every stage."""
+    from nestplan.recompute import names_text, parse_names
+
+    text = names_text(names)
+    back = parse_names("recompute", text)
+    assert (back * len(names) if len(back) == 1 else back) == tuple(names)
+    runs = 1 + sum(a != b for a, b in zip(names, names[1:]))  # one item per run of one name
+    assert len(text.split(",")) == runs
+
+
+def test_a_plan_prints_per_stage_policies_as_runs_and_takes_them_back():
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1,
+            "--pp", 8, "--mbs", 1, "--global-batch", 64, "--seq-len", 2048]
+    code, out, err = cli("evaluate", *args, "--recompute", "full*3,none,full*4")
+    assert code == 0, err
+    assert "recompute=full*3,none,full*4 " in out
+    code, out, err = cli("evaluate", *args, "--recompute", "full,full,full,none,full,full,full,"
+                         "full", "--json")
+    assert code == 0 and json.loads(out)["recompute"] == ["full"] * 3 + ["none"] + ["full"] * 4
 
 
 def test_evaluate_refuses_sequence_parallelism_without_tp():

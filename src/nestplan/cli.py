@@ -80,7 +80,7 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
                    "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
                    "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
-                   "comma-separated")
+                   "comma-separated, name*k for k stages in a row (none*3,full)")
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -96,15 +96,46 @@ def parse_rule(where: str, rule: object) -> str:
     raise SpecError(where, rule, allowed)
 
 
+MAX_REPEAT = 4096
+"""Largest ``name*k`` repeat a policy list takes (far more pipeline stages than any plan has)."""
+
+
 def parse_names(where: str, value: object) -> tuple[str, ...]:
-    """Policy names from a flag or file value: ``"full"``, ``"none,full"`` or a list of names.
-    Whether the stack offers them is checked with the plan (``StackSpec.unsupported``)."""
+    """Policy names from a flag or file value: ``"full"``, ``"none,full"``, ``"none*3,full"``
+    (``k`` stages in a row: what ``names_text`` writes) or a list of names. Whether the stack
+    offers them is checked with the plan (``StackSpec.unsupported``)."""
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    names = tuple(str(r).strip() for r in items)
+    names: list[str] = []
+    for item in (str(r).strip() for r in items):
+        name, star, count = item.rpartition("*")
+        if not star:
+            names.append(item)
+            continue
+        if not (count.isdigit() and 1 <= int(count) <= MAX_REPEAT) or not name.strip():
+            raise SpecError(where, value, f"{item!r}: a policy repeated over stages is name*k, "
+                            f"k from 1 to {MAX_REPEAT}, e.g. none*3,full")
+        names += [name.strip()] * int(count)
     if not names or not all(names):
         raise SpecError(where, value,
                         "give one policy name or one per pipeline stage, e.g. full or none,full")
-    return names
+    return tuple(names)
+
+
+def names_text(names) -> str:
+    """Per-stage policy names as ``--recompute`` takes them: one name when every stage has it,
+    else ``runs_text``."""
+    return names[0] if len(set(names)) == 1 else runs_text(names)
+
+
+def runs_text(names) -> str:
+    """Policy names in order, a run of one name as ``name*k`` (``none*3,full,none*4``)."""
+    runs: list[list] = []
+    for name in names:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return ",".join(name if k == 1 else f"{name}*{k}" for name, k in runs)
 
 
 def standard(where: str, names) -> tuple[Policy, ...]:

@@ -534,8 +534,10 @@ class Parallelism(_CachedHash):
             object.__setattr__(self, "recompute", tuple(str(r) for r in self.recompute))
         if not self.recompute or len(self.recompute) not in (1, self.pp) or not all(
                 self.recompute):
-            raise SpecError("recompute", ",".join(self.recompute),
-                            f"give one policy or one per pipeline stage ({self.pp})")
+            from .recompute import runs_text
+
+            raise SpecError("recompute", runs_text(self.recompute), "give one policy or one per "
+                            f"pipeline stage ({self.pp}; {len(self.recompute)} given)")
         if len(self.rank_order) != len(RANK_AXES) or set(self.rank_order) != _RANK_SET:
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
                             "must order each of tp, cp, dp, pp once")
@@ -592,8 +594,10 @@ class Parallelism(_CachedHash):
 
     @property
     def recompute_text(self) -> str:
-        """The policies as ``--recompute`` takes them: one name, or one per stage."""
-        return self.recompute[0] if len(set(self.recompute)) == 1 else ",".join(self.recompute)
+        """The policies as ``--recompute`` takes them (``recompute.names_text``)."""
+        from .recompute import names_text
+
+        return names_text(self.recompute)
 
     def recompute_of(self, stage: int) -> str:
         return self.recompute[0] if len(self.recompute) == 1 else self.recompute[stage]
