@@ -86,7 +86,7 @@ case("evaluate--schedule-without-pp", [*EVAL, "--schedule", "zbv"], "schedule")
 for v in ("sometimes", "", "full,,none", "none,", "FULL"):
     case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "recompute")
     case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "recompute")
-for v in ("none*0,full", "none*x", "*3", "full*5000", "none*-1"):  # name*k: k stages in a row
+for v in ("none*0,full", "none*x", "*3", "full*5000", "none*-1", "none*\u00b2"):  # name*k: k stages in a row
     case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "name*k")
     case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "name*k")
 for v in ("tp-tp-dp-pp", "dp", "tp-cp-dp-xx", "", "tp-cp-dp-pp-pp"):

@@ -85,8 +85,9 @@ def test_console_script_runs():
     (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
     (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),
     (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
-     "global_batch: got 1552; 97 micro-batches per replica (global_batch / (mbs·dp)): "
-     "schedule interleaved-1f1b runs the micro-batches in rounds of pp = 8: give a multiple of it"),
+     "global_batch: got 1552; 97 micro-batches per replica (global_batch / (mbs·dp)); "
+     "schedule interleaved-1f1b runs them in rounds of pp = 8: their count must be a multiple "
+     "of 8"),
     (swap(BASE, "--rank-order", "tp-dp-pp"), "rank-order: got 'tp-dp-pp'"),
     (swap(BASE, "--tp", "eight"), "argument --tp: invalid int value: 'eight'"),
 ])

@@ -377,10 +377,8 @@ def training_from_table(table: dict, where: str = "training"):
         kw["precision"] = Precision.parse(f"{where}.precision", table["precision"])
     try:
         return TrainingSpec(**kw)
-    except SpecError as e:  # named by the file's key (the spec names command-line flags)
-        key = {"moe-imbalance": "moe_imbalance", "moe-capacity-factor": "moe_capacity"}.get(
-            e.field, e.field)
-        raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
+    except SpecError as e:  # named by the file's key under its table
+        raise SpecError(f"{where}.{e.field}", e.value, e.allowed) from None
 
 
 # ----------------------------------------------------------------------------- stack

@@ -79,6 +79,9 @@ from dataclasses import dataclass
 
 from .caching import cached
 
+MICRO_BATCHES = "micro-batches"
+"""The field ``Schedule.check`` names when the micro-batch count per replica breaks a rule."""
+
 OpKey = tuple[str, int, int]
 """(kind, local chunk, micro-batch) of one operation on a device."""
 
@@ -130,14 +133,14 @@ class Schedule:
         if micro is None:
             return None
         if self.looped_rounds and pp > 1 and micro % pp:
-            return "micro-batches", micro, (f"schedule {self.name} runs the micro-batches in "
-                                            f"rounds of pp = {pp}: give a multiple of it")
+            return MICRO_BATCHES, micro, (f"schedule {self.name} runs them in rounds of pp = "
+                                          f"{pp}: their count must be a multiple of {pp}")
         if pp > 1 and micro < self.min_micro * pp:
-            return "micro-batches", micro, (f"schedule {self.name} needs at least "
-                                            f"{self.min_micro * pp} per replica (pp = {pp})")
+            return MICRO_BATCHES, micro, (f"schedule {self.name} needs at least "
+                                          f"{self.min_micro * pp} per replica (pp = {pp})")
         if self.mirrored and micro % 2:
-            return "micro-batches", micro, (f"schedule {self.name} needs an even count per "
-                                            "replica (half enter at each end)")
+            return MICRO_BATCHES, micro, (f"schedule {self.name} needs an even count per "
+                                          "replica (half enter at each end)")
         return None
 
     @property

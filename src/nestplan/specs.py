@@ -15,7 +15,7 @@ from .errors import SpecError
 from typing import TYPE_CHECKING
 
 from .options import MLPKind, Norm, Position, Precision
-from .schedule import SCHEDULES, resolve
+from .schedule import MICRO_BATCHES, SCHEDULES, resolve
 from .units import US
 
 if TYPE_CHECKING:  # stack.py builds on this module's helpers
@@ -463,11 +463,10 @@ class TrainingSpec(_CachedHash):
                 raise SpecError(name, value, f"at most {MAX_TOKENS:,} is supported")
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
-        for f, flag in (("moe_imbalance", "moe-imbalance"),
-                        ("moe_capacity", "moe-capacity-factor")):
+        for f in ("moe_imbalance", "moe_capacity"):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and 1 <= v <= 64):
-                raise SpecError(flag, v, "must be a ratio to the mean load in [1, 64]")
+                raise SpecError(f, v, "must be a ratio to the mean load in [1, 64]")
 
     @property
     def moe_load(self) -> float:
@@ -774,9 +773,9 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     why = par.pipeline.check(par.pp, par.vp, micro)
     if why is not None:
         field, value, rule = why
-        if field == "micro-batches":  # the input the user gave: the global batch
+        if field == MICRO_BATCHES:  # the input the user gave: the global batch
             field, value, rule = "global_batch", t.global_batch, (
-                f"{micro} micro-batches per replica (global_batch / (mbs·dp)): {rule}")
+                f"{micro} micro-batches per replica (global_batch / (mbs·dp)); {rule}")
         raise SpecError(field, value, rule)
     if par.pipeline.mirrored and any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r)
                                      for r in range(par.pp)):

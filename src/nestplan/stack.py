@@ -305,9 +305,10 @@ class StackSpec(_CachedHash):
         if len(set(names)) != len(names):
             raise SpecError("stack.recompute", names, "policy names must differ")
         for name in names:
-            if not name or any(c in name for c in ", \t"):
+            if not name or any(c in name for c in ", \t*"):
                 raise SpecError("stack.recompute", name, "a policy name is one word without "
-                                "commas (plans list one per stage, comma-separated)")
+                                "commas or '*' (plans list one per stage, comma-separated, "
+                                "name*k for k stages in a row)")
         self._check_megatron_combinations()
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
@@ -451,7 +452,7 @@ class StackSpec(_CachedHash):
                 return "recompute", r, f"stack {n} offers " + ", ".join(
                     p.name for p in self.recompute)
         if len(set(par.recompute)) > 1 and not self.recompute_per_stage:
-            return "recompute", ",".join(par.recompute), (
+            return "recompute", par.recompute_text, (
                 f"stack {n} applies one policy to every stage")
         return None
 

@@ -74,9 +74,8 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     chosen = min(policies, key=lambda p: effect(p, block).saved)
     notes = []
     if len(set(policies)) > 1:
-        per = ", ".join(f"stage {s}: {p.name}" for s, p in enumerate(policies))
-        notes.append(f"per-stage recomputation ({per}) cannot be expressed; every stage uses "
-                     f"'{chosen.name}', the one that keeps the least")
+        notes.append(f"per-stage recomputation ({par.recompute_text}) cannot be expressed; "
+                     f"every stage uses '{chosen.name}', the one that keeps the least")
     return chosen, notes
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..axes import Axis
 from ..errors import SpecError
+from ..recompute import runs_text
 from ..schedule import SCHEDULES
 from ..specs import Scenario
 
@@ -153,7 +154,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):
-            raise SpecError("recompute", ",".join(con.recompute),
+            raise SpecError("recompute", runs_text(con.recompute),
                             f"one policy per pipeline stage needs --pp {len(con.recompute)}")
     for name in con.recompute or ():
         sc.stack.policy(name)  # names the stack's policies when it is not one of them
@@ -182,5 +183,5 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         + ", ".join(map(str, sc.stack.zero_stages)))
     if con.recompute is not None and len(set(con.recompute)) > 1 \
             and not sc.stack.recompute_per_stage:
-        raise SpecError("recompute", ",".join(con.recompute),
+        raise SpecError("recompute", runs_text(con.recompute),
                         f"stack {sc.stack.name} applies one policy to every stage")

@@ -64,7 +64,7 @@ def run_task(scenario, method: str, constraints) -> dict:
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
     if isinstance(row["recompute"], list):
-        row["recompute"] = ",".join(row["recompute"])
+        row["recompute"] = ",".join(row["recompute"])  # data: every stage, for splitting
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
