@@ -100,6 +100,8 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
 
 def check_constraints(sc: Scenario, con: Constraints) -> None:
     """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
+    from .space import interleaves  # the split rule's home (space imports this module)
+
     m, tr, gpus = sc.model, sc.training, sc.gpus
     rules = [
         ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
@@ -112,7 +114,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
         ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
          f"must divide global_batch = {tr.global_batch}"),
-        ("vp", con.vp, lambda v: v <= MAX_VP and (v == 1 or m.homogeneous or m.layers % v == 0),
+        ("vp", con.vp, lambda v: v <= MAX_VP and interleaves(m, v),
          f"must be at most {MAX_VP}" + ("" if m.homogeneous else
                                         f", and 1 or a divisor of layers = {m.layers} (its "
                                         "blocks differ: dense and MoE)")),

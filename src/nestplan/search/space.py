@@ -152,6 +152,22 @@ def split_units(model, vp: int) -> tuple[int, int]:
     return model.layers // vp, 1
 
 
+def interleaves(model, vp: int, schedule=None) -> bool:
+    """Whether the split rule runs ``model`` in ``vp`` chunks per device placed by ``schedule``
+    (looped when not given): a model whose blocks differ (dense and MoE) only in rounds of
+    ``layers / vp`` blocks, and never in a V."""
+    if vp == 1 or model.homogeneous:
+        return True
+    return model.layers % vp == 0 and not (schedule is not None and schedule.v_shape)
+
+
+def splits(model, pp: int, vp: int, schedule=None) -> bool:
+    """Whether the split rule places ``model`` on ``pp`` devices of ``vp`` chunks each
+    (``interleaves``), every device holding its least share of the units (``split_units``)."""
+    units, least = split_units(model, vp)
+    return interleaves(model, vp, schedule) and units >= pp * least
+
+
 def chunk_sizes(model, pp: int, vp: int, per_device, schedule=None) -> tuple[int, ...]:
     """Blocks per chunk (model order) from the DP's units per device; ``schedule`` places the
     chunks (looped when not given; a V only for models whose blocks are all alike)."""
@@ -180,14 +196,12 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     if not sc.stack.interleaves or shape.pp == 1:
         return _pick(con.vp, vps)
     # a chunk count some searched schedule of the stack runs with these micro-batches (looped
-    # interleaving in rounds of pp, a V with enough of them: ``Schedule.check``)
-    searched = [SCHEDULES[n] for n in sc.stack.schedules if not SCHEDULES[n].mirrored
-                and (not SCHEDULES[n].v_shape or model.homogeneous)]
+    # interleaving in rounds of pp, a V with enough of them: ``Schedule.check``) and the split
+    # rule places (``splits``)
+    searched = [SCHEDULES[n] for n in sc.stack.schedules if not SCHEDULES[n].mirrored]
     for v in range(2, MAX_VP + 1):
-        if all(s.check(shape.pp, v, micro) is not None for s in searched):
-            continue
-        units, least = split_units(model, v)
-        if (model.homogeneous or model.layers % v == 0) and units >= shape.pp * least:
+        if any(s.check(shape.pp, v, micro) is None and splits(model, shape.pp, v, s)
+               for s in searched):
             vps.append(v)
     return _pick(con.vp, vps)
 
@@ -204,7 +218,7 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
              if SCHEDULES[n].check(pp, vp) is None
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
-             and (not SCHEDULES[n].v_shape or sc.model.homogeneous)
+             and splits(sc.model, pp, vp, SCHEDULES[n])
              # DualPipe is evaluated, not searched (README, "Pipeline schedules")
              and not SCHEDULES[n].mirrored
              # GPipe has 1F1B's span and holds more (m >= p - i micro-batches on every stage):

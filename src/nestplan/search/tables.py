@@ -69,15 +69,15 @@ def _classes(cc: D.ConfigCosts):
     """(valid cells, per device (X, F, W, end of step without deferred weight gradients, memory
     parts), constant) of ``cc``'s plan on its schedule's chunk placement; None when the units
     cannot give every device its least share."""
-    from .space import chunk_counts, split_units
+    from .space import chunk_counts, split_units, splits
 
     sc, par = cc.sc, cc.par
     model = sc.model
     p, v = par.pp, par.vp
     schedule = par.pipeline
-    units, least = split_units(model, v)
-    if units < p * least or (not model.homogeneous and (model.layers % v or schedule.v_shape)):
+    if not splits(model, p, v, schedule):
         return None
+    units, least = split_units(model, v)
     idx = np.arange(units + 1)
     top = units - (p - 1) * least
     if model.homogeneous:
