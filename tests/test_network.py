@@ -132,6 +132,27 @@ def _brute_k(groups, blocks) -> tuple[int, ...]:
     return tuple(ks)
 
 
+def _brute_fan(groups, blocks) -> tuple[int, ...]:
+    """Per level, the most blocks of the level below (devices below level 0) that one block
+    holds members of, over every row and every block it touches."""
+    below = (1, *blocks[:-1])
+    return tuple(max(max(len({int(d) // c for d in row if int(d) // b == blk})
+                         for blk in {int(d) // b for d in row}) for row in groups)
+                 for b, c in zip(blocks, below))
+
+
+def _brute_layout(layout, groups, blocks) -> bool:
+    """The layout's members per block and blocks per level equal a count over every row, and so
+    does its fan-in at every level its traffic crosses (where the hierarchical and tree
+    collectives read it)."""
+    from nestplan.cost.network import _fan_in
+
+    fan = _brute_fan(groups, blocks)
+    crossed = [i for i, k in enumerate(layout.k) if k > (layout.k[i - 1] if i else 1)]
+    return (layout.k == _brute_k(groups, blocks) and _brute_counts(layout, groups, blocks)
+            and all(_fan_in(layout, i) == fan[i] for i in crossed))
+
+
 def _random_cluster(rng) -> ClusterSpec:
     node, pod = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 5, 32])
     return ClusterSpec(name="c", accelerator=H100.accelerator, levels=(
@@ -176,14 +197,12 @@ def test_group_levels_equal_a_count_over_every_row():
             rows.append(np.stack([grid[0].ravel(), grid[-1].ravel()], axis=1))
         got = _dense_groups((tp, pp, dp, cp, order), cluster, par.devices)
         for layout, r in zip(got, rows):
-            assert layout.k == _brute_k(r, blocks), (par, blocks)
-            assert _brute_counts(layout, r, blocks), (par, blocks)
+            assert _brute_layout(layout, r, blocks), (par, blocks)
         if pp == 1:
             assert got[3].k == tuple(1 for _ in blocks)
         egrid = expert_grid(grid, par)
         for r in [_rows(egrid, a) for a in (1, 2, 3)]:
-            got_e = _group_layout(r, blocks)
-            assert got_e.k == _brute_k(r, blocks) and _brute_counts(got_e, r, blocks)
+            assert _brute_layout(_group_layout(r, blocks), r, blocks), (par, blocks)
         assert np.array_equal(np.sort(grid.ravel()), np.arange(par.devices))
 
 

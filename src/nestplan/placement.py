@@ -39,6 +39,10 @@ class GroupLayout:
     blocks: tuple[int, ...] = ()
     """Blocks of each level that a group touches, at most (the last entry is 1; empty: ``size``
     over ``k``, a group that fills its blocks evenly)."""
+    fan: tuple[int, ...] = ()
+    """Per level, the most blocks of the level below (devices below level 0) that one block of
+    this level holds members of: what a hierarchical collective gathers there (empty: a group
+    that fills its blocks evenly, ``count(level - 1) / count(level)``)."""
 
     def count(self, level: int) -> int:
         """Blocks of ``level`` the group touches (-1: its devices)."""
@@ -95,28 +99,44 @@ def _block_sizes(cluster: ClusterSpec, gpus: int) -> tuple[int, ...]:
     return (*cluster.block_sizes(), max(gpus, 1))
 
 
-def _fewest_in_a_block(rows: np.ndarray, b: int) -> tuple[int, int]:
-    """Over sorted rows of device ids: the fewest members any row has in one block of size
-    ``b`` that it touches (its most exposed members' company: a group of 32 split 8 + 24 by a
-    rack boundary sends three quarters of its all-to-all across it from the 8, not a half), and
-    the most blocks a row touches."""
+def _starts(rows: np.ndarray, b: int) -> np.ndarray:
+    """Over sorted rows of device ids: where a row enters a new block of size ``b``."""
     blk = rows // b
     starts = np.ones(blk.shape, dtype=bool)
     starts[:, 1:] = blk[:, 1:] != blk[:, :-1]
+    return starts
+
+
+def _fewest_in_a_block(rows: np.ndarray, b: int, c: int = 1) -> tuple[int, int, int]:
+    """Over sorted rows of device ids: the fewest members any row has in one block of size
+    ``b`` that it touches (its most exposed members' company: a group of 32 split 8 + 24 by a
+    rack boundary sends three quarters of its all-to-all across it from the 8, not a half), the
+    most blocks a row touches, and the most blocks of size ``c`` (the level below; ``c``
+    divides ``b``) that one block holds members of (the 24 span three nodes of 8)."""
+    starts = _starts(rows, b)
     idx = np.flatnonzero(starts.ravel())
-    runs = np.diff(np.append(idx, blk.size))  # lengths of the runs of equal blocks, row by row
-    return int(runs.min()), int(starts.sum(axis=1).max())
+    runs = np.diff(np.append(idx, rows.size))  # lengths of the runs of equal blocks, row by row
+    # lower blocks entered within each run (a run's first member enters one: c divides b)
+    lower = np.add.reduceat(_starts(rows, c).ravel().astype(np.int64), idx)
+    return int(runs.min()), int(starts.sum(axis=1).max()), int(lower.max())
 
 
-def _layout(n: int, per_level: list[tuple[int, int]]) -> GroupLayout:
-    """A group of ``n`` from (fewest in a block, blocks touched) per bounded level; the
-    outermost block holds it whole."""
-    ks = _nested([k for k, _ in per_level] + [n])
-    touched = [t for _, t in per_level] + [1]
+def _layout(n: int, per_level: list[tuple[int, int, int]]) -> GroupLayout:
+    """A group of ``n`` from (fewest in a block, blocks touched, lower blocks in one block) per
+    bounded level; the outermost block holds it whole."""
+    ks = _nested([k for k, _, _ in per_level] + [n])
+    touched = [t for _, t, _ in per_level] + [1]
     for i in range(len(touched) - 2, -1, -1):  # a higher level's blocks hold the lower ones
         touched[i] = max(touched[i], touched[i + 1])
-    even = all(k * t == n for k, t in zip(ks, touched))
-    return GroupLayout(n, ks, blocks=() if even else tuple(touched))
+    below = [n, *touched[:-1]]  # blocks of the level below a row touches (devices below 0)
+    fan = [min(f, b) for (_, _, f), b in zip(per_level, below)] + [below[-1]]
+    # even: every row has k members in each of t blocks, k / k_below lower blocks in each (the
+    # fewest members times the most blocks alone can be n while rows differ: 4 in one rack
+    # beside 2 + 2 over two)
+    even = all(k * t == n for k, t in zip(ks, touched)) and all(
+        f * lower == k for f, k, lower in zip(fan, ks, (1, *ks[:-1])))
+    return GroupLayout(n, ks, blocks=() if even else tuple(touched),
+                       fan=() if even else tuple(fan))
 
 
 def _group_layout(groups: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
@@ -135,7 +155,8 @@ def _group_layout(groups: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
             n == 1 or bool((pattern[1:] > pattern[:-1]).all())):
         return _pattern_layout(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
     rows = np.sort(groups, axis=1)
-    return _layout(n, [_fewest_in_a_block(rows, b) for b in blocks[:-1]])
+    return _layout(n, [_fewest_in_a_block(rows, b, c)
+                       for b, c in zip(blocks[:-1], (1, *blocks[:-2]))])
 
 
 def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> GroupLayout:
@@ -144,16 +165,16 @@ def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> G
     blocks as any row whose first member has its residue does."""
     n = pattern.size
     per_level = []
-    for b in blocks[:-1]:  # the outermost block holds the whole group
+    for b, c in zip(blocks[:-1], (1, *blocks[:-2])):  # the outermost block holds the group
         if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
-            per_level.append((n, 1))
+            per_level.append((n, 1, n))  # its fan: capped by the level below (``_layout``)
             continue
-        per_level.append(_fewest_in_blocks_of_pattern(pattern, residues(b), b))
+        per_level.append(_fewest_in_blocks_of_pattern(pattern, residues(b), b, c))
     return _layout(n, per_level)
 
 
-def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: int
-                                 ) -> tuple[int, int]:
+def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: int,
+                                 c: int = 1) -> tuple[int, int, int]:
     """``_fewest_in_a_block`` of the rows ``r + pattern`` for the residues ``r``, from the
     members before each block boundary (a search in the sorted pattern): work in proportion to
     the blocks the rows span where that is less than rows times members (a group of 65,536 over
@@ -161,14 +182,28 @@ def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: i
     n = pattern.size
     last = int(residues.max()) + int(pattern[-1])
     if last // b + 2 >= n:  # as many boundaries as members: listing the rows costs no more
-        return _fewest_in_a_block(residues[:, None] + pattern[None, :], b)
+        return _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c)
+    counts = _block_counts(pattern, residues, b, last)
+    touched = counts > 0
+    if c == 1:  # the level below is the devices: a block's members
+        fan = int(counts.max())
+    elif last // c + 2 >= n:
+        fan = _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c)[2]
+    else:  # the lower blocks each block holds members of (c divides b: b // c per block)
+        lower = _block_counts(pattern, residues, c, last) > 0
+        fan = int(np.add.reduceat(lower, np.arange(0, lower.shape[1], b // c), axis=1).max())
+    return int(counts[touched].min()), int(touched.sum(axis=1).max()), fan
+
+
+def _block_counts(pattern: np.ndarray, residues: np.ndarray, b: int, last: int) -> np.ndarray:
+    """Members of each row ``r + pattern`` in each block of size ``b`` up to device ``last``
+    (rows by residue, columns by block), from the members below each block boundary."""
+    n = pattern.size
     bounds = np.arange(1, last // b + 1) * b  # block boundaries the rows can cross
     before = np.searchsorted(pattern, bounds[None, :] - residues[:, None])  # members below each
     edges = np.concatenate([np.zeros((residues.size, 1), dtype=before.dtype), before,
                             np.full((residues.size, 1), n, dtype=before.dtype)], axis=1)
-    counts = np.diff(edges, axis=1)  # members of each row in each block
-    touched = counts > 0
-    return int(counts[touched].min()), int(touched.sum(axis=1).max())
+    return np.diff(edges, axis=1)
 
 
 def _nested(ks: list[int]) -> tuple[int, ...]:

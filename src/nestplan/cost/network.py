@@ -45,8 +45,11 @@ def level_bandwidth(cluster: ClusterSpec, level: int, share: tuple[float, ...] =
 
 
 def _fan_in(g: GroupLayout, lvl: int) -> int:
-    """Blocks of the level below that one block of ``lvl`` gathers for the group (its lower
-    blocks over its blocks: ``k[lvl] / k[lvl - 1]`` when the group fills them evenly)."""
+    """Blocks of the level below that one block of ``lvl`` gathers for the group: the most any
+    block holds members of (``GroupLayout.fan``), or its lower blocks over its blocks when the
+    group fills them evenly."""
+    if g.fan:
+        return g.fan[lvl]
     return max(1, round(g.count(lvl - 1) / g.count(lvl)))
 
 
