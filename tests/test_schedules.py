@@ -534,8 +534,13 @@ def test_a_dualpipe_plan_costs_its_fold_on_the_real_ranks(tmp_path):
     code, out, err = cli("export", saved, "--format", "torchtitan")
     assert code == 0, err
     assert "no dualpipe schedule" in err and "DualPipeV" in out
-    code, out, err = cli("plan", *LLAMA[:-4], "--stack", stack, "--schedule", "dualpipe")
-    assert one_line_error(code, out, err, "the search does not run it"), err
+    for method in ("nest", "mcmc", "exhaustive", "mist"):  # every search, before it starts
+        code, out, err = cli("plan", *LLAMA[:-4], "--stack", stack, "--schedule", "dualpipe",
+                             "--method", method)
+        assert one_line_error(code, out, err, "the search does not run it"), (method, err)
+    code, out, err = cli("plan", *LLAMA[:-4], "--stack", stack, "--schedule", "dualpipe",
+                         "--method", "manual", "--json")  # its rules' plan, evaluated
+    assert code == 0 and json.loads(out)["schedule"] == "dualpipe", err
     plan = json.loads(saved.read_text())
     plan["plan"]["stage_layers"] = [4] * 8
     saved.write_text(json.dumps(plan))

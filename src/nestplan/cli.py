@@ -309,11 +309,13 @@ def cmd_evaluate(args) -> int:
 def _searchable(args):
     """The scenario and constraints of ``plan``/``compare``, checked before the search (and its
     numerical libraries) is loaded: a bad flag is refused at once."""
-    from .search.constraints import check_constraints
+    from .search.constraints import check_constraints, refuse_unsearchable
 
     _check_top(args.top)
     sc, con = _scenario(args), _constraints(args)
     check_constraints(sc, con)
+    if getattr(args, "method", None) != "manual":  # compare runs the searches too
+        refuse_unsearchable(con)
     return sc, con
 
 

@@ -21,12 +21,12 @@ MAX_VP = 8
 
 
 def refuse_unsearchable(con: "Constraints") -> None:
-    """The search (not every method) cannot run a mirrored schedule: refuse a constraint that
-    fixes one (SpecError naming it)."""
+    """The searches (every method but ``manual``, which evaluates the plan its rules make)
+    cannot run a mirrored schedule: refuse a constraint that fixes one (SpecError naming it)."""
     if con.schedule is not None and con.schedule in SCHEDULES and SCHEDULES[con.schedule].mirrored:
         raise SpecError("schedule", con.schedule, "the search does not run it (it costs what "
                         "dualpipev on half the ranks with twice the replicas costs, but for its "
-                        "network); evaluate a plan with it instead")
+                        "network); evaluate a plan with it, or plan with --method manual")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from ..evaluate import evaluate
 from ..schedule import SCHEDULES
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
-from .constraints import METHODS, Constraints
+from .constraints import METHODS, Constraints, refuse_unsearchable
 from .driver import SearchResult
 
 MCMC_BUDGET = 1500
@@ -335,4 +335,6 @@ def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
     """Run one method; ``name`` is one of ``METHODS``."""
     if name not in RUNNERS:
         raise SpecError("method", name, f"allowed: {', '.join(METHODS)}")
+    if name != "manual":  # one rule-made plan, evaluated; the others search the space
+        refuse_unsearchable(con)
     return RUNNERS[name](sc, con, top, progress)
