@@ -126,7 +126,8 @@ case("unknown-subcommand", ["optimise"], "invalid choice")
 case("unknown-flag", [*EVAL, "--turbo"], "unrecognized arguments")
 case("list-unknown", ["list", "gpus"], "invalid choice")
 case("list-unknown-stack", ["list", "stacks", "nosuch"], "unknown stack")
-case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml", d=DIR)
+case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml'; no such file",
+     d=DIR)
 
 # ---- HuggingFace model configs -----------------------------------------------------------------
 LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256,
@@ -427,7 +428,7 @@ for where in ("evaluate", "export", "report"):
             "report": ["report", "{d}", "-o", "{d}/r.html"]}[where]
     case(f"plan-file-directory-{where}", args, "directory", d=DIR)
     missing = [a.replace("{d}", "{d}/none.json") if a in ("{d}",) else a for a in args]
-    case(f"plan-file-missing-{where}", missing, "none.json", d=DIR)
+    case(f"plan-file-missing-{where}", missing, "none.json'; no such file", d=DIR)
 case("export-unknown-format", ["export", "{p}.json", "--format", "jax"], "format",
      **{"p.json": plan_with("gpus", 8)})
 case("export-into-missing-directory", ["export", "{p}.json", "--format", "megatron", "-o",
@@ -542,7 +543,7 @@ case("sweep-file-stack-file-bad-value", ["sweep", "{s}.toml", "--dry-run"],
      "stack.eager_ops: got 'glu-clamp'",
      **{"s.toml": SWEEP + 'stack = ["{t}.toml"]\n',
         "t.toml": 'base = "nemo"\nname = "t"\neager_ops = ["glu-clamp"]\n'})
-case("sweep-file-missing", ["sweep", "{d}/none.toml"], "none.toml", d=DIR)
+case("sweep-file-missing", ["sweep", "{d}/none.toml"], "none.toml'; no such file", d=DIR)
 case("sweep-file-directory", ["sweep", "{d}"], "directory", d=DIR)
 case("sweep-workers-zero", ["sweep", "{s}.toml", "--workers", "0"], "workers",
      **{"s.toml": SWEEP})

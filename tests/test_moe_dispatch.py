@@ -111,7 +111,16 @@ def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():
     from nestplan.search.methods import run_method
     from nestplan.search.constraints import Constraints
 
-    res = run_method("nest", sc, Constraints(tp=2, ep=8), top=20)
+    from nestplan.search import space
+
+    con = Constraints(tp=2, ep=8)
+    plain = {(p.pp, p.vp) for p in space.configurations(replace(sc, stack=get_stack(
+        "megatron-core")), con)}
+    overlap = {(p.pp, p.vp) for p in space.configurations(sc, con)}
+    # the same space less the single-chunk pipelines (which the plain stack offers)
+    assert any(pp > 1 and vp == 1 for pp, vp in plain)
+    assert overlap == {(pp, vp) for pp, vp in plain if pp == 1 or vp > 1}
+    res = run_method("nest", sc, con, top=20)
     assert all(p.plan.pp == 1 or p.plan.vp > 1 for p in res.plans)
 
 

@@ -219,6 +219,7 @@ def test_calibrate_fits_an_allocator_share_above_1_and_refuses_an_absurd_one(tmp
     else:
         assert code == 2 and len(err.strip().splitlines()) == 1 and "peak_memory_gib" in err
         assert runs_csv.row["id"] in err and "Traceback" not in err
+        assert "an allocator overhead above 10" in err  # why, not only where
 
 
 def test_the_stated_bounds_themselves_load(tmp_path):
