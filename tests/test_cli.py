@@ -247,3 +247,4 @@ def test_block_ranges_read_as_people_write_them():
     from nestplan.textfmt import block_range
 
     assert [block_range(*r) for r in ((3, 8), (5, 6), (4, 4))] == ["3-7", "5", "none"]
+
