@@ -248,3 +248,14 @@ def test_block_ranges_read_as_people_write_them():
 
     assert [block_range(*r) for r in ((3, 8), (5, 6), (4, 4))] == ["3-7", "5", "none"]
 
+
+
+def test_plan_refuses_a_bad_flag_before_loading_the_search():
+    """plan and compare check their flags before the search and its numerical libraries load:
+    a mistake costs an interpreter's start, not numpy's import (the bad-input campaign runs
+    hundreds of them)."""
+    code = ("import sys\nfrom nestplan.cli import main\n"
+            "rc = main(['plan', '--model', 'llama3-8b', '--cluster', 'dgx-h100-ndr', '--gpus', "
+            "'8', '--tp', '3', '--vp', '9'])\nprint(rc, 'numpy' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["2", "False"], (p.stdout, p.stderr)

@@ -832,6 +832,15 @@ def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
     return tuple(chunks[r] for r in range(vp) for chunks in per_device)
 
 
+def interleaves(model: ModelSpec, vp: int, schedule=None) -> bool:
+    """Whether the search's split rule runs ``model`` in ``vp`` chunks per device placed by
+    ``schedule`` (looped when not given): a model whose blocks differ (dense and MoE) only in
+    rounds of ``layers / vp`` blocks, and never in a V (``search.space.splits``)."""
+    if vp == 1 or model.homogeneous:
+        return True
+    return model.layers % vp == 0 and not (schedule is not None and schedule.v_shape)
+
+
 def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[int, ...]:
     """Blocks per chunk when a plan does not say: every device as even as possible, each
     device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving

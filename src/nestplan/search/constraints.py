@@ -11,7 +11,7 @@ from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES
-from ..specs import Scenario
+from ..specs import Scenario, interleaves
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -100,8 +100,6 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
 
 def check_constraints(sc: Scenario, con: Constraints) -> None:
     """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
-    from .space import interleaves  # the split rule's home (space imports this module)
-
     m, tr, gpus = sc.model, sc.training, sc.gpus
     rules = [
         ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,

@@ -35,7 +35,7 @@ from ..evaluate import local_strategy
 from ..schedule import SCHEDULES, resolve
 from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
-                     divisors)
+                     divisors, interleaves)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -150,15 +150,6 @@ def split_units(model, vp: int) -> tuple[int, int]:
     if vp == 1 or model.homogeneous:
         return model.layers, vp
     return model.layers // vp, 1
-
-
-def interleaves(model, vp: int, schedule=None) -> bool:
-    """Whether the split rule runs ``model`` in ``vp`` chunks per device placed by ``schedule``
-    (looped when not given): a model whose blocks differ (dense and MoE) only in rounds of
-    ``layers / vp`` blocks, and never in a V."""
-    if vp == 1 or model.homogeneous:
-        return True
-    return model.layers % vp == 0 and not (schedule is not None and schedule.v_shape)
 
 
 def splits(model, pp: int, vp: int, schedule=None) -> bool:
