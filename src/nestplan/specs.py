@@ -843,8 +843,9 @@ def interleaves(model: ModelSpec, vp: int, schedule=None) -> bool:
 
 def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[int, ...]:
     """Blocks per chunk when a plan does not say: every device as even as possible, each
-    device's blocks spread over its chunks (see ``split_space`` for the rule with interleaving
-    of models whose blocks differ); ``schedule`` places the chunks (looped when not given)."""
+    device's blocks spread over its chunks (``interleaves`` and ``search.space.split_units``:
+    the rule for models whose blocks differ); ``schedule`` places the chunks (looped when not
+    given)."""
     if schedule is not None and schedule.mirrored:  # its fold's split (``fold``)
         return default_split(model, pp // 2, vp, SCHEDULES[schedule.folds_to])
     if schedule is not None and schedule.v_shape:
