@@ -120,6 +120,11 @@ case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")
 case("plan-ep-more-than-experts", ["plan", "--model", "mixtral-8x7b", "--cluster",
                                    "dgx-h100-ndr", "--gpus", "64", "--ep", "16"], "experts")
 case("plan-per-stage-without-pp", [*SEARCH, "--recompute", "full,none"], "recompute")
+for method in ("nest", "mcmc"):  # a V of chunks for a model whose blocks differ (dense and MoE)
+    case(f"plan-v-schedule-mixed-model-{method}",
+         ["plan", "--model", "llama4-maverick", "--cluster", "dgx-h100-ndr", "--gpus", "64",
+          "--stack", "torchtitan", "--schedule", "zbv", "--vp", "2", "--method", method],
+         "places chunks in a V")
 case("plan-torchtitan-zero1", [*SEARCH, "--stack", "torchtitan", "--zero", "1"], "zero")
 case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"], "pp")
 case("unknown-subcommand", ["optimise"], "invalid choice")

@@ -250,12 +250,21 @@ def test_block_ranges_read_as_people_write_them():
 
 
 
-def test_plan_refuses_a_bad_flag_before_loading_the_search():
+@pytest.mark.parametrize("args", [
+    ["plan", "--model", "llama3-8b", "--gpus", "8", "--tp", "3"],
+    ["compare", "--model", "llama3-8b", "--gpus", "8", "--tp", "3"],
+    ["plan", "--model", "deepseek-v3", "--gpus", "64", "--vp", "4"],  # the split rule
+    ["plan", "--model", "llama3-8b", "--gpus", "8", "--pp", "4", "--vp", "2", "--schedule",
+     "dualpipe", "--stack", "{stack}"],  # a schedule the search does not run
+])
+def test_plan_refuses_a_bad_flag_before_loading_the_search(args, tmp_path):
     """plan and compare check their flags before the search and its numerical libraries load:
     a mistake costs an interpreter's start, not numpy's import (the bad-input campaign runs
     hundreds of them)."""
-    code = ("import sys\nfrom nestplan.cli import main\n"
-            "rc = main(['plan', '--model', 'llama3-8b', '--cluster', 'dgx-h100-ndr', '--gpus', "
-            "'8', '--tp', '3', '--vp', '9'])\nprint(rc, 'numpy' in sys.modules)")
+    stack = tmp_path / "dualpipe.toml"
+    stack.write_text('base = "torchtitan"\nname = "dp"\nschedules = ["1f1b", "dualpipe"]\n')
+    argv = [a.format(stack=stack) for a in args] + ["--cluster", "dgx-h100-ndr"]
+    code = (f"import sys\nfrom nestplan.cli import main\nrc = main({argv!r})\n"
+            "print(rc, 'numpy' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.split() == ["2", "False"], (p.stdout, p.stderr)

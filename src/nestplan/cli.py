@@ -314,7 +314,7 @@ def _searchable(args):
     _check_top(args.top)
     sc, con = _scenario(args), _constraints(args)
     check_constraints(sc, con)
-    if getattr(args, "method", None) != "manual":  # compare runs the searches too
+    if getattr(args, "method", "manual") != "manual":  # compare shows each method's reason
         refuse_unsearchable(con)
     return sc, con
 
@@ -365,7 +365,7 @@ def cmd_compare(args) -> int:
         try:
             results[name] = run_method(name, sc, con, top=args.top, progress=progress)
         except (InfeasibleError, SpecError) as e:
-            text = str(e).split(";")[-1].strip() if isinstance(e, SpecError) else str(e)
+            text = e.allowed if isinstance(e, SpecError) else str(e)  # the rule, whole
             errors[name] = text.removeprefix(f"{name}: ")  # the method is the key already
         finally:
             progress.close()

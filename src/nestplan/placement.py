@@ -107,29 +107,49 @@ def _starts(rows: np.ndarray, b: int) -> np.ndarray:
     return starts
 
 
-def _fewest_in_a_block(rows: np.ndarray, b: int, c: int = 1) -> tuple[int, int, int]:
+Level = tuple[int, int, int, int]
+"""A group's pattern at one level: (fewest members in a block it touches, most blocks a row
+touches, most blocks of the level below that one block holds members of, most members in a
+block)."""
+
+
+def _fewest_in_a_block(rows: np.ndarray, b: int, c: int = 1,
+                       lower: tuple[int, int] | None = None) -> Level:
     """Over sorted rows of device ids: the fewest members any row has in one block of size
     ``b`` that it touches (its most exposed members' company: a group of 32 split 8 + 24 by a
     rack boundary sends three quarters of its all-to-all across it from the 8, not a half), the
-    most blocks a row touches, and the most blocks of size ``c`` (the level below; ``c``
-    divides ``b``) that one block holds members of (the 24 span three nodes of 8)."""
+    most blocks a row touches, the most blocks of size ``c`` (the level below; ``c`` divides
+    ``b``) that one block holds members of (the 24 span three nodes of 8), and the most members
+    in one block. ``lower``: the level below's fewest and most members per block (None: not
+    known), which spares the count when every block at both levels holds as many."""
     starts = _starts(rows, b)
     idx = np.flatnonzero(starts.ravel())
     runs = np.diff(np.append(idx, rows.size))  # lengths of the runs of equal blocks, row by row
-    # lower blocks entered within each run (a run's first member enters one: c divides b)
-    lower = np.add.reduceat(_starts(rows, c).ravel().astype(np.int64), idx)
-    return int(runs.min()), int(starts.sum(axis=1).max()), int(lower.max())
+    fewest, most = int(runs.min()), int(runs.max())
+    fan = _even_fan(fewest, most, lower)
+    if fan is None:  # lower blocks entered within each run (its first member enters one)
+        fan = int(np.add.reduceat(_starts(rows, c).ravel().astype(np.int64), idx).max())
+    return fewest, int(starts.sum(axis=1).max()), fan, most
 
 
-def _layout(n: int, per_level: list[tuple[int, int, int]]) -> GroupLayout:
-    """A group of ``n`` from (fewest in a block, blocks touched, lower blocks in one block) per
-    bounded level; the outermost block holds it whole."""
-    ks = _nested([k for k, _, _ in per_level] + [n])
-    touched = [t for _, t, _ in per_level] + [1]
+def _even_fan(fewest: int, most: int, lower: tuple[int, int] | None) -> int | None:
+    """The lower blocks in one block when every block a group touches holds as many members,
+    and every block of the level below too (``lower``: its fewest and most); None otherwise
+    (or when ``lower`` is not known)."""
+    if lower is None or fewest != most or lower[0] != lower[1]:
+        return None
+    return most // lower[1]
+
+
+def _layout(n: int, per_level: list[Level]) -> GroupLayout:
+    """A group of ``n`` from its ``Level`` per bounded level; the outermost block holds it
+    whole."""
+    ks = _nested([lv[0] for lv in per_level] + [n])
+    touched = [lv[1] for lv in per_level] + [1]
     for i in range(len(touched) - 2, -1, -1):  # a higher level's blocks hold the lower ones
         touched[i] = max(touched[i], touched[i + 1])
     below = [n, *touched[:-1]]  # blocks of the level below a row touches (devices below 0)
-    fan = [min(f, b) for (_, _, f), b in zip(per_level, below)] + [below[-1]]
+    fan = [min(lv[2], b) for lv, b in zip(per_level, below)] + [below[-1]]
     # even: every row has k members in each of t blocks, k / k_below lower blocks in each (the
     # fewest members times the most blocks alone can be n while rows differ: 4 in one rack
     # beside 2 + 2 over two)
@@ -155,8 +175,18 @@ def _group_layout(groups: np.ndarray, blocks: tuple[int, ...]) -> GroupLayout:
             n == 1 or bool((pattern[1:] > pattern[:-1]).all())):
         return _pattern_layout(pattern, lambda b: np.unique(rows[:, 0] % b), blocks)
     rows = np.sort(groups, axis=1)
-    return _layout(n, [_fewest_in_a_block(rows, b, c)
-                       for b, c in zip(blocks[:-1], (1, *blocks[:-2]))])
+    return _layout(n, _levels(blocks, lambda b, c, lower: _fewest_in_a_block(rows, b, c, lower)))
+
+
+def _levels(blocks: tuple[int, ...], level) -> list[Level]:
+    """``level(b, c, lower)`` for every bounded level (block size ``b``, the level below's
+    ``c``, and that level's fewest and most members per block: devices below level 0)."""
+    out, lower = [], (1, 1)
+    for b, c in zip(blocks[:-1], (1, *blocks[:-2])):
+        lv = level(b, c, lower)
+        out.append(lv)
+        lower = (lv[0], lv[3])
+    return out
 
 
 def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> GroupLayout:
@@ -164,35 +194,37 @@ def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> G
     members take the residues ``residues(b)`` modulo each block size ``b``: a row lies in the
     blocks as any row whose first member has its residue does."""
     n = pattern.size
-    per_level = []
-    for b, c in zip(blocks[:-1], (1, *blocks[:-2])):  # the outermost block holds the group
+
+    def level(b: int, c: int, lower: tuple[int, int]) -> Level:
         if b >= blocks[-1]:  # a block as large as the devices used holds every group whole
-            per_level.append((n, 1, n))  # its fan: capped by the level below (``_layout``)
-            continue
-        per_level.append(_fewest_in_blocks_of_pattern(pattern, residues(b), b, c))
-    return _layout(n, per_level)
+            return n, 1, n, n  # its fan: capped by the level below (``_layout``)
+        return _fewest_in_blocks_of_pattern(pattern, residues(b), b, c, lower)
+    return _layout(n, _levels(blocks, level))
 
 
 def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: int,
-                                 c: int = 1) -> tuple[int, int, int]:
+                                 c: int = 1, lower: tuple[int, int] | None = None) -> Level:
     """``_fewest_in_a_block`` of the rows ``r + pattern`` for the residues ``r``, from the
     members before each block boundary (a search in the sorted pattern): work in proportion to
     the blocks the rows span where that is less than rows times members (a group of 65,536 over
-    a million devices, 4,096 residues of a pod: 268 million ids listed)."""
+    a million devices, 4,096 residues of a pod: 268 million ids listed). The lower blocks in a
+    block are counted only for a group that fills some blocks unevenly."""
     n = pattern.size
     last = int(residues.max()) + int(pattern[-1])
     if last // b + 2 >= n:  # as many boundaries as members: listing the rows costs no more
-        return _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c)
+        return _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c, lower)
     counts = _block_counts(pattern, residues, b, last)
     touched = counts > 0
-    if c == 1:  # the level below is the devices: a block's members
-        fan = int(counts.max())
-    elif last // c + 2 >= n:
-        fan = _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c)[2]
-    else:  # the lower blocks each block holds members of (c divides b: b // c per block)
-        lower = _block_counts(pattern, residues, c, last) > 0
-        fan = int(np.add.reduceat(lower, np.arange(0, lower.shape[1], b // c), axis=1).max())
-    return int(counts[touched].min()), int(touched.sum(axis=1).max()), fan
+    fewest, most = int(counts[touched].min()), int(counts.max())
+    fan = _even_fan(fewest, most, lower)
+    if fan is None and c == 1:  # the level below is the devices: a block's members
+        fan = most
+    elif fan is None and last // c + 2 >= n:
+        fan = _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c, lower)[2]
+    elif fan is None:  # the lower blocks each block holds members of (b // c per block)
+        held = _block_counts(pattern, residues, c, last) > 0
+        fan = int(np.add.reduceat(held, np.arange(0, held.shape[1], b // c), axis=1).max())
+    return fewest, int(touched.sum(axis=1).max()), fan, most
 
 
 def _block_counts(pattern: np.ndarray, residues: np.ndarray, b: int, last: int) -> np.ndarray:

@@ -101,6 +101,8 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
 def check_constraints(sc: Scenario, con: Constraints) -> None:
     """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
     m, tr, gpus = sc.model, sc.training, sc.gpus
+    fixed = SCHEDULES.get(con.schedule) if con.schedule is not None else None
+    in_a_v = fixed is not None and fixed.v_shape and not m.homogeneous
     rules = [
         ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
          f"must divide gpus = {gpus} and heads = {m.heads}"),
@@ -112,7 +114,9 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
         ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
          f"must divide global_batch = {tr.global_batch}"),
-        ("vp", con.vp, lambda v: v <= MAX_VP and interleaves(m, v),
+        ("vp", con.vp, lambda v: v <= MAX_VP and interleaves(m, v, fixed),
+         f"schedule {con.schedule} places chunks in a V, which the search runs only for models "
+         "whose blocks are all alike (these differ: dense and MoE)" if in_a_v else
          f"must be at most {MAX_VP}" + ("" if m.homogeneous else
                                         f", and 1 or a divisor of layers = {m.layers} (its "
                                         "blocks differ: dense and MoE)")),
