@@ -124,7 +124,10 @@ for method in ("nest", "mcmc"):  # a V of chunks for a model whose blocks differ
     case(f"plan-v-schedule-mixed-model-{method}",
          ["plan", "--model", "llama4-maverick", "--cluster", "dgx-h100-ndr", "--gpus", "64",
           "--stack", "torchtitan", "--schedule", "zbv", "--vp", "2", "--method", method],
-         "places chunks in a V")
+         "places model chunks in a V")
+case("plan-interleaving-mixed-model-no-divisor",  # DeepSeek-V3: 61 blocks, dense and MoE
+     ["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", "64",
+      "--schedule", "interleaved-1f1b"], "chunk counts that divide its 61 layers")
 case("plan-torchtitan-zero1", [*SEARCH, "--stack", "torchtitan", "--zero", "1"], "zero")
 case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"], "pp")
 case("unknown-subcommand", ["optimise"], "invalid choice")

@@ -102,7 +102,15 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
     m, tr, gpus = sc.model, sc.training, sc.gpus
     fixed = SCHEDULES.get(con.schedule) if con.schedule is not None else None
-    in_a_v = fixed is not None and fixed.v_shape and not m.homogeneous
+    if fixed is not None and fixed.v_shape and not interleaves(m, 2, fixed):  # mixed blocks
+        raise SpecError("schedule", con.schedule, "places model chunks in a V, which the search "
+                        "runs only for models whose blocks are all alike (these differ: dense "
+                        "and MoE)")
+    if fixed is not None and fixed.chunks == "many" and not any(
+            interleaves(m, v, fixed) for v in range(2, MAX_VP + 1)):
+        raise SpecError("schedule", con.schedule, f"runs 2 or more chunks per device, and the "
+                        f"search splits a model whose blocks differ (dense and MoE) only into "
+                        f"chunk counts that divide its {m.layers} layers: none up to {MAX_VP}")
     rules = [
         ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
          f"must divide gpus = {gpus} and heads = {m.heads}"),
@@ -114,9 +122,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
         ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
          f"must divide global_batch = {tr.global_batch}"),
-        ("vp", con.vp, lambda v: v <= MAX_VP and interleaves(m, v, fixed),
-         f"schedule {con.schedule} places chunks in a V, which the search runs only for models "
-         "whose blocks are all alike (these differ: dense and MoE)" if in_a_v else
+        ("vp", con.vp, lambda v: v <= MAX_VP and interleaves(m, v),
          f"must be at most {MAX_VP}" + ("" if m.homogeneous else
                                         f", and 1 or a divisor of layers = {m.layers} (its "
                                         "blocks differ: dense and MoE)")),
