@@ -69,6 +69,33 @@ def main() -> None:
     print(f"\nall {len(more)} development rows (with the GB200/GB300/B300 file's): a refit would "
           f"pick {min(scan)[1]:.1f} ms (mean |error| {min(scan)[0]:.1%}; at the catalog's "
           f"{catalog:.1f} ms {mean_abs(errors(more, catalog)):.1%})")
+    # the attention's share of that host time: a scan over the development rows whose stacks
+    # graph the attention per layer (their recipes' cuda_graph_scope), the held-out ones scored
+    graphed = [c for c in more if c.scenario.stack.graphs_attention]
+    held_graphed = [c for c in held + newer if held_out_release(c) or c in held]
+    held_graphed = [c for c in held_graphed if c.scenario.stack.graphs_attention]
+    scan = [(mean_abs(share_errors(graphed, s)), s) for s in SHARES]
+    best_mae, best = min(scan)
+    rest = [c for c in graphed if "gpt-oss" not in c.id]
+    print(f"\nattention_host_share on the {len(graphed)} development rows whose stacks graph the "
+          f"attention: scan 0-1: best {best:.2f} (mean |error| {scan[0][0]:.1%} at 0 -> "
+          f"{best_mae:.1%}; without GPT-OSS {mean_abs(share_errors(rest, 0.0)):.1%} -> "
+          f"{mean_abs(share_errors(rest, best)):.1%})")
+    for name, cases in (("development", graphed), ("held out", held_graphed)):
+        for c, b, a in zip(cases, share_errors(cases, 0.0), share_errors(cases, best)):
+            print(f"  {name:11s} {c.id:44s} {b:+7.1%} -> {a:+7.1%}")
+
+
+SHARES = [i / 20 for i in range(21)]
+
+
+def share_errors(cases, share: float) -> list[float]:
+    out = []
+    for c in cases:
+        seconds, _ = predict(c, replace(c.scenario.stack, attention_host_share=share))
+        out.append(seconds / c.measured - 1)
+    return out
+
 
 
 if __name__ == "__main__":

@@ -327,6 +327,10 @@ STACK_BAD = {
                      "reserved_GiB"),
     "moe-host-neg": ('base = "megatron-core"\nname = "s"\nmoe_layer_host_ms = -1\n',
                      "moe_layer_host_ms"),
+    "attention-host-share-above-1": ('base = "megatron-core"\nname = "s"\n'
+                                     'attention_host_share = 1.5\n', "attention_host_share: got 1.5"),
+    "attention-host-share-word": ('base = "megatron-core"\nname = "s"\n'
+                                  'attention_host_share = "half"\n', "attention_host_share"),
     "not-toml": ('base = "megatron-core\n', "TOML"),
     "export-format-bad": ('base = "megatron-core"\nname = "s"\nexport_format = "jax"\n',
                           "export_format"),

@@ -56,7 +56,8 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
     assert changed and changed <= set(CALIBRATION) and "allocator_overhead" in CALIBRATION
     calibrated = replace(nemo, name="mine", matmul_scale=0.8, attention_scale=0.9,
                          memory_scale=0.7, network_scale=(0.9, 0.8), kernel_overhead=2e-6,
-                         moe_layer_host=0.004, overlap_efficiency=0.6, step_overhead=0.1,
+                         moe_layer_host=0.004, attention_host_share=0.3,
+                         overlap_efficiency=0.6, step_overhead=0.1,
                          allocator_overhead=0.07, fitted_on=("run-1",))
     assert all(getattr(calibrated, f) != getattr(nemo, f) for f in CALIBRATION)
     (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{

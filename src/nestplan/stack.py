@@ -38,8 +38,8 @@ MAX_ALLOCATOR_OVERHEAD = 10.0
 """Most ``allocator_overhead`` a stack may hold (a share of activations and transients; fitted
 values are below 1, but a run whose allocator caches several times its activations exists)."""
 CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
-               "kernel_overhead", "moe_layer_host", "overlap_efficiency", "step_overhead",
-               "allocator_overhead", "fitted_on")
+               "kernel_overhead", "moe_layer_host", "attention_host_share", "overlap_efficiency",
+               "step_overhead", "allocator_overhead", "fitted_on")
 """The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
 calibration, which its variants (``base = ...`` files that set behaviour only) share."""
 EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
@@ -231,6 +231,11 @@ class StackSpec(_CachedHash):
     ``_maybe_dtoh_and_synchronize`` in ``megatron/core/transformer/moe/token_dispatcher.py``),
     so the host is never ahead there: such a forward takes at least this long (the wait shows as
     ``host`` in the breakdown). Calibrated, like the multipliers above."""
+    attention_host_share: float = 0.0
+    """The part of ``moe_layer_host`` that the layer's attention launches: what per-layer graphs
+    of the attention spare an MoE layer that itself runs eagerly (``cuda_graphs = "layers"``
+    with ``attn`` among ``cuda_graph_modules``, or whole layers around an unpadded MoE layer).
+    Calibrated, like the multipliers above."""
     overlap_efficiency: float = 0.7
     """Share of overlapped communication that compute actually hides (kernels share SMs and HBM)."""
     step_overhead: float = 0.05
@@ -288,6 +293,7 @@ class StackSpec(_CachedHash):
         _nonneg("step_overhead_s", self.step_overhead, 60)
         _nonneg("kernel_overhead_us", self.kernel_overhead / US, MAX_KERNEL_OVERHEAD_US)
         _nonneg("moe_layer_host_ms", self.moe_layer_host / MS, 1000)
+        _nonneg("attention_host_share", self.attention_host_share, 1)  # a share of the above
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))
         if len(self.network_scale) != 2:
@@ -380,8 +386,20 @@ class StackSpec(_CachedHash):
 
     def moe_host_wait(self, training) -> float:
         """Seconds an MoE layer's forward waits on the host: none inside a CUDA graph (see
-        ``cuda_graphs``), ``moe_layer_host`` when it runs eagerly."""
-        return 0.0 if self.graphs_moe_layers(training) else self.moe_layer_host
+        ``cuda_graphs``), ``moe_layer_host`` when it runs eagerly, less the attention's share
+        when graphs hold the attention (``attention_host_share``)."""
+        if self.graphs_moe_layers(training):
+            return 0.0
+        if self.graphs_attention:
+            return self.moe_layer_host * (1 - self.attention_host_share)
+        return self.moe_layer_host
+
+    @property
+    def graphs_attention(self) -> bool:
+        """Per-layer CUDA graphs hold the attention (whole layers, or ``attn`` among
+        ``cuda_graph_modules``)."""
+        mods = self.cuda_graph_modules
+        return self.cuda_graphs == "layers" and (not mods or "attn" in mods)
 
     def policy_index(self, name: str) -> int | None:
         """Position of the recompute policy ``name`` in ``recompute`` (None if not offered)."""
