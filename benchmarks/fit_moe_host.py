@@ -9,6 +9,10 @@ host's time. One value for the Megatron-Core family (every stack in these files 
 (``tests/data/moe_runs.csv``). The held-out MoE rows (``tests/data/moe_held_out.csv`` and the MoE
 rows of ``tests/data/held_out_runs.csv``) are then predicted with it, never fitted.
 
+Then the part of that host time the attention launches (``attention_host_share``), which per-layer
+graphs of the attention spare an eager MoE layer: a scan of 0-1 over the development rows (both
+files) whose stacks graph the attention; the held-out rows that do are printed beside it.
+
     python benchmarks/fit_moe_host.py
 """
 
@@ -72,8 +76,8 @@ def main() -> None:
     # the attention's share of that host time: a scan over the development rows whose stacks
     # graph the attention per layer (their recipes' cuda_graph_scope), the held-out ones scored
     graphed = [c for c in more if c.scenario.stack.graphs_attention]
-    held_graphed = [c for c in held + newer if held_out_release(c) or c in held]
-    held_graphed = [c for c in held_graphed if c.scenario.stack.graphs_attention]
+    held_graphed = [c for c in held + [n for n in newer if held_out_release(n)]
+                    if c.scenario.stack.graphs_attention]
     scan = [(mean_abs(share_errors(graphed, s)), s) for s in SHARES]
     best_mae, best = min(scan)
     rest = [c for c in graphed if "gpt-oss" not in c.id]
@@ -95,7 +99,6 @@ def share_errors(cases, share: float) -> list[float]:
         seconds, _ = predict(c, replace(c.scenario.stack, attention_host_share=share))
         out.append(seconds / c.measured - 1)
     return out
-
 
 
 if __name__ == "__main__":
