@@ -39,10 +39,15 @@ def moe_cases(paths):
 
 
 def errors(cases, host_ms: float) -> list[float]:
+    """Each case's relative error with ``moe_layer_host`` at ``host_ms``."""
+    return stack_errors(cases, moe_layer_host=host_ms * MS)
+
+
+def stack_errors(cases, **fields) -> list[float]:
+    """Each case's relative error with its stack's ``fields`` replaced."""
     out = []
     for c in cases:
-        stack = replace(c.scenario.stack, moe_layer_host=host_ms * MS)
-        seconds, _ = predict(c, stack)
+        seconds, _ = predict(c, replace(c.scenario.stack, **fields))
         out.append(seconds / c.measured - 1)
     return out
 
@@ -94,11 +99,8 @@ SHARES = [i / 20 for i in range(21)]
 
 
 def share_errors(cases, share: float) -> list[float]:
-    out = []
-    for c in cases:
-        seconds, _ = predict(c, replace(c.scenario.stack, attention_host_share=share))
-        out.append(seconds / c.measured - 1)
-    return out
+    """Each case's relative error with ``attention_host_share`` at ``share``."""
+    return stack_errors(cases, attention_host_share=share)
 
 
 if __name__ == "__main__":

@@ -314,8 +314,8 @@ def _searchable(args):
     _check_top(args.top)
     sc, con = _scenario(args), _constraints(args)
     check_constraints(sc, con)
-    if getattr(args, "method", "manual") != "manual":  # compare shows each method's reason
-        refuse_unsearchable(con)
+    if getattr(args, "method", None) not in (None, "manual"):  # plan, with a search; compare
+        refuse_unsearchable(con)  # (no --method) shows each method's reason instead
     return sc, con
 
 

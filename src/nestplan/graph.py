@@ -25,6 +25,7 @@ from .caching import cached
 from .axes import Axis
 from .options import AttentionImpl, Position, Precision
 from .specs import ModelSpec
+from .stack import EAGER_OPS
 
 E = 2  # bytes per bf16 activation element
 FP32 = 4
@@ -40,6 +41,7 @@ and the split backward); ``expert_bias`` over the experts' fc2 output (a product
 expert and a concatenation forward) with bf16 router probabilities, the router's dtype unless
 ``moe_router_dtype`` is set (megatron/core/transformer/moe/router.py), which Megatron-Bridge's
 GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes."""
+assert set(EAGER_PASSES) == set(EAGER_OPS), "stack.EAGER_OPS names the pieces costed here"
 
 
 class OpKind(enum.Enum):

@@ -113,8 +113,8 @@ touches, most blocks of the level below that one block holds members of, most me
 block)."""
 
 
-def _fewest_in_a_block(rows: np.ndarray, b: int, c: int = 1,
-                       lower: tuple[int, int] | None = None) -> Level:
+def _fewest_in_a_block(rows: np.ndarray, b: int, c: int, lower: tuple[int, int] | None
+                       ) -> Level:
     """Over sorted rows of device ids: the fewest members any row has in one block of size
     ``b`` that it touches (its most exposed members' company: a group of 32 split 8 + 24 by a
     rack boundary sends three quarters of its all-to-all across it from the 8, not a half), the
@@ -126,16 +126,19 @@ def _fewest_in_a_block(rows: np.ndarray, b: int, c: int = 1,
     idx = np.flatnonzero(starts.ravel())
     runs = np.diff(np.append(idx, rows.size))  # lengths of the runs of equal blocks, row by row
     fewest, most = int(runs.min()), int(runs.max())
-    fan = _even_fan(fewest, most, lower)
+    fan = _known_fan(fewest, most, c, lower)
     if fan is None:  # lower blocks entered within each run (its first member enters one)
         fan = int(np.add.reduceat(_starts(rows, c).ravel().astype(np.int64), idx).max())
     return fewest, int(starts.sum(axis=1).max()), fan, most
 
 
-def _even_fan(fewest: int, most: int, lower: tuple[int, int] | None) -> int | None:
-    """The lower blocks in one block when every block a group touches holds as many members,
-    and every block of the level below too (``lower``: its fewest and most); None otherwise
-    (or when ``lower`` is not known)."""
+def _known_fan(fewest: int, most: int, c: int, lower: tuple[int, int] | None) -> int | None:
+    """The lower blocks one block holds members of, when the members per block tell it: below
+    level 0 (``c`` = 1) the members themselves; when every block a group touches holds as many
+    members, and every block of the level below too (``lower``: its fewest and most), their
+    ratio. None otherwise (or when ``lower`` is not known)."""
+    if c == 1:
+        return most
     if lower is None or fewest != most or lower[0] != lower[1]:
         return None
     return most // lower[1]
@@ -202,8 +205,8 @@ def _pattern_layout(pattern: np.ndarray, residues, blocks: tuple[int, ...]) -> G
     return _layout(n, _levels(blocks, level))
 
 
-def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: int,
-                                 c: int = 1, lower: tuple[int, int] | None = None) -> Level:
+def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: int, c: int,
+                                 lower: tuple[int, int] | None) -> Level:
     """``_fewest_in_a_block`` of the rows ``r + pattern`` for the residues ``r``, from the
     members before each block boundary (a search in the sorted pattern): work in proportion to
     the blocks the rows span where that is less than rows times members (a group of 65,536 over
@@ -216,10 +219,8 @@ def _fewest_in_blocks_of_pattern(pattern: np.ndarray, residues: np.ndarray, b: i
     counts = _block_counts(pattern, residues, b, last)
     touched = counts > 0
     fewest, most = int(counts[touched].min()), int(counts.max())
-    fan = _even_fan(fewest, most, lower)
-    if fan is None and c == 1:  # the level below is the devices: a block's members
-        fan = most
-    elif fan is None and last // c + 2 >= n:
+    fan = _known_fan(fewest, most, c, lower)
+    if fan is None and last // c + 2 >= n:
         fan = _fewest_in_a_block(residues[:, None] + pattern[None, :], b, c, lower)[2]
     elif fan is None:  # the lower blocks each block holds members of (b // c per block)
         held = _block_counts(pattern, residues, c, last) > 0

@@ -15,6 +15,7 @@ from .errors import SpecError
 from typing import TYPE_CHECKING
 
 from .options import MLPKind, Norm, Position, Precision
+from .recompute import names_text, runs_text
 from .schedule import MICRO_BATCHES, SCHEDULES, resolve
 from .units import US
 
@@ -533,8 +534,6 @@ class Parallelism(_CachedHash):
             object.__setattr__(self, "recompute", tuple(str(r) for r in self.recompute))
         if not self.recompute or len(self.recompute) not in (1, self.pp) or not all(
                 self.recompute):
-            from .recompute import runs_text
-
             raise SpecError("recompute", runs_text(self.recompute), "give one policy or one per "
                             f"pipeline stage ({self.pp}; {len(self.recompute)} given)")
         if len(self.rank_order) != len(RANK_AXES) or set(self.rank_order) != _RANK_SET:
@@ -594,8 +593,6 @@ class Parallelism(_CachedHash):
     @property
     def recompute_text(self) -> str:
         """The policies as ``--recompute`` takes them (``recompute.names_text``)."""
-        from .recompute import names_text
-
         return names_text(self.recompute)
 
     def recompute_of(self, stage: int) -> str:
@@ -850,9 +847,6 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
         return default_split(model, pp // 2, vp, SCHEDULES[schedule.folds_to])
     if schedule is not None and schedule.v_shape:
         return schedule.model_order([spread(t, vp) for t in even_split(model.layers, pp)], pp, vp)
-    if vp == 1 or model.homogeneous:
-        return chunks_from_totals(even_split(model.layers, pp), vp)
-    per_round = even_split(model.layers // vp, pp) if model.layers % vp == 0 else None
-    if per_round is None:
-        return chunks_from_totals(even_split(model.layers, pp), vp)
-    return per_round * vp
+    if vp > 1 and not model.homogeneous and interleaves(model, vp):  # one round's split, repeated
+        return even_split(model.layers // vp, pp) * vp
+    return chunks_from_totals(even_split(model.layers, pp), vp)

@@ -104,10 +104,10 @@ def id_ranges(ids, limit: int = 60) -> str:
         elif d == prev + 1:
             prev = d
         else:
-            parts.append(f"{start}-{prev}" if prev > start else str(start))
+            parts.append(block_range(start, prev + 1))
             start = prev = d
     if start is not None:
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        parts.append(block_range(start, prev + 1))
     text = ",".join(parts)
     return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + f",… ({len(ids)})"
 

@@ -130,6 +130,12 @@ def prediction(pf: PlanFile, changed: Parallelism):
     return evaluate(sc, changed, stack_offers=False), under
 
 
+def predicted_line(ev) -> str:
+    """An export's header line with the prediction of the plan it exports (an Evaluation)."""
+    return (f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / GiB:.1f} GiB")
+
+
 def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
     """What nestplan predicts for the plan actually exported (``prediction``)."""
     before = evaluate(pf.scenario, pf.plan)

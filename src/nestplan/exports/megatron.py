@@ -20,8 +20,8 @@ from .. import graph as G
 from ..evaluate import chunk_bounds, local_strategy
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, prediction,
-               rank_map, uniform_policy)
+from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
+               prediction, rank_map, uniform_policy)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -237,8 +237,7 @@ def export(pf: PlanFile) -> Export:
     ev, _ = prediction(pf, exported)
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
-            f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
-            f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / 2**30:.1f} GiB",
+            predicted_line(ev),
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]

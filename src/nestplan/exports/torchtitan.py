@@ -20,8 +20,8 @@ from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_note, prediction,
-               rank_map, uniform_policy)
+from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
+               prediction, rank_map, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -131,8 +131,7 @@ def export(pf: PlanFile) -> Export:
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
              "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
-             f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
-             f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / 2**30:.1f} GiB"]
+             predicted_line(ev)]
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}

@@ -101,7 +101,7 @@ def constraints_from(values: dict, name=lambda key: key) -> Constraints:
 def check_constraints(sc: Scenario, con: Constraints) -> None:
     """Reject fixed knobs that no plan of this scenario can have (SpecError naming them)."""
     m, tr, gpus = sc.model, sc.training, sc.gpus
-    fixed = SCHEDULES.get(con.schedule) if con.schedule is not None else None
+    fixed = SCHEDULES.get(con.schedule)  # None when not fixed (an unknown name is refused below)
     if fixed is not None and fixed.v_shape and not interleaves(m, 2, fixed):  # mixed blocks
         raise SpecError("schedule", con.schedule, "places model chunks in a V, which the search "
                         "runs only for models whose blocks are all alike (these differ: dense "

@@ -60,7 +60,7 @@ def _short(value: str) -> str:
     if not looks_like_path(value):
         return value
     path = Path(value)
-    return path.parent.name or value if path.name == "config.json" else path.stem
+    return (path.parent.name or value) if path.name == "config.json" else path.stem
 
 
 def _file_name(p: Parameter, value: str) -> str:
