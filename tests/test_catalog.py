@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nestplan import graph as G
-from nestplan.catalog import get_accelerator, get_cluster, get_model, list_names
+from nestplan.catalog import KINDS, get, get_cluster, get_model, list_names
 from nestplan.errors import SpecError
 from nestplan.hf import FAMILIES, model_from_hf_dict
 
@@ -41,11 +41,10 @@ def test_nvl72_racks_keep_a_64_way_expert_group_on_nvlink():
     assert get_cluster("gb300-nvl72-xdr").levels[1].bandwidth == 100e9  # ConnectX-8, 800 Gb/s
 
 
-@pytest.mark.parametrize("kind,get", [("models", get_model), ("clusters", get_cluster),
-                                      ("accelerators", get_accelerator)])
-def test_every_entry_loads(kind, get):
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_entry_loads(kind):
     for name in list_names(kind):
-        assert get(name).name
+        assert get(kind, name).name
 
 
 @pytest.mark.parametrize("kind,name", [("stacks", "nemo"), ("stacks", "torchtitan-float8-asynctp"),
@@ -55,8 +54,6 @@ def test_every_entry_loads(kind, get):
 def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_path):
     """``nestplan list KIND NAME`` shows every field of an entry (a stack's bases resolved) as a
     file of its kind: loaded back from that file it is the same spec."""
-    from nestplan.catalog import get_stack
-
     from console import cli
 
     code, out, err = cli("list", kind, name)
@@ -64,9 +61,7 @@ def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_pa
     assert out.startswith(f"# {kind[:-1]} {name}, every field")
     path = tmp_path / "mine.toml"
     path.write_text(out)
-    get = {"models": get_model, "clusters": get_cluster, "accelerators": get_accelerator,
-           "stacks": get_stack}[kind]
-    assert get(str(path)) == get(name)
+    assert get(kind, str(path)) == get(kind, name)
 
 
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 174.6), ("llama2-7b", 6.74),

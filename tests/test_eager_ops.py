@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nestplan import graph as G
 from nestplan.catalog import get_model, get_stack
 from nestplan.errors import SpecError
-from nestplan.evaluate import local_strategy
+from nestplan.evaluate import layer_graph
 from nestplan.graph import E, EAGER_PASSES
 from nestplan.hf import model_from_hf_config, model_from_hf_dict
 from nestplan.loaders import model_from_table, model_to_table
@@ -26,7 +25,7 @@ PAR = Parallelism(ep=8, dp=8, mbs=1)
 
 
 def moe_ops(model, stack):
-    layer = G.build(model, local_strategy(PAR, TR, stack)).moe
+    layer = layer_graph(model, PAR, TR, stack).moe
     return layer, {o.name: o for o in layer.ops}
 
 

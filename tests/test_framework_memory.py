@@ -30,9 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from nestplan import graph as G
 from nestplan.catalog import get_stack
-from nestplan.evaluate import local_strategy
+from nestplan.evaluate import layer_graph
 from nestplan.options import AttentionImpl, MLPKind, Norm, Position, Precision
 from nestplan.recompute import Policy, effect
 from nestplan.specs import ModelSpec, MoESpec, Parallelism, TrainingSpec
@@ -99,7 +98,7 @@ def predicted(stack, policy: str, moe: bool = False) -> float:
                       moe=MoESpec(experts=MOE["experts"], top_k=MOE["topk"],
                                   ffn_hidden=MOE["ffn"]) if moe else None)
     tr = TrainingSpec(seq_len=c["seq"], global_batch=c["batch"], precision=Precision.BF16)
-    graph = G.build(model, local_strategy(Parallelism(mbs=c["batch"]), tr, stack))
+    graph = layer_graph(model, Parallelism(mbs=c["batch"]), tr, stack)
     return effect(stack.policy(policy), graph.moe if moe else graph.dense).saved
 
 

@@ -560,14 +560,13 @@ def test_padded_expert_tokens_are_megatrons_capacity(capacity, ep):
     experts, factor) each (installed megatron-core's own function;
     MoEAlltoAllTokenDispatcher.preprocess)."""
     get_capacity = pytest.importorskip("megatron.core.transformer.moe.moe_utils").get_capacity
-    from nestplan import graph as G
-    from nestplan.evaluate import local_strategy
+    from nestplan.evaluate import layer_graph
 
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     sc = replace(sc, training=replace(sc.training, moe_capacity=capacity, moe_imbalance=1.3),
                  stack=replace(sc.stack, moe_pad_to_capacity=True))
     par = Parallelism(tp=1, pp=1, dp=16, ep=ep, etp=1, mbs=1)
-    block = G.build(sc.model, local_strategy(par, sc.training, sc.stack)).block(0)
+    block = layer_graph(sc.model, par, sc.training, sc.stack).block(0)
     fc1 = next(o for o in block.ops if o.name == "expert_fc1")
     moe = sc.model.moe
     per_expert = get_capacity(num_tokens=4096 * moe.top_k, num_experts=moe.experts,

@@ -8,7 +8,7 @@ import pytest
 from nestplan import graph as G
 from nestplan.catalog import get_accelerator, get_stack, list_names
 from nestplan.errors import SpecError
-from nestplan.evaluate import evaluate, local_strategy, scenario_from_names
+from nestplan.evaluate import evaluate, layer_graph, scenario_from_names
 from nestplan.loaders import stack_from_table, stack_to_table
 from nestplan.specs import Parallelism
 from nestplan.validation import load_cases, run, table
@@ -282,8 +282,7 @@ def test_unfused_kernels_change_only_what_they_name():
                              global_batch=8).training
     elements = 2048 * gpt.ffn_hidden
     for name in ("megatron-core", "composer", "torchtitan"):
-        act = next(o for o in G.build(gpt, local_strategy(Parallelism(dp=8), tr,
-                                                          get_stack(name))).dense.ops
+        act = next(o for o in layer_graph(gpt, Parallelism(dp=8), tr, get_stack(name)).dense.ops
                    if o.name == "act")
         assert (act.nbytes, act.bwd_nbytes, act.saved) == (
             2 * G.E * elements, 4 * G.E * elements, G.E * elements), name
@@ -386,7 +385,7 @@ def test_allgather_context_parallelism_hides_behind_one_block_only():
     par = Parallelism(tp=1, pp=1, dp=1, cp=8, mbs=1)  # CP over NVLink
 
     def comms(stack):
-        layer = G.build(sc.model, local_strategy(par, sc.training, stack)).dense
+        layer = layer_graph(sc.model, par, sc.training, stack).dense
         return {c.name: c.kind for c in layer.comms}
 
     assert comms(ring) == {"cp_kv": G.CollKind.RING_EXCHANGE,
@@ -450,7 +449,7 @@ def test_fp8_gathers_halve_what_they_name():
     par = Parallelism(tp=8, sp=True, dp=8, zero=3, mbs=1, recompute=("full",))
 
     def tp_bytes(stack):
-        layer = G.build(sc.model, local_strategy(par, sc.training, stack)).dense
+        layer = layer_graph(sc.model, par, sc.training, stack).dense
         return {c.name: c.nbytes for c in layer.comms}
 
     plain, halved = tp_bytes(base), tp_bytes(fp8)
@@ -458,10 +457,9 @@ def test_fp8_gathers_halve_what_they_name():
     for name, nbytes in plain.items():
         want = nbytes / 2 if name.endswith((".ag", ".ag_bwd")) else nbytes
         assert halved[name] == want, name
-    head = G.build(sc.model, local_strategy(par, sc.training, fp8)).head
+    head = layer_graph(sc.model, par, sc.training, fp8).head
     assert all(c.nbytes == n for c, n in zip(
-        head.comms, (c.nbytes for c in G.build(sc.model, local_strategy(
-            par, sc.training, base)).head.comms)))
+        head.comms, (c.nbytes for c in layer_graph(sc.model, par, sc.training, base).head.comms)))
 
     only_gathers = replace(fp8, name="gathers", fp8_tp_gather=False)
     ev_base = evaluate(replace(sc, stack=base), par)

@@ -42,9 +42,10 @@ from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, check_plan, default_split, fold
 
 
-def local_strategy(par: Parallelism, tr, stack) -> G.Local:
-    """The layer-graph key of a plan: its intra-layer strategy, micro-batch shape and the
-    stack's kernels."""
+def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
+    """The layer-graph key of a plan of ``model``: its intra-layer strategy, micro-batch shape
+    and the stack's kernels (of its eager ops, those the model has: stacks that differ in the
+    others share one graph)."""
     padded = stack.pads_experts(tr)  # every rank computes the capacity, not the busiest's load
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, tr.attention_span or 0,
@@ -52,7 +53,12 @@ def local_strategy(par: Parallelism, tr, stack) -> G.Local:
                    stack.moe_dispatcher, stack.moe_overlap,
                    tr.moe_capacity if padded else tr.moe_load,
                    stack.fp8_tp_gather and tr.precision is Precision.FP8, padded,
-                   frozenset(stack.eager_ops))
+                   frozenset(G.eager_split(model, stack.eager_ops)[0]))
+
+
+def layer_graph(model, par: Parallelism, tr, stack) -> G.ModelGraph:
+    """``model``'s layer graph under ``par`` on ``stack`` (``local_strategy``), cached."""
+    return G.build(model, local_strategy(model, par, tr, stack))
 
 
 @cached(maxsize=256)
@@ -222,6 +228,6 @@ def layer_time(sc: Scenario, par: Parallelism) -> float:
     """Forward + backward (+ recomputation) seconds of one transformer block per micro-batch."""
     tr, st = sc.training, sc.stack
     cluster = effective(sc.cluster, st)
-    block = G.build(sc.model, local_strategy(par, tr, st)).block(0)
+    block = layer_graph(sc.model, par, tr, st).block(0)
     c = layer_cost(block, cluster.accelerator, cluster, layouts(par, cluster, sc.gpus), tr, st)
     return c.fwd + c.bwd + D.recompute_time(effect(st.policy(par.recompute_of(0)), block), c)

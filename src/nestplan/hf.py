@@ -27,23 +27,38 @@ from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec
 
 
 class _Config:
-    """Typed access to a config dict, with key aliases and clear errors."""
+    """Typed access to a config dict (or a table in one, named by ``prefix``), with key aliases
+    and clear errors."""
 
-    def __init__(self, data: dict, source: str):
-        self.data, self.source = data, source
+    def __init__(self, data: dict, source: str, prefix: str = ""):
+        self.data, self.source, self.prefix = data, source, prefix
 
-    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: int = 1) -> Any:
-        """The first of ``keys`` present; an int must be >= ``minimum``, a list a flat list of
-        numbers or strings."""
+    def table(self, key: str) -> "_Config":
+        """The table under ``key`` (empty when absent or null)."""
+        v = self.data.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise SpecError(f"{self.source}: {self.prefix}{key}", v, "must be a table (or null)")
+        return _Config(v or {}, self.source, f"{self.prefix}{key}.")
+
+    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: float = 1) -> Any:
+        """The first of ``keys`` present; an int must be >= ``minimum``, a float a finite number
+        >= ``minimum`` (returned as float), a list a flat list of numbers or strings."""
         for k in keys:
             if k in self.data and self.data[k] is not None:
                 v = self.data[k]
-                where = f"{self.source}: {k}"
+                where = f"{self.source}: {self.prefix}{k}"
+                number = isinstance(v, (int, float)) and not isinstance(v, bool)
                 if kind is int:
-                    if not (isinstance(v, int) and not isinstance(v, bool)):
+                    if not (isinstance(v, int) and number):
                         raise SpecError(where, v, "must be an integer")
                     if v < minimum:
                         raise SpecError(where, v, f"must be an integer >= {minimum}")
+                elif kind is float:
+                    if not (number and math.isfinite(v) and v >= minimum):
+                        raise SpecError(where, v, f"must be a number >= {minimum:g}")
+                    return float(v)
+                elif kind is bool and not isinstance(v, bool):
+                    raise SpecError(where, v, "must be true or false")
                 elif kind is list and not (isinstance(v, list) and all(
                         isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)):
                     raise SpecError(where, v, "must be a list of integers or strings")
@@ -51,7 +66,7 @@ class _Config:
                     raise SpecError(where, v, "must be a string")
                 return v
         if default is ...:
-            raise SpecError(f"{self.source}: {keys[0]}", None,
+            raise SpecError(f"{self.source}: {self.prefix}{keys[0]}", None,
                             f"missing key required for model_type {self.data.get('model_type')!r}")
         return default
 
@@ -59,15 +74,6 @@ class _Config:
 def _act(cfg: _Config, key: str = "hidden_act") -> MLPKind:
     act = str(cfg.get(key, default="silu", kind=str)).lower()
     return MLPKind.SWIGLU if act in ("silu", "swish", "swiglu") else MLPKind.GELU
-
-
-def _number(cfg: _Config, table: dict, key: str, where: str, default: float | None) -> float | None:
-    v = table.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise SpecError(f"{cfg.source}: {where}{key}", v, "must be a number >= 0")
-    return float(v)
 
 
 MAX_YARN_FACTOR = 1e6
@@ -83,33 +89,28 @@ def _rope_mscale(cfg: _Config) -> float:
     ``_yarn_get_concentration_factor`` (megatron/core/models/common/embeddings/
     yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) matches but for an explicit
     ``mscale_all_dim`` of 0. GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
-    rs = cfg.data.get("rope_scaling")
-    if rs is None:
+    rs = cfg.table("rope_scaling")
+    if rs.get("rope_type", "type", kind=str, default=None) != "yarn":
         return 1.0
-    if not isinstance(rs, dict):
-        raise SpecError(f"{cfg.source}: rope_scaling", rs, "must be a table (or null)")
-    if (rs.get("rope_type") or rs.get("type")) != "yarn":
-        return 1.0
-    where = "rope_scaling."
-    given = _number(cfg, rs, "attention_factor", where, None)
+    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     if given is not None:
         if not MIN_ROPE_MSCALE <= given <= MAX_ROPE_MSCALE:
             raise SpecError(f"{cfg.source}: rope_scaling.attention_factor", given,
                             f"must be in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
         return given
-    factor = _number(cfg, rs, "factor", where, None)
+    factor = rs.get("factor", kind=float, minimum=0, default=None)
     if factor is None or not 1 <= factor <= MAX_YARN_FACTOR:
         raise SpecError(f"{cfg.source}: rope_scaling.factor", factor, "YaRN needs a context "
                         f"extension factor in [1, {MAX_YARN_FACTOR:g}]")
 
     def get_mscale(m: float) -> float:
         return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-    mscale = _number(cfg, rs, "mscale", where, None)
-    all_dim = _number(cfg, rs, "mscale_all_dim", where, None)
+    mscale = rs.get("mscale", kind=float, minimum=0, default=None)
+    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
     scale = get_mscale(mscale) / get_mscale(all_dim) if mscale and all_dim else get_mscale(1.0)
     if not math.isfinite(scale):
-        raise SpecError(f"{cfg.source}: rope_scaling", rs, "its factor and mscales give no finite "
-                        "scale of RoPE's cos and sin")
+        raise SpecError(f"{cfg.source}: rope_scaling", rs.data, "its factor and mscales give no "
+                        "finite scale of RoPE's cos and sin")
     return scale
 
 
@@ -228,7 +229,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)
     kw["mlp"] = MLPKind.SWIGLU
-    kw["glu_clamp"] = _number(cfg, cfg.data, "swiglu_limit", "", 7.0)
+    kw["glu_clamp"] = cfg.get("swiglu_limit", kind=float, minimum=0, default=7.0)
     if not kw["glu_clamp"]:
         raise SpecError(f"{cfg.source}: swiglu_limit", 0, "must be > 0 (the clamp limit)")
     return kw
@@ -237,10 +238,8 @@ def _gpt_oss(cfg: _Config) -> dict:
 def _llama4(cfg: _Config) -> dict:
     # Llama 4: dense and MoE blocks interleaved, one shared expert, chunked attention on the
     # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention)
-    text = cfg.data.get("text_config", cfg.data)
-    if not isinstance(text, dict):
-        raise SpecError(f"{cfg.source}: text_config", text, "must be a table")
-    cfg = _Config(text, f"{cfg.source}: text_config" if text is not cfg.data else cfg.source)
+    if "text_config" in cfg.data:  # the multimodal config's language model
+        cfg = cfg.table("text_config")
     kw = _llama_like(cfg)
     kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
     layers = kw["layers"]

@@ -82,10 +82,18 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
     valid = sorted(required | optional)
     for key in table:
         if key not in required and key not in optional:
-            raise SpecError(f"{where}.{key}", table[key], f"unknown key; valid keys: {', '.join(valid)}")
+            raise SpecError(key_of(where, key), table[key],
+                            f"unknown key; valid keys: {', '.join(valid)}")
     for key in sorted(required):
         if key not in table:
-            raise SpecError(f"{where}.{key}", None, f"missing required key; valid keys: {', '.join(valid)}")
+            raise SpecError(key_of(where, key), None,
+                            f"missing required key; valid keys: {', '.join(valid)}")
+
+
+def key_of(where: str, key: str) -> str:
+    """The name of ``key`` in the table ``where`` names (``plan.tp``; the key itself at the top
+    of a document, ``where`` empty)."""
+    return f"{where}.{key}" if where else key
 
 
 def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any = None) -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import __version__
 from .axes import parse_order
 from .errors import SpecError
-from .loaders import (check_keys, cluster_from_table, cluster_to_table, model_from_table,
+from .loaders import (check_keys, key_of, cluster_from_table, cluster_to_table, model_from_table,
                       model_to_table, stack_from_table, stack_to_table, training_from_table,
                       training_to_table)
 from .recompute import parse_names
@@ -71,12 +71,12 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
 """Types of the comparison keys that are not numbers (kinds, description)."""
 
 
-def _headroom(data: dict, source: str) -> float:
+def _headroom(data: dict) -> float:
     from .specs import MAX_HEADROOM, Scenario, valid_headroom
 
     value = data.get("memory_headroom", Scenario.memory_headroom)
     if not valid_headroom(value):
-        raise SpecError(f"{source}: memory_headroom", value,
+        raise SpecError("memory_headroom", value,
                         f"must be a share of HBM in [0, {MAX_HEADROOM})")
     return float(value)
 
@@ -116,7 +116,7 @@ def save(ev: Evaluation, path: str | Path, method: str | None = None,
 def _int(table: dict, key: str, where: str) -> int:
     v = table.get(key)
     if not isinstance(v, int) or isinstance(v, bool):
-        raise SpecError(f"{where}.{key}", v, "must be an integer")
+        raise SpecError(key_of(where, key), v, "must be an integer")
     return v
 
 
@@ -156,52 +156,51 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
     """Rebuild a plan file's scenario and plan; reject what this version cannot read (every
     error named after the file: ``p.json: gpus``, ``p.json: levels[leaf].size``)."""
     try:
-        return _from_dict(data, source)
+        return _from_dict(data)
     except SpecError as e:
-        if e.field.startswith(source):
-            raise
-        raise SpecError(f"{source}: {e.field}", e.value, e.allowed) from None
+        raise SpecError(f"{source}: {e.field}" if e.field else source, e.value,
+                        e.allowed) from None
 
 
-def _from_dict(data: dict, source: str) -> PlanFile:
+def _from_dict(data: dict) -> PlanFile:
+    """The plan file in ``data``; errors name fields from the top (``from_dict`` adds the file)."""
     from .catalog import get_accelerator, get_stack
     from .evaluate import evaluate
 
     if not isinstance(data, dict):
-        raise SpecError(source, type(data).__name__, "a plan file holds one JSON object")
+        raise SpecError("", type(data).__name__, "a plan file holds one JSON object")
     fmt = data.get("format")
     if fmt not in (1, FORMAT) or isinstance(fmt, bool):
-        raise SpecError(f"{source}: format", fmt, f"this nestplan ({__version__}) reads plan "
-                        f"files of format 1 and {FORMAT}")
-    check_keys(data, source, required={"format", "model", "cluster", "gpus", "training", "plan"},
+        raise SpecError("format", fmt, f"this nestplan ({__version__}) reads plan files of "
+                        f"format 1 and {FORMAT}")
+    check_keys(data, "", required={"format", "model", "cluster", "gpus", "training", "plan"},
                optional=_TOP - ({"stack"} if fmt == 1 else set()))
     training, stack = data["training"], data.get("stack")
     if fmt == 1:  # its stack settings sat in training, over the default (Megatron-Core) stack
         if not isinstance(training, dict):
-            raise SpecError(f"{source}: training", training, "must be a table")
+            raise SpecError("training", training, "must be a table")
         stack = {k: v for k, v in training.items() if k in _V1_STACK_KEYS}
         training = {k: v for k, v in training.items() if k not in _V1_STACK_KEYS}
-        stack_spec = stack_from_table(stack, f"{source}: training", base=get_stack())
+        stack_spec = stack_from_table(stack, "training", base=get_stack())
     elif stack is None:
         stack_spec = get_stack()
     else:
-        stack_spec = stack_from_table(stack, f"{source}: stack")
-    sc = Scenario(model=model_from_table(data["model"], f"{source}: model"),
-                  cluster=cluster_from_table(data["cluster"], get_accelerator,
-                                             f"{source}: cluster"),
-                  gpus=_int(data, "gpus", source),
-                  training=training_from_table(training, f"{source}: training"),
-                  stack=stack_spec, memory_headroom=_headroom(data, source))
-    par = plan_from_dict(data["plan"], f"{source}: plan")
+        stack_spec = stack_from_table(stack, "stack")
+    sc = Scenario(model=model_from_table(data["model"], "model"),
+                  cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),
+                  gpus=_int(data, "gpus", ""),
+                  training=training_from_table(training, "training"),
+                  stack=stack_spec, memory_headroom=_headroom(data))
+    par = plan_from_dict(data["plan"], "plan")
     ev = evaluate(sc, par)  # also validates the plan against the scenario
     stages = data.get("stages")
     replicas = stage_replicas(par)
     if stages is not None:
         if not isinstance(stages, list) or len(stages) != len(ev.stages):
-            raise SpecError(f"{source}: stages", f"{len(stages) if isinstance(stages, list) else stages}"
+            raise SpecError("stages", f"{len(stages) if isinstance(stages, list) else stages}"
                             " entries", f"the plan has {len(ev.stages)} pipeline stages")
         for st, mine in zip(stages, ev.stages):
-            where = f"{source}: stages[{mine.index}]"
+            where = f"stages[{mine.index}]"
             check_keys(st, where, required=set(), optional=_STAGE)
             want = _stage_entry(mine, replicas)
             for key, value in st.items():
@@ -217,27 +216,27 @@ def _from_dict(data: dict, source: str) -> PlanFile:
                     _short(want[key]) if isinstance(want[key], list) else json.dumps(want[key])))
     for key in ("method", "nestplan_version"):
         if key in data and not isinstance(data[key], str):
-            raise SpecError(f"{source}: {key}", data[key], "must be a string")
+            raise SpecError(f"{key}", data[key], "must be a string")
     if "method" in data:
         from .search.constraints import METHODS
 
         if data["method"] not in METHODS:
-            raise SpecError(f"{source}: method", data["method"],
+            raise SpecError("method", data["method"],
                             "the search method that found the plan: " + ", ".join(METHODS))
     predicted = data.get("predicted", {})
     if not isinstance(predicted, dict):
-        raise SpecError(f"{source}: predicted", predicted, "must map metric names to numbers")
+        raise SpecError("predicted", predicted, "must map metric names to numbers")
     for key, value in predicted.items():
         if not isinstance(value, (int, float)):  # numbers, and true/false for ``fits``
-            raise SpecError(f"{source}: predicted.{key}", value, "must be a number")
+            raise SpecError(f"predicted.{key}", value, "must be a number")
     return PlanFile(sc, par, predicted, data.get("method"),
-                    _comparison(data.get("comparison"), source), data.get("nestplan_version"))
+                    _comparison(data.get("comparison")), data.get("nestplan_version"))
 
 
-def _comparison(table, source: str) -> dict | None:
+def _comparison(table) -> dict | None:
     if table is None:
         return None
-    where = f"{source}: comparison"
+    where = "comparison"
     if not isinstance(table, dict):
         raise SpecError(where, type(table).__name__, "must be an object with methods and errors")
     check_keys(table, where, required={"methods"}, optional={"methods", "errors"})

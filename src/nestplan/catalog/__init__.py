@@ -163,6 +163,24 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
     return stack_from_table(table, where, base=base)
 
 
+def get(kind: str, name: str):
+    """An entry of one of ``KINDS`` by catalog name or path: ``get("models", "llama3-70b")``."""
+    getters = {"models": get_model, "clusters": get_cluster, "accelerators": get_accelerator,
+               "stacks": get_stack}
+    if kind not in getters:
+        raise SpecError("kind", kind, f"allowed: {', '.join(KINDS)}")
+    return getters[kind](name)
+
+
+def as_table(kind: str, spec) -> dict:
+    """``spec`` (an entry of ``kind``) as the table of a file of its kind, every field given."""
+    from .. import loaders
+
+    return {"models": loaders.model_to_table, "clusters": loaders.cluster_to_table,
+            "accelerators": loaders.accelerator_to_table,
+            "stacks": loaders.stack_to_table}[kind](spec)
+
+
 @cached(maxsize=None)
 def stack_sources() -> tuple[tuple[str, str], ...]:
     """(source text, stack name) of every catalog stack's ``runs_source`` entries: a runs-CSV row

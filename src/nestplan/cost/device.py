@@ -190,12 +190,12 @@ def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
 
 @cached(maxsize=4096)
 def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
-    from ..evaluate import local_strategy
+    from ..evaluate import layer_graph
 
     model, tr, st = sc.model, sc.training, sc.stack
     cluster = effective(sc.cluster, st)
     acc = cluster.accelerator
-    mg = G.build(model, local_strategy(par, tr, st))
+    mg = layer_graph(model, par, tr, st)
     lay = layouts(par, cluster, sc.gpus)
 
     def kind(layer, checkpointable=True):

@@ -62,14 +62,13 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     """One recompute policy of the plan's stack for every stage (frameworks take one), and a
     note if the plan had several: the one that keeps the fewest bytes per block of the plan's
     own layer graph, so that the plan still fits."""
-    from ..evaluate import local_strategy
-    from ..graph import build
+    from ..evaluate import layer_graph
     from ..recompute import effect
 
     sc, par = pf.scenario, pf.plan
     stack = sc.stack
     policies = [stack.policy(par.recompute_of(s)) for s in range(par.pp)]
-    graph = build(sc.model, local_strategy(par, sc.training, stack))
+    graph = layer_graph(sc.model, par, sc.training, stack)
     block = graph.moe if graph.moe is not None else graph.dense
     chosen = min(policies, key=lambda p: effect(p, block).saved)
     notes = []

@@ -17,7 +17,7 @@ from itertools import groupby
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision
 from .. import graph as G
-from ..evaluate import chunk_bounds, local_strategy
+from ..evaluate import chunk_bounds, layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
@@ -93,7 +93,7 @@ def export(pf: PlanFile) -> Export:
     # only the modules this model has: Megatron-Core refuses the others (moe_act without
     # grouped experts, mla_up_proj without MLA: transformer_config.py @ d98e8a64dd); leaving
     # them out changes nothing the cost model runs, as no operator of the model is in them
-    present = G.build(m, local_strategy(exported, tr, sc.stack)).modules
+    present = layer_graph(m, exported, tr, sc.stack).modules
     modules = tuple(x for x in policy.modules if x in present)
     if policy.modules and not modules:
         notes.append(f"recompute policy '{policy.name}' recomputes nothing in this model (it "

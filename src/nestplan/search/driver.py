@@ -112,7 +112,7 @@ def _floor_shared(sc: Scenario, par: Parallelism):
     ranks sit: the plans of every rank order share one (``_floor_of``)."""
     from ..evaluate import local_strategy
 
-    return _floor_of(sc, local_strategy(par, sc.training, sc.stack), par.pp, par.vp,
+    return _floor_of(sc, local_strategy(sc.model, par, sc.training, sc.stack), par.pp, par.vp,
                      par.pipeline.name, par.dp, par.head_beside_embedding)
 
 
@@ -301,10 +301,9 @@ def _recompute_times(sc: Scenario, par: Parallelism) -> tuple[tuple[float, float
     all blocks and of the cheapest block (``space._recomputed``, without the collectives they
     repeat). Depends only on the plan's local strategy: pass it without vp, ZeRO and schedule."""
     from ..cost.hardware import effective
-    from ..evaluate import local_strategy
-    from ..graph import build
+    from ..evaluate import layer_graph
 
-    g = build(sc.model, local_strategy(par, sc.training, sc.stack))
+    g = layer_graph(sc.model, par, sc.training, sc.stack)
     acc, prec = effective(sc.cluster, sc.stack).accelerator, sc.training.precision
     blocks = [(n, k) for n, k in ((len(g.kinds) - g.n_moe, g.dense), (g.n_moe, g.moe)) if n]
     out = []
@@ -361,7 +360,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                               shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
-    unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
+    unfit: list[Parallelism] = []  # no split fits (``_positions_fit``): solved at the end
     solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
     last_report = start
@@ -453,12 +452,13 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 heapq.heappush(found, entry)
             else:
                 heapq.heappushpop(found, entry)
-        if memory_aware and not found:  # measured at the end, if nothing is found at all
-            unfit.append(par)
+        if memory_aware and not found:  # how far it is from fitting, should nothing ever fit
+            peak = _least_peak(tb, permitted)
+            if cap < peak < np.inf:
+                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
     if not found:
         # how far the allowed policies are from fitting the whole model, for the configurations
-        # no split could fit and those no plan came from (a cell of a few blocks may fit where no
-        # split of all of them does)
+        # no split could fit (a cell of a few blocks may fit where no split of all of them does)
         for par in unfit:
             tb = T.build(D.config_costs(world, par))
             peak = _least_peak(tb, permitted) if tb is not None else np.inf

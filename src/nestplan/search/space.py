@@ -31,7 +31,7 @@ from ..axes import RANK_AXES, Axis
 from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
-from ..evaluate import local_strategy
+from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, resolve
 from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
@@ -375,7 +375,7 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int,
     stack runs (``_spread``). ``policies``: when every plan runs one of these recompute policies
     in all its blocks, the least of their recomputed forward compute joins the work."""
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
-    mg = G.build(sc.model, local_strategy(shape.parallelism(), tr, sc.stack))
+    mg = layer_graph(sc.model, shape.parallelism(), tr, sc.stack)
     micro = tr.global_batch // (shape.mbs * shape.dp)
     out = []
     for p in policies if policies is not None else (None,):
@@ -421,7 +421,7 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[
 
     tr, st = sc.training, sc.stack
     cluster = effective(sc.cluster, st)
-    mg = G.build(sc.model, local_strategy(par, tr, st))
+    mg = layer_graph(sc.model, par, tr, st)
     lay = layouts(par.with_(vp=2 if par.pp > 1 else 1), cluster, sc.gpus)
     work = wgrad = b_in = 0.0
     blocks, ends = [], {}
@@ -576,7 +576,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
 
     tr, st = sc.training, sc.stack
     cluster = effective(sc.cluster, st)
-    mg = G.build(sc.model, local_strategy(par, tr, st))
+    mg = layer_graph(sc.model, par, tr, st)
     lay = layouts(par, cluster, sc.gpus)
     shown = 1.0 - st.overlap_efficiency
     layers = mg.counts(beside)
