@@ -105,9 +105,29 @@ def test_pipeline_boundaries_know_their_level():
     assert [b.level for b in lay2.pp] == [0, 0, 0, 1, 0, 0, 0]
 
 
+def _per_row(groups, *divisors):
+    """For every row of ``groups`` (device ids) and every distinct tuple of its members' ids
+    floor-divided by ``divisors``: (row, tuple) keys and how many members share them."""
+    import numpy as np
+
+    g = np.asarray(groups, dtype=np.int64)
+    m = int(g.max()) + 1
+    code = np.broadcast_to(np.arange(len(g))[:, None], g.shape).ravel()
+    for d in divisors:  # one integer per (row, tuple): a number in base m
+        code = code * m + (g // d).ravel()
+    codes, counts = np.unique(code, return_counts=True)
+    keys = []
+    for _ in divisors:
+        codes, digit = np.divmod(codes, m)
+        keys.append(digit)
+    return np.stack([codes, *reversed(keys)], axis=1), counts
+
+
 def _brute_touched(groups, blocks) -> tuple[int, ...]:
     """Blocks of each level the groups touch, at most, by counting every row (the last is 1)."""
-    touched = [max(len({int(d) // b for d in row}) for row in groups) for b in blocks]
+    import numpy as np
+
+    touched = [int(np.bincount(_per_row(groups, b)[0][:, 0]).max()) for b in blocks]
     touched[-1] = 1
     for i in range(len(touched) - 2, -1, -1):
         touched[i] = max(touched[i], touched[i + 1])
@@ -122,10 +142,8 @@ def _brute_counts(layout, groups, blocks) -> bool:
 def _brute_k(groups, blocks) -> tuple[int, ...]:
     """k per level of the groups (rows of device ids), by counting, for every row and every
     block it touches, its members in that block: the fewest anywhere."""
-    from collections import Counter
-
     n = groups.shape[1]
-    ks = [min(min(Counter(int(d) // b for d in row).values()) for row in groups) for b in blocks]
+    ks = [int(_per_row(groups, b)[1].min()) for b in blocks]
     ks[-1] = n
     for i in range(1, len(ks)):
         ks[i] = max(ks[i], ks[i - 1])
@@ -135,10 +153,14 @@ def _brute_k(groups, blocks) -> tuple[int, ...]:
 def _brute_fan(groups, blocks) -> tuple[int, ...]:
     """Per level, the most blocks of the level below (devices below level 0) that one block
     holds members of, over every row and every block it touches."""
+    import numpy as np
+
     below = (1, *blocks[:-1])
-    return tuple(max(max(len({int(d) // c for d in row if int(d) // b == blk})
-                         for blk in {int(d) // b for d in row}) for row in groups)
-                 for b, c in zip(blocks, below))
+    fan = []
+    for b, c in zip(blocks, below):
+        keys = _per_row(groups, b, c)[0]  # (row, block, lower block) with members
+        fan.append(int(np.unique(keys[:, :2], axis=0, return_counts=True)[1].max()))
+    return tuple(fan)
 
 
 def _brute_layout(layout, groups, blocks) -> bool:
