@@ -16,7 +16,7 @@ from pathlib import Path
 from . import __version__
 from .axes import parse_order
 from .errors import SpecError
-from .loaders import (check_keys, key_of, cluster_from_table, cluster_to_table, model_from_table,
+from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of, model_from_table,
                       model_to_table, stack_from_table, stack_to_table, training_from_table,
                       training_to_table)
 from .recompute import parse_names
@@ -216,7 +216,7 @@ def _from_dict(data: dict) -> PlanFile:
                     _short(want[key]) if isinstance(want[key], list) else json.dumps(want[key])))
     for key in ("method", "nestplan_version"):
         if key in data and not isinstance(data[key], str):
-            raise SpecError(f"{key}", data[key], "must be a string")
+            raise SpecError(key, data[key], "must be a string")
     if "method" in data:
         from .search.constraints import METHODS
 
