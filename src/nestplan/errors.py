@@ -12,7 +12,14 @@ class SpecError(NestplanError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field}: got {value!r}; {allowed}")
+        shown = repr(value)
+        if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its start
+            shown = f"{shown[:MAX_SHOWN]}… ({len(shown)} characters)"
+        super().__init__(f"{field}: got {shown}; {allowed}")
+
+
+MAX_SHOWN = 100
+"""Characters of a bad value an error shows."""
 
 
 class InfeasibleError(NestplanError):

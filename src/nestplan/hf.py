@@ -26,6 +26,10 @@ from .options import MLPKind, Norm, Position
 from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec
 
 
+MAX_FLOAT = 1e308
+"""Magnitude below which a config's number is taken as a float (NaN and infinities are not)."""
+
+
 class _Config:
     """Typed access to a config dict (or a table in one, named by ``prefix``), with key aliases
     and clear errors."""
@@ -33,11 +37,15 @@ class _Config:
     def __init__(self, data: dict, source: str, prefix: str = ""):
         self.data, self.source, self.prefix = data, source, prefix
 
-    def table(self, key: str) -> "_Config":
-        """The table under ``key`` (empty when absent or null)."""
+    def where(self, key: str) -> str:
+        """How errors name ``key`` of this table: ``config.json: text_config.rope_scaling``."""
+        return f"{self.source}: {self.prefix}{key}"
+
+    def table(self, key: str, *, null: bool = True) -> "_Config":
+        """The table under ``key`` (empty when absent, or null if ``null``)."""
         v = self.data.get(key)
-        if v is not None and not isinstance(v, dict):
-            raise SpecError(f"{self.source}: {self.prefix}{key}", v, "must be a table (or null)")
+        if not isinstance(v, dict) and (v is not None or not null):
+            raise SpecError(self.where(key), v, "must be a table" + (" (or null)" if null else ""))
         return _Config(v or {}, self.source, f"{self.prefix}{key}.")
 
     def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: float = 1) -> Any:
@@ -46,15 +54,15 @@ class _Config:
         for k in keys:
             if k in self.data and self.data[k] is not None:
                 v = self.data[k]
-                where = f"{self.source}: {self.prefix}{k}"
+                where = self.where(k)
                 number = isinstance(v, (int, float)) and not isinstance(v, bool)
                 if kind is int:
                     if not (isinstance(v, int) and number):
                         raise SpecError(where, v, "must be an integer")
                     if v < minimum:
                         raise SpecError(where, v, f"must be an integer >= {minimum}")
-                elif kind is float:
-                    if not (number and math.isfinite(v) and v >= minimum):
+                elif kind is float:  # compared, not converted: a huge int has no float
+                    if not (number and -MAX_FLOAT < v < MAX_FLOAT and v >= minimum):
                         raise SpecError(where, v, f"must be a number >= {minimum:g}")
                     return float(v)
                 elif kind is bool and not isinstance(v, bool):
@@ -66,7 +74,7 @@ class _Config:
                     raise SpecError(where, v, "must be a string")
                 return v
         if default is ...:
-            raise SpecError(f"{self.source}: {self.prefix}{keys[0]}", None,
+            raise SpecError(self.where(keys[0]), None,
                             f"missing key required for model_type {self.data.get('model_type')!r}")
         return default
 
@@ -95,12 +103,12 @@ def _rope_mscale(cfg: _Config) -> float:
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     if given is not None:
         if not MIN_ROPE_MSCALE <= given <= MAX_ROPE_MSCALE:
-            raise SpecError(f"{cfg.source}: rope_scaling.attention_factor", given,
+            raise SpecError(rs.where("attention_factor"), given,
                             f"must be in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
         return given
     factor = rs.get("factor", kind=float, minimum=0, default=None)
     if factor is None or not 1 <= factor <= MAX_YARN_FACTOR:
-        raise SpecError(f"{cfg.source}: rope_scaling.factor", factor, "YaRN needs a context "
+        raise SpecError(rs.where("factor"), factor, "YaRN needs a context "
                         f"extension factor in [1, {MAX_YARN_FACTOR:g}]")
 
     def get_mscale(m: float) -> float:
@@ -109,7 +117,7 @@ def _rope_mscale(cfg: _Config) -> float:
     all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
     scale = get_mscale(mscale) / get_mscale(all_dim) if mscale and all_dim else get_mscale(1.0)
     if not math.isfinite(scale):
-        raise SpecError(f"{cfg.source}: rope_scaling", rs.data, "its factor and mscales give no "
+        raise SpecError(cfg.where("rope_scaling"), rs.data, "its factor and mscales give no "
                         "finite scale of RoPE's cos and sin")
     return scale
 
@@ -172,7 +180,7 @@ def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
     sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
     first = sparse[0] if sparse else layers
     if sparse != list(range(first, layers, step)):
-        raise SpecError(f"{cfg.source}: mlp_only_layers", sorted(only_dense),
+        raise SpecError(cfg.where("mlp_only_layers"), sorted(only_dense),
                         "only a leading block of dense layers and a fixed sparse step are supported")
     return first, step
 
@@ -219,7 +227,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     types = cfg.get("layer_types", default=None, kind=list)
     window = cfg.get("sliding_window", default=0, minimum=0)
     if types is not None and len(types) != kw["layers"]:
-        raise SpecError(f"{cfg.source}: layer_types", f"{len(types)} entries",
+        raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({kw['layers']})")
     if window:
         local = (sum(t == "sliding_attention" for t in types) if types is not None
@@ -231,7 +239,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     kw["mlp"] = MLPKind.SWIGLU
     kw["glu_clamp"] = cfg.get("swiglu_limit", kind=float, minimum=0, default=7.0)
     if not kw["glu_clamp"]:
-        raise SpecError(f"{cfg.source}: swiglu_limit", 0, "must be > 0 (the clamp limit)")
+        raise SpecError(cfg.where("swiglu_limit"), 0, "must be > 0 (the clamp limit)")
     return kw
 
 
@@ -239,7 +247,7 @@ def _llama4(cfg: _Config) -> dict:
     # Llama 4: dense and MoE blocks interleaved, one shared expert, chunked attention on the
     # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention)
     if "text_config" in cfg.data:  # the multimodal config's language model
-        cfg = cfg.table("text_config")
+        cfg = cfg.table("text_config", null=False)
     kw = _llama_like(cfg)
     kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
     layers = kw["layers"]
@@ -252,7 +260,7 @@ def _llama4(cfg: _Config) -> dict:
     if chunk:
         rope = cfg.get("no_rope_layers", default=None, kind=list)
         if rope is not None and len(rope) != layers:
-            raise SpecError(f"{cfg.source}: no_rope_layers", f"{len(rope)} entries",
+            raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
                             f"needs one per layer ({layers})")
         local = sum(1 for r in rope if r) if rope else layers - layers // 4  # every 4th is NoPE
         kw.update(local_span=chunk, local_share=local / layers)

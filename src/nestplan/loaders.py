@@ -486,6 +486,8 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 
     from .stack import StackSpec
 
+    if not isinstance(table, dict):
+        raise SpecError(where, table, "must be a table")
     fields = _stack_fields()
     table = _renamed_stack_keys(table, where)
     check_keys(table, where, required=set() if base is not None else {"name"},
