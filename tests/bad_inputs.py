@@ -191,6 +191,12 @@ HF_BAD = {
     "yarn-attention-factor-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
                                                      "attention_factor": 0}), "rope_scaling"),
     "yarn-not-a-table": (_hf(rope_scaling=[8.0]), "rope_scaling"),
+    "architectures-number": (_hf(model_type="foo", architectures=3), "architectures"),
+    "nested-too-deep": ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "nests too deeply"),
+    "number-too-long": ('{"hidden_size": 1' + "0" * 5000 + "}", "too many digits"),
+    "mixtral-experts-huge": (json.dumps({**LLAMA, "model_type": "mixtral",
+                                         "num_local_experts": 10**300,
+                                         "num_experts_per_tok": 2}), "experts"),
     "yarn-factor-huge-int": (_hf(rope_scaling={"rope_type": "yarn", "factor": 10**400}),
                              "(401 characters); must be a number >= 0"),
     "llama4-text-config-null": (json.dumps({"model_type": "llama4", "text_config": None}),
@@ -266,6 +272,27 @@ CLUSTER_BAD = {
                                                'accelerator = { name = "a", hbm_GiB = -1 }'),
                                "accelerator"),
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
+    "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
+    "level-name-dotted": (_cluster_with('name = "net"', 'name = "a.b"'), "name: got 'a.b'"),
+    "fp8-peak-without-curve": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "a100-sxm-80gb", name = "a", peak_tflops_fp8 = 600 }'),
+        "matmul_efficiency_fp8_by_GFLOP"),
+    "gflop-point-inf": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", '
+        'matmul_efficiency_bf16_by_GFLOP = [[inf, 0.5]] }'), "matmul_efficiency_bf16_by_GFLOP"),
+    "gflop-points-repeated": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", '
+        'matmul_efficiency_bf16_by_GFLOP = [[1, 0.5], [1, 0.6]] }'),
+        "matmul_efficiency_bf16_by_GFLOP"),
+    "memory-efficiency-zero": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", memory_efficiency = 0 }'),
+        "memory_efficiency"),
+    "accelerator-base-number": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"', 'accelerator = { base = 3, name = "a" }'), "base"),
     "kernel-overhead-huge": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "h100-sxm-80gb", name = "a", kernel_overhead_us = 1e12 }'),
@@ -278,12 +305,19 @@ case("cluster-file-directory", ["evaluate", "--model", "llama3-8b", "--cluster",
                                 "8", *PLAN], "directory", d=DIR)
 case("cluster-file-fifo", ["evaluate", "--model", "llama3-8b", "--cluster", "{f}.toml", "--gpus",
                            "8", *PLAN], "not a regular file", **{"f.toml": FIFO})
+case("accelerator-file-base-itself", ["list", "accelerators", "{a}.toml"], "cycle",
+     **{"a.toml": 'base = "a.toml"\nname = "a"\n'})
+case("accelerator-file-base-list", ["list", "accelerators", "{a}.toml"], "base",
+     **{"a.toml": 'base = ["h100-sxm-80gb"]\n'})
 case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev/zero",
                           "--gpus", "8", *PLAN], "not a regular file")
 
 # ---- stack files -------------------------------------------------------------------------------
 STACK_BAD = {
     "unknown-key": ('base = "megatron-core"\nname = "s"\nturbo = true\n', "turbo"),
+    "recompute-rule-superscript": ('base = "megatron-core"\nname = "s"\n'
+                                   'recompute = { none = "none", x = "every:\u00b2" }\n',
+                                   "recompute"),
     "wrong-type": ('base = "megatron-core"\nname = "s"\nfused_norm = "yes"\n', "fused_norm"),
     "negative-scale": ('base = "megatron-core"\nname = "s"\nmatmul_scale = -1\n',
                        "matmul_scale"),
@@ -385,6 +419,10 @@ PLANFILE_BAD = {
     "recompute-unknown": (plan_with("plan.recompute", ["most"]), "recompute"),
     "recompute-number": (plan_with("plan.recompute", 3), "recompute"),
     "schedule-unknown": (plan_with("plan.schedule", "zb-h9"), "schedule"),
+    "schedule-list": (plan_with("plan.schedule", ["1f1b"]), "plan.schedule"),
+    "comparison-huge": (plan_with("comparison", {"methods": [{"method": "nest",
+                                                               "tokens_per_s": 10**400}]}),
+                        "comparison.methods[0].tokens_per_s"),
     "rank-order-bad": (plan_with("plan.rank_order", "tp-tp-dp-pp"), "rank_order"),
     "stage-layers-sum": (plan_with("plan.stage_layers", [31]), "stage_layers"),
     "stage-layers-neg": (plan_with("plan.stage_layers", [40, -8]), "stage_layers"),
@@ -464,6 +502,12 @@ case("evaluate-save-into-missing-directory", [*EVAL, "--save", "{d}/no/such/p.js
      "no/such", d=DIR)
 case("evaluate-plan-with-flags", ["evaluate", "--plan", "{p}.json", "--tp", "2"], "--plan",
      **{"p.json": plan_with("gpus", 8)})
+# an empty output path names what it is for (it read as the working directory, or nothing)
+case("evaluate-save-empty", [*EVAL, "--save", ""], "--save: got ''; must be a plan JSON")
+case("export-output-empty", ["export", "{p}.json", "--format", "megatron", "-o", ""],
+     "-o: got ''", **{"p.json": plan_with("gpus", 8)})
+case("report-output-empty", ["report", "{p}.json", "-o", ""], "-o: got ''",
+     **{"p.json": plan_with("gpus", 8)})
 
 # ---- runs CSVs (validate, calibrate) ---------------------------------------------------------
 RUN_HEADER = ("id,model,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,"
@@ -497,6 +541,8 @@ RUNS_BAD = {
     "metric-bad": (_runs(",step_time,", ",vibes,"), "metric"),
     "plan-does-not-divide": (_runs(",8,1,1,,8,", ",8,3,1,,8,"), "tp"),
     "binary": (b"\xff\xfe\x00\x01", "UTF-8"),
+    "model-parallel-superscript": (_runs(",8,1,1,,8,", ",8,,1,,8,").replace(
+        ",test,,", ",test,model_parallel_size=\u00b2,"), "model_parallel_size"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
@@ -513,6 +559,8 @@ case("calibrate-missing-output", ["calibrate", "{r}.csv"], "output",
      **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-output-directory", ["calibrate", "{r}.csv", "-o", "{d}"], "directory",
      **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
+case("calibrate-output-empty", ["calibrate", "{r}.csv", "-o", ""], "-o: got ''",
+     **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-unknown-base", ["calibrate", "{r}.csv", "--stack", "megatron-9", "-o",
                                 "{d}/m.toml"], "stack", **{"r.csv": _runs(",1.5,", ",1.5,"),
                                                            "d": DIR})
@@ -572,3 +620,5 @@ case("sweep-workers-neg", ["sweep", "{s}.toml", "--workers", "-2"], "workers",
      **{"s.toml": SWEEP})
 case("sweep-output-directory", ["sweep", "{s}.toml", "-o", "{d}"], ".csv",
      **{"s.toml": SWEEP, "d": DIR})
+case("sweep-output-empty", ["sweep", "{s}.toml", "-o", ""], "output: got ''",
+     **{"s.toml": SWEEP})

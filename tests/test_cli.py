@@ -76,7 +76,7 @@ def test_console_script_runs():
     (swap(swap(BASE, "--gpus", "1792"), "--tp", "7"), "tp: got 7; must divide heads = 96"),
     (swap(swap(swap(BASE, "--gpus", "1536"), "--tp", "192"), "--pp", "1"),
      "tp: got 192; must be <= heads = 96"),
-    (swap(BASE, "--global-batch", "1000"), "global_batch: got 1000; must be a multiple of mbs·dp"),
+    (swap(BASE, "--global-batch", "1000"), "global-batch: got 1000; must be a multiple of mbs·dp"),
     (swap(BASE, "--dp", "3"), "must equal gpus = 1024"),
     (swap(BASE, "--precision", "fp4"), "precision: got 'fp4'; allowed: bf16, fp8"),
     (swap(BASE, "--precision", "fp8"), "a100-sxm-80gb has no fp8"),
@@ -85,7 +85,7 @@ def test_console_script_runs():
     (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
     (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),
     (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
-     "global_batch: got 1552; 97 micro-batches per replica (global_batch / (mbs·dp)); "
+     "global-batch: got 1552; 97 micro-batches per replica (global_batch / (mbs·dp)); "
      "schedule interleaved-1f1b runs them in rounds of pp = 8: their count must be a multiple "
      "of 8"),
     (swap(BASE, "--rank-order", "tp-dp-pp"), "rank-order: got 'tp-dp-pp'"),
@@ -268,3 +268,17 @@ def test_plan_refuses_a_bad_flag_before_loading_the_search(args, tmp_path):
             "print(rc, 'numpy' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.split() == ["2", "False"], (p.stdout, p.stderr)
+
+
+def test_a_closed_standard_output_is_one_line_not_a_traceback():
+    """Started with its standard output closed (``nestplan list stacks >&-``): nothing can be
+    written, which it says in one line (exit 1: the environment, not the input)."""
+    import os
+    import subprocess
+
+    from console import NESTPLAN
+
+    r = subprocess.run([NESTPLAN, "list", "stacks"], stdout=None, stderr=subprocess.PIPE,
+                       text=True, preexec_fn=lambda: os.close(1), timeout=60)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "nestplan: error: cannot write the output: standard output is closed"], r.stderr

@@ -297,7 +297,7 @@ def test_a_schedule_a_framework_lacks_is_exported_as_the_closest_with_a_note(tmp
     (["--schedule", "dualpipe", "--vp", "2", "--gpus", "12", "--pp", "3"],
      "pp: got 3; schedule dualpipe needs an even number of pipeline ranks"),
     (["--schedule", "dualpipe", "--vp", "2", "--global-batch", "18"],
-     "global_batch: got 18; 9 micro-batches per replica (global_batch / (mbs·dp)); "
+     "global-batch: got 18; 9 micro-batches per replica (global_batch / (mbs·dp)); "
      "schedule dualpipe needs an even count per replica"),
     (["--schedule", "dualpipe", "--vp", "2", "--recompute", "full,none,none,none"],
      "rank r and rank pp-1-r hold the same stages"),

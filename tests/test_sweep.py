@@ -505,3 +505,44 @@ def test_the_plot_names_a_file_given_by_path_by_its_name():
     models = Parameter(key="model", values=("/hf/gpt-oss-20b/config.json", "a/m.toml", "b/m.toml"))
     assert [_label([models], (v,), 100) for v in models.values] == [
         "gpt-oss-20b", "a/m.toml", "b/m.toml"]
+
+
+ONE = """
+[grid]
+model = ["gpt-1p7b"]
+cluster = ["dgx-h100-ndr"]
+gpus = [8]
+seq_len = [2048]
+global_batch = [64]
+"""
+
+
+def test_every_file_a_sweep_writes_is_checked_before_it_runs(tmp_path):
+    """A directory where the plot (or the Parquet copy) would go is refused up front, one line,
+    not after the points ran."""
+    from console import cli, one_line_error
+
+    path = _write(tmp_path, ONE)
+    (tmp_path / "s.svg").mkdir()
+    assert one_line_error(*cli("sweep", path, "--workers", 1), "s.svg'; a directory; give a plot")
+    assert not (tmp_path / "s.csv").exists()
+
+
+def test_a_result_cell_edited_by_hand_is_run_again(tmp_path):
+    """A resumed sweep drops an ``ok`` row whose numbers do not read back (a word, inf, an
+    integer column with a fraction) and runs its point again, instead of failing in the plot."""
+    from console import cli
+
+    path = _write(tmp_path, ONE)
+    code, _, err = cli("sweep", path, "--workers", 1, "--quiet")
+    assert code == 0, err
+    rows = _rows(tmp_path / "s.csv")
+    for column, bad in (("tokens_per_s_per_gpu", "fast"), ("mfu", "inf"), ("tp", "1.5")):
+        edited = [{**rows[0], column: bad}]
+        with open(tmp_path / "s.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(edited)
+        code, _, err = cli("sweep", path, "--workers", 1, "--quiet")
+        assert code == 0 and "Traceback" not in err, err
+        assert _rows(tmp_path / "s.csv")[0][column] == rows[0][column], column

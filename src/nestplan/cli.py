@@ -107,12 +107,14 @@ def _as_flags(fn):
     from .errors import SpecError
 
     @functools.wraps(fn)
-    def wrapped(*a, **kw):
+    def wrapped(args, *a, **kw):
         try:
-            return fn(*a, **kw)
+            return fn(args, *a, **kw)
         except SpecError as e:
-            if e.field in FLAG_OF:
-                raise SpecError(FLAG_OF[e.field], e.value, e.allowed) from None
+            flag = FLAG_OF.get(e.field)
+            # the flag only when it was given (a model file's mtp_layers is the file's)
+            if flag is not None and getattr(args, flag.replace("-", "_"), None) is not None:
+                raise SpecError(flag, e.value, e.allowed) from None
             raise
     return wrapped
 
@@ -232,7 +234,7 @@ def _plan(args, sc):
     from .axes import parse_order
     from .errors import SpecError
     from .recompute import parse_names
-    from .specs import Parallelism
+    from .specs import Parallelism, check_plan
 
     cp = args.cp if args.cp is not None else 1
     for name, value in (("tp", args.tp), ("pp", args.pp), ("cp", cp)):
@@ -254,7 +256,9 @@ def _plan(args, sc):
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
-    return Parallelism(**kw)
+    par = Parallelism(**kw)
+    check_plan(sc, par)  # before the cost model (and numpy) is loaded: mistakes answer fast
+    return par
 
 
 MAX_TOP = 100
@@ -282,17 +286,17 @@ def cmd_evaluate(args) -> int:
                              "(or leave out --plan)")
         pf = _load_plan(args.plan)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
+        check_plan(sc, plan)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
         if missing:
             raise UsageError(f"missing {' '.join(missing)} (or give --plan PLAN.json)")
         sc = _scenario(args)
-        plan = _plan(args, sc)
-    check_plan(sc, plan)  # before the cost model (and numpy) is loaded: mistakes answer fast
+        plan = _plan(args, sc)  # checked against the scenario, errors naming the flags
     from .evaluate import evaluate
 
     ev = evaluate(sc, plan)
-    if args.save:
+    if args.save is not None:
         from . import planfile
 
         planfile.save(ev, args.save, method=pf.method if pf else None,
@@ -329,7 +333,7 @@ def cmd_plan(args) -> int:
         res = run_method(args.method, sc, con, top=args.top, progress=progress)
     finally:
         progress.close()
-    if args.save:
+    if args.save is not None:
         from . import planfile
 
         planfile.save(res.best, args.save, method=res.method)
@@ -376,7 +380,7 @@ def cmd_compare(args) -> int:
                               {"methods": [], "errors": errors})
     rows = [{"method": name, **{k: res.best.to_json()[k] for k in SUMMARY_KEYS},
              "search_seconds": res.seconds} for name, res in results.items()]
-    if args.save:
+    if args.save is not None:
         from . import planfile
 
         best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
@@ -398,11 +402,11 @@ def cmd_export(args) -> int:
     from .exports import export
     from .loaders import writable
 
-    if args.output:
+    if args.output is not None:
         writable(args.output, "-o", "launch-script")
     pf = _load_plan(args.plan)
     out = export(pf, args.format)
-    if args.output:
+    if args.output is not None:
         path = Path(args.output)
         try:
             path.write_text(out.text)
@@ -434,7 +438,7 @@ def cmd_report(args) -> int:
     from .loaders import writable
     from .report import render
 
-    writable(args.output, "-o", "HTML")
+    writable(args.output, "-o", "report HTML")
     pf = _load_plan(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
@@ -524,8 +528,8 @@ def cmd_calibrate(args) -> int:
     from .validation import load_cases
 
     base = get_stack(DEFAULT_STACK if args.stack is None else args.stack)
+    writable(args.output, "-o", "stack TOML")
     out = Path(args.output)
-    writable(out, "-o", "stack TOML")
     cases = load_cases(_runs_csv(args.csv), stack=base)
     result = fit(cases, base, name=out.stem)
     print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
@@ -600,7 +604,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="show this one in full, as a file of its kind (a stack with its bases "
                          "resolved): a starting point for your own")
     ls.set_defaults(func=cmd_list)
-    v = sub.add_parser("validate", help="compare predictions with measured training runs")
+    v = sub.add_parser("validate", help="compare predictions with measured training runs",
+                       description="Compare predictions with measured training runs. Exit code "
+                       "0 when every row and the mean are within the tolerance it prints, 1 "
+                       "when not (a check, like a test run), 2 for bad input.")
     v.add_argument("--csv", help="a runs CSV (default: the published runs shipped with nestplan, "
                    "a copy of ../shared/data/published_runs.csv)")
     v.add_argument("--stack", help="stack for every row (default: each row's stack column, or "
@@ -624,6 +631,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from .errors import PENDING_NOTES, Note, flush_notes
 
+    if sys.stdout is None:  # started with its standard output closed (``>&-``)
+        if sys.stderr is not None:
+            print("nestplan: error: cannot write the output: standard output is closed",
+                  file=sys.stderr)
+        return 1
     args = build_parser().parse_args(argv)
 
     def note(message, category, *rest, **kw):
@@ -635,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = note
     try:
-        if getattr(args, "save", None):  # refused before the work, not after it
+        if getattr(args, "save", None) is not None:  # refused before the work, not after it
             from .loaders import writable
 
             writable(args.save, "--save", "plan JSON")

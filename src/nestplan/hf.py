@@ -350,6 +350,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         mtype = repr(mtype) if mtype is not None else None
     if mtype not in FAMILIES:
         archs = data.get("architectures") or []
+        if not isinstance(archs, list):
+            raise SpecError(f"{source}: architectures", archs, "must be a list of model class names")
         known = [ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in ARCHITECTURES]
         if not known:
             raise SpecError(f"{source}: model_type", mtype,

@@ -40,6 +40,8 @@ def regular_file(path: Path, field: str, kind: str) -> None:
 def writable(path, field: str, kind: str) -> None:
     """Refuse an output path that cannot be written before any work is done: a directory, or a
     file in a directory that does not exist (SpecError naming ``field``)."""
+    if not str(path).strip():
+        raise SpecError(field, str(path), f"must be a {kind} file path")
     path = Path(path)
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
@@ -67,6 +69,11 @@ def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
                         f"offset {e.start}); give a {kind} file") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
         raise SpecError(field, str(path), f"not valid {kind} ({e})") from None
+    except RecursionError:
+        raise SpecError(field, str(path), f"its {kind} nests too deeply to read") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4,300)
+        why = "a number in it has too many digits" if "digits" in str(e) else str(e)
+        raise SpecError(field, str(path), f"not readable {kind}: {why}") from None
 
 
 def read_toml(path: Path, field: str = "file") -> dict:
@@ -88,6 +95,19 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
         if key not in table:
             raise SpecError(key_of(where, key), None,
                             f"missing required key; valid keys: {', '.join(valid)}")
+
+
+def name_of(table: dict, where: str) -> str:
+    """``table["name"]``: a string, not blank, on one line (it heads exports and reports)."""
+    return checked_name(_typed(table, "name", where, str), f"{where}.name")
+
+
+def checked_name(name: str, field: str) -> str:
+    """``name`` (of ``field``) if it is not blank and on one line, else a SpecError."""
+    if not name.strip() or not name.isprintable():
+        raise SpecError(field, name, "must be a name on one line, not blank (no control "
+                        "characters)")
+    return name
 
 
 def key_of(where: str, key: str) -> str:
@@ -133,7 +153,7 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     check_keys(table, where, required=required, optional=(_ACCEL_REQUIRED | _ACCEL_OPTIONAL))
     kw: dict[str, Any] = {}
     if "name" in table:
-        kw["name"] = _typed(table, "name", where, str)
+        kw["name"] = name_of(table, where)
     # physically meaningful ranges in the file's units, checked before conversion
     if "peak_tflops_bf16" in table:
         kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 0.1, 1e5,
@@ -198,8 +218,12 @@ def level_from_table(table: dict, where: str) -> Level:
     # physically meaningful ranges, in the file's units (per device and direction)
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
     latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
+    name = name_of(table, where)
+    if "." in name:
+        raise SpecError(f"{where}.name", name, "must be a non-empty name without '.' (a sweep "
+                        "names a level's values network.NAME.size)")
     return Level(
-        name=_typed(table, "name", where, str),
+        name=name,
         size=_typed(table, "size", where, int),
         bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
         latency=latency * units.US,
@@ -227,8 +251,9 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     levels = table["levels"]
     if not isinstance(levels, list) or not levels:
         raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")
+    _typed(table, "description", where, str)
     return ClusterSpec(
-        name=_typed(table, "name", where, str),
+        name=name_of(table, where),
         accelerator=accel,
         levels=tuple(level_from_table(t, f"{where}.levels[{i}]") for i, t in enumerate(levels)),
     )
@@ -268,7 +293,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mla = MLASpec(**{k: _typed(t, k, f"{where}.mla", int) for k in t})
     hidden = ints["hidden"]
     return ModelSpec(
-        name=_typed(table, "name", where, str),
+        name=name_of(table, where),
         **ints,
         kv_heads=_typed(table, "kv_heads", where, int, heads),
         head_dim=_typed(table, "head_dim", where, int, hidden // heads if heads else 0),
@@ -425,7 +450,8 @@ def _stack_fields() -> dict:
                 lambda v: [back(x) for x in v])
 
     keys = {
-        **{k: plain(str) for k in ("name", "description", "export_format",
+        "name": (str, checked_name, lambda v: v),
+        **{k: plain(str) for k in ("description", "export_format",
                                   "default_recompute", "cp_exchange", "moe_dispatcher",
                                   "moe_overlap", "cuda_graphs")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
@@ -492,6 +518,8 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
     table = _renamed_stack_keys(table, where)
     check_keys(table, where, required=set() if base is not None else {"name"},
                optional=set(fields) | STACK_ONLY_KEYS)
+    if "runs_source" in table:  # read by the catalog; checked here for every file
+        _list(table["runs_source"], f"{where}.runs_source", str)
     kw: dict[str, Any] = {}
     for key, (field, kind, load, _) in fields.items():
         if key in table:

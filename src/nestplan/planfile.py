@@ -71,6 +71,11 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
 """Types of the comparison keys that are not numbers (kinds, description)."""
 
 
+MAX_NUMBER = 1e308
+"""Magnitude below which a number in a plan file is read (NaN, infinities and integers too
+large for a float are not)."""
+
+
 def _headroom(data: dict) -> float:
     from .specs import MAX_HEADROOM, Scenario, valid_headroom
 
@@ -140,7 +145,7 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
     if "schedule" in table:
         from .schedule import SCHEDULES
 
-        if table["schedule"] not in SCHEDULES:
+        if not isinstance(table["schedule"], str) or table["schedule"] not in SCHEDULES:
             raise SpecError(f"{where}.schedule", table["schedule"],
                             "allowed: " + ", ".join(SCHEDULES))
         kw["schedule"] = table["schedule"]
@@ -226,9 +231,9 @@ def _from_dict(data: dict) -> PlanFile:
     predicted = data.get("predicted", {})
     if not isinstance(predicted, dict):
         raise SpecError("predicted", predicted, "must map metric names to numbers")
-    for key, value in predicted.items():
-        if not isinstance(value, (int, float)):  # numbers, and true/false for ``fits``
-            raise SpecError(f"predicted.{key}", value, "must be a number")
+    for key, value in predicted.items():  # numbers, and true/false for ``fits``
+        if not isinstance(value, (int, float)) or not -MAX_NUMBER < value < MAX_NUMBER:
+            raise SpecError(f"predicted.{key}", value, "must be a finite number")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison")), data.get("nestplan_version"))
 
@@ -247,8 +252,9 @@ def _comparison(table) -> dict | None:
         check_keys(row, f"{where}.methods[{i}]", required={"method", "tokens_per_s"},
                    optional=set(COMPARISON_KEYS))
         for key, value in row.items():
-            kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a number"))
-            if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a finite number"))
+            if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)) \
+                    or (kinds == (int, float) and not -MAX_NUMBER < value < MAX_NUMBER):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):

@@ -91,7 +91,7 @@ def parse_rule(where: str, rule: object) -> str:
         names = [m.strip() for m in tail.split(",")]
         if all(m in MODULES for m in names):
             return "modules:" + ",".join(dict.fromkeys(names))
-    if head == "every" and tail.isdigit() and int(tail) >= 2:
+    if head == "every" and tail.isascii() and tail.isdigit() and int(tail) >= 2:
         return f"every:{int(tail)}"
     raise SpecError(where, rule, allowed)
 

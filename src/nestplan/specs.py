@@ -136,21 +136,27 @@ class AcceleratorSpec(_CachedHash):
             _positive("accelerator.peak_flops_fp8", self.peak_flops_fp8, integer=False)
         _positive("accelerator.hbm_bytes", self.hbm_bytes, integer=False)
         _positive("accelerator.hbm_bandwidth", self.hbm_bandwidth, integer=False)
-        for label, table in (("matmul_efficiency_bf16", self.matmul_efficiency_bf16),
-                             ("matmul_efficiency_fp8", self.matmul_efficiency_fp8)):
-            if label.endswith("bf16") and not table:
-                raise SpecError(f"accelerator.{label}", table, "needs at least one point")
-            sizes = [p[0] for p in table]
-            if sizes != sorted(sizes) or any(not 0 < e <= 1 for _, e in table):
-                raise SpecError(f"accelerator.{label}", table,
-                                "points must be (FLOP, efficiency) with increasing FLOP and "
-                                "0 < efficiency <= 1")
+        for label, table, needed in (
+                ("bf16", self.matmul_efficiency_bf16, True),
+                ("fp8", self.matmul_efficiency_fp8, self.peak_flops_fp8 is not None)):
+            key = f"accelerator.matmul_efficiency_{label}_by_GFLOP"
+            if needed and not table:
+                raise SpecError(key, [], f"needs at least one point (the {label} matmul peak is "
+                                "set)")
+            sizes = [0.0, *(p[0] for p in table), math.inf]
+            if any(not a < b for a, b in zip(sizes, sizes[1:])) or any(
+                    not 0 < e <= 1 for _, e in table):
+                raise SpecError(key, [[f / 1e9, e] for f, e in table],
+                                "points must be [GFLOP, efficiency] with finite GFLOP > 0, "
+                                "increasing, and 0 < efficiency <= 1")
         if not (isinstance(self.sustained_share, (int, float)) and 0 < self.sustained_share <= 1):
             raise SpecError("accelerator.sustained_share", self.sustained_share,
                             "must be in (0, 1]: the share of the peak its clocks sustain")
-        for e in (*self.attention_efficiency, self.memory_efficiency):
-            if not 0 < e <= 1:
-                raise SpecError(f"accelerator.{self.name}", e, "efficiencies must be in (0, 1]")
+        for key, values in (("attention_efficiency", self.attention_efficiency),
+                            ("memory_efficiency", (self.memory_efficiency,))):
+            if not all(0 < e <= 1 for e in values):
+                raise SpecError(f"accelerator.{key}", values if len(values) > 1 else values[0],
+                                "efficiencies must be in (0, 1]")
         us = self.kernel_overhead / US
         if not within(us, MAX_KERNEL_OVERHEAD_US):
             raise SpecError("accelerator.kernel_overhead_us", us, "must be a number >= 0 and at "
@@ -167,6 +173,16 @@ class AcceleratorSpec(_CachedHash):
                 raise SpecError("precision", "fp8", f"{self.name} has no fp8 matmul units; use bf16")
             return self.peak_flops_fp8
         return self.peak_flops_bf16
+
+
+MAX_WIDTH = 2**20
+"""Widest hidden size (and MLA rank) a model may have; its MLPs up to four times that: far
+beyond any model trained (GPT-3 175B: 12,288), it bounds the work a config can ask for."""
+MAX_EXPERTS = 2**14
+"""Most routed (or shared) experts an MoE layer may have (published: up to 384, Kimi-K2)."""
+MAX_OVERSUBSCRIPTION = 100.0
+"""Largest downlink / uplink ratio a level may have (built fabrics: 1:1 to 7:1, e.g. Meta's
+RoCE clusters, catalog meta-h100-roce-7to1)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,9 +210,10 @@ class Level(_CachedHash):
                                 f"at most {MAX_GPUS:,} (the most devices nestplan plans for)")
         _positive(f"levels[{self.name}].bandwidth_GBps", self.bandwidth, integer=False)
         _positive(f"levels[{self.name}].latency_us", self.latency, integer=False, allow_zero=True)
-        if not (isinstance(self.oversubscription, (int, float)) and self.oversubscription >= 1):
+        if not (isinstance(self.oversubscription, (int, float))
+                and 1 <= self.oversubscription <= MAX_OVERSUBSCRIPTION):
             raise SpecError(f"levels[{self.name}].oversubscription", self.oversubscription,
-                            "must be a number >= 1 (1 = non-blocking)")
+                            f"must be a number in [1, {MAX_OVERSUBSCRIPTION:g}] (1 = non-blocking)")
         if not (isinstance(self.efficiency, (int, float)) and 0 < self.efficiency <= 1):
             raise SpecError(f"levels[{self.name}].efficiency", self.efficiency, "must be in (0, 1]")
 
@@ -281,6 +298,11 @@ class MoESpec(_CachedHash):
         _positive("moe.shared_ffn_hidden", self.shared_ffn_hidden, allow_zero=True)
         _positive("moe.first_dense_layers", self.first_dense_layers, allow_zero=True)
         _positive("moe.layer_freq", self.layer_freq)
+        for f, most in (("experts", MAX_EXPERTS), ("ffn_hidden", 4 * MAX_WIDTH),
+                        ("shared_experts", MAX_EXPERTS), ("shared_ffn_hidden", 4 * MAX_WIDTH),
+                        ("first_dense_layers", MAX_LAYERS), ("layer_freq", MAX_LAYERS)):
+            if getattr(self, f) > most:
+                raise SpecError(f"moe.{f}", getattr(self, f), f"at most {most:,} is supported")
         if self.top_k > self.experts:
             raise SpecError("moe.top_k", self.top_k, f"must be <= moe.experts = {self.experts}")
 
@@ -304,6 +326,10 @@ class MLASpec(_CachedHash):
         _positive("mla.q_lora_rank", self.q_lora_rank, allow_zero=True)
         for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             _positive(f"mla.{f}", getattr(self, f))
+        for f in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                  "v_head_dim"):
+            if getattr(self, f) > MAX_WIDTH:
+                raise SpecError(f"mla.{f}", getattr(self, f), f"at most {MAX_WIDTH:,} is supported")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -372,11 +398,14 @@ class ModelSpec(_CachedHash):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
             _positive(f"model.{f}", getattr(self, f))
         # far beyond any model trained; bounds the work (and memory) a config can ask for
-        for f, most in (("layers", MAX_LAYERS), ("hidden", 2**20), ("heads", 2**14),
-                        ("vocab", 2**24), ("ffn_hidden", 2**22)):
+        for f, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", 2**14),
+                        ("head_dim", 2**14), ("vocab", 2**24), ("ffn_hidden", 4 * MAX_WIDTH)):
             if getattr(self, f) > most:
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)
+        if self.local_span > MAX_TOKENS:
+            raise SpecError("model.local_span", self.local_span,
+                            f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
         if self.mtp_layers and not self.causal:
             raise SpecError("model.mtp_layers", self.mtp_layers,

@@ -17,7 +17,8 @@ def _value(v) -> str:
             raise ValueError(f"TOML has no place for {v}")
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
+        # a JSON string is a TOML basic string, but for DEL, which JSON leaves and TOML refuses
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")

@@ -238,7 +238,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         mp = row.other("model_parallel_size")
-        if not mp.isdigit() or int(mp) % 8 or int(mp) == 0:
+        if not (mp.isascii() and mp.isdigit()) or int(mp) % 8 or int(mp) == 0:
             raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
                             "multiple of 8, in other_metrics)")
         mp = int(mp)
@@ -331,7 +331,7 @@ def _local_batch(row: _Row) -> int | None:
     2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
     and the global batch is exactly N per data-parallel rank."""
     value = row.other("local_batch")
-    if not value.isdigit() or int(value) == 0 or row.text("micro_batch"):
+    if not (value.isascii() and value.isdigit()) or int(value) == 0 or row.text("micro_batch"):
         return None
     n = int(value)
     gb, dp = row.number("global_batch"), row.number("dp")

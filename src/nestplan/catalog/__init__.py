@@ -83,15 +83,36 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 
 @_cached
 def get_accelerator(name: str) -> AcceleratorSpec:
-    """An accelerator by catalog name or TOML path."""
+    """An accelerator by catalog name or TOML path; ``base = "..."`` chains are followed (a path
+    ``base`` is relative to the file that names it)."""
+    return _resolve_accelerator(name, ())
+
+
+def _resolve_accelerator(name: str, seen: tuple[str, ...]) -> AcceleratorSpec:
+    """``get_accelerator`` of ``name``, which the files ``seen`` name as their base, in turn."""
     from ..loaders import accelerator_from_table, read_toml
 
-    table = read_toml(Path(name), "accelerator") if looks_like_path(name) else _catalog_table(
-        "accelerators", name, "accelerator")
-    if "base" in table:
-        base = get_accelerator(table.pop("base"))
-        return accelerator_from_table(table, base=base)
-    return accelerator_from_table(table)
+    ident = str(Path(name).resolve()) if looks_like_path(name) else name
+    field = "accelerator" if not seen else f"accelerator {seen[-1]}: base"
+    if ident in seen or len(seen) > MAX_BASES:
+        raise SpecError(field, name, f"bases form a cycle or a chain of more than {MAX_BASES} "
+                        f"({' -> '.join((*seen, ident))}); they must end at an accelerator "
+                        "without base")
+    table = read_toml(Path(name), field) if looks_like_path(name) else _catalog_table(
+        "accelerators", name, field)
+    if "base" not in table:
+        return accelerator_from_table(table)
+    base = table.pop("base")
+    if not isinstance(base, str):
+        raise SpecError(f"accelerator {ident}: base" if seen else "accelerator.base", base,
+                        "must be an accelerator name or path")
+    if looks_like_path(ident) and looks_like_path(base) and not Path(base).is_absolute():
+        base = str(Path(ident).parent / base)  # as a stack's: relative to the file naming it
+    return accelerator_from_table(table, base=_resolve_accelerator(base, (*seen, ident)))
+
+
+MAX_BASES = 32
+"""Longest chain of ``base`` files a stack or accelerator may name."""
 
 
 @_cached
@@ -144,10 +165,10 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
     from ..loaders import stack_from_table
 
     table, ident = _stack_table(name, field)
-    if ident in seen:
+    if ident in seen or len(seen) > MAX_BASES:
         chain = " -> ".join((*seen, ident))
-        raise SpecError(f"{field}.base", name, f"bases form a cycle ({chain}); a stack's bases "
-                        "must end at a stack without base")
+        raise SpecError(f"{field}.base", name, f"bases form a cycle or a chain of more than "
+                        f"{MAX_BASES} ({chain}); a stack's bases must end at a stack without base")
     where = "stack" if not seen else f"stack {ident}"
     if "base" not in table:
         return stack_from_table(table, where)

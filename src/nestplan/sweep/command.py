@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_command(args) -> int:
     from ..errors import SpecError, flush_notes
+    from ..loaders import writable
     from .run import check_extras, plan_run, run_sweep
     from .spec import load
 
@@ -46,6 +47,10 @@ def run_command(args) -> int:
     spec = load(args.file, output=args.output)
     parquet = args.parquet or spec.parquet
     check_extras(parquet=parquet, ray=args.ray)
+    # every file the sweep writes, refused before any point runs
+    for path, kind in ((spec.output, "results CSV"), (spec.output.with_suffix(".svg"), "plot SVG"),
+                       *([(spec.output.with_suffix(".parquet"), "Parquet")] if parquet else [])):
+        writable(path, "output", kind)
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
         points, existing = plan_run(spec)

@@ -9,6 +9,7 @@ an ``ok`` or ``infeasible`` row and runs the others again, replacing their ``err
 from __future__ import annotations
 
 import csv
+import math
 import os
 import signal
 import sys
@@ -85,6 +86,20 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _reads_as(cell: str, kind: type) -> bool:
+    """A results-CSV cell is blank or what ``_cell`` writes for a ``kind`` (finite numbers)."""
+    if cell == "":
+        return True
+    if kind is bool:
+        return cell in ("true", "false")
+    if kind is int:
+        return cell.isascii() and cell.isdigit()
+    try:
+        return math.isfinite(float(cell))
+    except ValueError:
+        return False
+
+
 @dataclass
 class Existing:
     """What a results CSV already holds for a sweep."""
@@ -132,10 +147,13 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         raise SpecError("output", str(path), "its columns are not this sweep's ("
                         f"{detail or 'different order'}); give another --output or delete the file")
     status = columns.index("status")
+    typed = [(columns.index(c), t) for c, t in RESULT_TYPES.items() if t is not str]
     seen: set[str] = set()
     for row in rows[1:]:
-        if len(row) != len(columns) or row[0] in seen or row[status] not in DONE:
-            out.dropped += 1  # torn last line of a killed run, a repeat, or an error to retry
+        if len(row) != len(columns) or row[0] in seen or row[status] not in DONE or not all(
+                _reads_as(row[i], t) for i, t in typed):
+            # torn last line of a killed run, a repeat, an error to retry, a cell edited by hand
+            out.dropped += 1
             continue
         seen.add(row[0])
         out.keep.append(row)

@@ -253,6 +253,8 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
     if "parquet" in sweep and not isinstance(sweep["parquet"], bool):
         raise SpecError("sweep.parquet", sweep["parquet"], "must be true or false")
     if output is not None:
+        if not str(output).strip():
+            raise SpecError("output", str(output), "must be a file path ending in .csv")
         out = Path(output)
     elif "output" in sweep:
         out = Path(sweep["output"]).expanduser()
