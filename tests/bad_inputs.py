@@ -273,7 +273,7 @@ CLUSTER_BAD = {
                                "accelerator"),
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
     "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
-    "level-name-dotted": (_cluster_with('name = "net"', 'name = "a.b"'), "name: got 'a.b'"),
+    "level-name-blank": (_cluster_with('name = "net"', 'name = " "'), "name: got ' '"),
     "fp8-peak-without-curve": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "a100-sxm-80gb", name = "a", peak_tflops_fp8 = 600 }'),

@@ -112,9 +112,10 @@ def _as_flags(fn):
             return fn(args, *a, **kw)
         except SpecError as e:
             flag = FLAG_OF.get(e.field)
-            # the flag only when it was given (a model file's mtp_layers is the file's)
-            if flag is not None and getattr(args, flag.replace("-", "_"), None) is not None:
-                raise SpecError(flag, e.value, e.allowed) from None
+            given = getattr(args, flag.replace("-", "_"), None) if flag else None
+            # the flag only when it gave the value (a model file's mtp_layers is the file's)
+            if given is not None and (given == e.value or (given != given and e.value != e.value)):
+                raise SpecError(flag, e.value, e.allowed) from None  # (NaN is not equal to NaN)
             raise
     return wrapped
 

@@ -13,8 +13,8 @@ class SpecError(NestplanError, ValueError):
         self.value = value
         self.allowed = allowed
         shown = repr(value)
-        if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its start
-            shown = f"{shown[:MAX_SHOWN]}… ({len(shown)} characters)"
+        if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
+            shown = f"{shown[:MAX_SHOWN // 2]}…{shown[-MAX_SHOWN // 2:]} ({len(shown)} characters)"
         super().__init__(f"{field}: got {shown}; {allowed}")
 
 

@@ -23,11 +23,7 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec
-
-
-MAX_FLOAT = 1e308
-"""Magnitude below which a config's number is taken as a float (NaN and infinities are not)."""
+from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec, finite
 
 
 class _Config:
@@ -55,14 +51,13 @@ class _Config:
             if k in self.data and self.data[k] is not None:
                 v = self.data[k]
                 where = self.where(k)
-                number = isinstance(v, (int, float)) and not isinstance(v, bool)
                 if kind is int:
-                    if not (isinstance(v, int) and number):
+                    if not isinstance(v, int) or isinstance(v, bool):
                         raise SpecError(where, v, "must be an integer")
                     if v < minimum:
                         raise SpecError(where, v, f"must be an integer >= {minimum}")
-                elif kind is float:  # compared, not converted: a huge int has no float
-                    if not (number and -MAX_FLOAT < v < MAX_FLOAT and v >= minimum):
+                elif kind is float:
+                    if not (finite(v) and v >= minimum):
                         raise SpecError(where, v, f"must be a number >= {minimum:g}")
                     return float(v)
                 elif kind is bool and not isinstance(v, bool):

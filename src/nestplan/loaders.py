@@ -37,15 +37,16 @@ def regular_file(path: Path, field: str, kind: str) -> None:
                         f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
 
 
-def writable(path, field: str, kind: str) -> None:
-    """Refuse an output path that cannot be written before any work is done: a directory, or a
-    file in a directory that does not exist (SpecError naming ``field``)."""
+def writable(path, field: str, kind: str, *, makes_folder: bool = False) -> None:
+    """Refuse an output path that cannot be written before any work is done: blank, a
+    directory, or a file in a directory that does not exist unless the writer ``makes_folder``
+    (SpecError naming ``field``)."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
     path = Path(path)
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
-    if not path.parent.is_dir():
+    if not path.parent.is_dir() and not makes_folder:
         raise SpecError(field, str(path), f"no such directory: {path.parent}")
 
 
@@ -71,6 +72,8 @@ def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
         raise SpecError(field, str(path), f"not valid {kind} ({e})") from None
     except RecursionError:
         raise SpecError(field, str(path), f"its {kind} nests too deeply to read") from None
+    except SpecError:  # a ValueError too: not a regular file, ...
+        raise
     except ValueError as e:  # an integer of more digits than Python converts (4,300)
         why = "a number in it has too many digits" if "digits" in str(e) else str(e)
         raise SpecError(field, str(path), f"not readable {kind}: {why}") from None
@@ -103,8 +106,11 @@ def name_of(table: dict, where: str) -> str:
 
 
 def checked_name(name: str, field: str) -> str:
-    """``name`` (of ``field``) if it is not blank and on one line, else a SpecError."""
-    if not name.strip() or not name.isprintable():
+    """``name`` (of ``field``) if it is not blank and on one line (no control characters or
+    line breaks, which would break the comment lines of exports), else a SpecError."""
+    import unicodedata
+
+    if not name.strip() or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
         raise SpecError(field, name, "must be a name on one line, not blank (no control "
                         "characters)")
     return name
@@ -219,9 +225,6 @@ def level_from_table(table: dict, where: str) -> Level:
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
     latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
     name = name_of(table, where)
-    if "." in name:
-        raise SpecError(f"{where}.name", name, "must be a non-empty name without '.' (a sweep "
-                        "names a level's values network.NAME.size)")
     return Level(
         name=name,
         size=_typed(table, "size", where, int),

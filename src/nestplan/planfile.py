@@ -22,7 +22,7 @@ from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of, 
 from .recompute import parse_names
 from .placement import rank_grid
 from .result import SUMMARY_KEYS, Evaluation
-from .specs import Parallelism, Scenario
+from .specs import Parallelism, Scenario, finite
 
 FORMAT = 2
 """Format 2 adds the stack; format 1 files (stack settings in ``training``) still load."""
@@ -69,11 +69,6 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
                      "recompute": ((str, list), "a policy or a list of policies"),
                      "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false")}
 """Types of the comparison keys that are not numbers (kinds, description)."""
-
-
-MAX_NUMBER = 1e308
-"""Magnitude below which a number in a plan file is read (NaN, infinities and integers too
-large for a float are not)."""
 
 
 def _headroom(data: dict) -> float:
@@ -232,7 +227,7 @@ def _from_dict(data: dict) -> PlanFile:
     if not isinstance(predicted, dict):
         raise SpecError("predicted", predicted, "must map metric names to numbers")
     for key, value in predicted.items():  # numbers, and true/false for ``fits``
-        if not isinstance(value, (int, float)) or not -MAX_NUMBER < value < MAX_NUMBER:
+        if not (finite(value) or isinstance(value, bool)):
             raise SpecError(f"predicted.{key}", value, "must be a finite number")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison")), data.get("nestplan_version"))
@@ -254,7 +249,7 @@ def _comparison(table) -> dict | None:
         for key, value in row.items():
             kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a finite number"))
             if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)) \
-                    or (kinds == (int, float) and not -MAX_NUMBER < value < MAX_NUMBER):
+                    or (kinds == (int, float) and not finite(value)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):

@@ -56,6 +56,12 @@ def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = Fals
     return value
 
 
+def finite(value) -> bool:
+    """``value`` is a number (not a boolean) short of the largest float: NaN, infinities and
+    integers too large to become a float are not (they are compared, not converted)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1e308 < value < 1e308
+
+
 def within(value, most: float) -> bool:
     """``value`` is a finite number in [0, most] (the bound with a relative 1e-9 of slack, so
     that a file's value at the bound survives its conversion to SI units and back)."""

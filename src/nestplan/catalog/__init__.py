@@ -85,30 +85,31 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path; ``base = "..."`` chains are followed (a path
     ``base`` is relative to the file that names it)."""
-    return _resolve_accelerator(name, ())
+    return _resolve_accelerator(name, "accelerator", ())
 
 
-def _resolve_accelerator(name: str, seen: tuple[str, ...]) -> AcceleratorSpec:
-    """``get_accelerator`` of ``name``, which the files ``seen`` name as their base, in turn."""
+def _resolve_accelerator(name: str, field: str, seen: tuple[str, ...]) -> AcceleratorSpec:
+    """``get_accelerator`` of ``name``, which ``field`` names; the files ``seen`` name it as
+    their base, in turn (errors name a base file's fields as a stack's: ``accelerator P.key``)."""
     from ..loaders import accelerator_from_table, read_toml
 
     ident = str(Path(name).resolve()) if looks_like_path(name) else name
-    field = "accelerator" if not seen else f"accelerator {seen[-1]}: base"
     if ident in seen or len(seen) > MAX_BASES:
         raise SpecError(field, name, f"bases form a cycle or a chain of more than {MAX_BASES} "
                         f"({' -> '.join((*seen, ident))}); they must end at an accelerator "
                         "without base")
     table = read_toml(Path(name), field) if looks_like_path(name) else _catalog_table(
         "accelerators", name, field)
+    where = "accelerator" if not seen else f"accelerator {ident}"
     if "base" not in table:
-        return accelerator_from_table(table)
+        return accelerator_from_table(table, where)
     base = table.pop("base")
     if not isinstance(base, str):
-        raise SpecError(f"accelerator {ident}: base" if seen else "accelerator.base", base,
-                        "must be an accelerator name or path")
+        raise SpecError(f"{where}.base", base, "must be an accelerator name or path")
     if looks_like_path(ident) and looks_like_path(base) and not Path(base).is_absolute():
         base = str(Path(ident).parent / base)  # as a stack's: relative to the file naming it
-    return accelerator_from_table(table, base=_resolve_accelerator(base, (*seen, ident)))
+    return accelerator_from_table(table, where, base=_resolve_accelerator(
+        base, f"{where}.base", (*seen, ident)))
 
 
 MAX_BASES = 32

@@ -50,7 +50,7 @@ def run_command(args) -> int:
     # every file the sweep writes, refused before any point runs
     for path, kind in ((spec.output, "results CSV"), (spec.output.with_suffix(".svg"), "plot SVG"),
                        *([(spec.output.with_suffix(".parquet"), "Parquet")] if parquet else [])):
-        writable(path, "output", kind)
+        writable(path, "output", kind, makes_folder=True)  # the results writer makes it
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
         points, existing = plan_run(spec)

@@ -47,7 +47,7 @@ _NETWORK_UNITS = {"bandwidth_GBps": "{:g} GB/s", "bandwidth_GiBps": "{:g} GiB/s"
 
 def _part(p: Parameter, v) -> str:
     if p.key.startswith("network."):
-        _, level, key = p.key.split(".", 2)
+        level, key = p.key.removeprefix("network.").rsplit(".", 1)  # a name may hold dots
         return f"{level} " + _NETWORK_UNITS[key].format(v)
     if p.kind is str:
         return _file_name(p, str(v))

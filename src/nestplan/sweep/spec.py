@@ -120,7 +120,7 @@ class Point:
         out: dict[str, dict[str, Any]] = {}
         for k, v in self.values:
             if k.startswith("network."):
-                _, level, key = k.split(".", 2)
+                level, key = k.removeprefix("network.").rsplit(".", 1)  # a name may hold dots
                 out.setdefault(level, {})[key] = v
         return out
 
