@@ -561,6 +561,13 @@ case("calibrate-output-directory", ["calibrate", "{r}.csv", "-o", "{d}"], "direc
      **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
 case("calibrate-output-empty", ["calibrate", "{r}.csv", "-o", ""], "-o: got ''",
      **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("calibrate-rows-of-two-stacks", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
+     "ran on several stacks (megatron-core, torchtitan)",
+     **{"r.csv": _runs(",1.5,", ",1.5,") + RUN.replace("r1,", "r2,").replace(
+         ",megatron-core", ",torchtitan") + "\n", "d": DIR})
+case("calibrate-over-its-base", ["calibrate", "{r}.csv", "--stack", "{s}.toml", "-o", "{s}.toml"],
+     "is the base stack file", **{"r.csv": _runs(",1.5,", ",1.5,"),
+                                  "s.toml": 'base = "megatron-core"\nname = "s"\n'})
 case("calibrate-unknown-base", ["calibrate", "{r}.csv", "--stack", "megatron-9", "-o",
                                 "{d}/m.toml"], "stack", **{"r.csv": _runs(",1.5,", ",1.5,"),
                                                            "d": DIR})

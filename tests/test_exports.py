@@ -678,3 +678,18 @@ def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, m
         assert ".ranks.csv" not in exp.extras and not any("rank order" in n for n in exp.notes)
         exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, moved))), fmt)
         assert ".ranks.csv" in exp.extras and any("rank order" in n for n in exp.notes)
+
+
+def test_an_export_without_a_capacity_factor_option_says_it_is_left_out(tmp_path):
+    """A plan costed with dropped tokens (``--moe-capacity-factor``) exports to torchtitan with
+    a note that the factor is not in the file: the run would otherwise be dropless unannounced."""
+    from console import cli
+
+    plan = tmp_path / "q.json"
+    code, _, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
+                       "--gpus", 8, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch",
+                       8, "--seq-len", 4096, "--moe-capacity-factor", 1.25, "--stack",
+                       "torchtitan", "--save", plan)
+    assert code == 0, err
+    code, _, err = cli("export", plan, "--format", "torchtitan", "-o", tmp_path / "q.toml")
+    assert code == 0 and "capacity factor 1.25 (tokens over it dropped) is not exported" in err

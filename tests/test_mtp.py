@@ -179,3 +179,17 @@ def _one_row(tmp_path, column, value):
 def test_bad_depth_or_layout_columns_are_one_line(tmp_path, column, value, needle):
     code, out, err = cli("validate", "--csv", _one_row(tmp_path, column, value))
     assert one_line_error(code, out, err, needle), err
+
+
+def test_mtp_layers_0_lets_a_stack_without_mtp_run_the_model():
+    """``--mtp-layers 0`` drops DeepSeek-V3's own depth before the stack is checked against it
+    (a stack without multi-token prediction had refused the model, naming the depth it had)."""
+    from console import cli
+
+    args = ("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", 256,
+            "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 256, "--seq-len", 1024,
+            "--stack", "composer")
+    code, _, err = cli(*args, "--mtp-layers", 0)
+    assert code == 0, err
+    code, _, err = cli(*args)
+    assert code == 2 and "model.mtp_layers: got 1" in err, err

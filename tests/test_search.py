@@ -404,3 +404,23 @@ def test_a_batch_overlap_stack_refuses_a_fixed_single_chunk_pipeline_up_front(tm
                          "--gpus", 64, "--stack", stack, "--pp", 4, "--vp", 1, "--ep", 8,
                          "--global-batch", 256)
     assert one_line_error(code, out, err, "vp: got 1; stack b overlaps the expert exchange"), err
+
+
+def test_fixed_knobs_hold_in_every_search():
+    """A knob the user fixes stays fixed: alpa's fallback for plans that do not fit shards only
+    what is free (it had set ZeRO-3 over --zero 1, and ZeRO-3 on stacks without it), and a fixed
+    cp or mbs below the search's own floors (chunks of 1,024 tokens, micro-batches of 16) is
+    searched instead of answering that no configuration satisfies the constraints."""
+    from console import cli
+
+    base = ("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--json")
+    code, out, err = cli(*base, "--method", "alpa", "--zero", 1)
+    assert code == 0, err
+    js = json.loads(out)
+    assert js["zero"] == 1 and {p["zero"] for p in js["top"]} == {1}
+    code, out, err = cli(*base, "--method", "alpa", "--stack", "megatron-2022")
+    assert code in (0, 3) and "zero" not in err.split("\n")[-1], err
+    code, out, err = cli(*base, "--cp", 4, "--seq-len", 2048, "--global-batch", 16)
+    assert code == 0 and json.loads(out)["cp"] == 4, err
+    code, out, err = cli(*base, "--mbs", 32, "--global-batch", 256, "--seq-len", 1024)
+    assert code == 0 and json.loads(out)["mbs"] == 32, err

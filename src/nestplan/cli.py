@@ -136,11 +136,7 @@ def _scenario(args):
                              global_batch=batch,
                              precision=Precision.parse(
                                  "precision", "bf16" if args.precision is None else args.precision),
-                             stack=args.stack, **moe)
-    if args.mtp_layers is not None:
-        from dataclasses import replace
-
-        sc = replace(sc, model=replace(sc.model, mtp_layers=args.mtp_layers))
+                             stack=args.stack, mtp_layers=args.mtp_layers, **moe)
     if moe and sc.model.moe is None:
         import warnings
 
@@ -528,10 +524,26 @@ def cmd_calibrate(args) -> int:
     from .tomlfmt import dumps
     from .validation import load_cases
 
-    base = get_stack(DEFAULT_STACK if args.stack is None else args.stack)
+    runs = _runs_csv(args.csv)
+    named = _stacks_named_in(runs)
+    if args.stack is None and len(named) > 1:
+        raise SpecError("--stack", None, f"the rows ran on several stacks ({', '.join(named)}); "
+                        "calibrate fits one: give it, or one CSV per stack")
+    given = args.stack if args.stack is not None else (named[0] if named else DEFAULT_STACK)
+    base = get_stack(given)
+    if args.stack is not None and any(n != args.stack for n in named):
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"the rows' stack column ({', '.join(named)}) is set aside: every row is "
+                      f"fitted as --stack {args.stack}", Note)
     writable(args.output, "-o", "stack TOML")
     out = Path(args.output)
-    cases = load_cases(_runs_csv(args.csv), stack=base)
+    if looks_like_path(given) and out.resolve() in _base_files(given):
+        raise SpecError("-o", args.output, "is the base stack file or one of its bases; write "
+                        "the calibrated stack to a new file")
+    cases = load_cases(runs, stack=base)
     result = fit(cases, base, name=out.stem)
     print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
           + (f" {'left out':>9s}" if result.loo else ""))
@@ -549,8 +561,7 @@ def cmd_calibrate(args) -> int:
     # the base plus what the fit changed (and the new name and provenance)
     before = stack_to_table(base)
     # a base given as a file is named by its absolute path (bases resolve beside the new file)
-    ref = str(Path(args.stack).resolve()) if args.stack and looks_like_path(args.stack) \
-        else base.name
+    ref = str(Path(given).resolve()) if looks_like_path(given) else base.name
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
@@ -559,6 +570,38 @@ def cmd_calibrate(args) -> int:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
     return 0
+
+
+def _stacks_named_in(runs: Path) -> list[str]:
+    """The distinct stacks a runs CSV's ``stack`` column names (paths made relative to the CSV,
+    as ``validate`` reads them), in order of first appearance."""
+    import csv
+
+    from .catalog import looks_like_path
+
+    try:
+        with open(runs, newline="", encoding="utf-8-sig") as f:
+            names = [(r.get("stack") or "").strip() for r in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []  # reading the rows says what is wrong
+    out = [str(runs.parent / n) if looks_like_path(n) and not Path(n).is_absolute() else n
+           for n in names if n]
+    return list(dict.fromkeys(out))
+
+
+def _base_files(stack: str) -> set[Path]:
+    """The stack file ``stack`` and the files of its base chain, resolved."""
+    from .loaders import read_toml
+
+    files: set[Path] = set()
+    path = Path(stack)
+    while path.resolve() not in files and path.is_file():
+        files.add(path.resolve())
+        base = read_toml(path, "--stack").get("base")
+        if not isinstance(base, str) or "/" not in base and not base.endswith(".toml"):
+            break
+        path = path.parent / base if not Path(base).is_absolute() else Path(base)
+    return files
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -618,7 +661,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("calibrate", help="fit a stack's efficiencies to your measured runs")
     ca.add_argument("csv", metavar="RUNS.csv", help="measured runs (the columns of "
                     "published_runs.csv)")
-    ca.add_argument("--stack", help="base stack (default megatron-core)")
+    ca.add_argument("--stack", help="base stack (default: the one the rows' stack column names, "
+                    "else megatron-core)")
     ca.add_argument("-o", "--output", required=True, metavar="MINE.toml",
                     help="where to write the calibrated stack file")
     ca.set_defaults(func=cmd_calibrate)

@@ -56,6 +56,12 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    frozenset(G.eager_split(model, stack.eager_ops)[0]))
 
 
+def _no_round_off(part: float, whole: float) -> float:
+    """``part`` of a step of ``whole`` seconds, made of differences: 0 where it is only their
+    rounding (e.g. -5.6e-17 s of bubble)."""
+    return 0.0 if abs(part) <= 1e-12 * abs(whole) else part
+
+
 def layer_graph(model, par: Parallelism, tr, stack) -> G.ModelGraph:
     """``model``'s layer graph under ``par`` on ``stack`` (``local_strategy``), cached."""
     return G.build(model, local_strategy(model, par, tr, stack))
@@ -165,10 +171,12 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         tp=micro * exp[Axis.TP], cp=micro * exp[Axis.CP], ep=micro * exp[Axis.EP],
         zero=micro * float(devices[k].zero_exposed[pols[k]]),
         # what send/recv adds to the slowest device's micro-batch beyond its compute
-        pp=2 * cc.fill + micro * (x[k] - float(devices[k].F[pols[k]] + devices[k].B[pols[k]])),
+        pp=_no_round_off(2 * cc.fill + micro * (
+            x[k] - float(devices[k].F[pols[k]] + devices[k].B[pols[k]])), scheduled),
         # the schedule's idle time, and the weight gradients it leaves after its span
-        bubble=scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
-                                           - float(devices[j].opt[pols[j]])),
+        bubble=_no_round_off(scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
+                                                         - float(devices[j].opt[pols[j]])),
+                             scheduled),
         dp=float(devices[j].tail[pols[j]]),
         optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}

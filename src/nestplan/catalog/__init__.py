@@ -216,11 +216,17 @@ def stack_sources() -> tuple[tuple[str, str], ...]:
 
 
 def scenario_from_names(model: str, cluster: str, gpus: int, *, stack: str | None = None,
-                        **training) -> Scenario:
+                        mtp_layers: int | None = None, **training) -> Scenario:
     """A Scenario from catalog names (or file paths), a stack name or path (default
-    ``megatron-core``) and TrainingSpec keywords."""
+    ``megatron-core``), the model's multi-token-prediction depths when not its own, and
+    TrainingSpec keywords."""
+    from dataclasses import replace
+
     from ..specs import TrainingSpec
 
-    return Scenario(model=get_model(model), cluster=get_cluster(cluster), gpus=gpus,
+    m = get_model(model)
+    if mtp_layers is not None:  # before the scenario checks the stack can train them
+        m = replace(m, mtp_layers=mtp_layers)
+    return Scenario(model=m, cluster=get_cluster(cluster), gpus=gpus,
                     training=TrainingSpec(**training),
                     stack=get_stack(DEFAULT_STACK if stack is None else stack))

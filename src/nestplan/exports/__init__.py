@@ -173,6 +173,11 @@ def export(pf: PlanFile, fmt: str) -> Export:
         out.notes.append(f"the model trains {depths} multi-token-prediction depth(s), which "
                          f"DeepSpeed does not add: the launched run trains them only if the "
                          f"model code has them ({mtp_note(pf)})")
+    capacity = pf.scenario.training.moe_capacity
+    if capacity is not None and pf.scenario.model.moe is not None and fmt != "megatron":
+        out.notes.append(f"the expert capacity factor {capacity:g} (tokens over it dropped) is "
+                         f"not exported: {fmt}'s configuration has no such option here; set it "
+                         "in the model code, or the run routes every token (dropless)")
     stack = pf.scenario.stack
     if stack.export_format != fmt:
         runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"

@@ -89,8 +89,22 @@ def phaze(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResu
     return _rescore("phaze", sc, found, start)
 
 
-def _sharded_more(sc: Scenario, par: Parallelism) -> Parallelism:
-    return par.with_(zero=3, recompute=(sc.stack.most_saving,) * par.pp)
+def _sharded_more(sc: Scenario, con: Constraints, par: Parallelism) -> Parallelism | None:
+    """``par`` with the most sharding and recomputation the stack offers and the constraints
+    leave free (a fixed ZeRO stage or recompute policy stays); None when that changes nothing
+    or the stack cannot run it."""
+    recompute = con.recompute or (sc.stack.most_saving,)
+    zeros = [con.zero] if con.zero is not None else sorted(sc.stack.zero_stages, reverse=True)
+    for zero in zeros:
+        more = par.with_(zero=zero, recompute=recompute)
+        if more == par:
+            return None
+        try:
+            check_plan(sc, more)
+        except SpecError:
+            continue  # e.g. a ZeRO stage the stack does not run with pipelining
+        return more
+    return None
 
 
 def alpa(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
@@ -101,12 +115,16 @@ def alpa(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResul
     for ev in found.plans:
         real = evaluate(sc, ev.plan)
         if not real.within_headroom:
-            real = evaluate(sc, _sharded_more(sc, ev.plan))
+            more = _sharded_more(sc, con, ev.plan)
+            if more is None:
+                continue
+            real = evaluate(sc, more)
         if real.within_headroom:
             fixed.append(real)
     if not fixed:
-        raise InfeasibleError("alpa: none of its plans fits even after sharding more "
-                              "(ZeRO-3, full recomputation)")
+        raise InfeasibleError("alpa: none of its plans fits even after sharding more (the "
+                              "highest ZeRO stage and the most saving recomputation the stack "
+                              "and the constraints allow)")
     fixed.sort(key=lambda e: e.step_time)
     return SearchResult(method="alpa", plans=fixed[:top], seconds=time.perf_counter() - start,
                         configurations=found.configurations, solved=found.solved,

@@ -6,7 +6,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
 
 * tp: divides gpus and heads, fits kv-heads (divides or is a multiple), divides the FFN width;
   at most the GPUs of a node when ``tp_within_node``;
-* cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens;
+* cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens (any fixed
+  value check_plan takes);
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
   attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp;
 * pp: divides the rest, at most the layers; vp: 1, or up to ``MAX_VP`` chunks per device with
@@ -14,7 +15,7 @@ micro-batch size and the rank order. Ranges searched (documented limits):
   of pp when looped, at least 2·pp in a V) and at least one block per chunk (``split_units``: each
   device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
   the layers and repeats one split in every round);
-* zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS``;
+* zero 0-3; mbs: divisors of the per-replica batch up to ``MAX_MBS`` (or the fixed one);
 * rank orders: tensor parallelism innermost, then every order of the other axes of size > 1
   (axes of size 1 move nothing).
 """
@@ -81,8 +82,9 @@ def shapes(sc: Scenario, con: Constraints):
     for tp in _pick(con.tp, tps):
         sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
         for sp in _pick(con.sp, sps):
-            cps = [c for c in _divisors(gpus // tp) if c == 1 or (
-                tr.seq_len % (2 * c) == 0 and tr.seq_len // c >= MIN_CP_CHUNK)]
+            # the search's floors on chunks and micro-batches hold a fixed value to check_plan
+            cps = [c for c in _divisors(gpus // tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and (
+                tr.seq_len // c >= MIN_CP_CHUNK or c == con.cp))]
             for cp in _pick(con.cp, cps):
                 if sp and tp > 1 and (tr.seq_len // cp) % tp:
                     continue
@@ -94,7 +96,7 @@ def shapes(sc: Scenario, con: Constraints):
                     if (con.dp is not None and con.dp != dp) or tr.global_batch % dp:
                         continue
                     per_replica = tr.global_batch // dp
-                    mbss = [b for b in _divisors(per_replica) if b <= MAX_MBS]
+                    mbss = [b for b in _divisors(per_replica) if b <= MAX_MBS or b == con.mbs]
                     # folded expert grid: etp·ep divides tp·cp·dp (checked per etp below)
                     eps = [1] if m.moe is None else [
                         e for e in _divisors(m.moe.experts) if (tp * cp * dp) % e == 0]
