@@ -591,6 +591,7 @@ def _stacks_named_in(runs: Path) -> list[str]:
 
 def _base_files(stack: str) -> set[Path]:
     """The stack file ``stack`` and the files of its base chain, resolved."""
+    from .catalog import looks_like_path
     from .loaders import read_toml
 
     files: set[Path] = set()
@@ -598,7 +599,7 @@ def _base_files(stack: str) -> set[Path]:
     while path.resolve() not in files and path.is_file():
         files.add(path.resolve())
         base = read_toml(path, "--stack").get("base")
-        if not isinstance(base, str) or "/" not in base and not base.endswith(".toml"):
+        if not isinstance(base, str) or not looks_like_path(base):  # a catalog name ends it
             break
         path = path.parent / base if not Path(base).is_absolute() else Path(base)
     return files
