@@ -518,14 +518,14 @@ def cmd_validate(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import fit
-    from .catalog import DEFAULT_STACK, get_stack, looks_like_path
+    from .catalog import DEFAULT_STACK, get_stack, looks_like_path, stack_files
     from .errors import SpecError
     from .loaders import stack_to_table, writable
     from .tomlfmt import dumps
-    from .validation import load_cases
+    from .validation import load_cases, stacks_named
 
     runs = _runs_csv(args.csv)
-    named = _stacks_named_in(runs)
+    named = stacks_named(runs)
     if args.stack is None and len(named) > 1:
         raise SpecError("--stack", None, f"the rows ran on several stacks ({', '.join(named)}); "
                         "calibrate fits one: give it, or one CSV per stack")
@@ -540,7 +540,7 @@ def cmd_calibrate(args) -> int:
                       f"fitted as --stack {args.stack}", Note)
     writable(args.output, "-o", "stack TOML")
     out = Path(args.output)
-    if looks_like_path(given) and out.resolve() in _base_files(given):
+    if out.resolve() in stack_files(given):
         raise SpecError("-o", args.output, "is the base stack file or one of its bases; write "
                         "the calibrated stack to a new file")
     cases = load_cases(runs, stack=base)
@@ -570,39 +570,6 @@ def cmd_calibrate(args) -> int:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
     return 0
-
-
-def _stacks_named_in(runs: Path) -> list[str]:
-    """The distinct stacks a runs CSV's ``stack`` column names (paths made relative to the CSV,
-    as ``validate`` reads them), in order of first appearance."""
-    import csv
-
-    from .catalog import looks_like_path
-
-    try:
-        with open(runs, newline="", encoding="utf-8-sig") as f:
-            names = [(r.get("stack") or "").strip() for r in csv.DictReader(f)]
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return []  # reading the rows says what is wrong
-    out = [str(runs.parent / n) if looks_like_path(n) and not Path(n).is_absolute() else n
-           for n in names if n]
-    return list(dict.fromkeys(out))
-
-
-def _base_files(stack: str) -> set[Path]:
-    """The stack file ``stack`` and the files of its base chain, resolved."""
-    from .catalog import looks_like_path
-    from .loaders import read_toml
-
-    files: set[Path] = set()
-    path = Path(stack)
-    while path.resolve() not in files and path.is_file():
-        files.add(path.resolve())
-        base = read_toml(path, "--stack").get("base")
-        if not isinstance(base, str) or not looks_like_path(base):  # a catalog name ends it
-            break
-        path = path.parent / base if not Path(base).is_absolute() else Path(base)
-    return files
 
 
 def build_parser() -> argparse.ArgumentParser:

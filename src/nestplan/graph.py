@@ -273,6 +273,7 @@ def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
         ("expert_bias", m.moe is not None and m.moe.expert_bias)) if here)
 
 
+@cached(maxsize=256)  # in every layer-graph key (``evaluate.local_strategy``) of the search
 def eager_split(m: ModelSpec, eager_ops) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels,
     and those it runs fused."""

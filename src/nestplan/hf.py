@@ -130,8 +130,8 @@ def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
         vocab=cfg.get("vocab_size"),
         mlp=_act(cfg),
         norm=Norm.RMSNORM,
-        bias=bool(cfg.get("attention_bias", default=bias, kind=bool)),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", default=False, kind=bool)),
+        bias=cfg.get("attention_bias", default=bias, kind=bool),
+        tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=_rope_mscale(cfg),
     )
@@ -291,7 +291,7 @@ def _gpt2(cfg: _Config) -> dict:
         heads=cfg.get("n_head", "num_attention_heads"),
         ffn_hidden=cfg.get("n_inner", default=4 * hidden), vocab=cfg.get("vocab_size"),
         mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True, dropout=True,
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", default=True, kind=bool)),
+        tied_embeddings=cfg.get("tie_word_embeddings", default=True, kind=bool),
         position=Position.LEARNED, max_positions=cfg.get("n_positions", "max_position_embeddings"),
     )
 
@@ -301,7 +301,7 @@ def _gpt_neox(cfg: _Config) -> dict:
         layers=cfg.get("num_hidden_layers"), hidden=cfg.get("hidden_size"),
         heads=cfg.get("num_attention_heads"), ffn_hidden=cfg.get("intermediate_size"),
         vocab=cfg.get("vocab_size"), mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True,
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", default=False, kind=bool)),
+        tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
     )
 
@@ -312,7 +312,7 @@ def _bloom(cfg: _Config) -> dict:
         layers=cfg.get("n_layer", "num_hidden_layers"), hidden=hidden,
         heads=cfg.get("n_head", "num_attention_heads"), ffn_hidden=4 * hidden,
         vocab=cfg.get("vocab_size"), mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True,
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", default=True, kind=bool)),
+        tied_embeddings=cfg.get("tie_word_embeddings", default=True, kind=bool),
         position=Position.ALIBI,
     )
 

@@ -7,6 +7,7 @@ Every quantity is in SI units (bytes, seconds, FLOP, bytes/s). Construction vali
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -57,9 +58,10 @@ def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = Fals
 
 
 def finite(value) -> bool:
-    """``value`` is a number (not a boolean) short of the largest float: NaN, infinities and
-    integers too large to become a float are not (they are compared, not converted)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and -1e308 < value < 1e308
+    """``value`` is a number (not a boolean) a float can hold: NaN, infinities and integers too
+    large to become a float are not (they are compared, not converted)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and -sys.float_info.max <= value <= sys.float_info.max)
 
 
 def within(value, most: float) -> bool:

@@ -363,6 +363,23 @@ def load_cases(path: Path, *, include_lora: bool = False,
     ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
     ``other_metrics`` is a measured peak."""
     path = Path(path)
+    cases = []
+    for row in _rows(path):
+        if row.text("regime") == "lora" and not include_lora:
+            continue
+        try:
+            cases.append(_case(row, path.parent, stack))
+        except SpecError as e:
+            if e.field.startswith(row.where):
+                raise
+            raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
+    if not cases:
+        raise SpecError("--csv", str(path), "holds no run to check (LoRA rows are skipped)")
+    return cases
+
+
+def _rows(path: Path) -> list[_Row]:
+    """The rows of a runs CSV, its columns checked; each named by its line and id."""
     from .loaders import regular_file
 
     regular_file(path, "--csv", "CSV")
@@ -387,20 +404,16 @@ def load_cases(path: Path, *, include_lora: bool = False,
                         f"offset {e.start}); give a runs CSV file") from None
     except (OSError, csv.Error) as e:
         raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
-    cases = []
-    for i, data in rows:
-        row = _Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
-        if row.text("regime") == "lora" and not include_lora:
-            continue
-        try:
-            cases.append(_case(row, path.parent, stack))
-        except SpecError as e:
-            if e.field.startswith(row.where):
-                raise
-            raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
-    if not cases:
-        raise SpecError("--csv", str(path), "holds no run to check (LoRA rows are skipped)")
-    return cases
+    return [_Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
+            for i, data in rows]
+
+
+def stacks_named(path: Path) -> list[str]:
+    """The distinct stacks a runs CSV's ``stack`` column names, as ``load_cases`` reads them (a
+    file relative to the CSV), in order of first appearance."""
+    path = Path(path)
+    return list(dict.fromkeys(row.path("stack", path.parent) for row in _rows(path)
+                              if row.text("stack")))
 
 
 def predict(case: Case, stack: StackSpec | None = None):

@@ -16,8 +16,11 @@ from pathlib import Path
 
 from ..caching import cached
 from ..errors import SpecError
-from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec, Scenario
-from ..stack import StackSpec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # loaded with the first entry: ``list``'s argument parser reads KINDS only
+    from ..specs import AcceleratorSpec, ClusterSpec, ModelSpec, Scenario
+    from ..stack import StackSpec
 
 KINDS = ("models", "clusters", "accelerators", "stacks")
 DEFAULT_STACK = "megatron-core"
@@ -106,10 +109,8 @@ def _resolve_accelerator(name: str, field: str, seen: tuple[str, ...]) -> Accele
     base = table.pop("base")
     if not isinstance(base, str):
         raise SpecError(f"{where}.base", base, "must be an accelerator name or path")
-    if looks_like_path(ident) and looks_like_path(base) and not Path(base).is_absolute():
-        base = str(Path(ident).parent / base)  # as a stack's: relative to the file naming it
     return accelerator_from_table(table, where, base=_resolve_accelerator(
-        base, f"{where}.base", (*seen, ident)))
+        _base_beside(ident, base), f"{where}.base", (*seen, ident)))
 
 
 MAX_BASES = 32
@@ -176,13 +177,34 @@ def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
     base_name = table["base"]
     if not isinstance(base_name, str):
         raise SpecError(f"{where}.base", base_name, "must be a stack name or path")
-    if looks_like_path(ident) and looks_like_path(base_name) and not Path(base_name).is_absolute():
-        base_name = str(Path(ident).parent / base_name)
-    base = _resolve_stack(base_name, where, (*seen, ident))
+    base = _resolve_stack(_base_beside(ident, base_name), where, (*seen, ident))
     if "name" not in table:
         table = {**table, "name": Path(name).stem if looks_like_path(name) else name}
     # keys it does not set, calibration and fitted_on included, are the base's
     return stack_from_table(table, where, base=base)
+
+
+def _base_beside(ident: str, base: str) -> str:
+    """The ``base`` a file (``ident``: its resolved path, or a catalog name) names: a relative
+    path is read beside that file."""
+    if looks_like_path(ident) and looks_like_path(base) and not Path(base).is_absolute():
+        return str(Path(ident).parent / base)
+    return base
+
+
+def stack_files(name: str) -> set[Path]:
+    """The files of a stack given by path and of its chain of bases, resolved (none for a
+    catalog name; the chain as ``get_stack`` follows it)."""
+    files: set[Path] = set()
+    while looks_like_path(name):
+        table, ident = _stack_table(name, "stack")
+        if Path(ident) in files:
+            break
+        files.add(Path(ident))
+        if not isinstance(table.get("base"), str):
+            break
+        name = _base_beside(ident, table["base"])
+    return files
 
 
 def get(kind: str, name: str):
@@ -222,7 +244,7 @@ def scenario_from_names(model: str, cluster: str, gpus: int, *, stack: str | Non
     TrainingSpec keywords."""
     from dataclasses import replace
 
-    from ..specs import TrainingSpec
+    from ..specs import Scenario, TrainingSpec
 
     m = get_model(model)
     if mtp_layers is not None:  # before the scenario checks the stack can train them

@@ -360,7 +360,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                               shape))
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
-    unfit: list[Parallelism] = []  # no split fits (``_positions_fit``): solved at the end
+    unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
     last_report = start
@@ -452,13 +452,12 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 heapq.heappush(found, entry)
             else:
                 heapq.heappushpop(found, entry)
-        if memory_aware and not found:  # how far it is from fitting, should nothing ever fit
-            peak = _least_peak(tb, permitted)
-            if cap < peak < np.inf:
-                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
+        if memory_aware and not found:  # measured at the end, if nothing is found at all
+            unfit.append(par)
     if not found:
         # how far the allowed policies are from fitting the whole model, for the configurations
-        # no split could fit (a cell of a few blocks may fit where no split of all of them does)
+        # no split could fit and those no plan came from (a cell of a few blocks may fit where no
+        # split of all of them does)
         for par in unfit:
             tb = T.build(D.config_costs(world, par))
             peak = _least_peak(tb, permitted) if tb is not None else np.inf

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..catalog import looks_like_path
 from ..svg import Svg, line_chart
-from .spec import Parameter, Point, SweepSpec
+from .spec import Parameter, Point, SweepSpec, level_key
 
 MAX_SERIES = 10
 MAX_PANELS = 8
@@ -46,9 +46,8 @@ _NETWORK_UNITS = {"bandwidth_GBps": "{:g} GB/s", "bandwidth_GiBps": "{:g} GiB/s"
 
 
 def _part(p: Parameter, v) -> str:
-    if p.key.startswith("network."):
-        level, key = p.key.removeprefix("network.").rsplit(".", 1)  # a name may hold dots
-        return f"{level} " + _NETWORK_UNITS[key].format(v)
+    if (split := level_key(p.key)) is not None:
+        return f"{split[0]} " + _NETWORK_UNITS[split[1]].format(v)
     if p.kind is str:
         return _file_name(p, str(v))
     return f"{p.key}={str(v).lower() if p.kind is bool else format(v, 'g')}"

@@ -119,10 +119,18 @@ class Point:
         """Level overrides: ``{level name: {key: value}}``."""
         out: dict[str, dict[str, Any]] = {}
         for k, v in self.values:
-            if k.startswith("network."):
-                level, key = k.removeprefix("network.").rsplit(".", 1)  # a name may hold dots
-                out.setdefault(level, {})[key] = v
+            if (split := level_key(k)) is not None:
+                out.setdefault(split[0], {})[split[1]] = v
         return out
+
+
+def level_key(column: str) -> tuple[str, str] | None:
+    """(level, key) of a network column ``network.LEVEL.KEY`` (a level's name may hold dots, a
+    key does not); None for any other column."""
+    if not column.startswith("network."):
+        return None
+    level, key = column.removeprefix("network.").rsplit(".", 1)
+    return level, key
 
 
 @dataclass(frozen=True, kw_only=True)
