@@ -274,6 +274,13 @@ CLUSTER_BAD = {
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
     "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
     "level-name-blank": (_cluster_with('name = "net"', 'name = " "'), "name: got ' '"),
+    "gflop-point-huge-integer": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", '
+        'matmul_efficiency_bf16_by_GFLOP = [[1' + "0" * 400 + ', 0.5]] }'),
+        "matmul_efficiency_bf16_by_GFLOP"),
+    "bandwidth-huge-integer": (_cluster_with("bandwidth_GBps = 450",
+                                             "bandwidth_GBps = 1" + "0" * 400), "bandwidth_GBps"),
     "fp8-peak-without-curve": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "a100-sxm-80gb", name = "a", peak_tflops_fp8 = 600 }'),
@@ -315,6 +322,8 @@ case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev
 # ---- stack files -------------------------------------------------------------------------------
 STACK_BAD = {
     "unknown-key": ('base = "megatron-core"\nname = "s"\nturbo = true\n', "turbo"),
+    "overhead-huge-integer": ('base = "megatron-core"\nname = "s"\nstep_overhead_s = 1'
+                              + "0" * 400 + "\n", "step_overhead_s"),
     "recompute-rule-superscript": ('base = "megatron-core"\nname = "s"\n'
                                    'recompute = { none = "none", x = "every:\u00b2" }\n',
                                    "recompute"),
@@ -587,6 +596,8 @@ SWEEP_BAD = {
     "empty-list": (SWEEP.replace("gpus = [16]", "gpus = []"), "gpus"),
     "gpus-zero": (SWEEP.replace("gpus = [16]", "gpus = [0]"), "gpus"),
     "gpus-str": (SWEEP.replace("gpus = [16]", 'gpus = ["16"]'), "gpus"),
+    "gpus-huge-integer": (SWEEP.replace("gpus = [16]", "gpus = [1" + "0" * 400 + "]"),
+                          "grid.gpus: got 1000"),
     "model-unknown": (SWEEP.replace('"gpt-1p7b"', '"gpt-9"'), "model"),
     "cluster-unknown": (SWEEP.replace('"nest-h100-spineleaf"', '"nowhere"'), "cluster"),
     "method-unknown": (SWEEP + 'method = ["genetic"]\n', "method"),

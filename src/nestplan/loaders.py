@@ -11,7 +11,7 @@ from typing import Any, Callable
 from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
-from .specs import AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec, MoESpec
+from .specs import AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec, MoESpec, finite
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -131,10 +131,13 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
     if not ok:
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise SpecError(f"{where}.{key}", value, f"must be {names}")
+    if kind == _NUM and isinstance(value, int) and not finite(value):
+        raise SpecError(f"{where}.{key}", value, "must be a number a float can hold")
     return value
 
 
 _NUM = (int, float)
+"""A number read as a float (an integer too large for one is refused)."""
 
 # ----------------------------------------------------------------------------- accelerator
 
@@ -147,7 +150,8 @@ _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_
 
 def _points(value, where: str) -> tuple[tuple[float, float], ...]:
     if not isinstance(value, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) for x in p) for p in value):
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) and (
+                finite(x) or isinstance(x, float)) for x in p) for p in value):
         raise SpecError(where, value, "must be a list of [GFLOP, efficiency] pairs")
     return tuple((float(g) * 1e9, float(e)) for g, e in value)
 

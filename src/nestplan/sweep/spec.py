@@ -300,9 +300,13 @@ def _values(table: dict, key: str, where: str) -> list:
     values = raw if isinstance(raw, list) else [raw]
     if not values:
         raise SpecError(where, raw, "empty list; give at least one value")
+    from ..specs import finite
+
     for v in values:
         if isinstance(v, (dict, list)) or not isinstance(v, (bool, int, float, str)):
             raise SpecError(where, v, "values must be numbers, strings or booleans")
+        if isinstance(v, int) and not isinstance(v, bool) and not finite(v):  # ids hash floats
+            raise SpecError(where, v, "must be a number a float can hold")
     return values
 
 
