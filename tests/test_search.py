@@ -424,3 +424,32 @@ def test_fixed_knobs_hold_in_every_search():
     assert code == 0 and json.loads(out)["cp"] == 4, err
     code, out, err = cli(*base, "--mbs", 32, "--global-batch", 256, "--seq-len", 1024)
     assert code == 0 and json.loads(out)["mbs"] == 32, err
+
+
+def test_the_slow_methods_report_what_they_count(capsys):
+    """exhaustive reports plans evaluated of the space's, mcmc its steps of the budget; the CLI's
+    progress line says which (a search under two seconds prints nothing)."""
+    from nestplan.cli import _Progress
+
+    sc = tiny_scenario(3, 4, 2, 4, 2, False, 1000, 8, 1.0, 1.0)  # 592 plans with mbs 1
+    calls = []
+    res = methods.run_method("exhaustive", sc, Constraints(mbs=1), top=1,
+                             progress=lambda *a, **k: calls.append((a, k)))
+    assert calls and all(k == {"of": "plans evaluated"} for _, k in calls)
+    dones = [a[0] for a, _ in calls]
+    assert dones == sorted(dones) and all(d % 500 == 0 for d in dones)
+    assert all(a[1] >= dones[-1] for a, _ in calls) and res.best.fits
+    calls.clear()
+    methods.run_method("mcmc", sc, Constraints(), top=1,
+                       progress=lambda *a, **k: calls.append((a, k)))
+    assert [a[:2] for a, _ in calls][:2] == [(0, methods.MCMC_BUDGET), (200, methods.MCMC_BUDGET)]
+    assert all(k == {"of": "steps"} for _, k in calls)
+    line = _Progress("exhaustive")
+    line(500, 2000, 1.0, of="plans evaluated")
+    assert capsys.readouterr().err == ""
+    line(1000, 2000, 6.0, of="plans evaluated")  # off a terminal: a line every 5 s at most
+    line(2000, 2000, 9.0, of="plans evaluated")
+    line(3, 40, 12.0)
+    assert capsys.readouterr().err.splitlines() == [
+        "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 6 s",
+        "nestplan: exhaustive searching, 3 configurations solved (40 in the space), 12 s"]

@@ -212,12 +212,13 @@ class _Progress:
         self.shown, self.last = False, 0.0
         self.method = method
 
-    def __call__(self, done: int, total: int, seconds: float):
+    def __call__(self, done: int, total: int, seconds: float, of: str | None = None):
         if seconds < 2.0 or (not self.tty and seconds - self.last < 5.0):
             return
         self.shown, self.last = True, seconds
-        text = (f"nestplan: {self.method} searching, {done:,} configurations solved ({total:,} "
-                f"in the space), {seconds:.0f} s")
+        count = (f"{done:,} of {total:,} {of}" if of else
+                 f"{done:,} configurations solved ({total:,} in the space)")
+        text = f"nestplan: {self.method} searching, {count}, {seconds:.0f} s"
         print("\r" + text if self.tty else text, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 

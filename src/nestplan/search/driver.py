@@ -32,7 +32,9 @@ from . import space
 from .constraints import Constraints, check_constraints, refuse_unsearchable
 from . import tables as T
 
-Progress = Callable[[int, int, float], None]
+Progress = Callable[..., None]
+"""``progress(done, total, seconds)``: configurations solved of those in the space; a method that
+counts something else names it, ``progress(done, total, seconds, of="steps")``."""
 
 
 @dataclass
