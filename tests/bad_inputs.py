@@ -117,6 +117,9 @@ case("plan-more-chunks-than-blocks", [*SEARCH, "--pp", "8", "--vp", "8"], "chunk
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                           "--gpus", "8", "--precision", "fp8"], "precision")
 case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")
+for method in ("nest", "manual", "mcmc"):  # every method refuses it alike, before searching
+    case(f"plan-etp-on-dense-{method}", [*SEARCH, "--etp", "2", "--method", method],
+         "etp: got 2; llama3-8b has no experts")
 case("plan-ep-more-than-experts", ["plan", "--model", "mixtral-8x7b", "--cluster",
                                    "dgx-h100-ndr", "--gpus", "64", "--ep", "16"], "experts")
 case("plan-per-stage-without-pp", [*SEARCH, "--recompute", "full,none"], "recompute")

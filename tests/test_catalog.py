@@ -187,3 +187,19 @@ def test_malformed_toml_is_a_spec_error(tmp_path):
     p.write_text("name = \n")
     with pytest.raises(SpecError, match="not valid TOML"):
         get_cluster(str(p))
+
+
+def test_a_cluster_file_reads_its_accelerator_file_beside_it(tmp_path, monkeypatch):
+    """``accelerator = "chip.toml"`` (and an inline accelerator's ``base``) is relative to the
+    cluster file, as a stack's or an accelerator's ``base`` is, not to the working directory."""
+    (tmp_path / "hw").mkdir()
+    (tmp_path / "hw" / "chip.toml").write_text('base = "h100-sxm-80gb"\nname = "chip"\n'
+                                               'hbm_GiB = 40\n')
+    levels = '[[levels]]\nname = "n"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 2\n'
+    (tmp_path / "hw" / "c.toml").write_text(f'name = "c"\naccelerator = "chip.toml"\n{levels}')
+    (tmp_path / "hw" / "d.toml").write_text(f'name = "d"\n{levels}[accelerator]\n'
+                                            'base = "chip.toml"\nname = "chip2"\n')
+    monkeypatch.chdir(tmp_path)  # chip.toml is not here
+    for cluster, chip in (("c", "chip"), ("d", "chip2")):
+        acc = get_cluster(f"hw/{cluster}.toml").accelerator
+        assert acc.name == chip and acc.hbm_bytes == 40 * 2**30

@@ -99,6 +99,15 @@ def test_nest_beats_or_ties_every_baseline(name):
         assert nest.step_time <= other.step_time * (1 + 1e-9), method
 
 
+def test_manual_keeps_a_fixed_vp_by_pipelining():
+    """--vp 2 is an interleaved pipeline: manual takes the shortest pipeline that can have it
+    (it had taken no pipeline and dropped the vp)."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    assert methods.manual_plan(sc, Constraints()).pp == 1
+    p = methods.manual_plan(sc, Constraints(vp=2))
+    assert (p.pp, p.vp, p.schedule) == (2, 2, None) and evaluate(sc, p).fits
+
+
 def test_manual_follows_megatron_rules():
     sc = scenario_from_names("gpt3-175b", "selene-a100-hdr", 512, seq_len=2048,
                              global_batch=512)

@@ -206,6 +206,55 @@ def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
     assert code == 0, err  # --stack overrides the column
 
 
+def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
+    """Rows without a stack column ran on the stack their source names (as validate reads
+    them): Narayanan et al.'s on megatron-2021, not on the default stack."""
+    lines = (shared / "data" / "published_runs.csv").read_text().splitlines()
+    runs = tmp_path / "nar.csv"
+    runs.write_text("\n".join(lines[:3]) + "\n")
+    assert all(ln.startswith("nar21-") for ln in lines[1:3])
+    code, out, err = cli("calibrate", runs, "-o", tmp_path / "m.toml")
+    assert code == 0 and "over megatron-2021" in out, err
+    assert 'base = "megatron-2021"' in (tmp_path / "m.toml").read_text() and "note" not in err
+    code, out, err = cli("calibrate", runs, "--stack", "megatron-core", "-o", tmp_path / "m.toml")
+    assert code == 0 and "the rows' own stacks (megatron-2021) are set aside" in err
+
+
+def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
+    """Step times that are a roofline (the larger of a compute and a memory time) in the
+    multipliers: the fit ends where a fine grid finds the least objective."""
+    import itertools
+    from types import SimpleNamespace as Row
+
+    import numpy as np
+
+    from nestplan import calibrate as C
+
+    base = get_stack("megatron-core")
+    compute, memory = np.array([1.0, 0.6, 0.9, 0.3]), np.array([0.5, 0.9, 0.85, 1.0])
+
+    def seconds(st):
+        return np.maximum(compute / st.matmul_scale, memory / st.memory_scale)
+
+    measured = seconds(Row(matmul_scale=0.8, memory_scale=1.3)) * [1.03, 0.98, 1.01, 0.99]
+    rows = [Row(measured=m, i=i) for i, m in enumerate(measured)]
+    names = C._names(len(rows))
+    assert names == ("matmul_scale", "attention_scale", "memory_scale")
+
+    def predictions(cases, st):
+        return seconds(st)[[c.i for c in cases]]
+
+    def objective(x):
+        r = np.log(predictions(rows, C._apply(base, names, x)) / measured) / C.NOISE
+        return r @ r + (x / C.PRIOR) @ (x / C.PRIOR)
+
+    x = C._solve(rows, base, names, predictions)
+    grid = min(objective(np.array([u, 0.0, v])) for u, v in itertools.product(
+        np.linspace(-0.5, 0.2, 71), np.linspace(-0.2, 0.6, 81)))
+    assert objective(x) <= grid + C.SETTLED
+    assert x[1] == 0.0  # nothing in these rows depends on attention: the prior keeps it
+
+
 @pytest.mark.parametrize("peak_gib, ok", [(80, True), (5000, False)])
 def test_calibrate_fits_an_allocator_share_above_1_and_refuses_an_absurd_one(tmp_path, runs_csv,
                                                                              peak_gib, ok):

@@ -19,11 +19,14 @@ unexplained share of activations and transient memory, clipped at 0).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
-from .errors import SpecError
+from .errors import SpecError, UsageError
+from .catalog import DEFAULT_STACK
 from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import US
 
@@ -36,6 +39,13 @@ row off by NOISE (5 %), so one row moves a multiplier almost all the way to it."
 PRIOR_KERNEL_US = 5.0
 """Width of the prior on the added per-kernel overhead, microseconds."""
 MAX_ITER = 100
+SETTLED = 1e-3
+"""A step whose linearised gain in the objective (squared errors in units of ``NOISE``) is below
+this ends the fit: 0.001 is one row moving by 3 % of its width, 0.16 % of its step time (at
+0.01 the leave-one-out fits, which start from the fit on all rows, mostly stayed there)."""
+DAMPING_TRIES = 4
+"""Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
+the best probe of its Jacobian."""
 
 
 @dataclass(frozen=True)
@@ -80,49 +90,71 @@ def _apply(base: StackSpec, names, x) -> StackSpec:
     return replace(base, **kw)
 
 
-def _predict(cases, stack: StackSpec) -> tuple[np.ndarray, list]:
-    """Predicted seconds of every case with ``stack``, and each evaluation (None: layer rows)."""
-    from .validation import predict
+class _Predictions:
+    """Predicted seconds of cases under stacks, each computed once: the leave-one-out fits start
+    where the fit on every row ended, so their first residuals and Jacobian are already known."""
 
-    pairs = [predict(c, stack) for c in cases]
-    return np.array([t for t, _ in pairs]), [ev for _, ev in pairs]
+    def __init__(self):
+        self.seconds: dict[tuple[int, StackSpec], float] = {}
+
+    def __call__(self, cases, stack: StackSpec) -> np.ndarray:
+        from .validation import predict
+
+        out = []
+        for c in cases:
+            key = (id(c), stack)
+            if key not in self.seconds:
+                self.seconds[key] = predict(c, stack)[0]
+            out.append(self.seconds[key])
+        return np.array(out)
 
 
-def _solve(cases, base: StackSpec, names) -> np.ndarray:
-    """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2)."""
+def _solve(cases, base: StackSpec, names, predictions: _Predictions,
+           start: np.ndarray | None = None) -> np.ndarray:
+    """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2), from ``start``
+    (default: the base)."""
     measured = np.log([c.measured for c in cases])
-    x = np.zeros(len(names))
+    x = np.zeros(len(names)) if start is None else start.copy()
     widths = np.array([PRIOR_KERNEL_US if n == "kernel_overhead_us" else PRIOR for n in names])
     # the added kernel overhead cannot take the base's below zero: iterates stay inside
     lower = np.array([-base.kernel_overhead / US if n == "kernel_overhead_us" else -np.inf
                       for n in names])
 
     def residuals(x):
-        t, _ = _predict(cases, _apply(base, names, x))
+        t = predictions(cases, _apply(base, names, x))
         return np.concatenate([(np.log(t) - measured) / NOISE, x / widths])
 
     r = residuals(x)
     damping = 1e-3
+    step = 1e-2
     for _ in range(MAX_ITER):
-        step = 1e-2
-        jac = np.stack([(residuals(x + step * e) - r) / step for e in np.eye(len(x))], axis=1)
+        cost = r @ r
+        probes = [residuals(x + step * e) for e in np.eye(len(x))]
+        jac = np.stack([(p - r) / step for p in probes], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
-        cost = r @ r
-        while True:
+        new = None
+        for _ in range(DAMPING_TRIES):
             dx = -np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), g)
             dx = np.maximum(x + np.clip(dx, -0.5, 0.5), lower) - x
+            linear = r + jac @ dx
+            if cost - linear @ linear < SETTLED:  # nothing left to gain, as far as it can tell
+                break
             trial = residuals(x + dx)
             if trial @ trial < cost:
-                x, r = x + dx, trial
+                new = x + dx, trial
                 damping = max(damping / 10, 1e-6)
                 break
             damping *= 10
-            if damping > 1e6:
-                return x
-        # converged: the step is tiny, or it no longer lowers the objective measurably
-        if np.max(np.abs(dx)) < 1e-4 or cost - r @ r < 1e-9 * cost:
-            return x
+        if new is None:
+            # the step times are only piecewise smooth in the multipliers (rooflines, overlap),
+            # so the linear model can miss where a probe of the Jacobian already went lower
+            i = min(range(len(probes)), key=lambda i: probes[i] @ probes[i])
+            if probes[i] @ probes[i] < cost:
+                new = x + step * np.eye(len(x))[i], probes[i]
+        if new is None or cost - new[1] @ new[1] < SETTLED:
+            return x if new is None else new[0]
+        x, r = new
     raise SpecError("calibrate", f"{len(cases)} rows", f"the fit did not converge in {MAX_ITER} "
                     "iterations; check the rows for inconsistent measurements")
 
@@ -151,19 +183,50 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
 
 
 def _errors(cases, stack: StackSpec):
-    t, evs = _predict(cases, stack)
+    """Step-time and memory errors of every case with ``stack``, and its evaluations (None:
+    layer rows)."""
+    from .validation import predict
+
+    t, evs = zip(*(predict(c, stack) for c in cases))
     err = [float(p / c.measured - 1) for p, c in zip(t, cases)]
     mem = [(ev.peak_memory / c.memory - 1) if (c.memory is not None and ev is not None) else None
            for c, ev in zip(cases, evs)]
     return err, mem, evs
 
 
-def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool = True) -> Fit:
-    """Fit ``base``'s calibration to ``cases`` (from ``validation.load_cases``)."""
+def base_of(runs: Path, given: str | None) -> str:
+    """The stack to calibrate, as ``--stack`` names it: ``given``, else the one stack the rows ran
+    on (``validation.stacks_named``). Rows of several stacks without ``given`` are refused (one
+    fit per stack); with it, the rows' own stacks are set aside with a note."""
+    from .validation import stacks_named
+
+    named = stacks_named(runs)
+    if given is None:
+        if len(named) > 1:
+            raise UsageError(f"--stack is needed: the rows ran on several stacks "
+                             f"({', '.join(named)}) and calibrate fits one; give --stack, or "
+                             "one CSV per stack")
+        return named[0] if named else DEFAULT_STACK
+    if any(n != given for n in named):
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"the rows' own stacks ({', '.join(named)}) are set aside: every row is "
+                      f"fitted as --stack {given}", Note)
+    return given
+
+
+def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool = True,
+        progress=None) -> Fit:
+    """Fit ``base``'s calibration to ``cases`` (from ``validation.load_cases``); ``progress(done,
+    total, seconds, of=...)`` hears of the leave-one-out fits."""
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
+    start = time.perf_counter()
     names = _names(len(cases))
-    x = _solve(cases, base, names)
+    predictions = _Predictions()
+    x = _solve(cases, base, names, predictions)
     stack = _apply(base, names, x)
     before, mem_before, _ = _errors(cases, base)
     after, _, evs = _errors(cases, stack)
@@ -187,8 +250,12 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     if leave_one_out and len(cases) >= 3:
         loo = []
         for i in range(len(cases)):
+            if progress:
+                progress(i, len(cases), time.perf_counter() - start, of="leave-one-out fits")
             rest = cases[:i] + cases[i + 1:]
-            xi = _solve(rest, base, _names(len(rest)))
-            t, _ = _predict([cases[i]], _apply(base, _names(len(rest)), xi))
+            fewer = _names(len(rest))
+            xi = _solve(rest, base, fewer, predictions,
+                        start=x if fewer == names else None)
+            t = predictions([cases[i]], _apply(base, fewer, xi))
             loo.append(float(t[0] / cases[i].measured - 1))
     return Fit(stack, params, before, after, loo, mem_before, mem_after)

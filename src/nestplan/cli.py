@@ -207,10 +207,10 @@ class _Progress:
     """Progress on stderr once a search has run for more than two seconds: one updating line
     on a terminal, a line every few seconds otherwise."""
 
-    def __init__(self, method: str = "nest"):
+    def __init__(self, method: str = "nest", doing: str = "searching"):
         self.tty = sys.stderr.isatty()
         self.shown, self.last = False, 0.0
-        self.method = method
+        self.method, self.doing = method, doing
 
     def __call__(self, done: int, total: int, seconds: float, of: str | None = None):
         if seconds < 2.0 or (not self.tty and seconds - self.last < 5.0):
@@ -218,7 +218,7 @@ class _Progress:
         self.shown, self.last = True, seconds
         count = (f"{done:,} of {total:,} {of}" if of else
                  f"{done:,} configurations solved ({total:,} in the space)")
-        text = f"nestplan: {self.method} searching, {count}, {seconds:.0f} s"
+        text = f"nestplan: {self.method} {self.doing}, {count}, {seconds:.0f} s"
         print("\r" + text if self.tty else text, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 
@@ -518,34 +518,27 @@ def cmd_validate(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import fit
-    from .catalog import DEFAULT_STACK, get_stack, looks_like_path, stack_files
+    from .calibrate import base_of, fit
+    from .catalog import get_stack, looks_like_path, stack_files
     from .errors import SpecError
     from .loaders import stack_to_table, writable
     from .tomlfmt import dumps
-    from .validation import load_cases, stacks_named
+    from .validation import load_cases
 
     runs = _runs_csv(args.csv)
-    named = stacks_named(runs)
-    if args.stack is None and len(named) > 1:
-        raise SpecError("--stack", None, f"the rows ran on several stacks ({', '.join(named)}); "
-                        "calibrate fits one: give it, or one CSV per stack")
-    given = args.stack if args.stack is not None else (named[0] if named else DEFAULT_STACK)
+    given = base_of(runs, args.stack)
     base = get_stack(given)
-    if args.stack is not None and any(n != args.stack for n in named):
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"the rows' stack column ({', '.join(named)}) is set aside: every row is "
-                      f"fitted as --stack {args.stack}", Note)
     writable(args.output, "-o", "stack TOML")
     out = Path(args.output)
     if out.resolve() in stack_files(given):
         raise SpecError("-o", args.output, "is the base stack file or one of its bases; write "
                         "the calibrated stack to a new file")
     cases = load_cases(runs, stack=base)
-    result = fit(cases, base, name=out.stem)
+    progress = _Progress("calibrate", "fitting")
+    try:
+        result = fit(cases, base, name=out.stem, progress=progress)
+    finally:
+        progress.close()
     print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
           + (f" {'left out':>9s}" if result.loo else ""))
     for i, c in enumerate(cases):

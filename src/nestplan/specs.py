@@ -188,6 +188,11 @@ MAX_WIDTH = 2**20
 beyond any model trained (GPT-3 175B: 12,288), it bounds the work a config can ask for."""
 MAX_EXPERTS = 2**14
 """Most routed (or shared) experts an MoE layer may have (published: up to 384, Kimi-K2)."""
+MAX_HEADS = 2**14
+"""Most attention heads, and the largest head size (published: 128 heads of 128, Llama 3 405B;
+128 heads with 192 query-key dimensions, DeepSeek-V3's MLA)."""
+MAX_VOCAB = 2**24
+"""Largest vocabulary (published: 262,144, Gemma 3; Llama 3 128,256)."""
 MAX_OVERSUBSCRIPTION = 100.0
 """Largest downlink / uplink ratio a level may have (built fabrics: 1:1 to 7:1, e.g. Meta's
 RoCE clusters, catalog meta-h100-roce-7to1)."""
@@ -406,8 +411,8 @@ class ModelSpec(_CachedHash):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
             _positive(f"model.{f}", getattr(self, f))
         # far beyond any model trained; bounds the work (and memory) a config can ask for
-        for f, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", 2**14),
-                        ("head_dim", 2**14), ("vocab", 2**24), ("ffn_hidden", 4 * MAX_WIDTH)):
+        for f, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", MAX_HEADS),
+                        ("head_dim", MAX_HEADS), ("vocab", MAX_VOCAB), ("ffn_hidden", 4 * MAX_WIDTH)):
             if getattr(self, f) > most:
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)

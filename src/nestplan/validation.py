@@ -154,18 +154,22 @@ class _Row:
 
     def stack(self, base: Path, override: StackSpec | None) -> StackSpec:
         """The stack that ran this row (see the module docstring)."""
-        from .catalog import get_stack, stack_sources
+        from .catalog import get_stack
 
-        if override is not None:
-            return override
-        given = self.text("stack")
-        if given:
-            return get_stack(self.path("stack", base))
+        return override if override is not None else get_stack(self.stack_ref(base))
+
+    def stack_ref(self, base: Path) -> str:
+        """The row's stack as ``--stack`` would name it: its ``stack`` column (a file relative
+        to the CSV, or a catalog name), else the catalog stack its source names."""
+        from .catalog import stack_sources
+
+        if self.text("stack"):
+            return self.path("stack", base)
         text = self.text("source") + " " + self.text("other_metrics")
         best = max(((entry, name) for entry, name in stack_sources()
                     if all(part in text for part in entry.split("|"))),
                    key=lambda t: len(t[0]), default=None)
-        return get_stack(best[1] if best else DEFAULT_STACK)
+        return best[1] if best else DEFAULT_STACK
 
 
 def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
@@ -409,11 +413,11 @@ def _rows(path: Path) -> list[_Row]:
 
 
 def stacks_named(path: Path) -> list[str]:
-    """The distinct stacks a runs CSV's ``stack`` column names, as ``load_cases`` reads them (a
-    file relative to the CSV), in order of first appearance."""
+    """The distinct stacks a runs CSV's rows ran on, as ``load_cases`` reads them (the ``stack``
+    column, a file relative to the CSV; else the stack a row's source names), in order of first
+    appearance."""
     path = Path(path)
-    return list(dict.fromkeys(row.path("stack", path.parent) for row in _rows(path)
-                              if row.text("stack")))
+    return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path)))
 
 
 def predict(case: Case, stack: StackSpec | None = None):

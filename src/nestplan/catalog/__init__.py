@@ -119,12 +119,15 @@ MAX_BASES = 32
 
 @_cached
 def get_cluster(name: str) -> ClusterSpec:
-    """A cluster by catalog name or TOML path."""
+    """A cluster by catalog name or TOML path; an accelerator (or an inline accelerator's
+    ``base``) given as a relative path is read beside the cluster file."""
     from ..loaders import cluster_from_table, read_toml
 
-    table = read_toml(Path(name), "cluster") if looks_like_path(name) else _catalog_table(
-        "clusters", name, "cluster")
-    return cluster_from_table(table, get_accelerator)
+    if looks_like_path(name):
+        table, ident = read_toml(Path(name), "cluster"), str(Path(name).resolve())
+    else:
+        table, ident = _catalog_table("clusters", name, "cluster"), name
+    return cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
 
 
 @_cached

@@ -153,6 +153,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise SpecError("vp", 1, f"stack {sc.stack.name} overlaps the expert exchange with another "
                         "micro-batch, which Megatron-Core does with pipelining only under an "
                         "interleaved schedule: use vp > 1")
+    if m.moe is None and con.etp is not None and con.etp != con.tp:
+        raise SpecError("etp", con.etp, f"{m.name} has no experts; leave etp unset")
     if con.sp and con.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:

@@ -489,13 +489,18 @@ def _least_peak(tb, permitted: np.ndarray) -> float:
     return float(peak) if np.isfinite(peak) else np.inf
 
 
+def unsatisfiable(sc: Scenario, con: Constraints) -> str:
+    """Why a space with no configuration is empty, naming the fixed knobs."""
+    fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
+        "tp_within_node", "extra")}
+    return (f"no configuration of {sc.gpus} devices satisfies the constraints "
+            f"{fixed or '(none)'} for {sc.model.name} (degrees must divide gpus, heads, "
+            f"layers and the global batch)")
+
+
 def _why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
     if n_configs == 0:
-        fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
-            "tp_within_node", "extra")}
-        return (f"no configuration of {sc.gpus} devices satisfies the constraints "
-                f"{fixed or '(none)'} for {sc.model.name} (degrees must divide gpus, heads, "
-                f"layers and the global batch)")
+        return unsatisfiable(sc, con)
     gap, par = shortfall
     if par is None:
         return "no configuration fits in memory"

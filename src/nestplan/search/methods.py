@@ -166,7 +166,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (2 if sched is not None and sched.chunks != "one" else 1)
     for pp in _allowed("pp", con.pp, pps):
-        if sched is not None and pp == 1:  # a fixed schedule is a pipelined plan
+        if pp == 1 and (sched is not None or vp > 1):  # fixed: a pipelined plan
             continue
         dp = rest // pp
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
@@ -261,7 +261,7 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
     shapes = [s for s in space.shapes(sc, con)
               if any(space.schedules(sc, con, s.pp, v) for v in space.virtual_stages(sc, con, s))]
     if not shapes:
-        raise InfeasibleError("mcmc: no configuration satisfies the constraints")
+        raise InfeasibleError(f"mcmc: {driver.unsatisfiable(sc, con)}")
     try:
         cur = manual_plan(sc, con)
     except InfeasibleError:
