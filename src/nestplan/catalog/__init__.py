@@ -88,29 +88,7 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path; ``base = "..."`` chains are followed (a path
     ``base`` is relative to the file that names it)."""
-    return _resolve_accelerator(name, "accelerator", ())
-
-
-def _resolve_accelerator(name: str, field: str, seen: tuple[str, ...]) -> AcceleratorSpec:
-    """``get_accelerator`` of ``name``, which ``field`` names; the files ``seen`` name it as
-    their base, in turn (errors name a base file's fields as a stack's: ``accelerator P.key``)."""
-    from ..loaders import accelerator_from_table, read_toml
-
-    ident = str(Path(name).resolve()) if looks_like_path(name) else name
-    if ident in seen or len(seen) > MAX_BASES:
-        raise SpecError(field, name, f"bases form a cycle or a chain of more than {MAX_BASES} "
-                        f"({' -> '.join((*seen, ident))}); they must end at an accelerator "
-                        "without base")
-    table = read_toml(Path(name), field) if looks_like_path(name) else _catalog_table(
-        "accelerators", name, field)
-    where = "accelerator" if not seen else f"accelerator {ident}"
-    if "base" not in table:
-        return accelerator_from_table(table, where)
-    base = table.pop("base")
-    if not isinstance(base, str):
-        raise SpecError(f"{where}.base", base, "must be an accelerator name or path")
-    return accelerator_from_table(table, where, base=_resolve_accelerator(
-        _base_beside(ident, base), f"{where}.base", (*seen, ident)))
+    return _resolve("accelerators", name, "accelerator", ())
 
 
 MAX_BASES = 32
@@ -149,42 +127,49 @@ def get_model(name: str) -> ModelSpec:
     return model_from_table(_catalog_table("models", name, "model"))
 
 
-def _stack_table(name: str, field: str) -> tuple[dict, str]:
-    """The raw table of a stack and its identity (catalog name or resolved path)."""
+def _entry_table(kind: str, name: str, field: str) -> tuple[dict, str]:
+    """The raw table of an entry of ``kind`` and its identity (catalog name or resolved path)."""
     from ..loaders import read_toml
 
     if looks_like_path(name):
         path = Path(name)
         return read_toml(path, field), str(path.resolve())
-    return _catalog_table("stacks", name, field), name
+    return _catalog_table(kind, name, field), name
 
 
 @_cached
 def get_stack(name: str = DEFAULT_STACK) -> StackSpec:
     """A stack by catalog name or TOML path; ``base = "..."`` chains are followed (a path
     ``base`` is relative to the file that names it)."""
-    return _resolve_stack(name, "stack", ())
+    return _resolve("stacks", name, "stack", ())
 
 
-def _resolve_stack(name: str, field: str, seen: tuple[str, ...]) -> StackSpec:
-    from ..loaders import stack_from_table
+def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
+    """A stack or an accelerator (``kind``) named ``name`` in ``field``, over its chain of bases;
+    the files ``seen`` name it as their base, in turn (a base file's fields are named as
+    ``stack PATH.key``). Keys a file does not set are its base's, calibration included; a stack
+    file without ``name`` is named for the file."""
+    from ..loaders import accelerator_from_table, stack_from_table
 
-    table, ident = _stack_table(name, field)
+    noun = kind[:-1]
+    a_noun = f"{'an' if noun == 'accelerator' else 'a'} {noun}"
+    table, ident = _entry_table(kind, name, field)
     if ident in seen or len(seen) > MAX_BASES:
         chain = " -> ".join((*seen, ident))
-        raise SpecError(f"{field}.base", name, f"bases form a cycle or a chain of more than "
-                        f"{MAX_BASES} ({chain}); a stack's bases must end at a stack without base")
-    where = "stack" if not seen else f"stack {ident}"
+        raise SpecError(field, name, f"bases form a cycle or a chain of more than {MAX_BASES} "
+                        f"({chain}); they must end at {a_noun} without base")
+    build = stack_from_table if kind == "stacks" else accelerator_from_table
+    where = noun if not seen else f"{noun} {ident}"
     if "base" not in table:
-        return stack_from_table(table, where)
-    base_name = table["base"]
+        return build(table, where)
+    table = dict(table)
+    base_name = table.pop("base")
     if not isinstance(base_name, str):
-        raise SpecError(f"{where}.base", base_name, "must be a stack name or path")
-    base = _resolve_stack(_base_beside(ident, base_name), where, (*seen, ident))
-    if "name" not in table:
-        table = {**table, "name": Path(name).stem if looks_like_path(name) else name}
-    # keys it does not set, calibration and fitted_on included, are the base's
-    return stack_from_table(table, where, base=base)
+        raise SpecError(f"{where}.base", base_name, f"must be {a_noun} name or path")
+    base = _resolve(kind, _base_beside(ident, base_name), f"{where}.base", (*seen, ident))
+    if kind == "stacks" and "name" not in table:
+        table["name"] = Path(name).stem if looks_like_path(name) else name
+    return build(table, where, base=base)
 
 
 def _base_beside(ident: str, base: str) -> str:
@@ -200,7 +185,7 @@ def stack_files(name: str) -> set[Path]:
     catalog name; the chain as ``get_stack`` follows it)."""
     files: set[Path] = set()
     while looks_like_path(name):
-        table, ident = _stack_table(name, "stack")
+        table, ident = _entry_table("stacks", name, "stack")
         if Path(ident) in files:
             break
         files.add(Path(ident))
