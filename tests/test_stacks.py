@@ -1,6 +1,7 @@
 """Training stacks: the catalog, stack files, plans a stack can run, calibration, FSDP runs."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,29 @@ def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
         np.linspace(-0.5, 0.2, 71), np.linspace(-0.2, 0.6, 81)))
     assert objective(x) <= grid + C.SETTLED
     assert x[1] == 0.0  # nothing in these rows depends on attention: the prior keeps it
+
+
+def test_calibrate_lowers_a_multiplier_whose_efficiency_is_capped():
+    """A base whose memory-bound efficiency already sits at the cap of 1 (torchtitan-compile's
+    memory_scale 1.25 on an 80 % efficient HBM): raising it moves nothing, so the fit probes
+    downward and finds the slower memory the rows measured."""
+    from types import SimpleNamespace as Row
+
+    import numpy as np
+
+    from nestplan import calibrate as C
+
+    base = get_stack("megatron-core")
+
+    def seconds(st):  # compute plus memory time, the memory efficiency capped at 1
+        return np.array([1.0, 0.5, 0.2]) + np.array([0.2, 0.6, 1.0]) / min(st.memory_scale, 1.0)
+
+    measured = seconds(Row(memory_scale=0.7))
+    rows = [Row(measured=m, i=i) for i, m in enumerate(measured)]
+    names = C._names(len(rows))
+    x = C._solve(rows, base, names, lambda cases, st: seconds(st)[[c.i for c in cases]])
+    memory = math.exp(x[names.index("memory_scale")])
+    assert 0.68 < memory < 0.75  # the prior holds it a little above the rows' 0.7
 
 
 @pytest.mark.parametrize("peak_gib, ok", [(80, True), (5000, False)])

@@ -114,6 +114,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
     """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2), from ``start``
     (default: the base)."""
     measured = np.log([c.measured for c in cases])
+    rows = len(cases)
     x = np.zeros(len(names)) if start is None else start.copy()
     widths = np.array([PRIOR_KERNEL_US if n == "kernel_overhead_us" else PRIOR for n in names])
     # the added kernel overhead cannot take the base's below zero: iterates stay inside
@@ -127,10 +128,28 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
     r = residuals(x)
     damping = 1e-3
     step = 1e-2
+    idle: set[int] = set()  # parameters no row's step time moves with, either way
     for _ in range(MAX_ITER):
         cost = r @ r
-        probes = [residuals(x + step * e) for e in np.eye(len(x))]
-        jac = np.stack([(p - r) / step for p in probes], axis=1)
+        moves, probes = [], []
+        for i, e in enumerate(np.eye(len(x))):
+            move = step * e
+            if i in idle:  # no row depends on it (attention in a stack that materialises it)
+                p = r.copy()
+                p[rows + i] += step / widths[i]  # only its prior moves
+                moves.append(move)
+                probes.append(p)
+                continue
+            p = residuals(x + move)
+            back = np.maximum(x - move, lower) - x
+            if np.array_equal(p[:rows], r[:rows]) and back.any():
+                # no row moves upward (an efficiency capped at 1, say): probe downward
+                move, p = back, residuals(x + back)
+                if np.array_equal(p[:rows], r[:rows]):
+                    idle.add(i)
+            moves.append(move)
+            probes.append(p)
+        jac = np.stack([(p - r) / m.sum() for p, m in zip(probes, moves)], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
         new = None
@@ -151,7 +170,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
             # so the linear model can miss where a probe of the Jacobian already went lower
             i = min(range(len(probes)), key=lambda i: probes[i] @ probes[i])
             if probes[i] @ probes[i] < cost:
-                new = x + step * np.eye(len(x))[i], probes[i]
+                new = x + moves[i], probes[i]
         if new is None or cost - new[1] @ new[1] < SETTLED:
             return x if new is None else new[0]
         x, r = new
