@@ -153,6 +153,16 @@ def mtp_note(pf: PlanFile) -> str:
             f"without them, {evaluate(sc, pf.plan).step_time:.3f} s with them")
 
 
+def capacity_notes(pf: PlanFile, framework: str) -> list[str]:
+    """For a format with no capacity-factor option: a note that the plan's is not exported."""
+    capacity = pf.scenario.training.moe_capacity
+    if capacity is None or pf.scenario.model.moe is None:
+        return []
+    return [f"the expert capacity factor {capacity:g} (tokens over it dropped) is not exported: "
+            f"{framework}'s configuration has no such option here; set it in the model code, or "
+            "the run routes every token (dropless)"]
+
+
 def export(pf: PlanFile, fmt: str) -> Export:
     """The launch configuration of ``pf`` for framework ``fmt``."""
     if fmt == "megatron":
@@ -164,20 +174,6 @@ def export(pf: PlanFile, fmt: str) -> Export:
     else:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
     out = run(pf)
-    depths = pf.scenario.model.mtp_layers
-    if depths and fmt == "torchtitan":  # a model-spec setting, not an argument
-        out.notes.append(f"the model trains {depths} multi-token-prediction depth(s): build its "
-                         f"model spec with num_mtp_layers={depths} (torchtitan's DeepSeek-V3 "
-                         f"model_registry), or the run trains without them ({mtp_note(pf)})")
-    elif depths and fmt == "deepspeed":
-        out.notes.append(f"the model trains {depths} multi-token-prediction depth(s), which "
-                         f"DeepSpeed does not add: the launched run trains them only if the "
-                         f"model code has them ({mtp_note(pf)})")
-    capacity = pf.scenario.training.moe_capacity
-    if capacity is not None and pf.scenario.model.moe is not None and fmt != "megatron":
-        out.notes.append(f"the expert capacity factor {capacity:g} (tokens over it dropped) is "
-                         f"not exported: {fmt}'s configuration has no such option here; set it "
-                         "in the model code, or the run routes every token (dropless)")
     stack = pf.scenario.stack
     if stack.export_format != fmt:
         runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"

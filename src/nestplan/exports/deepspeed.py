@@ -17,7 +17,8 @@ import json
 from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
-from . import Export, closest_schedule, fit_notes, predicted_note, uniform_policy
+from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
+               uniform_policy)
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str]]:
@@ -83,6 +84,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
                      f"{par.tp}{' with sequence parallelism' if par.sp else ''}, sequence "
                      f"(context) parallel {par.cp}, expert parallel {par.ep}")
+    if sc.model.mtp_layers:
+        notes.append(f"the model trains {sc.model.mtp_layers} multi-token-prediction depth(s), "
+                     "which DeepSpeed does not add: the launched run trains them only if the "
+                     f"model code has them ({mtp_note(pf)})")
+    notes += capacity_notes(pf, "deepspeed")
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported))
     return cfg, notes

@@ -20,8 +20,8 @@ from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
-               prediction, rank_map, uniform_policy)
+from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
+               predicted_line, predicted_note, prediction, rank_map, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -119,6 +119,11 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
                      "process with RANK from the rank map (.ranks.csv) so that torchtitan rank "
                      "r runs on the device the plan chose")
+    if m.mtp_layers:  # a model-spec setting, not an argument
+        notes.append(f"the model trains {m.mtp_layers} multi-token-prediction depth(s): build its "
+                     f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
+                     f"model_registry), or the run trains without them ({mtp_note(pf)})")
+    notes += capacity_notes(pf, "torchtitan")
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported))
     return groups, notes, exported
