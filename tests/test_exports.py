@@ -691,5 +691,9 @@ def test_an_export_without_a_capacity_factor_option_says_it_is_left_out(tmp_path
                        8, "--seq-len", 4096, "--moe-capacity-factor", 1.25, "--stack",
                        "torchtitan", "--save", plan)
     assert code == 0, err
-    code, _, err = cli("export", plan, "--format", "torchtitan", "-o", tmp_path / "q.toml")
-    assert code == 0 and "capacity factor 1.25 (tokens over it dropped) is not exported" in err
+    code, _, err = cli("export", plan, "--format", "torchtitan", "-o", tmp_path / "q.sh")
+    said = "capacity factor 1.25 (tokens over it dropped) is not exported"
+    assert code == 0 and said in err
+    assert f"# note: the expert {said}" in (tmp_path / "q.sh").read_text()  # in the file too
+    code, _, err = cli("export", plan, "--format", "deepspeed", "-o", tmp_path / "q.json")
+    assert code == 0 and said in (tmp_path / "q.json.notes.txt").read_text()
