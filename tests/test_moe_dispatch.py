@@ -167,7 +167,9 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
     code, out, err = cli("evaluate", "--plan", tmp_path / "p.json", "--json")
     assert json.loads(out)["step_time_s"] == pytest.approx(skewed["step_time_s"])
     assert one_line_error(*cli(*base, "--moe-imbalance", 0.5),
-                          "moe-imbalance: got 0.5; must be a ratio to the mean load in [1, 64]")
+                          "moe-imbalance: got 0.5; must be in [1, 64]: the busiest expert rank's")
+    assert one_line_error(*cli(*base, "--moe-capacity-factor", 0.5),
+                          "moe-capacity-factor: got 0.5; must be in [1, 64]: the tokens an expert")
 
 
 # mean |error| of the MoE runs as README's "MoE runs" reports them (percent); not targets

@@ -506,10 +506,12 @@ class TrainingSpec(_CachedHash):
                 raise SpecError(name, value, f"at most {MAX_TOKENS:,} is supported")
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
-        for f in ("moe_imbalance", "moe_capacity"):
+        for f, what in (("moe_imbalance", "the busiest expert rank's routed tokens over the mean"),
+                        ("moe_capacity", "the tokens an expert takes over its mean share (a "
+                         "factor below 1, dropping tokens of balanced routing, is not modelled)")):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and 1 <= v <= 64):
-                raise SpecError(f, v, "must be a ratio to the mean load in [1, 64]")
+                raise SpecError(f, v, f"must be in [1, 64]: {what}")
 
     @property
     def moe_load(self) -> float:
