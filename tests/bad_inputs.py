@@ -113,6 +113,9 @@ case("plan-tp-within-node", [*SEARCH[:-1], "64", "--tp", "16", "--tp-within-node
      "tp-within-node")
 case("plan-sp-without-tp", [*SEARCH, "--tp", "1", "--sp"], "sp")
 case("plan-vp-over-the-limit", [*SEARCH, "--vp", "9"], "at most 8")
+for method in ("nest", "manual", "exhaustive"):  # had answered exit 3, 'nothing fits'
+    case(f"plan-vp-without-pipeline-{method}", [*SEARCH, "--vp", "2", "--pp", "1", "--method",
+                                                method], "vp: got 2; virtual stages")
 case("plan-more-chunks-than-blocks", [*SEARCH, "--pp", "8", "--vp", "8"], "chunks need")
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                           "--gpus", "8", "--precision", "fp8"], "precision")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nestplan.catalog import get_cluster
 from nestplan.cli import main
-from nestplan.errors import InfeasibleError
+from nestplan.errors import InfeasibleError, SpecError
 from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.options import MLPKind, Norm, Position
 from nestplan.search import methods, space
@@ -99,6 +99,22 @@ def test_nest_beats_or_ties_every_baseline(name):
         assert nest.step_time <= other.step_time * (1 + 1e-9), method
 
 
+def test_exhaustive_counts_the_plans_it_evaluates(monkeypatch):
+    """The space's size, which the limit and the progress line use, is the number of plans
+    evaluated, also with one policy fixed per stage (it had counted every mix of policies)."""
+    sc = tiny_scenario(4, 4, 2, 4, 2, False, 1000, 8, 1.0, 1.0)
+    con = Constraints(pp=2, mbs=1, recompute=("full", "none"))
+    evaluated = []
+    real = methods.evaluate
+    monkeypatch.setattr(methods, "evaluate", lambda *a: evaluated.append(a) or real(*a))
+    methods.exhaustive(sc, con, 1)
+    size = len(evaluated)
+    assert size
+    methods.exhaustive(sc, con, 1, limit=size)  # within its own size
+    with pytest.raises(SpecError, match=f"the space holds {size:,} plans"):
+        methods.exhaustive(sc, con, 1, limit=size - 1)
+
+
 def test_manual_keeps_a_fixed_vp_by_pipelining():
     """--vp 2 is an interleaved pipeline: manual takes the shortest pipeline that can have it
     (it had taken no pipeline and dropped the vp)."""
@@ -106,6 +122,10 @@ def test_manual_keeps_a_fixed_vp_by_pipelining():
     assert methods.manual_plan(sc, Constraints()).pp == 1
     p = methods.manual_plan(sc, Constraints(vp=2))
     assert (p.pp, p.vp, p.schedule) == (2, 2, None) and evaluate(sc, p).fits
+    # on one node, TP leaves room for the pipeline the vp needs
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    p = methods.manual_plan(sc, Constraints(vp=2))
+    assert (p.tp, p.pp, p.vp) == (4, 2, 2)
 
 
 def test_manual_follows_megatron_rules():

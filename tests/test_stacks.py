@@ -221,6 +221,14 @@ def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
     assert code == 0 and "the rows' own stacks (megatron-2021) are set aside" in err
 
 
+def test_calibrate_sets_nothing_aside_when_the_rows_name_the_given_file(tmp_path, runs_csv):
+    (tmp_path / "mine.toml").write_text('base = "megatron-2021"\nname = "mine"\n')
+    runs = runs_csv(stack="mine.toml")  # beside the CSV
+    code, out, err = cli("calibrate", runs, "--stack", tmp_path / "mine.toml",
+                         "-o", tmp_path / "fitted.toml")
+    assert code == 0 and "over mine" in out and "set aside" not in err, err
+
+
 def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
     """Step times that are a roofline (the larger of a compute and a memory time) in the
     multipliers: the fit ends where a fine grid finds the least objective."""
@@ -254,6 +262,12 @@ def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
         np.linspace(-0.5, 0.2, 71), np.linspace(-0.2, 0.6, 81)))
     assert objective(x) <= grid + C.SETTLED
     assert x[1] == 0.0  # nothing in these rows depends on attention: the prior keeps it
+    # leave-one-out fits start from this one; they end where fits from the base end
+    for i, row in enumerate(rows):
+        rest = rows[:i] + rows[i + 1:]
+        warm, cold = (C._solve(rest, base, names, predictions, start=s) for s in (x, None))
+        left_out = [predictions([row], C._apply(base, names, f))[0] for f in (warm, cold)]
+        assert left_out[0] == pytest.approx(left_out[1], rel=2e-3)
 
 
 def test_calibrate_lowers_a_multiplier_whose_efficiency_is_capped():

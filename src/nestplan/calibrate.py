@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SpecError, UsageError
-from .catalog import DEFAULT_STACK
+from .catalog import DEFAULT_STACK, looks_like_path
 from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import US
 
@@ -40,9 +40,10 @@ PRIOR_KERNEL_US = 5.0
 """Width of the prior on the added per-kernel overhead, microseconds."""
 MAX_ITER = 100
 SETTLED = 1e-3
-"""A step whose linearised gain in the objective (squared errors in units of ``NOISE``) is below
-this ends the fit: 0.001 is one row moving by 3 % of its width, 0.16 % of its step time (at
-0.01 the leave-one-out fits, which start from the fit on all rows, mostly stayed there)."""
+"""A step whose gain in the objective (squared errors in units of ``NOISE`` plus the prior; one row
+off by 5 % adds 1) is below this ends the fit: far below what rows scattering by ``NOISE`` can
+tell apart. (At 0.01 the leave-one-out fits, which start from the fit on all rows, mostly stayed
+there.)"""
 DAMPING_TRIES = 4
 """Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
 the best probe of its Jacobian."""
@@ -110,9 +111,9 @@ class _Predictions:
 
 
 def _solve(cases, base: StackSpec, names, predictions: _Predictions,
-           start: np.ndarray | None = None) -> np.ndarray:
+           start: np.ndarray | None = None, iteration=None) -> np.ndarray:
     """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2), from ``start``
-    (default: the base)."""
+    (default: the base); ``iteration(k)`` hears of each iteration."""
     measured = np.log([c.measured for c in cases])
     rows = len(cases)
     x = np.zeros(len(names)) if start is None else start.copy()
@@ -128,13 +129,16 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
     r = residuals(x)
     damping = 1e-3
     step = 1e-2
-    idle: set[int] = set()  # parameters no row's step time moves with, either way
-    for _ in range(MAX_ITER):
+    idle: dict[int, float] = {}  # parameters no row moved with, either way, at the value kept
+    for k in range(MAX_ITER):
+        if iteration:
+            iteration(k)
         cost = r @ r
         moves, probes = [], []
         for i, e in enumerate(np.eye(len(x))):
             move = step * e
-            if i in idle:  # no row depends on it (attention in a stack that materialises it)
+            if idle.get(i) == x[i]:  # no row depends on it here (attention in a stack that
+                # materialises it; an efficiency above its cap until the prior brings it back)
                 p = r.copy()
                 p[rows + i] += step / widths[i]  # only its prior moves
                 moves.append(move)
@@ -146,31 +150,45 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                 # no row moves upward (an efficiency capped at 1, say): probe downward
                 move, p = back, residuals(x + back)
                 if np.array_equal(p[:rows], r[:rows]):
-                    idle.add(i)
+                    idle[i] = x[i]
             moves.append(move)
             probes.append(p)
         jac = np.stack([(p - r) / m.sum() for p, m in zip(probes, moves)], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
+        # a parameter at its bound that the gradient pushes further out is held there (a step
+        # clipped to the bound would make the linear model's gain negative)
+        free = ~((x <= lower) & (g > 0))
         new = None
-        for _ in range(DAMPING_TRIES):
-            dx = -np.linalg.solve(a + damping * np.diag(np.diag(a) + 1e-12), g)
+        for _ in range(DAMPING_TRIES if free.any() else 0):
+            dx = np.zeros_like(x)
+            af = a[np.ix_(free, free)]
+            dx[free] = -np.linalg.solve(af + damping * np.diag(np.diag(af) + 1e-12), g[free])
             dx = np.maximum(x + np.clip(dx, -0.5, 0.5), lower) - x
             linear = r + jac @ dx
-            if cost - linear @ linear < SETTLED:  # nothing left to gain, as far as it can tell
+            gain = cost - linear @ linear
+            if 0 <= gain < SETTLED:  # nothing left to gain, as far as it can tell
                 break
-            trial = residuals(x + dx)
-            if trial @ trial < cost:
-                new = x + dx, trial
-                damping = max(damping / 10, 1e-6)
-                break
+            if gain > 0:
+                trial = residuals(x + dx)
+                if trial @ trial < cost:
+                    new = x + dx, trial
+                    damping = max(damping / 10, 1e-6)
+                    break
             damping *= 10
         if new is None:
             # the step times are only piecewise smooth in the multipliers (rooflines, overlap),
-            # so the linear model can miss where a probe of the Jacobian already went lower
-            i = min(range(len(probes)), key=lambda i: probes[i] @ probes[i])
-            if probes[i] @ probes[i] < cost:
-                new = x + moves[i], probes[i]
+            # so the linear model can miss where a probe already went lower: the Jacobian's
+            # probes, and one step of each parameter against its gradient
+            tried = list(zip(moves, probes))
+            for i, e in enumerate(np.eye(len(x))):
+                against = np.maximum(x - np.sign(g[i]) * step * e, lower) - x
+                if against.any() and not np.array_equal(against, moves[i]):
+                    tried.append((against, residuals(x + against)))
+            move, p = min(tried, key=lambda t: t[1] @ t[1])
+            if p @ p < cost:
+                new = x + move, p
+                damping = 1e-3  # the linear model failed here, not everywhere
         if new is None or cost - new[1] @ new[1] < SETTLED:
             return x if new is None else new[0]
         x, r = new
@@ -226,7 +244,12 @@ def base_of(runs: Path, given: str | None) -> str:
                              f"({', '.join(named)}) and calibrate fits one; give --stack, or "
                              "one CSV per stack")
         return named[0] if named else DEFAULT_STACK
-    if any(n != given for n in named):
+    def same(name: str) -> bool:  # one file may be spelt two ways
+        if looks_like_path(name) and looks_like_path(given):
+            return Path(name).resolve() == Path(given).resolve()
+        return name == given
+
+    if not all(same(n) for n in named):
         import warnings
 
         from .errors import Note
@@ -239,13 +262,14 @@ def base_of(runs: Path, given: str | None) -> str:
 def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool = True,
         progress=None) -> Fit:
     """Fit ``base``'s calibration to ``cases`` (from ``validation.load_cases``); ``progress(done,
-    total, seconds, of=...)`` hears of the leave-one-out fits."""
+    total, seconds, of=...)`` hears of the fit's iterations and of the leave-one-out fits."""
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
     start = time.perf_counter()
     names = _names(len(cases))
     predictions = _Predictions()
-    x = _solve(cases, base, names, predictions)
+    x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
+        k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
     stack = _apply(base, names, x)
     before, mem_before, _ = _errors(cases, base)
     after, _, evs = _errors(cases, stack)

@@ -204,8 +204,8 @@ def _constraints(args):
 
 
 class _Progress:
-    """Progress on stderr once a search has run for more than two seconds: one updating line
-    on a terminal, a line every few seconds otherwise."""
+    """Progress on stderr once a search or a fit has run for more than two seconds: one
+    updating line on a terminal, a line every five seconds otherwise."""
 
     def __init__(self, method: str = "nest", doing: str = "searching"):
         self.tty = sys.stderr.isatty()

@@ -241,7 +241,9 @@ def level_from_table(table: dict, where: str) -> Level:
 
 def cluster_from_table(table: dict, get_accelerator: Callable[[str], AcceleratorSpec],
                        where: str = "cluster") -> ClusterSpec:
-    """Build a cluster; ``accelerator`` is a catalog name or an inline table (``base`` optional)."""
+    """Build a cluster; ``accelerator`` is a catalog name, an accelerator file's path (which
+    ``get_accelerator`` resolves; the catalog reads it beside the cluster file) or an inline
+    table (``base`` optional)."""
     if not table:
         raise SpecError(where, "an empty file", "a cluster file needs name, accelerator and "
                         "[[levels]] (see src/nestplan/catalog/clusters/*.toml)")
@@ -254,7 +256,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
         inline = {k: v for k, v in acc.items() if k != "base"}
         accel = accelerator_from_table(inline, f"{where}.accelerator", base=base)
     else:
-        raise SpecError(f"{where}.accelerator", acc, "must be a catalog name or an [accelerator] table")
+        raise SpecError(f"{where}.accelerator", acc, "must be a catalog name, a file path or an [accelerator] "
+                        "table")
     levels = table["levels"]
     if not isinstance(levels, list) or not levels:
         raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")

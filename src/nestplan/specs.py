@@ -189,8 +189,9 @@ beyond any model trained (GPT-3 175B: 12,288), it bounds the work a config can a
 MAX_EXPERTS = 2**14
 """Most routed (or shared) experts an MoE layer may have (published: up to 384, Kimi-K2)."""
 MAX_HEADS = 2**14
-"""Most attention heads, and the largest head size (published: 128 heads of 128, Llama 3 405B;
-128 heads with 192 query-key dimensions, DeepSeek-V3's MLA)."""
+"""Most attention heads (published: 128, Llama 3 405B and DeepSeek-V3)."""
+MAX_HEAD_DIM = 2**14
+"""Largest head size (published: 128, Llama 3; 192 query-key dimensions, DeepSeek-V3's MLA)."""
 MAX_VOCAB = 2**24
 """Largest vocabulary (published: 262,144, Gemma 3; Llama 3 128,256)."""
 MAX_OVERSUBSCRIPTION = 100.0
@@ -412,7 +413,7 @@ class ModelSpec(_CachedHash):
             _positive(f"model.{f}", getattr(self, f))
         # far beyond any model trained; bounds the work (and memory) a config can ask for
         for f, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", MAX_HEADS),
-                        ("head_dim", MAX_HEADS), ("vocab", MAX_VOCAB), ("ffn_hidden", 4 * MAX_WIDTH)):
+                        ("head_dim", MAX_HEAD_DIM), ("vocab", MAX_VOCAB), ("ffn_hidden", 4 * MAX_WIDTH)):
             if getattr(self, f) > most:
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)

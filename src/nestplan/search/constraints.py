@@ -145,6 +145,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if con.tp_within_node and con.tp is not None and con.tp > node:
         raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
                         f"of {node} devices")
+    if (con.vp or 1) > 1 and con.pp == 1:
+        raise SpecError("vp", con.vp, "virtual stages interleave a pipeline: they need pp > 1")
     if con.vp is not None and con.pp is not None and con.vp * con.pp > m.layers:
         raise SpecError("vp", con.vp, f"pp·vp = {con.pp}·{con.vp} chunks need at least as many "
                         f"blocks; {m.name} has {m.layers}")

@@ -31,7 +31,7 @@ from ..evaluate import evaluate
 from ..schedule import SCHEDULES
 from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
 from . import driver, space
-from .constraints import METHODS, Constraints, refuse_unsearchable
+from .constraints import METHODS, Constraints, check_constraints, refuse_unsearchable
 from .driver import SearchResult
 
 MCMC_BUDGET = 1500
@@ -149,7 +149,9 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
     node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
-    fixed = (con.cp or 1) * (con.pp or 1) * (con.dp or 1)  # what the TP must leave room for
+    # what the TP must leave room for: a fixed vp > 1 is a pipeline of at least two stages
+    pp_least = con.pp or (2 if (con.vp or 1) > 1 else 1)
+    fixed = (con.cp or 1) * pp_least * (con.dp or 1)
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % (t * fixed) == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
            and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
@@ -306,17 +308,24 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
     configs = list(space.configurations(sc, con))
     sets = [[sc.stack.recompute[i].name for i in s] for s in space.policy_sets(sc, con)]
 
+    fixed = con.recompute is not None and len(con.recompute) > 1  # one policy per stage, given
+
     def per_stage(pp):
-        if con.recompute is not None and len(con.recompute) > 1:  # fixed, one per stage
+        if fixed:
             yield tuple(con.recompute)
             return
         for pols in sets:
             yield from _products(pols, pp)
 
+    def mixes(pp):  # how many per_stage yields
+        return 1 if fixed else sum(len(s) ** pp for s in sets)
+
+    if not configs:
+        raise InfeasibleError(f"exhaustive: {driver.unsatisfiable(sc, con)}")
     size = 0
     for par in configs:
         units, least = space.split_units(sc.model, par.vp)
-        size += space.n_compositions(units, par.pp, least) * sum(len(s) ** par.pp for s in sets)
+        size += space.n_compositions(units, par.pp, least) * mixes(par.pp)
     if size > limit:
         raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
                         f"{limit:,}; use a smaller instance or another method")
@@ -360,6 +369,7 @@ def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
     """Run one method; ``name`` is one of ``METHODS``."""
     if name not in RUNNERS:
         raise SpecError("method", name, f"allowed: {', '.join(METHODS)}")
+    check_constraints(sc, con)  # every method refuses what no plan can have, alike
     if name != "manual":  # one rule-made plan, evaluated; the others search the space
         refuse_unsearchable(con)
     return RUNNERS[name](sc, con, top, progress)
