@@ -3,7 +3,8 @@
 The fitted values are multipliers of the base stack, found by damped Gauss-Newton on the log
 errors of the rows' step times (each of width ``NOISE``), regularised toward the base (a prior on
 log(multiplier) of width ``PRIOR``), so that a parameter the rows barely constrain stays near the
-base value. The
+base value. The step times are only piecewise smooth in the multipliers (rooflines, overlap, the
+efficiency cap of 1), so where the linear step fails the fit moves by probes (``_solve``). The
 rows' plans stay as loaded (a row whose micro-batch or recomputation was filled in by the model
 keeps the base stack's choice). What is fitted depends on how many step-time rows there are,
 never more parameters than rows:
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SpecError, UsageError
 from .catalog import DEFAULT_STACK, looks_like_path
+from .errors import SpecError, UsageError
 from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import US
 
@@ -46,7 +47,7 @@ tell apart. (At 0.01 the leave-one-out fits, which start from the fit on all row
 there.)"""
 DAMPING_TRIES = 4
 """Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
-the best probe of its Jacobian."""
+the best of its Jacobian's probes and of one step of each multiplier against its gradient."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,7 @@ def base_of(runs: Path, given: str | None) -> str:
                              f"({', '.join(named)}) and calibrate fits one; give --stack, or "
                              "one CSV per stack")
         return named[0] if named else DEFAULT_STACK
+
     def same(name: str) -> bool:  # one file may be spelt two ways
         if looks_like_path(name) and looks_like_path(given):
             return Path(name).resolve() == Path(given).resolve()

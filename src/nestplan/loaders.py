@@ -256,8 +256,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
         inline = {k: v for k, v in acc.items() if k != "base"}
         accel = accelerator_from_table(inline, f"{where}.accelerator", base=base)
     else:
-        raise SpecError(f"{where}.accelerator", acc, "must be a catalog name, a file path or an [accelerator] "
-                        "table")
+        raise SpecError(f"{where}.accelerator", acc, "must be a catalog name, a file path or an "
+                        "[accelerator] table")
     levels = table["levels"]
     if not isinstance(levels, list) or not levels:
         raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")

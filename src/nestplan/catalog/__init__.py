@@ -147,8 +147,8 @@ def get_stack(name: str = DEFAULT_STACK) -> StackSpec:
 def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
     """A stack or an accelerator (``kind``) named ``name`` in ``field``, over its chain of bases;
     the files ``seen`` name it as their base, in turn (a base file's fields are named as
-    ``stack PATH.key`` or ``accelerator PATH.key``). Keys a file does not set are its base's, calibration included; a stack
-    file without ``name`` is named for the file."""
+    ``stack PATH.key`` or ``accelerator PATH.key``). Keys a file does not set are its base's,
+    calibration included; a stack file without ``name`` is named for the file."""
     from ..loaders import accelerator_from_table, stack_from_table
 
     noun = kind[:-1]

@@ -39,7 +39,7 @@ MCMC_SEED = 0
 EXHAUSTIVE_LIMIT = 50_000
 """Plans the brute force evaluates at most: each is a whole evaluation, about 1.2 ms on one core
 of our 2-core host (850 plans/s measured on GPT 1.7B's 45,240 plans over 8 H100, 2026-12-02), so
-a minute at most; 200,000 took four."""
+a minute at most; 200,000 took four minutes."""
 
 
 def flat_view(sc: Scenario) -> Scenario:
@@ -149,8 +149,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
     node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
-    # what the TP must leave room for: a fixed vp > 1 is a pipeline of at least two stages
-    pp_least = con.pp or (2 if (con.vp or 1) > 1 else 1)
+    # what the TP must leave room for: a fixed vp > 1 or schedule is a pipeline of two stages or more
+    pp_least = con.pp or (2 if (con.vp or 1) > 1 or con.schedule is not None else 1)
     fixed = (con.cp or 1) * pp_least * (con.dp or 1)
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % (t * fixed) == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
