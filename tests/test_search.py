@@ -127,7 +127,7 @@ def test_manual_keeps_a_fixed_vp_by_pipelining():
     p = methods.manual_plan(sc, Constraints(vp=2))
     assert (p.tp, p.pp, p.vp) == (4, 2, 2)
     p = methods.manual_plan(sc, Constraints(schedule="1f1b"))  # a fixed schedule likewise
-    assert (p.tp, p.pp, p.schedule) == (4, 2, "1f1b")
+    assert (p.tp, p.pp, p.pipeline.name) == (4, 2, "1f1b")
 
 
 def test_manual_follows_megatron_rules():
