@@ -120,6 +120,11 @@ case("plan-more-chunks-than-blocks", [*SEARCH, "--pp", "8", "--vp", "8"], "chunk
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                           "--gpus", "8", "--precision", "fp8"], "precision")
 case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")
+for method in ("nest", "manual", "mcmc", "exhaustive"):  # had been exit 3 'no configuration'
+    case(f"plan-expert-grid-over-the-pipeline-{method}",
+         ["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--tp",
+          "1", "--pp", "2", "--etp", "2", "--ep", "4", "--method", method],
+         "etp·ep = 2·4 must divide tp·cp·dp = 4 (gpus / pp = 8/2)")
 for method in ("nest", "manual", "mcmc"):  # every method refuses it alike, before searching
     case(f"plan-etp-on-dense-{method}", [*SEARCH, "--etp", "2", "--method", method],
          "etp: got 2; llama3-8b has no experts")
@@ -581,13 +586,24 @@ case("calibrate-rows-of-two-stacks", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"
      **{"r.csv": _runs(",1.5,", ",1.5,") + RUN.replace("r1,", "r2,").replace(
          ",megatron-core", ",torchtitan") + "\n", "d": DIR})
 case("calibrate-over-its-base", ["calibrate", "{r}.csv", "--stack", "{s}.toml", "-o", "{s}.toml"],
-     "is the base stack file", **{"r.csv": _runs(",1.5,", ",1.5,"),
-                                  "s.toml": 'base = "megatron-core"\nname = "s"\n'})
+     "the base stack file", **{"r.csv": _runs(",1.5,", ",1.5,"),
+                               "s.toml": 'base = "megatron-core"\nname = "s"\n'})
+case("calibrate-over-its-runs", ["calibrate", "{r}.csv", "-o", "{r}.csv"],  # had overwritten it
+     "is the runs CSV", **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("calibrate-step-time-far-from-any-calibration", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
+     "step_time_s: got 'r1: 1e+06 s'; 10 or more times from what the base stack predicts",
+     **{"r.csv": _runs(",1.5,", ",1e6,"), "d": DIR})
+case("runs-peak-memory-above-hbm", ["validate", "--csv", "{r}.csv"],
+     "got 'peak_memory_gib=90'; more than the 79.6 GiB of HBM of h100-sxm-80gb",
+     **{"r.csv": _runs("test,,", "test,peak_memory_gib=90,")})
+case("calibrate-runs-key-twice", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
+     "peak_memory_gib given 2 times", **{"r.csv": _runs(
+         "test,,", "test,peak_memory_gib=30;peak_memory_gib=abc,"), "d": DIR})
 case("calibrate-unknown-base", ["calibrate", "{r}.csv", "--stack", "megatron-9", "-o",
                                 "{d}/m.toml"], "stack", **{"r.csv": _runs(",1.5,", ",1.5,"),
                                                            "d": DIR})
-case("calibrate-csv-missing", ["calibrate", "{d}/none.csv", "-o", "{d}/m.toml"], "none.csv",
-     d=DIR)
+case("calibrate-csv-missing", ["calibrate", "{d}/none.csv", "-o", "{d}/m.toml"],
+     "RUNS.csv: got", d=DIR)  # the positional argument, not validate's --csv
 
 # ---- sweep files ---------------------------------------------------------------------------
 SWEEP = ('[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["nest-h100-spineleaf"]\ngpus = [16]\n'

@@ -455,6 +455,11 @@ def test_fixed_knobs_hold_in_every_search():
     assert code == 0 and json.loads(out)["cp"] == 4, err
     code, out, err = cli(*base, "--mbs", 32, "--global-batch", 256, "--seq-len", 1024)
     assert code == 0 and json.loads(out)["mbs"] == 32, err
+    # a policy per stage: mcmc's moves between shapes had put one policy on every stage
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    res = methods.run_method("mcmc", sc, Constraints(pp=2, recompute=("full", "none")), top=5)
+    assert {ev.plan.recompute for ev in res.plans} == {("full", "none")}
+    assert res.solved <= res.configurations  # shapes visited of those in the space
 
 
 def test_the_slow_methods_report_what_they_count(capsys):

@@ -29,7 +29,7 @@ import numpy as np
 from .catalog import DEFAULT_STACK, looks_like_path
 from .errors import SpecError, UsageError
 from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
-from .units import US
+from .units import GiB, US
 
 NOISE = 0.05
 """Width of a row's log error: how far a measured run scatters around a model that is right for
@@ -40,12 +40,19 @@ row off by NOISE (5 %), so one row moves a multiplier almost all the way to it."
 PRIOR_KERNEL_US = 5.0
 """Width of the prior on the added per-kernel overhead, microseconds."""
 MAX_ITER = 100
+FARTHEST = 10.0
+"""A row the base stack predicts this many times too fast or too slow is refused: the catalog
+stacks' worst rows are within 2x (README "Accuracy"), and a multiplier that bridged 10x would
+describe no hardware."""
 SETTLED = 1e-3
 """A step whose gain in the objective (squared errors in units of ``NOISE`` plus the prior; one row
 off by 5 % adds 1) is below this ends the fit: far below what rows scattering by ``NOISE`` can
 tell apart. (At 0.01 the leave-one-out fits, which start from the fit on all rows, mostly stayed
 there.)"""
 DAMPING_TRIES = 4
+LONGEST_DOUBLING = 8
+"""A probe step that gains is doubled while it keeps gaining, up to 2^8 probe steps (2.56 in a
+log-multiplier)."""
 """Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
 the best of its Jacobian's probes and of one step of each multiplier against its gradient."""
 
@@ -188,13 +195,22 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                     tried.append((against, residuals(x + against)))
             move, p = min(tried, key=lambda t: t[1] @ t[1])
             if p @ p < cost:
+                for _ in range(LONGEST_DOUBLING):  # go on that way while it keeps gaining
+                    further = np.maximum(x + 2 * move, lower) - x
+                    if np.array_equal(further, move):
+                        break
+                    q = residuals(x + further)
+                    if q @ q >= p @ p:
+                        break
+                    move, p = further, q
                 new = x + move, p
                 damping = 1e-3  # the linear model failed here, not everywhere
         if new is None or cost - new[1] @ new[1] < SETTLED:
             return x if new is None else new[0]
         x, r = new
-    raise SpecError("calibrate", f"{len(cases)} rows", f"the fit did not converge in {MAX_ITER} "
-                    "iterations; check the rows for inconsistent measurements")
+    ids = ", ".join(c.id for c in cases)
+    raise SpecError("RUNS.csv", ids, f"the fit on these {len(cases)} rows did not converge in "
+                    f"{MAX_ITER} iterations; check them for inconsistent measurements")
 
 
 def _allocator(cases, evs, stack: StackSpec) -> float | None:
@@ -213,7 +229,8 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
         return None
     share = max(0.0, float(np.mean(shares)))
     if share > MAX_ALLOCATOR_OVERHEAD:
-        raise SpecError("peak_memory_gib", ", ".join(c.id for c in cases if c.memory is not None),
+        raise SpecError("peak_memory_gib", ", ".join(f"{c.id}: {c.memory / GiB:g}" for c in cases
+                                                     if c.memory is not None),
                         f"these runs' peaks exceed the predicted tensors by {share:.1f}x their "
                         f"activations (an allocator overhead above {MAX_ALLOCATOR_OVERHEAD:g}): "
                         "the memory model does not describe them; check the rows' plans")
@@ -274,6 +291,12 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
     stack = _apply(base, names, x)
     before, mem_before, _ = _errors(cases, base)
+    far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]
+    if far:
+        raise SpecError("step_time_s", ", ".join(f"{c.id}: {c.measured:g} s" for c, _ in far),
+                        f"{FARTHEST:g} or more times from what the base stack predicts ("
+                        f"{far[0][0].measured * (1 + far[0][1]):.3g} s for {far[0][0].id}); no "
+                        "calibration bridges that: check the step times and plans")
     after, _, evs = _errors(cases, stack)
     alloc = _allocator(cases, evs, stack)
     if alloc is not None:

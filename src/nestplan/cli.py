@@ -488,9 +488,9 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _runs_csv(text: str | None) -> Path:
-    """The runs CSV a command reads: the given file, or (``None``) the published runs shipped
-    with nestplan (a copy of the shared ``published_runs.csv``)."""
+def _runs_csv(text: str | None, field: str = "--csv") -> Path:
+    """The runs CSV a command reads (given as ``field``): the given file, or (``None``) the
+    published runs shipped with nestplan (a copy of the shared ``published_runs.csv``)."""
     from importlib import resources
 
     from .loaders import regular_file
@@ -498,7 +498,7 @@ def _runs_csv(text: str | None) -> Path:
     if text is None:
         return Path(str(resources.files("nestplan").joinpath("data", "published_runs.csv")))
     path = Path(text)
-    regular_file(path, "--csv", "runs CSV")
+    regular_file(path, field, "runs CSV")
     return path
 
 
@@ -525,14 +525,14 @@ def cmd_calibrate(args) -> int:
     from .tomlfmt import dumps
     from .validation import load_cases
 
-    runs = _runs_csv(args.csv)
+    runs = _runs_csv(args.csv, "RUNS.csv")
     given = base_of(runs, args.stack)
     base = get_stack(given)
     writable(args.output, "-o", "stack TOML")
     out = Path(args.output)
-    if out.resolve() in stack_files(given):
-        raise SpecError("-o", args.output, "is the base stack file or one of its bases; write "
-                        "the calibrated stack to a new file")
+    if out.resolve() in stack_files(given) | {runs.resolve()}:
+        raise SpecError("-o", args.output, "is the runs CSV, the base stack file or one of its "
+                        "bases; write the calibrated stack to a new file")
     cases = load_cases(runs, stack=base)
     progress = _Progress("calibrate", "fitting")
     try:

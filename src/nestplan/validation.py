@@ -100,12 +100,15 @@ class _Row:
         return (self.data.get(key) or "").strip()
 
     def other(self, key: str) -> str:
-        """The value of ``key=value`` in the ``other_metrics`` column ("" when absent)."""
-        for item in self.text("other_metrics").split(";"):
-            name, _, value = item.partition("=")
-            if name.strip() == key:
-                return value.strip()
-        return ""
+        """The value of ``key=value`` in the ``other_metrics`` column ("" when absent; a key
+        given twice is refused, since either value could be the one meant)."""
+        found = [value.strip() for name, _, value in (
+            item.partition("=") for item in self.text("other_metrics").split(";"))
+            if name.strip() == key]
+        if len(found) > 1:
+            raise SpecError(f"{self.where}.other_metrics", f"{key}=" + f"; {key}=".join(found),
+                            f"{key} given {len(found)} times; give it once")
+        return found[0] if found else ""
 
     def number(self, key: str, default: int | None = None) -> int | None:
         v = self.text(key)
@@ -327,7 +330,7 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
-                row.text("confidence"), _memory(row))
+                row.text("confidence"), _memory(row, sc.cluster.accelerator))
 
 
 def _local_batch(row: _Row) -> int | None:
@@ -342,8 +345,9 @@ def _local_batch(row: _Row) -> int | None:
     return n if gb is not None and dp is not None and gb == n * dp else None
 
 
-def _memory(row: _Row) -> float | None:
-    """The row's measured peak memory (``peak_memory_gib=X`` in ``other_metrics``), bytes."""
+def _memory(row: _Row, acc) -> float | None:
+    """The row's measured peak memory (``peak_memory_gib=X`` in ``other_metrics``), bytes: at
+    most the HBM of its accelerator ``acc``."""
     value = row.other("peak_memory_gib")
     if not value:
         return None
@@ -354,6 +358,9 @@ def _memory(row: _Row) -> float | None:
     if not 0 < x < float("inf"):
         raise SpecError(f"{row.where}.other_metrics", f"peak_memory_gib={value}",
                         "peak_memory_gib must be a positive number of GiB")
+    if x * GiB > acc.hbm_bytes:
+        raise SpecError(f"{row.where}.other_metrics", f"peak_memory_gib={value}",
+                        f"more than the {acc.hbm_bytes / GiB:g} GiB of HBM of {acc.name}")
     return x * GiB
 
 

@@ -161,10 +161,17 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
         raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
-    if con.ep is not None and con.etp is not None and con.tp is not None and con.cp is not None \
-            and con.dp is not None and (con.tp * con.cp * con.dp) % (con.etp * con.ep):
-        raise SpecError("ep", con.ep, f"etp·ep = {con.etp}·{con.ep} must divide tp·cp·dp = "
-                        f"{con.tp * con.cp * con.dp}")
+    if con.ep is not None and con.etp is not None:
+        # the ranks the expert grid folds over: tp·cp·dp, known when they are all fixed, or
+        # gpus / pp when the pipeline is
+        room, how = None, ""
+        if con.tp is not None and con.cp is not None and con.dp is not None:
+            room = con.tp * con.cp * con.dp
+        elif con.pp is not None:
+            room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
+        if room is not None and room % (con.etp * con.ep):
+            raise SpecError("ep", con.ep, f"etp·ep = {con.etp}·{con.ep} must divide tp·cp·dp = "
+                            f"{room}{how}")
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):

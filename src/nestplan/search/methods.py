@@ -227,7 +227,8 @@ def _neighbour(sc: Scenario, par: Parallelism, con: Constraints, rng: random.Ran
         vps = [v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v)]
         vp = rng.choice(vps)
         return s.parallelism(order, vp, par.zero).with_(
-            recompute=par.recompute[:1], schedule=rng.choice(space.schedules(sc, con, s.pp, vp)))
+            recompute=con.recompute or par.recompute[:1],  # a given per-stage list stays
+            schedule=rng.choice(space.schedules(sc, con, s.pp, vp)))
     if move < 0.45:
         return par.with_(zero=rng.choice(space.zero_stages(sc, con, par) or [par.zero]))
     if move < 0.55:
@@ -270,7 +271,8 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
         s = shapes[0]
         vp = next(v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v))
         cur = s.parallelism(space.rank_orders(con, s)[0], vp).with_(
-            schedule=space.schedules(sc, con, s.pp, vp)[0])
+            schedule=space.schedules(sc, con, s.pp, vp)[0],
+            **({"recompute": con.recompute} if con.recompute else {}))
     cur_cost = _cost(sc, cur)
     seen: dict[Parallelism, float] = {cur: cur_cost}
     beta = 20.0
@@ -296,8 +298,9 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
             break
     if not feasible:
         raise InfeasibleError("mcmc: no visited plan fits in memory")
+    visited = {space.Shape(p.tp, p.sp, p.cp, p.ep, p.etp, p.pp, p.dp, p.mbs) for p in seen}
     return SearchResult(method="mcmc", plans=feasible, seconds=time.perf_counter() - start,
-                        configurations=len(shapes), solved=len(seen),
+                        configurations=len(shapes), solved=len(visited),
                         objective=feasible[0].step_time)
 
 
