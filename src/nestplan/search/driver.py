@@ -468,7 +468,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if progress:
         progress(solved, size, time.perf_counter() - start)
     if not found:
-        raise InfeasibleError(_why_nothing_fits(sc, con, shortfall, size))
+        raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size))
     best = sorted(found, key=lambda f: -f.key)
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
@@ -498,7 +498,9 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
             f"layers and the global batch)")
 
 
-def _why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
+def why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
+    """Why a search of ``n_configs`` configurations found nothing: the constraints, or the
+    closest plan's ``shortfall`` (bytes over the memory limit, plan) and what would help."""
     if n_configs == 0:
         return unsatisfiable(sc, con)
     gap, par = shortfall

@@ -290,18 +290,34 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
         if progress and step % 200 == 0:
             progress(step, budget, time.perf_counter() - start, of="steps")
     feasible = []
+    closest = _Closest(sc)
     for par in sorted(seen, key=seen.get):
         ev = evaluate(sc, par)
         if ev.within_headroom:
             feasible.append(ev)
+        closest.add(ev)
         if len(feasible) >= top:
             break
     if not feasible:
-        raise InfeasibleError("mcmc: no visited plan fits in memory")
+        raise InfeasibleError(f"mcmc: of the plans visited, "
+                              f"{driver.why_nothing_fits(sc, con, closest.shortfall, len(shapes))}")
     visited = {space.Shape(p.tp, p.sp, p.cp, p.ep, p.etp, p.pp, p.dp, p.mbs) for p in seen}
     return SearchResult(method="mcmc", plans=feasible, seconds=time.perf_counter() - start,
                         configurations=len(shapes), solved=len(visited),
                         objective=feasible[0].step_time)
+
+
+class _Closest:
+    """The plan that misses the memory limit by the least, of those evaluated."""
+
+    def __init__(self, sc: Scenario):
+        self.limit = sc.memory_limit
+        self.shortfall: tuple[float, Parallelism | None] = (math.inf, None)
+
+    def add(self, ev) -> None:
+        gap = ev.peak_memory - self.limit
+        if 0 < gap < self.shortfall[0]:
+            self.shortfall = (gap, ev.plan)
 
 
 def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
@@ -333,6 +349,7 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
                         f"{limit:,}; use a smaller instance or another method")
     found = []  # the best plan of every configuration, as the other methods report
+    closest = _Closest(sc)
     done = 0
     for par in configs:
         units, least = space.split_units(sc.model, par.vp)
@@ -342,6 +359,7 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
             for rec in per_stage(par.pp):
                 ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
                 done += 1
+                closest.add(ev)
                 if progress and done % 500 == 0:
                     progress(done, size, time.perf_counter() - start, of="plans evaluated")
                 if ev.within_headroom and (best is None or ev.step_time < best.step_time):
@@ -349,7 +367,8 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         if best is not None:
             found.append(best)
     if not found:
-        raise InfeasibleError("exhaustive: no plan fits in memory")
+        raise InfeasibleError(f"exhaustive: "
+                              f"{driver.why_nothing_fits(sc, con, closest.shortfall, len(configs))}")
     found.sort(key=lambda e: e.step_time)
     return SearchResult(method="exhaustive", plans=found[:top],
                         seconds=time.perf_counter() - start, configurations=len(configs),
