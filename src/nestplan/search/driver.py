@@ -32,6 +32,10 @@ from . import space
 from .constraints import Constraints, check_constraints, refuse_unsearchable
 from . import tables as T
 
+SHORTFALL_FLOORED = 8
+"""When nothing fits, the configurations whose memory floors are the least over the limit whose
+least peak is then measured exactly for the closest plan (the floor is only a lower bound)."""
+
 Progress = Callable[..., None]
 """``progress(done, total, seconds)``: configurations solved of those in the space; a method that
 counts something else names it, ``progress(done, total, seconds, of="steps")``."""
@@ -365,6 +369,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = 0
     shortfall: tuple[float, Parallelism | None] = (np.inf, None)
+    floored: list = []  # (floor over the limit, tick, configuration): no split can fit
     last_report = start
     while heap:
         lb, _, level, item = heapq.heappop(heap)
@@ -409,8 +414,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 parts = _floor_parts(world, par)
                 floors = {s: _states_floor(parts, s) for s in sets}
                 least = min(floors.values())
-                if least > cap:
-                    shortfall = min(shortfall, (least - cap, par), key=lambda t: t[0])
+                if least > cap:  # the floor bounds its shortfall from below
+                    floored.append((least - cap, tick, par))
+                    tick += 1
                     continue
                 # each device holds one block per chunk at least
                 room = {s: floors[s] <= cap
@@ -458,13 +464,16 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             unfit.append(par)
     if not found:
         # how far the allowed policies are from fitting the whole model, for the configurations
-        # no split could fit and those no plan came from (a cell of a few blocks may fit where no
-        # split of all of them does)
-        for par in unfit:
+        # no split could fit, those no plan came from (a cell of a few blocks may fit where no
+        # split of all of them does) and those whose memory floor was the least over the limit
+        nearest = heapq.nsmallest(SHORTFALL_FLOORED, floored)
+        for par in unfit + [par for _, _, par in nearest]:
             tb = T.build(D.config_costs(world, par))
             peak = _least_peak(tb, permitted) if tb is not None else np.inf
             if cap < peak < np.inf:
                 shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
+        if shortfall[1] is None and nearest:  # no table to measure: the floor, a lower bound
+            shortfall = nearest[0][0], nearest[0][2]
     if progress:
         progress(solved, size, time.perf_counter() - start)
     if not found:
