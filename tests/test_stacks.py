@@ -221,6 +221,16 @@ def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
     assert code == 0 and "the rows' own stacks (megatron-2021) are set aside" in err
 
 
+def test_calibrate_counts_one_plan_measured_thrice_as_one_row(tmp_path, shared):
+    """Three measurements of one plan identify one compute scale, not three efficiencies."""
+    lines = (shared / "data" / "published_runs.csv").read_text().splitlines()
+    runs = tmp_path / "thrice.csv"
+    runs.write_text("\n".join([lines[0]] + [lines[1].replace("nar21-t1-1p7b,", f"r{i},", 1)
+                                            for i in range(3)]) + "\n")
+    code, out, err = cli("calibrate", runs, "-o", tmp_path / "m.toml")
+    assert code == 0 and "over megatron-2021: compute_scale" in out, err
+
+
 def test_calibrate_sets_nothing_aside_when_the_rows_name_the_given_file(tmp_path, runs_csv):
     (tmp_path / "mine.toml").write_text('base = "megatron-2021"\nname = "mine"\n')
     runs = runs_csv(stack="mine.toml")  # beside the CSV

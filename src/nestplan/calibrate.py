@@ -6,8 +6,8 @@ log(multiplier) of width ``PRIOR``), so that a parameter the rows barely constra
 base value. The step times are only piecewise smooth in the multipliers (rooflines, overlap, the
 efficiency cap of 1), so where the linear step fails the fit moves by probes (``_solve``). The
 rows' plans stay as loaded (a row whose micro-batch or recomputation was filled in by the model
-keeps the base stack's choice). What is fitted depends on how many step-time rows there are,
-never more parameters than rows:
+keeps the base stack's choice). What is fitted depends on how many distinct step-time rows
+there are (a plan measured twice counts once), never more parameters than rows:
 
 * 1-2 rows: one compute scale (matmul, attention and memory-bound efficiencies together);
 * 3-5 rows: the three efficiencies separately;
@@ -72,6 +72,12 @@ class Fit:
     """Leave-one-out error of every row (fitted on the others), when there are >= 3 rows."""
     memory_before: list[float | None]
     memory_after: list[float | None]
+
+
+def _distinct(cases) -> int:
+    """Rows that can tell parameters apart: runs of one plan on one scenario count once,
+    however many times they were measured."""
+    return len({(c.scenario, c.plan, c.metric) for c in cases})
 
 
 def _names(n_rows: int) -> tuple[str, ...]:
@@ -285,7 +291,7 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
     start = time.perf_counter()
-    names = _names(len(cases))
+    names = _names(_distinct(cases))
     predictions = _Predictions()
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
@@ -321,7 +327,7 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
             if progress:
                 progress(i, len(cases), time.perf_counter() - start, of="leave-one-out fits")
             rest = cases[:i] + cases[i + 1:]
-            fewer = _names(len(rest))
+            fewer = _names(_distinct(rest))
             xi = _solve(rest, base, fewer, predictions,
                         start=x if fewer == names else None)
             t = predictions([cases[i]], _apply(base, fewer, xi))
