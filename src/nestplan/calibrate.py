@@ -50,11 +50,14 @@ off by 5 % adds 1) is below this ends the fit: far below what rows scattering by
 tell apart. (At 0.01 the leave-one-out fits, which start from the fit on all rows, mostly stayed
 there.)"""
 DAMPING_TRIES = 4
+"""Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
+the best of its Jacobian's probes and of one step of each multiplier against its gradient."""
+PROBE = 1e-2
+"""A probe step of each parameter: 0.01 in a log-multiplier (1 %), and 0.01 µs for the added
+per-kernel overhead, which is fitted in microseconds."""
 LONGEST_DOUBLING = 8
 """A probe step that gains is doubled while it keeps gaining, up to 2^8 probe steps (2.56 in a
 log-multiplier)."""
-"""Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
-the best of its Jacobian's probes and of one step of each multiplier against its gradient."""
 
 
 @dataclass(frozen=True)
@@ -142,31 +145,12 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
 
     r = residuals(x)
     damping = 1e-3
-    step = 1e-2
     idle: dict[int, float] = {}  # parameters no row moved with, either way, at the value kept
     for k in range(MAX_ITER):
         if iteration:
             iteration(k)
         cost = r @ r
-        moves, probes = [], []
-        for i, e in enumerate(np.eye(len(x))):
-            move = step * e
-            if idle.get(i) == x[i]:  # no row depends on it here (attention in a stack that
-                # materialises it; an efficiency above its cap until the prior brings it back)
-                p = r.copy()
-                p[rows + i] += step / widths[i]  # only its prior moves
-                moves.append(move)
-                probes.append(p)
-                continue
-            p = residuals(x + move)
-            back = np.maximum(x - move, lower) - x
-            if np.array_equal(p[:rows], r[:rows]) and back.any():
-                # no row moves upward (an efficiency capped at 1, say): probe downward
-                move, p = back, residuals(x + back)
-                if np.array_equal(p[:rows], r[:rows]):
-                    idle[i] = x[i]
-            moves.append(move)
-            probes.append(p)
+        moves, probes = _probes(residuals, x, r, rows, lower, widths, idle)
         jac = np.stack([(p - r) / m.sum() for p, m in zip(probes, moves)], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
@@ -191,32 +175,62 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                     break
             damping *= 10
         if new is None:
-            # the step times are only piecewise smooth in the multipliers (rooflines, overlap),
-            # so the linear model can miss where a probe already went lower: the Jacobian's
-            # probes, and one step of each parameter against its gradient
-            tried = list(zip(moves, probes))
-            for i, e in enumerate(np.eye(len(x))):
-                against = np.maximum(x - np.sign(g[i]) * step * e, lower) - x
-                if against.any() and not np.array_equal(against, moves[i]):
-                    tried.append((against, residuals(x + against)))
-            move, p = min(tried, key=lambda t: t[1] @ t[1])
-            if p @ p < cost:
-                for _ in range(LONGEST_DOUBLING):  # go on that way while it keeps gaining
-                    further = np.maximum(x + 2 * move, lower) - x
-                    if np.array_equal(further, move):
-                        break
-                    q = residuals(x + further)
-                    if q @ q >= p @ p:
-                        break
-                    move, p = further, q
-                new = x + move, p
-                damping = 1e-3  # the linear model failed here, not everywhere
+            new = _probe_step(residuals, x, cost, g, lower, moves, probes)
+            damping = 1e-3  # the linear model failed here, not everywhere
         if new is None or cost - new[1] @ new[1] < SETTLED:
             return x if new is None else new[0]
         x, r = new
     ids = ", ".join(c.id for c in cases)
     raise SpecError("RUNS.csv", ids, f"the fit on these {len(cases)} rows did not converge in "
                     f"{MAX_ITER} iterations; check them for inconsistent measurements")
+
+
+def _probes(residuals, x, r, rows: int, lower, widths, idle: dict[int, float]):
+    """One probe step of each parameter from ``x`` (residuals ``r``, the first ``rows`` of them
+    the rows'): the moves and the residuals there. A parameter no row moves with upward (an
+    efficiency capped at 1, say) is probed downward; one no row moves with either way is marked
+    ``idle`` at its value and, while it stays there, only its prior moves."""
+    moves, probes = [], []
+    for i, e in enumerate(np.eye(len(x))):
+        move = PROBE * e
+        if idle.get(i) == x[i]:  # attention in a stack that materialises it; an efficiency
+            p = r.copy()         # above its cap until the prior brings it back
+            p[rows + i] += PROBE / widths[i]
+            moves.append(move)
+            probes.append(p)
+            continue
+        p = residuals(x + move)
+        back = np.maximum(x - move, lower) - x
+        if np.array_equal(p[:rows], r[:rows]) and back.any():
+            move, p = back, residuals(x + back)
+            if np.array_equal(p[:rows], r[:rows]):
+                idle[i] = x[i]
+        moves.append(move)
+        probes.append(p)
+    return moves, probes
+
+
+def _probe_step(residuals, x, cost: float, g, lower, moves, probes):
+    """Where the linear step failed (the step times are only piecewise smooth in the multipliers:
+    rooflines, overlap), the best of the Jacobian's probes and of one probe step of each parameter
+    against its gradient, doubled while it keeps gaining: (new x, its residuals), or None."""
+    tried = list(zip(moves, probes))
+    for i, e in enumerate(np.eye(len(x))):
+        against = np.maximum(x - np.sign(g[i]) * PROBE * e, lower) - x
+        if against.any() and not np.array_equal(against, moves[i]):
+            tried.append((against, residuals(x + against)))
+    move, p = min(tried, key=lambda t: t[1] @ t[1])
+    if p @ p >= cost:
+        return None
+    for _ in range(LONGEST_DOUBLING):
+        further = np.maximum(x + 2 * move, lower) - x
+        if np.array_equal(further, move):
+            break
+        q = residuals(x + further)
+        if q @ q >= p @ p:
+            break
+        move, p = further, q
+    return x + move, p
 
 
 def _allocator(cases, evs, stack: StackSpec) -> float | None:
@@ -291,18 +305,18 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
     start = time.perf_counter()
-    names = _names(_distinct(cases))
-    predictions = _Predictions()
-    x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
-        k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
-    stack = _apply(base, names, x)
-    before, mem_before, _ = _errors(cases, base)
+    before, mem_before, _ = _errors(cases, base)  # a row no calibration bridges is refused first
     far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]
     if far:
         raise SpecError("step_time_s", ", ".join(f"{c.id}: {c.measured:g} s" for c, _ in far),
                         f"{FARTHEST:g} or more times from what the base stack predicts ("
                         f"{far[0][0].measured * (1 + far[0][1]):.3g} s for {far[0][0].id}); no "
                         "calibration bridges that: check the step times and plans")
+    names = _names(_distinct(cases))
+    predictions = _Predictions()
+    x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
+        k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
+    stack = _apply(base, names, x)
     after, _, evs = _errors(cases, stack)
     alloc = _allocator(cases, evs, stack)
     if alloc is not None:

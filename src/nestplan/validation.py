@@ -33,7 +33,8 @@ from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
 from .errors import SpecError
 from .options import MLPKind, Norm, Position, Precision
-from .specs import ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec, check_plan
+from .specs import (AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec,
+                    check_plan)
 from .stack import StackSpec
 from .units import GiB
 
@@ -345,7 +346,7 @@ def _local_batch(row: _Row) -> int | None:
     return n if gb is not None and dp is not None and gb == n * dp else None
 
 
-def _memory(row: _Row, acc) -> float | None:
+def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
     """The row's measured peak memory (``peak_memory_gib=X`` in ``other_metrics``), bytes: at
     most the HBM of its accelerator ``acc``."""
     value = row.other("peak_memory_gib")

@@ -368,7 +368,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = 0
-    shortfall: tuple[float, Parallelism | None] = (np.inf, None)
+    shortfall = Shortfall(cap)
     floored: list = []  # (floor over the limit, tick, configuration): no split can fit
     last_report = start
     while heap:
@@ -469,11 +469,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         nearest = heapq.nsmallest(SHORTFALL_FLOORED, floored)
         for par in unfit + [par for _, _, par in nearest]:
             tb = T.build(D.config_costs(world, par))
-            peak = _least_peak(tb, permitted) if tb is not None else np.inf
-            if cap < peak < np.inf:
-                shortfall = min(shortfall, (peak - cap, par), key=lambda t: t[0])
-        if shortfall[1] is None and nearest:  # no table to measure: the floor, a lower bound
-            shortfall = nearest[0][0], nearest[0][2]
+            shortfall.add(_least_peak(tb, permitted) if tb is not None else np.inf, par)
+        if shortfall.plan is None and nearest:  # no table to measure: the floor, a lower bound
+            shortfall.add(cap + nearest[0][0], nearest[0][2])
     if progress:
         progress(solved, size, time.perf_counter() - start)
     if not found:
@@ -507,12 +505,25 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
             f"layers and the global batch)")
 
 
-def why_nothing_fits(sc: Scenario, con: Constraints, shortfall, n_configs: int) -> str:
+class Shortfall:
+    """The plan whose peak memory misses the limit by the least, of those added."""
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.gap, self.plan = np.inf, None  # bytes over the limit, and the plan
+
+    def add(self, peak: float, plan: Parallelism) -> None:
+        """A plan that needs ``peak`` bytes (inf: not measured)."""
+        if 0 < peak - self.limit < self.gap:
+            self.gap, self.plan = peak - self.limit, plan
+
+
+def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int) -> str:
     """Why a search of ``n_configs`` configurations found nothing: the constraints, or the
-    closest plan's ``shortfall`` (bytes over the memory limit, plan) and what would help."""
+    closest plan (``shortfall``) and what would help."""
     if n_configs == 0:
         return unsatisfiable(sc, con)
-    gap, par = shortfall
+    gap, par = shortfall.gap, shortfall.plan
     if par is None:
         return "no configuration fits in memory"
     hints = ["more GPUs"]

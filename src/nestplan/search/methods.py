@@ -149,9 +149,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     """Megatron's rules of thumb (see the module docstring)."""
     m, gpus = sc.model, sc.gpus
     node = min(sc.cluster.devices_per_node, MANUAL_MAX_TP)
-    # what the TP must leave room for: a fixed vp > 1 or schedule is a pipeline of two stages or more
-    pp_least = con.pp or (2 if (con.vp or 1) > 1 or con.schedule is not None else 1)
-    fixed = (con.cp or 1) * pp_least * (con.dp or 1)
+    pipelined = con.schedule is not None or (con.vp or 1) > 1  # fixed: two stages or more
+    fixed = (con.cp or 1) * (con.pp or (2 if pipelined else 1)) * (con.dp or 1)  # TP leaves room
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % (t * fixed) == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
            and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
@@ -168,7 +167,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (2 if sched is not None and sched.chunks != "one" else 1)
     for pp in _allowed("pp", con.pp, pps):
-        if pp == 1 and (sched is not None or vp > 1):  # fixed: a pipelined plan
+        if pp == 1 and pipelined:
             continue
         dp = rest // pp
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
@@ -232,7 +231,7 @@ def _neighbour(sc: Scenario, par: Parallelism, con: Constraints, rng: random.Ran
     if move < 0.45:
         return par.with_(zero=rng.choice(space.zero_stages(sc, con, par) or [par.zero]))
     if move < 0.55:
-        s = space.Shape(par.tp, par.sp, par.cp, par.ep, par.etp, par.pp, par.dp, par.mbs)
+        s = space.Shape.of(par)
         return par.with_(rank_order=rng.choice(space.rank_orders(con, s)))
     if move < 0.75 and con.recompute is None:  # one stage's recomputation
         rec = list(par.recompute) * (par.pp if len(par.recompute) == 1 else 1)
@@ -290,34 +289,21 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
         if progress and step % 200 == 0:
             progress(step, budget, time.perf_counter() - start, of="steps")
     feasible = []
-    closest = _Closest(sc)
+    closest = driver.Shortfall(sc.memory_limit)
     for par in sorted(seen, key=seen.get):
         ev = evaluate(sc, par)
         if ev.within_headroom:
             feasible.append(ev)
-        closest.add(ev)
+        closest.add(ev.peak_memory, ev.plan)
         if len(feasible) >= top:
             break
     if not feasible:
         raise InfeasibleError(f"mcmc: of the plans visited, "
-                              f"{driver.why_nothing_fits(sc, con, closest.shortfall, len(shapes))}")
-    visited = {space.Shape(p.tp, p.sp, p.cp, p.ep, p.etp, p.pp, p.dp, p.mbs) for p in seen}
+                              f"{driver.why_nothing_fits(sc, con, closest, len(shapes))}")
+    visited = {space.Shape.of(p) for p in seen}
     return SearchResult(method="mcmc", plans=feasible, seconds=time.perf_counter() - start,
                         configurations=len(shapes), solved=len(visited),
                         objective=feasible[0].step_time)
-
-
-class _Closest:
-    """The plan that misses the memory limit by the least, of those evaluated."""
-
-    def __init__(self, sc: Scenario):
-        self.limit = sc.memory_limit
-        self.shortfall: tuple[float, Parallelism | None] = (math.inf, None)
-
-    def add(self, ev) -> None:
-        gap = ev.peak_memory - self.limit
-        if 0 < gap < self.shortfall[0]:
-            self.shortfall = (gap, ev.plan)
 
 
 def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
@@ -349,7 +335,7 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
                         f"{limit:,}; use a smaller instance or another method")
     found = []  # the best plan of every configuration, as the other methods report
-    closest = _Closest(sc)
+    closest = driver.Shortfall(sc.memory_limit)
     done = 0
     for par in configs:
         units, least = space.split_units(sc.model, par.vp)
@@ -359,7 +345,7 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
             for rec in per_stage(par.pp):
                 ev = evaluate(sc, par.with_(stage_layers=sizes, recompute=rec))
                 done += 1
-                closest.add(ev)
+                closest.add(ev.peak_memory, ev.plan)
                 if progress and done % 500 == 0:
                     progress(done, size, time.perf_counter() - start, of="plans evaluated")
                 if ev.within_headroom and (best is None or ev.step_time < best.step_time):
@@ -368,7 +354,7 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
             found.append(best)
     if not found:
         raise InfeasibleError(f"exhaustive: "
-                              f"{driver.why_nothing_fits(sc, con, closest.shortfall, len(configs))}")
+                              f"{driver.why_nothing_fits(sc, con, closest, len(configs))}")
     found.sort(key=lambda e: e.step_time)
     return SearchResult(method="exhaustive", plans=found[:top],
                         seconds=time.perf_counter() - start, configurations=len(configs),

@@ -66,6 +66,11 @@ class Shape:
     dp: int
     mbs: int
 
+    @classmethod
+    def of(cls, par: Parallelism) -> "Shape":
+        """The shape of a plan."""
+        return cls(par.tp, par.sp, par.cp, par.ep, par.etp, par.pp, par.dp, par.mbs)
+
     def parallelism(self, order=None, vp: int = 1, zero: int = 0) -> Parallelism:
         return Parallelism(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
                            etp=self.etp, vp=vp, sp=self.sp, zero=zero, mbs=self.mbs,
