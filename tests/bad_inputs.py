@@ -585,6 +585,11 @@ case("calibrate-rows-of-two-stacks", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"
      "ran on several stacks (megatron-core, torchtitan)",
      **{"r.csv": _runs(",1.5,", ",1.5,") + RUN.replace("r1,", "r2,").replace(
          ",megatron-core", ",torchtitan") + "\n", "d": DIR})
+# an output the system will not create is refused before the fit, not after it
+case("calibrate-output-not-creatable", ["calibrate", "{r}.csv", "-o", "/proc/nestplan-mine.toml"],
+     "-o: got '/proc/nestplan-mine.toml'; cannot write", **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("evaluate-save-not-creatable", [*EVAL, "--save", "/proc/nestplan-p.json"],
+     "--save: got '/proc/nestplan-p.json'; cannot write")
 case("calibrate-over-its-base", ["calibrate", "{r}.csv", "--stack", "{s}.toml", "-o", "{s}.toml"],
      "the base stack file", **{"r.csv": _runs(",1.5,", ",1.5,"),
                                "s.toml": 'base = "megatron-core"\nname = "s"\n'})

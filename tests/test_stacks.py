@@ -528,6 +528,29 @@ def test_an_edited_file_is_read_again_in_a_long_lived_process(tmp_path):
     assert get_stack("megatron-core") is get_stack("megatron-core")  # catalog names stay cached
 
 
+def test_an_edited_base_or_accelerator_file_is_read_again(tmp_path):
+    """Not only the named file: a stack's base file and a cluster's accelerator file, which the
+    process read through it, are watched too."""
+    from nestplan.catalog import get_cluster
+
+    base, top = tmp_path / "base.toml", tmp_path / "top.toml"
+    base.write_text('base = "megatron-core"\nstep_overhead_s = 0.05\n')
+    top.write_text('base = "base.toml"\nname = "top"\n')
+    assert get_stack(str(top)).step_overhead == 0.05
+    base.write_text('base = "megatron-core"\nstep_overhead_s = 0.125\n')
+    assert get_stack(str(top)).step_overhead == 0.125
+    assert get_stack(str(top)) is get_stack(str(top))  # unchanged files: the cached entry
+
+    acc, cluster = tmp_path / "gpu.toml", tmp_path / "cluster.toml"
+    acc.write_text('base = "h100-sxm-80gb"\nname = "mine"\nhbm_GiB = 80\n')
+    cluster.write_text('name = "c"\naccelerator = "gpu.toml"\n'
+                       '[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 3\n'
+                       '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n')
+    assert get_cluster(str(cluster)).accelerator.hbm_bytes == 80 * 2**30
+    acc.write_text('base = "h100-sxm-80gb"\nname = "mine"\nhbm_GiB = 96\n')
+    assert get_cluster(str(cluster)).accelerator.hbm_bytes == 96 * 2**30
+
+
 def test_fp8_gathers_halve_what_they_name():
     """torchao Float8 with FSDP2 and TP (the torchtitan-float8 stack): blocks' weights are
     all-gathered in fp8, and so are the TP all-gathers around fp8 linear layers; reduce-scatters,

@@ -3,8 +3,8 @@
 The cost model, the search and the catalog memoise pure functions of frozen specs. ``cached``
 makes such a cache (``functools.lru_cache``) and registers it; ``clear()`` empties them all, for
 a long-lived process that wants its memory back or a measurement that must start cold. Catalog
-entries read from files are keyed by the file's modification time too, so an edited file is
-read again without a reset.
+entries read from files are read again once any file they were read from changes, without a
+reset (``catalog._FileMemo``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ def cached(maxsize: int | None = 128):
         return memo
 
     return wrap
+
+
+def register(memo):
+    """Register a cache of another shape (with ``cache_clear`` and ``cache_info``) with
+    ``clear``; returns it."""
+    _CACHES.append(memo)
+    return memo
 
 
 def clear() -> None:

@@ -53,8 +53,8 @@ DAMPING_TRIES = 4
 """Levenberg-Marquardt dampings (each ten times the last) tried before a fit step falls back on
 the best of its Jacobian's probes and of one step of each multiplier against its gradient."""
 PROBE = 1e-2
-"""A probe step of each parameter: 0.01 in a log-multiplier (1 %), and 0.01 µs for the added
-per-kernel overhead, which is fitted in microseconds."""
+"""A probe step of a log-multiplier (1 %); other parameters are probed by the same share of
+their prior's width (0.1 µs for the added per-kernel overhead, whose prior is 5 µs wide)."""
 LONGEST_DOUBLING = 8
 """A probe step that gains is doubled while it keeps gaining, up to 2^8 probe steps (2.56 in a
 log-multiplier)."""
@@ -138,6 +138,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
     # the added kernel overhead cannot take the base's below zero: iterates stay inside
     lower = np.array([-base.kernel_overhead / US if n == "kernel_overhead_us" else -np.inf
                       for n in names])
+    steps = PROBE * widths / PRIOR
 
     def residuals(x):
         t = predictions(cases, _apply(base, names, x))
@@ -150,7 +151,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
         if iteration:
             iteration(k)
         cost = r @ r
-        moves, probes = _probes(residuals, x, r, rows, lower, widths, idle)
+        moves, probes = _probes(residuals, x, r, rows, lower, steps, idle)
         jac = np.stack([(p - r) / m.sum() for p, m in zip(probes, moves)], axis=1)
         a = jac.T @ jac
         g = jac.T @ r
@@ -175,7 +176,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                     break
             damping *= 10
         if new is None:
-            new = _probe_step(residuals, x, cost, g, lower, moves, probes)
+            new = _probe_step(residuals, x, cost, g, lower, steps, moves, probes)
             damping = 1e-3  # the linear model failed here, not everywhere
         if new is None or cost - new[1] @ new[1] < SETTLED:
             return x if new is None else new[0]
@@ -185,17 +186,18 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                     f"{MAX_ITER} iterations; check them for inconsistent measurements")
 
 
-def _probes(residuals, x, r, rows: int, lower, widths, idle: dict[int, float]):
-    """One probe step of each parameter from ``x`` (residuals ``r``, the first ``rows`` of them
-    the rows'): the moves and the residuals there. A parameter no row moves with upward (an
-    efficiency capped at 1, say) is probed downward; one no row moves with either way is marked
-    ``idle`` at its value and, while it stays there, only its prior moves."""
+def _probes(residuals, x, r, rows: int, lower, steps, idle: dict[int, float]):
+    """One probe step of each parameter (``steps``) from ``x`` (residuals ``r``, the first
+    ``rows`` of them the rows'): the moves and the residuals there. A parameter no row moves
+    with upward (an efficiency capped at 1, say) is probed downward; one no row moves with
+    either way is marked ``idle`` at its value and, while it stays there, only its prior
+    moves."""
     moves, probes = [], []
     for i, e in enumerate(np.eye(len(x))):
-        move = PROBE * e
+        move = steps * e
         if idle.get(i) == x[i]:  # attention in a stack that materialises it; an efficiency
             p = r.copy()         # above its cap until the prior brings it back
-            p[rows + i] += PROBE / widths[i]
+            p[rows + i] += PROBE / PRIOR  # its prior term (x / width) moves by this
             moves.append(move)
             probes.append(p)
             continue
@@ -210,13 +212,13 @@ def _probes(residuals, x, r, rows: int, lower, widths, idle: dict[int, float]):
     return moves, probes
 
 
-def _probe_step(residuals, x, cost: float, g, lower, moves, probes):
+def _probe_step(residuals, x, cost: float, g, lower, steps, moves, probes):
     """Where the linear step failed (the step times are only piecewise smooth in the multipliers:
     rooflines, overlap), the best of the Jacobian's probes and of one probe step of each parameter
     against its gradient, doubled while it keeps gaining: (new x, its residuals), or None."""
     tried = list(zip(moves, probes))
     for i, e in enumerate(np.eye(len(x))):
-        against = np.maximum(x - np.sign(g[i]) * PROBE * e, lower) - x
+        against = np.maximum(x - np.sign(g[i]) * steps * e, lower) - x
         if against.any() and not np.array_equal(against, moves[i]):
             tried.append((against, residuals(x + against)))
     move, p = min(tried, key=lambda t: t[1] @ t[1])

@@ -39,15 +39,30 @@ def regular_file(path: Path, field: str, kind: str) -> None:
 
 def writable(path, field: str, kind: str, *, makes_folder: bool = False) -> None:
     """Refuse an output path that cannot be written before any work is done: blank, a
-    directory, or a file in a directory that does not exist unless the writer ``makes_folder``
-    (SpecError naming ``field``)."""
+    directory, a file in a directory that does not exist unless the writer ``makes_folder``, or
+    one the system will not let us write (no permission, a read-only or special file system:
+    tried by opening it to append, or creating it and removing it again) (SpecError naming
+    ``field``)."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
     path = Path(path)
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
-    if not path.parent.is_dir() and not makes_folder:
+    if not path.parent.is_dir():
+        if makes_folder:
+            return
         raise SpecError(field, str(path), f"no such directory: {path.parent}")
+    try:
+        if path.is_file():  # appending nothing leaves it as it is
+            with open(path, "ab"):
+                pass
+        elif not path.exists():
+            with open(path, "xb"):
+                pass
+            path.unlink()
+        # anything else (a device, a pipe) is tried only when written: opening a pipe waits
+    except OSError as e:
+        raise SpecError(field, str(path), f"cannot write ({e.strerror})") from None
 
 
 def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:

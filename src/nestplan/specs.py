@@ -764,6 +764,18 @@ def _default_stack() -> StackSpec:
     return get_stack()
 
 
+def dense_etp(model: ModelSpec, etp: int) -> SpecError:
+    """The refusal of an expert-TP degree (other than tp) for a model without experts."""
+    return SpecError("etp", etp, f"{model.name} has no experts; leave etp unset")
+
+
+def unfoldable(etp: int, ep: int, room: int, how: str = "") -> SpecError:
+    """The refusal of an expert grid etp·ep that does not divide the ``room`` (tp·cp·dp ranks,
+    ``how`` says when it was known otherwise) it folds over."""
+    return SpecError("ep", ep, f"etp·ep = {etp}·{ep} must divide tp·cp·dp = {room}{how}, the "
+                     "ranks the expert grid folds over")
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -792,14 +804,12 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if par.ep > 1:
             raise SpecError("ep", par.ep, f"{m.name} has no experts; use ep = 1")
         if par.etp is not None and par.etp != par.tp:
-            raise SpecError("etp", par.etp, f"{m.name} has no experts; leave etp unset")
+            raise dense_etp(m, par.etp)
     else:
         if par.ep > m.moe.experts or m.moe.experts % par.ep:
             raise SpecError("ep", par.ep, f"must divide the {m.moe.experts} experts of {m.name}")
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
-            raise SpecError("ep", par.ep, f"etp·ep = {par.expert_tp}·{par.ep} must divide "
-                            f"tp·cp·dp = {par.tp * par.cp * par.dp} (the expert grid folds over "
-                            "the attention grid's ranks)")
+            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
         if par.tp > 1 and not par.sp:
             raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "
                             "as in Megatron-Core")

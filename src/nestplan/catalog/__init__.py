@@ -13,8 +13,9 @@ from __future__ import annotations
 from functools import wraps
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 
-from ..caching import cached
+from ..caching import cached, register
 from ..errors import SpecError
 from typing import TYPE_CHECKING
 
@@ -48,11 +49,8 @@ def hf_config_in(path: Path) -> Path:
     return path / "config.json" if path.is_dir() and (path / "config.json").is_file() else path
 
 
-def _stamp(name: str):
-    """What says a file changed: (modification time ns, size); None for a catalog name."""
-    if not looks_like_path(name):
-        return None
-    path = hf_config_in(Path(name))
+def _stamp(path: Path):
+    """What says a file changed: (modification time ns, size); None when it cannot be read."""
     try:
         st = path.stat()
     except OSError:
@@ -60,15 +58,62 @@ def _stamp(name: str):
     return st.st_mtime_ns, st.st_size
 
 
+_LOADING: list[dict[Path, tuple | None]] = []
+"""The files each entry being loaded has read so far, with their stamps (innermost last)."""
+
+
+def _read_from(files: dict[Path, tuple | None]) -> None:
+    """Note that the entries being loaded read ``files`` (an entry loaded within another, a
+    cluster's accelerator say, counts for both)."""
+    for reading in _LOADING:
+        reading.update(files)
+
+
+def _read_toml(path: Path, field: str) -> dict:
+    """A user's TOML file, noted as read by the entries being loaded."""
+    from ..loaders import read_toml
+
+    _read_from({path.resolve(): _stamp(path)})
+    return read_toml(path, field)
+
+
+class _FileMemo:
+    """``fn(name)`` cached; an entry is read again once any file it was read from (its own, its
+    bases', a cluster's accelerator's) has changed, so that a long-lived process sees an edited
+    file. Registered with ``caching.clear``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.entries: dict[str, tuple[object, dict[Path, tuple | None]]] = {}
+        register(self)
+
+    def __call__(self, name: str):
+        hit = self.entries.get(name)
+        if hit is not None and all(_stamp(p) == s for p, s in hit[1].items()):
+            _read_from(hit[1])
+            return hit[0]
+        _LOADING.append({})
+        try:
+            value = self.fn(name)
+        finally:
+            files = _LOADING.pop()
+        self.entries[name] = value, files
+        _read_from(files)
+        return value
+
+    def cache_clear(self) -> None:
+        self.entries.clear()
+
+    def cache_info(self):
+        return SimpleNamespace(currsize=len(self.entries))
+
+
 def _cached(fn):
-    """Cache ``fn(name)``; a file (not a catalog name) is read again once it changes, so that a
-    long-lived process sees an edited TOML (a stack's base files are stamped by the top file
-    only)."""
-    memo = cached(maxsize=None)(lambda name, stamp: fn(name))
+    memo = _FileMemo(fn)
 
     @wraps(fn)
     def get(name: str = DEFAULT_STACK):
-        return memo(name, _stamp(name))
+        return memo(name)
     return get
 
 
@@ -99,10 +144,10 @@ MAX_BASES = 32
 def get_cluster(name: str) -> ClusterSpec:
     """A cluster by catalog name or TOML path; an accelerator (or an inline accelerator's
     ``base``) given as a relative path is read beside the cluster file."""
-    from ..loaders import cluster_from_table, read_toml
+    from ..loaders import cluster_from_table
 
     if looks_like_path(name):
-        table, ident = read_toml(Path(name), "cluster"), str(Path(name).resolve())
+        table, ident = _read_toml(Path(name), "cluster"), str(Path(name).resolve())
     else:
         table, ident = _catalog_table("clusters", name, "cluster"), name
     return cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
@@ -112,7 +157,7 @@ def get_cluster(name: str) -> ClusterSpec:
 def get_model(name: str) -> ModelSpec:
     """A model by catalog name, TOML path, or HuggingFace ``config.json`` path (or the folder
     that holds one, as a downloaded model's)."""
-    from ..loaders import model_from_table, read_toml
+    from ..loaders import model_from_table
 
     if looks_like_path(name):
         path = hf_config_in(Path(name))
@@ -122,18 +167,17 @@ def get_model(name: str) -> ModelSpec:
         if path.suffix == ".json":
             from ..hf import model_from_hf_config
 
+            _read_from({path.resolve(): _stamp(path)})
             return model_from_hf_config(path)
-        return model_from_table(read_toml(path, "model"))
+        return model_from_table(_read_toml(path, "model"))
     return model_from_table(_catalog_table("models", name, "model"))
 
 
 def _entry_table(kind: str, name: str, field: str) -> tuple[dict, str]:
     """The raw table of an entry of ``kind`` and its identity (catalog name or resolved path)."""
-    from ..loaders import read_toml
-
     if looks_like_path(name):
         path = Path(name)
-        return read_toml(path, field), str(path.resolve())
+        return _read_toml(path, field), str(path.resolve())
     return _catalog_table(kind, name, field), name
 
 

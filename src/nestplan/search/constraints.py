@@ -11,7 +11,7 @@ from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES
-from ..specs import Scenario, interleaves
+from ..specs import Scenario, dense_etp, interleaves, unfoldable
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -156,7 +156,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         "micro-batch, which Megatron-Core does with pipelining only under an "
                         "interleaved schedule: use vp > 1")
     if m.moe is None and con.etp is not None and con.etp != con.tp:
-        raise SpecError("etp", con.etp, f"{m.name} has no experts; leave etp unset")
+        raise dense_etp(m, con.etp)
     if con.sp and con.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
@@ -170,8 +170,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
         if room is not None and room % (con.etp * con.ep):
-            raise SpecError("ep", con.ep, f"etp·ep = {con.etp}·{con.ep} must divide tp·cp·dp = "
-                            f"{room}{how}")
+            raise unfoldable(con.etp, con.ep, room, how)
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):
