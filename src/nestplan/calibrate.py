@@ -259,12 +259,13 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
     return share
 
 
-def _errors(cases, stack: StackSpec):
+def _errors(cases, stack: StackSpec, predictions: _Predictions):
     """Step-time and memory errors of every case with ``stack``, and its evaluations (None:
-    layer rows)."""
+    layer rows); the step times join ``predictions``."""
     from .validation import predict
 
     t, evs = zip(*(predict(c, stack) for c in cases))
+    predictions.seconds.update(((id(c), stack), s) for c, s in zip(cases, t))
     err = [float(p / c.measured - 1) for p, c in zip(t, cases)]
     mem = [(ev.peak_memory / c.memory - 1) if (c.memory is not None and ev is not None) else None
            for c, ev in zip(cases, evs)]
@@ -307,7 +308,9 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
     start = time.perf_counter()
-    before, mem_before, _ = _errors(cases, base)  # a row no calibration bridges is refused first
+    predictions = _Predictions()
+    # a row no calibration bridges is refused first
+    before, mem_before, _ = _errors(cases, base, predictions)
     far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]
     if far:
         raise SpecError("step_time_s", ", ".join(f"{c.id}: {c.measured:g} s" for c, _ in far),
@@ -315,15 +318,14 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                         f"{far[0][0].measured * (1 + far[0][1]):.3g} s for {far[0][0].id}); no "
                         "calibration bridges that: check the step times and plans")
     names = _names(_distinct(cases))
-    predictions = _Predictions()
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
     stack = _apply(base, names, x)
-    after, _, evs = _errors(cases, stack)
+    after, _, evs = _errors(cases, stack, predictions)
     alloc = _allocator(cases, evs, stack)
     if alloc is not None:
         stack = replace(stack, allocator_overhead=alloc)
-    _, mem_after, _ = _errors(cases, stack)
+    _, mem_after, _ = _errors(cases, stack, predictions)
     ids = tuple(c.id for c in cases)
     stack = replace(stack, name=name, fitted_on=ids,
                     description=f"{base.name} calibrated on {len(cases)} measured runs")
