@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from nestplan.catalog import get_accelerator, get_stack, list_names
 from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate, layer_graph, scenario_from_names
 from nestplan.loaders import stack_from_table, stack_to_table
-from nestplan.specs import Parallelism
+from nestplan.specs import Parallelism, check_plan
 from nestplan.validation import load_cases, run, table
 
 from console import cli
@@ -42,7 +43,6 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
     calibration of a calibrated stack: the same stack as a variant file whose base is the
     calibrated file that ``nestplan calibrate`` writes."""
     import dataclasses
-    from dataclasses import replace
 
     from nestplan.tomlfmt import dumps
 
@@ -358,6 +358,36 @@ def test_a_plan_searched_for_a_stack_exports_unchanged(tmp_path):
     assert code == 0 and "searched for stack torchtitan (exports as torchtitan), not for megatron" in err
 
 
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen3-30b-a3b"])
+def test_an_moe_plan_searched_for_torchtitan_exports_unchanged(tmp_path, model):
+    """torchtitan lays experts over the FSDP-sharded ranks only and has no expert TP of its own:
+    the search had returned ZeRO-0 with EP over DDP replicas and etp = tp, which the export had
+    to turn into ZeRO-2 and etp 1 (Mixtral 10.3 s -> 19.5 s)."""
+    path = tmp_path / "p.json"
+    code, out, err = cli("plan", "--model", model, "--cluster", "dgx-h100-ndr", "--gpus", 64,
+                         "--stack", "torchtitan", "--top", 1, "--save", path)
+    assert code == 0, err
+    code, out, err = cli("export", path, "--format", "torchtitan")
+    assert code == 0 and "exported plan: predicted" not in err, err
+    assert "expert tensor parallelism" not in err and "ZeRO-0 replicates" not in err
+
+
+def test_torchtitan_refuses_experts_over_replicas_and_expert_tp():
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64,
+                             stack="torchtitan")
+    base = Parallelism(tp=2, sp=True, dp=32, ep=8, etp=1, zero=2, mbs=1)
+    check_plan(sc, base)  # FSDP-sharded ranks hold the experts
+    with pytest.raises(SpecError, match="ZeRO-0's are replicas: ep must divide cp·tp = 2"):
+        check_plan(sc, base.with_(zero=0))
+    check_plan(sc, replace(base, ep=2, zero=0))  # over the TP ranks it can
+    with pytest.raises(SpecError, match="etp must be 1 with ep > 1"):
+        check_plan(sc, replace(base, etp=2))
+    with pytest.raises(SpecError, match="etp must be tp = 2 without expert parallelism"):
+        check_plan(sc, replace(base, ep=1, etp=1))
+    megatron = replace(sc, stack=get_stack("megatron-core"))
+    check_plan(megatron, replace(base, zero=0, etp=2))  # Megatron-Core runs both
+
+
 @pytest.mark.parametrize("stack, fmt, extra", [
     ("deepspeed", "deepspeed", []),
     # megatron-core may mix policies per stage, which Megatron's flags cannot: fixed here
@@ -478,7 +508,6 @@ def test_plans_keep_the_memory_headroom(tmp_path):
 def test_allgather_context_parallelism_hides_behind_one_block_only():
     """torch's context_parallel all-gathers K/V behind the first sub-attention (the torchtitan
     stack's cp_exchange); a ring passes K/V on behind every block (Megatron)."""
-    from dataclasses import replace
 
     ring = get_stack("megatron-core")
     gather = replace(ring, name="gather", cp_exchange="allgather")
@@ -501,7 +530,6 @@ def test_allgather_context_parallelism_hides_behind_one_block_only():
 def test_a_power_capped_part_runs_compute_at_its_sustained_share():
     """Compute-bound kernels run at peak times the accelerator's sustained share (the 500 W
     H100 of torchtitan's runs); the peak, and so MFU, stays the datasheet's."""
-    from dataclasses import replace
 
     from nestplan.cost.compute import op_time
     from nestplan.options import AttentionImpl, Precision
@@ -555,7 +583,6 @@ def test_fp8_gathers_halve_what_they_name():
     """torchao Float8 with FSDP2 and TP (the torchtitan-float8 stack): blocks' weights are
     all-gathered in fp8, and so are the TP all-gathers around fp8 linear layers; reduce-scatters,
     the embedding and the output layer stay bf16. Without fp8 precision nothing changes."""
-    from dataclasses import replace
 
     from nestplan.cost import memory as M
     from nestplan.options import Precision
@@ -604,3 +631,44 @@ def test_composer_rows_reduce_gradients_as_they_state(shared):
                                     "llmf_a100_80_70b_s2048_g32_mb2"}
     assert cases["llmf_a100_80_125m_s512_g8_mb128"].scenario.stack.grad_bytes == 4
     assert pure[0].scenario.stack.grad_bytes == 2
+
+
+def test_full_tp_overlap_hides_the_forward_only_with_sequence_parallelism():
+    """Userbuffers (Megatron's --tp-comm-overlap) and torch's async TP overlap the all-gathers and
+    reduce-scatters of sequence parallelism; without it the forward all-reduce shows, half of the
+    TP traffic, and Megatron-LM refuses --tp-comm-overlap (the export leaves it out)."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    assert sc.stack.tp_overlap.value == "full"
+    shares = {}
+    for sp in (True, False):
+        ev = evaluate(sc, Parallelism(tp=8, sp=sp, dp=8, zero=1, mbs=1))
+        shares[sp] = ev.time.tp / ev.link_time["tp"]
+    assert shares[True] < 0.5 <= shares[False]
+
+
+def test_the_megatron_export_asks_for_the_tp_overlap_its_stack_assumes(tmp_path):
+    runs = {}
+    for stack, sp in (("megatron-core", "--sp"), ("megatron-core", "--no-sp"),
+                      ("megatron-2022", "--sp")):
+        path = tmp_path / f"{stack}{sp}.json"
+        code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                           "--gpus", 8, "--tp", 4, "--pp", 1, sp, "--mbs", 1, "--global-batch", 8,
+                           "--seq-len", 4096, "--stack", stack, "--save", path)
+        assert code == 0, err
+        code, out, err = cli("export", path, "--format", "megatron")
+        assert code == 0, err
+        runs[stack, sp] = "--tp-comm-overlap" in out
+    assert runs == {("megatron-core", "--sp"): True, ("megatron-core", "--no-sp"): False,
+                    ("megatron-2022", "--sp"): False}
+
+
+@pytest.mark.parametrize("stack, extra, zero, sp", [
+    ("megatron-core", [], 1, True), ("torchtitan", [], 3, True), ("megatron-2021", [], 0, False),
+    ("megatron-core", ["--zero", 0, "--no-sp"], 0, False)])
+def test_evaluate_fills_what_it_is_not_told_as_the_stack_does(stack, extra, zero, sp):
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--tp", 2, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
+                         4096, "--stack", stack, "--json", *extra)
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["zero"], got["sp"]) == (zero, sp)

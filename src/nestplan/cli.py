@@ -75,8 +75,10 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="pipeline schedule: " + ", ".join(SCHEDULES) + " (default 1f1b, "
                    "interleaved-1f1b when vp > 1; a stack runs those its file lists in schedules)")
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
-                   help="sequence parallelism")
-    k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; default 0)")
+                   help="sequence parallelism (evaluate's default: on with tp > 1 where the "
+                   "stack's launchers turn it on, as megatron-core's and torchtitan's do)")
+    k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; "
+                   "evaluate's default: the stack's default_zero, 1 on megatron-core)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
                    "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
                    "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
@@ -245,9 +247,20 @@ def _plan(args, sc):
             raise SpecError("tp", args.tp, f"tp·pp·cp = {args.tp}·{args.pp}·{cp} = {denom} must "
                             f"divide gpus = {sc.gpus}")
         dp = sc.gpus // denom
-    kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=1 if args.ep is None else args.ep,
-              etp=args.etp, vp=1 if args.vp is None else args.vp, sp=bool(args.sp),
-              zero=0 if args.zero is None else args.zero, mbs=args.mbs)
+    ep = 1 if args.ep is None else args.ep
+    etp = args.etp
+    if etp is None and sc.model.moe is not None and args.tp not in sc.stack.expert_tps(args.tp, ep):
+        etp = 1  # the stack's experts do not follow TP (torchtitan's with EP)
+    st = sc.stack
+    zero = args.zero
+    if zero is None:  # the stack's own, or the most it runs with this pipeline
+        runs = [z for z in st.zero_stages if args.pp == 1 or z <= st.max_zero_with_pp] or [0]
+        zero = st.default_zero if st.default_zero in runs else max(runs)
+    sp = args.sp
+    if sp is None:  # as the stack's launchers set it (MoE layers with TP need it)
+        sp = args.tp > 1 and st.offers("sp") and (st.default_sp or sc.model.moe is not None)
+    kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep,
+              etp=etp, vp=1 if args.vp is None else args.vp, sp=sp, zero=zero, mbs=args.mbs)
     if args.recompute is not None:
         kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order is not None:

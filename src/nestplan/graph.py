@@ -74,7 +74,7 @@ class Hide(enum.Enum):
     """Which compute a collective may overlap with (decided by the training spec)."""
 
     NONE = "none"
-    TP_FWD = "tp_fwd"  # forward TP collectives, hidden only with full TP overlap (userbuffers)
+    TP_FWD = "tp_fwd"  # forward TP collectives, hidden only with full TP overlap (userbuffers, SP)
     TP_BWD = "tp_bwd"  # backward TP collectives, hidden behind the weight-gradient GEMMs
     ATTENTION = "attention"  # CP K/V exchange, hidden behind the attention core
     ATTENTION_FIRST = "attention_first"  # CP K/V all-gather, hidden behind 1/cp of the core
@@ -326,7 +326,10 @@ class _Dims:
         if self.loc.sp:  # row-parallel: reduce forward; identity (SP: all-gather) backward
             return [Comm(f"{name}.rs", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "fwd", Hide.TP_FWD),
                     Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD)]
-        return [Comm(f"{name}.ar", Axis.TP, CollKind.ALL_REDUCE, nbytes, "fwd", Hide.TP_FWD)]
+        # without SP the forward all-reduce shows: the forward overlaps (Transformer Engine's
+        # userbuffers, Megatron-Core's tp_comm_overlap; torch's async TP) split all-gathers and
+        # reduce-scatters, which only sequence parallelism has
+        return [Comm(f"{name}.ar", Axis.TP, CollKind.ALL_REDUCE, nbytes, "fwd", Hide.NONE)]
 
 
 def _norm(name: str, x: "_Dims", elements: float) -> Op:

@@ -198,6 +198,18 @@ class StackSpec(_CachedHash):
     """Highest ZeRO stage it runs together with pipeline parallelism."""
     default_zero: int = 0
     """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
+    experts_over_sharded_ranks: bool = False
+    """Expert parallelism is formed from the sharded data-parallel ranks only, not from the
+    replicas: torchtitan's expert mesh is ``(pp, dp_replicate, efsdp, ep)`` with ``efsdp·ep =
+    dp_shard·cp·tp`` (torchtitan/distributed/parallel_dims.py, 0.3.0 wheel), so under ZeRO-0,
+    whose data-parallel ranks are DDP replicas (dp_shard = 1), ep must divide cp·tp.
+    Megatron-Core takes experts from any data-parallel rank, sharded or not."""
+    expert_tp_with_ep: bool = True
+    """Experts may be split by a tensor-parallel degree of their own together with expert
+    parallelism (Megatron-Core's ``--expert-tensor-parallel-size``). torchtitan has no expert TP:
+    with EP its routed experts are sharded over the EP axis only (etp = 1), without EP over the
+    dense TP axis like the other weights (etp = tp) (``expert_param_placement_sparse`` and
+    ``_dense``, torchtitan/models/common/moe_sharding.py, 0.3.0 wheel)."""
     default_sp: bool = False
     """Its launchers turn sequence parallelism on with tensor parallelism unless told otherwise."""
     default_recompute: str | None = None
@@ -454,6 +466,16 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
+        if par.expert_tp not in self.expert_tps(par.tp, par.ep) and (
+                not self.expert_tp_with_ep):
+            return "etp", par.expert_tp, (
+                f"stack {n} has no expert tensor parallelism of its own: etp must be "
+                + ("1 with ep > 1" if par.ep > 1 else f"tp = {par.tp} without expert parallelism"))
+        if self.replicas_hold_experts(par):
+            return "ep", par.ep, (f"stack {n} forms expert parallelism from sharded data-parallel "
+                                  f"ranks, and ZeRO-0's are replicas: ep must divide cp·tp = "
+                                  f"{par.cp * par.tp}, or use ZeRO " + ", ".join(
+                                      str(z) for z in self.zero_stages if z))
         if par.pp > 1 and par.zero > self.max_zero_with_pp:
             return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
                                       "pipeline parallelism")
@@ -473,6 +495,18 @@ class StackSpec(_CachedHash):
             return "recompute", par.recompute_text, (
                 f"stack {n} applies one policy to every stage")
         return None
+
+    def expert_tps(self, tp: int, ep: int) -> tuple[int, ...]:
+        """The expert-TP degrees it runs with these tensor- and expert-parallel degrees."""
+        if self.expert_tp_with_ep:
+            return tuple(sorted({1, tp}))
+        return (1,) if ep > 1 else (tp,)
+
+    def replicas_hold_experts(self, par) -> bool:
+        """``par`` would need expert-parallel ranks among data-parallel replicas, which this
+        stack does not form (``experts_over_sharded_ranks``)."""
+        return (self.experts_over_sharded_ranks and par.ep > 1 and par.zero == 0
+                and (par.cp * par.tp) % par.ep != 0)
 
     def interleaving_required(self, ep: int, pp: int) -> bool:
         """Plans with these degrees run only with virtual stages: the expert exchange overlapped

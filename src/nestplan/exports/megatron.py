@@ -15,7 +15,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from ..axes import MEGATRON_ORDER
-from ..options import MLPKind, Norm, Position, Precision
+from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
 from ..evaluate import chunk_bounds, layer_graph
 from ..planfile import PlanFile
@@ -108,6 +108,11 @@ def export(pf: PlanFile) -> Export:
     ]
     if par.sp:
         args.append("--sequence-parallel")
+    if sc.stack.tp_overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
+        # Transformer Engine's userbuffers: a TransformerConfig field, so a Megatron-LM flag,
+        # which validate_args allows only with SP (megatron/training/arguments.py @ d98e8a64dd);
+        # without SP the cost model exposes the forward all-reduces, as Megatron runs them
+        args.append("--tp-comm-overlap")
     if m.moe is not None:
         args += [f"--expert-model-parallel-size {par.ep}",
                  f"--expert-tensor-parallel-size {par.expert_tp}",

@@ -173,9 +173,12 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
-        zeros = space.zero_stages(sc, con, Parallelism(pp=pp))
+        zeros = space.zero_stages(sc, con, Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
-        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=con.etp,
+        etp = con.etp
+        if etp is None and m.moe is not None and tp not in sc.stack.expert_tps(tp, ep):
+            etp = 1  # experts that do not follow TP (torchtitan's with EP)
+        par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                           vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
                           sp=sp,
                           zero=_manual_zero(zeros, con.zero),

@@ -106,7 +106,7 @@ def shapes(sc: Scenario, con: Constraints):
                     eps = [1] if m.moe is None else [
                         e for e in _divisors(m.moe.experts) if (tp * cp * dp) % e == 0]
                     for ep in _pick(con.ep, eps):
-                        etps = [None] if m.moe is None else sorted({1, tp})
+                        etps = [None] if m.moe is None else sc.stack.expert_tps(tp, ep)
                         for etp in ([con.etp] if con.etp is not None else etps):
                             for mbs in _pick(con.mbs, mbss):
                                 shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
@@ -121,7 +121,8 @@ def shapes(sc: Scenario, con: Constraints):
 def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
     """The ZeRO stages the stack runs with this pipeline depth (or the one fixed)."""
     st = sc.stack
-    offered = [z for z in st.zero_stages if par.pp == 1 or z <= st.max_zero_with_pp]
+    offered = [z for z in st.zero_stages if (par.pp == 1 or z <= st.max_zero_with_pp)
+               and not st.replicas_hold_experts(par.with_(zero=z))]
     return _pick(con.zero, offered)
 
 
