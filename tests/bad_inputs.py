@@ -109,6 +109,12 @@ case("evaluate-too-many-gpus-for-cluster", ["evaluate", "--model", "llama3-8b", 
                                             "dgx-h100-ndr", "--gpus", str(2**21), *PLAN], "gpus")
 case("plan-contradiction-tp-pp-dp", [*SEARCH[:-1], "64", "--tp", "8", "--pp", "8", "--dp", "8"],
      "must divide gpus")
+# the degree named is the one that stops the product dividing gpus (it had always been tp)
+case("evaluate-cp-breaks-the-division", ["evaluate", "--model", "llama3-8b", "--cluster",
+                                         "dgx-h100-ndr", "--gpus", "64", "--tp", "8", "--pp", "2",
+                                         "--cp", "3", "--mbs", "1", "--global-batch", "64",
+                                         "--seq-len", "6144"],
+     "cp: got 3; tp·pp·cp = 8·2·3 = 48 must divide gpus = 64")
 case("plan-tp-within-node", [*SEARCH[:-1], "64", "--tp", "16", "--tp-within-node"],
      "tp-within-node")
 case("plan-sp-without-tp", [*SEARCH, "--tp", "1", "--sp"], "sp")
@@ -456,6 +462,9 @@ PLANFILE_BAD = {
     "model-mlp-bad": (plan_with("model.mlp", "kan"), "mlp"),
     "model-rope-mscale-neg": (plan_with("model.rope_mscale", -1.3), "rope_mscale"),
     "model-rope-mscale-str": (plan_with("model.rope_mscale", "yarn"), "rope_mscale"),
+    "model-rope-theta-zero": (plan_with("model.rope_theta", 0), "model.rope_theta: got 0.0; must be "
+                              "a number in [1, 1e+09]"),
+    "model-rope-theta-str": (plan_with("model.rope_theta", "big"), "rope_theta"),
     "model-glu-clamp-ungated": (lambda base: plan_with("model.glu_clamp", 7.0)(
         json.loads(plan_with("model.mlp", "gelu")(base))), "glu_clamp"),
     "model-glu-clamp-inf": (plan_with("model.glu_clamp", 1e300), "glu_clamp"),
@@ -548,6 +557,8 @@ RUNS_BAD = {
     "missing-column": (RUN_HEADER.replace(",seq_len", "") + "\n" + RUN.replace(",8192", "", 1)
                        + "\n", "seq_len"),
     "bad-stack": (_runs(",megatron-core", ",megatron-9"), "stack"),
+    "one-id-twice": (_runs(",1.5,", ",1.5,") + RUN + "\n",
+                     "line 3: id: got 'r1'; also the id of line 2"),
     "misspelt-column": (_runs("r1", "r1", header=RUN_HEADER.replace(",stack", ",stak")), "stak"),
     "stack-file-missing": (_runs(",megatron-core", ",nowhere.toml"), "stack"),
     "layers-word": (_runs(",32,", ",thirty,"), "layers"),
@@ -635,6 +646,12 @@ SWEEP_BAD = {
     "network-key-unknown": (SWEEP + "[grid.network.spine]\nwarp = [2]\n", "warp"),
     "constraint-unknown": (SWEEP + "[constraints]\nturbo = true\n", "turbo"),
     "constraint-bad-value": (SWEEP + "[constraints]\ntp = 0\n", "tp"),
+    # each value fine alone, but no point takes it: refused before any work (every point had
+    # become an error row, and the sweep exited 0)
+    "constraint-no-point-takes": (SWEEP.replace("gpus = [16]", "gpus = [16, 32]")
+                                  + "[constraints]\ntp = 3\n",
+                                  "constraints.tp: got 3; must divide gpus = 16 and heads = 24 "
+                                  "(at every point of the grid)"),
     "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
     # 500 x 300 = 150,000 points: over the limit, refused before listing them
     "too-many-points": (SWEEP.replace("gpus = [16]", f"gpus = {list(range(8, 4008, 8))}")

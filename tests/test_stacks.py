@@ -672,3 +672,14 @@ def test_evaluate_fills_what_it_is_not_told_as_the_stack_does(stack, extra, zero
     assert code == 0, err
     got = json.loads(out)
     assert (got["zero"], got["sp"]) == (zero, sp)
+
+
+def test_the_megatron_export_gives_the_rope_base_of_the_model(tmp_path):
+    """Llama 3's RoPE base is 500,000 (its config.json; Megatron-LM's default is 10,000)."""
+    path = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
+                       "--save", path)
+    assert code == 0, err
+    code, out, err = cli("export", path, "--format", "megatron")
+    assert code == 0 and "--rotary-base 500000" in out, err

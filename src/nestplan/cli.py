@@ -244,7 +244,13 @@ def _plan(args, sc):
     dp = args.dp
     if dp is None:
         if sc.gpus % denom:
-            raise SpecError("tp", args.tp, f"tp·pp·cp = {args.tp}·{args.pp}·{cp} = {denom} must "
+            # named: the first degree whose product with those before it stops dividing gpus
+            product, name, value = 1, "tp", args.tp
+            for name, value in (("tp", args.tp), ("pp", args.pp), ("cp", cp)):
+                product *= value
+                if sc.gpus % product:
+                    break
+            raise SpecError(name, value, f"tp·pp·cp = {args.tp}·{args.pp}·{cp} = {denom} must "
                             f"divide gpus = {sc.gpus}")
         dp = sc.gpus // denom
     ep = 1 if args.ep is None else args.ep

@@ -134,6 +134,7 @@ def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=_rope_mscale(cfg),
+        rope_theta=cfg.get("rope_theta", kind=float, default=10000.0),
     )
 
 
@@ -303,6 +304,7 @@ def _gpt_neox(cfg: _Config) -> dict:
         vocab=cfg.get("vocab_size"), mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True,
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
+        rope_theta=cfg.get("rotary_emb_base", "rope_theta", kind=float, default=10000.0),
     )
 
 

@@ -289,7 +289,7 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
                    "position", "max_positions", "causal", "moe", "mla", "local_span",
-                   "local_share", "mtp_layers", "rope_mscale", "glu_clamp"}
+                   "local_share", "mtp_layers", "rope_mscale", "rope_theta", "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "first_dense_layers", "layer_freq", "expert_bias"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
@@ -336,6 +336,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM, 1.0)),
+        rope_theta=float(_typed(table, "rope_theta", where, _NUM, 10000.0)),
         glu_clamp=float(_typed(table, "glu_clamp", where, _NUM, 0.0)),
     )
 
@@ -398,6 +399,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["mtp_layers"] = model.mtp_layers
     if model.rope_mscale != 1.0:
         table["rope_mscale"] = model.rope_mscale
+    if model.rope_theta != 10000.0:
+        table["rope_theta"] = model.rope_theta
     if model.glu_clamp:
         table["glu_clamp"] = model.glu_clamp
     return table

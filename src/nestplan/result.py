@@ -118,8 +118,16 @@ class Evaluation:
 
     @property
     def mfu(self) -> float:
-        """Model FLOP utilisation against the peak of the matmul precision in use."""
+        """Model FLOP utilisation against the peak of the matmul precision in use. Model FLOP as
+        Megatron and PaLM count them: attention over the whole (unmasked) span, no recomputation;
+        with causal attention at long sequences it exceeds ``hfu``, and can exceed 1."""
         return self.model_flops / self.step_time / self.gpus / self.peak_flops
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOP utilisation: the FLOP the devices run (causal attention's masked half
+        skipped, recomputation included) against the same peak."""
+        return self.hardware_flops / self.step_time / self.gpus / self.peak_flops
 
     @property
     def peak_memory(self) -> float:
@@ -185,7 +193,7 @@ class Evaluation:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "mfu": self.mfu,
-            "hfu": self.hardware_flops / self.step_time / self.gpus / self.peak_flops,
+            "hfu": self.hfu,
             "peak_memory_gib": self.peak_memory / GiB,
             "capacity_gib": self.capacity / GiB,
             "fits": self.fits,

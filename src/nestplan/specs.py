@@ -39,6 +39,9 @@ adds a block and a loss to the last pipeline stage."""
 MAX_KERNEL_OVERHEAD_US = 1000.0
 """Most launch overhead an accelerator or stack may add per kernel, µs (a launch takes a few)."""
 MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
+MAX_ROPE_THETA = 1e9
+"""Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
+Mixtral); 1e9 leaves room without admitting nonsense."""
 """Bounds of a RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
 context extension of e^90; published factors (4-64) give 1.14-1.42, and a ratio of two mscales
 below 1 stays near it."""
@@ -403,6 +406,9 @@ class ModelSpec(_CachedHash):
     with ``rope_type = "yarn"``: 0.1·ln(factor) + 1 unless the config gives ``attention_factor``
     or ``mscale``/``mscale_all_dim``; GPT-OSS: 1.3466); 1 = unscaled. What it costs depends on
     the stack (``StackSpec.eager_ops``: ``scaled_rope``)."""
+    rope_theta: float = 10000.0
+    """RoPE's base period (HuggingFace ``rope_theta``, Megatron-LM ``--rotary-base``; Llama 3:
+    500,000). It costs nothing; nestplan keeps it so that an export defines the model."""
     glu_clamp: float = 0.0
     """The limit a clamped gated activation clamps its two halves to before the activation
     (GPT-OSS: ``swiglu_limit = 7``); 0 = no clamp. What it costs depends on the stack
@@ -440,6 +446,9 @@ class ModelSpec(_CachedHash):
         if self.rope_mscale != 1 and self.mla is not None:
             raise SpecError("model.rope_mscale", self.rope_mscale, "scales standard attention's "
                             "RoPE; MLA applies its YaRN scale in its own path (leave it 1)")
+        if not (within(self.rope_theta, MAX_ROPE_THETA) and self.rope_theta >= 1):
+            raise SpecError("model.rope_theta", self.rope_theta,
+                            f"must be a number in [1, {MAX_ROPE_THETA:g}] (RoPE's base period)")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

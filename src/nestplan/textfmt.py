@@ -52,7 +52,8 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU",
-        f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak",
+        f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
+        f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {ev.peak_memory / GiB:.1f} GiB of {ev.capacity / GiB:.1f} GiB "
         f"(stage {ev.worst_stage.index})  {'fits' if ev.fits else 'DOES NOT FIT'}",
     ]

@@ -55,17 +55,20 @@ GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",
 PRECISION_ALIASES = {"bf16+fp8_linear": "fp8"}
 """torchao's Float8 linear layers in a bf16 model: the linear layers' GEMMs in fp8, as nestplan's
 fp8 precision."""
-COLUMNS = ("id", "model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab",
-           "seq_len", "gpu", "num_gpus", "tp", "pp", "vp", "dp", "cp", "zero_stage",
-           "sequence_parallel", "recompute", "micro_batch", "global_batch", "precision", "regime",
-           "metric", "step_time_s", "confidence")
-"""Columns every runs CSV has (those of ``published_runs.csv`` that the model reads)."""
-OPTIONAL_COLUMNS = ("experts", "topk", "shared_experts", "moe_ffn_hidden", "ep", "etp",
+COLUMNS = ("id", "model", "seq_len", "num_gpus", "metric", "step_time_s")
+"""Columns every runs CSV has."""
+OPTIONAL_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "gpu", "tp",
+                    "pp", "vp", "dp", "cp", "zero_stage", "sequence_parallel", "recompute",
+                    "micro_batch", "global_batch", "precision", "regime", "confidence",
+                    "experts", "topk", "shared_experts", "moe_ffn_hidden", "ep", "etp",
                     "mtp_layers", "stage_layers", "cluster", "stack", "rank_order",
                     "other_metrics", "gpus_per_node", "source", "step_time_derivation", "notes")
-"""Columns a runs CSV may have besides ``COLUMNS`` (``source`` names the stack of a row without
-a ``stack``; ``step_time_derivation`` and ``notes`` are for people); any other is refused, so
-that a misspelt ``stak`` does not silently run every row on the default stack."""
+"""Columns a runs CSV may have besides ``COLUMNS`` (those of ``published_runs.csv`` and the
+project's own); a row needs some of them as its model and plan do (a model given by its sizes
+needs ``layers``, ``hidden`` and ``heads``; every row a ``gpu`` or a ``cluster``, and ``tp``),
+and says which when it lacks one. ``source`` names the stack of a row without a ``stack``;
+``step_time_derivation`` and ``notes`` are for people. Any other column is refused, so that a
+misspelt ``stak`` does not silently run every row on the default stack."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
@@ -400,8 +403,9 @@ def _rows(path: Path) -> list[_Row]:
             reader = csv.DictReader(f)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise SpecError(f"{path}: missing columns", ", ".join(missing),
-                                "a runs CSV needs the columns of published_runs.csv")
+                raise SpecError(f"{path}: columns", ", ".join(reader.fieldnames or []),
+                                f"missing {', '.join(missing)}; every runs CSV has "
+                                + ", ".join(COLUMNS))
             for name in reader.fieldnames:
                 if name not in COLUMNS + OPTIONAL_COLUMNS:
                     close = difflib.get_close_matches(name, COLUMNS + OPTIONAL_COLUMNS, n=1)
@@ -416,6 +420,13 @@ def _rows(path: Path) -> list[_Row]:
                         f"offset {e.start}); give a runs CSV file") from None
     except (OSError, csv.Error) as e:
         raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
+    first: dict[str, int] = {}
+    for i, data in rows:  # ids name rows in every report: one row each
+        ident = (data.get("id") or "").strip()
+        if ident in first:
+            raise SpecError(f"{path.name} line {i}: id", ident, f"also the id of line "
+                            f"{first[ident]}; give every row an id of its own")
+        first[ident] = i
     return [_Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
             for i, data in rows]
 

@@ -203,6 +203,8 @@ def export(pf: PlanFile) -> Export:
         args.append("--untie-embeddings-and-output-weights")
     args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else
                                                 "learned_absolute"))
+    if m.position is Position.ROPE and m.rope_theta != 10000:  # Megatron-LM's default base
+        args.append(f"--rotary-base {round(m.rope_theta)}")  # an int (arguments.py @ d98e8a64dd)
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")

@@ -127,7 +127,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                                         f", and 1 or a divisor of layers = {m.layers} (its "
                                         "blocks differ: dense and MoE)")),
         ("ep", con.ep, lambda v: v == 1 or (m.moe is not None and m.moe.experts % v == 0),
-         "must divide the experts (1 for dense models)"),
+         f"must divide the {m.moe.experts} experts of {m.name}" if m.moe is not None
+         else f"{m.name} has no experts; use ep = 1"),
     ]
     for name, value, ok, rule in rules:
         if value is not None and (value <= 0 or not ok(value)):

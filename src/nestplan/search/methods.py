@@ -335,8 +335,14 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         units, least = space.split_units(sc.model, par.vp)
         size += space.n_compositions(units, par.pp, least) * mixes(par.pp)
     if size > limit:
-        raise SpecError("method", "exhaustive", f"the space holds {size:,} plans, more than "
-                        f"{limit:,}; use a smaller instance or another method")
+        free = " ".join(f"--{k}" for k in ("pp", "recompute", "vp", "tp", "dp", "cp", "ep", "mbs",
+                                          "zero") if getattr(con, k) is None)
+        count = f"{size:,}" if size < 10**12 else f"about {size:.2g}"
+        raise SpecError("method", "exhaustive", f"the space holds {count} plans, more than "
+                        f"{limit:,}; fix some of {free} (pipeline depth and per-stage "
+                        "recomputation multiply it most), or use another method"
+                        if free else f"the space holds {count} plans, more than {limit:,}; "
+                        "use a smaller instance or another method")
     found = []  # the best plan of every configuration, as the other methods report
     closest = driver.Shortfall(sc.memory_limit)
     done = 0

@@ -51,6 +51,7 @@ def run_command(args) -> int:
     for path, kind in ((spec.output, "results CSV"), (spec.output.with_suffix(".svg"), "plot SVG"),
                        *([(spec.output.with_suffix(".parquet"), "Parquet")] if parquet else [])):
         writable(path, "output", kind, makes_folder=True)  # the results writer makes it
+    _refused_everywhere(spec)
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
         points, existing = plan_run(spec)
@@ -76,6 +77,30 @@ def run_command(args) -> int:
               "(kept)")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     return 0
+
+
+def _refused_everywhere(spec) -> None:
+    """Refuse constraints that no point of the grid can take (``tp = 3`` on 8-GPU points, say:
+    each value is fine alone, so the file's check passes it) before any work, as ``plan``
+    would; constraints that some points take leave the others to their error rows."""
+    from ..errors import SpecError
+    from ..search.constraints import check_constraints
+
+    first = None
+    for point in spec.points():
+        try:
+            sc = spec.scenario(point)
+        except Exception:  # noqa: BLE001 - the point's own error row says it
+            continue
+        try:
+            check_constraints(sc, spec.constraints)
+        except SpecError as e:
+            first = first or e
+            continue
+        return
+    if first is not None:
+        raise SpecError(f"constraints.{first.field}", first.value,
+                        f"{first.allowed} (at every point of the grid)")
 
 
 def _n(count: int, noun: str) -> str:
