@@ -170,6 +170,9 @@ def _hf(**changes):
     return json.dumps(cfg)
 
 
+DEEPSEEK = {**LLAMA, "model_type": "deepseek_v3", "n_routed_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 16, "v_head_dim": 16}
 HF_BAD = {
     "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
     "layers-neg": (_hf(num_hidden_layers=-3), "num_hidden_layers"),
@@ -221,6 +224,18 @@ HF_BAD = {
     "yarn-type-number": (_hf(rope_scaling={"rope_type": 3, "factor": 8}),
                          "rope_scaling.rope_type"),
     "tied-embeddings-str": (_hf(tie_word_embeddings="yes"), "tie_word_embeddings"),
+    "rope-theta-str": (_hf(rope_theta="big"), "rope_theta"),
+    "rope-theta-zero": (_hf(rope_theta=0), "rope_theta: got 0; must be a number >= 1"),
+    "router-score-unknown": (json.dumps({**DEEPSEEK, "scoring_func": "relu"}),
+                             "scoring_func: got 'relu'; allowed: softmax, sigmoid"),
+    "router-groups-not-dividing": (json.dumps({**DEEPSEEK, "n_group": 3}),
+                                   "n_group: got 3; must divide moe.experts = 8"),
+    "router-group-topk-over": (json.dumps({**DEEPSEEK, "n_group": 2, "topk_group": 4}),
+                               "topk_group: got 4; must be <= moe.router_groups = 2"),
+    "router-bias-with-softmax": (json.dumps({**DEEPSEEK, "scoring_func": "softmax"}),
+                                 "router_expert_bias"),
+    "router-scale-negative": (json.dumps({**DEEPSEEK, "routed_scaling_factor": -2.5}),
+                              "routed_scaling_factor"),
     "yarn-overflow": (_hf(rope_scaling={"rope_type": "yarn", "factor": 1e308, "mscale": 1e308,
                                         "mscale_all_dim": 1e308}), "rope_scaling"),
     "gpt-oss-swiglu-limit-huge": (json.dumps({**LLAMA, "model_type": "gpt_oss",

@@ -444,6 +444,26 @@ def test_megatron_core_accepts_layout_and_rank_map(plan_file):
 
 
 @frameworks
+@pytest.mark.parametrize("model", ["deepseek-v3", "kimi-k2", "llama4-maverick", "qwen3-30b-a3b",
+                                   "mixtral-8x7b", "gpt-oss-120b"])
+def test_megatron_core_takes_each_catalog_routers_flags(model):
+    """Megatron-Core's TransformerConfig accepts the router the export gives (Llama 4's top-1 had
+    been refused: a top-1 softmax router needs --moe-router-pre-softmax; it is a sigmoid one) and
+    holds the model's router."""
+    pytest.importorskip("megatron.core")
+    sc = scenario_from_names(model, "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=64, ep=8, etp=1, zero=1, mbs=1, recompute=(F,))
+    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    cfg = megatron_transformer_config(text)
+    moe = sc.model.moe
+    assert cfg.moe_router_score_function == moe.router_score
+    assert cfg.moe_router_enable_expert_bias == moe.router_expert_bias
+    assert (cfg.moe_router_num_groups or 1, cfg.moe_router_group_topk or 1) == (
+        moe.router_groups, moe.router_group_top_k)
+    assert (cfg.moe_router_topk_scaling_factor or 1.0) == pytest.approx(moe.router_scale)
+
+
+@frameworks
 def test_torchtitan_parses_the_arguments(plan_file):
     pytest.importorskip("torchtitan.config.manager")
     pytest.importorskip("triton")  # torchtitan's model registry imports it

@@ -160,8 +160,33 @@ def _qwen3_moe(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
-                        first_dense_layers=first, layer_freq=step)
+                        first_dense_layers=first, layer_freq=step,
+                        router_pre_softmax=_pre_softmax(cfg))
     return kw
+
+
+def _pre_softmax(cfg: _Config) -> bool:
+    """A Qwen-style softmax router's weights are the softmax over every expert unless
+    ``norm_topk_prob`` renormalises them over the chosen ones (Megatron-Bridge's Qwen3-MoE
+    bridge: ``moe_router_pre_softmax = not norm_topk_prob``, src/megatron/bridge/models/qwen/
+    qwen3_moe_bridge.py @ NVIDIA-NeMo/Megatron-Bridge 067f987df0; false by default, as
+    transformers' Qwen2-MoE and Qwen3-MoE configs have it)."""
+    return not cfg.get("norm_topk_prob", default=False, kind=bool)
+
+
+def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid") -> dict:
+    """The DeepSeek-style router's fields: sigmoid scores, the auxiliary-loss-free expert bias
+    (``topk_method = "noaux_tc"``), group-limited routing (``n_group``, ``topk_group``) and the
+    weights' factor (``routed_scaling_factor``), as Megatron-Bridge maps them
+    (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v3, kimi and glm45
+    bridges @ 067f987df0: sigmoid and expert bias set by the bridge)."""
+    return dict(router_score=cfg.get("scoring_func", default=score, kind=str),
+                router_expert_bias=cfg.get("topk_method", default="noaux_tc", kind=str)
+                == "noaux_tc",
+                router_groups=cfg.get("n_group", default=1),
+                router_group_top_k=cfg.get("topk_group", default=1),
+                router_scale=cfg.get("routed_scaling_factor", default=1.0, kind=float,
+                                     minimum=0))
 
 
 class HFNote(Note):
@@ -189,7 +214,8 @@ def _qwen2_moe(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
                         shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
-                        first_dense_layers=first, layer_freq=step)
+                        first_dense_layers=first, layer_freq=step,
+                        router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
@@ -201,7 +227,8 @@ def _glm4_moe(cfg: _Config) -> dict:
                         ffn_hidden=moe_ffn,
                         shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
                         shared_ffn_hidden=moe_ffn,
-                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0))
+                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
+                        **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
@@ -249,9 +276,11 @@ def _llama4(cfg: _Config) -> dict:
     layers = kw["layers"]
     step = cfg.get("interleave_moe_layer_step", default=1)
     expert_ffn = cfg.get("intermediate_size")
+    # its router scores the chosen expert with a sigmoid (Megatron-LM examples/post_training/
+    # modelopt/conf/meta-llama/Llama-4-Maverick-17B-128E-Instruct.sh @ d98e8a64dd)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
-                        first_dense_layers=step - 1, layer_freq=step)
+                        first_dense_layers=step - 1, layer_freq=step, router_score="sigmoid")
     chunk = cfg.get("attention_chunk_size", default=0, minimum=0)
     if chunk:
         rope = cfg.get("no_rope_layers", default=None, kind=list)
@@ -280,7 +309,7 @@ def _deepseek_v3(cfg: _Config) -> dict:
                         shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
                         shared_ffn_hidden=moe_ffn,
                         first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
-                        layer_freq=cfg.get("moe_layer_freq", default=1))
+                        layer_freq=cfg.get("moe_layer_freq", default=1), **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
@@ -379,7 +408,9 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "head_dim": "head_dim", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
            "moe.experts": "num_experts", "moe.top_k": "num_experts_per_tok",
            "moe.ffn_hidden": "moe_intermediate_size", "rope_mscale": "rope_scaling",
-           "glu_clamp": "swiglu_limit"}
+           "glu_clamp": "swiglu_limit", "rope_theta": "rope_theta",
+           "moe.router_score": "scoring_func", "moe.router_groups": "n_group",
+           "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor"}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

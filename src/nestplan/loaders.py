@@ -291,7 +291,12 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "ti
                    "position", "max_positions", "causal", "moe", "mla", "local_span",
                    "local_share", "mtp_layers", "rope_mscale", "rope_theta", "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
-             "first_dense_layers", "layer_freq", "expert_bias"}
+             "first_dense_layers", "layer_freq", "expert_bias", "router_score",
+             "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
+             "router_scale"}
+_MOE_TYPES = {"expert_bias": bool, "router_pre_softmax": bool, "router_expert_bias": bool,
+              "router_score": str, "router_scale": _NUM}
+"""Types of the [moe] keys that are not integers."""
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
 _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS}
 """A key of a model's [moe] or [mla] table -> that table."""
@@ -310,8 +315,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
     if "moe" in table:
         t = table["moe"]
         check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
-        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", bool if k == "expert_bias" else int)
-                         for k in t})
+        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", _MOE_TYPES.get(k, int)) for k in t})
     if "mla" in table:
         t = table["mla"]
         check_keys(t, f"{where}.mla", required=_MLA_KEYS, optional=set())

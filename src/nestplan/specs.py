@@ -39,6 +39,8 @@ adds a block and a loss to the last pipeline stage."""
 MAX_KERNEL_OVERHEAD_US = 1000.0
 """Most launch overhead an accelerator or stack may add per kernel, µs (a launch takes a few)."""
 MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
+MAX_ROUTER_SCALE = 100.0
+"""Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_ROPE_THETA = 1e9
 """Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
 Mixtral); 1e9 leaves room without admitting nonsense."""
@@ -304,10 +306,28 @@ class MoESpec(_CachedHash):
     """The routed experts' linear layers carry biases (GPT-OSS; not Qwen2-MoE or GLM-4.5, whose
     biases are the attention's q, k, v only). What adding them costs depends on the stack
     (``StackSpec.eager_ops``: ``expert_bias``)."""
+    # ---- the router: costs nothing worth modelling, kept so that an export defines the model
+    router_score: str = "softmax"
+    """How the router scores experts: ``softmax`` or ``sigmoid`` (DeepSeek-V3, Kimi-K2,
+    GLM-4.5, Llama 4); Megatron-Core ``--moe-router-score-function``."""
+    router_pre_softmax: bool = False
+    """Softmax over every expert before the top-k (Qwen2-MoE: ``norm_topk_prob = false``), not
+    over the k chosen (Mixtral, Qwen3); ``--moe-router-pre-softmax``."""
+    router_expert_bias: bool = False
+    """Auxiliary-loss-free balancing: a learned per-expert bias added to the scores for the
+    choice only (DeepSeek-V3 ``topk_method = "noaux_tc"``); ``--moe-router-enable-expert-bias``,
+    which Megatron-Core allows only with sigmoid scores."""
+    router_groups: int = 1
+    """Expert groups of group-limited routing (DeepSeek-V3 ``n_group`` = 8); 1 = none."""
+    router_group_top_k: int = 1
+    """Groups a token's experts may come from (``topk_group`` = 4)."""
+    router_scale: float = 1.0
+    """Factor on the chosen experts' weights (``routed_scaling_factor``: DeepSeek-V3 2.5)."""
 
     def __post_init__(self):
-        if not isinstance(self.expert_bias, bool):
-            raise SpecError("moe.expert_bias", self.expert_bias, "must be true or false")
+        for f in ("expert_bias", "router_pre_softmax", "router_expert_bias"):
+            if not isinstance(getattr(self, f), bool):
+                raise SpecError(f"moe.{f}", getattr(self, f), "must be true or false")
         _positive("moe.experts", self.experts)
         _positive("moe.top_k", self.top_k)
         _positive("moe.ffn_hidden", self.ffn_hidden)
@@ -322,6 +342,22 @@ class MoESpec(_CachedHash):
                 raise SpecError(f"moe.{f}", getattr(self, f), f"at most {most:,} is supported")
         if self.top_k > self.experts:
             raise SpecError("moe.top_k", self.top_k, f"must be <= moe.experts = {self.experts}")
+        if self.router_score not in ("softmax", "sigmoid"):
+            raise SpecError("moe.router_score", self.router_score, "allowed: softmax, sigmoid")
+        if self.router_expert_bias and self.router_score != "sigmoid":
+            raise SpecError("moe.router_expert_bias", True, "balances sigmoid scores only "
+                            "(moe.router_score = sigmoid), as Megatron-Core runs it")
+        _positive("moe.router_groups", self.router_groups)
+        _positive("moe.router_group_top_k", self.router_group_top_k)
+        if self.experts % self.router_groups:
+            raise SpecError("moe.router_groups", self.router_groups,
+                            f"must divide moe.experts = {self.experts}")
+        if self.router_group_top_k > self.router_groups:
+            raise SpecError("moe.router_group_top_k", self.router_group_top_k,
+                            f"must be <= moe.router_groups = {self.router_groups}")
+        if not (within(self.router_scale, MAX_ROUTER_SCALE) and self.router_scale > 0):
+            raise SpecError("moe.router_scale", self.router_scale,
+                            f"must be a number in (0, {MAX_ROUTER_SCALE:g}]")
 
 
 @dataclass(frozen=True, kw_only=True)

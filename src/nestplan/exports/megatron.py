@@ -37,6 +37,27 @@ def _layout(sizes: list[int], mtp: int = 0) -> str:
     return "|".join(chunks)
 
 
+def _router_args(moe) -> list[str]:
+    """The router as Megatron-Core's flags name it (the models' own Megatron-LM configurations:
+    examples/post_training/modelopt/conf/*/*.sh @ NVIDIA/Megatron-LM d98e8a64dd). A top-1
+    softmax router scores before the top-k: TransformerConfig refuses it otherwise, the
+    softmax over one chosen expert having no gradient (transformer_config.py, megatron-core
+    0.16)."""
+    args = []
+    if moe.router_score == "sigmoid":
+        args.append("--moe-router-score-function sigmoid")
+    elif moe.router_pre_softmax or moe.top_k == 1:
+        args.append("--moe-router-pre-softmax")
+    if moe.router_expert_bias:
+        args.append("--moe-router-enable-expert-bias")
+    if moe.router_groups > 1:
+        args += [f"--moe-router-num-groups {moe.router_groups}",
+                 f"--moe-router-group-topk {moe.router_group_top_k}"]
+    if moe.router_scale != 1:
+        args.append(f"--moe-router-topk-scaling-factor {moe.router_scale:g}")
+    return args
+
+
 def _moe_pattern(m) -> str:
     """``--moe-layer-freq`` as Megatron's pattern syntax (no spaces: its parser allows only
     digits, ``,[]()+*``), e.g. ``([0]*3+[1]*58)``."""
@@ -119,6 +140,7 @@ def export(pf: PlanFile) -> Export:
                  f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
                  f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
+        args += _router_args(m.moe)
         if sc.stack.moe_dispatcher == "flex":
             args.append("--moe-flex-dispatcher-backend deepep")
         if tr.moe_capacity is not None:
