@@ -572,6 +572,7 @@ RUNS_BAD = {
     "missing-column": (RUN_HEADER.replace(",seq_len", "") + "\n" + RUN.replace(",8192", "", 1)
                        + "\n", "seq_len"),
     "bad-stack": (_runs(",megatron-core", ",megatron-9"), "stack"),
+    "blank-id": (_runs("r1,", ","), "line 2: id: got ''; every row needs an id of its own"),
     "one-id-twice": (_runs(",1.5,", ",1.5,") + RUN + "\n",
                      "line 3: id: got 'r1'; also the id of line 2"),
     "misspelt-column": (_runs("r1", "r1", header=RUN_HEADER.replace(",stack", ",stak")), "stak"),
@@ -665,8 +666,8 @@ SWEEP_BAD = {
     # become an error row, and the sweep exited 0)
     "constraint-no-point-takes": (SWEEP.replace("gpus = [16]", "gpus = [16, 32]")
                                   + "[constraints]\ntp = 3\n",
-                                  "constraints.tp: got 3; must divide gpus = 16 and heads = 24 "
-                                  "(at every point of the grid)"),
+                                  "constraints.tp: got 3; no point of the grid takes it (at the "
+                                  "first: must divide gpus = 16 and heads = 24)"),
     "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
     # 500 x 300 = 150,000 points: over the limit, refused before listing them
     "too-many-points": (SWEEP.replace("gpus = [16]", f"gpus = {list(range(8, 4008, 8))}")

@@ -575,8 +575,8 @@ def test_an_edited_base_or_accelerator_file_is_read_again(tmp_path):
                        '[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 3\n'
                        '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n')
     assert get_cluster(str(cluster)).accelerator.hbm_bytes == 80 * 2**30
-    acc.write_text('base = "h100-sxm-80gb"\nname = "mine"\nhbm_GiB = 96\n')
-    assert get_cluster(str(cluster)).accelerator.hbm_bytes == 96 * 2**30
+    acc.write_text('base = "h100-sxm-80gb"\nname = "mine"\nhbm_GiB = 96.5\n')  # another size
+    assert get_cluster(str(cluster)).accelerator.hbm_bytes == 96.5 * 2**30
 
 
 def test_fp8_gathers_halve_what_they_name():
@@ -683,3 +683,48 @@ def test_the_megatron_export_gives_the_rope_base_of_the_model(tmp_path):
     assert code == 0, err
     code, out, err = cli("export", path, "--format", "megatron")
     assert code == 0 and "--rotary-base 500000" in out, err
+
+
+def test_a_relative_file_name_is_the_file_in_the_working_directory(tmp_path, monkeypatch):
+    """The cache keys a path as resolved: the same relative name elsewhere is another file."""
+    for folder, name in (("a", "first"), ("b", "second")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.toml").write_text(f'base = "megatron-core"\nname = "{name}"\n')
+    monkeypatch.chdir(tmp_path / "a")
+    assert get_stack("mine.toml").name == "first"
+    monkeypatch.chdir(tmp_path / "b")
+    assert get_stack("mine.toml").name == "second"
+
+
+def test_nest_finds_torchtitan_moe_plans_that_need_a_sharded_zero():
+    """Experts over 8 ranks with tp = cp = 1 need FSDP-sharded data parallelism on torchtitan:
+    the search had checked each shape with ZeRO-0 and dropped them all ("no configuration fits")."""
+    from nestplan.search.constraints import Constraints
+    from nestplan.search.methods import run_method
+
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
+                             stack="torchtitan")
+    best = run_method("nest", sc, Constraints(tp=1, cp=1, ep=8), top=1).best
+    assert best.plan.ep == 8 and best.plan.zero in (2, 3)
+
+
+def test_save_through_a_link_to_a_file_yet_to_be_made(tmp_path):
+    link, target = tmp_path / "p.json", tmp_path / "plans" / "p.json"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
+                       "--save", link)
+    assert code == 0 and target.is_file(), err
+    assert [p.name for p in target.parent.iterdir()] == ["p.json"]  # no probe left behind
+
+
+def test_transformers_v5_configs_give_rope_theta_under_rope_parameters(tmp_path):
+    from nestplan.hf import model_from_hf_config
+
+    cfg = json.loads((Path(__file__).parent / "data" / "qwen3-30b-a3b.json").read_text())
+    theta = cfg.pop("rope_theta")
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert model_from_hf_config(path).rope_theta == theta == 1e6

@@ -67,7 +67,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
     k.add_argument("--ep", type=int,
                    help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
-    k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp)")
+    k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp where the "
+                   "stack lets experts follow TP; torchtitan with EP: 1)")
     k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
     from .schedule import SCHEDULES
 
@@ -255,8 +256,8 @@ def _plan(args, sc):
         dp = sc.gpus // denom
     ep = 1 if args.ep is None else args.ep
     etp = args.etp
-    if etp is None and sc.model.moe is not None and args.tp not in sc.stack.expert_tps(args.tp, ep):
-        etp = 1  # the stack's experts do not follow TP (torchtitan's with EP)
+    if etp is None and sc.model.moe is not None:
+        etp = sc.stack.default_etp(args.tp, ep)
     st = sc.stack
     zero = args.zero
     if zero is None:  # the stack's own, or the most it runs with this pipeline

@@ -134,8 +134,17 @@ def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=_rope_mscale(cfg),
-        rope_theta=cfg.get("rope_theta", kind=float, default=10000.0),
+        rope_theta=_rope_theta(cfg),
     )
+
+
+def _rope_theta(cfg: _Config) -> float:
+    """RoPE's base: ``rope_theta``, or under ``rope_parameters`` where transformers v5 writes it
+    (the Llama default of 10,000 when neither has it)."""
+    theta = cfg.get("rope_theta", kind=float, default=None)
+    if theta is None:
+        theta = cfg.table("rope_parameters").get("rope_theta", kind=float, default=10000.0)
+    return theta
 
 
 def _llama(cfg: _Config) -> dict:

@@ -56,10 +56,16 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False) -> None
         if path.is_file():  # appending nothing leaves it as it is
             with open(path, "ab"):
                 pass
-        elif not path.exists():
-            with open(path, "xb"):
-                pass
-            path.unlink()
+        elif not path.exists():  # (a dangling link: where it points) a file can be made there
+            import os
+            import tempfile
+
+            target = Path(os.path.realpath(path))
+            if not target.parent.is_dir():
+                raise SpecError(field, str(path), f"no such directory: {target.parent}")
+            fd, probe = tempfile.mkstemp(dir=target.parent, prefix=".nestplan-probe-")
+            os.close(fd)
+            os.unlink(probe)
         # anything else (a device, a pipe) is tried only when written: opening a pipe waits
     except OSError as e:
         raise SpecError(field, str(path), f"cannot write ({e.strerror})") from None

@@ -39,14 +39,14 @@ adds a block and a loss to the last pipeline stage."""
 MAX_KERNEL_OVERHEAD_US = 1000.0
 """Most launch overhead an accelerator or stack may add per kernel, µs (a launch takes a few)."""
 MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
-MAX_ROUTER_SCALE = 100.0
-"""Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
-MAX_ROPE_THETA = 1e9
-"""Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
-Mixtral); 1e9 leaves room without admitting nonsense."""
 """Bounds of a RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
 context extension of e^90; published factors (4-64) give 1.14-1.42, and a ratio of two mscales
 below 1 stays near it."""
+MAX_ROPE_THETA = 1e9
+"""Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
+Mixtral); 1e9 leaves room without admitting nonsense."""
+MAX_ROUTER_SCALE = 100.0
+"""Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_GLU_CLAMP = 1e6
 """Largest clamp limit of a gated activation (``ModelSpec.glu_clamp``; GPT-OSS uses 7)."""
 
@@ -485,6 +485,9 @@ class ModelSpec(_CachedHash):
         if not (within(self.rope_theta, MAX_ROPE_THETA) and self.rope_theta >= 1):
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"must be a number in [1, {MAX_ROPE_THETA:g}] (RoPE's base period)")
+        if self.rope_theta != 10000.0 and self.position is not Position.ROPE:
+            raise SpecError("model.rope_theta", self.rope_theta,
+                            f"sets RoPE's base; model.position = {self.position.value} is not rope")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

@@ -502,6 +502,12 @@ class StackSpec(_CachedHash):
             return tuple(sorted({1, tp}))
         return (1,) if ep > 1 else (tp,)
 
+    def default_etp(self, tp: int, ep: int) -> int | None:
+        """The expert-TP degree a plan that does not give one has: None (experts follow TP) where
+        the stack allows it, else the one it runs (torchtitan with EP: 1)."""
+        allowed = self.expert_tps(tp, ep)
+        return None if tp in allowed else allowed[0]
+
     def replicas_hold_experts(self, par) -> bool:
         """``par`` would need expert-parallel ranks among data-parallel replicas, which this
         stack does not form (``experts_over_sharded_ranks``)."""

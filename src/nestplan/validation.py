@@ -64,9 +64,9 @@ OPTIONAL_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "voca
                     "mtp_layers", "stage_layers", "cluster", "stack", "rank_order",
                     "other_metrics", "gpus_per_node", "source", "step_time_derivation", "notes")
 """Columns a runs CSV may have besides ``COLUMNS`` (those of ``published_runs.csv`` and the
-project's own); a row needs some of them as its model and plan do (a model given by its sizes
-needs ``layers``, ``hidden`` and ``heads``; every row a ``gpu`` or a ``cluster``, and ``tp``),
-and says which when it lacks one. ``source`` names the stack of a row without a ``stack``;
+project's own); a row needs some of them as its model and plan do (a model not in the catalog
+and not a file is given by its sizes: ``layers``, ``hidden``, ``heads``; every row needs a
+``gpu`` or a ``cluster``, and ``tp``), and a row that lacks one is refused, naming the row. ``source`` names the stack of a row without a ``stack``;
 ``step_time_derivation`` and ``notes`` are for people. Any other column is refused, so that a
 misspelt ``stak`` does not silently run every row on the default stack."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
@@ -273,7 +273,10 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
         except ValueError:
             raise SpecError(f"{row.where}.stage_layers", layout, "must be whole numbers of "
                             "blocks per model chunk, space-separated") from None
-    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=row.number("ep", 1), etp=row.number("etp"),
+    ep, etp = row.number("ep", 1), row.number("etp")
+    if etp is None:  # as the stack runs experts (torchtitan's with EP: no expert TP)
+        etp = stack.default_etp(tp, ep)
+    return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(stack.policy(rec).name,),
                        mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
@@ -423,11 +426,13 @@ def _rows(path: Path) -> list[_Row]:
     first: dict[str, int] = {}
     for i, data in rows:  # ids name rows in every report: one row each
         ident = (data.get("id") or "").strip()
+        if not ident:
+            raise SpecError(f"{path.name} line {i}: id", "", "every row needs an id of its own")
         if ident in first:
             raise SpecError(f"{path.name} line {i}: id", ident, f"also the id of line "
                             f"{first[ident]}; give every row an id of its own")
         first[ident] = i
-    return [_Row(data, f"{path.name} line {i} ({(data.get('id') or '').strip() or 'no id'})")
+    return [_Row(data, f"{path.name} line {i} ({data['id'].strip()})")
             for i, data in rows]
 
 

@@ -88,7 +88,10 @@ class _FileMemo:
         register(self)
 
     def __call__(self, name: str):
-        hit = self.entries.get(name)
+        # a path is keyed as resolved: the same relative name from another directory is
+        # another file
+        key = str(Path(name).resolve()) if looks_like_path(name) else name
+        hit = self.entries.get(key)
         if hit is not None and all(_stamp(p) == s for p, s in hit[1].items()):
             _read_from(hit[1])
             return hit[0]
@@ -97,7 +100,7 @@ class _FileMemo:
             value = self.fn(name)
         finally:
             files = _LOADING.pop()
-        self.entries[name] = value, files
+        self.entries[key] = value, files
         _read_from(files)
         return value
 

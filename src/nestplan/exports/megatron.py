@@ -227,6 +227,9 @@ def export(pf: PlanFile) -> Export:
                                                 "learned_absolute"))
     if m.position is Position.ROPE and m.rope_theta != 10000:  # Megatron-LM's default base
         args.append(f"--rotary-base {round(m.rope_theta)}")  # an int (arguments.py @ d98e8a64dd)
+        if m.rope_theta != round(m.rope_theta):
+            notes.append(f"RoPE base {m.rope_theta:g} exported as {round(m.rope_theta)}: "
+                         "Megatron-LM's --rotary-base takes an integer")
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")

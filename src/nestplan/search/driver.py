@@ -393,8 +393,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             for vp in vps:
                 for sched in space.schedules(world, con, base.pp, vp):
                     par = base.with_(vp=vp, schedule=sched)
-                    try:
-                        check_plan(world, par)
+                    zeros = space.zero_stages(world, con, par)
+                    try:  # with a ZeRO stage the stack runs it with (the shape's is 0)
+                        check_plan(world, par.with_(zero=zeros[0]) if zeros else par)
                     except SpecError:
                         continue
                     heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2, par))

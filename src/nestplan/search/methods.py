@@ -82,12 +82,17 @@ def mist(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResul
 
 def phaze(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
+    own_zero = con.zero is None  # phaze's own ZeRO-0, not the user's
     con = dataclasses.replace(con, zero=0 if con.zero is None else con.zero)
     try:
         found = driver.run(sc, con, method="phaze", top=top, view=flat_view(sc),
                            policies=sc.stack.policies_of("none") + sc.stack.policies_of("full"),
                            progress=progress)
     except InfeasibleError as e:
+        raise InfeasibleError(f"phaze (no ZeRO, no selective recomputation): {e}") from None
+    except SpecError as e:  # the user's knobs passed (run_method); ZeRO-0 with them does not
+        if not own_zero:
+            raise
         raise InfeasibleError(f"phaze (no ZeRO, no selective recomputation): {e}") from None
     return _rescore("phaze", sc, found, start)
 
@@ -176,8 +181,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
         zeros = space.zero_stages(sc, con, Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
         etp = con.etp
-        if etp is None and m.moe is not None and tp not in sc.stack.expert_tps(tp, ep):
-            etp = 1  # experts that do not follow TP (torchtitan's with EP)
+        if etp is None and m.moe is not None:
+            etp = sc.stack.default_etp(tp, ep)
         par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                           vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
                           sp=sp,
@@ -335,8 +340,9 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         units, least = space.split_units(sc.model, par.vp)
         size += space.n_compositions(units, par.pp, least) * mixes(par.pp)
     if size > limit:
-        free = " ".join(f"--{k}" for k in ("pp", "recompute", "vp", "tp", "dp", "cp", "ep", "mbs",
-                                          "zero") if getattr(con, k) is None)
+        knobs = ("pp", "recompute", "vp", "tp", "dp", "cp", "ep", "mbs", "zero")
+        free = " ".join(f"--{k}" for k in knobs if getattr(con, k) is None
+                        and (k != "ep" or sc.model.moe is not None))
         count = f"{size:,}" if size < 10**12 else f"about {size:.2g}"
         raise SpecError("method", "exhaustive", f"the space holds {count} plans, more than "
                         f"{limit:,}; fix some of {free} (pipeline depth and per-stage "

@@ -100,7 +100,7 @@ def _refused_everywhere(spec) -> None:
         return
     if first is not None:
         raise SpecError(f"constraints.{first.field}", first.value,
-                        f"{first.allowed} (at every point of the grid)")
+                        f"no point of the grid takes it (at the first: {first.allowed})")
 
 
 def _n(count: int, noun: str) -> str:
