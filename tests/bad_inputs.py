@@ -573,6 +573,15 @@ RUNS_BAD = {
                        + "\n", "seq_len"),
     "bad-stack": (_runs(",megatron-core", ",megatron-9"), "stack"),
     "blank-id": (_runs("r1,", ","), "line 2: id: got ''; every row needs an id of its own"),
+    # a misspelt key the prediction reads had been ignored, its memory row silently lost
+    "other-metrics-misspelt": (_runs("test,,", "test,peak_mem_gib=60,"),
+                               "got 'peak_mem_gib=60'; did you mean peak_memory_gib?"),
+    "other-metrics-not-key-value": (_runs("test,,", "test,peak_memory_gib:60,"),
+                                    "got 'peak_memory_gib:60'; entries are key=value"),
+    # a plan this memory model puts at 6x HBM cannot be the plan that ran
+    "plan-cannot-have-run": (_runs("r1,Llama-3-8B,32,4096,32,8,14336,128256,8192",
+                                   "r1,Llama-3-70B,80,8192,64,8,28672,128256,8192"),
+                             "row r1: plan: got 't1 p1 d8 z1 none b1'; needs"),
     "one-id-twice": (_runs(",1.5,", ",1.5,") + RUN + "\n",
                      "line 3: id: got 'r1'; also the id of line 2"),
     "misspelt-column": (_runs("r1", "r1", header=RUN_HEADER.replace(",stack", ",stak")), "stak"),
@@ -594,7 +603,7 @@ RUNS_BAD = {
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
          **{"r.csv": content})
-for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary"):
+for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary", "plan-cannot-have-run"):
     content, needle = RUNS_BAD[name]
     case(f"runs-csv-{name}-calibrate", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"], needle,
          **{"r.csv": content, "d": DIR})
@@ -676,6 +685,15 @@ SWEEP_BAD = {
 }
 for name, (content, needle) in SWEEP_BAD.items():
     case(f"sweep-file-{name}", ["sweep", "{s}.toml", "--dry-run"], needle, **{"s.toml": content})
+# no point can be set up (every one asks for more GPUs than its cluster holds): refused before
+# any work (every point had become an error row, and the sweep exited 0)
+case("sweep-file-no-point-can-run", ["sweep", "{s}.toml", "--dry-run"],
+     "grid: gpus: got 64; cluster small holds at most 32 (at every point of the grid",
+     **{"s.toml": SWEEP.replace("gpus = [16]", "gpus = [64]").replace(
+         '"nest-h100-spineleaf"', '"{c}.toml"'),
+        "c.toml": 'name = "small"\naccelerator = "h100-sxm-80gb"\n[[levels]]\nname = "node"\n'
+                  'size = 8\nbandwidth_GBps = 450\nlatency_us = 3\n[[levels]]\nname = "net"\n'
+                  'size = 4\nbandwidth_GBps = 50\nlatency_us = 10\n'})
 # model TOML files: a sub-table's key at the top level says where it belongs
 MODEL_TOML = 'name = "x"\nlayers = 2\nhidden = 256\nheads = 4\nffn_hidden = 512\nvocab = 1000\n'
 for name, (extra, needle) in {

@@ -310,7 +310,11 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     start = time.perf_counter()
     predictions = _Predictions()
     # a row no calibration bridges is refused first
-    before, mem_before, _ = _errors(cases, base, predictions)
+    before, mem_before, evs = _errors(cases, base, predictions)
+    from .validation import check_ran
+
+    for c, ev in zip(cases, evs):  # a plan that cannot have run is refused, as validate does
+        check_ran(c, ev)
     far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]
     if far:
         raise SpecError("step_time_s", ", ".join(f"{c.id}: {c.measured:g} s" for c, _ in far),

@@ -86,6 +86,10 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    "comma-separated, name*k for k stages in a row (none*3,full)")
     k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
+    if for_evaluate:
+        k.add_argument("--stage-layers", metavar="N,N,...",
+                       help="blocks of each model chunk, in pipeline order (pp·vp of them; "
+                       "default: even), as a searched plan's stages give them")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", metavar="PLAN.json", help="write the (best) plan to a plan file"
                    + ("" if for_evaluate else "; from compare, with every method's result"))
@@ -97,6 +101,7 @@ def _add_search(p: argparse.ArgumentParser):
 
 
 FLAG_OF = {"seq_len": "seq-len", "global_batch": "global-batch", "rank_order": "rank-order",
+           "stage_layers": "stage-layers",
            "moe_imbalance": "moe-imbalance", "moe_capacity": "moe-capacity-factor",
            "model.mtp_layers": "mtp-layers"}
 """The flag that sets a scenario or plan field, for errors about a value given as a flag."""
@@ -117,7 +122,9 @@ def _as_flags(fn):
             flag = FLAG_OF.get(e.field)
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)
-            if given is not None and (given == e.value or (given != given and e.value != e.value)):
+            parsed = flag == "stage-layers"  # the flag's text, the field's tuple of it
+            if given is not None and (parsed or given == e.value
+                                      or (given != given and e.value != e.value)):
                 raise SpecError(flag, e.value, e.allowed) from None  # (NaN is not equal to NaN)
             raise
     return wrapped
@@ -150,7 +157,25 @@ def _scenario(args):
                              if getattr(args, k) is not None)
         warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
     _note_fused_pieces(sc)
+    _note_straddling_domains(sc)
     return _with_headroom(sc, args)
+
+
+def _note_straddling_domains(sc) -> None:
+    """Say when the scale-up domains (an NVL72 rack, say) do not divide the job: ranks fill
+    devices in order, so power-of-two groups straddle domains there, as a launcher that leaves
+    some devices of each domain idle would not have them."""
+    import warnings
+
+    from .errors import Note
+
+    level = sc.cluster.levels[0]  # the scale-up domain, where TP and EP groups live
+    if len(sc.cluster.levels) > 1 and level.size < sc.gpus and sc.gpus % level.size:
+        warnings.warn(f"the cluster's {level.name} domains hold {level.size} devices, which do "
+                      f"not divide the {sc.gpus} of the job: ranks fill devices in order, so "
+                      "groups straddle domains; to use fewer devices of each (NeMo's launcher "
+                      f"takes 64 of an NVL72's 72), give {level.name}'s size as the devices used "
+                      "per domain in a cluster file", Note)
 
 
 def _load_plan(path: str):
@@ -274,6 +299,13 @@ def _plan(args, sc):
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
         kw["schedule"] = args.schedule
+    if args.stage_layers is not None:
+        text = args.stage_layers.replace(" ", "")
+        parts = text.split(",")
+        if not all(x.isascii() and x.isdigit() for x in parts):
+            raise SpecError("stage-layers", args.stage_layers, "must be whole numbers of blocks "
+                            "per model chunk, comma-separated (4,4,3)")
+        kw["stage_layers"] = tuple(int(x) for x in parts)
     par = Parallelism(**kw)
     check_plan(sc, par)  # before the cost model (and numpy) is loaded: mistakes answer fast
     return par
@@ -287,7 +319,7 @@ EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch",
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "schedule",
                                     "sp",
                                     "zero", "recompute", "rank_order", "moe_imbalance",
-                                    "moe_capacity_factor", "mtp_layers")
+                                    "moe_capacity_factor", "mtp_layers", "stage_layers")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 

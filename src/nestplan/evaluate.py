@@ -178,7 +178,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                                                          - float(devices[j].opt[pols[j]])),
                              scheduled),
         dp=float(devices[j].tail[pols[j]]),
-        optimizer=float(devices[j].opt[pols[j]]) + sc.stack.step_overhead)
+        optimizer=float(devices[j].opt[pols[j]]), step_host=sc.stack.step_overhead)
     links = {ax.value: micro * t for ax, t in link.items()}
     links["pp"] = 2 * cc.fill + micro * 2 * cc.p2p_send
     # the gradient reduction and parameter gathers of the device whose step ends last (its

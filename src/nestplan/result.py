@@ -44,6 +44,9 @@ class TimeBreakdown:
     """Exposed data-parallel gradient reduction after the last backward."""
     optimizer: float
     """Optimizer step and the exposed part of the sharded-parameter all-gather."""
+    step_host: float = 0.0
+    """Per-step host time that overlaps nothing (the stack's ``step_overhead``: launches,
+    data loading, logging, the loss's synchronisation)."""
 
     @property
     def total(self) -> float:
@@ -202,6 +205,7 @@ class Evaluation:
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
             **{k: v for k, v in p.to_dict().items() if k != "stage_layers"},  # see "stages"
+            "etp": p.expert_tp if sc.model.moe is not None else None,  # no experts: none
             # one policy for every stage is written once
             "recompute": (p.recompute[0] if len(set(p.recompute)) == 1
                           else list(p.recompute)),

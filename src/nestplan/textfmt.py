@@ -19,6 +19,12 @@ def plan_line(ev: Evaluation) -> str:
     parts += [f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
               "recompute=" + p.recompute_text, f"mbs={p.mbs}",
               f"order={'-'.join(a.value for a in p.rank_order)}"]
+    if p.stage_layers and p.pp > 1:  # evaluate's --stage-layers, when not its even default
+        from .specs import default_split
+
+        m = ev.scenario.model
+        if tuple(p.stage_layers) != tuple(default_split(m, p.pp, p.vp, p.pipeline)):
+            parts.append("stage-layers=" + ",".join(map(str, p.stage_layers)))
     return " ".join(parts)
 
 

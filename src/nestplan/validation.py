@@ -69,6 +69,10 @@ and not a file is given by its sizes: ``layers``, ``hidden``, ``heads``; every r
 ``gpu`` or a ``cluster``, and ``tp``), and a row that lacks one is refused, naming the row. ``source`` names the stack of a row without a ``stack``;
 ``step_time_derivation`` and ``notes`` are for people. Any other column is refused, so that a
 misspelt ``stak`` does not silently run every row on the default stack."""
+OTHER_METRICS = ("peak_memory_gib", "moe_imbalance", "moe_capacity", "model_parallel_size",
+                 "local_batch")
+"""The ``other_metrics`` keys a row's prediction reads; any other key=value is for people (a
+source's MFU, tokens/s, ...), but one within a typo of these is refused."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
@@ -99,6 +103,19 @@ class _Row:
 
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
+        for item in self.text("other_metrics").split(";"):  # key=value; others are for people
+            item = item.strip()
+            if not item:
+                continue
+            name, eq, _ = item.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise SpecError(f"{where}.other_metrics", item, "entries are key=value, "
+                                "separated by ';'")
+            near = difflib.get_close_matches(name, OTHER_METRICS, n=1, cutoff=0.75)
+            if near and name not in OTHER_METRICS:  # a misspelt key would be ignored
+                raise SpecError(f"{where}.other_metrics", item, f"did you mean {near[0]}? "
+                                "(keys read: " + ", ".join(OTHER_METRICS) + ")")
 
     def text(self, key: str) -> str:
         return (self.data.get(key) or "").strip()
@@ -482,7 +499,27 @@ def run(path: Path, stack: StackSpec | None = None) -> list[Outcome]:
 
 def outcome(case: Case) -> Outcome:
     time, ev = predict(case)
+    check_ran(case, ev)
     return Outcome(case, time, None if ev is None else ev.peak_memory)
+
+
+MOST_OVER_HBM = 2.0
+"""A measured run whose plan this memory model puts above this many times the device's memory is
+refused: it ran, so its plan must be wrong (the model's largest over-prediction on the measured
+runs' plans is 1.14x, AutoModel's Qwen3-30B-A3B, README "Held-out runs")."""
+
+
+def check_ran(case: Case, ev) -> None:
+    """Refuse a measured run (SpecError) whose plan cannot have fit by far (``MOST_OVER_HBM``)."""
+    if ev is not None and ev.peak_memory > MOST_OVER_HBM * ev.capacity:
+        from .textfmt import plan_short
+
+        moe = case.scenario.model.moe is not None
+        raise SpecError(f"row {case.id}: plan", plan_short(case.plan, moe),
+                        f"needs {ev.peak_memory / GiB:.1f} GiB on a device of "
+                        f"{ev.capacity / GiB:.1f} GiB by this memory model, more than "
+                        f"{MOST_OVER_HBM:g}x: a run that ran had another plan; give its "
+                        "recompute, zero_stage and degrees")
 
 
 def report(outcomes: list[Outcome]) -> dict:

@@ -81,16 +81,18 @@ def run_command(args) -> int:
 
 def _refused_everywhere(spec) -> None:
     """Refuse constraints that no point of the grid can take (``tp = 3`` on 8-GPU points, say:
-    each value is fine alone, so the file's check passes it) before any work, as ``plan``
-    would; constraints that some points take leave the others to their error rows."""
+    each value is fine alone, so the file's check passes it), and a grid none of whose points
+    can be set up, before any work, as ``plan`` would; constraints or points that fail only
+    somewhere leave those points to their error rows."""
     from ..errors import SpecError
     from ..search.constraints import check_constraints
 
-    first = None
+    first = unbuilt = None
     for point in spec.points():
         try:
             sc = spec.scenario(point)
-        except Exception:  # noqa: BLE001 - the point's own error row says it
+        except SpecError as e:  # this point cannot be built: its own error row says it
+            unbuilt = unbuilt or e
             continue
         try:
             check_constraints(sc, spec.constraints)
@@ -101,6 +103,9 @@ def _refused_everywhere(spec) -> None:
     if first is not None:
         raise SpecError(f"constraints.{first.field}", first.value,
                         f"no point of the grid takes it (at the first: {first.allowed})")
+    if unbuilt is not None:  # no point can even be set up (more GPUs than its cluster holds)
+        raise SpecError(f"grid: {unbuilt.field}", unbuilt.value,
+                        f"{unbuilt.allowed} (at every point of the grid: none can run)")
 
 
 def _n(count: int, noun: str) -> str:
