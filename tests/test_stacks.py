@@ -783,3 +783,15 @@ def test_json_gives_no_expert_tp_for_a_dense_model():
                          8, "--tp", 2, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
                          4096, "--json")
     assert code == 0 and json.loads(out)["etp"] is None, err
+
+
+def test_export_checks_its_extra_files_before_writing_any(tmp_path):
+    plan = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
+                       "--tp", 2, "--pp", 1, "--cp", 2, "--mbs", 1, "--global-batch", 16,
+                       "--seq-len", 4096, "--rank-order", "tp-dp-cp-pp", "--save", plan)
+    assert code == 0, err
+    (tmp_path / "run.args.ranks.csv").mkdir()  # the rank map cannot be written there
+    code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.args")
+    assert code == 2 and "run.args.ranks.csv'; a directory" in err, err
+    assert not (tmp_path / "run.args").exists()  # nothing half-written

@@ -458,6 +458,8 @@ def cmd_export(args) -> int:
     out = export(pf, args.format)
     if args.output is not None:
         path = Path(args.output)
+        for suffix in out.extras:  # every file is checked before the first is written
+            writable(str(path) + suffix, "-o", f"'{suffix}'")
         try:
             path.write_text(out.text)
             for suffix, text in out.extras.items():

@@ -466,8 +466,7 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
-        if par.expert_tp not in self.expert_tps(par.tp, par.ep) and (
-                not self.expert_tp_with_ep):
+        if not self.expert_tp_with_ep and par.expert_tp not in self.expert_tps(par.tp, par.ep):
             return "etp", par.expert_tp, (
                 f"stack {n} has no expert tensor parallelism of its own: etp must be "
                 + ("1 with ep > 1" if par.ep > 1 else f"tp = {par.tp} without expert parallelism"))

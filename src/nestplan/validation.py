@@ -66,8 +66,9 @@ OPTIONAL_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "voca
 """Columns a runs CSV may have besides ``COLUMNS`` (those of ``published_runs.csv`` and the
 project's own); a row needs some of them as its model and plan do (a model not in the catalog
 and not a file is given by its sizes: ``layers``, ``hidden``, ``heads``; every row needs a
-``gpu`` or a ``cluster``, and ``tp``), and a row that lacks one is refused, naming the row. ``source`` names the stack of a row without a ``stack``;
-``step_time_derivation`` and ``notes`` are for people. Any other column is refused, so that a
+``gpu`` or a ``cluster``, and ``tp``), and a row that lacks one is refused, naming the row.
+``source`` names the stack of a row without a ``stack``; ``step_time_derivation`` and ``notes``
+are for people. Any other column is refused, so that a
 misspelt ``stak`` does not silently run every row on the default stack."""
 OTHER_METRICS = ("peak_memory_gib", "moe_imbalance", "moe_capacity", "model_parallel_size",
                  "local_batch")
