@@ -125,7 +125,7 @@ def test_a_level_bandwidth_outside_physical_range_is_named_in_the_files_units(tm
                     f'name = "net"\nbandwidth_GBps = 50\nlatency_us = 5\n')
     shown = f"{float(value):g}" if "e" in value else value
     assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--cluster", path),
-                          f"levels[0].bandwidth_GBps: got {shown}; must be in [0.001, 100000]")
+                          f"levels[n].bandwidth_GBps: got {shown}; must be in [0.001, 100000]")
 
 
 @pytest.mark.parametrize("layers", [10**9, 513])
@@ -255,7 +255,7 @@ def test_gib_text_keeps_a_small_shortfall_visible():
 
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.update(gpus=0), "p.json: gpus"),
-    (lambda d: d["cluster"]["levels"][0].update(size=0), "p.json: levels["),
+    (lambda d: d["cluster"]["levels"][0].update(size=0), "p.json: cluster.levels[nvlink].size"),
     (lambda d: d["training"].update(seq_len=-1), "p.json: training.seq_len"),
     (lambda d: d["plan"].update(tp=3), "p.json: dp"),
 ])

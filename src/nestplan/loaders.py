@@ -250,14 +250,28 @@ def level_from_table(table: dict, where: str) -> Level:
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
     latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
     name = name_of(table, where)
-    return Level(
-        name=name,
-        size=_typed(table, "size", where, int),
-        bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
-        latency=latency * units.US,
-        oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
-        efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
-    )
+    kw = dict(size=_typed(table, "size", where, int),
+              oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
+              efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)))
+    try:
+        return Level(name=name, bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
+                     latency=latency * units.US, **kw)
+    except SpecError as e:  # the spec names levels[NAME]; the file's own path is ``where``
+        raise _in_file(e, where.rpartition(".levels[")[0]) from None
+
+
+def _in_file(e: SpecError, where: str) -> SpecError:
+    """A cluster spec's error (``levels[leaf].size``) named where the file holds it
+    (``cluster.levels[leaf].size``)."""
+    return SpecError(f"{where}.{e.field}", e.value, e.allowed) if e.field.startswith("levels[") \
+        else e
+
+
+def _level_where(table, i: int, where: str) -> str:
+    """How errors name a [[levels]] table: by its name when it has a plain one, else its index."""
+    name = table.get("name") if isinstance(table, dict) else None
+    plain = isinstance(name, str) and name.isprintable() and 0 < len(name) <= 40
+    return f"{where}.levels[{name if plain else i}]"
 
 
 def cluster_from_table(table: dict, get_accelerator: Callable[[str], AcceleratorSpec],
@@ -283,11 +297,11 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     if not isinstance(levels, list) or not levels:
         raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")
     _typed(table, "description", where, str)
-    return ClusterSpec(
-        name=name_of(table, where),
-        accelerator=accel,
-        levels=tuple(level_from_table(t, f"{where}.levels[{i}]") for i, t in enumerate(levels)),
-    )
+    built = tuple(level_from_table(t, _level_where(t, i, where)) for i, t in enumerate(levels))
+    try:
+        return ClusterSpec(name=name_of(table, where), accelerator=accel, levels=built)
+    except SpecError as e:
+        raise _in_file(e, where) from None
 
 
 # ----------------------------------------------------------------------------- model
