@@ -717,3 +717,21 @@ def test_an_export_without_a_capacity_factor_option_says_it_is_left_out(tmp_path
     assert f"# note: the expert {said}" in (tmp_path / "q.sh").read_text()  # in the file too
     code, _, err = cli("export", plan, "--format", "deepspeed", "-o", tmp_path / "q.json")
     assert code == 0 and said in (tmp_path / "q.json.notes.txt").read_text()
+
+
+@frameworks
+@pytest.mark.parametrize("split", [(0, 0, 0, 32), (0, 16, 16, 0)])
+def test_chunks_without_blocks_export_as_a_layout_megatron_takes(split):
+    """Megatron-LM's first/last-stage flags need blocks on both ends; the layout string takes
+    empty chunks (as the model zoo's embedding-only first chunk)."""
+    pytest.importorskip("megatron.core")
+    sc = scenario_from_names("llama3-8b", "nest-h100-spineleaf", 16, seq_len=4096,
+                             global_batch=256)
+    par = Parallelism(tp=2, pp=4, dp=2, sp=True, zero=1, mbs=1, stage_layers=split)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    text = export(pf, "megatron").text
+    assert "--decoder-first-pipeline-num-layers" not in text
+    check_megatron(pf, text, ranks=False)
+    if split[1] == 0:  # an empty part in the middle: torchtitan names a part by its modules
+        with pytest.raises(SpecError, match="model chunk 1 holds no blocks"):
+            export(pf, "torchtitan")

@@ -460,14 +460,16 @@ def cmd_export(args) -> int:
         path = Path(args.output)
         for suffix in out.extras:  # every file is checked before the first is written
             writable(str(path) + suffix, "-o", f"'{suffix}'")
-        try:
-            path.write_text(out.text)
-            for suffix, text in out.extras.items():
-                Path(str(path) + suffix).write_text(text)
-        except OSError as e:
-            from .errors import SpecError
+        files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
+        for name, text in files.items():
+            try:
+                Path(name).write_text(text)
+            except OSError as e:  # the file that failed, and what was written before it
+                from .errors import SpecError
 
-            raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
+                done = list(files)[:list(files).index(name)]
+                raise SpecError("-o", name, f"cannot write ({e.strerror})" + (
+                    f"; {', '.join(done)} written" if done else "")) from None
         written = [str(path)] + [str(path) + s for s in out.extras]
         print("wrote " + ", ".join(written), file=sys.stderr)
     else:

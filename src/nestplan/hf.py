@@ -93,6 +93,8 @@ def _rope_mscale(cfg: _Config) -> float:
     yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) matches but for an explicit
     ``mscale_all_dim`` of 0. GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
     rs = cfg.table("rope_scaling")
+    if not rs.data:  # transformers v5 writes the scaling with the base under rope_parameters
+        rs = cfg.table("rope_parameters")
     if rs.get("rope_type", "type", kind=str, default=None) != "yarn":
         return 1.0
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
@@ -142,9 +144,15 @@ def _rope_theta(cfg: _Config) -> float:
     """RoPE's base: ``rope_theta``, or under ``rope_parameters`` where transformers v5 writes it
     (the Llama default of 10,000 when neither has it)."""
     theta = cfg.get("rope_theta", kind=float, default=None)
-    if theta is None:
-        theta = cfg.table("rope_parameters").get("rope_theta", kind=float, default=10000.0)
-    return theta
+    params = cfg.table("rope_parameters")
+    if any(isinstance(v, dict) for v in params.data.values()):  # one per kind of layer
+        raise SpecError(cfg.where("rope_parameters"), sorted(params.data), "one RoPE per kind "
+                        "of layer is not modelled; give rope_theta at the top level")
+    inner = params.get("rope_theta", kind=float, default=None)
+    if theta is not None and inner is not None and theta != inner:
+        raise SpecError(cfg.where("rope_parameters.rope_theta"), inner,
+                        f"differs from rope_theta = {theta:g}; give one")
+    return theta if theta is not None else inner if inner is not None else 10000.0
 
 
 def _llama(cfg: _Config) -> dict:
@@ -183,17 +191,32 @@ def _pre_softmax(cfg: _Config) -> bool:
     return not cfg.get("norm_topk_prob", default=False, kind=bool)
 
 
+TOPK_METHODS = ("noaux_tc", "group_limited_greedy", "greedy")
+"""DeepSeek's routing methods (its modelling code): the auxiliary-loss-free bias with groups;
+groups without the bias; neither."""
+
+
 def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid") -> dict:
     """The DeepSeek-style router's fields: sigmoid scores, the auxiliary-loss-free expert bias
     (``topk_method = "noaux_tc"``), group-limited routing (``n_group``, ``topk_group``) and the
     weights' factor (``routed_scaling_factor``), as Megatron-Bridge maps them
     (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v3, kimi and glm45
     bridges @ 067f987df0: sigmoid and expert bias set by the bridge)."""
-    return dict(router_score=cfg.get("scoring_func", default=score, kind=str),
-                router_expert_bias=cfg.get("topk_method", default="noaux_tc", kind=str)
-                == "noaux_tc",
-                router_groups=cfg.get("n_group", default=1),
-                router_group_top_k=cfg.get("topk_group", default=1),
+    method = cfg.get("topk_method", default="noaux_tc", kind=str)
+    if method not in TOPK_METHODS:
+        raise SpecError(cfg.where("topk_method"), method, "allowed: " + ", ".join(TOPK_METHODS))
+    cfg.get("norm_topk_prob", default=True, kind=bool)  # a sigmoid router's weights are
+    grouped = method != "greedy"                         # normalised over the top-k anyway
+    score = cfg.get("scoring_func", default=score, kind=str)
+    if score not in ("softmax", "sigmoid"):
+        raise SpecError(cfg.where("scoring_func"), score, "allowed: softmax, sigmoid")
+    if method == "noaux_tc" and score != "sigmoid":
+        raise SpecError(cfg.where("topk_method"), method, f"its expert bias balances sigmoid "
+                        f"scores only (Megatron-Core's rule), and scoring_func is {score!r}")
+    return dict(router_score=score,
+                router_expert_bias=method == "noaux_tc",
+                router_groups=cfg.get("n_group", default=1) if grouped else 1,
+                router_group_top_k=cfg.get("topk_group", default=1) if grouped else 1,
                 router_scale=cfg.get("routed_scaling_factor", default=1.0, kind=float,
                                      minimum=0))
 
@@ -419,7 +442,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "moe.ffn_hidden": "moe_intermediate_size", "rope_mscale": "rope_scaling",
            "glu_clamp": "swiglu_limit", "rope_theta": "rope_theta",
            "moe.router_score": "scoring_func", "moe.router_groups": "n_group",
-           "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor"}
+           "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
+           "moe.router_expert_bias": "topk_method"}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

@@ -355,6 +355,15 @@ class MoESpec(_CachedHash):
         if self.router_group_top_k > self.router_groups:
             raise SpecError("moe.router_group_top_k", self.router_group_top_k,
                             f"must be <= moe.router_groups = {self.router_groups}")
+        per_group = self.experts // self.router_groups
+        if self.router_groups > 1 and (self.router_group_top_k * per_group < self.top_k
+                                       or per_group < self.top_k // self.router_group_top_k):
+            # Megatron-Core's group_limited_topk scores each group by its top
+            # top_k // group_top_k experts, then takes top_k from the chosen groups' experts
+            # (megatron/core/transformer/moe/moe_utils.py, megatron-core 0.16.1)
+            raise SpecError("moe.router_groups", self.router_groups,
+                            f"{self.router_group_top_k} of them of {per_group} experts each "
+                            f"cannot give top_k = {self.top_k} experts")
         if not (within(self.router_scale, MAX_ROUTER_SCALE) and self.router_scale > 0):
             raise SpecError("moe.router_scale", self.router_scale,
                             f"must be a number in (0, {MAX_ROUTER_SCALE:g}]")

@@ -108,11 +108,18 @@ class _Row:
             item = item.strip()
             if not item:
                 continue
-            name, eq, _ = item.partition("=")
-            name = name.strip()
+            name, eq, value = item.partition("=")
+            name, value = name.strip(), value.strip()
             if not eq or not name:
                 raise SpecError(f"{where}.other_metrics", item, "entries are key=value, "
                                 "separated by ';'")
+            if name in OTHER_METRICS and not (value and value.isascii()):
+                raise SpecError(f"{where}.other_metrics", item, f"{name} needs a value (ASCII "
+                                "digits)")
+            if name in ("local_batch", "model_parallel_size") and not (
+                    value.isdigit() and int(value) > 0):
+                raise SpecError(f"{where}.other_metrics", item, f"{name} must be a whole "
+                                "number > 0")
             near = difflib.get_close_matches(name, OTHER_METRICS, n=1, cutoff=0.75)
             if near and name not in OTHER_METRICS:  # a misspelt key would be ignored
                 raise SpecError(f"{where}.other_metrics", item, f"did you mean {near[0]}? "
@@ -427,6 +434,9 @@ def _rows(path: Path) -> list[_Row]:
                 raise SpecError(f"{path}: columns", ", ".join(reader.fieldnames or []),
                                 f"missing {', '.join(missing)}; every runs CSV has "
                                 + ", ".join(COLUMNS))
+            twice = sorted({n for n in reader.fieldnames if reader.fieldnames.count(n) > 1})
+            if twice:  # the last would win without a word
+                raise SpecError(f"{path}: column", twice[0], "given twice; name each column once")
             for name in reader.fieldnames:
                 if name not in COLUMNS + OPTIONAL_COLUMNS:
                     close = difflib.get_close_matches(name, COLUMNS + OPTIONAL_COLUMNS, n=1)
@@ -435,6 +445,10 @@ def _rows(path: Path) -> list[_Row]:
                                     + ", ".join(OPTIONAL_COLUMNS))
             rows = []
             for data in reader:
+                if None in data:  # fields beyond the header's columns
+                    raise SpecError(f"{path.name} line {reader.line_num}", data[None],
+                                    f"more fields than the header's {len(reader.fieldnames)} "
+                                    "columns")
                 rows.append((reader.line_num, data))
     except UnicodeDecodeError as e:
         raise SpecError("--csv", str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "

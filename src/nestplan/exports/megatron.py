@@ -170,7 +170,8 @@ def export(pf: PlanFile) -> Export:
     if uniform:
         if exported.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")
-    elif exported.vp == 1 and (par.pp == 2 or len(set(sizes[1:-1])) == 1):
+    elif exported.vp == 1 and (par.pp == 2 or len(set(sizes[1:-1])) == 1) and min(
+            sizes[0], sizes[-1]) > 0:  # Megatron wants blocks on both ends for these flags
         args += [f"--decoder-first-pipeline-num-layers {sizes[0]}",
                  f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
     else:

@@ -16,6 +16,7 @@ launched through the rank map written beside the arguments.
 from __future__ import annotations
 
 from ..axes import Axis
+from ..errors import SpecError
 from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
@@ -95,6 +96,11 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
         sizes = [b - a for a, b in chunk_bounds(m, exported)]  # the exported plan's chunks
+        empty = [c for c, n in enumerate(sizes[1:-1], 1) if n == 0]
+        if empty:  # a model part names its modules: one in the middle must hold blocks
+            raise SpecError("stage_layers", list(sizes), f"model chunk {empty[0]} holds no "
+                            "blocks, which torchtitan's module_fqns_per_model_part cannot "
+                            "express; give it blocks")
         parts, start = [], 0
         for c, n in enumerate(sizes):
             part = (["tok_embeddings"] if c == 0 else []) + [
