@@ -423,7 +423,7 @@ def model_to_table(model: ModelSpec) -> dict:
         table["mtp_layers"] = model.mtp_layers
     if model.rope_mscale != 1.0:
         table["rope_mscale"] = model.rope_mscale
-    if model.rope_theta != 10000.0:
+    if model.position is Position.ROPE:  # its base, the default 10,000 too
         table["rope_theta"] = model.rope_theta
     if model.glu_clamp:
         table["glu_clamp"] = model.glu_clamp
