@@ -619,6 +619,9 @@ for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary", "pla
     content, needle = RUNS_BAD[name]
     case(f"runs-csv-{name}-calibrate", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"], needle,
          **{"r.csv": content, "d": DIR})
+# calibrate names its file as it takes it (RUNS.csv), not validate's --csv
+case("calibrate-csv-not-utf8", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"],
+     "RUNS.csv: got", **{"r.csv": b"\xff\xfe\x00\x01", "d": DIR})
 case("validate-csv-directory", ["validate", "--csv", "{d}"], "directory", d=DIR)
 case("validate-csv-missing", ["validate", "--csv", "{d}/none.csv"], "none.csv", d=DIR)
 case("validate-stack-unknown", ["validate", "--csv", "{r}.csv", "--stack", "megatron-9"],

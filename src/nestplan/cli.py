@@ -589,7 +589,7 @@ def cmd_calibrate(args) -> int:
     if out.resolve() in stack_files(given) | {runs.resolve()}:
         raise SpecError("-o", args.output, "is the runs CSV, the base stack file or one of its "
                         "bases; write the calibrated stack to a new file")
-    cases = load_cases(runs, stack=base)
+    cases = load_cases(runs, stack=base, field="RUNS.csv")
     progress = _Progress("calibrate", "fitting")
     try:
         result = fit(cases, base, name=out.stem, progress=progress)

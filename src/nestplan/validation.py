@@ -396,18 +396,18 @@ def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
     return x * GiB
 
 
-def load_cases(path: Path, *, include_lora: bool = False,
-               stack: StackSpec | None = None) -> list[Case]:
+def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | None = None,
+               field: str = "--csv") -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
     ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers``
     (blocks per model chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes
     ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
-    ``other_metrics`` is a measured peak."""
+    ``other_metrics`` is a measured peak. Errors about the file name it as ``field``."""
     path = Path(path)
     cases = []
-    for row in _rows(path):
+    for row in _rows(path, field):
         if row.text("regime") == "lora" and not include_lora:
             continue
         try:
@@ -417,15 +417,15 @@ def load_cases(path: Path, *, include_lora: bool = False,
                 raise
             raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
     if not cases:
-        raise SpecError("--csv", str(path), "holds no run to check (LoRA rows are skipped)")
+        raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
     return cases
 
 
-def _rows(path: Path) -> list[_Row]:
+def _rows(path: Path, field: str = "--csv") -> list[_Row]:
     """The rows of a runs CSV, its columns checked; each named by its line and id."""
     from .loaders import regular_file
 
-    regular_file(path, "--csv", "CSV")
+    regular_file(path, field, "CSV")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
@@ -451,10 +451,10 @@ def _rows(path: Path) -> list[_Row]:
                                     "columns")
                 rows.append((reader.line_num, data))
     except UnicodeDecodeError as e:
-        raise SpecError("--csv", str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+        raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
                         f"offset {e.start}); give a runs CSV file") from None
     except (OSError, csv.Error) as e:
-        raise SpecError("--csv", str(path), f"cannot read it as CSV ({e})") from None
+        raise SpecError(field, str(path), f"cannot read it as CSV ({e})") from None
     first: dict[str, int] = {}
     for i, data in rows:  # ids name rows in every report: one row each
         ident = (data.get("id") or "").strip()
@@ -468,12 +468,12 @@ def _rows(path: Path) -> list[_Row]:
             for i, data in rows]
 
 
-def stacks_named(path: Path) -> list[str]:
+def stacks_named(path: Path, field: str = "--csv") -> list[str]:
     """The distinct stacks a runs CSV's rows ran on, as ``load_cases`` reads them (the ``stack``
     column, a file relative to the CSV; else the stack a row's source names), in order of first
     appearance."""
     path = Path(path)
-    return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path)))
+    return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path, field)))
 
 
 def predict(case: Case, stack: StackSpec | None = None):
