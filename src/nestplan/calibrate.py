@@ -305,14 +305,14 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
         progress=None) -> Fit:
     """Fit ``base``'s calibration to ``cases`` (from ``validation.load_cases``); ``progress(done,
     total, seconds, of=...)`` hears of the fit's iterations and of the leave-one-out fits."""
+    from .validation import check_ran
+
     if not cases:
         raise SpecError("calibrate", "0 rows", "needs at least one measured run")
     start = time.perf_counter()
     predictions = _Predictions()
     # a row no calibration bridges is refused first
     before, mem_before, evs = _errors(cases, base, predictions)
-    from .validation import check_ran
-
     for c, ev in zip(cases, evs):  # a plan that cannot have run is refused, as validate does
         check_ran(c, ev)
     far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]

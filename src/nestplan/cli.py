@@ -122,9 +122,7 @@ def _as_flags(fn):
             flag = FLAG_OF.get(e.field)
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)
-            parsed = flag == "stage-layers"  # the flag's text, the field's tuple of it
-            if given is not None and (parsed or given == e.value
-                                      or (given != given and e.value != e.value)):
+            if given is not None and (given == e.value or (given != given and e.value != e.value)):
                 raise SpecError(flag, e.value, e.allowed) from None  # (NaN is not equal to NaN)
             raise
     return wrapped
@@ -284,15 +282,12 @@ def _plan(args, sc):
     if etp is None and sc.model.moe is not None:
         etp = sc.stack.default_etp(args.tp, ep)
     st = sc.stack
-    zero = args.zero
-    if zero is None:  # the stack's own, or the most it runs with this pipeline
-        runs = [z for z in st.zero_stages if args.pp == 1 or z <= st.max_zero_with_pp] or [0]
-        zero = st.default_zero if st.default_zero in runs else max(runs)
     sp = args.sp
     if sp is None:  # as the stack's launchers set it (MoE layers with TP need it)
         sp = args.tp > 1 and st.offers("sp") and (st.default_sp or sc.model.moe is not None)
     kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep,
-              etp=etp, vp=1 if args.vp is None else args.vp, sp=sp, zero=zero, mbs=args.mbs)
+              etp=etp, vp=1 if args.vp is None else args.vp, sp=sp,
+              zero=0 if args.zero is None else args.zero, mbs=args.mbs)
     if args.recompute is not None:
         kw["recompute"] = parse_names("recompute", args.recompute)
     if args.rank_order is not None:
@@ -305,8 +300,12 @@ def _plan(args, sc):
         if not all(x.isascii() and x.isdigit() for x in parts):
             raise SpecError("stage-layers", args.stage_layers, "must be whole numbers of blocks "
                             "per model chunk, comma-separated (4,4,3)")
-        kw["stage_layers"] = tuple(int(x) for x in parts)
+        # as the field holds it, so that an error about it names the flag (``_as_flags``)
+        args.stage_layers = kw["stage_layers"] = tuple(int(x) for x in parts)
     par = Parallelism(**kw)
+    if args.zero is None:  # the stack's own, or the most it runs with this plan
+        runs = st.zeros_for(par) or [0]
+        par = par.with_(zero=st.default_zero if st.default_zero in runs else max(runs))
     check_plan(sc, par)  # before the cost model (and numpy) is loaded: mistakes answer fast
     return par
 

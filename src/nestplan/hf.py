@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, MLASpec, ModelSpec, MoESpec, finite
+from .specs import (DEFAULT_ROPE_THETA, MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, ROUTER_SCORES, MLASpec,
+                    ModelSpec, MoESpec, finite)
 
 
 class _Config:
@@ -152,7 +153,7 @@ def _rope_theta(cfg: _Config) -> float:
     if theta is not None and inner is not None and theta != inner:
         raise SpecError(cfg.where("rope_parameters.rope_theta"), inner,
                         f"differs from rope_theta = {theta:g}; give one")
-    return theta if theta is not None else inner if inner is not None else 10000.0
+    return theta if theta is not None else inner if inner is not None else DEFAULT_ROPE_THETA
 
 
 def _llama(cfg: _Config) -> dict:
@@ -208,8 +209,8 @@ def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid") -> dict:
     cfg.get("norm_topk_prob", default=True, kind=bool)  # a sigmoid router's weights are
     grouped = method != "greedy"                         # normalised over the top-k anyway
     score = cfg.get("scoring_func", default=score, kind=str)
-    if score not in ("softmax", "sigmoid"):
-        raise SpecError(cfg.where("scoring_func"), score, "allowed: softmax, sigmoid")
+    if score not in ROUTER_SCORES:
+        raise SpecError(cfg.where("scoring_func"), score, "allowed: " + ", ".join(ROUTER_SCORES))
     if method == "noaux_tc" and score != "sigmoid":
         raise SpecError(cfg.where("topk_method"), method, f"its expert bias balances sigmoid "
                         f"scores only (Megatron-Core's rule), and scoring_func is {score!r}")
@@ -365,7 +366,8 @@ def _gpt_neox(cfg: _Config) -> dict:
         vocab=cfg.get("vocab_size"), mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True,
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
-        rope_theta=cfg.get("rotary_emb_base", "rope_theta", kind=float, default=10000.0),
+        rope_theta=cfg.get("rotary_emb_base", "rope_theta", kind=float,
+                           default=DEFAULT_ROPE_THETA),
     )
 
 

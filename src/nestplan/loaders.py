@@ -11,7 +11,8 @@ from typing import Any, Callable
 from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
-from .specs import AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec, MoESpec, finite
+from .specs import (DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec,
+                    MoESpec, finite)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -250,21 +251,14 @@ def level_from_table(table: dict, where: str) -> Level:
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
     latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
     name = name_of(table, where)
-    kw = dict(size=_typed(table, "size", where, int),
-              oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
-              efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)))
-    try:
-        return Level(name=name, bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
-                     latency=latency * units.US, **kw)
-    except SpecError as e:  # the spec names levels[NAME]; the file's own path is ``where``
-        raise _in_file(e, where.rpartition(".levels[")[0]) from None
-
-
-def _in_file(e: SpecError, where: str) -> SpecError:
-    """A cluster spec's error (``levels[leaf].size``) named where the file holds it
-    (``cluster.levels[leaf].size``)."""
-    return SpecError(f"{where}.{e.field}", e.value, e.allowed) if e.field.startswith("levels[") \
-        else e
+    return Level(
+        name=name,
+        size=_typed(table, "size", where, int),
+        bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
+        latency=latency * units.US,
+        oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
+        efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
+    )
 
 
 def _level_where(table, i: int, where: str) -> str:
@@ -297,11 +291,13 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     if not isinstance(levels, list) or not levels:
         raise SpecError(f"{where}.levels", levels, "must be a non-empty array of [[levels]] tables")
     _typed(table, "description", where, str)
-    built = tuple(level_from_table(t, _level_where(t, i, where)) for i, t in enumerate(levels))
     try:
+        built = tuple(level_from_table(t, _level_where(t, i, where)) for i, t in enumerate(levels))
         return ClusterSpec(name=name_of(table, where), accelerator=accel, levels=built)
-    except SpecError as e:
-        raise _in_file(e, where) from None
+    except SpecError as e:  # the specs name levels[NAME]: say where the file holds it
+        if e.field.startswith("levels["):
+            raise SpecError(f"{where}.{e.field}", e.value, e.allowed) from None
+        raise
 
 
 # ----------------------------------------------------------------------------- model
@@ -360,7 +356,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM, 1.0)),
-        rope_theta=float(_typed(table, "rope_theta", where, _NUM, 10000.0)),
+        rope_theta=float(_typed(table, "rope_theta", where, _NUM, DEFAULT_ROPE_THETA)),
         glu_clamp=float(_typed(table, "glu_clamp", where, _NUM, 0.0)),
     )
 

@@ -42,6 +42,12 @@ MIN_ROPE_MSCALE, MAX_ROPE_MSCALE = 0.1, 10.0
 """Bounds of a RoPE scale (``ModelSpec.rope_mscale``): YaRN's 0.1·ln(factor) + 1 is 10 only at a
 context extension of e^90; published factors (4-64) give 1.14-1.42, and a ratio of two mscales
 below 1 stays near it."""
+DEFAULT_ROPE_THETA = 10000.0
+"""RoPE's base period when a model does not give one: the RoPE paper's (Su et al. 2021), the
+HuggingFace Llama configs' default and Megatron-LM's ``--rotary-base`` default
+(megatron/training/arguments.py @ NVIDIA/Megatron-LM d98e8a64dd)."""
+ROUTER_SCORES = ("softmax", "sigmoid")
+"""How an MoE router may score its experts (Megatron-Core ``--moe-router-score-function``)."""
 MAX_ROPE_THETA = 1e9
 """Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
 Mixtral); 1e9 leaves room without admitting nonsense."""
@@ -342,8 +348,9 @@ class MoESpec(_CachedHash):
                 raise SpecError(f"moe.{f}", getattr(self, f), f"at most {most:,} is supported")
         if self.top_k > self.experts:
             raise SpecError("moe.top_k", self.top_k, f"must be <= moe.experts = {self.experts}")
-        if self.router_score not in ("softmax", "sigmoid"):
-            raise SpecError("moe.router_score", self.router_score, "allowed: softmax, sigmoid")
+        if self.router_score not in ROUTER_SCORES:
+            raise SpecError("moe.router_score", self.router_score,
+                            "allowed: " + ", ".join(ROUTER_SCORES))
         if self.router_expert_bias and self.router_score != "sigmoid":
             raise SpecError("moe.router_expert_bias", True, "balances sigmoid scores only "
                             "(moe.router_score = sigmoid), as Megatron-Core runs it")
@@ -451,7 +458,7 @@ class ModelSpec(_CachedHash):
     with ``rope_type = "yarn"``: 0.1·ln(factor) + 1 unless the config gives ``attention_factor``
     or ``mscale``/``mscale_all_dim``; GPT-OSS: 1.3466); 1 = unscaled. What it costs depends on
     the stack (``StackSpec.eager_ops``: ``scaled_rope``)."""
-    rope_theta: float = 10000.0
+    rope_theta: float = DEFAULT_ROPE_THETA
     """RoPE's base period (HuggingFace ``rope_theta``, Megatron-LM ``--rotary-base``; Llama 3:
     500,000). It costs nothing; nestplan keeps it so that an export defines the model."""
     glu_clamp: float = 0.0
@@ -494,7 +501,7 @@ class ModelSpec(_CachedHash):
         if not (within(self.rope_theta, MAX_ROPE_THETA) and self.rope_theta >= 1):
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"must be a number in [1, {MAX_ROPE_THETA:g}] (RoPE's base period)")
-        if self.rope_theta != 10000.0 and self.position is not Position.ROPE:
+        if self.rope_theta != DEFAULT_ROPE_THETA and self.position is not Position.ROPE:
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"sets RoPE's base; model.position = {self.position.value} is not rope")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):

@@ -466,15 +466,9 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
-        if not self.expert_tp_with_ep and par.expert_tp not in self.expert_tps(par.tp, par.ep):
-            return "etp", par.expert_tp, (
-                f"stack {n} has no expert tensor parallelism of its own: etp must be "
-                + ("1 with ep > 1" if par.ep > 1 else f"tp = {par.tp} without expert parallelism"))
-        if self.replicas_hold_experts(par):
-            return "ep", par.ep, (f"stack {n} forms expert parallelism from sharded data-parallel "
-                                  f"ranks, and ZeRO-0's are replicas: ep must divide cp·tp = "
-                                  f"{par.cp * par.tp}, or use ZeRO " + ", ".join(
-                                      str(z) for z in self.zero_stages if z))
+        why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp) or self.replicas_refusal(par)
+        if why is not None:
+            return why
         if par.pp > 1 and par.zero > self.max_zero_with_pp:
             return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
                                       "pipeline parallelism")
@@ -506,6 +500,30 @@ class StackSpec(_CachedHash):
         the stack allows it, else the one it runs (torchtitan with EP: 1)."""
         allowed = self.expert_tps(tp, ep)
         return None if tp in allowed else allowed[0]
+
+    def expert_tp_refusal(self, tp: int, ep: int, etp: int) -> tuple[str, object, str] | None:
+        """Why experts cannot have this expert-TP degree here (field, value, rule), or None."""
+        if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep):
+            return None
+        return "etp", etp, (f"stack {self.name} has no expert tensor parallelism of its own: "
+                            "etp must be " + ("1 with ep > 1" if ep > 1 else
+                                              f"tp = {tp} without expert parallelism"))
+
+    def replicas_refusal(self, par) -> tuple[str, object, str] | None:
+        """Why ``par`` (any object with zero, ep, tp and cp) cannot lay its experts over its
+        data-parallel ranks here (``replicas_hold_experts``), or None."""
+        if not self.replicas_hold_experts(par):
+            return None
+        return "ep", par.ep, (f"stack {self.name} forms expert parallelism from sharded "
+                              f"data-parallel ranks, and ZeRO-0's are replicas: ep must divide "
+                              f"cp·tp = {par.cp * par.tp}, or use ZeRO "
+                              + ", ".join(str(z) for z in self.zero_stages if z))
+
+    def zeros_for(self, par) -> list[int]:
+        """The ZeRO stages it runs ``par`` (a Parallelism) with: with its pipeline depth, and
+        without experts over data-parallel replicas."""
+        return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
+                and not self.replicas_hold_experts(par.with_(zero=z))]
 
     def replicas_hold_experts(self, par) -> bool:
         """``par`` would need expert-parallel ranks among data-parallel replicas, which this

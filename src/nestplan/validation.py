@@ -68,8 +68,8 @@ project's own); a row needs some of them as its model and plan do (a model not i
 and not a file is given by its sizes: ``layers``, ``hidden``, ``heads``; every row needs a
 ``gpu`` or a ``cluster``, and ``tp``), and a row that lacks one is refused, naming the row.
 ``source`` names the stack of a row without a ``stack``; ``step_time_derivation`` and ``notes``
-are for people. Any other column is refused, so that a
-misspelt ``stak`` does not silently run every row on the default stack."""
+are for people. Any other column is refused, so that a misspelt ``stak`` does not silently run
+every row on the default stack."""
 OTHER_METRICS = ("peak_memory_gib", "moe_imbalance", "moe_capacity", "model_parallel_size",
                  "local_batch")
 """The ``other_metrics`` keys a row's prediction reads; any other key=value is for people (a
@@ -104,12 +104,15 @@ class _Row:
 
     def __init__(self, data: dict, where: str):
         self.data, self.where = data, where
-        for item in self.text("other_metrics").split(";"):  # key=value; others are for people
+        self.others: dict[str, list[str]] = {}
+        """``other_metrics`` as key -> the values it is given (key=value; others are for people)."""
+        for item in self.text("other_metrics").split(";"):
             item = item.strip()
             if not item:
                 continue
             name, eq, value = item.partition("=")
             name, value = name.strip(), value.strip()
+            self.others.setdefault(name, []).append(value)
             if not eq or not name:
                 raise SpecError(f"{where}.other_metrics", item, "entries are key=value, "
                                 "separated by ';'")
@@ -131,9 +134,7 @@ class _Row:
     def other(self, key: str) -> str:
         """The value of ``key=value`` in the ``other_metrics`` column ("" when absent; a key
         given twice is refused, since either value could be the one meant)."""
-        found = [value.strip() for name, _, value in (
-            item.partition("=") for item in self.text("other_metrics").split(";"))
-            if name.strip() == key]
+        found = self.others.get(key, [])
         if len(found) > 1:
             raise SpecError(f"{self.where}.other_metrics", f"{key}=" + f"; {key}=".join(found),
                             f"{key} given {len(found)} times; give it once")

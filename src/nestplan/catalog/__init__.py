@@ -69,12 +69,17 @@ def _read_from(files: dict[Path, tuple | None]) -> None:
         reading.update(files)
 
 
+def _reading(path: Path) -> Path:
+    """``path``, noted as a file the entries being loaded read."""
+    _read_from({path.resolve(): _stamp(path)})
+    return path
+
+
 def _read_toml(path: Path, field: str) -> dict:
     """A user's TOML file, noted as read by the entries being loaded."""
     from ..loaders import read_toml
 
-    _read_from({path.resolve(): _stamp(path)})
-    return read_toml(path, field)
+    return read_toml(_reading(path), field)
 
 
 class _FileMemo:
@@ -170,8 +175,7 @@ def get_model(name: str) -> ModelSpec:
         if path.suffix == ".json":
             from ..hf import model_from_hf_config
 
-            _read_from({path.resolve(): _stamp(path)})
-            return model_from_hf_config(path)
+            return model_from_hf_config(_reading(path))
         return model_from_table(_read_toml(path, "model"))
     return model_from_table(_catalog_table("models", name, "model"))
 

@@ -20,6 +20,7 @@ from .. import graph as G
 from ..evaluate import chunk_bounds, layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
+from ..specs import DEFAULT_ROPE_THETA
 from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
                prediction, rank_map, uniform_policy)
 
@@ -226,7 +227,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--untie-embeddings-and-output-weights")
     args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else
                                                 "learned_absolute"))
-    if m.position is Position.ROPE and m.rope_theta != 10000:  # Megatron-LM's default base
+    if m.position is Position.ROPE and m.rope_theta != DEFAULT_ROPE_THETA:  # Megatron's default
         args.append(f"--rotary-base {round(m.rope_theta)}")  # an int (arguments.py @ d98e8a64dd)
         if m.rope_theta != round(m.rope_theta):
             notes.append(f"RoPE base {m.rope_theta:g} exported as {round(m.rope_theta)}: "

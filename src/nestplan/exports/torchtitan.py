@@ -16,6 +16,7 @@ launched through the rank map written beside the arguments.
 from __future__ import annotations
 
 from ..axes import Axis
+from ..catalog import get_stack
 from ..errors import SpecError
 from ..evaluate import chunk_bounds
 from ..options import Precision
@@ -61,7 +62,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append(f"expert tensor parallelism {etp} cannot be expressed (torchtitan's "
                      "experts have no TP of their own); exported with expert TP 1")
         etp = 1
-    if m.moe is not None and zero == 0 and (par.cp * par.tp) % par.ep:
+    if get_stack("torchtitan").replicas_hold_experts(par.with_(zero=zero)):  # its own rule
         notes.append(f"expert parallelism {par.ep} must divide dp_shard·cp·tp, and ZeRO-0 "
                      "replicates data parallelism; exported as ZeRO-2 (FSDP over the "
                      "data-parallel ranks)")

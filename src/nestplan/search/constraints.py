@@ -202,18 +202,16 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if con.zero is not None and con.zero not in sc.stack.zero_stages:
         raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
                         + ", ".join(map(str, sc.stack.zero_stages)))
-    if m.moe is not None and not sc.stack.expert_tp_with_ep and con.etp is not None \
-            and con.ep is not None and (con.ep > 1 or con.tp is not None):
-        allowed = sc.stack.expert_tps(con.tp or 1, con.ep)
-        if con.etp not in allowed:
-            raise SpecError("etp", con.etp, f"stack {sc.stack.name} has no expert tensor "
-                            f"parallelism of its own: etp must be {allowed[0]} with ep = {con.ep}")
+    if m.moe is not None and con.etp is not None and con.ep is not None \
+            and (con.ep > 1 or con.tp is not None):  # (with EP, the rule needs no tp)
+        why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp)
+        if why is not None:
+            raise SpecError(*why)
     if None not in (con.zero, con.ep, con.tp, con.cp):
-        fixed = SimpleNamespace(zero=con.zero, ep=con.ep, tp=con.tp, cp=con.cp)
-        if sc.stack.replicas_hold_experts(fixed):
-            raise SpecError("ep", con.ep, f"stack {sc.stack.name} forms expert parallelism from "
-                            f"sharded data-parallel ranks, and ZeRO-0's are replicas: ep must "
-                            f"divide cp·tp = {con.cp * con.tp}")
+        why = sc.stack.replicas_refusal(SimpleNamespace(zero=con.zero, ep=con.ep, tp=con.tp,
+                                                        cp=con.cp))
+        if why is not None:
+            raise SpecError(*why)
     if con.recompute is not None and len(set(con.recompute)) > 1 \
             and not sc.stack.recompute_per_stage:
         raise SpecError("recompute", runs_text(con.recompute),

@@ -394,19 +394,22 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 for sched in space.schedules(world, con, base.pp, vp):
                     par = base.with_(vp=vp, schedule=sched)
                     zeros = space.zero_stages(world, con, par)
+                    if not zeros:
+                        continue
                     try:  # with a ZeRO stage the stack runs it with (the shape's is 0)
-                        check_plan(world, par.with_(zero=zeros[0]) if zeros else par)
+                        check_plan(world, par.with_(zero=zeros[0]))
                     except SpecError:
                         continue
-                    heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2, par))
+                    heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2,
+                                          (par, zeros)))
                     tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
-            zeros = space.zero_stages(world, con, item)
-            for zero, b in zip(zeros, space.config_bounds(world, item, zeros)):
+            par, zeros = item
+            for zero, b in zip(zeros, space.config_bounds(world, par, zeros)):
                 b = max(lb, b)  # the parent's bound holds for its children too
                 if b < bound:  # else it could never be popped before the search ends
-                    heapq.heappush(heap, (b, tick, 3, item.with_(zero=zero)))
+                    heapq.heappush(heap, (b, tick, 3, par.with_(zero=zero)))
                     tick += 1
             continue
         if level == 3:  # configuration -> the recompute policy sets that may fit, with bounds

@@ -344,11 +344,10 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         free = " ".join(f"--{k}" for k in knobs if getattr(con, k) is None
                         and (k != "ep" or sc.model.moe is not None))
         count = f"{size:,}" if size < 10**12 else f"about {size:.2g}"
+        fix = (f"fix some of {free} (pipeline depth and per-stage recomputation multiply it "
+               "most)" if free else "use a smaller instance")
         raise SpecError("method", "exhaustive", f"the space holds {count} plans, more than "
-                        f"{limit:,}; fix some of {free} (pipeline depth and per-stage "
-                        "recomputation multiply it most), or use another method"
-                        if free else f"the space holds {count} plans, more than {limit:,}; "
-                        "use a smaller instance or another method")
+                        f"{limit:,}; {fix}, or use another method")
     found = []  # the best plan of every configuration, as the other methods report
     closest = driver.Shortfall(sc.memory_limit)
     done = 0

@@ -120,10 +120,7 @@ def shapes(sc: Scenario, con: Constraints):
 
 def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
     """The ZeRO stages the stack runs with this pipeline depth (or the one fixed)."""
-    st = sc.stack
-    offered = [z for z in st.zero_stages if (par.pp == 1 or z <= st.max_zero_with_pp)
-               and not st.replicas_hold_experts(par.with_(zero=z))]
-    return _pick(con.zero, offered)
+    return _pick(con.zero, sc.stack.zeros_for(par))
 
 
 def policy_sets(sc: Scenario, con: Constraints) -> list[tuple[int, ...]]:
