@@ -735,3 +735,22 @@ def test_chunks_without_blocks_export_as_a_layout_megatron_takes(split):
     if split[1] == 0:  # an empty part in the middle: torchtitan names a part by its modules
         with pytest.raises(SpecError, match="model chunk 1 holds no blocks"):
             export(pf, "torchtitan")
+
+
+def test_torchtitan_export_keeps_the_expert_tp_it_runs():
+    """torchtitan shards experts over EP when there is EP and over TP when there is not: a plan
+    with either exports unchanged; expert TP next to EP, or expert TP 1 under TP without EP,
+    exports as torchtitan runs it, with a note."""
+    from nestplan.exports.torchtitan import arguments
+
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+
+    def exported(ep, etp):
+        par = Parallelism(tp=2, sp=True, dp=8, ep=ep, etp=etp, zero=1, mbs=1)
+        _, notes, plan = arguments(planfile.from_dict(planfile.to_dict(evaluate(sc, par))))
+        return plan.expert_tp, any("expert tensor parallelism" in n for n in notes)
+
+    assert exported(1, 2) == (2, False)  # experts over TP, as the dense weights
+    assert exported(8, 1) == (1, False)
+    assert exported(1, 1) == (2, True)
+    assert exported(4, 2) == (1, True)

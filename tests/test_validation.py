@@ -1,9 +1,12 @@
 """Predictions against measured training runs (../shared/data/published_runs.csv)."""
 
+import json
 from pathlib import Path
 
 from nestplan.evaluate import evaluate
 from nestplan.validation import MEAN_TOLERANCE, ROW_TOLERANCE, load_cases, run, table
+
+from console import cli
 
 DATA = Path(__file__).parent / "data"  # tests/data/SOURCES.md
 
@@ -63,6 +66,25 @@ def test_held_out_runs_are_predicted_as_reported(record_property):
     assert got.keys() == HELD_OUT_ERRORS.keys()
     moved = {k: (HELD_OUT_ERRORS[k], v) for k, v in got.items() if abs(v - HELD_OUT_ERRORS[k]) > 0.5}
     assert not moved, f"held-out errors moved (README, then here): {moved}"
+
+
+def test_a_row_without_sp_gets_the_default_evaluate_gives(runs_csv, tmp_path):
+    """Sequence parallelism a row does not state is the stack's default as evaluate fills it:
+    on for MoE layers with TP even where the stack's launchers leave it off for dense models."""
+    stack = tmp_path / "no-sp.toml"
+    stack.write_text('base = "megatron-core"\nname = "no-sp"\ndefault_sp = false\n')
+    path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
+                    sequence_parallel="", global_batch="256", micro_batch="1", recompute="full",
+                    cluster="dgx-h100-ndr", stack=str(stack), ep="8", etp="1")
+    (case,) = load_cases(path)
+    assert case.plan.sp
+    code, out, err = cli("evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 64, "--tp", 2, "--pp", 1, "--ep", 8, "--etp", 1, "--mbs", 1,
+                         "--global-batch", 256, "--seq-len", case.scenario.training.seq_len,
+                         "--recompute", "full", "--zero", case.plan.zero, "--stack", stack,
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["sp"] is True
 
 
 def test_optional_columns_reach_the_plan(runs_csv):

@@ -283,8 +283,8 @@ def _plan(args, sc):
         etp = sc.stack.default_etp(args.tp, ep)
     st = sc.stack
     sp = args.sp
-    if sp is None:  # as the stack's launchers set it (MoE layers with TP need it)
-        sp = args.tp > 1 and st.offers("sp") and (st.default_sp or sc.model.moe is not None)
+    if sp is None:
+        sp = st.sp_for(args.tp, sc.model.moe is not None)
     kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep,
               etp=etp, vp=1 if args.vp is None else args.vp, sp=sp,
               zero=0 if args.zero is None else args.zero, mbs=args.mbs)

@@ -20,7 +20,6 @@ from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of, 
                       model_to_table, stack_from_table, stack_to_table, training_from_table,
                       training_to_table)
 from .recompute import parse_names
-from .placement import rank_grid
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
 
@@ -59,6 +58,8 @@ def _stage_entry(st, replicas) -> dict:
 def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
     """Per stage, per data-parallel replica, the device ids of its context- and tensor-parallel
     ranks (rank ``r`` runs on device ``r``)."""
+    from .placement import rank_grid  # numpy: not loaded to refuse a bad file
+
     grid = rank_grid(par)  # [pp, dp, cp, tp]
     return [[sorted(grid[s, d].ravel().tolist()) for d in range(par.dp)] for s in range(par.pp)]
 
@@ -165,7 +166,6 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
 def _from_dict(data: dict) -> PlanFile:
     """The plan file in ``data``; errors name fields from the top (``from_dict`` adds the file)."""
     from .catalog import get_accelerator, get_stack
-    from .evaluate import evaluate
 
     if not isinstance(data, dict):
         raise SpecError("", type(data).__name__, "a plan file holds one JSON object")
@@ -192,6 +192,8 @@ def _from_dict(data: dict) -> PlanFile:
                   training=training_from_table(training, "training"),
                   stack=stack_spec, memory_headroom=_headroom(data))
     par = plan_from_dict(data["plan"], "plan")
+    from .evaluate import evaluate  # numpy: loaded once the file reads as a plan
+
     ev = evaluate(sc, par)  # also validates the plan against the scenario
     stages = data.get("stages")
     replicas = stage_replicas(par)

@@ -440,6 +440,12 @@ class StackSpec(_CachedHash):
     def offers(self, axis: str) -> bool:
         return axis in self.axes
 
+    def sp_for(self, tp: int, moe: bool) -> bool:
+        """Sequence parallelism where a run does not say: as its launchers set it with tensor
+        parallelism (``default_sp``), and on for MoE layers with TP, which need it
+        (``specs.check_plan``)."""
+        return tp > 1 and self.offers("sp") and (self.default_sp or moe)
+
     @property
     def interleaves(self) -> bool:
         """It runs a pipeline schedule over several model chunks per device."""

@@ -271,7 +271,8 @@ def _training(row: _Row) -> TrainingSpec:
         raise SpecError(f"{row.where}.other_metrics", e.value, e.allowed) from None
 
 
-def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
+def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
+    """The row's plan; ``moe``: the model has experts (sequence parallelism's default)."""
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         mp = row.other("model_parallel_size")
@@ -289,7 +290,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec) -> Parallelism:
     rec = row.text("recompute") or "none"  # unstated: see _case
     sp = row.yes_no("sequence_parallel")
     if sp is None:
-        sp = stack.default_sp and tp > 1
+        sp = stack.sp_for(tp, moe)
     order = row.text("rank_order")
     extra = {"rank_order": parse_order(order)} if order else {}
     layout = row.text("stage_layers")
@@ -350,10 +351,11 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
     stack = row.stack(base, override)
     gpus = row.required("num_gpus")
-    plan = _plan(row, gpus, stack)
+    model = _model(row, base, stack)
+    plan = _plan(row, gpus, stack, model.moe is not None)
     if metric == "layer_fwd_bwd_time":
         gpus = plan.tp
-    sc = Scenario(model=_model(row, base, stack), cluster=_cluster(row, base), gpus=gpus,
+    sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,
                   training=_training(row), stack=stack)
     free_mbs = not row.text("micro_batch") and plan.mbs == 1 and _local_batch(row) is None
     if not row.text("recompute") and stack.default_recompute is not None:

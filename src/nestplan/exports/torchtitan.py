@@ -58,11 +58,14 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
                      "ZeRO-2 (fsdp_reshard_after_forward = never)")
         zero = 2
-    if m.moe is not None and etp != 1:
+    titan = get_stack("torchtitan")  # its own rules
+    runs = titan.expert_tps(par.tp, par.ep)
+    if m.moe is not None and etp not in runs:
         notes.append(f"expert tensor parallelism {etp} cannot be expressed (torchtitan's "
-                     "experts have no TP of their own); exported with expert TP 1")
-        etp = 1
-    if get_stack("torchtitan").replicas_hold_experts(par.with_(zero=zero)):  # its own rule
+                     "experts have no TP of their own: sharded over EP with it, over TP "
+                     f"without); exported with expert TP {runs[0]}")
+        etp = runs[0]
+    if titan.replicas_hold_experts(par.with_(zero=zero)):
         notes.append(f"expert parallelism {par.ep} must divide dp_shard·cp·tp, and ZeRO-0 "
                      "replicates data parallelism; exported as ZeRO-2 (FSDP over the "
                      "data-parallel ranks)")
