@@ -8,6 +8,7 @@ installs; without it they are skipped.
 import json
 import os
 import re
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,7 +109,10 @@ def test_every_format_exports(plan_file, fmt):
     out = export(pf, fmt)
     assert out.text.strip()
     if pf.plan.recompute and len(set(pf.plan.recompute)) > 1:
-        assert any("per-stage recomputation" in n for n in out.notes)
+        if fmt == "megatron":  # each stage's flags from the stage script
+            assert ".stages.sh" in out.extras and "--recompute" not in out.text
+        else:
+            assert any("per-stage recomputation" in n for n in out.notes)
 
 
 def test_megatron_arguments(plan_file):
@@ -754,3 +758,65 @@ def test_torchtitan_export_keeps_the_expert_tp_it_runs():
     assert exported(8, 1) == (1, False)
     assert exported(1, 1) == (2, True)
     assert exported(4, 2) == (1, True)
+
+
+def _mixed_recompute_export():
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
+    par = Parallelism(tp=4, pp=4, dp=4, sp=True, zero=1, mbs=1,
+                      recompute=("full", "full", "selective", "none"))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    return pf, export(pf, "megatron")
+
+
+MEGATRON_RECOMPUTE = {
+    "full": ["--recompute-granularity full", "--recompute-method uniform",
+             "--recompute-num-layers 1"],
+    "selective": ["--recompute-granularity selective"], "none": []}
+
+
+def _stage_flags(script: Path, rank: int | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    if rank is not None:
+        env["RANK"] = str(rank)
+    return subprocess.run(["bash", str(script), "echo"], capture_output=True, text=True, env=env)
+
+
+def test_megatron_runs_each_stages_recomputation(tmp_path):
+    """A plan whose stages recompute differently exports unchanged: Megatron-LM's flags are per
+    process, and the stage script adds each pipeline stage's (stage = rank / (tp·cp·dp) in
+    Megatron's numbering; its own rank generator agrees, in the frameworks test below)."""
+    pf, out = _mixed_recompute_export()
+    par = pf.plan
+    assert "--recompute" not in out.text and not any(
+        n.startswith("exported plan") for n in out.notes)
+    script = tmp_path / "p.stages.sh"
+    script.write_text(out.extras[".stages.sh"])
+    for rank in range(pf.scenario.gpus):
+        run = _stage_flags(script, rank)
+        assert run.returncode == 0, run.stderr
+        stage = rank // (par.tp * par.cp * par.dp)
+        assert run.stdout.split() == " ".join(
+            MEGATRON_RECOMPUTE[par.recompute_of(stage)]).split(), rank
+    unset = _stage_flags(script, None)
+    assert unset.returncode == 2 and "RANK" in unset.stderr
+
+
+@frameworks
+def test_megatron_takes_each_stages_recomputation():
+    """Megatron's rank generator puts rank r in pipeline stage r / (tp·cp·dp), as the stage
+    script assumes, and Megatron-Core's TransformerConfig takes the arguments with each
+    stage's flags."""
+    pytest.importorskip("megatron.core")
+    from megatron.core import parallel_state as ps
+
+    pf, out = _mixed_recompute_export()
+    par = pf.plan
+    gen = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
+                           order="tp-cp-ep-dp-pp")
+    for group in gen.get_ranks("pp"):
+        assert [r // (par.tp * par.cp * par.dp) for r in group] == list(range(par.pp))
+    for policy in set(par.recompute):
+        text = out.text.rstrip("\n") + "".join(f" \\\n{f}" for f in MEGATRON_RECOMPUTE[policy])
+        cfg = megatron_transformer_config(text)
+        assert cfg.recompute_granularity == {"full": "full", "selective": "selective",
+                                             "none": None}[policy]

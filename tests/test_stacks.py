@@ -388,15 +388,14 @@ def test_torchtitan_refuses_experts_over_replicas_and_expert_tp():
     check_plan(megatron, replace(base, zero=0, etp=2))  # Megatron-Core runs both
 
 
-@pytest.mark.parametrize("stack, fmt, extra", [
-    ("deepspeed", "deepspeed", []),
-    # megatron-core may mix policies per stage, which Megatron's flags cannot: fixed here
-    ("megatron-core", "megatron", ["--recompute", "selective"])])
-def test_plans_of_other_stacks_export_unchanged_too(tmp_path, stack, fmt, extra):
+@pytest.mark.parametrize("stack, fmt", [("deepspeed", "deepspeed"), ("megatron-core", "megatron")])
+def test_plans_of_other_stacks_export_unchanged_too(tmp_path, stack, fmt):
+    """megatron-core's plan here mixes recompute policies per stage (none, fine-grained x2,
+    none when this was written), which the Megatron export runs through its stage script."""
     path = tmp_path / "p.json"
     code, out, err = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus",
                          64, "--seq-len", 4096, "--global-batch", 256, "--stack", stack,
-                         "--top", 1, "--save", path, *extra)
+                         "--top", 1, "--save", path)
     assert code == 0, err
     code, out, err = cli("export", path, "--format", fmt)
     assert code == 0 and "exported plan: predicted" not in err + out, err + out

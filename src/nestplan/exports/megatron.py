@@ -22,7 +22,7 @@ from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_ROPE_THETA
 from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
-               prediction, rank_map, uniform_policy)
+               prediction, rank_map)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -97,31 +97,73 @@ def _layer_graphs(sc) -> tuple[list[str], list[str]]:
             "--cuda-graph-modules " + " ".join(kept)], notes
 
 
-def export(pf: PlanFile) -> Export:
-    sc, par = pf.scenario, pf.plan
-    m, tr = sc.model, sc.training
-    notes = fit_notes(pf)
-    policy, rec_notes = uniform_policy(pf)
+def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list[str], bool]:
+    """Megatron-LM's flags for one recompute policy, notes on them, and whether the flags only
+    approximate the policy. ``present``: the modules the model has (only those are exported:
+    Megatron-Core refuses moe_act without grouped experts and mla_up_proj without MLA,
+    transformer_config.py @ d98e8a64dd; leaving the others out changes nothing the cost model
+    runs, no operator of the model being in them); ``sizes``: blocks per model chunk."""
+    notes, approximated = [], policy.kind in ("matmul-outputs", "every")
     if policy.kind == "matmul-outputs":
-        rec_notes.append(f"recompute policy '{policy.name}' (per-op checkpointing) has no "
-                         "Megatron equivalent; exported as selective recomputation of the "
-                         "attention core, which keeps more")
+        notes.append(f"recompute policy '{policy.name}' (per-op checkpointing) has no "
+                     "Megatron equivalent; exported as selective recomputation of the "
+                     "attention core, which keeps more")
     elif policy.kind == "every":
-        rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) is approximated by "
-                         "--recompute-method block: the first blocks of every stage recompute "
-                         "fully, the same share as one block in every "
-                         f"{policy.every}")
-    exported = par.with_(recompute=(policy.name,)) if rec_notes else par
-    # only the modules this model has: Megatron-Core refuses the others (moe_act without
-    # grouped experts, mla_up_proj without MLA: transformer_config.py @ d98e8a64dd); leaving
-    # them out changes nothing the cost model runs, as no operator of the model is in them
-    present = layer_graph(m, exported, tr, sc.stack).modules
+        notes.append(f"recompute policy '{policy.name}' ({policy.rule}) is approximated by "
+                     "--recompute-method block: the first blocks of every stage recompute "
+                     f"fully, the same share as one block in every {policy.every}")
     modules = tuple(x for x in policy.modules if x in present)
     if policy.modules and not modules:
         notes.append(f"recompute policy '{policy.name}' recomputes nothing in this model (it "
                      f"has none of {', '.join(policy.modules)}): exported without recomputation")
-    exported, sched_notes = closest_schedule(pf, exported, MEGATRON_SCHEDULES, "Megatron-Core")
-    rec_notes += sched_notes
+    if policy.kind == "full":
+        return ["--recompute-granularity full", "--recompute-method uniform",
+                "--recompute-num-layers 1"], notes, approximated
+    if policy.kind == "every":
+        return ["--recompute-granularity full", "--recompute-method block",
+                f"--recompute-num-layers {-(-min(sizes) // policy.every)}"], notes, approximated
+    if policy.kind == "matmul-outputs" or (policy.kind == "modules" and modules):
+        flags = ["--recompute-granularity selective"]
+        if modules not in ((), ("core_attn",)):  # Megatron's default module list
+            flags.append("--recompute-modules " + " ".join(modules))
+        return flags, notes, approximated
+    return [], notes, approximated
+
+
+def _stage_script(pf: PlanFile, stage_flags: list[list[str]]) -> str:
+    """A bash wrapper for torchrun (``--no-python``) that runs its arguments with the recompute
+    flags of the process's pipeline stage added. Megatron numbers ranks tp-cp-ep-dp-pp (the
+    rank map gives that numbering for another order), so the stage of rank ``RANK`` is
+    ``RANK / (tp·cp·dp)``."""
+    sc, par = pf.scenario, pf.plan
+    per_stage = par.tp * par.cp * par.dp
+    lines = ["#!/usr/bin/env bash",
+             f"# nestplan: each pipeline stage's recomputation for {sc.model.name} on {sc.gpus} x "
+             f"{sc.cluster.accelerator.name} ({par.recompute_text})",
+             "# run: torchrun --no-python ... bash THIS_FILE python pretrain_gpt.py ARGUMENTS",
+             f"# RANK (set by torchrun; the Megatron rank) is in stage RANK / {per_stage} "
+             "(tp·cp·dp)",
+             'if [ -z "${RANK:-}" ]; then echo "RANK is not set (run under torchrun)" >&2; '
+             "exit 2; fi",
+             f"case $(( RANK / {per_stage} )) in"]
+    stages: dict[tuple[str, ...], list[int]] = {}
+    for s, flags in enumerate(stage_flags):
+        stages.setdefault(tuple(flags), []).append(s)
+    for flags, which in stages.items():
+        if flags:
+            lines.append(f"  {'|'.join(map(str, which))}) set -- \"$@\" {' '.join(flags)} ;;")
+    lines += ["esac", 'exec "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def export(pf: PlanFile) -> Export:
+    sc, par = pf.scenario, pf.plan
+    m, tr = sc.model, sc.training
+    notes = fit_notes(pf)
+    # each stage's recompute policy: Megatron-LM's flags are per process, so stages that differ
+    # get theirs from the stage script (``_stage_script``); the plan keeps every policy
+    policies = [sc.stack.policy(par.recompute_of(s)) for s in range(par.pp)]
+    exported, rec_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
     notes += rec_notes
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
@@ -177,17 +219,13 @@ def export(pf: PlanFile) -> Export:
                  f"--decoder-last-pipeline-num-layers {sizes[-1]}"]
     else:
         args.append(f"--pipeline-model-parallel-layout '{_layout(sizes, m.mtp_layers)}'")
-    if policy.kind == "full":
-        args += ["--recompute-granularity full", "--recompute-method uniform",
-                 "--recompute-num-layers 1"]
-    elif policy.kind == "every":
-        per_chunk = -(-min(sizes) // policy.every)
-        args += ["--recompute-granularity full", "--recompute-method block",
-                 f"--recompute-num-layers {per_chunk}"]
-    elif policy.kind == "matmul-outputs" or (policy.kind == "modules" and modules):
-        args.append("--recompute-granularity selective")
-        if modules not in ((), ("core_attn",)):  # Megatron's default module list
-            args.append("--recompute-modules " + " ".join(modules))
+    present = layer_graph(m, exported, tr, sc.stack).modules
+    by_policy = {p: _recompute_flags(p, present, sizes) for p in dict.fromkeys(policies)}
+    for _, why, _ in by_policy.values():
+        notes += why
+    stage_flags = [by_policy[p][0] for p in policies]
+    if len(set(map(tuple, stage_flags))) == 1:
+        args += stage_flags[0]
     if par.zero == 1:
         args.append("--use-distributed-optimizer")
     elif par.zero in (2, 3):  # the flags Megatron-FSDP's user guide lists as required
@@ -266,7 +304,7 @@ def export(pf: PlanFile) -> Export:
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
                      "start each process with RANK from the rank map (.ranks.csv) so that "
                      "Megatron rank r runs on the device the plan chose")
-    if rec_notes:
+    if rec_notes or any(approximated for _, _, approximated in by_policy.values()):
         notes.append(predicted_note(pf, exported))
     ev, _ = prediction(pf, exported)
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
@@ -276,6 +314,12 @@ def export(pf: PlanFile) -> Export:
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
     extras = {}
+    if len(set(map(tuple, stage_flags))) > 1:
+        extras[".stages.sh"] = _stage_script(pf, stage_flags)
+        notes.append("the stages recompute differently (" + par.recompute_text + "): launch "
+                     "through the stage script, which adds each stage's --recompute-* flags to "
+                     "the arguments: torchrun --no-python ... bash PATH.stages.sh python "
+                     "pretrain_gpt.py ARGUMENTS")
     if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
         extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
         extras[".mesh.json"] = mesh_json(par)
