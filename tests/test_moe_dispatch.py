@@ -55,6 +55,29 @@ def test_deduplicated_crossings_match_an_enumeration(experts, k, n, inside):
     assert crossing_share(n, inside, (k, experts)) == pytest.approx(total / count / k)
 
 
+@pytest.mark.frameworks
+@pytest.mark.parametrize("ranks, close", [(16, 0.01), (32, 0.01), (64, 0.01), (128, 0.07),
+                                          (256, 0.05)])
+def test_group_limited_crossings_match_megatrons_routing(ranks, close):
+    """DeepSeek-V3's node-limited routing (8 groups of 32 experts, 4 chosen per token) through
+    Megatron-Core's own ``group_limited_topk`` on the random scores of a force-balanced run:
+    the share of a token's copies that DeepEP sends to other 8-rank nodes, against
+    ``crossing_share`` (exact where nodes hold whole groups; over, by the stated bound, where
+    they hold part of one)."""
+    torch = pytest.importorskip("torch")
+    moe_utils = pytest.importorskip("megatron.core.transformer.moe.moe_utils")
+    experts, k, groups, chosen, tokens, node = 256, 8, 8, 4, 20000, 8
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.sigmoid(torch.randn(tokens, experts, generator=gen))
+    _, picked = moe_utils.group_limited_topk(scores, k, tokens, experts, groups, chosen)
+    block = picked // (experts // ranks) // node  # node of each copy; the token sits on node 0
+    crossings = sum(len(set(row) - {0}) for row in block.tolist())
+    theirs = crossings / tokens / k
+    ours = crossing_share(ranks, node, (k, experts, groups, chosen))
+    assert theirs <= ours * 1.002 and ours == pytest.approx(theirs, rel=close)
+    assert ours < crossing_share(ranks, node, (k, experts))  # fewer than unlimited routing
+
+
 def megatron_text(ev) -> str:
     """The Megatron export of an evaluation, through its plan file."""
     return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text

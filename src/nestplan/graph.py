@@ -141,9 +141,10 @@ class Comm:
     """Runs in the expert mesh (a TP collective here uses the expert-TP group)."""
     module: str = ""
     """The recompute module whose forward it belongs to (run again when that module is)."""
-    dedup: tuple[int, int] = (0, 0)
-    """(top-k, experts) of a dispatch that sends a token once per remote node, however many of
-    its experts live there (DeepEP); (0, 0) for a plain all-to-all."""
+    dedup: tuple[int, ...] = (0, 0)
+    """(top-k, experts, router groups, groups chosen) of a dispatch that sends a token once per
+    remote node, however many of its experts live there (DeepEP; ``network.crossing_share``);
+    (0, 0) for a plain all-to-all."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -579,7 +580,8 @@ def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
                 Comm("combine", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "fwd", hide),
                 Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
                 Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
-    dedup = (m.moe.top_k, m.moe.experts) if loc.dispatcher == "flex" else (0, 0)
+    dedup = (m.moe.top_k, m.moe.experts, m.moe.router_groups, m.moe.router_group_top_k) \
+        if loc.dispatcher == "flex" else (0, 0)
     # the busiest rank receives the most (ep > 1); padded, every rank receives its capacity
     nbytes = E * routed * m.hidden * loc.moe_load
     return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)
