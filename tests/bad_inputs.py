@@ -37,12 +37,13 @@ def case(id_, args, needle, **files):
 
 # ---- numeric flags of evaluate, plan and compare --------------------------------------------
 NUMBERS = {
-    "--gpus": (["0", "-8", "1.5", "eight", "nan", str(2**40)], "gpus"),
+    "--gpus": (["0", "-8", "1.5", "eight", "nan", str(2**40), "1_6", "\u0661\u0666", "+16"],
+               "gpus"),
     "--seq-len": (["0", "-1", "2k", "inf", str(10**9)], "seq-len"),
     "--global-batch": (["0", "-8", "many", "1e3"], "global-batch"),
     "--moe-imbalance": (["0", "-1", "0.5", "nan", "inf", "x"], "moe-imbalance"),
     "--moe-capacity-factor": (["0", "-1", "nan", "x"], "moe-capacity-factor"),
-    "--memory-headroom": (["-1", "50", "100", "nan", "x"], "memory-headroom"),
+    "--memory-headroom": (["-1", "50", "100", "nan", "x", "1_0"], "memory-headroom"),
 }
 def _without(args: list, flag: str) -> list:
     """``args`` without ``flag`` and its value."""
@@ -123,6 +124,13 @@ for method in ("nest", "manual", "exhaustive"):  # had answered exit 3, 'nothing
     case(f"plan-vp-without-pipeline-{method}", [*SEARCH, "--vp", "2", "--pp", "1", "--method",
                                                 method], "vp: got 2; virtual stages")
 case("plan-more-chunks-than-blocks", [*SEARCH, "--pp", "8", "--vp", "8"], "chunks need")
+# knobs the stack cannot run together: mcmc had returned ZeRO-0 plans, the others "nothing fits"
+for method in ("nest", "mcmc"):
+    case(f"plan-zero-over-the-stacks-pipeline-limit-{method}",
+         [*SEARCH, "--stack", "deepspeed", "--zero", "3", "--pp", "2", "--method", method],
+         "zero: got 3; stack deepspeed runs at most ZeRO-1 with pipeline parallelism")
+case("plan-vp-on-a-stack-without-interleaving", [*SEARCH, "--stack", "deepspeed", "--vp", "2"],
+     "no interleaved pipeline schedule")
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                           "--gpus", "8", "--precision", "fp8"], "precision")
 case("plan-ep-on-dense", [*SEARCH, "--ep", "2"], "ep")
@@ -174,6 +182,8 @@ DEEPSEEK = {**LLAMA, "model_type": "deepseek_v3", "n_routed_experts": 8, "num_ex
             "moe_intermediate_size": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
             "qk_rope_head_dim": 16, "v_head_dim": 16}
 HF_BAD = {
+    # JSON keeps the last of a repeated key; a config that says two things is refused
+    "key-twice": (_hf()[:-1] + ', "num_hidden_layers": 8}', "key 'num_hidden_layers' is given twice"),
     "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
     "layers-neg": (_hf(num_hidden_layers=-3), "num_hidden_layers"),
     "layers-str": (_hf(num_hidden_layers="four"), "num_hidden_layers"),
@@ -302,6 +312,20 @@ CLUSTER_BAD = {
                           "efficiency"),
     "efficiency0": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 0"),
                     "efficiency"),
+    "efficiency-tiny": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 1e-300"),
+                        "efficiency: got 1e-300; must be in [0.001, 1]"),
+    "memory-efficiency-tiny": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", memory_efficiency = 1e-300 }'),
+        "memory_efficiency"),
+    "sustained-share-tiny": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", sustained_share = 1e-300 }'),
+        "sustained_share"),
+    "gflop-efficiency-tiny": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", '
+        'matmul_efficiency_bf16_by_GFLOP = [[1, 1e-300]] }'), "matmul_efficiency_bf16_by_GFLOP"),
     "oversubscription-below-1": (CLUSTER + "oversubscription = 0.5\n", "oversubscription"),
     "duplicate-level-names": (_cluster_with('name = "net"', 'name = "node"'), "name"),
     "levels-not-table": ('name = "x"\naccelerator = "h100-sxm-80gb"\nlevels = 3\n', "levels"),
@@ -382,6 +406,19 @@ STACK_BAD = {
                           ("reserved_GiB", "1e6"))},
     "overlap-over-1": ('base = "megatron-core"\nname = "s"\noverlap_efficiency = 2\n',
                        "overlap_efficiency"),
+    # a multiplier of 1e-300 had printed a step of 1e302 s (and --json a traceback)
+    "tiny-scale": ('base = "megatron-core"\nname = "s"\nmatmul_scale = 1e-300\n',
+                   "matmul_scale: got 1e-300; must be a multiplier in [0.01, 10]"),
+    "tiny-network-scale": ('base = "megatron-core"\nname = "s"\nnetwork_scale = [1e-300, 1]\n',
+                           "network_scale"),
+    "schedules-twice": ('base = "megatron-core"\nname = "s"\nschedules = ["1f1b", "1f1b"]\n',
+                        "schedules must differ"),
+    "schedules-empty": ('base = "megatron-core"\nname = "s"\nschedules = []\n',
+                        "at least one pipeline schedule"),
+    "zero-stages-twice": ('base = "megatron-core"\nname = "s"\nzero_stages = [1, 1]\n',
+                          "stages must differ"),
+    "axes-twice": ('base = "megatron-core"\nname = "s"\naxes = ["tp", "tp", "pp"]\n',
+                   "axes must differ"),
     "base-unknown": ('base = "megatron-9"\nname = "s"\n', "megatron-9"),
     "base-number": ('base = 3\nname = "s"\n', "base"),
     "no-name-no-base": ('attention = "flash"\n', "name"),
@@ -513,6 +550,16 @@ PLANFILE_BAD = {
     "stack-number": (plan_with("stack", 3), "stack: got 3; must be a table"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
     "predicted-word": (plan_with("predicted.step_time_s", "fast"), "predicted.step_time_s"),
+    "predicted-negative": (plan_with("predicted.step_time_s", -5.0),
+                           "predicted.step_time_s: got -5.0; must be a finite number >= 0"),
+    "comparison-negative": (plan_with("comparison", {"methods": [{"method": "nest",
+                                                                   "tokens_per_s": -1.0}]}),
+                            "comparison.methods[0].tokens_per_s"),
+    "comparison-tp-negative": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "tp": -4}]}), "comparison.methods[0].tp"),
+    "comparison-tp-fraction": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "tp": 2.5}]}), "whole number"),
+    "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
     "method-magic": (plan_with("method", "magic"), "method"),
@@ -525,6 +572,11 @@ PLANFILE_BAD = {
 for name, (content, needle) in PLANFILE_BAD.items():
     case(f"plan-file-{name}-evaluate", ["evaluate", "--plan", "{p}.json"], needle,
          **{"p.json": content})
+# an output path that is the plan being read would replace it
+case("report-onto-its-plan", ["report", "{p}.json", "-o", "{p}.json"], "is the plan file being read",
+     **{"p.json": lambda base: json.dumps(base)})
+case("export-onto-its-plan", ["export", "{p}.json", "--format", "megatron", "-o", "{p}.json"],
+     "is the plan file being read", **{"p.json": lambda base: json.dumps(base)})
 for name in ("tp-zero", "recompute-unknown", "plan-missing", "not-json", "stack-overhead-nan",
              "format-future", "binary"):
     content, needle = PLANFILE_BAD[name]
@@ -609,13 +661,23 @@ RUNS_BAD = {
     "metric-bad": (_runs(",step_time,", ",vibes,"), "metric"),
     "plan-does-not-divide": (_runs(",8,1,1,,8,", ",8,3,1,,8,"), "tp"),
     "binary": (b"\xff\xfe\x00\x01", "UTF-8"),
+    # numbers Python's float and int would read as something else, or absurd ones
+    "step-underscore": (_runs(",1.5,", ",1_5,"), "step_time_s: got '1_5'"),
+    "step-tiny": (_runs(",1.5,", ",1e-300,"), "step_time_s: got '1e-300'; must be a number of "
+                  "seconds in [1e-06, 1e+07]"),
+    "gpus-arabic-digits": (_runs(",H100-SXM5-80GB,8,", ",H100-SXM5-80GB,\u0668,"), "num_gpus"),
+    "peak-tiny": (_runs("test,,", "test,peak_memory_gib=1e-300,"),
+                  "peak_memory_gib must be a number of GiB, at least"),
+    "gpu-against-cluster": (_runs("r1", "r1", header=RUN_HEADER + ",cluster").rstrip("\n")
+                            + ",selene-a100-hdr\n", "its devices are a100-sxm-80gb"),
     "model-parallel-superscript": (_runs(",8,1,1,,8,", ",8,,1,,8,").replace(
         ",test,,", ",test,model_parallel_size=\u00b2,"), "model_parallel_size"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
          **{"r.csv": content})
-for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary", "plan-cannot-have-run"):
+for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary", "plan-cannot-have-run",
+             "peak-tiny"):
     content, needle = RUNS_BAD[name]
     case(f"runs-csv-{name}-calibrate", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"], needle,
          **{"r.csv": content, "d": DIR})
@@ -647,8 +709,11 @@ case("calibrate-over-its-base", ["calibrate", "{r}.csv", "--stack", "{s}.toml", 
 case("calibrate-over-its-runs", ["calibrate", "{r}.csv", "-o", "{r}.csv"],  # had overwritten it
      "is the runs CSV", **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-step-time-far-from-any-calibration", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
-     "step_time_s: got 'r1: 1e+06 s'; 10 or more times from what the base stack predicts",
-     **{"r.csv": _runs(",1.5,", ",1e6,"), "d": DIR})
+     "RUNS.csv step_time_s: got 'r1: 1e+06 s'; 10 or more times from what the base stack "
+     "predicts", **{"r.csv": _runs(",1.5,", ",1e6,"), "d": DIR})
+case("calibrate-peak-far-below-the-prediction", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
+     "RUNS.csv peak_memory_gib: got 'r1: 0.5 GiB'; 10 or more times from what the base stack "
+     "predicts", **{"r.csv": _runs("test,,", "test,peak_memory_gib=0.5,"), "d": DIR})
 case("runs-peak-memory-above-hbm", ["validate", "--csv", "{r}.csv"],
      "got 'peak_memory_gib=90'; more than the 79.6 GiB of HBM of h100-sxm-80gb",
      **{"r.csv": _runs("test,,", "test,peak_memory_gib=90,")})

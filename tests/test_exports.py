@@ -719,8 +719,8 @@ def test_an_export_without_a_capacity_factor_option_says_it_is_left_out(tmp_path
     said = "capacity factor 1.25 (tokens over it dropped) is not exported"
     assert code == 0 and said in err
     assert f"# note: the expert {said}" in (tmp_path / "q.sh").read_text()  # in the file too
-    code, _, err = cli("export", plan, "--format", "deepspeed", "-o", tmp_path / "q.json")
-    assert code == 0 and said in (tmp_path / "q.json.notes.txt").read_text()
+    code, _, err = cli("export", plan, "--format", "deepspeed", "-o", tmp_path / "ds.json")
+    assert code == 0 and said in (tmp_path / "ds.json.notes.txt").read_text()
 
 
 @frameworks
@@ -820,3 +820,42 @@ def test_megatron_takes_each_stages_recomputation():
         cfg = megatron_transformer_config(text)
         assert cfg.recompute_granularity == {"full": "full", "selective": "selective",
                                              "none": None}[policy]
+
+
+def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
+    """What a stack's costs assume its framework does must be in the export: NeMo's bf16
+    gradient reductions (Megatron-LM reduces bf16 models' gradients in fp32 unless told), and
+    torchtitan's compilation (the compiled stacks' fused norms and MLPs) and async TP."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=32)
+    par = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1)
+
+    def text(stack, fmt, plan=par):
+        from nestplan.catalog import get_stack
+
+        ev = evaluate(replace(sc, stack=get_stack(stack)), plan)
+        return export(planfile.from_dict(planfile.to_dict(ev)), fmt).text
+
+    assert "--grad-reduce-in-bf16" in text("nemo", "megatron")
+    assert "--grad-reduce-in-bf16" not in text("megatron-core", "megatron")
+    titan = par.with_(zero=2)
+    assert "--compile" not in text("torchtitan", "torchtitan", titan)
+    compiled = text("torchtitan-compile", "torchtitan", titan)
+    assert "--compile.enable\n" in compiled and "async" not in compiled
+    assert "--compile.enable_async_tensor_parallel" in text("torchtitan-float8-asynctp",
+                                                            "torchtitan", titan)
+
+
+@frameworks
+def test_torchtitan_parses_the_compile_options():
+    pytest.importorskip("torchtitan.config.manager")
+    from nestplan.catalog import get_stack
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=32,
+                             stack="torchtitan-float8-asynctp")
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=2, pp=2, dp=4, sp=True, zero=2, mbs=1))))
+    assert pf.scenario.stack == get_stack("torchtitan-float8-asynctp")
+    from torchtitan.config.manager import ConfigManager
+
+    cfg = ConfigManager().parse_args(_torchtitan_args(export(pf, "torchtitan").text))
+    assert cfg.compile.enable and cfg.compile.enable_async_tensor_parallel

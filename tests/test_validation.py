@@ -75,7 +75,7 @@ def test_a_row_without_sp_gets_the_default_evaluate_gives(runs_csv, tmp_path):
     stack.write_text('base = "megatron-core"\nname = "no-sp"\ndefault_sp = false\n')
     path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
                     sequence_parallel="", global_batch="256", micro_batch="1", recompute="full",
-                    cluster="dgx-h100-ndr", stack=str(stack), ep="8", etp="1")
+                    gpu="H100-SXM5-80GB", cluster="dgx-h100-ndr", stack=str(stack), ep="8", etp="1")
     (case,) = load_cases(path)
     assert case.plan.sp
     code, out, err = cli("evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr",
@@ -90,7 +90,7 @@ def test_a_row_without_sp_gets_the_default_evaluate_gives(runs_csv, tmp_path):
 def test_optional_columns_reach_the_plan(runs_csv):
     path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
                     sequence_parallel="yes", global_batch="256", micro_batch="1",
-                    recompute="full", cluster="dgx-h100-ndr", stack="nemo",
+                    recompute="full", gpu="H100-SXM5-80GB", cluster="dgx-h100-ndr", stack="nemo",
                     rank_order="tp-pp-dp-cp", ep="8", etp="1")
     (case,) = load_cases(path)
     p, sc = case.plan, case.scenario

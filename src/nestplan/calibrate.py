@@ -321,6 +321,14 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                         f"{FARTHEST:g} or more times from what the base stack predicts ("
                         f"{far[0][0].measured * (1 + far[0][1]):.3g} s for {far[0][0].id}); no "
                         "calibration bridges that: check the step times and plans")
+    far = [(c, e) for c, e in zip(cases, mem_before)
+           if e is not None and not 1 / FARTHEST < 1 + e < FARTHEST]
+    if far:  # (a predicted peak is at most 2x HBM, check_ran; a measured one at most HBM)
+        raise SpecError("peak_memory_gib", ", ".join(f"{c.id}: {c.memory / GiB:g} GiB"
+                                                     for c, _ in far),
+                        f"{FARTHEST:g} or more times from what the base stack predicts ("
+                        f"{far[0][0].memory * (1 + far[0][1]) / GiB:.3g} GiB for "
+                        f"{far[0][0].id}); no allocator share bridges that: check the peaks")
     names = _names(_distinct(cases))
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))

@@ -24,6 +24,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"nestplan: error: {message} (see {where} --help)\n")
 
 
+def whole_arg(text: str) -> int:
+    """argparse's type for whole-number flags: ASCII digits only (``int`` also takes ``1_6``,
+    ``+1`` and other scripts' digits)."""
+    from .units import whole
+
+    value = whole(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"got {text!r}; must be a whole number (ASCII digits)")
+    return value
+
+
+def decimal_arg(text: str) -> float:
+    """argparse's type for decimal flags (``float`` also takes ``1_0``, ``nan`` and ``inf``)."""
+    from .units import decimal
+
+    value = decimal(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"got {text!r}; must be a decimal number (ASCII)")
+    return value
+
 def _json(obj) -> str:
     """One JSON object for ``--json``: strict JSON (a NaN or an infinity is a bug here, never
     printed as the non-JSON tokens NaN/Infinity)."""
@@ -37,39 +57,42 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    "folder holding it)")
     g.add_argument("--cluster", required=not for_evaluate,
                    help="catalog name or path to a cluster TOML file")
-    g.add_argument("--gpus", type=int, required=not for_evaluate, help="devices used by the run")
-    g.add_argument("--seq-len", type=int,
+    g.add_argument("--gpus", type=whole_arg, required=not for_evaluate, help="devices used by the run")
+    g.add_argument("--seq-len", type=whole_arg,
                    help="tokens per sequence" + ("" if for_evaluate else
                                                  f" (default {DEFAULT_SEQ_LEN})"))
-    g.add_argument("--global-batch", type=int,
+    g.add_argument("--global-batch", type=whole_arg,
                    help="sequences per step" + ("" if for_evaluate else
                                                 f" (default {DEFAULT_GLOBAL_BATCH})"))
     g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
     g.add_argument("--stack", help="training stack: catalog name (nestplan list stacks) or stack "
                    "TOML path (default megatron-core)")
-    g.add_argument("--moe-imbalance", type=float, metavar="R",
+    g.add_argument("--moe-imbalance", type=decimal_arg, metavar="R",
                    help="MoE: routed tokens of the busiest expert rank over the mean (default 1, "
                    "balanced)")
-    g.add_argument("--moe-capacity-factor", type=float, metavar="C",
+    g.add_argument("--moe-capacity-factor", type=decimal_arg, metavar="C",
                    help="MoE: expert capacity factor; tokens beyond it are dropped (default: "
                    "dropless)")
-    g.add_argument("--mtp-layers", type=int, metavar="N",
+    g.add_argument("--mtp-layers", type=whole_arg, metavar="N",
                    help="multi-token-prediction depths trained (default: the model's, e.g. 1 for "
                    "DeepSeek-V3; 0 trains without)")
-    g.add_argument("--memory-headroom", type=float, metavar="PCT",
+    g.add_argument("--memory-headroom", type=decimal_arg, metavar="PCT",
                    help="percent of HBM a recommended plan leaves free beyond its predicted peak "
                    "(default 6, the memory model's largest measured under-prediction)")
     k = p.add_argument_group("plan (Megatron convention: tp·pp·dp·cp = gpus)" if for_evaluate
                              else "constraints: any plan flag fixes that knob")
-    k.add_argument("--tp", type=int, help="tensor-parallel degree")
-    k.add_argument("--pp", type=int, help="pipeline stages")
-    k.add_argument("--dp", type=int, help="data-parallel degree (default: derived)")
-    k.add_argument("--cp", type=int, help="context-parallel degree (default 1)")
-    k.add_argument("--ep", type=int,
-                   help="expert-parallel degree; etp·ep must divide tp·cp·dp (default 1)")
-    k.add_argument("--etp", type=int, help="expert tensor-parallel degree (default: tp where the "
+    k.add_argument("--tp", type=whole_arg, help="tensor-parallel degree")
+    k.add_argument("--pp", type=whole_arg, help="pipeline stages")
+    k.add_argument("--dp", type=whole_arg, help="data-parallel degree (default: derived)")
+    free = "" if for_evaluate else "; plan: searched unless given"
+    k.add_argument("--cp", type=whole_arg, help=f"context-parallel degree (evaluate's default 1{free})")
+    k.add_argument("--ep", type=whole_arg,
+                   help="expert-parallel degree; etp·ep must divide tp·cp·dp (evaluate's "
+                   f"default 1{free})")
+    k.add_argument("--etp", type=whole_arg, help="expert tensor-parallel degree (default: tp where the "
                    "stack lets experts follow TP; torchtitan with EP: 1)")
-    k.add_argument("--vp", type=int, help="virtual stages per pipeline rank (default 1)")
+    k.add_argument("--vp", type=whole_arg,
+                   help=f"virtual stages per pipeline rank (evaluate's default 1{free})")
     from .schedule import SCHEDULES
 
     k.add_argument("--schedule", metavar="NAME",
@@ -78,13 +101,13 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism (evaluate's default: on with tp > 1 where the "
                    "stack's launchers turn it on, as megatron-core's and torchtitan's do)")
-    k.add_argument("--zero", type=int, help="ZeRO stage 0-3 (1 = distributed optimizer; "
+    k.add_argument("--zero", type=whole_arg, help="ZeRO stage 0-3 (1 = distributed optimizer; "
                    "evaluate's default: the stack's default_zero, 1 on megatron-core)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
                    "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
                    "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
                    "comma-separated, name*k for k stages in a row (none*3,full)")
-    k.add_argument("--mbs", type=int, help="micro-batch size (sequences)")
+    k.add_argument("--mbs", type=whole_arg, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     if for_evaluate:
         k.add_argument("--stage-layers", metavar="N,N,...",
@@ -374,7 +397,6 @@ def _searchable(args):
 
 def cmd_plan(args) -> int:
     sc, con = _searchable(args)
-    from .result import SUMMARY_KEYS
     from .search.methods import run_method
 
     progress = _Progress(args.method)
@@ -390,13 +412,25 @@ def cmd_plan(args) -> int:
         js = res.best.to_json()
         js.update(method=res.method, search_seconds=res.seconds,
                   configurations=res.configurations, solved=res.solved,
-                  top=[{k: ev.to_json()[k] for k in SUMMARY_KEYS} for ev in res.plans])
+                  top=[_top_entry(ev) for ev in res.plans])
         print(_json(js))
     else:
         from .textfmt import search_result
 
         print(search_result(res))
     return 0
+
+
+def _top_entry(ev) -> dict:
+    """One of ``plan --json``'s ``top`` plans: its summary, expert TP and blocks per model chunk
+    (null: the even split), all evaluate needs to reproduce it."""
+    from .result import SUMMARY_KEYS
+    from .textfmt import uneven_split
+
+    js = ev.to_json()
+    split = uneven_split(ev)
+    return {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"],
+            "stage_layers": [int(n) for n in split.split(",")] if split else None}
 
 
 def _check_top(top: int) -> None:
@@ -453,12 +487,14 @@ def cmd_export(args) -> int:
 
     if args.output is not None:
         writable(args.output, "-o", "launch-script")
+        _not_the_plan(args.output, args.plan)
     pf = _load_plan(args.plan)
     out = export(pf, args.format)
     if args.output is not None:
         path = Path(args.output)
         for suffix in out.extras:  # every file is checked before the first is written
             writable(str(path) + suffix, "-o", f"'{suffix}'")
+            _not_the_plan(str(path) + suffix, args.plan)
         files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
         for name, text in files.items():
             try:
@@ -485,6 +521,14 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _not_the_plan(output: str, plan: str) -> None:
+    """Refuse an output path that is the plan file being read (it would be replaced)."""
+    from .errors import SpecError
+
+    if Path(output).resolve() == Path(plan).resolve():
+        raise SpecError("-o", output, "is the plan file being read; write to a new file")
+
+
 def cmd_report(args) -> int:
     from .errors import SpecError
     from .evaluate import evaluate
@@ -492,6 +536,7 @@ def cmd_report(args) -> int:
     from .report import render
 
     writable(args.output, "-o", "report HTML")
+    _not_the_plan(args.output, args.plan)
     pf = _load_plan(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
@@ -592,6 +637,9 @@ def cmd_calibrate(args) -> int:
     progress = _Progress("calibrate", "fitting")
     try:
         result = fit(cases, base, name=out.stem, progress=progress)
+    except SpecError as e:  # the rows' figures: named as in the file
+        raise SpecError(f"RUNS.csv {e.field}" if e.field in ("step_time_s", "peak_memory_gib")
+                        else e.field, e.value, e.allowed) from None
     finally:
         progress.close()
     print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
@@ -637,12 +685,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search(pl)
     pl.add_argument("--method", default="nest", help="nest (default), manual, phaze, alpa, "
                     "mist, mcmc or exhaustive")
-    pl.add_argument("--top", type=int, default=5, help=f"plans to list, 1-{MAX_TOP} (default 5)")
+    pl.add_argument("--top", type=whole_arg, default=5, help=f"plans to list, 1-{MAX_TOP} (default 5)")
     pl.set_defaults(func=cmd_plan)
     cm = sub.add_parser("compare", help="every method on one scenario, side by side")
     _add_scenario(cm, for_evaluate=False)
     _add_search(cm)
-    cm.add_argument("--top", type=int, default=1, help=f"plans each method keeps, 1-{MAX_TOP} "
+    cm.add_argument("--top", type=whole_arg, default=1, help=f"plans each method keeps, 1-{MAX_TOP} "
                     "(default 1; the table shows each method's best)")
     cm.set_defaults(func=cmd_compare)
     ex = sub.add_parser("export", help="launch configuration of a saved plan for a framework")

@@ -72,6 +72,18 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False) -> None
         raise SpecError(field, str(path), f"cannot write ({e.strerror})") from None
 
 
+def _once(pairs: list, field: str, path: Path) -> dict:
+    """A JSON object whose keys are all different (TOML refuses a repeated key itself; JSON
+    would keep the last value without a word)."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise SpecError(field, str(path), f"not valid JSON for nestplan: key '{key}' is "
+                            "given twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
 def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
     """Parse a TOML or JSON file: the one reader of nestplan's input files, with one mapping of
     what can go wrong to a SpecError naming ``field``. Anything but a regular file (a directory,
@@ -82,7 +94,8 @@ def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
     try:
         regular_file(path, field, kind)
         text = Path(path).read_bytes().decode("utf-8-sig")
-        return tomllib.loads(text) if kind == "TOML" else json.loads(text)
+        return tomllib.loads(text) if kind == "TOML" else json.loads(
+            text, object_pairs_hook=lambda pairs: _once(pairs, field, path))
     except FileNotFoundError:
         raise SpecError(field, str(path), "no such file") from None
     except OSError as e:  # no permission, ...

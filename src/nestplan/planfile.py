@@ -70,6 +70,8 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
                      "recompute": ((str, list), "a policy or a list of policies"),
                      "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false")}
 """Types of the comparison keys that are not numbers (kinds, description)."""
+_COMPARISON_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
+"""Comparison keys that are whole numbers."""
 
 
 def _headroom(data: dict) -> float:
@@ -229,8 +231,8 @@ def _from_dict(data: dict) -> PlanFile:
     if not isinstance(predicted, dict):
         raise SpecError("predicted", predicted, "must map metric names to numbers")
     for key, value in predicted.items():  # numbers, and true/false for ``fits``
-        if not (finite(value) or isinstance(value, bool)):
-            raise SpecError(f"predicted.{key}", value, "must be a finite number")
+        if not ((finite(value) and value >= 0) or isinstance(value, bool)):
+            raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison")), data.get("nestplan_version"))
 
@@ -249,10 +251,14 @@ def _comparison(table) -> dict | None:
         check_keys(row, f"{where}.methods[{i}]", required={"method", "tokens_per_s"},
                    optional=set(COMPARISON_KEYS))
         for key, value in row.items():
-            kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a finite number"))
+            kinds, text = _COMPARISON_TYPES.get(key, ((int, float), "a finite number >= 0"))
             if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)) \
-                    or (kinds == (int, float) and not finite(value)):
+                    or (kinds == (int, float) and not (finite(value) and value >= 0)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
+            if key in _COMPARISON_DEGREES and not (isinstance(value, int) and value >= (
+                    0 if key == "zero" else 1)):
+                raise SpecError(f"{where}.methods[{i}].{key}", value, "must be a whole number "
+                                + (">= 0" if key == "zero" else ">= 1"))
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")

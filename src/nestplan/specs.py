@@ -75,6 +75,17 @@ def finite(value) -> bool:
             and -sys.float_info.max <= value <= sys.float_info.max)
 
 
+MIN_EFFICIENCY = 1e-3
+"""Least fraction of a peak (FLOP/s, HBM or link bandwidth) an efficiency may state: 0.1 %, ten
+times below the least the catalog holds (1 % for 0.1-GFLOP fp8 GEMMs on H100); smaller values
+describe no hardware and drive step times past what a float holds."""
+
+
+def efficiency_ok(value) -> bool:
+    """``value`` is a number in [``MIN_EFFICIENCY``, 1]."""
+    return finite(value) and MIN_EFFICIENCY <= value <= 1
+
+
 def within(value, most: float) -> bool:
     """``value`` is a finite number in [0, most] (the bound with a relative 1e-9 of slack, so
     that a file's value at the bound survives its conversion to SI units and back)."""
@@ -164,18 +175,19 @@ class AcceleratorSpec(_CachedHash):
                                 "set)")
             sizes = [0.0, *(p[0] for p in table), math.inf]
             if any(not a < b for a, b in zip(sizes, sizes[1:])) or any(
-                    not 0 < e <= 1 for _, e in table):
+                    not efficiency_ok(e) for _, e in table):
                 raise SpecError(key, [[f / 1e9, e] for f, e in table],
                                 "points must be [GFLOP, efficiency] with finite GFLOP > 0, "
-                                "increasing, and 0 < efficiency <= 1")
-        if not (isinstance(self.sustained_share, (int, float)) and 0 < self.sustained_share <= 1):
+                                f"increasing, and efficiency in [{MIN_EFFICIENCY:g}, 1]")
+        if not efficiency_ok(self.sustained_share):
             raise SpecError("accelerator.sustained_share", self.sustained_share,
-                            "must be in (0, 1]: the share of the peak its clocks sustain")
+                            f"must be in [{MIN_EFFICIENCY:g}, 1]: the share of the peak its "
+                            "clocks sustain")
         for key, values in (("attention_efficiency", self.attention_efficiency),
                             ("memory_efficiency", (self.memory_efficiency,))):
-            if not all(0 < e <= 1 for e in values):
+            if not all(efficiency_ok(e) for e in values):
                 raise SpecError(f"accelerator.{key}", values if len(values) > 1 else values[0],
-                                "efficiencies must be in (0, 1]")
+                                f"efficiencies must be in [{MIN_EFFICIENCY:g}, 1]")
         us = self.kernel_overhead / US
         if not within(us, MAX_KERNEL_OVERHEAD_US):
             raise SpecError("accelerator.kernel_overhead_us", us, "must be a number >= 0 and at "
@@ -239,8 +251,9 @@ class Level(_CachedHash):
                 and 1 <= self.oversubscription <= MAX_OVERSUBSCRIPTION):
             raise SpecError(f"levels[{self.name}].oversubscription", self.oversubscription,
                             f"must be a number in [1, {MAX_OVERSUBSCRIPTION:g}] (1 = non-blocking)")
-        if not (isinstance(self.efficiency, (int, float)) and 0 < self.efficiency <= 1):
-            raise SpecError(f"levels[{self.name}].efficiency", self.efficiency, "must be in (0, 1]")
+        if not efficiency_ok(self.efficiency):
+            raise SpecError(f"levels[{self.name}].efficiency", self.efficiency,
+                            f"must be in [{MIN_EFFICIENCY:g}, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)

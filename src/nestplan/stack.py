@@ -331,11 +331,14 @@ class StackSpec(_CachedHash):
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
-        _names("stack.schedules", self.schedules, tuple(SCHEDULES))
-        _names("stack.zero_stages", self.zero_stages, (0, 1, 2, 3))
+        _names("stack.schedules", self.schedules, tuple(SCHEDULES), "schedules must differ")
+        if not self.schedules:
+            raise SpecError("stack.schedules", [], "name at least one pipeline schedule (1f1b "
+                            "runs a pipeline on every stack)")
+        _names("stack.zero_stages", self.zero_stages, (0, 1, 2, 3), "stages must differ")
         if not self.zero_stages:
             raise SpecError("stack.zero_stages", [], "name at least one ZeRO stage")
-        _names("stack.axes", self.axes, AXES)
+        _names("stack.axes", self.axes, AXES, "axes must differ")
         if self.default_zero not in self.zero_stages:
             raise SpecError("stack.default_zero", self.default_zero,
                             "must be one of zero_stages " + str(list(self.zero_stages)))
@@ -558,9 +561,16 @@ def _nonneg(field: str, value: float, most: float) -> None:
         raise SpecError(f"stack.{field}", value, f"must be a number >= 0 and at most {most:g}")
 
 
+MIN_SCALE = 0.01
+"""Least calibration multiplier: a stack 100 times below its accelerator's efficiencies is no
+calibration (``calibrate`` refuses rows predicted 10 times off, ``calibrate.FARTHEST``)."""
+
+
 def _positive_scale(field: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 10):
-        raise SpecError(f"stack.{field}", value, "must be a multiplier > 0 (and at most 10)")
+    if not (isinstance(value, (int, float)) and math.isfinite(value)
+            and MIN_SCALE <= value <= 10):
+        raise SpecError(f"stack.{field}", value,
+                        f"must be a multiplier in [{MIN_SCALE:g}, 10]")
 
 
 def scaled(efficiency: float, scale: float) -> float:

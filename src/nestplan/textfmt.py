@@ -19,13 +19,22 @@ def plan_line(ev: Evaluation) -> str:
     parts += [f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
               "recompute=" + p.recompute_text, f"mbs={p.mbs}",
               f"order={'-'.join(a.value for a in p.rank_order)}"]
-    if p.stage_layers and p.pp > 1:  # evaluate's --stage-layers, when not its even default
-        from .specs import default_split
-
-        m = ev.scenario.model
-        if tuple(p.stage_layers) != tuple(default_split(m, p.pp, p.vp, p.pipeline)):
-            parts.append("stage-layers=" + ",".join(map(str, p.stage_layers)))
+    split = uneven_split(ev)
+    if split:
+        parts.append("stage-layers=" + split)
     return " ".join(parts)
+
+
+def uneven_split(ev: Evaluation) -> str:
+    """The plan's blocks per model chunk as evaluate's ``--stage-layers`` takes them, or "" when
+    they are its even default."""
+    from .specs import default_split
+
+    p = ev.plan
+    if not p.stage_layers or p.pp == 1 or tuple(p.stage_layers) == tuple(
+            default_split(ev.scenario.model, p.pp, p.vp, p.pipeline)):
+        return ""
+    return ",".join(map(str, p.stage_layers))
 
 
 def block_range(a: int, b: int) -> str:
@@ -120,17 +129,20 @@ def id_ranges(ids, limit: int = 60) -> str:
 
 
 TOP_COLUMNS = ("#", "step (s)", "tokens/s", "MFU", "mem GiB", "tp", "pp", "dp", "cp", "ep",
-               "vp", "sp", "zero", "mbs", "recompute", "order", "schedule")
-"""The columns of ``plan``'s list of plans; the last three are text (left-aligned)."""
+               "etp", "vp", "sp", "zero", "mbs", "recompute", "order", "schedule", "stage-layers")
+"""The columns of ``plan``'s list of plans, everything evaluate needs to reproduce each (etp "-"
+for a dense model, stage-layers "-" for the even split); the last four are text
+(left-aligned)."""
 
 
 def _cells(rank, ev) -> list[str]:
     p = ev.plan
     return [str(rank), f"{ev.step_time:.3f}", f"{ev.tokens_per_s:,.0f}", f"{ev.mfu * 100:.1f}%",
             f"{ev.peak_memory / GiB:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
-            str(p.ep), str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
+            str(p.ep), str(p.expert_tp) if ev.scenario.model.moe is not None else "-",
+            str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
             p.recompute_text, "-".join(a.value for a in p.rank_order),
-            p.pipeline.name if p.pp > 1 else "-"]
+            p.pipeline.name if p.pp > 1 else "-", uneven_split(ev) or "-"]
 
 
 def aligned(header: tuple[str, ...], rows: list[list[str]], right: range | set) -> list[str]:

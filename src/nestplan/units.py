@@ -4,6 +4,8 @@ Files carry units in their keys (``bandwidth_GBps``, ``latency_us``, ``hbm_GiB``
 the one place where those are turned into SI values and back into human-readable text.
 """
 
+import re
+
 GB = 1e9
 KiB = 2.0**10
 MiB = 2.0**20
@@ -37,3 +39,26 @@ def fmt_time(t: float) -> str:
         return f"{t * 1e3:.2f} ms"
     return f"{t * 1e6:.1f} us"
 
+
+
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def decimal(text: str) -> float | None:
+    """A number as people write one in ASCII (``12``, ``-0.5``, ``1e-3``), or None: not the other
+    forms Python's ``float`` takes (``1_5`` read as 15, other scripts' digits, ``inf``, ``nan``,
+    a leading ``+``), so that a typo is refused rather than read as some other value."""
+    return float(text) if _DECIMAL.fullmatch(text.strip()) else None
+
+
+def whole(text: str) -> int | None:
+    """A whole number in ASCII digits (a leading ``-`` allowed, for the range check to name), or
+    None."""
+    text = text.strip()
+    if not _WHOLE.fullmatch(text):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (4,300)
+        return None

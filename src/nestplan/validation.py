@@ -36,7 +36,14 @@ from .options import MLPKind, Norm, Position, Precision
 from .specs import (AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec,
                     check_plan)
 from .stack import StackSpec
-from .units import GiB
+from .units import MiB, GiB, decimal, whole
+
+MIN_STEP, MAX_STEP = 1e-6, 1e7
+"""Measured step times a runs CSV may give, seconds: a microsecond to about four months (the
+shortest in the data, one 22B layer's forward and backward, 19 ms; the longest, MPT-30B's step
+at 8K on 8 A100, 300 s)."""
+MIN_PEAK = MiB
+"""Least measured peak memory a runs CSV may give, bytes (the data's: 61.8 to 84.5 GiB)."""
 
 CLUSTER_OF = {"A100-SXM4-80GB": "selene-a100-hdr", "H100-SXM5-80GB": "dgx-h100-ndr",
               "H200": "dgx-h200-ndr", "B200": "dgx-b200-ndr", "B300": "dgx-b300-xdr",
@@ -144,10 +151,9 @@ class _Row:
         v = self.text(key)
         if not v:
             return default
-        try:
-            n = int(v)
-        except ValueError:
-            raise SpecError(f"{self.where}.{key}", v, "must be a whole number") from None
+        n = whole(v)
+        if n is None:
+            raise SpecError(f"{self.where}.{key}", v, "must be a whole number (ASCII digits)")
         if n < 0 or (n == 0 and key not in self.MAY_BE_ZERO):
             raise SpecError(f"{self.where}.{key}", v, "must be >= 0" if key in self.MAY_BE_ZERO
                             else "must be positive")
@@ -155,12 +161,10 @@ class _Row:
 
     def seconds(self, key: str) -> float:
         v = self.text(key)
-        try:
-            x = float(v)
-        except ValueError:
-            x = float("nan")
-        if not 0 < x < float("inf"):
-            raise SpecError(f"{self.where}.{key}", v, "must be a positive number of seconds")
+        x = decimal(v)
+        if x is None or not MIN_STEP <= x <= MAX_STEP:
+            raise SpecError(f"{self.where}.{key}", v, f"must be a number of seconds in "
+                            f"[{MIN_STEP:g}, {MAX_STEP:g}] (ASCII digits)")
         return x
 
     def yes_no(self, key: str) -> bool | None:
@@ -259,11 +263,10 @@ def _training(row: _Row) -> TrainingSpec:
     for key in ("moe_imbalance", "moe_capacity"):  # stated in other_metrics, where known
         value = row.other(key)
         if value:
-            try:
-                moe[key] = float(value)
-            except ValueError:
+            moe[key] = decimal(value)
+            if moe[key] is None:
                 raise SpecError(f"{row.where}.other_metrics", f"{key}={value}",
-                                f"{key} must be a number >= 1") from None
+                                f"{key} must be a number >= 1")
     try:
         return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
                             attention_span=SQUAD_PACKED_SPAN if packed else None, **moe)
@@ -335,10 +338,16 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
 def _cluster(row: _Row, base: Path):
     from .catalog import get_cluster
 
-    if row.text("cluster"):
-        return get_cluster(row.path("cluster", base))
     gpu = row.text("gpu").upper()
     gpu = GPU_ALIASES.get(gpu, gpu)
+    if row.text("cluster"):
+        cluster = get_cluster(row.path("cluster", base))
+        named = get_cluster(CLUSTER_OF[gpu]).accelerator if gpu in CLUSTER_OF else None
+        if named is not None and named.name != cluster.accelerator.name:
+            raise SpecError(f"{row.where}.cluster", row.text("cluster"), f"its devices are "
+                            f"{cluster.accelerator.name}, the row's gpu column says "
+                            f"{row.text('gpu')} ({named.name}); make them agree")
+        return cluster
     if gpu not in CLUSTER_OF:
         raise SpecError(f"{row.where}.gpu", gpu, "known: " + ", ".join(CLUSTER_OF)
                         + "; or name a catalog cluster (or cluster TOML) in a cluster column")
@@ -386,13 +395,11 @@ def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
     value = row.other("peak_memory_gib")
     if not value:
         return None
-    try:
-        x = float(value)
-    except ValueError:
-        x = float("nan")
-    if not 0 < x < float("inf"):
+    x = decimal(value)
+    if x is None or x * GiB < MIN_PEAK:
         raise SpecError(f"{row.where}.other_metrics", f"peak_memory_gib={value}",
-                        "peak_memory_gib must be a positive number of GiB")
+                        f"peak_memory_gib must be a number of GiB, at least "
+                        f"{MIN_PEAK / GiB:g} (1 MiB)")
     if x * GiB > acc.hbm_bytes:
         raise SpecError(f"{row.where}.other_metrics", f"peak_memory_gib={value}",
                         f"more than the {acc.hbm_bytes / GiB:g} GiB of HBM of {acc.name}")

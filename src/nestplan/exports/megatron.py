@@ -293,6 +293,10 @@ def export(pf: PlanFile) -> Export:
     if not m.dropout:
         args += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
     args.append("--bf16")
+    if sc.stack.grad_bytes == 2:  # bf16 gradient buffers and reductions: without the flag
+        # Megatron-LM accumulates and reduces bf16 models' gradients in fp32 (validate_args,
+        # megatron/training/arguments.py @ d98e8a64dd), twice the memory the plan was costed with
+        args.append("--grad-reduce-in-bf16")
     if tr.precision is Precision.FP8:
         # per-tensor current scaling: the per-tensor casts the cost model charges, and (unlike
         # Megatron's default, delayed scaling) it runs with layernorm and moe_act recomputation

@@ -19,7 +19,7 @@ from ..axes import Axis
 from ..catalog import get_stack
 from ..errors import SpecError
 from ..evaluate import chunk_bounds
-from ..options import Precision
+from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
@@ -120,6 +120,16 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     opt("training.seq_len", tr.seq_len)
     if par.pp > 1 or par.ep > 1:  # torchtitan's CUDA graphs support neither
         opt("training.disable_cuda_graphs", True)
+    st = sc.stack
+    if st.export_format == "torchtitan":  # what the stack's costs assume torchtitan runs
+        # fused norms and gated MLPs come from Inductor there (its eager model code runs
+        # neither, torchtitan.toml); async TP is a compile option that needs it
+        # (CompileConfig.enable_async_tensor_parallel, torchtitan/config/configs.py, 0.3.0 wheel)
+        asynctp = st.tp_overlap is TPOverlap.FULL and par.tp > 1
+        if st.fused_norm or st.fused_gated_mlp or asynctp:
+            opt("compile.enable", True)
+        if asynctp:
+            opt("compile.enable_async_tensor_parallel", True)
     if tr.precision is Precision.FP8:
         notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
                      "*_float8 functions); nestplan's prediction assumes fp8 matmuls")

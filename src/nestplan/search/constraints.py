@@ -202,6 +202,12 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if con.zero is not None and con.zero not in sc.stack.zero_stages:
         raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
                         + ", ".join(map(str, sc.stack.zero_stages)))
+    if con.zero is not None and (con.pp or 1) > 1 and con.zero > sc.stack.max_zero_with_pp:
+        raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs at most "
+                        f"ZeRO-{sc.stack.max_zero_with_pp} with pipeline parallelism")
+    if (con.vp or 1) > 1 and not sc.stack.interleaves:
+        raise SpecError("vp", con.vp, f"stack {sc.stack.name} has no interleaved pipeline "
+                        "schedule; use vp = 1")
     if m.moe is not None and con.etp is not None and con.ep is not None \
             and (con.ep > 1 or con.tp is not None):  # (with EP, the rule needs no tp)
         why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp)

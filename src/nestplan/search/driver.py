@@ -541,12 +541,16 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         hints.append("a smaller micro-batch (drop --mbs)")
     if con.tp is not None or con.tp_within_node:
         hints.append("more tensor parallelism")
+    if con.ep is not None and sc.model.moe is not None:
+        hints.append("more expert parallelism (drop --ep)")
     hbm = sc.cluster.accelerator.hbm_bytes
     if 0 < gap <= sc.memory_headroom * hbm:  # only where giving up headroom could close the gap
         hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
     room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
             f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
             f"{hbm / GiB:.1f} GiB per device")
+    experts = f" ep={par.ep} etp={par.expert_tp}" if sc.model.moe is not None else ""
     return (f"nothing fits in {room}; the "
-            f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} zero={par.zero} "
-            f"mbs={par.mbs}) is short by {fmt_gib(gap)} GiB; try {', '.join(hints)}")
+            f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp}{experts} "
+            f"zero={par.zero} recompute={par.recompute_text} mbs={par.mbs}) is short by "
+            f"{fmt_gib(gap)} GiB; try {', '.join(hints)}")

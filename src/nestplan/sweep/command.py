@@ -22,7 +22,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("file", metavar="SWEEP.toml", help="the sweep file")
     p.add_argument("-o", "--output", metavar="CSV",
                    help="results file (default: [sweep] output, else SWEEP.csv beside the file)")
-    p.add_argument("--workers", type=int, metavar="N",
+    from ..cli import whole_arg
+
+    p.add_argument("--workers", type=whole_arg, metavar="N",
                    help="points run in parallel (default: the CPU count; 1 = in this process)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run the points as Ray tasks: 'local' starts a local instance, 'auto' or "
