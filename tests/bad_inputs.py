@@ -261,6 +261,25 @@ HF_BAD = {
     "gpt-oss-swiglu-limit-str": (json.dumps({**LLAMA, "model_type": "gpt_oss",
                                              "num_local_experts": 4, "num_experts_per_tok": 2,
                                              "swiglu_limit": "seven"}), "swiglu_limit"),
+    # lists of layers whose entries had been dropped or read by truthiness
+    "gpt-oss-layer-types-unknown": (json.dumps({**LLAMA, "model_type": "gpt_oss",
+                                                "num_local_experts": 4, "num_experts_per_tok": 2,
+                                                "sliding_window": 128,
+                                                "layer_types": ["x"] * LLAMA["num_hidden_layers"]}),
+                                    "layer_types: got 'x'; entries allowed"),
+    "qwen3-moe-dense-layer-word": (json.dumps({**LLAMA, "model_type": "qwen3_moe",
+                                               "num_experts": 4, "num_experts_per_tok": 2,
+                                               "moe_intermediate_size": 64,
+                                               "mlp_only_layers": ["a"]}),
+                                   "mlp_only_layers: got ['a']; must list layer indices"),
+    "qwen3-moe-dense-layer-beyond": (json.dumps({**LLAMA, "model_type": "qwen3_moe",
+                                                 "num_experts": 4, "num_experts_per_tok": 2,
+                                                 "moe_intermediate_size": 64,
+                                                 "mlp_only_layers": [0, 99]}), "mlp_only_layers"),
+    "llama4-no-rope-word": (json.dumps({**LLAMA, "model_type": "llama4", "num_local_experts": 4,
+                                        "num_experts_per_tok": 1, "attention_chunk_size": 64,
+                                        "no_rope_layers": ["a"] * LLAMA["num_hidden_layers"]}),
+                            "no_rope_layers: got 'a'"),
     "gpt2-positions-neg": (json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128,
                                        "n_head": 4, "vocab_size": 1000, "n_positions": -1}),
                            "n_positions"),
@@ -780,7 +799,16 @@ for name, (extra, needle) in {
         "moe-key-at-top": ("expert_bias = true\n", "belongs in the [moe] table"),
         "mla-key-at-top": ("kv_lora_rank = 64\n", "belongs in the [mla] table"),
         "rope-mscale-bool": ("rope_mscale = true\n", "rope_mscale"),
-        "glu-clamp-str": ('mlp = "swiglu"\nglu_clamp = "7"\n', "glu_clamp")}.items():
+        "glu-clamp-str": ('mlp = "swiglu"\nglu_clamp = "7"\n', "glu_clamp"),
+        # half of a local-attention setting had been ignored
+        "local-share-without-span": ("local_share = 0.5\n", "model.local_span: got 0; local "
+                                     "attention needs both"),
+        "mla-with-grouped-kv": ("kv_heads = 2\n[mla]\nkv_lora_rank = 32\nq_lora_rank = 0\n"
+                                "qk_nope_head_dim = 32\nqk_rope_head_dim = 32\nv_head_dim = 64\n",
+                                "model.kv_heads: got 2; MLA keeps keys and values per head"),
+        "mla-head-dim-off": ("head_dim = 7\n[mla]\nkv_lora_rank = 32\nq_lora_rank = 0\n"
+                             "qk_nope_head_dim = 32\nqk_rope_head_dim = 32\nv_head_dim = 64\n",
+                             "model.head_dim: got 7; with MLA")}.items():
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
          **{"m.toml": MODEL_TOML + extra})
 # a stack file the grid names, with a bad value inside: the message shows that value too

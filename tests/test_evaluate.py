@@ -205,3 +205,29 @@ def test_exposed_dp_time_never_exceeds_the_dp_time_on_the_links():
         latest = max(ev.stages, key=lambda st: st.end)
         assert latest.index == 0
         assert 0 < ev.time.dp <= ev.link_time["dp"]
+
+
+def test_a_learned_position_table_grows_to_the_sequence():
+    """A learned-position model trained beyond its table (GPT-3's 2,048 rows at 4,096 tokens)
+    is costed with a table of the sequence's length, the model the Megatron export describes
+    (--max-position-embeddings): as the same model given that table."""
+    from dataclasses import replace
+
+    from nestplan import planfile
+    from nestplan.exports import export
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("gpt3-175b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=8, pp=8, dp=1, sp=True, zero=1, mbs=1, recompute=("full",))
+    grown = replace(sc, model=replace(sc.model, max_positions=4096))
+    ev, same = evaluate(sc, par), evaluate(grown, par)
+    assert (ev.step_time, ev.peak_memory) == (same.step_time, same.peak_memory)
+    from nestplan.evaluate import layer_graph
+
+    def table(seq_len):
+        return layer_graph(sc.model, par, replace(sc.training, seq_len=seq_len),
+                           sc.stack).embedding.params
+
+    assert table(4096) - table(2048) == 2048 * sc.model.hidden  # (not split over TP)
+    text = export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
+    assert "--max-position-embeddings 4096" in text

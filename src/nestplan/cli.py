@@ -179,7 +179,22 @@ def _scenario(args):
         warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
     _note_fused_pieces(sc)
     _note_straddling_domains(sc)
+    _note_position_table(sc)
     return _with_headroom(sc, args)
+
+
+def _note_position_table(sc) -> None:
+    """Say when a learned position table must grow to the sequence length."""
+    m, seq = sc.model, sc.training.seq_len
+    if m.position_rows(seq) > m.max_positions > 0:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"{m.name} learns {m.max_positions:,} positions; at --seq-len {seq:,} its "
+                      f"table has {seq:,} rows (costed so, and exported as "
+                      "--max-position-embeddings): a model of its own, not a checkpoint of "
+                      f"{m.name}", Note)
 
 
 def _note_straddling_domains(sc) -> None:

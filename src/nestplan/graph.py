@@ -645,8 +645,8 @@ def _embedding(x: _Dims) -> LayerGraph:
     total = padded_vocab(m.vocab, x.t) * h
     if m.position is Position.LEARNED:
         ops.append(_mem("pos_embed", T * h, rw=3.0, bwd_rw=2.0))
-        params += m.max_positions * h
-        total += m.max_positions * h
+        params += m.position_rows(x.S) * h
+        total += m.position_rows(x.S) * h
     if m.dropout:  # the embedding dropout mask, one byte per element (Korthikanti §4.2)
         ops.append(_mem("embed_dropout", Tn * h, rw=2.5, bwd_rw=2.0, saved=Tn * h))
     comms: list[Comm] = []

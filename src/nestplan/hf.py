@@ -229,7 +229,11 @@ class HFNote(Note):
 def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
     """(first_dense_layers, layer_freq) from Qwen-style ``mlp_only_layers`` and
     ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0)."""
-    only_dense = set(cfg.get("mlp_only_layers", default=[], kind=list))
+    listed = cfg.get("mlp_only_layers", default=[], kind=list)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in listed):
+        raise SpecError(cfg.where("mlp_only_layers"), listed,
+                        f"must list layer indices, whole numbers in [0, {layers})")
+    only_dense = set(listed)
     step = cfg.get("decoder_sparse_step", default=1)
     sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
     first = sparse[0] if sparse else layers
@@ -285,9 +289,13 @@ def _gpt_oss(cfg: _Config) -> dict:
     if types is not None and len(types) != kw["layers"]:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({kw['layers']})")
-    if window:
-        local = (sum(t == "sliding_attention" for t in types) if types is not None
-                 else kw["layers"] // 2)  # the modelling code alternates when not listed
+    kinds = ("sliding_attention", "full_attention")
+    if types is not None and not all(t in kinds for t in types):
+        raise SpecError(cfg.where("layer_types"), next(t for t in types if t not in kinds),
+                        "entries allowed: " + ", ".join(kinds))
+    local = (sum(t == "sliding_attention" for t in types) if types is not None
+             else kw["layers"] // 2)  # the modelling code alternates when not listed
+    if window and local:
         kw.update(local_span=2 * window, local_share=local / kw["layers"])
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
@@ -320,8 +328,13 @@ def _llama4(cfg: _Config) -> dict:
         if rope is not None and len(rope) != layers:
             raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
                             f"needs one per layer ({layers})")
+        if rope is not None and not all(r in (0, 1) and not isinstance(r, float) for r in rope):
+            raise SpecError(cfg.where("no_rope_layers"), next(
+                r for r in rope if r not in (0, 1) or isinstance(r, float)),
+                "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global attention)")
         local = sum(1 for r in rope if r) if rope else layers - layers // 4  # every 4th is NoPE
-        kw.update(local_span=chunk, local_share=local / layers)
+        if local:
+            kw.update(local_span=chunk, local_share=local / layers)
     return kw
 
 

@@ -528,9 +528,29 @@ class ModelSpec(_CachedHash):
                             f"must divide model.heads = {self.heads}")
         if self.position is Position.LEARNED and self.max_positions == 0:
             raise SpecError("model.max_positions", 0, "learned positions need max_positions > 0")
+        if bool(self.local_span) != bool(self.local_share):
+            raise SpecError("model.local_share" if self.local_span else "model.local_span",
+                            self.local_share if self.local_span else self.local_span,
+                            "local attention needs both local_span (its tokens) and local_share "
+                            "(the share of blocks that have it) above 0, or neither")
+        if self.mla is not None and self.kv_heads != self.heads:
+            raise SpecError("model.kv_heads", self.kv_heads, f"MLA keeps keys and values per head "
+                            f"(its latent is projected up for every one): must equal model.heads "
+                            f"= {self.heads}")
+        if self.mla is not None and self.head_dim != (
+                self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim):
+            raise SpecError("model.head_dim", self.head_dim, "with MLA it is the query/key head "
+                            "size, mla.qk_nope_head_dim + mla.qk_rope_head_dim = "
+                            f"{self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim}")
         if self.moe is not None and self.moe.first_dense_layers > self.layers:
             raise SpecError("moe.first_dense_layers", self.moe.first_dense_layers,
                             f"must be <= model.layers = {self.layers}")
+
+    def position_rows(self, seq_len: int) -> int:
+        """Rows of the learned position table when trained at ``seq_len`` (0 without one): a
+        sequence longer than ``max_positions`` needs that many rows, as the Megatron export's
+        ``--max-position-embeddings`` gives them."""
+        return max(self.max_positions, seq_len) if self.position is Position.LEARNED else 0
 
     def is_moe_layer(self, index: int) -> bool:
         """True when block ``index`` (0-based) uses routed experts."""

@@ -222,7 +222,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     embedding_copy_params = 0.0
     if (model.tied_embeddings or model.mtp_layers) and pp > 1 and not schedule.v_shape:
         embedding_copy_params = mg.embedding.params - (
-            model.max_positions * model.hidden if model.position.value == "learned" else 0)
+            model.position_rows(sc.training.seq_len) * model.hidden)
     head = mg.head_shared if par.head_beside_embedding else mg.head
     return ConfigCosts(
         sc=sc, par=par, hw=cluster, lay=lay, graph=mg, dense=kind(mg.dense),

@@ -239,7 +239,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--overlap-param-gather")
     args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
              f"--seq-length {tr.seq_len}",
-             f"--max-position-embeddings {max(tr.seq_len, m.max_positions)}",
+             f"--max-position-embeddings {m.position_rows(tr.seq_len) or tr.seq_len}",
              f"--num-layers {m.layers}", f"--hidden-size {m.hidden}",
              f"--num-attention-heads {m.heads}", f"--kv-channels {m.head_dim}",
              f"--ffn-hidden-size {m.ffn_hidden}"]
