@@ -546,3 +546,23 @@ def test_a_result_cell_edited_by_hand_is_run_again(tmp_path):
         code, _, err = cli("sweep", path, "--workers", 1, "--quiet")
         assert code == 0 and "Traceback" not in err, err
         assert _rows(tmp_path / "s.csv")[0][column] == rows[0][column], column
+
+
+def test_a_grid_sets_mtp_depths_headroom_and_a_fixed_schedule(tmp_path):
+    """A model with multi-token prediction on a stack without it needs mtp_layers = [0], as plan
+    needs --mtp-layers 0; memory_headroom_pct is plan's --memory-headroom; [constraints]
+    schedule fixes the schedule as --schedule does."""
+    grid = ('[grid]\nmodel = ["deepseek-v3"]\ncluster = ["dgx-h100-ndr"]\ngpus = [256]\n'
+            'stack = ["deepspeed"]\n')
+    plain = load(_write(tmp_path, grid, "plain.toml"))
+    with pytest.raises(Exception, match="mtp_layers = \\[0\\] in a sweep grid"):
+        plain.scenario(plain.points()[0])
+    spec = load(_write(tmp_path, grid + "mtp_layers = [0]\nmemory_headroom_pct = [10]\n"
+                       "[constraints]\nschedule = \"1f1b\"\npp = 2\n"))
+    sc = spec.scenario(spec.points()[0])
+    assert sc.model.mtp_layers == 0 and sc.memory_headroom == pytest.approx(0.10)
+    assert spec.constraints.schedule == "1f1b"
+    assert "mtp_layers" in spec.columns and "memory_headroom_pct" in spec.columns
+    # keys named only when given: an older sweep's point ids stay
+    assert [p.id for p in plain.points()] == [p.id for p in load(_write(
+        tmp_path, grid, "again.toml")).points()]

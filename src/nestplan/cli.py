@@ -261,7 +261,7 @@ def _with_headroom(sc, args):
 def _constraints(args):
     from .search.constraints import KNOBS, SWITCHES, constraints_from
 
-    names = (*KNOBS, *(k for k in SWITCHES if k != "tp_within_node"), "schedule")
+    names = (*KNOBS, *(k for k in SWITCHES if k != "tp_within_node"))
     values = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     return constraints_from({**values, "tp_within_node": args.tp_within_node},
                             lambda key: FLAG_OF.get(key, key))

@@ -847,7 +847,7 @@ class Scenario(_CachedHash):
         if self.model.mtp_layers and not self.stack.multi_token_prediction:
             raise SpecError("model.mtp_layers", self.model.mtp_layers,
                             f"stack {self.stack.name} trains no multi-token-prediction depths; "
-                            "set 0 (--mtp-layers 0)")
+                            "set 0 (--mtp-layers 0; mtp_layers = [0] in a sweep grid)")
 
     @property
     def memory_limit(self) -> float:

@@ -55,7 +55,7 @@ class Constraints:
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "zero", "mbs")
 """The integer knobs a search may have fixed."""
 
-SWITCHES = ("sp", "recompute", "rank_order", "tp_within_node")
+SWITCHES = ("sp", "recompute", "rank_order", "schedule", "tp_within_node")
 """The other constraints both ``plan``'s flags and a sweep file's ``[constraints]`` take."""
 
 

@@ -16,7 +16,8 @@ value stands for a one-element list)::
     seq_len = [4096]                     # default [4096]
     global_batch = [1024]                # default [1024]
     precision = ["bf16"]                 # default ["bf16"]
-    # attention_span (packed documents) may be varied too
+    # attention_span (packed documents) may be varied too, and mtp_layers (depths trained)
+    # and memory_headroom_pct (as plan's flags)
 
     [grid.network.spine]              # a level that every cluster of the grid has
     oversubscription = [1, 2, 4]      # also bandwidth_GBps or bandwidth_GiBps (replaces the
@@ -25,7 +26,7 @@ value stands for a one-element list)::
     [constraints]                     # optional: knobs fixed for every search, as plan's flags
     tp = 8                            # tp pp dp cp ep etp vp zero mbs (integers), sp and
     recompute = "full"                # tp_within_node (booleans), recompute ("full" or one per
-                                      # stage), rank_order ("tp-cp-dp-pp")
+                                      # stage), rank_order ("tp-cp-dp-pp"), schedule
 
 Every value is checked when the file is loaded (names, level names, numbers), so a mistake stops
 the sweep before any work. A point's id is a short hash of its parameters and the constraints,
@@ -39,12 +40,13 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..caching import cached
 from ..errors import SpecError
+from ..specs import MAX_MTP_LAYERS
 
 if TYPE_CHECKING:
     from ..search.constraints import Constraints
@@ -62,6 +64,16 @@ GRID_REQUIRED = ("model", "cluster", "gpus")
 GRID_DEFAULTS: dict[str, tuple] = {"method": ("nest",), "seq_len": (4096,),
                                    "global_batch": (1024,), "precision": ("bf16",)}
 """Defaults of the optional grid keys: the same as ``nestplan plan``'s."""
+SCENARIO_KEYS = {
+    "mtp_layers": lambda v: isinstance(v, int) and not isinstance(v, bool)
+    and 0 <= v <= MAX_MTP_LAYERS,
+    "memory_headroom_pct": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and math.isfinite(v) and 0 <= v < 50)}
+"""Optional grid keys that set the scenario rather than the workload, as plan's --mtp-layers and
+--memory-headroom do (a stack without multi-token prediction needs mtp_layers = [0] for a model
+that has depths)."""
+SCENARIO_RULES = {"mtp_layers": f"must be a whole number of depths in [0, {MAX_MTP_LAYERS}]",
+                  "memory_headroom_pct": "must be a percent of HBM in [0, 50)"}
 CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 """Grid parameters every sweep has, in column order."""
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
@@ -177,12 +189,18 @@ class SweepSpec:
         cluster = _cluster(_resolve(point["cluster"], base),
                            tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
         training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method",
-                                                                 "stack")
+                                                                 "stack", *SCENARIO_KEYS)
                     and not k.startswith("network.")}
-        stack = dict(point.values).get("stack")
-        return Scenario(model=_model(_resolve(point["model"], base)), cluster=cluster,
-                        gpus=point["gpus"], training=training_from_table(training, "grid"),
-                        stack=_stack(_resolve(stack, base) if stack else None))
+        given = dict(point.values)
+        stack = given.get("stack")
+        model = _model(_resolve(point["model"], base))
+        if "mtp_layers" in given:
+            model = replace(model, mtp_layers=given["mtp_layers"])
+        extra = ({"memory_headroom": given["memory_headroom_pct"] / 100}
+                 if "memory_headroom_pct" in given else {})
+        return Scenario(model=model, cluster=cluster, gpus=point["gpus"],
+                        training=training_from_table(training, "grid"),
+                        stack=_stack(_resolve(stack, base) if stack else None), **extra)
 
 
 def point_id(values: dict[str, Any], constraints_key: str) -> str:
@@ -342,7 +360,7 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
         raise SpecError("grid", grid, f"empty; give at least model, cluster and gpus ({example})")
     extras = _training_extra_keys()
     check_keys(grid, "grid", required=set(GRID_REQUIRED),
-               optional=set(GRID_DEFAULTS) | set(extras) | {"network", "stack"})
+               optional=set(GRID_DEFAULTS) | set(extras) | {"network", "stack"} | set(SCENARIO_KEYS))
     params: list[Parameter] = []
 
     def add(key: str, values: list):
@@ -369,6 +387,13 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
     add("method", methods)
     if "stack" in grid:  # only when named, so that the ids of older sweeps' points stay
         add("stack", references("stack", _stack))
+    for key, check in SCENARIO_KEYS.items():  # (also only when named)
+        if key in grid:
+            values = _values(grid, key, f"grid.{key}")
+            for v in values:
+                if not check(v):
+                    raise SpecError(f"grid.{key}", v, SCENARIO_RULES[key])
+            add(key, values)
 
     # training keys: each value checked by the training loader, with the other keys at defaults
     defaults = {"seq_len": GRID_DEFAULTS["seq_len"][0], "global_batch": GRID_DEFAULTS["global_batch"][0]}
