@@ -689,6 +689,8 @@ RUNS_BAD = {
                   "peak_memory_gib must be a number of GiB, at least"),
     "gpu-against-cluster": (_runs("r1", "r1", header=RUN_HEADER + ",cluster").rstrip("\n")
                             + ",selene-a100-hdr\n", "its devices are a100-sxm-80gb"),
+    "stage-layers-plus": (_runs("r1", "r1", header=RUN_HEADER + ",stage_layers").rstrip("\n")
+                          + ",+16 1_6\n", "stage_layers: got '+16 1_6'"),
     "model-parallel-superscript": (_runs(",8,1,1,,8,", ",8,,1,,8,").replace(
         ",test,,", ",test,model_parallel_size=\u00b2,"), "model_parallel_size"),
 }

@@ -110,7 +110,7 @@ def test_every_format_exports(plan_file, fmt):
     assert out.text.strip()
     if pf.plan.recompute and len(set(pf.plan.recompute)) > 1:
         if fmt == "megatron":  # each stage's flags from the stage script
-            assert ".stages.sh" in out.extras and "--recompute" not in out.text
+            assert ".stages.sh" in out.extras and "--recompute" not in _arguments(out.text)
         else:
             assert any("per-stage recomputation" in n for n in out.notes)
 
@@ -760,18 +760,26 @@ def test_torchtitan_export_keeps_the_expert_tp_it_runs():
     assert exported(4, 2) == (1, True)
 
 
-def _mixed_recompute_export():
+def _arguments(text: str) -> str:
+    """An export's arguments, without its comment lines."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def _mixed_recompute_export(order: str = "tp-cp-dp-pp"):
+    from nestplan.axes import parse_order
+
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
-    par = Parallelism(tp=4, pp=4, dp=4, sp=True, zero=1, mbs=1,
-                      recompute=("full", "full", "selective", "none"))
+    par = Parallelism(tp=4, pp=4, dp=4, sp=True, zero=1, mbs=1, rank_order=parse_order(order),
+                      recompute=("full", "fine-grained", "selective", "none"))
     pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
     return pf, export(pf, "megatron")
 
 
 MEGATRON_RECOMPUTE = {
-    "full": ["--recompute-granularity full", "--recompute-method uniform",
-             "--recompute-num-layers 1"],
-    "selective": ["--recompute-granularity selective"], "none": []}
+    "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+    # Llama 3 has only the layernorm of fine-grained's modules (no MLA, no grouped experts)
+    "fine-grained": "--recompute-granularity selective --recompute-modules layernorm",
+    "selective": "--recompute-granularity selective", "none": ""}
 
 
 def _stage_flags(script: Path, rank: int | None) -> subprocess.CompletedProcess:
@@ -781,31 +789,35 @@ def _stage_flags(script: Path, rank: int | None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(script), "echo"], capture_output=True, text=True, env=env)
 
 
-def test_megatron_runs_each_stages_recomputation(tmp_path):
+@pytest.mark.parametrize("order", ["tp-cp-dp-pp", "dp-tp-cp-pp"])
+def test_megatron_runs_each_stages_recomputation(tmp_path, order):
     """A plan whose stages recompute differently exports unchanged: Megatron-LM's flags are per
-    process, and the stage script adds each pipeline stage's (stage = rank / (tp·cp·dp) in
-    Megatron's numbering; its own rank generator agrees, in the frameworks test below)."""
-    pf, out = _mixed_recompute_export()
+    process, and the stage script adds each pipeline stage's (stage = Megatron rank / (tp·cp·dp);
+    its own rank generator agrees, in the frameworks test below). The arguments file says so,
+    and, with a rank map, that RANK must be the map's."""
+    pf, out = _mixed_recompute_export(order)
     par = pf.plan
-    assert "--recompute" not in out.text and not any(
-        n.startswith("exported plan") for n in out.notes)
+    assert "--recompute" not in _arguments(out.text)
+    assert "# note: the stages recompute differently" in out.text
+    assert not any(n.startswith("exported plan") for n in out.notes)
+    assert ("rank map" in out.extras[".stages.sh"]) and (
+        (".ranks.csv" in out.extras) == (order != "tp-cp-dp-pp"))
     script = tmp_path / "p.stages.sh"
     script.write_text(out.extras[".stages.sh"])
     for rank in range(pf.scenario.gpus):
         run = _stage_flags(script, rank)
         assert run.returncode == 0, run.stderr
         stage = rank // (par.tp * par.cp * par.dp)
-        assert run.stdout.split() == " ".join(
-            MEGATRON_RECOMPUTE[par.recompute_of(stage)]).split(), rank
+        assert run.stdout.split() == MEGATRON_RECOMPUTE[par.recompute_of(stage)].split(), rank
     unset = _stage_flags(script, None)
     assert unset.returncode == 2 and "RANK" in unset.stderr
 
 
 @frameworks
-def test_megatron_takes_each_stages_recomputation():
+def test_megatron_takes_each_stages_recomputation(tmp_path):
     """Megatron's rank generator puts rank r in pipeline stage r / (tp·cp·dp), as the stage
-    script assumes, and Megatron-Core's TransformerConfig takes the arguments with each
-    stage's flags."""
+    script assumes, and Megatron-Core's TransformerConfig takes the arguments with the flags the
+    script gives each stage."""
     pytest.importorskip("megatron.core")
     from megatron.core import parallel_state as ps
 
@@ -813,13 +825,26 @@ def test_megatron_takes_each_stages_recomputation():
     par = pf.plan
     gen = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
                            order="tp-cp-ep-dp-pp")
-    for group in gen.get_ranks("pp"):
+    groups = gen.get_ranks("pp")
+    for group in groups:
         assert [r // (par.tp * par.cp * par.dp) for r in group] == list(range(par.pp))
-    for policy in set(par.recompute):
-        text = out.text.rstrip("\n") + "".join(f" \\\n{f}" for f in MEGATRON_RECOMPUTE[policy])
-        cfg = megatron_transformer_config(text)
-        assert cfg.recompute_granularity == {"full": "full", "selective": "selective",
-                                             "none": None}[policy]
+    script = tmp_path / "p.stages.sh"
+    script.write_text(out.extras[".stages.sh"])
+    for stage, rank in enumerate(groups[0]):
+        words = _stage_flags(script, rank).stdout.split()
+        lines = []
+        for w in words:  # "--flag value ..." lines, as the export writes them
+            if w.startswith("--"):
+                lines.append(w)
+            else:
+                lines[-1] += " " + w
+        cfg = megatron_transformer_config(out.text.rstrip("\n") + "".join(
+            f" \\\n{line}" for line in lines))
+        policy = par.recompute_of(stage)
+        assert cfg.recompute_granularity == {"full": "full", "fine-grained": "selective",
+                                             "selective": "selective", "none": None}[policy]
+        if policy == "fine-grained":
+            assert cfg.recompute_modules == ["layernorm"]
 
 
 def test_exports_carry_the_stacks_gradient_dtype_and_compilation():

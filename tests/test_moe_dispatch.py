@@ -78,6 +78,30 @@ def test_group_limited_crossings_match_megatrons_routing(ranks, close):
     assert ours < crossing_share(ranks, node, (k, experts))  # fewer than unlimited routing
 
 
+def test_group_limited_routing_counts_only_where_nodes_hold_runs_of_ep_ranks():
+    """With dp inside cp (order tp-dp-cp-pp) a node's eight EP ranks are every other one of
+    sixteen, so they hold parts of two router groups and node-limited routing spares no
+    crossing: such a layout is costed as uniform routing, Megatron's own order as limited."""
+    from nestplan.axes import parse_order
+    from nestplan.cost.network import collective_coeffs
+    from nestplan.graph import CollKind
+
+    sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 1024, seq_len=4096,
+                             global_batch=8192)
+    m = sc.model.moe
+    limited, uniform = (8, 256, m.router_groups, m.router_group_top_k), (8, 256)
+    per_byte = {}
+    for order in ("tp-cp-dp-pp", "tp-dp-cp-pp"):
+        par = Parallelism(tp=1, pp=16, dp=32, cp=2, ep=64, etp=1, zero=1, mbs=1,
+                          rank_order=parse_order(order))
+        ep = layouts(par, sc.cluster, sc.gpus).ep
+        per_byte[order] = [collective_coeffs(CollKind.ALL_TO_ALL, ep, sc.cluster, dedup=d)[0][1]
+                           for d in (limited, uniform)]
+    assert m.router_groups == 8 and m.router_group_top_k == 4
+    assert per_byte["tp-cp-dp-pp"][0] < per_byte["tp-cp-dp-pp"][1]
+    assert per_byte["tp-dp-cp-pp"][0] == per_byte["tp-dp-cp-pp"][1]
+
+
 def megatron_text(ev) -> str:
     """The Megatron export of an evaluation, through its plan file."""
     return export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text

@@ -99,3 +99,21 @@ def test_optional_columns_reach_the_plan(runs_csv):
     assert sc.cluster.name == "dgx-h100-ndr" and sc.model.moe.experts == 8
     assert sc.stack.name == "nemo"  # the row's stack column, not its source's (nar21)
     assert sc.stack.overlap_grad_reduce  # nemo's, not megatron-2021's (no overlap)
+
+
+def test_a_row_may_run_on_a_tuned_variant_of_its_gpu(runs_csv, tmp_path):
+    """A cluster file may tune a catalog accelerator under a name of its own (its clocks here):
+    the row's gpu column still agrees with it; another part (an A100 cluster for an H100 row)
+    is refused."""
+    import pytest
+
+    from nestplan.errors import SpecError
+
+    (tmp_path / "tuned.toml").write_text(
+        'name = "mine"\n[accelerator]\nbase = "h100-sxm-80gb"\nname = "h100-tuned"\n'
+        'sustained_share = 0.9\n[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\n'
+        'latency_us = 3\n[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n')
+    (case,) = load_cases(runs_csv(gpu="H100-SXM5-80GB", cluster="tuned.toml"))
+    assert case.scenario.cluster.accelerator.name == "h100-tuned"
+    with pytest.raises(SpecError, match="its devices are a100-sxm-80gb"):
+        load_cases(runs_csv(gpu="H100-SXM5-80GB", cluster="selene-a100-hdr"))

@@ -145,8 +145,8 @@ def _as_flags(fn):
             flag = FLAG_OF.get(e.field)
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)
-            if given is not None and (given == e.value or (given != given and e.value != e.value)):
-                raise SpecError(flag, e.value, e.allowed) from None  # (NaN is not equal to NaN)
+            if given is not None and given == e.value:  # (flags hold no NaN: decimal_arg)
+                raise SpecError(flag, e.value, e.allowed) from None
             raise
     return wrapped
 

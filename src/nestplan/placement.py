@@ -15,7 +15,7 @@ share one level-``l`` block. The group's traffic crosses level ``l`` when ``k[l]
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +43,14 @@ class GroupLayout:
     """Per level, the most blocks of the level below (devices below level 0) that one block of
     this level holds members of: what a hierarchical collective gathers there (empty: a group
     that fills its blocks evenly, ``count(level - 1) / count(level)``)."""
+    runs: tuple[bool, ...] = ()
+    """Per bounded level, whether every block holds a run of consecutive members by the group's
+    own index (an EP group's: consecutive EP ranks hold consecutive experts, so a node then
+    holds whole router groups); empty: not known (groups other than EP)."""
+
+    def consecutive(self, level: int) -> bool:
+        """Blocks of ``level`` hold runs of consecutive members (``runs``; True when unknown)."""
+        return not self.runs or level >= len(self.runs) or self.runs[level]
 
     def count(self, level: int) -> int:
         """Blocks of ``level`` the group touches (-1: its devices)."""
@@ -425,7 +433,20 @@ def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLa
     par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, rank_order=order)
     blocks = _block_sizes(cluster, gpus)
     egrid = expert_grid(grid, par)
-    return tuple(_group_layout(_rows(egrid, axis), blocks) for axis in (2, 3, 1))
+    ep_rows = _rows(egrid, 2)  # each EP group's devices in EP-rank order
+    ep_lay = replace(_group_layout(ep_rows, blocks),
+                     runs=tuple(_in_runs(ep_rows, b) for b in blocks[:-1]))
+    return (ep_lay, *(_group_layout(_rows(egrid, axis), blocks) for axis in (3, 1)))
+
+
+def _in_runs(rows: np.ndarray, b: int) -> bool:
+    """Every row (device ids in the group's own order) meets each block of size ``b`` in one
+    run of consecutive members: it changes blocks as often as it has blocks, less one."""
+    blk = rows // b
+    changes = (blk[:, 1:] != blk[:, :-1]).sum(axis=1)
+    ordered = np.sort(blk, axis=1)
+    distinct = (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
+    return bool((changes == distinct).all())
 
 
 @cached(maxsize=4096)

@@ -49,7 +49,10 @@ def decimal(text: str) -> float | None:
     """A number as people write one in ASCII (``12``, ``-0.5``, ``1e-3``), or None: not the other
     forms Python's ``float`` takes (``1_5`` read as 15, other scripts' digits, ``inf``, ``nan``,
     a leading ``+``), so that a typo is refused rather than read as some other value."""
-    return float(text) if _DECIMAL.fullmatch(text.strip()) else None
+    if not _DECIMAL.fullmatch(text.strip()):
+        return None
+    value = float(text)
+    return value if value not in (float("inf"), float("-inf")) else None  # 1e400
 
 
 def whole(text: str) -> int | None:

@@ -10,7 +10,8 @@ Each row names a model, a cluster, a plan and the **stack** that ran it, sometim
   files, by the run's documented source, never by its id or its measured time.
 * Gaps in the plan are filled by what the stack runs: a ZeRO stage unstated is the stack's
   ``default_zero``, sequence parallelism follows tensor parallelism where its launchers turn it
-  on (``default_sp``), and a model-parallel size without a t/p split uses
+  on and always for MoE layers (``StackSpec.sp_for``), and a model-parallel size without a t/p
+  split uses
   t = 8 (one node), as every large run of Narayanan et al. does.
 * Benchmark runs were tuned for speed and fitted in memory: when a row states no micro-batch
   size (or, except on ``nemo``, whose launcher configs set no recomputation, no recomputation
@@ -298,11 +299,11 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
     extra = {"rank_order": parse_order(order)} if order else {}
     layout = row.text("stage_layers")
     if layout:  # blocks per model chunk, space-separated (the head runs after the last)
-        try:
-            extra["stage_layers"] = tuple(int(n) for n in layout.split())
-        except ValueError:
+        sizes = [whole(n) for n in layout.split()]
+        if any(n is None or n < 0 for n in sizes):
             raise SpecError(f"{row.where}.stage_layers", layout, "must be whole numbers of "
-                            "blocks per model chunk, space-separated") from None
+                            "blocks per model chunk (ASCII digits), space-separated")
+        extra["stage_layers"] = tuple(sizes)
     ep, etp = row.number("ep", 1), row.number("etp")
     if etp is None:  # as the stack runs experts (torchtitan's with EP: no expert TP)
         etp = stack.default_etp(tp, ep)
@@ -343,10 +344,16 @@ def _cluster(row: _Row, base: Path):
     if row.text("cluster"):
         cluster = get_cluster(row.path("cluster", base))
         named = get_cluster(CLUSTER_OF[gpu]).accelerator if gpu in CLUSTER_OF else None
-        if named is not None and named.name != cluster.accelerator.name:
+        acc = cluster.accelerator
+        # another part, not a variant of it (a file may tune a catalog accelerator's
+        # efficiencies or clocks under a name of its own)
+        if named is not None and (named.hbm_bytes, named.peak_flops_bf16) != (
+                acc.hbm_bytes, acc.peak_flops_bf16):
             raise SpecError(f"{row.where}.cluster", row.text("cluster"), f"its devices are "
-                            f"{cluster.accelerator.name}, the row's gpu column says "
-                            f"{row.text('gpu')} ({named.name}); make them agree")
+                            f"{acc.name} ({acc.hbm_bytes / GiB:g} GiB, "
+                            f"{acc.peak_flops_bf16 / 1e12:g} TFLOP/s bf16), the row's gpu column "
+                            f"says {row.text('gpu')} ({named.name}: {named.hbm_bytes / GiB:g} "
+                            f"GiB, {named.peak_flops_bf16 / 1e12:g}); make them agree")
         return cluster
     if gpu not in CLUSTER_OF:
         raise SpecError(f"{row.where}.gpu", gpu, "known: " + ", ".join(CLUSTER_OF)

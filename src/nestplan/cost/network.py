@@ -177,7 +177,11 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
         per_byte, prev = 0.0, 1
         for lvl, kl in enumerate(g.k):
             if kl > prev:
-                share = crossing_share(n, prev, dedup if lvl > 0 else (0, 0),
+                # group-limited routing narrows the blocks a token reaches only where blocks
+                # hold whole runs of EP ranks (so of experts); else it is taken as uniform
+                d = dedup if lvl > 0 and g.consecutive(lvl - 1) else dedup[:2] if lvl > 0 \
+                    else (0, 0)
+                share = crossing_share(n, prev, d,
                                        others=g.count(lvl - 1) - 1 if lvl > 0 else None)
                 per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))
             prev = kl

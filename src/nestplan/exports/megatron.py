@@ -141,8 +141,8 @@ def _stage_script(pf: PlanFile, stage_flags: list[list[str]]) -> str:
              f"# nestplan: each pipeline stage's recomputation for {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({par.recompute_text})",
              "# run: torchrun --no-python ... bash THIS_FILE python pretrain_gpt.py ARGUMENTS",
-             f"# RANK (set by torchrun; the Megatron rank) is in stage RANK / {per_stage} "
-             "(tp·cp·dp)",
+             f"# RANK, the Megatron rank (torchrun's, or the rank map's where the export wrote "
+             f"one: set it before this script runs), is in stage RANK / {per_stage} (tp·cp·dp)",
              'if [ -z "${RANK:-}" ]; then echo "RANK is not set (run under torchrun)" >&2; '
              "exit 2; fi",
              f"case $(( RANK / {per_stage} )) in"]
@@ -239,7 +239,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--overlap-param-gather")
     args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
              f"--seq-length {tr.seq_len}",
-             f"--max-position-embeddings {m.position_rows(tr.seq_len) or tr.seq_len}",
+             f"--max-position-embeddings {max(tr.seq_len, m.max_positions)}",
              f"--num-layers {m.layers}", f"--hidden-size {m.hidden}",
              f"--num-attention-heads {m.heads}", f"--kv-channels {m.head_dim}",
              f"--ffn-hidden-size {m.ffn_hidden}"]
@@ -308,6 +308,14 @@ def export(pf: PlanFile) -> Export:
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
                      "start each process with RANK from the rank map (.ranks.csv) so that "
                      "Megatron rank r runs on the device the plan chose")
+    staged = len(set(map(tuple, stage_flags))) > 1
+    if staged:
+        notes.append("the stages recompute differently (" + par.recompute_text + "), so these "
+                     "arguments hold no --recompute-* flag: launch through the stage script, "
+                     "which adds each stage's: torchrun --no-python ... bash PATH.stages.sh "
+                     "python pretrain_gpt.py ARGUMENTS" + (
+                         " (with RANK already the Megatron rank of the rank map)"
+                         if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
     if rec_notes or any(approximated for _, _, approximated in by_policy.values()):
         notes.append(predicted_note(pf, exported))
     ev, _ = prediction(pf, exported)
@@ -317,13 +325,7 @@ def export(pf: PlanFile) -> Export:
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
-    extras = {}
-    if len(set(map(tuple, stage_flags))) > 1:
-        extras[".stages.sh"] = _stage_script(pf, stage_flags)
-        notes.append("the stages recompute differently (" + par.recompute_text + "): launch "
-                     "through the stage script, which adds each stage's --recompute-* flags to "
-                     "the arguments: torchrun --no-python ... bash PATH.stages.sh python "
-                     "pretrain_gpt.py ARGUMENTS")
+    extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
     if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
         extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
         extras[".mesh.json"] = mesh_json(par)

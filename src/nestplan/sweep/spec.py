@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..caching import cached
 from ..errors import SpecError
-from ..specs import MAX_MTP_LAYERS
+from ..specs import MAX_HEADROOM, MAX_MTP_LAYERS, valid_headroom
 
 if TYPE_CHECKING:
     from ..search.constraints import Constraints
@@ -67,13 +67,13 @@ GRID_DEFAULTS: dict[str, tuple] = {"method": ("nest",), "seq_len": (4096,),
 SCENARIO_KEYS = {
     "mtp_layers": lambda v: isinstance(v, int) and not isinstance(v, bool)
     and 0 <= v <= MAX_MTP_LAYERS,
-    "memory_headroom_pct": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and math.isfinite(v) and 0 <= v < 50)}
+    "memory_headroom_pct": lambda v: valid_headroom(v / 100 if isinstance(v, (int, float))
+                                                    else v)}
 """Optional grid keys that set the scenario rather than the workload, as plan's --mtp-layers and
 --memory-headroom do (a stack without multi-token prediction needs mtp_layers = [0] for a model
 that has depths)."""
 SCENARIO_RULES = {"mtp_layers": f"must be a whole number of depths in [0, {MAX_MTP_LAYERS}]",
-                  "memory_headroom_pct": "must be a percent of HBM in [0, 50)"}
+                  "memory_headroom_pct": f"must be a percent of HBM in [0, {MAX_HEADROOM * 100:g})"}
 CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 """Grid parameters every sweep has, in column order."""
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
