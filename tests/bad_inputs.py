@@ -129,6 +129,9 @@ for method in ("nest", "mcmc"):
     case(f"plan-zero-over-the-stacks-pipeline-limit-{method}",
          [*SEARCH, "--stack", "deepspeed", "--zero", "3", "--pp", "2", "--method", method],
          "zero: got 3; stack deepspeed runs at most ZeRO-1 with pipeline parallelism")
+# ep in a rank order had been dropped without a word (Megatron's own place for it is accepted)
+case("evaluate-rank-order-ep-elsewhere", [*EVAL, "--rank-order", "tp-cp-dp-ep-pp"],
+     "ep may appear only just before dp")
 case("plan-vp-on-a-stack-without-interleaving", [*SEARCH, "--stack", "deepspeed", "--vp", "2"],
      "no interleaved pipeline schedule")
 case("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",

@@ -294,3 +294,24 @@ def test_a_closed_standard_output_is_one_line_not_a_traceback():
                        text=True, preexec_fn=lambda: os.close(1), timeout=60)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "nestplan: error: cannot write the output: standard output is closed"], r.stderr
+
+
+def test_a_saved_plan_is_evaluated_on_another_cluster(tmp_path):
+    """``evaluate --plan P --cluster C``: the saved plan on another cluster, as its flags would
+    give it there (an architect's comparison of fabrics); other plan flags stay refused."""
+    from console import cli
+
+    flags = ["--model", "llama3-70b", "--gpus", 256, "--tp", 8, "--pp", 4, "--mbs", 1,
+             "--global-batch", 512, "--seq-len", 4096, "--json"]
+    path = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--cluster", "dgx-h100-ndr", *flags, "--save", path)
+    assert code == 0, err
+    code, moved, err = cli("evaluate", "--plan", path, "--cluster", "nest-h100-spineleaf",
+                           "--json")
+    assert code == 0, err
+    code, direct, err = cli("evaluate", "--cluster", "nest-h100-spineleaf", *flags)
+    assert code == 0, err
+    assert json.loads(moved)["step_time_s"] == json.loads(direct)["step_time_s"]
+    assert json.loads(moved)["step_time_s"] != json.loads(out)["step_time_s"]
+    code, _, err = cli("evaluate", "--plan", path, "--cluster", "dgx-h100-ndr", "--tp", 4)
+    assert code == 2 and "drop --tp" in err

@@ -566,3 +566,28 @@ def test_a_grid_sets_mtp_depths_headroom_and_a_fixed_schedule(tmp_path):
     # keys named only when given: an older sweep's point ids stay
     assert [p.id for p in plain.points()] == [p.id for p in load(_write(
         tmp_path, grid, "again.toml")).points()]
+
+
+def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
+    """A point's id holds what the files it names load (a cluster here): after the file is
+    edited the re-run runs that point again, not the one on the catalog cluster; the old row is
+    kept as a row of another grid."""
+    from pathlib import Path
+
+    import nestplan
+
+    catalog = Path(nestplan.__file__).parent / "catalog" / "clusters" / "dgx-h100-ndr.toml"
+    fab = tmp_path / "fab.toml"
+    fab.write_text(catalog.read_text().replace('name = "dgx-h100-ndr"', 'name = "fab"'))
+    text = ('[grid]\nmodel = ["llama3-8b"]\ncluster = ["fab.toml", "dgx-h100-ndr"]\n'
+            'gpus = [16]\nseq_len = [2048]\nglobal_batch = [64]\n')
+    path = _write(tmp_path, text)
+    before = {p["cluster"]: p.id for p in load(path).points()}
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    fab.write_text(fab.read_text().replace("latency_us = 3.4", "latency_us = 30", 1))
+    after = {p["cluster"]: p.id for p in load(path).points()}
+    assert after["dgx-h100-ndr"] == before["dgx-h100-ndr"]
+    assert after["fab.toml"] != before["fab.toml"]
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "s.csv")))
+    assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})

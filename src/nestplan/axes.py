@@ -22,10 +22,19 @@ MEGATRON_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 
 
 def parse_order(text: str) -> tuple[Axis, ...]:
-    """Parse ``"tp-cp-dp-pp"`` (innermost first); ``ep`` may appear and is ignored."""
+    """Parse ``"tp-cp-dp-pp"`` (innermost first). ``ep`` may appear only just before ``dp``,
+    where Megatron's order names it (``tp-cp-ep-dp-pp``): the expert grid folds over the tp, cp
+    and dp ranks as Megatron-Core's expert rank generator lays it (``placement.expert_grid``),
+    so EP has no place of its own to give."""
     from .errors import SpecError
 
-    names = [p for p in text.replace(",", "-").split("-") if p and p != "ep"]
+    parts = [p for p in text.replace(",", "-").split("-") if p]
+    for i, p in enumerate(parts):
+        if p == "ep" and parts[i + 1:i + 2] != ["dp"]:
+            raise SpecError("rank_order", text, "ep may appear only just before dp, as in "
+                            "Megatron's 'tp-cp-ep-dp-pp': experts fold over the tp, cp and dp "
+                            "ranks as Megatron-Core lays them; order tp, cp, dp and pp")
+    names = [p for p in parts if p != "ep"]
     try:
         order = tuple(Axis(n) for n in names)
     except ValueError:

@@ -197,6 +197,16 @@ def _note_position_table(sc) -> None:
                       f"{m.name}", Note)
 
 
+def _on_cluster(sc, cluster: str):
+    """``sc`` on another cluster (``evaluate --plan P --cluster C``; the scenario's checks, its
+    capacity among them, run again)."""
+    import dataclasses
+
+    from .catalog import get_cluster
+
+    return dataclasses.replace(sc, cluster=get_cluster(cluster))
+
+
 def _note_straddling_domains(sc) -> None:
     """Say when the scale-up domains (an NVL72 rack, say) do not divide the job: ranks fill
     devices in order, so power-of-two groups straddle domains there, as a launcher that leaves
@@ -367,12 +377,15 @@ def cmd_evaluate(args) -> int:
     pf = None
     if args.plan:
         given = [f"--{n.replace('_', '-')}" for n in PLAN_FILE_HOLDS
-                 if getattr(args, n) is not None]
+                 if getattr(args, n) is not None and n != "cluster"]
         if given:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
-                             "(or leave out --plan)")
+                             "(or leave out --plan; --cluster may move it to another cluster)")
         pf = _load_plan(args.plan)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
+        if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
+            sc = _on_cluster(sc, args.cluster)
+            _note_straddling_domains(sc)
         check_plan(sc, plan)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
@@ -693,7 +706,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     e = sub.add_parser("evaluate", help="predict step time, throughput, MFU and memory of a plan")
     _add_scenario(e, for_evaluate=True)
-    e.add_argument("--plan", metavar="PLAN.json", help="evaluate a saved plan file instead")
+    e.add_argument("--plan", metavar="PLAN.json",
+                   help="evaluate a saved plan file instead (with --cluster: on another cluster)")
     e.set_defaults(func=cmd_evaluate)
     pl = sub.add_parser("plan", help="find the fastest plans that fit (NEST or a baseline)")
     _add_scenario(pl, for_evaluate=False)

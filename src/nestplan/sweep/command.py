@@ -76,7 +76,7 @@ def run_command(args) -> int:
               "command again retries them")
     if s.foreign:
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
-              "(kept)")
+              "(kept: rows of another grid, or of a model, cluster or stack file since edited)")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     return 0
 

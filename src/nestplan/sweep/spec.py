@@ -162,6 +162,10 @@ class SweepSpec:
     """Knobs fixed for every search."""
     constraints_key: str
     """Canonical JSON of the constraints, part of every point's id."""
+    contents: tuple[tuple[str, str, str], ...] = ()
+    """(grid key, value, digest of what it loads) for every model, cluster and stack the grid names
+    by path: part of the ids of the points that use it, so that a re-run after the file (or a
+    base it names) was edited runs those points again instead of keeping rows of the old file."""
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -175,7 +179,10 @@ class SweepSpec:
     def points(self) -> list[Point]:
         """Every point, the first parameter varying slowest."""
         keys = [p.key for p in self.parameters]
-        return [Point(id=point_id(dict(zip(keys, combo)), self.constraints_key),
+        digest = {(k, v): d for k, v, d in self.contents}
+        return [Point(id=point_id(dict(zip(keys, combo)), self.constraints_key,
+                                  tuple(digest[k, v] for k, v in zip(keys, combo)
+                                        if (k, v) in digest)),
                       values=tuple(zip(keys, combo)))
                 for combo in itertools.product(*(p.values for p in self.parameters))]
 
@@ -203,12 +210,16 @@ class SweepSpec:
                         stack=_stack(_resolve(stack, base) if stack else None), **extra)
 
 
-def point_id(values: dict[str, Any], constraints_key: str) -> str:
-    """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0)."""
+def point_id(values: dict[str, Any], constraints_key: str, files: tuple[str, ...] = ()) -> str:
+    """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0) and of
+    the contents of the files it names (``SweepSpec.contents``; none: catalog names only, whose
+    ids are as they were before file contents counted)."""
     canon = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
              for k, v in values.items()}
-    text = json.dumps({"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)},
-                      sort_keys=True, separators=(",", ":"))
+    data = {"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)}
+    if files:
+        data["files"] = list(files)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode()).digest()
     # base32 (letters and 2-7) rather than hex, so no id reads as a number in a CSV reader
     return base64.b32encode(digest).decode()[:10].lower()
@@ -226,11 +237,10 @@ def _resolve(ref: str, base: Path) -> str:
     return ref
 
 
-@cached(maxsize=None)
 def _model(ref: str):
     from ..catalog import get_model
 
-    return get_model(ref)
+    return get_model(ref)  # (the catalog reads a file again once it changes)
 
 
 def _stack(ref: str | None):
@@ -239,15 +249,19 @@ def _stack(ref: str | None):
     return get_stack(ref) if ref else get_stack()
 
 
-@cached(maxsize=256)
 def _cluster(ref: str, overrides: tuple = ()):
     """The cluster with level overrides applied through the loaders (so they validate them)."""
-    from ..catalog import get_accelerator, get_cluster
+    from ..catalog import get_cluster
+
+    cluster = get_cluster(ref)  # (the catalog reads a file again once it changes)
+    return _overridden(cluster, overrides) if overrides else cluster
+
+
+@cached(maxsize=256)
+def _overridden(cluster, overrides: tuple):
+    from ..catalog import get_accelerator
     from ..loaders import cluster_from_table, cluster_to_table
 
-    cluster = get_cluster(ref)
-    if not overrides:
-        return cluster
     table = cluster_to_table(cluster)
     changes = dict(overrides)
     for level in table["levels"]:
@@ -300,7 +314,32 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
                         "several files")
     return SweepSpec(path=path, output=out, parquet=bool(sweep.get("parquet", False)),
                      parameters=parameters, constraints=constraints,
-                     constraints_key=constraints_key)
+                     constraints_key=constraints_key, contents=_contents(parameters, path.parent))
+
+
+REFERENCES = ("model", "cluster", "stack")
+"""Grid keys whose values name catalog entries or files."""
+
+
+def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
+    """(key, value, digest) of each file-valued reference of the grid: the digest of the spec it
+    loads, as its canonical table (so a base file's edits count too)."""
+    from ..catalog import looks_like_path
+    from ..loaders import cluster_to_table, model_to_table, stack_to_table
+
+    table = {"model": (_model, model_to_table), "cluster": (_cluster, cluster_to_table),
+             "stack": (_stack, stack_to_table)}
+    out = []
+    for p in parameters:
+        if p.key not in REFERENCES:
+            continue
+        load, as_table = table[p.key]
+        for v in p.values:
+            ref = _resolve(v, base)
+            if looks_like_path(ref):
+                text = json.dumps(as_table(load(ref)), sort_keys=True, default=str)
+                out.append((p.key, v, hashlib.sha256(text.encode()).hexdigest()[:16]))
+    return tuple(out)
 
 
 def _as_field(where: str, value, fn, *args):
