@@ -44,6 +44,7 @@ def decimal_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"got {text!r}; must be a decimal number (ASCII)")
     return value
 
+
 def _json(obj) -> str:
     """One JSON object for ``--json``: strict JSON (a NaN or an infinity is a bug here, never
     printed as the non-JSON tokens NaN/Infinity)."""
@@ -57,7 +58,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    "folder holding it)")
     g.add_argument("--cluster", required=not for_evaluate,
                    help="catalog name or path to a cluster TOML file")
-    g.add_argument("--gpus", type=whole_arg, required=not for_evaluate, help="devices used by the run")
+    g.add_argument("--gpus", type=whole_arg, required=not for_evaluate,
+                   help="devices used by the run")
     g.add_argument("--seq-len", type=whole_arg,
                    help="tokens per sequence" + ("" if for_evaluate else
                                                  f" (default {DEFAULT_SEQ_LEN})"))
@@ -85,12 +87,13 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--pp", type=whole_arg, help="pipeline stages")
     k.add_argument("--dp", type=whole_arg, help="data-parallel degree (default: derived)")
     free = "" if for_evaluate else "; plan: searched unless given"
-    k.add_argument("--cp", type=whole_arg, help=f"context-parallel degree (evaluate's default 1{free})")
+    k.add_argument("--cp", type=whole_arg,
+                   help=f"context-parallel degree (evaluate's default 1{free})")
     k.add_argument("--ep", type=whole_arg,
                    help="expert-parallel degree; etp·ep must divide tp·cp·dp (evaluate's "
                    f"default 1{free})")
-    k.add_argument("--etp", type=whole_arg, help="expert tensor-parallel degree (default: tp where the "
-                   "stack lets experts follow TP; torchtitan with EP: 1)")
+    k.add_argument("--etp", type=whole_arg, help="expert tensor-parallel degree (default: tp where "
+                   "the stack lets experts follow TP; torchtitan with EP: 1)")
     k.add_argument("--vp", type=whole_arg,
                    help=f"virtual stages per pipeline rank (evaluate's default 1{free})")
     from .schedule import SCHEDULES
@@ -714,13 +717,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search(pl)
     pl.add_argument("--method", default="nest", help="nest (default), manual, phaze, alpa, "
                     "mist, mcmc or exhaustive")
-    pl.add_argument("--top", type=whole_arg, default=5, help=f"plans to list, 1-{MAX_TOP} (default 5)")
+    pl.add_argument("--top", type=whole_arg, default=5,
+                    help=f"plans to list, 1-{MAX_TOP} (default 5)")
     pl.set_defaults(func=cmd_plan)
     cm = sub.add_parser("compare", help="every method on one scenario, side by side")
     _add_scenario(cm, for_evaluate=False)
     _add_search(cm)
-    cm.add_argument("--top", type=whole_arg, default=1, help=f"plans each method keeps, 1-{MAX_TOP} "
-                    "(default 1; the table shows each method's best)")
+    cm.add_argument("--top", type=whole_arg, default=1, help=f"plans each method keeps, "
+                    f"1-{MAX_TOP} (default 1; the table shows each method's best)")
     cm.set_defaults(func=cmd_compare)
     ex = sub.add_parser("export", help="launch configuration of a saved plan for a framework")
     ex.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")

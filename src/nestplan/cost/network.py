@@ -137,7 +137,8 @@ def block_missed(held: int, k: int, experts: int, groups: int = 1, chosen: int =
     by their best k/chosen scores, then the k experts inside them
     (``moe_utils.group_limited_topk``, NVIDIA/Megatron-LM d98e8a64dd), so a chosen group almost
     always receives one (97 % of tokens have all 4 of DeepSeek-V3's chosen groups hit under the
-    random scores of a force-balanced run; checked against that code in the tests): a block of
+    random scores of a force-balanced run, simulated; the crossings below are checked against
+    that code in the tests): a block of
     whole groups is missed when none of them is chosen, C(G - j, g) / C(G, g); a block inside
     one group when that group is not chosen or its k/g experts fall elsewhere in it. A block
     that cuts groups otherwise is taken as uniform routing. Against Megatron-Core's own routing
@@ -177,10 +178,10 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
         per_byte, prev = 0.0, 1
         for lvl, kl in enumerate(g.k):
             if kl > prev:
-                # group-limited routing narrows the blocks a token reaches only where blocks
-                # hold whole runs of EP ranks (so of experts); else it is taken as uniform
-                d = dedup if lvl > 0 and g.consecutive(lvl - 1) else dedup[:2] if lvl > 0 \
-                    else (0, 0)
+                d = (0, 0)  # inside a node: no deduplication
+                if lvl > 0:  # group-limited routing narrows the blocks a token reaches only
+                    # where blocks hold runs of consecutive EP ranks (so of experts)
+                    d = dedup if g.consecutive(lvl - 1) else dedup[:2]
                 share = crossing_share(n, prev, d,
                                        others=g.count(lvl - 1) - 1 if lvl > 0 else None)
                 per_byte = max(per_byte, share / level_bandwidth(cluster, lvl, g.share))

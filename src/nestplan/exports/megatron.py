@@ -163,8 +163,8 @@ def export(pf: PlanFile) -> Export:
     # each stage's recompute policy: Megatron-LM's flags are per process, so stages that differ
     # get theirs from the stage script (``_stage_script``); the plan keeps every policy
     policies = [sc.stack.policy(par.recompute_of(s)) for s in range(par.pp)]
-    exported, rec_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
-    notes += rec_notes
+    exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
+    notes += sched_notes
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
         f"--pipeline-model-parallel-size {par.pp}",
@@ -316,7 +316,7 @@ def export(pf: PlanFile) -> Export:
                      "python pretrain_gpt.py ARGUMENTS" + (
                          " (with RANK already the Megatron rank of the rank map)"
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
-    if rec_notes or any(approximated for _, _, approximated in by_policy.values()):
+    if sched_notes or any(approximated for _, _, approximated in by_policy.values()):
         notes.append(predicted_note(pf, exported))
     ev, _ = prediction(pf, exported)
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "

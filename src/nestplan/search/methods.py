@@ -179,7 +179,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
         zeros = space.zero_stages(sc, con, Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep))
-        # Megatron's practice, the manual rules', whatever the stack's launcher default
+        # the manual rules follow Megatron's practice: SP with any TP, whatever the stack's
+        # launchers default to (StackSpec.sp_for is what a run that does not say gets)
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
         etp = con.etp
         if etp is None and m.moe is not None:
