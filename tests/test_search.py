@@ -508,3 +508,41 @@ def test_the_slow_methods_report_what_they_count(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 6 s",
         "nestplan: exhaustive searching, 3 configurations solved (40 in the space), 12 s"]
+
+
+@pytest.mark.parametrize("micro, vp", [(1, 1), (1, 2), (3, 1), (4, 2)])
+def test_dp_solver_equals_brute_force_on_random_tables(micro, vp):
+    """``dp.solve`` against every split and policy choice of random cost tables, one micro-batch
+    per replica among them (its X term vanishes, and the solver then looks at no X bound)."""
+    import itertools
+
+    import numpy as np
+
+    from nestplan.search import dp as DP
+
+    rng = np.random.default_rng(micro * 10 + vp)
+    units, devices, policies = 6, 3, 2
+    for trial in range(20):
+        shape = (units + 1, units + 1, policies)
+        x = [rng.uniform(1, 10, shape) for _ in range(devices)]
+        y = [rng.uniform(1, 10, shape) for _ in range(devices)]
+        e = [rng.uniform(0, 5, shape) for _ in range(devices)]
+        forward = (np.arange(units + 1)[:, None] >= np.arange(units + 1)[None, :])[:, :, None]
+        ok = [(rng.random(shape) > 0.3) & forward for _ in range(devices)]  # [end, start]
+        best = np.inf
+        # every split, a device holding no unit included (as the solver's tables allow)
+        for cuts in itertools.combinations_with_replacement(range(units + 1), devices - 1):
+            bounds = (0, *cuts, units)
+            for pols in itertools.product(range(policies), repeat=devices):
+                cells = [(bounds[i + 1], bounds[i], pols[i]) for i in range(devices)]
+                if not all(ok[i][c] for i, c in enumerate(cells)):
+                    continue
+                best = min(best, DP.objective([x[i][c] for i, c in enumerate(cells)],
+                                              [y[i][c] for i, c in enumerate(cells)],
+                                              [e[i][c] for i, c in enumerate(cells)],
+                                              micro, vp, 0.5))
+        sol = DP.solve(x, e, ok, micro, vp, 0.5, y=y)
+        if not np.isfinite(best):
+            assert sol is None, trial
+        else:
+            assert sol is not None and sol.objective == pytest.approx(best, rel=1e-12), trial

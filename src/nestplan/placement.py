@@ -434,18 +434,20 @@ def _expert_groups(key: tuple, cluster: ClusterSpec, gpus: int) -> tuple[GroupLa
     blocks = _block_sizes(cluster, gpus)
     egrid = expert_grid(grid, par)
     ep_rows = _rows(egrid, 2)  # each EP group's devices in EP-rank order
+    ordered = np.sort(ep_rows, axis=1)
     ep_lay = replace(_group_layout(ep_rows, blocks),
-                     runs=tuple(_in_runs(ep_rows, b) for b in blocks[:-1]))
+                     runs=tuple(_in_runs(ep_rows, ordered, b) for b in blocks[:-1]))
     return (ep_lay, *(_group_layout(_rows(egrid, axis), blocks) for axis in (3, 1)))
 
 
-def _in_runs(rows: np.ndarray, b: int) -> bool:
-    """Every row (device ids in the group's own order) meets each block of size ``b`` in one
-    run of consecutive members: it changes blocks as often as it has blocks, less one."""
+def _in_runs(rows: np.ndarray, ordered: np.ndarray, b: int) -> bool:
+    """Every row (device ids in the group's own order; ``ordered``: each row sorted) meets each
+    block of size ``b`` in one run of consecutive members: it changes blocks as often as it has
+    blocks, less one."""
     blk = rows // b
     changes = (blk[:, 1:] != blk[:, :-1]).sum(axis=1)
-    ordered = np.sort(blk, axis=1)
-    distinct = (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
+    sblk = ordered // b  # (sorted ids give sorted blocks)
+    distinct = (sblk[:, 1:] != sblk[:, :-1]).sum(axis=1)
     return bool((changes == distinct).all())
 
 

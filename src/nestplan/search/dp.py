@@ -174,6 +174,8 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         return objective(xv, yv, ev, micro, vp, const)
 
     t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))
+    if slope == 0:  # one micro-batch, one chunk: X is not in the objective, so its largest
+        t_values = t_values[-1:]  # threshold (no bound on X) gives every solution the others do
     for t in t_values[t_values >= t0]:
         if slope * t + s_min / vp + e_min + const >= best_val:
             break
