@@ -591,3 +591,16 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
     assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})
+
+
+def test_a_single_model_panel_is_titled_by_its_model(tmp_path):
+    """A sweep of one model and one method draws one panel, titled by them (it had been titled
+    by the sweep file's name)."""
+    from nestplan.sweep.plot import summary_svg
+
+    spec = load(_write(tmp_path, BASE + 'method = ["nest"]\n', "mine.toml"))
+    results = [(p, 1000.0 + p["gpus"]) for p in spec.points()]
+    root = ET.fromstring(str(summary_svg(spec, results, omitted=0)))
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
+              if t.get("font-weight") == "600"]
+    assert "gpt-1p7b · nest" in titles and "mine" not in titles, titles

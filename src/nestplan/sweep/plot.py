@@ -105,7 +105,10 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         groups = panels[key]
         keep = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))[:MAX_SERIES]
         grid_order = sorted(keep, key=lambda s: tuple(p.values.index(v) for p, v in zip(rest, s)))
-        title = " · ".join(_part(p, v) for p, v in zip(by, key)) or spec.path.stem
+        # a panel per model and method that vary; else the one model (and method) it shows
+        title = (" · ".join(_part(p, v) for p, v in zip(by, key))
+                 or " · ".join(_part(p, p.values[0]) for p in fixed if p.key in ("model", "method"))
+                 or spec.path.stem)
         if len(groups) > MAX_SERIES:
             title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
         # series with the same points (e.g. networks the plan does not feel) are drawn once,
