@@ -346,13 +346,14 @@ def _plan(args, sc):
     if args.schedule is not None:
         kw["schedule"] = args.schedule
     if args.stage_layers is not None:
-        text = args.stage_layers.replace(" ", "")
-        parts = text.split(",")
-        if not all(x.isascii() and x.isdigit() for x in parts):
+        from .units import counts
+
+        sizes = counts(args.stage_layers.replace(" ", "").split(","))
+        if sizes is None:
             raise SpecError("stage-layers", args.stage_layers, "must be whole numbers of blocks "
                             "per model chunk, comma-separated (4,4,3)")
         # as the field holds it, so that an error about it names the flag (``_as_flags``)
-        args.stage_layers = kw["stage_layers"] = tuple(int(x) for x in parts)
+        args.stage_layers = kw["stage_layers"] = sizes
     par = Parallelism(**kw)
     if args.zero is None:  # the stack's own, or the most it runs with this plan
         runs = st.zeros_for(par) or [0]
@@ -517,15 +518,13 @@ def cmd_export(args) -> int:
     from .loaders import writable
 
     if args.output is not None:
-        writable(args.output, "-o", "launch-script")
-        _not_the_plan(args.output, args.plan)
+        writable(args.output, "-o", "launch-script", reads=(args.plan,), what=THE_PLAN)
     pf = _load_plan(args.plan)
     out = export(pf, args.format)
     if args.output is not None:
         path = Path(args.output)
         for suffix in out.extras:  # every file is checked before the first is written
-            writable(str(path) + suffix, "-o", f"'{suffix}'")
-            _not_the_plan(str(path) + suffix, args.plan)
+            writable(str(path) + suffix, "-o", f"'{suffix}'", reads=(args.plan,), what=THE_PLAN)
         files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
         for name, text in files.items():
             try:
@@ -552,12 +551,8 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _not_the_plan(output: str, plan: str) -> None:
-    """Refuse an output path that is the plan file being read (it would be replaced)."""
-    from .errors import SpecError
-
-    if Path(output).resolve() == Path(plan).resolve():
-        raise SpecError("-o", output, "is the plan file being read; write to a new file")
+THE_PLAN = "the plan file being read"
+"""What ``writable`` calls the plan that ``export`` and ``report`` read, refusing it as output."""
 
 
 def cmd_report(args) -> int:
@@ -566,8 +561,7 @@ def cmd_report(args) -> int:
     from .loaders import writable
     from .report import render
 
-    writable(args.output, "-o", "report HTML")
-    _not_the_plan(args.output, args.plan)
+    writable(args.output, "-o", "report HTML", reads=(args.plan,), what=THE_PLAN)
     pf = _load_plan(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
@@ -659,11 +653,9 @@ def cmd_calibrate(args) -> int:
     runs = _runs_csv(args.csv, "RUNS.csv")
     given = base_of(runs, args.stack)
     base = get_stack(given)
-    writable(args.output, "-o", "stack TOML")
+    writable(args.output, "-o", "stack TOML", reads=(*stack_files(given), runs),
+             what="the runs CSV, the base stack file or one of its bases")
     out = Path(args.output)
-    if out.resolve() in stack_files(given) | {runs.resolve()}:
-        raise SpecError("-o", args.output, "is the runs CSV, the base stack file or one of its "
-                        "bases; write the calibrated stack to a new file")
     cases = load_cases(runs, stack=base, field="RUNS.csv")
     progress = _Progress("calibrate", "fitting")
     try:

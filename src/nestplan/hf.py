@@ -290,9 +290,9 @@ def _gpt_oss(cfg: _Config) -> dict:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({kw['layers']})")
     kinds = ("sliding_attention", "full_attention")
-    if types is not None and not all(t in kinds for t in types):
-        raise SpecError(cfg.where("layer_types"), next(t for t in types if t not in kinds),
-                        "entries allowed: " + ", ".join(kinds))
+    odd = [t for t in types or () if t not in kinds]
+    if odd:  # (a null entry too)
+        raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(kinds))
     local = (sum(t == "sliding_attention" for t in types) if types is not None
              else kw["layers"] // 2)  # the modelling code alternates when not listed
     if window and local:
@@ -328,10 +328,11 @@ def _llama4(cfg: _Config) -> dict:
         if rope is not None and len(rope) != layers:
             raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
                             f"needs one per layer ({layers})")
-        if rope is not None and not all(r in (0, 1) and not isinstance(r, float) for r in rope):
-            raise SpecError(cfg.where("no_rope_layers"), next(
-                r for r in rope if r not in (0, 1) or isinstance(r, float)),
-                "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global attention)")
+        odd = [r for r in rope or () if r not in (0, 1) or isinstance(r, float)]
+        if odd:
+            raise SpecError(cfg.where("no_rope_layers"), odd[0],
+                            "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global "
+                            "attention)")
         local = sum(1 for r in rope if r) if rope else layers - layers // 4  # every 4th is NoPE
         if local:
             kw.update(local_span=chunk, local_share=local / layers)

@@ -38,15 +38,19 @@ def regular_file(path: Path, field: str, kind: str) -> None:
                         f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
 
 
-def writable(path, field: str, kind: str, *, makes_folder: bool = False) -> None:
+def writable(path, field: str, kind: str, *, makes_folder: bool = False,
+             reads: tuple = (), what: str = "a file being read") -> None:
     """Refuse an output path that cannot be written before any work is done: blank, a
-    directory, a file in a directory that does not exist unless the writer ``makes_folder``, or
-    one the system will not let us write (no permission, a read-only or special file system:
-    tried by opening it to append, or creating it and removing it again) (SpecError naming
+    directory, a file in a directory that does not exist unless the writer ``makes_folder``, one
+    of the files the command ``reads`` (``what`` they are; writing would replace them), or one
+    the system will not let us write (no permission, a read-only or special file system: tried
+    by opening it to append, or creating it and removing it again) (SpecError naming
     ``field``)."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
     path = Path(path)
+    if path.resolve() in {Path(r).resolve() for r in reads}:
+        raise SpecError(field, str(path), f"is {what}; write to a new file")
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
     if not path.parent.is_dir():

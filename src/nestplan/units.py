@@ -4,6 +4,7 @@ Files carry units in their keys (``bandwidth_GBps``, ``latency_us``, ``hbm_GiB``
 the one place where those are turned into SI values and back into human-readable text.
 """
 
+import math
 import re
 
 GB = 1e9
@@ -52,7 +53,7 @@ def decimal(text: str) -> float | None:
     if not _DECIMAL.fullmatch(text.strip()):
         return None
     value = float(text)
-    return value if value not in (float("inf"), float("-inf")) else None  # 1e400
+    return value if math.isfinite(value) else None  # (1e400)
 
 
 def whole(text: str) -> int | None:
@@ -65,3 +66,10 @@ def whole(text: str) -> int | None:
         return int(text)
     except ValueError:  # more digits than Python converts (4,300)
         return None
+
+
+def counts(parts) -> tuple[int, ...] | None:
+    """Whole numbers >= 0 in ASCII digits (blocks per model chunk, say), or None when any part is
+    not one."""
+    values = tuple(whole(p) for p in parts)
+    return None if any(v is None or v < 0 for v in values) else values

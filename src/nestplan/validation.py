@@ -37,7 +37,7 @@ from .options import MLPKind, Norm, Position, Precision
 from .specs import (AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec,
                     check_plan)
 from .stack import StackSpec
-from .units import MiB, GiB, decimal, whole
+from .units import MiB, GiB, counts, decimal, whole
 
 MIN_STEP, MAX_STEP = 1e-6, 1e7
 """Measured step times a runs CSV may give, seconds: a microsecond to about four months (the
@@ -127,8 +127,7 @@ class _Row:
             if name in OTHER_METRICS and not (value and value.isascii()):
                 raise SpecError(f"{where}.other_metrics", item, f"{name} needs a value (ASCII "
                                 "digits)")
-            if name in ("local_batch", "model_parallel_size") and not (
-                    value.isdigit() and int(value) > 0):
+            if name in ("local_batch", "model_parallel_size") and not (whole(value) or 0) > 0:
                 raise SpecError(f"{where}.other_metrics", item, f"{name} must be a whole "
                                 "number > 0")
             near = difflib.get_close_matches(name, OTHER_METRICS, n=1, cutoff=0.75)
@@ -280,7 +279,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         mp = row.other("model_parallel_size")
-        if not (mp.isascii() and mp.isdigit()) or int(mp) % 8 or int(mp) == 0:
+        if not mp or int(mp) % 8:  # (a whole number > 0 where given: _Row)
             raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
                             "multiple of 8, in other_metrics)")
         mp = int(mp)
@@ -299,11 +298,11 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
     extra = {"rank_order": parse_order(order)} if order else {}
     layout = row.text("stage_layers")
     if layout:  # blocks per model chunk, space-separated (the head runs after the last)
-        sizes = [whole(n) for n in layout.split()]
-        if any(n is None or n < 0 for n in sizes):
+        sizes = counts(layout.split())
+        if sizes is None:
             raise SpecError(f"{row.where}.stage_layers", layout, "must be whole numbers of "
                             "blocks per model chunk (ASCII digits), space-separated")
-        extra["stage_layers"] = tuple(sizes)
+        extra["stage_layers"] = sizes
     ep, etp = row.number("ep", 1), row.number("etp")
     if etp is None:  # as the stack runs experts (torchtitan's with EP: no expert TP)
         etp = stack.default_etp(tp, ep)
@@ -388,8 +387,8 @@ def _local_batch(row: _Row) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
     2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
     and the global batch is exactly N per data-parallel rank."""
-    value = row.other("local_batch")
-    if not (value.isascii() and value.isdigit()) or int(value) == 0 or row.text("micro_batch"):
+    value = row.other("local_batch")  # a whole number > 0 where given (_Row)
+    if not value or row.text("micro_batch"):
         return None
     n = int(value)
     gb, dp = row.number("global_batch"), row.number("dp")

@@ -224,7 +224,8 @@ def export(pf: PlanFile) -> Export:
     for _, why, _ in by_policy.values():
         notes += why
     stage_flags = [by_policy[p][0] for p in policies]
-    if len(set(map(tuple, stage_flags))) == 1:
+    staged = len(set(map(tuple, stage_flags))) > 1  # flags per stage: the stage script's
+    if not staged:
         args += stage_flags[0]
     if par.zero == 1:
         args.append("--use-distributed-optimizer")
@@ -308,7 +309,6 @@ def export(pf: PlanFile) -> Export:
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
                      "start each process with RANK from the rank map (.ranks.csv) so that "
                      "Megatron rank r runs on the device the plan chose")
-    staged = len(set(map(tuple, stage_flags))) > 1
     if staged:
         notes.append("the stages recompute differently (" + par.recompute_text + "), so these "
                      "arguments hold no --recompute-* flag: launch through the stage script, "
