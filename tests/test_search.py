@@ -134,6 +134,24 @@ def test_exhaustive_counts_the_plans_it_evaluates(monkeypatch):
         methods.exhaustive(sc, con, 1, limit=size - 1)
 
 
+def test_exhaustive_stops_listing_past_its_limit(monkeypatch):
+    """A space larger than the limit is refused after listing only as many configurations as
+    it takes to pass it (compare of Qwen3-235B on 512 GPUs had listed all 513,680, 15 s)."""
+    sc = scenario_from_names("qwen3-235b-a22b", "dgx-h100-ndr", 512, seq_len=4096, global_batch=1024)
+    listed = []
+    real = methods.space.configurations
+
+    def counting(*a):
+        for par in real(*a):
+            listed.append(par)
+            yield par
+
+    monkeypatch.setattr(methods.space, "configurations", counting)
+    with pytest.raises(SpecError, match="the space holds more than 50,000 plans; fix some of"):
+        methods.exhaustive(sc, Constraints(), 1)
+    assert 0 < len(listed) < 1000, len(listed)
+
+
 def test_manual_keeps_a_fixed_vp_by_pipelining():
     """--vp 2 is an interleaved pipeline: manual takes the shortest pipeline that can have it
     (it had taken no pipeline and dropped the vp)."""
@@ -218,6 +236,27 @@ def test_compare_json(capsys):
     methods_run = {m["method"]: m for m in js["methods"]}
     assert methods_run["manual"]["tokens_per_s_ratio_to_manual"] == pytest.approx(1.0)
     assert methods_run["nest"]["tokens_per_s_ratio_to_manual"] >= 1.0
+
+
+def test_compare_runs_the_methods_at_once_with_the_same_answers(capsys, monkeypatch):
+    """On one core compare runs the methods in turn; on more, side by side in processes: the
+    plans, predictions and reasons for finding none are the same (only search times differ)."""
+    import nestplan.cli as cli
+
+    args = ["compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr", "--gpus", "16",
+            "--global-batch", "64", "--json"]
+    answers = []
+    for cores in (1, 2):
+        monkeypatch.setattr(cli, "_cores", lambda cores=cores: cores)
+        code, out, _ = run_cli(args, capsys)
+        assert code == 0
+        js = json.loads(out)
+        for row in js["methods"]:
+            row.pop("search_seconds")
+        answers.append(js)
+    assert answers[0] == answers[1]
+    assert len(answers[0]["methods"]) + len(answers[0]["errors"]) == len(methods.METHODS)
+    assert "exhaustive" in answers[0]["errors"]  # a reason, carried back from its process
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))

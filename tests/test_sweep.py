@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from nestplan.cli import main
+from nestplan.errors import SpecError
 from nestplan.sweep.spec import RESULT_COLUMNS, load
 
 from console import cli
@@ -555,7 +556,7 @@ def test_a_grid_sets_mtp_depths_headroom_and_a_fixed_schedule(tmp_path):
     grid = ('[grid]\nmodel = ["deepseek-v3"]\ncluster = ["dgx-h100-ndr"]\ngpus = [256]\n'
             'stack = ["deepspeed"]\n')
     plain = load(_write(tmp_path, grid, "plain.toml"))
-    with pytest.raises(Exception, match="mtp_layers = \\[0\\] in a sweep grid"):
+    with pytest.raises(SpecError, match="mtp_layers = \\[0\\] in a sweep grid"):
         plain.scenario(plain.points()[0])
     spec = load(_write(tmp_path, grid + "mtp_layers = [0]\nmemory_headroom_pct = [10]\n"
                        "[constraints]\nschedule = \"1f1b\"\npp = 2\n"))

@@ -472,22 +472,35 @@ def _check_top(top: int) -> None:
         raise SpecError("top", top, f"must be an integer in [1, {MAX_TOP}]")
 
 
+def _cores() -> int:
+    """Cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cmd_compare(args) -> int:
     sc, con = _searchable(args)
-    from .errors import InfeasibleError, SpecError
+    from .errors import InfeasibleError
     from .result import SUMMARY_KEYS
-    from .search.methods import METHODS, run_method
+    from .search.methods import METHODS, attempt, side_by_side
 
-    results, errors = {}, {}
-    for name in METHODS:
-        progress = _Progress(name)
-        try:
-            results[name] = run_method(name, sc, con, top=args.top, progress=progress)
-        except (InfeasibleError, SpecError) as e:
-            text = e.allowed if isinstance(e, SpecError) else str(e)  # the rule, whole
-            errors[name] = text.removeprefix(f"{name}: ")  # the method is the key already
-        finally:
-            progress.close()
+    workers = min(_cores(), len(METHODS))
+    if workers > 1:  # the methods at once; the progress line counts those finished
+        line = _Progress("compare", "running")
+        outcomes = side_by_side(sc, con, args.top, workers,
+                                lambda done, total, s: line(done, total, s, of="methods finished"))
+        line.close()
+    else:  # in turn, each with its own progress line
+        outcomes = {}
+        for name in METHODS:
+            line = _Progress(name)
+            try:
+                outcomes[name] = attempt(name, sc, con, args.top, line)
+            finally:
+                line.close()
+    results = {name: res for name, (res, _) in outcomes.items() if res is not None}
+    errors = {name: why for name, (res, why) in outcomes.items() if res is None}
     if not results:
         # nest searches the whole space: its reason stands for all (each method's is in --json)
         why = errors.get("nest") or next(iter(errors.values()))

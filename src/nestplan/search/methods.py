@@ -320,7 +320,6 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
                limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
     """Every configuration, every split (``space.split_units``) and every per-stage policy."""
     start = time.perf_counter()
-    configs = list(space.configurations(sc, con))
     sets = [[sc.stack.recompute[i].name for i in s] for s in space.policy_sets(sc, con)]
 
     fixed = con.recompute is not None and len(con.recompute) > 1  # one policy per stage, given
@@ -335,21 +334,29 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
     def mixes(pp):  # how many per_stage yields
         return 1 if fixed else sum(len(s) ** pp for s in sets)
 
-    if not configs:
-        raise InfeasibleError(f"exhaustive: {driver.unsatisfiable(sc, con)}")
-    size = 0
-    for par in configs:
+    # the space is counted as it is listed, and the listing stops once it holds more than the
+    # limit (listing the configurations of a large MoE space alone takes seconds)
+    listing = space.configurations(sc, con)
+    configs, size = [], 0
+    for par in listing:
+        configs.append(par)
         units, least = space.split_units(sc.model, par.vp)
         size += space.n_compositions(units, par.pp, least) * mixes(par.pp)
+        if size > limit:
+            break
+    if not configs:
+        raise InfeasibleError(f"exhaustive: {driver.unsatisfiable(sc, con)}")
     if size > limit:
+        whole = next(listing, None) is None
         knobs = ("pp", "recompute", "vp", "tp", "dp", "cp", "ep", "mbs", "zero")
         free = " ".join(f"--{k}" for k in knobs if getattr(con, k) is None
                         and (k != "ep" or sc.model.moe is not None))
         count = f"{size:,}" if size < 10**12 else f"about {size:.2g}"
+        holds = f"{count} plans, more than {limit:,}" if whole else f"more than {limit:,} plans"
         fix = (f"fix some of {free} (pipeline depth and per-stage recomputation multiply it "
                "most)" if free else "use a smaller instance")
-        raise SpecError("method", "exhaustive", f"the space holds {count} plans, more than "
-                        f"{limit:,}; {fix}, or use another method")
+        raise SpecError("method", "exhaustive", f"the space holds {holds}; {fix}, or use another "
+                        "method")
     found = []  # the best plan of every configuration, as the other methods report
     closest = driver.Shortfall(sc.memory_limit)
     done = 0
@@ -397,3 +404,44 @@ def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
     if name != "manual":  # one rule-made plan, evaluated; the others search the space
         refuse_unsearchable(con)
     return RUNNERS[name](sc, con, top, progress)
+
+
+def attempt(name: str, sc: Scenario, con: Constraints, top: int,
+            progress=None) -> tuple[SearchResult | None, str | None]:
+    """One method's result, or (None, why it found none) as ``compare`` lists it."""
+    try:
+        return run_method(name, sc, con, top=top, progress=progress), None
+    except (InfeasibleError, SpecError) as e:
+        text = e.allowed if isinstance(e, SpecError) else str(e)  # the rule, whole
+        return None, text.removeprefix(f"{name}: ")  # the method names it already
+
+
+LONGEST_FIRST = ("exhaustive", "nest", "phaze", "alpa", "mcmc", "mist", "manual")
+"""The order ``side_by_side`` starts the methods in, so that the longest does not start last:
+exhaustive takes up to a minute where it runs at all (``EXHAUSTIVE_LIMIT``) and refuses a larger
+space at once; then by search times on a large space (Qwen3-235B on 512 H100: nest 12 s, phaze 7,
+alpa 5, mcmc 4, mist 2)."""
+assert sorted(LONGEST_FIRST) == sorted(METHODS)
+
+
+def side_by_side(sc: Scenario, con: Constraints, top: int, workers: int,
+                 progress=None) -> dict[str, tuple[SearchResult | None, str | None]]:
+    """Every method's ``attempt`` (``METHODS`` order), run in ``workers`` processes at once: each
+    search is one process's work and they share nothing. ``progress(done, total, seconds)``
+    counts the methods finished."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    start = time.perf_counter()
+    starts = multiprocessing.get_all_start_methods()  # fork where there is one (Linux)
+    context = multiprocessing.get_context("fork" if "fork" in starts else None)
+    done = {}
+    with ProcessPoolExecutor(min(workers, len(METHODS)), mp_context=context) as pool:
+        pending = {pool.submit(attempt, name, sc, con, top): name for name in LONGEST_FIRST}
+        while pending:
+            finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for f in finished:
+                done[pending.pop(f)] = f.result()
+            if progress:
+                progress(len(done), len(METHODS), time.perf_counter() - start)
+    return {name: done[name] for name in METHODS}
