@@ -777,6 +777,27 @@ SWEEP_BAD = {
     "network-value-bad": (SWEEP + "[grid.network.spine]\noversubscription = [0.1]\n",
                           "oversubscription"),
     "network-key-unknown": (SWEEP + "[grid.network.spine]\nwarp = [2]\n", "warp"),
+    # named networks ([grid.networks]): each level of each name checked as the varied ones are
+    "networks-not-tables": (SWEEP + "networks = [1, 2]\n", "grid.networks: got [1, 2]"),
+    "networks-empty": (SWEEP + "[grid.networks]\n", "grid.networks: got {}"),
+    "networks-name-blank": (SWEEP + '[grid.networks." "]\nspine = { latency_us = 5 }\n',
+                            "a network's name must be printable"),
+    "networks-no-levels": (SWEEP + "[grid.networks.fast]\n", "grid.networks.fast: got {}"),
+    "networks-level-unknown": (SWEEP + "[grid.networks.fast]\nmoon = { latency_us = 5 }\n",
+                               "grid.networks.fast: got 'moon'; not a level"),
+    "networks-key-unknown": (SWEEP + "[grid.networks.fast]\nspine = { warp = 2 }\n", "warp"),
+    "networks-list-value": (SWEEP + "[grid.networks.fast]\nspine = { latency_us = [5, 10] }\n",
+                            "grid.networks.fast.spine.latency_us: got [5, 10]; must be one number"),
+    "networks-value-bad": (SWEEP + "[grid.networks.fast]\nspine = { oversubscription = 0.1 }\n",
+                           "grid.networks.fast.spine.oversubscription: got 0.1; must be a number"),
+    "networks-value-str": (SWEEP + '[grid.networks.fast]\nspine = { latency_us = "5" }\n',
+                           "grid.networks.fast.spine.latency_us: got '5'; must be a number"),
+    "networks-two-bandwidths": (SWEEP + "[grid.networks.fast]\nspine = { bandwidth_GBps = 5, "
+                                "bandwidth_GiBps = 5 }\n", "not both"),
+    "networks-key-also-varied": (SWEEP + "[grid.networks.fast]\nspine = { bandwidth_GiBps = 100 }"
+                                 "\n[grid.network.spine]\nbandwidth_GBps = [50, 100]\n",
+                                 "grid.networks.fast.spine.bandwidth_GiBps: got 100; also varied "
+                                 "in grid.network.spine.bandwidth_GBps; set it in one place"),
     "constraint-unknown": (SWEEP + "[constraints]\nturbo = true\n", "turbo"),
     "constraint-bad-value": (SWEEP + "[constraints]\ntp = 0\n", "tp"),
     # each value fine alone, but no point takes it: refused before any work (every point had

@@ -170,6 +170,39 @@ def test_network_overrides_replace_the_level_value(tmp_path):
     assert leaf.bandwidth == pytest.approx(12.5 * 2**30)  # untouched
 
 
+def test_a_named_network_sets_several_levels_at_once(tmp_path):
+    """[grid.networks.NAME] ties levels together (a NIC upgrade moves leaf and spine): the
+    network column takes each name in turn, with the varied levels crossed; editing a named
+    network's values gives its points new ids (they run again), and the others keep theirs."""
+    nets = ("[grid.networks.nic400]\nleaf = { bandwidth_GBps = 50 }\nspine = { bandwidth_GBps = 50 }"
+            "\n[grid.networks.nic800]\nleaf = { bandwidth_GBps = 100 }\n"
+            "spine = { bandwidth_GBps = 100, oversubscription = 2 }\n"
+            "[grid.network.core]\nlatency_us = [5, 10]\n")
+    spec = load(_write(tmp_path, BASE + nets))
+    assert spec.columns[:10] == ("id", "model", "cluster", "gpus", "method", "seq_len",
+                                 "global_batch", "precision", "network", "network.core.latency_us")
+    seen = []
+    for point in spec.points():
+        levels = {lv.name: lv for lv in spec.scenario(point).cluster.levels}
+        seen.append((point["network"], levels["leaf"].bandwidth, levels["spine"].bandwidth,
+                     levels["spine"].oversubscription, levels["core"].latency))
+    assert [s[0] for s in seen] == ["nic400", "nic400", "nic800", "nic800"]
+    for got, want in zip(seen, [(50e9, 50e9, 1.0, 5e-6), (50e9, 50e9, 1.0, 10e-6),
+                                (100e9, 100e9, 2.0, 5e-6), (100e9, 100e9, 2.0, 10e-6)]):
+        assert got[1:] == pytest.approx(want)
+    edited = load(_write(tmp_path, BASE + nets.replace("oversubscription = 2", "oversubscription = 4"),
+                         "e.toml"))
+    before = {p.id: p["network"] for p in spec.points()}
+    after = {p.id: p["network"] for p in edited.points()}
+    assert {i for i, n in before.items() if n == "nic400"} == {i for i, n in after.items()
+                                                               if n == "nic400"}
+    assert not {i for i, n in before.items() if n == "nic800"} & set(after)
+    assert main(["sweep", str(tmp_path / "s.toml"), "--quiet", "--workers", "1"]) == 0
+    rows = _rows(tmp_path / "s.csv")
+    assert [r["network"] for r in rows] == ["nic400", "nic400", "nic800", "nic800"]
+    assert all(r["status"] == "ok" for r in rows)
+
+
 # ----------------------------------------------------------------------------- running
 
 

@@ -48,6 +48,8 @@ _NETWORK_UNITS = {"bandwidth_GBps": "{:g} GB/s", "bandwidth_GiBps": "{:g} GiB/s"
 def _part(p: Parameter, v) -> str:
     if (split := level_key(p.key)) is not None:
         return f"{split[0]} " + _NETWORK_UNITS[split[1]].format(v)
+    if p.key == "network":  # a named network of [grid.networks]
+        return str(v)
     if p.kind is str:
         return _file_name(p, str(v))
     return f"{p.key}={str(v).lower() if p.kind is bool else format(v, 'g')}"

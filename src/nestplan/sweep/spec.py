@@ -23,6 +23,10 @@ value stands for a one-element list)::
     oversubscription = [1, 2, 4]      # also bandwidth_GBps or bandwidth_GiBps (replaces the
     bandwidth_GBps = [25, 50]         # level's bandwidth), latency_us, efficiency, size
 
+    [grid.networks.nic800]            # named networks: each sets several levels at once (one
+    leaf = { bandwidth_GBps = 100 }   # value per key), and the grid's `network` column takes
+    spine = { bandwidth_GBps = 100 }  # each name in turn (a NIC upgrade moves every level)
+
     [constraints]                     # optional: knobs fixed for every search, as plan's flags
     tp = 8                            # tp pp dp cp ep etp vp zero mbs (integers), sp and
     recompute = "full"                # tp_within_node (booleans), recompute ("full" or one per
@@ -162,6 +166,9 @@ class SweepSpec:
     """Knobs fixed for every search."""
     constraints_key: str
     """Canonical JSON of the constraints, part of every point's id."""
+    networks: tuple[tuple[str, tuple], ...] = ()
+    """Named networks of ``[grid.networks]``: (name, ((level, ((key, value), ...)), ...)), the
+    ``network`` column's values."""
     contents: tuple[tuple[str, str, str], ...] = ()
     """(grid key, value, digest of what it loads) for every model, cluster and stack the grid names
     by path: part of the ids of the points that use it, so that a re-run after the file (or a
@@ -193,10 +200,12 @@ class SweepSpec:
 
         base = self.path.parent
         net = point.network()
+        for level, pairs in dict(self.networks).get(dict(point.values).get("network"), ()):
+            net.setdefault(level, {}).update(pairs)  # (no key is both named and varied: _grid)
         cluster = _cluster(_resolve(point["cluster"], base),
                            tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
         training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method",
-                                                                 "stack", *SCENARIO_KEYS)
+                                                                 "stack", "network", *SCENARIO_KEYS)
                     and not k.startswith("network.")}
         given = dict(point.values)
         stack = given.get("stack")
@@ -305,7 +314,7 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
         raise SpecError("output", str(out), "must end in .csv (the Parquet and SVG files are "
                         "written beside it)")
     constraints, constraints_key = _constraints(table.get("constraints", {}))
-    parameters = _grid(table.get("grid"), path.parent)
+    parameters, networks = _grid(table.get("grid"), path.parent)
     count = math.prod(len(p.values) for p in parameters)
     if count > MAX_POINTS:
         sizes = " x ".join(str(len(p.values)) for p in parameters if len(p.values) > 1)
@@ -314,7 +323,9 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
                         "several files")
     return SweepSpec(path=path, output=out, parquet=bool(sweep.get("parquet", False)),
                      parameters=parameters, constraints=constraints,
-                     constraints_key=constraints_key, contents=_contents(parameters, path.parent))
+                     constraints_key=constraints_key, networks=networks,
+                     contents=_contents(parameters, path.parent) + tuple(
+                         ("network", name, _digest(levels)) for name, levels in networks))
 
 
 REFERENCES = ("model", "cluster", "stack")
@@ -337,9 +348,13 @@ def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
         for v in p.values:
             ref = _resolve(v, base)
             if looks_like_path(ref):
-                text = json.dumps(as_table(load(ref)), sort_keys=True, default=str)
-                out.append((p.key, v, hashlib.sha256(text.encode()).hexdigest()[:16]))
+                out.append((p.key, v, _digest(as_table(load(ref)))))
     return tuple(out)
+
+
+def _digest(data) -> str:
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _as_field(where: str, value, fn, *args):
@@ -390,7 +405,8 @@ def _positive_ints(values: list, where: str) -> list:
     return values
 
 
-def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
+def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
+    """The grid's axes, and its named networks (``SweepSpec.networks``)."""
     from ..loaders import check_keys, training_from_table
     from ..search.constraints import METHODS
 
@@ -399,7 +415,8 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
         raise SpecError("grid", grid, f"empty; give at least model, cluster and gpus ({example})")
     extras = _training_extra_keys()
     check_keys(grid, "grid", required=set(GRID_REQUIRED),
-               optional=set(GRID_DEFAULTS) | set(extras) | {"network", "stack"} | set(SCENARIO_KEYS))
+               optional=set(GRID_DEFAULTS) | set(extras) | {"network", "networks", "stack"}
+               | set(SCENARIO_KEYS))
     params: list[Parameter] = []
 
     def add(key: str, values: list):
@@ -448,37 +465,100 @@ def _grid(grid: Any, base: Path) -> tuple[Parameter, ...]:
                 raise SpecError(f"grid.{key}", v, e.allowed) from None
         add(key, values)
 
-    network = grid.get("network", {})
-    if not isinstance(network, dict):
-        raise SpecError("grid.network", network, "must hold one table per level, e.g. "
-                        "[grid.network.spine] with oversubscription = [1, 2]")
-    for level in sorted(network):
-        table = network[level]
-        where = f"grid.network.{level}"
+    def level_table(table, where: str, lists: bool):
+        """A level's overrides: known keys, one bandwidth, numbers (lists of them if ``lists``)."""
         if not isinstance(table, dict) or not table:
-            raise SpecError(where, table, "must be a non-empty table of lists; keys: "
-                            + ", ".join(LEVEL_KEYS))
+            raise SpecError(where, table, "must be a non-empty table of " + (
+                "lists" if lists else "numbers") + "; keys: " + ", ".join(LEVEL_KEYS))
         check_keys(table, where, required=set(), optional=set(LEVEL_KEYS))
         if "bandwidth_GBps" in table and "bandwidth_GiBps" in table:
             raise SpecError(f"{where}.bandwidth_GiBps", table["bandwidth_GiBps"],
                             "give bandwidth_GBps or bandwidth_GiBps, not both")
-        for c in clusters:
-            names = [lv.name for lv in _cluster(_resolve(c, base)).levels]
-            if level not in names:
-                raise SpecError("grid.network", level, f"not a level of cluster {c} (its levels: "
-                                f"{', '.join(names)})")
+        out = {}
         for key in sorted(table, key=LEVEL_KEYS.index):
-            values = _values(table, key, f"{where}.{key}")
+            if lists:
+                values = _values(table, key, f"{where}.{key}")
+            elif isinstance(table[key], (list, dict)):
+                raise SpecError(f"{where}.{key}", table[key], "must be one number (a named network "
+                                "sets one value; vary a level with [grid.network.LEVEL])")
+            else:
+                values = [table[key]]
             for v in values:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise SpecError(f"{where}.{key}", v, "must be a number")
-                for c in clusters:
-                    try:
-                        _cluster(_resolve(c, base), ((level, ((key, v),)),))
-                    except SpecError as e:
-                        raise SpecError(f"{where}.{key}", v, e.allowed) from None
-            add(f"network.{level}.{key}", values)
-    return tuple(params)
+            out[key] = values
+        return out
+
+    def levels_of(tables: dict, where: str):
+        """Every level named is a level of every cluster of the grid."""
+        for c in clusters:
+            names = [lv.name for lv in _cluster(_resolve(c, base)).levels]
+            for level in tables:
+                if level not in names:
+                    raise SpecError(where, level, f"not a level of cluster {c} (its levels: "
+                                    f"{', '.join(names)})")
+
+    def applies(overrides: tuple, where: str, value):
+        """The cluster loader accepts these overrides on every cluster of the grid."""
+        for c in clusters:
+            try:
+                _cluster(_resolve(c, base), overrides)
+            except SpecError as e:
+                raise SpecError(where, value, e.allowed) from None
+
+    network = grid.get("network", {})
+    if not isinstance(network, dict):
+        raise SpecError("grid.network", network, "must hold one table per level, e.g. "
+                        "[grid.network.spine] with oversubscription = [1, 2]")
+    levels_of(network, "grid.network")
+    varied = {}  # (level, slot) -> the key varied there (the two bandwidth keys are one slot)
+    axes = []
+    for level in sorted(network):
+        where = f"grid.network.{level}"
+        for key, values in level_table(network[level], where, lists=True).items():
+            for v in values:
+                applies(((level, ((key, v),)),), f"{where}.{key}", v)
+            varied[level, _slot(key)] = key
+            axes.append((f"network.{level}.{key}", values))
+
+    named = grid.get("networks", {})
+    if not isinstance(named, dict) or "networks" in grid and not named:
+        raise SpecError("grid.networks", named, "must hold one table per named network, e.g. "
+                        "[grid.networks.nic800] with spine = { bandwidth_GBps = 100 }")
+    networks = []
+    for name in named:  # (file order: the network column's order)
+        where = f"grid.networks.{name}"
+        if not name.strip() or name != name.strip() or not name.isprintable():
+            raise SpecError("grid.networks", name, "a network's name must be printable text "
+                            "without leading or trailing spaces")
+        tables = named[name]
+        if not isinstance(tables, dict) or not tables:
+            raise SpecError(where, tables, "must be a non-empty table of levels, e.g. "
+                            "spine = { bandwidth_GBps = 100 }")
+        levels_of(tables, where)
+        overrides = []
+        for level in sorted(tables):
+            pairs = level_table(tables[level], f"{where}.{level}", lists=False)
+            for key in pairs:
+                applies(((level, ((key, pairs[key][0]),)),), f"{where}.{level}.{key}",
+                        pairs[key][0])
+                if (level, _slot(key)) in varied:
+                    raise SpecError(f"{where}.{level}.{key}", pairs[key][0],
+                                    f"also varied in grid.network.{level}."
+                                    f"{varied[level, _slot(key)]}; set it in one place")
+            overrides.append((level, tuple((k, v[0]) for k, v in pairs.items())))
+        applies(tuple(overrides), where, name)  # (each alone above; here all of them at once)
+        networks.append((name, tuple(overrides)))
+    if networks:
+        add("network", [name for name, _ in networks])
+    for key, values in axes:
+        add(key, values)
+    return tuple(params), tuple(networks)
+
+
+def _slot(key: str) -> str:
+    """What a level key sets: bandwidth_GBps and bandwidth_GiBps set one thing."""
+    return "bandwidth" if key.startswith("bandwidth_") else key
 
 
 def _constraints(table: Any):
