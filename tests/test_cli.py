@@ -315,3 +315,51 @@ def test_a_saved_plan_is_evaluated_on_another_cluster(tmp_path):
     assert json.loads(moved)["step_time_s"] != json.loads(out)["step_time_s"]
     code, _, err = cli("evaluate", "--plan", path, "--cluster", "dgx-h100-ndr", "--tp", 4)
     assert code == 2 and "drop --tp" in err
+
+
+def _children(pid: int) -> list[int]:
+    """Processes ``pid`` started (Linux's /proc)."""
+    from pathlib import Path
+
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
+    """Ctrl-C (to the whole process group, as a terminal sends it) or SIGTERM (to nestplan only)
+    while compare's methods run side by side: one line, the shell's code, and no search left
+    running (a Ctrl-C had printed a traceback)."""
+    import os
+    import signal
+    import time
+
+    from console import NESTPLAN
+
+    if NESTPLAN is None:
+        pytest.skip("the nestplan console script is not installed")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("compare runs its methods side by side only on two cores or more")
+    p = subprocess.Popen([NESTPLAN, "compare", "--model", "qwen3-235b-a22b", "--cluster",
+                          "dgx-h100-ndr", "--gpus", "512"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := _children(p.pid)) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers, "compare started no worker"
+        time.sleep(0.5)  # the workers are searching
+        if sig == "SIGINT":
+            os.killpg(p.pid, signal.SIGINT)
+        else:
+            os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert (p.returncode, out, err) == (code, "", "nestplan: interrupted\n")
+    assert not [w for w in workers if os.path.exists(f"/proc/{w}")
+                and "Z" not in open(f"/proc/{w}/stat").read().split()[2]]

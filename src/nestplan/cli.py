@@ -792,8 +792,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             previous(message, category, *rest, **kw)
 
+    from .processes import exit_code, on_sigterm, restore_sigterm
+
     previous = warnings.showwarning
     warnings.showwarning = note
+    sigterm = on_sigterm()  # SIGTERM ends a command as Ctrl-C does
     try:
         if getattr(args, "save", None) is not None:  # refused before the work, not after it
             from .loaders import writable
@@ -812,6 +815,9 @@ def main(argv: list[str] | None = None) -> int:
         PENDING_NOTES.clear()  # the mistake is the one line
         print(f"nestplan: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (sweep reports its own, keeping its rows)
+        print(("\n" if sys.stderr.isatty() else "") + "nestplan: interrupted", file=sys.stderr)
+        return exit_code(e)
     except BrokenPipeError:
         _quiet_stdout()
         return 0
@@ -822,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # after the output, an interrupt or any other ending: what is pending
         flush_notes()
         warnings.showwarning = previous
+        restore_sigterm(sigterm)
 
 
 def _quiet_stdout() -> None:

@@ -429,14 +429,14 @@ def side_by_side(sc: Scenario, con: Constraints, top: int, workers: int,
     """Every method's ``attempt`` (``METHODS`` order), run in ``workers`` processes at once: each
     search is one process's work and they share nothing. ``progress(done, total, seconds)``
     counts the methods finished."""
-    import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    from ..processes import stop_pool, worker_signals
+
     start = time.perf_counter()
-    starts = multiprocessing.get_all_start_methods()  # fork where there is one (Linux)
-    context = multiprocessing.get_context("fork" if "fork" in starts else None)
     done = {}
-    with ProcessPoolExecutor(min(workers, len(METHODS)), mp_context=context) as pool:
+    pool = ProcessPoolExecutor(min(workers, len(METHODS)), initializer=worker_signals)
+    try:
         pending = {pool.submit(attempt, name, sc, con, top): name for name in LONGEST_FIRST}
         while pending:
             finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -444,4 +444,8 @@ def side_by_side(sc: Scenario, con: Constraints, top: int, workers: int,
                 done[pending.pop(f)] = f.result()
             if progress:
                 progress(len(done), len(METHODS), time.perf_counter() - start)
+    except BaseException:  # Ctrl-C, SIGTERM or a failure: the other searches stop too
+        stop_pool(pool)
+        raise
+    pool.shutdown()
     return {name: done[name] for name in METHODS}

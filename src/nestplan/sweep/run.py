@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
+from ..processes import Terminated, on_sigterm, restore_sigterm, stop_pool, worker_signals
 from .spec import RESULT_COLUMNS, RESULT_TYPES, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
@@ -266,25 +267,9 @@ def _in_process(tasks: Iterator[Task]):
         yield t, run_task(t.scenario, t.method, t.constraints)
 
 
-def _worker_signals():
-    """Pool workers leave Ctrl-C to the parent, which stops them with SIGTERM."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _stop_pool(ex: futures.ProcessPoolExecutor):
-    terminate = getattr(ex, "terminate_workers", None)  # Python 3.14
-    if terminate is not None:
-        terminate()
-    else:
-        for p in list((getattr(ex, "_processes", None) or {}).values()):
-            p.terminate()
-    ex.shutdown(wait=True, cancel_futures=True)
-
-
 def _pool(tasks: Iterator[Task], workers: int):
     def start():
-        return futures.ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals)
+        return futures.ProcessPoolExecutor(max_workers=workers, initializer=worker_signals)
 
     window = 4 * workers
     ex = start()
@@ -308,7 +293,7 @@ def _pool(tasks: Iterator[Task], workers: int):
         if finished:
             ex.shutdown(wait=True)
         else:
-            _stop_pool(ex)
+            stop_pool(ex)
 
 
 def _drain(ex, pending):
@@ -398,10 +383,6 @@ def _ray(tasks: Iterator[Task], address: str, workers: int | None):
 # ----------------------------------------------------------------------------- the sweep
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C."""
-
-
 @dataclass
 class Summary:
     total: int
@@ -477,7 +458,7 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
         summary.errors += status == "error"
         progress.update(summary.ran, summary.errors, force=True)
 
-    previous = _on_sigterm()
+    previous = on_sigterm()
     try:
         for item in backend:
             while failed:
@@ -489,14 +470,14 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
         while failed:
             record(*failed.pop())
     except KeyboardInterrupt as e:
-        summary.interrupted = signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT
+        summary.interrupted = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
         previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits
         try:
             backend.close()
         finally:
             signal.signal(signal.SIGINT, previous_int)
     finally:
-        _restore_sigterm(previous)
+        restore_sigterm(previous)
         progress.close()
         writer.close()
         summary.seconds = time.perf_counter() - start
@@ -507,21 +488,6 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
     if parquet:
         summary.outputs.append(write_parquet(spec))
     return summary
-
-
-def _on_sigterm():
-    def handler(signum, frame):
-        raise _Terminated()
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        return None
-
-
-def _restore_sigterm(previous):
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # ----------------------------------------------------------------------------- Parquet

@@ -1,0 +1,50 @@
+"""Worker processes and the signals that stop them: Ctrl-C (SIGINT) and SIGTERM end a command
+cleanly, its workers with it (the sweep's pool, compare's methods side by side)."""
+
+from __future__ import annotations
+
+import signal
+from concurrent import futures
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def worker_signals():
+    """Pool workers leave Ctrl-C to the parent, which stops them with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stop_pool(ex: futures.ProcessPoolExecutor):
+    """End the pool's workers now, whatever they are doing, and cancel what has not started."""
+    terminate = getattr(ex, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+    else:
+        for p in list((getattr(ex, "_processes", None) or {}).values()):
+            p.terminate()
+    ex.shutdown(wait=True, cancel_futures=True)
+
+
+def on_sigterm():
+    """From now on SIGTERM raises ``Terminated`` in the main thread; the handler it replaced
+    (None off the main thread, where none can be set)."""
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def restore_sigterm(previous):
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's code for a command ended by this signal: 130 (Ctrl-C) or 143 (SIGTERM)."""
+    return 128 + int(signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
