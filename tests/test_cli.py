@@ -327,7 +327,13 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def _proc_lists_children() -> bool:
+    import os
+
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+@pytest.mark.skipif(not _proc_lists_children(), reason="needs Linux's /proc/PID/task/TID/children")
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
     """Ctrl-C (to the whole process group, as a terminal sends it) or SIGTERM (to nestplan only)
