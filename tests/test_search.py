@@ -241,13 +241,13 @@ def test_compare_json(capsys):
 def test_compare_runs_the_methods_at_once_with_the_same_answers(capsys, monkeypatch):
     """On one core compare runs the methods in turn; on more, side by side in processes: the
     plans, predictions and reasons for finding none are the same (only search times differ)."""
-    import nestplan.cli as cli
+    import nestplan.processes as processes
 
     args = ["compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr", "--gpus", "16",
             "--global-batch", "64", "--json"]
     answers = []
     for cores in (1, 2):
-        monkeypatch.setattr(cli, "_cores", lambda cores=cores: cores)
+        monkeypatch.setattr(processes, "cores", lambda cores=cores: cores)
         code, out, _ = run_cli(args, capsys)
         assert code == 0
         js = json.loads(out)

@@ -13,6 +13,7 @@ from nestplan.errors import SpecError
 from nestplan.sweep.spec import RESULT_COLUMNS, load
 
 from console import cli
+from procs import processes
 
 # 12 quick points: 3 GPU counts x 2 methods x 2 NIC bandwidths
 SMALL = """
@@ -197,6 +198,8 @@ def test_a_named_network_sets_several_levels_at_once(tmp_path):
     assert {i for i, n in before.items() if n == "nic400"} == {i for i, n in after.items()
                                                                if n == "nic400"}
     assert not {i for i, n in before.items() if n == "nic800"} & set(after)
+    same = load(_write(tmp_path, BASE + nets.replace("= 100 }", "= 100.0 }"), "f.toml"))
+    assert [p.id for p in same.points()] == list(before)  # 100 and 100.0 are one value
     assert main(["sweep", str(tmp_path / "s.toml"), "--quiet", "--workers", "1"]) == 0
     rows = _rows(tmp_path / "s.csv")
     assert [r["network"] for r in rows] == ["nic400", "nic400", "nic800", "nic800"]
@@ -407,28 +410,11 @@ def test_ray_gives_the_same_rows_as_the_pool(pool_run, tmp_path, capsys):
     assert _without_timing(_rows(out)) == _without_timing(_rows(pool_run.with_suffix(".csv")))
 
 
-def _processes() -> dict[int, tuple[int, bytes]]:
-    """Every process here: pid -> (parent pid, command line)."""
-    import os
-
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    out[int(entry)] = (ppid, f.read())
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
 def _session(temp: str, port: int) -> dict[int, bytes]:
     """The processes of the Ray instance started with ``--temp-dir temp --port port`` (those
     naming the directory or the head's address, and their descendants, its workers among them;
     the client server names only the address, and outlives its parent): pid -> command line."""
-    procs = _processes()
+    procs = processes()
     address = b"--address="
     mine = {pid for pid, (_, cmd) in procs.items()
             if temp.encode() in cmd or any(a.startswith(address) and a.endswith(f":{port}".encode())

@@ -472,20 +472,14 @@ def _check_top(top: int) -> None:
         raise SpecError("top", top, f"must be an integer in [1, {MAX_TOP}]")
 
 
-def _cores() -> int:
-    """Cores this process may run on."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def cmd_compare(args) -> int:
     sc, con = _searchable(args)
     from .errors import InfeasibleError
+    from .processes import cores
     from .result import SUMMARY_KEYS
     from .search.methods import METHODS, attempt, side_by_side
 
-    workers = min(_cores(), len(METHODS))
+    workers = min(cores(), len(METHODS))
     if workers > 1:  # the methods at once; the progress line counts those finished
         line = _Progress("compare", "running")
         outcomes = side_by_side(sc, con, args.top, workers,

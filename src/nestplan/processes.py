@@ -3,8 +3,16 @@ cleanly, its workers with it (the sweep's pool, compare's methods side by side).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 from concurrent import futures
+
+
+def cores() -> int:
+    """Cores this process may run on (its CPU affinity, which a container or ``taskset`` may set
+    below the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Terminated(KeyboardInterrupt):
@@ -17,15 +25,32 @@ def worker_signals():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM are ignored inside: a second one while workers are being stopped
+    waits for them instead of abandoning them (or raising mid-cleanup). A no-op off the main
+    thread, where handlers cannot be set."""
+    try:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def stop_pool(ex: futures.ProcessPoolExecutor):
     """End the pool's workers now, whatever they are doing, and cancel what has not started."""
-    terminate = getattr(ex, "terminate_workers", None)  # Python 3.14
-    if terminate is not None:
-        terminate()
-    else:
-        for p in list((getattr(ex, "_processes", None) or {}).values()):
-            p.terminate()
-    ex.shutdown(wait=True, cancel_futures=True)
+    with signals_held():
+        terminate = getattr(ex, "terminate_workers", None)  # Python 3.14
+        if terminate is not None:
+            terminate()
+        else:
+            for p in list((getattr(ex, "_processes", None) or {}).values()):
+                p.terminate()
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def on_sigterm():

@@ -25,7 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     from ..cli import whole_arg
 
     p.add_argument("--workers", type=whole_arg, metavar="N",
-                   help="points run in parallel (default: the CPU count; 1 = in this process)")
+                   help="points run in parallel (default: the cores this process may use; 1 = in "
+                   "this process)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run the points as Ray tasks: 'local' starts a local instance, 'auto' or "
                    "ray://HOST:10001 joins a cluster (needs nestplan[ray])")

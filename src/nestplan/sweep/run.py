@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
-from ..processes import Terminated, on_sigterm, restore_sigterm, stop_pool, worker_signals
+from ..processes import (Terminated, cores, on_sigterm, restore_sigterm, signals_held, stop_pool,
+                         worker_signals)
 from .spec import RESULT_COLUMNS, RESULT_TYPES, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
@@ -333,7 +334,7 @@ def _ray(tasks: Iterator[Task], address: str, workers: int | None):
                           "log_to_driver": False, "configure_logging": False}
     if local:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        kw.update(num_cpus=workers or os.cpu_count() or 1, object_store_memory=80 * 2**20)
+        kw.update(num_cpus=workers or cores(), object_store_memory=80 * 2**20)
     else:
         import nestplan
 
@@ -445,10 +446,10 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
     tasks = _tasks(spec, todo, failed)
     if ray is not None:
         backend = _ray(tasks, ray, workers)
-    elif (workers or os.cpu_count() or 1) == 1 or len(todo) <= 1:
+    elif (workers or cores()) == 1 or len(todo) <= 1:
         backend = _in_process(tasks)
     else:
-        backend = _pool(tasks, min(workers or os.cpu_count() or 1, len(todo)))
+        backend = _pool(tasks, min(workers or cores(), len(todo)))
 
     def record(point, row):
         writer.write(point, row)
@@ -471,11 +472,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
             record(*failed.pop())
     except KeyboardInterrupt as e:
         summary.interrupted = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
-        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C waits
-        try:
+        with signals_held():  # a second Ctrl-C or SIGTERM waits for the workers to stop
             backend.close()
-        finally:
-            signal.signal(signal.SIGINT, previous_int)
     finally:
         restore_sigterm(previous)
         progress.close()

@@ -325,7 +325,7 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
                      parameters=parameters, constraints=constraints,
                      constraints_key=constraints_key, networks=networks,
                      contents=_contents(parameters, path.parent) + tuple(
-                         ("network", name, _digest(levels)) for name, levels in networks))
+                         ("network", name, _digest(_numbers_alike(levels))) for name, levels in networks))
 
 
 REFERENCES = ("model", "cluster", "stack")
@@ -350,6 +350,13 @@ def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
             if looks_like_path(ref):
                 out.append((p.key, v, _digest(as_table(load(ref)))))
     return tuple(out)
+
+
+def _numbers_alike(levels: tuple) -> tuple:
+    """A named network's ((level, ((key, value), ...)), ...) with each number a float: 800 and
+    800.0 are one value, and give one id."""
+    return tuple((level, tuple((k, float(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+                               for k, v in pairs)) for level, pairs in levels)
 
 
 def _digest(data) -> str:
