@@ -1,6 +1,6 @@
 """Run the 200-point example sweep from scratch and print its throughput.
 
-    python benchmarks/sweep_run.py                 # local process pool (one worker per CPU)
+    python benchmarks/sweep_run.py                 # local process pool (one worker per core it may use)
     python benchmarks/sweep_run.py --ray           # the same points as tasks on a local Ray instance
     python benchmarks/sweep_run.py --workers 1     # in this process
 
@@ -26,7 +26,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sweep-200.toml"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", default=str(EXAMPLE), help="sweep file (default: %(default)s)")
-    ap.add_argument("--workers", type=int, help="parallel points (default: the CPU count)")
+    ap.add_argument("--workers", type=int, help="parallel points (default: the cores this process may use)")
     ap.add_argument("--ray", action="store_true", help="run on a local Ray instance")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args()

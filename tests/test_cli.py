@@ -318,6 +318,23 @@ def test_a_saved_plan_is_evaluated_on_another_cluster(tmp_path):
     assert code == 2 and "drop --tp" in err
 
 
+def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path):
+    """``compare --save`` keeps every method's figures in the plan file; evaluated again on its
+    cluster they stay, moved to another (``--cluster``) they are dropped: they were not measured
+    there."""
+    from console import cli
+
+    saved, same, moved = (tmp_path / f"{n}.json" for n in ("saved", "same", "moved"))
+    code, _, err = cli("compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
+                       "--global-batch", 64, "--save", saved)
+    assert code == 0, err
+    assert "comparison" in json.loads(saved.read_text())
+    assert cli("evaluate", "--plan", saved, "--save", same)[0] == 0
+    assert json.loads(same.read_text())["comparison"] == json.loads(saved.read_text())["comparison"]
+    assert cli("evaluate", "--plan", saved, "--cluster", "nest-h100-spineleaf", "--save", moved)[0] == 0
+    assert "comparison" not in json.loads(moved.read_text())
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads Linux's /proc")
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):

@@ -624,3 +624,19 @@ def test_a_single_model_panel_is_titled_by_its_model(tmp_path):
     titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
               if t.get("font-weight") == "600"]
     assert "gpt-1p7b · nest" in titles and "mine" not in titles, titles
+
+
+def test_the_readme_and_example_sweeps_load(tmp_path):
+    """The sweep file the README shows and those in examples/ load, with the points they say they
+    have (a NIC upgrade moving every level above the server at once)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    start = readme.index("```toml\n[sweep]") + len("```toml\n")
+    shown = load(_write(tmp_path, readme[start:readme.index("```", start)]))
+    # 2 models x 5 GPU counts x 2 methods x 2 stacks x 4 pod oversubscriptions x 2 NICs
+    assert len(shown.points()) == 320
+    assert {lvl for _, levels in shown.networks for lvl, _ in levels} == {"rack", "pod", "aggregation"}
+    assert len(load(root / "examples" / "sweep-200.toml").points()) == 200
+    assert len(load(root / "examples" / "sweep-small.toml").points()) == 12

@@ -403,8 +403,9 @@ def cmd_evaluate(args) -> int:
     if args.save is not None:
         from . import planfile
 
+        moved = args.plan and args.cluster is not None  # the methods' figures were for the old one
         planfile.save(ev, args.save, method=pf.method if pf else None,
-                      comparison=pf.comparison if pf else None)
+                      comparison=pf.comparison if pf and not moved else None)
     if args.json:
         print(_json(ev.to_json()))
     else:
