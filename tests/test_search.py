@@ -118,6 +118,27 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert short == pytest.approx(gap, abs=0.05), method
 
 
+def test_the_closest_plan_named_is_the_one_whose_shortfall_is_quoted():
+    """Llama 3 405B on 32 H100 fits no way: the plan nest names, evaluated as named, misses the
+    limit by what the message says (it had named the configuration with recompute=none while
+    quoting the shortfall of full recomputation: 142 GiB for a plan short by far more)."""
+    import re
+
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=1024)
+    with pytest.raises(InfeasibleError) as e:
+        methods.run_method("nest", sc, Constraints(), top=1)
+    said = str(e.value)
+    named = dict(re.findall(r"(\w+)=(\w+)", said.split("closest plan (")[1].split(")")[0]))
+    assert named["recompute"] == "full", said
+    plan = Parallelism(**{k: int(named[k]) for k in ("tp", "pp", "dp", "cp", "zero", "mbs")},
+                       sp=True, recompute=(named["recompute"],))
+    short = float(said.split("short by ")[1].split(" GiB")[0])
+    assert short == pytest.approx((evaluate(sc, plan).peak_memory - sc.memory_limit) / 2**30,
+                                  abs=0.05)
+
+
 def test_exhaustive_counts_the_plans_it_evaluates(monkeypatch):
     """The space's size, which the limit and the progress line use, is the number of plans
     evaluated, also with one policy fixed per stage (it had counted every mix of policies)."""

@@ -473,7 +473,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         nearest = heapq.nsmallest(SHORTFALL_FLOORED, floored)
         for par in unfit + [par for _, _, par in nearest]:
             tb = T.build(D.config_costs(world, par))
-            shortfall.add(_least_peak(tb, permitted) if tb is not None else np.inf, par)
+            if tb is not None:
+                for peak, plan in _least_peaks(world.stack, tb, par, permitted, per_stage):
+                    shortfall.add(peak, plan)
         if shortfall.plan is None and nearest:  # no table to measure: the floor, a lower bound
             shortfall.add(cap + nearest[0][0], nearest[0][2])
     if progress:
@@ -493,11 +495,24 @@ def _policy_mask(stack: StackSpec, indices) -> np.ndarray:
     return mask
 
 
-def _least_peak(tb, permitted: np.ndarray) -> float:
+def _least_peak(tb, masks: list[np.ndarray]) -> float:
     """The least largest device memory over whole splits of the model, with the recompute
-    policies ``permitted`` (a mask over the stack's policies)."""
-    peak = DP.min_peak_memory([np.where(permitted, m, np.inf) for m in tb.mem], tb.valid)
+    policies ``masks[i]`` on pipeline device i (masks over the stack's policies)."""
+    peak = DP.min_peak_memory([np.where(mask, m, np.inf) for mask, m in zip(masks, tb.mem)],
+                              tb.valid)
     return float(peak) if np.isfinite(peak) else np.inf
+
+
+def _least_peaks(stack: StackSpec, tb, par: Parallelism, permitted: np.ndarray,
+                 per_stage: tuple[str, ...] | None) -> list[tuple[float, Parallelism]]:
+    """(least peak memory, the plan it is for) of configuration ``par``: with the policy fixed on
+    each pipeline device (``per_stage``), or with each ``permitted`` policy on every device, so
+    that the plan a shortfall names is the one whose memory it quotes."""
+    if per_stage:
+        masks = [_policy_mask(stack, [stack.policy_index(name)]) for name in per_stage]
+        return [(_least_peak(tb, masks), par.with_(recompute=per_stage))]
+    return [(_least_peak(tb, [_policy_mask(stack, [p])] * len(tb.mem)),
+             par.with_(recompute=(stack.recompute[p].name,))) for p in np.flatnonzero(permitted)]
 
 
 def unsatisfiable(sc: Scenario, con: Constraints) -> str:
