@@ -206,9 +206,8 @@ class Evaluation:
             "within_headroom": self.within_headroom,
             **{k: v for k, v in p.to_dict().items() if k != "stage_layers"},  # see "stages"
             "etp": p.expert_tp if sc.model.moe is not None else None,  # no experts: none
-            # one policy for every stage is written once
-            "recompute": (p.recompute[0] if len(set(p.recompute)) == 1
-                          else list(p.recompute)),
+            # always text, as --recompute takes it ("full", "none*3,full"); "stages" has each
+            "recompute": p.recompute_text,
             "micro_batches": self.micro_batches,
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
             "eager_kernels_s": self.eager_kernels,

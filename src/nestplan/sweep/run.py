@@ -66,8 +66,8 @@ def run_task(scenario, method: str, constraints) -> dict:
         row["etp"] = None  # no experts: no expert-TP degree
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
-    if isinstance(row["recompute"], list):
-        row["recompute"] = ",".join(row["recompute"])  # data: every stage, for splitting
+    names = res.best.plan.recompute  # data: one name, or every stage's (for splitting)
+    row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
