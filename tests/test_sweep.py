@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import importlib.util
 import xml.etree.ElementTree as ET
 
@@ -326,15 +327,14 @@ global_batch = [64]
     assert (int(row["ep"]), int(row["etp"]), int(row["tp"])) == (best["ep"], best["etp"], best["tp"])
 
 
-def test_a_results_file_of_before_etp_and_schedule_resumes(tmp_path, pool_run, capsys):
-    """A results CSV written before the etp and schedule columns existed resumes: its rows are
-    kept with those cells blank and only the missing points run."""
-    from nestplan.sweep.run import LATER_COLUMNS
-
+@pytest.mark.parametrize("before", [("etp", "schedule", "stage_layers"), ("stage_layers",)])
+def test_a_results_file_of_before_the_later_columns_resumes(tmp_path, pool_run, capsys, before):
+    """A results CSV written before the etp and schedule columns existed, or before stage_layers,
+    resumes: its rows are kept with those cells blank and only the missing points run."""
     path = _write(tmp_path, SMALL)
     # kept rows with pipelining among them: a schedule run again would not be blank
     rows = sorted(_rows(pool_run.with_suffix(".csv")), key=lambda r: r["pp"] == "1")[:5]
-    old = [c for c in COLUMNS if c not in LATER_COLUMNS]
+    old = [c for c in COLUMNS if c not in before]
     with open(tmp_path / "s.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
         w.writeheader()
@@ -346,8 +346,9 @@ def test_a_results_file_of_before_etp_and_schedule_resumes(tmp_path, pool_run, c
         assert next(csv.reader(f)) == COLUMNS
     again = {r["id"]: r for r in _rows(tmp_path / "s.csv")}
     assert len(again) == SMALL_POINTS
-    assert all(again[r["id"]]["schedule"] == "" and again[r["id"]]["step_time_s"] ==
+    assert all(all(again[r["id"]][c] == "" for c in before) and again[r["id"]]["step_time_s"] ==
                r["step_time_s"] for r in rows)
+    assert any(r["schedule"] for r in rows)  # (blank above because the file had none)
 
 
 def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, monkeypatch):
@@ -640,3 +641,23 @@ def test_the_readme_and_example_sweeps_load(tmp_path):
     assert {lvl for _, levels in shown.networks for lvl, _ in levels} == {"rack", "pod", "aggregation"}
     assert len(load(root / "examples" / "sweep-200.toml").points()) == 200
     assert len(load(root / "examples" / "sweep-small.toml").points()) == 12
+
+
+def test_a_row_gives_the_uneven_stage_split_as_evaluate_takes_it(tmp_path):
+    """Llama 3 8B's 32 blocks on three pipeline stages: the row's stage_layers is the split the
+    plan has (blocks per model chunk, as --stage-layers takes them), and without a pipeline all
+    32 on the one stage."""
+    grid = ('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [24]\n'
+            'global_batch = [48]\n[constraints]\npp = {pp}\nvp = 1\n')
+    split = {}
+    for pp in (3, 1):
+        path = _write(tmp_path, grid.format(pp=pp), f"pp{pp}.toml")
+        assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+        (row,) = _rows(path.with_suffix(".csv"))
+        split[pp] = row["stage_layers"]
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 24,
+                         "--global-batch", 48, "--pp", 3, "--vp", 1, "--json")
+    assert code == 0, err
+    blocks = [sum(b - a for a, b in s["blocks"]) for s in json.loads(out)["stages"]]
+    assert split[3] == ",".join(map(str, blocks)) and sum(blocks) == 32
+    assert split[1] == "32"

@@ -28,7 +28,8 @@ from .spec import RESULT_COLUMNS, RESULT_TYPES, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
-_METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "search_seconds"))
+_METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
+                                                        "search_seconds"))
 """Result columns taken from the best plan's ``--json`` object."""
 
 
@@ -66,8 +67,11 @@ def run_task(scenario, method: str, constraints) -> dict:
         row["etp"] = None  # no experts: no expert-TP degree
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
-    names = res.best.plan.recompute  # data: one name, or every stage's (for splitting)
+    plan = res.best.plan
+    names = plan.recompute  # data: one name, or every stage's (for splitting)
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
+    # blocks per model chunk, as --stage-layers takes them (blank: an even split)
+    row["stage_layers"] = ",".join(map(str, plan.stage_layers)) if plan.stage_layers else None
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
@@ -115,12 +119,24 @@ class Existing:
     foreign: int = 0
     """Kept rows whose id is not a point of this sweep (an edited sweep file)."""
     upgraded: bool = False
-    """The file was written before ``LATER_COLUMNS`` existed: rewritten with them blank."""
+    """The file was written before some ``LATER_COLUMNS`` existed: rewritten with them blank."""
 
 
-LATER_COLUMNS = ("etp", "schedule")
-"""Result columns added after the first sweeps were written (nestplan of 2026-12-02): a results
-CSV without them resumes, its rows with these cells blank (the point ids did not change)."""
+LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",))
+"""Result columns added after the first sweeps were written, oldest first (nestplan of
+2026-12-02, of 2026-12-03): a results CSV written before some of them resumes, its rows with
+those cells blank (the point ids did not change)."""
+
+
+def _header_before(columns: list[str], header: list[str]) -> bool:
+    """``header`` is ``columns`` as a nestplan from before the later columns of some
+    ``LATER_COLUMNS`` generation wrote them."""
+    later: set[str] = set()
+    for added in reversed(LATER_COLUMNS):
+        later.update(added)
+        if header == [c for c in columns if c not in later]:
+            return True
+    return False
 
 
 def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
@@ -135,7 +151,7 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SpecError("output", str(path), f"cannot read it as a results CSV ({_one_line(e)}); "
                         "give another --output or delete the file") from None
-    if rows and rows[0] == [c for c in columns if c not in LATER_COLUMNS]:
+    if rows and _header_before(columns, rows[0]):
         at = {c: i for i, c in enumerate(rows[0])}
         rows = [columns] + [[r[at[c]] if c in at else "" for c in columns]
                             if len(r) == len(at) else r for r in rows[1:]]

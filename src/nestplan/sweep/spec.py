@@ -87,7 +87,7 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "tokens_per_s_per_gpu": float, "mfu": float, "peak_memory_gib": float,
                 "fits": bool, "tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int,
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
-                "mbs": int, "rank_order": str, "search_seconds": float}
+                "mbs": int, "rank_order": str, "stage_layers": str, "search_seconds": float}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
