@@ -11,12 +11,12 @@ starting the workers (and Ray).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from nestplan.processes import cores
 from nestplan.sweep.run import run_sweep
 from nestplan.sweep.spec import load
 
@@ -38,7 +38,7 @@ def main() -> int:
         wall = time.perf_counter() - start
     backend = ("Ray (local instance)" if args.ray else
                "in process" if args.workers == 1 else "process pool")
-    workers = args.workers or os.cpu_count()
+    workers = min(args.workers or cores(), s.total)
     print(f"{Path(args.file).name}: {s.total} points, {backend}, {workers} workers")
     if s.interrupted:
         print(f"interrupted after {s.ran} points, {wall:.1f} s")

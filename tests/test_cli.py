@@ -319,9 +319,9 @@ def test_a_saved_plan_is_evaluated_on_another_cluster(tmp_path):
 
 
 def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path):
-    """``compare --save`` keeps every method's figures in the plan file; evaluated again on its
-    cluster they stay, moved to another (``--cluster``) they are dropped: they were not measured
-    there."""
+    """``compare --save`` keeps every method's figures in the plan file; evaluated again as saved
+    they stay; moved to another cluster (``--cluster``) or margin (``--memory-headroom``) they are
+    dropped: they were not found there."""
     from console import cli
 
     saved, same, moved = (tmp_path / f"{n}.json" for n in ("saved", "same", "moved"))
@@ -333,6 +333,8 @@ def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path)
     assert json.loads(same.read_text())["comparison"] == json.loads(saved.read_text())["comparison"]
     assert cli("evaluate", "--plan", saved, "--cluster", "nest-h100-spineleaf", "--save", moved)[0] == 0
     assert "comparison" not in json.loads(moved.read_text())
+    assert cli("evaluate", "--plan", saved, "--memory-headroom", 20, "--save", moved)[0] == 0
+    assert "comparison" not in json.loads(moved.read_text())  # whether each plan fits moved too
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads Linux's /proc")
@@ -345,11 +347,12 @@ def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
     import time
 
     from console import NESTPLAN
+    from nestplan.processes import cores
     from procs import children, running
 
     if NESTPLAN is None:
         pytest.skip("the nestplan console script is not installed")
-    if len(os.sched_getaffinity(0)) < 2:
+    if cores() < 2:
         pytest.skip("compare runs its methods side by side only on two cores or more")
     p = subprocess.Popen([NESTPLAN, "compare", "--model", "qwen3-235b-a22b", "--cluster",
                           "dgx-h100-ndr", "--gpus", "512"], stdout=subprocess.PIPE,
@@ -360,6 +363,7 @@ def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
             time.sleep(0.05)
         assert workers, "compare started no worker"
         time.sleep(0.5)  # the workers are searching
+        workers = children(p.pid)  # all of them by now, not only the first to start
         if sig == "SIGINT":
             os.killpg(p.pid, signal.SIGINT)
         else:

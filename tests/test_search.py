@@ -118,25 +118,42 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert short == pytest.approx(gap, abs=0.05), method
 
 
-def test_the_closest_plan_named_is_the_one_whose_shortfall_is_quoted():
-    """Llama 3 405B on 32 H100 fits no way: the plan nest names, evaluated as named, misses the
-    limit by what the message says (it had named the configuration with recompute=none while
-    quoting the shortfall of full recomputation: 142 GiB for a plan short by far more)."""
+def _named_plan(said: str):
+    """The plan a "nothing fits" message names, as evaluate's flags would give it."""
     import re
 
+    from nestplan.recompute import parse_names
     from nestplan.specs import Parallelism
 
+    named = dict(re.findall(r"([\w-]+)=([\w,*-]+)", said.split("closest plan (")[1].split(")")[0]))
+    kw = {k: int(named[k]) for k in ("tp", "pp", "dp", "cp", "zero", "mbs")}
+    kw.update(vp=int(named.get("vp", 1)), sp=True,
+              recompute=parse_names("recompute", named["recompute"]))
+    if "schedule" in named:
+        kw["schedule"] = named["schedule"]
+    if "stage-layers" in named:
+        kw["stage_layers"] = tuple(int(n) for n in named["stage-layers"].split(","))
+    return Parallelism(**kw)
+
+
+@pytest.mark.parametrize("con, says", [
+    (Constraints(), "recompute=full mbs=1)"),
+    (Constraints(pp=4, recompute=("full", "none", "none", "full")), "stage-layers="),
+    (Constraints(pp=4, vp=2), "vp=2 schedule=interleaved-1f1b")])
+def test_the_closest_plan_named_is_the_one_whose_shortfall_is_quoted(con, says):
+    """Llama 3 405B on 32 H100 fits no way: the plan nest names (its split and per-stage policies
+    where they are not the defaults, its chunks and schedule), evaluated as named, misses the
+    limit by what the message says. It had named the configuration with its own policy
+    (recompute=none) beside full recomputation's shortfall, and no split: 142 GiB quoted for plans
+    short by far more."""
     sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=1024)
     with pytest.raises(InfeasibleError) as e:
-        methods.run_method("nest", sc, Constraints(), top=1)
+        methods.run_method("nest", sc, con, top=1)
     said = str(e.value)
-    named = dict(re.findall(r"(\w+)=(\w+)", said.split("closest plan (")[1].split(")")[0]))
-    assert named["recompute"] == "full", said
-    plan = Parallelism(**{k: int(named[k]) for k in ("tp", "pp", "dp", "cp", "zero", "mbs")},
-                       sp=True, recompute=(named["recompute"],))
+    assert says in said, said
     short = float(said.split("short by ")[1].split(" GiB")[0])
-    assert short == pytest.approx((evaluate(sc, plan).peak_memory - sc.memory_limit) / 2**30,
-                                  abs=0.05)
+    assert short == pytest.approx(
+        (evaluate(sc, _named_plan(said)).peak_memory - sc.memory_limit) / 2**30, abs=0.05)
 
 
 def test_exhaustive_counts_the_plans_it_evaluates(monkeypatch):

@@ -403,9 +403,11 @@ def cmd_evaluate(args) -> int:
     if args.save is not None:
         from . import planfile
 
-        moved = args.plan and args.cluster is not None  # the methods' figures were for the old one
+        # the methods' figures (and whether their plans fit) were for the saved cluster and margin
+        stale = pf is not None and (args.cluster is not None or sc.memory_headroom
+                                    != pf.scenario.memory_headroom)
         planfile.save(ev, args.save, method=pf.method if pf else None,
-                      comparison=pf.comparison if pf and not moved else None)
+                      comparison=pf.comparison if pf and not stale else None)
     if args.json:
         print(_json(ev.to_json()))
     else:

@@ -10,8 +10,8 @@ from concurrent import futures
 
 
 def cores() -> int:
-    """Cores this process may run on (its CPU affinity, which a container or ``taskset`` may set
-    below the machine's count)."""
+    """Cores this process may run on: its CPU affinity (``taskset``, a container's cpuset), not
+    a CPU-time quota (``docker --cpus``), which the kernel does not show as fewer cores."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -28,8 +28,8 @@ def worker_signals():
 @contextlib.contextmanager
 def signals_held():
     """Ctrl-C and SIGTERM are ignored inside: a second one while workers are being stopped
-    waits for them instead of abandoning them (or raising mid-cleanup). A no-op off the main
-    thread, where handlers cannot be set."""
+    waits for them instead of abandoning them (or raising mid-cleanup); only SIGKILL ends a
+    process stuck there. A no-op off the main thread, where handlers cannot be set."""
     try:
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
@@ -38,7 +38,8 @@ def signals_held():
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            # None: a handler set outside Python, which cannot be put back; the default then
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def stop_pool(ex: futures.ProcessPoolExecutor):

@@ -24,7 +24,7 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import Parallelism, Scenario, check_plan
+from ..specs import Parallelism, Scenario, check_plan, default_split
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -346,7 +346,6 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         names = ", ".join(world.stack.recompute[p].name for p in (policies or ()))
         raise InfeasibleError(f"{method} searches only the recompute policies {names}; "
                               "the constraints allow none of them")
-    permitted = _policy_mask(world.stack, {p for s in sets for p in s})  # for the shortfall
     single = all(len(s) == 1 for s in sets)  # one policy in every block of a plan
     fixed = tuple(s[0] for s in sets) if single else None
     heap: list = []
@@ -474,10 +473,10 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         for par in unfit + [par for _, _, par in nearest]:
             tb = T.build(D.config_costs(world, par))
             if tb is not None:
-                for peak, plan in _least_peaks(world.stack, tb, par, permitted, per_stage):
+                for peak, plan in _least_peaks(world, tb, par, sets, per_stage):
                     shortfall.add(peak, plan)
         if shortfall.plan is None and nearest:  # no table to measure: the floor, a lower bound
-            shortfall.add(cap + nearest[0][0], nearest[0][2])
+            shortfall.add(cap + nearest[0][0], nearest[0][2], floor=True)
     if progress:
         progress(solved, size, time.perf_counter() - start)
     if not found:
@@ -495,24 +494,27 @@ def _policy_mask(stack: StackSpec, indices) -> np.ndarray:
     return mask
 
 
-def _least_peak(tb, masks: list[np.ndarray]) -> float:
-    """The least largest device memory over whole splits of the model, with the recompute
-    policies ``masks[i]`` on pipeline device i (masks over the stack's policies)."""
-    peak = DP.min_peak_memory([np.where(mask, m, np.inf) for mask, m in zip(masks, tb.mem)],
-                              tb.valid)
-    return float(peak) if np.isfinite(peak) else np.inf
-
-
-def _least_peaks(stack: StackSpec, tb, par: Parallelism, permitted: np.ndarray,
+def _least_peaks(world: Scenario, tb, par: Parallelism, sets: list[tuple[int, ...]],
                  per_stage: tuple[str, ...] | None) -> list[tuple[float, Parallelism]]:
-    """(least peak memory, the plan it is for) of configuration ``par``: with the policy fixed on
-    each pipeline device (``per_stage``), or with each ``permitted`` policy on every device, so
-    that the plan a shortfall names is the one whose memory it quotes."""
+    """The plans of configuration ``par`` that need the least memory, one per policy set the
+    search may use (``sets``; ``per_stage``: one policy fixed on each pipeline device), each with
+    its largest device memory: the split and the per-stage policies are the memory chain's own,
+    so that the plan a shortfall names is the one whose memory it quotes."""
+    stack = world.stack
     if per_stage:
-        masks = [_policy_mask(stack, [stack.policy_index(name)]) for name in per_stage]
-        return [(_least_peak(tb, masks), par.with_(recompute=per_stage))]
-    return [(_least_peak(tb, [_policy_mask(stack, [p])] * len(tb.mem)),
-             par.with_(recompute=(stack.recompute[p].name,))) for p in np.flatnonzero(permitted)]
+        groups = [[_policy_mask(stack, [stack.policy_index(name)]) for name in per_stage]]
+    else:
+        groups = [[_policy_mask(stack, s)] * len(tb.mem) for s in sets]
+    out = []
+    for masks in groups:
+        costs = [np.where(tb.valid, np.where(mask, m, np.inf), np.inf)
+                 for mask, m in zip(masks, tb.mem, strict=True)]
+        peak, back = DP.chain(costs, np.maximum)
+        if np.isfinite(peak):
+            stages = DP.backtrack(back, tb.mem[0].ndim == 2, len(stack.recompute))
+            out.append((float(peak), plan_from_solution(world.model, stack, par,
+                                                         DP.Solution(float(peak), stages))))
+    return out
 
 
 def unsatisfiable(sc: Scenario, con: Constraints) -> str:
@@ -530,11 +532,13 @@ class Shortfall:
     def __init__(self, limit: float):
         self.limit = limit
         self.gap, self.plan = np.inf, None  # bytes over the limit, and the plan
+        self.floor = False
 
-    def add(self, peak: float, plan: Parallelism) -> None:
-        """A plan that needs ``peak`` bytes (inf: not measured)."""
+    def add(self, peak: float, plan: Parallelism, floor: bool = False) -> None:
+        """A plan that needs ``peak`` bytes (inf: not measured); ``floor``: ``peak`` is a lower
+        bound for its configuration, whatever its split and policies."""
         if 0 < peak - self.limit < self.gap:
-            self.gap, self.plan = peak - self.limit, plan
+            self.gap, self.plan, self.floor = peak - self.limit, plan, floor
 
 
 def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int) -> str:
@@ -564,8 +568,20 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
             f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
             f"{hbm / GiB:.1f} GiB per device")
-    experts = f" ep={par.ep} etp={par.expert_tp}" if sc.model.moe is not None else ""
-    return (f"nothing fits in {room}; the "
-            f"closest plan (tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp}{experts} "
-            f"zero={par.zero} recompute={par.recompute_text} mbs={par.mbs}) is short by "
+    knobs = [f"tp={par.tp}", f"pp={par.pp}", f"dp={par.dp}", f"cp={par.cp}"]
+    if sc.model.moe is not None:
+        knobs += [f"ep={par.ep}", f"etp={par.expert_tp}"]
+    if par.vp > 1:
+        knobs.append(f"vp={par.vp}")
+    if par.pp > 1:
+        knobs.append(f"schedule={par.pipeline.name}")
+    knobs.append(f"zero={par.zero}")
+    if shortfall.floor:  # a bound for the configuration, not one plan's memory
+        return (f"nothing fits in {room}; the closest configuration ({' '.join(knobs)} "
+                f"mbs={par.mbs}) is short by at least {fmt_gib(gap)} GiB; try {', '.join(hints)}")
+    knobs += [f"recompute={par.recompute_text}", f"mbs={par.mbs}"]
+    if par.pp > 1 and par.stage_layers and tuple(par.stage_layers) != default_split(
+            sc.model, par.pp, par.vp, par.pipeline):
+        knobs.append("stage-layers=" + ",".join(map(str, par.stage_layers)))
+    return (f"nothing fits in {room}; the closest plan ({' '.join(knobs)}) is short by "
             f"{fmt_gib(gap)} GiB; try {', '.join(hints)}")

@@ -67,11 +67,14 @@ def run_task(scenario, method: str, constraints) -> dict:
         row["etp"] = None  # no experts: no expert-TP degree
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
+    from ..evaluate import chunk_bounds
+
     plan = res.best.plan
-    names = plan.recompute  # data: one name, or every stage's (for splitting)
+    names = plan.recompute  # data: one name, or every stage's spelt out (for splitting)
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
-    # blocks per model chunk, as --stage-layers takes them (blank: an even split)
-    row["stage_layers"] = ",".join(map(str, plan.stage_layers)) if plan.stage_layers else None
+    # blocks per model chunk, as --stage-layers takes them, whichever method split them (blank
+    # only in rows kept from a results file written before the column)
+    row["stage_layers"] = ",".join(str(b - a) for a, b in chunk_bounds(scenario.model, plan))
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
@@ -389,12 +392,13 @@ def _ray(tasks: Iterator[Task], address: str, workers: int | None):
                     row = error_row(e)
                 yield t, row
     finally:
-        for ref in pending:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - already finished or gone
-                pass
-        ray.shutdown()
+        with signals_held():  # (a Ctrl-C in ray.wait lands here, before run_sweep's guard)
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - already finished or gone
+                    pass
+            ray.shutdown()
 
 
 # ----------------------------------------------------------------------------- the sweep

@@ -223,8 +223,7 @@ def point_id(values: dict[str, Any], constraints_key: str, files: tuple[str, ...
     """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0) and of
     the contents of the files it names (``SweepSpec.contents``; none: catalog names only, whose
     ids are as they were before file contents counted)."""
-    canon = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-             for k, v in values.items()}
+    canon = {k: _number_alike(v) for k, v in values.items()}
     data = {"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)}
     if files:
         data["files"] = list(files)
@@ -352,11 +351,15 @@ def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
+def _number_alike(value):
+    """A number as a float, so that 2 and 2.0 hash alike (booleans and text as they are)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
 def _numbers_alike(levels: tuple) -> tuple:
     """A named network's ((level, ((key, value), ...)), ...) with each number a float: 800 and
     800.0 are one value, and give one id."""
-    return tuple((level, tuple((k, float(v) if isinstance(v, int) and not isinstance(v, bool) else v)
-                               for k, v in pairs)) for level, pairs in levels)
+    return tuple((level, tuple((k, _number_alike(v)) for k, v in pairs)) for level, pairs in levels)
 
 
 def _digest(data) -> str:
