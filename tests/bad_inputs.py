@@ -3,8 +3,9 @@ them. ``test_campaign.py`` runs each case through the installed console script a
 exit 2, nothing on stdout and one line on stderr that holds the case's ``needle``.
 
 A case's ``files`` are written to a fresh directory first: text, bytes, a function of the base
-plan file (a dict, for plan-file variants), ``DIR`` (a directory) or ``FIFO`` (a named pipe).
-``{name}`` in an argument is that file's path.
+plan file (a dict, for plan-file variants), ``DIR`` (a directory), ``FIFO`` (a named pipe) or a
+``Link`` (a symbolic link to its target, a name in the same directory). ``{name}`` in an argument
+is that file's path.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ import json
 from dataclasses import dataclass, field
 
 DIR, FIFO = object(), object()
+
+
+@dataclass(frozen=True)
+class Link:
+    target: str
 
 
 @dataclass
@@ -696,6 +702,10 @@ RUNS_BAD = {
                           + ",+16 1_6\n", "stage_layers: got '+16 1_6'"),
     "model-parallel-superscript": (_runs(",8,1,1,,8,", ",8,,1,,8,").replace(
         ",test,,", ",test,model_parallel_size=\u00b2,"), "model_parallel_size"),
+    # the training checks had blamed other_metrics for every column they read
+    "seq-len-huge": (_runs(",8192,", ",99999999999,"), "(r1).seq_len: got 99999999999"),
+    "moe-imbalance-zero": (_runs("test,,", "test,moe_imbalance=0,"),
+                           "other_metrics: got 'moe_imbalance=0'"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
@@ -856,3 +866,35 @@ case("sweep-output-directory", ["sweep", "{s}.toml", "-o", "{d}"], ".csv",
      **{"s.toml": SWEEP, "d": DIR})
 case("sweep-output-empty", ["sweep", "{s}.toml", "-o", ""], "output: got ''",
      **{"s.toml": SWEEP})
+
+
+# ---- names and paths a file system cannot take ---------------------------------------------
+# (a name too long to look up had been "cannot write the output", exit 1; a loop of links as an
+# output path, and a name with a byte that is not UTF-8, a traceback)
+LONG = "a" * 300
+for flag in ("--model", "--cluster", "--stack"):
+    args = [*EVAL, flag, LONG] if flag == "--stack" else [*_without(EVAL, flag), flag, LONG]
+    case(f"evaluate{flag}-name-too-long", args, f"{flag[2:]}: got 'aaaa")
+case("list-models-name-too-long", ["list", "models", LONG], "model: got 'aaaa")
+case("evaluate-save-name-too-long", [*EVAL, "--save", LONG + ".json"], "cannot write (File name "
+     "too long)")
+case("evaluate-save-link-loop", [*EVAL, "--save", "{a}"], "--save: got '",
+     a=Link("b"), b=Link("a"))
+case("export-output-link-loop", ["export", "{p}.json", "--format", "megatron", "-o", "{a}"],
+     "-o: got '", a=Link("b"), b=Link("a"), **{"p.json": lambda base: json.dumps(base)})
+case("sweep-output-link-loop", ["sweep", "{s}.toml", "-o", "{a}.csv"], "output: got '",
+     **{"s.toml": SWEEP, "a.csv": Link("b.csv"), "b.csv": Link("a.csv")})
+case("model-file-name-not-utf8", [*_without(EVAL, "--model"), "--model", "{bad\udcff}.json"],
+     "must be UTF-8 text", **{"bad\udcff.json": _hf()})
+case("plan-file-model-name-surrogate", ["evaluate", "--plan", "{p}.json"],
+     "model.name: got 'x\\ud800y'; must be UTF-8 text",
+     **{"p.json": plan_with("model.name", "x\ud800y")})
+# a plan file holds its stack whole: a base there had been ignored without a word
+case("plan-file-stack-base", ["evaluate", "--plan", "{p}.json"], "stack.base: got 'torchtitan'",
+     **{"p.json": plan_with("stack.base", "torchtitan")})
+# a star inside a repeated name, and a list flag echoed as typed (it had been a Python tuple)
+for v in ("none**4", "none*4*1"):
+    case(f"evaluate--recompute={v}", [*EVAL, "--recompute", v], "a policy repeated over stages")
+case("evaluate--stage-layers-with-vp", [*_without(_without(EVAL, "--pp"), "--gpus"), "--gpus", "8",
+                                        "--pp", "4", "--stage-layers", "8,8,8,8", "--vp", "2"],
+     "stage-layers: got '8,8,8,8'; needs 8 entries")

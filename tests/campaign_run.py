@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from bad_inputs import DIR, FIFO, Case
+from bad_inputs import DIR, FIFO, Case, Link
 from console import cli
 
 
@@ -36,6 +36,8 @@ def materialise(c: Case, where: Path, base: dict) -> list[str]:
             path.mkdir()
         elif content is FIFO:
             os.mkfifo(path)
+        elif isinstance(content, Link):
+            os.symlink(content.target, path)
         else:
             if callable(content):
                 content = content(base)

@@ -149,7 +149,9 @@ def _as_flags(fn):
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)
             if given is not None and given == e.value:  # (flags hold no NaN: decimal_arg)
-                raise SpecError(flag, e.value, e.allowed) from None
+                # a list flag's value as it was typed (4,4,3), not as Python holds it
+                value = ",".join(map(str, given)) if isinstance(given, tuple) else e.value
+                raise SpecError(flag, value, e.allowed) from None
             raise
     return wrapped
 

@@ -465,7 +465,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
 
 def model_from_hf_config(path: Path) -> ModelSpec:
     """A ModelSpec from a HuggingFace ``config.json`` file."""
-    from .loaders import read_document
+    from .loaders import checked_name, read_document
 
     data = read_document(path, "model", "JSON")
-    return model_from_hf_dict(data, Path(path).name if Path(path).name != "config.json" else str(path))
+    name = Path(path).name if Path(path).name != "config.json" else str(path)
+    return model_from_hf_dict(data, checked_name(name, "model"))  # (the name heads every output)

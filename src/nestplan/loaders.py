@@ -48,7 +48,16 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
     ``field``)."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
-    path = Path(path)
+    try:
+        _writable(Path(path), field, kind, makes_folder, reads, what)
+    except RuntimeError as e:  # Path.resolve on a loop of links (Python 3.11, 3.12)
+        raise SpecError(field, str(path), f"cannot write ({e})") from None
+    except OSError as e:  # a name too long for the file system, a loop, ...
+        raise SpecError(field, str(path), f"cannot write ({e.strerror or e})") from None
+
+
+def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tuple,
+              what: str) -> None:
     if path.resolve() in {Path(r).resolve() for r in reads}:
         raise SpecError(field, str(path), f"is {what}; write to a new file")
     if path.is_dir():
@@ -57,23 +66,20 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
         if makes_folder:
             return
         raise SpecError(field, str(path), f"no such directory: {path.parent}")
-    try:
-        if path.is_file():  # appending nothing leaves it as it is
-            with open(path, "ab"):
-                pass
-        elif not path.exists():  # (a dangling link: where it points) a file can be made there
-            import os
-            import tempfile
+    if path.is_file():  # appending nothing leaves it as it is
+        with open(path, "ab"):
+            pass
+    elif not path.exists():  # (a dangling link: where it points) a file can be made there
+        import os
+        import tempfile
 
-            target = Path(os.path.realpath(path))
-            if not target.parent.is_dir():
-                raise SpecError(field, str(path), f"no such directory: {target.parent}")
-            fd, probe = tempfile.mkstemp(dir=target.parent, prefix=".nestplan-probe-")
-            os.close(fd)
-            os.unlink(probe)
-        # anything else (a device, a pipe) is tried only when written: opening a pipe waits
-    except OSError as e:
-        raise SpecError(field, str(path), f"cannot write ({e.strerror})") from None
+        target = Path(os.path.realpath(path))
+        if not target.parent.is_dir():
+            raise SpecError(field, str(path), f"no such directory: {target.parent}")
+        fd, probe = tempfile.mkstemp(dir=target.parent, prefix=".nestplan-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    # anything else (a device, a pipe) is tried only when written: opening a pipe waits
 
 
 def _once(pairs: list, field: str, path: Path) -> dict:
@@ -146,12 +152,16 @@ def name_of(table: dict, where: str) -> str:
 
 def checked_name(name: str, field: str) -> str:
     """``name`` (of ``field``) if it is not blank and on one line (no control characters or
-    line breaks, which would break the comment lines of exports), else a SpecError."""
+    line breaks, which would break the comment lines of exports) and text that can be written
+    (no lone surrogates: the bytes of a file name that are not UTF-8), else a SpecError."""
     import unicodedata
 
     if not name.strip() or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
         raise SpecError(field, name, "must be a name on one line, not blank (no control "
                         "characters)")
+    if any(unicodedata.category(c) == "Cs" for c in name):
+        raise SpecError(field, name, "must be UTF-8 text (it holds a lone surrogate, e.g. a byte "
+                        "of a file name that is not UTF-8: rename the file)")
     return name
 
 

@@ -187,6 +187,9 @@ def _from_dict(data: dict) -> PlanFile:
     elif stack is None:
         stack_spec = get_stack()
     else:
+        if isinstance(stack, dict) and "base" in stack:  # a stack file's key, followed by the catalog
+            raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
+                            "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = stack_from_table(stack, "stack")
     sc = Scenario(model=model_from_table(data["model"], "model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),

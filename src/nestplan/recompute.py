@@ -112,7 +112,7 @@ def parse_names(where: str, value: object) -> tuple[str, ...]:
             names.append(item)
             continue
         if not (count.isascii() and count.isdigit() and 1 <= int(count) <= MAX_REPEAT) \
-                or not name.strip():
+                or not name.strip() or "*" in name:
             raise SpecError(where, value, f"{item!r}: a policy repeated over stages is name*k, "
                             f"k from 1 to {MAX_REPEAT}, e.g. none*3,full")
         names += [name.strip()] * int(count)

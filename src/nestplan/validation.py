@@ -270,8 +270,13 @@ def _training(row: _Row) -> TrainingSpec:
     try:
         return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
                             attention_span=SQUAD_PACKED_SPAN if packed else None, **moe)
-    except SpecError as e:
-        raise SpecError(f"{row.where}.other_metrics", e.value, e.allowed) from None
+    except SpecError as e:  # name the row's column (or its other_metrics entry, as written)
+        if e.field in moe:
+            raise SpecError(f"{row.where}.other_metrics", f"{e.field}={row.other(e.field)}",
+                            e.allowed) from None
+        column = "micro_batch" if e.field == "global_batch" and row.number("global_batch") is None \
+            else e.field
+        raise SpecError(f"{row.where}.{column}", e.value, e.allowed) from None
 
 
 def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:

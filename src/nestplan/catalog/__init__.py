@@ -41,7 +41,10 @@ def list_names(kind: str) -> list[str]:
 
 def looks_like_path(text: str) -> bool:
     """A name the ``get_*`` functions read as a file rather than a catalog name."""
-    return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and Path(text).exists())
+    import os
+
+    # os.path.exists: False, not an error, for a name no file system can hold (too long, a NUL)
+    return "/" in text or text.endswith((".toml", ".json")) or (bool(text) and os.path.exists(text))
 
 
 def hf_config_in(path: Path) -> Path:
@@ -128,12 +131,11 @@ def _cached(fn):
 def _catalog_table(kind: str, name: str, field: str) -> dict:
     from ..loaders import read_toml
 
-    entry = _folder(kind).joinpath(f"{name}.toml")
-    if not entry.is_file():
-        names = list_names(kind)
+    names = list_names(kind)  # (a name is looked up among them: no file system asked about it)
+    if name not in names:
         raise SpecError(field, name, f"unknown {kind[:-1]}; catalog names: {', '.join(names)} "
                         "(or give a path to a file)")
-    with resources.as_file(entry) as path:
+    with resources.as_file(_folder(kind).joinpath(f"{name}.toml")) as path:
         return read_toml(path)
 
 
