@@ -898,3 +898,24 @@ for v in ("none**4", "none*4*1"):
 case("evaluate--stage-layers-with-vp", [*_without(_without(EVAL, "--pp"), "--gpus"), "--gpus", "8",
                                         "--pp", "4", "--stage-layers", "8,8,8,8", "--vp", "2"],
      "stage-layers: got '8,8,8,8'; needs 8 entries")
+# an empty path had been read as the working directory ("got '.'; a directory")
+for args in (["validate", "--csv", ""], ["calibrate", "", "-o", "x.toml"], ["sweep", ""],
+             ["export", "", "--format", "megatron"], ["evaluate", "--plan", ""]):
+    case(f"{args[0]}-empty-input-path", args, "got ''; must be a")
+# a sweep output below a file: "File exists" had been all it said
+case("sweep-output-below-a-file", ["sweep", "{s}.toml", "-o", "{p}.json/x.csv"],
+     "p.json is a file, not a directory", **{"s.toml": SWEEP, "p.json": "{}"})
+# a HuggingFace config's own key, not nestplan's field
+case("hf-first-k-dense-beyond-layers", [*_without(EVAL, "--model"), "--model", "{c}.json"],
+     "first_k_dense_replace: got 100", **{"c.json": json.dumps({**DEEPSEEK,
+                                                                "first_k_dense_replace": 100})})
+case("hf-nextn-layers-huge", [*_without(EVAL, "--model"), "--model", "{c}.json"],
+     "num_nextn_predict_layers: got 100", **{"c.json": json.dumps({**DEEPSEEK,
+                                                                   "num_nextn_predict_layers": 100})})
+# a plan file's fits is true or false (it had been asked for a number); a split entry by index
+case("plan-file-fits-word", ["evaluate", "--plan", "{p}.json"], "predicted.fits: got 'yes'; must "
+     "be true or false", **{"p.json": plan_with("predicted.fits", "yes")})
+case("plan-file-step-time-bool", ["evaluate", "--plan", "{p}.json"], "predicted.step_time_s: got "
+     "True", **{"p.json": plan_with("predicted.step_time_s", True)})
+case("plan-file-stage-layers-negative", ["evaluate", "--plan", "{p}.json"], "stage_layers[0]",
+     **{"p.json": plan_with("plan.stage_layers", [-1])})

@@ -381,7 +381,7 @@ def cmd_evaluate(args) -> int:
     from .specs import check_plan
 
     pf = None
-    if args.plan:
+    if args.plan is not None:
         given = [f"--{n.replace('_', '-')}" for n in PLAN_FILE_HOLDS
                  if getattr(args, n) is not None and n != "cluster"]
         if given:
@@ -630,10 +630,13 @@ def _runs_csv(text: str | None, field: str = "--csv") -> Path:
     published runs shipped with nestplan (a copy of the shared ``published_runs.csv``)."""
     from importlib import resources
 
+    from .errors import SpecError
     from .loaders import regular_file
 
     if text is None:
         return Path(str(resources.files("nestplan").joinpath("data", "published_runs.csv")))
+    if not text.strip():  # (Path("") would be the working directory)
+        raise SpecError(field, text, "must be a runs CSV file path")
     path = Path(text)
     regular_file(path, field, "runs CSV")
     return path

@@ -447,7 +447,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     except SpecError as e:  # name the config's key, not nestplan's field
         if e.field.startswith(f"{source}: "):
             raise
-        key = HF_KEYS.get(e.field.removeprefix("model."), e.field)
+        key = HF_KEYS.get(e.field.removeprefix("model."))
+        key = key if key in data else e.field  # (the config's key where it has it)
         raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
 
 
@@ -459,7 +460,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "glu_clamp": "swiglu_limit", "rope_theta": "rope_theta",
            "moe.router_score": "scoring_func", "moe.router_groups": "n_group",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
-           "moe.router_expert_bias": "topk_method"}
+           "moe.router_expert_bias": "topk_method",
+           "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers"}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

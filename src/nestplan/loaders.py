@@ -63,7 +63,10 @@ def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tupl
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
     if not path.parent.is_dir():
-        if makes_folder:
+        if makes_folder:  # its folders can be made if the nearest existing one is a folder
+            above = next((p for p in path.parents if p.exists()), None)
+            if above is not None and not above.is_dir():
+                raise SpecError(field, str(path), f"{above} is a file, not a directory")
             return
         raise SpecError(field, str(path), f"no such directory: {path.parent}")
     if path.is_file():  # appending nothing leaves it as it is

@@ -234,7 +234,10 @@ def _from_dict(data: dict) -> PlanFile:
     if not isinstance(predicted, dict):
         raise SpecError("predicted", predicted, "must map metric names to numbers")
     for key, value in predicted.items():  # numbers, and true/false for ``fits``
-        if not ((finite(value) and value >= 0) or isinstance(value, bool)):
+        if key == "fits":
+            if not isinstance(value, bool):
+                raise SpecError("predicted.fits", value, "must be true or false")
+        elif isinstance(value, bool) or not (finite(value) and value >= 0):
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison")), data.get("nestplan_version"))
@@ -276,4 +279,6 @@ def _short(items: list) -> str:
 def load(path: str | Path) -> PlanFile:
     from .loaders import read_document
 
+    if not str(path).strip():  # (Path("") would be the working directory)
+        raise SpecError("plan file", str(path), "must be a plan file path (JSON)")
     return from_dict(read_document(path, "plan file", "JSON"), Path(path).name)

@@ -682,8 +682,8 @@ class Parallelism(_CachedHash):
             raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
                             "must order each of tp, cp, dp, pp once")
         if self.stage_layers is not None:
-            for n in self.stage_layers:
-                _positive("stage_layers[]", n, allow_zero=True)
+            for i, n in enumerate(self.stage_layers):
+                _positive(f"stage_layers[{i}]", n, allow_zero=True)
 
     def _check_staging(self) -> None:
         """The checks of the fields the search derives plans by (``_DERIVED``): schedule, vp,

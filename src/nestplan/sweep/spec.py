@@ -289,6 +289,8 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
     the file's ``[sweep] output``."""
     from ..loaders import check_keys, read_toml
 
+    if not str(path).strip():  # (Path("") would be the working directory)
+        raise SpecError("file", str(path), "must be a sweep file path")
     path = Path(path)
     table = read_toml(path)
     for key in table:
