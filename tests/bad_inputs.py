@@ -919,3 +919,12 @@ case("plan-file-step-time-bool", ["evaluate", "--plan", "{p}.json"], "predicted.
      "True", **{"p.json": plan_with("predicted.step_time_s", True)})
 case("plan-file-stage-layers-negative", ["evaluate", "--plan", "{p}.json"], "stage_layers[0]",
      **{"p.json": plan_with("plan.stage_layers", [-1])})
+# a stage entry's numbers as the plan gives them, not floats or booleans that equal them; a
+# format-1 file with a stack table; a format that is not a whole number
+case("plan-file-stage-blocks-floats", ["evaluate", "--plan", "{p}.json"], "stages[0].blocks",
+     **{"p.json": lambda base: plan_with("stages", [{**base["stages"][0], "blocks": [
+         [float(a) for a in b] for b in base["stages"][0]["blocks"]]}])(base)})
+case("plan-file-format-1-with-stack", ["evaluate", "--plan", "{p}.json"], "format: got 1; a plan "
+     "file with a stack table", **{"p.json": plan_with("format", 1)})
+case("plan-file-format-float", ["evaluate", "--plan", "{p}.json"], "format: got 2.0",
+     **{"p.json": plan_with("format", 2.0)})

@@ -172,9 +172,12 @@ def _from_dict(data: dict) -> PlanFile:
     if not isinstance(data, dict):
         raise SpecError("", type(data).__name__, "a plan file holds one JSON object")
     fmt = data.get("format")
-    if fmt not in (1, FORMAT) or isinstance(fmt, bool):
+    if fmt not in (1, FORMAT) or type(fmt) is not int:  # (not 2.0, not true)
         raise SpecError("format", fmt, f"this nestplan ({__version__}) reads plan files of "
                         f"format 1 and {FORMAT}")
+    if fmt == 1 and "stack" in data:
+        raise SpecError("format", fmt, f"a plan file with a stack table is of format {FORMAT} "
+                        "(format 1 kept the stack's settings in training)")
     check_keys(data, "", required={"format", "model", "cluster", "gpus", "training", "plan"},
                optional=_TOP - ({"stack"} if fmt == 1 else set()))
     training, stack = data["training"], data.get("stack")
@@ -211,7 +214,7 @@ def _from_dict(data: dict) -> PlanFile:
             check_keys(st, where, required=set(), optional=_STAGE)
             want = _stage_entry(mine, replicas)
             for key, value in st.items():
-                if value == want[key] and type(value) is type(want[key]):
+                if json.dumps(value) == json.dumps(want[key]):  # (1.0 or false is not 1 or 0)
                     continue
                 show = _short(value) if isinstance(value, list) else value
                 if key == "replicas":
