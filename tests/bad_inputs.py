@@ -928,3 +928,15 @@ case("plan-file-format-1-with-stack", ["evaluate", "--plan", "{p}.json"], "forma
      "file with a stack table", **{"p.json": plan_with("format", 1)})
 case("plan-file-format-float", ["evaluate", "--plan", "{p}.json"], "format: got 2.0",
      **{"p.json": plan_with("format", 2.0)})
+# a degree past any machine: its own limit (it had surfaced as another field's arithmetic)
+for key, needle in (("vp", "vp: got 1000000000000000000000000000000; at most 512"),
+                    ("mbs", "mbs: got 1000000000000000000000000000000; at most 16,777,216"),
+                    ("pp", "pp: got 1000000000000000000000000000000; at most 1,048,576")):
+    case(f"plan-file-{key}-huge", ["evaluate", "--plan", "{p}.json"], needle,
+         **{"p.json": plan_with(f"plan.{key}", 10**30)})
+# a quote never closed had swallowed the rest of the file into one row's id
+case("runs-csv-quote-never-closed", ["validate", "--csv", "{r}.csv"],
+     "a quoted field is never closed", **{"r.csv": RUN_HEADER + "\n\"" + RUN + "\n"})
+# a sweep reads its results back and replaces them: a link to a device had been replaced
+case("sweep-output-link-to-device", ["sweep", "{s}.toml", "-o", "{n}.csv"], "not a regular file",
+     **{"s.toml": SWEEP, "n.csv": Link("/dev/null")})

@@ -663,3 +663,16 @@ def test_a_row_gives_the_uneven_stage_split_as_evaluate_takes_it(tmp_path):
     blocks = [sum(b - a for a, b in s["blocks"]) for s in json.loads(out)["stages"]]
     assert split[3] == ",".join(map(str, blocks)) and sum(blocks) == 32
     assert split[1] == "32"
+
+
+def test_a_results_file_behind_a_link_is_written_through_it(tmp_path):
+    """``-o link.csv`` where the link names a results file: the file gets the rows (and resumes
+    from them), the link stays a link."""
+    path = _write(tmp_path, ONE)
+    (tmp_path / "real.csv").write_text("")
+    (tmp_path / "link.csv").symlink_to("real.csv")
+    for _ in range(2):
+        assert main(["sweep", str(path), "-o", str(tmp_path / "link.csv"), "--workers", "1",
+                     "--quiet"]) == 0
+    assert (tmp_path / "link.csv").is_symlink()
+    assert len(_rows(tmp_path / "real.csv")) == 1  # once: the second run resumed

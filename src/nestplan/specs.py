@@ -667,6 +667,12 @@ class Parallelism(_CachedHash):
         # only that one when those are all that change (``_DERIVED``)
         for f in ("tp", "pp", "dp", "cp", "ep", "mbs"):
             _positive(f, getattr(self, f))
+        for f, cap, what in (("tp", MAX_GPUS, "devices"), ("pp", MAX_GPUS, "devices"),
+                             ("dp", MAX_GPUS, "devices"), ("cp", MAX_GPUS, "devices"),
+                             ("ep", MAX_GPUS, "devices"), ("mbs", MAX_TOKENS, "sequences"),
+                             ("vp", MAX_LAYERS, "model chunks per device: no model has more layers")):
+            if isinstance(getattr(self, f), int) and getattr(self, f) > cap:
+                raise SpecError(f, getattr(self, f), f"at most {cap:,} {what}")
         self._check_staging()
         if self.etp is not None:
             _positive("etp", self.etp)

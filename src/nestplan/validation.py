@@ -449,7 +449,7 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
     regular_file(path, field, "CSV")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(f, strict=True)  # (strict: a quote never closed is an error)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise SpecError(f"{path}: columns", ", ".join(reader.fieldnames or []),
@@ -475,7 +475,8 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
         raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
                         f"offset {e.start}); give a runs CSV file") from None
     except (OSError, csv.Error) as e:
-        raise SpecError(field, str(path), f"cannot read it as CSV ({e})") from None
+        why = ("a quoted field is never closed" if "unexpected end of data" in str(e) else str(e))
+        raise SpecError(field, str(path), f"cannot read it as CSV ({why})") from None
     first: dict[str, int] = {}
     for i, data in rows:  # ids name rows in every report: one row each
         ident = (data.get("id") or "").strip()

@@ -54,6 +54,9 @@ def run_command(args) -> int:
     for path, kind in ((spec.output, "results CSV"), (spec.output.with_suffix(".svg"), "plot SVG"),
                        *([(spec.output.with_suffix(".parquet"), "Parquet")] if parquet else [])):
         writable(path, "output", kind, makes_folder=True)  # the results writer makes it
+        if path.exists() and not path.is_file():  # (a device, a pipe: read back, replaced)
+            raise SpecError("output", str(path), f"not a regular file; a sweep reads its {kind} "
+                            "back and replaces it: give a file path")
     _refused_everywhere(spec)
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:

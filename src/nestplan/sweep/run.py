@@ -191,6 +191,7 @@ class ResultsWriter:
 
     def __init__(self, path: Path, spec: SweepSpec, existing: Existing):
         self.columns = spec.columns
+        path = Path(os.path.realpath(path))  # a link to the file: write the file, keep the link
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if (existing.dropped or existing.upgraded or not path.is_file()
