@@ -375,3 +375,19 @@ def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
             os.killpg(p.pid, signal.SIGKILL)
     assert (p.returncode, out, err) == (code, "", "nestplan: interrupted\n")
     assert not left
+
+
+def test_selective_recomputation_that_keeps_more_than_none_is_noted():
+    """Megatron's selective (core_attn) under flash attention keeps the fused QKV output alive
+    and drops no score matrix: evaluate says it keeps more than none (a user from Megatron
+    expects it to save memory); a policy that does save says nothing."""
+    from console import cli
+
+    flags = ["evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", 64, "--tp",
+             8, "--pp", 4, "--mbs", 1, "--global-batch", 1024, "--seq-len", 8192, "--json"]
+    code, out, err = cli(*flags, "--recompute", "selective")
+    _, bare, _ = cli(*flags, "--recompute", "none")
+    assert code == 0 and json.loads(out)["peak_memory_gib"] > json.loads(bare)["peak_memory_gib"]
+    assert "recompute selective keeps more memory than none" in err and "fused QKV" in err, err
+    code, _, err = cli(*flags, "--recompute", "fine-grained")
+    assert code == 0 and "keeps more memory" not in err, err

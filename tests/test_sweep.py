@@ -676,3 +676,19 @@ def test_a_results_file_behind_a_link_is_written_through_it(tmp_path):
                      "--quiet"]) == 0
     assert (tmp_path / "link.csv").is_symlink()
     assert len(_rows(tmp_path / "real.csv")) == 1  # once: the second run resumed
+
+
+def test_a_level_no_point_crosses_is_noted(tmp_path):
+    """DGX H100's leaves hold 256 GPUs: a spine swept with points of at most 256 changes nothing,
+    and the sweep says so before it runs (rows alike for that reason alone had read as "the
+    spine does not matter"); with a 512-GPU point it does not."""
+    grid = ('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [64, {most}]\n'
+            '[grid.network.spine]\noversubscription = [1, 2]\n'
+            '[grid.networks.nic800]\nspine = {{ bandwidth_GBps = 100 }}\n')
+    for most, noted in ((256, True), (512, False)):
+        path = _write(tmp_path, grid.format(most=most), f"s{most}.toml")
+        code, _, err = cli("sweep", path, "--dry-run")
+        assert code == 0, err
+        assert ("grid.network.spine: no point crosses this level (points of at most 256 GPUs, "
+                "blocks below it of 256)" in err) is noted, err
+        assert ("the named networks change nothing" in err) is noted, err

@@ -402,6 +402,7 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate
 
     ev = evaluate(sc, plan)
+    _note_recompute_costs_memory(ev)
     if args.save is not None:
         from . import planfile
 
@@ -417,6 +418,30 @@ def cmd_evaluate(args) -> int:
 
         print(evaluation(ev))
     return 0
+
+
+def _note_recompute_costs_memory(ev) -> None:
+    """Say so when the plan's per-module recomputation keeps more memory than none would (as
+    Megatron's selective, core_attn, does under flash attention: its checkpoint pins the fused
+    QKV output, and the fused kernel keeps no score matrix to drop; README, "Memory")."""
+    import warnings
+
+    from .errors import Note
+    from .evaluate import evaluate
+    from .options import AttentionImpl
+
+    stack = ev.scenario.stack
+    policies = {stack.policy(n) for n in ev.plan.recompute}
+    if stack.policy_index("none") is None or any(p.kind != "modules" for p in policies):
+        return
+    bare = evaluate(ev.scenario, ev.plan.with_(recompute=("none",)))
+    if bare.peak_memory < ev.peak_memory:
+        why = ("; under flash attention a checkpointed attention core keeps the whole fused QKV "
+               "output alive" if stack.attention is AttentionImpl.FLASH
+               and any("core_attn" in p.modules for p in policies) else "")
+        warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and costs "
+                      f"time ({ev.peak_memory / 2**30:.1f} GiB against "
+                      f"{bare.peak_memory / 2**30:.1f}){why}", Note)
 
 
 def _searchable(args):

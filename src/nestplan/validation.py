@@ -444,7 +444,7 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
 
 def _rows(path: Path, field: str = "--csv") -> list[_Row]:
     """The rows of a runs CSV, its columns checked; each named by its line and id."""
-    from .loaders import regular_file
+    from .loaders import checked_name, regular_file
 
     regular_file(path, field, "CSV")
     try:
@@ -482,6 +482,7 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
         ident = (data.get("id") or "").strip()
         if not ident:
             raise SpecError(f"{path.name} line {i}: id", "", "every row needs an id of its own")
+        checked_name(ident, f"{path.name} line {i}: id")  # (ids head report lines: one line each)
         if ident in first:
             raise SpecError(f"{path.name} line {i}: id", ident, f"also the id of line "
                             f"{first[ident]}; give every row an id of its own")

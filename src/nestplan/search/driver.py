@@ -63,7 +63,14 @@ class SearchResult:
 
 @dataclass(order=True)
 class _Found:
+    """A plan found, ordered worst first (a min-heap of the top K): by step time, then among
+    equal times the later found first, so that ties go to the plan found first whatever K is
+    (with K = 1 a tie cannot displace it: only strictly better plans are sought)."""
+
     key: float
+    """Minus the objective."""
+    later: int
+    """Minus the order in which it was found."""
     par: Parallelism = field(compare=False)
 
 
@@ -366,7 +373,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
-    solved = 0
+    solved = found_count = 0
     shortfall = Shortfall(cap)
     floored: list = []  # (floor over the limit, tick, configuration): no split can fit
     last_report = start
@@ -458,7 +465,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             sol = DP.solve(tb.x, tb.e, ok, cc.micro, par.vp, tb.const, bound=bound, y=tb.y)
             if sol is None:
                 continue
-            entry = _Found(-sol.objective, plan_from_solution(world.model, world.stack, par, sol))
+            found_count += 1
+            entry = _Found(-sol.objective, -found_count,
+                           plan_from_solution(world.model, world.stack, par, sol))
             if len(found) < top:
                 heapq.heappush(found, entry)
             else:
@@ -481,7 +490,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         progress(solved, size, time.perf_counter() - start)
     if not found:
         raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size))
-    best = sorted(found, key=lambda f: -f.key)
+    best = sorted(found, reverse=True)  # best first; of equal times, the first found
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)

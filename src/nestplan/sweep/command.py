@@ -58,6 +58,7 @@ def run_command(args) -> int:
             raise SpecError("output", str(path), f"not a regular file; a sweep reads its {kind} "
                             "back and replaces it: give a file path")
     _refused_everywhere(spec)
+    _note_levels_never_crossed(spec)
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
         points, existing = plan_run(spec)
@@ -112,6 +113,52 @@ def _refused_everywhere(spec) -> None:
     if unbuilt is not None:  # no point can even be set up (more GPUs than its cluster holds)
         raise SpecError(f"grid: {unbuilt.field}", unbuilt.value,
                         f"{unbuilt.allowed} (at every point of the grid: none can run)")
+
+
+def _note_levels_never_crossed(spec) -> None:
+    """Say so when a network level the grid varies is one no point's GPUs reach beyond: every
+    point fits in one block below it (a leaf of 256 GPUs and points of at most 256), so its
+    values change nothing and the rows look alike for that reason alone."""
+    import warnings
+
+    from ..errors import Note, SpecError
+    from .spec import level_key
+
+    alone = {level_key(p.key)[0] for p in spec.parameters if level_key(p.key) is not None}
+    named = {level for _, levels in spec.networks for level, _ in levels}
+    varied = alone | named
+    if not varied:
+        return
+    # the largest point of each cluster and network variant (the other columns move no level)
+    largest: dict = {}
+    for point in spec.points():
+        shape = tuple((k, v) for k, v in point.values
+                      if k == "cluster" or k == "network" or level_key(k) is not None)
+        if shape not in largest or point["gpus"] > largest[shape]["gpus"]:
+            largest[shape] = point
+    reach: dict[str, tuple[int, int]] = {}  # level -> (most GPUs of a point, devices below it)
+    crossed: set[str] = set()
+    for point in largest.values():
+        try:
+            cluster = spec.scenario(point).cluster
+        except SpecError:  # (its error row says why)
+            continue
+        below = (1, *cluster.block_sizes())  # devices under one block of the level below
+        for level, inside in zip(cluster.levels, below):
+            if level.name in varied:
+                if point["gpus"] > inside:
+                    crossed.add(level.name)
+                if point["gpus"] >= reach.get(level.name, (0, 0))[0]:
+                    reach[level.name] = (point["gpus"], inside)
+    never = set(reach) - crossed
+    for level in sorted(never & alone):
+        most, size = reach[level]
+        warnings.warn(f"grid.network.{level}: no point crosses this level (points of at most "
+                      f"{most:,} GPUs, blocks below it of {size:,}): its values change nothing",
+                      Note)
+    if named and named <= never:  # (a named network that moves some level it reaches is fine)
+        warnings.warn("grid.networks: no point crosses a level they set (points within one "
+                      "block below each): the named networks change nothing", Note)
 
 
 def _n(count: int, noun: str) -> str:
