@@ -943,3 +943,5 @@ case("sweep-output-link-to-device", ["sweep", "{s}.toml", "-o", "{n}.csv"], "not
 # an id with a terminal escape had been printed raw into the report's lines
 case("runs-csv-id-escape", ["validate", "--csv", "{r}.csv"], "id: got 'r\\x1b[31m1'",
      **{"r.csv": RUN_HEADER + "\n" + RUN.replace("r1,", "\"r\x1b[31m1\",", 1) + "\n"})
+case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+     "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})

@@ -149,6 +149,21 @@ def test_megatron_mla_and_moe_pattern():
     assert eval(pattern) == [0] * 3 + [1] * 58  # noqa: S307 - our own export, as Megatron does
 
 
+def test_megatron_builds_qwen3_with_its_qk_norms():
+    """Qwen3's checkpoints hold q_norm and k_norm: the export asks Megatron for them
+    (--qk-layernorm, which its TransformerConfig takes), and a model without them gets none."""
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, sp=False, zero=1, mbs=1)
+    texts = {}
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b"):
+        sc = scenario_from_names(name, "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+        texts[name] = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
+                             "megatron").text
+    assert "--qk-layernorm" in texts["qwen3-30b-a3b"]
+    assert "--qk-layernorm" not in texts["mixtral-8x7b"]
+    pytest.importorskip("megatron.core")
+    assert megatron_transformer_config(texts["qwen3-30b-a3b"]).qk_layernorm
+
+
 def test_megatron_trains_the_depths_where_the_plan_puts_them():
     """DeepSeek-V3 with its MTP depth: ``--mtp-num-layers``, and a stated layout holds the depth
     in its last chunk, which Megatron-Core's layout parser and validator accept."""

@@ -80,3 +80,26 @@ def test_megatron_distributed_optimizer_formula(d):
 def test_expert_states_shard_over_expert_data_parallel():
     w, g, o = model_states(0.0, 1e9, zero=1, dp=64, edp=8, stack=get_stack("megatron-core"))
     assert (w, g, o) == (pytest.approx(2e9), pytest.approx(4e9), pytest.approx(12e9 / 8))
+
+
+def test_qk_norms_keep_their_inputs_and_leave_the_checkpoint_nothing_to_pin():
+    """Qwen3's QK norms each keep their input (bf16 queries and keys, fused norms), and those
+    inputs are the q and k parts of the fused QKV output: a checkpointed attention core then pins
+    nothing beyond them, so selective keeps only the log-sum-exp less than none (without the
+    norms it keeps the QKV output's q and k parts more)."""
+    from dataclasses import replace
+
+    from nestplan.options import AttentionImpl as A
+
+    plain = get_model("llama3-8b")
+    normed = replace(plain, qk_norm=True)
+    seq, tp = 2048, 1
+    layers = {m.qk_norm: _layer(m, tp, False, seq=seq, attention=A.FLASH) for m in (plain, normed)}
+    q_k = 2 * seq * (plain.heads + plain.kv_heads) * plain.head_dim  # bytes, bf16
+    none = {k: effect(Policy("none", "none"), g).saved for k, g in layers.items()}
+    sel = {k: effect(SELECTIVE, g).saved for k, g in layers.items()}
+    assert none[True] - none[False] == pytest.approx(q_k)
+    lse = 4 * seq * plain.heads  # fp32 per query and head
+    assert sel[True] - none[True] == pytest.approx(-lse)
+    assert sel[False] - none[False] == pytest.approx(q_k - lse)
+    assert [o.name for o in layers[True].ops].count("qk_norm") == 1

@@ -63,6 +63,21 @@ def test_families_read_what_makes_them_differ():
     assert glm.moe.first_dense_layers == 1 and glm.moe.shared_experts == 1
     kimi = model_from_hf_config(HF / "kimi-k2.json")
     assert kimi.mla is not None and kimi.moe.experts == 384
+    # QK norms: Qwen3 always (its modelling code, not its config), GLM-4.5 as use_qk_norm says
+    assert model_from_hf_config(DATA / "qwen3-30b-a3b.json").qk_norm
+    assert not glm.qk_norm and not llama4.qk_norm and not kimi.qk_norm
+    data = json.loads((HF / "glm4.5.json").read_text())
+    assert _hf_model({**data, "use_qk_norm": True}).qk_norm
+
+
+def _hf_model(data: dict):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.json"
+        path.write_text(json.dumps(data))
+        return model_from_hf_config(path)
 
 
 def test_local_attention_costs_less_at_long_sequences():

@@ -367,6 +367,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
             total += (m.heads + 2 * m.kv_heads) * m.head_dim + h
         d_qk, d_v = x.d, x.d
         q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
+        if m.qk_norm:  # an RMSNorm over each head's queries and one over its keys
+            ops.append(_norm("qk_norm", x, q_el + k_el))
+            params += 2 * x.d
+            total += 2 * m.head_dim
     else:
         la = m.mla
         d_qk, d_v = la.qk_nope_head_dim + la.qk_rope_head_dim, la.v_head_dim
@@ -398,8 +402,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         ops.append(_mem("rope", q_el + k_el))
     # A checkpoint of the core keeps its inputs q, k, v. With RoPE, q and k are fresh rotated
     # copies while v stays a view of the fused QKV output, whose whole storage it keeps alive
-    # (measured on Megatron-Core's layer: tests/frameworks_saved.py)
-    pinned = E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None else 0.0
+    # (measured on Megatron-Core's layer: tests/frameworks_saved.py); QK norms keep the q and k
+    # parts of that storage anyway (their inputs), so it costs nothing more there
+    pinned = (E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None
+              and not m.qk_norm else 0.0)
     # attention core: scores over the full sequence S for the s local queries (CP splits queries)
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents

@@ -8,8 +8,9 @@ prints.
 
 Multi-token-prediction depths (DeepSeek-V3, Kimi-K2, GLM-4.5: ``num_nextn_predict_layers``) are
 read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; a run without
-them sets ``--mtp-layers 0``. What is not modelled, by family: attention sinks (GPT-OSS: one
-learned scalar per head), QK norms (Qwen3, GLM-4.5), partial rotary embeddings (GLM-4.5), and the
+them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm``) are read into
+``ModelSpec.qk_norm``. What is not modelled, by family: attention sinks (GPT-OSS: one
+learned scalar per head), partial rotary embeddings (GLM-4.5), and the
 per-layer alternation of local and global attention, whose cost is averaged over the blocks
 (``ModelSpec.local_share``).
 """
@@ -172,8 +173,16 @@ def _mixtral(cfg: _Config) -> dict:
     return kw
 
 
+def _qwen3(cfg: _Config) -> dict:
+    """Qwen3 norms each head's queries and keys, which its config.json does not say (its modelling
+    code has q_norm and k_norm; Megatron-Bridge's Qwen3 and Qwen3-MoE bridges set
+    ``qk_layernorm=True``: src/megatron/bridge/models/qwen/qwen3_bridge.py and
+    qwen3_moe_bridge.py @ NVIDIA-NeMo/Megatron-Bridge 4d3dd373fd)."""
+    return {**_llama_like(cfg), "qk_norm": True}
+
+
 def _qwen3_moe(cfg: _Config) -> dict:
-    kw = _llama_like(cfg)
+    kw = _qwen3(cfg)
     first, step = _moe_pattern(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"),
@@ -267,6 +276,7 @@ def _glm4_moe(cfg: _Config) -> dict:
                         first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
                         **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
+    kw["qk_norm"] = cfg.get("use_qk_norm", default=False, kind=bool)  # GLM-4.5 sets it
     return kw
 
 
@@ -397,7 +407,7 @@ def _bloom(cfg: _Config) -> dict:
 
 
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
-    "llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _llama,
+    "llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
     "bloom": _bloom, "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe,
     "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4,

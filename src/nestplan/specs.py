@@ -450,6 +450,10 @@ class ModelSpec(_CachedHash):
     """Rows of a learned position table (0 when not learned)."""
     causal: bool = True
     """Decoder (causal) attention; False for encoders such as BERT."""
+    qk_norm: bool = False
+    """Each head's queries and keys are RMS-normed before RoPE (Qwen3, GLM-4.5 with
+    ``use_qk_norm``; Megatron-Core ``--qk-layernorm``): two small norms over the queries' and
+    keys' elements, each keeping its input for backward."""
     moe: MoESpec | None = None
     """Mixture-of-experts settings, or None for a dense model."""
     mla: MLASpec | None = None

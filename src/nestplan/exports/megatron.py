@@ -254,6 +254,8 @@ def export(pf: PlanFile) -> Export:
         notes += graph_notes
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    if m.qk_norm:  # (the model's checkpoints hold the norms' weights)
+        args.append("--qk-layernorm")
     if m.mlp is MLPKind.SWIGLU:
         args.append("--swiglu")
     elif m.mlp is MLPKind.SQUARED_RELU:
