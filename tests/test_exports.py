@@ -141,7 +141,8 @@ def test_megatron_mla_and_moe_pattern():
                       recompute=(F,))
     text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
     for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
-                 "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128"):
+                 "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128",
+                 "--qk-layernorm"):  # (MLA's q_a and kv_a norms)
         assert flag in text
     pattern = text.split("--moe-layer-freq '")[1].split("'")[0]
     # Megatron evaluates the pattern after checking it holds only these characters

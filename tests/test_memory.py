@@ -82,24 +82,30 @@ def test_expert_states_shard_over_expert_data_parallel():
     assert (w, g, o) == (pytest.approx(2e9), pytest.approx(4e9), pytest.approx(12e9 / 8))
 
 
-def test_qk_norms_keep_their_inputs_and_leave_the_checkpoint_nothing_to_pin():
+@pytest.mark.parametrize("tp", [1, 8])
+def test_qk_norms_keep_their_inputs_and_leave_the_checkpoint_nothing_to_pin(tp):
     """Qwen3's QK norms each keep their input (bf16 queries and keys, fused norms), and those
     inputs are the q and k parts of the fused QKV output: a checkpointed attention core then pins
     nothing beyond them, so selective keeps only the log-sum-exp less than none (without the
-    norms it keeps the QKV output's q and k parts more)."""
+    norms it keeps the QKV output's q and k parts more). Where a rank holds several query groups
+    (tp 1 of Llama 3 8B's 8), Megatron gathers the queries into a copy for their norm, which the
+    norm keeps too (SelfAttention.get_query_key_value_tensors); with one group (tp 8) the queries
+    stay a view."""
     from dataclasses import replace
 
     from nestplan.options import AttentionImpl as A
 
     plain = get_model("llama3-8b")
     normed = replace(plain, qk_norm=True)
-    seq, tp = 2048, 1
+    seq = 2048
     layers = {m.qk_norm: _layer(m, tp, False, seq=seq, attention=A.FLASH) for m in (plain, normed)}
-    q_k = 2 * seq * (plain.heads + plain.kv_heads) * plain.head_dim  # bytes, bf16
-    none = {k: effect(Policy("none", "none"), g).saved for k, g in layers.items()}
-    sel = {k: effect(SELECTIVE, g).saved for k, g in layers.items()}
-    assert none[True] - none[False] == pytest.approx(q_k)
-    lse = 4 * seq * plain.heads  # fp32 per query and head
+    q = 2 * seq * plain.heads // tp * plain.head_dim  # bytes of a rank's queries, bf16
+    k = 2 * seq * plain.kv_heads // tp * plain.head_dim
+    copy = q if tp == 1 else 0
+    none = {n: effect(Policy("none", "none"), g).saved for n, g in layers.items()}
+    sel = {n: effect(SELECTIVE, g).saved for n, g in layers.items()}
+    assert none[True] - none[False] == pytest.approx(q + k + copy)
+    lse = 4 * seq * plain.heads // tp  # fp32 per query and head
     assert sel[True] - none[True] == pytest.approx(-lse)
-    assert sel[False] - none[False] == pytest.approx(q_k - lse)
+    assert sel[False] - none[False] == pytest.approx(q + k - lse)
     assert [o.name for o in layers[True].ops].count("qk_norm") == 1

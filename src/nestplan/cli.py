@@ -432,7 +432,9 @@ def _note_recompute_costs_memory(ev) -> None:
 
     stack = ev.scenario.stack
     policies = {stack.policy(n) for n in ev.plan.recompute}
-    if stack.policy_index("none") is None or any(p.kind != "modules" for p in policies):
+    if stack.policy_index("none") is None or any(p.kind not in ("modules", "none")
+                                                 for p in policies) or all(
+            p.kind == "none" for p in policies):
         return
     bare = evaluate(ev.scenario, ev.plan.with_(recompute=("none",)))
     if bare.peak_memory < ev.peak_memory:

@@ -368,7 +368,14 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         d_qk, d_v = x.d, x.d
         q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
         if m.qk_norm:  # an RMSNorm over each head's queries and one over its keys
-            ops.append(_norm("qk_norm", x, q_el + k_el))
+            norm = _norm("qk_norm", x, q_el + k_el)
+            if x.g > 1 and x.a > x.g:
+                # a rank's queries of several groups are gathered head by head into a copy
+                # before their norm, which keeps the copy while k's view keeps the fused QKV
+                # output alive (SelfAttention.get_query_key_value_tensors, query.reshape:
+                # megatron/core/transformer/attention.py, megatron-core 0.16.1)
+                norm = replace(norm, saved=norm.saved + E * q_el)
+            ops.append(norm)
             params += 2 * x.d
             total += 2 * m.head_dim
     else:

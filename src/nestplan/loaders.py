@@ -438,7 +438,9 @@ def cluster_to_table(cluster: ClusterSpec) -> dict:
 def model_to_table(model: ModelSpec) -> dict:
     table = {f: getattr(model, f) for f in (
         "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "bias",
-        "dropout", "tied_embeddings", "max_positions", "causal", "qk_norm")}
+        "dropout", "tied_embeddings", "max_positions", "causal")}
+    if model.qk_norm:  # (only where set, as files of before it were: their sweep ids stay)
+        table["qk_norm"] = True
     table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
     if model.moe is not None:
         table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS)}

@@ -495,6 +495,9 @@ class ModelSpec(_CachedHash):
         if self.local_span > MAX_TOKENS:
             raise SpecError("model.local_span", self.local_span,
                             f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
+        if self.qk_norm and self.mla is not None:
+            raise SpecError("model.qk_norm", True, "MLA norms its low-rank queries and keys as part "
+                            "of MLA (costed with it); qk_norm is for standard attention")
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
         if self.mtp_layers and not self.causal:
             raise SpecError("model.mtp_layers", self.mtp_layers,

@@ -254,7 +254,12 @@ def export(pf: PlanFile) -> Export:
         notes += graph_notes
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
-    if m.qk_norm:  # (the model's checkpoints hold the norms' weights)
+    # the model's checkpoints hold the norms' weights: Qwen3's per-head QK norms, and with MLA
+    # its low-rank queries' and keys' norms (DeepSeek's q_a_layernorm and kv_a_layernorm), which
+    # Megatron builds only with the flag (Megatron-Bridge's DeepSeek providers set qk_layernorm:
+    # src/megatron/bridge/models/deepseek/deepseek_provider.py @ NVIDIA-NeMo/Megatron-Bridge
+    # 355cef4570)
+    if m.qk_norm or m.mla is not None:
         args.append("--qk-layernorm")
     if m.mlp is MLPKind.SWIGLU:
         args.append("--swiglu")

@@ -129,27 +129,31 @@ def _note_levels_never_crossed(spec) -> None:
     varied = alone | named
     if not varied:
         return
-    # the largest point of each cluster and network variant (the other columns move no level)
-    largest: dict = {}
+    # the largest point of each cluster and network variant that the cluster holds (the other
+    # columns move no level; a point beyond its cluster's size has its own error row)
+    shapes: dict = {}
     for point in spec.points():
         shape = tuple((k, v) for k, v in point.values
                       if k == "cluster" or k == "network" or level_key(k) is not None)
-        if shape not in largest or point["gpus"] > largest[shape]["gpus"]:
-            largest[shape] = point
+        shapes.setdefault(shape, (point, []))[1].append(point["gpus"])
     reach: dict[str, tuple[int, int]] = {}  # level -> (most GPUs of a point, devices below it)
     crossed: set[str] = set()
-    for point in largest.values():
+    for point, counts in shapes.values():
         try:
-            cluster = spec.scenario(point).cluster
-        except SpecError:  # (its error row says why)
+            cluster = spec.cluster(point)
+        except SpecError:  # (its error rows say why)
             continue
+        held = [n for n in counts if cluster.max_devices is None or n <= cluster.max_devices]
+        if not held:
+            continue
+        most = max(held)
         below = (1, *cluster.block_sizes())  # devices under one block of the level below
         for level, inside in zip(cluster.levels, below):
             if level.name in varied:
-                if point["gpus"] > inside:
+                if most > inside:
                     crossed.add(level.name)
-                if point["gpus"] >= reach.get(level.name, (0, 0))[0]:
-                    reach[level.name] = (point["gpus"], inside)
+                if most >= reach.get(level.name, (0, 0))[0]:
+                    reach[level.name] = (most, inside)
     never = set(reach) - crossed
     for level in sorted(never & alone):
         most, size = reach[level]

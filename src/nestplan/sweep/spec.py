@@ -193,17 +193,21 @@ class SweepSpec:
                       values=tuple(zip(keys, combo)))
                 for combo in itertools.product(*(p.values for p in self.parameters))]
 
+    def cluster(self, point: Point):
+        """The point's cluster, its network as the point sets it (SpecError when invalid)."""
+        net = point.network()
+        for level, pairs in dict(self.networks).get(dict(point.values).get("network"), ()):
+            net.setdefault(level, {}).update(pairs)  # (no key is both named and varied: _grid)
+        return _cluster(_resolve(point["cluster"], self.path.parent),
+                        tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
+
     def scenario(self, point: Point):
         """The point's Scenario (SpecError when this combination of values is invalid)."""
         from ..loaders import training_from_table
         from ..specs import Scenario
 
         base = self.path.parent
-        net = point.network()
-        for level, pairs in dict(self.networks).get(dict(point.values).get("network"), ()):
-            net.setdefault(level, {}).update(pairs)  # (no key is both named and varied: _grid)
-        cluster = _cluster(_resolve(point["cluster"], base),
-                           tuple(sorted((lv, tuple(sorted(kv.items()))) for lv, kv in net.items())))
+        cluster = self.cluster(point)
         training = {k: v for k, v in point.values if k not in ("model", "cluster", "gpus", "method",
                                                                  "stack", "network", *SCENARIO_KEYS)
                     and not k.startswith("network.")}
