@@ -39,7 +39,7 @@ from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog
 from .options import Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
-from .specs import Parallelism, Scenario, check_plan, default_split, fold
+from .specs import Parallelism, Scenario, blocks_per_chunk, check_plan, fold
 
 
 def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
@@ -80,9 +80,8 @@ def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
 
 def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
     """[first, last) transformer blocks of every model chunk, in model order."""
-    split = par.stage_layers or default_split(model, par.pp, par.vp, par.pipeline)
     out, start = [], 0
-    for n in split:
+    for n in blocks_per_chunk(model, par):
         out.append((start, start + n))
         start += n
     return out

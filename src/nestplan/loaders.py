@@ -19,11 +19,14 @@ MAX_FILE_BYTES = 64 * 2**20
 """Largest input file read (plans, models, clusters and stacks are kilobytes)."""
 
 
-def regular_file(path: Path, field: str, kind: str) -> None:
+def regular_file(path: str | Path, field: str, kind: str) -> None:
     """Refuse anything but an existing regular file of sane size before it is opened (a FIFO
-    or a device would block or never end); SpecError naming ``field``."""
+    or a device would block or never end), and a blank path (given as the text typed:
+    ``Path("")`` is the working directory); SpecError naming ``field``."""
     import stat
 
+    if not str(path).strip():
+        raise SpecError(field, str(path), f"must be a {kind} file path")
     try:
         info = Path(path).stat()
     except FileNotFoundError:
@@ -97,7 +100,7 @@ def _once(pairs: list, field: str, path: Path) -> dict:
     return dict(pairs)
 
 
-def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
+def read_document(path: str | Path, field: str = "file", kind: str = "TOML") -> Any:
     """Parse a TOML or JSON file: the one reader of nestplan's input files, with one mapping of
     what can go wrong to a SpecError naming ``field``. Anything but a regular file (a directory,
     a FIFO, a device) is refused before it is read; a UTF-8 byte-order mark is accepted."""
@@ -127,7 +130,7 @@ def read_document(path: Path, field: str = "file", kind: str = "TOML") -> Any:
         raise SpecError(field, str(path), f"not readable {kind}: {why}") from None
 
 
-def read_toml(path: Path, field: str = "file") -> dict:
+def read_toml(path: str | Path, field: str = "file") -> dict:
     """Parse a TOML file; errors become a SpecError naming ``field`` (the flag or key that
     named the file)."""
     return read_document(path, field, "TOML")

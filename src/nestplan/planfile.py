@@ -86,13 +86,12 @@ def _headroom(data: dict) -> float:
 
 def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None = None) -> dict:
     """The plan file of an evaluated plan (``comparison``: see :class:`PlanFile`)."""
-    from .evaluate import chunk_bounds
+    from .specs import blocks_per_chunk
 
     sc, par = ev.scenario, ev.plan
-    bounds = chunk_bounds(sc.model, par)
     replicas = stage_replicas(par)
     plan = par.to_dict()
-    plan["stage_layers"] = [b - a for a, b in bounds]
+    plan["stage_layers"] = list(blocks_per_chunk(sc.model, par))
     js = ev.to_json()
     predicted = {k: js[k] for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
                                     "model_tflops_per_gpu", "mfu", "peak_memory_gib", "fits")}
@@ -282,6 +281,4 @@ def _short(items: list) -> str:
 def load(path: str | Path) -> PlanFile:
     from .loaders import read_document
 
-    if not str(path).strip():  # (Path("") would be the working directory)
-        raise SpecError("plan file", str(path), "must be a plan file path (JSON)")
     return from_dict(read_document(path, "plan file", "JSON"), Path(path).name)

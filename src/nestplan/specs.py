@@ -1015,3 +1015,20 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
     if vp > 1 and not model.homogeneous and interleaves(model, vp):  # one round's split, repeated
         return even_split(model.layers // vp, pp) * vp
     return chunks_from_totals(even_split(model.layers, pp), vp)
+
+
+def blocks_per_chunk(model: ModelSpec, par: Parallelism) -> tuple[int, ...]:
+    """The plan's blocks per model chunk in model order, as ``--stage-layers`` takes them: its
+    own split, else ``default_split``."""
+    if par.stage_layers:
+        return tuple(par.stage_layers)
+    return tuple(default_split(model, par.pp, par.vp, par.pipeline))
+
+
+def uneven_split(model: ModelSpec, par: Parallelism) -> tuple[int, ...] | None:
+    """The plan's own split where it is not the default one (None: the default, or no pipeline):
+    what a plan's text must name for ``evaluate`` to give the same plan."""
+    if par.pp == 1 or not par.stage_layers:
+        return None
+    split = tuple(par.stage_layers)
+    return None if split == tuple(default_split(model, par.pp, par.vp, par.pipeline)) else split

@@ -28,13 +28,10 @@ def plan_line(ev: Evaluation) -> str:
 def uneven_split(ev: Evaluation) -> str:
     """The plan's blocks per model chunk as evaluate's ``--stage-layers`` takes them, or "" when
     they are its even default."""
-    from .specs import default_split
+    from .specs import uneven_split as split_of
 
-    p = ev.plan
-    if not p.stage_layers or p.pp == 1 or tuple(p.stage_layers) == tuple(
-            default_split(ev.scenario.model, p.pp, p.vp, p.pipeline)):
-        return ""
-    return ",".join(map(str, p.stage_layers))
+    split = split_of(ev.scenario.model, ev.plan)
+    return ",".join(map(str, split)) if split else ""
 
 
 def block_range(a: int, b: int) -> str:

@@ -24,7 +24,7 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import Parallelism, Scenario, check_plan, default_split
+from ..specs import Parallelism, Scenario, check_plan, uneven_split
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -589,8 +589,8 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         return (f"nothing fits in {room}; the closest configuration ({' '.join(knobs)} "
                 f"mbs={par.mbs}) is short by at least {fmt_gib(gap)} GiB; try {', '.join(hints)}")
     knobs += [f"recompute={par.recompute_text}", f"mbs={par.mbs}"]
-    if par.pp > 1 and par.stage_layers and tuple(par.stage_layers) != default_split(
-            sc.model, par.pp, par.vp, par.pipeline):
-        knobs.append("stage-layers=" + ",".join(map(str, par.stage_layers)))
+    split = uneven_split(sc.model, par)
+    if split:
+        knobs.append("stage-layers=" + ",".join(map(str, split)))
     return (f"nothing fits in {room}; the closest plan ({' '.join(knobs)}) is short by "
             f"{fmt_gib(gap)} GiB; try {', '.join(hints)}")

@@ -118,29 +118,30 @@ def _refused_everywhere(spec) -> None:
 def _note_levels_never_crossed(spec) -> None:
     """Say so when a network level the grid varies is one no point's GPUs reach beyond: every
     point fits in one block below it (a leaf of 256 GPUs and points of at most 256), so its
-    values change nothing and the rows look alike for that reason alone."""
+    values change nothing and the rows look alike for that reason alone. A job's ranks fill the
+    cluster's devices in order (``placement``), so n GPUs cross level i exactly when n exceeds
+    the devices under one block of level i - 1."""
+    import itertools
     import warnings
 
     from ..errors import Note, SpecError
-    from .spec import level_key
+    from .spec import Point, level_key
 
     alone = {level_key(p.key)[0] for p in spec.parameters if level_key(p.key) is not None}
     named = {level for _, levels in spec.networks for level, _ in levels}
-    varied = alone | named
-    if not varied:
+    if not alone | named:
         return
-    # the largest point of each cluster and network variant that the cluster holds (the other
-    # columns move no level; a point beyond its cluster's size has its own error row)
-    shapes: dict = {}
-    for point in spec.points():
-        shape = tuple((k, v) for k, v in point.values
-                      if k == "cluster" or k == "network" or level_key(k) is not None)
-        shapes.setdefault(shape, (point, []))[1].append(point["gpus"])
+    # each cluster and network variant of the grid (no other column moves a level), with the
+    # largest GPU count that cluster holds (a larger one is an error row of its own)
+    shape_keys = [p for p in spec.parameters
+                  if p.key in ("cluster", "network") or level_key(p.key) is not None]
+    counts = next(p.values for p in spec.parameters if p.key == "gpus")
     reach: dict[str, tuple[int, int]] = {}  # level -> (most GPUs of a point, devices below it)
     crossed: set[str] = set()
-    for point, counts in shapes.values():
+    for combo in itertools.product(*(p.values for p in shape_keys)):
         try:
-            cluster = spec.cluster(point)
+            cluster = spec.cluster(Point(id="", values=tuple(zip((p.key for p in shape_keys),
+                                                                  combo))))
         except SpecError:  # (its error rows say why)
             continue
         held = [n for n in counts if cluster.max_devices is None or n <= cluster.max_devices]
@@ -149,7 +150,7 @@ def _note_levels_never_crossed(spec) -> None:
         most = max(held)
         below = (1, *cluster.block_sizes())  # devices under one block of the level below
         for level, inside in zip(cluster.levels, below):
-            if level.name in varied:
+            if level.name in alone | named:
                 if most > inside:
                     crossed.add(level.name)
                 if most >= reach.get(level.name, (0, 0))[0]:

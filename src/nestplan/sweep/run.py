@@ -67,14 +67,13 @@ def run_task(scenario, method: str, constraints) -> dict:
         row["etp"] = None  # no experts: no expert-TP degree
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
-    from ..evaluate import chunk_bounds
+    from ..specs import blocks_per_chunk
 
     plan = res.best.plan
     names = plan.recompute  # data: one name, or every stage's spelt out (for splitting)
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
-    # blocks per model chunk, as --stage-layers takes them, whichever method split them (blank
-    # only in rows kept from a results file written before the column)
-    row["stage_layers"] = ",".join(str(b - a) for a, b in chunk_bounds(scenario.model, plan))
+    # whichever method split the plan (blank only in rows kept from a file of before the column)
+    row["stage_layers"] = ",".join(map(str, blocks_per_chunk(scenario.model, plan)))
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 

@@ -293,10 +293,8 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
     the file's ``[sweep] output``."""
     from ..loaders import check_keys, read_toml
 
-    if not str(path).strip():  # (Path("") would be the working directory)
-        raise SpecError("file", str(path), "must be a sweep file path")
+    table = read_toml(path)  # (as typed: a blank path is refused, not read as the folder)
     path = Path(path)
-    table = read_toml(path)
     for key in table:
         if key not in SECTIONS:
             raise SpecError(key, table[key], f"unknown section or key; valid: {', '.join(SECTIONS)}")
