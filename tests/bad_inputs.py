@@ -473,6 +473,8 @@ STACK_BAD = {
                               'recompute = ["none", "most"]\n', "recompute"),
     "weight-bytes-3": ('base = "megatron-core"\nname = "s"\nweight_bytes = 3\n',
                        "weight_bytes"),
+    "loss-saved-bytes-6": ('base = "megatron-core"\nname = "s"\nloss_saved_bytes = 6\n',
+                           "loss_saved_bytes: got 6"),
     "grad-bytes-str": ('base = "megatron-core"\nname = "s"\ngrad_bytes = "4"\n', "grad_bytes"),
     "network-scale-one": ('base = "megatron-core"\nname = "s"\nnetwork_scale = [1.0]\n',
                           "network_scale"),

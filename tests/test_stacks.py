@@ -87,6 +87,25 @@ def test_a_stack_refuses_plans_it_cannot_run():
         evaluate(comp, Parallelism(dp=8, zero=3, recompute=("selective",)))
 
 
+def test_composer_loss_keeps_the_bf16_logits():
+    """llm-foundry's fused cross-entropy keeps the bf16 logits (2 bytes each) and writes a bf16
+    gradient; eager cross-entropy on upcast logits keeps fp32 log-probabilities (4) beside 6 bytes
+    at its peak. The difference is all in the loss, and the fused loss moves fewer bytes."""
+    comp = get_stack("composer")
+    assert (comp.loss_saved_bytes, comp.loss_transient_bytes) == (2, 2)
+    eager = replace(comp, loss_saved_bytes=4, loss_transient_bytes=6)
+    sc = scenario_from_names("llama3-8b", "selene-a100-hdr", 8, seq_len=2048, global_batch=64,
+                             stack="composer")
+    par = Parallelism(dp=8, zero=3, recompute=("full",), mbs=2)
+    fused, plain = evaluate(sc, par), evaluate(replace(sc, stack=eager), par)
+    logits = par.mbs * 2048 * G.padded_vocab(sc.model.vocab, 1)
+    m_f, m_p = fused.stages[0].memory, plain.stages[0].memory
+    assert m_p.activations - m_f.activations == pytest.approx(2 * logits)
+    assert m_p.transient - m_f.transient == pytest.approx(4 * logits)
+    assert m_p.weights + m_p.optimizer == m_f.weights + m_f.optimizer
+    assert fused.step_time < plain.step_time
+
+
 def test_fsdp_stacks_keep_fsdp_model_states():
     # FSDP with fp32 parameters and gradients: 16 bytes per parameter, all sharded
     kw = dict(seq_len=4096, global_batch=64)

@@ -234,6 +234,8 @@ class Local:
     is the capacity factor, on one expert rank too."""
     eager_ops: frozenset = frozenset()
     """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
+    loss_saved_bytes: int = FP32
+    """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -672,10 +674,15 @@ def _embedding(x: _Dims) -> LayerGraph:
 def _output(x: _Dims, prefix: str = "") -> tuple[list[Op], list[Comm]]:
     """The output layer over the (vocab-parallel) vocabulary and the loss."""
     T, Tn, h, V = x.T, x.Tn, x.h, x.V
-    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * Tn * h, lowp=False),
-           # vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2)
-           Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
-              bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V)]
+    if x.loc.loss_saved_bytes == FP32:
+        # vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2); eager
+        # cross-entropy keeps log_softmax's fp32 output
+        loss = Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=(E + 2 * FP32) * T * V,
+                  bwd_nbytes=(FP32 + E) * T * V, saved=FP32 * T * V)
+    else:  # one fused kernel: reads the bf16 logits and keeps them; backward writes their gradient
+        loss = Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=E * T * V,
+                  bwd_nbytes=2 * E * T * V, saved=E * T * V)
+    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * Tn * h, lowp=False), loss]
     comms = x.tp_comms(f"{prefix}lm_head", column=True, nbytes=E * T * h, lowp=False)
     if x.t > 1:
         comms.append(Comm(f"{prefix}loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))

@@ -95,6 +95,12 @@ class StackSpec(_CachedHash):
     parameters are the master copy)."""
     grad_bytes: int = 4
     """Bytes per gradient element in the reduction buffers (4: fp32 main grads)."""
+    loss_saved_bytes: int = 4
+    """Bytes per logit element the loss keeps for backward: 4 when it keeps fp32 values
+    (Megatron's vocab-parallel cross-entropy its fp32 logits, eager cross-entropy on upcast logits
+    log_softmax's fp32 output); 2 when one fused kernel reads the bf16 logits, computes in fp32
+    inside and keeps those bf16 logits (flash-attn's Triton cross-entropy, llm-foundry's default
+    loss)."""
     loss_transient_bytes: int = 4
     """Bytes per logit element alive at the loss's peak beside the fp32 log-probabilities it keeps
     for backward: 4 for Megatron's fused vocab-parallel cross-entropy (its fp32 gradient); 6 for
@@ -262,6 +268,9 @@ class StackSpec(_CachedHash):
         for f in ("weight_bytes", "grad_bytes"):
             if getattr(self, f) not in (2, 4):
                 raise SpecError(f"stack.{f}", getattr(self, f), "allowed: 2 (bf16) or 4 (fp32)")
+        if self.loss_saved_bytes not in (2, 4):
+            raise SpecError("stack.loss_saved_bytes", self.loss_saved_bytes,
+                            "allowed: 2 (the bf16 logits) or 4 (fp32), bytes per logit element")
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
