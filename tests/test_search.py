@@ -122,12 +122,13 @@ def _named_plan(said: str):
     """The plan a "nothing fits" message names, as evaluate's flags would give it."""
     import re
 
+    from nestplan.axes import parse_order
     from nestplan.recompute import parse_names
     from nestplan.specs import Parallelism
 
     named = dict(re.findall(r"([\w-]+)=([\w,*-]+)", said.split("closest plan (")[1].split(")")[0]))
-    kw = {k: int(named[k]) for k in ("tp", "pp", "dp", "cp", "zero", "mbs")}
-    kw.update(vp=int(named.get("vp", 1)), sp=True,
+    kw = {k: int(named[k]) for k in ("tp", "pp", "dp", "cp", "vp", "zero", "mbs")}
+    kw.update(sp=named["sp"] == "on", rank_order=parse_order(named["rank-order"]),
               recompute=parse_names("recompute", named["recompute"]))
     if "schedule" in named:
         kw["schedule"] = named["schedule"]
@@ -137,7 +138,7 @@ def _named_plan(said: str):
 
 
 @pytest.mark.parametrize("con, says", [
-    (Constraints(), "recompute=full mbs=1)"),
+    (Constraints(), "recompute=full mbs=1 rank-order="),
     (Constraints(pp=4, recompute=("full", "none", "none", "full")), "stage-layers="),
     (Constraints(pp=4, vp=2), "vp=2 schedule=interleaved-1f1b")])
 def test_the_closest_plan_named_is_the_one_whose_shortfall_is_quoted(con, says):

@@ -271,6 +271,27 @@ tp = 8
         assert row["step_time_s"] == ""
 
 
+def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, capsys, monkeypatch):
+    """Every point an error row (nothing searched): exit 1 and one line saying so; the rows stay
+    to say why, and the same command retries them. Some points failing keeps exit 0 (above)."""
+    from nestplan.search import methods
+
+    def broken(*args, **kw):
+        raise RuntimeError("search broke")
+
+    monkeypatch.setattr(methods, "run_method", broken)
+    path = _write(tmp_path, SMALL)
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert f"0 ok, 0 infeasible, {SMALL_POINTS} errors" in out
+    assert err.strip().splitlines()[-1].startswith("nestplan: sweep: every point failed")
+    rows = _rows(tmp_path / "s.csv")
+    assert len(rows) == SMALL_POINTS
+    assert {r["error"] for r in rows} == {"RuntimeError: search broke"}
+    monkeypatch.undo()
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+
+
 class _Counting:
     """Wraps run_method: counts calls, raises KeyboardInterrupt at call ``stop_at``."""
 

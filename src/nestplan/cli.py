@@ -491,12 +491,12 @@ def _top_entry(ev) -> dict:
     """One of ``plan --json``'s ``top`` plans: its summary, expert TP and blocks per model chunk
     (null: the even split), all evaluate needs to reproduce it."""
     from .result import SUMMARY_KEYS
-    from .textfmt import uneven_split
+    from .specs import uneven_split
 
     js = ev.to_json()
-    split = uneven_split(ev)
+    split = uneven_split(ev.scenario.model, ev.plan)
     return {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"],
-            "stage_layers": [int(n) for n in split.split(",")] if split else None}
+            "stage_layers": list(split) if split else None}
 
 
 def _check_top(top: int) -> None:

@@ -1032,3 +1032,25 @@ def uneven_split(model: ModelSpec, par: Parallelism) -> tuple[int, ...] | None:
         return None
     split = tuple(par.stage_layers)
     return None if split == tuple(default_split(model, par.pp, par.vp, par.pipeline)) else split
+
+
+def plan_knobs(model: ModelSpec, par: Parallelism, *, settled: bool = True) -> list[str]:
+    """A plan as ``name=value`` words, each one of evaluate's flags (``tp=8`` for ``--tp 8``):
+    the degrees, expert TP for an MoE model, chunks, a pipeline's schedule, sequence parallelism,
+    ZeRO stage, recomputation, micro-batch, rank order and a split other than the default.
+    ``settled=False`` leaves out what the search settles per plan within a configuration (its
+    recomputation and split)."""
+    knobs = [f"tp={par.tp}", f"pp={par.pp}", f"dp={par.dp}", f"cp={par.cp}", f"ep={par.ep}"]
+    if model.moe is not None:
+        knobs.append(f"etp={par.expert_tp}")
+    knobs.append(f"vp={par.vp}")
+    if par.pp > 1:
+        knobs.append(f"schedule={par.pipeline.name}")
+    knobs += [f"sp={'on' if par.sp else 'off'}", f"zero={par.zero}"]
+    if settled:
+        knobs.append("recompute=" + par.recompute_text)
+    knobs += [f"mbs={par.mbs}", f"rank-order={'-'.join(a.value for a in par.rank_order)}"]
+    split = uneven_split(model, par) if settled else None
+    if split:
+        knobs.append("stage-layers=" + ",".join(map(str, split)))
+    return knobs

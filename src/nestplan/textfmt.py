@@ -5,31 +5,18 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .result import Evaluation
+from .specs import plan_knobs
+from .specs import uneven_split as split_of
 from .units import GiB, fmt_time
 
 
 def plan_line(ev: Evaluation) -> str:
-    p = ev.plan
-    parts = [f"tp={p.tp}", f"pp={p.pp}", f"dp={p.dp}", f"cp={p.cp}", f"ep={p.ep}"]
-    if ev.scenario.model.moe is not None:
-        parts.append(f"etp={p.expert_tp}")
-    parts += [f"vp={p.vp}"]
-    if p.pp > 1:
-        parts.append(f"schedule={p.pipeline.name}")
-    parts += [f"sp={'on' if p.sp else 'off'}", f"zero={p.zero}",
-              "recompute=" + p.recompute_text, f"mbs={p.mbs}",
-              f"order={'-'.join(a.value for a in p.rank_order)}"]
-    split = uneven_split(ev)
-    if split:
-        parts.append("stage-layers=" + split)
-    return " ".join(parts)
+    return " ".join(plan_knobs(ev.scenario.model, ev.plan))
 
 
 def uneven_split(ev: Evaluation) -> str:
     """The plan's blocks per model chunk as evaluate's ``--stage-layers`` takes them, or "" when
     they are its even default."""
-    from .specs import uneven_split as split_of
-
     split = split_of(ev.scenario.model, ev.plan)
     return ",".join(map(str, split)) if split else ""
 

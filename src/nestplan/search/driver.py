@@ -24,7 +24,7 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import Parallelism, Scenario, check_plan, uneven_split
+from ..specs import Parallelism, Scenario, check_plan, plan_knobs
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -577,20 +577,10 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
             f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
             f"{hbm / GiB:.1f} GiB per device")
-    knobs = [f"tp={par.tp}", f"pp={par.pp}", f"dp={par.dp}", f"cp={par.cp}"]
-    if sc.model.moe is not None:
-        knobs += [f"ep={par.ep}", f"etp={par.expert_tp}"]
-    if par.vp > 1:
-        knobs.append(f"vp={par.vp}")
-    if par.pp > 1:
-        knobs.append(f"schedule={par.pipeline.name}")
-    knobs.append(f"zero={par.zero}")
     if shortfall.floor:  # a bound for the configuration, not one plan's memory
-        return (f"nothing fits in {room}; the closest configuration ({' '.join(knobs)} "
-                f"mbs={par.mbs}) is short by at least {fmt_gib(gap)} GiB; try {', '.join(hints)}")
-    knobs += [f"recompute={par.recompute_text}", f"mbs={par.mbs}"]
-    split = uneven_split(sc.model, par)
-    if split:
-        knobs.append("stage-layers=" + ",".join(map(str, split)))
-    return (f"nothing fits in {room}; the closest plan ({' '.join(knobs)}) is short by "
+        knobs = " ".join(plan_knobs(sc.model, par, settled=False))
+        return (f"nothing fits in {room}; the closest configuration ({knobs}) is short by at "
+                f"least {fmt_gib(gap)} GiB; try {', '.join(hints)}")
+    knobs = " ".join(plan_knobs(sc.model, par))
+    return (f"nothing fits in {room}; the closest plan ({knobs}) is short by "
             f"{fmt_gib(gap)} GiB; try {', '.join(hints)}")

@@ -1,8 +1,9 @@
 """The ``nestplan sweep SWEEP.toml`` subcommand.
 
-Exit codes: 0 when every point has a row (some may be ``infeasible`` or ``error``), 2 for a bad
-sweep file or flag (one line on stderr, before any work), 130 after Ctrl-C and 143 after SIGTERM
-(finished points stay in the CSV; running the same command again resumes).
+Exit codes: 0 when every point has a row (some may be ``infeasible`` or ``error``), 1 when every
+point's row is an error (nothing was searched), 2 for a bad sweep file or flag (one line on
+stderr, before any work), 130 after Ctrl-C and 143 after SIGTERM (finished points stay in the
+CSV; running the same command again resumes).
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def run_command(args) -> int:
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
               "(kept: rows of another grid, or of a model, cluster or stack file since edited)")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
+    if s.errors and not (s.ok or s.infeasible or s.skipped):
+        print(f"nestplan: sweep: every point failed ({_n(s.errors, 'error')}); the error column of "
+              f"{spec.output} says why", file=sys.stderr)
+        return 1
     return 0
 
 
