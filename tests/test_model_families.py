@@ -80,6 +80,33 @@ def _hf_model(data: dict):
         return model_from_hf_config(path)
 
 
+SMALL = {"num_hidden_layers": 32, "hidden_size": 256, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize("extra, span, share", [
+    ({"model_type": "mistral", "sliding_window": 4096}, 8192, 1.0),  # Mistral 7B v0.1
+    ({"model_type": "mistral", "sliding_window": None}, 0, 0.0),  # v0.2 and later
+    ({"model_type": "mistral"}, 8192, 1.0),  # MistralConfig's default window: 4,096
+    ({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2,
+      "sliding_window": None}, 0, 0.0),
+    ({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2,
+      "sliding_window": 1024}, 2048, 1.0),
+    ({"model_type": "qwen2", "sliding_window": 4096}, 0, 0.0),  # use_sliding_window is false
+    ({"model_type": "qwen2", "use_sliding_window": True}, 8192, 4 / 32),  # layers 28-31
+    ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 1024,
+      "max_window_layers": 16}, 2048, 0.5),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024,
+      "layer_types": ["sliding_attention", "full_attention"] * 16}, 2048, 0.5),
+    ({"model_type": "llama", "sliding_window": 4096}, 0, 0.0),  # Llama has none
+])
+def test_sliding_windows_are_read_as_each_family_sets_them(extra, span, share):
+    """Sliding-window attention as transformers' configs define it per family (an unread
+    ``sliding_window`` had left Mistral 7B v0.1 costed with full attention at 32K tokens)."""
+    m = model_from_hf_dict({**SMALL, **extra})
+    assert (m.local_span, m.local_share) == (span, pytest.approx(share))
+
+
 def test_local_attention_costs_less_at_long_sequences():
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
     full = replace(oss, local_span=0, local_share=0.0)

@@ -157,20 +157,68 @@ def _rope_theta(cfg: _Config) -> float:
     return theta if theta is not None else inner if inner is not None else DEFAULT_ROPE_THETA
 
 
+LAYER_KINDS = ("sliding_attention", "full_attention")
+"""The attention kinds a config's ``layer_types`` may list (those of the families read here)."""
+
+
+def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int) -> dict:
+    """The model fields of sliding-window attention over ``window`` tokens (0: none) on the layers
+    that ``layer_types`` names ``sliding_attention``, or on ``sliding_layers`` of them when the
+    config lists no types. A causal window of w costs about what causal chunks of 2w cost."""
+    types = cfg.get("layer_types", default=None, kind=list)
+    if types is not None and len(types) != layers:
+        raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
+                        f"needs one per layer ({layers})")
+    odd = [t for t in types or () if t not in LAYER_KINDS]
+    if odd:  # (a null entry too)
+        raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(LAYER_KINDS))
+    local = sum(t == "sliding_attention" for t in types) if types is not None else sliding_layers
+    return dict(local_span=2 * window, local_share=local / layers) if window and local else {}
+
+
 def _llama(cfg: _Config) -> dict:
     return _llama_like(cfg)
 
 
+def _mistral(cfg: _Config) -> dict:
+    """Mistral: sliding-window attention on every layer, of 4,096 tokens when the config has no
+    ``sliding_window`` key and none when it is null (MistralConfig's default:
+    src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
+    0b07a74c673bdf8fbd472a1c7df139b357495414; Mistral 7B v0.1 sets 4,096, v0.2 and later null)."""
+    kw = _llama_like(cfg)
+    window = (cfg.get("sliding_window", default=0, minimum=0) if "sliding_window" in cfg.data
+              else 4096)
+    return {**kw, **_sliding(cfg, kw["layers"], window, kw["layers"])}
+
+
+def _qwen_sliding(cfg: _Config, layers: int) -> dict:
+    """Qwen2/Qwen3 (and their MoE): a sliding window only with ``use_sliding_window`` (false by
+    default), on the layers from ``max_window_layers`` (28 by default) on unless ``layer_types``
+    lists them; ``sliding_window`` defaults to 4,096 (Qwen2Config:
+    src/transformers/models/qwen2/configuration_qwen2.py @ huggingface/transformers
+    caa3177646255d2cf73626315c8582722af4749c)."""
+    if not cfg.get("use_sliding_window", default=False, kind=bool):
+        return _sliding(cfg, layers, 0, 0)  # (the types are still checked)
+    window = cfg.get("sliding_window", default=4096, minimum=0)
+    full = cfg.get("max_window_layers", default=28, minimum=0)
+    return _sliding(cfg, layers, window, max(layers - full, 0))
+
+
 def _qwen2(cfg: _Config) -> dict:
     # Qwen2 has q/k/v biases in the modelling code, not in config.json.
-    return _llama_like(cfg, bias=True)
+    kw = _llama_like(cfg, bias=True)
+    return {**kw, **_qwen_sliding(cfg, kw["layers"])}
 
 
 def _mixtral(cfg: _Config) -> dict:
+    # Mixtral: a sliding window on every layer only where the config gives one (MixtralConfig
+    # defaults it to None: src/transformers/models/mixtral/configuration_mixtral.py @
+    # huggingface/transformers ad467bd7633c63ba3ae55da29ff08a30a47cc008)
     kw = _llama_like(cfg)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
-    return kw
+    window = cfg.get("sliding_window", default=0, minimum=0)
+    return {**kw, **_sliding(cfg, kw["layers"], window, kw["layers"])}
 
 
 def _qwen3(cfg: _Config) -> dict:
@@ -178,7 +226,8 @@ def _qwen3(cfg: _Config) -> dict:
     code has q_norm and k_norm; Megatron-Bridge's Qwen3 and Qwen3-MoE bridges set
     ``qk_layernorm=True``: src/megatron/bridge/models/qwen/qwen3_bridge.py and
     qwen3_moe_bridge.py @ NVIDIA-NeMo/Megatron-Bridge 4d3dd373fd)."""
-    return {**_llama_like(cfg), "qk_norm": True}
+    kw = _llama_like(cfg)
+    return {**kw, **_qwen_sliding(cfg, kw["layers"]), "qk_norm": True}
 
 
 def _qwen3_moe(cfg: _Config) -> dict:
@@ -255,6 +304,7 @@ def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
 def _qwen2_moe(cfg: _Config) -> dict:
     # Qwen2-MoE: q/k/v biases (modelling code), one gated shared expert of its own size
     kw = _llama_like(cfg, bias=True)
+    kw.update(_qwen_sliding(cfg, kw["layers"]))
     first, step = _moe_pattern(cfg, kw["layers"])
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
@@ -294,19 +344,9 @@ def _gpt_oss(cfg: _Config) -> dict:
     # its experts carry biases (gate_up_proj_bias, down_proj_bias in the modelling code)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
-    types = cfg.get("layer_types", default=None, kind=list)
-    window = cfg.get("sliding_window", default=0, minimum=0)
-    if types is not None and len(types) != kw["layers"]:
-        raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
-                        f"needs one per layer ({kw['layers']})")
-    kinds = ("sliding_attention", "full_attention")
-    odd = [t for t in types or () if t not in kinds]
-    if odd:  # (a null entry too)
-        raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(kinds))
-    local = (sum(t == "sliding_attention" for t in types) if types is not None
-             else kw["layers"] // 2)  # the modelling code alternates when not listed
-    if window and local:
-        kw.update(local_span=2 * window, local_share=local / kw["layers"])
+    # (the modelling code alternates sliding and full layers when the config lists no types)
+    kw.update(_sliding(cfg, kw["layers"], cfg.get("sliding_window", default=0, minimum=0),
+                       kw["layers"] // 2))
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)
@@ -407,7 +447,7 @@ def _bloom(cfg: _Config) -> dict:
 
 
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
-    "llama": _llama, "mistral": _llama, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
     "bloom": _bloom, "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe,
     "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4,
