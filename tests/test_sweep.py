@@ -635,6 +635,26 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
     assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})
 
 
+def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):
+    """A point naming a catalog entry hashes what the entry holds, as for a file: when a release
+    changes the entry (Qwen3's QK norms, say), a resumed sweep runs its points again instead of
+    keeping rows computed for the old model."""
+    from dataclasses import replace
+
+    from nestplan.sweep import spec as sweep_spec
+
+    text = ('[grid]\nmodel = ["llama3-8b", "gpt-1p7b"]\ncluster = ["dgx-h100-ndr"]\n'
+            'gpus = [16]\nseq_len = [2048]\nglobal_batch = [64]\n')
+    path = _write(tmp_path, text)
+    before = {p["model"]: p.id for p in load(path).points()}
+    real = sweep_spec._model
+    monkeypatch.setattr(sweep_spec, "_model", lambda ref: replace(real(ref), qk_norm=True)
+                        if ref == "llama3-8b" else real(ref))
+    after = {p["model"]: p.id for p in load(path).points()}
+    assert after["llama3-8b"] != before["llama3-8b"]
+    assert after["gpt-1p7b"] == before["gpt-1p7b"]
+
+
 def test_a_single_model_panel_is_titled_by_its_model(tmp_path):
     """A sweep of one model and one method draws one panel, titled by them (it had been titled
     by the sweep file's name)."""

@@ -336,9 +336,9 @@ REFERENCES = ("model", "cluster", "stack")
 
 
 def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
-    """(key, value, digest) of each file-valued reference of the grid: the digest of the spec it
-    loads, as its canonical table (so a base file's edits count too)."""
-    from ..catalog import looks_like_path
+    """(key, value, digest) of each model, cluster and stack the grid names, a file or a catalog
+    entry: the digest of the spec it loads, as its canonical table (so a base file's edits count
+    too, and a catalog entry that a new release of nestplan changes)."""
     from ..loaders import cluster_to_table, model_to_table, stack_to_table
 
     table = {"model": (_model, model_to_table), "cluster": (_cluster, cluster_to_table),
@@ -349,9 +349,7 @@ def _contents(parameters, base: Path) -> tuple[tuple[str, str, str], ...]:
             continue
         load, as_table = table[p.key]
         for v in p.values:
-            ref = _resolve(v, base)
-            if looks_like_path(ref):
-                out.append((p.key, v, _digest(as_table(load(ref)))))
+            out.append((p.key, v, _digest(as_table(load(_resolve(v, base))))))
     return tuple(out)
 
 
