@@ -257,6 +257,8 @@ class Chunk:
     transient: Num
     largest: Num
     layers: Num
+    block_saved: Num = 0.0
+    """Bytes the chunk's heaviest block keeps per micro-batch (per policy)."""
 
 
 def _sum(*terms):
@@ -276,10 +278,12 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         parts.append((np.asarray(1.0), cc.embedding))
     if head:
         parts.append((np.asarray(1.0), cc.head))
-    transient = largest = again = 0.0
+    transient = largest = again = block = 0.0
     for n, k in parts:
         present = (n > 0)
         transient = np.maximum(transient, np.where(present[..., None], k.transient, 0.0))
+        if k is cc.dense or k is cc.moe:
+            block = np.maximum(block, np.where(present[..., None], k.saved, 0.0))
         again = np.maximum(again, np.where(present[..., None], k.again, 0.0))
         largest = np.maximum(largest, np.where(present, k.largest_weight, 0.0))
     return Chunk(
@@ -294,7 +298,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         egathered=_sum(*(n * k.eparams * M.EXPERT_GATHER_BYTES for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
         transient=transient, largest=largest,
-        layers=_sum(*(n for n, _ in parts)),
+        layers=_sum(*(n for n, _ in parts)), block_saved=block,
     )
 
 
@@ -417,14 +421,23 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
 
 def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
     """Micro-batches whose activations each chunk of pipeline device ``stage`` holds at its peak:
-    the schedule's count, plus one where the stack overlaps the expert exchange of one
-    micro-batch with another's compute (Megatron's merged forward-backward of adjacent
-    micro-batches starts the next forward before this backward ends)."""
+    the schedule's count (for the merged forward-backward of ``merges_batches``, see
+    ``memory_parts``)."""
     par = cc.par
-    held = par.pipeline.held(stage, par.pp, par.vp, cc.micro)
-    if cc.sc.stack.moe_overlap == "batch" and cc.moe is not None and par.ep > 1:
-        held = [held[0] + 1, *held[1:]]
-    return held
+    return par.pipeline.held(stage, par.pp, par.vp, cc.micro)
+
+
+def merges_batches(cc: ConfigCosts) -> bool:
+    """The stack hides the expert exchange of one micro-batch behind another's compute:
+    Megatron-Core's combined 1F1B runs the forward of one micro-batch and the backward of
+    another layer by layer, forward layer i beside backward layer L - 1 - i, each backward layer
+    freeing its state as it ends (``TransformerModelChunkSchedulePlan.run``,
+    megatron/core/models/common/model_chunk_schedule_plan.py, megatron-core 0.16.1). The
+    interleaved schedule runs one more warm-up forward first (``get_pp_rank_microbatches``,
+    pipeline_parallel/schedules.py), which starts the steady state where plain 1F1B's first
+    forward leaves it; so the pair holds, beside the schedule's count, one more block of the
+    forward's micro-batch than the backward has freed."""
+    return cc.sc.stack.moe_overlap == "batch" and cc.moe is not None and cc.par.ep > 1
 
 
 @dataclass(frozen=True)
@@ -457,6 +470,11 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp):  # the head's device:
         # the gradient of the fp32 logits in backward
         transient = transient + cc.logits_bytes
+    if merges_batches(cc):  # a block's activations beyond the schedule's count
+        block = 0.0
+        for c in chunks:
+            block = np.maximum(block, c.block_saved)
+        transient = transient + block
 
     def pol(v):
         return np.asarray(v)[..., None] * np.ones(len(st.recompute))
