@@ -468,7 +468,7 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
             largest = np.maximum(largest, c.largest)
         transient = transient + 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
     if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp):  # the head's device:
-        # the gradient of the fp32 logits in backward
+        # what the loss adds at its backward's peak (the stack's loss_transient_bytes)
         transient = transient + cc.logits_bytes
     if merges_batches(cc):  # a block's activations beyond the schedule's count
         block = 0.0
