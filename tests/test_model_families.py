@@ -98,6 +98,15 @@ SMALL = {"num_hidden_layers": 32, "hidden_size": 256, "num_attention_heads": 4,
       "max_window_layers": 16}, 2048, 0.5),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024,
       "layer_types": ["sliding_attention", "full_attention"] * 16}, 2048, 0.5),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": None}, 0, 0.0),
+    ({"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 64, "use_sliding_window": True, "max_window_layers": 16},
+     8192, 1.0),  # Qwen3-MoE: every layer
+    ({"model_type": "qwen2_moe", "num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 64, "use_sliding_window": True, "max_window_layers": 16},
+     8192, 0.5),
+    ({"model_type": "mistral", "sliding_window": 1024,  # Mistral: every layer, types aside
+      "layer_types": ["full_attention"] * 32}, 2048, 1.0),
     ({"model_type": "llama", "sliding_window": 4096}, 0, 0.0),  # Llama has none
 ])
 def test_sliding_windows_are_read_as_each_family_sets_them(extra, span, share):

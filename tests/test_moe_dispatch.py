@@ -135,10 +135,11 @@ def test_dispatchers_and_overlap_change_what_they_should():
     assert flex.link_time["ep"] < a2a.link_time["ep"]
     # all-gather moves every rank's tokens to all 64 ranks: far more than 8 copies
     assert gather.link_time["ep"] > a2a.link_time["ep"]
-    # batch-level overlap hides exposed EP time and holds one more block (below)
+    # batch-level overlap hides exposed EP time and holds one more block (below; here no more
+    # than the loss's gradient of the logits, which it never meets)
     assert batch.time.ep < a2a.time.ep and batch.link_time["ep"] == pytest.approx(
         a2a.link_time["ep"])
-    assert batch.peak_memory > a2a.peak_memory
+    assert batch.peak_memory >= a2a.peak_memory
 
 
 @pytest.mark.parametrize("pp, vp", [(1, 1), (4, 2)])
@@ -146,8 +147,11 @@ def test_merged_micro_batches_hold_one_more_block(pp, vp):
     """Megatron-Core's combined 1F1B runs one micro-batch's forward layer i beside another's
     backward layer L - 1 - i, each backward layer freeing its state: beside what the schedule
     holds, one more block (the interleaved schedule's extra warm-up forward starts the steady
-    state where plain 1F1B's first forward does). It had been a whole micro-batch more: Qwen3-30B-A3B
-    on 8 GB300 at 8 sequences of 4,096 tokens, which ran, at 1.5x HBM."""
+    state where the interleaved schedule without the overlap has its peak). It had been a whole
+    micro-batch more: Qwen3-30B-A3B on 8 GB300 at 8 sequences of 4,096 tokens, which ran, at
+    1.5x HBM. The loss runs apart from the paired layers, so on the head's device the block only
+    adds what exceeds the loss's own working bytes."""
+    from nestplan import graph as G
     from nestplan.evaluate import layer_graph
     from nestplan.recompute import effect
 
@@ -159,9 +163,12 @@ def test_merged_micro_batches_hold_one_more_block(pp, vp):
     merged = evaluate(replace(sc, stack=_batch_overlap(base)), par)
     g = layer_graph(sc.model, par, sc.training, merged.scenario.stack)
     block = effect(merged.scenario.stack.policy("selective"), g.moe).saved
-    for p, m in zip(plain.stages, merged.stages):
+    loss = base.loss_transient_bytes * 4096 * G.padded_vocab(sc.model.vocab, par.tp) / par.tp
+    assert 0 < loss < block
+    for i, (p, m) in enumerate(zip(plain.stages, merged.stages)):
         assert m.memory.activations == pytest.approx(p.memory.activations)
-        assert m.memory.transient - p.memory.transient == pytest.approx(block)
+        extra = block - loss if i == pp - 1 else block  # (the head's device: the last)
+        assert m.memory.transient - p.memory.transient == pytest.approx(extra)
 
 
 def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():

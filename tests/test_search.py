@@ -118,6 +118,25 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert short == pytest.approx(gap, abs=0.05), method
 
 
+def test_a_floor_names_the_configuration_without_what_a_split_settles():
+    """When the shortfall is only a memory floor (no table to measure a split), the message names
+    the configuration, as evaluate's flags, without a recomputation or split, and says "at
+    least"."""
+    from nestplan.search.driver import Shortfall, why_nothing_fits
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=1024)
+    short = Shortfall(sc.memory_limit)
+    par = Parallelism(tp=8, pp=4, dp=1, sp=True, zero=1, recompute=("full",), mbs=1,
+                      stage_layers=(30, 30, 30, 36))
+    short.add(sc.memory_limit + 5 * 2**30, par, floor=True)
+    said = why_nothing_fits(sc, Constraints(), short, 10)
+    named = said.split("the closest configuration (")[1].split(")")[0].split()
+    assert named == ["tp=8", "pp=4", "dp=1", "cp=1", "ep=1", "vp=1", "schedule=1f1b", "sp=on",
+                     "zero=1", "mbs=1", "rank-order=tp-cp-dp-pp"], said
+    assert "short by at least 5.0 GiB" in said
+
+
 def _named_plan(said: str):
     """The plan a "nothing fits" message names, as evaluate's flags would give it."""
     import re

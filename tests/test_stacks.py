@@ -764,8 +764,6 @@ def test_a_searched_plan_is_reproduced_by_the_flags_it_prints():
     flags = []
     for item in line.removeprefix("plan: ").split("  (")[0].split():
         key, value = item.split("=")
-        if key in ("order",):
-            key = "rank-order"
         if key == "sp":
             flags.append("--sp" if value == "on" else "--no-sp")
         elif key not in ("dp", "etp") and not (key == "schedule" and value == "1f1b"):

@@ -636,9 +636,9 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
 
 
 def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):
-    """A point naming a catalog entry hashes what the entry holds, as for a file: when a release
-    changes the entry (Qwen3's QK norms, say), a resumed sweep runs its points again instead of
-    keeping rows computed for the old model."""
+    """A point naming a catalog entry hashes what the entry holds, as for a file, and so does a
+    point on the default stack: when a release changes the entry (Qwen3's QK norms, say), a
+    resumed sweep runs its points again instead of keeping rows computed for the old model."""
     from dataclasses import replace
 
     from nestplan.sweep import spec as sweep_spec
@@ -653,6 +653,12 @@ def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):
     after = {p["model"]: p.id for p in load(path).points()}
     assert after["llama3-8b"] != before["llama3-8b"]
     assert after["gpt-1p7b"] == before["gpt-1p7b"]
+    # the default stack, which a grid naming no stack runs on, counts as well
+    stack = sweep_spec._stack
+    monkeypatch.setattr(sweep_spec, "_stack", lambda ref: replace(stack(ref), matmul_scale=0.5)
+                        if ref is None else stack(ref))
+    again = {p["model"]: p.id for p in load(path).points()}
+    assert again["gpt-1p7b"] != after["gpt-1p7b"]
 
 
 def test_a_single_model_panel_is_titled_by_its_model(tmp_path):

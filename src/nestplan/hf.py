@@ -161,11 +161,19 @@ LAYER_KINDS = ("sliding_attention", "full_attention")
 """The attention kinds a config's ``layer_types`` may list (those of the families read here)."""
 
 
-def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int) -> dict:
+def _window(cfg: _Config, default: int) -> int:
+    """``sliding_window``: ``default`` when the config has no such key, 0 (none) when it is null,
+    as transformers' configs take it."""
+    return cfg.get("sliding_window", default=0, minimum=0) if "sliding_window" in cfg.data \
+        else default
+
+
+def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int, *,
+             typed: bool = True) -> dict:
     """The model fields of sliding-window attention over ``window`` tokens (0: none) on the layers
-    that ``layer_types`` names ``sliding_attention``, or on ``sliding_layers`` of them when the
-    config lists no types. A causal window of w costs about what causal chunks of 2w cost."""
-    types = cfg.get("layer_types", default=None, kind=list)
+    that ``layer_types`` names ``sliding_attention`` (where the family reads it: ``typed``), or on
+    ``sliding_layers`` of them. A causal window of w costs about what causal chunks of 2w cost."""
+    types = cfg.get("layer_types", default=None, kind=list) if typed else None
     if types is not None and len(types) != layers:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({layers})")
@@ -181,27 +189,29 @@ def _llama(cfg: _Config) -> dict:
 
 
 def _mistral(cfg: _Config) -> dict:
-    """Mistral: sliding-window attention on every layer, of 4,096 tokens when the config has no
-    ``sliding_window`` key and none when it is null (MistralConfig's default:
-    src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
+    """Mistral: sliding-window attention on every layer (``layer_types`` aside), of 4,096 tokens
+    when the config has no ``sliding_window`` key and none when it is null (MistralConfig's
+    default: src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
     0b07a74c673bdf8fbd472a1c7df139b357495414; Mistral 7B v0.1 sets 4,096, v0.2 and later null)."""
     kw = _llama_like(cfg)
-    window = (cfg.get("sliding_window", default=0, minimum=0) if "sliding_window" in cfg.data
-              else 4096)
-    return {**kw, **_sliding(cfg, kw["layers"], window, kw["layers"])}
+    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 4096), kw["layers"], typed=False)}
 
 
-def _qwen_sliding(cfg: _Config, layers: int) -> dict:
-    """Qwen2/Qwen3 (and their MoE): a sliding window only with ``use_sliding_window`` (false by
+def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> dict:
+    """Qwen2/Qwen3 and Qwen2-MoE: a sliding window only with ``use_sliding_window`` (false by
     default), on the layers from ``max_window_layers`` (28 by default) on unless ``layer_types``
-    lists them; ``sliding_window`` defaults to 4,096 (Qwen2Config:
+    lists them; ``sliding_window`` defaults to 4,096 and null is none (Qwen2Config:
     src/transformers/models/qwen2/configuration_qwen2.py @ huggingface/transformers
-    caa3177646255d2cf73626315c8582722af4749c)."""
+    caa3177646255d2cf73626315c8582722af4749c). Qwen3-MoE (``every_layer``) has neither
+    ``max_window_layers`` nor ``layer_types``: the window is on every layer
+    (src/transformers/models/qwen3_moe/configuration_qwen3_moe.py @
+    26f4b0f69f17118549a693ffe600c18e8505b636)."""
     if not cfg.get("use_sliding_window", default=False, kind=bool):
-        return _sliding(cfg, layers, 0, 0)  # (the types are still checked)
-    window = cfg.get("sliding_window", default=4096, minimum=0)
+        return _sliding(cfg, layers, 0, 0, typed=not every_layer)  # (the types are still checked)
+    if every_layer:
+        return _sliding(cfg, layers, _window(cfg, 4096), layers, typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)
-    return _sliding(cfg, layers, window, max(layers - full, 0))
+    return _sliding(cfg, layers, _window(cfg, 4096), max(layers - full, 0))
 
 
 def _qwen2(cfg: _Config) -> dict:
@@ -217,21 +227,20 @@ def _mixtral(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
-    window = cfg.get("sliding_window", default=0, minimum=0)
-    return {**kw, **_sliding(cfg, kw["layers"], window, kw["layers"])}
+    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), kw["layers"])}
 
 
-def _qwen3(cfg: _Config) -> dict:
+def _qwen3(cfg: _Config, *, moe: bool = False) -> dict:
     """Qwen3 norms each head's queries and keys, which its config.json does not say (its modelling
     code has q_norm and k_norm; Megatron-Bridge's Qwen3 and Qwen3-MoE bridges set
     ``qk_layernorm=True``: src/megatron/bridge/models/qwen/qwen3_bridge.py and
     qwen3_moe_bridge.py @ NVIDIA-NeMo/Megatron-Bridge 4d3dd373fd)."""
     kw = _llama_like(cfg)
-    return {**kw, **_qwen_sliding(cfg, kw["layers"]), "qk_norm": True}
+    return {**kw, **_qwen_sliding(cfg, kw["layers"], every_layer=moe), "qk_norm": True}
 
 
 def _qwen3_moe(cfg: _Config) -> dict:
-    kw = _qwen3(cfg)
+    kw = _qwen3(cfg, moe=True)
     first, step = _moe_pattern(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"),
@@ -345,8 +354,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # (the modelling code alternates sliding and full layers when the config lists no types)
-    kw.update(_sliding(cfg, kw["layers"], cfg.get("sliding_window", default=0, minimum=0),
-                       kw["layers"] // 2))
+    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 0), kw["layers"] // 2))
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)

@@ -102,10 +102,10 @@ class StackSpec(_CachedHash):
     inside and keeps those bf16 logits (flash-attn's Triton cross-entropy, llm-foundry's default
     loss)."""
     loss_transient_bytes: int = 4
-    """Bytes per logit element alive at the loss's peak beside the fp32 log-probabilities it keeps
-    for backward: 4 for Megatron's fused vocab-parallel cross-entropy (its fp32 gradient); 6 for
-    eager cross-entropy on upcast logits (the bf16 logits and their fp32 copy, or the fp32 and
-    bf16 gradients)."""
+    """Bytes per logit element alive at the loss's peak beside what it keeps for backward
+    (``loss_saved_bytes``): 4 for Megatron's fused vocab-parallel cross-entropy (its fp32
+    gradient); 6 for eager cross-entropy on upcast logits (the bf16 logits and their fp32 copy, or
+    the fp32 and bf16 gradients); 2 for a fused kernel's bf16 gradient."""
     # ---- behaviour: overlap
     overlap_grad_reduce: bool = True
     """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
@@ -122,11 +122,12 @@ class StackSpec(_CachedHash):
     moe_overlap: str = "none"
     """What hides the expert-parallel exchange: ``none``; ``shared`` (the shared experts run
     during it: ``--moe-shared-expert-overlap``); ``batch`` (another micro-batch's compute:
-    ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``; one more micro-batch of
-    activations held). Megatron-Core runs ``batch`` only with the all-to-all or flex dispatcher,
-    without full or block recomputation or a ``moe`` recompute module, and, when pipelining with
-    expert parallelism, only with an interleaved schedule (transformer_config.py @
-    d98e8a64dd): a ``batch`` stack offers no such policy, and runs no such plan."""
+    ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``; one more block of
+    activations held: ``cost.device.merges_batches``). Megatron-Core runs ``batch`` only with
+    the all-to-all or flex dispatcher, without full or block recomputation or a ``moe`` recompute
+    module, and, when pipelining with expert parallelism, only with an interleaved schedule
+    (transformer_config.py @ d98e8a64dd): a ``batch`` stack offers no such policy, and runs no
+    such plan."""
     cp_exchange: str = "ring"
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
     attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:

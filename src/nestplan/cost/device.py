@@ -434,9 +434,9 @@ def merges_batches(cc: ConfigCosts) -> bool:
     freeing its state as it ends (``TransformerModelChunkSchedulePlan.run``,
     megatron/core/models/common/model_chunk_schedule_plan.py, megatron-core 0.16.1). The
     interleaved schedule runs one more warm-up forward first (``get_pp_rank_microbatches``,
-    pipeline_parallel/schedules.py), which starts the steady state where plain 1F1B's first
-    forward leaves it; so the pair holds, beside the schedule's count, one more block of the
-    forward's micro-batch than the backward has freed."""
+    pipeline_parallel/schedules.py), so a merged step starts with as many micro-batches in flight
+    as the interleaved schedule without the overlap holds at its peak; during it, the pair holds
+    one more block of the forward's micro-batch than the backward has freed."""
     return cc.sc.stack.moe_overlap == "batch" and cc.moe is not None and cc.par.ep > 1
 
 
@@ -467,14 +467,15 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
         for c in chunks:
             largest = np.maximum(largest, c.largest)
         transient = transient + 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
-    if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp):  # the head's device:
-        # what the loss adds at its backward's peak (the stack's loss_transient_bytes)
-        transient = transient + cc.logits_bytes
+    # the head's device: what the loss adds at its backward's peak (loss_transient_bytes)
+    loss = cc.logits_bytes if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp) else 0.0
+    block = 0.0
     if merges_batches(cc):  # a block's activations beyond the schedule's count
-        block = 0.0
         for c in chunks:
             block = np.maximum(block, c.block_saved)
-        transient = transient + block
+    # (the merged step runs the loss's backward before its layers, and the next forward's loss
+    # after them: the two never coexist)
+    transient = transient + np.maximum(loss, block)
 
     def pol(v):
         return np.asarray(v)[..., None] * np.ones(len(st.recompute))

@@ -82,7 +82,8 @@ def run_command(args) -> int:
               "command again retries them")
     if s.foreign:
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
-              "(kept: rows of another grid, or of a model, cluster or stack file since edited)")
+              "(kept: rows of another grid, or of a model, cluster or stack since changed: a file "
+              "edited, or a catalog entry of another release)")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     if s.errors and not (s.ok or s.infeasible or s.skipped):
         print(f"nestplan: sweep: every point failed ({_n(s.errors, 'error')}); the error column of "

@@ -170,9 +170,12 @@ class SweepSpec:
     """Named networks of ``[grid.networks]``: (name, ((level, ((key, value), ...)), ...)), the
     ``network`` column's values."""
     contents: tuple[tuple[str, str, str], ...] = ()
-    """(grid key, value, digest of what it loads) for every model, cluster and stack the grid names
-    by path: part of the ids of the points that use it, so that a re-run after the file (or a
-    base it names) was edited runs those points again instead of keeping rows of the old file."""
+    """(grid key, value, digest of what it loads) for every model, cluster and stack the grid names,
+    a file or a catalog entry, and for each named network: part of the ids of the points that use
+    it, so that a re-run after the file (or a base it names) was edited, or after a release changed
+    the entry, runs those points again instead of keeping rows of the old one."""
+    default_stack: str = ""
+    """The digest of the default stack, which every point's id holds when the grid names none."""
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -187,9 +190,10 @@ class SweepSpec:
         """Every point, the first parameter varying slowest."""
         keys = [p.key for p in self.parameters]
         digest = {(k, v): d for k, v, d in self.contents}
+        always = (self.default_stack,) if self.default_stack else ()
         return [Point(id=point_id(dict(zip(keys, combo)), self.constraints_key,
                                   tuple(digest[k, v] for k, v in zip(keys, combo)
-                                        if (k, v) in digest)),
+                                        if (k, v) in digest) + always),
                       values=tuple(zip(keys, combo)))
                 for combo in itertools.product(*(p.values for p in self.parameters))]
 
@@ -225,8 +229,8 @@ class SweepSpec:
 
 def point_id(values: dict[str, Any], constraints_key: str, files: tuple[str, ...] = ()) -> str:
     """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0) and of
-    the contents of the files it names (``SweepSpec.contents``; none: catalog names only, whose
-    ids are as they were before file contents counted)."""
+    the contents of the models, clusters, stacks and networks it uses (``SweepSpec.contents``,
+    ``SweepSpec.default_stack``)."""
     canon = {k: _number_alike(v) for k, v in values.items()}
     data = {"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)}
     if files:
@@ -328,7 +332,15 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
                      parameters=parameters, constraints=constraints,
                      constraints_key=constraints_key, networks=networks,
                      contents=_contents(parameters, path.parent) + tuple(
-                         ("network", name, _digest(_numbers_alike(levels))) for name, levels in networks))
+                         ("network", name, _digest(_numbers_alike(levels))) for name, levels in networks),
+                     default_stack="" if any(p.key == "stack" for p in parameters)
+                     else _default_stack_digest())
+
+
+def _default_stack_digest() -> str:
+    from ..loaders import stack_to_table
+
+    return _digest(stack_to_table(_stack(None)))
 
 
 REFERENCES = ("model", "cluster", "stack")
@@ -453,7 +465,7 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
         if m not in METHODS:
             raise SpecError("grid.method", m, f"allowed: {', '.join(METHODS)}")
     add("method", methods)
-    if "stack" in grid:  # only when named, so that the ids of older sweeps' points stay
+    if "stack" in grid:  # (else every point's id holds the default stack: SweepSpec.default_stack)
         add("stack", references("stack", _stack))
     for key, check in SCENARIO_KEYS.items():  # (also only when named)
         if key in grid:
