@@ -169,6 +169,16 @@ def test_merged_micro_batches_hold_one_more_block(pp, vp):
         assert m.memory.activations == pytest.approx(p.memory.activations)
         extra = block - loss if i == pp - 1 else block  # (the head's device: the last)
         assert m.memory.transient - p.memory.transient == pytest.approx(extra)
+    # as few micro-batches as the pipeline needs: a device that runs them all in its warm-up
+    # (one alone without a pipeline; stage 0 of 4 with 2 chunks, 11 > 4·2 warm-up forwards)
+    # merges none, and holds no block beyond the count; the last stage (5 < 8) still does
+    few = replace(sc, training=replace(sc.training, global_batch=par.dp * pp))
+    plain_few = evaluate(replace(few, stack=plain.scenario.stack), par)
+    merged_few = evaluate(replace(few, stack=_batch_overlap(base)), par)
+    assert merged_few.stages[0].memory.transient == pytest.approx(
+        plain_few.stages[0].memory.transient)
+    if pp > 1:
+        assert merged_few.stages[-1].memory.transient > plain_few.stages[-1].memory.transient
 
 
 def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():

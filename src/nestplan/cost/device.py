@@ -470,7 +470,9 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     # the head's device: what the loss adds at its backward's peak (loss_transient_bytes)
     loss = cc.logits_bytes if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp) else 0.0
     block = 0.0
-    if merges_batches(cc):  # a block's activations beyond the schedule's count
+    # a block's activations beyond the schedule's count, where a merged step runs at all (not
+    # when every micro-batch is in the warm-up: one alone, or few enough to interleave)
+    if merges_batches(cc) and sum(held_in_flight(cc, stage)) < cc.micro * par.vp:
         for c in chunks:
             block = np.maximum(block, c.block_saved)
     # (the merged step runs the loss's backward before its layers, and the next forward's loss
