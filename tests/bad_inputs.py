@@ -954,6 +954,11 @@ case("runs-csv-id-escape", ["validate", "--csv", "{r}.csv"], "id: got 'r\\x1b[31
      **{"r.csv": RUN_HEADER + "\n" + RUN.replace("r1,", "\"r\x1b[31m1\",", 1) + "\n"})
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
+case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+     "model.qk_l2_norm: got True; a model's QK norms are of one kind",
+     **{"m.toml": MODEL_TOML + "qk_norm = true\nqk_l2_norm = true\n"})
+case("model-file-qk-l2-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+     "qk_l2_norm: got 1", **{"m.toml": MODEL_TOML + "qk_l2_norm = 1\n"})
 case("model-file-qk-norm-with-mla", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "model.qk_norm: got True; MLA norms", **{"m.toml": MODEL_TOML + "qk_norm = true\n[mla]\n"
                                               "kv_lora_rank = 32\nq_lora_rank = 0\nqk_nope_head_dim "

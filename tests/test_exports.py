@@ -159,10 +159,17 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
         sc = scenario_from_names(name, "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
         texts[name] = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
                              "megatron").text
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    l2 = replace(sc, model=replace(sc.model, name="l2", qk_l2_norm=True))  # Llama 4's kind
+    texts["l2"] = export(planfile.from_dict(planfile.to_dict(evaluate(l2, par))), "megatron").text
     assert "--qk-layernorm" in texts["qwen3-30b-a3b"]
     assert "--qk-layernorm" not in texts["mixtral-8x7b"]
+    assert "--qk-l2-norm" in texts["l2"] and "--qk-layernorm" not in texts["l2"]
+    assert "--qk-l2-norm" not in texts["qwen3-30b-a3b"]
     pytest.importorskip("megatron.core")
     assert megatron_transformer_config(texts["qwen3-30b-a3b"]).qk_layernorm
+    config = megatron_transformer_config(texts["l2"])
+    assert config.qk_l2_norm and not config.qk_layernorm
 
 
 def test_megatron_trains_the_depths_where_the_plan_puts_them():

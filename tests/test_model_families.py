@@ -116,6 +116,33 @@ def test_sliding_windows_are_read_as_each_family_sets_them(extra, span, share):
     assert (m.local_span, m.local_share) == (span, pytest.approx(share))
 
 
+def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them():
+    """Llama 4's ``use_qk_norm`` (Scout true, Maverick false, true when absent) is its weightless
+    L2 norm of queries and keys, ``qk_l2_norm``; an absent ``attention_chunk_size`` is 8,192
+    tokens and a null one none (Llama4TextConfig). The L2 norms cost what the QK RMSNorms do,
+    and a model file keeps them."""
+    from nestplan.evaluate import layer_graph, scenario_from_names
+    from nestplan.loaders import model_from_table
+    from nestplan.specs import Parallelism
+
+    data = json.loads((HF / "llama4-maverick.json").read_text())
+    text = data["text_config"]
+    assert not model_from_hf_config(HF / "llama4-maverick.json").qk_l2_norm
+    scout = _hf_model({**data, "text_config": {**text, "use_qk_norm": True}})
+    assert scout.qk_l2_norm and not scout.qk_norm and scout.qk_normed
+    bare = {k: v for k, v in text.items() if k not in ("use_qk_norm", "attention_chunk_size")}
+    default = _hf_model({**data, "text_config": bare})
+    assert default.qk_l2_norm and default.local_span == 8192
+    unchunked = _hf_model({**data, "text_config": {**text, "attention_chunk_size": None}})
+    assert (unchunked.local_span, unchunked.local_share) == (0, 0.0)
+    assert model_from_table(model_to_table(scout)) == scout
+    sc = scenario_from_names("llama4-maverick", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+    par = Parallelism(tp=4, pp=1, dp=16, ep=16, etp=1, sp=True)
+    l2 = layer_graph(scout, par, sc.training, sc.stack)
+    rms = layer_graph(replace(scout, qk_l2_norm=False, qk_norm=True), par, sc.training, sc.stack)
+    assert l2.moe.ops == rms.moe.ops and l2.moe.saved_bytes == rms.moe.saved_bytes
+
+
 def test_local_attention_costs_less_at_long_sequences():
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
     full = replace(oss, local_span=0, local_share=0.0)

@@ -369,7 +369,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
             total += (m.heads + 2 * m.kv_heads) * m.head_dim + h
         d_qk, d_v = x.d, x.d
         q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
-        if m.qk_norm:  # an RMSNorm over each head's queries and one over its keys
+        if m.qk_normed:  # a norm over each head's queries and one over its keys
             norm = _norm("qk_norm", x, q_el + k_el)
             if x.g > 1 and x.a > x.g:
                 # a rank's queries of several groups are gathered head by head into a copy
@@ -414,7 +414,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     # (measured on Megatron-Core's layer: tests/frameworks_saved.py); QK norms keep the q and k
     # parts of that storage anyway (their inputs), so it costs nothing more there
     pinned = (E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None
-              and not m.qk_norm else 0.0)
+              and not m.qk_normed else 0.0)
     # attention core: scores over the full sequence S for the s local queries (CP splits queries)
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents

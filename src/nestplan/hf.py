@@ -9,7 +9,8 @@ prints.
 Multi-token-prediction depths (DeepSeek-V3, Kimi-K2, GLM-4.5: ``num_nextn_predict_layers``) are
 read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; a run without
 them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm``) are read into
-``ModelSpec.qk_norm``. What is not modelled, by family: attention sinks (GPT-OSS: one
+``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``. What
+is not modelled, by family: attention sinks (GPT-OSS: one
 learned scalar per head), partial rotary embeddings (GLM-4.5), and the
 per-layer alternation of local and global attention, whose cost is averaged over the blocks
 (``ModelSpec.local_share``).
@@ -380,7 +381,13 @@ def _llama4(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
                         first_dense_layers=step - 1, layer_freq=step, router_score="sigmoid")
-    chunk = cfg.get("attention_chunk_size", default=0, minimum=0)
+    # weightless L2 norms of each head's queries and keys (Scout sets use_qk_norm, Maverick does
+    # not); absent keys take Llama4TextConfig's defaults, use_qk_norm true and 8,192-token chunks,
+    # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @
+    # huggingface/transformers b17cfe48c5a9631dcf9f57f3865a055903800f81)
+    kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool)
+    chunk = (cfg.get("attention_chunk_size", default=0, minimum=0)
+             if "attention_chunk_size" in cfg.data else 8192)
     if chunk:
         rope = cfg.get("no_rope_layers", default=None, kind=list)
         if rope is not None and len(rope) != layers:

@@ -337,8 +337,9 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
-                   "position", "max_positions", "causal", "qk_norm", "moe", "mla", "local_span",
-                   "local_share", "mtp_layers", "rope_mscale", "rope_theta", "glu_clamp"}
+                   "position", "max_positions", "causal", "qk_norm", "qk_l2_norm", "moe", "mla",
+                   "local_span", "local_share", "mtp_layers", "rope_mscale", "rope_theta",
+                   "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -384,6 +385,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         max_positions=_typed(table, "max_positions", where, int, 0),
         causal=_typed(table, "causal", where, bool, True),
         qk_norm=_typed(table, "qk_norm", where, bool, False),
+        qk_l2_norm=_typed(table, "qk_l2_norm", where, bool, False),
         moe=moe,
         mla=mla,
         local_span=_typed(table, "local_span", where, int, 0),
@@ -442,8 +444,9 @@ def model_to_table(model: ModelSpec) -> dict:
     table = {f: getattr(model, f) for f in (
         "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "bias",
         "dropout", "tied_embeddings", "max_positions", "causal")}
-    if model.qk_norm:  # (only where set, as files of before it were: their sweep ids stay)
-        table["qk_norm"] = True
+    for kind in ("qk_norm", "qk_l2_norm"):  # (only where set, as files of before them were)
+        if getattr(model, kind):
+            table[kind] = True
     table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
     if model.moe is not None:
         table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS)}

@@ -454,6 +454,11 @@ class ModelSpec(_CachedHash):
     """Each head's queries and keys are RMS-normed before RoPE (Qwen3, GLM-4.5 with
     ``use_qk_norm``; Megatron-Core ``--qk-layernorm``): two small norms over the queries' and
     keys' elements, each keeping its input for backward."""
+    qk_l2_norm: bool = False
+    """Each head's queries and keys are L2-normed, without weights (Llama 4 with ``use_qk_norm``;
+    Megatron-Core ``--qk-l2-norm``, its ``L2Norm``: one fused kernel that keeps its input, in the
+    place of ``--qk-layernorm``'s norms, megatron/core/models/gpt/gpt_layer_specs.py and
+    transformer/torch_norm.py @ NVIDIA/Megatron-LM d98e8a64dd): costed as ``qk_norm``'s norms."""
     moe: MoESpec | None = None
     """Mixture-of-experts settings, or None for a dense model."""
     mla: MLASpec | None = None
@@ -495,9 +500,13 @@ class ModelSpec(_CachedHash):
         if self.local_span > MAX_TOKENS:
             raise SpecError("model.local_span", self.local_span,
                             f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
-        if self.qk_norm and self.mla is not None:
-            raise SpecError("model.qk_norm", True, "MLA norms its low-rank queries and keys as part "
-                            "of MLA (costed with it); qk_norm is for standard attention")
+        for kind in ("qk_norm", "qk_l2_norm"):
+            if getattr(self, kind) and self.mla is not None:
+                raise SpecError(f"model.{kind}", True, "MLA norms its low-rank queries and keys as "
+                                f"part of MLA (costed with it); {kind} is for standard attention")
+        if self.qk_norm and self.qk_l2_norm:
+            raise SpecError("model.qk_l2_norm", True, "a model's QK norms are of one kind: "
+                            "qk_norm (RMSNorm, with weights) or qk_l2_norm (L2, without)")
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
         if self.mtp_layers and not self.causal:
             raise SpecError("model.mtp_layers", self.mtp_layers,
@@ -568,6 +577,11 @@ class ModelSpec(_CachedHash):
     @cached_property  # asked for every configuration a search weighs: walk the blocks once
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def qk_normed(self) -> bool:
+        """Its queries and keys are normed per head, by either kind of QK norm."""
+        return self.qk_norm or self.qk_l2_norm
 
     @property
     def homogeneous(self) -> bool:

@@ -261,6 +261,8 @@ def export(pf: PlanFile) -> Export:
     # 355cef4570)
     if m.qk_norm or m.mla is not None:
         args.append("--qk-layernorm")
+    elif m.qk_l2_norm:  # Llama 4's weightless norms (a TransformerConfig field, qk_l2_norm)
+        args.append("--qk-l2-norm")
     if m.mlp is MLPKind.SWIGLU:
         args.append("--swiglu")
     elif m.mlp is MLPKind.SQUARED_RELU:
