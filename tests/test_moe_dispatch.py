@@ -181,6 +181,30 @@ def test_merged_micro_batches_hold_one_more_block(pp, vp):
         assert merged_few.stages[-1].memory.transient > plain_few.stages[-1].memory.transient
 
 
+def test_the_search_tables_hold_the_merged_block_per_device():
+    """The search's memory tables share one cost class among devices alike but for the
+    embedding and the head; which of them merge forward-backward steps depends on each one's
+    warm-up, so the block is decided per device: with four micro-batches over four stages of
+    two chunks, stage 0 runs them all in its warm-up and the last stage merges. The tables
+    give every stage the peak ``evaluate`` gives it."""
+    from nestplan.cost import device as D
+    from nestplan.search import tables as T
+
+    stack = _batch_overlap(get_stack("megatron-core"))
+    sc = replace(scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096,
+                                     global_batch=32), stack=stack)
+    par = Parallelism(tp=2, pp=4, vp=2, dp=8, ep=8, etp=1, sp=True, zero=1, mbs=1,
+                      recompute=("selective",))
+    ev = evaluate(sc, par)
+    tb = T.build(D.config_costs(sc, par))
+    policy = [p.name for p in stack.recompute].index("selective")
+    blocks = sc.model.layers // par.pp
+    peaks = [float(m[blocks, policy]) for m in tb.mem]
+    assert peaks == pytest.approx([s.memory.total for s in ev.stages])
+    held = [sum(D.held_in_flight(D.config_costs(sc, par), i)) for i in range(par.pp)]
+    assert held[0] == 8 and held[-1] < 8  # stage 0 merges nothing, the last stage does
+
+
 def test_a_batch_overlap_stack_pipelines_experts_only_interleaved():
     """Megatron-Core overlaps the expert exchange with another micro-batch under pipelining only
     with virtual stages: a batch-overlap stack refuses the plan without them, and the search

@@ -448,10 +448,19 @@ class MemoryParts:
     gradients: Num
     optimizer: Num
     transient: Num
+    """Working bytes of its heaviest operator (and ZeRO-3's gathered weights)."""
     saved: list
     """Activation bytes one micro-batch leaves in each chunk."""
     stack: StackSpec
     """The stack (its memory reserve)."""
+    loss: Num = 0.0
+    """What the loss adds at its backward's peak (the head's device)."""
+    block: Num = 0.0
+    """A block's activations held beyond the schedule's count in a merged forward-backward step
+    (``merges_batches``), which never meets the loss's peak."""
+    merge_below: int = 0
+    """Merged steps run where the device holds fewer micro-batch chunks than this at its peak
+    (not when every micro-batch is in the warm-up: one alone, or few enough to interleave)."""
 
 
 def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryParts:
@@ -470,28 +479,29 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     # the head's device: what the loss adds at its backward's peak (loss_transient_bytes)
     loss = cc.logits_bytes if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp) else 0.0
     block = 0.0
-    # a block's activations beyond the schedule's count, where a merged step runs at all (not
-    # when every micro-batch is in the warm-up: one alone, or few enough to interleave)
-    if merges_batches(cc) and sum(held_in_flight(cc, stage)) < cc.micro * par.vp:
+    if merges_batches(cc):
         for c in chunks:
             block = np.maximum(block, c.block_saved)
-    # (the merged step runs the loss's backward before its layers, and the next forward's loss
-    # after them: the two never coexist)
-    transient = transient + np.maximum(loss, block)
 
     def pol(v):
         return np.asarray(v)[..., None] * np.ones(len(st.recompute))
 
-    return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks], st)
+    return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks], st,
+                       loss=loss, block=block,
+                       merge_below=cc.micro * par.vp if merges_batches(cc) else 0)
 
 
 def memory_breakdown(parts: MemoryParts, held: list[int]) -> M.MemoryBreakdown:
-    """The device's memory when it holds ``held[c]`` micro-batches of chunk ``c``."""
+    """The device's memory when it holds ``held[c]`` micro-batches of chunk ``c``. The merged
+    step runs the loss's backward before its layers and the next forward's loss after them, so
+    the extra block and the loss's bytes never coexist."""
     acts = _sum(*(n * s for n, s in zip(held, parts.saved)))
+    merged = parts.block if sum(held) < parts.merge_below else 0.0
+    transient = parts.transient + np.maximum(parts.loss, merged)
     return M.MemoryBreakdown(weights=parts.weights, gradients=parts.gradients,
                              optimizer=parts.optimizer, activations=acts,
-                             transient=parts.transient,
-                             reserved=M.reserve(acts, parts.transient, parts.stack))
+                             transient=transient,
+                             reserved=M.reserve(acts, transient, parts.stack))
 
 
 def pick(mem: M.MemoryBreakdown, pol: int) -> M.MemoryBreakdown:
