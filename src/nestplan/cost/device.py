@@ -274,16 +274,17 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
     parts = [(np.asarray(dense, dtype=float), cc.dense)]
     if cc.moe is not None:
         parts.append((np.asarray(moe, dtype=float), cc.moe))
+    block = 0.0  # the heaviest block present
+    for n, k in parts:
+        block = np.maximum(block, np.where((n > 0)[..., None], k.saved, 0.0))
     if emb:
         parts.append((np.asarray(1.0), cc.embedding))
     if head:
         parts.append((np.asarray(1.0), cc.head))
-    transient = largest = again = block = 0.0
+    transient = largest = again = 0.0
     for n, k in parts:
         present = (n > 0)
         transient = np.maximum(transient, np.where(present[..., None], k.transient, 0.0))
-        if k is cc.dense or k is cc.moe:
-            block = np.maximum(block, np.where(present[..., None], k.saved, 0.0))
         again = np.maximum(again, np.where(present[..., None], k.again, 0.0))
         largest = np.maximum(largest, np.where(present, k.largest_weight, 0.0))
     return Chunk(
