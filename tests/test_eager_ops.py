@@ -120,9 +120,10 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     assert code == 0, err
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
-    assert "YaRN-scaled RoPE (x1.347: --position-embedding-type yarn and its scaling) and " \
+    assert "YaRN-scaled RoPE (x1.347: --position-embedding-type yarn and its scaling), " \
            "the clamped GLU at 7 (GPT-OSS: --quick-geglu --glu-linear-offset 1 " \
-           "--activation-func-clamp-value 7) not exported" in err
+           "--activation-func-clamp-value 7) and local attention on 50% of the layers " in err
+    assert "--window-attn-skip-freq" in err and "not exported" in err
     assert "not exported" in (tmp_path / "run.sh").read_text()
     assert "op fuser" not in err
     # a stack that runs the clamp and the bias fused, as Transformer Engine's op fuser does

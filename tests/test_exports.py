@@ -172,6 +172,22 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
     assert config.qk_l2_norm and not config.qk_layernorm
 
 
+def test_megatron_export_names_the_local_attention_it_leaves_out():
+    """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
+    exported: the export says so and names Megatron-LM's flags for it; a model without local
+    attention gets no such note."""
+    par = Parallelism(tp=4, pp=1, dp=16, ep=16, etp=1, sp=True, zero=1, mbs=1)
+    notes = {}
+    for name in ("llama4-maverick", "mixtral-8x7b"):
+        sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+        pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par.with_(
+            ep=16 if name == "llama4-maverick" else 8))))
+        notes[name] = " ".join(export(pf, "megatron").notes)
+    assert "local attention on 75% of the layers" in notes["llama4-maverick"]
+    assert "--no-rope-freq" in notes["llama4-maverick"]
+    assert "local attention" not in notes["mixtral-8x7b"]
+
+
 def test_megatron_trains_the_depths_where_the_plan_puts_them():
     """DeepSeek-V3 with its MTP depth: ``--mtp-num-layers``, and a stated layout holds the depth
     in its last chunk, which Megatron-Core's layout parser and validator accept."""

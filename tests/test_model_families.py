@@ -135,6 +135,11 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
     assert default.qk_l2_norm and default.local_span == 8192
     unchunked = _hf_model({**data, "text_config": {**text, "attention_chunk_size": None}})
     assert (unchunked.local_span, unchunked.local_share) == (0, 0.0)
+    assert not _hf_model({**data, "text_config": {**text, "use_qk_norm": None}}).qk_l2_norm
+    # weightless: the L2 norms add no parameters, the RMSNorms two per head dimension a layer
+    rms = replace(scout, qk_l2_norm=False, qk_norm=True)
+    assert total_params(scout) == total_params(replace(scout, qk_l2_norm=False))
+    assert total_params(rms) - total_params(scout) == 2 * scout.head_dim * scout.layers
     assert model_from_table(model_to_table(scout)) == scout
     sc = scenario_from_names("llama4-maverick", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
     par = Parallelism(tp=4, pp=1, dp=16, ep=16, etp=1, sp=True)

@@ -378,8 +378,9 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                 # megatron/core/transformer/attention.py, megatron-core 0.16.1)
                 norm = replace(norm, saved=norm.saved + E * q_el)
             ops.append(norm)
-            params += 2 * x.d
-            total += 2 * m.head_dim
+            if m.qk_norm:  # (the L2 norms have no weights)
+                params += 2 * x.d
+                total += 2 * m.head_dim
     else:
         la = m.mla
         d_qk, d_v = la.qk_nope_head_dim + la.qk_rope_head_dim, la.v_head_dim

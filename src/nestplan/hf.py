@@ -385,7 +385,8 @@ def _llama4(cfg: _Config) -> dict:
     # not); absent keys take Llama4TextConfig's defaults, use_qk_norm true and 8,192-token chunks,
     # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @
     # huggingface/transformers b17cfe48c5a9631dcf9f57f3865a055903800f81)
-    kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool)
+    kw["qk_l2_norm"] = (cfg.get("use_qk_norm", default=False, kind=bool)  # (null: none)
+                        if "use_qk_norm" in cfg.data else True)
     chunk = (cfg.get("attention_chunk_size", default=0, minimum=0)
              if "attention_chunk_size" in cfg.data else 8192)
     if chunk:

@@ -458,7 +458,9 @@ class ModelSpec(_CachedHash):
     """Each head's queries and keys are L2-normed, without weights (Llama 4 with ``use_qk_norm``;
     Megatron-Core ``--qk-l2-norm``, its ``L2Norm``: one fused kernel that keeps its input, in the
     place of ``--qk-layernorm``'s norms, megatron/core/models/gpt/gpt_layer_specs.py and
-    transformer/torch_norm.py @ NVIDIA/Megatron-LM d98e8a64dd): costed as ``qk_norm``'s norms."""
+    transformer/torch_norm.py @ NVIDIA/Megatron-LM d98e8a64dd): costed as ``qk_norm``'s norms,
+    on every layer as Megatron-LM's flag builds them (transformers and NeMo's Llama 4 spec norm
+    the RoPE layers only, three in four)."""
     moe: MoESpec | None = None
     """Mixture-of-experts settings, or None for a dense model."""
     mla: MLASpec | None = None

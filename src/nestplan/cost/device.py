@@ -423,7 +423,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
 def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
     """Micro-batches whose activations each chunk of pipeline device ``stage`` holds at its peak:
     the schedule's count (for the merged forward-backward of ``merges_batches``, see
-    ``memory_parts``)."""
+    ``memory_breakdown``)."""
     par = cc.par
     return par.pipeline.held(stage, par.pp, par.vp, cc.micro)
 

@@ -286,9 +286,14 @@ def export(pf: PlanFile) -> Export:
     unexported = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g}: --position-embedding-type yarn "
                    "and its scaling)"] if m.rope_mscale != 1 else []) \
         + ([f"the clamped GLU at {m.glu_clamp:g} (GPT-OSS: --quick-geglu --glu-linear-offset 1 "
-            f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else [])
+            f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else []) \
+        + ([f"local attention on {m.local_share:.0%} of the layers (Llama 4's chunks, or "
+            "sliding windows: --window-size and --window-attn-skip-freq; Llama 4's NoPE layers: "
+            "--no-rope-freq)"] if m.local_span else [])
     if unexported:
-        notes.append(" and ".join(unexported) + " not exported (nestplan keeps their cost, not "
+        listed = ", ".join(unexported[:-1]) + " and " + unexported[-1] if len(unexported) > 1 \
+            else unexported[0]
+        notes.append(listed + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
