@@ -116,6 +116,19 @@ def test_sliding_windows_are_read_as_each_family_sets_them(extra, span, share):
     assert (m.local_span, m.local_share) == (span, pytest.approx(share))
 
 
+def test_gpt_oss_without_its_window_and_rope_keys_reads_as_transformers_defaults_them():
+    """GptOssConfig's defaults: a 128-token window on every other layer, from the first, and
+    YaRN with a context extension of 32; the shipped config spells out the same."""
+    data = json.loads((HF / "gpt-oss-120b.json").read_text())
+    bare = {k: v for k, v in data.items() if k not in ("sliding_window", "layer_types",
+                                                         "rope_scaling")}
+    full, default = model_from_hf_dict(data), model_from_hf_dict(bare)
+    assert (default.local_span, default.local_share) == (full.local_span, full.local_share)
+    assert default.rope_mscale == pytest.approx(full.rope_mscale)
+    odd = model_from_hf_dict({**bare, "num_hidden_layers": 35})
+    assert odd.local_share == pytest.approx(18 / 35)  # layers 0, 2, ..., 34
+
+
 def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them():
     """Llama 4's ``use_qk_norm`` (Scout true, Maverick false, true when absent) is its weightless
     L2 norm of queries and keys, ``qk_l2_norm``; an absent ``attention_chunk_size`` is 8,192

@@ -354,8 +354,13 @@ def _gpt_oss(cfg: _Config) -> dict:
     # its experts carry biases (gate_up_proj_bias, down_proj_bias in the modelling code)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
-    # (the modelling code alternates sliding and full layers when the config lists no types)
-    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 0), kw["layers"] // 2))
+    # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
+    # YaRN with a context extension of 32 (src/transformers/models/gpt_oss/configuration_gpt_oss.py
+    # @ huggingface/transformers 828a27fd326e49d4a1c4b08210bfd32c107facc9)
+    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), (kw["layers"] + 1) // 2))
+    if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
+        kw["rope_mscale"] = _rope_mscale(_Config(
+            {"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}, cfg.source))
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)
