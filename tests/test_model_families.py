@@ -67,17 +67,7 @@ def test_families_read_what_makes_them_differ():
     assert model_from_hf_config(DATA / "qwen3-30b-a3b.json").qk_norm
     assert not glm.qk_norm and not llama4.qk_norm and not kimi.qk_norm
     data = json.loads((HF / "glm4.5.json").read_text())
-    assert _hf_model({**data, "use_qk_norm": True}).qk_norm
-
-
-def _hf_model(data: dict):
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.json"
-        path.write_text(json.dumps(data))
-        return model_from_hf_config(path)
+    assert model_from_hf_dict({**data, "use_qk_norm": True}).qk_norm
 
 
 SMALL = {"num_hidden_layers": 32, "hidden_size": 256, "num_attention_heads": 4,
@@ -141,14 +131,14 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
     data = json.loads((HF / "llama4-maverick.json").read_text())
     text = data["text_config"]
     assert not model_from_hf_config(HF / "llama4-maverick.json").qk_l2_norm
-    scout = _hf_model({**data, "text_config": {**text, "use_qk_norm": True}})
+    scout = model_from_hf_dict({**data, "text_config": {**text, "use_qk_norm": True}})
     assert scout.qk_l2_norm and not scout.qk_norm and scout.qk_normed
     bare = {k: v for k, v in text.items() if k not in ("use_qk_norm", "attention_chunk_size")}
-    default = _hf_model({**data, "text_config": bare})
+    default = model_from_hf_dict({**data, "text_config": bare})
     assert default.qk_l2_norm and default.local_span == 8192
-    unchunked = _hf_model({**data, "text_config": {**text, "attention_chunk_size": None}})
+    unchunked = model_from_hf_dict({**data, "text_config": {**text, "attention_chunk_size": None}})
     assert (unchunked.local_span, unchunked.local_share) == (0, 0.0)
-    assert not _hf_model({**data, "text_config": {**text, "use_qk_norm": None}}).qk_l2_norm
+    assert not model_from_hf_dict({**data, "text_config": {**text, "use_qk_norm": None}}).qk_l2_norm
     # weightless: the L2 norms add no parameters, the RMSNorms two per head dimension a layer
     rms = replace(scout, qk_l2_norm=False, qk_norm=True)
     assert total_params(scout) == total_params(replace(scout, qk_l2_norm=False))

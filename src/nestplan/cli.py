@@ -429,14 +429,13 @@ def _note_recompute_costs_memory(ev) -> None:
     from .errors import Note
     from .evaluate import evaluate
     from .options import AttentionImpl
-    from .units import GiB
+    from .units import fmt_gib
 
     stack = ev.scenario.stack
     policies = {stack.policy(n) for n in ev.plan.recompute}
     kinds = {p.kind for p in policies}
-    # per-module policies, some stages perhaps none, and none to compare with
-    if "modules" not in kinds or not kinds <= {"modules", "none"} or \
-            stack.policy_index("none") is None:
+    # per-module policies, some stages perhaps none (every stack offers none: StackSpec)
+    if "modules" not in kinds or not kinds <= {"modules", "none"}:
         return
     bare = evaluate(ev.scenario, ev.plan.with_(recompute=("none",)))
     if bare.peak_memory < ev.peak_memory:
@@ -444,8 +443,8 @@ def _note_recompute_costs_memory(ev) -> None:
                "output alive" if stack.attention is AttentionImpl.FLASH
                and any("core_attn" in p.modules for p in policies) else "")
         warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and costs "
-                      f"time ({ev.peak_memory / GiB:.1f} GiB against "
-                      f"{bare.peak_memory / GiB:.1f}){why}", Note)
+                      f"time ({fmt_gib(ev.peak_memory)} GiB against "
+                      f"{fmt_gib(bare.peak_memory)}){why}", Note)
 
 
 def _searchable(args):

@@ -47,10 +47,15 @@ class _Config:
             raise SpecError(self.where(key), v, "must be a table" + (" (or null)" if null else ""))
         return _Config(v or {}, self.source, f"{self.prefix}{key}.")
 
-    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: float = 1) -> Any:
+    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: float = 1,
+            null: Any = ...) -> Any:
         """The first of ``keys`` present; an int must be >= ``minimum``, a float a finite number
-        >= ``minimum`` (returned as float), a list a flat list of numbers or strings."""
+        >= ``minimum`` (returned as float), a list a flat list of numbers or strings. A null value
+        reads as absent, or as ``null`` where given (transformers keeps an explicit null, which
+        its models read as "none", while an absent key takes the config class's default)."""
         for k in keys:
+            if null is not ... and k in self.data and self.data[k] is None:
+                return null
             if k in self.data and self.data[k] is not None:
                 v = self.data[k]
                 where = self.where(k)
@@ -163,10 +168,8 @@ LAYER_KINDS = ("sliding_attention", "full_attention")
 
 
 def _window(cfg: _Config, default: int) -> int:
-    """``sliding_window``: ``default`` when the config has no such key, 0 (none) when it is null,
-    as transformers' configs take it."""
-    return cfg.get("sliding_window", default=0, minimum=0) if "sliding_window" in cfg.data \
-        else default
+    """``sliding_window``: ``default`` (the config class's) when absent, 0 (none) when null."""
+    return cfg.get("sliding_window", default=default, minimum=0, null=0)
 
 
 def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int, *,
@@ -390,10 +393,8 @@ def _llama4(cfg: _Config) -> dict:
     # not); absent keys take Llama4TextConfig's defaults, use_qk_norm true and 8,192-token chunks,
     # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @
     # huggingface/transformers b17cfe48c5a9631dcf9f57f3865a055903800f81)
-    kw["qk_l2_norm"] = (cfg.get("use_qk_norm", default=False, kind=bool)  # (null: none)
-                        if "use_qk_norm" in cfg.data else True)
-    chunk = (cfg.get("attention_chunk_size", default=0, minimum=0)
-             if "attention_chunk_size" in cfg.data else 8192)
+    kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool, null=False)
+    chunk = cfg.get("attention_chunk_size", default=8192, minimum=0, null=0)
     if chunk:
         rope = cfg.get("no_rope_layers", default=None, kind=list)
         if rope is not None and len(rope) != layers:

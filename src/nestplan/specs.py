@@ -688,13 +688,10 @@ class Parallelism(_CachedHash):
     def __post_init__(self):
         # checks that involve schedule, vp or zero belong in ``_check_staging``: ``with_`` runs
         # only that one when those are all that change (``_DERIVED``)
-        for f in ("tp", "pp", "dp", "cp", "ep", "mbs"):
-            _positive(f, getattr(self, f))
         for f, cap, what in (("tp", MAX_GPUS, "devices"), ("pp", MAX_GPUS, "devices"),
                              ("dp", MAX_GPUS, "devices"), ("cp", MAX_GPUS, "devices"),
-                             ("ep", MAX_GPUS, "devices"), ("mbs", MAX_TOKENS, "sequences"),
-                             ("vp", MAX_LAYERS, "model chunks per device: no model has more layers")):
-            if isinstance(getattr(self, f), int) and getattr(self, f) > cap:
+                             ("ep", MAX_GPUS, "devices"), ("mbs", MAX_TOKENS, "sequences")):
+            if _positive(f, getattr(self, f)) > cap:
                 raise SpecError(f, getattr(self, f), f"at most {cap:,} {what}")
         self._check_staging()
         if self.etp is not None:
@@ -717,7 +714,9 @@ class Parallelism(_CachedHash):
     def _check_staging(self) -> None:
         """The checks of the fields the search derives plans by (``_DERIVED``): schedule, vp,
         ZeRO stage, and the blocks per chunk against vp."""
-        _positive("vp", self.vp)
+        if _positive("vp", self.vp) > MAX_LAYERS:
+            raise SpecError("vp", self.vp, f"at most {MAX_LAYERS:,} model chunks per device: no "
+                            "model has more layers")
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
@@ -1050,6 +1049,12 @@ def uneven_split(model: ModelSpec, par: Parallelism) -> tuple[int, ...] | None:
     return None if split == tuple(default_split(model, par.pp, par.vp, par.pipeline)) else split
 
 
+def split_text(model: ModelSpec, par: Parallelism) -> str:
+    """``uneven_split`` as ``--stage-layers`` takes it ("3,4,4,5"); "" for the default split."""
+    split = uneven_split(model, par)
+    return ",".join(map(str, split)) if split else ""
+
+
 def plan_knobs(model: ModelSpec, par: Parallelism, *, settled: bool = True) -> list[str]:
     """A plan as ``name=value`` words, each one of evaluate's flags (``tp=8`` for ``--tp 8``):
     the degrees, expert TP for an MoE model, chunks, a pipeline's schedule, sequence parallelism,
@@ -1066,7 +1071,7 @@ def plan_knobs(model: ModelSpec, par: Parallelism, *, settled: bool = True) -> l
     if settled:
         knobs.append("recompute=" + par.recompute_text)
     knobs += [f"mbs={par.mbs}", f"rank-order={'-'.join(a.value for a in par.rank_order)}"]
-    split = uneven_split(model, par) if settled else None
+    split = split_text(model, par) if settled else ""
     if split:
-        knobs.append("stage-layers=" + ",".join(map(str, split)))
+        knobs.append("stage-layers=" + split)
     return knobs

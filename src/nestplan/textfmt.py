@@ -5,20 +5,12 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .result import Evaluation
-from .specs import plan_knobs
-from .specs import uneven_split as split_of
+from .specs import plan_knobs, split_text
 from .units import GiB, fmt_time
 
 
 def plan_line(ev: Evaluation) -> str:
     return " ".join(plan_knobs(ev.scenario.model, ev.plan))
-
-
-def uneven_split(ev: Evaluation) -> str:
-    """The plan's blocks per model chunk as evaluate's ``--stage-layers`` takes them, or "" when
-    they are its even default."""
-    split = split_of(ev.scenario.model, ev.plan)
-    return ",".join(map(str, split)) if split else ""
 
 
 def block_range(a: int, b: int) -> str:
@@ -126,7 +118,7 @@ def _cells(rank, ev) -> list[str]:
             str(p.ep), str(p.expert_tp) if ev.scenario.model.moe is not None else "-",
             str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
             p.recompute_text, "-".join(a.value for a in p.rank_order),
-            p.pipeline.name if p.pp > 1 else "-", uneven_split(ev) or "-"]
+            p.pipeline.name if p.pp > 1 else "-", split_text(ev.scenario.model, p) or "-"]
 
 
 def aligned(header: tuple[str, ...], rows: list[list[str]], right: range | set) -> list[str]:

@@ -257,8 +257,9 @@ class Chunk:
     transient: Num
     largest: Num
     layers: Num
-    block_saved: Num = 0.0
-    """Bytes the chunk's heaviest block keeps per micro-batch (per policy)."""
+    block_saved: Num
+    """Bytes the chunk's heaviest block keeps per micro-batch (per policy), where the stack
+    merges micro-batches (``merges_batches``; else 0, unused)."""
 
 
 def _sum(*terms):
@@ -274,8 +275,8 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
     parts = [(np.asarray(dense, dtype=float), cc.dense)]
     if cc.moe is not None:
         parts.append((np.asarray(moe, dtype=float), cc.moe))
-    block = 0.0  # the heaviest block present
-    for n, k in parts:
+    block = 0.0  # the heaviest block present, which only a merged step holds beyond the count
+    for n, k in parts if merges_batches(cc) else ():
         block = np.maximum(block, np.where((n > 0)[..., None], k.saved, 0.0))
     if emb:
         parts.append((np.asarray(1.0), cc.embedding))
@@ -455,10 +456,10 @@ class MemoryParts:
     stack: StackSpec
     """The stack (its memory reserve)."""
     loss: Num = 0.0
-    """What the loss adds at its backward's peak (the head's device)."""
+    """Bytes the loss adds at its backward's peak (the head's device)."""
     block: Num = 0.0
-    """A block's activations held beyond the schedule's count in a merged forward-backward step
-    (``merges_batches``), which never meets the loss's peak."""
+    """Bytes of a block's activations held beyond the schedule's count in a merged
+    forward-backward step (``merges_batches``), which never meets the loss's peak."""
     merge_below: int = 0
     """Merged steps run where the device holds fewer micro-batch chunks than this at its peak
     (not when every micro-batch is in the warm-up: one alone, or few enough to interleave)."""
@@ -480,9 +481,8 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     # the head's device: what the loss adds at its backward's peak (loss_transient_bytes)
     loss = cc.logits_bytes if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp) else 0.0
     block = 0.0
-    if merges_batches(cc):
-        for c in chunks:
-            block = np.maximum(block, c.block_saved)
+    for c in chunks:  # (0 unless the stack merges micro-batches)
+        block = np.maximum(block, c.block_saved)
 
     def pol(v):
         return np.asarray(v)[..., None] * np.ones(len(st.recompute))

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field, replace
 
 from ..caching import cached
 from ..errors import SpecError
-from ..evaluate import chunk_bounds
 from ..evaluate import evaluate as _evaluate
 from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
-from ..specs import Parallelism
+from ..specs import Parallelism, blocks_per_chunk
 from ..units import GiB
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
@@ -95,7 +94,7 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
         return par.with_(schedule=target, vp=vp, stage_layers=None), [
             f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
             f"{target} on the same {par.pp} ranks, the blocks split evenly"]
-    sizes = [b - a for a, b in chunk_bounds(pf.scenario.model, par)]
+    sizes = list(blocks_per_chunk(pf.scenario.model, par))
     local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
     tr = pf.scenario.training
     micro = tr.global_batch // (par.mbs * par.dp)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 
-from ..evaluate import chunk_bounds
 from ..options import Precision
 from ..planfile import PlanFile
+from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
                uniform_policy)
 
@@ -72,7 +72,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
     if par.pp > 1:
         # read by the pipeline engine; stages and the split are PipelineModule arguments
         cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy.kind == "full" else 0}
-        split = [b - a for a, b in chunk_bounds(sc.model, exported)]  # one chunk per stage
+        split = list(blocks_per_chunk(sc.model, exported))  # one chunk per stage
         notes.append(f"pipeline: PipelineModule(num_stages={par.pp}) with blocks per stage "
                      f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); the "
                      "split is set in code: partition_method='uniform' balances layer counts, "

@@ -17,10 +17,10 @@ from itertools import groupby
 from ..axes import MEGATRON_ORDER
 from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
-from ..evaluate import chunk_bounds, layer_graph
+from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import DEFAULT_ROPE_THETA
+from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
                prediction, rank_map)
 
@@ -206,7 +206,7 @@ def export(pf: PlanFile) -> Export:
                  f"--qk-pos-emb-head-dim {a.qk_rope_head_dim}", f"--v-head-dim {a.v_head_dim}"]
         if a.q_lora_rank:
             args.append(f"--q-lora-rank {a.q_lora_rank}")
-    sizes = [b - a for a, b in chunk_bounds(m, exported)]  # the exported plan's chunks
+    sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks
     uniform = len(set(sizes)) == 1
     if exported.vp > 1:  # Megatron needs it with two stages; nestplan's costs assume it always
         args.append("--overlap-p2p-communication")

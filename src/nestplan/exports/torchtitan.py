@@ -18,10 +18,10 @@ from __future__ import annotations
 from ..axes import Axis
 from ..catalog import get_stack
 from ..errors import SpecError
-from ..evaluate import chunk_bounds
 from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
+from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
                predicted_line, predicted_note, prediction, rank_map, uniform_policy)
 
@@ -99,7 +99,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     if par.pp > 1:
         opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
-        sizes = [b - a for a, b in chunk_bounds(m, exported)]  # the exported plan's chunks
+        sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks
         empty = [c for c, n in enumerate(sizes[1:-1], 1) if n == 0]
         if empty:  # a model part names its modules: one in the middle must hold blocks
             raise SpecError("stage_layers", list(sizes), f"model chunk {empty[0]} holds no "

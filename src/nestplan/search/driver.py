@@ -516,8 +516,8 @@ def _least_peaks(world: Scenario, tb, par: Parallelism, sets: list[tuple[int, ..
         groups = [[_policy_mask(stack, s)] * len(tb.mem) for s in sets]
     out = []
     for masks in groups:
-        costs = [np.where(tb.valid, np.where(mask, m, np.inf), np.inf)
-                 for mask, m in zip(masks, tb.mem, strict=True)]
+        # (tables.build already puts inf outside the valid cells)
+        costs = [np.where(mask, m, np.inf) for mask, m in zip(masks, tb.mem, strict=True)]
         peak, back = DP.chain(costs, np.maximum)
         if np.isfinite(peak):
             stages = DP.backtrack(back, tb.mem[0].ndim == 2, len(stack.recompute))
