@@ -546,7 +546,9 @@ PLANFILE_BAD = {
                                                                "tokens_per_s": 10**400}]}),
                         "comparison.methods[0].tokens_per_s"),
     "rank-order-bad": (plan_with("plan.rank_order", "tp-tp-dp-pp"), "rank_order"),
-    "stage-layers-sum": (plan_with("plan.stage_layers", [31]), "stage_layers"),
+    # a list is echoed as it is written on the command line, not as a Python tuple
+    "stage-layers-sum": (plan_with("plan.stage_layers", [31]), "stage_layers: got '31'"),
+    "stage-layers-count": (plan_with("plan.stage_layers", [16, 16]), "stage_layers: got '16,16'"),
     "stage-layers-neg": (plan_with("plan.stage_layers", [40, -8]), "stage_layers"),
     "mbs-zero": (plan_with("plan.mbs", 0), "mbs"),
     "plan-missing": (plan_with("plan", drop=True), "plan"),
@@ -940,7 +942,8 @@ case("plan-file-format-float", ["evaluate", "--plan", "{p}.json"], "format: got 
 # a degree past any machine: its own limit (it had surfaced as another field's arithmetic)
 for key, needle in (("vp", "vp: got 1000000000000000000000000000000; at most 512"),
                     ("mbs", "mbs: got 1000000000000000000000000000000; at most 16,777,216"),
-                    ("pp", "pp: got 1000000000000000000000000000000; at most 1,048,576")):
+                    ("pp", "pp: got 1000000000000000000000000000000; at most 1,048,576"),
+                    ("etp", "etp: got 1000000000000000000000000000000; at most 1,048,576")):
     case(f"plan-file-{key}-huge", ["evaluate", "--plan", "{p}.json"], needle,
          **{"p.json": plan_with(f"plan.{key}", 10**30)})
 # a quote never closed had swallowed the rest of the file into one row's id

@@ -385,13 +385,13 @@ def _bounds_hold(sc, con=None):
                 sol_p = DP.solve(tb.x, tb.e, only, cc.micro, par.vp, tb.const, y=tb.y)
                 bound = bounds[p]
                 assert bound <= sol_p.objective * (1 + 1e-9), (par, p, bound, sol_p.objective)
-                peak = DP.min_peak_memory([m[..., p:p + 1] for m in tb.mem], tb.valid)
+                peak = DP.least_peak([m[..., p:p + 1] for m in tb.mem], [tb.valid] * len(tb.mem))[0]
                 floor = _states_floor(parts, (p,))
                 assert floor <= peak * (1 + 1e-9), (par, p, floor, peak)
                 # with the least peak as the capacity, the per-device floor lets a split fit
                 assert _positions_fit(parts, (p,), peak * (1 + 1e-9), layers, par.vp), (par, p)
             # plans mixing every policy stage by stage
-            peak = DP.min_peak_memory(tb.mem, tb.valid)
+            peak = DP.least_peak(tb.mem, [tb.valid] * len(tb.mem))[0]
             floor = _states_floor(parts, tuple(policies))
             assert floor <= peak * (1 + 1e-9), (par, floor, peak)
             assert _positions_fit(parts, tuple(policies), peak * (1 + 1e-9), layers, par.vp)

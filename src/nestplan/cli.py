@@ -139,6 +139,7 @@ def _as_flags(fn):
     import functools
 
     from .errors import SpecError
+    from .specs import list_text
 
     @functools.wraps(fn)
     def wrapped(args, *a, **kw):
@@ -148,10 +149,10 @@ def _as_flags(fn):
             flag = FLAG_OF.get(e.field)
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)
-            if given is not None and given == e.value:  # (flags hold no NaN: decimal_arg)
-                # a list flag's value as it was typed (4,4,3), not as Python holds it
-                value = ",".join(map(str, given)) if isinstance(given, tuple) else e.value
-                raise SpecError(flag, value, e.allowed) from None
+            # (a list flag's value as it was typed, 4,4,3, as specs echo a list)
+            typed = list_text(given) if isinstance(given, tuple) else given
+            if given is not None and typed == e.value:  # (flags hold no NaN: decimal_arg)
+                raise SpecError(flag, e.value, e.allowed) from None
             raise
     return wrapped
 

@@ -346,8 +346,11 @@ def _norm(name: str, x: "_Dims", elements: float) -> Op:
     return _mem(name, elements, rw=9.0, bwd_rw=12.0, saved=(E + FP32 + E) * elements)
 
 
-def _norm_params(m: ModelSpec) -> float:
-    return 2.0 * m.hidden if m.norm.value == "layernorm" else float(m.hidden)
+def _norm_params(m: ModelSpec, width: int | None = None) -> float:
+    """Weights of one of the model's norms over ``width`` values (default: the hidden size):
+    a LayerNorm's scale and bias, an RMSNorm's scale."""
+    width = m.hidden if width is None else width
+    return 2.0 * width if m.norm.value == "layernorm" else float(width)
 
 
 def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
@@ -379,8 +382,8 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                 norm = replace(norm, saved=norm.saved + E * q_el)
             ops.append(norm)
             if m.qk_norm:  # (the L2 norms have no weights)
-                params += 2 * x.d
-                total += 2 * m.head_dim
+                params += 2 * _norm_params(m, x.d)
+                total += 2 * _norm_params(m, m.head_dim)
     else:
         la = m.mla
         d_qk, d_v = la.qk_nope_head_dim + la.qk_rope_head_dim, la.v_head_dim

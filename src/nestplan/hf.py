@@ -177,15 +177,21 @@ def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int, *,
     """The model fields of sliding-window attention over ``window`` tokens (0: none) on the layers
     that ``layer_types`` names ``sliding_attention`` (where the family reads it: ``typed``), or on
     ``sliding_layers`` of them. A causal window of w costs about what causal chunks of 2w cost."""
-    types = cfg.get("layer_types", default=None, kind=list) if typed else None
+    types = _layer_types(cfg, layers) if typed else None
+    local = sum(t == "sliding_attention" for t in types) if types is not None else sliding_layers
+    return dict(local_span=2 * window, local_share=local / layers) if window and local else {}
+
+
+def _layer_types(cfg: _Config, layers: int) -> list | None:
+    """``layer_types``, checked: one of ``LAYER_KINDS`` per layer (None when absent)."""
+    types = cfg.get("layer_types", default=None, kind=list)
     if types is not None and len(types) != layers:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({layers})")
     odd = [t for t in types or () if t not in LAYER_KINDS]
     if odd:  # (a null entry too)
         raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(LAYER_KINDS))
-    local = sum(t == "sliding_attention" for t in types) if types is not None else sliding_layers
-    return dict(local_span=2 * window, local_share=local / layers) if window and local else {}
+    return types
 
 
 def _llama(cfg: _Config) -> dict:
@@ -211,7 +217,9 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
     (src/transformers/models/qwen3_moe/configuration_qwen3_moe.py @
     26f4b0f69f17118549a693ffe600c18e8505b636)."""
     if not cfg.get("use_sliding_window", default=False, kind=bool):
-        return _sliding(cfg, layers, 0, 0, typed=not every_layer)  # (the types are still checked)
+        if not every_layer:
+            _layer_types(cfg, layers)  # (checked where unused too, as Qwen2Config checks it)
+        return {}
     if every_layer:
         return _sliding(cfg, layers, _window(cfg, 4096), layers, typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)

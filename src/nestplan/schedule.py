@@ -66,10 +66,11 @@ Memory: a micro-batch's activations stay until its backward (its ``W`` under the
 which needs the layer inputs), so a device holds at its peak the micro-batches it has started
 and not finished: ``p - i`` under 1F1B, Megatron's warm-up count under interleaving, all ``m``
 under GPipe, under ZB-H1 and interleaved zero bubble ``p`` per chunk on every device (read off
-the order: device ``i`` defers ``i`` weight gradients), under ZB-V ``2p`` per device. A deferred ``W`` needs only the GEMMs' inputs
-and output gradients; counting the micro-batch's whole activations until then assumes that what
-its ``B`` frees (the attention's and norms' saved tensors) is about what ``W`` keeps (the output
-gradients, which no forward saves): an approximation, not measured.
+the order: device ``i`` defers ``i`` weight gradients), under ZB-V ``2p`` per device. A
+deferred ``W`` needs only the GEMMs' inputs and output gradients; counting the micro-batch's
+whole activations until then assumes that what its ``B`` frees (the attention's and norms' saved
+tensors) is about what ``W`` keeps (the output gradients, which no forward saves): an
+approximation, not measured.
 """
 
 from __future__ import annotations

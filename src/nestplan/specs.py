@@ -451,9 +451,9 @@ class ModelSpec(_CachedHash):
     causal: bool = True
     """Decoder (causal) attention; False for encoders such as BERT."""
     qk_norm: bool = False
-    """Each head's queries and keys are RMS-normed before RoPE (Qwen3, GLM-4.5 with
-    ``use_qk_norm``; Megatron-Core ``--qk-layernorm``): two small norms over the queries' and
-    keys' elements, each keeping its input for backward."""
+    """Each head's queries and keys are normed before RoPE (Qwen3, GLM-4.5 with ``use_qk_norm``;
+    Megatron-Core ``--qk-layernorm``): two small norms of the model's ``norm`` kind over the
+    queries' and keys' elements, each keeping its input for backward."""
     qk_l2_norm: bool = False
     """Each head's queries and keys are L2-normed, without weights (Llama 4 with ``use_qk_norm``;
     Megatron-Core ``--qk-l2-norm``, its ``L2Norm``: one fused kernel that keeps its input, in the
@@ -508,7 +508,7 @@ class ModelSpec(_CachedHash):
                                 f"part of MLA (costed with it); {kind} is for standard attention")
         if self.qk_norm and self.qk_l2_norm:
             raise SpecError("model.qk_l2_norm", True, "a model's QK norms are of one kind: "
-                            "qk_norm (RMSNorm, with weights) or qk_l2_norm (L2, without)")
+                            "qk_norm (the model's norm, with weights) or qk_l2_norm (L2, without)")
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
         if self.mtp_layers and not self.causal:
             raise SpecError("model.mtp_layers", self.mtp_layers,
@@ -693,9 +693,9 @@ class Parallelism(_CachedHash):
                              ("ep", MAX_GPUS, "devices"), ("mbs", MAX_TOKENS, "sequences")):
             if _positive(f, getattr(self, f)) > cap:
                 raise SpecError(f, getattr(self, f), f"at most {cap:,} {what}")
+        if self.etp is not None and _positive("etp", self.etp) > MAX_GPUS:
+            raise SpecError("etp", self.etp, f"at most {MAX_GPUS:,} devices")
         self._check_staging()
-        if self.etp is not None:
-            _positive("etp", self.etp)
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", (self.recompute,))
         if type(self.recompute) is not tuple or not all(type(r) is str for r in self.recompute):
@@ -728,7 +728,7 @@ class Parallelism(_CachedHash):
             raise SpecError("vp", self.vp, "virtual stages need pp > 1")
         chunks = self.pipeline.model_chunks(self.pp, self.vp)
         if self.stage_layers is not None and len(self.stage_layers) != chunks:
-            raise SpecError("stage_layers", self.stage_layers, f"needs {chunks} entries (pp·vp"
+            raise SpecError("stage_layers", list_text(self.stage_layers), f"needs {chunks} entries (pp·vp"
                             + (" / 2: every stage is on two ranks)" if chunks < self.pp * self.vp
                                else ")"))
 
@@ -964,7 +964,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
             raise SpecError("pp", par.pp, f"pp·vp = {chunks} exceeds the {m.layers} layers of "
                             f"{m.name}")
     elif sum(par.stage_layers) != m.layers:
-        raise SpecError("stage_layers", par.stage_layers,
+        raise SpecError("stage_layers", list_text(par.stage_layers),
                         f"must sum to model.layers = {m.layers}")
     if stack:
         sc.stack.check(par)
@@ -1052,7 +1052,12 @@ def uneven_split(model: ModelSpec, par: Parallelism) -> tuple[int, ...] | None:
 def split_text(model: ModelSpec, par: Parallelism) -> str:
     """``uneven_split`` as ``--stage-layers`` takes it ("3,4,4,5"); "" for the default split."""
     split = uneven_split(model, par)
-    return ",".join(map(str, split)) if split else ""
+    return list_text(split) if split else ""
+
+
+def list_text(values) -> str:
+    """A list as a flag takes it ("8,8,8,9"), as errors echo a list the user gave."""
+    return ",".join(map(str, values))
 
 
 def plan_knobs(model: ModelSpec, par: Parallelism, *, settled: bool = True) -> list[str]:

@@ -255,7 +255,8 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
 
 def _training(row: _Row) -> TrainingSpec:
     seq = row.required("seq_len")
-    gb = row.number("global_batch") or row.required("micro_batch")
+    given = row.number("global_batch")
+    gb = given or row.required("micro_batch")
     text = row.text("precision") or "bf16"
     precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
     packed = row.text("regime") in ("sft", "lora")
@@ -274,8 +275,7 @@ def _training(row: _Row) -> TrainingSpec:
         if e.field in moe:
             raise SpecError(f"{row.where}.other_metrics", f"{e.field}={row.other(e.field)}",
                             e.allowed) from None
-        column = "micro_batch" if e.field == "global_batch" and row.number("global_batch") is None \
-            else e.field
+        column = "micro_batch" if e.field == "global_batch" and given is None else e.field
         raise SpecError(f"{row.where}.{column}", e.value, e.allowed) from None
 
 

@@ -14,9 +14,9 @@ its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
 an ``(N+1, N+1, K)`` array (K recompute policies), or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array
-when only the number of units matters, as for models whose blocks are all alike (``inf`` where not allowed: too few or
-too many units, over memory, or over a threshold). ``D_i[l]`` is the best value of devices
-``0..i-1`` covering ``[0, l)``; one relaxation step gives
+when only the number of units matters, as for models whose blocks are all alike (``inf`` where
+not allowed: too few or too many units, over memory, or over a threshold). ``D_i[l]`` is the
+best value of devices ``0..i-1`` covering ``[0, l)``; one relaxation step gives
 ``D_{i+1}[l2] = min over (l, r) of D_i[l] (op) cost_i[l2, l, r]`` with
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
@@ -201,8 +201,9 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
     return best
 
 
-def min_peak_memory(mem: list[np.ndarray], valid: np.ndarray) -> float:
-    """Smallest achievable largest device memory over all splits (bytes), for diagnostics."""
-    costs = [np.where(valid, m, INF) for m in mem]
-    value, _ = chain(costs, np.maximum)
-    return value
+def least_peak(mem: list[np.ndarray], allowed: list[np.ndarray]):
+    """Smallest achievable largest device memory over all splits (bytes), each table's cells
+    limited to where its ``allowed`` mask is true, and the back-pointers to the split and the
+    policies that reach it (``backtrack``); what a search that found nothing quotes."""
+    costs = [np.where(ok, m, INF) for ok, m in zip(allowed, mem, strict=True)]
+    return chain(costs, np.maximum)

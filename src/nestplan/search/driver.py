@@ -517,8 +517,7 @@ def _least_peaks(world: Scenario, tb, par: Parallelism, sets: list[tuple[int, ..
     out = []
     for masks in groups:
         # (tables.build already puts inf outside the valid cells)
-        costs = [np.where(mask, m, np.inf) for mask, m in zip(masks, tb.mem, strict=True)]
-        peak, back = DP.chain(costs, np.maximum)
+        peak, back = DP.least_peak(tb.mem, masks)
         if np.isfinite(peak):
             stages = DP.backtrack(back, tb.mem[0].ndim == 2, len(stack.recompute))
             out.append((float(peak), plan_from_solution(world.model, stack, par,

@@ -135,7 +135,8 @@ def _note_levels_never_crossed(spec) -> None:
 
     alone = {level_key(p.key)[0] for p in spec.parameters if level_key(p.key) is not None}
     named = {level for _, levels in spec.networks for level, _ in levels}
-    if not alone | named:
+    watched = alone | named
+    if not watched:
         return
     # each cluster and network variant of the grid (no other column moves a level), with the
     # largest GPU count that cluster holds (a larger one is an error row of its own)
@@ -156,7 +157,7 @@ def _note_levels_never_crossed(spec) -> None:
         most = max(held)
         below = (1, *cluster.block_sizes())  # devices under one block of the level below
         for level, inside in zip(cluster.levels, below):
-            if level.name in alone | named:
+            if level.name in watched:
                 if most > inside:
                     crossed.add(level.name)
                 if most >= reach.get(level.name, (0, 0))[0]:
