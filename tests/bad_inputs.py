@@ -859,7 +859,16 @@ for name, (extra, needle) in {
                                 "model.kv_heads: got 2; MLA keeps keys and values per head"),
         "mla-head-dim-off": ("head_dim = 7\n[mla]\nkv_lora_rank = 32\nq_lora_rank = 0\n"
                              "qk_nope_head_dim = 32\nqk_rope_head_dim = 32\nv_head_dim = 64\n",
-                             "model.head_dim: got 7; with MLA")}.items():
+                             "model.head_dim: got 7; with MLA"),
+        # biases on q, k, v only are a model whose other layers have none
+        "qkv-bias-with-bias": ("bias = true\nqkv_bias = true\n",
+                               "model.qkv_bias: got True; bias = true gives"),
+        "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
+        "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
+        "shared-gate-without-shared": ("[moe]\nexperts = 4\ntop_k = 2\nffn_hidden = 128\n"
+                                       "shared_expert_gate = true\n",
+                                       "moe.shared_expert_gate: got True; gates the shared "
+                                       "experts; moe.shared_experts is 0")}.items():
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
          **{"m.toml": MODEL_TOML + extra})
 # a stack file the grid names, with a bad value inside: the message shows that value too
@@ -955,6 +964,11 @@ case("sweep-output-link-to-device", ["sweep", "{s}.toml", "-o", "{n}.csv"], "not
 # an id with a terminal escape had been printed raw into the report's lines
 case("runs-csv-id-escape", ["validate", "--csv", "{r}.csv"], "id: got 'r\\x1b[31m1'",
      **{"r.csv": RUN_HEADER + "\n" + RUN.replace("r1,", "\"r\x1b[31m1\",", 1) + "\n"})
+# Megatron-Core splits no biased expert by expert TP (GPT-OSS's experts carry biases)
+for cmd in ("evaluate", "plan"):
+    case(f"{cmd}-biased-experts-etp", [cmd, "--model", "gpt-oss-120b", *SCENARIO[2:], "--tp", "2",
+                                       "--ep", "4", "--etp", "2", *PLAN[2:]],
+         "etp: got 2; stack megatron-core runs experts that carry biases at etp = 1 only")
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

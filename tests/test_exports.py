@@ -172,6 +172,38 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
     assert config.qk_l2_norm and not config.qk_layernorm
 
 
+def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
+    """Where a model's biases sit (every linear layer, or q, k, v only), Qwen2-MoE's shared-expert
+    gate and GPT-OSS's attention sinks reach Megatron-Core's TransformerConfig as the model has
+    them; a plan that splits biased experts by expert TP is refused, as Megatron-Core refuses
+    it."""
+    hf = Path(__file__).parent / "data" / "hf"
+    texts, configs = {}, {}
+    for name, gpus, par in (
+            ("qwen2-moe.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, sp=True, zero=1, mbs=1)),
+            ("glm4.5.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, sp=True, zero=1, mbs=1)),
+            ("gpt-oss-120b.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, etp=1, sp=True, zero=1,
+                                                  mbs=1))):
+        sc = scenario_from_names(str(hf / name), "dgx-h100-ndr", gpus, seq_len=4096,
+                                 global_batch=64)
+        text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+        flags = _flags(text)
+        texts[name], configs[name] = text, flags
+        assert ("add-qkv-bias" in flags) == sc.model.qkv_bias
+        assert ("disable-bias-linear" in flags) == (not sc.model.bias)
+    assert "moe-shared-expert-gate" in configs["qwen2-moe.json"]
+    assert "moe-shared-expert-gate" not in configs["glm4.5.json"]
+    assert configs["gpt-oss-120b.json"]["softmax-type"] == ["learnable"]
+    # its experts' TP may not follow TP's 2 (nor be given): Megatron-Core refuses biased experts
+    with pytest.raises(SpecError, match="etp: got 2; stack megatron-core runs experts that carry"):
+        evaluate(sc, replace(par, etp=None))
+    pytest.importorskip("megatron.core")
+    qwen = megatron_transformer_config(texts["qwen2-moe.json"])
+    assert qwen.add_qkv_bias and not qwen.add_bias_linear and qwen.moe_shared_expert_gate
+    oss = megatron_transformer_config(texts["gpt-oss-120b.json"])
+    assert oss.add_bias_linear and oss.softmax_type == "learnable"
+
+
 def test_megatron_export_names_the_local_attention_it_leaves_out():
     """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
     exported: the export says so and names Megatron-LM's flags for it; a model without local

@@ -11,7 +11,7 @@ from nestplan.catalog import get_model
 from nestplan.errors import SpecError
 from nestplan.graph import active_params, total_params
 from nestplan.hf import model_from_hf_config, model_from_hf_dict
-from nestplan.loaders import model_to_table
+from nestplan.loaders import model_from_table, model_to_table
 
 from console import cli, one_line_error
 
@@ -56,11 +56,14 @@ def test_families_read_what_makes_them_differ():
     assert llama4.moe.shared_experts == 1 and llama4.ffn_hidden == 16384
     assert (llama4.local_span, llama4.local_share) == (8192, 0.75)  # NoPE every 4th block
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
-    assert (oss.local_span, oss.local_share) == (256, 0.5) and oss.bias
+    assert (oss.local_span, oss.local_share) == (256, 0.5) and oss.bias and oss.attention_sinks
+    # biases on q, k, v only (each family's modelling code; counted in tests/test_hf_params.py)
     qwen2 = model_from_hf_config(HF / "qwen2-moe.json")
-    assert qwen2.moe.shared_ffn_hidden == 20480 and qwen2.bias
+    assert qwen2.moe.shared_ffn_hidden == 20480 and qwen2.moe.shared_expert_gate
+    assert qwen2.qkv_bias and not qwen2.bias
     glm = model_from_hf_config(HF / "glm4.5.json")
     assert glm.moe.first_dense_layers == 1 and glm.moe.shared_experts == 1
+    assert glm.qkv_bias and not glm.bias and not glm.moe.shared_expert_gate
     kimi = model_from_hf_config(HF / "kimi-k2.json")
     assert kimi.mla is not None and kimi.moe.experts == 384
     # QK norms: Qwen3 always (its modelling code, not its config), GLM-4.5 as use_qk_norm says
@@ -125,7 +128,6 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
     tokens and a null one none (Llama4TextConfig). The L2 norms cost what the QK RMSNorms do,
     and a model file keeps them."""
     from nestplan.evaluate import layer_graph, scenario_from_names
-    from nestplan.loaders import model_from_table
     from nestplan.specs import Parallelism
 
     data = json.loads((HF / "llama4-maverick.json").read_text())
@@ -255,3 +257,10 @@ def test_a_runs_csv_may_name_a_model_folder(tmp_path, runs_csv, shared):
                     vocab="")
     case, = load_cases(Path(path))
     assert case.scenario.model.layers == 32 and case.scenario.model.hidden == 4096
+
+
+@pytest.mark.parametrize("path", sorted(HF.glob("*.json")), ids=lambda p: p.name)
+def test_every_shipped_config_survives_a_model_table(path):
+    """What a plan file writes of a model (biases, gates, sinks, norms ...) reads back the same."""
+    model = model_from_hf_config(path)
+    assert model_from_table(model_to_table(model)) == model

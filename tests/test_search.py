@@ -654,3 +654,17 @@ def test_a_tie_goes_to_the_plan_found_first_whatever_the_top():
     assert runs[5].plans[0].step_time == runs[5].plans[1].step_time  # the tie
     assert runs[5].plans[0].plan.rank_order != runs[5].plans[1].plan.rank_order
     assert {r.best.plan for r in runs.values()} == {runs[1].best.plan}
+
+
+def test_experts_with_biases_are_searched_at_expert_tp_1_where_megatron_core_runs_them_so():
+    """GPT-OSS's experts carry biases: Megatron-Core splits them by no expert TP, so its stack's
+    search space holds none, and a plan that does not name etp takes 1; a stack without that
+    rule (torchtitan, whose experts follow TP without EP) keeps its own degrees."""
+    sc = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    etps = {par.expert_tp for par in space.configurations(sc, Constraints(tp=2))}
+    assert etps == {1}
+    assert sc.stack.default_etp(2, 4, sc.model.biased_experts) == 1
+    plain = dataclasses.replace(sc, model=dataclasses.replace(sc.model, bias=False))
+    assert {par.expert_tp for par in space.configurations(plain, Constraints(tp=2))} == {1, 2}
+    titan = dataclasses.replace(sc, stack=get_stack("torchtitan"))
+    assert 2 in {par.expert_tp for par in space.configurations(titan, Constraints(tp=2, ep=1))}

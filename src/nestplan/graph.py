@@ -367,9 +367,12 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in, matmuls=parts))
         params = h * qkv_out + x.a * x.d * h
         total = h * (m.heads + 2 * m.kv_heads) * m.head_dim + m.heads * m.head_dim * h
-        if m.bias:
-            params += qkv_out + h
-            total += (m.heads + 2 * m.kv_heads) * m.head_dim + h
+        if m.bias or m.qkv_bias:
+            params += qkv_out
+            total += (m.heads + 2 * m.kv_heads) * m.head_dim
+        if m.bias:  # the output projection's, whole on every rank
+            params += h
+            total += h
         d_qk, d_v = x.d, x.d
         q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
         if m.qk_normed:  # a norm over each head's queries and one over its keys
@@ -478,6 +481,9 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                     saved=drop_mask))
     params += _norm_params(m)
     total += _norm_params(m)
+    if m.attention_sinks:  # one learned logit per head (tensor parallelism splits the heads)
+        params += x.a
+        total += m.heads
     return ops, comms, params, total
 
 
@@ -563,8 +569,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                       Comm("etp_ag_bwd", Axis.TP, CollKind.ALL_GATHER, E * X * h, "bwd", expert=True),
                       Comm("etp_rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "bwd", expert=True)]
         expert_params = local_experts * _mlp_params(m, f_e)
-        params += h * mo.experts
-        total += h * mo.experts + mo.experts * _mlp_params(m, mo.ffn_hidden)
+        router = (h + (1 if m.bias else 0)) * mo.experts  # (add_bias_linear gives it a bias)
+        params += router
+        total += router + mo.experts * _mlp_params(m, mo.ffn_hidden)
         if mo.shared_experts:
             f_sh = mo.shared_experts * (mo.shared_ffn_hidden or mo.ffn_hidden)
             ops += _mlp(x, "shared_", T, f_sh / x.t, saved_in=0.0)
@@ -573,6 +580,13 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
             comms += x.tp_comms("shared_fc2", column=False, nbytes=E * T * h)
             params += _mlp_params(m, f_sh / x.t)
             total += _mlp_params(m, f_sh)
+            if mo.shared_expert_gate:
+                # sigmoid(x·w) per token scales the shared output; the product keeps that output
+                # (sequence-sharded under SP) and the scores; the gate's input is the router's
+                ops += [_gemm("shared_gate", Tn, h, 1, saved=0.0, lowp=False),
+                        _mem("shared_gate_mul", Tn * h, rw=3.0, saved=E * Tn * (h + 1))]
+                params += h
+                total += h
     drop_mask = Tn * h if m.dropout else 0.0
     ops.append(_mem("resid_mlp", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
                     saved=drop_mask))
@@ -638,6 +652,8 @@ def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
         "shared_fc1": (t("moe", "shared_experts"), "layernorm"),
         "shared_act": (t("moe", "shared_experts"), "shared_experts"),
         "shared_fc2": (t("moe", "shared_experts"), "shared_experts"),
+        "shared_gate": (t("moe", "shared_experts"), "layernorm"),
+        "shared_gate_mul": (t("moe", "shared_experts"), "shared_experts"),
     }
 
 

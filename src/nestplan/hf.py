@@ -9,11 +9,14 @@ prints.
 Multi-token-prediction depths (DeepSeek-V3, Kimi-K2, GLM-4.5: ``num_nextn_predict_layers``) are
 read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; a run without
 them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm``) are read into
-``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``. What
-is not modelled, by family: attention sinks (GPT-OSS: one
-learned scalar per head), partial rotary embeddings (GLM-4.5), and the
-per-layer alternation of local and global attention, whose cost is averaged over the blocks
-(``ModelSpec.local_share``).
+``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``.
+Biases are read as each family's modelling code places them: every linear layer (``bias``:
+GPT-OSS, and a Llama-like config with ``attention_bias``), or q, k and v only (``qkv_bias``:
+Qwen2, Qwen2-MoE, GLM-4.5). Every shipped config's parameter count is checked against
+transformers' own model, built on the meta device (``tests/test_hf_params.py``). What is not
+modelled, by family: the attention kernel's work on GPT-OSS's sinks (their parameters are
+counted), partial rotary embeddings (GLM-4.5), and the per-layer alternation of local and global
+attention, whose cost is averaged over the blocks (``ModelSpec.local_share``).
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ def _rope_mscale(cfg: _Config) -> float:
     return scale
 
 
-def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
+def _llama_like(cfg: _Config) -> dict:
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     return dict(
@@ -140,7 +143,7 @@ def _llama_like(cfg: _Config, *, bias: bool = False) -> dict:
         vocab=cfg.get("vocab_size"),
         mlp=_act(cfg),
         norm=Norm.RMSNORM,
-        bias=cfg.get("attention_bias", default=bias, kind=bool),
+        bias=cfg.get("attention_bias", default=False, kind=bool),
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=_rope_mscale(cfg),
@@ -227,8 +230,10 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
 
 
 def _qwen2(cfg: _Config) -> dict:
-    # Qwen2 has q/k/v biases in the modelling code, not in config.json.
-    kw = _llama_like(cfg, bias=True)
+    # Qwen2 has q/k/v biases in the modelling code, not in config.json, and no other linear
+    # layer has one (src/transformers/models/qwen2/modeling_qwen2.py @ huggingface/transformers
+    # v5.23.0; the parameter count is checked against that code in tests/test_hf_params.py)
+    kw = {**_llama_like(cfg), "bias": False, "qkv_bias": True}
     return {**kw, **_qwen_sliding(cfg, kw["layers"])}
 
 
@@ -323,22 +328,26 @@ def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
 
 
 def _qwen2_moe(cfg: _Config) -> dict:
-    # Qwen2-MoE: q/k/v biases (modelling code), one gated shared expert of its own size
-    kw = _llama_like(cfg, bias=True)
+    # Qwen2-MoE: q/k/v biases only (``qkv_bias``, true when absent), one shared expert of its
+    # own size behind a sigmoid gate (shared_expert_gate in the modelling code)
+    kw = {**_llama_like(cfg), "bias": False,
+          "qkv_bias": cfg.get("qkv_bias", default=True, kind=bool)}
     kw.update(_qwen_sliding(cfg, kw["layers"]))
     first, step = _moe_pattern(cfg, kw["layers"])
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
                         shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
-                        first_dense_layers=first, layer_freq=step,
-                        router_pre_softmax=_pre_softmax(cfg))
+                        shared_expert_gate=bool(shared), first_dense_layers=first,
+                        layer_freq=step, router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
 def _glm4_moe(cfg: _Config) -> dict:
-    # GLM-4.5: standard GQA attention with biases, DeepSeek-style routed and shared experts
-    kw = _llama_like(cfg)
+    # GLM-4.5: standard GQA attention whose q, k, v carry biases as attention_bias says (not its
+    # output projection), DeepSeek-style routed and shared experts
+    kw = {**_llama_like(cfg), "bias": False,
+          "qkv_bias": cfg.get("attention_bias", default=False, kind=bool)}
     moe_ffn = cfg.get("moe_intermediate_size")
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=moe_ffn,
@@ -361,8 +370,10 @@ def _mtp_layers(cfg: _Config) -> int:
 
 def _gpt_oss(cfg: _Config) -> dict:
     # GPT-OSS: every block MoE; sliding-window attention on the layers layer_types names
-    kw = _llama_like(cfg)
-    # its experts carry biases (gate_up_proj_bias, down_proj_bias in the modelling code)
+    # every linear layer carries a bias (attention_bias: q, k, v and o; the experts'
+    # gate_up_proj_bias and down_proj_bias and the router's bias in the modelling code), and each
+    # head a learned sink logit (self_attn.sinks)
+    kw = {**_llama_like(cfg), "attention_sinks": True}
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and

@@ -336,16 +336,17 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 # ----------------------------------------------------------------------------- model
 
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
-_MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "dropout", "tied_embeddings",
-                   "position", "max_positions", "causal", "qk_norm", "qk_l2_norm", "moe", "mla",
+_MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "dropout",
+                   "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
+                   "attention_sinks", "moe", "mla",
                    "local_span", "local_share", "mtp_layers", "rope_mscale", "rope_theta",
                    "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
-             "first_dense_layers", "layer_freq", "expert_bias", "router_score",
+             "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
              "router_scale"}
-_MOE_TYPES = {"expert_bias": bool, "router_pre_softmax": bool, "router_expert_bias": bool,
-              "router_score": str, "router_scale": _NUM}
+_MOE_TYPES = {"shared_expert_gate": bool, "expert_bias": bool, "router_pre_softmax": bool,
+              "router_expert_bias": bool, "router_score": str, "router_scale": _NUM}
 """Types of the [moe] keys that are not integers."""
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
 _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS}
@@ -379,6 +380,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mlp=MLPKind.parse(f"{where}.mlp", table.get("mlp", "gelu")),
         norm=Norm.parse(f"{where}.norm", table.get("norm", "layernorm")),
         bias=_typed(table, "bias", where, bool, True),
+        qkv_bias=_typed(table, "qkv_bias", where, bool, False),
         dropout=_typed(table, "dropout", where, bool, False),
         tied_embeddings=_typed(table, "tied_embeddings", where, bool, False),
         position=Position.parse(f"{where}.position", table.get("position", "rope")),
@@ -386,6 +388,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         causal=_typed(table, "causal", where, bool, True),
         qk_norm=_typed(table, "qk_norm", where, bool, False),
         qk_l2_norm=_typed(table, "qk_l2_norm", where, bool, False),
+        attention_sinks=_typed(table, "attention_sinks", where, bool, False),
         moe=moe,
         mla=mla,
         local_span=_typed(table, "local_span", where, int, 0),
@@ -444,8 +447,8 @@ def model_to_table(model: ModelSpec) -> dict:
     table = {f: getattr(model, f) for f in (
         "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "bias",
         "dropout", "tied_embeddings", "max_positions", "causal")}
-    for kind in ("qk_norm", "qk_l2_norm"):  # (only where set, as files of before them were)
-        if getattr(model, kind):
+    for kind in ("qkv_bias", "qk_norm", "qk_l2_norm", "attention_sinks"):
+        if getattr(model, kind):  # (only where set, as files of before them were)
             table[kind] = True
     table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
     if model.moe is not None:
@@ -546,7 +549,8 @@ def _stack_fields() -> dict:
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
                                     "moe_pad_to_capacity", "multi_token_prediction",
-                                    "experts_over_sharded_ranks", "expert_tp_with_ep")},
+                                    "experts_over_sharded_ranks", "expert_tp_with_ep",
+                                    "expert_tp_with_bias")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
                                    "default_zero")},

@@ -317,6 +317,10 @@ class MoESpec(_CachedHash):
     """Always-on experts per MoE layer (DeepSeek, Qwen2-MoE)."""
     shared_ffn_hidden: int = 0
     """Intermediate size of one shared expert (0 = same as ``ffn_hidden``)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate per token scales the shared experts' output (Qwen2-MoE's
+    ``shared_expert_gate``; Megatron-Core ``--moe-shared-expert-gate``, a [1, hidden] weight:
+    megatron/core/transformer/moe/shared_experts.py @ NVIDIA/Megatron-LM d98e8a64dd)."""
     first_dense_layers: int = 0
     """Leading layers that use a dense MLP instead of experts."""
     layer_freq: int = 1
@@ -344,7 +348,7 @@ class MoESpec(_CachedHash):
     """Factor on the chosen experts' weights (``routed_scaling_factor``: DeepSeek-V3 2.5)."""
 
     def __post_init__(self):
-        for f in ("expert_bias", "router_pre_softmax", "router_expert_bias"):
+        for f in ("shared_expert_gate", "expert_bias", "router_pre_softmax", "router_expert_bias"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f"moe.{f}", getattr(self, f), "must be true or false")
         _positive("moe.experts", self.experts)
@@ -354,6 +358,9 @@ class MoESpec(_CachedHash):
         _positive("moe.shared_ffn_hidden", self.shared_ffn_hidden, allow_zero=True)
         _positive("moe.first_dense_layers", self.first_dense_layers, allow_zero=True)
         _positive("moe.layer_freq", self.layer_freq)
+        if self.shared_expert_gate and not self.shared_experts:
+            raise SpecError("moe.shared_expert_gate", True, "gates the shared experts; "
+                            "moe.shared_experts is 0")
         for f, most in (("experts", MAX_EXPERTS), ("ffn_hidden", 4 * MAX_WIDTH),
                         ("shared_experts", MAX_EXPERTS), ("shared_ffn_hidden", 4 * MAX_WIDTH),
                         ("first_dense_layers", MAX_LAYERS), ("layer_freq", MAX_LAYERS)):
@@ -439,7 +446,12 @@ class ModelSpec(_CachedHash):
     norm: Norm = Norm.LAYERNORM
     """Normalisation layer."""
     bias: bool = True
-    """Linear layers carry biases."""
+    """Every linear layer carries a bias (with experts, the router's too: Megatron-Core
+    ``add_bias_linear``, megatron/core/transformer/moe/router.py @ NVIDIA/Megatron-LM
+    d98e8a64dd)."""
+    qkv_bias: bool = False
+    """Only the attention's q, k and v projections carry biases (Qwen2, Qwen2-MoE, GLM-4.5 with
+    ``attention_bias``; Megatron-Core ``--add-qkv-bias`` with ``--disable-bias-linear``)."""
     dropout: bool = False
     """Dropout after attention and MLP (stores 1-byte masks for backward)."""
     tied_embeddings: bool = False
@@ -461,6 +473,10 @@ class ModelSpec(_CachedHash):
     transformer/torch_norm.py @ NVIDIA/Megatron-LM d98e8a64dd): costed as ``qk_norm``'s norms,
     on every layer as Megatron-LM's flag builds them (transformers and NeMo's Llama 4 spec norm
     the RoPE layers only, three in four)."""
+    attention_sinks: bool = False
+    """Each head adds a learned logit to its softmax's denominator (GPT-OSS's ``sinks``;
+    Megatron-Core ``--softmax-type learnable``): one parameter per head and layer. What the
+    attention kernel spends on it is not modelled."""
     moe: MoESpec | None = None
     """Mixture-of-experts settings, or None for a dense model."""
     mla: MLASpec | None = None
@@ -506,6 +522,10 @@ class ModelSpec(_CachedHash):
             if getattr(self, kind) and self.mla is not None:
                 raise SpecError(f"model.{kind}", True, "MLA norms its low-rank queries and keys as "
                                 f"part of MLA (costed with it); {kind} is for standard attention")
+        if self.qkv_bias and self.bias:
+            raise SpecError("model.qkv_bias", True, "bias = true gives the q, k, v projections "
+                            "their biases already; qkv_bias is for a model whose other linear "
+                            "layers have none")
         if self.qk_norm and self.qk_l2_norm:
             raise SpecError("model.qk_l2_norm", True, "a model's QK norms are of one kind: "
                             "qk_norm (the model's norm, with weights) or qk_l2_norm (L2, without)")
@@ -579,6 +599,12 @@ class ModelSpec(_CachedHash):
     @cached_property  # asked for every configuration a search weighs: walk the blocks once
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def biased_experts(self) -> bool:
+        """Its experts' linear layers carry biases as every linear layer does (``bias``), which
+        some stacks split by no expert TP (``StackSpec.expert_tp_with_bias``)."""
+        return self.moe is not None and self.bias
 
     @property
     def qk_normed(self) -> bool:
@@ -967,7 +993,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("stage_layers", list_text(par.stage_layers),
                         f"must sum to model.layers = {m.layers}")
     if stack:
-        sc.stack.check(par)
+        sc.stack.check(par, m.biased_experts)
 
 
 def even_split(layers: int, chunks: int) -> tuple[int, ...]:

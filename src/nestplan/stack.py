@@ -217,6 +217,11 @@ class StackSpec(_CachedHash):
     with EP its routed experts are sharded over the EP axis only (etp = 1), without EP over the
     dense TP axis like the other weights (etp = tp) (``expert_param_placement_sparse`` and
     ``_dense``, torchtitan/models/common/moe_sharding.py, 0.3.0 wheel)."""
+    expert_tp_with_bias: bool = True
+    """Experts whose linear layers carry biases may be split by expert TP. Megatron-Core refuses
+    it ("Bias in Moe is only supported when ETP==1": TransformerConfig.__post_init__,
+    megatron/core/transformer/transformer_config.py, megatron-core 0.16.1), so a model built with
+    ``add_bias_linear`` (GPT-OSS) runs its experts at etp = 1 there."""
     default_sp: bool = False
     """Its launchers turn sequence parallelism on with tensor parallelism unless told otherwise."""
     default_recompute: str | None = None
@@ -475,9 +480,10 @@ class StackSpec(_CachedHash):
             return "sp", True, f"stack {n} has no sequence parallelism"
         return None
 
-    def unsupported(self, par) -> tuple[str, object, str] | None:
+    def unsupported(self, par, biased: bool = False) -> tuple[str, object, str] | None:
         """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
-        (field, value, rule), or None when it is."""
+        (field, value, rule), or None when it is; ``biased``: the model's experts carry biases
+        (``biased_experts``)."""
         n = self.name
         axis = self.missing_axis(par)
         if axis is not None:
@@ -485,7 +491,8 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
-        why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp) or self.replicas_refusal(par)
+        why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp, biased) \
+            or self.replicas_refusal(par)
         if why is not None:
             return why
         if par.pp > 1 and par.zero > self.max_zero_with_pp:
@@ -508,20 +515,28 @@ class StackSpec(_CachedHash):
                 f"stack {n} applies one policy to every stage")
         return None
 
-    def expert_tps(self, tp: int, ep: int) -> tuple[int, ...]:
-        """The expert-TP degrees it runs with these tensor- and expert-parallel degrees."""
-        if self.expert_tp_with_ep:
-            return tuple(sorted({1, tp}))
-        return (1,) if ep > 1 else (tp,)
+    def expert_tps(self, tp: int, ep: int, biased: bool = False) -> tuple[int, ...]:
+        """The expert-TP degrees it runs with these tensor- and expert-parallel degrees (none:
+        experts that carry biases, ``biased``, where only TP could split them)."""
+        allowed = tuple(sorted({1, tp})) if self.expert_tp_with_ep else (1,) if ep > 1 else (tp,)
+        return allowed if self.expert_tp_with_bias or not biased else \
+            tuple(e for e in allowed if e == 1)
 
-    def default_etp(self, tp: int, ep: int) -> int | None:
+    def default_etp(self, tp: int, ep: int, biased: bool = False) -> int | None:
         """The expert-TP degree a plan that does not give one has: None (experts follow TP) where
-        the stack allows it, else the one it runs (torchtitan with EP: 1)."""
-        allowed = self.expert_tps(tp, ep)
-        return None if tp in allowed else allowed[0]
+        the stack allows it, else the one it runs (torchtitan with EP: 1; Megatron-Core with
+        biased experts: 1)."""
+        allowed = self.expert_tps(tp, ep, biased)
+        return None if tp in allowed or not allowed else allowed[0]
 
-    def expert_tp_refusal(self, tp: int, ep: int, etp: int) -> tuple[str, object, str] | None:
-        """Why experts cannot have this expert-TP degree here (field, value, rule), or None."""
+    def expert_tp_refusal(self, tp: int, ep: int, etp: int,
+                          biased: bool = False) -> tuple[str, object, str] | None:
+        """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here
+        (field, value, rule), or None."""
+        if biased and etp > 1 and not self.expert_tp_with_bias:
+            return "etp", etp, (f"stack {self.name} runs experts that carry biases at etp = 1 "
+                                "only (Megatron-Core: 'Bias in Moe is only supported when "
+                                "ETP==1')")
         if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep):
             return None
         return "etp", etp, (f"stack {self.name} has no expert tensor parallelism of its own: "
@@ -555,9 +570,10 @@ class StackSpec(_CachedHash):
         with another micro-batch under pipelining (``moe_overlap = "batch"``)."""
         return self.moe_overlap == "batch" and ep > 1 and pp > 1
 
-    def check(self, par) -> None:
-        """Raise a SpecError when this stack cannot run ``par``."""
-        why = self.unsupported(par)
+    def check(self, par, biased: bool = False) -> None:
+        """Raise a SpecError when this stack cannot run ``par`` (``biased``: of a model whose
+        experts carry biases)."""
+        why = self.unsupported(par, biased)
         if why is not None:
             raise SpecError(*why)
 

@@ -279,8 +279,9 @@ def _training(row: _Row) -> TrainingSpec:
         raise SpecError(f"{row.where}.{column}", e.value, e.allowed) from None
 
 
-def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
-    """The row's plan; ``moe``: the model has experts (sequence parallelism's default)."""
+def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Parallelism:
+    """The row's plan for ``model`` (whose experts set sequence parallelism's default)."""
+    moe = model.moe is not None
     tp, pp = row.number("tp"), row.number("pp")
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         mp = row.other("model_parallel_size")
@@ -310,7 +311,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, moe: bool) -> Parallelism:
         extra["stage_layers"] = sizes
     ep, etp = row.number("ep", 1), row.number("etp")
     if etp is None:  # as the stack runs experts (torchtitan's with EP: no expert TP)
-        etp = stack.default_etp(tp, ep)
+        etp = stack.default_etp(tp, ep, model.biased_experts)
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(stack.policy(rec).name,),
@@ -372,7 +373,7 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     stack = row.stack(base, override)
     gpus = row.required("num_gpus")
     model = _model(row, base, stack)
-    plan = _plan(row, gpus, stack, model.moe is not None)
+    plan = _plan(row, gpus, stack, model)
     if metric == "layer_fwd_bwd_time":
         gpus = plan.tp
     sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,

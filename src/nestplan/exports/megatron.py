@@ -197,6 +197,8 @@ def export(pf: PlanFile) -> Export:
         if m.moe.shared_experts:
             args.append("--moe-shared-expert-intermediate-size "
                         f"{m.moe.shared_experts * (m.moe.shared_ffn_hidden or m.moe.ffn_hidden)}")
+        if m.moe.shared_expert_gate:  # (TransformerConfig fields are Megatron-LM's flags)
+            args.append("--moe-shared-expert-gate")
         if m.moe.first_dense_layers or m.moe.layer_freq > 1:
             args.append(f"--moe-layer-freq '{_moe_pattern(m)}'")
     if m.mla is not None:
@@ -271,6 +273,10 @@ def export(pf: PlanFile) -> Export:
         args.append("--normalization RMSNorm")
     if not m.bias:
         args.append("--disable-bias-linear")
+    if m.qkv_bias:
+        args.append("--add-qkv-bias")
+    if m.attention_sinks:  # GPT-OSS's sinks: a learned offset per head in the softmax
+        args.append("--softmax-type learnable")
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else

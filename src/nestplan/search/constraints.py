@@ -210,7 +210,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         "schedule; use vp = 1")
     if m.moe is not None and con.etp is not None and con.ep is not None \
             and (con.ep > 1 or con.tp is not None):  # (with EP, the rule needs no tp)
-        why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp)
+        why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp, m.biased_experts)
         if why is not None:
             raise SpecError(*why)
     if None not in (con.zero, con.ep, con.tp, con.cp):
