@@ -11,6 +11,7 @@ prediction. Checked with torch 2.13 (CPU), megatron-core 0.16.1 and torchtitan 0
         [--moe-experts 4 --topk 2 --moe-ffn 512]
     python tests/frameworks_saved.py torchtitan --seq 256 ... \
         --policy none|full|selective-op|selective-layer
+        [--moe-experts 4 --topk 2 --moe-ffn 512]    # Qwen3 MoE blocks instead of Llama 3's
     python tests/frameworks_saved.py --all    # the small matrix below, as a JSON list
     python tests/frameworks_saved.py --batch '[["megatron", "--policy", "full"], ...]'
         # several runs of one framework in one process (what the tests use)
@@ -444,16 +445,29 @@ def torchtitan_saved(a) -> dict:
     FlexAttention.compiled_flex_attn = staticmethod(_standin_flex_attn)
 
     head_dim = a.hidden // a.heads
-    cfg = Llama3Model.Config(
-        dim=a.hidden, vocab_size=256,
-        tok_embeddings=Embedding.Config(num_embeddings=256, embedding_dim=a.hidden),
-        norm=RMSNorm.Config(normalized_shape=a.hidden),
-        lm_head=Linear.Config(in_features=a.hidden, out_features=256),
-        layers=_build_llama3_layers(
-            n_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads, n_kv_heads=a.groups,
-            hidden_dim=a.ffn, fuse_qkv=True, attn_backend="flex",
-            rope=ComplexRoPE.Config(dim=head_dim, max_seq_len=a.seq, theta=500000,
-                                    scaling="llama")))
+    if a.moe_experts:  # the registry's Qwen3 MoE blocks (QK norms, cos/sin RoPE, grouped experts)
+        from torchtitan.models.common import CosSinRoPE
+        from torchtitan.models.qwen3 import Qwen3Model, _build_qwen3_moe_layers, _qwen3_norm
+        cfg = Qwen3Model.Config(
+            dim=a.hidden, vocab_size=256, norm=_qwen3_norm(a.hidden),
+            tok_embeddings=Embedding.Config(num_embeddings=256, embedding_dim=a.hidden),
+            lm_head=Linear.Config(in_features=a.hidden, out_features=256),
+            layers=_build_qwen3_moe_layers(
+                n_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads, n_kv_heads=a.groups,
+                head_dim=head_dim, moe_hidden_dim=a.moe_ffn, num_experts=a.moe_experts,
+                top_k=a.topk, fuse_qkv=True, attn_backend="flex", moe_comm_backend="standard",
+                rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=a.seq, theta=1000000.0)))
+    else:
+        cfg = Llama3Model.Config(
+            dim=a.hidden, vocab_size=256,
+            tok_embeddings=Embedding.Config(num_embeddings=256, embedding_dim=a.hidden),
+            norm=RMSNorm.Config(normalized_shape=a.hidden),
+            lm_head=Linear.Config(in_features=a.hidden, out_features=256),
+            layers=_build_llama3_layers(
+                n_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads, n_kv_heads=a.groups,
+                hidden_dim=a.ffn, fuse_qkv=True, attn_backend="flex",
+                rope=ComplexRoPE.Config(dim=head_dim, max_seq_len=a.seq, theta=500000,
+                                        scaling="llama")))
     torch.manual_seed(0)
     model = cfg.build()
     model.init_states(buffer_device=torch.device("cpu"))
@@ -494,12 +508,21 @@ def torchtitan_saved(a) -> dict:
     records = run_and_count(model, lambda: model(x, positions=None, attention_masks=mask), {},
                             sac_storages=sac_contexts)
 
-    notes.append("torchtitan 0.3 llama3 blocks (Llama3TransformerBlock configs from the registry's "
-                 "_build_llama3_layers: fused wqkv, ComplexRoPE, nn.RMSNorm, SwiGLU FeedForward with "
-                 "hidden_dim = --ffn), run by Decoder.forward with embedding, final norm and head "
-                 "removed; bf16 parameters (as FSDP's param_dtype gives), buffers unchanged; "
-                 "positions=None (RoPE multiplies by a slice of its table, a buffer: nothing new "
-                 "saved); causal BlockMask from torch's create_block_mask(_compile=False).")
+    if a.moe_experts:
+        notes.append("torchtitan 0.3 qwen3 MoE blocks (the registry's _build_qwen3_moe_layers: "
+                     "fused wqkv, per-head q/k RMSNorms, CosSinRoPE, a softmax top-k router and "
+                     "GroupedExperts (torch._grouped_mm, which runs forward and backward on CPU) "
+                     "behind the local token dispatcher, no shared expert); the combine casts the "
+                     "experts' outputs to fp32 before weighting them by the scores and keeps that "
+                     "copy (token_dispatcher.py).")
+    else:
+        notes.append("torchtitan 0.3 llama3 blocks (Llama3TransformerBlock configs from the "
+                     "registry's _build_llama3_layers: fused wqkv, ComplexRoPE, nn.RMSNorm, SwiGLU "
+                     "FeedForward with hidden_dim = --ffn).")
+    notes.append("Run by Decoder.forward with embedding, final norm and head removed; bf16 "
+                 "parameters (as FSDP's param_dtype gives), buffers unchanged; positions=None "
+                 "(RoPE multiplies by a slice of its table, a buffer: nothing new saved); causal "
+                 "BlockMask from torch's create_block_mask(_compile=False).")
     notes.append("Attention core: FlexAttention.forward runs as is, its kernel call "
                  "(FlexAttention.compiled_flex_attn) is replaced by the custom op "
                  "frameworks_saved::flash_attention (FlexAttention has no backward on CPU), which "
@@ -567,7 +590,8 @@ def parse(argv=None):
                     "(default: Megatron's, core_attn)")
     ap.add_argument("--swiglu-fusion", action="store_true",
                     help="Megatron: bias_activation_fusion=True (Megatron-LM's default)")
-    ap.add_argument("--moe-experts", type=int, default=0, help="Megatron: MoE layer with N experts")
+    ap.add_argument("--moe-experts", type=int, default=0,
+                    help="an MoE layer with N experts (torchtitan: its Qwen3 MoE blocks)")
     ap.add_argument("--topk", type=int, default=2)
     ap.add_argument("--moe-ffn", type=int, default=512)
     a = ap.parse_args(argv)
@@ -577,23 +601,24 @@ def parse(argv=None):
         allowed = MEGATRON_POLICIES if a.framework == "megatron" else TORCHTITAN_POLICIES
         if a.policy not in allowed:
             ap.error(f"{a.framework} policies: {', '.join(allowed)}")
-        if a.framework != "megatron" and (a.moe_experts or a.swiglu_fusion or not a.rope):
-            ap.error("--moe-experts, --swiglu-fusion and --no-rope are for megatron only")
+        if a.framework != "megatron" and (a.swiglu_fusion or not a.rope):
+            ap.error("--swiglu-fusion and --no-rope are for megatron only")
     return a
 
 
 def run_matrix() -> list[dict]:
     """Every policy of both frameworks at seq 256 and 512 (default dims), plus Megatron with the
-    fused SwiGLU and one MoE Megatron config; each run in a fresh subprocess (the frameworks keep
-    global state, and the script patches some)."""
+    fused SwiGLU and one MoE config of each framework; each run in a fresh subprocess (the
+    frameworks keep global state, and the script patches some)."""
     import subprocess
     runs = []
     for seq in (256, 512):
         runs += [["megatron", "--seq", str(seq), "--policy", p] for p in MEGATRON_POLICIES]
         runs += [["torchtitan", "--seq", str(seq), "--policy", p] for p in TORCHTITAN_POLICIES]
     runs.append(["megatron", "--seq", "256", "--policy", "none", "--swiglu-fusion"])
-    runs.append(["megatron", "--seq", "256", "--policy", "none",
-                 "--moe-experts", "4", "--topk", "2", "--moe-ffn", "512"])
+    for framework in ("megatron", "torchtitan"):
+        runs.append([framework, "--seq", "256", "--policy", "none",
+                     "--moe-experts", "4", "--topk", "2", "--moe-ffn", "512"])
     results = []
     for args in runs:
         r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)

@@ -1,9 +1,9 @@
 """What the frameworks' own layer code keeps for backward, measured on CPU, against the stacks.
 
-``frameworks_saved.py`` (beside this file) runs torchtitan 0.3's Llama block and Megatron-Core
-0.16's ``TransformerBlock`` (local spec, one-rank gloo group) on CPU in a fresh process and
-counts the bytes saved for backward with ``saved_tensors_hooks`` (one entry per storage,
-parameters excluded; see its docstring). The stack's layer graph must agree within 10 % for each
+``frameworks_saved.py`` (beside this file) runs torchtitan 0.3's Llama and Qwen3 MoE blocks and
+Megatron-Core 0.16's ``TransformerBlock`` (local spec, one-rank gloo group) on CPU in a fresh
+process and counts the bytes saved for backward with ``saved_tensors_hooks`` (one entry per
+storage, parameters excluded; see its docstring). The stack's layer graph must agree within 10 % for each
 recompute policy.
 
 Where the CPU path saves what a GPU kernel does not, the measured figure is corrected and the test
@@ -50,7 +50,8 @@ def _args(framework: str, policy: str, *extra: str) -> list[str]:
 
 MOE_ARGS = ("--moe-experts", str(MOE["experts"]), "--topk", str(MOE["topk"]), "--moe-ffn",
             str(MOE["ffn"]))
-TORCHTITAN_RUNS = [("torchtitan", p) for p in ("none", "selective-op", "full")]
+TORCHTITAN_RUNS = [("torchtitan", p, *extra) for p in ("none", "selective-op", "full")
+                   for extra in ((), MOE_ARGS)]
 MEGATRON_RUNS = (
     [("megatron", p, "--swiglu-fusion") for p in ("none", "selective", "full")]
     + [("megatron", "none", "--swiglu-fusion", *MOE_ARGS)]
@@ -85,8 +86,9 @@ def measured(framework: str, policy: str, *extra: str) -> dict:
     return _RESULTS[key]
 
 
-def predicted(stack, policy: str, moe: bool = False) -> float:
-    """Bytes one block keeps under ``policy`` (a name of ``stack``'s, or a rule)."""
+def predicted(stack, policy: str, moe: bool = False, qk_norm: bool = False) -> float:
+    """Bytes one block keeps under ``policy`` (a name of ``stack``'s, or a rule); ``qk_norm``:
+    the block norms each head's queries and keys (Qwen3's, as torchtitan's MoE blocks)."""
     if stack.policy_index(policy) is None:
         stack = replace(stack, recompute=stack.recompute + (Policy("rule", policy),))
         policy = "rule"
@@ -94,7 +96,7 @@ def predicted(stack, policy: str, moe: bool = False) -> float:
     model = ModelSpec(name="small", layers=2, hidden=c["hidden"], heads=c["heads"],
                       kv_heads=c["groups"], head_dim=c["hidden"] // c["heads"],
                       ffn_hidden=c["ffn"], vocab=1024, mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM,
-                      bias=False, position=Position.ROPE,
+                      bias=False, position=Position.ROPE, qk_norm=qk_norm,
                       moe=MoESpec(experts=MOE["experts"], top_k=MOE["topk"],
                                   ffn_hidden=MOE["ffn"]) if moe else None)
     tr = TrainingSpec(seq_len=c["seq"], global_batch=c["batch"], precision=Precision.BF16)
@@ -109,6 +111,21 @@ def test_torchtitan_block_saves_what_the_stack_says(policy, script_policy):
     installed("torchtitan")
     got = measured("torchtitan", script_policy)["saved_bytes_per_block"]
     assert predicted(get_stack("torchtitan"), policy) == pytest.approx(got, rel=0.10)
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("policy, script_policy", [
+    ("none", "none"), ("selective", "selective-op"), ("full", "full")])
+def test_torchtitan_moe_block_saves_what_the_stack_says(policy, script_policy):
+    """torchtitan 0.3's Qwen3 MoE block (the registry's builder: QK norms, grouped experts, the
+    local dispatcher). It found what the stack had missed: the combine keeps the experts'
+    outputs in fp32 (``expert_combine_bytes``), q, k and v are copies rather than views of the
+    fused output (``qkv_views``), and per-op checkpointing recomputes the grouped expert GEMMs
+    (not on its save list)."""
+    installed("torchtitan")
+    got = measured("torchtitan", script_policy, *MOE_ARGS)["saved_bytes_per_block"]
+    assert predicted(get_stack("torchtitan"), policy, moe=True, qk_norm=True) == pytest.approx(
+        got, rel=0.10)
 
 
 def megatron_gpu_equivalent(result: dict) -> float:

@@ -236,6 +236,11 @@ class Local:
     """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
     loss_saved_bytes: int = FP32
     """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
+    qkv_views: bool = True
+    """q, k and v are views of the fused QKV output (the stack's ``qkv_views``)."""
+    combine_bytes: int = E
+    """Bytes per element of the expert outputs an unfused combine keeps (the stack's
+    ``expert_combine_bytes``)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -377,7 +382,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         q_el, k_el, v_el = T * x.a * x.d, T * x.g * x.d, T * x.g * x.d
         if m.qk_normed:  # a norm over each head's queries and one over its keys
             norm = _norm("qk_norm", x, q_el + k_el)
-            if x.g > 1 and x.a > x.g:
+            if x.g > 1 and x.a > x.g and loc.qkv_views:
                 # a rank's queries of several groups are gathered head by head into a copy
                 # before their norm, which keeps the copy while k's view keeps the fused QKV
                 # output alive (SelfAttention.get_query_key_value_tensors, query.reshape:
@@ -421,7 +426,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     # (measured on Megatron-Core's layer: tests/frameworks_saved.py); QK norms keep the q and k
     # parts of that storage anyway (their inputs), so it costs nothing more there
     pinned = (E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None
-              and not m.qk_normed else 0.0)
+              and not m.qk_normed and loc.qkv_views else 0.0)
     # attention core: scores over the full sequence S for the s local queries (CP splits queries)
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents
@@ -559,7 +564,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
         # MoE layer: tests/frameworks_saved.py)
-        kept = 0.0 if x.loc.fused_mlp and m.gated else E * routed * h
+        kept = 0.0 if x.loc.fused_mlp and m.gated else x.loc.combine_bytes * routed * h
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += _dispatch(x, routed, Tn)

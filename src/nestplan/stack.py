@@ -76,6 +76,18 @@ class StackSpec(_CachedHash):
     fused_gated_mlp: bool = True
     """The gated MLP's activation is one fused kernel (keeps its two inputs); unfused eager code
     also keeps the activation's output."""
+    qkv_views: bool = True
+    """Queries, keys and values are views of the fused QKV projection's output, so one kept for
+    backward keeps the whole output alive (Megatron-Core: ``get_query_key_value_tensors``,
+    megatron/core/transformer/attention.py, megatron-core 0.16.1). torchtitan 0.3 copies each out
+    contiguously after the split (``torch.split`` then ``.contiguous()``,
+    torchtitan/models/common/attention.py, 0.3.0 wheel)."""
+    expert_combine_bytes: int = 2
+    """Bytes per element of the routed experts' outputs that the combine keeps to weight them by
+    their scores, where the gated activation does not apply the scores itself (unfused): 2 for
+    Megatron-Core's bf16 product; 4 for torchtitan 0.3, which casts the outputs to fp32 before
+    the product (``routed_output_RD.to(torch.float32) * scores``,
+    torchtitan/models/common/token_dispatcher.py, 0.3.0 wheel)."""
     eager_ops: tuple[str, ...] = ()
     """Pieces of some models this stack runs as separate eager PyTorch kernels where a fused
     kernel would read and write the tensor once; each is costed as the passes over memory its
@@ -274,6 +286,9 @@ class StackSpec(_CachedHash):
         for f in ("weight_bytes", "grad_bytes"):
             if getattr(self, f) not in (2, 4):
                 raise SpecError(f"stack.{f}", getattr(self, f), "allowed: 2 (bf16) or 4 (fp32)")
+        if self.expert_combine_bytes not in (2, 4):
+            raise SpecError("stack.expert_combine_bytes", self.expert_combine_bytes,
+                            "allowed: 2 (bf16) or 4 (fp32), bytes per element")
         if self.loss_saved_bytes not in (2, 4):
             raise SpecError("stack.loss_saved_bytes", self.loss_saved_bytes,
                             "allowed: 2 (the bf16 logits) or 4 (fp32), bytes per logit element")
