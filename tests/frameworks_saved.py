@@ -309,6 +309,9 @@ def megatron_saved(a) -> dict:
                   expert_model_parallel_size=1, moe_grouped_gemm=False,
                   moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
                   moe_router_pre_softmax=a.topk == 1)     # Megatron requires it for top-1
+        if a.shared_ffn:
+            kw.update(moe_shared_expert_intermediate_size=a.shared_ffn,
+                      moe_shared_expert_gate=a.shared_gate)
     if a.swiglu_fusion:
         # Megatron-LM's default (--bias-swiglu-fusion): SwiGLUFunction saves only its input. Its
         # math is wrapped in torch.compile (jit_fuser); run it eagerly, as compiling on CPU
@@ -594,6 +597,10 @@ def parse(argv=None):
                     help="an MoE layer with N experts (torchtitan: its Qwen3 MoE blocks)")
     ap.add_argument("--topk", type=int, default=2)
     ap.add_argument("--moe-ffn", type=int, default=512)
+    ap.add_argument("--shared-ffn", type=int, default=0,
+                    help="Megatron MoE: a shared expert of this intermediate size")
+    ap.add_argument("--shared-gate", action="store_true",
+                    help="Megatron MoE: its sigmoid gate (moe_shared_expert_gate)")
     a = ap.parse_args(argv)
     if not a.all:
         if a.framework is None:

@@ -50,6 +50,9 @@ def _args(framework: str, policy: str, *extra: str) -> list[str]:
 
 MOE_ARGS = ("--moe-experts", str(MOE["experts"]), "--topk", str(MOE["topk"]), "--moe-ffn",
             str(MOE["ffn"]))
+SHARED = dict(ffn=1024)
+SHARED_ARGS = ("--shared-ffn", str(SHARED["ffn"]), "--shared-gate")
+"""A gated shared expert beside the routed ones (Qwen2-MoE's kind)."""
 TORCHTITAN_RUNS = [("torchtitan", p, *extra) for p in ("none", "selective-op", "full")
                    for extra in ((), MOE_ARGS)]
 MEGATRON_RUNS = (
@@ -58,7 +61,10 @@ MEGATRON_RUNS = (
     + [("megatron", "selective", "--swiglu-fusion", "--modules", m)
        for m in ("layernorm", "mlp", "core_attn,layernorm")]
     + [("megatron", "selective", "--swiglu-fusion", "--modules", m, *MOE_ARGS)
-       for m in ("moe", "layernorm", "core_attn,moe")])
+       for m in ("moe", "layernorm", "core_attn,moe")]
+    + [("megatron", "none", "--swiglu-fusion", *MOE_ARGS, *SHARED_ARGS),
+       ("megatron", "selective", "--swiglu-fusion", "--modules", "shared_experts", *MOE_ARGS,
+        *SHARED_ARGS)])
 _RESULTS: dict[tuple, dict] = {}
 
 
@@ -86,9 +92,11 @@ def measured(framework: str, policy: str, *extra: str) -> dict:
     return _RESULTS[key]
 
 
-def predicted(stack, policy: str, moe: bool = False, qk_norm: bool = False) -> float:
+def predicted(stack, policy: str, moe: bool = False, qk_norm: bool = False,
+              shared: bool = False) -> float:
     """Bytes one block keeps under ``policy`` (a name of ``stack``'s, or a rule); ``qk_norm``:
-    the block norms each head's queries and keys (Qwen3's, as torchtitan's MoE blocks)."""
+    the block norms each head's queries and keys (Qwen3's, as torchtitan's MoE blocks);
+    ``shared``: the MoE layer has a gated shared expert (``SHARED``)."""
     if stack.policy_index(policy) is None:
         stack = replace(stack, recompute=stack.recompute + (Policy("rule", policy),))
         policy = "rule"
@@ -98,7 +106,9 @@ def predicted(stack, policy: str, moe: bool = False, qk_norm: bool = False) -> f
                       ffn_hidden=c["ffn"], vocab=1024, mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM,
                       bias=False, position=Position.ROPE, qk_norm=qk_norm,
                       moe=MoESpec(experts=MOE["experts"], top_k=MOE["topk"],
-                                  ffn_hidden=MOE["ffn"]) if moe else None)
+                                  ffn_hidden=MOE["ffn"], shared_experts=int(shared),
+                                  shared_ffn_hidden=SHARED["ffn"] if shared else 0,
+                                  shared_expert_gate=shared) if moe else None)
     tr = TrainingSpec(seq_len=c["seq"], global_batch=c["batch"], precision=Precision.BF16)
     graph = layer_graph(model, Parallelism(mbs=c["batch"]), tr, stack)
     return effect(stack.policy(policy), graph.moe if moe else graph.dense).saved
@@ -171,6 +181,20 @@ def test_megatron_core_recompute_modules_save_what_the_stack_says(modules, moe):
     got = megatron_gpu_equivalent(measured("megatron", "selective", "--swiglu-fusion",
                                            "--modules", modules, *extra))
     assert predicted(MATERIALIZED, "modules:" + modules, moe) == pytest.approx(got, rel=0.10)
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("policy", ["none", "modules:shared_experts"])
+def test_megatron_core_gated_shared_expert_saves_what_the_stack_says(policy):
+    """A shared expert behind Megatron-Core's sigmoid gate (``moe_shared_expert_gate``): the
+    product keeps the shared output and the gate's scores, the expert its fc1 and fc2 inputs;
+    ``--recompute-modules shared_experts`` drops what the expert made."""
+    installed("megatron.core")
+    run = {"none": ("none", "--swiglu-fusion"),
+           "modules:shared_experts": ("selective", "--swiglu-fusion", "--modules",
+                                      "shared_experts")}[policy]
+    got = megatron_gpu_equivalent(measured("megatron", *run, *MOE_ARGS, *SHARED_ARGS))
+    assert predicted(MATERIALIZED, policy, moe=True, shared=True) == pytest.approx(got, rel=0.10)
 
 
 @pytest.mark.xdist_group("frameworks")
