@@ -57,7 +57,7 @@ def test_families_read_what_makes_them_differ():
     assert (llama4.local_span, llama4.local_share) == (8192, 0.75)  # NoPE every 4th block
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
     assert (oss.local_span, oss.local_share) == (256, 0.5) and oss.bias and oss.attention_sinks
-    # biases on q, k, v only (each family's modelling code; counted in tests/test_hf_params.py)
+    # biases on q, k, v only (each family's modelling code; counted in tests/test_hf_models.py)
     qwen2 = model_from_hf_config(HF / "qwen2-moe.json")
     assert qwen2.moe.shared_ffn_hidden == 20480 and qwen2.moe.shared_expert_gate
     assert qwen2.qkv_bias and not qwen2.bias

@@ -11,9 +11,12 @@ read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; 
 them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm``) are read into
 ``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``.
 Biases are read as each family's modelling code places them: every linear layer (``bias``:
-GPT-OSS, and a Llama-like config with ``attention_bias``), or q, k and v only (``qkv_bias``:
-Qwen2, Qwen2-MoE, GLM-4.5). Every shipped config's parameter count is checked against
-transformers' own model, built on the meta device (``tests/test_hf_params.py``). What is not
+GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A Llama-like config
+with ``attention_bias`` is read as biases on every linear layer, which neither nestplan nor
+Megatron-Core can split finer (transformers' Llama puts them on q, k, v and o, and on the MLP
+only with ``mlp_bias``). Every shipped config's parameter count is checked against
+transformers' own model, built on the meta device, and each family's FLOPs against that model
+run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). What is not
 modelled, by family: the attention kernel's work on GPT-OSS's sinks (their parameters are
 counted), partial rotary embeddings (GLM-4.5), and the per-layer alternation of local and global
 attention, whose cost is averaged over the blocks (``ModelSpec.local_share``).
@@ -232,7 +235,7 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
 def _qwen2(cfg: _Config) -> dict:
     # Qwen2 has q/k/v biases in the modelling code, not in config.json, and no other linear
     # layer has one (src/transformers/models/qwen2/modeling_qwen2.py @ huggingface/transformers
-    # v5.23.0; the parameter count is checked against that code in tests/test_hf_params.py)
+    # v5.23.0; the parameter count is checked against that code in tests/test_hf_models.py)
     kw = {**_llama_like(cfg), "bias": False, "qkv_bias": True}
     return {**kw, **_qwen_sliding(cfg, kw["layers"])}
 

@@ -1,0 +1,114 @@
+"""What nestplan reads from a HuggingFace config against transformers' own model code.
+
+* Parameters: every config shipped with the tests, and each supported family's default config,
+  built on the meta device (no memory, no weights) and counted. The counts must be equal, to the
+  parameter. The one difference that is meant: nestplan pads the vocabulary as Megatron does
+  (``graph.padded_vocab``); the padded rows are added to transformers' count. Multi-token
+  prediction layers, which transformers does not build, are left out of nestplan's.
+* FLOPs: each family at a small size runs one forward and backward on CPU under torch's
+  ``FlopCounterMode``, with transformers' eager attention and eager experts (whose matmuls the
+  counter sees), and must cost what nestplan's model FLOPs say, to the FLOP: attention unmasked,
+  routed experts top-k per token. Local attention is set aside (transformers' eager attention
+  computes the whole score matrix and masks it)."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nestplan.graph import padded_vocab, total_params
+from nestplan.hf import model_from_hf_dict
+
+pytestmark = pytest.mark.frameworks
+
+HERE = Path(__file__).parent
+SHIPPED = sorted([*(HERE / "data" / "hf").glob("*.json"), *(HERE / "data").glob("*.json"),
+                  *(HERE.parent.parent / "shared" / "data" / "hf_configs").glob("*.json")])
+DEFAULTS = {"LlamaConfig": {}, "MistralConfig": {}, "MixtralConfig": {}, "Qwen2Config": {},
+            "Qwen2MoeConfig": {}, "Qwen3Config": {}, "Qwen3MoeConfig": {}, "DeepseekV3Config": {},
+            "GptOssConfig": {}, "Llama4TextConfig": {},
+            # its default 96 heads over 4,096 with no head_dim have no whole head width (refused)
+            "Glm4MoeConfig": {"head_dim": 128}}
+
+
+def transformers_count(data: dict) -> int:
+    """Parameters of transformers' causal LM for ``data``, built on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if data.get("model_type") == "kimi_k2":  # Kimi-K2 runs DeepSeek-V3's code (its architectures)
+        data = {**data, "model_type": "deepseek_v3"}
+    config = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def nestplan_count(data: dict) -> tuple[int, int]:
+    """nestplan's count of the model ``data`` describes, and its padded vocabulary rows."""
+    model = replace(model_from_hf_dict(data), mtp_layers=0)
+    tables = 1 if model.tied_embeddings else 2
+    return round(total_params(model)), tables * (padded_vocab(model.vocab, 1) - model.vocab) * model.hidden
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_count_what_transformers_builds(path):
+    data = json.loads(path.read_text())
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_default_configs_count_what_transformers_builds(name):
+    """Each family's config as transformers defaults it (every key written out)."""
+    transformers = pytest.importorskip("transformers")
+    data = getattr(transformers, name)(**DEFAULTS[name]).to_dict()
+    data.pop("dtype", None)
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+
+
+SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=32, vocab_size=512, max_position_embeddings=256)
+FEW_EXPERTS = dict(num_experts_per_tok=2, moe_intermediate_size=64)
+FAMILIES = {
+    "LlamaConfig": {}, "MistralConfig": {"sliding_window": None}, "Qwen2Config": {},
+    "Qwen3Config": {},
+    "MixtralConfig": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "Qwen3MoeConfig": {"num_experts": 4, **FEW_EXPERTS},
+    "Qwen2MoeConfig": {"num_experts": 4, "shared_expert_intermediate_size": 128, **FEW_EXPERTS},
+    "DeepseekV3Config": {"n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
+                         "n_group": 1, "topk_group": 1, "q_lora_rank": 64, "kv_lora_rank": 32,
+                         "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+                         "num_key_value_heads": 4, "head_dim": 16, **FEW_EXPERTS},
+    "GptOssConfig": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 32},
+    "Glm4MoeConfig": {"n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
+                      "n_group": 1, "topk_group": 1, **FEW_EXPERTS},
+    "Llama4TextConfig": {"num_local_experts": 4, "num_experts_per_tok": 1,
+                         "intermediate_size_mlp": 256, "interleave_moe_layer_step": 2},
+}
+SEQ = 64
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_small_models_cost_the_flops_transformers_runs(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from nestplan.evaluate import model_flops_per_sequence
+
+    config = getattr(transformers, name)(**{**SMALL, **FAMILIES[name]}, attn_implementation="eager",
+                                         experts_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).train()
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, SMALL["vocab_size"], (1, SEQ))).logits.sum().backward()
+    data = config.to_dict()
+    data.pop("dtype", None)
+    model = replace(model_from_hf_dict(data), mtp_layers=0, local_span=0, local_share=0.0)
+    if name == "Llama4TextConfig":
+        # its eager MoE runs every expert on every token, scaled by the router's scores
+        # (Llama4TextMoe.forward: hidden_states.repeat(num_experts, 1)): cost as top-k = experts
+        model = replace(model, moe=replace(model.moe, top_k=model.moe.experts))
+    assert model_flops_per_sequence(model, SEQ, 0) == counter.get_total_flops()
