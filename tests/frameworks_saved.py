@@ -8,7 +8,8 @@ prediction. Checked with torch 2.13 (CPU), megatron-core 0.16.1 and torchtitan 0
     python tests/frameworks_saved.py megatron --seq 256 --batch 1 --hidden 512 --heads 8 \
         --groups 2 --ffn 1408 --policy none|selective|full [--modules core_attn,layernorm,...]
         [--swiglu-fusion] [--no-rope]
-        [--moe-experts 4 --topk 2 --moe-ffn 512]
+        [--moe-experts 4 --topk 2 --moe-ffn 512 [--shared-ffn 1024 --shared-gate]]
+        [--mla 192,64,64,32,64]    # multi-latent attention, its core the flash stand-in
     python tests/frameworks_saved.py torchtitan --seq 256 ... \
         --policy none|full|selective-op|selective-layer
         [--moe-experts 4 --topk 2 --moe-ffn 512]    # Qwen3 MoE blocks instead of Llama 3's
@@ -215,7 +216,9 @@ def summarise(records: list[dict], a) -> dict:
     norm_modules = {r["module"] for r in per_block if "norm" in r["module"].rsplit(".", 1)[-1]}
     norm_cpu = sum(r["nbytes"] for r in per_block if r["module"] in norm_modules)
     tokens = a.seq * a.batch
-    norm_fused = len(norm_modules) * (tokens * a.hidden * 2 + tokens * 4)
+    # each norm's input (its widest record: the fp32 copy of it) in bf16, and the fp32 rstd
+    norm_fused = sum(2 * max(math.prod(r["shape"]) for r in per_block if r["module"] == m)
+                     + tokens * 4 for m in norm_modules)
     return {"saved_bytes_per_block": total / N_BLOCKS,
             "saved_bytes_per_block_per_token_per_hidden": total / N_BLOCKS / (tokens * a.hidden),
             "sxs_bytes_per_block": sxs / N_BLOCKS,
@@ -327,14 +330,31 @@ def megatron_saved(a) -> dict:
                      "the unfused glu computes silu(x_glu) * (x_linear + glu_linear_offset); the "
                      "'+ offset' (0.0) makes a copy of x_linear that the multiply saves, on top of "
                      "the fc1 output that silu keeps (5 ffn-sized tensors instead of 4, or 3 fused).")
-    cfg = TransformerConfig(num_layers=N_BLOCKS, hidden_size=a.hidden, num_attention_heads=a.heads,
-                            num_query_groups=a.groups, ffn_hidden_size=a.ffn,
-                            gated_linear_unit=True, activation_func=torch.nn.functional.silu,
-                            normalization="RMSNorm", add_bias_linear=False,
-                            use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
-                            hidden_dropout=0.0, attention_dropout=0.0, **kw)
+    config_class = TransformerConfig
+    if a.mla:  # DeepSeek-V3's attention at a small size (its q/kv norms: qk_layernorm)
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        config_class = MLATransformerConfig
+        q_lora, kv_lora, nope, rope_dim, v_dim = a.mla
+        kw.update(q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_head_dim=nope,
+                  qk_pos_emb_head_dim=rope_dim, v_head_dim=v_dim, rope_type="rope",
+                  qk_layernorm=True)
+    cfg = config_class(num_layers=N_BLOCKS, hidden_size=a.hidden, num_attention_heads=a.heads,
+                       num_query_groups=a.heads if a.mla else a.groups, ffn_hidden_size=a.ffn,
+                       gated_linear_unit=True, activation_func=torch.nn.functional.silu,
+                       normalization="RMSNorm", add_bias_linear=False,
+                       use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16,
+                       hidden_dropout=0.0, attention_dropout=0.0, **kw)
     spec = get_gpt_layer_local_spec(num_experts=a.moe_experts if moe else None,
-                                    moe_grouped_gemm=False)
+                                    moe_grouped_gemm=False, multi_latent_attention=bool(a.mla),
+                                    qk_layernorm=bool(a.mla))
+    if a.mla:
+        spec.submodules.self_attention.submodules.core_attention = MegatronFlashCore
+        #  * MLA: without Transformer Engine, megatron.core.extensions.transformer_engine hands
+        #    multi_latent_attention.py mock classes, so it believes TE is there and its
+        #    isinstance(linear_proj, TELinear) test fails -> tell it there is no TE.
+        from megatron.core.transformer import multi_latent_attention as mla_module
+        if not isinstance(mla_module.TELinear, type):
+            mla_module.HAVE_TE = False
     block = TransformerBlock(cfg, spec, post_layer_norm=False)
     block.train()
 
@@ -343,11 +363,17 @@ def megatron_saved(a) -> dict:
     mask = torch.triu(torch.ones(1, 1, a.seq, a.seq, dtype=torch.bool), diagonal=1)
     shared = {"attention_mask": mask}
     fwd_kw = {}
-    if a.rope:
+    if a.rope and not a.mla:  # (MLA applies its own rotary embedding inside the attention)
         rope = RotaryEmbedding(kv_channels=a.hidden // a.heads, rotary_percent=1.0)
         fwd_kw["rotary_pos_emb"] = shared["rotary_pos_emb"] = rope(a.seq)
     records = run_and_count(block, lambda: block(x, attention_mask=mask, **fwd_kw), shared)
 
+    if a.mla:
+        notes.append("MLA (MLATransformerConfig, the local spec's MLASelfAttention with its q and "
+                     "kv RMSNorms, rope_type 'rope'): its core attention is MegatronFlashCore, the "
+                     "flash stand-in (saves q, k, v, the output and the log-sum-exp, as TE's fused "
+                     "attention does); the local DotProductAttention cannot take MLA's heads. "
+                     "HAVE_TE is set false in multi_latent_attention.py (mock TE classes).")
     notes.append("Megatron local spec (get_gpt_layer_local_spec): DotProductAttention materialises "
                  "attention. It saves the fp32 softmax output [b, heads, s, s] (the unfused torch "
                  "path of FusedScaleMaskSoftmax, used on CPU, upcasts: attention_softmax_in_fp32) "
@@ -399,14 +425,43 @@ def flash_attention_standin(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     not the math inside). The output takes q's memory layout, as flex and flash kernels do.
     """
     out32, lse = _causal_attention_math(q, k, v, scale)
-    out = torch.empty_like(q)
+    out = _like(q, v.shape[-1])
     out.copy_(out32)
     return out, lse
 
 
+def _like(q: torch.Tensor, width: int) -> torch.Tensor:
+    """An empty tensor of q's shape with the last dimension ``width`` (v's: MLA's heads are
+    wider for q and k than for v) in q's memory layout."""
+    order = sorted(range(q.dim()), key=lambda i: -q.stride(i))   # outermost dimension first
+    shape = [*q.shape[:-1], width]
+    out = q.new_empty([shape[i] for i in order])
+    return out.permute(*sorted(range(q.dim()), key=order.__getitem__))
+
+
 @flash_attention_standin.register_fake
 def _(q, k, v, scale):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return _like(q, v.shape[-1]), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+class MegatronFlashCore(nn.Module):
+    """Megatron-Core's core attention as Transformer Engine's fused attention runs it, on CPU:
+    the stand-in kernel above (it saves q, k, v, the output and the log-sum-exp) on Megatron's
+    [s, b, heads, d] tensors, the output [s, b, heads * d_v] a view of what it keeps, as TE's is.
+    The local spec's DotProductAttention cannot take MLA's heads (q and k wider than v)."""
+
+    def __init__(self, config, layer_number, attn_mask_type, attention_type,
+                 attention_dropout=None, softmax_scale=None, **kw):
+        super().__init__()
+        self.softmax_scale = softmax_scale
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                attention_bias=None, packed_seq_params=None, **kw):
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))   # [b, heads, s, d]
+        scale = self.softmax_scale or q.shape[-1] ** -0.5
+        out, _ = flash_attention_standin(q, k, v, scale)
+        s, b = query.shape[:2]
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
 
 def _standin_setup_context(ctx, inputs, output):
@@ -597,6 +652,10 @@ def parse(argv=None):
                     help="an MoE layer with N experts (torchtitan: its Qwen3 MoE blocks)")
     ap.add_argument("--topk", type=int, default=2)
     ap.add_argument("--moe-ffn", type=int, default=512)
+    ap.add_argument("--mla", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                    metavar="Q,KV,NOPE,ROPE,V",
+                    help="Megatron: multi-latent attention with these q and kv LoRA ranks and "
+                    "q/k nope, q/k rope and v head dims (e.g. 192,64,64,32,64)")
     ap.add_argument("--shared-ffn", type=int, default=0,
                     help="Megatron MoE: a shared expert of this intermediate size")
     ap.add_argument("--shared-gate", action="store_true",

@@ -18,7 +18,9 @@ says so:
   fp32 copy of the probabilities; the fused CUDA softmax keeps one bf16 tensor, the one the
   probabilities-times-V matmul keeps anyway: the fp32 copy is dropped. The local spec
   materialises attention (there is no flash kernel on CPU), so it is compared with the
-  megatron-core stack with materialised attention; everything else is the stack as it is.
+  megatron-core stack with materialised attention; everything else is the stack as it is. Its
+  MLA block cannot use that attention (q and k are wider than v): its core is the flash
+  stand-in, and the stack is compared as it is.
 """
 
 import importlib.util
@@ -34,7 +36,7 @@ from nestplan.catalog import get_stack
 from nestplan.evaluate import layer_graph
 from nestplan.options import AttentionImpl, MLPKind, Norm, Position, Precision
 from nestplan.recompute import Policy, effect
-from nestplan.specs import ModelSpec, MoESpec, Parallelism, TrainingSpec
+from nestplan.specs import MLASpec, ModelSpec, MoESpec, Parallelism, TrainingSpec
 
 SCRIPT = Path(__file__).parent / "frameworks_saved.py"
 CONFIG = dict(seq=256, batch=1, hidden=512, heads=8, groups=2, ffn=1408)
@@ -50,6 +52,14 @@ def _args(framework: str, policy: str, *extra: str) -> list[str]:
 
 MOE_ARGS = ("--moe-experts", str(MOE["experts"]), "--topk", str(MOE["topk"]), "--moe-ffn",
             str(MOE["ffn"]))
+MLA = dict(q_lora_rank=192, kv_lora_rank=64, qk_nope_head_dim=64, qk_rope_head_dim=32,
+           v_head_dim=64)
+"""DeepSeek-V3's attention at a small size."""
+MLA_ARGS = ("--mla", ",".join(str(v) for v in MLA.values()))
+MLA_RUNS = {"none": ("none", ()), "selective": ("selective", ()), "full": ("full", ()),
+            "modules:mla_up_proj": ("selective", ("--modules", "mla_up_proj")),
+            "modules:mla_up_proj,layernorm": ("selective", ("--modules", "mla_up_proj,layernorm"))}
+"""Policy -> the script's policy and flags, for the MLA block."""
 SHARED = dict(ffn=1024)
 SHARED_ARGS = ("--shared-ffn", str(SHARED["ffn"]), "--shared-gate")
 """A gated shared expert beside the routed ones (Qwen2-MoE's kind)."""
@@ -62,6 +72,7 @@ MEGATRON_RUNS = (
        for m in ("layernorm", "mlp", "core_attn,layernorm")]
     + [("megatron", "selective", "--swiglu-fusion", "--modules", m, *MOE_ARGS)
        for m in ("moe", "layernorm", "core_attn,moe")]
+    + [("megatron", p, "--swiglu-fusion", *MLA_ARGS, *extra) for p, extra in MLA_RUNS.values()]
     + [("megatron", "none", "--swiglu-fusion", *MOE_ARGS, *SHARED_ARGS),
        ("megatron", "selective", "--swiglu-fusion", "--modules", "shared_experts", *MOE_ARGS,
         *SHARED_ARGS)])
@@ -93,16 +104,20 @@ def measured(framework: str, policy: str, *extra: str) -> dict:
 
 
 def predicted(stack, policy: str, moe: bool = False, qk_norm: bool = False,
-              shared: bool = False) -> float:
+              shared: bool = False, mla: bool = False) -> float:
     """Bytes one block keeps under ``policy`` (a name of ``stack``'s, or a rule); ``qk_norm``:
     the block norms each head's queries and keys (Qwen3's, as torchtitan's MoE blocks);
-    ``shared``: the MoE layer has a gated shared expert (``SHARED``)."""
+    ``shared``: the MoE layer has a gated shared expert (``SHARED``); ``mla``: multi-latent
+    attention (``MLA``)."""
     if stack.policy_index(policy) is None:
         stack = replace(stack, recompute=stack.recompute + (Policy("rule", policy),))
         policy = "rule"
     c = CONFIG
+    latent = MLASpec(**MLA) if mla else None
     model = ModelSpec(name="small", layers=2, hidden=c["hidden"], heads=c["heads"],
-                      kv_heads=c["groups"], head_dim=c["hidden"] // c["heads"],
+                      kv_heads=c["heads"] if mla else c["groups"],
+                      head_dim=latent.qk_nope_head_dim + latent.qk_rope_head_dim if mla
+                      else c["hidden"] // c["heads"], mla=latent,
                       ffn_hidden=c["ffn"], vocab=1024, mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM,
                       bias=False, position=Position.ROPE, qk_norm=qk_norm,
                       moe=MoESpec(experts=MOE["experts"], top_k=MOE["topk"],
@@ -181,6 +196,21 @@ def test_megatron_core_recompute_modules_save_what_the_stack_says(modules, moe):
     got = megatron_gpu_equivalent(measured("megatron", "selective", "--swiglu-fusion",
                                            "--modules", modules, *extra))
     assert predicted(MATERIALIZED, "modules:" + modules, moe) == pytest.approx(got, rel=0.10)
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("policy", MLA_RUNS)
+def test_megatron_core_mla_block_saves_what_the_stack_says(policy):
+    """DeepSeek-V3's multi-latent attention in Megatron-Core's layer (MLATransformerConfig, the
+    local spec's MLA with its q and kv norms), its core attention the flash stand-in (the local
+    spec's cannot take MLA's heads; see frameworks_saved.MegatronFlashCore), so the stack is
+    compared as it is, flash attention and all: none, Megatron's default selective, full and
+    --recompute-modules mla_up_proj (alone and with layernorm)."""
+    installed("megatron.core")
+    script_policy, extra = MLA_RUNS[policy]
+    got = megatron_gpu_equivalent(measured("megatron", script_policy, "--swiglu-fusion",
+                                           *MLA_ARGS, *extra))
+    assert predicted(get_stack("megatron-core"), policy, mla=True) == pytest.approx(got, rel=0.10)
 
 
 @pytest.mark.frameworks
