@@ -865,6 +865,11 @@ for name, (extra, needle) in {
                                "model.qkv_bias: got True; bias = true gives"),
         "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
+        "rope-fraction-zero": ("rope_fraction = 0\n", "model.rope_fraction: got 0.0; must be "
+                               "a number in (0, 1]"),
+        "rope-fraction-learned": ('position = "learned"\nmax_positions = 4096\n'
+                                  "rope_fraction = 0.5\n", "model.rope_fraction: got 0.5; a "
+                                  "share of standard attention's RoPE"),
         "shared-gate-without-shared": ("[moe]\nexperts = 4\ntop_k = 2\nffn_hidden = 128\n"
                                        "shared_expert_gate = true\n",
                                        "moe.shared_expert_gate: got True; gates the shared "

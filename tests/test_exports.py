@@ -193,6 +193,8 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
         assert ("disable-bias-linear" in flags) == (not sc.model.bias)
     assert "moe-shared-expert-gate" in configs["qwen2-moe.json"]
     assert "moe-shared-expert-gate" not in configs["glm4.5.json"]
+    assert configs["glm4.5.json"]["rotary-percent"] == ["0.5"]  # a fraction (Megatron-LM's)
+    assert "rotary-percent" not in configs["qwen2-moe.json"]
     assert configs["gpt-oss-120b.json"]["softmax-type"] == ["learnable"]
     # its experts' TP may not follow TP's 2 (nor be given): Megatron-Core refuses biased experts
     with pytest.raises(SpecError, match="etp: got 2; stack megatron-core runs experts that carry"):

@@ -27,7 +27,7 @@ SHIPPED = sorted([*(HERE / "data" / "hf").glob("*.json"), *(HERE / "data").glob(
                   *(HERE.parent.parent / "shared" / "data" / "hf_configs").glob("*.json")])
 DEFAULTS = {"LlamaConfig": {}, "MistralConfig": {}, "MixtralConfig": {}, "Qwen2Config": {},
             "Qwen2MoeConfig": {}, "Qwen3Config": {}, "Qwen3MoeConfig": {}, "DeepseekV3Config": {},
-            "GptOssConfig": {}, "Llama4TextConfig": {},
+            "GptOssConfig": {}, "Llama4TextConfig": {}, "GPTNeoXConfig": {},
             # its default 96 heads over 4,096 with no head_dim have no whole head width (refused)
             "Glm4MoeConfig": {"head_dim": 128}}
 
@@ -73,7 +73,7 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_at
 FEW_EXPERTS = dict(num_experts_per_tok=2, moe_intermediate_size=64)
 FAMILIES = {
     "LlamaConfig": {}, "MistralConfig": {"sliding_window": None}, "Qwen2Config": {},
-    "Qwen3Config": {},
+    "Qwen3Config": {}, "GPTNeoXConfig": {},
     "MixtralConfig": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "Qwen3MoeConfig": {"num_experts": 4, **FEW_EXPERTS},
     "Qwen2MoeConfig": {"num_experts": 4, "shared_expert_intermediate_size": 128, **FEW_EXPERTS},

@@ -64,6 +64,7 @@ def test_families_read_what_makes_them_differ():
     glm = model_from_hf_config(HF / "glm4.5.json")
     assert glm.moe.first_dense_layers == 1 and glm.moe.shared_experts == 1
     assert glm.qkv_bias and not glm.bias and not glm.moe.shared_expert_gate
+    assert glm.rope_fraction == 0.5  # partial_rotary_factor: RoPE on half of each head
     kimi = model_from_hf_config(HF / "kimi-k2.json")
     assert kimi.mla is not None and kimi.moe.experts == 384
     # QK norms: Qwen3 always (its modelling code, not its config), GLM-4.5 as use_qk_norm says
@@ -263,4 +264,20 @@ def test_a_runs_csv_may_name_a_model_folder(tmp_path, runs_csv, shared):
 def test_every_shipped_config_survives_a_model_table(path):
     """What a plan file writes of a model (biases, gates, sinks, norms ...) reads back the same."""
     model = model_from_hf_config(path)
+    assert model_from_table(model_to_table(model)) == model
+
+
+def test_partial_rotary_embeddings_are_read_and_kept():
+    """RoPE on a share of each head: GPT-NeoX's ``rotary_pct`` (0.25 when absent), GLM's
+    ``partial_rotary_factor``, or either under transformers v5's ``rope_parameters``; kept for
+    the export (``--rotary-percent``), refused outside (0, 1]."""
+    neox = {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 256,
+            "num_attention_heads": 4, "intermediate_size": 1024, "vocab_size": 1000}
+    assert model_from_hf_dict(neox).rope_fraction == 0.25
+    assert model_from_hf_dict({**neox, "rotary_pct": 0.5}).rope_fraction == 0.5
+    nested = {**neox, "rope_parameters": {"partial_rotary_factor": 1.0}}
+    assert model_from_hf_dict(nested).rope_fraction == 1.0
+    with pytest.raises(SpecError, match=r"rotary_pct: got 1.5; must be in \(0, 1\]"):
+        model_from_hf_dict({**neox, "rotary_pct": 1.5})
+    model = model_from_hf_dict(neox)
     assert model_from_table(model_to_table(model)) == model

@@ -16,10 +16,11 @@ with ``attention_bias`` is read as biases on every linear layer, which neither n
 Megatron-Core can split finer (transformers' Llama puts them on q, k, v and o, and on the MLP
 only with ``mlp_bias``). Every shipped config's parameter count is checked against
 transformers' own model, built on the meta device, and each family's FLOPs against that model
-run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). What is not
+run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). RoPE on a share
+of each head (GLM-4.5, GPT-NeoX) is read into ``ModelSpec.rope_fraction``. What is not
 modelled, by family: the attention kernel's work on GPT-OSS's sinks (their parameters are
-counted), partial rotary embeddings (GLM-4.5), and the per-layer alternation of local and global
-attention, whose cost is averaged over the blocks (``ModelSpec.local_share``).
+counted), and the per-layer alternation of local and global attention, whose cost is averaged
+over the blocks (``ModelSpec.local_share``).
 """
 
 from __future__ import annotations
@@ -167,6 +168,22 @@ def _rope_theta(cfg: _Config) -> float:
         raise SpecError(cfg.where("rope_parameters.rope_theta"), inner,
                         f"differs from rope_theta = {theta:g}; give one")
     return theta if theta is not None else inner if inner is not None else DEFAULT_ROPE_THETA
+
+
+def _rope_fraction(cfg: _Config, default: float) -> float:
+    """The share of a head RoPE rotates: ``partial_rotary_factor`` (GLM) or ``rotary_pct``
+    (GPT-NeoX) at the top level, or under ``rope_parameters`` where transformers v5 writes it
+    (src/transformers/models/glm4_moe/configuration_glm4_moe.py and
+    gpt_neox/configuration_gpt_neox.py @ huggingface/transformers v5.23.0)."""
+    inner = cfg.table("rope_parameters").get("partial_rotary_factor", kind=float, minimum=0,
+                                             default=None)
+    keys = ("partial_rotary_factor", "rotary_pct")
+    share = cfg.get(*keys, kind=float, minimum=0, default=default if inner is None else inner)
+    if not 0 < share <= 1:
+        given = next((k for k in keys if cfg.data.get(k) is not None), None)
+        where = cfg.where(given) if given else cfg.where("rope_parameters.partial_rotary_factor")
+        raise SpecError(where, share, "must be in (0, 1] (the share of a head RoPE rotates)")
+    return share
 
 
 LAYER_KINDS = ("sliding_attention", "full_attention")
@@ -360,6 +377,7 @@ def _glm4_moe(cfg: _Config) -> dict:
                         **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     kw["qk_norm"] = cfg.get("use_qk_norm", default=False, kind=bool)  # GLM-4.5 sets it
+    kw["rope_fraction"] = _rope_fraction(cfg, 0.5)  # Glm4MoeConfig's default
     return kw
 
 
@@ -476,6 +494,7 @@ def _gpt_neox(cfg: _Config) -> dict:
         position=Position.ROPE,
         rope_theta=cfg.get("rotary_emb_base", "rope_theta", kind=float,
                            default=DEFAULT_ROPE_THETA),
+        rope_fraction=_rope_fraction(cfg, 0.25),  # GPTNeoXConfig's default
     )
 
 

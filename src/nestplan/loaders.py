@@ -340,6 +340,7 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "d
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla",
                    "local_span", "local_share", "mtp_layers", "rope_mscale", "rope_theta",
+                   "rope_fraction",
                    "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
@@ -396,6 +397,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM, 1.0)),
         rope_theta=float(_typed(table, "rope_theta", where, _NUM, DEFAULT_ROPE_THETA)),
+        rope_fraction=float(_typed(table, "rope_fraction", where, _NUM, 1.0)),
         glu_clamp=float(_typed(table, "glu_clamp", where, _NUM, 0.0)),
     )
 
@@ -463,6 +465,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["rope_mscale"] = model.rope_mscale
     if model.position is Position.ROPE:  # its base, the default 10,000 too
         table["rope_theta"] = model.rope_theta
+    if model.rope_fraction != 1.0:
+        table["rope_fraction"] = model.rope_fraction
     if model.glu_clamp:
         table["glu_clamp"] = model.glu_clamp
     return table

@@ -501,6 +501,11 @@ class ModelSpec(_CachedHash):
     rope_theta: float = DEFAULT_ROPE_THETA
     """RoPE's base period (HuggingFace ``rope_theta``, Megatron-LM ``--rotary-base``; Llama 3:
     500,000). It costs nothing; nestplan keeps it so that an export defines the model."""
+    rope_fraction: float = 1.0
+    """Share of each head's dimensions that RoPE rotates (HuggingFace ``partial_rotary_factor``,
+    GPT-NeoX ``rotary_pct``; Megatron-LM ``--rotary-percent``, a fraction): GLM-4.5 0.5, Pythia
+    0.25. RoPE still reads and writes whole heads, so it costs nothing apart; nestplan keeps it so
+    that an export defines the model."""
     glu_clamp: float = 0.0
     """The limit a clamped gated activation clamps its two halves to before the activation
     (GPT-OSS: ``swiglu_limit = 7``); 0 = no clamp. What it costs depends on the stack
@@ -555,6 +560,12 @@ class ModelSpec(_CachedHash):
         if self.rope_theta != DEFAULT_ROPE_THETA and self.position is not Position.ROPE:
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"sets RoPE's base; model.position = {self.position.value} is not rope")
+        if not (finite(self.rope_fraction) and 0 < self.rope_fraction <= 1):
+            raise SpecError("model.rope_fraction", self.rope_fraction,
+                            "must be a number in (0, 1] (the share of a head RoPE rotates)")
+        if self.rope_fraction != 1 and (self.position is not Position.ROPE or self.mla is not None):
+            raise SpecError("model.rope_fraction", self.rope_fraction, "a share of standard "
+                            "attention's RoPE; this model has no such RoPE (leave it 1)")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

@@ -281,6 +281,8 @@ def export(pf: PlanFile) -> Export:
         args.append("--untie-embeddings-and-output-weights")
     args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else
                                                 "learned_absolute"))
+    if m.rope_fraction != 1:  # (a fraction, despite its name: arguments.py @ d98e8a64dd)
+        args.append(f"--rotary-percent {m.rope_fraction:g}")
     if m.position is Position.ROPE and m.rope_theta != DEFAULT_ROPE_THETA:  # Megatron's default
         args.append(f"--rotary-base {round(m.rope_theta)}")  # an int (arguments.py @ d98e8a64dd)
         if m.rope_theta != round(m.rope_theta):
