@@ -862,7 +862,12 @@ for name, (extra, needle) in {
                              "model.head_dim: got 7; with MLA"),
         # biases on q, k, v only are a model whose other layers have none
         "qkv-bias-with-bias": ("bias = true\nqkv_bias = true\n",
-                               "model.qkv_bias: got True; bias = true gives"),
+                               "model.qkv_bias: got True; bias (true unless set false) gives"),
+        "qkv-bias-with-default-bias": ("qkv_bias = true\n", "set bias = false with it"),
+        "qkv-bias-with-mla": ("bias = false\nqkv_bias = true\nhead_dim = 96\n[mla]\n"
+                              "kv_lora_rank = 32\nq_lora_rank = 0\nqk_nope_head_dim = 64\n"
+                              "qk_rope_head_dim = 32\nv_head_dim = 64\n",
+                              "model.qkv_bias: got True; MLA's projections carry no"),
         "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
         "rope-fraction-zero": ("rope_fraction = 0\n", "model.rope_fraction: got 0.0; must be "
@@ -974,6 +979,10 @@ for cmd in ("evaluate", "plan"):
     case(f"{cmd}-biased-experts-etp", [cmd, "--model", "gpt-oss-120b", *SCENARIO[2:], "--tp", "2",
                                        "--ep", "4", "--etp", "2", *PLAN[2:]],
          "etp: got 2; stack megatron-core runs experts that carry biases at etp = 1 only")
+# (without --ep too: it had fallen through to "no configuration fits in memory", exit 3)
+case("plan-biased-experts-etp-without-ep", ["plan", "--model", "gpt-oss-120b", *SCENARIO[2:],
+                                            "--etp", "2", *PLAN[4:]],
+     "etp: got 2; stack megatron-core runs experts that carry biases at etp = 1 only")
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

@@ -62,8 +62,10 @@ def test_only_stacks_that_run_them_eagerly_pay():
     qwen = get_model("qwen3-30b-a3b")
     assert qwen.rope_mscale == 1 and not qwen.glu_clamp and not qwen.bias
     assert moe_ops(qwen, megatron)[0].ops == moe_ops(qwen, replace(megatron, eager_ops=()))[0].ops
-    # attention biases alone (Qwen2-MoE, GLM-4.5) are not the experts' biases
-    assert "expert_bias" not in moe_ops(replace(qwen, bias=True), megatron)[1]
+    # q, k, v biases alone (Qwen2-MoE, GLM-4.5) are not the experts' biases; biases on every
+    # linear layer are (Megatron-Core's add_bias_linear gives each expert one)
+    assert "expert_bias" not in moe_ops(replace(qwen, qkv_bias=True), megatron)[1]
+    assert "expert_bias" in moe_ops(replace(qwen, bias=True), megatron)[1]
     # MLA applies its YaRN scale in its own path, not the unfused one costed here
     with pytest.raises(SpecError, match="rope_mscale"):
         replace(get_model("deepseek-v3"), rope_mscale=1.3)

@@ -17,6 +17,7 @@ import pytest
 
 from nestplan import planfile
 from nestplan.axes import Axis
+from nestplan.catalog import get_stack
 from nestplan.cli import main
 from nestplan.errors import SpecError
 from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
@@ -199,6 +200,12 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     # its experts' TP may not follow TP's 2 (nor be given): Megatron-Core refuses biased experts
     with pytest.raises(SpecError, match="etp: got 2; stack megatron-core runs experts that carry"):
         evaluate(sc, replace(par, etp=None))
+    # a plan searched for torchtitan, whose experts follow TP without EP, exports with etp 1
+    titan = replace(sc, stack=get_stack("torchtitan"))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(titan, Parallelism(
+        tp=2, pp=1, dp=8, ep=1, sp=True, zero=2, mbs=1)))), "megatron")
+    assert _flags(out.text)["expert-tensor-parallel-size"] == ["1"]
+    assert any("carry biases at etp = 1 only" in n for n in out.notes)
     pytest.importorskip("megatron.core")
     qwen = megatron_transformer_config(texts["qwen2-moe.json"])
     assert qwen.add_qkv_bias and not qwen.add_bias_linear and qwen.moe_shared_expert_gate
@@ -722,7 +729,6 @@ def test_megatron_accepts_the_recompute_modules_it_is_given():
     ("mixtral-8x7b", "modules:mlp", dict(ep=8, etp=1)),
 ])
 def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation(model, rule, moe):
-    from nestplan.catalog import get_stack
     from nestplan.recompute import Policy
 
     base = get_stack("megatron-core")
@@ -740,7 +746,6 @@ def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
     fewest bytes of this model's blocks (not a fixed order of rule kinds)."""
     from dataclasses import replace
 
-    from nestplan.catalog import get_stack
     from nestplan.recompute import Policy
 
     base = get_stack("megatron-core")
@@ -928,7 +933,6 @@ def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
     par = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1)
 
     def text(stack, fmt, plan=par):
-        from nestplan.catalog import get_stack
 
         ev = evaluate(replace(sc, stack=get_stack(stack)), plan)
         return export(planfile.from_dict(planfile.to_dict(ev)), fmt).text
@@ -946,7 +950,6 @@ def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
 @frameworks
 def test_torchtitan_parses_the_compile_options():
     pytest.importorskip("torchtitan.config.manager")
-    from nestplan.catalog import get_stack
 
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=32,
                              stack="torchtitan-float8-asynctp")

@@ -23,8 +23,9 @@ from nestplan.hf import model_from_hf_dict
 pytestmark = pytest.mark.frameworks
 
 HERE = Path(__file__).parent
+SHARED_CONFIGS = HERE.parent.parent / "shared" / "data" / "hf_configs"
 SHIPPED = sorted([*(HERE / "data" / "hf").glob("*.json"), *(HERE / "data").glob("*.json"),
-                  *(HERE.parent.parent / "shared" / "data" / "hf_configs").glob("*.json")])
+                  *SHARED_CONFIGS.glob("*.json")])
 DEFAULTS = {"LlamaConfig": {}, "MistralConfig": {}, "MixtralConfig": {}, "Qwen2Config": {},
             "Qwen2MoeConfig": {}, "Qwen3Config": {}, "Qwen3MoeConfig": {}, "DeepseekV3Config": {},
             "GptOssConfig": {}, "Llama4TextConfig": {}, "GPTNeoXConfig": {},
@@ -49,6 +50,12 @@ def nestplan_count(data: dict) -> tuple[int, int]:
     model = replace(model_from_hf_dict(data), mtp_layers=0)
     tables = 1 if model.tied_embeddings else 2
     return round(total_params(model)), tables * (padded_vocab(model.vocab, 1) - model.vocab) * model.hidden
+
+
+def test_the_shared_configs_are_among_them():
+    """../shared beside the checkout holds five of the configs (a missing folder would leave
+    them out of the parameter check without a word)."""
+    assert len(list(SHARED_CONFIGS.glob("*.json"))) >= 5, SHARED_CONFIGS
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)

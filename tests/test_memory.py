@@ -109,3 +109,20 @@ def test_qk_norms_keep_their_inputs_and_leave_the_checkpoint_nothing_to_pin(tp):
     assert sel[True] - none[True] == pytest.approx(-lse)
     assert sel[False] - none[False] == pytest.approx(q + k - lse)
     assert [o.name for o in layers[True].ops].count("qk_norm") == 1
+
+
+@pytest.mark.parametrize("stack, kept", [("megatron-core", 0), ("torchtitan", 4),
+                                         ("torchtitan-compile", 4)])
+def test_the_expert_combine_keeps_what_its_stack_weights_there(stack, kept):
+    """Megatron-Core's fused SwiGLU weights the experts' outputs by their scores inside the
+    activation, so its combine keeps nothing; torchtitan weights them in its combine in fp32,
+    with the activation fused by torch.compile too (``scores_in_activation = false``)."""
+    from nestplan.evaluate import layer_graph
+    from nestplan.specs import Parallelism, TrainingSpec
+
+    model = get_model("qwen3-30b-a3b")
+    st = get_stack(stack)
+    graph = layer_graph(model, Parallelism(mbs=1), TrainingSpec(seq_len=4096, global_batch=8), st)
+    unpermute = next(o for o in graph.moe.ops if o.name == "unpermute")
+    routed = 4096 * model.moe.top_k
+    assert unpermute.saved == kept * routed * model.hidden

@@ -664,7 +664,8 @@ def test_experts_with_biases_are_searched_at_expert_tp_1_where_megatron_core_run
     etps = {par.expert_tp for par in space.configurations(sc, Constraints(tp=2))}
     assert etps == {1}
     assert sc.stack.default_etp(2, 4, sc.model.biased_experts) == 1
-    plain = dataclasses.replace(sc, model=dataclasses.replace(sc.model, bias=False))
+    plain = dataclasses.replace(sc, model=dataclasses.replace(
+        sc.model, bias=False, moe=dataclasses.replace(sc.model.moe, expert_bias=False)))
     assert {par.expert_tp for par in space.configurations(plain, Constraints(tp=2))} == {1, 2}
     titan = dataclasses.replace(sc, stack=get_stack("torchtitan"))
     assert 2 in {par.expert_tp for par in space.configurations(titan, Constraints(tp=2, ep=1))}

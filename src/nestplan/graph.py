@@ -239,8 +239,11 @@ class Local:
     qkv_views: bool = True
     """q, k and v are views of the fused QKV output (the stack's ``qkv_views``)."""
     combine_bytes: int = E
-    """Bytes per element of the expert outputs an unfused combine keeps (the stack's
+    """Bytes per element of the expert outputs a weighting combine keeps (the stack's
     ``expert_combine_bytes``)."""
+    scores_in_act: bool = True
+    """The fused gated activation applies the routing scores (the stack's fused_gated_mlp and
+    ``scores_in_activation``): the combine keeps nothing."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -278,7 +281,7 @@ def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
     return tuple(op for op, here in (
         ("scaled_rope", m.position is Position.ROPE and m.rope_mscale != 1 and m.mla is None),
         ("glu_clamp", bool(m.glu_clamp) and m.gated),
-        ("expert_bias", m.moe is not None and m.moe.expert_bias)) if here)
+        ("expert_bias", m.biased_experts)) if here)
 
 
 @cached(maxsize=256)  # in every layer-graph key (``evaluate.local_strategy``) of the search
@@ -400,21 +403,23 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
             ops += [_gemm("q_down", T, h, la.q_lora_rank, saved=gemm_in),
                     _mem("q_norm", T * la.q_lora_rank, saved=E * T * la.q_lora_rank),
                     _gemm("q_up", T, la.q_lora_rank, x.a * d_qk, saved=E * T * la.q_lora_rank)]
-            params += h * la.q_lora_rank + la.q_lora_rank * x.a * d_qk + la.q_lora_rank
-            total += h * la.q_lora_rank + la.q_lora_rank * m.heads * d_qk + la.q_lora_rank
+            down = h * la.q_lora_rank + _norm_params(m, la.q_lora_rank)  # (not split by TP)
+            params += down + la.q_lora_rank * x.a * d_qk
+            total += down + la.q_lora_rank * m.heads * d_qk
         else:
             ops.append(_gemm("q", T, h, x.a * d_qk, saved=gemm_in))
             params += h * x.a * d_qk
             total += h * m.heads * d_qk
         kv_c = la.kv_lora_rank + la.qk_rope_head_dim
+        up = la.qk_nope_head_dim + d_v
         ops += [_gemm("kv_down", T, h, kv_c, saved=0.0),  # shares its input with the query path
                 _mem("kv_norm", T * la.kv_lora_rank, saved=E * T * la.kv_lora_rank),
-                _gemm("kv_up", T, la.kv_lora_rank, x.a * (la.qk_nope_head_dim + d_v),
-                      saved=E * T * la.kv_lora_rank)]
-        params += h * kv_c + la.kv_lora_rank * x.a * (la.qk_nope_head_dim + d_v) + la.kv_lora_rank
-        params += x.a * d_v * h
-        total += (h * kv_c + la.kv_lora_rank * m.heads * (la.qk_nope_head_dim + d_v)
-                  + la.kv_lora_rank + m.heads * d_v * h)
+                _gemm("kv_up", T, la.kv_lora_rank, x.a * up, saved=E * T * la.kv_lora_rank)]
+        # the down and up projections have no biases; the output projection one under bias
+        # (MLASelfAttention: bias=False on each but linear_proj, megatron-core 0.16.1)
+        down = h * kv_c + _norm_params(m, la.kv_lora_rank) + (h if m.bias else 0)
+        params += down + la.kv_lora_rank * x.a * up + x.a * d_v * h
+        total += down + la.kv_lora_rank * m.heads * up + m.heads * d_v * h
         q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
     if "scaled_rope" in x.eager:
@@ -512,10 +517,11 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
 
 
-def _mlp_params(m: ModelSpec, ffn: float) -> float:
+def _mlp_params(m: ModelSpec, ffn: float, bias: bool | None = None) -> float:
+    """Weights of an MLP of width ``ffn``, with biases where ``bias`` (default: the model's)."""
     mats = 3 if m.gated else 2
     p = mats * m.hidden * ffn
-    if m.bias:
+    if m.bias if bias is None else bias:
         p += (2 if m.gated else 1) * ffn + m.hidden
     return p
 
@@ -564,7 +570,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
         # MoE layer: tests/frameworks_saved.py)
-        kept = 0.0 if x.loc.fused_mlp and m.gated else x.loc.combine_bytes * routed * h
+        kept = 0.0 if x.loc.scores_in_act and m.gated else x.loc.combine_bytes * routed * h
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += _dispatch(x, routed, Tn)
@@ -573,10 +579,10 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                       Comm("etp_rs", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "fwd", expert=True),
                       Comm("etp_ag_bwd", Axis.TP, CollKind.ALL_GATHER, E * X * h, "bwd", expert=True),
                       Comm("etp_rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, E * X * h, "bwd", expert=True)]
-        expert_params = local_experts * _mlp_params(m, f_e)
+        expert_params = local_experts * _mlp_params(m, f_e, m.biased_experts)
         router = (h + (1 if m.bias else 0)) * mo.experts  # (add_bias_linear gives it a bias)
         params += router
-        total += router + mo.experts * _mlp_params(m, mo.ffn_hidden)
+        total += router + mo.experts * _mlp_params(m, mo.ffn_hidden, m.biased_experts)
         if mo.shared_experts:
             f_sh = mo.shared_experts * (mo.shared_ffn_hidden or mo.ffn_hidden)
             ops += _mlp(x, "shared_", T, f_sh / x.t, saved_in=0.0)

@@ -327,8 +327,9 @@ class MoESpec(_CachedHash):
     """Every ``layer_freq``-th layer (after the dense ones) is an MoE layer."""
     expert_bias: bool = False
     """The routed experts' linear layers carry biases (GPT-OSS; not Qwen2-MoE or GLM-4.5, whose
-    biases are the attention's q, k, v only). What adding them costs depends on the stack
-    (``StackSpec.eager_ops``: ``expert_bias``)."""
+    biases are the attention's q, k, v only), as they do too where every linear layer does
+    (``ModelSpec.bias``; ``ModelSpec.biased_experts`` is either). What adding them costs depends
+    on the stack (``StackSpec.eager_ops``: ``expert_bias``)."""
     # ---- the router: costs nothing worth modelling, kept so that an export defines the model
     router_score: str = "softmax"
     """How the router scores experts: ``softmax`` or ``sigmoid`` (DeepSeek-V3, Kimi-K2,
@@ -528,9 +529,12 @@ class ModelSpec(_CachedHash):
                 raise SpecError(f"model.{kind}", True, "MLA norms its low-rank queries and keys as "
                                 f"part of MLA (costed with it); {kind} is for standard attention")
         if self.qkv_bias and self.bias:
-            raise SpecError("model.qkv_bias", True, "bias = true gives the q, k, v projections "
-                            "their biases already; qkv_bias is for a model whose other linear "
-                            "layers have none")
+            raise SpecError("model.qkv_bias", True, "bias (true unless set false) gives the q, "
+                            "k, v projections their biases already; qkv_bias is for a model whose "
+                            "other linear layers have none: set bias = false with it")
+        if self.qkv_bias and self.mla is not None:
+            raise SpecError("model.qkv_bias", True, "MLA's projections carry no q, k, v biases; "
+                            "qkv_bias is for standard attention")
         if self.qk_norm and self.qk_l2_norm:
             raise SpecError("model.qk_l2_norm", True, "a model's QK norms are of one kind: "
                             "qk_norm (the model's norm, with weights) or qk_l2_norm (L2, without)")
@@ -613,9 +617,10 @@ class ModelSpec(_CachedHash):
 
     @property
     def biased_experts(self) -> bool:
-        """Its experts' linear layers carry biases as every linear layer does (``bias``), which
-        some stacks split by no expert TP (``StackSpec.expert_tp_with_bias``)."""
-        return self.moe is not None and self.bias
+        """Its routed experts' linear layers carry biases, as every linear layer does (``bias``)
+        or as its experts alone do (``MoESpec.expert_bias``); some stacks split such experts by
+        no expert TP (``StackSpec.expert_tp_with_bias``)."""
+        return self.moe is not None and (self.bias or self.moe.expert_bias)
 
     @property
     def qk_normed(self) -> bool:

@@ -84,10 +84,14 @@ class StackSpec(_CachedHash):
     torchtitan/models/common/attention.py, 0.3.0 wheel)."""
     expert_combine_bytes: int = 2
     """Bytes per element of the routed experts' outputs that the combine keeps to weight them by
-    their scores, where the gated activation does not apply the scores itself (unfused): 2 for
-    Megatron-Core's bf16 product; 4 for torchtitan 0.3, which casts the outputs to fp32 before
-    the product (``routed_output_RD.to(torch.float32) * scores``,
-    torchtitan/models/common/token_dispatcher.py, 0.3.0 wheel)."""
+    their scores, where it does the weighting (``scores_in_activation``): 2 for Megatron-Core's
+    bf16 product; 4 for torchtitan 0.3, which casts the outputs to fp32 before the product
+    (``routed_output_RD.to(torch.float32) * scores``, torchtitan/models/common/
+    token_dispatcher.py, 0.3.0 wheel; what torch.compile keeps of it is not measured)."""
+    scores_in_activation: bool = True
+    """A fused gated activation applies the routing scores itself, so the combine keeps nothing
+    (Megatron-Core's weighted SwiGLU, measured: tests/frameworks_saved.py). torchtitan weights
+    the outputs in its combine, fused activation or not."""
     eager_ops: tuple[str, ...] = ()
     """Pieces of some models this stack runs as separate eager PyTorch kernels where a fused
     kernel would read and write the tensor once; each is costed as the passes over memory its

@@ -123,7 +123,7 @@ def prediction(pf: PlanFile, changed: Parallelism):
     and a remark when that stack itself would not run it (a plan searched for another framework,
     exported as what the format's framework runs)."""
     sc = pf.scenario
-    why = sc.stack.unsupported(changed)
+    why = sc.stack.unsupported(changed, sc.model.biased_experts)
     under = "" if why is None else f" (with {sc.stack.name}'s behaviour, although {why[2]})"
     return evaluate(sc, changed, stack_offers=False), under
 

@@ -165,6 +165,11 @@ def export(pf: PlanFile) -> Export:
     policies = [sc.stack.policy(par.recompute_of(s)) for s in range(par.pp)]
     exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
     notes += sched_notes
+    if m.biased_experts and exported.expert_tp > 1:  # a plan searched for another stack
+        notes.append(f"expert tensor parallelism {exported.expert_tp} cannot be expressed "
+                     "(Megatron-Core runs experts that carry biases at etp = 1 only); exported "
+                     "with expert TP 1")
+        exported = exported.with_(etp=1)
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
         f"--pipeline-model-parallel-size {par.pp}",
@@ -179,7 +184,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--tp-comm-overlap")
     if m.moe is not None:
         args += [f"--expert-model-parallel-size {par.ep}",
-                 f"--expert-tensor-parallel-size {par.expert_tp}",
+                 f"--expert-tensor-parallel-size {exported.expert_tp}",
                  f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
                  f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
@@ -297,7 +302,9 @@ def export(pf: PlanFile) -> Export:
             f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else []) \
         + ([f"local attention on {m.local_share:.0%} of the layers (Llama 4's chunks, or "
             "sliding windows: --window-size and --window-attn-skip-freq; Llama 4's NoPE layers: "
-            "--no-rope-freq)"] if m.local_span else [])
+            "--no-rope-freq)"] if m.local_span else []) \
+        + (["the experts' biases without the other layers' (Megatron-Core's add_bias_linear "
+            "gives every linear layer one or none)"] if m.biased_experts and not m.bias else [])
     if unexported:
         listed = ", ".join(unexported[:-1]) + " and " + unexported[-1] if len(unexported) > 1 \
             else unexported[0]

@@ -21,7 +21,7 @@ from ..errors import SpecError
 from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import blocks_per_chunk
+from ..specs import blocks_per_chunk, list_text
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
                predicted_line, predicted_note, prediction, rank_map, uniform_policy)
 
@@ -102,7 +102,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks
         empty = [c for c, n in enumerate(sizes[1:-1], 1) if n == 0]
         if empty:  # a model part names its modules: one in the middle must hold blocks
-            raise SpecError("stage_layers", list(sizes), f"model chunk {empty[0]} holds no "
+            raise SpecError("stage_layers", list_text(sizes), f"model chunk {empty[0]} holds no "
                             "blocks, which torchtitan's module_fqns_per_model_part cannot "
                             "express; give it blocks")
         parts, start = [], 0

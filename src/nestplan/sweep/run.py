@@ -67,13 +67,13 @@ def run_task(scenario, method: str, constraints) -> dict:
         row["etp"] = None  # no experts: no expert-TP degree
     if js["pp"] == 1:
         row["schedule"] = None  # no pipeline: no schedule
-    from ..specs import blocks_per_chunk
+    from ..specs import blocks_per_chunk, list_text
 
     plan = res.best.plan
     names = plan.recompute  # data: one name, or every stage's spelt out (for splitting)
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
     # whichever method split the plan (blank only in rows kept from a file of before the column)
-    row["stage_layers"] = ",".join(map(str, blocks_per_chunk(scenario.model, plan)))
+    row["stage_layers"] = list_text(blocks_per_chunk(scenario.model, plan))
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
