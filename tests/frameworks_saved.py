@@ -503,7 +503,23 @@ def torchtitan_saved(a) -> dict:
     FlexAttention.compiled_flex_attn = staticmethod(_standin_flex_attn)
 
     head_dim = a.hidden // a.heads
-    if a.moe_experts:  # the registry's Qwen3 MoE blocks (QK norms, cos/sin RoPE, grouped experts)
+    if a.mla:  # the registry's DeepSeek-V3 blocks, dense (MLA with its q/kv norms, SwiGLU FFN)
+        from torchtitan.models.deepseek_v3 import DeepSeekV3Model, _build_dsv3_layers
+        q_lora, kv_lora, nope, rope_dim, v_dim = a.mla
+        cfg = DeepSeekV3Model.Config(
+            dim=a.hidden, vocab_size=256, norm=RMSNorm.Config(normalized_shape=a.hidden),
+            tok_embeddings=Embedding.Config(num_embeddings=256, embedding_dim=a.hidden),
+            lm_head=Linear.Config(in_features=a.hidden, out_features=256),
+            layers=_build_dsv3_layers(
+                n_layers=N_BLOCKS, n_dense_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads,
+                q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope,
+                qk_rope_head_dim=rope_dim, v_head_dim=v_dim, mscale=1.0, dense_hidden_dim=a.ffn,
+                moe_hidden_dim=a.moe_ffn, num_experts=4, num_shared_experts=1, router_top_k=2,
+                router_score_func="softmax", attn_backend="flex", moe_comm_backend="standard",
+                non_blocking_capacity_factor=None,
+                rope=ComplexRoPE.Config(dim=rope_dim, max_seq_len=a.seq, theta=10000.0)),
+            mtp_layers=[])
+    elif a.moe_experts:  # the registry's Qwen3 MoE blocks (QK norms, cos/sin RoPE, grouped experts)
         from torchtitan.models.common import CosSinRoPE
         from torchtitan.models.qwen3 import Qwen3Model, _build_qwen3_moe_layers, _qwen3_norm
         cfg = Qwen3Model.Config(
@@ -566,7 +582,11 @@ def torchtitan_saved(a) -> dict:
     records = run_and_count(model, lambda: model(x, positions=None, attention_masks=mask), {},
                             sac_storages=sac_contexts)
 
-    if a.moe_experts:
+    if a.mla:
+        notes.append("torchtitan 0.3 deepseek_v3 blocks, both dense (the registry's "
+                     "_build_dsv3_layers: MLA with its q and kv RMSNorms, ComplexRoPE on the rope "
+                     "dims, SwiGLU FeedForward with hidden_dim = --ffn).")
+    elif a.moe_experts:
         notes.append("torchtitan 0.3 qwen3 MoE blocks (the registry's _build_qwen3_moe_layers: "
                      "fused wqkv, per-head q/k RMSNorms, CosSinRoPE, a softmax top-k router and "
                      "GroupedExperts (torch._grouped_mm, which runs forward and backward on CPU) "
@@ -654,7 +674,7 @@ def parse(argv=None):
     ap.add_argument("--moe-ffn", type=int, default=512)
     ap.add_argument("--mla", type=lambda t: [int(x) for x in t.split(",")], default=None,
                     metavar="Q,KV,NOPE,ROPE,V",
-                    help="Megatron: multi-latent attention with these q and kv LoRA ranks and "
+                    help="multi-latent attention with these q and kv LoRA ranks and "
                     "q/k nope, q/k rope and v head dims (e.g. 192,64,64,32,64)")
     ap.add_argument("--shared-ffn", type=int, default=0,
                     help="Megatron MoE: a shared expert of this intermediate size")
@@ -667,8 +687,8 @@ def parse(argv=None):
         allowed = MEGATRON_POLICIES if a.framework == "megatron" else TORCHTITAN_POLICIES
         if a.policy not in allowed:
             ap.error(f"{a.framework} policies: {', '.join(allowed)}")
-        if a.framework != "megatron" and (a.swiglu_fusion or not a.rope):
-            ap.error("--swiglu-fusion and --no-rope are for megatron only")
+        if a.framework != "megatron" and (a.swiglu_fusion or not a.rope or a.shared_ffn):
+            ap.error("--swiglu-fusion, --no-rope and --shared-ffn are for megatron only")
     return a
 
 

@@ -401,7 +401,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         params = total = 0.0
         if la.q_lora_rank:
             ops += [_gemm("q_down", T, h, la.q_lora_rank, saved=gemm_in),
-                    _mem("q_norm", T * la.q_lora_rank, saved=E * T * la.q_lora_rank),
+                    _norm("q_norm", x, T * la.q_lora_rank),
                     _gemm("q_up", T, la.q_lora_rank, x.a * d_qk, saved=E * T * la.q_lora_rank)]
             down = h * la.q_lora_rank + _norm_params(m, la.q_lora_rank)  # (not split by TP)
             params += down + la.q_lora_rank * x.a * d_qk
@@ -413,7 +413,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         kv_c = la.kv_lora_rank + la.qk_rope_head_dim
         up = la.qk_nope_head_dim + d_v
         ops += [_gemm("kv_down", T, h, kv_c, saved=0.0),  # shares its input with the query path
-                _mem("kv_norm", T * la.kv_lora_rank, saved=E * T * la.kv_lora_rank),
+                _norm("kv_norm", x, T * la.kv_lora_rank),
                 _gemm("kv_up", T, la.kv_lora_rank, x.a * up, saved=E * T * la.kv_lora_rank)]
         # the down and up projections have no biases; the output projection one under bias
         # (MLASelfAttention: bias=False on each but linear_proj, megatron-core 0.16.1)
