@@ -873,8 +873,8 @@ for name, (extra, needle) in {
         "rope-fraction-zero": ("rope_fraction = 0\n", "model.rope_fraction: got 0.0; must be "
                                "a number in (0, 1]"),
         "rope-fraction-learned": ('position = "learned"\nmax_positions = 4096\n'
-                                  "rope_fraction = 0.5\n", "model.rope_fraction: got 0.5; a "
-                                  "share of standard attention's RoPE"),
+                                  "rope_fraction = 0.5\n", "model.rope_fraction: got 0.5; "
+                                  "applies only with position = \"rope\""),
         "shared-gate-without-shared": ("[moe]\nexperts = 4\ntop_k = 2\nffn_hidden = 128\n"
                                        "shared_expert_gate = true\n",
                                        "moe.shared_expert_gate: got True; gates the shared "
@@ -983,6 +983,10 @@ for cmd in ("evaluate", "plan"):
 case("plan-biased-experts-etp-without-ep", ["plan", "--model", "gpt-oss-120b", *SCENARIO[2:],
                                             "--etp", "2", *PLAN[4:]],
      "etp: got 2; stack megatron-core runs experts that carry biases at etp = 1 only")
+case("plan-biased-experts-etp-torchtitan-ep-2", ["plan", "--model", "gpt-oss-120b",
+                                                 *SCENARIO[2:], "--stack", "torchtitan",
+                                                 "--etp", "2", "--ep", "2", *PLAN[4:]],
+     "etp: got 2; stack torchtitan has no expert tensor parallelism of its own")
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

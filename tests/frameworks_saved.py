@@ -689,6 +689,12 @@ def parse(argv=None):
             ap.error(f"{a.framework} policies: {', '.join(allowed)}")
         if a.framework != "megatron" and (a.swiglu_fusion or not a.rope or a.shared_ffn):
             ap.error("--swiglu-fusion, --no-rope and --shared-ffn are for megatron only")
+        if (a.shared_ffn and not a.moe_experts) or (a.shared_gate and not a.shared_ffn):
+            ap.error("--shared-ffn needs --moe-experts, --shared-gate needs --shared-ffn")
+        if a.mla is not None and len(a.mla) != 5:
+            ap.error("--mla takes five numbers: Q,KV,NOPE,ROPE,V")
+        if a.mla and a.moe_experts and a.framework == "torchtitan":
+            ap.error("torchtitan: --mla builds dense DeepSeek-V3 blocks; leave out --moe-experts")
     return a
 
 

@@ -126,3 +126,21 @@ def test_the_expert_combine_keeps_what_its_stack_weights_there(stack, kept):
     unpermute = next(o for o in graph.moe.ops if o.name == "unpermute")
     routed = 4096 * model.moe.top_k
     assert unpermute.saved == kept * routed * model.hidden
+
+
+@pytest.mark.parametrize("stack, per_element", [("megatron-core", 2), ("torchtitan", 8),
+                                                ("deepspeed", 8)])
+def test_mla_norms_keep_what_the_stacks_norms_keep(stack, per_element):
+    """MLA's q and kv norms are the stack's norms: a fused kernel keeps its bf16 input (2 bytes
+    an element), an eager RMSNorm also its fp32 copy and bf16 output (8; measured on torchtitan's
+    DeepSeek-V3 block, tests/test_framework_memory.py)."""
+    from nestplan.evaluate import layer_graph
+    from nestplan.specs import Parallelism, TrainingSpec
+
+    model = get_model("deepseek-v3")
+    graph = layer_graph(model, Parallelism(mbs=1), TrainingSpec(seq_len=4096, global_batch=8),
+                        get_stack(stack))
+    ops = {o.name: o for o in graph.dense.ops}
+    la = model.mla
+    assert ops["q_norm"].saved == per_element * 4096 * la.q_lora_rank
+    assert ops["kv_norm"].saved == per_element * 4096 * la.kv_lora_rank

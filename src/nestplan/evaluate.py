@@ -54,8 +54,7 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    tr.moe_capacity if padded else tr.moe_load,
                    stack.fp8_tp_gather and tr.precision is Precision.FP8, padded,
                    frozenset(G.eager_split(model, stack.eager_ops)[0]), stack.loss_saved_bytes,
-                   stack.qkv_views, stack.expert_combine_bytes,
-                   stack.fused_gated_mlp and stack.scores_in_activation)
+                   stack.qkv_views, stack.expert_combine_bytes, stack.scores_in_activation)
 
 
 def _no_round_off(part: float, whole: float) -> float:

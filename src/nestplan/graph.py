@@ -242,7 +242,7 @@ class Local:
     """Bytes per element of the expert outputs a weighting combine keeps (the stack's
     ``expert_combine_bytes``)."""
     scores_in_act: bool = True
-    """The fused gated activation applies the routing scores (the stack's fused_gated_mlp and
+    """A fused gated activation applies the routing scores (the stack's
     ``scores_in_activation``): the combine keeps nothing."""
 
 
@@ -570,7 +570,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
         # MoE layer: tests/frameworks_saved.py)
-        kept = 0.0 if x.loc.scores_in_act and m.gated else x.loc.combine_bytes * routed * h
+        kept = 0.0 if x.loc.fused_mlp and x.loc.scores_in_act and m.gated \
+            else x.loc.combine_bytes * routed * h
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += _dispatch(x, routed, Tn)

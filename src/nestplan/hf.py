@@ -11,10 +11,11 @@ read into ``ModelSpec.mtp_layers``, trained by default as Megatron-Bridge does; 
 them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm``) are read into
 ``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``.
 Biases are read as each family's modelling code places them: every linear layer (``bias``:
-GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A Llama-like config
-with ``attention_bias`` is read as biases on every linear layer, which neither nestplan nor
-Megatron-Core can split finer (transformers' Llama puts them on q, k, v and o, and on the MLP
-only with ``mlp_bias``). Every shipped config's parameter count is checked against
+GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A config of another
+family with ``attention_bias`` set is read as biases on every linear layer (experts included),
+which neither nestplan nor Megatron-Core can split finer: transformers' Llama puts them on q, k,
+v and o, and on the MLP only with ``mlp_bias``; its DeepSeek-V3 on the down projections and o.
+No shipped config sets it. Every shipped config's parameter count is checked against
 transformers' own model, built on the meta device, and each family's FLOPs against that model
 run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). RoPE on a share
 of each head (GLM-4.5, GPT-NeoX) is read into ``ModelSpec.rope_fraction``. What is not

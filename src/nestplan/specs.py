@@ -568,8 +568,8 @@ class ModelSpec(_CachedHash):
             raise SpecError("model.rope_fraction", self.rope_fraction,
                             "must be a number in (0, 1] (the share of a head RoPE rotates)")
         if self.rope_fraction != 1 and (self.position is not Position.ROPE or self.mla is not None):
-            raise SpecError("model.rope_fraction", self.rope_fraction, "a share of standard "
-                            "attention's RoPE; this model has no such RoPE (leave it 1)")
+            raise SpecError("model.rope_fraction", self.rope_fraction, "applies only with "
+                            "position = \"rope\" and standard attention (no MLA); leave it 1")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

@@ -83,10 +83,10 @@ class StackSpec(_CachedHash):
     contiguously after the split (``torch.split`` then ``.contiguous()``,
     torchtitan/models/common/attention.py, 0.3.0 wheel)."""
     expert_combine_bytes: int = 2
-    """Bytes per element of the routed experts' outputs that the combine keeps to weight them by
-    their scores, where it does the weighting (``scores_in_activation``): 2 for Megatron-Core's
-    bf16 product; 4 for torchtitan 0.3, which casts the outputs to fp32 before the product
-    (``routed_output_RD.to(torch.float32) * scores``, torchtitan/models/common/
+    """Bytes per element of the routed experts' outputs that the combine keeps when it weights
+    them by their scores (not where the activation does: ``scores_in_activation``): 2 for
+    Megatron-Core's bf16 product; 4 for torchtitan 0.3, which casts the outputs to fp32 before
+    the product (``routed_output_RD.to(torch.float32) * scores``, torchtitan/models/common/
     token_dispatcher.py, 0.3.0 wheel; what torch.compile keeps of it is not measured)."""
     scores_in_activation: bool = True
     """A fused gated activation applies the routing scores itself, so the combine keeps nothing

@@ -345,7 +345,8 @@ def export(pf: PlanFile) -> Export:
                      "python pretrain_gpt.py ARGUMENTS" + (
                          " (with RANK already the Megatron rank of the rank map)"
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
-    if sched_notes or any(approximated for _, _, approximated in by_policy.values()):
+    if sched_notes or any(approximated for _, _, approximated in by_policy.values()) \
+            or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported))
     ev, _ = prediction(pf, exported)
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "

@@ -208,10 +208,13 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if (con.vp or 1) > 1 and not sc.stack.interleaves:
         raise SpecError("vp", con.vp, f"stack {sc.stack.name} has no interleaved pipeline "
                         "schedule; use vp = 1")
-    if m.moe is not None and con.etp is not None and (
-            con.ep is not None and (con.ep > 1 or con.tp is not None)  # (with EP, needs no tp)
-            or m.biased_experts and con.etp > 1):  # (whatever ep and tp)
-        why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep or 1, con.etp, m.biased_experts)
+    if m.moe is not None and con.etp is not None:
+        why = None
+        if con.ep is not None and (con.ep > 1 or con.tp is not None):  # (with EP, needs no tp)
+            why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp, m.biased_experts)
+        elif m.biased_experts and con.etp > 1 and not sc.stack.expert_tp_with_bias:
+            # (the bias rule alone, whatever tp and ep turn out to be)
+            why = sc.stack.expert_tp_refusal(con.etp, 1, con.etp, True)
         if why is not None:
             raise SpecError(*why)
     if None not in (con.zero, con.ep, con.tp, con.cp):
