@@ -18,8 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nestplan.evaluate import evaluate
-from nestplan.validation import load_cases
+from nestplan.validation import hbm_ratios, load_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -31,13 +30,7 @@ FILES = (ROOT / "src" / "nestplan" / "data" / "published_runs.csv", SHARED / "fs
 
 def ratios(path: Path) -> list[tuple[float, str, str]]:
     """(peak / HBM, id, stack) of every step-time row of ``path``, as ``validate`` loads it."""
-    out = []
-    for case in load_cases(path):
-        if case.metric == "layer_fwd_bwd_time":
-            continue
-        ev = evaluate(case.scenario, case.plan)
-        out.append((ev.peak_memory / ev.capacity, case.id, case.scenario.stack.name))
-    return out
+    return [(r, c.id, c.scenario.stack.name) for r, c in hbm_ratios(load_cases(path))]
 
 
 def main(argv: list[str]) -> int:

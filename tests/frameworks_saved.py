@@ -252,22 +252,35 @@ def _init_gloo() -> None:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
-def megatron_saved(a) -> dict:
-    notes = []
-    # Patches for CUDA-only helpers (as in shared/tools/megatron_layer_cpu.py):
-    #  * the global memory buffer (DotProductAttention) and the MoE router ask torch.cuda for the
-    #    current device -> answer "cpu";
+def megatron_on_cpu() -> None:
+    """What building Megatron-Core's layers on CPU needs (as in shared/tools/megatron_layer_cpu.py;
+    also tests/test_framework_params.py):
+    * the global memory buffer (DotProductAttention) and the MoE router ask torch.cuda for the
+      current device -> answer "cpu";
+    * a one-rank gloo group and model-parallel state (once: a batch runs several configs);
+    * MLA: without Transformer Engine, megatron.core.extensions.transformer_engine hands
+      multi_latent_attention.py mock classes, so it believes TE is there and its
+      isinstance(linear_proj, TELinear) test fails -> tell it there is no TE."""
     torch.cuda.current_device = lambda: "cpu"
     _init_gloo()
     from megatron.core import parallel_state
+    from megatron.core.transformer import multi_latent_attention as mla_module
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+    if not isinstance(mla_module.TELinear, type):
+        mla_module.HAVE_TE = False
+
+
+def megatron_saved(a) -> dict:
+    notes = []
+    # Patches for CUDA-only helpers (besides megatron_on_cpu's):
+    megatron_on_cpu()
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.tensor_parallel import random as mcore_random
     from megatron.core.transformer.transformer_block import TransformerBlock
     from megatron.core.transformer.transformer_config import TransformerConfig
-
-    if not parallel_state.model_parallel_is_initialized():   # a batch runs several configs
-        parallel_state.initialize_model_parallel(1, 1)
     #  * the CUDA RNG tracker's fork() (dropout regions) -> a null context;
     mcore_random.get_cuda_rng_tracker().fork = lambda *args, **kw: contextlib.nullcontext()
     #  * recompute (CheckpointFunction) stashes and restores the CUDA RNG state with
@@ -349,12 +362,6 @@ def megatron_saved(a) -> dict:
                                     qk_layernorm=bool(a.mla))
     if a.mla:
         spec.submodules.self_attention.submodules.core_attention = MegatronFlashCore
-        #  * MLA: without Transformer Engine, megatron.core.extensions.transformer_engine hands
-        #    multi_latent_attention.py mock classes, so it believes TE is there and its
-        #    isinstance(linear_proj, TELinear) test fails -> tell it there is no TE.
-        from megatron.core.transformer import multi_latent_attention as mla_module
-        if not isinstance(mla_module.TELinear, type):
-            mla_module.HAVE_TE = False
     block = TransformerBlock(cfg, spec, post_layer_norm=False)
     block.train()
 
@@ -514,6 +521,7 @@ def torchtitan_saved(a) -> dict:
                 n_layers=N_BLOCKS, n_dense_layers=N_BLOCKS, dim=a.hidden, n_heads=a.heads,
                 q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope,
                 qk_rope_head_dim=rope_dim, v_head_dim=v_dim, mscale=1.0, dense_hidden_dim=a.ffn,
+                # (the MoE arguments the builder requires; every layer here is dense)
                 moe_hidden_dim=a.moe_ffn, num_experts=4, num_shared_experts=1, router_top_k=2,
                 router_score_func="softmax", attn_backend="flex", moe_comm_backend="standard",
                 non_blocking_capacity_factor=None,

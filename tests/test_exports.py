@@ -151,6 +151,7 @@ def test_megatron_mla_and_moe_pattern():
     assert eval(pattern) == [0] * 3 + [1] * 58  # noqa: S307 - our own export, as Megatron does
 
 
+@pytest.mark.frameworks  # (its last checks parse the export with Megatron-Core)
 def test_megatron_builds_qwen3_with_its_qk_norms():
     """Qwen3's checkpoints hold q_norm and k_norm: the export asks Megatron for them
     (--qk-layernorm, which its TransformerConfig takes), and a model without them gets none."""
@@ -173,35 +174,34 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
     assert config.qk_l2_norm and not config.qk_layernorm
 
 
+@pytest.mark.frameworks  # (its last checks parse the export with Megatron-Core)
 def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     """Where a model's biases sit (every linear layer, or q, k, v only), Qwen2-MoE's shared-expert
     gate and GPT-OSS's attention sinks reach Megatron-Core's TransformerConfig as the model has
     them; a plan that splits biased experts by expert TP is refused, as Megatron-Core refuses
     it."""
     hf = Path(__file__).parent / "data" / "hf"
-    texts, configs = {}, {}
-    for name, gpus, par in (
-            ("qwen2-moe.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, sp=True, zero=1, mbs=1)),
-            ("glm4.5.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, sp=True, zero=1, mbs=1)),
-            ("gpt-oss-120b.json", 16, Parallelism(tp=2, pp=1, dp=8, ep=8, etp=1, sp=True, zero=1,
-                                                  mbs=1))):
-        sc = scenario_from_names(str(hf / name), "dgx-h100-ndr", gpus, seq_len=4096,
-                                 global_batch=64)
-        text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    plan = Parallelism(tp=2, pp=1, dp=8, ep=8, etp=1, sp=True, zero=1, mbs=1)  # 16 GPUs
+    scenarios, texts, flags_of = {}, {}, {}
+    for name in ("qwen2-moe.json", "glm4.5.json", "gpt-oss-120b.json"):
+        sc = scenarios[name] = scenario_from_names(str(hf / name), "dgx-h100-ndr", 16,
+                                                   seq_len=4096, global_batch=64)
+        text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, plan))), "megatron").text
         flags = _flags(text)
-        texts[name], configs[name] = text, flags
+        texts[name], flags_of[name] = text, flags
         assert ("add-qkv-bias" in flags) == sc.model.qkv_bias
         assert ("disable-bias-linear" in flags) == (not sc.model.bias)
-    assert "moe-shared-expert-gate" in configs["qwen2-moe.json"]
-    assert "moe-shared-expert-gate" not in configs["glm4.5.json"]
-    assert configs["glm4.5.json"]["rotary-percent"] == ["0.5"]  # a fraction (Megatron-LM's)
-    assert "rotary-percent" not in configs["qwen2-moe.json"]
-    assert configs["gpt-oss-120b.json"]["softmax-type"] == ["learnable"]
+    assert "moe-shared-expert-gate" in flags_of["qwen2-moe.json"]
+    assert "moe-shared-expert-gate" not in flags_of["glm4.5.json"]
+    assert flags_of["glm4.5.json"]["rotary-percent"] == ["0.5"]  # a fraction (Megatron-LM's)
+    assert "rotary-percent" not in flags_of["qwen2-moe.json"]
+    assert flags_of["gpt-oss-120b.json"]["softmax-type"] == ["learnable"]
     # its experts' TP may not follow TP's 2 (nor be given): Megatron-Core refuses biased experts
+    oss_sc = scenarios["gpt-oss-120b.json"]
     with pytest.raises(SpecError, match="etp: got 2; stack megatron-core runs experts that carry"):
-        evaluate(sc, replace(par, etp=None))
+        evaluate(oss_sc, replace(plan, etp=None))
     # a plan searched for torchtitan, whose experts follow TP without EP, exports with etp 1
-    titan = replace(sc, stack=get_stack("torchtitan"))
+    titan = replace(oss_sc, stack=get_stack("torchtitan"))
     out = export(planfile.from_dict(planfile.to_dict(evaluate(titan, Parallelism(
         tp=2, pp=1, dp=8, ep=1, sp=True, zero=2, mbs=1)))), "megatron")
     assert _flags(out.text)["expert-tensor-parallel-size"] == ["1"]
@@ -217,12 +217,11 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
     exported: the export says so and names Megatron-LM's flags for it; a model without local
     attention gets no such note."""
-    par = Parallelism(tp=4, pp=1, dp=16, ep=16, etp=1, sp=True, zero=1, mbs=1)
     notes = {}
-    for name in ("llama4-maverick", "mixtral-8x7b"):
+    for name, ep in (("llama4-maverick", 16), ("mixtral-8x7b", 8)):  # (at most its experts)
         sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
-        pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par.with_(
-            ep=16 if name == "llama4-maverick" else 8))))
+        par = Parallelism(tp=4, pp=1, dp=16, ep=ep, etp=1, sp=True, zero=1, mbs=1)
+        pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
         notes[name] = " ".join(export(pf, "megatron").notes)
     assert "local attention on 75% of the layers" in notes["llama4-maverick"]
     assert "--no-rope-freq" in notes["llama4-maverick"]
@@ -744,8 +743,6 @@ def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation(model, rul
 def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
     """Frameworks take one recompute policy; the export uses the plan's policy that keeps the
     fewest bytes of this model's blocks (not a fixed order of rule kinds)."""
-    from dataclasses import replace
-
     from nestplan.recompute import Policy
 
     base = get_stack("megatron-core")

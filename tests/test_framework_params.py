@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,22 +32,13 @@ CASES = [*itertools.product(("LayerNorm", "RMSNorm"), ("none", "qkv", "all"), (F
 # builds one layer per case and prints its parameter count; only construction, no forward
 SCRIPT = f"""
 import json, sys, warnings
-import torch
-import torch.distributed as dist
+sys.path.insert(0, {str(Path(__file__).parent)!r})
 warnings.simplefilter("ignore")
-torch.cuda.current_device = lambda: "cpu"   # asked at construction (as in frameworks_saved.py)
-dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-from megatron.core import parallel_state
+from frameworks_saved import MegatronFlashCore, megatron_on_cpu
+megatron_on_cpu()
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-from megatron.core.transformer import multi_latent_attention
 from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 from megatron.core.transformer.transformer_layer import TransformerLayer
-parallel_state.initialize_model_parallel(1, 1)
-if not isinstance(multi_latent_attention.TELinear, type):  # mock TE classes (frameworks_saved.py)
-    multi_latent_attention.HAVE_TE = False
-class NoCore(torch.nn.Module):  # MLA's core: the local attention cannot take its heads; no weights
-    def __init__(self, *args, **kw):
-        super().__init__()
 counts = []
 for norm, biases, qk, gated, sinks, mla in json.loads(sys.argv[1]):
     kw = dict(num_layers=1, hidden_size={HIDDEN}, num_attention_heads={HEADS},
@@ -64,7 +56,8 @@ for norm, biases, qk, gated, sinks, mla in json.loads(sys.argv[1]):
     spec = get_gpt_layer_local_spec(qk_layernorm=qk or mla, normalization=norm,
                                     multi_latent_attention=mla)
     if mla:
-        spec.submodules.self_attention.submodules.core_attention = NoCore
+        # (the local attention cannot take MLA's heads; the stand-in has no weights either)
+        spec.submodules.self_attention.submodules.core_attention = MegatronFlashCore
     layer = TransformerLayer(config_class(**kw), spec.submodules)
     counts.append(sum(p.numel() for p in layer.parameters()))
 print(json.dumps(counts))

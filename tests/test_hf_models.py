@@ -20,10 +20,12 @@ import pytest
 from nestplan.graph import padded_vocab, total_params
 from nestplan.hf import model_from_hf_dict
 
+from conftest import SHARED
+
 pytestmark = pytest.mark.frameworks
 
 HERE = Path(__file__).parent
-SHARED_CONFIGS = HERE.parent.parent / "shared" / "data" / "hf_configs"
+SHARED_CONFIGS = SHARED / "data" / "hf_configs"
 SHIPPED = sorted([*(HERE / "data" / "hf").glob("*.json"), *(HERE / "data").glob("*.json"),
                   *SHARED_CONFIGS.glob("*.json")])
 DEFAULTS = {"LlamaConfig": {}, "MistralConfig": {}, "MixtralConfig": {}, "Qwen2Config": {},

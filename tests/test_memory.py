@@ -111,36 +111,39 @@ def test_qk_norms_keep_their_inputs_and_leave_the_checkpoint_nothing_to_pin(tp):
     assert [o.name for o in layers[True].ops].count("qk_norm") == 1
 
 
-@pytest.mark.parametrize("stack, kept", [("megatron-core", 0), ("torchtitan", 4),
-                                         ("torchtitan-compile", 4)])
-def test_the_expert_combine_keeps_what_its_stack_weights_there(stack, kept):
-    """Megatron-Core's fused SwiGLU weights the experts' outputs by their scores inside the
-    activation, so its combine keeps nothing; torchtitan weights them in its combine in fp32,
-    with the activation fused by torch.compile too (``scores_in_activation = false``)."""
+TOKENS = 4096
+"""Tokens of the one-sequence micro-batch the graphs below are built for (tp = ep = 1)."""
+
+
+def _graph(model: str, stack: str):
+    """``model``'s layer graph under ``stack``: one micro-batch of ``TOKENS`` on one device."""
     from nestplan.evaluate import layer_graph
     from nestplan.specs import Parallelism, TrainingSpec
 
+    return layer_graph(get_model(model), Parallelism(mbs=1),
+                       TrainingSpec(seq_len=TOKENS, global_batch=8), get_stack(stack))
+
+
+@pytest.mark.parametrize("stack, kept_bytes", [("megatron-core", 0), ("torchtitan", 4),
+                                               ("torchtitan-compile", 4)])
+def test_the_expert_combine_keeps_what_its_stack_weights_there(stack, kept_bytes):
+    """Megatron-Core's fused SwiGLU weights the experts' outputs by their scores inside the
+    activation, so its combine keeps nothing; torchtitan weights them in its combine in fp32,
+    with the activation fused by torch.compile too (``scores_in_activation = false``).
+    ``kept_bytes``: per element of the routed token copies' outputs."""
     model = get_model("qwen3-30b-a3b")
-    st = get_stack(stack)
-    graph = layer_graph(model, Parallelism(mbs=1), TrainingSpec(seq_len=4096, global_batch=8), st)
-    unpermute = next(o for o in graph.moe.ops if o.name == "unpermute")
-    routed = 4096 * model.moe.top_k
-    assert unpermute.saved == kept * routed * model.hidden
+    unpermute = next(o for o in _graph("qwen3-30b-a3b", stack).moe.ops if o.name == "unpermute")
+    routed = TOKENS * model.moe.top_k  # token copies sent to experts (one device: all of them)
+    assert unpermute.saved == kept_bytes * routed * model.hidden
 
 
-@pytest.mark.parametrize("stack, per_element", [("megatron-core", 2), ("torchtitan", 8),
-                                                ("deepspeed", 8)])
-def test_mla_norms_keep_what_the_stacks_norms_keep(stack, per_element):
+@pytest.mark.parametrize("stack, bytes_per_element", [("megatron-core", 2), ("torchtitan", 8),
+                                                      ("deepspeed", 8)])
+def test_mla_norms_keep_what_the_stacks_norms_keep(stack, bytes_per_element):
     """MLA's q and kv norms are the stack's norms: a fused kernel keeps its bf16 input (2 bytes
     an element), an eager RMSNorm also its fp32 copy and bf16 output (8; measured on torchtitan's
     DeepSeek-V3 block, tests/test_framework_memory.py)."""
-    from nestplan.evaluate import layer_graph
-    from nestplan.specs import Parallelism, TrainingSpec
-
-    model = get_model("deepseek-v3")
-    graph = layer_graph(model, Parallelism(mbs=1), TrainingSpec(seq_len=4096, global_batch=8),
-                        get_stack(stack))
-    ops = {o.name: o for o in graph.dense.ops}
-    la = model.mla
-    assert ops["q_norm"].saved == per_element * 4096 * la.q_lora_rank
-    assert ops["kv_norm"].saved == per_element * 4096 * la.kv_lora_rank
+    ops = {o.name: o for o in _graph("deepseek-v3", stack).dense.ops}
+    la = get_model("deepseek-v3").mla
+    assert ops["q_norm"].saved == bytes_per_element * TOKENS * la.q_lora_rank
+    assert ops["kv_norm"].saved == bytes_per_element * TOKENS * la.kv_lora_rank

@@ -139,6 +139,8 @@ def test_dispatchers_and_overlap_change_what_they_should():
     # than the loss's gradient of the logits, which it never meets)
     assert batch.time.ep < a2a.time.ep and batch.link_time["ep"] == pytest.approx(
         a2a.link_time["ep"])
+    # (equal here: the block stays under the loss's bytes; test_merged_micro_batches_hold_one_
+    # more_block checks the block itself)
     assert batch.peak_memory >= a2a.peak_memory
 
 
@@ -187,15 +189,14 @@ def test_every_batch_overlap_run_fits_its_gpus():
     38 had been put above it, up to 1.53x (benchmarks/runs_fit.py)."""
     from pathlib import Path
 
-    from nestplan.validation import load_cases
+    from nestplan.validation import hbm_ratios, load_cases
 
     data = Path(__file__).parent / "data"
     cases = [c for f in ("moe_runs.csv", "moe_held_out.csv", "moe_runs_gb200_gb300_b300.csv",
                          "held_out_runs.csv")
              for c in load_cases(data / f) if c.scenario.stack.moe_overlap == "batch"]
     assert len(cases) == 38
-    over = [(c.id, round(ev.peak_memory / ev.capacity, 3)) for c in cases
-            for ev in [evaluate(c.scenario, c.plan)] if ev.peak_memory > ev.capacity]
+    over = [(c.id, round(r, 3)) for r, c in hbm_ratios(cases) if r > 1]
     assert not over, over
 
 

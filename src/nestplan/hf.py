@@ -244,10 +244,11 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
         if not every_layer:
             _layer_types(cfg, layers)  # (checked where unused too, as Qwen2Config checks it)
         return {}
+    window = _window(cfg, 4096)
     if every_layer:
-        return _sliding(cfg, layers, _window(cfg, 4096), layers, typed=False)
+        return _sliding(cfg, layers, window, layers, typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)
-    return _sliding(cfg, layers, _window(cfg, 4096), max(layers - full, 0))
+    return _sliding(cfg, layers, window, max(layers - full, 0))
 
 
 def _qwen2(cfg: _Config) -> dict:

@@ -338,10 +338,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
 _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "dropout",
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
-                   "attention_sinks", "moe", "mla",
-                   "local_span", "local_share", "mtp_layers", "rope_mscale", "rope_theta",
-                   "rope_fraction",
-                   "glu_clamp"}
+                   "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
+                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -558,8 +556,7 @@ def _stack_fields() -> dict:
                                     "scores_in_activation")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
-                                   "expert_combine_bytes",
-                                   "default_zero")},
+                                   "expert_combine_bytes", "default_zero")},
         **{k: number() for k in ("allocator_overhead", "matmul_scale", "attention_scale",
                                  "memory_scale", "overlap_efficiency", "step_overhead_s",
                                  "attention_host_share")},

@@ -548,14 +548,22 @@ class StackSpec(_CachedHash):
         allowed = self.expert_tps(tp, ep, biased)
         return None if tp in allowed or not allowed else allowed[0]
 
-    def expert_tp_refusal(self, tp: int, ep: int, etp: int,
-                          biased: bool = False) -> tuple[str, object, str] | None:
-        """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here
-        (field, value, rule), or None."""
+    def bias_refusal(self, etp: int, biased: bool) -> tuple[str, object, str] | None:
+        """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here,
+        whatever the other degrees (``expert_tp_with_bias``), or None."""
         if biased and etp > 1 and not self.expert_tp_with_bias:
             return "etp", etp, (f"stack {self.name} runs experts that carry biases at etp = 1 "
                                 "only (Megatron-Core: 'Bias in Moe is only supported when "
                                 "ETP==1')")
+        return None
+
+    def expert_tp_refusal(self, tp: int, ep: int, etp: int,
+                          biased: bool = False) -> tuple[str, object, str] | None:
+        """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here
+        (field, value, rule), or None."""
+        why = self.bias_refusal(etp, biased)
+        if why is not None:
+            return why
         if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep):
             return None
         return "etp", etp, (f"stack {self.name} has no expert tensor parallelism of its own: "

@@ -549,6 +549,19 @@ runs' plans is 1.79x, NeMo 25.11's GPT-OSS-120B on 64 H100, whose row leaves rec
 unstated and contradicts its own batch sizes; README "MoE runs")."""
 
 
+def hbm_ratios(cases: list[Case]) -> list[tuple[float, Case]]:
+    """(peak memory / HBM, case) of every step-time case's plan: a run that ran fitted, so a
+    ratio above 1 points to the memory model or to a misstated plan (benchmarks/runs_fit.py)."""
+    from .evaluate import evaluate
+
+    out = []
+    for case in cases:
+        if case.metric != "layer_fwd_bwd_time":
+            ev = evaluate(case.scenario, case.plan)
+            out.append((ev.peak_memory / ev.capacity, case))
+    return out
+
+
 def check_ran(case: Case, ev) -> None:
     """Refuse a measured run (SpecError) whose plan cannot have fit by far (``MOST_OVER_HBM``)."""
     if ev is not None and ev.peak_memory > MOST_OVER_HBM * ev.capacity:

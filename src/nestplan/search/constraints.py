@@ -212,9 +212,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         why = None
         if con.ep is not None and (con.ep > 1 or con.tp is not None):  # (with EP, needs no tp)
             why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp, m.biased_experts)
-        elif m.biased_experts and con.etp > 1 and not sc.stack.expert_tp_with_bias:
-            # (the bias rule alone, whatever tp and ep turn out to be)
-            why = sc.stack.expert_tp_refusal(con.etp, 1, con.etp, True)
+        else:  # the bias rule alone, whatever tp and ep turn out to be
+            why = sc.stack.bias_refusal(con.etp, m.biased_experts)
         if why is not None:
             raise SpecError(*why)
     if None not in (con.zero, con.ep, con.tp, con.cp):

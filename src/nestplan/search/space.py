@@ -81,6 +81,7 @@ def shapes(sc: Scenario, con: Constraints):
     """Yield every valid shape (degrees and micro-batch size) of the space."""
     m, tr, gpus = sc.model, sc.training, sc.gpus
     node = sc.cluster.devices_per_node
+    biased = m.biased_experts
     tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
            and (m.kv_heads % t == 0 or t % m.kv_heads == 0) and m.ffn_hidden % t == 0
            and (not con.tp_within_node or t <= node)]
@@ -106,7 +107,7 @@ def shapes(sc: Scenario, con: Constraints):
                     eps = [1] if m.moe is None else [
                         e for e in _divisors(m.moe.experts) if (tp * cp * dp) % e == 0]
                     for ep in _pick(con.ep, eps):
-                        etps = [None] if m.moe is None else sc.stack.expert_tps(tp, ep, m.biased_experts)
+                        etps = [None] if m.moe is None else sc.stack.expert_tps(tp, ep, biased)
                         for etp in ([con.etp] if con.etp is not None else etps):
                             for mbs in _pick(con.mbs, mbss):
                                 shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
