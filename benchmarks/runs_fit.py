@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from nestplan.errors import NestplanError
 from nestplan.validation import hbm_ratios, load_cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,12 +31,20 @@ FILES = (ROOT / "src" / "nestplan" / "data" / "published_runs.csv", SHARED / "fs
 
 def ratios(path: Path) -> list[tuple[float, str, str]]:
     """(peak / HBM, id, stack) of every step-time row of ``path``, as ``validate`` loads it."""
-    return [(r, c.id, c.scenario.stack.name) for r, c in hbm_ratios(load_cases(path))]
+    return [(r, c.id, c.scenario.stack.name)
+            for r, c in hbm_ratios(load_cases(path, field="RUNS.csv"))]
 
 
 def main(argv: list[str]) -> int:
     for path in [Path(a) for a in argv] or FILES:
-        rows = ratios(path)
+        if not argv and not path.exists():  # ../shared is not beside this checkout
+            print(f"{path.name:36s} not found ({path}): skipped")
+            continue
+        try:
+            rows = ratios(path)
+        except NestplanError as e:
+            print(f"runs_fit.py: {e}", file=sys.stderr)
+            return 2
         over = sorted((r for r in rows if r[0] > 1.0), reverse=True)
         top = max((r[0] for r in rows), default=0.0)
         print(f"{path.name:36s} {len(rows):4d} rows  above HBM {len(over):3d}  largest {top:.2f}x")

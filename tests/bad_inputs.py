@@ -154,6 +154,19 @@ for method in ("nest", "manual", "mcmc"):  # every method refuses it alike, befo
 case("plan-ep-more-than-experts", ["plan", "--model", "mixtral-8x7b", "--cluster",
                                    "dgx-h100-ndr", "--gpus", "64", "--ep", "16"], "experts")
 case("plan-per-stage-without-pp", [*SEARCH, "--recompute", "full,none"], "recompute")
+# MoE layers at tp > 1 need sequence parallelism: on a stack without it the message names tp
+# (asking for --sp would only draw "has no sequence parallelism" next)
+MIXTRAL = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", "64",
+           "--global-batch", "256", "--seq-len", "4096", "--tp", "2"]
+for sub, extra in (("plan", []), ("evaluate", ["--pp", "2", "--mbs", "1"])):
+    for sp in ([], ["--no-sp"]):
+        case(f"{sub}-moe-tp-stack-without-sp{'-no-sp' if sp else ''}",
+             [sub, *MIXTRAL, *extra, *sp, "--stack", "deepspeed-2021"],
+             "tp: got 2; MoE layers with tp > 1 need sequence parallelism, which stack "
+             "deepspeed-2021 does not have")
+        case(f"{sub}-moe-tp-stack-without-tp{'-no-sp' if sp else ''}",
+             [sub, *MIXTRAL, *extra, *sp, "--stack", "composer"],
+             "tp: got 2; stack composer has no tensor parallelism")
 for method in ("nest", "mcmc"):  # a V of chunks for a model whose blocks differ (dense and MoE)
     case(f"plan-v-schedule-mixed-model-{method}",
          ["plan", "--model", "llama4-maverick", "--cluster", "dgx-h100-ndr", "--gpus", "64",
@@ -165,7 +178,8 @@ case("plan-interleaving-mixed-model-no-divisor",  # DeepSeek-V3: 61 blocks, dens
 case("plan-torchtitan-zero1", [*SEARCH, "--stack", "torchtitan", "--zero", "1"], "zero")
 case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"], "pp")
 case("unknown-subcommand", ["optimise"], "invalid choice")
-case("unknown-flag", [*EVAL, "--turbo"], "unrecognized arguments")
+case("unknown-flag", [*EVAL, "--turbo"],
+     "unrecognized arguments: --turbo (see nestplan evaluate --help)")
 case("list-unknown", ["list", "gpus"], "invalid choice")
 case("list-unknown-stack", ["list", "stacks", "nosuch"], "unknown stack")
 case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml'; no such file",
@@ -224,6 +238,10 @@ HF_BAD = {
                                  "num_experts_per_tok": 2}), "num_local_experts"),
     "yarn-factor-str": (_hf(rope_scaling={"rope_type": "yarn", "factor": "x"}),
                         "rope_scaling.factor"),
+    "rope-type-unknown": (_hf(rope_scaling={"rope_type": "bogus", "factor": 8.0}),
+                          "rope_scaling.rope_type: got 'bogus'; allowed: default, linear"),
+    "rope-type-unknown-v5": (_hf(rope_parameters={"rope_type": "yarnn", "rope_theta": 1e4}),
+                             "rope_parameters.rope_type: got 'yarnn'"),
     "yarn-attention-factor-neg": (_hf(rope_scaling={"type": "yarn", "factor": 8,
                                                     "attention_factor": -1}),
                                   "rope_scaling.attention_factor"),
@@ -717,6 +735,8 @@ RUNS_BAD = {
     "seq-len-huge": (_runs(",8192,", ",99999999999,"), "(r1).seq_len: got 99999999999"),
     "moe-imbalance-zero": (_runs("test,,", "test,moe_imbalance=0,"),
                            "other_metrics: got 'moe_imbalance=0'"),
+    # neither batch column: the message names global_batch, the one a row normally gives
+    "no-batch": (_runs(",none,1,8,", ",none,,,"), "(r1).global_batch: got ''; must be given"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,

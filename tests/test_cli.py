@@ -239,7 +239,9 @@ def test_validate_fails_when_a_run_is_off(runs_csv, capsys):
     # the measured time halved: the prediction is twice it, far outside the tolerance
     half = str(float(runs_csv.row["step_time_s"]) / 2)
     code, out, _ = run(["validate", "--csv", runs_csv(step_time_s=half)], capsys)
-    assert code == 1 and "FAILED (1 rows over)" in out
+    # (one row: its error is the mean too, so both are named)
+    error = out.split("worst nar21-t1-1p7b ")[1].split()[0].lstrip("+")
+    assert code == 1 and f"FAILED (1 rows over, mean {error})" in out
 
 
 def test_validate_knows_gpu_aliases_and_catalog_clusters(runs_csv, capsys):

@@ -761,8 +761,8 @@ def test_one_policy_for_every_stage_is_the_one_that_keeps_least():
 @pytest.mark.parametrize("model, moe", [("llama3-8b", {}), ("mixtral-8x7b", dict(ep=8, etp=1))])
 def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, moe):
     """tp-dp-cp-pp with cp = 1 places every rank, and every expert group folded over them, as
-    Megatron's and torchtitan's own order does: no note, no rank map; a real difference still
-    gets both."""
+    Megatron's, torchtitan's and DeepSpeed's own order does: no note, no rank map; a real
+    difference still gets both."""
     sc = scenario_from_names(model, "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     same = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
                        rank_order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP), **moe)
@@ -772,7 +772,7 @@ def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, m
         assert np.array_equal(expert_grid(rank_grid(same), same), expert_grid(rank_grid(own), own))
     assert evaluate(sc, same).step_time == evaluate(sc, own).step_time
     moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
-    for fmt in ("megatron", "torchtitan"):
+    for fmt in ("megatron", "torchtitan", "deepspeed"):
         exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, same))), fmt)
         assert ".ranks.csv" not in exp.extras and not any("rank order" in n for n in exp.notes)
         exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, moved))), fmt)
@@ -957,3 +957,44 @@ def test_torchtitan_parses_the_compile_options():
 
     cfg = ConfigManager().parse_args(_torchtitan_args(export(pf, "torchtitan").text))
     assert cfg.compile.enable and cfg.compile.enable_async_tensor_parallel
+
+
+@frameworks
+def test_deepspeed_topology_with_the_rank_map_runs_the_plans_groups():
+    """DeepSpeed numbers ranks by its own topology (PipeModelDataParallelTopology: pipe, data,
+    model, the last fastest); started with RANK from the export's rank map, every DeepSpeed rank
+    sits on the device the plan gives its (stage, replica, tensor rank)."""
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
+    par = Parallelism(tp=2, pp=4, dp=8, sp=True, zero=1, mbs=1,
+                      rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
+    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed")
+    device_of = _parse_rank_map(exp.extras[".ranks.csv"])
+    topo = PipeModelDataParallelTopology(num_pp=par.pp, num_mp=par.tp, num_dp=par.dp)
+    grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
+    for rank in range(par.devices):
+        c = topo.get_coord(rank)
+        assert device_of[rank] == grid[c.pipe, c.data, 0, c.model]
+
+
+def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
+    """A megatron-core plan exported for torchtitan: the prediction with the plan's stack, and
+    the exported plan as nestplan's torchtitan stack runs it, its fine-grained recomputation as
+    torchtitan's closest policy (per-op selective); DeepSpeed's stack, without tensor
+    parallelism, says it would not run a TP plan."""
+    from nestplan.recompute import closest
+
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
+    par = Parallelism(tp=4, pp=2, dp=8, sp=True, zero=1, mbs=1, recompute=("fine-grained",))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    titan = get_stack("torchtitan")
+    exp = export(pf, "torchtitan")
+    mapped = closest(sc.stack.policy("fine-grained"), titan.recompute)
+    assert mapped.name == "selective" and mapped.kind == "matmul-outputs"
+    own = evaluate(replace(sc, stack=titan), replace(exp.plan, recompute=(mapped.name,)))
+    note = next(n for n in exp.notes if "searched for stack megatron-core" in n)
+    assert f"as stack torchtitan runs it (recompute selective): step {own.step_time:.3f} s" in note
+    assert own.step_time != evaluate(sc, exp.plan, stack_offers=False).step_time
+    note = next(n for n in export(pf, "deepspeed").notes if "searched for stack" in n)
+    assert "stack deepspeed would not run it (tp: stack deepspeed has no tensor parallelism" in note

@@ -255,6 +255,14 @@ def test_gib_text_keeps_a_small_shortfall_visible():
     assert fmt_gib(0) == "0.0"
 
 
+def test_a_peak_just_over_the_memory_does_not_print_as_equal_to_it():
+    from nestplan.units import GiB, fmt_gib_against
+
+    assert fmt_gib_against(79.63 * GiB, 79.6 * GiB) == ("79.63", "79.60")
+    assert fmt_gib_against(60.0 * GiB, 79.6 * GiB) == ("60.0", "79.6")
+    assert fmt_gib_against(79.6 * GiB, 79.6 * GiB) == ("79.6", "79.6")
+
+
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.update(gpus=0), "p.json: gpus"),
     (lambda d: d["cluster"]["levels"][0].update(size=0), "p.json: cluster.levels[nvlink].size"),

@@ -116,6 +116,9 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert "the closest plan (tp=8 pp=1 dp=1" in said and "try more GPUs" in said, said
         short = float(said.split("short by ")[1].split(" GiB")[0])
         assert short == pytest.approx(gap, abs=0.05), method
+        # the peak it states is evaluate's for those flags
+        needs = float(said.split(") needs ")[1].split(" GiB")[0])
+        assert needs == pytest.approx(evaluate(sc, plan).peak_memory / 2**30, abs=0.05), method
 
 
 def test_a_floor_names_the_configuration_without_what_a_split_settles():
@@ -288,12 +291,28 @@ def test_plan_bad_method_exits_2(capsys):
 
 def test_compare_json(capsys):
     code, out, _ = run_cli(["compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr",
-                            "--gpus", "16", "--global-batch", "64", "--json"], capsys)
+                            "--gpus", "16", "--global-batch", "64", "--seq-len", "4096", "--json"],
+                           capsys)
     assert code == 0
     js = json.loads(out)
     methods_run = {m["method"]: m for m in js["methods"]}
     assert methods_run["manual"]["tokens_per_s_ratio_to_manual"] == pytest.approx(1.0)
     assert methods_run["nest"]["tokens_per_s_ratio_to_manual"] >= 1.0
+    # each method's plan as evaluate reproduces it: its expert TP and its split with the rest
+    for name, row in methods_run.items():
+        flags = ["--tp", row["tp"], "--pp", row["pp"], "--dp", row["dp"], "--cp", row["cp"],
+                 "--vp", row["vp"], "--schedule", row["schedule"], "--zero", row["zero"],
+                 "--recompute", row["recompute"], "--mbs", row["mbs"],
+                 "--rank-order", row["rank_order"], "--sp" if row["sp"] else "--no-sp"]
+        if row["stage_layers"] is not None:
+            flags += ["--stage-layers", ",".join(map(str, row["stage_layers"]))]
+        assert row["etp"] is None  # a dense model
+        code, again, _ = run_cli(["evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr",
+                                  "--gpus", "16", "--global-batch", "64", "--seq-len", "4096",
+                                  "--json", *map(str, flags)], capsys)
+        again = json.loads(again)
+        assert code == 0 and again["step_time_s"] == pytest.approx(row["step_time_s"]), name
+        assert again["stage_layers"] == row["stage_layers"]
 
 
 def test_compare_runs_the_methods_at_once_with_the_same_answers(capsys, monkeypatch):
@@ -583,7 +602,7 @@ def test_the_slow_methods_report_what_they_count(capsys):
     progress line says which (a search under two seconds prints nothing)."""
     from nestplan.cli import _Progress
 
-    sc = tiny_scenario(3, 4, 2, 4, 2, False, 1000, 8, 1.0, 1.0)  # 592 plans with mbs 1
+    sc = tiny_scenario(4, 4, 2, 4, 2, False, 1000, 8, 1.0, 1.0)  # 952 plans with mbs 1
     calls = []
     res = methods.run_method("exhaustive", sc, Constraints(mbs=1), top=1,
                              progress=lambda *a, **k: calls.append((a, k)))
@@ -599,12 +618,13 @@ def test_the_slow_methods_report_what_they_count(capsys):
     line = _Progress("exhaustive")
     line(500, 2000, 1.0, of="plans evaluated")
     assert capsys.readouterr().err == ""
-    line(1000, 2000, 6.0, of="plans evaluated")  # off a terminal: a line every 5 s at most
-    line(2000, 2000, 9.0, of="plans evaluated")
-    line(3, 40, 12.0)
+    # off a terminal: a line once past two seconds, then one every 5 s at most
+    line(1000, 2000, 2.5, of="plans evaluated")
+    line(2000, 2000, 6.0, of="plans evaluated")
+    line(3, 40, 7.5)
     assert capsys.readouterr().err.splitlines() == [
-        "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 6 s",
-        "nestplan: exhaustive searching, 3 configurations solved (40 in the space), 12 s"]
+        "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 2 s",
+        "nestplan: exhaustive searching, 3 configurations solved (40 in the space), 8 s"]
 
 
 @pytest.mark.parametrize("micro, vp", [(1, 1), (1, 2), (3, 1), (4, 2)])

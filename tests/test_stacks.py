@@ -823,3 +823,21 @@ def test_export_checks_its_extra_files_before_writing_any(tmp_path):
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.args")
     assert code == 2 and "run.args.ranks.csv'; a directory" in err, err
     assert not (tmp_path / "run.args").exists()  # nothing half-written
+
+
+def test_the_closest_policy_of_another_stack():
+    """Across stacks a policy maps to the same rule, else the same kind, else the other partial
+    kind (Megatron's modules and torchtitan's per-op selective stand in for each other), every:N
+    to full; nothing when the other stack has none of those."""
+    from nestplan.recompute import Policy, closest
+
+    titan = get_stack("torchtitan").recompute
+    core = get_stack("megatron-core").recompute
+    deepspeed = get_stack("deepspeed").recompute
+    assert closest(Policy("x", "modules:core_attn"), core).name == "selective"
+    assert closest(Policy("x", "modules:mlp"), core).name == "selective"  # same kind
+    assert closest(Policy("x", "modules:core_attn"), titan).name == "selective"
+    assert closest(Policy("x", "matmul-outputs"), core).name == "selective"
+    assert closest(Policy("x", "every:2"), titan).name == "full"
+    assert closest(Policy("x", "none"), deepspeed).name == "none"
+    assert closest(Policy("x", "matmul-outputs"), deepspeed) is None

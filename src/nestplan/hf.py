@@ -99,6 +99,14 @@ MAX_YARN_FACTOR = 1e6
 """Largest YaRN context extension a config may give (published ones: 4-64)."""
 
 
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "su",
+              "mrope")
+"""RoPE scalings transformers knows: ``default`` and the keys of ``ROPE_INIT_FUNCTIONS``
+(src/transformers/modeling_rope_utils.py, transformers 5.23.0 wheel), with the older names of
+configs still published (``su``, Phi-3's first name for ``longrope``; ``mrope``, Qwen2-VL's,
+which its code runs as ``default``). Only YaRN changes a cost here (``_rope_mscale``)."""
+
+
 def _rope_mscale(cfg: _Config) -> float:
     """The factor YaRN scales RoPE's cos and sin by (``rope_scaling`` with ``rope_type`` or
     ``type`` = "yarn"; 1 for any other RoPE): ``attention_factor`` when given, else
@@ -111,7 +119,10 @@ def _rope_mscale(cfg: _Config) -> float:
     rs = cfg.table("rope_scaling")
     if not rs.data:  # transformers v5 writes the scaling with the base under rope_parameters
         rs = cfg.table("rope_parameters")
-    if rs.get("rope_type", "type", kind=str, default=None) != "yarn":
+    kind = rs.get("rope_type", "type", kind=str, default=None)
+    if kind is not None and kind not in ROPE_TYPES:
+        raise SpecError(rs.where("rope_type"), kind, "allowed: " + ", ".join(ROPE_TYPES))
+    if kind != "yarn":
         return 1.0
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     if given is not None:

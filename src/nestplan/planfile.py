@@ -64,11 +64,14 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
     return [[sorted(grid[s, d].ravel().tolist()) for d in range(par.dp)] for s in range(par.pp)]
 
 
-COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "search_seconds")
+COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "etp", "stage_layers", "search_seconds")
 _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
                      "schedule": ((str,), "a string"),
                      "recompute": ((str, list), "a policy or a list of policies"),
-                     "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false")}
+                     "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false"),
+                     "etp": ((int, type(None)), "a whole number >= 1 or null (no experts)"),
+                     "stage_layers": ((list, type(None)), "a list of blocks per model chunk or "
+                                      "null (the even split)")}
 """Types of the comparison keys that are not numbers (kinds, description)."""
 _COMPARISON_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
 """Comparison keys that are whole numbers."""
@@ -267,6 +270,10 @@ def _comparison(table) -> dict | None:
                     0 if key == "zero" else 1)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, "must be a whole number "
                                 + (">= 0" if key == "zero" else ">= 1"))
+            if (key == "etp" and value is not None and value < 1) or (
+                    key == "stage_layers" and value is not None and not all(
+                        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")

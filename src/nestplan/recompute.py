@@ -78,6 +78,22 @@ class Policy:
 
 NONE = Policy("none", "none")
 
+_PARTIAL = ("modules", "matmul-outputs")
+"""The kinds that keep part of a block: each stands in for the other across stacks."""
+
+
+def closest(policy: Policy, offered: tuple[Policy, ...]) -> Policy | None:
+    """The policy of ``offered`` (another stack's) that runs ``policy`` most nearly: the same
+    rule, else the same kind, else for a partial kind (``_PARTIAL``) the other one and for
+    ``every:N`` full recomputation; None when ``offered`` has nothing of the kind (a stack with
+    no partial policy, say)."""
+    for same in (lambda p: p.rule == policy.rule, lambda p: p.kind == policy.kind):
+        found = next((p for p in offered if same(p)), None)
+        if found is not None:
+            return found
+    kinds = _PARTIAL if policy.kind in _PARTIAL else ("full",) if policy.kind == "every" else ()
+    return next((p for k in kinds for p in offered if p.kind == k), None)
+
 
 def parse_rule(where: str, rule: object) -> str:
     """A rule string, checked; SpecError naming ``where`` otherwise."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
 from .specs import Parallelism, Scenario
-from .units import GiB, fmt_gib
+from .units import GiB, fmt_gib, fmt_gib_against
 
 
 SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
@@ -174,7 +174,8 @@ class Evaluation:
         big = max(("activations", m.activations), ("optimizer", m.optimizer),
                   ("weights", m.weights), ("gradients", m.gradients), ("transient", m.transient),
                   key=lambda kv: kv[1])
-        return (f"stage {s.index} needs {m.total / GiB:.1f} GiB of {self.capacity / GiB:.1f} GiB "
+        need, capacity = fmt_gib_against(m.total, self.capacity)
+        return (f"stage {s.index} needs {need} GiB of {capacity} GiB "
                 f"(short by {fmt_gib(m.total - self.capacity)} GiB; largest part: {big[0]} "
                 f"{big[1] / GiB:.1f} GiB)")
 
@@ -204,7 +205,7 @@ class Evaluation:
             "margin_gib": self.margin / GiB,
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
-            **{k: v for k, v in p.to_dict().items() if k != "stage_layers"},  # see "stages"
+            **p.to_dict(),  # (stage_layers: as the plan gave them, null for the even split)
             "etp": p.expert_tp if sc.model.moe is not None else None,  # no experts: none
             # always text, as --recompute takes it ("full", "none*3,full"); "stages" has each
             "recompute": p.recompute_text,

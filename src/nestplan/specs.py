@@ -943,6 +943,13 @@ def unfoldable(etp: int, ep: int, room: int, how: str = "") -> SpecError:
                      "ranks the expert grid folds over")
 
 
+def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
+    """The refusal of tensor parallelism for MoE layers on a stack without sequence parallelism
+    (the token dispatch of Megatron-Core's MoE layers needs it under tp > 1)."""
+    return SpecError("tp", tp, "MoE layers with tp > 1 need sequence parallelism, which stack "
+                     f"{stack_name} does not have; use tp = 1")
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -953,6 +960,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if par.devices != sc.gpus:
         raise SpecError("dp", par.dp, f"tp·pp·dp·cp = {par.tp}·{par.pp}·{par.dp}·{par.cp} = "
                         f"{par.devices} must equal gpus = {sc.gpus}")
+    if stack and (axis := sc.stack.missing_axis(par)) is not None:
+        raise SpecError(*axis)  # (first: the rules below would ask for what the stack lacks)
     if par.tp > m.heads:
         raise SpecError("tp", par.tp, f"must be <= heads = {m.heads} ({m.name})")
     _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
@@ -978,6 +987,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
             raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
         if par.tp > 1 and not par.sp:
+            if stack and "sp" not in sc.stack.axes:
+                raise moe_tp_without_sp(sc.stack.name, par.tp)
             raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "
                             "as in Megatron-Core")
         if m.moe.ffn_hidden % par.expert_tp:

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 from .result import Evaluation
 from .specs import plan_knobs, split_text
-from .units import GiB, fmt_time
+from .units import GiB, fmt_gib_against, fmt_time
 
 
 def plan_line(ev: Evaluation) -> str:
@@ -33,6 +33,7 @@ def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario
     tr = sc.training
+    peak, capacity = fmt_gib_against(ev.peak_memory, ev.capacity)
     out = [
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
@@ -45,8 +46,8 @@ def evaluation(ev: Evaluation) -> str:
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU",
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
-        f"peak memory      {ev.peak_memory / GiB:.1f} GiB of {ev.capacity / GiB:.1f} GiB "
-        f"(stage {ev.worst_stage.index})  {'fits' if ev.fits else 'DOES NOT FIT'}",
+        f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "
+        f"{'fits' if ev.fits else 'DOES NOT FIT'}",
     ]
     if not ev.fits:
         out.append(f"  why: {ev.why_not}")

@@ -32,6 +32,13 @@ def fmt_gib(nbytes: float) -> str:
     return f"{nbytes / GiB:.2f}" if 0 < abs(nbytes) < 0.1 * GiB else f"{nbytes / GiB:.1f}"
 
 
+def fmt_gib_against(nbytes: float, limit: float) -> tuple[str, str]:
+    """Two byte counts as GiB with one decimal, or two where one would print a value over the
+    limit as equal to it (``79.63 GiB of 79.60``, not ``79.6 of 79.6``)."""
+    digits = 2 if f"{nbytes / GiB:.1f}" == f"{limit / GiB:.1f}" and nbytes != limit else 1
+    return f"{nbytes / GiB:.{digits}f}", f"{limit / GiB:.{digits}f}"
+
+
 def fmt_time(t: float) -> str:
     """Seconds as s/ms/us text, e.g. ``fmt_time(0.0123) == '12.30 ms'``."""
     if abs(t) >= 1.0:

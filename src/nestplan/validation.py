@@ -256,7 +256,10 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
 def _training(row: _Row) -> TrainingSpec:
     seq = row.required("seq_len")
     given = row.number("global_batch")
-    gb = given or row.required("micro_batch")
+    gb = given or row.number("micro_batch")
+    if gb is None:
+        raise SpecError(f"{row.where}.global_batch", "", "must be given (sequences per step; or "
+                        "micro_batch alone, for a step of one micro-batch per replica)")
     text = row.text("precision") or "bf16"
     precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
     packed = row.text("regime") in ("sft", "lora")

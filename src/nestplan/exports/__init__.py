@@ -32,6 +32,8 @@ class Export:
     extras: dict[str, str] = field(default_factory=dict)
     """File-name suffix (appended to the output path) -> contents."""
     notes: list[str] = field(default_factory=list)
+    plan: Parallelism | None = None
+    """The plan actually exported (the saved plan, or the closest one the framework runs)."""
 
 
 def mesh_json(par: Parallelism) -> str:
@@ -46,8 +48,9 @@ def mesh_json(par: Parallelism) -> str:
 def rank_map(par: Parallelism, devices_per_node: int) -> str:
     """CSV ``rank,device,node,local_device``: the device that runs each framework rank.
 
-    Megatron-LM (order tp-cp-ep-dp-pp, ep = 1 for the dense layers) and torchtitan (pp,
-    dp_replicate, dp_shard, cp, tp) both number ranks tp fastest, then cp, dp, pp; the plan's
+    Megatron-LM (order tp-cp-ep-dp-pp, ep = 1 for the dense layers), torchtitan (pp,
+    dp_replicate, dp_shard, cp, tp) and DeepSpeed (pipe, data, model) all number ranks tp
+    fastest, then cp, dp, pp; the plan's
     rank order puts rank ``r`` of its own numbering on device ``r``.
     """
     grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
@@ -177,6 +180,36 @@ def export(pf: PlanFile, fmt: str) -> Export:
     if stack.export_format != fmt:
         runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
         out.notes.append(f"the plan was searched for stack {stack.name} ({runs}), not for "
-                         f"{fmt}; its prediction assumes {stack.name}'s behaviour (plan again with "
-                         f"--stack for a {fmt} plan)")
+                         f"{fmt}; its prediction assumes {stack.name}'s behaviour; "
+                         f"{own_prediction(pf, out.plan or pf.plan, fmt)} (plan again with "
+                         f"--stack {FORMAT_STACKS[fmt]} for a {fmt} plan)")
     return out
+
+
+FORMAT_STACKS = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+"""The catalog stack that runs each format's framework as it ships."""
+
+
+def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
+    """What nestplan predicts for the exported plan as the format's own stack runs it (each
+    recompute policy as that stack's closest one), or why that stack cannot run it."""
+    from ..catalog import get_stack
+    from ..recompute import closest
+
+    sc = pf.scenario
+    target = get_stack(FORMAT_STACKS[fmt])
+    axis = target.missing_axis(exported)
+    if axis is not None:
+        return f"stack {target.name} would not run it ({axis[0]}: {axis[2]})"
+    mapped = [closest(sc.stack.policy(r), target.recompute) for r in exported.recompute]
+    if None in mapped:
+        return (f"stack {target.name} offers no policy like '{exported.recompute_text}' (it "
+                "offers " + ", ".join(p.name for p in target.recompute) + ")")
+    plan = replace(exported, recompute=tuple(p.name for p in mapped))
+    why = target.unsupported(plan, sc.model.biased_experts)
+    if why is not None:
+        return f"stack {target.name} would not run it ({why[0]}: {why[2]})"
+    ev = evaluate(replace(sc, stack=target), plan)
+    return (f"as stack {target.name} runs it (recompute {plan.recompute_text}): step "
+            f"{ev.step_time:.3f} s, peak memory {ev.peak_memory / GiB:.1f} GiB "
+            f"({'fits' if ev.fits else 'does NOT fit'})")

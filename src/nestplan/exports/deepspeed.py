@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import json
 
+from ..axes import Axis
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
-               uniform_policy)
+               rank_map, uniform_policy)
+
+DEEPSPEED_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+"""How DeepSpeed numbers ranks: ``PipeModelDataParallelTopology`` lays its axes out as
+``['pipe', 'data', 'model']``, the last fastest (deepspeed/runtime/pipe/topology.py @
+microsoft/DeepSpeed 2eafdd39db): tensor (model) parallel fastest, then data, then pipeline.
+It has no context axis; the model code's sequence parallel ranks sit beside the tensor ones, as
+in Megatron's order."""
 
 
-def config(pf: PlanFile) -> tuple[dict, list[str]]:
+def config(pf: PlanFile) -> tuple[dict, list[str], object]:
+    """The configuration, the notes, and the plan actually exported."""
     sc, par = pf.scenario, pf.plan
     tr = sc.training
     notes = fit_notes(pf)
@@ -89,12 +98,20 @@ def config(pf: PlanFile) -> tuple[dict, list[str]]:
                      "which DeepSpeed does not add: the launched run trains them only if the "
                      f"model code has them ({mtp_note(pf)})")
     notes += capacity_notes(pf, "deepspeed")
+    if not par.ranks_ordered_as(DEEPSPEED_ORDER):
+        notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
+                     + ") differs from DeepSpeed's (tensor parallel fastest, then data, then "
+                     "pipeline): start each process with RANK from the rank map (.ranks.csv) so "
+                     "that DeepSpeed rank r runs on the device the plan chose")
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported))
-    return cfg, notes
+    return cfg, notes, exported
 
 
 def export(pf: PlanFile) -> Export:
-    cfg, notes = config(pf)
+    cfg, notes, exported = config(pf)
     extras = {".notes.txt": "\n".join(notes) + "\n"} if notes else {}
-    return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes)
+    if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
+        extras[".ranks.csv"] = rank_map(pf.plan, pf.scenario.cluster.devices_per_node)
+    return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes,
+                  plan=exported)

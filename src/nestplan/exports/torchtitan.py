@@ -20,6 +20,7 @@ from ..catalog import get_stack
 from ..errors import SpecError
 from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
+from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import blocks_per_chunk, list_text
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
@@ -46,9 +47,10 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     m, tr = sc.model, sc.training
     notes = fit_notes(pf)
     policy, rec_notes = uniform_policy(pf)
-    mode = {"none": "none", "full": "full", "matmul-outputs": "selective"}.get(policy.kind)
-    if mode is None:  # Megatron's module checkpointing, per-layer intervals
-        mode = "selective" if policy.kind == "modules" else "full"
+    titan = get_stack("torchtitan")  # its own rules
+    # its activation-checkpointing modes are its stack's policy names (none, selective, full)
+    mode = closest(policy, titan.recompute).name
+    if titan.policy(mode).kind != policy.kind:  # Megatron's module checkpointing, intervals
         rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no torchtitan "
                          f"equivalent; its activation checkpointing runs '{mode}' instead, which "
                          "keeps " + ("other tensors" if mode == "selective" else "less"))
@@ -58,7 +60,6 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
                      "ZeRO-2 (fsdp_reshard_after_forward = never)")
         zero = 2
-    titan = get_stack("torchtitan")  # its own rules
     runs = titan.expert_tps(par.tp, par.ep, m.biased_experts)
     if m.moe is not None and etp not in runs:
         notes.append(f"expert tensor parallelism {etp} cannot be expressed (torchtitan's "
@@ -162,4 +163,4 @@ def export(pf: PlanFile) -> Export:
     extras = {".mesh.json": mesh_json(pf.plan)}
     if not pf.plan.ranks_ordered_as(TORCHTITAN_ORDER):
         extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.devices_per_node)
-    return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes)
+    return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes, plan=exported)

@@ -11,7 +11,7 @@ from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES
-from ..specs import Scenario, dense_etp, interleaves, unfoldable
+from ..specs import Scenario, dense_etp, interleaves, moe_tp_without_sp, unfoldable
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -160,6 +160,16 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise dense_etp(m, con.etp)
     if con.sp and con.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
+    # what the stack does not run at all (the search would find nothing and say less)
+    from types import SimpleNamespace
+
+    degrees = SimpleNamespace(tp=con.tp or 1, cp=con.cp or 1, ep=con.ep or 1, pp=con.pp or 1,
+                              sp=bool(con.sp))
+    missing = sc.stack.missing_axis(degrees)
+    if missing is not None:
+        raise SpecError(*missing)
+    if m.moe is not None and (con.tp or 1) > 1 and "sp" not in sc.stack.axes:
+        raise moe_tp_without_sp(sc.stack.name, con.tp)
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
         raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
     if con.ep is not None and con.etp is not None:
@@ -191,14 +201,6 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1))
         if why is not None and con.vp is not None:
             raise SpecError(*why)
-    # what the stack does not run at all (the search would find nothing and say less)
-    from types import SimpleNamespace
-
-    degrees = SimpleNamespace(tp=con.tp or 1, cp=con.cp or 1, ep=con.ep or 1, pp=con.pp or 1,
-                              sp=bool(con.sp))
-    missing = sc.stack.missing_axis(degrees)
-    if missing is not None:
-        raise SpecError(*missing)
     if con.zero is not None and con.zero not in sc.stack.zero_stages:
         raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
                         + ", ".join(map(str, sc.stack.zero_stages)))

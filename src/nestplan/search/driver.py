@@ -530,8 +530,8 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
         "tp_within_node", "extra")}
     return (f"no configuration of {sc.gpus} devices satisfies the constraints "
-            f"{fixed or '(none)'} for {sc.model.name} (degrees must divide gpus, heads, "
-            f"layers and the global batch)")
+            f"{fixed or '(none)'} for {sc.model.name} (tp·pp·dp·cp must equal gpus, tp divide "
+            f"the heads, pp·vp not exceed the layers, and mbs·dp divide the global batch)")
 
 
 class Shortfall:
@@ -578,8 +578,10 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
             f"{hbm / GiB:.1f} GiB per device")
     if shortfall.floor:  # a bound for the configuration, not one plan's memory
         knobs = " ".join(plan_knobs(sc.model, par, settled=False))
-        return (f"nothing fits in {room}; the closest configuration ({knobs}) is short by at "
-                f"least {fmt_gib(gap)} GiB; try {', '.join(hints)}")
+        return (f"nothing fits in {room}; the closest configuration ({knobs}) needs at least "
+                f"{fmt_gib(gap + sc.memory_limit)} GiB, short by at least {fmt_gib(gap)} GiB; "
+                f"try {', '.join(hints)}")
     knobs = " ".join(plan_knobs(sc.model, par))
-    return (f"nothing fits in {room}; the closest plan ({knobs}) is short by "
-            f"{fmt_gib(gap)} GiB; try {', '.join(hints)}")
+    return (f"nothing fits in {room}; the closest plan ({knobs}) needs "
+            f"{fmt_gib(gap + sc.memory_limit)} GiB, short by {fmt_gib(gap)} GiB; "
+            f"try {', '.join(hints)}")
