@@ -242,6 +242,8 @@ HF_BAD = {
                           "rope_scaling.rope_type: got 'bogus'; allowed: default, linear"),
     "rope-type-unknown-v5": (_hf(rope_parameters={"rope_type": "yarnn", "rope_theta": 1e4}),
                              "rope_parameters.rope_type: got 'yarnn'"),
+    "rope-type-unknown-old-key": (_hf(rope_scaling={"type": "bogus", "factor": 8.0}),
+                                  "rope_scaling.type: got 'bogus'"),
     "yarn-attention-factor-neg": (_hf(rope_scaling={"type": "yarn", "factor": 8,
                                                     "attention_factor": -1}),
                                   "rope_scaling.attention_factor"),
@@ -616,6 +618,14 @@ PLANFILE_BAD = {
         {"method": "nest", "tokens_per_s": 5, "tp": -4}]}), "comparison.methods[0].tp"),
     "comparison-tp-fraction": (plan_with("comparison", {"methods": [
         {"method": "nest", "tokens_per_s": 5, "tp": 2.5}]}), "whole number"),
+    "comparison-etp-zero": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "etp": 0}]}), "comparison.methods[0].etp: got 0"),
+    "comparison-stage-layers-words": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "stage_layers": ["x"]}]}),
+        "comparison.methods[0].stage_layers: got ['x']"),
+    "comparison-stage-layers-number": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "stage_layers": 8}]}),
+        "comparison.methods[0].stage_layers: got 8"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),

@@ -998,3 +998,17 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     assert own.step_time != evaluate(sc, exp.plan, stack_offers=False).step_time
     note = next(n for n in export(pf, "deepspeed").notes if "searched for stack" in n)
     assert "stack deepspeed would not run it (tp: stack deepspeed has no tensor parallelism" in note
+
+
+
+def test_the_own_stack_prediction_is_of_the_plan_actually_exported():
+    """A torchtitan ZB-V plan goes to Megatron as interleaved 1F1B: megatron-core runs that plan
+    (it had been judged on the saved ZB-V one, which it would not run)."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             stack="torchtitan")
+    par = Parallelism(tp=2, pp=2, vp=2, schedule="zbv", dp=4, sp=True, zero=2, mbs=1)
+    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    assert exp.plan.pipeline.name == "interleaved-1f1b"
+    core = evaluate(replace(sc, stack=get_stack("megatron-core")), exp.plan)
+    note = next(n for n in exp.notes if "searched for stack torchtitan" in n)
+    assert f"as stack megatron-core runs it (recompute none): step {core.step_time:.3f} s" in note

@@ -261,6 +261,7 @@ def test_a_peak_just_over_the_memory_does_not_print_as_equal_to_it():
     assert fmt_gib_against(79.63 * GiB, 79.6 * GiB) == ("79.63", "79.60")
     assert fmt_gib_against(60.0 * GiB, 79.6 * GiB) == ("60.0", "79.6")
     assert fmt_gib_against(79.6 * GiB, 79.6 * GiB) == ("79.6", "79.6")
+    assert fmt_gib_against(79.601 * GiB, 79.6 * GiB) == ("79.601", "79.600")
 
 
 @pytest.mark.parametrize("edit, field", [

@@ -689,3 +689,28 @@ def test_experts_with_biases_are_searched_at_expert_tp_1_where_megatron_core_run
     assert {par.expert_tp for par in space.configurations(plain, Constraints(tp=2))} == {1, 2}
     titan = dataclasses.replace(sc, stack=get_stack("torchtitan"))
     assert 2 in {par.expert_tp for par in space.configurations(titan, Constraints(tp=2, ep=1))}
+
+
+def test_where_nothing_is_sharded_the_space_keeps_the_lowest_zero_stage():
+    """With one data-parallel rank ZeRO-1 and -2 run the same plan as ZeRO-0 and ZeRO-3 keeps its
+    gathered weights on top: the space lists the lowest stage alone, in whatever order a stack
+    file gives them; with more ranks, or with experts sharded over expert-data-parallel ranks,
+    every stage stays."""
+    from nestplan.catalog import get_stack
+    from nestplan.search.space import zero_stages
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 4, seq_len=8192, global_batch=16)
+    sc = dataclasses.replace(sc, stack=dataclasses.replace(get_stack("megatron-core"),
+                                                           zero_stages=(3, 0, 1)))
+    alone = Parallelism(tp=4, pp=1, dp=1, sp=True, mbs=1)
+    plain = evaluate(sc, alone.with_(zero=0))
+    gathered = evaluate(sc, alone.with_(zero=3))
+    assert gathered.step_time == pytest.approx(plain.step_time)
+    assert gathered.peak_memory > plain.peak_memory
+    assert zero_stages(sc, Constraints(), alone) == [0]
+    assert zero_stages(sc, Constraints(zero=3), alone) == [3]  # a fixed stage is kept
+    assert zero_stages(sc, Constraints(), alone.with_(tp=2, dp=2)) == [3, 0, 1]
+    moe = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=16)
+    folded = Parallelism(tp=8, pp=1, dp=1, sp=True, ep=2, etp=1, mbs=1)  # 4 expert replicas
+    assert zero_stages(moe, Constraints(), folded) == [0, 1, 2, 3]

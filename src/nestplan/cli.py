@@ -489,14 +489,11 @@ def cmd_plan(args) -> int:
 
 def _top_entry(ev) -> dict:
     """One of ``plan --json``'s ``top`` plans: its summary, expert TP and blocks per model chunk
-    (null: the even split), all evaluate needs to reproduce it."""
+    (null: the default split), all evaluate needs to reproduce it."""
     from .result import SUMMARY_KEYS
-    from .specs import uneven_split
 
     js = ev.to_json()
-    split = uneven_split(ev.scenario.model, ev.plan)
-    return {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"],
-            "stage_layers": list(split) if split else None}
+    return {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"], "stage_layers": js["stage_layers"]}
 
 
 def _check_top(top: int) -> None:
@@ -789,7 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "a copy of ../shared/data/published_runs.csv)")
     v.add_argument("--stack", help="stack for every row (default: each row's stack column, or "
                    "the catalog stack that names its source)")
-    v.add_argument("--json", action="store_true", help="one JSON object: its rows and, beside them, the summary figures")
+    v.add_argument("--json", action="store_true",
+                   help="one JSON object: its rows and, beside them, the summary figures")
     v.set_defaults(func=cmd_validate)
     ca = sub.add_parser("calibrate", help="fit a stack's efficiencies to your measured runs")
     ca.add_argument("csv", metavar="RUNS.csv", help="measured runs (the columns of "

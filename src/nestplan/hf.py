@@ -121,7 +121,8 @@ def _rope_mscale(cfg: _Config) -> float:
         rs = cfg.table("rope_parameters")
     kind = rs.get("rope_type", "type", kind=str, default=None)
     if kind is not None and kind not in ROPE_TYPES:
-        raise SpecError(rs.where("rope_type"), kind, "allowed: " + ", ".join(ROPE_TYPES))
+        key = "rope_type" if "rope_type" in rs.data else "type"  # (the older configs' name)
+        raise SpecError(rs.where(key), kind, "allowed: " + ", ".join(ROPE_TYPES))
     if kind != "yarn":
         return 1.0
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)

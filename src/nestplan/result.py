@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
-from .specs import Parallelism, Scenario
+from .specs import Parallelism, Scenario, uneven_split
 from .units import GiB, fmt_gib, fmt_gib_against
 
 
@@ -205,7 +205,9 @@ class Evaluation:
             "margin_gib": self.margin / GiB,
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
-            **p.to_dict(),  # (stage_layers: as the plan gave them, null for the even split)
+            **p.to_dict(),
+            # the split where it is not the default one, as plan --json's entries give it
+            "stage_layers": list(split) if (split := uneven_split(sc.model, p)) else None,
             "etp": p.expert_tp if sc.model.moe is not None else None,  # no experts: none
             # always text, as --recompute takes it ("full", "none*3,full"); "stages" has each
             "recompute": p.recompute_text,

@@ -960,8 +960,6 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if par.devices != sc.gpus:
         raise SpecError("dp", par.dp, f"tp·pp·dp·cp = {par.tp}·{par.pp}·{par.dp}·{par.cp} = "
                         f"{par.devices} must equal gpus = {sc.gpus}")
-    if stack and (axis := sc.stack.missing_axis(par)) is not None:
-        raise SpecError(*axis)  # (first: the rules below would ask for what the stack lacks)
     if par.tp > m.heads:
         raise SpecError("tp", par.tp, f"must be <= heads = {m.heads} ({m.name})")
     _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
@@ -987,6 +985,9 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
             raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
         if par.tp > 1 and not par.sp:
+            # (what the stack lacks first: asking for --sp would only draw its refusal next)
+            if stack and (axis := sc.stack.missing_axis(par)) is not None:
+                raise SpecError(*axis)
             if stack and "sp" not in sc.stack.axes:
                 raise moe_tp_without_sp(sc.stack.name, par.tp)
             raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "

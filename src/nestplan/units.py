@@ -33,9 +33,13 @@ def fmt_gib(nbytes: float) -> str:
 
 
 def fmt_gib_against(nbytes: float, limit: float) -> tuple[str, str]:
-    """Two byte counts as GiB with one decimal, or two where one would print a value over the
-    limit as equal to it (``79.63 GiB of 79.60``, not ``79.6 of 79.6``)."""
-    digits = 2 if f"{nbytes / GiB:.1f}" == f"{limit / GiB:.1f}" and nbytes != limit else 1
+    """Two byte counts as GiB with one decimal, or as many more (up to six) as it takes for a
+    value that differs from the limit not to print as equal to it (``79.63 GiB of 79.60``, not
+    ``79.6 of 79.6``)."""
+    digits = 1
+    while (digits < 6 and nbytes != limit
+           and f"{nbytes / GiB:.{digits}f}" == f"{limit / GiB:.{digits}f}"):
+        digits += 1
     return f"{nbytes / GiB:.{digits}f}", f"{limit / GiB:.{digits}f}"
 
 

@@ -360,4 +360,4 @@ def export(pf: PlanFile) -> Export:
         extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
-    return Export(text=text, extras=extras, notes=notes)
+    return Export(text=text, extras=extras, notes=notes, plan=exported)

@@ -15,8 +15,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
   of pp when looped, at least 2·pp in a V) and at least one block per chunk (``split_units``: each
   device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
   the layers and repeats one split in every round);
-* zero 0-3 (the stack's; one where nothing is sharded, as the others are the same plan); mbs:
-  divisors of the per-replica batch up to ``MAX_MBS`` (or the fixed one);
+* zero 0-3 (the stack's; the lowest alone where nothing is sharded: the others run the same
+  step and keep as much or more); mbs: divisors of the per-replica batch up to ``MAX_MBS`` (or the fixed one);
 * rank orders: tensor parallelism innermost, then every order of the other axes of size > 1
   (axes of size 1 move nothing).
 """
@@ -122,12 +122,12 @@ def shapes(sc: Scenario, con: Constraints):
 
 def zero_stages(sc: Scenario, con: Constraints, par: Parallelism) -> list[int]:
     """The ZeRO stages the stack runs with this pipeline depth (or the one fixed); where nothing
-    is sharded (one data-parallel rank, and one expert-data-parallel rank) only the first, as the
-    others would be the same plan again."""
+    is sharded (one data-parallel rank, and one expert-data-parallel rank) only the lowest: the
+    others run the same step and keep as much or more (ZeRO-3 its gathered weights)."""
     stages = sc.stack.zeros_for(par)
-    if con.zero is None and par.dp * par.cp == 1 and (
+    if con.zero is None and stages and par.dp * par.cp == 1 and (
             sc.model.moe is None or par.expert_dp == 1):
-        stages = stages[:1]
+        stages = [min(stages)]
     return _pick(con.zero, stages)
 
 
