@@ -72,6 +72,8 @@ def main(argv=None) -> None:
         "qwen3-235b-a22b", "gb200-nvl72-ndr", 256, 4096, 8192, stack="nemo", precision="fp8"))
     row("  deepseek-v3, 256 x gb200-nvl72-ndr, fp8", search(
         "deepseek-v3", "gb200-nvl72-ndr", 256, 4096, 4096, stack="nemo", precision="fp8"))
+    row("  kimi-k2, 256 x dgx-h100-ndr (80 GB: tight)", search(
+        "kimi-k2", "dgx-h100-ndr", 256, 4096, 1024))
     print("\ngrowth with the device count (llama3-70b on dgx-h100-ndr, seq 8192, 4 sequences "
           "per device up to 16,384 sequences):")
     for gpus in (64, 256, 1024, 4096, 16384, 65536):

@@ -714,3 +714,29 @@ def test_where_nothing_is_sharded_the_space_keeps_the_lowest_zero_stage():
     moe = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=16)
     folded = Parallelism(tp=8, pp=1, dp=1, sp=True, ep=2, etp=1, mbs=1)  # 4 expert replicas
     assert zero_stages(moe, Constraints(), folded) == [0, 1, 2, 3]
+
+
+def test_the_per_device_floor_counts_the_few_dense_blocks_once():
+    """Kimi-K2 has one dense block among 60 MoE ones: 32 pipeline devices of two blocks each
+    cannot all hold the dense one. The floor had let every device pair it with one MoE block
+    (about 38 of the 75 GiB a device may use) and the search solved this configuration, and
+    thousands like it, only to find no split fits (least peak 83.5 GiB); it still lets the
+    least peak fit."""
+    import numpy as np
+
+    from nestplan.cost import device as D
+    from nestplan.search import dp as DP
+    from nestplan.search import tables as T
+    from nestplan.search.driver import _floor_parts, _positions_fit
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("kimi-k2", "dgx-h100-ndr", 256, seq_len=4096, global_batch=1024)
+    par = Parallelism(tp=2, pp=32, dp=4, ep=8, etp=1, sp=True, zero=1, mbs=4)
+    tb = T.build(D.config_costs(sc, par))
+    peak = DP.least_peak(tb.mem, [tb.valid] * len(tb.mem))[0]
+    parts = _floor_parts(sc, par)
+    every = tuple(range(len(sc.stack.recompute)))
+    assert parts.lighter == 1 and peak > sc.memory_limit
+    assert not _positions_fit(parts, every, sc.memory_limit, sc.model.layers, par.vp)
+    assert _positions_fit(parts, every, peak * (1 + 1e-9), sc.model.layers, par.vp)
+    assert np.all(np.diff(parts.block) > 0)

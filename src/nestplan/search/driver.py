@@ -95,8 +95,12 @@ class _Floor(NamedTuple):
     blocks_held: float
     """Blocks' worth of activations (in micro-batches) the average device holds at least."""
     stack: StackSpec
-    block: float
-    """The lightest block's model states."""
+    block: tuple[float, ...]
+    """For each count n of blocks, 0 to the model's, the least model states n blocks hold: the
+    n lightest blocks'."""
+    lighter: int
+    """Blocks not of the heaviest kind (a model's dense blocks among its MoE ones): all devices
+    together hold no more of them; each other block holds ``block``'s last step."""
     held: tuple[tuple[tuple[int, ...], int], ...]
     """The micro-batches each chunk of a device holds at its peak, with how many devices hold
     alike (devices holding alike share every per-device floor)."""
@@ -110,9 +114,21 @@ def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
     w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st)
     if par.zero >= 3:  # the gathered weights of the block in use and the next one
         transient = transient + 2 * M.COMPUTE_BYTES * weights
-    block = min(sum(M.model_states(p, e, par.zero, par.dp * par.cp, par.expert_dp, st))
-                for p, e in light)
-    return _Floor(w + g + o, saved, transient, blocks_held, st, block, held)
+    block = _lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st,
+                             sc.model.layers)
+    heaviest = block[-1] - block[-2]
+    lighter = sum(1 for a, b in zip(block, block[1:]) if b - a < heaviest)
+    return _Floor(w + g + o, saved, transient, blocks_held, st, block, lighter, held)
+
+
+@cached(maxsize=16384)
+def _lightest_blocks(light, zero: int, dp: int, edp: int, stack: StackSpec,
+                     layers: int) -> tuple[float, ...]:
+    """``_Floor.block`` from the block kinds' (count, dense, expert parameters)."""
+    per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack)), n) for n, p, e in light)
+    states = [s for s, n in per for _ in range(n)][:layers]
+    states += [per[-1][0]] * (layers - len(states))  # (every block is one of the kinds)
+    return tuple(np.concatenate(([0.0], np.cumsum(states))).tolist())
 
 
 @cached(maxsize=16384)
@@ -144,7 +160,7 @@ def _floor_of(sc: Scenario, local, pp: int, vp: int, schedule: str, dp: int, bes
     least = [min(h) for h in held]
     spare = max(sc.model.layers - vp * pp, 0)
     blocks_held = (vp * sum(least) + spare * min(least)) / pp
-    light = tuple((layer.params, layer.expert_params) for _, layer in layers
+    light = tuple((n, layer.params, layer.expert_params) for n, layer in layers
                   if layer.kind in BLOCK_KINDS)
     return (dense / pp, expert / pp, saved, transient, weights, blocks_held, light,
             tuple(Counter(held).items()))
@@ -196,23 +212,29 @@ def _states_floor(parts, policies) -> float:
 def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool:
     """Whether some split of ``blocks`` blocks, at least ``least`` per device, could fit every
     device in ``cap`` bytes when its blocks run any mix of ``policies``. Device ``i`` holding
-    ``n`` blocks needs at least ``n`` times the lightest block's model states, the least bytes a
+    ``n`` blocks needs at least the ``n`` lightest blocks' model states, the least bytes a
     block keeps per micro-batch times the micro-batches each block's chunk holds (its blocks
     spread over its chunks as the plan space spreads them: ``space.chunk_counts``), one block's
     least working memory, and the reserve on these (linear: ``memory.reserve``); the most blocks each
-    device can hold so must add up to ``blocks``. The embedding's and the head's states are left
-    out (they only add)."""
+    device can hold so must add up to ``blocks``. A device that holds ``k`` of the model's
+    lighter blocks (``_Floor.lighter``) holds at most ``k`` more than it could of the heaviest
+    alone (its heaviest ones alone would fit), so the devices together hold at most that many
+    more than their counts of the heaviest. The embedding's and the head's states are left out
+    (they only add)."""
     saved = min(parts.saved[p] for p in policies)
     room, share = _room(parts.stack, min(parts.transient[p] for p in policies), cap)
-    n = np.arange(blocks + 1)
-    total = 0
+    states = np.asarray(parts.block[:blocks + 1])
+    heaviest = np.arange(blocks + 1) * (states[-1] - states[-2])
+    total = heavy = 0
     for held, mult in parts.held:
-        need = n * parts.block + share * saved * _held_weight(held, blocks)  # nondecreasing
-        most = int(np.searchsorted(need, room * (1 + 1e-12), side="right")) - 1
+        kept = share * saved * _held_weight(held, blocks)
+        most, most_heavy = (int(np.searchsorted(s + kept, room * (1 + 1e-12), side="right")) - 1
+                            for s in (states, heaviest))  # (both nondecreasing)
         if most < least:
             return False
-        total += mult * most
-    return total >= blocks
+        total += mult * min(most, most_heavy + parts.lighter)
+        heavy += mult * most_heavy
+    return total >= blocks and heavy + parts.lighter >= blocks
 
 
 def _room(stack: StackSpec, work: float, cap: float) -> tuple[float, float]:
@@ -260,13 +282,13 @@ def _least_top_under_memory(points, held, block: float, work_mem: float, stack, 
     """``_memory_top`` from hashable parts (configurations of one shape share them): ``points``
     per policy (bytes kept per block and micro-batch, recompute seconds per block and
     micro-batch), ``held`` (``_Floor.held``: micro-batches per chunk of each kind of device, with
-    its count), ``block`` (bytes of the lightest block's states), ``work_mem`` and ``cap`` bytes,
+    its count), ``block`` (``_Floor.block``), ``work_mem`` and ``cap`` bytes,
     ``work`` seconds per block and micro-batch."""
     room, share = _room(stack, work_mem, cap)
     n = np.arange(blocks + 1)
     curves = []
     for h, mult in held:  # devices holding alike share a curve
-        budget = room - n * block
+        budget = room - np.asarray(block[:blocks + 1])
         rec = _least_recompute(points, h, blocks, budget / share)
         cost = n * work + rec
         cost[budget < 0] = np.inf
