@@ -1,10 +1,14 @@
-"""Count FSDP2's parameter all-gathers in one training step on CPU, with and without activation
-checkpointing of each sharded block (run by ``test_framework_comm.py`` in a fresh process).
+"""Count FSDP2's collectives in one training step on CPU (run by ``test_framework_comm.py`` in a
+fresh process): the parameter all-gathers with and without activation checkpointing of each
+sharded block, and the gradient reduce-scatters of ``MICRO`` micro-batches run by PyTorch's own
+pipeline schedule (``Schedule1F1B``) against the same micro-batches accumulated outside one.
 
 Two gloo ranks (FSDP2 skips the collective on one rank). Each block is its own ``fully_shard``
 unit, as torchtitan and Composer wrap transformer blocks; the checkpointed variant wraps the
 block's body in non-reentrant ``torch.utils.checkpoint`` inside the unit, as torchtitan's
-``apply_ac`` does before ``fully_shard``. Prints one JSON object: all-gathers per step for each.
+``apply_ac`` does before ``fully_shard``. The pipeline is one stage per rank (its own process
+group), the data parallelism FSDP2's over both, as torchtitan builds a stage of a pipeline with
+FSDP, reshard_after_forward false (nestplan's ZeRO-2). Prints one JSON object.
 """
 
 import json
@@ -18,6 +22,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 BLOCKS = 3
+MICRO = 4
 
 
 class Block(nn.Module):
@@ -41,14 +46,18 @@ def _rank(rank: int, port: str, out):
     from torch.distributed.fsdp import fully_shard
     import torch.distributed.fsdp._fully_shard._fsdp_param_group as group
 
-    gathers = []
-    real = group.foreach_all_gather
+    gathers, reductions = [], []
+    real, real_reduce = group.foreach_all_gather, group.foreach_reduce
 
     def counted(*args, **kwargs):
         gathers.append(1)
         return real(*args, **kwargs)
 
-    group.foreach_all_gather = counted
+    def counted_reduce(*args, **kwargs):
+        reductions.append(1)
+        return real_reduce(*args, **kwargs)
+
+    group.foreach_all_gather, group.foreach_reduce = counted, counted_reduce
     result = {}
     for checkpointed in (False, True):
         torch.manual_seed(0)
@@ -59,6 +68,25 @@ def _rank(rank: int, port: str, out):
         gathers.clear()
         model(torch.randn(4, 16)).sum().backward()
         result["checkpointed" if checkpointed else "plain"] = len(gathers)
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    own = [dist.new_group([r]) for r in range(2)]  # each rank a one-stage pipeline of its own
+    for piped in (True, False):
+        torch.manual_seed(0)
+        model = nn.Sequential(*(Block(False) for _ in range(BLOCKS)))
+        for block in model:
+            fully_shard(block, reshard_after_forward=False)
+        fully_shard(model, reshard_after_forward=False)
+        reductions.clear()
+        x = torch.randn(4 * MICRO, 16)
+        if piped:
+            stage = PipelineStage(model, 0, 1, torch.device("cpu"), group=own[rank])
+            Schedule1F1B(stage, MICRO, loss_fn=lambda out, target: out.sum()).step(
+                x, target=torch.zeros(4 * MICRO, 16))
+        else:
+            for part in x.chunk(MICRO):
+                model(part).sum().backward()
+        result["reductions_piped" if piped else "reductions_accumulated"] = len(reductions)
     if rank == 0:
         out.put(result)
     dist.destroy_process_group()
@@ -74,7 +102,7 @@ def main():
     result = out.get(timeout=300)
     for p in procs:
         p.join(timeout=60)
-    print(json.dumps({"blocks": BLOCKS, **result}))
+    print(json.dumps({"blocks": BLOCKS, "micro": MICRO, **result}))
 
 
 if __name__ == "__main__":

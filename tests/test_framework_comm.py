@@ -29,6 +29,10 @@ def test_fsdp_gathers_a_checkpointed_block_once_per_backward():
     assert p.returncode == 0, p.stderr[-2000:]
     counts = json.loads(p.stdout.strip().splitlines()[-1])
     assert counts["checkpointed"] == counts["plain"] == 2 * counts["blocks"]
+    # gradients: once a unit per step under PyTorch's pipeline schedule, once a micro-batch
+    # outside one (pipeline_defers_grad_sync)
+    assert counts["reductions_piped"] == counts["blocks"]
+    assert counts["reductions_accumulated"] == counts["micro"] * counts["blocks"]
 
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=16,
                              stack="torchtitan")
@@ -42,3 +46,28 @@ def test_fsdp_gathers_a_checkpointed_block_once_per_backward():
     assert zero_link(fsdp, "full") == pytest.approx(zero_link(fsdp, "none"), rel=1e-9)
     per_op = replace(fsdp, name="per-op", gather_whole_block=False)
     assert zero_link(per_op, "full") > 1.2 * zero_link(per_op, "none")
+
+
+
+def test_torchtitan_reduces_a_pipelines_gradients_once_a_step():
+    """What the framework does (the CPU counts above), as the torchtitan stack costs it: under a
+    pipeline, ZeRO-2's gradient reduce-scatters do not grow with the micro-batches and the
+    gradients are held unsharded (fp32) until then; without one, each micro-batch reduces its
+    own and the gradients stay sharded. Megatron-Core's distributed optimizer is unchanged."""
+    fsdp = get_stack("torchtitan")
+
+    def run(stack, pp, batch):
+        sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096,
+                                 global_batch=batch, stack=stack.name)
+        sc = replace(sc, stack=stack)
+        ev = evaluate(sc, Parallelism(pp=pp, dp=16 // pp, zero=2, recompute=("full",), mbs=1))
+        return ev.link_time["dp"], ev.stages[0].memory.gradients
+
+    piped, piped_grads = run(fsdp, 2, 64)
+    assert run(fsdp, 2, 128)[0] == pytest.approx(piped, rel=1e-9)
+    flat, flat_grads = run(fsdp, 1, 64)
+    assert run(fsdp, 1, 128)[0] > 1.5 * flat  # (the gathers stay once a step)
+    # a stage holds half the blocks, all their gradients: about 8/2 = 4 times a shard of 1/16
+    assert piped_grads > 3.5 * flat_grads
+    eager = replace(fsdp, pipeline_defers_grad_sync=False)
+    assert run(eager, 2, 128)[0] > 1.5 * run(eager, 2, 64)[0]  # (the gathers stay once a step)

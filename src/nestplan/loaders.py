@@ -553,7 +553,7 @@ def _stack_fields() -> dict:
                                     "moe_pad_to_capacity", "multi_token_prediction",
                                     "experts_over_sharded_ranks", "expert_tp_with_ep",
                                     "expert_tp_with_bias", "qkv_views",
-                                    "scores_in_activation")},
+                                    "scores_in_activation", "pipeline_defers_grad_sync")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
                                    "expert_combine_bytes", "default_zero")},

@@ -221,6 +221,15 @@ class StackSpec(_CachedHash):
     """Highest ZeRO stage it runs together with pipeline parallelism."""
     default_zero: int = 0
     """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
+    pipeline_defers_grad_sync: bool = False
+    """Under pipeline parallelism, ZeRO-2/3's gradients are reduce-scattered once a step, after
+    the last micro-batch's backward, not every micro-batch, and until then accumulate unsharded
+    in the stack's gradient bytes: PyTorch's pipeline schedules turn FSDP2's gradient sync off
+    for every backward and reduce in a step of their own (torch/distributed/pipelining/stage.py
+    ``backward_maybe_with_nosync``, ``perform_reduce_grad``; FSDP2 keeps the unsharded gradient
+    in its reduce dtype, ``FSDPParam.to_accumulated_grad_if_needed``; torch 2.13.0 wheel).
+    Measured on two gloo ranks (tests/frameworks_fsdp_gathers.py): one reduce-scatter per unit
+    a step under ``Schedule1F1B``, against one per micro-batch outside a pipeline."""
     experts_over_sharded_ranks: bool = False
     """Expert parallelism is formed from the sharded data-parallel ranks only, not from the
     replicas: torchtitan's expert mesh is ``(pp, dp_replicate, efsdp, ep)`` with ``efsdp·ep =
@@ -585,6 +594,10 @@ class StackSpec(_CachedHash):
         without experts over data-parallel replicas."""
         return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
                 and not self.replicas_hold_experts(par.with_(zero=z))]
+
+    def defers_grad_sync(self, par) -> bool:
+        """``par`` reduces its sharded gradients once a step (``pipeline_defers_grad_sync``)."""
+        return self.pipeline_defers_grad_sync and par.pp > 1 and par.zero >= 2
 
     def replicas_hold_experts(self, par) -> bool:
         """``par`` would need expert-parallel ranks among data-parallel replicas, which this

@@ -359,7 +359,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     par, st = cc.par, cc.sc.stack
     eff = st.overlap_efficiency
     rs = _dp(cc.rs, ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
-        if par.zero >= 2 else 0.0 * ch.params
+        if par.zero >= 2 and not st.defers_grad_sync(par) else 0.0 * ch.params
     ag = _dp(cc.ag, ch.gathered, ch.egathered) if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
     # a recomputed forward gathers its weights again, except in an FSDP unit: there it runs
@@ -393,13 +393,15 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
     sync = 0.0 * params
-    if par.zero < 2:
+    deferred = st.defers_grad_sync(par)
+    if par.zero < 2 or deferred:
         coeffs = cc.ar if par.zero == 0 else cc.rs
         sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
     if cc.embedding_copy_params and stage in (0, par.pp - 1):
         sync = sync + coeff_time(cc.embedding_copy_ar, cc.embedding_copy_params * st.grad_bytes)
-    tail = exposed(np.asarray(sync)[..., None], B if st.overlap_grad_reduce else 0.0,
-                   st.overlap_efficiency)
+    # (a deferred reduction runs in a step of its own, after every backward: nothing hides it)
+    tail = exposed(np.asarray(sync)[..., None],
+                   B if st.overlap_grad_reduce and not deferred else 0.0, st.overlap_efficiency)
     shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
         cc.lay.edp.size if par.zero >= 1 else 1)
     opt = shard * optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
@@ -469,7 +471,8 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     par, st = cc.par, cc.sc.stack
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
-    w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st)
+    w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st,
+                             st.defers_grad_sync(par))
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)

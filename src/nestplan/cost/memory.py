@@ -66,20 +66,23 @@ class MemoryBreakdown:
                 + self.transient + self.reserved)
 
 
-def bytes_per_param(zero: int, n: int, stack) -> tuple[float, float, float]:
+def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
+                    ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter under ZeRO stage ``zero`` over ``n``
-    with the byte counts of ``stack`` (a StackSpec)."""
+    with the byte counts of ``stack`` (a StackSpec); ``deferred``: the gradients accumulate
+    unsharded until a reduction once a step (``StackSpec.defers_grad_sync``)."""
     w = stack.weight_bytes / (n if zero >= 3 else 1)
-    g = stack.grad_bytes / (n if zero >= 2 else 1)
+    g = stack.grad_bytes / (n if zero >= 2 and not deferred else 1)
     o = stack.optimizer_bytes / (n if zero >= 1 else 1)
     return w, g, o
 
 
 def model_states(params: float, expert_params: float, zero: int, dp: int, edp: int,
-                 stack) -> tuple[float, float, float]:
-    """Bytes of (weights, gradients, optimizer) for the parameters held by one device."""
-    dw, dg, do = bytes_per_param(zero, dp, stack)
-    ew, eg, eo = bytes_per_param(zero, edp, stack)
+                 stack, deferred: bool = False) -> tuple[float, float, float]:
+    """Bytes of (weights, gradients, optimizer) for the parameters held by one device
+    (``deferred``: as ``bytes_per_param``)."""
+    dw, dg, do = bytes_per_param(zero, dp, stack, deferred)
+    ew, eg, eo = bytes_per_param(zero, edp, stack, deferred)
     return (params * dw + expert_params * ew, params * dg + expert_params * eg,
             params * do + expert_params * eo)
 

@@ -211,25 +211,31 @@ def _states_floor(parts, policies) -> float:
 
 def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool:
     """Whether some split of ``blocks`` blocks, at least ``least`` per device, could fit every
-    device in ``cap`` bytes when its blocks run any mix of ``policies``. Device ``i`` holding
-    ``n`` blocks needs at least the ``n`` lightest blocks' model states, the least bytes a
-    block keeps per micro-batch times the micro-batches each block's chunk holds (its blocks
+    device in ``cap`` bytes when each device runs one of ``policies`` on all its blocks (the
+    plans' rule: one policy per pipeline device). Device ``i`` holding ``n`` blocks under policy
+    ``p`` needs at least the ``n`` lightest blocks' model states, the least bytes a block keeps
+    per micro-batch under ``p`` times the micro-batches each block's chunk holds (its blocks
     spread over its chunks as the plan space spreads them: ``space.chunk_counts``), one block's
-    least working memory, and the reserve on these (linear: ``memory.reserve``); the most blocks each
-    device can hold so must add up to ``blocks``. A device that holds ``k`` of the model's
+    least working memory under ``p``, and the reserve on these (linear: ``memory.reserve``); the
+    most blocks each device can hold under its best policy must add up to ``blocks``. A device that holds ``k`` of the model's
     lighter blocks (``_Floor.lighter``) holds at most ``k`` more than it could of the heaviest
     alone (its heaviest ones alone would fit), so the devices together hold at most that many
     more than their counts of the heaviest. The embedding's and the head's states are left out
     (they only add)."""
-    saved = min(parts.saved[p] for p in policies)
-    room, share = _room(parts.stack, min(parts.transient[p] for p in policies), cap)
     states = np.asarray(parts.block[:blocks + 1])
     heaviest = np.arange(blocks + 1) * (states[-1] - states[-2])
+    rooms = [(_room(parts.stack, float(parts.transient[p]), cap), float(parts.saved[p]))
+             for p in policies]
     total = heavy = 0
     for held, mult in parts.held:
-        kept = share * saved * _held_weight(held, blocks)
-        most, most_heavy = (int(np.searchsorted(s + kept, room * (1 + 1e-12), side="right")) - 1
-                            for s in (states, heaviest))  # (both nondecreasing)
+        weight = _held_weight(held, blocks)
+        # a device runs one of the policies on all its blocks: the most it can hold under any
+        most = most_heavy = -1
+        for (room, share), saved in rooms:
+            kept = share * saved * weight
+            a, b = (int(np.searchsorted(s + kept, room * (1 + 1e-12), side="right")) - 1
+                    for s in (states, heaviest))  # (both nondecreasing)
+            most, most_heavy = max(most, a), max(most_heavy, b)
         if most < least:
             return False
         total += mult * min(most, most_heavy + parts.lighter)

@@ -628,7 +628,8 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     out = []
     for z in range(4):
         zero = busy = 0.0
-        if z >= 2:
+        deferred = st.defers_grad_sync(par.with_(zero=z))
+        if z >= 2 and not deferred:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
             busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
                        least_e * st.grad_bytes) if most else 0.0
@@ -639,11 +640,11 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         d_end = avg_p / (lay.dp.size if z >= 1 else 1) * per_byte
         e_end = avg_e / (lay.edp.size if z >= 1 else 1) * per_byte
         g_end = d_sync = e_sync = 0.0
-        if z < 2:  # reduced after the last backward, which hides some of it (``device``)
+        if z < 2 or deferred:  # reduced after the last backward, which may hide some of it
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
             d_sync = dense(kind, avg_p * st.grad_bytes)
             e_sync = experts(kind, avg_e * st.grad_bytes)
-            if not st.overlap_grad_reduce:  # nothing hides it
+            if not st.overlap_grad_reduce or deferred:  # nothing hides it (``device``)
                 d_end, e_end, d_sync, e_sync = d_end + d_sync, e_end + e_sync, 0.0, 0.0
         if z in (1, 2):
             g_end = shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
