@@ -395,3 +395,21 @@ def test_selective_recomputation_that_keeps_more_than_none_is_noted():
     assert "recompute selective keeps more memory than none" in err and "fused QKV" in err, err
     code, _, err = cli(*flags, "--recompute", "fine-grained")
     assert code == 0 and "keeps more memory" not in err, err
+
+
+def test_the_moe_workload_settings_are_printed_with_the_plan(capsys):
+    """--moe-imbalance, --moe-capacity-factor and the MTP depths change the prediction, so the
+    text header and the JSON say them (a user could not reproduce a printed step without)."""
+    args = ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus", "16",
+            "--tp", "1", "--pp", "2", "--ep", "8", "--mbs", "1", "--global-batch", "128",
+            "--seq-len", "4096", "--moe-imbalance", "1.5", "--moe-capacity-factor", "1.25"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "MoE imbalance 1.5, capacity factor 1.25" in out.splitlines()[0]
+    code, out, _ = run([*args, "--json"], capsys)
+    js = json.loads(out)
+    assert (js["moe_imbalance"], js["moe_capacity_factor"], js["mtp_layers"]) == (1.5, 1.25, 0)
+    code, out, _ = run(["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                        "8", "--tp", "1", "--pp", "1", "--mbs", "1", "--global-batch", "64",
+                        "--seq-len", "4096", "--mtp-layers", "1", "--json"], capsys)
+    js = json.loads(out)
+    assert js["moe_imbalance"] is None and js["mtp_layers"] == 1

@@ -29,6 +29,19 @@ def plan_short(p, moe: bool = False) -> str:
                      f"z{p.zero}", p.recompute_text, f"b{p.mbs}"])
 
 
+def workload_extras(sc) -> str:
+    """The header's words for what a scenario trains beyond its sizes, as the flags set it: the
+    MoE load imbalance and capacity factor where given, and the multi-token-prediction depths."""
+    tr, parts = sc.training, []
+    if sc.model.moe is not None and tr.moe_imbalance != 1.0:
+        parts.append(f"MoE imbalance {tr.moe_imbalance:g}")
+    if sc.model.moe is not None and tr.moe_capacity is not None:
+        parts.append(f"capacity factor {tr.moe_capacity:g}")
+    if sc.model.mtp_layers:
+        parts.append(f"{sc.model.mtp_layers} MTP depth{'s' if sc.model.mtp_layers > 1 else ''}")
+    return "".join(f", {p}" for p in parts)
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario
@@ -37,7 +50,7 @@ def evaluation(ev: Evaluation) -> str:
     out = [
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
-        f"stack {ev.scenario.stack.name}",
+        f"stack {ev.scenario.stack.name}{workload_extras(sc)}",
         f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batch"
         f"{'es' if ev.micro_batches != 1 else ''} per replica)",
         "",

@@ -200,7 +200,7 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
     target = get_stack(FORMAT_STACKS[fmt])
     axis = target.missing_axis(exported)
     if axis is not None:
-        return f"stack {target.name} would not run it ({axis[0]}: {axis[2]})"
+        return f"nestplan's stack {target.name} would not run it ({axis[0]}: {axis[2]})"
     mapped = [closest(sc.stack.policy(r), target.recompute) for r in exported.recompute]
     if None in mapped:
         return (f"stack {target.name} offers no policy like '{exported.recompute_text}' (it "
@@ -208,7 +208,7 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
     plan = replace(exported, recompute=tuple(p.name for p in mapped))
     why = target.unsupported(plan, sc.model.biased_experts)
     if why is not None:
-        return f"stack {target.name} would not run it ({why[0]}: {why[2]})"
+        return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})"
     ev = evaluate(replace(sc, stack=target), plan)
     return (f"as stack {target.name} runs it (recompute {plan.recompute_text}): step "
             f"{ev.step_time:.3f} s, peak memory {ev.peak_memory / GiB:.1f} GiB "

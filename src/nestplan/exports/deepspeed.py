@@ -43,7 +43,8 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes += sched
     elif par.vp > 1:
         notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: the {par.vp} "
-                     "virtual stages per device become one (same blocks per device)")
+                     "virtual stages per device become one (each device keeps as many blocks, "
+                     "now one contiguous range)")
     elif par.pp > 1 and par.pipeline.name != "1f1b":
         notes.append(f"DeepSpeed's pipeline engine runs 1F1B only; the plan's {par.pipeline.name} "
                      "is exported as 1F1B")
@@ -90,9 +91,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")
     if par.tp > 1 or par.cp > 1 or par.ep > 1:
+        etp = (f", expert tensor parallel {par.expert_tp}"
+               if sc.model.moe is not None and par.expert_tp != par.tp else "")
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
                      f"{par.tp}{' with sequence parallelism' if par.sp else ''}, sequence "
-                     f"(context) parallel {par.cp}, expert parallel {par.ep}")
+                     f"(context) parallel {par.cp}, expert parallel {par.ep}{etp}")
     if sc.model.mtp_layers:
         notes.append(f"the model trains {sc.model.mtp_layers} multi-token-prediction depth(s), "
                      "which DeepSpeed does not add: the launched run trains them only if the "

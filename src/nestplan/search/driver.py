@@ -217,11 +217,11 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     per micro-batch under ``p`` times the micro-batches each block's chunk holds (its blocks
     spread over its chunks as the plan space spreads them: ``space.chunk_counts``), one block's
     least working memory under ``p``, and the reserve on these (linear: ``memory.reserve``); the
-    most blocks each device can hold under its best policy must add up to ``blocks``. A device that holds ``k`` of the model's
-    lighter blocks (``_Floor.lighter``) holds at most ``k`` more than it could of the heaviest
-    alone (its heaviest ones alone would fit), so the devices together hold at most that many
-    more than their counts of the heaviest. The embedding's and the head's states are left out
-    (they only add)."""
+    most blocks each device can hold under its best policy must add up to ``blocks``. A device
+    that holds ``k`` of the model's lighter blocks (``_Floor.lighter``) holds at most ``k`` more
+    than it could of the heaviest alone (its heaviest ones alone would fit), so the devices
+    together hold at most that many more than their counts of the heaviest. The embedding's and
+    the head's states are left out (they only add)."""
     states = np.asarray(parts.block[:blocks + 1])
     heaviest = np.arange(blocks + 1) * (states[-1] - states[-2])
     rooms = [(_room(parts.stack, float(parts.transient[p]), cap), float(parts.saved[p]))
