@@ -283,7 +283,7 @@ def _least_recompute(points, held: tuple[int, ...], blocks: int,
 
 
 @cached(maxsize=65536)
-def _least_top_under_memory(points, held, block: float, work_mem: float, stack, cap: float,
+def _least_top_under_memory(points, held, block: tuple, work_mem: float, stack, cap: float,
                             blocks: int, least: int, work: float) -> float:
     """``_memory_top`` from hashable parts (configurations of one shape share them): ``points``
     per policy (bytes kept per block and micro-batch, recompute seconds per block and
