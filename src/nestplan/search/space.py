@@ -16,7 +16,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
   device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
   the layers and repeats one split in every round);
 * zero 0-3 (the stack's; the lowest alone where nothing is sharded: the others run the same
-  step and keep as much or more); mbs: divisors of the per-replica batch up to ``MAX_MBS`` (or the fixed one);
+  step and keep as much or more); mbs: divisors of the per-replica batch up to ``MAX_MBS`` (or
+  the fixed one);
 * rank orders: tensor parallelism innermost, then every order of the other axes of size > 1
   (axes of size 1 move nothing).
 """
