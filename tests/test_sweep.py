@@ -739,3 +739,21 @@ def test_a_level_no_point_crosses_is_noted(tmp_path):
         assert ("grid.network.spine: no point crosses this level (points of at most 256 GPUs, "
                 "blocks below it of 256)" in err) is noted, err
         assert ("the named networks change nothing" in err) is noted, err
+
+
+def test_a_dry_run_says_which_points_cannot_be_set_up(tmp_path, capsys):
+    """A grid whose points fail only somewhere runs (their error rows say why), but the dry run
+    says so first: here the MTP depth on the stack that trains none."""
+    path = _write(tmp_path, """
+[grid]
+model = ["gpt-1p7b"]
+cluster = ["dgx-h100-ndr"]
+gpus = [8]
+stack = ["megatron-core", "deepspeed"]
+mtp_layers = [0, 1]
+""")
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 points, 0 already done, 4 to run" in out
+    assert "1 point to run cannot be set up; the run records an error row for each" in out
+    assert "mtp" in out.split("cannot be set up")[1]

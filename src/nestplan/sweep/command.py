@@ -66,6 +66,17 @@ def run_command(args) -> int:
         done = len(existing.done)
         print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
+        unbuilt = []  # points to run that cannot be set up: the run gives them error rows
+        for point in points:
+            if point.id not in existing.done:
+                try:
+                    spec.scenario(point)
+                except SpecError as e:
+                    unbuilt.append((point, e))
+        if unbuilt:
+            point, e = unbuilt[0]
+            print(f"sweep: note: {_n(len(unbuilt), 'point')} to run cannot be set up; the run "
+                  f"records an error row for each (the first, {point.id}: {e})")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet)
     if s.interrupted:
