@@ -139,13 +139,14 @@ def _as_flags(fn):
     import functools
 
     from .errors import SpecError
-    from .specs import list_text
 
     @functools.wraps(fn)
     def wrapped(args, *a, **kw):
         try:
             return fn(args, *a, **kw)
         except SpecError as e:
+            from .specs import list_text  # (not at start-up: the decorator runs on import)
+
             flag = FLAG_OF.get(e.field)
             given = getattr(args, flag.replace("-", "_"), None) if flag else None
             # the flag only when it gave the value (a model file's mtp_layers is the file's)

@@ -193,9 +193,8 @@ class Evaluation:
             "precision": sc.training.precision.value,
             "stack": sc.stack.name,
             # the MoE workload's settings (null without experts), and the MTP depths trained
-            **({"moe_imbalance": sc.training.moe_imbalance,
-                "moe_capacity_factor": sc.training.moe_capacity} if sc.model.moe is not None
-               else {"moe_imbalance": None, "moe_capacity_factor": None}),
+            "moe_imbalance": sc.training.moe_imbalance if sc.model.moe is not None else None,
+            "moe_capacity_factor": sc.training.moe_capacity if sc.model.moe is not None else None,
             "mtp_layers": sc.model.mtp_layers,
             "step_time_s": self.step_time,
             "tokens_per_s": self.tokens_per_s,

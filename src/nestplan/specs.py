@@ -732,11 +732,11 @@ class Parallelism(_CachedHash):
         # only that one when those are all that change (``_DERIVED``)
         for f, cap, what in (("tp", MAX_GPUS, "devices"), ("pp", MAX_GPUS, "devices"),
                              ("dp", MAX_GPUS, "devices"), ("cp", MAX_GPUS, "devices"),
-                             ("ep", MAX_GPUS, "devices"), ("mbs", MAX_TOKENS, "sequences")):
-            if _positive(f, getattr(self, f)) > cap:
-                raise SpecError(f, getattr(self, f), f"at most {cap:,} {what}")
-        if self.etp is not None and _positive("etp", self.etp) > MAX_GPUS:
-            raise SpecError("etp", self.etp, f"at most {MAX_GPUS:,} devices")
+                             ("ep", MAX_GPUS, "devices"), ("etp", MAX_GPUS, "devices"),
+                             ("mbs", MAX_TOKENS, "sequences")):
+            value = getattr(self, f)
+            if value is not None and _positive(f, value) > cap:  # (etp None: follows tp)
+                raise SpecError(f, value, f"at most {cap:,} {what}")
         self._check_staging()
         if isinstance(self.recompute, str):
             object.__setattr__(self, "recompute", (self.recompute,))

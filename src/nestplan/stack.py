@@ -548,7 +548,7 @@ class StackSpec(_CachedHash):
         experts that carry biases, ``biased``, where only TP could split them)."""
         allowed = tuple(sorted({1, tp})) if self.expert_tp_with_ep else (1,) if ep > 1 else (tp,)
         return allowed if self.expert_tp_with_bias or not biased else \
-            tuple(e for e in allowed if e == 1)
+            (1,) if 1 in allowed else ()
 
     def default_etp(self, tp: int, ep: int, biased: bool = False) -> int | None:
         """The expert-TP degree a plan that does not give one has: None (experts follow TP) where

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import json
 
-from ..axes import Axis
+from ..axes import MEGATRON_ORDER
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
                rank_map, uniform_policy)
 
-DEEPSPEED_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
-"""How DeepSpeed numbers ranks: ``PipeModelDataParallelTopology`` lays its axes out as
-``['pipe', 'data', 'model']``, the last fastest (deepspeed/runtime/pipe/topology.py @
-microsoft/DeepSpeed 2eafdd39db): tensor (model) parallel fastest, then data, then pipeline.
+DEEPSPEED_ORDER = MEGATRON_ORDER
+"""How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
+axes out as ``['pipe', 'data', 'model']``, the last fastest (deepspeed/runtime/pipe/topology.py
+@ microsoft/DeepSpeed 2eafdd39db): tensor (model) parallel fastest, then data, then pipeline.
 It has no context axis; the model code's sequence parallel ranks sit beside the tensor ones, as
 in Megatron's order."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from ..axes import MEGATRON_ORDER
+from ..catalog import get_stack
 from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
 from ..evaluate import layer_graph
@@ -165,10 +166,11 @@ def export(pf: PlanFile) -> Export:
     policies = [sc.stack.policy(par.recompute_of(s)) for s in range(par.pp)]
     exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
     notes += sched_notes
-    if m.biased_experts and exported.expert_tp > 1:  # a plan searched for another stack
+    # a plan searched for another stack: Megatron-Core's own rule on biased experts
+    why = get_stack("megatron-core").bias_refusal(exported.expert_tp, m.biased_experts)
+    if why is not None:
         notes.append(f"expert tensor parallelism {exported.expert_tp} cannot be expressed "
-                     "(Megatron-Core runs experts that carry biases at etp = 1 only); exported "
-                     "with expert TP 1")
+                     f"({why[2]}); exported with expert TP 1")
         exported = exported.with_(etp=1)
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",

@@ -211,7 +211,6 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise SpecError("vp", con.vp, f"stack {sc.stack.name} has no interleaved pipeline "
                         "schedule; use vp = 1")
     if m.moe is not None and con.etp is not None:
-        why = None
         if con.ep is not None and (con.ep > 1 or con.tp is not None):  # (with EP, needs no tp)
             why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp, m.biased_experts)
         else:  # the bias rule alone, whatever tp and ep turn out to be

@@ -98,9 +98,11 @@ class _Floor(NamedTuple):
     block: tuple[float, ...]
     """For each count n of blocks, 0 to the model's, the least model states n blocks hold: the
     n lightest blocks'."""
+    heaviest: float
+    """The heaviest block's model states (bytes)."""
     lighter: int
-    """Blocks not of the heaviest kind (a model's dense blocks among its MoE ones): all devices
-    together hold no more of them; each other block holds ``block``'s last step."""
+    """Blocks lighter than the heaviest (a model's dense blocks among its MoE ones): all devices
+    together hold no more of them."""
     held: tuple[tuple[tuple[int, ...], int], ...]
     """The micro-batches each chunk of a device holds at its peak, with how many devices hold
     alike (devices holding alike share every per-device floor)."""
@@ -114,21 +116,20 @@ def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
     w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st)
     if par.zero >= 3:  # the gathered weights of the block in use and the next one
         transient = transient + 2 * M.COMPUTE_BYTES * weights
-    block = _lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st,
-                             sc.model.layers)
-    heaviest = block[-1] - block[-2]
-    lighter = sum(1 for a, b in zip(block, block[1:]) if b - a < heaviest)
-    return _Floor(w + g + o, saved, transient, blocks_held, st, block, lighter, held)
+    return _Floor(w + g + o, saved, transient, blocks_held, st,
+                  *_lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st), held)
 
 
 @cached(maxsize=16384)
-def _lightest_blocks(light, zero: int, dp: int, edp: int, stack: StackSpec,
-                     layers: int) -> tuple[float, ...]:
-    """``_Floor.block`` from the block kinds' (count, dense, expert parameters)."""
+def _lightest_blocks(light, zero: int, dp: int, edp: int,
+                     stack: StackSpec) -> tuple[tuple[float, ...], float, int]:
+    """``_Floor.block``, ``heaviest`` and ``lighter`` from the block kinds' (count, dense,
+    expert parameters), whose counts add up to the model's blocks."""
     per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack)), n) for n, p, e in light)
-    states = [s for s, n in per for _ in range(n)][:layers]
-    states += [per[-1][0]] * (layers - len(states))  # (every block is one of the kinds)
-    return tuple(np.concatenate(([0.0], np.cumsum(states))).tolist())
+    heaviest = per[-1][0]
+    states = [s for s, n in per for _ in range(n)]
+    return (tuple(np.concatenate(([0.0], np.cumsum(states))).tolist()), heaviest,
+            sum(n for s, n in per if s < heaviest))
 
 
 @cached(maxsize=16384)
@@ -223,7 +224,7 @@ def _positions_fit(parts, policies, cap: float, blocks: int, least: int) -> bool
     together hold at most that many more than their counts of the heaviest. The embedding's and
     the head's states are left out (they only add)."""
     states = np.asarray(parts.block[:blocks + 1])
-    heaviest = np.arange(blocks + 1) * (states[-1] - states[-2])
+    heaviest = np.arange(blocks + 1) * parts.heaviest
     rooms = [(_room(parts.stack, float(parts.transient[p]), cap), float(parts.saved[p]))
              for p in policies]
     total = heavy = 0
