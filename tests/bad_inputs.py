@@ -250,6 +250,15 @@ HF_BAD = {
     "yarn-attention-factor-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
                                                      "attention_factor": 0}), "rope_scaling"),
     "yarn-not-a-table": (_hf(rope_scaling=[8.0]), "rope_scaling"),
+    "yarn-beta-fast-negative": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
+                                                  "beta_fast": -1}), "rope_scaling.beta_fast"),
+    "yarn-factor-below-one": (_hf(rope_scaling={"rope_type": "yarn", "factor": 0.5}),
+                              "rope_scaling.factor: got 0.5; must be a number in [1"),
+    "yarn-truncate-word": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8, "truncate": "no"}),
+                           "rope_scaling.truncate: got 'no'; must be true or false"),
+    "yarn-original-context-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
+                                                     "original_max_position_embeddings": 0}),
+                                   "original_max_position_embeddings: got 0"),
     "architectures-number": (_hf(model_type="foo", architectures=3), "architectures"),
     "nested-too-deep": ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "nests too deeply"),
     "number-too-long": ('{"hidden_size": 1' + "0" * 5000 + "}", "too many digits"),
@@ -899,6 +908,19 @@ for name, (extra, needle) in {
                               "qk_rope_head_dim = 32\nv_head_dim = 64\n",
                               "model.qkv_bias: got True; MLA's projections carry no"),
         "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
+        # YaRN's table (kept for the exports)
+        "yarn-key-at-top": ("beta_fast = 32\n", "belongs in the [yarn] table"),
+        "yarn-without-factor": ("[yarn]\nbeta_fast = 32.0\n", "factor"),
+        "yarn-factor-below-one": ("[yarn]\nfactor = 0.5\n",
+                                  "yarn.factor: got 0.5; must be a number in [1, 1e+06]"),
+        "yarn-beta-zero": ("[yarn]\nfactor = 4.0\nbeta_slow = 0\n",
+                           "yarn.beta_slow: got 0.0; must be a number in (0, 1e+06]"),
+        "yarn-round-word": ('[yarn]\nfactor = 4.0\nround_to_int = "no"\n', "round_to_int: got 'no'"),
+        "yarn-original-float": ("[yarn]\nfactor = 4.0\noriginal_max_positions = 4096.5\n",
+                                "original_max_positions: got 4096.5"),
+        "yarn-unknown-key": ("[yarn]\nfactor = 4.0\nalpha = 1\n", "alpha"),
+        "yarn-learned-positions": ('position = "learned"\nmax_positions = 4096\n[yarn]\n'
+                                   "factor = 4.0\n", "model.yarn.factor: got 4.0; extends RoPE"),
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
         "rope-fraction-zero": ("rope_fraction = 0\n", "model.rope_fraction: got 0.0; must be "
                                "a number in (0, 1]"),
@@ -1017,6 +1039,15 @@ case("plan-biased-experts-etp-torchtitan-ep-2", ["plan", "--model", "gpt-oss-120
                                                  *SCENARIO[2:], "--stack", "torchtitan",
                                                  "--etp", "2", "--ep", "2", *PLAN[4:]],
      "etp: got 2; stack torchtitan has no expert tensor parallelism of its own")
+# a user stack with no expert TP of its own and none for biased experts: the plan follows TP
+# (no degree to default to) and is refused by the bias rule, not by a search finding nothing
+NO_EXPERT_TP = 'base = "megatron-core"\nexpert_tp_with_ep = false\nexpert_tp_with_bias = false\n'
+for cmd in ("evaluate", "plan"):
+    case(f"{cmd}-biased-experts-no-expert-tp-stack",
+         [cmd, "--model", "gpt-oss-120b", *SCENARIO[2:], "--stack", "{st}.toml", "--tp", "2",
+          "--ep", "1", "--sp", *PLAN[2:]],
+         "etp: got 2; stack st runs experts that carry biases at etp = 1 only",
+         **{"st.toml": NO_EXPERT_TP})
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

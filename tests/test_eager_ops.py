@@ -122,11 +122,18 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     assert code == 0, err
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
-    assert "YaRN-scaled RoPE (x1.347: --position-embedding-type yarn and its scaling), " \
-           "the clamped GLU at 7 (GPT-OSS: --quick-geglu --glu-linear-offset 1 " \
+    assert "the clamped GLU at 7 (GPT-OSS: --quick-geglu --glu-linear-offset 1 " \
            "--activation-func-clamp-value 7) and local attention on 50% of the layers " in err
     assert "--window-attn-skip-freq" in err and "not exported" in err
-    assert "not exported" in (tmp_path / "run.sh").read_text()
+    script = (tmp_path / "run.sh").read_text()
+    assert "not exported" in script
+    # its YaRN is exported: GptOssConfig's RoPE scaling, unrounded correction range included
+    for flag in ("--position-embedding-type yarn", "--rotary-scaling-factor 32", "--mscale 1",
+                 "--mscale-all-dim 0", "--yarn-original-max-position-embeddings 4096",
+                 "--yarn-beta-fast 32", "--yarn-beta-slow 1",
+                 "--no-yarn-correction-range-round-to-int"):
+        assert flag + " " in script, flag
+    assert "YaRN" not in err
     assert "op fuser" not in err
     # a stack that runs the clamp and the bias fused, as Transformer Engine's op fuser does
     fuser = DATA / "moe_stacks" / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"

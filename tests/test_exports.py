@@ -213,6 +213,54 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     assert oss.add_bias_linear and oss.softmax_type == "learnable"
 
 
+@pytest.mark.frameworks  # (Megatron-Core's YaRN and transformers' on CPU)
+@pytest.mark.parametrize("config, plan", [
+    ("hf/gpt-oss-120b.json", Parallelism(tp=1, pp=1, dp=16, ep=16, sp=False, zero=1, mbs=1)),
+    ("deepseek-v3.json", Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1))])
+def test_megatron_yarn_flags_give_the_configs_frequencies(config, plan, monkeypatch):
+    """The YaRN flags of an export, fed to Megatron-Core's own ``YarnRotaryEmbedding`` (standard
+    attention's, or MLA's over its rotary head dimensions), give the frequencies and the cos/sin
+    scale that transformers computes from the model's config.json: GPT-OSS's unrounded
+    correction range and DeepSeek-V3's mscales included."""
+    import torch
+    from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import (
+        YarnRotaryEmbedding)
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    path = Path(__file__).parent / "data" / config
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", plan.tp * plan.pp * plan.dp,
+                             seq_len=4096, global_batch=1024)
+    flags = _flags(export(planfile.from_dict(planfile.to_dict(evaluate(sc, plan))),
+                          "megatron").text)
+    m = sc.model
+    mla = "multi-latent-attention" in flags
+    assert mla == (m.mla is not None)
+    assert flags["position-embedding-type"] == ["rope" if mla else "yarn"]
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")  # (it moves them to a GPU)
+
+    def given(name, default):
+        return float(flags[name][0]) if name in flags else default
+    ours = YarnRotaryEmbedding(
+        m.mla.qk_rope_head_dim if mla else m.head_dim, rotary_base=m.rope_theta,
+        use_cpu_initialization=True, scaling_factor=given("rotary-scaling-factor", 1.0),
+        original_max_position_embeddings=int(given("yarn-original-max-position-embeddings", 4096)),
+        beta_fast=given("yarn-beta-fast", 32.0), beta_slow=given("yarn-beta-slow", 1.0),
+        mscale=given("mscale", 1.0), mscale_all_dim=given("mscale-all-dim", 0.0),
+        correction_range_round_to_int="no-yarn-correction-range-round-to-int" not in flags)
+    emb, scale = ours.get_emb(2)
+    half = emb.shape[-1] // 2
+    hf = AutoConfig.for_model(**json.loads(path.read_text()))
+    if mla:  # transformers rotates MLA's rope dimensions only
+        hf.head_dim = m.mla.qk_rope_head_dim
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["yarn"](hf, torch.device("cpu"))
+    assert torch.allclose(emb[1].flatten()[:half].float(), inv_freq.float(), rtol=1e-5)
+    assert float(scale) == pytest.approx(factor)
+    if not mla:  # (MLA scales in its own path: its rope_mscale stays 1)
+        assert m.rope_mscale == pytest.approx(factor)
+
+
 def test_megatron_export_names_the_local_attention_it_leaves_out():
     """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
     exported: the export says so and names Megatron-LM's flags for it; a model without local

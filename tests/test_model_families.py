@@ -279,5 +279,7 @@ def test_partial_rotary_embeddings_are_read_and_kept():
     assert model_from_hf_dict(nested).rope_fraction == 1.0
     with pytest.raises(SpecError, match=r"rotary_pct: got 1.5; must be in \(0, 1\]"):
         model_from_hf_dict({**neox, "rotary_pct": 1.5})
+    with pytest.raises(SpecError, match=r"rope_parameters.partial_rotary_factor: got 0; must be in"):
+        model_from_hf_dict({**neox, "rope_parameters": {"partial_rotary_factor": 0}})
     model = model_from_hf_dict(neox)
     assert model_from_table(model_to_table(model)) == model

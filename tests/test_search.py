@@ -683,7 +683,7 @@ def test_experts_with_biases_are_searched_at_expert_tp_1_where_megatron_core_run
     sc = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     etps = {par.expert_tp for par in space.configurations(sc, Constraints(tp=2))}
     assert etps == {1}
-    assert sc.stack.default_etp(2, 4, sc.model.biased_experts) == 1
+    assert sc.stack.default_etp(2, 4, biased=sc.model.biased_experts) == 1
     plain = dataclasses.replace(sc, model=dataclasses.replace(
         sc.model, bias=False, moe=dataclasses.replace(sc.model.moe, expert_bias=False)))
     assert {par.expert_tp for par in space.configurations(plain, Constraints(tp=2))} == {1, 2}

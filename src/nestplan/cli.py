@@ -335,7 +335,7 @@ def _plan(args, sc):
     ep = 1 if args.ep is None else args.ep
     etp = args.etp
     if etp is None and sc.model.moe is not None:
-        etp = sc.stack.default_etp(args.tp, ep, sc.model.biased_experts)
+        etp = sc.stack.default_etp(args.tp, ep, biased=sc.model.biased_experts)
     st = sc.stack
     sp = args.sp
     if sp is None:

@@ -48,13 +48,17 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
     others share one graph)."""
     padded = stack.pads_experts(tr)  # every rank computes the capacity, not the busiest's load
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
-                   tr.precision, stack.attention, tr.attention_span or 0,
-                   stack.fused_norm, stack.fused_gated_mlp, stack.cp_exchange == "allgather",
-                   stack.moe_dispatcher, stack.moe_overlap,
-                   tr.moe_capacity if padded else tr.moe_load,
-                   stack.fp8_tp_gather and tr.precision is Precision.FP8, padded,
-                   frozenset(G.eager_split(model, stack.eager_ops)[0]), stack.loss_saved_bytes,
-                   stack.qkv_views, stack.expert_combine_bytes, stack.scores_in_activation)
+                   tr.precision, stack.attention, span=tr.attention_span or 0,
+                   fused_norm=stack.fused_norm, fused_gated_mlp=stack.fused_gated_mlp,
+                   cp_allgather=stack.cp_exchange == "allgather",
+                   moe_dispatcher=stack.moe_dispatcher, moe_overlap=stack.moe_overlap,
+                   moe_load=tr.moe_capacity if padded else tr.moe_load,
+                   fp8_tp_gather=stack.fp8_tp_gather and tr.precision is Precision.FP8,
+                   moe_padded=padded,
+                   eager_ops=frozenset(G.eager_split(model, stack.eager_ops)[0]),
+                   loss_saved_bytes=stack.loss_saved_bytes, qkv_views=stack.qkv_views,
+                   expert_combine_bytes=stack.expert_combine_bytes,
+                   scores_in_activation=stack.scores_in_activation)
 
 
 def _no_round_off(part: float, whole: float) -> float:
@@ -73,7 +77,7 @@ def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
     """Forward + backward model FLOP of one sequence (full attention, no recomputation; the
     convention does not depend on the kernels)."""
     g = G.build(model, G.Local(1, False, 1, 1, 1, 1, seq_len, G.Precision.BF16,
-                               G.AttentionImpl.FLASH, span))
+                               G.AttentionImpl.FLASH, span=span))
     head = g.head_shared if model.tied_embeddings else g.head
     total = g.embedding.model_flops + head.model_flops
     return total + sum(g.block(i).model_flops for i in range(model.layers))

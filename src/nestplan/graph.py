@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from functools import cached_property
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 
 from .caching import cached
 from .axes import Axis
@@ -211,17 +211,18 @@ class Local:
     seq_len: int
     precision: Precision
     attention: AttentionImpl
+    _: KW_ONLY  # the rest, by the name of the stack field each copies where it copies one
     span: int = 0
     """Tokens a query attends to (packed documents); 0 = the whole sequence."""
     fused_norm: bool = True
     """Norms are fused kernels keeping only their input (the stack's ``fused_norm``)."""
-    fused_mlp: bool = True
+    fused_gated_mlp: bool = True
     """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
     cp_allgather: bool = False
     """Context parallelism all-gathers K/V (the stack's ``cp_exchange``) instead of a ring."""
-    dispatcher: str = "alltoall"
+    moe_dispatcher: str = "alltoall"
     """How MoE tokens reach their experts (the stack's ``moe_dispatcher``)."""
-    ep_overlap: str = "none"
+    moe_overlap: str = "none"
     """What hides the expert-parallel exchange (the stack's ``moe_overlap``)."""
     moe_load: float = 1.0
     """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``); with
@@ -238,10 +239,10 @@ class Local:
     """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
     qkv_views: bool = True
     """q, k and v are views of the fused QKV output (the stack's ``qkv_views``)."""
-    combine_bytes: int = E
+    expert_combine_bytes: int = E
     """Bytes per element of the expert outputs a weighting combine keeps (the stack's
     ``expert_combine_bytes``)."""
-    scores_in_act: bool = True
+    scores_in_activation: bool = True
     """A fused gated activation applies the routing scores (the stack's
     ``scores_in_activation``): the combine keeps nothing."""
 
@@ -417,9 +418,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                 _gemm("kv_up", T, la.kv_lora_rank, x.a * up, saved=E * T * la.kv_lora_rank)]
         # the down and up projections have no biases; the output projection one under bias
         # (MLASelfAttention: bias=False on each but linear_proj, megatron-core 0.16.1)
-        down = h * kv_c + _norm_params(m, la.kv_lora_rank) + (h if m.bias else 0)
-        params += down + la.kv_lora_rank * x.a * up + x.a * d_v * h
-        total += down + la.kv_lora_rank * m.heads * up + m.heads * d_v * h
+        down = h * kv_c + _norm_params(m, la.kv_lora_rank)
+        out_bias = h if m.bias else 0  # (whole on every TP rank, as a row-parallel layer's bias)
+        params += down + out_bias + la.kv_lora_rank * x.a * up + x.a * d_v * h
+        total += down + out_bias + la.kv_lora_rank * m.heads * up + m.heads * d_v * h
         q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
     if "scaled_rope" in x.eager:
@@ -503,7 +505,7 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     width = 2 * ffn_local if m.gated else ffn_local
     act_saved = E * tokens * width  # GeLU keeps its input; gated kinds keep both halves
     rw, bwd_rw = (3.0 if m.gated else 2.0), 4.0
-    if m.gated and not x.loc.fused_mlp:  # silu(a) * b as two kernels: silu's output kept too
+    if m.gated and not x.loc.fused_gated_mlp:  # silu(a) * b as two kernels: silu's output kept too
         act_saved += E * tokens * ffn_local
         rw, bwd_rw = 5.0, 6.0
     halves = (0.5, 0.5) if m.gated else (1.0,)  # eager gated MLPs run w1 and w3 apart
@@ -570,8 +572,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
         # MoE layer: tests/frameworks_saved.py)
-        kept = 0.0 if x.loc.fused_mlp and x.loc.scores_in_act and m.gated \
-            else x.loc.combine_bytes * routed * h
+        kept = 0.0 if x.loc.fused_gated_mlp and x.loc.scores_in_activation and m.gated \
+            else x.loc.expert_combine_bytes * routed * h
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += _dispatch(x, routed, Tn)
@@ -618,15 +620,15 @@ def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:
     and reduce-scatters the outputs; ``flex`` (DeepEP) sends a token once per remote node and
     forwards it inside the node over NVLink."""
     m, loc = x.m, x.loc
-    hide = {"batch": Hide.OTHER_BATCH, "shared": Hide.SHARED}.get(loc.ep_overlap, Hide.NONE)
-    if loc.dispatcher == "allgather":
+    hide = {"batch": Hide.OTHER_BATCH, "shared": Hide.SHARED}.get(loc.moe_overlap, Hide.NONE)
+    if loc.moe_dispatcher == "allgather":
         gathered = E * tokens * m.hidden * loc.ep
         return [Comm("dispatch", Axis.EP, CollKind.ALL_GATHER, gathered, "fwd", hide),
                 Comm("combine", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "fwd", hide),
                 Comm("dispatch_bwd", Axis.EP, CollKind.REDUCE_SCATTER, gathered, "bwd", hide),
                 Comm("combine_bwd", Axis.EP, CollKind.ALL_GATHER, gathered, "bwd", hide)]
     dedup = (m.moe.top_k, m.moe.experts, m.moe.router_groups, m.moe.router_group_top_k) \
-        if loc.dispatcher == "flex" else (0, 0)
+        if loc.moe_dispatcher == "flex" else (0, 0)
     # the busiest rank receives the most (ep > 1); padded, every rank receives its capacity
     nbytes = E * routed * m.hidden * loc.moe_load
     return [Comm(name, Axis.EP, CollKind.ALL_TO_ALL, nbytes, phase, hide, dedup=dedup)

@@ -26,7 +26,6 @@ over the blocks (``ModelSpec.local_share``).
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +33,11 @@ from typing import Any, Callable
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_ROPE_THETA, MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, ROUTER_SCORES, MLASpec,
-                    ModelSpec, MoESpec, finite)
+                    ModelSpec, MoESpec, YarnSpec, finite)
+
+
+SHARE = "share"
+"""``_Config.get``'s kind for a share: a number in (0, 1]."""
 
 
 class _Config:
@@ -55,12 +58,13 @@ class _Config:
             raise SpecError(self.where(key), v, "must be a table" + (" (or null)" if null else ""))
         return _Config(v or {}, self.source, f"{self.prefix}{key}.")
 
-    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: float = 1,
+    def get(self, *keys: str, default: Any = ..., kind: Any = int, minimum: float = 1,
             null: Any = ...) -> Any:
         """The first of ``keys`` present; an int must be >= ``minimum``, a float a finite number
-        >= ``minimum`` (returned as float), a list a flat list of numbers or strings. A null value
-        reads as absent, or as ``null`` where given (transformers keeps an explicit null, which
-        its models read as "none", while an absent key takes the config class's default)."""
+        >= ``minimum`` (returned as float), a ``SHARE`` a number in (0, 1] (returned as float), a
+        list a flat list of numbers or strings. A null value reads as absent, or as ``null`` where
+        given (transformers keeps an explicit null, which its models read as "none", while an
+        absent key takes the config class's default)."""
         for k in keys:
             if null is not ... and k in self.data and self.data[k] is None:
                 return null
@@ -75,6 +79,10 @@ class _Config:
                 elif kind is float:
                     if not (finite(v) and v >= minimum):
                         raise SpecError(where, v, f"must be a number >= {minimum:g}")
+                    return float(v)
+                elif kind is SHARE:
+                    if not (finite(v) and 0 < v <= 1):
+                        raise SpecError(where, v, "must be in (0, 1] (a share)")
                     return float(v)
                 elif kind is bool and not isinstance(v, bool):
                     raise SpecError(where, v, "must be true or false")
@@ -95,10 +103,6 @@ def _act(cfg: _Config, key: str = "hidden_act") -> MLPKind:
     return MLPKind.SWIGLU if act in ("silu", "swish", "swiglu") else MLPKind.GELU
 
 
-MAX_YARN_FACTOR = 1e6
-"""Largest YaRN context extension a config may give (published ones: 4-64)."""
-
-
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "su",
               "mrope")
 """RoPE scalings transformers knows: ``default`` and the keys of ``ROPE_INIT_FUNCTIONS``
@@ -106,16 +110,15 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "pro
 configs still published (``su``, Phi-3's first name for ``longrope``; ``mrope``, Qwen2-VL's,
 which its code runs as ``default``). Only YaRN changes a cost here (``_rope_mscale``)."""
 
+_YARN_KEYS = {"factor": "factor", "original_max_positions": "original_max_position_embeddings",
+              "beta_fast": "beta_fast", "beta_slow": "beta_slow", "mscale": "mscale",
+              "mscale_all_dim": "mscale_all_dim", "round_to_int": "truncate"}
+"""``YarnSpec``'s fields -> the ``rope_scaling`` keys they are read from."""
 
-def _rope_mscale(cfg: _Config) -> float:
-    """The factor YaRN scales RoPE's cos and sin by (``rope_scaling`` with ``rope_type`` or
-    ``type`` = "yarn"; 1 for any other RoPE): ``attention_factor`` when given, else
-    get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are set, else
-    get_mscale(factor), with get_mscale(s, m) = 0.1·m·ln(s) + 1 (1 for s <= 1): HuggingFace's
-    rule (transformers ``_compute_yarn_parameters``), which Megatron-Core's
-    ``_yarn_get_concentration_factor`` (megatron/core/models/common/embeddings/
-    yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) matches but for an explicit
-    ``mscale_all_dim`` of 0. GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
+
+def _rope_scaling(cfg: _Config) -> tuple[_Config, str | None]:
+    """The config's RoPE scaling table and its kind (``rope_type``, or ``type`` in older configs;
+    None when absent)."""
     rs = cfg.table("rope_scaling")
     if not rs.data:  # transformers v5 writes the scaling with the base under rope_parameters
         rs = cfg.table("rope_parameters")
@@ -123,31 +126,67 @@ def _rope_mscale(cfg: _Config) -> float:
     if kind is not None and kind not in ROPE_TYPES:
         key = "rope_type" if "rope_type" in rs.data else "type"  # (the older configs' name)
         raise SpecError(rs.where(key), kind, "allowed: " + ", ".join(ROPE_TYPES))
-    if kind != "yarn":
-        return 1.0
-    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
-    if given is not None:
-        if not MIN_ROPE_MSCALE <= given <= MAX_ROPE_MSCALE:
-            raise SpecError(rs.where("attention_factor"), given,
-                            f"must be in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
-        return given
-    factor = rs.get("factor", kind=float, minimum=0, default=None)
-    if factor is None or not 1 <= factor <= MAX_YARN_FACTOR:
-        raise SpecError(rs.where("factor"), factor, "YaRN needs a context "
-                        f"extension factor in [1, {MAX_YARN_FACTOR:g}]")
+    return rs, kind
 
-    def get_mscale(m: float) -> float:
-        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+def _rope_yarn(cfg: _Config) -> YarnSpec | None:
+    """The config's YaRN (None for any other RoPE), read as transformers reads it
+    (``_compute_yarn_parameters`` and ``standardize_rope_params``, transformers 5.23.0 wheel):
+    betas 32 and 1 when absent or 0; ``mscale`` and ``mscale_all_dim`` count only together (else
+    the attention factor is 0.1·ln(factor) + 1, Megatron's ``--mscale 1 --mscale-all-dim 0``);
+    the pre-trained context from a top-level ``original_max_position_embeddings``, else the
+    table's, else ``max_position_embeddings`` (else unstated: the config class's default, which
+    differs from class to class)."""
+    rs, kind = _rope_scaling(cfg)
+    if kind != "yarn":
+        return None
+    factor = rs.get("factor", kind=float, minimum=0, default=None)
+    if factor is None:
+        raise SpecError(rs.where("factor"), None, "YaRN needs a context extension factor")
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
     all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
-    scale = get_mscale(mscale) / get_mscale(all_dim) if mscale and all_dim else get_mscale(1.0)
-    if not math.isfinite(scale):
-        raise SpecError(cfg.where("rope_scaling"), rs.data, "its factor and mscales give no "
-                        "finite scale of RoPE's cos and sin")
+    both = bool(mscale and all_dim)
+    original = cfg.get("original_max_position_embeddings", default=None)
+    if original is None:
+        original = rs.get("original_max_position_embeddings",
+                          default=cfg.get("max_position_embeddings", default=None))
+    fields = dict(factor=factor, original_max_positions=original or 0,
+                  beta_fast=rs.get("beta_fast", kind=float, minimum=0, default=None) or 32.0,
+                  beta_slow=rs.get("beta_slow", kind=float, minimum=0, default=None) or 1.0,
+                  mscale=mscale if both else 1.0, mscale_all_dim=all_dim if both else 0.0,
+                  round_to_int=rs.get("truncate", kind=bool, default=True))
+    try:
+        return YarnSpec(**fields)
+    except SpecError as e:  # named by the config's key
+        raise SpecError(rs.where(_YARN_KEYS[e.field.removeprefix("yarn.")]), e.value,
+                        e.allowed) from None
+
+
+def _rope_mscale(cfg: _Config) -> float:
+    """The factor YaRN scales RoPE's cos and sin by (1 for any other RoPE): ``attention_factor``
+    when the config gives it, else ``YarnSpec.attention_factor``, Megatron-Core's rule
+    (``_yarn_get_concentration_factor``), which is HuggingFace's (transformers
+    ``_compute_yarn_parameters``) for the mscales ``_rope_yarn`` reads. GPT-OSS: 1.3466;
+    DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
+    yarn = _rope_yarn(cfg)
+    if yarn is None:
+        return 1.0
+    rs = _rope_scaling(cfg)[0]
+    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
+    scale = yarn.attention_factor if given is None else given
+    if not MIN_ROPE_MSCALE <= scale <= MAX_ROPE_MSCALE:
+        key = "rope_scaling" if given is None else "attention_factor"
+        raise SpecError(cfg.where(key) if given is None else rs.where(key),
+                        rs.data if given is None else given,
+                        f"gives a scale of RoPE's cos and sin outside [{MIN_ROPE_MSCALE:g}, "
+                        f"{MAX_ROPE_MSCALE:g}]")
     return scale
 
 
-def _llama_like(cfg: _Config) -> dict:
+def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
+    """The fields every Llama-like family shares. ``qkv_bias``: the family's q, k and v carry
+    biases as it says and no other linear layer does (else ``attention_bias`` biases every
+    projection)."""
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     return dict(
@@ -160,10 +199,12 @@ def _llama_like(cfg: _Config) -> dict:
         vocab=cfg.get("vocab_size"),
         mlp=_act(cfg),
         norm=Norm.RMSNORM,
-        bias=cfg.get("attention_bias", default=False, kind=bool),
+        bias=cfg.get("attention_bias", default=False, kind=bool) if qkv_bias is None else False,
+        **({} if qkv_bias is None else {"qkv_bias": qkv_bias}),
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=_rope_mscale(cfg),
+        yarn=_rope_yarn(cfg),
         rope_theta=_rope_theta(cfg),
     )
 
@@ -188,15 +229,9 @@ def _rope_fraction(cfg: _Config, default: float) -> float:
     (GPT-NeoX) at the top level, or under ``rope_parameters`` where transformers v5 writes it
     (src/transformers/models/glm4_moe/configuration_glm4_moe.py and
     gpt_neox/configuration_gpt_neox.py @ huggingface/transformers v5.23.0)."""
-    inner = cfg.table("rope_parameters").get("partial_rotary_factor", kind=float, minimum=0,
-                                             default=None)
-    keys = ("partial_rotary_factor", "rotary_pct")
-    share = cfg.get(*keys, kind=float, minimum=0, default=default if inner is None else inner)
-    if not 0 < share <= 1:
-        given = next((k for k in keys if cfg.data.get(k) is not None), None)
-        where = cfg.where(given) if given else cfg.where("rope_parameters.partial_rotary_factor")
-        raise SpecError(where, share, "must be in (0, 1] (the share of a head RoPE rotates)")
-    return share
+    inner = cfg.table("rope_parameters").get("partial_rotary_factor", kind=SHARE, default=None)
+    return cfg.get("partial_rotary_factor", "rotary_pct", kind=SHARE,
+                   default=default if inner is None else inner)
 
 
 LAYER_KINDS = ("sliding_attention", "full_attention")
@@ -267,7 +302,7 @@ def _qwen2(cfg: _Config) -> dict:
     # Qwen2 has q/k/v biases in the modelling code, not in config.json, and no other linear
     # layer has one (src/transformers/models/qwen2/modeling_qwen2.py @ huggingface/transformers
     # v5.23.0; the parameter count is checked against that code in tests/test_hf_models.py)
-    kw = {**_llama_like(cfg), "bias": False, "qkv_bias": True}
+    kw = _llama_like(cfg, qkv_bias=True)
     return {**kw, **_qwen_sliding(cfg, kw["layers"])}
 
 
@@ -364,8 +399,7 @@ def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
 def _qwen2_moe(cfg: _Config) -> dict:
     # Qwen2-MoE: q/k/v biases only (``qkv_bias``, true when absent), one shared expert of its
     # own size behind a sigmoid gate (shared_expert_gate in the modelling code)
-    kw = {**_llama_like(cfg), "bias": False,
-          "qkv_bias": cfg.get("qkv_bias", default=True, kind=bool)}
+    kw = _llama_like(cfg, qkv_bias=cfg.get("qkv_bias", default=True, kind=bool))
     kw.update(_qwen_sliding(cfg, kw["layers"]))
     first, step = _moe_pattern(cfg, kw["layers"])
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
@@ -380,8 +414,7 @@ def _qwen2_moe(cfg: _Config) -> dict:
 def _glm4_moe(cfg: _Config) -> dict:
     # GLM-4.5: standard GQA attention whose q, k, v carry biases as attention_bias says (not its
     # output projection), DeepSeek-style routed and shared experts
-    kw = {**_llama_like(cfg), "bias": False,
-          "qkv_bias": cfg.get("attention_bias", default=False, kind=bool)}
+    kw = _llama_like(cfg, qkv_bias=cfg.get("attention_bias", default=False, kind=bool))
     moe_ffn = cfg.get("moe_intermediate_size")
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=moe_ffn,
@@ -403,6 +436,13 @@ def _mtp_layers(cfg: _Config) -> int:
     return cfg.get("num_nextn_predict_layers", default=0, minimum=0)
 
 
+GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": False, "original_max_position_embeddings": 4096}
+"""GPT-OSS's RoPE scaling where its config gives none: GptOssConfig's default
+(src/transformers/models/gpt_oss/configuration_gpt_oss.py @ huggingface/transformers
+828a27fd326e49d4a1c4b08210bfd32c107facc9, unchanged in the 5.23.0 wheel)."""
+
+
 def _gpt_oss(cfg: _Config) -> dict:
     # GPT-OSS: every block MoE; sliding-window attention on the layers layer_types names
     # every linear layer carries a bias (attention_bias: q, k, v and o; the experts'
@@ -412,12 +452,11 @@ def _gpt_oss(cfg: _Config) -> dict:
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
-    # YaRN with a context extension of 32 (src/transformers/models/gpt_oss/configuration_gpt_oss.py
-    # @ huggingface/transformers 828a27fd326e49d4a1c4b08210bfd32c107facc9)
+    # YaRN with a context extension of 32 (``GPT_OSS_YARN``)
     kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), (kw["layers"] + 1) // 2))
     if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
-        kw["rope_mscale"] = _rope_mscale(_Config(
-            {"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}, cfg.source))
+        default = _Config({"rope_scaling": GPT_OSS_YARN}, cfg.source)
+        kw.update(rope_mscale=_rope_mscale(default), yarn=_rope_yarn(default))
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)

@@ -12,7 +12,7 @@ from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec,
-                    MoESpec, finite)
+                    MoESpec, YarnSpec, finite)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -339,7 +339,7 @@ _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "dropout",
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
-                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp"}
+                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -348,7 +348,12 @@ _MOE_TYPES = {"shared_expert_gate": bool, "expert_bias": bool, "router_pre_softm
               "router_expert_bias": bool, "router_score": str, "router_scale": _NUM}
 """Types of the [moe] keys that are not integers."""
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
-_SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS}
+_YARN_KEYS = {"factor", "original_max_positions", "beta_fast", "beta_slow", "mscale",
+              "mscale_all_dim", "round_to_int"}
+_YARN_TYPES = {"original_max_positions": int, "round_to_int": bool}
+"""Types of the [yarn] keys that are not numbers read as floats."""
+_SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS} | {
+    k: "yarn" for k in _YARN_KEYS - _MOE_KEYS - _MLA_KEYS}
 """A key of a model's [moe] or [mla] table -> that table."""
 
 
@@ -361,7 +366,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
     check_keys(table, where, required=_MODEL_REQUIRED, optional=_MODEL_OPTIONAL)
     ints = {k: _typed(table, k, where, int) for k in ("layers", "hidden", "heads", "ffn_hidden", "vocab")}
     heads = ints["heads"]
-    moe = mla = None
+    moe = mla = yarn = None
     if "moe" in table:
         t = table["moe"]
         check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
@@ -370,6 +375,11 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         t = table["mla"]
         check_keys(t, f"{where}.mla", required=_MLA_KEYS, optional=set())
         mla = MLASpec(**{k: _typed(t, k, f"{where}.mla", int) for k in t})
+    if "yarn" in table:
+        t = table["yarn"]
+        check_keys(t, f"{where}.yarn", required={"factor"}, optional=_YARN_KEYS)
+        yarn = YarnSpec(**{k: _typed(t, k, f"{where}.yarn", _YARN_TYPES[k]) if k in _YARN_TYPES
+                           else float(_typed(t, k, f"{where}.yarn", _NUM)) for k in t})
     hidden = ints["hidden"]
     return ModelSpec(
         name=name_of(table, where),
@@ -390,6 +400,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         attention_sinks=_typed(table, "attention_sinks", where, bool, False),
         moe=moe,
         mla=mla,
+        yarn=yarn,
         local_span=_typed(table, "local_span", where, int, 0),
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
@@ -461,6 +472,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["mtp_layers"] = model.mtp_layers
     if model.rope_mscale != 1.0:
         table["rope_mscale"] = model.rope_mscale
+    if model.yarn is not None:
+        table["yarn"] = {f: getattr(model.yarn, f) for f in sorted(_YARN_KEYS)}
     if model.position is Position.ROPE:  # its base, the default 10,000 too
         table["rope_theta"] = model.rope_theta
     if model.rope_fraction != 1.0:

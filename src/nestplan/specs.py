@@ -51,6 +51,9 @@ ROUTER_SCORES = ("softmax", "sigmoid")
 MAX_ROPE_THETA = 1e9
 """Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
 Mixtral); 1e9 leaves room without admitting nonsense."""
+MAX_YARN_FACTOR = 1e6
+"""Largest YaRN context extension (``YarnSpec.factor``) and ramp bound (``beta_fast``,
+``beta_slow``) a model may give (published factors: 4-64; betas 1-32)."""
 MAX_ROUTER_SCALE = 100.0
 """Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_GLU_CLAMP = 1e6
@@ -398,6 +401,60 @@ class MoESpec(_CachedHash):
 
 
 @dataclass(frozen=True, kw_only=True)
+class YarnSpec(_CachedHash):
+    """YaRN's RoPE context extension (Peng et al. 2023), as Megatron-Core's
+    ``YarnRotaryEmbedding`` takes it (megatron/core/models/common/embeddings/
+    yarn_rotary_pos_embedding.py @ NVIDIA/Megatron-LM d98e8a64dd) and a HuggingFace config's
+    ``rope_scaling`` gives it. It costs nothing apart (its cos and sin scale is
+    ``ModelSpec.rope_mscale``); nestplan keeps it so that an export defines the model."""
+
+    factor: float
+    """Context extension (HF ``factor``; Megatron-LM ``--rotary-scaling-factor``)."""
+    original_max_positions: int = 0
+    """Context the model was pre-trained at (HF ``original_max_position_embeddings``; 0 =
+    unstated)."""
+    beta_fast: float = 32.0
+    """Rotations bounding the extrapolated dimensions (HF and Megatron default 32)."""
+    beta_slow: float = 1.0
+    """Rotations bounding the interpolated dimensions (default 1)."""
+    mscale: float = 1.0
+    """Numerator's multiplier of ln(factor) in the attention factor (Megatron ``--mscale``)."""
+    mscale_all_dim: float = 0.0
+    """Denominator's multiplier (``--mscale-all-dim``; 0: the denominator is 1)."""
+    round_to_int: bool = True
+    """The correction range is rounded to whole dimensions (HF ``truncate``, true by default;
+    GPT-OSS: false)."""
+
+    def __post_init__(self):
+        if not (within(self.factor, MAX_YARN_FACTOR) and self.factor >= 1):
+            raise SpecError("yarn.factor", self.factor,
+                            f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)")
+        _positive("yarn.original_max_positions", self.original_max_positions, allow_zero=True)
+        if self.original_max_positions > MAX_TOKENS:
+            raise SpecError("yarn.original_max_positions", self.original_max_positions,
+                            f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
+        for f in ("beta_fast", "beta_slow"):
+            if not (within(getattr(self, f), MAX_YARN_FACTOR) and getattr(self, f) > 0):
+                raise SpecError(f"yarn.{f}", getattr(self, f),
+                                f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
+        for f in ("mscale", "mscale_all_dim"):
+            if not within(getattr(self, f), MAX_ROPE_MSCALE):
+                raise SpecError(f"yarn.{f}", getattr(self, f),
+                                f"must be a number in [0, {MAX_ROPE_MSCALE:g}]")
+        if not isinstance(self.round_to_int, bool):
+            raise SpecError("yarn.round_to_int", self.round_to_int, "must be true or false")
+
+    @property
+    def attention_factor(self) -> float:
+        """The factor it scales RoPE's cos and sin by, as Megatron-Core works it out
+        (``_yarn_get_concentration_factor``): g(mscale) / g(mscale_all_dim), g(m) = 0.1·m·ln(factor)
+        + 1 (1 at factor <= 1)."""
+        def g(m: float) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * m * math.log(self.factor) + 1.0
+        return g(self.mscale) / g(self.mscale_all_dim)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MLASpec(_CachedHash):
     """Multi-head latent attention (DeepSeek-V2/V3)."""
 
@@ -499,6 +556,8 @@ class ModelSpec(_CachedHash):
     with ``rope_type = "yarn"``: 0.1·ln(factor) + 1 unless the config gives ``attention_factor``
     or ``mscale``/``mscale_all_dim``; GPT-OSS: 1.3466); 1 = unscaled. What it costs depends on
     the stack (``StackSpec.eager_ops``: ``scaled_rope``)."""
+    yarn: YarnSpec | None = None
+    """YaRN's context extension of RoPE, where the model has one (DeepSeek-V3, Kimi-K2, GPT-OSS)."""
     rope_theta: float = DEFAULT_ROPE_THETA
     """RoPE's base period (HuggingFace ``rope_theta``, Megatron-LM ``--rotary-base``; Llama 3:
     500,000). It costs nothing; nestplan keeps it so that an export defines the model."""
@@ -558,6 +617,9 @@ class ModelSpec(_CachedHash):
         if self.rope_mscale != 1 and self.mla is not None:
             raise SpecError("model.rope_mscale", self.rope_mscale, "scales standard attention's "
                             "RoPE; MLA applies its YaRN scale in its own path (leave it 1)")
+        if self.yarn is not None and self.position is not Position.ROPE:
+            raise SpecError("model.yarn.factor", self.yarn.factor,
+                            f"extends RoPE; model.position = {self.position.value} is not rope")
         if not (within(self.rope_theta, MAX_ROPE_THETA) and self.rope_theta >= 1):
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"must be a number in [1, {MAX_ROPE_THETA:g}] (RoPE's base period)")
@@ -1021,7 +1083,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("stage_layers", list_text(par.stage_layers),
                         f"must sum to model.layers = {m.layers}")
     if stack:
-        sc.stack.check(par, m.biased_experts)
+        sc.stack.check(par, biased=m.biased_experts)
 
 
 def even_split(layers: int, chunks: int) -> tuple[int, ...]:

@@ -508,7 +508,7 @@ class StackSpec(_CachedHash):
             return "sp", True, f"stack {n} has no sequence parallelism"
         return None
 
-    def unsupported(self, par, biased: bool = False) -> tuple[str, object, str] | None:
+    def unsupported(self, par, *, biased: bool) -> tuple[str, object, str] | None:
         """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
         (field, value, rule), or None when it is; ``biased``: the model's experts carry biases
         (``biased_experts``)."""
@@ -519,7 +519,7 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
-        why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp, biased) \
+        why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp, biased=biased) \
             or self.replicas_refusal(par)
         if why is not None:
             return why
@@ -543,18 +543,19 @@ class StackSpec(_CachedHash):
                 f"stack {n} applies one policy to every stage")
         return None
 
-    def expert_tps(self, tp: int, ep: int, biased: bool = False) -> tuple[int, ...]:
+    def expert_tps(self, tp: int, ep: int, *, biased: bool) -> tuple[int, ...]:
         """The expert-TP degrees it runs with these tensor- and expert-parallel degrees (none:
         experts that carry biases, ``biased``, where only TP could split them)."""
         allowed = tuple(sorted({1, tp})) if self.expert_tp_with_ep else (1,) if ep > 1 else (tp,)
         return allowed if self.expert_tp_with_bias or not biased else \
             (1,) if 1 in allowed else ()
 
-    def default_etp(self, tp: int, ep: int, biased: bool = False) -> int | None:
+    def default_etp(self, tp: int, ep: int, *, biased: bool) -> int | None:
         """The expert-TP degree a plan that does not give one has: None (experts follow TP) where
         the stack allows it, else the one it runs (torchtitan with EP: 1; Megatron-Core with
-        biased experts: 1)."""
-        allowed = self.expert_tps(tp, ep, biased)
+        biased experts: 1). Where it runs none (biased experts, no expert TP of its own, tp > 1)
+        it is None too: the plan follows TP, and ``check`` refuses it by ``bias_refusal``."""
+        allowed = self.expert_tps(tp, ep, biased=biased)
         return None if tp in allowed or not allowed else allowed[0]
 
     def bias_refusal(self, etp: int, biased: bool) -> tuple[str, object, str] | None:
@@ -566,14 +567,14 @@ class StackSpec(_CachedHash):
                                 "ETP==1')")
         return None
 
-    def expert_tp_refusal(self, tp: int, ep: int, etp: int,
-                          biased: bool = False) -> tuple[str, object, str] | None:
+    def expert_tp_refusal(self, tp: int, ep: int, etp: int, *,
+                          biased: bool) -> tuple[str, object, str] | None:
         """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here
         (field, value, rule), or None."""
         why = self.bias_refusal(etp, biased)
         if why is not None:
             return why
-        if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep):
+        if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep, biased=False):
             return None
         return "etp", etp, (f"stack {self.name} has no expert tensor parallelism of its own: "
                             "etp must be " + ("1 with ep > 1" if ep > 1 else
@@ -610,10 +611,10 @@ class StackSpec(_CachedHash):
         with another micro-batch under pipelining (``moe_overlap = "batch"``)."""
         return self.moe_overlap == "batch" and ep > 1 and pp > 1
 
-    def check(self, par, biased: bool = False) -> None:
+    def check(self, par, *, biased: bool) -> None:
         """Raise a SpecError when this stack cannot run ``par`` (``biased``: of a model whose
         experts carry biases)."""
-        why = self.unsupported(par, biased)
+        why = self.unsupported(par, biased=biased)
         if why is not None:
             raise SpecError(*why)
 

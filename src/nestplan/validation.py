@@ -314,7 +314,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
         extra["stage_layers"] = sizes
     ep, etp = row.number("ep", 1), row.number("etp")
     if etp is None:  # as the stack runs experts (torchtitan's with EP: no expert TP)
-        etp = stack.default_etp(tp, ep, model.biased_experts)
+        etp = stack.default_etp(tp, ep, biased=model.biased_experts)
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=(stack.policy(rec).name,),

@@ -126,7 +126,7 @@ def prediction(pf: PlanFile, changed: Parallelism):
     and a remark when that stack itself would not run it (a plan searched for another framework,
     exported as what the format's framework runs)."""
     sc = pf.scenario
-    why = sc.stack.unsupported(changed, sc.model.biased_experts)
+    why = sc.stack.unsupported(changed, biased=sc.model.biased_experts)
     under = "" if why is None else f" (with {sc.stack.name}'s behaviour, although {why[2]})"
     return evaluate(sc, changed, stack_offers=False), under
 
@@ -206,7 +206,7 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
         return (f"stack {target.name} offers no policy like '{exported.recompute_text}' (it "
                 "offers " + ", ".join(p.name for p in target.recompute) + ")")
     plan = replace(exported, recompute=tuple(p.name for p in mapped))
-    why = target.unsupported(plan, sc.model.biased_experts)
+    why = target.unsupported(plan, biased=sc.model.biased_experts)
     if why is not None:
         return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})"
     ev = evaluate(replace(sc, stack=target), plan)

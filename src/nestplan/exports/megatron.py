@@ -39,6 +39,48 @@ def _layout(sizes: list[int], mtp: int = 0) -> str:
     return "|".join(chunks)
 
 
+MLA_YARN_DEFAULTS = {"original context": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+"""What MLA's YaRN runs with where Megatron-LM has no flag: MLATransformerConfig's
+``original_max_position_embeddings``, ``beta_fast`` and ``beta_slow``
+(megatron/core/transformer/transformer_config.py @ NVIDIA/Megatron-LM d98e8a64dd; the
+``--yarn-*`` flags fill only standard attention's, megatron/training/argument_utils.py
+``_apply_yarn_config_from_args``)."""
+
+
+def _yarn_args(m, notes: list[str]) -> list[str]:
+    """The flags of ``m``'s YaRN (``ModelSpec.yarn``), with notes for what they cannot say.
+    MLA reads ``--rotary-scaling-factor``, ``--mscale`` and ``--mscale-all-dim`` into its own
+    config, whose RoPE is YaRN by default; standard attention takes ``--position-embedding-type
+    yarn`` (set by the caller) and the ``--yarn-*`` flags too (arguments.py @ d98e8a64dd)."""
+    y = m.yarn
+    args = [f"--rotary-scaling-factor {y.factor:g}", f"--mscale {y.mscale:g}",
+            f"--mscale-all-dim {y.mscale_all_dim:g}"]
+    if m.mla is not None:
+        have = {"original context": y.original_max_positions or 4096, "beta_fast": y.beta_fast,
+                "beta_slow": y.beta_slow}
+        off = [f"{k} {have[k]:g} (Megatron-Core: {v:g})" for k, v in MLA_YARN_DEFAULTS.items()
+               if have[k] != v]
+        if not y.round_to_int:
+            off.append("an unrounded correction range (Megatron-Core rounds it)")
+        if off:
+            notes.append("MLA's YaRN has no Megatron-LM flag for " + ", ".join(off)
+                         + ": set MLATransformerConfig's fields as the model's config gives them")
+    else:
+        if y.original_max_positions:
+            args.append(f"--yarn-original-max-position-embeddings {y.original_max_positions}")
+        args += [f"--yarn-beta-fast {y.beta_fast:g}", f"--yarn-beta-slow {y.beta_slow:g}"]
+        if not y.round_to_int:
+            args.append("--no-yarn-correction-range-round-to-int")
+        if abs(m.rope_mscale - y.attention_factor) > 1e-9 * m.rope_mscale:
+            notes.append(f"YaRN's attention factor {m.rope_mscale:.4g} (the config's "
+                         "attention_factor) has no Megatron-LM flag; --mscale and "
+                         f"--mscale-all-dim give {y.attention_factor:.4g}")
+    if not y.original_max_positions:
+        notes.append("YaRN's pre-trained context is not stated by the model; Megatron-Core "
+                     "takes 4096")
+    return args
+
+
 def _router_args(moe) -> list[str]:
     """The router as Megatron-Core's flags name it (the models' own Megatron-LM configurations:
     examples/post_training/modelopt/conf/*/*.sh @ NVIDIA/Megatron-LM d98e8a64dd). A top-1
@@ -286,8 +328,9 @@ def export(pf: PlanFile) -> Export:
         args.append("--softmax-type learnable")
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
-    args.append("--position-embedding-type " + ("rope" if m.position is Position.ROPE else
-                                                "learned_absolute"))
+    standard_yarn = m.yarn is not None and m.mla is None
+    args.append("--position-embedding-type " + (
+        ("yarn" if standard_yarn else "rope") if m.position is Position.ROPE else "learned_absolute"))
     if m.rope_fraction != 1:  # (a fraction, despite its name: arguments.py @ d98e8a64dd)
         args.append(f"--rotary-percent {m.rope_fraction:g}")
     if m.position is Position.ROPE and m.rope_theta != DEFAULT_ROPE_THETA:  # Megatron's default
@@ -295,11 +338,13 @@ def export(pf: PlanFile) -> Export:
         if m.rope_theta != round(m.rope_theta):
             notes.append(f"RoPE base {m.rope_theta:g} exported as {round(m.rope_theta)}: "
                          "Megatron-LM's --rotary-base takes an integer")
+    if m.yarn is not None:
+        args += _yarn_args(m, notes)
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
-    unexported = ([f"YaRN-scaled RoPE (x{m.rope_mscale:.4g}: --position-embedding-type yarn "
-                   "and its scaling)"] if m.rope_mscale != 1 else []) \
+    unexported = ([f"RoPE scaled by x{m.rope_mscale:.4g}"] if m.rope_mscale != 1 and m.yarn is None
+                  else []) \
         + ([f"the clamped GLU at {m.glu_clamp:g} (GPT-OSS: --quick-geglu --glu-linear-offset 1 "
             f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else []) \
         + ([f"local attention on {m.local_share:.0%} of the layers (Llama 4's chunks, or "

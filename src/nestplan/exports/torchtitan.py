@@ -60,7 +60,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
                      "ZeRO-2 (fsdp_reshard_after_forward = never)")
         zero = 2
-    runs = titan.expert_tps(par.tp, par.ep, m.biased_experts)
+    runs = titan.expert_tps(par.tp, par.ep, biased=m.biased_experts)
     if m.moe is not None and etp not in runs:
         notes.append(f"expert tensor parallelism {etp} cannot be expressed (torchtitan's "
                      "experts have no TP of their own: sharded over EP with it, over TP "

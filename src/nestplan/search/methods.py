@@ -184,7 +184,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
         etp = con.etp
         if etp is None and m.moe is not None:
-            etp = sc.stack.default_etp(tp, ep, m.biased_experts)
+            etp = sc.stack.default_etp(tp, ep, biased=m.biased_experts)
         par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                           vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
                           sp=sp,
