@@ -1048,6 +1048,16 @@ for cmd in ("evaluate", "plan"):
           "--ep", "1", "--sp", *PLAN[2:]],
          "etp: got 2; stack st runs experts that carry biases at etp = 1 only",
          **{"st.toml": NO_EXPERT_TP})
+# evaluate --plan P --save P had replaced the plan it read, without a word (a user trial)
+case("evaluate-save-over-the-plan-read", ["evaluate", "--plan", "{p}.json", "--save", "{p}.json"],
+     "--save: got", **{"p.json": json.dumps})
+# a near miss of a catalog name is named (a user trial): "did you mean"
+case("model-name-near-miss", ["evaluate", "--model", "llama3-70", *SCENARIO[2:], *PLAN],
+     "model: got 'llama3-70'; unknown model (did you mean 'llama3-70b'?); catalog names")
+case("stack-name-near-miss", [*EVAL, "--stack", "torchtitn"],
+     "unknown stack (did you mean 'torchtitan'?)")
+case("cluster-name-near-miss", ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-nd",
+                                "--gpus", "8", *PLAN], "unknown cluster (did you mean 'dgx-h100-ndr'?)")
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

@@ -24,6 +24,7 @@ from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
 from nestplan.exports import export, uniform_policy
 from nestplan.placement import expert_grid, rank_grid
 from nestplan.options import Precision
+from nestplan.units import GiB
 from nestplan.specs import Parallelism
 
 N, S, F = "none", "selective", "full"
@@ -1043,9 +1044,22 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     own = evaluate(replace(sc, stack=titan), replace(exp.plan, recompute=(mapped.name,)))
     note = next(n for n in exp.notes if "searched for stack megatron-core" in n)
     assert f"as stack torchtitan runs it (recompute selective): step {own.step_time:.3f} s" in note
-    assert own.step_time != evaluate(sc, exp.plan, stack_offers=False).step_time
-    note = next(n for n in export(pf, "deepspeed").notes if "searched for stack" in n)
+    mine = evaluate(sc, exp.plan, stack_offers=False)
+    assert own.step_time != mine.step_time
+    # the file says it too, and heads with torchtitan's prediction, then the plan's stack's
+    head = [line for line in exp.text.splitlines() if line.startswith("# predicted")]
+    assert head == [
+        f"# predicted as stack torchtitan runs it: step {own.step_time:.3f} s, "
+        f"{own.tokens_per_s:,.0f} tokens/s, MFU {own.mfu:.1%}, peak memory "
+        f"{own.peak_memory / GiB:.1f} GiB ({'fits' if own.fits else 'does NOT fit'})",
+        f"# predicted with stack megatron-core's behaviour: step {mine.step_time:.3f} s, "
+        f"{mine.tokens_per_s:,.0f} tokens/s, MFU {mine.mfu:.1%}, peak memory "
+        f"{mine.peak_memory / GiB:.1f} GiB ({'fits' if mine.fits else 'does NOT fit'})"]
+    assert f"# note: {note}" in exp.text
+    ds = export(pf, "deepspeed")
+    note = next(n for n in ds.notes if "searched for stack" in n)
     assert "stack deepspeed would not run it (tp: stack deepspeed has no tensor parallelism" in note
+    assert note in ds.extras[".notes.txt"]
 
 
 

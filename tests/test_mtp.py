@@ -134,6 +134,11 @@ def test_the_flag_sets_the_depths_and_stacks_without_them_refuse():
     code0, out0, err0 = cli(*base, "--mtp-layers", "0")
     assert code == 0 and code0 == 0, err + err0
     assert json.loads(out)["step_time_s"] > json.loads(out0)["step_time_s"]
+    # the text names the depth where it runs: with the head, on the last stage
+    text = cli(*base[:-1])[1].splitlines()
+    assert [line.split()[0] for line in text if "+1 MTP depth" in line] == ["15"]
+    assert "MTP" not in " ".join(line for line in cli(*base[:-1], "--mtp-layers", "0")[1].splitlines()
+                                 if "blocks" in line)
     for bad in ("-1", "99"):
         code, out, err = cli(*base, "--mtp-layers", bad)
         assert one_line_error(code, out, err, "mtp-layers"), err

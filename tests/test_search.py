@@ -301,9 +301,12 @@ def test_compare_json(capsys):
     # each method's plan as evaluate reproduces it: its expert TP and its split with the rest
     for name, row in methods_run.items():
         flags = ["--tp", row["tp"], "--pp", row["pp"], "--dp", row["dp"], "--cp", row["cp"],
-                 "--vp", row["vp"], "--schedule", row["schedule"], "--zero", row["zero"],
+                 "--vp", row["vp"], "--zero", row["zero"],
                  "--recompute", row["recompute"], "--mbs", row["mbs"],
                  "--rank-order", row["rank_order"], "--sp" if row["sp"] else "--no-sp"]
+        assert (row["schedule"] is None) == (row["pp"] == 1)  # (no pipeline, no schedule)
+        if row["schedule"] is not None:
+            flags += ["--schedule", row["schedule"]]
         if row["stage_layers"] is not None:
             flags += ["--stage-layers", ",".join(map(str, row["stage_layers"]))]
         assert row["etp"] is None  # a dense model

@@ -833,7 +833,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "save", None) is not None:  # refused before the work, not after it
             from .loaders import writable
 
-            writable(args.save, "--save", "plan JSON")
+            plan = getattr(args, "plan", None)
+            writable(args.save, "--save", "plan JSON", reads=(plan,) if plan else (),
+                     what=THE_PLAN)
         code = args.func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
         return code

@@ -66,7 +66,7 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
 
 COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "etp", "stage_layers", "search_seconds")
 _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
-                     "schedule": ((str,), "a string"),
+                     "schedule": ((str, type(None)), "a string or null (no pipeline)"),
                      "recompute": ((str, list), "a policy or a list of policies"),
                      "fits": ((bool,), "true or false"), "sp": ((bool,), "true or false"),
                      "etp": ((int, type(None)), "a whole number >= 1 or null (no experts)"),
@@ -142,7 +142,7 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
         kw["recompute"] = parse_names(f"{where}.recompute", rec)
     if "rank_order" in table:
         kw["rank_order"] = parse_order(str(table["rank_order"]))
-    if "schedule" in table:
+    if table.get("schedule") is not None:  # (null: no pipeline)
         from .schedule import SCHEDULES
 
         if not isinstance(table["schedule"], str) or table["schedule"] not in SCHEDULES:

@@ -875,9 +875,11 @@ class Parallelism(_CachedHash):
     def to_dict(self) -> dict:
         """The plan as plan files and JSON output write it (the one serialisation; plan files
         read it back with ``planfile``): every degree, the schedule's name, one recompute policy
-        per stage, the rank order as ``tp-cp-dp-pp`` and the blocks per chunk (None: even)."""
+        per stage, the rank order as ``tp-cp-dp-pp`` and the blocks per chunk (None: even; the
+        schedule None without a pipeline)."""
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-                "etp": self.expert_tp, "vp": self.vp, "schedule": self.pipeline.name,
+                "etp": self.expert_tp, "vp": self.vp,
+                "schedule": self.pipeline.name if self.pp > 1 else None,
                 "sp": self.sp, "zero": self.zero,
                 "recompute": [self.recompute_of(s) for s in range(self.pp)], "mbs": self.mbs,
                 "rank_order": "-".join(a.value for a in self.rank_order),

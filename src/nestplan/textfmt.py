@@ -95,7 +95,9 @@ def evaluation(ev: Evaluation) -> str:
         out += ["", "stages:"]
         for s in ev.stages:
             blocks = ", ".join(block_range(a, b) for a, b in s.blocks)
-            extra = (" +embedding" if s.has_embedding else "") + (" +head" if s.has_head else "")
+            mtp = ev.scenario.model.mtp_layers
+            extra = (" +embedding" if s.has_embedding else "") + (" +head" if s.has_head else "") \
+                + (f" +{mtp} MTP depth{'s' if mtp > 1 else ''}" if s.has_head and mtp else "")
             out.append(f"  {s.index:3d}  blocks {blocks}{extra}  {fmt_time(s.time_per_microbatch)}"
                        f"/micro-batch  {s.memory.total / GiB:6.1f} GiB  recompute {s.recompute}")
     return "\n".join(out)

@@ -10,6 +10,8 @@ Names are lowercase with dashes (``h100-sxm-80gb``, ``dgx-h100-ndr``, ``llama3-7
 
 from __future__ import annotations
 
+import difflib
+
 from functools import wraps
 from importlib import resources
 from pathlib import Path
@@ -133,8 +135,10 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 
     names = list_names(kind)  # (a name is looked up among them: no file system asked about it)
     if name not in names:
-        raise SpecError(field, name, f"unknown {kind[:-1]}; catalog names: {', '.join(names)} "
-                        "(or give a path to a file)")
+        close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.75)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise SpecError(field, name, f"unknown {kind[:-1]}{hint}; catalog names: "
+                        f"{', '.join(names)} (or give a path to a file)")
     with resources.as_file(_folder(kind).joinpath(f"{name}.toml")) as path:
         return read_toml(path)
 

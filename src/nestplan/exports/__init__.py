@@ -131,20 +131,51 @@ def prediction(pf: PlanFile, changed: Parallelism):
     return evaluate(sc, changed, stack_offers=False), under
 
 
-def predicted_line(ev) -> str:
-    """An export's header line with the prediction of the plan it exports (an Evaluation)."""
-    return (f"# predicted: step {ev.step_time:.3f} s, {ev.tokens_per_s:,.0f} tokens/s, "
-            f"MFU {ev.mfu:.1%}, peak memory {ev.peak_memory / GiB:.1f} GiB")
+def _predicted_line(ev, how: str = "") -> str:
+    """A header line with a prediction (an Evaluation), ``how`` it was made."""
+    return (f"# predicted{' ' + how if how else ''}: step {ev.step_time:.3f} s, "
+            f"{ev.tokens_per_s:,.0f} tokens/s, MFU {ev.mfu:.1%}, peak memory "
+            f"{ev.peak_memory / GiB:.1f} GiB ({'fits' if ev.fits else 'does NOT fit'})")
 
 
-def predicted_note(pf: PlanFile, changed: Parallelism) -> str:
-    """What nestplan predicts for the plan actually exported (``prediction``)."""
+def predicted_lines(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
+    """An export's header lines with nestplan's prediction of the plan it exports: with the plan's
+    stack, and first, for a plan searched for another stack, as the format's own stack runs it
+    (where that stack runs it: ``own_prediction``)."""
+    ev, _ = prediction(pf, exported)
+    stack = pf.scenario.stack
+    if stack.export_format == fmt:
+        return [_predicted_line(ev)]
+    mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour")
+    _, own = own_prediction(pf, exported, fmt)
+    return [mine] if own is None else [
+        _predicted_line(own, f"as stack {FORMAT_STACKS[fmt]} runs it"), mine]
+
+
+def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str) -> str:
+    """What nestplan predicts for the plan actually exported (``prediction``), with whose
+    behaviour where the plan was searched for another format's stack."""
     before = evaluate(pf.scenario, pf.plan)
     after, under = prediction(pf, changed)
+    if not under and pf.scenario.stack.export_format != fmt:
+        under = f" (with {pf.scenario.stack.name}'s behaviour)"
     now, was = f"{after.step_time:.3f}", f"{before.step_time:.3f}"
     step = f"unchanged at {now} s{under}" if now == was else f"{now} s{under} instead of {was} s"
     return (f"exported plan: predicted step {step}, peak memory "
             f"{after.peak_memory / GiB:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
+
+
+def stack_notes(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
+    """For a plan searched for another format's stack: a note that says so, with the exported
+    plan as the format's own stack runs it (``own_prediction``)."""
+    stack = pf.scenario.stack
+    if stack.export_format == fmt:
+        return []
+    runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
+    return [f"the plan was searched for stack {stack.name} ({runs}), not for {fmt}; its "
+            f"prediction assumes {stack.name}'s behaviour; "
+            f"{own_prediction(pf, exported, fmt)[0]} (plan again with --stack "
+            f"{FORMAT_STACKS[fmt]} for a {fmt} plan)"]
 
 
 def mtp_note(pf: PlanFile) -> str:
@@ -175,24 +206,17 @@ def export(pf: PlanFile, fmt: str) -> Export:
         from .deepspeed import export as run
     else:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
-    out = run(pf)
-    stack = pf.scenario.stack
-    if stack.export_format != fmt:
-        runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
-        out.notes.append(f"the plan was searched for stack {stack.name} ({runs}), not for "
-                         f"{fmt}; its prediction assumes {stack.name}'s behaviour; "
-                         f"{own_prediction(pf, out.plan or pf.plan, fmt)} (plan again with "
-                         f"--stack {FORMAT_STACKS[fmt]} for a {fmt} plan)")
-    return out
+    return run(pf)
 
 
 FORMAT_STACKS = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 """The catalog stack that runs each format's framework as it ships."""
 
 
-def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
+def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[str, object]:
     """What nestplan predicts for the exported plan as the format's own stack runs it (each
-    recompute policy as that stack's closest one), or why that stack cannot run it."""
+    recompute policy as that stack's closest one), or why that stack cannot run it; with the
+    Evaluation (None when it cannot)."""
     from ..catalog import get_stack
     from ..recompute import closest
 
@@ -200,16 +224,16 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> str:
     target = get_stack(FORMAT_STACKS[fmt])
     axis = target.missing_axis(exported)
     if axis is not None:
-        return f"nestplan's stack {target.name} would not run it ({axis[0]}: {axis[2]})"
+        return f"nestplan's stack {target.name} would not run it ({axis[0]}: {axis[2]})", None
     mapped = [closest(sc.stack.policy(r), target.recompute) for r in exported.recompute]
     if None in mapped:
         return (f"stack {target.name} offers no policy like '{exported.recompute_text}' (it "
-                "offers " + ", ".join(p.name for p in target.recompute) + ")")
+                "offers " + ", ".join(p.name for p in target.recompute) + ")"), None
     plan = replace(exported, recompute=tuple(p.name for p in mapped))
     why = target.unsupported(plan, biased=sc.model.biased_experts)
     if why is not None:
-        return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})"
+        return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})", None
     ev = evaluate(replace(sc, stack=target), plan)
     return (f"as stack {target.name} runs it (recompute {plan.recompute_text}): step "
             f"{ev.step_time:.3f} s, peak memory {ev.peak_memory / GiB:.1f} GiB "
-            f"({'fits' if ev.fits else 'does NOT fit'})")
+            f"({'fits' if ev.fits else 'does NOT fit'})"), ev

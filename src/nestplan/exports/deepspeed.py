@@ -19,7 +19,7 @@ from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
-               rank_map, uniform_policy)
+               rank_map, stack_notes, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
 """How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
@@ -107,7 +107,8 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
                      "pipeline): start each process with RANK from the rank map (.ranks.csv) so "
                      "that DeepSpeed rank r runs on the device the plan chose")
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
-        notes.append(predicted_note(pf, exported))
+        notes.append(predicted_note(pf, exported, "deepspeed"))
+    notes += stack_notes(pf, exported, "deepspeed")
     return cfg, notes, exported
 
 

@@ -22,8 +22,8 @@ from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
-from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_line, predicted_note,
-               prediction, rank_map)
+from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_lines, predicted_note,
+               rank_map, stack_notes)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -394,11 +394,11 @@ def export(pf: PlanFile) -> Export:
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
     if sched_notes or any(approximated for _, _, approximated in by_policy.values()) \
             or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(pf, exported))
-    ev, _ = prediction(pf, exported)
+        notes.append(predicted_note(pf, exported, "megatron"))
+    notes += stack_notes(pf, exported, "megatron")
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
-            predicted_line(ev),
+            *predicted_lines(pf, exported, "megatron"),
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]

@@ -24,7 +24,7 @@ from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import blocks_per_chunk, list_text
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
-               predicted_line, predicted_note, prediction, rank_map, uniform_policy)
+               predicted_lines, predicted_note, rank_map, stack_notes, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -146,18 +146,18 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      f"model_registry), or the run trains without them ({mtp_note(pf)})")
     notes += capacity_notes(pf, "torchtitan")
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(pf, exported))
+        notes.append(predicted_note(pf, exported, "torchtitan"))
+    notes += stack_notes(pf, exported, "torchtitan")
     return groups, notes, exported
 
 
 def export(pf: PlanFile) -> Export:
     sc = pf.scenario
     groups, notes, exported = arguments(pf)
-    ev, _ = prediction(pf, exported)
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
              "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
-             predicted_line(ev)]
+             *predicted_lines(pf, exported, "torchtitan")]
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}

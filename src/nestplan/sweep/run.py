@@ -65,8 +65,6 @@ def run_task(scenario, method: str, constraints) -> dict:
     row = {k: js[k] for k in _METRICS}
     if scenario.model.moe is None:
         row["etp"] = None  # no experts: no expert-TP degree
-    if js["pp"] == 1:
-        row["schedule"] = None  # no pipeline: no schedule
     from ..specs import blocks_per_chunk, list_text
 
     plan = res.best.plan
