@@ -354,6 +354,17 @@ CLUSTER_BAD = {
     "not-toml": ("name = \n", "TOML"),
     "empty": ("", "accelerator"),
     "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
+    # hosts smaller than the innermost level (a GB200 NVL72 rack's trays) must tile it
+    "host-not-dividing": (_cluster_with('accelerator = "h100-sxm-80gb"\n',
+                                        'accelerator = "h100-sxm-80gb"\ndevices_per_host = 3\n'),
+                          "devices_per_host: got 3; must divide the innermost level's size "
+                          "(node: 8)"),
+    "host-zero": (_cluster_with('accelerator = "h100-sxm-80gb"\n',
+                                'accelerator = "h100-sxm-80gb"\ndevices_per_host = 0\n'),
+                  "devices_per_host: got 0"),
+    "host-word": (_cluster_with('accelerator = "h100-sxm-80gb"\n',
+                                'accelerator = "h100-sxm-80gb"\ndevices_per_host = "4"\n'),
+                  "devices_per_host: got '4'"),
     "no-accelerator": (CLUSTER.replace('accelerator = "h100-sxm-80gb"\n', ""), "accelerator"),
     "unknown-accelerator": (_cluster_with("h100-sxm-80gb", "h900"), "accelerator"),
     "accelerator-number": (_cluster_with('"h100-sxm-80gb"', "7"), "accelerator"),
@@ -1058,6 +1069,10 @@ case("stack-name-near-miss", [*EVAL, "--stack", "torchtitn"],
      "unknown stack (did you mean 'torchtitan'?)")
 case("cluster-name-near-miss", ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-nd",
                                 "--gpus", "8", *PLAN], "unknown cluster (did you mean 'dgx-h100-ndr'?)")
+# a flag before the subcommand is the top level's: its help, not the subcommand's
+case("flag-before-subcommand", ["--turbo", *EVAL], "unrecognized arguments: --turbo (see nestplan --help)")
+case("flag-after-subcommand", [*EVAL, "--turbo"],
+     "unrecognized arguments: --turbo (see nestplan evaluate --help)")
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

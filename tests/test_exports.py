@@ -1074,3 +1074,21 @@ def test_the_own_stack_prediction_is_of_the_plan_actually_exported():
     core = evaluate(replace(sc, stack=get_stack("megatron-core")), exp.plan)
     note = next(n for n in exp.notes if "searched for stack torchtitan" in n)
     assert f"as stack megatron-core runs it (recompute none): step {core.step_time:.3f} s" in note
+
+
+def test_rank_maps_number_local_ranks_per_host_on_nvl72_racks():
+    """A GB200 NVL72 rack's NVLink domain spans 4-GPU compute trays, each a host: the rank map
+    gives each rank its tray and a LOCAL_RANK of 0-3, as torchrun numbers them (it had given the
+    64-GPU domain's 0-63); a DGX node is one host."""
+    from nestplan.axes import parse_order
+
+    par = Parallelism(tp=4, pp=2, dp=16, sp=True, zero=1, mbs=1,
+                      rank_order=parse_order("tp-pp-dp-cp"))
+    for cluster, host in (("gb200-nvl72-ndr", 4), ("dgx-b200-ndr", 8)):
+        sc = scenario_from_names("llama3-70b", cluster, 128, seq_len=4096, global_batch=128)
+        assert sc.cluster.host_size == host
+        csv = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
+                     "megatron").extras[".ranks.csv"]
+        rows = [tuple(map(int, line.split(","))) for line in csv.splitlines()[1:]]
+        assert sorted(d for _, d, _, _ in rows) == list(range(128))
+        assert all((node, local) == divmod(dev, host) for _, dev, node, local in rows)

@@ -101,6 +101,33 @@ def test_compare_saves_methods_and_report_shows_them(tmp_path, capsys):
     assert len(bars) == len(rows)
     chosen = [r for r in bars if r.get("fill") == colour(0)]
     assert len(chosen) == 1 and chosen[0].find(f"{SVG_NS}title").text.startswith(pf.method)
+    # every method's whole plan: a user trial found recompute, sp and the split left out
+    table = out.read_text().split("<h2>Methods compared</h2>")[1]
+    for r in rows:
+        cell = f"recompute={r['recompute']}"
+        assert cell in table and f"sp={'on' if r['sp'] else 'off'}" in table
+        assert (f"schedule={r['schedule']}" in table) == (r["schedule"] is not None)
+
+
+def test_an_moe_report_names_its_experts_and_workload(tmp_path):
+    """The experts as the plan lays them out, the stack's dispatcher and overlap, the workload's
+    imbalance, capacity and MTP depths (a user trial found none of them in the report)."""
+    path = tmp_path / "moe.json"
+    assert main(["evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus",
+                 "256", "--tp", "1", "--pp", "8", "--ep", "32", "--recompute", "full", "--mbs",
+                 "1", "--global-batch", "256", "--seq-len", "4096", "--moe-imbalance", "1.5",
+                 "--moe-capacity-factor", "2", "--save", str(path)]) == 0
+    pf = planfile.load(path)
+    html = render(pf, evaluate(pf.scenario, pf.plan))
+    experts = re.sub(r"<[^>]+>", "|", html.split("<h2>Experts</h2>")[1].split("<h2>")[0])
+    for words in ("256 routed, 1 shared, top-8", "58 of 61 (+1 MTP depth)",
+                  "8 (ep = 32, expert TP 1)", "alltoall", "1.5x the mean", "|2|"):
+        assert words in experts, words
+    assert "MoE imbalance 1.5 · capacity factor 2 · 1 MTP depth" in html
+    assert "60 +head +1 MTP" in html  # (the last stage's row)
+    dense = _plan(tmp_path, name="dense.json")[0]
+    pf = planfile.load(dense)
+    assert "<h2>Experts</h2>" not in render(pf, evaluate(pf.scenario, pf.plan))
 
 
 def test_report_bad_input_exits_2(tmp_path, capsys):

@@ -114,6 +114,10 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
             methods.run_method(method, sc, con, top=1)
         said = str(e.value)
         assert "the closest plan (tp=8 pp=1 dp=1" in said and "try more GPUs" in said, said
+        for hint in ("a longer pipeline (drop --pp)", "ZeRO-3 (drop --zero)",
+                     "full recomputation (drop --recompute)", "a smaller micro-batch (drop --mbs)",
+                     "more tensor parallelism (drop --tp)"):  # each names the flag that fixed it
+            assert hint in said, (hint, said)
         short = float(said.split("short by ")[1].split(" GiB")[0])
         assert short == pytest.approx(gap, abs=0.05), method
         # the peak it states is evaluate's for those flags

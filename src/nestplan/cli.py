@@ -815,8 +815,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # named by the subcommand's parser, whose help lists what it takes
-        parser.commands[args.command].error("unrecognized arguments: " + " ".join(extra))
+    if extra:  # named by the subcommand's parser, whose help lists what it takes (by the
+        # top-level one for a flag before the subcommand, which the subcommand never saw)
+        given = list(sys.argv[1:] if argv is None else argv)
+        before = extra[0] in given and args.command in given \
+            and given.index(extra[0]) < given.index(args.command)
+        (parser if before else parser.commands[args.command]).error(
+            "unrecognized arguments: " + " ".join(extra))
 
     def note(message, category, *rest, **kw):
         if issubclass(category, Note):  # printed once the command has run (errors.flush_notes)

@@ -309,7 +309,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     if not table:
         raise SpecError(where, "an empty file", "a cluster file needs name, accelerator and "
                         "[[levels]] (see src/nestplan/catalog/clusters/*.toml)")
-    check_keys(table, where, required={"name", "accelerator", "levels"}, optional={"description"})
+    check_keys(table, where, required={"name", "accelerator", "levels"},
+               optional={"description", "devices_per_host"})
     acc = table["accelerator"]
     if isinstance(acc, str):
         accel = get_accelerator(acc)
@@ -326,7 +327,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     _typed(table, "description", where, str)
     try:
         built = tuple(level_from_table(t, _level_where(t, i, where)) for i, t in enumerate(levels))
-        return ClusterSpec(name=name_of(table, where), accelerator=accel, levels=built)
+        return ClusterSpec(name=name_of(table, where), accelerator=accel, levels=built,
+                           devices_per_host=_typed(table, "devices_per_host", where, int))
     except SpecError as e:  # the specs name levels[NAME]: say where the file holds it
         if e.field.startswith("levels["):
             raise SpecError(f"{where}.{e.field}", e.value, e.allowed) from None
@@ -451,7 +453,8 @@ def cluster_to_table(cluster: ClusterSpec) -> dict:
             t["size"] = lv.size
         levels.append(t)
     return {"name": cluster.name, "accelerator": accelerator_to_table(cluster.accelerator),
-            "levels": levels}
+            "levels": levels, **({"devices_per_host": cluster.devices_per_host}
+                                 if cluster.devices_per_host is not None else {})}
 
 
 def model_to_table(model: ModelSpec) -> dict:

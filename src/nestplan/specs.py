@@ -269,10 +269,20 @@ class ClusterSpec(_CachedHash):
     """The accelerator in every slot."""
     levels: tuple[Level, ...]
     """Network levels, innermost first; only the outermost may have ``size=None``."""
+    devices_per_host: int | None = None
+    """Devices of one host (one operating system, whose processes a launcher numbers with
+    LOCAL_RANK) where fewer than the innermost level holds: a GB200 NVL72 rack's NVLink domain
+    spans 4-GPU compute trays. None: a host is an innermost group (a DGX node)."""
 
     def __post_init__(self):
         if not self.levels:
             raise SpecError("levels", [], "a cluster needs at least one level")
+        if self.devices_per_host is not None:
+            _positive("devices_per_host", self.devices_per_host)
+            if self.levels[0].size is None or self.levels[0].size % self.devices_per_host:
+                raise SpecError("devices_per_host", self.devices_per_host,
+                                f"must divide the innermost level's size "
+                                f"({self.levels[0].name}: {self.levels[0].size})")
         for lvl in self.levels[:-1]:
             if lvl.size is None:
                 raise SpecError(f"levels[{lvl.name}].size", None,
@@ -301,6 +311,11 @@ class ClusterSpec(_CachedHash):
     def devices_per_node(self) -> int:
         """Devices under one level-0 group."""
         return self.levels[0].size if self.levels[0].size is not None else 1
+
+    @property
+    def host_size(self) -> int:
+        """Devices of one host, as a launcher numbers its local ranks (``devices_per_host``)."""
+        return self.devices_per_host or self.devices_per_node
 
 
 # ----------------------------------------------------------------------------- model

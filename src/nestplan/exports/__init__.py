@@ -45,8 +45,10 @@ def mesh_json(par: Parallelism) -> str:
                        "ranks": grid.tolist()}) + "\n"
 
 
-def rank_map(par: Parallelism, devices_per_node: int) -> str:
-    """CSV ``rank,device,node,local_device``: the device that runs each framework rank.
+def rank_map(par: Parallelism, devices_per_host: int) -> str:
+    """CSV ``rank,device,node,local_device``: the device that runs each framework rank, on
+    which host (``node``, of ``devices_per_host`` devices: ``ClusterSpec.host_size``) as which
+    local device (a launcher's LOCAL_RANK).
 
     Megatron-LM (order tp-cp-ep-dp-pp, ep = 1 for the dense layers), torchtitan (pp,
     dp_replicate, dp_shard, cp, tp) and DeepSpeed (pipe, data, model) all number ranks tp
@@ -56,7 +58,7 @@ def rank_map(par: Parallelism, devices_per_node: int) -> str:
     grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
     lines = ["rank,device,node,local_device"]
     for rank, dev in enumerate(grid.ravel().tolist()):  # C order: tp fastest, then cp, dp, pp
-        lines.append(f"{rank},{dev},{dev // devices_per_node},{dev % devices_per_node}")
+        lines.append(f"{rank},{dev},{dev // devices_per_host},{dev % devices_per_host}")
     return "\n".join(lines) + "\n"
 
 

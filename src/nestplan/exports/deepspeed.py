@@ -116,6 +116,6 @@ def export(pf: PlanFile) -> Export:
     cfg, notes, exported = config(pf)
     extras = {".notes.txt": "\n".join(notes) + "\n"} if notes else {}
     if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
-        extras[".ranks.csv"] = rank_map(pf.plan, pf.scenario.cluster.devices_per_node)
+        extras[".ranks.csv"] = rank_map(pf.plan, pf.scenario.cluster.host_size)
     return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes,
                   plan=exported)

@@ -404,7 +404,7 @@ def export(pf: PlanFile) -> Export:
     head += [f"# note: {n}" for n in notes]
     extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
     if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
-        extras[".ranks.csv"] = rank_map(par, sc.cluster.devices_per_node)
+        extras[".ranks.csv"] = rank_map(par, sc.cluster.host_size)
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
     return Export(text=text, extras=extras, notes=notes, plan=exported)

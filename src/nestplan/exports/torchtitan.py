@@ -162,5 +162,5 @@ def export(pf: PlanFile) -> Export:
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}
     if not pf.plan.ranks_ordered_as(TORCHTITAN_ORDER):
-        extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.devices_per_node)
+        extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.host_size)
     return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes, plan=exported)

@@ -14,7 +14,7 @@ from html import escape
 from .. import __version__
 from ..planfile import PlanFile
 from ..result import Evaluation
-from ..textfmt import block_range, id_ranges, plan_line
+from ..textfmt import block_range, id_ranges, plan_line, workload_extras
 from ..units import GiB, fmt_time
 from . import figures
 
@@ -106,8 +106,10 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
              ["ZeRO stage", p.zero], ["micro-batch size", p.mbs],
              ["micro-batches per replica", ev.micro_batches],
              ["rank order (innermost first)", "-".join(a.value for a in p.rank_order)]]
+    mtp = sc.model.mtp_layers
     stage_rows = [[s.index, ", ".join(block_range(a, b) for a, b in s.blocks)
-                   + (" +emb" if s.has_embedding else "") + (" +head" if s.has_head else ""),
+                   + (" +emb" if s.has_embedding else "") + (" +head" if s.has_head else "")
+                   + (f" +{mtp} MTP" if s.has_head and mtp else ""),
                    s.recompute, fmt_time(s.time_per_microbatch), f"{s.memory.total / GiB:.1f}",
                    id_ranges(s.devices, 48)] for s in ev.stages]
     stages = _table(["stage", "blocks", "recompute", "per micro-batch", "GiB", "devices"],
@@ -118,13 +120,36 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
         f"<h1>{escape(sc.model.name)} on {sc.gpus:,} × {escape(sc.cluster.accelerator.name)}</h1>"
         f'<p class="sub">cluster {escape(sc.cluster.name)} · sequence {tr.seq_len:,} · global '
         f"batch {tr.global_batch:,} · {tr.precision.value} · stack {escape(sc.stack.name)}"
+        + escape(workload_extras(sc).replace(", ", " · "))
         + (f" · found by {escape(pf.method)}" if pf.method else "")
         + f"</p><div class=cards>{''.join(cards)}</div>{why}"
         f"<p class=sub>{escape(plan_line(ev))}</p>"
         + _table(["degree", "value"], rows)
+        + _experts(ev)
         + "<h2>Stages</h2><p class=sub>Hover a row to see its devices in the placement.</p>"
         + stages
     )
+
+
+def _experts(ev: Evaluation) -> str:
+    """An MoE model's experts as the plan lays them out and the stack exchanges tokens with them
+    (empty for a dense model)."""
+    sc, p = ev.scenario, ev.plan
+    moe, tr, stack = sc.model.moe, sc.training, sc.stack
+    if moe is None:
+        return ""
+    shared = (f", {moe.shared_experts} shared" if moe.shared_experts else "")
+    rows = [["experts", f"{moe.experts} routed{shared}, top-{moe.top_k}"],
+            ["MoE layers", f"{sc.model.num_moe_layers} of {sc.model.layers}"
+             + (f" (+{sc.model.mtp_layers} MTP depth{'s' if sc.model.mtp_layers > 1 else ''})"
+                if sc.model.mtp_layers else "")],
+            ["experts per expert-parallel rank", f"{moe.experts // p.ep} (ep = {p.ep}, "
+             f"expert TP {p.expert_tp})"],
+            ["token dispatcher", stack.moe_dispatcher],
+            ["expert exchange hidden by", stack.moe_overlap],
+            ["load of the busiest expert rank", f"{tr.moe_imbalance:g}x the mean"],
+            ["capacity factor", "dropless" if tr.moe_capacity is None else f"{tr.moe_capacity:g}"]]
+    return "<h2>Experts</h2>" + _table(["", ""], rows)
 
 
 def _breakdown_table(ev: Evaluation) -> str:
@@ -139,6 +164,25 @@ def _breakdown_table(ev: Evaluation) -> str:
     return out
 
 
+METHOD_KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vp", "schedule", "sp", "zero", "recompute",
+                "mbs", "rank_order", "stage_layers")
+"""What a compared method's plan shows, as its ``compare --json`` entry holds it."""
+
+
+def _method_plan(row: dict) -> str:
+    """A compared method's plan, every knob its entry has (none of an axis it does not use: no
+    expert TP for a dense model, no schedule without a pipeline, no split for the even one)."""
+    def shown(k):
+        v = row[k]
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        if isinstance(v, list):
+            return ",".join(map(str, v))
+        return v
+    return " ".join(f"{k.replace('_', '-')}={shown(k)}" for k in METHOD_KNOBS
+                    if row.get(k) is not None)
+
+
 def _methods(pf: PlanFile) -> str:
     comp = pf.comparison
     if not comp:
@@ -149,8 +193,7 @@ def _methods(pf: PlanFile) -> str:
          fmt_time(r["step_time_s"]) if "step_time_s" in r else "",
          f"{r['mfu']:.1%}" if "mfu" in r else "",
          f"{r['peak_memory_gib']:.1f}" if "peak_memory_gib" in r else "",
-         " ".join(f"{k}={r[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
-                  if k in r)] for r in rows], left=1)
+         _method_plan(r)] for r in rows], left=1)
     errs = "".join(f"<li>{escape(k)}: {escape(str(v))}</li>" for k, v in comp["errors"].items())
     return ("<h2>Methods compared</h2>"
             + _figure(figures.methods(rows, pf.method), "Each method's best plan for the same "

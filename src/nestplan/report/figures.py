@@ -97,9 +97,9 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
         fill = shade(base, 0.45 * local / max(vp - 1, 1)) if vp > 1 else base
         for x0, x1 in spans(o.start, o.end):
             svg.rect(x0, y + 1, x1 - x0, row - 2, fill, cls=f"op {o.kind}",
-                     tip=f"stage {o.stage}, {what} of "
-                         f"micro-batch {o.micro}, chunk {o.chunk}: {fmt_time(o.start)} to "
-                         f"{fmt_time(o.end)}")
+                     tip=f"stage {o.stage}, {what} of micro-batch {o.micro}"
+                         + (f", chunk {o.chunk}" if vp > 1 else "")  # (one chunk: the stage)
+                         + f": {fmt_time(o.start)} to {fmt_time(o.end)}")
             if x1 - x0 > 14 and row >= 14:
                 svg.text((x0 + x1) / 2, y + row / 2 + 4, o.micro, size=9, anchor="middle",
                          fill="#fff")

@@ -596,7 +596,9 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     if con.mbs is not None and con.mbs > 1:
         hints.append("a smaller micro-batch (drop --mbs)")
     if con.tp is not None or con.tp_within_node:
-        hints.append("more tensor parallelism")
+        drop = [f for f, given in (("--tp", con.tp is not None),
+                                   ("--tp-within-node", con.tp_within_node)) if given]
+        hints.append(f"more tensor parallelism (drop {' and '.join(drop)})")
     if con.ep is not None and sc.model.moe is not None:
         hints.append("more expert parallelism (drop --ep)")
     hbm = sc.cluster.accelerator.hbm_bytes
