@@ -921,6 +921,8 @@ for name, (extra, needle) in {
         "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
         # YaRN's table (kept for the exports)
         "yarn-key-at-top": ("beta_fast = 32\n", "belongs in the [yarn] table"),
+        "scores-on-input-number": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
+                                   "scores_on_input = 1\n", "scores_on_input: got 1"),
         "yarn-without-factor": ("[yarn]\nbeta_fast = 32.0\n", "factor"),
         "yarn-factor-below-one": ("[yarn]\nfactor = 0.5\n",
                                   "yarn.factor: got 0.5; must be a number in [1, 1e+06]"),

@@ -275,6 +275,19 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     assert "local attention on 75% of the layers" in notes["llama4-maverick"]
     assert "--no-rope-freq" in notes["llama4-maverick"]
     assert "local attention" not in notes["mixtral-8x7b"]
+    # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so
+    assert "TransformerConfig.moe_apply_probs_on_input" in notes["llama4-maverick"]
+    assert "moe_apply_probs_on_input" not in notes["mixtral-8x7b"]
+
+
+@pytest.mark.frameworks
+def test_megatron_core_has_the_field_the_llama4_note_names():
+    import dataclasses
+
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    assert "moe_apply_probs_on_input" in {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
 def test_megatron_trains_the_depths_where_the_plan_puts_them():

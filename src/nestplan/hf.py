@@ -478,10 +478,12 @@ def _llama4(cfg: _Config) -> dict:
     step = cfg.get("interleave_moe_layer_step", default=1)
     expert_ffn = cfg.get("intermediate_size")
     # its router scores the chosen expert with a sigmoid (Megatron-LM examples/post_training/
-    # modelopt/conf/meta-llama/Llama-4-Maverick-17B-128E-Instruct.sh @ d98e8a64dd)
+    # modelopt/conf/meta-llama/Llama-4-Maverick-17B-128E-Instruct.sh @ d98e8a64dd), and the score
+    # scales the expert's input (Llama4TextMoe.forward, transformers 5.23.0 wheel)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
-                        first_dense_layers=step - 1, layer_freq=step, router_score="sigmoid")
+                        first_dense_layers=step - 1, layer_freq=step, router_score="sigmoid",
+                        scores_on_input=True)
     # weightless L2 norms of each head's queries and keys (Scout sets use_qk_norm, Maverick does
     # not); absent keys take Llama4TextConfig's defaults, use_qk_norm true and 8,192-token chunks,
     # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @

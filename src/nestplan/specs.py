@@ -365,9 +365,15 @@ class MoESpec(_CachedHash):
     """Groups a token's experts may come from (``topk_group`` = 4)."""
     router_scale: float = 1.0
     """Factor on the chosen experts' weights (``routed_scaling_factor``: DeepSeek-V3 2.5)."""
+    scores_on_input: bool = False
+    """The router's score scales each routed expert's input, not its output (Llama 4:
+    transformers' ``Llama4TextMoe`` multiplies the tokens by ``router_scores`` before the
+    experts; Megatron-Core's ``moe_apply_probs_on_input``, top-1 only). The same product on a
+    tensor of the same size: it costs what the usual weighting costs."""
 
     def __post_init__(self):
-        for f in ("shared_expert_gate", "expert_bias", "router_pre_softmax", "router_expert_bias"):
+        for f in ("shared_expert_gate", "expert_bias", "router_pre_softmax", "router_expert_bias",
+                  "scores_on_input"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f"moe.{f}", getattr(self, f), "must be true or false")
         _positive("moe.experts", self.experts)

@@ -233,6 +233,16 @@ def export(pf: PlanFile) -> Export:
                  f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
                  f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
         args += _router_args(m.moe)
+        if m.moe.scores_on_input:
+            # a TransformerConfig field (megatron/core/transformer/transformer_config.py) that
+            # pretrain_gpt.py takes no flag for: only post-training's builder sets it
+            # (--export-moe-apply-probs-on-input, megatron/post_training/arguments.py, both @
+            # NVIDIA/Megatron-LM d98e8a64dd); experts.py allows it at top-1 only
+            notes.append("the router's score scales each expert's input, not its output (Llama 4): "
+                         "Megatron-Core does so with TransformerConfig.moe_apply_probs_on_input"
+                         + ("" if m.moe.top_k == 1 else " (at top-1 only)")
+                         + ", which pretrain_gpt.py takes no flag for; set it in the model's "
+                         "config, or the run weights the experts' outputs instead")
         if sc.stack.moe_dispatcher == "flex":
             args.append("--moe-flex-dispatcher-backend deepep")
         if tr.moe_capacity is not None:
