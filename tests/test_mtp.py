@@ -139,6 +139,13 @@ def test_the_flag_sets_the_depths_and_stacks_without_them_refuse():
     assert [line.split()[0] for line in text if "+1 MTP depth" in line] == ["15"]
     assert "MTP" not in " ".join(line for line in cli(*base[:-1], "--mtp-layers", "0")[1].splitlines()
                                  if "blocks" in line)
+    assert "of its own" not in cli(*base, "--mtp-layers", "2")[2]  # DeepSeek-V3 has one
+    dense = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8",
+             "--tp", "1", "--pp", "1", "--mbs", "1", "--global-batch", "8", "--seq-len", "2048")
+    code, out, err = cli(*dense, "--mtp-layers", "2")
+    assert code == 0 and "--mtp-layers 2: llama3-8b has no multi-token-prediction depth of its " \
+        "own; 2 added after its last block" in err, err
+    assert "of its own" not in cli(*dense, "--mtp-layers", "0")[2]
     for bad in ("-1", "99"):
         code, out, err = cli(*base, "--mtp-layers", bad)
         assert one_line_error(code, out, err, "mtp-layers"), err

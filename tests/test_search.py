@@ -629,9 +629,16 @@ def test_the_slow_methods_report_what_they_count(capsys):
     line(1000, 2000, 2.5, of="plans evaluated")
     line(2000, 2000, 6.0, of="plans evaluated")
     line(3, 40, 7.5)
+    line(3, 40, 12.5, examined=25)  # nest's: what its bounds looked at, most never solved
     assert capsys.readouterr().err.splitlines() == [
         "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 2 s",
-        "nestplan: exhaustive searching, 3 configurations solved (40 in the space), 8 s"]
+        "nestplan: exhaustive searching, 3 solved of 40 configurations, 8 s",
+        "nestplan: exhaustive searching, 25 examined, 3 solved of 40 configurations, 12 s"]
+    # the search reports both, examined never fewer than solved
+    calls.clear()
+    methods.run_method("nest", sc, Constraints(), top=1,
+                       progress=lambda *a, **k: calls.append((a, k)))
+    assert calls and all(set(k) == {"examined"} and k["examined"] >= a[0] for a, k in calls)
 
 
 @pytest.mark.parametrize("micro, vp", [(1, 1), (1, 2), (3, 1), (4, 2)])

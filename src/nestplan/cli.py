@@ -184,10 +184,27 @@ def _scenario(args):
                                                                  "moe_capacity_factor")
                              if getattr(args, k) is not None)
         warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
+    _note_added_depths(sc, args.model)
     _note_fused_pieces(sc)
     _note_straddling_domains(sc)
     _note_position_table(sc)
     return _with_headroom(sc, args)
+
+
+def _note_added_depths(sc, model: str) -> None:
+    """Say when --mtp-layers gives a model depths it does not have of its own (a user trial:
+    a dense model's header then named them without a word of where they came from)."""
+    from .catalog import get_model
+
+    added = sc.model.mtp_layers
+    if added and not get_model(model).mtp_layers:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"--mtp-layers {added}: {sc.model.name} has no multi-token-prediction "
+                      f"depth of its own; {added} added after its last block (DeepSeek-V3's "
+                      "kind: a projection, one more block and a loss each, costed as such)", Note)
 
 
 def _note_position_table(sc) -> None:
@@ -293,12 +310,14 @@ class _Progress:
         self.shown, self.last = False, 0.0
         self.method, self.doing = method, doing
 
-    def __call__(self, done: int, total: int, seconds: float, of: str | None = None):
+    def __call__(self, done: int, total: int, seconds: float, of: str | None = None,
+                 examined: int | None = None):
         if seconds < 2.0 or (not self.tty and self.shown and seconds - self.last < 5.0):
             return
         self.shown, self.last = True, seconds
+        checked = "" if examined is None else f"{examined:,} examined, "
         count = (f"{done:,} of {total:,} {of}" if of else
-                 f"{done:,} configurations solved ({total:,} in the space)")
+                 f"{checked}{done:,} solved of {total:,} configurations")
         text = f"nestplan: {self.method} {self.doing}, {count}, {seconds:.0f} s"
         print("\r" + text if self.tty else text, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)

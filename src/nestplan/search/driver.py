@@ -37,7 +37,8 @@ SHORTFALL_FLOORED = 8
 least peak is then measured exactly for the closest plan (the floor is only a lower bound)."""
 
 Progress = Callable[..., None]
-"""``progress(done, total, seconds)``: configurations solved of those in the space; a method that
+"""``progress(done, total, seconds)``: configurations solved of those in the space (``examined=``:
+and those whose memory floors and bounds were checked, most never solved); a method that
 counts something else names it, ``progress(done, total, seconds, of="steps")``."""
 
 
@@ -402,7 +403,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         tick += 1
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
-    solved = found_count = 0
+    solved = found_count = examined = 0
     shortfall = Shortfall(cap)
     floored: list = []  # (floor over the limit, tick, configuration): no split can fit
     last_report = start
@@ -413,7 +414,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             break
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
-            progress(solved, size, now - start)
+            progress(solved, size, now - start, examined=examined)
             last_report = now
         if level == 0:  # shape -> rank orders
             vps = space.virtual_stages(world, con, item)
@@ -449,6 +450,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             continue
         if level == 3:  # configuration -> the recompute policy sets that may fit, with bounds
             par = item
+            examined += 1
             if memory_aware:
                 parts = _floor_parts(world, par)
                 floors = {s: _states_floor(parts, s) for s in sets}
@@ -516,7 +518,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if shortfall.plan is None and nearest:  # no table to measure: the floor, a lower bound
             shortfall.add(cap + nearest[0][0], nearest[0][2], floor=True)
     if progress:
-        progress(solved, size, time.perf_counter() - start)
+        progress(solved, size, time.perf_counter() - start, examined=examined)
     if not found:
         raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size))
     best = sorted(found, reverse=True)  # best first; of equal times, the first found
