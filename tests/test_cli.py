@@ -413,3 +413,19 @@ def test_the_moe_workload_settings_are_printed_with_the_plan(capsys):
                         "--seq-len", "4096", "--mtp-layers", "1", "--json"], capsys)
     js = json.loads(out)
     assert js["moe_imbalance"] is None and js["mtp_layers"] == 1
+
+
+def test_a_step_mostly_host_time_is_said(capsys):
+    """BERT-large on 4,096 GPUs, one short sequence each: the stack's per-step host time is
+    most of the step, and a note says the GPUs have little work (a user trial saw MFU 0.5 %
+    without a word); a plan with work enough gets none."""
+    idle = ["evaluate", "--model", "bert-large", "--cluster", "dgx-h100-ndr", "--gpus", "4096",
+            "--tp", "1", "--pp", "1", "--mbs", "1", "--global-batch", "4096", "--seq-len", "512",
+            "--json"]
+    code, out, err = run(idle, capsys)
+    js = json.loads(out)
+    share = js["time_s"]["step_host"] / js["step_time_s"]
+    assert code == 0 and share > 0.5
+    assert f"{share:.0%} of the step is per-step host time" in err and "4,096 GPUs" in err
+    code, out, err = run(BASE, capsys)
+    assert code == 0 and "host time" not in err

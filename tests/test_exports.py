@@ -1056,7 +1056,8 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     assert mapped.name == "selective" and mapped.kind == "matmul-outputs"
     own = evaluate(replace(sc, stack=titan), replace(exp.plan, recompute=(mapped.name,)))
     note = next(n for n in exp.notes if "searched for stack megatron-core" in n)
-    assert f"as stack torchtitan runs it (recompute selective): step {own.step_time:.3f} s" in note
+    assert (f"as stack torchtitan runs it (recompute selective; fine-grained as selective, its "
+            f"nearest): step {own.step_time:.3f} s") in note
     mine = evaluate(sc, exp.plan, stack_offers=False)
     assert own.step_time != mine.step_time
     # the file says it too, and heads with torchtitan's prediction, then the plan's stack's
@@ -1105,3 +1106,22 @@ def test_rank_maps_number_local_ranks_per_host_on_nvl72_racks():
         rows = [tuple(map(int, line.split(","))) for line in csv.splitlines()[1:]]
         assert sorted(d for _, d, _, _ in rows) == list(range(128))
         assert all((node, local) == divmod(dev, host) for _, dev, node, local in rows)
+
+
+def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path):
+    """A policy the format's stack does not offer is predicted as its nearest one, and the note
+    says so: every second block checkpointed (a stack file of one's own, torchtitan's 2024
+    per-layer option) is run by megatron-core's stack as full recomputation."""
+    from nestplan.catalog import get_stack as stack_of
+
+    path = tmp_path / "titan-every.toml"
+    path.write_text('base = "torchtitan"\nname = "titan-every"\n'
+                    'recompute = {none = "none", every2 = "every:2", full = "full"}\n')
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
+                             stack=str(path))
+    par = Parallelism(tp=1, pp=1, dp=8, zero=3, mbs=1, recompute=("every2",))
+    note = next(n for n in export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
+                                  "megatron").notes if "searched for stack titan-every" in n)
+    full = evaluate(replace(sc, stack=stack_of("megatron-core")), par.with_(recompute=("full",)))
+    assert (f"as stack megatron-core runs it (recompute full; every2 as full, its nearest): "
+            f"step {full.step_time:.3f} s") in note

@@ -424,6 +424,7 @@ def cmd_evaluate(args) -> int:
 
     ev = evaluate(sc, plan)
     _note_recompute_costs_memory(ev)
+    _note_host_bound(ev)
     if args.save is not None:
         from . import planfile
 
@@ -439,6 +440,26 @@ def cmd_evaluate(args) -> int:
 
         print(evaluation(ev))
     return 0
+
+
+HOST_BOUND_SHARE = 0.5
+"""Share of a step in per-step host time beyond which the plan's GPUs are said to be idle."""
+
+
+def _note_host_bound(ev) -> None:
+    """Say when most of the step is per-step host time (a user trial's BERT-large on 4,096 GPUs:
+    MFU 0.5 %, the host 87 % of the step): the global batch leaves each device little work."""
+    host, step = ev.time.step_host, ev.step_time
+    if host > HOST_BOUND_SHARE * step:
+        import warnings
+
+        from .errors import Note
+        from .units import fmt_time
+
+        warnings.warn(f"{host / step:.0%} of the step is per-step host time ({fmt_time(host)} of "
+                      f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
+                      f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
+                      "fewer GPUs or a larger global batch would use them better", Note)
 
 
 def _note_recompute_costs_memory(ev) -> None:
@@ -490,6 +511,7 @@ def cmd_plan(args) -> int:
         res = run_method(args.method, sc, con, top=args.top, progress=progress)
     finally:
         progress.close()
+    _note_host_bound(res.best)
     if args.save is not None:
         from . import planfile
 
