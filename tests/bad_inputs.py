@@ -256,6 +256,9 @@ HF_BAD = {
                               "rope_scaling.factor: got 0.5; must be a number in [1"),
     "yarn-truncate-word": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8, "truncate": "no"}),
                            "rope_scaling.truncate: got 'no'; must be true or false"),
+    "yarn-context-from-max-positions-huge": (
+        _hf(rope_scaling={"rope_type": "yarn", "factor": 8}, max_position_embeddings=20000000),
+        "cfg.json: max_position_embeddings: got 20000000; at most 16,777,216 tokens"),
     "yarn-original-context-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
                                                      "original_max_position_embeddings": 0}),
                                    "original_max_position_embeddings: got 0"),
@@ -931,6 +934,9 @@ for name, (extra, needle) in {
         "yarn-round-word": ('[yarn]\nfactor = 4.0\nround_to_int = "no"\n', "round_to_int: got 'no'"),
         "yarn-original-float": ("[yarn]\nfactor = 4.0\noriginal_max_positions = 4096.5\n",
                                 "original_max_positions: got 4096.5"),
+        "yarn-rope-mscale-disagrees": ("rope_mscale = 1.2\n[yarn]\nfactor = 32.0\n",
+                                       "model.rope_mscale: got 1.2; must be 1.34657359, the "
+                                       "cos/sin factor of the [yarn] table"),
         "yarn-unknown-key": ("[yarn]\nfactor = 4.0\nalpha = 1\n", "alpha"),
         "yarn-learned-positions": ('position = "learned"\nmax_positions = 4096\n[yarn]\n'
                                    "factor = 4.0\n", "model.yarn.factor: got 4.0; extends RoPE"),
@@ -1053,14 +1059,17 @@ case("plan-biased-experts-etp-torchtitan-ep-2", ["plan", "--model", "gpt-oss-120
                                                  "--etp", "2", "--ep", "2", *PLAN[4:]],
      "etp: got 2; stack torchtitan has no expert tensor parallelism of its own")
 # a user stack with no expert TP of its own and none for biased experts: the plan follows TP
-# (no degree to default to) and is refused by the bias rule, not by a search finding nothing
+# (no degree to default to) and is refused by the bias rule, not by a search finding nothing;
+# plan, whose flags fixed tp and ep, names tp and what would do
 NO_EXPERT_TP = 'base = "megatron-core"\nexpert_tp_with_ep = false\nexpert_tp_with_bias = false\n'
-for cmd in ("evaluate", "plan"):
+for cmd, needle in (("evaluate", "etp: got 2; stack st runs experts that carry biases at etp = 1 "
+                                 "only (expert_tp_with_bias = false"),
+                    ("plan", "tp: got 2; stack st runs experts that carry biases at expert TP 1 "
+                             "only, and without expert parallelism its experts follow tp: use "
+                             "tp = 1 or ep > 1")):
     case(f"{cmd}-biased-experts-no-expert-tp-stack",
          [cmd, "--model", "gpt-oss-120b", *SCENARIO[2:], "--stack", "{st}.toml", "--tp", "2",
-          "--ep", "1", "--sp", *PLAN[2:]],
-         "etp: got 2; stack st runs experts that carry biases at etp = 1 only",
-         **{"st.toml": NO_EXPERT_TP})
+          "--ep", "1", "--sp", *PLAN[2:]], needle, **{"st.toml": NO_EXPERT_TP})
 # evaluate --plan P --save P had replaced the plan it read, without a word (a user trial)
 case("evaluate-save-over-the-plan-read", ["evaluate", "--plan", "{p}.json", "--save", "{p}.json"],
      "--save: got", **{"p.json": json.dumps})

@@ -109,6 +109,11 @@ def test_huggingface_configs_give_the_scale_and_the_clamp():
 def test_plan_files_keep_the_scale_and_the_clamp():
     model = get_model("gpt-oss-120b")
     assert model_from_table(model_to_table(model)) == model
+    # a file with a [yarn] table and no rope_mscale takes the table's scale (a review found it
+    # read as 1, and its scaled RoPE left uncosted)
+    table = model_to_table(model)
+    del table["rope_mscale"]
+    assert model_from_table(table).rope_mscale == model.rope_mscale == model.yarn.attention_factor
     assert "rope_mscale" not in model_to_table(get_model("llama3-8b"))
 
 

@@ -214,24 +214,43 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     assert oss.add_bias_linear and oss.softmax_type == "learnable"
 
 
+_OSS_PLAN = Parallelism(tp=1, pp=1, dp=16, ep=16, sp=False, zero=1, mbs=1)
+_DSV3_PLAN = Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1)
+
+
 @pytest.mark.frameworks  # (Megatron-Core's YaRN and transformers' on CPU)
-@pytest.mark.parametrize("config, plan", [
-    ("hf/gpt-oss-120b.json", Parallelism(tp=1, pp=1, dp=16, ep=16, sp=False, zero=1, mbs=1)),
-    ("deepseek-v3.json", Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1))])
-def test_megatron_yarn_flags_give_the_configs_frequencies(config, plan, monkeypatch):
+@pytest.mark.parametrize("config, scaling, plan", [
+    ("hf/gpt-oss-120b.json", None, _OSS_PLAN),
+    ("hf/gpt-oss-120b.json", {"rope_type": "yarn", "factor": 32.0, "attention_factor": 1.2,
+                              "original_max_position_embeddings": 4096}, _OSS_PLAN),
+    ("deepseek-v3.json", None, _DSV3_PLAN),
+    ("deepseek-v3.json", {"type": "yarn", "factor": 40, "mscale_all_dim": 1.0,
+                          "original_max_position_embeddings": 4096}, _DSV3_PLAN),
+    ("deepseek-v3.json", {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 0.707,
+                          "attention_factor": 1.2, "original_max_position_embeddings": 4096},
+     _DSV3_PLAN)])
+def test_megatron_yarn_flags_give_the_configs_frequencies(config, scaling, plan, monkeypatch,
+                                                          tmp_path):
     """The YaRN flags of an export, fed to Megatron-Core's own ``YarnRotaryEmbedding`` (standard
     attention's, or MLA's over its rotary head dimensions), give the frequencies and the cos/sin
-    scale that transformers computes from the model's config.json: GPT-OSS's unrounded
-    correction range and DeepSeek-V3's mscales included."""
+    scale that transformers computes from the model's config.json, and for MLA the softmax scale
+    of transformers' DeepseekV3Attention: GPT-OSS's unrounded correction range, DeepSeek-V3's
+    mscales, an mscale_all_dim alone (which the cos/sin factor ignores and MLA's softmax reads)
+    and an explicit attention_factor (as the --mscale that gives it) included."""
     import torch
     from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import (
-        YarnRotaryEmbedding)
+        YarnRotaryEmbedding, _yarn_get_mscale)
     from transformers import AutoConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     path = Path(__file__).parent / "data" / config
+    if scaling is not None:
+        data = json.loads(path.read_text())
+        data["rope_scaling"] = scaling
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(data))
     sc = scenario_from_names(str(path), "dgx-h100-ndr", plan.tp * plan.pp * plan.dp,
-                             seq_len=4096, global_batch=1024)
+                             seq_len=4096, global_batch=1024, mtp_layers=0)
     flags = _flags(export(planfile.from_dict(planfile.to_dict(evaluate(sc, plan))),
                           "megatron").text)
     m = sc.model
@@ -260,6 +279,36 @@ def test_megatron_yarn_flags_give_the_configs_frequencies(config, plan, monkeypa
     assert float(scale) == pytest.approx(factor)
     if not mla:  # (MLA scales in its own path: its rope_mscale stays 1)
         assert m.rope_mscale == pytest.approx(factor)
+        return
+    # MLA's softmax: Megatron-Core's (multi_latent_attention.py) against transformers'
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
+
+    q_head = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim
+    ours = _yarn_get_mscale(given("rotary-scaling-factor", 1.0), given("mscale-all-dim", 0.0))
+    assert ours ** 2 / q_head ** 0.5 == pytest.approx(
+        yarn_apply_mscale(hf.rope_parameters, q_head ** -0.5))
+
+
+@pytest.mark.parametrize("config, mtp, why", [
+    ("gpt-oss-120b.json", 1, "trains multi-token prediction with rope or no position embedding"),
+    ("glm4.5.json", 0, "rotates whole heads (no --rotary-percent 0.5)")])
+def test_megatron_exports_no_yarn_it_cannot_run(tmp_path, config, mtp, why):
+    """Standard attention's YaRN goes out as plain RoPE with a note where Megatron-LM cannot run
+    it: with multi-token prediction (validate_args refuses yarn with MTP) or on a share of each
+    head (its YaRN rotates whole heads). A review caught the first, which Megatron-LM refused."""
+    data = json.loads((Path(__file__).parent / "data" / "hf" / config).read_text())
+    data["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0,
+                            "original_max_position_embeddings": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             mtp_layers=mtp)
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, sp=False, zero=1, mbs=1)
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    flags = _flags(out.text)
+    assert flags["position-embedding-type"] == ["rope"]
+    assert not any(f.startswith(("yarn-", "rotary-scaling", "mscale")) for f in flags)
+    assert any(n.startswith("YaRN (x4 context") and why in n for n in out.notes), out.notes
 
 
 def test_megatron_export_names_the_local_attention_it_leaves_out():
@@ -1056,8 +1105,8 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     assert mapped.name == "selective" and mapped.kind == "matmul-outputs"
     own = evaluate(replace(sc, stack=titan), replace(exp.plan, recompute=(mapped.name,)))
     note = next(n for n in exp.notes if "searched for stack megatron-core" in n)
-    assert (f"as stack torchtitan runs it (recompute selective; fine-grained as selective, its "
-            f"nearest): step {own.step_time:.3f} s") in note
+    assert (f"as stack torchtitan runs it (recompute selective, the nearest to megatron-core's "
+            f"fine-grained): step {own.step_time:.3f} s") in note
     mine = evaluate(sc, exp.plan, stack_offers=False)
     assert own.step_time != mine.step_time
     # the file says it too, and heads with torchtitan's prediction, then the plan's stack's
@@ -1074,6 +1123,10 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     note = next(n for n in ds.notes if "searched for stack" in n)
     assert "stack deepspeed would not run it (tp: stack deepspeed has no tensor parallelism" in note
     assert note in ds.extras[".notes.txt"]
+    # its JSON holds no comments: the notes file heads with the prediction, fit included
+    first = ds.extras[".notes.txt"].splitlines()[0]
+    assert first.startswith("predicted with stack megatron-core's behaviour: step ")
+    assert first.endswith(("(fits)", "(does NOT fit)"))
 
 
 
@@ -1123,5 +1176,23 @@ def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path)
     note = next(n for n in export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
                                   "megatron").notes if "searched for stack titan-every" in n)
     full = evaluate(replace(sc, stack=stack_of("megatron-core")), par.with_(recompute=("full",)))
-    assert (f"as stack megatron-core runs it (recompute full; every2 as full, its nearest): "
-            f"step {full.step_time:.3f} s") in note
+    assert (f"as stack megatron-core runs it (recompute full, the nearest to titan-every's "
+            f"every2): step {full.step_time:.3f} s") in note
+
+
+def test_a_torchtitan_export_predicts_the_mode_it_runs(tmp_path):
+    """A stack file's every:2 policy runs as torchtitan's full checkpointing: the exported plan
+    carries the stack's full policy, so its prediction is of that run (a user trial found the
+    note predicting every:2's step and memory for it)."""
+    path = tmp_path / "ours.toml"
+    path.write_text('base = "torchtitan"\nname = "ours-titan"\n'
+                    'recompute = {none = "none", half = "every:2", full = "full"}\n')
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=16,
+                             stack=str(path))
+    par = Parallelism(tp=8, pp=1, dp=8, sp=True, zero=3, mbs=2, recompute=("half",))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    assert out.plan.recompute == ("full",)
+    full = evaluate(sc, par.with_(recompute=("full",)))
+    assert any(n.startswith(f"exported plan: predicted step {full.step_time:.3f} s instead of")
+               for n in out.notes), out.notes
+    assert out.text.rstrip().endswith("activation-checkpoint:full")

@@ -185,6 +185,23 @@ def test_a_plan_file_may_list_per_stage_policies_as_one_string(tmp_path):
     assert code == 0 and json.loads(out)["recompute"] == "full,none", err
 
 
+def test_a_plan_file_without_a_pipeline_edited_to_one_takes_the_default_schedule(tmp_path):
+    """Without a pipeline a plan file's schedule is null; edited to pp > 1, the file loads with
+    the default schedule, as one without the key does."""
+    path = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+                         "--seq-len", 2048, "--save", path)
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    assert data["plan"]["schedule"] is None
+    data["plan"].update(pp=2, dp=4, recompute=["none", "none"], stage_layers=None)
+    del data["stages"]  # (the saved stages: optional, checked against the plan when given)
+    path.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", path, "--json")
+    assert code == 0 and json.loads(out)["schedule"] == "1f1b", err
+
+
 def test_validate_works_anywhere_with_the_shipped_published_runs(tmp_path, shared):
     """``nestplan validate`` without --csv reads the published runs shipped inside the package,
     which must be the shared file itself (a copy that drifted would validate something else)."""

@@ -277,6 +277,8 @@ def test_partial_rotary_embeddings_are_read_and_kept():
     assert model_from_hf_dict({**neox, "rotary_pct": 0.5}).rope_fraction == 0.5
     nested = {**neox, "rope_parameters": {"partial_rotary_factor": 1.0}}
     assert model_from_hf_dict(nested).rope_fraction == 1.0
+    # both given: rope_parameters' wins, as transformers' standardize_rope_params keeps it
+    assert model_from_hf_dict({**nested, "partial_rotary_factor": 0.5}).rope_fraction == 1.0
     with pytest.raises(SpecError, match=r"rotary_pct: got 1.5; must be in \(0, 1\]"):
         model_from_hf_dict({**neox, "rotary_pct": 1.5})
     with pytest.raises(SpecError, match=r"rope_parameters.partial_rotary_factor: got 0; must be in"):

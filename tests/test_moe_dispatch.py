@@ -792,3 +792,20 @@ def test_megatron_accepts_the_dispatchers_overlaps_and_graphs_exported():
                                      par)))
     for t in exports:
         megatron_transformer_config(t)
+
+
+def test_scores_on_the_input_keep_the_unscaled_tokens_and_weight_no_output():
+    """Llama 4's router score scales each expert's input: the product keeps the permuted tokens,
+    unscaled, for the scores' gradient, and the combine weights nothing (a review found it
+    costed as the fused output weighting, which keeps nothing)."""
+    from nestplan import graph as G
+    from nestplan.options import AttentionImpl, Precision
+
+    sc = scenario_from_names("llama4-maverick", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    local = G.Local(1, False, 1, 16, 1, 1, 4096, Precision.BF16, AttentionImpl.FLASH)
+    ops = {o.name: o for o in G.build(sc.model, local).moe.ops}
+    assert ops["scale_input"].saved == 2 * 4096 * sc.model.hidden  # top-1: one copy a token
+    assert ops["unpermute"].saved == 0
+    plain = replace(sc.model, moe=replace(sc.model.moe, scores_on_input=False))
+    ops = {o.name: o for o in G.build(plain, local).moe.ops}
+    assert "scale_input" not in ops

@@ -46,12 +46,12 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
 
     from nestplan.tomlfmt import dumps
 
-    from nestplan.calibrate import _apply, _names
+    from nestplan.calibrate import PARAMETERS, _apply
     from nestplan.stack import CALIBRATION
 
     nemo = get_stack("nemo")
     # every field calibrate may fit is part of a stack's calibration
-    fitted = _apply(nemo, _names(6), [0.1] * len(_names(6)))
+    fitted = _apply(nemo, PARAMETERS, [0.1] * len(PARAMETERS))
     changed = {f.name for f in dataclasses.fields(nemo)
                if getattr(fitted, f.name) != getattr(nemo, f.name)}
     assert changed and changed <= set(CALIBRATION) and "allocator_overhead" in CALIBRATION
@@ -285,9 +285,11 @@ def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
         return np.maximum(compute / st.matmul_scale, memory / st.memory_scale)
 
     measured = seconds(Row(matmul_scale=0.8, memory_scale=1.3)) * [1.03, 0.98, 1.01, 0.99]
-    rows = [Row(measured=m, i=i) for i, m in enumerate(measured)]
-    names = C._names(len(rows))
+    rows = _fake_rows(measured, seq_lens=[2048, 4096, 2048, 4096])
+    names = C._names(rows)
     assert names == ("matmul_scale", "attention_scale", "memory_scale")
+    # at one sequence length the attention's share is not told apart from the GEMMs': not fitted
+    assert C._names(_fake_rows(measured, seq_lens=[4096] * 4)) == ("matmul_scale", "memory_scale")
 
     def predictions(cases, st):
         return seconds(st)[[c.i for c in cases]]
@@ -309,6 +311,17 @@ def test_calibrate_solver_reaches_the_optimum_of_a_kinked_model():
         assert left_out[0] == pytest.approx(left_out[1], rel=2e-3)
 
 
+def _fake_rows(measured, seq_lens):
+    """Rows for calibrate's solver alone: a measured time, an index for the fake predictions, and
+    the scenario fields that tell rows apart (one plan each)."""
+    from collections import namedtuple
+    from types import SimpleNamespace as Row
+
+    sc, tr = namedtuple("Sc", "training"), namedtuple("Tr", "seq_len attention_span")
+    return [Row(measured=m, i=i, scenario=sc(tr(s, None)), plan=i, metric="step_time")
+            for i, (m, s) in enumerate(zip(measured, seq_lens))]
+
+
 def test_calibrate_lowers_a_multiplier_whose_efficiency_is_capped():
     """A base whose memory-bound efficiency already sits at the cap of 1 (torchtitan-compile's
     memory_scale 1.25 on an 80 % efficient HBM): raising it moves nothing, so the fit probes
@@ -325,8 +338,8 @@ def test_calibrate_lowers_a_multiplier_whose_efficiency_is_capped():
         return np.array([1.0, 0.5, 0.2]) + np.array([0.2, 0.6, 1.0]) / min(st.memory_scale, 1.0)
 
     measured = seconds(Row(memory_scale=0.7))
-    rows = [Row(measured=m, i=i) for i, m in enumerate(measured)]
-    names = C._names(len(rows))
+    rows = _fake_rows(measured, seq_lens=[2048, 4096, 8192])
+    names = C._names(rows)
     x = C._solve(rows, base, names, lambda cases, st: seconds(st)[[c.i for c in cases]])
     memory = math.exp(x[names.index("memory_scale")])
     assert 0.68 < memory < 0.75  # the prior holds it a little above the rows' 0.7
@@ -841,3 +854,40 @@ def test_the_closest_policy_of_another_stack():
     assert closest(Policy("x", "every:2"), titan).name == "full"
     assert closest(Policy("x", "none"), deepspeed).name == "none"
     assert closest(Policy("x", "matmul-outputs"), deepspeed) is None
+
+
+_TITAN_RUNS = ("id,model,gpu,cluster,num_gpus,tp,seq_len,global_batch,micro_batch,recompute,stack,"
+               "metric,step_time_s,other_metrics\n" + """\
+tt_8b_fsdp8,llama3-8b,,dgx-h100-ndr,8,1,8192,8,1,selective,torchtitan,step_time,{first},peak_memory_gib=47.3
+tt_8b_fsdp64,llama3-8b,,dgx-h100-ndr,64,1,8192,64,1,selective,torchtitan,step_time,1.26,
+tt_70b_fsdp8_tp8,llama3-70b,,dgx-h100-ndr,64,8,8192,16,2,full,torchtitan,step_time,3.95,peak_memory_gib=27.9
+tt_70b_fsdp64,llama3-70b,,dgx-h100-ndr,64,1,8192,64,1,full,torchtitan,step_time,9.10,peak_memory_gib=54.1
+tt_70b_fsdp32_tp4,llama3-70b,,dgx-h100-ndr,128,4,8192,32,1,full,torchtitan,step_time,3.55,
+""")
+"""Five made-up torchtitan runs of a user trial, at one sequence length, three with peaks."""
+
+
+def test_calibrate_weighs_a_plan_once_and_fits_what_the_rows_tell_apart(tmp_path):
+    """Rows at one sequence length fit no attention multiplier; a plan measured many times weighs
+    one row (a trial's 200 copies had outweighed the prior); the allocator share is the least
+    squares one, so the memory rows' squared errors do not grow; a row in the wrong unit is
+    named by its leave-one-out error."""
+    from nestplan import calibrate as C
+
+    path = tmp_path / "runs.csv"
+    path.write_text(_TITAN_RUNS.format(first="1.22"))
+    cases = load_cases(path)
+    assert "attention_scale" not in C._names(cases)
+    one = C.fit(cases, get_stack("torchtitan"), leave_one_out=False)
+    many = C.fit(cases + [replace(cases[1], id=f"copy{i}") for i in range(20)],
+                 get_stack("torchtitan"), leave_one_out=False)
+    for k, v in one.params.items():
+        assert many.params[k] == pytest.approx(v, rel=0.02), k
+    before = sum(e * e for e in one.memory_before if e is not None)
+    after = sum(e * e for e in one.memory_after if e is not None)
+    assert after <= before
+    path.write_text(_TITAN_RUNS.format(first="12.2"))  # milliseconds / 100: a slip
+    code, out, err = cli("calibrate", path, "-o", tmp_path / "m.toml")
+    assert code == 0 and "fitted without it, each of these rows is predicted far off: " \
+        "tt_8b_fsdp8 -" in err, err
+    assert "x the base's" in out

@@ -117,3 +117,16 @@ def test_a_row_may_run_on_a_tuned_variant_of_its_gpu(runs_csv, tmp_path):
     assert case.scenario.cluster.accelerator.name == "h100-tuned"
     with pytest.raises(SpecError, match="its devices are a100-sxm-80gb"):
         load_cases(runs_csv(gpu="H100-SXM5-80GB", cluster="selene-a100-hdr"))
+
+
+def test_a_row_with_a_micro_batch_alone_runs_one_per_replica(tmp_path):
+    """No global batch, a micro-batch of 1 on 8 data-parallel ranks: a step of 8 sequences, one
+    micro-batch per replica, as the README says (a user trial found it refused as a global batch
+    of 1)."""
+    path = tmp_path / "runs.csv"
+    path.write_text("id,model,cluster,num_gpus,tp,seq_len,micro_batch,recompute,stack,metric,"
+                    "step_time_s\nr1,llama3-8b,dgx-h100-ndr,8,1,8192,1,selective,torchtitan,"
+                    "step_time,1.22\n")
+    (case,) = load_cases(path)
+    assert case.plan.dp == 8 and case.scenario.training.global_batch == 8
+    assert case.scenario.training.global_batch // (case.plan.mbs * case.plan.dp) == 1

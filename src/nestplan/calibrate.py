@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,24 +73,47 @@ class Fit:
     after: list[float]
     """... and with the fitted one."""
     loo: list[float] | None
-    """Leave-one-out error of every row (fitted on the others), when there are >= 3 rows."""
+    """Leave-one-out error of every row (fitted on the other plans' rows: a plan measured several
+    times is left out whole), from 3 rows of 2 or more plans."""
     memory_before: list[float | None]
     memory_after: list[float | None]
+
+
+def _key(case) -> tuple:
+    """What makes two rows one measurement: the same plan on the same scenario."""
+    return case.scenario, case.plan, case.metric
 
 
 def _distinct(cases) -> int:
     """Rows that can tell parameters apart: runs of one plan on one scenario count once,
     however many times they were measured."""
-    return len({(c.scenario, c.plan, c.metric) for c in cases})
+    return len({_key(c) for c in cases})
 
 
-def _names(n_rows: int) -> tuple[str, ...]:
-    if n_rows <= 2:
+def _weights(cases) -> np.ndarray:
+    """Each row's weight in the fit, 1/sqrt(copies) on its squared residual's root: a plan
+    measured k times counts as one row (its mean), not k."""
+    copies = Counter(_key(c) for c in cases)
+    return np.array([1 / math.sqrt(copies[_key(c)]) for c in cases])
+
+
+def _names(cases) -> tuple[str, ...]:
+    """The parameters the rows can identify: one compute scale from 1-2 distinct rows; the GEMM,
+    attention and memory efficiencies from 3-5, the attention's only where the rows' sequences
+    (or packed spans) differ, which is what sets its share of a step apart from the GEMMs'; also
+    the host and kernel overheads from 6."""
+    n = _distinct(cases)
+    if n <= 2:
         return ("compute_scale",)
-    if n_rows <= 5:
-        return ("matmul_scale", "attention_scale", "memory_scale")
-    return ("matmul_scale", "attention_scale", "memory_scale", "step_overhead_s",
-            "kernel_overhead_us")
+    spans = {c.scenario.training.attention_span or c.scenario.training.seq_len for c in cases}
+    return tuple(p for p in PARAMETERS[:3 if n <= 5 else None]
+                 if p != "attention_scale" or len(spans) > 1)
+
+
+PARAMETERS = ("matmul_scale", "attention_scale", "memory_scale", "step_overhead_s",
+              "kernel_overhead_us")
+"""Everything calibrate fits from six distinct rows (``_names``), beside the one compute scale
+of fewer than three."""
 
 
 def _apply(base: StackSpec, names, x) -> StackSpec:
@@ -132,6 +156,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
     """Log-multipliers minimising sum((log error / NOISE)^2) + sum((x / PRIOR)^2), from ``start``
     (default: the base); ``iteration(k)`` hears of each iteration."""
     measured = np.log([c.measured for c in cases])
+    weights = _weights(cases)
     rows = len(cases)
     x = np.zeros(len(names)) if start is None else start.copy()
     widths = np.array([PRIOR_KERNEL_US if n == "kernel_overhead_us" else PRIOR for n in names])
@@ -142,7 +167,7 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
 
     def residuals(x):
         t = predictions(cases, _apply(base, names, x))
-        return np.concatenate([(np.log(t) - measured) / NOISE, x / widths])
+        return np.concatenate([weights * (np.log(t) - measured) / NOISE, x / widths])
 
     r = residuals(x)
     damping = 1e-3
@@ -236,20 +261,25 @@ def _probe_step(residuals, x, cost: float, g, lower, steps, moves, probes):
 
 
 def _allocator(cases, evs, stack: StackSpec) -> float | None:
-    """Allocator overhead that makes the memory rows right on average (None without such rows)."""
-    shares = []
+    """Allocator overhead s with the least squared relative errors of the memory rows' peaks,
+    each predicted as base + s·work (tensors and reserve, and the activations and working memory
+    the allocator's share grows with), a plan measured k times counting once; None without
+    such rows. (A mean of the rows' own shares had let rows of little activation memory, whose
+    share a small error swings, set it.)"""
+    num = den = 0.0
+    copies = Counter(_key(c) for c in cases)
     for c, ev in zip(cases, evs):
         if c.memory is None or ev is None:
             continue
         st = max(ev.stages, key=lambda s: s.memory.total)
         m = st.memory
         base = m.total - m.reserved + stack.reserved_bytes
-        work = m.activations + m.transient
-        if work > 0:
-            shares.append((c.memory - base) / work)
-    if not shares:
+        a, b = (m.activations + m.transient) / c.memory, 1 - base / c.memory
+        num += a * b / copies[_key(c)]
+        den += a * a / copies[_key(c)]
+    if den == 0:
         return None
-    share = max(0.0, float(np.mean(shares)))
+    share = max(0.0, num / den)
     if share > MAX_ALLOCATOR_OVERHEAD:
         raise SpecError("peak_memory_gib", ", ".join(f"{c.id}: {c.memory / GiB:g}" for c in cases
                                                      if c.memory is not None),
@@ -329,7 +359,7 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                         f"{FARTHEST:g} or more times from what the base stack predicts ("
                         f"{far[0][0].memory * (1 + far[0][1]) / GiB:.3g} GiB for "
                         f"{far[0][0].id}); no allocator share bridges that: check the peaks")
-    names = _names(_distinct(cases))
+    names = _names(cases)
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
     stack = _apply(base, names, x)
@@ -351,15 +381,19 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     if alloc is not None:
         params["allocator_overhead"] = alloc
     loo = None
-    if leave_one_out and len(cases) >= 3:
-        loo = []
-        for i in range(len(cases)):
+    groups: dict = {}
+    for i, c in enumerate(cases):
+        groups.setdefault(_key(c), []).append(i)
+    if leave_one_out and len(cases) >= 3 and len(groups) >= 2:  # (each plan with its copies)
+        loo = [0.0] * len(cases)
+        for g, out in enumerate(groups.values()):
             if progress:
-                progress(i, len(cases), time.perf_counter() - start, of="leave-one-out fits")
-            rest = cases[:i] + cases[i + 1:]
-            fewer = _names(_distinct(rest))
+                progress(g, len(groups), time.perf_counter() - start, of="leave-one-out fits")
+            rest = [c for i, c in enumerate(cases) if i not in out]
+            fewer = _names(rest)
             xi = _solve(rest, base, fewer, predictions,
                         start=x if fewer == names else None)
-            t = predictions([cases[i]], _apply(base, fewer, xi))
-            loo.append(float(t[0] / cases[i].measured - 1))
+            t = predictions([cases[i] for i in out], _apply(base, fewer, xi))
+            for i, ti in zip(out, t):
+                loo[i] = float(ti / cases[i].measured - 1)
     return Fit(stack, params, before, after, loo, mem_before, mem_after)

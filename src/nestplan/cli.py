@@ -723,6 +723,25 @@ def cmd_validate(args) -> int:
     return 0 if summary["ok"] else 1
 
 
+LEFT_OUT_SUSPECT = 0.5
+"""A row the fit on the other rows predicts this far off (relative) is named: a step time in the
+wrong unit or a misstated plan pulls the fit of every row."""
+
+
+def _note_far_when_left_out(cases, loo) -> None:
+    """Name the rows the leave-one-out fits predict far off (``LEFT_OUT_SUSPECT``)."""
+    far = [(c, e) for c, e in zip(cases, loo or ()) if abs(e) > LEFT_OUT_SUSPECT]
+    if far:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn("fitted without it, each of these rows is predicted far off: "
+                      + ", ".join(f"{c.id} {e:+.0%}" for c, e in far)
+                      + "; check their step times (seconds) and plans: such rows pull every "
+                      "row's fit", Note)
+
+
 def cmd_calibrate(args) -> int:
     from .calibrate import base_of, fit
     from .catalog import get_stack, looks_like_path, stack_files
@@ -757,8 +776,12 @@ def cmd_calibrate(args) -> int:
             line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
                      f"{result.memory_after[i] * 100:+.1f}%")
         print(line)
-    fitted = ", ".join(f"{k} {v:.3g}" for k, v in result.params.items())
-    print(f"fitted on {len(cases)} rows over {base.name}: {fitted}")
+    absolute = ("step_overhead_s", "kernel_overhead_us", "allocator_overhead")
+    fitted = ", ".join(f"{k} {v:.3g}" if k in absolute else f"{k} {v:.3g}x the base's"
+                       for k, v in result.params.items())
+    print(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over {base.name}: "
+          f"{fitted}")
+    _note_far_when_left_out(cases, result.loo)
     # the base plus what the fit changed (and the new name and provenance)
     before = stack_to_table(base)
     # a base given as a file is named by its absolute path (bases resolve beside the new file)
@@ -766,7 +789,9 @@ def cmd_calibrate(args) -> int:
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
-        out.write_text(f"# nestplan calibrate {args.csv} --stack {ref}\n" + dumps(table))
+        out.write_text(f"# nestplan calibrate {args.csv}"
+                       + (f" --stack {ref}" if args.stack else f" (base: the rows' stack, {ref})")
+                       + "\n" + dumps(table))
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)

@@ -557,6 +557,10 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         local_experts = mo.experts / ep
         f_e = mo.ffn_hidden / etp
         ops.append(_mem("permute", routed * h, saved=0.0))
+        if mo.scores_on_input:  # Llama 4: the scores scale the permuted tokens, and the product
+            # keeps its unscaled input for the scores' gradient (Megatron-Core's
+            # moe_apply_probs_on_input, experts.py @ NVIDIA/Megatron-LM d98e8a64dd)
+            ops.append(_mem("scale_input", X * h, saved=E * X * h))
         tokens_per_call = X / local_experts
         mlp = _mlp(x, "expert_", X, f_e, saved_in=E * X * h)
         # grouped GEMM: efficiency set by one expert's share of the tokens; it reads every local
@@ -572,8 +576,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
         # MoE layer: tests/frameworks_saved.py)
-        kept = 0.0 if x.loc.fused_gated_mlp and x.loc.scores_in_activation and m.gated \
-            else x.loc.expert_combine_bytes * routed * h
+        kept = 0.0 if mo.scores_on_input or (x.loc.fused_gated_mlp and x.loc.scores_in_activation
+                                             and m.gated) \
+            else x.loc.expert_combine_bytes * routed * h  # (scores on the input: none to weight)
         ops.append(_mem("unpermute", routed * h, saved=kept))
         if ep > 1:
             comms += _dispatch(x, routed, Tn)
@@ -660,7 +665,8 @@ def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
         "shared_clamp": (t("moe", "shared_experts"), "shared_experts"),
         "expert_bias": (t("moe"), "moe"),
         "router": (t("moe"), "layernorm"), "router_softmax": (t("moe"), "moe"),
-        "permute": (t("moe"), "moe"), "expert_fc1": (t("moe"), "moe"),
+        "permute": (t("moe"), "moe"), "scale_input": (t("moe"), "moe"),
+        "expert_fc1": (t("moe"), "moe"),
         "expert_act": (t("moe", "moe_act"), "moe"), "expert_fc2": (t("moe"), "moe_act"),
         "unpermute": (t("moe"), "moe"),
         "shared_fc1": (t("moe", "shared_experts"), "layernorm"),

@@ -26,6 +26,7 @@ over the blocks (``ModelSpec.local_share``).
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -129,58 +130,87 @@ def _rope_scaling(cfg: _Config) -> tuple[_Config, str | None]:
     return rs, kind
 
 
+def _yarn_mscale(factor: float, m: float) -> float:
+    """YaRN's g(m) = 0.1·m·ln(factor) + 1 (1 at factor <= 1): transformers' ``get_mscale`` and
+    Megatron-Core's ``_yarn_get_mscale``."""
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+
+def _yarn_attention_factor(rs: _Config, factor: float) -> float:
+    """The factor YaRN scales RoPE's cos and sin by, as transformers' ``_compute_yarn_parameters``
+    (5.23.0 wheel) works it out: ``attention_factor`` when given, else g(mscale) /
+    g(mscale_all_dim) when both are set, else g(1); refused outside the accepted scales."""
+    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
+    mscale = rs.get("mscale", kind=float, minimum=0, default=None)
+    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
+    if given is not None:
+        scale, where, shown = given, rs.where("attention_factor"), given
+    else:
+        scale = (_yarn_mscale(factor, mscale) / _yarn_mscale(factor, all_dim) if mscale and all_dim
+                 else _yarn_mscale(factor, 1.0))
+        where, shown = rs.where("factor"), factor
+    if not MIN_ROPE_MSCALE <= scale <= MAX_ROPE_MSCALE:
+        raise SpecError(where, shown, f"gives a scale of RoPE's cos and sin of {scale:.4g}, "
+                        f"outside [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
+    return scale
+
+
 def _rope_yarn(cfg: _Config) -> YarnSpec | None:
     """The config's YaRN (None for any other RoPE), read as transformers reads it
-    (``_compute_yarn_parameters`` and ``standardize_rope_params``, transformers 5.23.0 wheel):
-    betas 32 and 1 when absent or 0; ``mscale`` and ``mscale_all_dim`` count only together (else
-    the attention factor is 0.1·ln(factor) + 1, Megatron's ``--mscale 1 --mscale-all-dim 0``);
-    the pre-trained context from a top-level ``original_max_position_embeddings``, else the
-    table's, else ``max_position_embeddings`` (else unstated: the config class's default, which
-    differs from class to class)."""
+    (``_compute_yarn_parameters``, ``standardize_rope_params`` and DeepseekV3Attention,
+    transformers 5.23.0 wheel) and held as Megatron-Core takes it: betas 32 and 1 when absent or
+    0; ``mscale_all_dim`` as given (MLA's softmax scale reads it alone, in both), and ``mscale``
+    whatever gives Megatron-Core's cos/sin factor g(mscale) / g(mscale_all_dim) transformers'
+    (``_yarn_attention_factor``: the config's mscale where it gives both, 1 where it gives
+    neither); ``truncate`` null as false, as transformers tests it; the pre-trained context from
+    a top-level ``original_max_position_embeddings``, else the table's, else
+    ``max_position_embeddings`` (else unstated: the config class's default, which differs from
+    class to class). A scale without an extension (factor 1 and an attention factor) is no YaRN
+    Megatron can run: ``rope_mscale`` alone keeps it."""
     rs, kind = _rope_scaling(cfg)
     if kind != "yarn":
         return None
     factor = rs.get("factor", kind=float, minimum=0, default=None)
     if factor is None:
         raise SpecError(rs.where("factor"), None, "YaRN needs a context extension factor")
+    where = {f: rs.where(k) for f, k in _YARN_KEYS.items()}
+    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None) or 0.0
+    scale = _yarn_attention_factor(rs, factor) if factor >= 1 else 1.0  # (< 1: refused below)
+    if factor == 1 and scale != 1:
+        return None
+    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
-    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
-    both = bool(mscale and all_dim)
-    original = cfg.get("original_max_position_embeddings", default=None)
-    if original is None:
-        original = rs.get("original_max_position_embeddings",
-                          default=cfg.get("max_position_embeddings", default=None))
+    if given is not None or not mscale or not all_dim:  # (else the config's mscale, exactly)
+        mscale = 1.0 if factor <= 1 or (given is None and not all_dim) else (
+            (scale * _yarn_mscale(factor, all_dim) - 1) / (0.1 * math.log(factor)))
+    original = None
+    for table, key in ((cfg, "original_max_position_embeddings"),
+                       (rs, "original_max_position_embeddings"), (cfg, "max_position_embeddings")):
+        original = table.get(key, default=None)
+        if original is not None:
+            where["original_max_positions"] = table.where(key)
+            break
     fields = dict(factor=factor, original_max_positions=original or 0,
                   beta_fast=rs.get("beta_fast", kind=float, minimum=0, default=None) or 32.0,
                   beta_slow=rs.get("beta_slow", kind=float, minimum=0, default=None) or 1.0,
-                  mscale=mscale if both else 1.0, mscale_all_dim=all_dim if both else 0.0,
-                  round_to_int=rs.get("truncate", kind=bool, default=True))
+                  mscale=mscale, mscale_all_dim=all_dim,
+                  round_to_int=rs.get("truncate", kind=bool, default=True, null=False))
     try:
         return YarnSpec(**fields)
     except SpecError as e:  # named by the config's key
-        raise SpecError(rs.where(_YARN_KEYS[e.field.removeprefix("yarn.")]), e.value,
-                        e.allowed) from None
+        raise SpecError(where[e.field.removeprefix("yarn.")], e.value, e.allowed) from None
 
 
 def _rope_mscale(cfg: _Config) -> float:
-    """The factor YaRN scales RoPE's cos and sin by (1 for any other RoPE): ``attention_factor``
-    when the config gives it, else ``YarnSpec.attention_factor``, Megatron-Core's rule
-    (``_yarn_get_concentration_factor``), which is HuggingFace's (transformers
-    ``_compute_yarn_parameters``) for the mscales ``_rope_yarn`` reads. GPT-OSS: 1.3466;
-    DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
-    yarn = _rope_yarn(cfg)
-    if yarn is None:
+    """The factor YaRN scales RoPE's cos and sin by (``_yarn_attention_factor``; 1 for any other
+    RoPE). GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
+    rs, kind = _rope_scaling(cfg)
+    if kind != "yarn":
         return 1.0
-    rs = _rope_scaling(cfg)[0]
-    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
-    scale = yarn.attention_factor if given is None else given
-    if not MIN_ROPE_MSCALE <= scale <= MAX_ROPE_MSCALE:
-        key = "rope_scaling" if given is None else "attention_factor"
-        raise SpecError(cfg.where(key) if given is None else rs.where(key),
-                        rs.data if given is None else given,
-                        f"gives a scale of RoPE's cos and sin outside [{MIN_ROPE_MSCALE:g}, "
-                        f"{MAX_ROPE_MSCALE:g}]")
-    return scale
+    factor = rs.get("factor", kind=float, minimum=0, default=None)
+    if factor is None or factor < 1:
+        _rope_yarn(cfg)  # (refuses it, naming the key)
+    return _yarn_attention_factor(rs, factor)
 
 
 def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
@@ -226,12 +256,14 @@ def _rope_theta(cfg: _Config) -> float:
 
 def _rope_fraction(cfg: _Config, default: float) -> float:
     """The share of a head RoPE rotates: ``partial_rotary_factor`` (GLM) or ``rotary_pct``
-    (GPT-NeoX) at the top level, or under ``rope_parameters`` where transformers v5 writes it
-    (src/transformers/models/glm4_moe/configuration_glm4_moe.py and
-    gpt_neox/configuration_gpt_neox.py @ huggingface/transformers v5.23.0)."""
+    (GPT-NeoX) at the top level, or under ``rope_parameters`` where transformers v5 writes it,
+    which wins when both are given (src/transformers/models/glm4_moe/configuration_glm4_moe.py,
+    gpt_neox/configuration_gpt_neox.py and modeling_rope_utils.py @ huggingface/transformers
+    v5.23.0)."""
     inner = cfg.table("rope_parameters").get("partial_rotary_factor", kind=SHARE, default=None)
-    return cfg.get("partial_rotary_factor", "rotary_pct", kind=SHARE,
-                   default=default if inner is None else inner)
+    if inner is not None:  # it wins, as standardize_rope_params keeps it (setdefault)
+        return inner
+    return cfg.get("partial_rotary_factor", "rotary_pct", kind=SHARE, default=default)
 
 
 LAYER_KINDS = ("sliding_attention", "full_attention")

@@ -142,7 +142,9 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
         kw["recompute"] = parse_names(f"{where}.recompute", rec)
     if "rank_order" in table:
         kw["rank_order"] = parse_order(str(table["rank_order"]))
-    if table.get("schedule") is not None:  # (null: no pipeline)
+    # null (written without a pipeline) reads as absent: the default schedule, so that a file
+    # edited to pp > 1 still loads
+    if table.get("schedule") is not None:
         from .schedule import SCHEDULES
 
         if not isinstance(table["schedule"], str) or table["schedule"] not in SCHEDULES:

@@ -368,8 +368,9 @@ class MoESpec(_CachedHash):
     scores_on_input: bool = False
     """The router's score scales each routed expert's input, not its output (Llama 4:
     transformers' ``Llama4TextMoe`` multiplies the tokens by ``router_scores`` before the
-    experts; Megatron-Core's ``moe_apply_probs_on_input``, top-1 only). The same product on a
-    tensor of the same size: it costs what the usual weighting costs."""
+    experts; Megatron-Core's ``moe_apply_probs_on_input``, top-1 only): the product is a pass over
+    the permuted tokens that keeps them, unscaled, for the scores' gradient, and the experts'
+    outputs are summed unweighted (graph.py)."""
 
     def __post_init__(self):
         for f in ("shared_expert_gate", "expert_bias", "router_pre_softmax", "router_expert_bias",
@@ -439,9 +440,10 @@ class YarnSpec(_CachedHash):
     beta_slow: float = 1.0
     """Rotations bounding the interpolated dimensions (default 1)."""
     mscale: float = 1.0
-    """Numerator's multiplier of ln(factor) in the attention factor (Megatron ``--mscale``)."""
+    """Numerator's multiplier of ln(factor) in the cos/sin factor (Megatron ``--mscale``)."""
     mscale_all_dim: float = 0.0
-    """Denominator's multiplier (``--mscale-all-dim``; 0: the denominator is 1)."""
+    """Denominator's multiplier (``--mscale-all-dim``; 0: the denominator is 1); MLA also scales
+    its softmax by its g squared."""
     round_to_int: bool = True
     """The correction range is rounded to whole dimensions (HF ``truncate``, true by default;
     GPT-OSS: false)."""
@@ -458,10 +460,16 @@ class YarnSpec(_CachedHash):
             if not (within(getattr(self, f), MAX_YARN_FACTOR) and getattr(self, f) > 0):
                 raise SpecError(f"yarn.{f}", getattr(self, f),
                                 f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
-        for f in ("mscale", "mscale_all_dim"):
-            if not within(getattr(self, f), MAX_ROPE_MSCALE):
-                raise SpecError(f"yarn.{f}", getattr(self, f),
-                                f"must be a number in [0, {MAX_ROPE_MSCALE:g}]")
+        if not (finite(self.mscale) and within(abs(self.mscale), MAX_YARN_FACTOR)):
+            raise SpecError("yarn.mscale", self.mscale,
+                            f"must be a number in [-{MAX_YARN_FACTOR:g}, {MAX_YARN_FACTOR:g}]")
+        if not within(self.mscale_all_dim, MAX_ROPE_MSCALE):
+            raise SpecError("yarn.mscale_all_dim", self.mscale_all_dim,
+                            f"must be a number in [0, {MAX_ROPE_MSCALE:g}]")
+        if not MIN_ROPE_MSCALE <= self.attention_factor <= MAX_ROPE_MSCALE:
+            raise SpecError("yarn.mscale", self.mscale, "gives a scale of RoPE's cos and sin of "
+                            f"{self.attention_factor:.4g}, outside [{MIN_ROPE_MSCALE:g}, "
+                            f"{MAX_ROPE_MSCALE:g}]")
         if not isinstance(self.round_to_int, bool):
             raise SpecError("yarn.round_to_int", self.round_to_int, "must be true or false")
 
@@ -628,6 +636,9 @@ class ModelSpec(_CachedHash):
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
+        if self.yarn is not None and self.position is not Position.ROPE:
+            raise SpecError("model.yarn.factor", self.yarn.factor,
+                            f"extends RoPE; model.position = {self.position.value} is not rope")
         if not (within(self.rope_mscale, MAX_ROPE_MSCALE) and self.rope_mscale >= MIN_ROPE_MSCALE):
             raise SpecError("model.rope_mscale", self.rope_mscale,
                             f"must be a number in [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}] "
@@ -638,9 +649,11 @@ class ModelSpec(_CachedHash):
         if self.rope_mscale != 1 and self.mla is not None:
             raise SpecError("model.rope_mscale", self.rope_mscale, "scales standard attention's "
                             "RoPE; MLA applies its YaRN scale in its own path (leave it 1)")
-        if self.yarn is not None and self.position is not Position.ROPE:
-            raise SpecError("model.yarn.factor", self.yarn.factor,
-                            f"extends RoPE; model.position = {self.position.value} is not rope")
+        if self.yarn is not None and self.mla is None and not math.isclose(
+                self.rope_mscale, self.yarn.attention_factor, rel_tol=1e-9):
+            raise SpecError("model.rope_mscale", self.rope_mscale,
+                            f"must be {self.yarn.attention_factor:.10g}, the cos/sin factor of "
+                            "the [yarn] table (or leave it out)")
         if not (within(self.rope_theta, MAX_ROPE_THETA) and self.rope_theta >= 1):
             raise SpecError("model.rope_theta", self.rope_theta,
                             f"must be a number in [1, {MAX_ROPE_THETA:g}] (RoPE's base period)")

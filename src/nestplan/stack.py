@@ -558,20 +558,20 @@ class StackSpec(_CachedHash):
         allowed = self.expert_tps(tp, ep, biased=biased)
         return None if tp in allowed or not allowed else allowed[0]
 
-    def bias_refusal(self, etp: int, biased: bool) -> tuple[str, object, str] | None:
+    def bias_refusal(self, etp: int, *, biased: bool) -> tuple[str, object, str] | None:
         """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here,
         whatever the other degrees (``expert_tp_with_bias``), or None."""
         if biased and etp > 1 and not self.expert_tp_with_bias:
             return "etp", etp, (f"stack {self.name} runs experts that carry biases at etp = 1 "
-                                "only (Megatron-Core: 'Bias in Moe is only supported when "
-                                "ETP==1')")
+                                "only (expert_tp_with_bias = false; Megatron-Core's rule: 'Bias "
+                                "in Moe is only supported when ETP==1')")
         return None
 
     def expert_tp_refusal(self, tp: int, ep: int, etp: int, *,
                           biased: bool) -> tuple[str, object, str] | None:
         """Why experts (``biased``: carrying biases) cannot have this expert-TP degree here
         (field, value, rule), or None."""
-        why = self.bias_refusal(etp, biased)
+        why = self.bias_refusal(etp, biased=biased)
         if why is not None:
             return why
         if self.expert_tp_with_ep or etp in self.expert_tps(tp, ep, biased=False):

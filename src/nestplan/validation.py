@@ -253,10 +253,12 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     )
 
 
-def _training(row: _Row) -> TrainingSpec:
+def _training(row: _Row, dp: int) -> TrainingSpec:
+    """The row's workload; without a global batch, one micro-batch per replica of the ``dp``."""
     seq = row.required("seq_len")
     given = row.number("global_batch")
-    gb = given or row.number("micro_batch")
+    micro = row.number("micro_batch")
+    gb = given or (None if micro is None else micro * dp)
     if gb is None:
         raise SpecError(f"{row.where}.global_batch", "", "must be given (sequences per step; or "
                         "micro_batch alone, for a step of one micro-batch per replica)")
@@ -380,7 +382,7 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     if metric == "layer_fwd_bwd_time":
         gpus = plan.tp
     sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,
-                  training=_training(row), stack=stack)
+                  training=_training(row, plan.dp), stack=stack)
     free_mbs = not row.text("micro_batch") and plan.mbs == 1 and _local_batch(row) is None
     if not row.text("recompute") and stack.default_recompute is not None:
         plan = plan.with_(recompute=(stack.default_recompute,))

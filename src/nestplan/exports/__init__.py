@@ -236,9 +236,10 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[str, 
     if why is not None:
         return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})", None
     ev = evaluate(replace(sc, stack=target), plan)
-    taken = sorted({f"{r} as {p.name}" for r, p in zip(exported.recompute, mapped)
+    taken = sorted({r for r, p in zip(exported.recompute, mapped)
                     if sc.stack.policy(r).rule != p.rule})  # (its nearest policy, not the same)
     return (f"as stack {target.name} runs it (recompute {plan.recompute_text}"
-            + (f"; {', '.join(taken)}, its nearest" if taken else "") + "): step "
+            + (f", the nearest to {sc.stack.name}'s {', '.join(taken)}" if taken else "")
+            + "): step "
             f"{ev.step_time:.3f} s, peak memory {ev.peak_memory / GiB:.1f} GiB "
             f"({'fits' if ev.fits else 'does NOT fit'})"), ev

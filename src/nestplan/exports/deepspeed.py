@@ -19,7 +19,7 @@ from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
-               rank_map, stack_notes, uniform_policy)
+               predicted_lines, rank_map, stack_notes, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
 """How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
@@ -114,7 +114,9 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
 
 def export(pf: PlanFile) -> Export:
     cfg, notes, exported = config(pf)
-    extras = {".notes.txt": "\n".join(notes) + "\n"} if notes else {}
+    # the JSON holds no comments: the predictions head the notes file, as they head the others
+    head = [line.removeprefix("# ") for line in predicted_lines(pf, exported, "deepspeed")]
+    extras = {".notes.txt": "\n".join(head + notes) + "\n"}
     if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
         extras[".ranks.csv"] = rank_map(pf.plan, pf.scenario.cluster.host_size)
     return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes,

@@ -47,14 +47,38 @@ MLA_YARN_DEFAULTS = {"original context": 4096, "beta_fast": 32.0, "beta_slow": 1
 ``_apply_yarn_config_from_args``)."""
 
 
+def standard_yarn_refusal(m) -> str | None:
+    """Why Megatron-LM cannot run ``m``'s YaRN on standard attention (None where it can, or the
+    model has none, or MLA runs it): validate_args allows multi-token prediction with rope or
+    no position embedding only (megatron/training/arguments.py), and ``YarnRotaryEmbedding``
+    rotates whole heads, without --rotary-percent (yarn_rotary_pos_embedding.py; both @
+    NVIDIA/Megatron-LM d98e8a64dd)."""
+    if m.yarn is None or m.mla is not None:
+        return None
+    if m.mtp_layers:
+        return ("Megatron-LM trains multi-token prediction with rope or no position embedding "
+                "only")
+    if m.rope_fraction != 1:
+        return (f"Megatron-Core's YaRN rotates whole heads (no --rotary-percent "
+                f"{m.rope_fraction:g})")
+    return None
+
+
 def _yarn_args(m, notes: list[str]) -> list[str]:
     """The flags of ``m``'s YaRN (``ModelSpec.yarn``), with notes for what they cannot say.
     MLA reads ``--rotary-scaling-factor``, ``--mscale`` and ``--mscale-all-dim`` into its own
     config, whose RoPE is YaRN by default; standard attention takes ``--position-embedding-type
-    yarn`` (set by the caller) and the ``--yarn-*`` flags too (arguments.py @ d98e8a64dd)."""
+    yarn`` (set by the caller where ``standard_yarn_refusal`` allows it) and the ``--yarn-*``
+    flags too (arguments.py @ d98e8a64dd)."""
     y = m.yarn
-    args = [f"--rotary-scaling-factor {y.factor:g}", f"--mscale {y.mscale:g}",
-            f"--mscale-all-dim {y.mscale_all_dim:g}"]
+    why = standard_yarn_refusal(m)
+    if why is not None:
+        notes.append(f"YaRN (x{y.factor:g} context, cos/sin x{y.attention_factor:.4g}) not "
+                     f"exported: {why}; the arguments run plain RoPE, set YaRN in the model's "
+                     "config if your Megatron-LM runs it")
+        return []
+    args = [f"--rotary-scaling-factor {y.factor:.10g}", f"--mscale {y.mscale:.10g}",
+            f"--mscale-all-dim {y.mscale_all_dim:.10g}"]
     if m.mla is not None:
         have = {"original context": y.original_max_positions or 4096, "beta_fast": y.beta_fast,
                 "beta_slow": y.beta_slow}
@@ -71,10 +95,6 @@ def _yarn_args(m, notes: list[str]) -> list[str]:
         args += [f"--yarn-beta-fast {y.beta_fast:g}", f"--yarn-beta-slow {y.beta_slow:g}"]
         if not y.round_to_int:
             args.append("--no-yarn-correction-range-round-to-int")
-        if abs(m.rope_mscale - y.attention_factor) > 1e-9 * m.rope_mscale:
-            notes.append(f"YaRN's attention factor {m.rope_mscale:.4g} (the config's "
-                         "attention_factor) has no Megatron-LM flag; --mscale and "
-                         f"--mscale-all-dim give {y.attention_factor:.4g}")
     if not y.original_max_positions:
         notes.append("YaRN's pre-trained context is not stated by the model; Megatron-Core "
                      "takes 4096")
@@ -209,7 +229,7 @@ def export(pf: PlanFile) -> Export:
     exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
     notes += sched_notes
     # a plan searched for another stack: Megatron-Core's own rule on biased experts
-    why = get_stack("megatron-core").bias_refusal(exported.expert_tp, m.biased_experts)
+    why = get_stack("megatron-core").bias_refusal(exported.expert_tp, biased=m.biased_experts)
     if why is not None:
         notes.append(f"expert tensor parallelism {exported.expert_tp} cannot be expressed "
                      f"({why[2]}); exported with expert TP 1")
@@ -338,7 +358,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--softmax-type learnable")
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
-    standard_yarn = m.yarn is not None and m.mla is None
+    standard_yarn = m.yarn is not None and m.mla is None and standard_yarn_refusal(m) is None
     args.append("--position-embedding-type " + (
         ("yarn" if standard_yarn else "rope") if m.position is Position.ROPE else "learned_absolute"))
     if m.rope_fraction != 1:  # (a fraction, despite its name: arguments.py @ d98e8a64dd)

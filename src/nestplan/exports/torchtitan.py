@@ -55,6 +55,11 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                          f"equivalent; its activation checkpointing runs '{mode}' instead, which "
                          "keeps " + ("other tensors" if mode == "selective" else "less"))
     notes += rec_notes
+    # a torchtitan stack's plan runs torchtitan's mode: as that stack's policy nearest to it,
+    # where the two differ (a stack file's every:2 runs as full), so that its prediction is of
+    # the run (another framework's plan keeps its policy: own_prediction maps it)
+    ran = policy if titan.policy(mode).rule == policy.rule or sc.stack.export_format != \
+        "torchtitan" else (closest(titan.policy(mode), sc.stack.recompute) or policy)
     zero, etp = par.zero, par.expert_tp
     if zero == 1:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
@@ -71,7 +76,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      "replicates data parallelism; exported as ZeRO-2 (FSDP over the "
                      "data-parallel ranks)")
         zero = 2
-    exported = par.with_(recompute=(policy.name,), zero=zero,
+    exported = par.with_(recompute=(ran.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
     exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
     notes += sched_notes

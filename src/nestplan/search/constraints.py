@@ -215,13 +215,16 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp,
                                            biased=m.biased_experts)
         else:  # the bias rule alone, whatever tp and ep turn out to be
-            why = sc.stack.bias_refusal(con.etp, m.biased_experts)
+            why = sc.stack.bias_refusal(con.etp, biased=m.biased_experts)
         if why is not None:
             raise SpecError(*why)
     elif m.moe is not None and con.tp is not None and con.ep is not None \
             and not sc.stack.expert_tps(con.tp, con.ep, biased=m.biased_experts):
-        # no degree left for these experts: the one their TP gives is refused by the bias rule
-        raise SpecError(*sc.stack.bias_refusal(con.tp, m.biased_experts))
+        # no degree left for these experts: without expert parallelism they follow TP, and the
+        # stack runs experts with biases at expert TP 1 only
+        raise SpecError("tp", con.tp, f"stack {sc.stack.name} runs experts that carry biases at "
+                        "expert TP 1 only, and without expert parallelism its experts follow tp: "
+                        "use tp = 1 or ep > 1")
     if None not in (con.zero, con.ep, con.tp, con.cp):
         why = sc.stack.replicas_refusal(SimpleNamespace(zero=con.zero, ep=con.ep, tp=con.tp,
                                                         cp=con.cp))
