@@ -1051,8 +1051,11 @@ def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
     assert "--compile" not in text("torchtitan", "torchtitan", titan)
     compiled = text("torchtitan-compile", "torchtitan", titan)
     assert "--compile.enable\n" in compiled and "async" not in compiled
-    assert "--compile.enable_async_tensor_parallel" in text("torchtitan-float8-asynctp",
-                                                            "torchtitan", titan)
+    assert "which torchtitan runs under torch.compile: exported with --compile.enable" in compiled
+    asynctp = text("torchtitan-float8-asynctp", "torchtitan", titan)
+    assert "--compile.enable_async_tensor_parallel\n" in asynctp
+    assert "async TP, which torchtitan runs under torch.compile: exported with --compile.enable " \
+        "--compile.enable_async_tensor_parallel" in asynctp
 
 
 @frameworks
@@ -1196,3 +1199,32 @@ def test_a_torchtitan_export_predicts_the_mode_it_runs(tmp_path):
     assert any(n.startswith(f"exported plan: predicted step {full.step_time:.3f} s instead of")
                for n in out.notes), out.notes
     assert out.text.rstrip().endswith("activation-checkpoint:full")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
+def test_the_rank_wrapper_gives_each_process_its_rank_of_the_map(tmp_path, fmt):
+    """Run as torchrun runs it (GROUP_RANK, LOCAL_RANK), the wrapper each export writes beside
+    its rank map sets RANK to the framework rank the map puts on that device, and runs its
+    arguments; outside a launcher it says what is missing (a user trial found a rank map with no
+    way to launch by it)."""
+    from nestplan.axes import parse_order
+
+    sc = scenario_from_names("llama3-8b", "gb200-nvl72-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
+                      rank_order=parse_order("tp-pp-dp-cp"))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), fmt)
+    (tmp_path / "x.ranks.csv").write_text(out.extras[".ranks.csv"])
+    script = tmp_path / "x.ranks.sh"
+    script.write_text(out.extras[".ranks.sh"])
+    device_of = _parse_rank_map(out.extras[".ranks.csv"])
+    host = sc.cluster.host_size
+    for rank, dev in device_of.items():
+        env = {"PATH": os.environ["PATH"], "GROUP_RANK": str(dev // host),
+               "LOCAL_RANK": str(dev % host)}
+        got = subprocess.run(["bash", str(script), "printenv", "RANK"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        assert int(got) == rank
+    done = subprocess.run(["bash", str(script), "true"], env={"PATH": os.environ["PATH"]},
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "LOCAL_RANK are not set" in done.stderr
+    assert any("bash PATH.ranks.sh" in n for n in out.notes)

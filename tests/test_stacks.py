@@ -479,6 +479,14 @@ def test_calibrate_over_a_stack_file_names_it_so_the_result_loads(tmp_path, shar
     assert code == 0, err
     code, out, err = cli("validate", "--csv", runs, "--stack", tmp_path / "out" / "fitted.toml")
     assert code in (0, 1) and "fitted" in out, err
+    # named from the new file's folder, the pair moves together (a trial found an absolute path)
+    assert 'base = "../ours.toml"' in (tmp_path / "out" / "fitted.toml").read_text()
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (tmp_path / "out").rename(moved / "out")
+    (tmp_path / "ours.toml").rename(moved / "ours.toml")
+    code, out, err = cli("validate", "--csv", runs, "--stack", moved / "out" / "fitted.toml")
+    assert code in (0, 1) and "fitted" in out, err
 
 
 POLICIES = ('base = "megatron-core"\nname = "mine"\nrecompute = {none = "none", '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -784,8 +785,10 @@ def cmd_calibrate(args) -> int:
     _note_far_when_left_out(cases, result.loo)
     # the base plus what the fit changed (and the new name and provenance)
     before = stack_to_table(base)
-    # a base given as a file is named by its absolute path (bases resolve beside the new file)
-    ref = str(Path(given).resolve()) if looks_like_path(given) else base.name
+    # a base given as a file is named by its path from the new file's folder, where bases
+    # resolve: the two files move together
+    ref = os.path.relpath(Path(given).resolve(), out.resolve().parent) \
+        if looks_like_path(given) else base.name
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:

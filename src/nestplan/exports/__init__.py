@@ -62,6 +62,43 @@ def rank_map(par: Parallelism, devices_per_host: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rank_script(framework: str) -> str:
+    """A bash wrapper for a launcher that starts one process per device and numbers them by host
+    (torchrun's GROUP_RANK and LOCAL_RANK; DeepSpeed's launcher sets the same): it sets RANK to
+    the framework rank the rank map (``rank_map``, the ``.ranks.csv`` beside it) puts on this
+    host's device, then runs its arguments. The map's hosts are numbered as the launcher numbers
+    them (host h holds devices h·n to h·n + n - 1)."""
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# nestplan: the {framework} rank of each device, from the rank map beside this file",
+        "# run: torchrun --no-python ... bash THIS_FILE COMMAND ARGUMENTS",
+        "set -euo pipefail",
+        'map="${BASH_SOURCE[0]%.sh}.csv"',
+        'host="${GROUP_RANK:-${NODE_RANK:-}}"',
+        'if [ -z "$host" ] || [ -z "${LOCAL_RANK:-}" ]; then',
+        '  echo "GROUP_RANK (or NODE_RANK) and LOCAL_RANK are not set (run under torchrun)" >&2',
+        "  exit 2",
+        "fi",
+        'RANK=$(awk -F, -v h="$host" -v l="$LOCAL_RANK" \'NR > 1 && $3 == h && $4 == l '
+        '{ print $1; exit }\' "$map")',
+        'if [ -z "$RANK" ]; then echo "no rank for host $host, local rank $LOCAL_RANK in $map" >&2; '
+        "exit 2; fi",
+        "export RANK",
+        'exec "$@"']) + "\n"
+
+
+def rank_files(par: Parallelism, devices_per_host: int, framework: str) -> dict[str, str]:
+    """The rank map and its launcher wrapper (extras of an export whose plan's rank order is not
+    the framework's)."""
+    return {".ranks.csv": rank_map(par, devices_per_host), ".ranks.sh": rank_script(framework)}
+
+
+RANK_NOTE = ("launch through the rank wrapper, which sets RANK from the rank map (PATH.ranks.csv) "
+             "so that {framework} rank r runs on the device the plan chose: torchrun --no-python "
+             "... bash PATH.ranks.sh {command}")
+"""The note of an export that writes ``rank_files``."""
+
+
 def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
     """One recompute policy of the plan's stack for every stage (frameworks take one), and a
     note if the plan had several: the one that keeps the fewest bytes per block of the plan's

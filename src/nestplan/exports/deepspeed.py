@@ -18,8 +18,8 @@ from ..axes import MEGATRON_ORDER
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
-from . import (Export, capacity_notes, closest_schedule, fit_notes, mtp_note, predicted_note,
-               predicted_lines, rank_map, stack_notes, uniform_policy)
+from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, mtp_note,
+               predicted_lines, predicted_note, rank_files, stack_notes, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
 """How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
@@ -104,8 +104,8 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     if not par.ranks_ordered_as(DEEPSPEED_ORDER):
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
                      + ") differs from DeepSpeed's (tensor parallel fastest, then data, then "
-                     "pipeline): start each process with RANK from the rank map (.ranks.csv) so "
-                     "that DeepSpeed rank r runs on the device the plan chose")
+                     "pipeline): " + RANK_NOTE.format(framework="DeepSpeed",
+                                                      command="python TRAIN_SCRIPT ARGUMENTS"))
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported, "deepspeed"))
     notes += stack_notes(pf, exported, "deepspeed")
@@ -118,6 +118,6 @@ def export(pf: PlanFile) -> Export:
     head = [line.removeprefix("# ") for line in predicted_lines(pf, exported, "deepspeed")]
     extras = {".notes.txt": "\n".join(head + notes) + "\n"}
     if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
-        extras[".ranks.csv"] = rank_map(pf.plan, pf.scenario.cluster.host_size)
+        extras.update(rank_files(pf.plan, pf.scenario.cluster.host_size, "DeepSpeed"))
     return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes,
                   plan=exported)

@@ -22,8 +22,8 @@ from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
-from . import (Export, closest_schedule, fit_notes, mesh_json, predicted_lines, predicted_note,
-               rank_map, stack_notes)
+from . import (RANK_NOTE, Export, closest_schedule, fit_notes, mesh_json, predicted_lines,
+               predicted_note, rank_files, stack_notes)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -205,7 +205,8 @@ def _stage_script(pf: PlanFile, stage_flags: list[list[str]]) -> str:
              f"{sc.cluster.accelerator.name} ({par.recompute_text})",
              "# run: torchrun --no-python ... bash THIS_FILE python pretrain_gpt.py ARGUMENTS",
              f"# RANK, the Megatron rank (torchrun's, or the rank map's where the export wrote "
-             f"one: set it before this script runs), is in stage RANK / {per_stage} (tp·cp·dp)",
+             f"one: its .ranks.sh sets it before this script runs), is in stage RANK / "
+             f"{per_stage} (tp·cp·dp)",
              'if [ -z "${RANK:-}" ]; then echo "RANK is not set (run under torchrun)" >&2; '
              "exit 2; fi",
              f"case $(( RANK / {per_stage} )) in"]
@@ -413,14 +414,16 @@ def export(pf: PlanFile) -> Export:
     if not par.ranks_ordered_as(MEGATRON_ORDER):
         order = "-".join(a.value for a in par.rank_order)
         notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
-                     "start each process with RANK from the rank map (.ranks.csv) so that "
-                     "Megatron rank r runs on the device the plan chose")
+                     + RANK_NOTE.format(framework="Megatron",
+                                        command="python pretrain_gpt.py ARGUMENTS"))
     if staged:
         notes.append("the stages recompute differently (" + par.recompute_text + "), so these "
                      "arguments hold no --recompute-* flag: launch through the stage script, "
                      "which adds each stage's: torchrun --no-python ... bash PATH.stages.sh "
                      "python pretrain_gpt.py ARGUMENTS" + (
-                         " (with RANK already the Megatron rank of the rank map)"
+                         " (inside the rank wrapper, which sets RANK first: torchrun "
+                         "--no-python ... bash PATH.ranks.sh bash PATH.stages.sh python "
+                         "pretrain_gpt.py ARGUMENTS)"
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
     if sched_notes or any(approximated for _, _, approximated in by_policy.values()) \
             or exported.expert_tp != par.expert_tp:
@@ -434,7 +437,7 @@ def export(pf: PlanFile) -> Export:
     head += [f"# note: {n}" for n in notes]
     extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
     if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
-        extras[".ranks.csv"] = rank_map(par, sc.cluster.host_size)
+        extras.update(rank_files(par, sc.cluster.host_size, "Megatron"))
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
     return Export(text=text, extras=extras, notes=notes, plan=exported)

@@ -23,8 +23,9 @@ from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import blocks_per_chunk, list_text
-from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json, mtp_note,
-               predicted_lines, predicted_note, rank_map, stack_notes, uniform_policy)
+from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
+               mtp_note, predicted_lines, predicted_note, rank_files, stack_notes,
+               uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -134,6 +135,12 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         asynctp = st.tp_overlap is TPOverlap.FULL and par.tp > 1
         if st.fused_norm or st.fused_gated_mlp or asynctp:
             opt("compile.enable", True)
+            why = [w for w, on in (("fused norms", st.fused_norm),
+                                   ("fused gated MLPs", st.fused_gated_mlp),
+                                   ("async TP", asynctp)) if on]
+            notes.append(f"stack {st.name} costs {' and '.join(why)}, which torchtitan runs under "
+                         "torch.compile: exported with --compile.enable"
+                         + (" --compile.enable_async_tensor_parallel" if asynctp else ""))
         if asynctp:
             opt("compile.enable_async_tensor_parallel", True)
     if tr.precision is Precision.FP8:
@@ -142,9 +149,9 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     groups.append([f"activation-checkpoint:{mode}"])
     if not par.ranks_ordered_as(TORCHTITAN_ORDER):
         notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
-                     + ") differs from torchtitan's (tp fastest, then cp, dp, pp): start each "
-                     "process with RANK from the rank map (.ranks.csv) so that torchtitan rank "
-                     "r runs on the device the plan chose")
+                     + ") differs from torchtitan's (tp fastest, then cp, dp, pp): "
+                     + RANK_NOTE.format(framework="torchtitan",
+                                        command="python -m torchtitan.train ARGUMENTS"))
     if m.mtp_layers:  # a model-spec setting, not an argument
         notes.append(f"the model trains {m.mtp_layers} multi-token-prediction depth(s): build its "
                      f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
@@ -167,5 +174,5 @@ def export(pf: PlanFile) -> Export:
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}
     if not pf.plan.ranks_ordered_as(TORCHTITAN_ORDER):
-        extras[".ranks.csv"] = rank_map(pf.plan, sc.cluster.host_size)
+        extras.update(rank_files(pf.plan, sc.cluster.host_size, "torchtitan"))
     return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes, plan=exported)
