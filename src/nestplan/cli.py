@@ -585,7 +585,9 @@ def cmd_compare(args) -> int:
         ref = results["manual"].best.tokens_per_s if "manual" in results else None
         for row, res in zip(rows, results.values()):
             row["tokens_per_s_ratio_to_manual"] = res.best.tokens_per_s / ref if ref else None
-        print(_json({"methods": rows, "errors": errors}))
+        from .result import scenario_json
+
+        print(_json({"scenario": scenario_json(sc), "methods": rows, "errors": errors}))
     else:
         from .textfmt import comparison
 

@@ -9,6 +9,23 @@ from .specs import Parallelism, Scenario, uneven_split
 from .units import GiB, fmt_gib, fmt_gib_against
 
 
+def scenario_json(sc: Scenario) -> dict:
+    """What a ``--json`` output says of its scenario: model, cluster, size, workload and stack,
+    the MoE workload's settings (null without experts) and the MTP depths trained."""
+    return {
+        "model": sc.model.name,
+        "cluster": sc.cluster.name,
+        "gpus": sc.gpus,
+        "seq_len": sc.training.seq_len,
+        "global_batch": sc.training.global_batch,
+        "precision": sc.training.precision.value,
+        "stack": sc.stack.name,
+        "moe_imbalance": sc.training.moe_imbalance if sc.model.moe is not None else None,
+        "moe_capacity_factor": sc.training.moe_capacity if sc.model.moe is not None else None,
+        "mtp_layers": sc.model.mtp_layers,
+    }
+
+
 SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
                 "cp", "ep", "vp", "schedule", "sp", "zero", "recompute", "mbs", "rank_order")
 """The keys of :meth:`Evaluation.to_json` that summarise a plan in one row."""
@@ -185,17 +202,7 @@ class Evaluation:
         sc = self.scenario
         worst = self.worst_stage.memory
         return {
-            "model": sc.model.name,
-            "cluster": sc.cluster.name,
-            "gpus": sc.gpus,
-            "seq_len": sc.training.seq_len,
-            "global_batch": sc.training.global_batch,
-            "precision": sc.training.precision.value,
-            "stack": sc.stack.name,
-            # the MoE workload's settings (null without experts), and the MTP depths trained
-            "moe_imbalance": sc.training.moe_imbalance if sc.model.moe is not None else None,
-            "moe_capacity_factor": sc.training.moe_capacity if sc.model.moe is not None else None,
-            "mtp_layers": sc.model.mtp_layers,
+            **scenario_json(sc),
             "step_time_s": self.step_time,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
