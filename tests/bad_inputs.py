@@ -256,6 +256,13 @@ HF_BAD = {
                               "rope_scaling.factor: got 0.5; must be a number in [1"),
     "yarn-truncate-word": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8, "truncate": "no"}),
                            "rope_scaling.truncate: got 'no'; must be true or false"),
+    "yarn-attention-factor-beyond-megatron": (
+        _hf(rope_scaling={"rope_type": "yarn", "factor": 1.00000001, "attention_factor": 1.2}),
+        "rope_scaling.attention_factor: got 1.2; needs Megatron-Core's mscale at 2e+08"),
+    "yarn-mscales-give-too-large-a-scale": (
+        _hf(rope_scaling={"rope_type": "yarn", "factor": 8.0, "mscale": 100,
+                          "mscale_all_dim": 0.001}),
+        "rope_scaling.mscale: got 100.0; gives a scale of RoPE's cos and sin of"),
     "yarn-context-from-max-positions-huge": (
         _hf(rope_scaling={"rope_type": "yarn", "factor": 8}, max_position_embeddings=20000000),
         "cfg.json: max_position_embeddings: got 20000000; at most 16,777,216 tokens"),

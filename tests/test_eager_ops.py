@@ -94,6 +94,16 @@ def test_huggingface_configs_give_the_scale_and_the_clamp():
     assert (catalog.rope_mscale, catalog.glu_clamp) == (gpt_oss.rope_mscale, gpt_oss.glu_clamp)
     # DeepSeek-V3's mscale = mscale_all_dim: YaRN leaves cos and sin unscaled
     assert model_from_hf_config(DATA / "deepseek-v3.json").rope_mscale == 1.0
+    # a scale without an extension has no Megatron-Core YaRN: MLA's is said to be dropped
+    import json
+
+    from nestplan.errors import Note
+
+    dsv3 = json.loads((DATA / "deepseek-v3.json").read_text())
+    with pytest.warns(Note, match="scales MLA's RoPE by 1.2 without extending its context"):
+        m = model_from_hf_dict({**dsv3, "rope_scaling": {"type": "yarn", "factor": 1.0,
+                                                         "attention_factor": 1.2}})
+    assert m.yarn is None and m.rope_mscale == 1.0
     llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
              "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}
     assert model_from_hf_dict(llama).rope_mscale == 1.0

@@ -1227,4 +1227,15 @@ def test_the_rank_wrapper_gives_each_process_its_rank_of_the_map(tmp_path, fmt):
     done = subprocess.run(["bash", str(script), "true"], env={"PATH": os.environ["PATH"]},
                           capture_output=True, text=True)
     assert done.returncode == 2 and "LOCAL_RANK are not set" in done.stderr
-    assert any("bash PATH.ranks.sh" in n for n in out.notes)
+    # DeepSpeed's launcher names the host CROSS_RANK; a link to the script finds the map too
+    link = tmp_path / "elsewhere" / "run.sh"
+    link.parent.mkdir()
+    link.symlink_to(script)
+    rank, dev = next(iter(device_of.items()))
+    env = {"PATH": os.environ["PATH"], "CROSS_RANK": str(dev // host), "LOCAL_RANK": str(dev % host)}
+    got = subprocess.run(["bash", str(link), "printenv", "RANK"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert int(got) == rank
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "give the command" in done.stderr
+    assert any("bash PATH.ranks.sh" in n and "--node-rank" in n for n in out.notes)

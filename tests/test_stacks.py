@@ -487,6 +487,14 @@ def test_calibrate_over_a_stack_file_names_it_so_the_result_loads(tmp_path, shar
     (tmp_path / "ours.toml").rename(moved / "ours.toml")
     code, out, err = cli("validate", "--csv", runs, "--stack", moved / "out" / "fitted.toml")
     assert code in (0, 1) and "fitted" in out, err
+    # a base beside the new file, named without an extension, is not taken for a catalog name
+    (moved / "out" / "mybase").write_text('base = "torchtitan"\nname = "mybase"\n')
+    code, out, err = cli("calibrate", runs, "--stack", "out/mybase", "-o", "out/again.toml",
+                         cwd=moved)
+    assert code == 0, err
+    assert 'base = "./mybase"' in (moved / "out" / "again.toml").read_text()
+    code, out, err = cli("validate", "--csv", runs, "--stack", moved / "out" / "again.toml")
+    assert code in (0, 1) and "again" in out, err
 
 
 POLICIES = ('base = "megatron-core"\nname = "mine"\nrecompute = {none = "none", '

@@ -100,8 +100,9 @@ def _weights(cases) -> np.ndarray:
 def _names(cases) -> tuple[str, ...]:
     """The parameters the rows can identify: one compute scale from 1-2 distinct rows; the GEMM,
     attention and memory efficiencies from 3-5, the attention's only where the rows' sequences
-    (or packed spans) differ, which is what sets its share of a step apart from the GEMMs'; also
-    the host and kernel overheads from 6."""
+    (or packed spans) differ (at one length its share still varies with the models' widths,
+    about s/6h, but too little for rows that scatter by ``NOISE`` to tell it from the GEMMs');
+    also the host and kernel overheads from 6."""
     n = _distinct(cases)
     if n <= 2:
         return ("compute_scale",)
@@ -267,7 +268,7 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
     such rows. (A mean of the rows' own shares had let rows of little activation memory, whose
     share a small error swings, set it.)"""
     num = den = 0.0
-    copies = Counter(_key(c) for c in cases)
+    copies = Counter(_key(c) for c in cases if c.memory is not None)  # (its memory rows)
     for c, ev in zip(cases, evs):
         if c.memory is None or ev is None:
             continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -571,8 +572,10 @@ def cmd_compare(args) -> int:
     if not results:
         # nest searches the whole space: its reason stands for all (each method's is in --json)
         why = errors.get("nest") or next(iter(errors.values()))
+        from .result import scenario_json
+
         raise InfeasibleError(f"no method found a plan ({', '.join(errors)}); nest: {why}",
-                              {"methods": [], "errors": errors})
+                              {"scenario": scenario_json(sc), "methods": [], "errors": errors})
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
             for name, res in results.items()]
     if args.save is not None:
@@ -727,13 +730,14 @@ def cmd_validate(args) -> int:
 
 
 LEFT_OUT_SUSPECT = 0.5
-"""A row the fit on the other rows predicts this far off (relative) is named: a step time in the
-wrong unit or a misstated plan pulls the fit of every row."""
+"""A row the fit on the other rows predicts 1 + this times too slow or too fast is named: a step
+time in the wrong unit or a misstated plan pulls the fit of every row."""
 
 
 def _note_far_when_left_out(cases, loo) -> None:
     """Name the rows the leave-one-out fits predict far off (``LEFT_OUT_SUSPECT``)."""
-    far = [(c, e) for c, e in zip(cases, loo or ()) if abs(e) > LEFT_OUT_SUSPECT]
+    far = [(c, e) for c, e in zip(cases, loo or ()) if abs(math.log1p(e)) > math.log1p(
+        LEFT_OUT_SUSPECT)]  # (as far either way: 1.5 times too slow or too fast)
     if far:
         import warnings
 
@@ -791,12 +795,15 @@ def cmd_calibrate(args) -> int:
     # resolve: the two files move together
     ref = os.path.relpath(Path(given).resolve(), out.resolve().parent) \
         if looks_like_path(given) else base.name
+    if looks_like_path(given) and os.sep not in ref:  # (a bare name would read as the catalog's)
+        ref = f".{os.sep}{ref}"
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
         out.write_text(f"# nestplan calibrate {args.csv}"
-                       + (f" --stack {ref}" if args.stack else f" (base: the rows' stack, {ref})")
-                       + "\n" + dumps(table))
+                       + (f" --stack {args.stack}" if args.stack
+                          else f" (base: the rows' stack, {ref})")
+                       + f" -o {args.output}\n" + dumps(table))
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)

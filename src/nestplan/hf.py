@@ -145,10 +145,11 @@ def _yarn_attention_factor(rs: _Config, factor: float) -> float:
     all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
     if given is not None:
         scale, where, shown = given, rs.where("attention_factor"), given
+    elif mscale and all_dim:
+        scale = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, all_dim)
+        where, shown = rs.where("mscale"), mscale
     else:
-        scale = (_yarn_mscale(factor, mscale) / _yarn_mscale(factor, all_dim) if mscale and all_dim
-                 else _yarn_mscale(factor, 1.0))
-        where, shown = rs.where("factor"), factor
+        scale, where, shown = _yarn_mscale(factor, 1.0), rs.where("factor"), factor
     if not MIN_ROPE_MSCALE <= scale <= MAX_ROPE_MSCALE:
         raise SpecError(where, shown, f"gives a scale of RoPE's cos and sin of {scale:.4g}, "
                         f"outside [{MIN_ROPE_MSCALE:g}, {MAX_ROPE_MSCALE:g}]")
@@ -166,7 +167,8 @@ def _rope_yarn(cfg: _Config) -> YarnSpec | None:
     a top-level ``original_max_position_embeddings``, else the table's, else
     ``max_position_embeddings`` (else unstated: the config class's default, which differs from
     class to class). A scale without an extension (factor 1 and an attention factor) is no YaRN
-    Megatron can run: ``rope_mscale`` alone keeps it."""
+    Megatron can run: None (standard attention's ``rope_mscale`` keeps the scale; MLA's says so,
+    ``_deepseek_v3``)."""
     rs, kind = _rope_scaling(cfg)
     if kind != "yarn":
         return None
@@ -195,10 +197,17 @@ def _rope_yarn(cfg: _Config) -> YarnSpec | None:
                   beta_slow=rs.get("beta_slow", kind=float, minimum=0, default=None) or 1.0,
                   mscale=mscale, mscale_all_dim=all_dim,
                   round_to_int=rs.get("truncate", kind=bool, default=True, null=False))
+    if given is not None or not rs.data.get("mscale"):  # (mscale worked out from these)
+        where["mscale"] = rs.where("attention_factor" if given is not None else "factor")
     try:
         return YarnSpec(**fields)
-    except SpecError as e:  # named by the config's key
-        raise SpecError(where[e.field.removeprefix("yarn.")], e.value, e.allowed) from None
+    except SpecError as e:  # named by the config's key (and value, for the mscale worked out)
+        field = e.field.removeprefix("yarn.")
+        if field == "mscale" and not rs.data.get("mscale"):
+            raise SpecError(where[field], given if given is not None else factor,
+                            f"needs Megatron-Core's mscale at {e.value:.4g} to give its scale "
+                            f"({e.allowed})") from None
+        raise SpecError(where[field], e.value, e.allowed) from None
 
 
 def _rope_mscale(cfg: _Config) -> float:
@@ -547,6 +556,10 @@ def _deepseek_v3(cfg: _Config) -> dict:
                   v_head_dim=cfg.get("v_head_dim"))
     # MLA applies its YaRN scale in its own path (Megatron-Core's MLA RoPE), not the one
     # ``rope_mscale`` costs
+    if kw["rope_mscale"] != 1 and kw["yarn"] is None:  # (a scale without an extension)
+        warnings.warn(f"{cfg.source}: rope_scaling scales MLA's RoPE by "
+                      f"{kw['rope_mscale']:.4g} without extending its context (factor 1), which "
+                      "Megatron-Core's YaRN cannot: costed and exported unscaled", Note)
     kw.update(mla=mla, kv_heads=kw["heads"], head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
               rope_mscale=1.0)
     moe_ffn = cfg.get("moe_intermediate_size")

@@ -64,21 +64,29 @@ def rank_map(par: Parallelism, devices_per_host: int) -> str:
 
 def rank_script(framework: str) -> str:
     """A bash wrapper for a launcher that starts one process per device and numbers them by host
-    (torchrun's GROUP_RANK and LOCAL_RANK; DeepSpeed's launcher sets the same): it sets RANK to
-    the framework rank the rank map (``rank_map``, the ``.ranks.csv`` beside it) puts on this
-    host's device, then runs its arguments. The map's hosts are numbered as the launcher numbers
-    them (host h holds devices h·n to h·n + n - 1)."""
+    (torchrun's GROUP_RANK, DeepSpeed's launcher's CROSS_RANK, NODE_RANK where only it is set; and
+    LOCAL_RANK): it sets RANK to the framework rank the rank map (``rank_map``, the
+    ``.ranks.csv`` beside it) puts on this host's device, then runs its arguments. The map's
+    hosts are the cluster's in device order (host h holds devices h·n to h·n + n - 1): the
+    launcher must number them so (torchrun: a static rendezvous with --node-rank in that order;
+    c10d's picks its own), which the script's comments and the export's note say."""
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# nestplan: the {framework} rank of each device, from the rank map beside this file",
         "# run: torchrun --no-python ... bash THIS_FILE COMMAND ARGUMENTS",
+        "# hosts must be numbered in the cluster's device order (host h holds the map's devices",
+        "# h*n .. h*n+n-1): torchrun --rdzv-backend static --node-rank h, or DeepSpeed's hostfile",
+        "# in that order",
         "set -euo pipefail",
-        'map="${BASH_SOURCE[0]%.sh}.csv"',
-        'host="${GROUP_RANK:-${NODE_RANK:-}}"',
+        'here="$(readlink -f "${BASH_SOURCE[0]}")"',
+        'map="${here%.sh}.csv"',
+        'host="${GROUP_RANK:-${CROSS_RANK:-${NODE_RANK:-}}}"',
         'if [ -z "$host" ] || [ -z "${LOCAL_RANK:-}" ]; then',
-        '  echo "GROUP_RANK (or NODE_RANK) and LOCAL_RANK are not set (run under torchrun)" >&2',
+        '  echo "GROUP_RANK (CROSS_RANK, NODE_RANK) and LOCAL_RANK are not set (run under a '
+        'launcher)" >&2',
         "  exit 2",
         "fi",
+        'if [ "$#" -eq 0 ]; then echo "give the command to run" >&2; exit 2; fi',
         'RANK=$(awk -F, -v h="$host" -v l="$LOCAL_RANK" \'NR > 1 && $3 == h && $4 == l '
         '{ print $1; exit }\' "$map")',
         'if [ -z "$RANK" ]; then echo "no rank for host $host, local rank $LOCAL_RANK in $map" >&2; '
@@ -95,7 +103,8 @@ def rank_files(par: Parallelism, devices_per_host: int, framework: str) -> dict[
 
 RANK_NOTE = ("launch through the rank wrapper, which sets RANK from the rank map (PATH.ranks.csv) "
              "so that {framework} rank r runs on the device the plan chose: torchrun --no-python "
-             "... bash PATH.ranks.sh {command}")
+             "... bash PATH.ranks.sh {command}, its hosts numbered in the cluster's device order "
+             "(--rdzv-backend static --node-rank h for the host of devices h·n to h·n+n-1)")
 """The note of an export that writes ``rank_files``."""
 
 
