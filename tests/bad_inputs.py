@@ -562,6 +562,13 @@ case("stack-file-base-cycle", [*EVAL, "--stack", "{a}.toml"], "base",
 case("stack-file-self-base", [*EVAL, "--stack", "{a}.toml"], "base",
      **{"a.toml": 'base = "{a}.toml"\nname = "a"\n'})
 case("stack-file-directory", [*EVAL, "--stack", "{d}"], "directory", d=DIR)
+# a stack file may not take a catalog stack's name: outputs would call it that stack (a trial)
+case("stack-file-named-like-the-catalog", [*EVAL, "--stack", "{s}.toml"],
+     "stack.name: got 'torchtitan'; is a catalog stack's name",
+     **{"s.toml": 'base = "nemo"\nname = "torchtitan"\n'})
+case("stack-file-stem-like-the-catalog", [*EVAL, "--stack", "{nemo}.toml"],
+     "stack.name: got 'nemo'; is a catalog stack's name; give the file's stack a name of its own "
+     "(named for its file", **{"nemo.toml": 'base = "torchtitan"\n'})
 
 
 # ---- plan files (evaluate --plan, export, report) ---------------------------------------------
@@ -1091,6 +1098,9 @@ case("cluster-name-near-miss", ["evaluate", "--model", "llama3-8b", "--cluster",
 case("flag-before-subcommand", ["--turbo", *EVAL], "unrecognized arguments: --turbo (see nestplan --help)")
 case("flag-after-subcommand", [*EVAL, "--turbo"],
      "unrecognized arguments: --turbo (see nestplan evaluate --help)")
+case("calibrate-output-named-like-the-catalog", ["calibrate", "{r}.csv", "-o", "{d}/nemo.toml"],
+     "names the fitted stack for the file, and 'nemo' is a catalog stack's name", d=DIR,
+     **{"r.csv": RUN_HEADER + "\n" + RUN + "\n"})
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],

@@ -751,7 +751,7 @@ def _note_far_when_left_out(cases, loo) -> None:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import base_of, fit
-    from .catalog import get_stack, looks_like_path, stack_files
+    from .catalog import get_stack, list_names, looks_like_path, stack_files
     from .errors import SpecError
     from .loaders import stack_to_table, writable
     from .tomlfmt import dumps
@@ -763,6 +763,9 @@ def cmd_calibrate(args) -> int:
     writable(args.output, "-o", "stack TOML", reads=(*stack_files(given), runs),
              what="the runs CSV, the base stack file or one of its bases")
     out = Path(args.output)
+    if out.stem in list_names("stacks"):  # (the stack is named for the file, and then refused)
+        raise SpecError("-o", args.output, f"names the fitted stack for the file, and "
+                        f"'{out.stem}' is a catalog stack's name: choose another file name")
     cases = load_cases(runs, stack=base, field="RUNS.csv")
     progress = _Progress("calibrate", "fitting")
     try:

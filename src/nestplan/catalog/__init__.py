@@ -217,16 +217,34 @@ def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
                         f"({chain}); they must end at {a_noun} without base")
     build = stack_from_table if kind == "stacks" else accelerator_from_table
     where = noun if not seen else f"{noun} {ident}"
+    given = "name" in table  # (else a stack file is named for the file, below)
     if "base" not in table:
-        return build(table, where)
-    table = dict(table)
-    base_name = table.pop("base")
-    if not isinstance(base_name, str):
-        raise SpecError(f"{where}.base", base_name, f"must be {a_noun} name or path")
-    base = _resolve(kind, _base_beside(ident, base_name), f"{where}.base", (*seen, ident))
-    if kind == "stacks" and "name" not in table:
-        table["name"] = Path(name).stem if looks_like_path(name) else name
-    return build(table, where, base=base)
+        built = build(table, where)
+    else:
+        table = dict(table)
+        base_name = table.pop("base")
+        if not isinstance(base_name, str):
+            raise SpecError(f"{where}.base", base_name, f"must be {a_noun} name or path")
+        base = _resolve(kind, _base_beside(ident, base_name), f"{where}.base", (*seen, ident))
+        if kind == "stacks" and "name" not in table:
+            table["name"] = Path(name).stem if looks_like_path(name) else name
+        built = build(table, where, base=base)
+    if kind == "stacks" and looks_like_path(name):
+        _refuse_a_catalog_name(built, given, where)
+    return built
+
+
+def _refuse_a_catalog_name(stack, given: bool, where: str) -> None:
+    """A stack file may not take a catalog stack's name (outputs name a stack by it, and would
+    say ``nemo`` of a file that only shares the name), from its ``name`` key (``given``) or its
+    file's stem, unless it is that catalog stack (its own file, or what ``list stacks`` prints
+    of it)."""
+    name = stack.name
+    if name in list_names("stacks") and stack != get_stack(name):
+        how = ("" if given else " (named for its file: set name = \"...\" in it, or rename "
+               "the file)")
+        raise SpecError(f"{where}.name", name, f"is a catalog stack's name; give the file's stack "
+                        f"a name of its own{how}")
 
 
 def _base_beside(ident: str, base: str) -> str:
