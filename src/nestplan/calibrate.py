@@ -113,6 +113,9 @@ def _names(cases) -> tuple[str, ...]:
 
 PARAMETERS = ("matmul_scale", "attention_scale", "memory_scale", "step_overhead_s",
               "kernel_overhead_us")
+FITTED_VALUES = ("step_overhead_s", "kernel_overhead_us", "allocator_overhead")
+"""``Fit.params`` that are fitted values (s, µs, a share of activations); the others are factors on
+the base's multipliers."""
 """Everything calibrate fits from six distinct rows (``_names``), beside the one compute scale
 of fewer than three."""
 
@@ -374,7 +377,7 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                     description=f"{base.name} calibrated on {len(cases)} measured runs")
     # multipliers of the base, and the two overheads as fitted values
     params = {n: math.exp(v) for n, v in zip(names, x)
-              if n not in ("step_overhead_s", "kernel_overhead_us")}
+              if n not in FITTED_VALUES}
     if "step_overhead_s" in names:
         params["step_overhead_s"] = stack.step_overhead
     if "kernel_overhead_us" in names:

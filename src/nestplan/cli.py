@@ -551,6 +551,7 @@ def cmd_compare(args) -> int:
     sc, con = _searchable(args)
     from .errors import InfeasibleError
     from .processes import cores
+    from .result import scenario_json
     from .search.methods import METHODS, attempt, side_by_side
 
     workers = min(cores(), len(METHODS))
@@ -572,8 +573,6 @@ def cmd_compare(args) -> int:
     if not results:
         # nest searches the whole space: its reason stands for all (each method's is in --json)
         why = errors.get("nest") or next(iter(errors.values()))
-        from .result import scenario_json
-
         raise InfeasibleError(f"no method found a plan ({', '.join(errors)}); nest: {why}",
                               {"scenario": scenario_json(sc), "methods": [], "errors": errors})
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
@@ -588,8 +587,6 @@ def cmd_compare(args) -> int:
         ref = results["manual"].best.tokens_per_s if "manual" in results else None
         for row, res in zip(rows, results.values()):
             row["tokens_per_s_ratio_to_manual"] = res.best.tokens_per_s / ref if ref else None
-        from .result import scenario_json
-
         print(_json({"scenario": scenario_json(sc), "methods": rows, "errors": errors}))
     else:
         from .textfmt import comparison
@@ -750,7 +747,7 @@ def _note_far_when_left_out(cases, loo) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import base_of, fit
+    from .calibrate import FITTED_VALUES, base_of, fit
     from .catalog import get_stack, list_names, looks_like_path, stack_files
     from .errors import SpecError
     from .loaders import stack_to_table, writable
@@ -786,8 +783,7 @@ def cmd_calibrate(args) -> int:
             line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
                      f"{result.memory_after[i] * 100:+.1f}%")
         print(line)
-    absolute = ("step_overhead_s", "kernel_overhead_us", "allocator_overhead")
-    fitted = ", ".join(f"{k} {v:.3g}" if k in absolute else f"{k} {v:.3g}x the base's"
+    fitted = ", ".join(f"{k} {v:.3g}" if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
                        for k, v in result.params.items())
     print(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over {base.name}: "
           f"{fitted}")

@@ -109,9 +109,9 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "pro
 """RoPE scalings transformers knows: ``default`` and the keys of ``ROPE_INIT_FUNCTIONS``
 (src/transformers/modeling_rope_utils.py, transformers 5.23.0 wheel), with the older names of
 configs still published (``su``, Phi-3's first name for ``longrope``; ``mrope``, Qwen2-VL's,
-which its code runs as ``default``). Only YaRN changes a cost here (``_rope_mscale``)."""
+which its code runs as ``default``). Only YaRN changes a cost here (``_rope``)."""
 
-_YARN_KEYS = {"factor": "factor", "original_max_positions": "original_max_position_embeddings",
+_YARN_HF_KEYS = {"factor": "factor", "original_max_positions": "original_max_position_embeddings",
               "beta_fast": "beta_fast", "beta_slow": "beta_slow", "mscale": "mscale",
               "mscale_all_dim": "mscale_all_dim", "round_to_int": "truncate"}
 """``YarnSpec``'s fields -> the ``rope_scaling`` keys they are read from."""
@@ -136,13 +136,11 @@ def _yarn_mscale(factor: float, m: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
 
-def _yarn_attention_factor(rs: _Config, factor: float) -> float:
+def _yarn_attention_factor(rs: _Config, factor: float, given, mscale, all_dim) -> float:
     """The factor YaRN scales RoPE's cos and sin by, as transformers' ``_compute_yarn_parameters``
-    (5.23.0 wheel) works it out: ``attention_factor`` when given, else g(mscale) /
-    g(mscale_all_dim) when both are set, else g(1); refused outside the accepted scales."""
-    given = rs.get("attention_factor", kind=float, minimum=0, default=None)
-    mscale = rs.get("mscale", kind=float, minimum=0, default=None)
-    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None)
+    (5.23.0 wheel) works it out from the table ``rs``'s keys: ``attention_factor`` (``given``)
+    when given, else g(mscale) / g(mscale_all_dim) when both are set, else g(1); refused outside
+    the accepted scales."""
     if given is not None:
         scale, where, shown = given, rs.where("attention_factor"), given
     elif mscale and all_dim:
@@ -156,35 +154,39 @@ def _yarn_attention_factor(rs: _Config, factor: float) -> float:
     return scale
 
 
-def _rope_yarn(cfg: _Config) -> YarnSpec | None:
-    """The config's YaRN (None for any other RoPE), read as transformers reads it
-    (``_compute_yarn_parameters``, ``standardize_rope_params`` and DeepseekV3Attention,
-    transformers 5.23.0 wheel) and held as Megatron-Core takes it: betas 32 and 1 when absent or
-    0; ``mscale_all_dim`` as given (MLA's softmax scale reads it alone, in both), and ``mscale``
-    whatever gives Megatron-Core's cos/sin factor g(mscale) / g(mscale_all_dim) transformers'
-    (``_yarn_attention_factor``: the config's mscale where it gives both, 1 where it gives
-    neither); ``truncate`` null as false, as transformers tests it; the pre-trained context from
-    a top-level ``original_max_position_embeddings``, else the table's, else
-    ``max_position_embeddings`` (else unstated: the config class's default, which differs from
-    class to class). A scale without an extension (factor 1 and an attention factor) is no YaRN
-    Megatron can run: None (standard attention's ``rope_mscale`` keeps the scale; MLA's says so,
+def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
+    """The factor the config's RoPE scaling scales cos and sin by (``ModelSpec.rope_mscale``: 1
+    but for YaRN; GPT-OSS 1.3466, DeepSeek-V3 and Kimi-K2, mscale = mscale_all_dim, 1), and its
+    YaRN (None for any other RoPE), read as transformers reads it (``_compute_yarn_parameters``,
+    ``standardize_rope_params`` and DeepseekV3Attention, transformers 5.23.0 wheel) and held as
+    Megatron-Core takes it: betas 32 and 1 when absent or 0; ``mscale_all_dim`` as given (MLA's
+    softmax scale reads it alone, in both), and ``mscale`` whatever gives Megatron-Core's cos/sin
+    factor g(mscale) / g(mscale_all_dim) transformers' (``_yarn_attention_factor``: the config's
+    mscale where it gives both, 1 where it gives neither); ``truncate`` null as false, as
+    transformers tests it; the pre-trained context from a top-level
+    ``original_max_position_embeddings``, else the table's, else ``max_position_embeddings``
+    (else unstated: the config class's default, which differs from class to class). A scale
+    without an extension (factor 1 and an attention factor) is no YaRN Megatron can run: the
+    scale with None (standard attention's ``rope_mscale`` keeps it; MLA's says so,
     ``_deepseek_v3``)."""
     rs, kind = _rope_scaling(cfg)
     if kind != "yarn":
-        return None
+        return 1.0, None
     factor = rs.get("factor", kind=float, minimum=0, default=None)
     if factor is None:
         raise SpecError(rs.where("factor"), None, "YaRN needs a context extension factor")
-    where = {f: rs.where(k) for f, k in _YARN_KEYS.items()}
-    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None) or 0.0
-    scale = _yarn_attention_factor(rs, factor) if factor >= 1 else 1.0  # (< 1: refused below)
-    if factor == 1 and scale != 1:
-        return None
+    where = {f: rs.where(k) for f, k in _YARN_HF_KEYS.items()}
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
+    all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None) or 0.0
+    # (a factor below 1 is refused below, by YarnSpec)
+    scale = _yarn_attention_factor(rs, factor, given, mscale, all_dim) if factor >= 1 else 1.0
+    if factor == 1 and scale != 1:
+        return scale, None
     if given is not None or not mscale or not all_dim:  # (else the config's mscale, exactly)
         mscale = 1.0 if factor <= 1 or (given is None and not all_dim) else (
             (scale * _yarn_mscale(factor, all_dim) - 1) / (0.1 * math.log(factor)))
+        where["mscale"] = rs.where("attention_factor" if given is not None else "factor")
     original = None
     for table, key in ((cfg, "original_max_position_embeddings"),
                        (rs, "original_max_position_embeddings"), (cfg, "max_position_embeddings")):
@@ -197,10 +199,8 @@ def _rope_yarn(cfg: _Config) -> YarnSpec | None:
                   beta_slow=rs.get("beta_slow", kind=float, minimum=0, default=None) or 1.0,
                   mscale=mscale, mscale_all_dim=all_dim,
                   round_to_int=rs.get("truncate", kind=bool, default=True, null=False))
-    if given is not None or not rs.data.get("mscale"):  # (mscale worked out from these)
-        where["mscale"] = rs.where("attention_factor" if given is not None else "factor")
     try:
-        return YarnSpec(**fields)
+        return scale, YarnSpec(**fields)
     except SpecError as e:  # named by the config's key (and value, for the mscale worked out)
         field = e.field.removeprefix("yarn.")
         if field == "mscale" and not rs.data.get("mscale"):
@@ -210,24 +210,13 @@ def _rope_yarn(cfg: _Config) -> YarnSpec | None:
         raise SpecError(where[field], e.value, e.allowed) from None
 
 
-def _rope_mscale(cfg: _Config) -> float:
-    """The factor YaRN scales RoPE's cos and sin by (``_yarn_attention_factor``; 1 for any other
-    RoPE). GPT-OSS: 1.3466; DeepSeek-V3 and Kimi-K2 (mscale = mscale_all_dim): 1."""
-    rs, kind = _rope_scaling(cfg)
-    if kind != "yarn":
-        return 1.0
-    factor = rs.get("factor", kind=float, minimum=0, default=None)
-    if factor is None or factor < 1:
-        _rope_yarn(cfg)  # (refuses it, naming the key)
-    return _yarn_attention_factor(rs, factor)
-
-
 def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
     """The fields every Llama-like family shares. ``qkv_bias``: the family's q, k and v carry
     biases as it says and no other linear layer does (else ``attention_bias`` biases every
     projection)."""
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
+    scale, yarn = _rope(cfg)
     return dict(
         layers=cfg.get("num_hidden_layers"),
         hidden=hidden,
@@ -242,8 +231,8 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
         **({} if qkv_bias is None else {"qkv_bias": qkv_bias}),
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
-        rope_mscale=_rope_mscale(cfg),
-        yarn=_rope_yarn(cfg),
+        rope_mscale=scale,
+        yarn=yarn,
         rope_theta=_rope_theta(cfg),
     )
 
@@ -497,7 +486,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), (kw["layers"] + 1) // 2))
     if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
         default = _Config({"rope_scaling": GPT_OSS_YARN}, cfg.source)
-        kw.update(rope_mscale=_rope_mscale(default), yarn=_rope_yarn(default))
+        kw["rope_mscale"], kw["yarn"] = _rope(default)
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
     # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
     # as transformers' GptOssConfig defaults it)

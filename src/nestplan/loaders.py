@@ -5,6 +5,7 @@ Unknown keys are errors that list the valid ones; missing required keys name the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -351,8 +352,7 @@ _MOE_TYPES = {"shared_expert_gate": bool, "expert_bias": bool, "router_pre_softm
               "scores_on_input": bool}
 """Types of the [moe] keys that are not integers."""
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
-_YARN_KEYS = {"factor", "original_max_positions", "beta_fast", "beta_slow", "mscale",
-              "mscale_all_dim", "round_to_int"}
+_YARN_KEYS = {f.name for f in dataclasses.fields(YarnSpec)}
 _YARN_TYPES = {"original_max_positions": int, "round_to_int": bool}
 """Types of the [yarn] keys that are not numbers read as floats."""
 _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS} | {

@@ -52,8 +52,10 @@ MAX_ROPE_THETA = 1e9
 """Largest RoPE base period accepted: published configs range 10,000 (Llama 2) to 10^6 (Qwen3,
 Mixtral); 1e9 leaves room without admitting nonsense."""
 MAX_YARN_FACTOR = 1e6
-"""Largest YaRN context extension (``YarnSpec.factor``) and ramp bound (``beta_fast``,
-``beta_slow``) a model may give (published factors: 4-64; betas 1-32)."""
+"""Bound of YaRN's numbers (``YarnSpec``): the largest context extension (published factors:
+4-64), ramp bound (``beta_fast``, ``beta_slow``; published 1-32) and magnitude of ``mscale``
+(published 0.707-1; one worked out from an ``attention_factor`` may be negative) a model may
+give. Far beyond any published, it only keeps the arithmetic finite."""
 MAX_ROUTER_SCALE = 100.0
 """Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_GLU_CLAMP = 1e6
@@ -477,9 +479,9 @@ class YarnSpec(_CachedHash):
     def attention_factor(self) -> float:
         """The factor it scales RoPE's cos and sin by, as Megatron-Core works it out
         (``_yarn_get_concentration_factor``): g(mscale) / g(mscale_all_dim), g(m) = 0.1·m·ln(factor)
-        + 1 (1 at factor <= 1)."""
-        def g(m: float) -> float:
-            return 1.0 if self.factor <= 1 else 0.1 * m * math.log(self.factor) + 1.0
+        + 1."""
+        def g(m: float) -> float:  # (factor >= 1: g = 1 at factor 1)
+            return 0.1 * m * math.log(self.factor) + 1.0
         return g(self.mscale) / g(self.mscale_all_dim)
 
 

@@ -596,9 +596,10 @@ class StackSpec(_CachedHash):
         return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
                 and not self.replicas_hold_experts(par.with_(zero=z))]
 
-    def defers_grad_sync(self, par) -> bool:
-        """``par`` reduces its sharded gradients once a step (``pipeline_defers_grad_sync``)."""
-        return self.pipeline_defers_grad_sync and par.pp > 1 and par.zero >= 2
+    def defers_grad_sync(self, pp: int, zero: int) -> bool:
+        """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step
+        (``pipeline_defers_grad_sync``)."""
+        return self.pipeline_defers_grad_sync and pp > 1 and zero >= 2
 
     def replicas_hold_experts(self, par) -> bool:
         """``par`` would need expert-parallel ranks among data-parallel replicas, which this

@@ -29,17 +29,22 @@ def plan_short(p, moe: bool = False) -> str:
                      f"z{p.zero}", p.recompute_text, f"b{p.mbs}"])
 
 
-def workload_extras(sc) -> str:
-    """The header's words for what a scenario trains beyond its sizes, as the flags set it: the
-    MoE load imbalance and capacity factor where given, and the multi-token-prediction depths."""
+def mtp_text(depths: int) -> str:
+    """``2 MTP depths``: multi-token-prediction depths as every output names them."""
+    return f"{depths} MTP depth{'s' if depths > 1 else ''}"
+
+
+def workload_parts(sc) -> list[str]:
+    """What a scenario trains beyond its sizes, as the flags set it, in words: the MoE load
+    imbalance and capacity factor where given, and the multi-token-prediction depths."""
     tr, parts = sc.training, []
     if sc.model.moe is not None and tr.moe_imbalance != 1.0:
         parts.append(f"MoE imbalance {tr.moe_imbalance:g}")
     if sc.model.moe is not None and tr.moe_capacity is not None:
         parts.append(f"capacity factor {tr.moe_capacity:g}")
     if sc.model.mtp_layers:
-        parts.append(f"{sc.model.mtp_layers} MTP depth{'s' if sc.model.mtp_layers > 1 else ''}")
-    return "".join(f", {p}" for p in parts)
+        parts.append(mtp_text(sc.model.mtp_layers))
+    return parts
 
 
 def evaluation(ev: Evaluation) -> str:
@@ -50,7 +55,7 @@ def evaluation(ev: Evaluation) -> str:
     out = [
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
-        f"stack {ev.scenario.stack.name}{workload_extras(sc)}",
+        f"stack {ev.scenario.stack.name}{''.join(f', {p}' for p in workload_parts(sc))}",
         f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batch"
         f"{'es' if ev.micro_batches != 1 else ''} per replica)",
         "",
@@ -93,11 +98,11 @@ def evaluation(ev: Evaluation) -> str:
     out.append(f"  {'total':12s} {worst.total / GiB:8.2f} GiB")
     if len(ev.stages) > 1:
         out += ["", "stages:"]
+        mtp = ev.scenario.model.mtp_layers
         for s in ev.stages:
             blocks = ", ".join(block_range(a, b) for a, b in s.blocks)
-            mtp = ev.scenario.model.mtp_layers
             extra = (" +embedding" if s.has_embedding else "") + (" +head" if s.has_head else "") \
-                + (f" +{mtp} MTP depth{'s' if mtp > 1 else ''}" if s.has_head and mtp else "")
+                + (f" +{mtp_text(mtp)}" if s.has_head and mtp else "")
             out.append(f"  {s.index:3d}  blocks {blocks}{extra}  {fmt_time(s.time_per_microbatch)}"
                        f"/micro-batch  {s.memory.total / GiB:6.1f} GiB  recompute {s.recompute}")
     return "\n".join(out)

@@ -359,7 +359,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     par, st = cc.par, cc.sc.stack
     eff = st.overlap_efficiency
     rs = _dp(cc.rs, ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
-        if par.zero >= 2 and not st.defers_grad_sync(par) else 0.0 * ch.params
+        if par.zero >= 2 and not st.defers_grad_sync(par.pp, par.zero) else 0.0 * ch.params
     ag = _dp(cc.ag, ch.gathered, ch.egathered) if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
     # a recomputed forward gathers its weights again, except in an FSDP unit: there it runs
@@ -393,7 +393,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
     sync = 0.0 * params
-    deferred = st.defers_grad_sync(par)
+    deferred = st.defers_grad_sync(par.pp, par.zero)
     if par.zero < 2 or deferred:
         coeffs = cc.ar if par.zero == 0 else cc.rs
         sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
@@ -472,7 +472,7 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
     w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st,
-                             st.defers_grad_sync(par))
+                             st.defers_grad_sync(par.pp, par.zero))
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)

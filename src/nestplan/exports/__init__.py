@@ -180,24 +180,31 @@ def prediction(pf: PlanFile, changed: Parallelism):
 
 
 def _predicted_line(ev, how: str = "") -> str:
-    """A header line with a prediction (an Evaluation), ``how`` it was made."""
-    return (f"# predicted{' ' + how if how else ''}: step {ev.step_time:.3f} s, "
+    """A header line (bare: a format adds its comment mark) with a prediction (an Evaluation),
+    ``how`` it was made."""
+    return (f"predicted{' ' + how if how else ''}: step {ev.step_time:.3f} s, "
             f"{ev.tokens_per_s:,.0f} tokens/s, MFU {ev.mfu:.1%}, peak memory "
             f"{ev.peak_memory / GiB:.1f} GiB ({'fits' if ev.fits else 'does NOT fit'})")
 
 
-def predicted_lines(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
-    """An export's header lines with nestplan's prediction of the plan it exports: with the plan's
-    stack, and first, for a plan searched for another stack, as the format's own stack runs it
-    (where that stack runs it: ``own_prediction``)."""
+def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], list[str]]:
+    """An export's header lines with nestplan's prediction of the plan it exports (bare), and
+    its notes on the stack it was searched for. With the plan's stack; for a plan searched for
+    another format's stack, first as the format's own stack runs it (``own_prediction``, worked
+    out once), and a note that says so."""
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack
     if stack.export_format == fmt:
-        return [_predicted_line(ev)]
+        return [_predicted_line(ev)], []
+    said, own = own_prediction(pf, exported, fmt)
     mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour")
-    _, own = own_prediction(pf, exported, fmt)
-    return [mine] if own is None else [
+    runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
+    note = (f"the plan was searched for stack {stack.name} ({runs}), not for {fmt}; its "
+            f"prediction assumes {stack.name}'s behaviour; {said} (plan again with --stack "
+            f"{FORMAT_STACKS[fmt]} for a {fmt} plan)")
+    lines = [mine] if own is None else [
         _predicted_line(own, f"as stack {FORMAT_STACKS[fmt]} runs it"), mine]
+    return lines, [note]
 
 
 def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str) -> str:
@@ -211,19 +218,6 @@ def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str) -> str:
     step = f"unchanged at {now} s{under}" if now == was else f"{now} s{under} instead of {was} s"
     return (f"exported plan: predicted step {step}, peak memory "
             f"{after.peak_memory / GiB:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
-
-
-def stack_notes(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
-    """For a plan searched for another format's stack: a note that says so, with the exported
-    plan as the format's own stack runs it (``own_prediction``)."""
-    stack = pf.scenario.stack
-    if stack.export_format == fmt:
-        return []
-    runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
-    return [f"the plan was searched for stack {stack.name} ({runs}), not for {fmt}; its "
-            f"prediction assumes {stack.name}'s behaviour; "
-            f"{own_prediction(pf, exported, fmt)[0]} (plan again with --stack "
-            f"{FORMAT_STACKS[fmt]} for a {fmt} plan)"]
 
 
 def mtp_note(pf: PlanFile) -> str:

@@ -18,8 +18,8 @@ from ..axes import MEGATRON_ORDER
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
-from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, mtp_note,
-               predicted_lines, predicted_note, rank_files, stack_notes, uniform_policy)
+from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, headline,
+               mtp_note, predicted_note, rank_files, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
 """How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
@@ -108,14 +108,14 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
                                                       command="python TRAIN_SCRIPT ARGUMENTS"))
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported, "deepspeed"))
-    notes += stack_notes(pf, exported, "deepspeed")
     return cfg, notes, exported
 
 
 def export(pf: PlanFile) -> Export:
     cfg, notes, exported = config(pf)
     # the JSON holds no comments: the predictions head the notes file, as they head the others
-    head = [line.removeprefix("# ") for line in predicted_lines(pf, exported, "deepspeed")]
+    head, stack_notes = headline(pf, exported, "deepspeed")
+    notes += stack_notes
     extras = {".notes.txt": "\n".join(head + notes) + "\n"}
     if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
         extras.update(rank_files(pf.plan, pf.scenario.cluster.host_size, "DeepSpeed"))

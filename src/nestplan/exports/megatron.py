@@ -22,8 +22,8 @@ from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
-from . import (RANK_NOTE, Export, closest_schedule, fit_notes, mesh_json, predicted_lines,
-               predicted_note, rank_files, stack_notes)
+from . import (RANK_NOTE, Export, closest_schedule, fit_notes, headline, mesh_json,
+               predicted_note, rank_files)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -39,7 +39,12 @@ def _layout(sizes: list[int], mtp: int = 0) -> str:
     return "|".join(chunks)
 
 
-MLA_YARN_DEFAULTS = {"original context": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+YARN_CONTEXT = 4096
+"""Tokens of pre-trained context Megatron-Core's YaRN assumes where none is given
+(``YarnRotaryEmbedding``'s and MLATransformerConfig's ``original_max_position_embeddings``,
+argument_utils.py's fallback; @ NVIDIA/Megatron-LM d98e8a64dd)."""
+
+MLA_YARN_DEFAULTS = {"original context": YARN_CONTEXT, "beta_fast": 32.0, "beta_slow": 1.0}
 """What MLA's YaRN runs with where Megatron-LM has no flag: MLATransformerConfig's
 ``original_max_position_embeddings``, ``beta_fast`` and ``beta_slow``
 (megatron/core/transformer/transformer_config.py @ NVIDIA/Megatron-LM d98e8a64dd; the
@@ -64,23 +69,23 @@ def standard_yarn_refusal(m) -> str | None:
     return None
 
 
-def _yarn_args(m, notes: list[str]) -> list[str]:
+def _yarn_args(m, refusal: str | None, notes: list[str]) -> list[str]:
     """The flags of ``m``'s YaRN (``ModelSpec.yarn``), with notes for what they cannot say.
     MLA reads ``--rotary-scaling-factor``, ``--mscale`` and ``--mscale-all-dim`` into its own
     config, whose RoPE is YaRN by default; standard attention takes ``--position-embedding-type
     yarn`` (set by the caller where ``standard_yarn_refusal`` allows it) and the ``--yarn-*``
-    flags too (arguments.py @ d98e8a64dd)."""
+    flags too (arguments.py @ d98e8a64dd); ``refusal``: ``standard_yarn_refusal``'s."""
     y = m.yarn
-    why = standard_yarn_refusal(m)
-    if why is not None:
+    if refusal is not None:
         notes.append(f"YaRN (x{y.factor:g} context, cos/sin x{y.attention_factor:.4g}) not "
-                     f"exported: {why}; the arguments run plain RoPE, set YaRN in the model's "
+                     f"exported: {refusal}; the arguments run plain RoPE, set YaRN in the model's "
                      "config if your Megatron-LM runs it")
         return []
     args = [f"--rotary-scaling-factor {y.factor:.10g}", f"--mscale {y.mscale:.10g}",
             f"--mscale-all-dim {y.mscale_all_dim:.10g}"]
     if m.mla is not None:
-        have = {"original context": y.original_max_positions or 4096, "beta_fast": y.beta_fast,
+        have = {"original context": y.original_max_positions or YARN_CONTEXT,
+                "beta_fast": y.beta_fast,
                 "beta_slow": y.beta_slow}
         off = [f"{k} {have[k]:g} (Megatron-Core: {v:g})" for k, v in MLA_YARN_DEFAULTS.items()
                if have[k] != v]
@@ -97,7 +102,7 @@ def _yarn_args(m, notes: list[str]) -> list[str]:
             args.append("--no-yarn-correction-range-round-to-int")
     if not y.original_max_positions:
         notes.append("YaRN's pre-trained context is not stated by the model; Megatron-Core "
-                     "takes 4096")
+                     f"takes {YARN_CONTEXT:,} tokens")
     return args
 
 
@@ -359,7 +364,8 @@ def export(pf: PlanFile) -> Export:
         args.append("--softmax-type learnable")
     if not m.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
-    standard_yarn = m.yarn is not None and m.mla is None and standard_yarn_refusal(m) is None
+    yarn_refusal = standard_yarn_refusal(m)
+    standard_yarn = m.yarn is not None and m.mla is None and yarn_refusal is None
     args.append("--position-embedding-type " + (
         ("yarn" if standard_yarn else "rope") if m.position is Position.ROPE else "learned_absolute"))
     if m.rope_fraction != 1:  # (a fraction, despite its name: arguments.py @ d98e8a64dd)
@@ -370,7 +376,7 @@ def export(pf: PlanFile) -> Export:
             notes.append(f"RoPE base {m.rope_theta:g} exported as {round(m.rope_theta)}: "
                          "Megatron-LM's --rotary-base takes an integer")
     if m.yarn is not None:
-        args += _yarn_args(m, notes)
+        args += _yarn_args(m, yarn_refusal, notes)
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
@@ -428,10 +434,11 @@ def export(pf: PlanFile) -> Export:
     if sched_notes or any(approximated for _, _, approximated in by_policy.values()) \
             or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported, "megatron"))
-    notes += stack_notes(pf, exported, "megatron")
+    predicted, stack_notes = headline(pf, exported, "megatron")
+    notes += stack_notes
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
-            *predicted_lines(pf, exported, "megatron"),
+            *(f"# {line}" for line in predicted),
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]

@@ -24,8 +24,7 @@ from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import blocks_per_chunk, list_text
 from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
-               mtp_note, predicted_lines, predicted_note, rank_files, stack_notes,
-               uniform_policy)
+               headline, mtp_note, predicted_note, rank_files, uniform_policy)
 
 TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
@@ -50,8 +49,9 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     policy, rec_notes = uniform_policy(pf)
     titan = get_stack("torchtitan")  # its own rules
     # its activation-checkpointing modes are its stack's policy names (none, selective, full)
-    mode = closest(policy, titan.recompute).name
-    if titan.policy(mode).kind != policy.kind:  # Megatron's module checkpointing, intervals
+    runs = closest(policy, titan.recompute)
+    mode = runs.name
+    if runs.kind != policy.kind:  # Megatron's module checkpointing, intervals
         rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no torchtitan "
                          f"equivalent; its activation checkpointing runs '{mode}' instead, which "
                          "keeps " + ("other tensors" if mode == "selective" else "less"))
@@ -59,8 +59,9 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     # a torchtitan stack's plan runs torchtitan's mode: as that stack's policy nearest to it,
     # where the two differ (a stack file's every:2 runs as full), so that its prediction is of
     # the run (another framework's plan keeps its policy: own_prediction maps it)
-    ran = policy if titan.policy(mode).rule == policy.rule or sc.stack.export_format != \
-        "torchtitan" else (closest(titan.policy(mode), sc.stack.recompute) or policy)
+    ran = policy
+    if sc.stack.export_format == "torchtitan" and runs.rule != policy.rule:
+        ran = closest(runs, sc.stack.recompute) or policy
     zero, etp = par.zero, par.expert_tp
     if zero == 1:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
@@ -159,17 +160,18 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     notes += capacity_notes(pf, "torchtitan")
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported, "torchtitan"))
-    notes += stack_notes(pf, exported, "torchtitan")
     return groups, notes, exported
 
 
 def export(pf: PlanFile) -> Export:
     sc = pf.scenario
     groups, notes, exported = arguments(pf)
+    predicted, stack_notes = headline(pf, exported, "torchtitan")
+    notes += stack_notes
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
              "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
-             *predicted_lines(pf, exported, "torchtitan")]
+             *(f"# {line}" for line in predicted)]
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]
     extras = {".mesh.json": mesh_json(pf.plan)}

@@ -14,7 +14,7 @@ from html import escape
 from .. import __version__
 from ..planfile import PlanFile
 from ..result import Evaluation
-from ..textfmt import block_range, id_ranges, plan_line, workload_extras
+from ..textfmt import block_range, id_ranges, mtp_text, plan_line, workload_parts
 from ..units import GiB, fmt_time
 from . import figures
 
@@ -120,7 +120,7 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
         f"<h1>{escape(sc.model.name)} on {sc.gpus:,} × {escape(sc.cluster.accelerator.name)}</h1>"
         f'<p class="sub">cluster {escape(sc.cluster.name)} · sequence {tr.seq_len:,} · global '
         f"batch {tr.global_batch:,} · {tr.precision.value} · stack {escape(sc.stack.name)}"
-        + escape(workload_extras(sc).replace(", ", " · "))
+        + escape("".join(f" · {p}" for p in workload_parts(sc)))
         + (f" · found by {escape(pf.method)}" if pf.method else "")
         + f"</p><div class=cards>{''.join(cards)}</div>{why}"
         f"<p class=sub>{escape(plan_line(ev))}</p>"
@@ -141,7 +141,7 @@ def _experts(ev: Evaluation) -> str:
     shared = (f", {moe.shared_experts} shared" if moe.shared_experts else "")
     rows = [["experts", f"{moe.experts} routed{shared}, top-{moe.top_k}"],
             ["MoE layers", f"{sc.model.num_moe_layers} of {sc.model.layers}"
-             + (f" (+{sc.model.mtp_layers} MTP depth{'s' if sc.model.mtp_layers > 1 else ''})"
+             + (f" (+{mtp_text(sc.model.mtp_layers)})"
                 if sc.model.mtp_layers else "")],
             ["experts per expert-parallel rank", f"{moe.experts // p.ep} (ep = {p.ep}, "
              f"expert TP {p.expert_tp})"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from ..axes import Axis
 from ..errors import SpecError
@@ -161,8 +162,6 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if con.sp and con.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     # what the stack does not run at all (the search would find nothing and say less)
-    from types import SimpleNamespace
-
     degrees = SimpleNamespace(tp=con.tp or 1, cp=con.cp or 1, ep=con.ep or 1, pp=con.pp or 1,
                               sp=bool(con.sp))
     missing = sc.stack.missing_axis(degrees)

@@ -609,12 +609,9 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
             f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
             f"{hbm / GiB:.1f} GiB per device")
-    if shortfall.floor:  # a bound for the configuration, not one plan's memory
-        knobs = " ".join(plan_knobs(sc.model, par, settled=False))
-        return (f"nothing fits in {room}; the closest configuration ({knobs}) needs at least "
-                f"{fmt_gib(gap + sc.memory_limit)} GiB, short by at least {fmt_gib(gap)} GiB; "
-                f"try {', '.join(hints)}")
-    knobs = " ".join(plan_knobs(sc.model, par))
-    return (f"nothing fits in {room}; the closest plan ({knobs}) needs "
-            f"{fmt_gib(gap + sc.memory_limit)} GiB, short by {fmt_gib(gap)} GiB; "
+    # a floor bounds a configuration's memory from below, whatever its split: "at least"
+    what, least = ("configuration", " at least") if shortfall.floor else ("plan", "")
+    knobs = " ".join(plan_knobs(sc.model, par, settled=not shortfall.floor))
+    return (f"nothing fits in {room}; the closest {what} ({knobs}) needs{least} "
+            f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB; "
             f"try {', '.join(hints)}")

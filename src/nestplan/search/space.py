@@ -629,7 +629,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     out = []
     for z in range(4):
         zero = busy = 0.0
-        deferred = st.defers_grad_sync(par.with_(zero=z))
+        deferred = st.defers_grad_sync(par.pp, z)
         if z >= 2 and not deferred:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
             busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,

@@ -43,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run_command(args) -> int:
     from ..errors import SpecError, flush_notes
     from ..loaders import writable
-    from .run import check_extras, plan_run, run_sweep
+    from .run import check_extras, plan_run, point_tasks, run_sweep
     from .spec import load
 
     if args.workers is not None and args.workers < 1:
@@ -66,17 +66,13 @@ def run_command(args) -> int:
         done = len(existing.done)
         print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
-        unbuilt = []  # points to run that cannot be set up: the run gives them error rows
-        for point in points:
-            if point.id not in existing.done:
-                try:
-                    spec.scenario(point)
-                except Exception as e:  # noqa: BLE001 - what the run records as its error row
-                    unbuilt.append((point, e))
+        unbuilt: list = []  # points to run that cannot be set up, as the run sets them up
+        for _ in point_tasks(spec, [p for p in points if p.id not in existing.done], unbuilt):
+            pass
         if unbuilt:
-            point, e = unbuilt[0]
+            point, row = unbuilt[0]
             print(f"sweep: note: {_n(len(unbuilt), 'point')} to run cannot be set up; the run "
-                  f"records an error row for each (the first, {point.id}: {e})")
+                  f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet)
     if s.interrupted:

@@ -62,9 +62,7 @@ def run_task(scenario, method: str, constraints) -> dict:
     except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
         return error_row(e)
     js = res.best.to_json()
-    row = {k: js[k] for k in _METRICS}
-    if scenario.model.moe is None:
-        row["etp"] = None  # no experts: no expert-TP degree
+    row = {k: js[k] for k in _METRICS}  # (etp null without experts, as to_json gives it)
     from ..specs import blocks_per_chunk, list_text
 
     plan = res.best.plan
@@ -436,7 +434,7 @@ def plan_run(spec: SweepSpec) -> tuple[list[Point], Existing]:
     return points, read_existing(spec.output, spec, {p.id for p in points})
 
 
-def _tasks(spec: SweepSpec, points: list[Point], failed: list):
+def point_tasks(spec: SweepSpec, points: list[Point], failed: list):
     """Tasks for the points; a point whose scenario cannot be built goes to ``failed``."""
     for p in points:
         try:
@@ -461,7 +459,7 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
     progress = Progress(len(points), summary.skipped, enabled=not quiet)
     start = time.perf_counter()
     failed: list = []
-    tasks = _tasks(spec, todo, failed)
+    tasks = point_tasks(spec, todo, failed)
     if ray is not None:
         backend = _ray(tasks, ray, workers)
     elif (workers or cores()) == 1 or len(todo) <= 1:
