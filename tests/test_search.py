@@ -758,3 +758,30 @@ def test_the_per_device_floor_counts_the_few_dense_blocks_once():
     assert not _positions_fit(parts, every, sc.memory_limit, sc.model.layers, par.vp)
     assert _positions_fit(parts, every, peak * (1 + 1e-9), sc.model.layers, par.vp)
     assert np.all(np.diff(parts.block) > 0)
+
+
+def test_the_memory_floor_counts_gradients_a_pipelined_fsdp_keeps_whole():
+    """torchtitan under pipelining reduces gradients once a step (``pipeline_defers_grad_sync``):
+    every device keeps its stage's gradients unsharded until then. The search's memory floor
+    counts them so (it had sharded them, a looser bound), and stays at most the least peak."""
+    from nestplan.catalog import get_stack
+    from nestplan.cost import device as D
+    from nestplan.search import dp as DP
+    from nestplan.search import tables as T
+    from nestplan.search.driver import _floor_parts, _floor_shared, _states_floor
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    tt = dataclasses.replace(sc, stack=get_stack("torchtitan"))
+    par = Parallelism(tp=1, pp=2, dp=8, zero=2, mbs=1)
+    assert tt.stack.defers_grad_sync(par.pp, par.zero)
+    kept = dataclasses.replace(tt, stack=dataclasses.replace(tt.stack,
+                                                             pipeline_defers_grad_sync=False))
+    every = tuple(range(len(tt.stack.recompute)))
+    whole, sharded = _floor_parts(tt, par), _floor_parts(kept, par)
+    params = _floor_shared(tt, par)[0]  # the average device's (dense) parameters
+    assert whole.states - sharded.states == pytest.approx(
+        tt.stack.grad_bytes * params * (1 - 1 / par.dp))
+    tb = T.build(D.config_costs(tt, par))
+    peak = DP.least_peak(tb.mem, [tb.valid] * len(tb.mem))[0]
+    assert _states_floor(sharded, every) < _states_floor(whole, every) <= peak * (1 + 1e-9)

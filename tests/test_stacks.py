@@ -906,4 +906,5 @@ def test_calibrate_weighs_a_plan_once_and_fits_what_the_rows_tell_apart(tmp_path
     code, out, err = cli("calibrate", path, "-o", tmp_path / "m.toml")
     assert code == 0 and "fitted without it, each of these rows is predicted far off: " \
         "tt_8b_fsdp8 -" in err, err
-    assert "x the base's" in out
+    assert "x the base's" in out and "allocator_overhead 0." in out
+    assert " of the activation and working bytes" in out

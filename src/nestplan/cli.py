@@ -783,7 +783,9 @@ def cmd_calibrate(args) -> int:
             line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
                      f"{result.memory_after[i] * 100:+.1f}%")
         print(line)
-    fitted = ", ".join(f"{k} {v:.3g}" if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
+    fitted = ", ".join(f"{k} {v:.3g}" + (" of the activation and working bytes"
+                                          if k == "allocator_overhead" else "")
+                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
                        for k, v in result.params.items())
     print(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over {base.name}: "
           f"{fitted}")

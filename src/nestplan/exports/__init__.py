@@ -95,17 +95,27 @@ def rank_script(framework: str) -> str:
         'exec "$@"']) + "\n"
 
 
-def rank_files(par: Parallelism, devices_per_host: int, framework: str) -> dict[str, str]:
-    """The rank map and its launcher wrapper (extras of an export whose plan's rank order is not
-    the framework's)."""
+def rank_files(par: Parallelism, order: tuple, devices_per_host: int,
+               framework: str) -> dict[str, str]:
+    """The rank map and its launcher wrapper: extras of an export whose plan does not number its
+    ranks in the framework's ``order`` (none when it does)."""
+    if par.ranks_ordered_as(order):
+        return {}
     return {".ranks.csv": rank_map(par, devices_per_host), ".ranks.sh": rank_script(framework)}
 
 
-RANK_NOTE = ("launch through the rank wrapper, which sets RANK from the rank map (PATH.ranks.csv) "
-             "so that {framework} rank r runs on the device the plan chose: torchrun --no-python "
-             "... bash PATH.ranks.sh {command}, its hosts numbered in the cluster's device order "
-             "(--rdzv-backend static --node-rank h for the host of devices h·n to h·n+n-1)")
-"""The note of an export that writes ``rank_files``."""
+def rank_note(par: Parallelism, order: tuple, framework: str, theirs: str,
+              command: str) -> list[str]:
+    """The note of an export whose plan does not number its ranks in ``framework``'s ``order``
+    (worded ``theirs``), which then writes ``rank_files``; none when it does."""
+    if par.ranks_ordered_as(order):
+        return []
+    return [f"the plan's rank order ({'-'.join(a.value for a in par.rank_order)}) differs from "
+            f"{framework}'s ({theirs}): launch through the rank wrapper, which sets RANK from the "
+            f"rank map (PATH.ranks.csv) so that {framework} rank r runs on the device the plan "
+            f"chose: torchrun --no-python ... bash PATH.ranks.sh {command}, its hosts numbered "
+            "in the cluster's device order (--rdzv-backend static --node-rank h for the host of "
+            "devices h·n to h·n+n-1)"]
 
 
 def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:

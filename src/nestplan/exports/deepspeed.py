@@ -18,8 +18,8 @@ from ..axes import MEGATRON_ORDER
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
-from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, headline,
-               mtp_note, predicted_note, rank_files, uniform_policy)
+from . import (Export, capacity_notes, closest_schedule, fit_notes, headline,
+               mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
 """How DeepSpeed numbers ranks, as Megatron does: ``PipeModelDataParallelTopology`` lays its
@@ -101,11 +101,9 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
                      "which DeepSpeed does not add: the launched run trains them only if the "
                      f"model code has them ({mtp_note(pf)})")
     notes += capacity_notes(pf, "deepspeed")
-    if not par.ranks_ordered_as(DEEPSPEED_ORDER):
-        notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
-                     + ") differs from DeepSpeed's (tensor parallel fastest, then data, then "
-                     "pipeline): " + RANK_NOTE.format(framework="DeepSpeed",
-                                                      command="python TRAIN_SCRIPT ARGUMENTS"))
+    notes += rank_note(par, DEEPSPEED_ORDER, "DeepSpeed",
+                       "tensor parallel fastest, then data, then pipeline",
+                       "python TRAIN_SCRIPT ARGUMENTS")
     if exported != par.with_(recompute=(policy.name,)) or rec_notes:
         notes.append(predicted_note(pf, exported, "deepspeed"))
     return cfg, notes, exported
@@ -116,8 +114,7 @@ def export(pf: PlanFile) -> Export:
     # the JSON holds no comments: the predictions head the notes file, as they head the others
     head, stack_notes = headline(pf, exported, "deepspeed")
     notes += stack_notes
-    extras = {".notes.txt": "\n".join(head + notes) + "\n"}
-    if not pf.plan.ranks_ordered_as(DEEPSPEED_ORDER):
-        extras.update(rank_files(pf.plan, pf.scenario.cluster.host_size, "DeepSpeed"))
+    extras = {".notes.txt": "\n".join(head + notes) + "\n",
+              **rank_files(pf.plan, DEEPSPEED_ORDER, pf.scenario.cluster.host_size, "DeepSpeed")}
     return Export(text=json.dumps(cfg, indent=2) + "\n", extras=extras, notes=notes,
                   plan=exported)

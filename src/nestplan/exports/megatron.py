@@ -22,7 +22,7 @@ from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
-from . import (RANK_NOTE, Export, closest_schedule, fit_notes, headline, mesh_json,
+from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
 
 
@@ -417,11 +417,8 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
-    if not par.ranks_ordered_as(MEGATRON_ORDER):
-        order = "-".join(a.value for a in par.rank_order)
-        notes.append(f"the plan's rank order ({order}) differs from Megatron's tp-cp-ep-dp-pp: "
-                     + RANK_NOTE.format(framework="Megatron",
-                                        command="python pretrain_gpt.py ARGUMENTS"))
+    notes += rank_note(par, MEGATRON_ORDER, "Megatron", "tp-cp-ep-dp-pp",
+                       "python pretrain_gpt.py ARGUMENTS")
     if staged:
         notes.append("the stages recompute differently (" + par.recompute_text + "), so these "
                      "arguments hold no --recompute-* flag: launch through the stage script, "
@@ -443,8 +440,8 @@ def export(pf: PlanFile) -> Export:
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
     extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
-    if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs neither
-        extras.update(rank_files(par, sc.cluster.host_size, "Megatron"))
+    extras.update(rank_files(par, MEGATRON_ORDER, sc.cluster.host_size, "Megatron"))
+    if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs no mesh either
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
     return Export(text=text, extras=extras, notes=notes, plan=exported)

@@ -15,7 +15,7 @@ launched through the rank map written beside the arguments.
 
 from __future__ import annotations
 
-from ..axes import Axis
+from ..axes import MEGATRON_ORDER
 from ..catalog import get_stack
 from ..errors import SpecError
 from ..options import Precision, TPOverlap
@@ -23,10 +23,12 @@ from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import blocks_per_chunk, list_text
-from . import (RANK_NOTE, Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
-               headline, mtp_note, predicted_note, rank_files, uniform_policy)
+from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
+               headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
-TORCHTITAN_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+TORCHTITAN_ORDER = MEGATRON_ORDER
+"""How torchtitan numbers ranks: its device mesh's dimensions pp, dp_replicate, dp_shard, cp, tp,
+the last fastest (the module docstring), which is Megatron's order of nestplan's axes."""
 REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
             "llama3-405b": ("llama3", "llama3_405b"),
             # torchtitan/models/deepseek_v3/config_registry.py (0.3.0 wheel): without MTP depths
@@ -148,11 +150,8 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
                      "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
     groups.append([f"activation-checkpoint:{mode}"])
-    if not par.ranks_ordered_as(TORCHTITAN_ORDER):
-        notes.append("the plan's rank order (" + "-".join(a.value for a in par.rank_order)
-                     + ") differs from torchtitan's (tp fastest, then cp, dp, pp): "
-                     + RANK_NOTE.format(framework="torchtitan",
-                                        command="python -m torchtitan.train ARGUMENTS"))
+    notes += rank_note(par, TORCHTITAN_ORDER, "torchtitan", "tp fastest, then cp, dp, pp",
+                       "python -m torchtitan.train ARGUMENTS")
     if m.mtp_layers:  # a model-spec setting, not an argument
         notes.append(f"the model trains {m.mtp_layers} multi-token-prediction depth(s): build its "
                      f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
@@ -174,7 +173,6 @@ def export(pf: PlanFile) -> Export:
              *(f"# {line}" for line in predicted)]
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]
-    extras = {".mesh.json": mesh_json(pf.plan)}
-    if not pf.plan.ranks_ordered_as(TORCHTITAN_ORDER):
-        extras.update(rank_files(pf.plan, sc.cluster.host_size, "torchtitan"))
+    extras = {".mesh.json": mesh_json(pf.plan),
+              **rank_files(pf.plan, TORCHTITAN_ORDER, sc.cluster.host_size, "torchtitan")}
     return Export(text="\n".join(lines) + "\n", extras=extras, notes=notes, plan=exported)

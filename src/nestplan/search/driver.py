@@ -114,19 +114,23 @@ def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
     dense, expert, saved, transient, weights, blocks_held, light, held = _floor_shared(
         sc, space._keys(par)[1])
     st = sc.stack
-    w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st)
+    deferred = st.defers_grad_sync(par.pp, par.zero)
+    w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st, deferred)
     if par.zero >= 3:  # the gathered weights of the block in use and the next one
         transient = transient + 2 * M.COMPUTE_BYTES * weights
     return _Floor(w + g + o, saved, transient, blocks_held, st,
-                  *_lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st), held)
+                  *_lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st, deferred),
+                  held)
 
 
 @cached(maxsize=16384)
-def _lightest_blocks(light, zero: int, dp: int, edp: int,
-                     stack: StackSpec) -> tuple[tuple[float, ...], float, int]:
+def _lightest_blocks(light, zero: int, dp: int, edp: int, stack: StackSpec,
+                     deferred: bool) -> tuple[tuple[float, ...], float, int]:
     """``_Floor.block``, ``heaviest`` and ``lighter`` from the block kinds' (count, dense,
-    expert parameters), whose counts add up to the model's blocks."""
-    per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack)), n) for n, p, e in light)
+    expert parameters), whose counts add up to the model's blocks; ``deferred``: as
+    ``memory.model_states``."""
+    per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack, deferred)), n)
+                 for n, p, e in light)
     heaviest = per[-1][0]
     states = [s for s, n in per for _ in range(n)]
     return (tuple(np.concatenate(([0.0], np.cumsum(states))).tolist()), heaviest,
