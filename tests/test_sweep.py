@@ -106,12 +106,35 @@ def test_unknown_key_lists_the_valid_ones(tmp_path, capsys):
     assert "latency_us" in err and "oversubscription" in err and "bandwidth_GiBps" in err
 
 
-def test_a_level_missing_from_one_cluster_is_an_error(tmp_path, capsys):
-    # dgx-h100-ndr has a "core" level, nest-h100-spineleaf has not
+def test_a_level_some_clusters_lack_is_varied_on_those_that_have_it(tmp_path, capsys):
+    """dgx-h100-ndr has a "core" level, nest-h100-spineleaf has not: the core's values vary the
+    first cluster's points, and the second runs once, its core cell blank (in the CSV, Parquet
+    and the plot); a level no cluster has is still refused, and so is a named network's level
+    one cluster lacks."""
+    from nestplan.sweep.plot import summary_svg
+
     text = BASE.replace('["dgx-h100-ndr"]', '["dgx-h100-ndr", "nest-h100-spineleaf"]')
-    assert main(["sweep", str(_write(tmp_path, text + "[grid.network.core]\noversubscription = [2]\n"))]) == 2
-    err = capsys.readouterr().err
-    assert "core" in err and "nest-h100-spineleaf" in err
+    path = _write(tmp_path, text + "[grid.network.core]\noversubscription = [2, 4]\n")
+    spec = load(path)
+    points = spec.points()
+    assert [(p["cluster"], p["network.core.oversubscription"]) for p in points] == [
+        ("dgx-h100-ndr", 2), ("dgx-h100-ndr", 4), ("nest-h100-spineleaf", None)]
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    rows = _rows(tmp_path / "s.csv")
+    assert [r["network.core.oversubscription"] for r in rows] == ["2", "4", ""]
+    assert all(r["status"] == "ok" for r in rows)
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0  # resumes: nothing new
+    assert len(_rows(tmp_path / "s.csv")) == 3
+    # plotted against the core's values (one GPU count), the cluster without one is left out
+    svg = str(summary_svg(spec, [(p, 1.0) for p in points], omitted=0))
+    assert "1 point on clusters without core not drawn" in svg
+    for extra, needle in (("[grid.network.moon]\noversubscription = [2]\n", "'moon'"),
+                          ("[grid.networks.fast]\ncore = { oversubscription = 2 }\n",
+                           "not a level of cluster nest-h100-spineleaf")):
+        capsys.readouterr()
+        assert main(["sweep", str(_write(tmp_path, text + extra, "bad.toml"))]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_missing_extras_exit_2_with_the_pip_hint(tmp_path, capsys, monkeypatch):

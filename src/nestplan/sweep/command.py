@@ -149,7 +149,7 @@ def _note_levels_never_crossed(spec) -> None:
     # largest GPU count that cluster holds (a larger one is an error row of its own)
     shape_keys = [p for p in spec.parameters
                   if p.key in ("cluster", "network") or level_key(p.key) is not None]
-    counts = next(p.values for p in spec.parameters if p.key == "gpus")
+    counts = spec.values_of("gpus")
     reach: dict[str, tuple[int, int]] = {}  # level -> (most GPUs of a point, devices below it)
     crossed: set[str] = set()
     for combo in itertools.product(*(p.values for p in shape_keys)):

@@ -47,7 +47,8 @@ _NETWORK_UNITS = {"bandwidth_GBps": "{:g} GB/s", "bandwidth_GiBps": "{:g} GiB/s"
 
 def _part(p: Parameter, v) -> str:
     if (split := level_key(p.key)) is not None:
-        return f"{split[0]} " + _NETWORK_UNITS[split[1]].format(v)
+        # (blank: the point's cluster has no such level)
+        return f"no {split[0]}" if v is None else f"{split[0]} " + _NETWORK_UNITS[split[1]].format(v)
     if p.key == "network":  # a named network of [grid.networks]
         return str(v)
     if p.kind is str:
@@ -92,12 +93,16 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
     fixed = [p for p in spec.parameters if len(p.values) == 1]
 
     panels: dict = {}
+    levelless = sum(point[x.key] is None for point, _ in results)  # (x a level they lack)
     for point, y in results:
+        if point[x.key] is None:
+            continue
         key = tuple(point[p.key] for p in by)
         series = tuple(point[p.key] for p in rest)
         panels.setdefault(key, {}).setdefault(series, []).append((float(point[x.key]), y))
     shown = [k for k in itertools.product(*(p.values for p in by)) if k in panels]
-    notes = []
+    notes = [f"{levelless} point{'s' if levelless > 1 else ''} on clusters without "
+             f"{level_key(x.key)[0]} not drawn"] if levelless else []
     if len(shown) > MAX_PANELS:
         notes.append(f"{len(shown) - MAX_PANELS} more panels not drawn (see the CSV)")
         shown = shown[:MAX_PANELS]
@@ -106,7 +111,8 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
     for key in shown:
         groups = panels[key]
         keep = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))[:MAX_SERIES]
-        grid_order = sorted(keep, key=lambda s: tuple(p.values.index(v) for p, v in zip(rest, s)))
+        grid_order = sorted(keep, key=lambda s: tuple(
+            p.values.index(v) if v is not None else len(p.values) for p, v in zip(rest, s)))
         # a panel per model and method that vary; else the one model (and method) it shows
         title = (" · ".join(_part(p, v) for p, v in zip(by, key))
                  or " · ".join(_part(p, p.values[0]) for p in fixed if p.key in ("model", "method"))
@@ -133,7 +139,8 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
     svg.rect(0, 0, WIDTH, height, "#ffffff")
     svg.text(12, 18, _fit(f"{spec.path.name}: tokens/s per GPU of the best plan found"),
              size=14, weight="600")
-    svg.text(12, 34, _fit(f"{len(results)} points drawn, {omitted} infeasible or failed omitted"
+    svg.text(12, 34, _fit(f"{len(results) - levelless} points drawn, {omitted} infeasible or failed "
+                          "omitted"
                           + ("; " + "; ".join(notes) if notes else "")), size=11, fill="#555")
     if fixed:
         svg.text(12, 48, "fixed: " + _label(fixed, tuple(p.values[0] for p in fixed), 110),

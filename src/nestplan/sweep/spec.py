@@ -135,7 +135,7 @@ class Point:
         """Level overrides: ``{level name: {key: value}}``."""
         out: dict[str, dict[str, Any]] = {}
         for k, v in self.values:
-            if (split := level_key(k)) is not None:
+            if (split := level_key(k)) is not None and v is not None:
                 out.setdefault(split[0], {})[split[1]] = v
         return out
 
@@ -187,15 +187,31 @@ class SweepSpec:
         return tuple(p for p in self.parameters if len(p.values) > 1)
 
     def points(self) -> list[Point]:
-        """Every point, the first parameter varying slowest."""
+        """Every point, the first parameter varying slowest. A level the grid varies
+        (``network.LEVEL.KEY``) that a point's cluster lacks is blank (None) in that point, so
+        its cluster runs once for all the level's values."""
         keys = [p.key for p in self.parameters]
         digest = {(k, v): d for k, v, d in self.contents}
         always = (self.default_stack,) if self.default_stack else ()
-        return [Point(id=point_id(dict(zip(keys, combo)), self.constraints_key,
-                                  tuple(digest[k, v] for k, v in zip(keys, combo)
-                                        if (k, v) in digest) + always),
-                      values=tuple(zip(keys, combo)))
-                for combo in itertools.product(*(p.values for p in self.parameters))]
+        at = {k: i for i, k in enumerate(keys)}
+        varied = [(at[k], split[0]) for k in keys if (split := level_key(k)) is not None]
+        levels = {c: {lv.name for lv in _cluster(_resolve(c, self.path.parent)).levels}
+                  for c in self.values_of("cluster")} if varied else {}
+        out: dict[str, Point] = {}
+        for combo in itertools.product(*(p.values for p in self.parameters)):
+            if varied:
+                have = levels[combo[at["cluster"]]]
+                combo = tuple(None if any(i == j and level not in have for j, level in varied)
+                              else v for i, v in enumerate(combo))
+            pid = point_id(dict(zip(keys, combo)), self.constraints_key,
+                           tuple(digest[k, v] for k, v in zip(keys, combo)
+                                 if (k, v) in digest) + always)
+            out.setdefault(pid, Point(id=pid, values=tuple(zip(keys, combo))))
+        return list(out.values())
+
+    def values_of(self, key: str) -> tuple:
+        """The values of grid parameter ``key``."""
+        return next(p.values for p in self.parameters if p.key == key)
 
     def cluster(self, point: Point):
         """The point's cluster, its network as the point sets it (SpecError when invalid)."""
@@ -513,28 +529,34 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
             out[key] = values
         return out
 
-    def levels_of(tables: dict, where: str):
-        """Every level named is a level of every cluster of the grid."""
-        for c in clusters:
-            names = [lv.name for lv in _cluster(_resolve(c, base)).levels]
-            for level in tables:
-                if level not in names:
-                    raise SpecError(where, level, f"not a level of cluster {c} (its levels: "
-                                    f"{', '.join(names)})")
+    levels = {c: [lv.name for lv in _cluster(_resolve(c, base)).levels] for c in clusters}
+
+    def levels_of(tables: dict, where: str, every: bool):
+        """Every level named is a level of every cluster of the grid (``every``), or of one."""
+        for level in tables:
+            lacking = [c for c in clusters if level not in levels[c]]
+            if lacking and (every or len(lacking) == len(clusters)):
+                c = lacking[0]
+                raise SpecError(where, level, f"not a level of cluster {c} (its levels: "
+                                f"{', '.join(levels[c])})" + (
+                                    "; a named network sets levels every cluster has, and "
+                                    "[grid.network.LEVEL] one some have" if every else ""))
 
     def applies(overrides: tuple, where: str, value):
-        """The cluster loader accepts these overrides on every cluster of the grid."""
+        """The cluster loader accepts these overrides on every cluster of the grid that has
+        their levels."""
         for c in clusters:
-            try:
-                _cluster(_resolve(c, base), overrides)
-            except SpecError as e:
-                raise SpecError(where, value, e.allowed) from None
+            if all(level in levels[c] for level, _ in overrides):
+                try:
+                    _cluster(_resolve(c, base), overrides)
+                except SpecError as e:
+                    raise SpecError(where, value, e.allowed) from None
 
     network = grid.get("network", {})
     if not isinstance(network, dict):
         raise SpecError("grid.network", network, "must hold one table per level, e.g. "
                         "[grid.network.spine] with oversubscription = [1, 2]")
-    levels_of(network, "grid.network")
+    levels_of(network, "grid.network", every=False)
     varied = {}  # (level, slot) -> the key varied there (the two bandwidth keys are one slot)
     axes = []
     for level in sorted(network):
@@ -559,7 +581,7 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
         if not isinstance(tables, dict) or not tables:
             raise SpecError(where, tables, "must be a non-empty table of levels, e.g. "
                             "spine = { bandwidth_GBps = 100 }")
-        levels_of(tables, where)
+        levels_of(tables, where, every=True)
         overrides = []
         for level in sorted(tables):
             pairs = level_table(tables[level], f"{where}.{level}", lists=False)
