@@ -432,6 +432,38 @@ def _flags(text: str) -> dict[str, list[str]]:
     return out
 
 
+def megatron_lm_accepts(text: str) -> None:
+    """Every flag of a Megatron export (the arguments, or a stage script's) is one Megatron-LM's
+    ``pretrain_gpt.py`` parses, given as many values as it takes, each one of its choices where
+    it has them: the options of ``tests/data/megatron_lm_arguments.tsv``, which Megatron-LM's own
+    parser builder gave (``tests/megatron_lm_arguments.py``). Megatron's parser takes no
+    abbreviations (``allow_abbrev=False``)."""
+    import shlex
+
+    table = {}
+    with open(Path(__file__).parent / "data" / "megatron_lm_arguments.tsv") as f:
+        for line in f:
+            if not line.startswith(("#", "option\t")):
+                option, takes, choices = line.rstrip("\n").split("\t")
+                table[option] = (takes, choices.split(",") if choices else None)
+    words = shlex.split(" ".join(line.rstrip(" \\") for line in text.splitlines()
+                                 if line.lstrip().startswith("--")))
+    i = 0
+    while i < len(words):
+        option = words[i]
+        assert option in table, f"Megatron-LM has no {option}"
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        values, (takes, choices) = words[i + 1:j], table[option]
+        wanted = {"none": (0, 0), "1": (1, 1), "?": (0, 1), "+": (1, 10**6), "*": (0, 10**6)}.get(
+            takes, (int(takes), int(takes)) if takes.isdigit() else (0, 10**6))
+        assert wanted[0] <= len(values) <= wanted[1], f"{option} takes {takes} values: {values}"
+        for v in values if choices else ():
+            assert v in choices, f"{option} {v}: Megatron-LM's choices are {choices}"
+        i = j
+
+
 MEGATRON_NOT_CONFIG = ("pipeline-model-parallel-layout",)
 """Export flags left out of the TransformerConfig check (the layout is checked by its own
 class)."""
@@ -474,6 +506,7 @@ def megatron_transformer_config(text: str):
     import torch
     from megatron.core.transformer import transformer_config as tc
 
+    megatron_lm_accepts(text)
     flags = _flags(text)
     cls = tc.MLATransformerConfig if "multi-latent-attention" in flags else tc.TransformerConfig
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -526,8 +559,6 @@ def check_megatron(pf, text: str, ranks: bool = True):
         assert parsed.virtual_pipeline_model_parallel_size == par.vp
         m = pf.scenario.model  # Megatron's own check of the blocks and depths it holds
         parsed.validate_layer_layout(m.layers, m.mtp_layers or None)
-    if par.vp > 1:  # Megatron's validate_args: interleaving over two stages needs it
-        assert "--overlap-p2p-communication" in text
     if not ranks:
         return
     device_of = _rank_devices(par)

@@ -295,8 +295,16 @@ def export(pf: PlanFile) -> Export:
             args.append(f"--q-lora-rank {a.q_lora_rank}")
     sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks
     uniform = len(set(sizes)) == 1
-    if exported.vp > 1:  # Megatron needs it with two stages; nestplan's costs assume it always
-        args.append("--overlap-p2p-communication")
+    if exported.vp > 1 and not sc.stack.overlap_p2p:
+        # Megatron-LM overlaps the interleaved schedule's sends by default (its only flag is
+        # --no-overlap-p2p-communication), and refuses to turn that off over two stages
+        # (validate_args, megatron/training/arguments.py @ d98e8a64dd)
+        if par.pp > 2:
+            args.append("--no-overlap-p2p-communication")
+        else:
+            notes.append(f"stack '{sc.stack.name}' does not overlap the pipeline's sends, which "
+                         "Megatron-LM always does with interleaving over two stages: the launched "
+                         "run overlaps them")
     if uniform:
         if exported.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")
