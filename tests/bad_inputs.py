@@ -208,6 +208,14 @@ HF_BAD = {
     # JSON keeps the last of a repeated key; a config that says two things is refused
     "key-twice": (_hf()[:-1] + ', "num_hidden_layers": 8}', "key 'num_hidden_layers' is given twice"),
     "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
+    # transformers' ACT2FN refuses an unknown name; nestplan models SiLU and GeLU gates only
+    "act-unknown": (_hf(hidden_act="wibble"), "hidden_act: got 'wibble'; allowed: silu"),
+    "act-relu2": (_hf(hidden_act="relu2"), "hidden_act: got 'relu2'"),
+    "act-number": (_hf(hidden_act=3), "hidden_act"),
+    # the norms' epsilon, exported (--norm-epsilon): a user trial's three went through
+    "eps-negative": (_hf(rms_norm_eps=-1e-6), "rms_norm_eps: got -1e-06"),
+    "eps-large": (_hf(rms_norm_eps=5.0), "rms_norm_eps: got 5.0; must be a number in (0, 0.01]"),
+    "eps-word": (_hf(rms_norm_eps="1e-6"), "rms_norm_eps: got '1e-6'"),
     "layers-neg": (_hf(num_hidden_layers=-3), "num_hidden_layers"),
     "layers-str": (_hf(num_hidden_layers="four"), "num_hidden_layers"),
     "layers-float": (_hf(num_hidden_layers=4.5), "num_hidden_layers"),
@@ -955,6 +963,9 @@ for name, (extra, needle) in {
         "yarn-learned-positions": ('position = "learned"\nmax_positions = 4096\n[yarn]\n'
                                    "factor = 4.0\n", "model.yarn.factor: got 4.0; extends RoPE"),
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
+        "norm-eps-zero": ("norm_eps = 0\n", "model.norm_eps: got 0.0; must be a number in (0, "
+                          "0.01]"),
+        "norm-eps-word": ('norm_eps = "1e-6"\n', "norm_eps: got '1e-6'"),
         "rope-fraction-zero": ("rope_fraction = 0\n", "model.rope_fraction: got 0.0; must be "
                                "a number in (0, 1]"),
         "rope-fraction-learned": ('position = "learned"\nmax_positions = 4096\n'

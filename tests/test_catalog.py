@@ -91,9 +91,22 @@ def test_hf_configs_in_shared_data(shared):
     for path in sorted((shared / "data" / "hf_configs").glob("*.json")):
         m = get_model(str(path))
         ref = get_model(path.stem)
-        assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab) == (
-            ref.layers, ref.hidden, ref.heads, ref.kv_heads, ref.ffn_hidden, ref.vocab)
+        assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.vocab, m.norm_eps) == (
+            ref.layers, ref.hidden, ref.heads, ref.kv_heads, ref.ffn_hidden, ref.vocab, ref.norm_eps)
         assert (m.moe is None) == (ref.moe is None)
+
+
+@pytest.mark.parametrize("name, config", [
+    ("deepseek-v3", "deepseek-v3.json"), ("qwen3-30b-a3b", "qwen3-30b-a3b.json"),
+    ("qwen3-235b-a22b", "qwen3-235b-a22b.json"), ("kimi-k2", "hf/kimi-k2.json"),
+    ("gpt-oss-120b", "hf/gpt-oss-120b.json"), ("llama4-maverick", "hf/llama4-maverick.json")])
+def test_catalog_models_read_from_a_config_hold_what_it_says(name, config):
+    """A catalog model written from a shipped config.json is the model the HuggingFace loader
+    reads from it (but its name and what the loader cannot know: the config's name, and the
+    QK norms a modelling code hard-codes, both set in the catalog file)."""
+    ours = get_model(name)
+    theirs = replace(get_model(str(DATA / config)), name=ours.name, qk_norm=ours.qk_norm)
+    assert ours == theirs
 
 
 def test_deepseek_v3_family():

@@ -176,6 +176,24 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
 
 
 @pytest.mark.frameworks  # (its last checks parse the export with Megatron-Core)
+def test_megatron_gates_a_gelu_mlp():
+    """A GeLU-gated MLP (a Llama-like config with ``hidden_act = "gelu"``) is exported gated, as
+    --quick-geglu, GeLU's sigmoid approximation and Megatron-LM's only GeLU gate, with a note;
+    Megatron-Core builds a gated MLP from it."""
+    from nestplan.options import MLPKind
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    sc = replace(sc, model=replace(sc.model, mlp=MLPKind.GEGLU))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron")
+    flags = _flags(out.text)
+    assert "quick-geglu" in flags and "swiglu" not in flags
+    assert any("gated by GeLU" in n for n in out.notes)
+    pytest.importorskip("megatron.core")
+    config = megatron_transformer_config(out.text)
+    assert config.gated_linear_unit and config.activation_func.__name__ == "quick_gelu"
+
+
 def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     """Where a model's biases sit (every linear layer, or q, k, v only), Qwen2-MoE's shared-expert
     gate and GPT-OSS's attention sinks reach Megatron-Core's TransformerConfig as the model has
@@ -192,6 +210,8 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
         texts[name], flags_of[name] = text, flags
         assert ("add-qkv-bias" in flags) == sc.model.qkv_bias
         assert ("disable-bias-linear" in flags) == (not sc.model.bias)
+    assert flags_of["qwen2-moe.json"]["norm-epsilon"] == ["1e-06"]  # its rms_norm_eps
+    assert "norm-epsilon" not in flags_of["glm4.5.json"]  # 1e-5: Megatron-Core's default
     assert "moe-shared-expert-gate" in flags_of["qwen2-moe.json"]
     assert "moe-shared-expert-gate" not in flags_of["glm4.5.json"]
     assert flags_of["glm4.5.json"]["rotary-percent"] == ["0.5"]  # a fraction (Megatron-LM's)
@@ -209,6 +229,7 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     assert any("carry biases at etp = 1 only" in n for n in out.notes)
     pytest.importorskip("megatron.core")
     qwen = megatron_transformer_config(texts["qwen2-moe.json"])
+    assert qwen.layernorm_epsilon == 1e-6
     assert qwen.add_qkv_bias and not qwen.add_bias_linear and qwen.moe_shared_expert_gate
     oss = megatron_transformer_config(texts["gpt-oss-120b.json"])
     assert oss.add_bias_linear and oss.softmax_type == "learnable"
@@ -511,7 +532,7 @@ def megatron_transformer_config(text: str):
     cls = tc.MLATransformerConfig if "multi-latent-attention" in flags else tc.TransformerConfig
     fields = {f.name: f for f in dataclasses.fields(cls)}
     renamed = {"num-experts": "num_moe_experts", "fp8-format": "fp8",
-               "swiglu": "gated_linear_unit"}
+               "swiglu": "gated_linear_unit", "norm-epsilon": "layernorm_epsilon"}
     kw = {"bf16": True}
     kw.update(_graph_fields(flags, fields))
     if "moe-layer-freq" in flags:
@@ -536,6 +557,10 @@ def megatron_transformer_config(text: str):
                 kw[key] = int(values[0]) if values[0].isdigit() else values[0]
     if kw.get("gated_linear_unit"):
         kw["activation_func"] = torch.nn.functional.silu
+    if "quick-geglu" in flags:  # as megatron/training/argument_utils.py @ d98e8a64dd sets it
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw.update(gated_linear_unit=True, activation_func=quick_gelu)
     if kw.get("pipeline_model_parallel_size", 1) > 1:
         kw["pipeline_dtype"] = torch.bfloat16
     with mock.patch.object(tc, "is_te_min_version", lambda *a, **k: True):

@@ -121,3 +121,18 @@ def test_small_models_cost_the_flops_transformers_runs(name):
         # (Llama4TextMoe.forward: hidden_states.repeat(num_experts, 1)): cost as top-k = experts
         model = replace(model, moe=replace(model.moe, top_k=model.moe.experts))
     assert model_flops_per_sequence(model, SEQ, 0) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("name", ["LlamaConfig", "MistralConfig", "Qwen2Config", "Qwen3MoeConfig"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "swish"])
+def test_every_activation_gates_the_llama_like_mlps(name, act):
+    """transformers' Llama-like MLPs gate whatever ``hidden_act`` names (``act(x W_gate) ·
+    x W_up``): a GeLU one has the SiLU one's three matrices. nestplan had read GeLU as an ungated
+    MLP (a user trial: Llama-3 8B with ``gelu_pytorch_tanh`` counted 6.15 B parameters against
+    8.03 B)."""
+    transformers = pytest.importorskip("transformers")
+    data = getattr(transformers, name)(**SMALL, hidden_act=act).to_dict()
+    data.pop("dtype", None)
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+    assert model_from_hf_dict(data).gated

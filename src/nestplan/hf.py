@@ -1,7 +1,8 @@
 """Models from HuggingFace ``config.json`` files (the format people already have).
 
-Only the architecture keys are read; the many other keys of a config (tokens ids, dtype, rope
-scaling, ...) do not change the cost and are ignored. A missing architecture key or an unsupported
+Only the architecture keys are read, and what an export needs to define the model (RoPE's base
+and scaling, the norms' epsilon); the many other keys of a config (token ids, dtype, ...) are
+ignored. The Llama-like families' MLPs are gated by ``hidden_act``, as transformers' are. A missing architecture key or an unsupported
 ``model_type`` is a SpecError. A ``model_type`` nestplan does not know whose ``architectures``
 names a class of a supported family is read as that family, with a note (``HFNote``) that the CLI
 prints.
@@ -99,9 +100,22 @@ class _Config:
         return default
 
 
+GATED_ACTIVATIONS = {"silu": MLPKind.SWIGLU, "swish": MLPKind.SWIGLU,
+                     **{name: MLPKind.GEGLU for name in (
+                         "gelu", "gelu_new", "gelu_fast", "gelu_accurate", "gelu_python",
+                         "gelu_python_tanh", "gelu_pytorch_tanh", "quick_gelu")}}
+"""The ``hidden_act`` values of the Llama-like families' gated MLPs that nestplan models
+(``act(x W_gate) * x W_up``: transformers' Llama, Mistral, Qwen and DeepSeek MLPs gate whatever
+the activation): SiLU, and GeLU in each of transformers' spellings (``ACT2CLS``,
+src/transformers/activations.py, transformers 5.23.0 wheel)."""
+
+
 def _act(cfg: _Config, key: str = "hidden_act") -> MLPKind:
-    act = str(cfg.get(key, default="silu", kind=str)).lower()
-    return MLPKind.SWIGLU if act in ("silu", "swish", "swiglu") else MLPKind.GELU
+    act = cfg.get(key, default="silu", kind=str)
+    if act.lower() not in GATED_ACTIVATIONS:
+        raise SpecError(cfg.where(key), act, "allowed: " + ", ".join(GATED_ACTIVATIONS)
+                        + " (this family's MLP is gated by it)")
+    return GATED_ACTIVATIONS[act.lower()]
 
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "su",
@@ -598,6 +612,15 @@ def _bloom(cfg: _Config) -> dict:
     )
 
 
+NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+"""The keys that give a config's norm epsilon (RMSNorm families, GPT-NeoX, GPT-2 and BLOOM)."""
+NORM_EPS_DEFAULTS = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
+                     "qwen2_moe": 1e-6, "qwen3_moe": 1e-6, "gpt2": 1e-5, "gpt_neox": 1e-5,
+                     "bloom": 1e-5, "deepseek_v3": 1e-6, "kimi_k2": 1e-6, "glm4_moe": 1e-5,
+                     "gpt_oss": 1e-5, "llama4": 1e-5, "llama4_text": 1e-5}
+"""Each family's norm epsilon where its config leaves it out: its config class's default
+(transformers 5.23.0 wheel; Kimi-K2 runs DeepSeek-V3's)."""
+
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
@@ -638,7 +661,10 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                       stacklevel=2)
         mtype = known[0]
     try:
-        kw = FAMILIES[mtype](_Config(data, source))
+        cfg = _Config(data, source)
+        kw = FAMILIES[mtype](cfg)
+        kw["norm_eps"] = cfg.get(*NORM_EPS_KEYS, kind=float, minimum=0,
+                                 default=NORM_EPS_DEFAULTS[mtype])
         if data.get("head_dim") is None and kw.get("mla") is None \
                 and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "
@@ -649,8 +675,9 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     except SpecError as e:  # name the config's key, not nestplan's field
         if e.field.startswith(f"{source}: "):
             raise
-        key = HF_KEYS.get(e.field.removeprefix("model."))
-        key = key if key in data else e.field  # (the config's key where it has it)
+        keys = HF_KEYS.get(e.field.removeprefix("model."), ())
+        # (the config's key where it has it)
+        key = next((k for k in ((keys,) if isinstance(keys, str) else keys) if k in data), e.field)
         raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
 
 
@@ -663,7 +690,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "moe.router_score": "scoring_func", "moe.router_groups": "n_group",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
            "moe.router_expert_bias": "topk_method",
-           "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers"}
+           "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
+           "norm_eps": NORM_EPS_KEYS}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
-from .specs import (DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level, MLASpec, ModelSpec,
-                    MoESpec, YarnSpec, finite)
+from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
+                    MLASpec, ModelSpec, MoESpec, YarnSpec, finite)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -342,7 +342,7 @@ _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "dropout",
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
-                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn"}
+                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -412,6 +412,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         rope_theta=float(_typed(table, "rope_theta", where, _NUM, DEFAULT_ROPE_THETA)),
         rope_fraction=float(_typed(table, "rope_fraction", where, _NUM, 1.0)),
         glu_clamp=float(_typed(table, "glu_clamp", where, _NUM, 0.0)),
+        norm_eps=float(_typed(table, "norm_eps", where, _NUM, DEFAULT_NORM_EPS)),
     )
 
 
@@ -485,6 +486,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["rope_fraction"] = model.rope_fraction
     if model.glu_clamp:
         table["glu_clamp"] = model.glu_clamp
+    if model.norm_eps != DEFAULT_NORM_EPS:
+        table["norm_eps"] = model.norm_eps
     return table
 
 

@@ -60,6 +60,12 @@ MAX_ROUTER_SCALE = 100.0
 """Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_GLU_CLAMP = 1e6
 """Largest clamp limit of a gated activation (``ModelSpec.glu_clamp``; GPT-OSS uses 7)."""
+DEFAULT_NORM_EPS = 1e-5
+"""Megatron-Core's norm epsilon (``TransformerConfig.layernorm_epsilon``, Megatron-LM's
+``--norm-epsilon``: megatron/core/transformer/transformer_config.py @ NVIDIA/Megatron-LM
+d98e8a64dd)."""
+MAX_NORM_EPS = 0.01
+"""Largest norm epsilon accepted: published models use 1e-12 (BERT) to 1e-5."""
 
 
 def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
@@ -601,6 +607,10 @@ class ModelSpec(_CachedHash):
     """The limit a clamped gated activation clamps its two halves to before the activation
     (GPT-OSS: ``swiglu_limit = 7``); 0 = no clamp. What it costs depends on the stack
     (``StackSpec.eager_ops``: ``glu_clamp``)."""
+    norm_eps: float = DEFAULT_NORM_EPS
+    """The epsilon of every norm (HuggingFace ``rms_norm_eps`` or ``layer_norm_eps``; Qwen3 and
+    DeepSeek-V3: 1e-6). It costs nothing; nestplan keeps it so that an export defines the
+    model (Megatron-LM ``--norm-epsilon``)."""
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab"):
@@ -668,6 +678,9 @@ class ModelSpec(_CachedHash):
         if self.rope_fraction != 1 and (self.position is not Position.ROPE or self.mla is not None):
             raise SpecError("model.rope_fraction", self.rope_fraction, "applies only with "
                             "position = \"rope\" and standard attention (no MLA); leave it 1")
+        if not (finite(self.norm_eps) and 0 < self.norm_eps <= MAX_NORM_EPS):
+            raise SpecError("model.norm_eps", self.norm_eps,
+                            f"must be a number in (0, {MAX_NORM_EPS:g}] (the norms' epsilon)")
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")

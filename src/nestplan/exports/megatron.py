@@ -21,7 +21,7 @@ from .. import graph as G
 from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import DEFAULT_ROPE_THETA, blocks_per_chunk
+from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
 
@@ -360,10 +360,19 @@ def export(pf: PlanFile) -> Export:
         args.append("--qk-l2-norm")
     if m.mlp is MLPKind.SWIGLU:
         args.append("--swiglu")
+    elif m.mlp is MLPKind.GEGLU:
+        # Megatron-LM gates with GeLU only as --quick-geglu (x·sigmoid(1.702x), the sigmoid
+        # approximation of GeLU: megatron/core/fusions/fused_bias_geglu.py @ d98e8a64dd)
+        args.append("--quick-geglu")
+        notes.append("the MLP is gated by GeLU, which Megatron-LM's flags give only as "
+                     "--quick-geglu (GeLU's sigmoid approximation): for the exact activation set "
+                     "TransformerConfig's activation_func to GeLU with gated_linear_unit")
     elif m.mlp is MLPKind.SQUARED_RELU:
         args.append("--squared-relu")
     if m.norm is Norm.RMSNORM:
         args.append("--normalization RMSNorm")
+    if m.norm_eps != DEFAULT_NORM_EPS:  # (Megatron-Core's default)
+        args.append(f"--norm-epsilon {m.norm_eps:g}")
     if not m.bias:
         args.append("--disable-bias-linear")
     if m.qkv_bias:
