@@ -246,6 +246,24 @@ HF_BAD = {
                                  "num_experts_per_tok": 2}), "num_local_experts"),
     "yarn-factor-str": (_hf(rope_scaling={"rope_type": "yarn", "factor": "x"}),
                         "rope_scaling.factor"),
+    # Llama 3.1's and linear scalings, kept and exported: transformers' own required keys
+    "llama3-rope-no-low": (_hf(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                             "high_freq_factor": 4.0}),
+                           "rope_scaling.low_freq_factor: got None; llama3 RoPE scaling needs it"),
+    "llama3-rope-factor-word": (_hf(rope_scaling={"rope_type": "llama3", "factor": "8",
+                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
+                                "rope_scaling.factor: got '8'"),
+    "llama3-rope-high-below-low": (_hf(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                     "low_freq_factor": 4.0,
+                                                     "high_freq_factor": 1.0,
+                                                     "original_max_position_embeddings": 8192}),
+                                   "rope_scaling.high_freq_factor: got 1.0; must be a number "
+                                   "above low_freq_factor"),
+    "linear-rope-no-factor": (_hf(rope_scaling={"rope_type": "linear"}),
+                              "rope_scaling.factor: got None; linear RoPE scaling needs its "
+                              "factor"),
+    "linear-rope-shrinks": (_hf(rope_scaling={"rope_type": "linear", "factor": 0.5}),
+                            "rope_scaling.factor: got 0.5; must be a number in [1"),
     "rope-type-unknown": (_hf(rope_scaling={"rope_type": "bogus", "factor": 8.0}),
                           "rope_scaling.rope_type: got 'bogus'; allowed: default, linear"),
     "rope-type-unknown-v5": (_hf(rope_parameters={"rope_type": "yarnn", "rope_theta": 1e4}),
@@ -963,6 +981,13 @@ for name, (extra, needle) in {
         "yarn-learned-positions": ('position = "learned"\nmax_positions = 4096\n[yarn]\n'
                                    "factor = 4.0\n", "model.yarn.factor: got 4.0; extends RoPE"),
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
+        "rope-scaling-kind-unknown": ('[rope_scaling]\nkind = "ntk"\nfactor = 4.0\n',
+                                      "rope_scaling.kind: got 'ntk'; allowed: llama3, linear"),
+        "rope-scaling-with-yarn": ('[rope_scaling]\nkind = "linear"\nfactor = 4.0\n'
+                                   "[yarn]\nfactor = 4.0\n", "model.rope_scaling.kind: got "
+                                   "'linear'; scales RoPE's frequencies: needs position"),
+        "rope-scaling-key-at-top": ("low_freq_factor = 1.0\n",
+                                    "belongs in the [rope_scaling] table"),
         "norm-eps-zero": ("norm_eps = 0\n", "model.norm_eps: got 0.0; must be a number in (0, "
                           "0.01]"),
         "norm-eps-word": ('norm_eps = "1e-6"\n', "norm_eps: got '1e-6'"),

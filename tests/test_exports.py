@@ -239,6 +239,55 @@ _OSS_PLAN = Parallelism(tp=1, pp=1, dp=16, ep=16, sp=False, zero=1, mbs=1)
 _DSV3_PLAN = Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1)
 
 
+LLAMA31 = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2048,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "vocab_size": 32000, "rope_theta": 500000.0, "max_position_embeddings": 131072}
+
+
+@pytest.mark.frameworks  # (Megatron-Core's RoPE and transformers' on CPU)
+@pytest.mark.parametrize("scaling, note", [
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, None),
+    ({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, None),
+    ({"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.5,
+      "original_max_position_embeddings": 8192}, "are not Megatron-Core's fixed 1, 4"),
+    ({"rope_type": "linear", "factor": 4.0}, None),
+    ({"rope_type": "linear", "factor": 2.5}, "takes an integer")])
+def test_megatron_rope_scaling_flags_give_the_configs_frequencies(scaling, note, tmp_path,
+                                                                  monkeypatch):
+    """Llama 3.1's RoPE scaling and linear interpolation (dropped from the export until a user
+    trial found it) go to Megatron-LM as --use-rope-scaling --rope-scaling-factor and
+    --rotary-seq-len-interpolation-factor; fed to Megatron-Core's own ``RotaryEmbedding`` they
+    give the angles transformers computes from the config. What its flags cannot say gets a note
+    (and the angles then differ)."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA31, "rope_scaling": scaling}))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron")
+    flags = _flags(out.text)
+    noted = [n for n in out.notes if note and note in n]
+    assert bool(noted) == bool(note), out.notes
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")  # (it moves them to a GPU)
+    factor = flags.get("rotary-seq-len-interpolation-factor")
+    ours = RotaryEmbedding(sc.model.head_dim, 1.0, rotary_base=int(flags["rotary-base"][0]),
+                           seq_len_interpolation_factor=float(factor[0]) if factor else None,
+                           rope_scaling="use-rope-scaling" in flags,
+                           rope_scaling_factor=float(flags.get("rope-scaling-factor", [8])[0]),
+                           use_cpu_initialization=True)
+    angles = ours(64)[:, 0, 0, :sc.model.head_dim // 2].float()  # [positions, frequencies]
+    hf = AutoConfig.for_model(**json.loads(path.read_text()))
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](hf, torch.device("cpu"))
+    theirs = torch.arange(64, dtype=torch.float)[:, None] * inv_freq.float()[None, :]
+    assert torch.allclose(angles, theirs, rtol=1e-5, atol=1e-5) != bool(note)
+
+
 @pytest.mark.frameworks  # (Megatron-Core's YaRN and transformers' on CPU)
 @pytest.mark.parametrize("config, scaling, plan", [
     ("hf/gpt-oss-120b.json", None, _OSS_PLAN),

@@ -285,3 +285,25 @@ def test_partial_rotary_embeddings_are_read_and_kept():
         model_from_hf_dict({**neox, "rope_parameters": {"partial_rotary_factor": 0}})
     model = model_from_hf_dict(neox)
     assert model_from_table(model_to_table(model)) == model
+
+
+def test_a_rope_scaling_not_kept_is_named():
+    """Dynamic NTK and LongRoPE scalings are not kept: a note says the exports run plain RoPE
+    (they had been dropped without a word); Llama 3.1's is kept."""
+    import warnings
+
+    from nestplan.errors import Note
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
+             "max_position_embeddings": 8192}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = model_from_hf_dict({**llama, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    assert m.rope_scaling is None
+    assert any(issubclass(w.category, Note) and "'dynamic' RoPE scaling is not kept" in
+               str(w.message) for w in caught)
+    m = model_from_hf_dict({**llama, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}})
+    assert (m.rope_scaling.kind, m.rope_scaling.original_max_positions) == ("llama3", 8192)
+    assert model_from_table(model_to_table(m)) == m

@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import (DEFAULT_ROPE_THETA, MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, ROUTER_SCORES, MLASpec,
-                    ModelSpec, MoESpec, YarnSpec, finite)
+from .specs import (DEFAULT_ROPE_THETA, MAX_ROPE_MSCALE, MIN_ROPE_MSCALE, ROPE_SCALINGS,
+                    ROUTER_SCORES, MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite)
 
 
 SHARE = "share"
@@ -168,6 +168,18 @@ def _yarn_attention_factor(rs: _Config, factor: float, given, mscale, all_dim) -
     return scale
 
 
+def _original_context(cfg: _Config, rs: _Config) -> tuple[int | None, str]:
+    """The context a scaled RoPE was pre-trained at, and where the config gives it: a top-level
+    ``original_max_position_embeddings``, else the scaling table's, else
+    ``max_position_embeddings`` (None where none is given)."""
+    for table, key in ((cfg, "original_max_position_embeddings"),
+                       (rs, "original_max_position_embeddings"), (cfg, "max_position_embeddings")):
+        original = table.get(key, default=None)
+        if original is not None:
+            return original, table.where(key)
+    return None, rs.where("original_max_position_embeddings")
+
+
 def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
     """The factor the config's RoPE scaling scales cos and sin by (``ModelSpec.rope_mscale``: 1
     but for YaRN; GPT-OSS 1.3466, DeepSeek-V3 and Kimi-K2, mscale = mscale_all_dim, 1), and its
@@ -201,13 +213,7 @@ def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
         mscale = 1.0 if factor <= 1 or (given is None and not all_dim) else (
             (scale * _yarn_mscale(factor, all_dim) - 1) / (0.1 * math.log(factor)))
         where["mscale"] = rs.where("attention_factor" if given is not None else "factor")
-    original = None
-    for table, key in ((cfg, "original_max_position_embeddings"),
-                       (rs, "original_max_position_embeddings"), (cfg, "max_position_embeddings")):
-        original = table.get(key, default=None)
-        if original is not None:
-            where["original_max_positions"] = table.where(key)
-            break
+    original, where["original_max_positions"] = _original_context(cfg, rs)
     fields = dict(factor=factor, original_max_positions=original or 0,
                   beta_fast=rs.get("beta_fast", kind=float, minimum=0, default=None) or 32.0,
                   beta_slow=rs.get("beta_slow", kind=float, minimum=0, default=None) or 1.0,
@@ -222,6 +228,45 @@ def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
                             f"needs Megatron-Core's mscale at {e.value:.4g} to give its scale "
                             f"({e.allowed})") from None
         raise SpecError(where[field], e.value, e.allowed) from None
+
+
+def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
+    """The config's RoPE scaling when it is Llama 3.1's or linear interpolation, read as
+    transformers reads it (``_compute_llama3_parameters``, ``_compute_linear_scaling_rope_
+    parameters``, transformers 5.23.0 wheel: ``factor``, and for ``llama3`` both frequency factors
+    are required; the pre-trained context from the table, else the config's top level, else
+    ``max_position_embeddings``); None for no scaling or YaRN (``_rope``). Any other scaling
+    (dynamic NTK, LongRoPE) is not kept: a note says so."""
+    rs, kind = _rope_scaling(cfg)
+    if kind in (None, "default", "mrope", "yarn"):
+        return None
+    if kind not in ROPE_SCALINGS:
+        warnings.warn(HFNote(f"{rs.where('rope_type')}: {kind!r} RoPE scaling is not kept; the "
+                             "exports run RoPE without it"), stacklevel=2)
+        return None
+    factor = rs.get("factor", kind=float, minimum=0, default=None)
+    if factor is None:
+        raise SpecError(rs.where("factor"), None, f"{kind} RoPE scaling needs its factor")
+    fields: dict[str, Any] = {"kind": kind, "factor": factor}
+    where = {"factor": rs.where("factor")}
+    if kind == "llama3":
+        for key in ("low_freq_factor", "high_freq_factor"):
+            fields[key] = rs.get(key, kind=float, minimum=0, default=None)
+            where[key] = rs.where(key)
+            if fields[key] is None:
+                raise SpecError(rs.where(key), None, "llama3 RoPE scaling needs it (transformers "
+                                "reads it; Llama 3.1: low 1, high 4)")
+        original, where["original_max_positions"] = _original_context(cfg, rs)
+        if original is None:
+            raise SpecError(rs.where("original_max_position_embeddings"), None,
+                            "llama3 RoPE scaling needs the pre-trained context (here, at the top "
+                            "level, or max_position_embeddings)")
+        fields["original_max_positions"] = original
+    try:
+        return RopeScaling(**fields)
+    except SpecError as e:  # named by the config's key
+        raise SpecError(where.get(e.field.removeprefix("rope_scaling."), e.field), e.value,
+                        e.allowed) from None
 
 
 def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
@@ -247,6 +292,7 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
         position=Position.ROPE,
         rope_mscale=scale,
         yarn=yarn,
+        rope_scaling=_frequency_scaling(cfg),
         rope_theta=_rope_theta(cfg),
     )
 

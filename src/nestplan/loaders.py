@@ -13,7 +13,7 @@ from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
-                    MLASpec, ModelSpec, MoESpec, YarnSpec, finite)
+                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -342,7 +342,8 @@ _MODEL_REQUIRED = {"name", "layers", "hidden", "heads", "ffn_hidden", "vocab"}
 _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "dropout",
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
-                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps"}
+                   "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps",
+                   "rope_scaling"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -355,9 +356,11 @@ _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_di
 _YARN_KEYS = {f.name for f in dataclasses.fields(YarnSpec)}
 _YARN_TYPES = {"original_max_positions": int, "round_to_int": bool}
 """Types of the [yarn] keys that are not numbers read as floats."""
+_ROPE_SCALING_KEYS = {f.name for f in dataclasses.fields(RopeScaling)}
 _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS} | {
-    k: "yarn" for k in _YARN_KEYS - _MOE_KEYS - _MLA_KEYS}
-"""A key of a model's [moe] or [mla] table -> that table."""
+    k: "yarn" for k in _YARN_KEYS - _MOE_KEYS - _MLA_KEYS} | {
+    k: "rope_scaling" for k in _ROPE_SCALING_KEYS - _YARN_KEYS}
+"""A key of a model's [moe], [mla], [yarn] or [rope_scaling] table -> that table."""
 
 
 def model_from_table(table: dict, where: str = "model") -> ModelSpec:
@@ -383,6 +386,15 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         check_keys(t, f"{where}.yarn", required={"factor"}, optional=_YARN_KEYS)
         yarn = YarnSpec(**{k: _typed(t, k, f"{where}.yarn", _YARN_TYPES[k]) if k in _YARN_TYPES
                            else float(_typed(t, k, f"{where}.yarn", _NUM)) for k in t})
+    scaling = None
+    if "rope_scaling" in table:
+        t = table["rope_scaling"]
+        check_keys(t, f"{where}.rope_scaling", required={"kind", "factor"},
+                   optional=_ROPE_SCALING_KEYS)
+        scaling = RopeScaling(**{k: _typed(t, k, f"{where}.rope_scaling", str) if k == "kind" else
+                                 _typed(t, k, f"{where}.rope_scaling", int)
+                                 if k == "original_max_positions" else
+                                 float(_typed(t, k, f"{where}.rope_scaling", _NUM)) for k in t})
     hidden = ints["hidden"]
     return ModelSpec(
         name=name_of(table, where),
@@ -404,6 +416,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         moe=moe,
         mla=mla,
         yarn=yarn,
+        rope_scaling=scaling,
         local_span=_typed(table, "local_span", where, int, 0),
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
@@ -480,6 +493,11 @@ def model_to_table(model: ModelSpec) -> dict:
         table["rope_mscale"] = model.rope_mscale
     if model.yarn is not None:
         table["yarn"] = {f: getattr(model.yarn, f) for f in sorted(_YARN_KEYS)}
+    if model.rope_scaling is not None:
+        sc = model.rope_scaling
+        table["rope_scaling"] = {"kind": sc.kind, "factor": sc.factor, **(
+            {f: getattr(sc, f) for f in ("low_freq_factor", "high_freq_factor",
+                                         "original_max_positions")} if sc.kind == "llama3" else {})}
     if model.position is Position.ROPE:  # its base, the default 10,000 too
         table["rope_theta"] = model.rope_theta
     if model.rope_fraction != 1.0:

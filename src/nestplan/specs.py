@@ -430,6 +430,53 @@ class MoESpec(_CachedHash):
                             f"must be a number in (0, {MAX_ROUTER_SCALE:g}]")
 
 
+ROPE_SCALINGS = ("llama3", "linear")
+"""The RoPE frequency scalings other than YaRN that nestplan keeps (``RopeScaling.kind``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeScaling(_CachedHash):
+    """A scaling of RoPE's frequencies other than YaRN, as a HuggingFace config's ``rope_scaling``
+    gives it: Llama 3.1's (``llama3``: the low frequencies divided by ``factor``, the high ones
+    kept, a smooth blend between, by wavelength against the pre-trained context) or position
+    interpolation (``linear``: every frequency divided by ``factor``). Both only change the
+    frequencies, so they cost nothing; nestplan keeps them so that an export defines the model
+    (Megatron-LM ``--use-rope-scaling --rope-scaling-factor``, ``--rotary-seq-len-interpolation-
+    factor``)."""
+
+    kind: str
+    """``llama3`` or ``linear``."""
+    factor: float
+    """How many times the context is extended (Llama 3.1: 8)."""
+    low_freq_factor: float = 1.0
+    """``llama3``: wavelengths above the pre-trained context over this are divided by ``factor``
+    (Llama 3.1: 1)."""
+    high_freq_factor: float = 4.0
+    """``llama3``: wavelengths below the pre-trained context over this are kept (Llama 3.1: 4)."""
+    original_max_positions: int = 8192
+    """``llama3``: the context the model was pre-trained at (Llama 3.1: 8,192)."""
+
+    def __post_init__(self):
+        if self.kind not in ROPE_SCALINGS:
+            raise SpecError("rope_scaling.kind", self.kind, "allowed: " + ", ".join(ROPE_SCALINGS))
+        if not (within(self.factor, MAX_YARN_FACTOR) and self.factor >= 1):
+            raise SpecError("rope_scaling.factor", self.factor,
+                            f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)")
+        if self.kind == "llama3":
+            if not (within(self.low_freq_factor, MAX_YARN_FACTOR) and self.low_freq_factor > 0):
+                raise SpecError("rope_scaling.low_freq_factor", self.low_freq_factor,
+                                f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
+            if not (within(self.high_freq_factor, MAX_YARN_FACTOR)
+                    and self.high_freq_factor > self.low_freq_factor):
+                raise SpecError("rope_scaling.high_freq_factor", self.high_freq_factor,
+                                f"must be a number above low_freq_factor = {self.low_freq_factor:g}"
+                                f" and at most {MAX_YARN_FACTOR:g}")
+            _positive("rope_scaling.original_max_positions", self.original_max_positions)
+            if self.original_max_positions > MAX_TOKENS:
+                raise SpecError("rope_scaling.original_max_positions", self.original_max_positions,
+                                f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class YarnSpec(_CachedHash):
     """YaRN's RoPE context extension (Peng et al. 2023), as Megatron-Core's
@@ -595,6 +642,8 @@ class ModelSpec(_CachedHash):
     the stack (``StackSpec.eager_ops``: ``scaled_rope``)."""
     yarn: YarnSpec | None = None
     """YaRN's context extension of RoPE, where the model has one (DeepSeek-V3, Kimi-K2, GPT-OSS)."""
+    rope_scaling: RopeScaling | None = None
+    """Another scaling of RoPE's frequencies (Llama 3.1's, or linear interpolation)."""
     rope_theta: float = DEFAULT_ROPE_THETA
     """RoPE's base period (HuggingFace ``rope_theta``, Megatron-LM ``--rotary-base``; Llama 3:
     500,000). It costs nothing; nestplan keeps it so that an export defines the model."""
@@ -648,6 +697,10 @@ class ModelSpec(_CachedHash):
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
+        if self.rope_scaling is not None and (self.position is not Position.ROPE
+                                              or self.yarn is not None):
+            raise SpecError("model.rope_scaling.kind", self.rope_scaling.kind,
+                            "scales RoPE's frequencies: needs position = \"rope\" and no [yarn]")
         if self.yarn is not None and self.position is not Position.ROPE:
             raise SpecError("model.yarn.factor", self.yarn.factor,
                             f"extends RoPE; model.position = {self.position.value} is not rope")

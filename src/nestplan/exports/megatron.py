@@ -106,6 +106,29 @@ def _yarn_args(m, refusal: str | None, notes: list[str]) -> list[str]:
     return args
 
 
+LLAMA3_SCALING = (1.0, 4.0, 8192)
+"""The low and high frequency factors and the pre-trained context that Megatron-Core's Llama 3.1
+RoPE scaling fixes (``RotaryEmbedding._apply_scaling``, megatron/core/models/common/embeddings/
+rotary_pos_embedding.py @ d98e8a64dd): only its factor is an argument."""
+
+
+def _rope_scaling_args(sc, notes: list[str]) -> list[str]:
+    """Megatron-LM's flags for a Llama 3.1 or linear RoPE scaling (``ModelSpec.rope_scaling``),
+    with a note where its flags cannot say all of it."""
+    if sc.kind == "llama3":
+        if (sc.low_freq_factor, sc.high_freq_factor, sc.original_max_positions) != LLAMA3_SCALING:
+            notes.append(f"the Llama 3.1 RoPE scaling's low/high frequency factors and "
+                         f"pre-trained context ({sc.low_freq_factor:g}, {sc.high_freq_factor:g}, "
+                         f"{sc.original_max_positions:,}) are not Megatron-Core's fixed 1, 4 and "
+                         "8,192, and have no flag: set them in RotaryEmbedding._apply_scaling")
+        return ["--use-rope-scaling", f"--rope-scaling-factor {sc.factor:g}"]
+    if sc.factor == int(sc.factor):  # (an integer flag: arguments.py @ d98e8a64dd)
+        return [f"--rotary-seq-len-interpolation-factor {int(sc.factor)}"]
+    notes.append(f"linear RoPE scaling by {sc.factor:g} not exported: Megatron-LM's "
+                 "--rotary-seq-len-interpolation-factor takes an integer")
+    return []
+
+
 def _router_args(moe) -> list[str]:
     """The router as Megatron-Core's flags name it (the models' own Megatron-LM configurations:
     examples/post_training/modelopt/conf/*/*.sh @ NVIDIA/Megatron-LM d98e8a64dd). A top-1
@@ -394,6 +417,8 @@ def export(pf: PlanFile) -> Export:
                          "Megatron-LM's --rotary-base takes an integer")
     if m.yarn is not None:
         args += _yarn_args(m, yarn_refusal, notes)
+    if m.rope_scaling is not None:
+        args += _rope_scaling_args(m.rope_scaling, notes)
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
