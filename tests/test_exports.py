@@ -27,6 +27,8 @@ from nestplan.options import Precision
 from nestplan.units import GiB
 from nestplan.specs import Parallelism
 
+from conftest import SHARED
+
 N, S, F = "none", "selective", "full"
 
 
@@ -782,6 +784,29 @@ def test_torchtitan_runs_gpt_oss_with_its_own_definition():
     pytest.importorskip("torchtitan.config.manager")
     pytest.importorskip("triton")
     check_torchtitan(pf, text)
+
+
+@frameworks
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", str(SHARED / "data" / "hf_configs" /
+                                                       "llama3-8b.json")])
+def test_torchtitan_names_its_own_definition_of_a_model_however_given(model):
+    """torchtitan 0.3 defines Qwen3-30B-A3B (``--module qwen3 --config qwen3_30b_a3b``; the
+    export had said it defines none); a model read from a HuggingFace config that equals a
+    catalog model torchtitan defines (Llama 3 8B) exports with that definition, not
+    placeholders. torchtitan's ConfigManager takes the arguments."""
+    sc = scenario_from_names(model, "dgx-h100-ndr", 64, seq_len=4096, global_batch=64,
+                             stack="torchtitan")
+    moe = sc.model.moe is not None
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=1, pp=1, dp=64, ep=8 if moe else 1, etp=1 if moe else None, zero=3, mbs=1,
+        recompute=("full",)))))
+    out = export(pf, "torchtitan")
+    assert not any("ships no definition" in n for n in out.notes), out.notes
+    assert ("--module qwen3" in out.text and "--config qwen3_30b_a3b" in out.text) if moe else (
+        "--module llama3" in out.text and "--config llama3_8b" in out.text)
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    check_torchtitan(pf, out.text)
 
 
 @frameworks

@@ -15,8 +15,10 @@ launched through the rank map written beside the arguments.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..axes import MEGATRON_ORDER
-from ..catalog import get_stack
+from ..catalog import get_model, get_stack
 from ..errors import SpecError
 from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
@@ -35,11 +37,26 @@ REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llam
             "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
             # torchtitan/models/gpt_oss/config_registry.py (0.3.0 wheel): gpt_oss_120b, the
             # 36-layer, 128-expert model of __init__.py's model_registry("120b")
-            "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b")}
-"""Catalog models torchtitan 0.3 defines: (``--module``, ``--config``)."""
+            "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
+            # torchtitan/models/qwen3/config_registry.py (0.3.0 wheel): qwen3_30b_a3b, the model
+            # of __init__.py's _30b_a3b (48 layers of 2,048, 32 query and 4 KV heads of 128, 128
+            # experts of 768 top-8, vocabulary 151,936, RoPE base 10^6: the catalog's)
+            "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b")}
+"""Catalog models torchtitan 0.3 defines: (``--module``, ``--config``). A model given another
+way (a HuggingFace config) that is one of them exports with it too (``registry_entry``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
 TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
 """Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
+
+
+def registry_entry(m) -> tuple[str, str]:
+    """torchtitan's (``--module``, ``--config``) for model ``m``: its catalog name's, or that of
+    the catalog model it equals in every field but the name (a model read from a HuggingFace
+    config); ``PLACEHOLDER`` for a model torchtitan does not define."""
+    if m.name in REGISTRY:
+        return REGISTRY[m.name]
+    return next((entry for name, entry in REGISTRY.items()
+                 if replace(get_model(name), name=m.name) == m), PLACEHOLDER)
 
 
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
@@ -84,7 +101,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                          etp=etp if m.moe is not None else par.etp)
     exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
     notes += sched_notes
-    module, config = REGISTRY.get(m.name, PLACEHOLDER)
+    module, config = registry_entry(m)
     if (module, config) == PLACEHOLDER:
         notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
                      "with a config_registry function of yours that defines it")
