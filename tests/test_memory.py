@@ -77,6 +77,21 @@ def test_megatron_distributed_optimizer_formula(d):
     assert sum(bytes_per_param(1, d, get_stack("megatron-core"))) == pytest.approx(6 + 12 / d)
 
 
+@pytest.mark.parametrize("stack", ["torchtitan", "composer", "composer-pure"])
+@pytest.mark.parametrize("n", [1, 8, 64])
+def test_fsdp_keeps_whole_compute_copies_without_resharding(stack, n):
+    """FSDP's parameters are the fp32 master, sharded; without resharding after forward (ZeRO-2:
+    SHARD_GRAD_OP, FSDP2's reshard_after_forward false) their bf16 copies stay whole from the
+    forward to the backward: 4/n + 2 bytes, not the 4 whole bytes counted until a user trial
+    (Llama-3 70B at TP 2 on torchtitan: 131 GiB of weights); ZeRO-3 gathers them a unit at a
+    time (the transient), ZeRO-0 keeps fp32 whole."""
+    st = get_stack(stack)
+    assert st.master_bytes == 0 and st.weight_bytes == 4
+    assert bytes_per_param(2, n, st)[0] == pytest.approx(4 / n + 2)
+    assert bytes_per_param(3, n, st)[0] == pytest.approx(4 / n)
+    assert bytes_per_param(0, n, st)[0] == pytest.approx(4)
+
+
 def test_expert_states_shard_over_expert_data_parallel():
     w, g, o = model_states(0.0, 1e9, zero=1, dp=64, edp=8, stack=get_stack("megatron-core"))
     assert (w, g, o) == (pytest.approx(2e9), pytest.approx(4e9), pytest.approx(12e9 / 8))

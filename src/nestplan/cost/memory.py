@@ -72,6 +72,13 @@ def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
     with the byte counts of ``stack`` (a StackSpec); ``deferred``: the gradients accumulate
     unsharded until a reduction once a step (``StackSpec.defers_grad_sync``)."""
     w = stack.weight_bytes / (n if zero >= 3 else 1)
+    if zero == 2 and stack.master_bytes == 0:
+        # FSDP without resharding after forward (SHARD_GRAD_OP; FSDP2's reshard_after_forward
+        # false): the stored parameters, the master copy, stay sharded, and their compute-dtype
+        # copies, gathered by the forward, stay whole until the backward has run
+        # (FSDPParam.unsharded_param, torch/distributed/fsdp/_fully_shard/_fsdp_param.py, torch
+        # 2.13.0 wheel); bf16 (an fp8 gather's copy would be smaller)
+        w = stack.weight_bytes / n + COMPUTE_BYTES
     g = stack.grad_bytes / (n if zero >= 2 and not deferred else 1)
     o = stack.optimizer_bytes / (n if zero >= 1 else 1)
     return w, g, o
