@@ -209,6 +209,12 @@ HF_BAD = {
     "key-twice": (_hf()[:-1] + ', "num_hidden_layers": 8}', "key 'num_hidden_layers' is given twice"),
     "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
     # transformers' ACT2FN refuses an unknown name; nestplan models SiLU and GeLU gates only
+    "model-type-number": (json.dumps({**LLAMA, "model_type": 7,
+                                      "architectures": ["LlamaForCausalLM"]}),
+                          "model_type: got 7; must be a string"),
+    "gpt2-positions-huge": (json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128,
+                                        "n_head": 4, "vocab_size": 1000,
+                                        "n_positions": 10**20}), "n_positions"),
     "act-unknown": (_hf(hidden_act="wibble"), "hidden_act: got 'wibble'; allowed: silu"),
     "act-relu2": (_hf(hidden_act="relu2"), "hidden_act: got 'relu2'"),
     "act-number": (_hf(hidden_act=3), "hidden_act"),
@@ -490,6 +496,14 @@ case("accelerator-file-base-itself", ["list", "accelerators", "{a}.toml"], "cycl
      **{"a.toml": 'base = "a.toml"\nname = "a"\n'})
 case("accelerator-file-base-list", ["list", "accelerators", "{a}.toml"], "base",
      **{"a.toml": 'base = ["h100-sxm-80gb"]\n'})
+# booleans are not numbers (a fuzzer's [true, true] had read as [1.0, 1.0])
+case("accelerator-file-efficiency-booleans", ["list", "accelerators", "{a}.toml"],
+     "attention_efficiency: got [True, True]",
+     **{"a.toml": 'base = "h100-sxm-80gb"\nname = "a"\nattention_efficiency = [true, true]\n'})
+case("accelerator-file-matmul-boolean", ["list", "accelerators", "{a}.toml"],
+     "matmul_efficiency_bf16_by_GFLOP",
+     **{"a.toml": 'base = "h100-sxm-80gb"\nname = "a"\n'
+                  'matmul_efficiency_bf16_by_GFLOP = [[1, true]]\n'})
 case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev/zero",
                           "--gpus", "8", *PLAN], "not a regular file")
 
@@ -681,6 +695,16 @@ PLANFILE_BAD = {
         {"method": "nest", "tokens_per_s": 5, "tp": -4}]}), "comparison.methods[0].tp"),
     "comparison-tp-fraction": (plan_with("comparison", {"methods": [
         {"method": "nest", "tokens_per_s": 5, "tp": 2.5}]}), "whole number"),
+    # names a report shows: a fuzzer's 'not-a-method' and 'warp-drive' schedule were rendered
+    "comparison-method-unknown": (plan_with("comparison", {"methods": [
+        {"method": "not-a-method", "tokens_per_s": 5}]}),
+        "comparison.methods[0].method: got 'not-a-method'; allowed: nest"),
+    "comparison-schedule-unknown": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "schedule": "warp-drive"}]}),
+        "comparison.methods[0].schedule: got 'warp-drive'; allowed: gpipe, 1f1b"),
+    "comparison-rank-order-unknown": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "rank_order": "zz-yy"}]}),
+        "comparison.methods[0].rank_order: got 'zz-yy'"),
     "comparison-etp-zero": (plan_with("comparison", {"methods": [
         {"method": "nest", "tokens_per_s": 5, "etp": 0}]}), "comparison.methods[0].etp: got 0"),
     "comparison-stage-layers-words": (plan_with("comparison", {"methods": [
@@ -808,6 +832,17 @@ RUNS_BAD = {
     "seq-len-huge": (_runs(",8192,", ",99999999999,"), "(r1).seq_len: got 99999999999"),
     "moe-imbalance-zero": (_runs("test,,", "test,moe_imbalance=0,"),
                            "other_metrics: got 'moe_imbalance=0'"),
+    # a user's fuzzing: a misspelt regime ran as pretraining, a size column beside a named
+    # model (layers blank) was ignored, gpus_per_node was never read
+    "regime-misspelt": (_runs(",pretrain,", ",SFT,"), "(r1).regime: got 'SFT'; allowed: "
+                        "pretrain, sft, lora"),
+    "named-model-size-disagrees": (_runs("Llama-3-8B,32,4096,32,8,", "llama3-8b,,4096,32,16,"),
+                                   "(r1).kv_heads: got 16; the model column names llama3-8b, "
+                                   "whose kv_heads is 8"),
+    "named-model-size-word": (_runs("Llama-3-8B,32,4096,", "llama3-8b,,nan,"),
+                              "(r1).hidden: got 'nan'"),
+    "gpus-per-node-negative": (_runs("r1", "r1", header=RUN_HEADER + ",gpus_per_node").rstrip(
+        "\n") + ",-1\n", "(r1).gpus_per_node: got '-1'"),
     # neither batch column: the message names global_batch, the one a row normally gives
     "no-batch": (_runs(",none,1,8,", ",none,,,"), "(r1).global_batch: got ''; must be given"),
 }
@@ -877,6 +912,8 @@ SWEEP_BAD = {
     "empty-list": (SWEEP.replace("gpus = [16]", "gpus = []"), "gpus"),
     "gpus-zero": (SWEEP.replace("gpus = [16]", "gpus = [0]"), "gpus"),
     "mtp-layers-negative": (SWEEP + "mtp_layers = [-1]\n", "grid.mtp_layers: got -1"),
+    "headroom-boolean": (SWEEP + "memory_headroom_pct = [true]\n",
+                         "grid.memory_headroom_pct: got True"),
     "headroom-fifty": (SWEEP + "memory_headroom_pct = [50]\n",
                        "grid.memory_headroom_pct: got 50; must be a percent of HBM in [0, 50)"),
     "schedule-unknown": (SWEEP + '[constraints]\nschedule = "zb-h9"\n', "schedule"),
@@ -988,6 +1025,11 @@ for name, (extra, needle) in {
                                    "'linear'; scales RoPE's frequencies: needs position"),
         "rope-scaling-key-at-top": ("low_freq_factor = 1.0\n",
                                     "belongs in the [rope_scaling] table"),
+        "max-positions-huge": ('position = "learned"\nmax_positions = 10000000000000000000\n',
+                               "model.max_positions: got 10000000000000000000; at most"),
+        "moe-without-moe-block": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
+                                  "first_dense_layers = 2\n", "moe.first_dense_layers: got 2; "
+                                  "must be below model.layers = 2"),
         "norm-eps-zero": ("norm_eps = 0\n", "model.norm_eps: got 0.0; must be a number in (0, "
                           "0.01]"),
         "norm-eps-word": ('norm_eps = "1e-6"\n', "norm_eps: got '1e-6'"),

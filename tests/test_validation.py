@@ -11,6 +11,10 @@ from console import cli
 DATA = Path(__file__).parent / "data"  # tests/data/SOURCES.md
 
 
+NO_SIZES = dict.fromkeys(("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"), "")
+"""A row's size columns blank: its model is the one its model column names."""
+
+
 def test_every_published_run_within_tolerance(shared, record_property):
     outcomes = run(shared / "data" / "published_runs.csv")
     record_property("print", table(outcomes))  # shown at the end of the run (conftest.py)
@@ -73,7 +77,7 @@ def test_a_row_without_sp_gets_the_default_evaluate_gives(runs_csv, tmp_path):
     on for MoE layers with TP even where the stack's launchers leave it off for dense models."""
     stack = tmp_path / "no-sp.toml"
     stack.write_text('base = "megatron-core"\nname = "no-sp"\ndefault_sp = false\n')
-    path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
+    path = runs_csv(model="mixtral-8x7b", **NO_SIZES, num_gpus="64", tp="2", pp="1", dp="32",
                     sequence_parallel="", global_batch="256", micro_batch="1", recompute="full",
                     gpu="H100-SXM5-80GB", cluster="dgx-h100-ndr", stack=str(stack), ep="8", etp="1")
     (case,) = load_cases(path)
@@ -88,7 +92,7 @@ def test_a_row_without_sp_gets_the_default_evaluate_gives(runs_csv, tmp_path):
 
 
 def test_optional_columns_reach_the_plan(runs_csv):
-    path = runs_csv(model="mixtral-8x7b", layers="", num_gpus="64", tp="2", pp="1", dp="32",
+    path = runs_csv(model="mixtral-8x7b", **NO_SIZES, num_gpus="64", tp="2", pp="1", dp="32",
                     sequence_parallel="yes", global_batch="256", micro_batch="1",
                     recompute="full", gpu="H100-SXM5-80GB", cluster="dgx-h100-ndr", stack="nemo",
                     rank_order="tp-pp-dp-cp", ep="8", etp="1")

@@ -772,25 +772,8 @@ def cmd_calibrate(args) -> int:
                         else e.field, e.value, e.allowed) from None
     finally:
         progress.close()
-    print(f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
-          + (f" {'left out':>9s}" if result.loo else ""))
-    for i, c in enumerate(cases):
-        line = (f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% "
-                f"{result.after[i] * 100:+7.1f}%")
-        if result.loo:
-            line += f" {result.loo[i] * 100:+8.1f}%"
-        if result.memory_after[i] is not None:
-            line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
-                     f"{result.memory_after[i] * 100:+.1f}%")
-        print(line)
-    fitted = ", ".join(f"{k} {v:.3g}" + (" of the activation and working bytes"
-                                          if k == "allocator_overhead" else "")
-                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
-                       for k, v in result.params.items())
-    print(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over {base.name}: "
-          f"{fitted}")
-    _note_far_when_left_out(cases, result.loo)
-    # the base plus what the fit changed (and the new name and provenance)
+    # the file first, so that one that cannot be written leaves nothing on stdout: the base
+    # plus what the fit changed (and the new name and provenance)
     before = stack_to_table(base)
     # a base given as a file is named by its path from the new file's folder, where bases
     # resolve: the two files move together
@@ -807,6 +790,25 @@ def cmd_calibrate(args) -> int:
                        + f" -o {args.output}\n" + dumps(table))
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
+    lines = [f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
+             + (f" {'left out':>9s}" if result.loo else "")]
+    for i, c in enumerate(cases):
+        line = (f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% "
+                f"{result.after[i] * 100:+7.1f}%")
+        if result.loo:
+            line += f" {result.loo[i] * 100:+8.1f}%"
+        if result.memory_after[i] is not None:
+            line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
+                     f"{result.memory_after[i] * 100:+.1f}%")
+        lines.append(line)
+    fitted = ", ".join(f"{k} {v:.3g}" + (" of the activation and working bytes"
+                                          if k == "allocator_overhead" else "")
+                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
+                       for k, v in result.params.items())
+    lines.append(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over "
+                 f"{base.name}: {fitted}")
+    print("\n".join(lines))
+    _note_far_when_left_out(cases, result.loo)
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
     return 0
 

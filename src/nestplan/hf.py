@@ -691,8 +691,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     if not isinstance(data, dict):
         raise SpecError(source, type(data).__name__, "a config.json must hold a JSON object")
     mtype = data.get("model_type")
-    if not isinstance(mtype, str):
-        mtype = repr(mtype) if mtype is not None else None
+    if mtype is not None and not isinstance(mtype, str):
+        raise SpecError(f"{source}: model_type", mtype, "must be a string (a model type)")
     if mtype not in FAMILIES:
         archs = data.get("architectures") or []
         if not isinstance(archs, list):
@@ -737,7 +737,7 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
            "moe.router_expert_bias": "topk_method",
            "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
-           "norm_eps": NORM_EPS_KEYS}
+           "norm_eps": NORM_EPS_KEYS, "max_positions": ("n_positions", "max_position_embeddings")}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

@@ -206,8 +206,8 @@ _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_
 
 def _points(value, where: str) -> tuple[tuple[float, float], ...]:
     if not isinstance(value, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) and (
-                finite(x) or isinstance(x, float)) for x in p) for p in value):
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) and not isinstance(
+                x, bool) and (finite(x) or isinstance(x, float)) for x in p) for p in value):
         raise SpecError(where, value, "must be a list of [GFLOP, efficiency] pairs")
     return tuple((float(g) * 1e9, float(e)) for g, e in value)
 
@@ -241,7 +241,8 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
         kw["sustained_share"] = float(_typed(table, "sustained_share", where, _NUM))
     if "attention_efficiency" in table:
         att = table["attention_efficiency"]
-        if not (isinstance(att, list) and len(att) == 2 and all(isinstance(x, _NUM) for x in att)):
+        if not (isinstance(att, list) and len(att) == 2 and all(
+                isinstance(x, _NUM) and not isinstance(x, bool) for x in att)):
             raise SpecError(f"{where}.attention_efficiency", att, "must be [forward, backward]")
         kw["attention_efficiency"] = (float(att[0]), float(att[1]))
     if "memory_efficiency" in table:

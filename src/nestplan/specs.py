@@ -697,6 +697,9 @@ class ModelSpec(_CachedHash):
         if not (isinstance(self.local_share, (int, float)) and 0 <= self.local_share <= 1):
             raise SpecError("model.local_share", self.local_share, "must be in [0, 1]")
         _positive("model.max_positions", self.max_positions, allow_zero=True)
+        if self.max_positions > MAX_TOKENS:
+            raise SpecError("model.max_positions", self.max_positions,
+                            f"at most {MAX_TOKENS:,} positions (the longest sequence)")
         if self.rope_scaling is not None and (self.position is not Position.ROPE
                                               or self.yarn is not None):
             raise SpecError("model.rope_scaling.kind", self.rope_scaling.kind,
@@ -759,9 +762,10 @@ class ModelSpec(_CachedHash):
             raise SpecError("model.head_dim", self.head_dim, "with MLA it is the query/key head "
                             "size, mla.qk_nope_head_dim + mla.qk_rope_head_dim = "
                             f"{self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim}")
-        if self.moe is not None and self.moe.first_dense_layers > self.layers:
+        if self.moe is not None and self.moe.first_dense_layers >= self.layers:
             raise SpecError("moe.first_dense_layers", self.moe.first_dense_layers,
-                            f"must be <= model.layers = {self.layers}")
+                            f"must be below model.layers = {self.layers} (an MoE model has an "
+                            "MoE block)")
 
     def position_rows(self, seq_len: int) -> int:
         """Rows of the learned position table when trained at ``seq_len`` (0 without one): a

@@ -83,6 +83,7 @@ OTHER_METRICS = ("peak_memory_gib", "moe_imbalance", "moe_capacity", "model_para
 """The ``other_metrics`` keys a row's prediction reads; any other key=value is for people (a
 source's MFU, tokens/s, ...), but one within a typo of these is refused."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
+REGIMES = ("", "pretrain", "sft", "lora")
 # Packed fine-tuning on SQuAD v1.1: attention stays inside each example (block-diagonal).
 # SQuAD paragraphs average ~120 words (Rajpurkar et al. 2016); with the question and the prompt
 # template an example is ~256 Llama tokens. An assumption, stated here once.
@@ -167,6 +168,15 @@ class _Row:
                             f"[{MIN_STEP:g}, {MAX_STEP:g}] (ASCII digits)")
         return x
 
+    def regime(self) -> str:
+        """What the row trained: ``pretrain`` (or blank), ``sft`` or ``lora`` (packed
+        fine-tuning, which changes the prediction: a misspelling is refused)."""
+        v = self.text("regime")
+        if v not in REGIMES:
+            raise SpecError(f"{self.where}.regime", v, "allowed: " + ", ".join(REGIMES[1:])
+                            + ", or blank (pretrain)")
+        return v
+
     def yes_no(self, key: str) -> bool | None:
         v = self.text(key).lower()
         if v not in ("", "yes", "no", "true", "false"):
@@ -220,12 +230,37 @@ def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
         raise SpecError(f"{row.where}.mtp_layers", e.value, e.allowed) from None
 
 
+SIZE_COLUMNS = {"hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+                "ffn_hidden": "ffn_hidden", "vocab": "vocab", "experts": "moe.experts",
+                "topk": "moe.top_k", "moe_ffn_hidden": "moe.ffn_hidden",
+                "shared_experts": "moe.shared_experts"}
+"""The size columns of a row's model, and the ``ModelSpec`` field each gives."""
+
+
+def _named_model(row: _Row, base: Path) -> ModelSpec:
+    """The catalog model, TOML or config.json the model column names (``layers`` blank); a size
+    column given beside it must say what that model has (it would be ignored)."""
+    from .catalog import get_model
+
+    model = get_model(row.path("model", base))
+    for column, field in SIZE_COLUMNS.items():
+        given = row.number(column)
+        if given is None:
+            continue
+        part, _, name = field.rpartition(".")
+        holder = model.moe if part else model
+        has = getattr(holder, name) if holder is not None else None
+        if given != has:
+            raise SpecError(f"{row.where}.{column}", given, f"the model column names "
+                            f"{row.text('model')}, whose {column} is {has}: leave it blank, or "
+                            "give the model by its sizes (with layers)")
+    return model
+
+
 def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     name = row.text("model")
     if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
-        from .catalog import get_model
-
-        return get_model(row.path("model", base))
+        return _named_model(row, base)
     h, heads = row.required("hidden"), row.required("heads")
     lower = name.lower()
     llama, nemotron, mpt = "llama" in lower, "nemotron" in lower, lower.startswith("mpt")
@@ -264,7 +299,7 @@ def _training(row: _Row, dp: int) -> TrainingSpec:
                         "micro_batch alone, for a step of one micro-batch per replica)")
     text = row.text("precision") or "bf16"
     precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
-    packed = row.text("regime") in ("sft", "lora")
+    packed = row.regime() in ("sft", "lora")
     moe = {}
     for key in ("moe_imbalance", "moe_capacity"):  # stated in other_metrics, where known
         value = row.other(key)
@@ -377,6 +412,7 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
     stack = row.stack(base, override)
     gpus = row.required("num_gpus")
+    row.number("gpus_per_node")  # (for people, and checked: the cluster gives the nodes)
     model = _model(row, base, stack)
     plan = _plan(row, gpus, stack, model)
     if metric == "layer_fwd_bwd_time":
@@ -435,7 +471,7 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
     path = Path(path)
     cases = []
     for row in _rows(path, field):
-        if row.text("regime") == "lora" and not include_lora:
+        if row.regime() == "lora" and not include_lora:
             continue
         try:
             cases.append(_case(row, path.parent, stack))

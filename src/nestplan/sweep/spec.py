@@ -71,8 +71,8 @@ GRID_DEFAULTS: dict[str, tuple] = {"method": ("nest",), "seq_len": (4096,),
 SCENARIO_KEYS = {
     "mtp_layers": lambda v: isinstance(v, int) and not isinstance(v, bool)
     and 0 <= v <= MAX_MTP_LAYERS,
-    "memory_headroom_pct": lambda v: valid_headroom(v / 100 if isinstance(v, (int, float))
-                                                    else v)}
+    "memory_headroom_pct": lambda v: not isinstance(v, bool) and valid_headroom(
+        v / 100 if isinstance(v, (int, float)) else v)}
 """Optional grid keys that set the scenario rather than the workload, as plan's --mtp-layers and
 --memory-headroom do (a stack without multi-token prediction needs mtp_layers = [0] for a model
 that has depths)."""
