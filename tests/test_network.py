@@ -35,6 +35,25 @@ def test_rank_order_moves_groups_across_levels():
     assert lay.tp.top == 1  # tp now spans two nodes
 
 
+def test_each_group_names_the_highest_level_it_crosses():
+    """What evaluate prints and --json gives (``groups``): a user trial could not tell which
+    level of a network design a plan's groups cross. DGX H100: 8 GPUs per NVLink node, 32
+    nodes per leaf; Megatron's order puts TP inside a node, DP across nodes, the pipeline's
+    stages 256 GPUs apart across the spine."""
+    from nestplan.evaluate import evaluate, scenario_from_names
+    from nestplan.placement import group_levels
+
+    par = Parallelism(tp=8, pp=4, dp=32)
+    assert group_levels(par, H100, 1024, experts=False) == {
+        "tp": (8, "nvlink"), "dp": (32, "leaf"), "pp": (4, "spine")}
+    moe = Parallelism(tp=2, pp=1, dp=4, ep=8, etp=1, sp=True)  # 8 GPUs: one node
+    assert group_levels(moe, H100, 8, experts=True) == {
+        "tp": (2, "nvlink"), "dp": (4, "nvlink"), "ep": (8, "nvlink")}
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 1024, seq_len=4096, global_batch=1024)
+    js = evaluate(sc, par).to_json()
+    assert js["groups"]["pp"] == {"size": 4, "top_level": "spine"}
+
+
 def test_flat_ring_matches_textbook_formula():
     c = two_level()
     g = GroupLayout(4, (4, 4))

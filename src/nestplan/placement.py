@@ -346,6 +346,26 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
 
 
+def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int,
+                 experts: bool) -> dict[str, tuple[int, str | None]]:
+    """For each parallel group of more than one device: its size and the highest network level
+    its traffic crosses (None: it stays on one device), by axis: ``tp``, ``cp``, ``dp`` (the
+    dense gradients' group, dp·cp ranks), ``pp`` (the farthest send between stages) and with
+    ``experts`` ``ep``, ``etp`` and ``edp``. What a network design changes for a plan: a level
+    no group crosses cannot slow it."""
+    lay = layouts(par, cluster, gpus)
+
+    def name(level: int) -> str | None:
+        return cluster.levels[level].name if level >= 0 else None
+
+    groups = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp,
+              **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp} if experts else {})}
+    out = {axis: (g.size, name(g.top)) for axis, g in groups.items() if g.size > 1}
+    if par.pp > 1:
+        out["pp"] = (par.pp, name(max(b.level for b in lay.pp)))
+    return out
+
+
 def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
     """Group layouts of ``par`` when its ranks fill ``gpus`` devices of ``cluster`` in order."""
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.vp, par.rank_order)

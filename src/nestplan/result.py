@@ -196,6 +196,15 @@ class Evaluation:
                 f"(short by {fmt_gib(m.total - self.capacity)} GiB; largest part: {big[0]} "
                 f"{big[1] / GiB:.1f} GiB)")
 
+    @property
+    def group_levels(self) -> dict[str, tuple[int, str | None]]:
+        """Each parallel group's size and the highest network level it crosses
+        (``placement.group_levels``)."""
+        from .placement import group_levels
+
+        sc = self.scenario
+        return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None)
+
     def to_json(self) -> dict:
         """The ``--json`` contract (DESIGN §4) plus breakdowns."""
         p = self.plan
@@ -226,6 +235,8 @@ class Evaluation:
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
             "eager_kernels_s": self.eager_kernels,
             "link_time_s": dict(self.link_time),
+            "groups": {axis: {"size": n, "top_level": level}
+                       for axis, (n, level) in self.group_levels.items()},
             "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},
             "stages": [
                 {"stage": s.index, "blocks": [list(b) for b in s.blocks],

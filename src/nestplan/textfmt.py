@@ -91,6 +91,10 @@ def evaluation(ev: Evaluation) -> str:
     if link:
         out.append("communication on the links (hidden or not): "
                    + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items()))
+    groups = ev.group_levels
+    if groups:
+        out.append("highest network level each group crosses: " + ", ".join(
+            f"{axis} ({n:,}) {level or 'none'}" for axis, (n, level) in groups.items()))
     worst = ev.worst_stage.memory
     out += ["", f"memory on the most loaded device (stage {ev.worst_stage.index}):"]
     for f in fields(worst):
