@@ -216,3 +216,17 @@ def test_a_cluster_file_reads_its_accelerator_file_beside_it(tmp_path, monkeypat
     for cluster, chip in (("c", "chip"), ("d", "chip2")):
         acc = get_cluster(f"hw/{cluster}.toml").accelerator
         assert acc.name == chip and acc.hbm_bytes == 40 * 2**30
+
+
+def test_a_changed_accelerator_is_not_named_as_its_base(tmp_path):
+    """A cluster's inline accelerator that changes its base and gives no name of its own is
+    named for the change (a user trial's 141 GiB H100 had printed as h100-sxm-80gb); one that
+    changes nothing, or names itself, keeps that name."""
+    levels = '[[levels]]\nname = "nvlink"\nbandwidth_GBps = 450\nlatency_us = 3\nsize = 8\n'
+    path = tmp_path / "c.toml"
+    path.write_text('name = "c"\naccelerator = { base = "h100-sxm-80gb", hbm_GiB = 141 }\n'
+                    + levels)
+    acc = get_cluster(str(path)).accelerator
+    assert acc.name == "h100-sxm-80gb with hbm_GiB 141" and acc.hbm_bytes == 141 * 2**30
+    path.write_text('name = "c"\naccelerator = { base = "h100-sxm-80gb" }\n' + levels)
+    assert get_cluster(str(path)).accelerator.name == "h100-sxm-80gb"

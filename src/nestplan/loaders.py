@@ -319,6 +319,9 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
     elif isinstance(acc, dict):
         base = get_accelerator(_typed(acc, "base", f"{where}.accelerator", str)) if "base" in acc else None
         inline = {k: v for k, v in acc.items() if k != "base"}
+        if base is not None and inline and "name" not in inline:  # (a changed part is not the base)
+            inline["name"] = f"{base.name} with " + ", ".join(
+                f"{k} {v}" for k, v in sorted(inline.items()))
         accel = accelerator_from_table(inline, f"{where}.accelerator", base=base)
     else:
         raise SpecError(f"{where}.accelerator", acc, "must be a catalog name, a file path or an "
