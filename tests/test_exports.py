@@ -123,6 +123,12 @@ def test_megatron_arguments(plan_file):
     pf, _ = plan_file
     text = export(pf, "megatron").text
     par = pf.plan
+    # the environment Megatron-LM's validate_args asserts (a user trial's launch failed on it)
+    fsdp = "--use-megatron-fsdp" in text
+    assert ("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1" in text) == fsdp
+    assert ("set CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (
+        not fsdp and (par.tp > 1 or par.cp > 1)
+        and "--overlap-moe-expert-parallel-comm" not in text)
     assert f"--tensor-model-parallel-size {par.tp}" in text
     assert f"--pipeline-model-parallel-size {par.pp}" in text
     assert f"--context-parallel-size {par.cp}" in text

@@ -129,6 +129,19 @@ def _rope_scaling_args(sc, notes: list[str]) -> list[str]:
     return []
 
 
+def _connections_note(args: list[str], par) -> list[str]:
+    """The CUDA_DEVICE_MAX_CONNECTIONS that Megatron-LM's validate_args asks of these arguments
+    (megatron/training/arguments.py @ d98e8a64dd): Megatron-FSDP refuses 1; before Blackwell,
+    tensor or context parallelism requires 1 unless the expert exchange overlaps compute."""
+    if "--use-megatron-fsdp" in args:
+        return ["leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1: Megatron-LM refuses 1 with "
+                "Megatron-FSDP"]
+    if (par.tp > 1 or par.cp > 1) and "--overlap-moe-expert-parallel-comm" not in args:
+        return ["set CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment on GPUs before Blackwell: "
+                "Megatron-LM requires it with tensor or context parallelism"]
+    return []
+
+
 def _router_args(moe) -> list[str]:
     """The router as Megatron-Core's flags name it (the models' own Megatron-LM configurations:
     examples/post_training/modelopt/conf/*/*.sh @ NVIDIA/Megatron-LM d98e8a64dd). A top-1
@@ -459,6 +472,7 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
+    notes += _connections_note(args, par)
     notes += rank_note(par, MEGATRON_ORDER, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")
     if staged:
