@@ -209,6 +209,9 @@ HF_BAD = {
     "key-twice": (_hf()[:-1] + ', "num_hidden_layers": 8}', "key 'num_hidden_layers' is given twice"),
     "layers0": (_hf(num_hidden_layers=0), "num_hidden_layers"),
     # transformers' ACT2FN refuses an unknown name; nestplan models SiLU and GeLU gates only
+    "aux-loss-huge": (json.dumps({**LLAMA, "model_type": "mixtral", "num_local_experts": 4,
+                                  "num_experts_per_tok": 2, "router_aux_loss_coef": 100}),
+                      "router_aux_loss_coef: got 100.0; must be a number in [0, 10]"),
     "model-type-number": (json.dumps({**LLAMA, "model_type": 7,
                                       "architectures": ["LlamaForCausalLM"]}),
                           "model_type: got 7; must be a string"),
@@ -1030,6 +1033,9 @@ for name, (extra, needle) in {
         "moe-without-moe-block": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
                                   "first_dense_layers = 2\n", "moe.first_dense_layers: got 2; "
                                   "must be below model.layers = 2"),
+        "aux-loss-per-sequence-without-loss": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
+                                               "aux_loss_per_sequence = true\n",
+                                               "moe.aux_loss_per_sequence: got True"),
         "norm-eps-zero": ("norm_eps = 0\n", "model.norm_eps: got 0.0; must be a number in (0, "
                           "0.01]"),
         "norm-eps-word": ('norm_eps = "1e-6"\n', "norm_eps: got '1e-6'"),

@@ -768,6 +768,11 @@ def test_megatron_core_takes_each_catalog_routers_flags(model):
     assert (cfg.moe_router_num_groups or 1, cfg.moe_router_group_topk or 1) == (
         moe.router_groups, moe.router_group_top_k)
     assert (cfg.moe_router_topk_scaling_factor or 1.0) == pytest.approx(moe.router_scale)
+    # the config's balancing loss (a user trial's Qwen3-MoE export had trained without one)
+    assert cfg.moe_aux_loss_coeff == pytest.approx(moe.aux_loss)
+    assert cfg.moe_router_load_balancing_type == (
+        "none" if not moe.aux_loss else "seq_aux_loss" if moe.aux_loss_per_sequence
+        else "aux_loss")
 
 
 @frameworks

@@ -28,6 +28,7 @@ over the blocks (``ModelSpec.local_share``).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -658,6 +659,26 @@ def _bloom(cfg: _Config) -> dict:
     )
 
 
+AUX_LOSS_DEFAULTS = {"mixtral": 0.001, "qwen2_moe": 0.001, "qwen3_moe": 0.001, "gpt_oss": 0.001,
+                     "llama4": 0.001, "llama4_text": 0.001}
+"""Each MoE family's load-balancing loss coefficient where its config leaves it out: its config
+class's ``router_aux_loss_coef`` (transformers 5.23.0 wheel); DeepSeek-V3's and GLM-4.5's classes
+have none (balanced by their routers' expert biases)."""
+
+
+def _balancing(cfg: _Config, moe: MoESpec, default: float) -> MoESpec:
+    """``moe`` with the config's load-balancing loss: ``router_aux_loss_coef`` or DeepSeek's
+    ``aux_loss_alpha`` (else the family's ``default``), per sequence where ``seq_aux`` says so."""
+    coeff = cfg.get("router_aux_loss_coef", "aux_loss_alpha", kind=float, minimum=0,
+                    default=default)
+    per_sequence = bool(coeff) and cfg.get("seq_aux", kind=bool, default=False)
+    try:
+        return replace(moe, aux_loss=coeff, aux_loss_per_sequence=per_sequence)
+    except SpecError as e:
+        key = "router_aux_loss_coef" if "router_aux_loss_coef" in cfg.data else "aux_loss_alpha"
+        raise SpecError(cfg.where(key), e.value, e.allowed) from None
+
+
 NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
 """The keys that give a config's norm epsilon (RMSNorm families, GPT-NeoX, GPT-2 and BLOOM)."""
 NORM_EPS_DEFAULTS = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
@@ -711,6 +732,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         kw = FAMILIES[mtype](cfg)
         kw["norm_eps"] = cfg.get(*NORM_EPS_KEYS, kind=float, minimum=0,
                                  default=NORM_EPS_DEFAULTS[mtype])
+        if kw.get("moe") is not None:
+            kw["moe"] = _balancing(cfg, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0))
         if data.get("head_dim") is None and kw.get("mla") is None \
                 and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "

@@ -351,10 +351,10 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "d
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
-             "router_scale", "scores_on_input"}
+             "router_scale", "scores_on_input", "aux_loss", "aux_loss_per_sequence"}
 _MOE_TYPES = {"shared_expert_gate": bool, "expert_bias": bool, "router_pre_softmax": bool,
               "router_expert_bias": bool, "router_score": str, "router_scale": _NUM,
-              "scores_on_input": bool}
+              "scores_on_input": bool, "aux_loss": _NUM, "aux_loss_per_sequence": bool}
 """Types of the [moe] keys that are not integers."""
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
 _YARN_KEYS = {f.name for f in dataclasses.fields(YarnSpec)}

@@ -64,6 +64,8 @@ DEFAULT_NORM_EPS = 1e-5
 """Megatron-Core's norm epsilon (``TransformerConfig.layernorm_epsilon``, Megatron-LM's
 ``--norm-epsilon``: megatron/core/transformer/transformer_config.py @ NVIDIA/Megatron-LM
 d98e8a64dd)."""
+MAX_AUX_LOSS = 10.0
+"""Largest load-balancing loss coefficient accepted (published: 1e-4 to 0.9, GPT-OSS's)."""
 MAX_NORM_EPS = 0.01
 """Largest norm epsilon accepted: published models use 1e-12 (BERT) to 1e-5."""
 
@@ -373,6 +375,14 @@ class MoESpec(_CachedHash):
     """Groups a token's experts may come from (``topk_group`` = 4)."""
     router_scale: float = 1.0
     """Factor on the chosen experts' weights (``routed_scaling_factor``: DeepSeek-V3 2.5)."""
+    aux_loss: float = 0.0
+    """Coefficient of the router's load-balancing loss (HuggingFace ``router_aux_loss_coef``,
+    DeepSeek's ``aux_loss_alpha``; Megatron-LM ``--moe-aux-loss-coeff``); 0: none (DeepSeek-V3
+    balances by its routers' expert biases alone). It costs nothing here; nestplan keeps it so
+    that an export trains the model as its config says."""
+    aux_loss_per_sequence: bool = False
+    """The load-balancing loss is taken per sequence (DeepSeek's ``seq_aux``; Megatron-LM's
+    ``seq_aux_loss``), not over the batch."""
     scores_on_input: bool = False
     """The router's score scales each routed expert's input, not its output (Llama 4:
     transformers' ``Llama4TextMoe`` multiplies the tokens by ``router_scores`` before the
@@ -382,7 +392,7 @@ class MoESpec(_CachedHash):
 
     def __post_init__(self):
         for f in ("shared_expert_gate", "expert_bias", "router_pre_softmax", "router_expert_bias",
-                  "scores_on_input"):
+                  "scores_on_input", "aux_loss_per_sequence"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f"moe.{f}", getattr(self, f), "must be true or false")
         _positive("moe.experts", self.experts)
@@ -425,6 +435,12 @@ class MoESpec(_CachedHash):
             raise SpecError("moe.router_groups", self.router_groups,
                             f"{self.router_group_top_k} of them of {per_group} experts each "
                             f"cannot give top_k = {self.top_k} experts")
+        if not within(self.aux_loss, MAX_AUX_LOSS):
+            raise SpecError("moe.aux_loss", self.aux_loss,
+                            f"must be a number in [0, {MAX_AUX_LOSS:g}] (0: no balancing loss)")
+        if self.aux_loss_per_sequence and not self.aux_loss:
+            raise SpecError("moe.aux_loss_per_sequence", True, "takes the balancing loss per "
+                            "sequence; moe.aux_loss is 0")
         if not (within(self.router_scale, MAX_ROUTER_SCALE) and self.router_scale > 0):
             raise SpecError("moe.router_scale", self.router_scale,
                             f"must be a number in (0, {MAX_ROUTER_SCALE:g}]")

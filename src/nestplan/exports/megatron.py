@@ -160,6 +160,13 @@ def _router_args(moe) -> list[str]:
                  f"--moe-router-group-topk {moe.router_group_top_k}"]
     if moe.router_scale != 1:
         args.append(f"--moe-router-topk-scaling-factor {moe.router_scale:g}")
+    # the balancing loss: Megatron-Core's default is an aux_loss at coefficient 0, none in effect
+    # (TransformerConfig.moe_router_load_balancing_type, moe_aux_loss_coeff @ d98e8a64dd)
+    if moe.aux_loss:
+        kind = "seq_aux_loss" if moe.aux_loss_per_sequence else "aux_loss"
+        args += [f"--moe-router-load-balancing-type {kind}", f"--moe-aux-loss-coeff {moe.aux_loss:g}"]
+    else:
+        args.append("--moe-router-load-balancing-type none")
     return args
 
 
