@@ -212,6 +212,7 @@ HF_BAD = {
     "aux-loss-huge": (json.dumps({**LLAMA, "model_type": "mixtral", "num_local_experts": 4,
                                   "num_experts_per_tok": 2, "router_aux_loss_coef": 100}),
                       "router_aux_loss_coef: got 100.0; must be a number in [0, 10]"),
+    "mlp-bias-word": (_hf(mlp_bias="yes"), "mlp_bias: got 'yes'; must be true or false"),
     "model-type-number": (json.dumps({**LLAMA, "model_type": 7,
                                       "architectures": ["LlamaForCausalLM"]}),
                           "model_type: got 7; must be a string"),

@@ -136,3 +136,13 @@ def test_every_activation_gates_the_llama_like_mlps(name, act):
     ours, padding = nestplan_count(data)
     assert ours == transformers_count(data) + padding
     assert model_from_hf_dict(data).gated
+
+
+def test_llama_biases_on_every_linear_layer_count_what_transformers_builds():
+    """Llama's attention_bias (q, k, v, o) and mlp_bias (the MLP's three matrices) together are
+    biases on every linear layer, nestplan's ``bias``."""
+    transformers = pytest.importorskip("transformers")
+    data = transformers.LlamaConfig(**SMALL, attention_bias=True, mlp_bias=True).to_dict()
+    data.pop("dtype", None)
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding

@@ -306,3 +306,21 @@ def test_a_rope_scaling_not_kept_is_named():
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}})
     assert (m.rope_scaling.kind, m.rope_scaling.original_max_positions) == ("llama3", 8192)
     assert model_from_table(model_to_table(m)) == m
+
+
+@pytest.mark.parametrize("given", ["attention_bias", "mlp_bias"])
+def test_one_of_llamas_biases_alone_is_read_as_every_layers_with_a_note(given):
+    """transformers' Llama biases q, k, v and o with attention_bias and the MLP with mlp_bias;
+    one alone cannot be modelled (nor exported: Megatron-Core biases every linear layer or none),
+    so it is read as both and a note says so (mlp_bias had been ignored without a word)."""
+    import warnings
+
+    from nestplan.errors import Note
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, given: True}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert model_from_hf_dict(llama).bias
+    assert any(issubclass(w.category, Note) and f"{given}: read as biases on every linear layer"
+               in str(w.message) for w in caught)

@@ -15,8 +15,8 @@ Biases are read as each family's modelling code places them: every linear layer 
 GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A config of another
 family with ``attention_bias`` set is read as biases on every linear layer (experts included),
 which neither nestplan nor Megatron-Core can split finer: transformers' Llama puts them on q, k,
-v and o, and on the MLP only with ``mlp_bias``; its DeepSeek-V3 on the down projections and o.
-No shipped config sets it. Every shipped config's parameter count is checked against
+v and o, and on the MLP only with ``mlp_bias`` (Llama with one of the two gets a note); its
+DeepSeek-V3 on the down projections and o. No shipped config sets it. Every shipped config's parameter count is checked against
 transformers' own model, built on the meta device, and each family's FLOPs against that model
 run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). RoPE on a share
 of each head (GLM-4.5, GPT-NeoX) is read into ``ModelSpec.rope_fraction``. What is not
@@ -357,7 +357,20 @@ def _layer_types(cfg: _Config, layers: int) -> list | None:
 
 
 def _llama(cfg: _Config) -> dict:
-    return _llama_like(cfg)
+    """Llama: ``attention_bias`` biases q, k, v and o, ``mlp_bias`` the MLP's three matrices
+    (transformers' LlamaAttention, LlamaMLP). nestplan and Megatron-Core bias every linear layer
+    or none (or q, k and v alone), so either one alone is read as both, with a note."""
+    kw = _llama_like(cfg)
+    attention = cfg.get("attention_bias", default=False, kind=bool)
+    mlp = cfg.get("mlp_bias", default=False, kind=bool)
+    if attention != mlp:
+        given = "attention_bias" if attention else "mlp_bias"
+        warnings.warn(HFNote(f"{cfg.where(given)}: read as biases on every linear layer (nestplan "
+                             "and Megatron-Core give every linear layer one or none): "
+                             f"{'the MLP' if attention else 'the attention'}'s are counted too"),
+                      stacklevel=2)
+        kw["bias"] = True
+    return kw
 
 
 def _mistral(cfg: _Config) -> dict:
