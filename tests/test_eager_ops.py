@@ -107,7 +107,8 @@ def test_huggingface_configs_give_the_scale_and_the_clamp():
     llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
              "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}
     assert model_from_hf_dict(llama).rope_mscale == 1.0
-    llama3 = {"rope_type": "llama3", "factor": 8.0}
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
     assert model_from_hf_dict({**llama, "rope_scaling": llama3}).rope_mscale == 1.0
     given = {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.2}
     assert model_from_hf_dict({**llama, "rope_scaling": given}).rope_mscale == 1.2
