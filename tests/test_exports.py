@@ -393,13 +393,22 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
     exported: the export says so and names Megatron-LM's flags for it; a model without local
     attention gets no such note."""
-    notes = {}
+    notes, steps = {}, {}
     for name, ep in (("llama4-maverick", 16), ("mixtral-8x7b", 8)):  # (at most its experts)
         sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
         par = Parallelism(tp=4, pp=1, dp=16, ep=ep, etp=1, sp=True, zero=1, mbs=1)
         pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
         notes[name] = " ".join(export(pf, "megatron").notes)
+        steps[name] = evaluate(replace(sc, model=replace(sc.model, local_span=0,
+                                                         local_share=0.0)), par).step_time
     assert "local attention on 75% of the layers" in notes["llama4-maverick"]
+    # and what the launched run, attending to whole sequences, is predicted at (a user trial's
+    # Mistral at 32K tokens ran 1.9x slower than the header it was given)
+    from nestplan.units import fmt_time
+
+    assert (f"with every layer attending to the whole sequence, the step is predicted at "
+            f"{fmt_time(steps['llama4-maverick'])}") in notes["llama4-maverick"]
+    assert "whole sequence" not in notes["mixtral-8x7b"]
     assert "--no-rope-freq" in notes["llama4-maverick"]
     assert "local attention" not in notes["mixtral-8x7b"]
     # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so

@@ -129,6 +129,23 @@ def _rope_scaling_args(sc, notes: list[str]) -> list[str]:
     return []
 
 
+def _without_local_attention(pf: PlanFile, exported) -> str:
+    """The prediction of the exported plan when the launched run attends to whole sequences, as
+    these arguments, which carry no local attention, have it do."""
+    from dataclasses import replace
+
+    from ..evaluate import evaluate
+    from ..units import GiB, fmt_time
+
+    sc = pf.scenario
+    whole = evaluate(replace(sc, model=replace(sc.model, local_span=0, local_share=0.0)),
+                     exported)
+    return (f"the predictions above keep the local attention; launched as these arguments are, "
+            f"with every layer attending to the whole sequence, the step is predicted at "
+            f"{fmt_time(whole.step_time)} and the peak at {whole.peak_memory / GiB:.1f} GiB "
+            f"({'fits' if whole.fits else 'does NOT fit'})")
+
+
 def _connections_note(args: list[str], par) -> list[str]:
     """The CUDA_DEVICE_MAX_CONNECTIONS that Megatron-LM's validate_args asks of these arguments
     (megatron/training/arguments.py @ d98e8a64dd): Megatron-FSDP refuses 1; before Blackwell,
@@ -456,6 +473,8 @@ def export(pf: PlanFile) -> Export:
             else unexported[0]
         notes.append(listed + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
+    if m.local_span:
+        notes.append(_without_local_attention(pf, exported))
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
                                    ("the experts' output bias", "expert_bias")) if op in fused_ops]
