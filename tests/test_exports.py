@@ -390,18 +390,17 @@ def test_megatron_exports_no_yarn_it_cannot_run(tmp_path, config, mtp, why):
 
 
 def test_megatron_export_names_the_local_attention_it_leaves_out():
-    """Llama 4's chunked attention (and GPT-OSS's or Mistral's sliding windows) is costed but not
-    exported: the export says so and names Megatron-LM's flags for it; a model without local
-    attention gets no such note."""
+    """Llama 4's chunked attention is costed but not exported (Megatron-LM has no flag for it):
+    the export says so; a model without local attention gets no such note."""
     notes, steps = {}, {}
     for name, ep in (("llama4-maverick", 16), ("mixtral-8x7b", 8)):  # (at most its experts)
         sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
         par = Parallelism(tp=4, pp=1, dp=16, ep=ep, etp=1, sp=True, zero=1, mbs=1)
         pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
         notes[name] = " ".join(export(pf, "megatron").notes)
-        steps[name] = evaluate(replace(sc, model=replace(sc.model, local_span=0,
-                                                         local_share=0.0)), par).step_time
-    assert "local attention on 75% of the layers" in notes["llama4-maverick"]
+        steps[name] = evaluate(replace(sc, model=sc.model.without_local_attention()),
+                                par).step_time
+    assert "chunked attention on 75% of the layers" in notes["llama4-maverick"]
     # and what the launched run, attending to whole sequences, is predicted at (a user trial's
     # Mistral at 32K tokens ran 1.9x slower than the header it was given)
     from nestplan.units import fmt_time
@@ -414,6 +413,43 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so
     assert "TransformerConfig.moe_apply_probs_on_input" in notes["llama4-maverick"]
     assert "moe_apply_probs_on_input" not in notes["mixtral-8x7b"]
+
+
+MISTRAL = {"model_type": "mistral", "hidden_size": 1024, "intermediate_size": 2048,
+           "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "vocab_size": 32000, "sliding_window": 512}
+
+
+@pytest.mark.frameworks  # (Megatron-Core's own rule for windowed layers)
+@pytest.mark.parametrize("config", [
+    "hf/gpt-oss-120b.json", MISTRAL,
+    {**MISTRAL, "model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 5},
+    {**MISTRAL, "model_type": "qwen2", "use_sliding_window": True,
+     "layer_types": ["sliding_attention", "full_attention", "full_attention"] * 2
+     + ["sliding_attention"] * 2}])
+def test_megatron_sliding_window_flags_give_the_models_windowed_layers(config, tmp_path):
+    """A sliding window is exported (a user trial: it had been costed but left out, the launched
+    run 1.9x slower than predicted): --window-size's left count plus the token itself is the
+    config's sliding_window, and Megatron-Core's own rule (``is_layer_window_attention``) on the
+    exported --window-attn-skip-freq windows exactly the layers the config does: GPT-OSS's every
+    other one, Mistral's all, Qwen2's from max_window_layers on or as layer_types lists them."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    path = Path(__file__).parent / "data" / config if isinstance(config, str) else (
+        tmp_path / "config.json")
+    if not isinstance(config, str):
+        path.write_text(json.dumps(config))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    m = sc.model
+    moe = m.moe is not None
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=1, pp=1, dp=8, ep=8 if moe else 1, etp=1 if moe else None, zero=1, mbs=1)))), "megatron")
+    assert not any("whole sequence" in n or "local attention" in n for n in out.notes), out.notes
+    config = megatron_transformer_config(out.text)
+    assert config.window_size[0] + 1 == m.sliding_window
+    windowed = [i for i in range(m.layers)
+                if is_layer_window_attention(config.window_size, config.window_attn_skip_freq, i + 1)]
+    assert windowed == list(m.local_layers) and windowed
 
 
 @pytest.mark.frameworks
@@ -603,8 +639,13 @@ def megatron_transformer_config(text: str):
     kw.update(_graph_fields(flags, fields))
     if "moe-layer-freq" in flags:
         kw["moe_layer_freq"] = _moe_layer_freq(flags["moe-layer-freq"][0])
+    if "window-size" in flags:  # (Megatron-LM's tuple_type)
+        kw["window_size"] = tuple(int(v) for v in flags["window-size"][0].strip("()").split(","))
+    if "window-attn-skip-freq" in flags:
+        kw["window_attn_skip_freq"] = _moe_layer_freq(flags["window-attn-skip-freq"][0])
     for name, values in flags.items():
-        if name in MEGATRON_NOT_CONFIG or name.startswith("cuda-graph") or name == "moe-layer-freq":
+        if name in MEGATRON_NOT_CONFIG or name.startswith("cuda-graph") or name in (
+                "moe-layer-freq", "window-size", "window-attn-skip-freq"):
             continue
         key = renamed.get(name, name.replace("-", "_"))
         if name == "disable-bias-linear":

@@ -115,7 +115,7 @@ def test_small_models_cost_the_flops_transformers_runs(name):
         model(input_ids=torch.randint(0, SMALL["vocab_size"], (1, SEQ))).logits.sum().backward()
     data = config.to_dict()
     data.pop("dtype", None)
-    model = replace(model_from_hf_dict(data), mtp_layers=0, local_span=0, local_share=0.0)
+    model = replace(model_from_hf_dict(data).without_local_attention(), mtp_layers=0)
     if name == "Llama4TextConfig":
         # its eager MoE runs every expert on every token, scaled by the router's scores
         # (Llama4TextMoe.forward: hidden_states.repeat(num_experts, 1)): cost as top-k = experts

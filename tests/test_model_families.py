@@ -156,7 +156,7 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
 
 def test_local_attention_costs_less_at_long_sequences():
     oss = model_from_hf_config(HF / "gpt-oss-120b.json")
-    full = replace(oss, local_span=0, local_share=0.0)
+    full = oss.without_local_attention()
     from nestplan.evaluate import model_flops_per_sequence
 
     short = model_flops_per_sequence(oss, 256, 0) / model_flops_per_sequence(full, 256, 0)

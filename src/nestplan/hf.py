@@ -1,8 +1,9 @@
 """Models from HuggingFace ``config.json`` files (the format people already have).
 
 Only the architecture keys are read, and what an export needs to define the model (RoPE's base
-and scaling, the norms' epsilon); the many other keys of a config (token ids, dtype, ...) are
-ignored. The Llama-like families' MLPs are gated by ``hidden_act``, as transformers' are. A missing architecture key or an unsupported
+and scaling, the norms' epsilon, the sliding windows' layers, the balancing loss); the many other
+keys of a config (token ids, dtype, ...) are ignored. The Llama-like families' MLPs are gated by
+``hidden_act``, as transformers' are. A missing architecture key or an unsupported
 ``model_type`` is a SpecError. A ``model_type`` nestplan does not know whose ``architectures``
 names a class of a supported family is read as that family, with a note (``HFNote``) that the CLI
 prints.
@@ -16,9 +17,10 @@ GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A config
 family with ``attention_bias`` set is read as biases on every linear layer (experts included),
 which neither nestplan nor Megatron-Core can split finer: transformers' Llama puts them on q, k,
 v and o, and on the MLP only with ``mlp_bias`` (Llama with one of the two gets a note); its
-DeepSeek-V3 on the down projections and o. No shipped config sets it. Every shipped config's parameter count is checked against
-transformers' own model, built on the meta device, and each family's FLOPs against that model
-run at a small size under torch's FLOP counter (``tests/test_hf_models.py``). RoPE on a share
+DeepSeek-V3 on the down projections and o. No shipped config sets it. Every shipped config's
+parameter count is checked against transformers' own model, built on the meta device, and
+each family's FLOPs against that model run at a small size under torch's FLOP counter
+(``tests/test_hf_models.py``). RoPE on a share
 of each head (GLM-4.5, GPT-NeoX) is read into ``ModelSpec.rope_fraction``. What is not
 modelled, by family: the attention kernel's work on GPT-OSS's sinks (their parameters are
 counted), and the per-layer alternation of local and global attention, whose cost is averaged
@@ -334,14 +336,17 @@ def _window(cfg: _Config, default: int) -> int:
     return cfg.get("sliding_window", default=default, minimum=0, null=0)
 
 
-def _sliding(cfg: _Config, layers: int, window: int, sliding_layers: int, *,
+def _sliding(cfg: _Config, layers: int, window: int, sliding: range, *,
              typed: bool = True) -> dict:
     """The model fields of sliding-window attention over ``window`` tokens (0: none) on the layers
-    that ``layer_types`` names ``sliding_attention`` (where the family reads it: ``typed``), or on
-    ``sliding_layers`` of them. A causal window of w costs about what causal chunks of 2w cost."""
+    that ``layer_types`` names ``sliding_attention`` (where the family reads it: ``typed``), else
+    on the layers ``sliding`` (0-based). A causal window of w costs about what causal chunks of
+    2w cost."""
     types = _layer_types(cfg, layers) if typed else None
-    local = sum(t == "sliding_attention" for t in types) if types is not None else sliding_layers
-    return dict(local_span=2 * window, local_share=local / layers) if window and local else {}
+    local = tuple(i for i, t in enumerate(types) if t == "sliding_attention") \
+        if types is not None else tuple(sliding)
+    return dict(local_span=2 * window, local_share=len(local) / layers, sliding_window=window,
+                local_layers=local) if window and local else {}
 
 
 def _layer_types(cfg: _Config, layers: int) -> list | None:
@@ -379,7 +384,8 @@ def _mistral(cfg: _Config) -> dict:
     default: src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
     0b07a74c673bdf8fbd472a1c7df139b357495414; Mistral 7B v0.1 sets 4,096, v0.2 and later null)."""
     kw = _llama_like(cfg)
-    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 4096), kw["layers"], typed=False)}
+    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 4096), range(kw["layers"]),
+                             typed=False)}
 
 
 def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> dict:
@@ -397,9 +403,9 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
         return {}
     window = _window(cfg, 4096)
     if every_layer:
-        return _sliding(cfg, layers, window, layers, typed=False)
+        return _sliding(cfg, layers, window, range(layers), typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)
-    return _sliding(cfg, layers, window, max(layers - full, 0))
+    return _sliding(cfg, layers, window, range(full, layers))
 
 
 def _qwen2(cfg: _Config) -> dict:
@@ -417,7 +423,7 @@ def _mixtral(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
-    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), kw["layers"])}
+    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), range(kw["layers"]))}
 
 
 def _qwen3(cfg: _Config, *, moe: bool = False) -> dict:
@@ -557,7 +563,7 @@ def _gpt_oss(cfg: _Config) -> dict:
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
     # YaRN with a context extension of 32 (``GPT_OSS_YARN``)
-    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), (kw["layers"] + 1) // 2))
+    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), range(0, kw["layers"], 2)))
     if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
         default = _Config({"rope_scaling": GPT_OSS_YARN}, cfg.source)
         kw["rope_mscale"], kw["yarn"] = _rope(default)
@@ -604,9 +610,10 @@ def _llama4(cfg: _Config) -> dict:
             raise SpecError(cfg.where("no_rope_layers"), odd[0],
                             "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global "
                             "attention)")
-        local = sum(1 for r in rope if r) if rope else layers - layers // 4  # every 4th is NoPE
+        # chunked where RoPE is: every layer but each 4th (NoPE) unless no_rope_layers says
+        local = tuple(i for i in range(layers) if (rope[i] if rope else (i + 1) % 4))
         if local:
-            kw.update(local_span=chunk, local_share=local / layers)
+            kw.update(local_span=chunk, local_share=len(local) / layers, local_layers=local)
     return kw
 
 

@@ -347,7 +347,7 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "d
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
                    "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps",
-                   "rope_scaling"}
+                   "rope_scaling", "sliding_window", "local_layers"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
              "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
@@ -365,6 +365,14 @@ _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS} | 
     k: "yarn" for k in _YARN_KEYS - _MOE_KEYS - _MLA_KEYS} | {
     k: "rope_scaling" for k in _ROPE_SCALING_KEYS - _YARN_KEYS}
 """A key of a model's [moe], [mla], [yarn] or [rope_scaling] table -> that table."""
+
+
+def _layer_list(table: dict, key: str, where: str) -> tuple[int, ...]:
+    """A list of layer indices (empty when absent)."""
+    value = _typed(table, key, where, list, [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise SpecError(f"{where}.{key}", value, "must be a list of layer indices (integers)")
+    return tuple(value)
 
 
 def model_from_table(table: dict, where: str = "model") -> ModelSpec:
@@ -423,6 +431,8 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         rope_scaling=scaling,
         local_span=_typed(table, "local_span", where, int, 0),
         local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
+        sliding_window=_typed(table, "sliding_window", where, int, 0),
+        local_layers=_layer_list(table, "local_layers", where),
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM,
                                  yarn.attention_factor if yarn and mla is None else 1.0)),
@@ -491,6 +501,10 @@ def model_to_table(model: ModelSpec) -> dict:
         table["mla"] = {f: getattr(model.mla, f) for f in sorted(_MLA_KEYS)}
     if model.local_span:
         table.update(local_span=model.local_span, local_share=model.local_share)
+    if model.sliding_window:
+        table["sliding_window"] = model.sliding_window
+    if model.local_layers:
+        table["local_layers"] = list(model.local_layers)
     if model.mtp_layers:
         table["mtp_layers"] = model.mtp_layers
     if model.rope_mscale != 1.0:

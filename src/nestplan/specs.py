@@ -646,6 +646,13 @@ class ModelSpec(_CachedHash):
     local_share: float = 0.0
     """Share of the blocks with local attention. Their attention cost is averaged over all
     blocks (exact for the model's total; a stage's share of local layers may differ by one)."""
+    sliding_window: int = 0
+    """Tokens of a sliding window (HuggingFace ``sliding_window``: each token attends to itself
+    and the ``sliding_window - 1`` before it), where the local attention is one (``local_span``
+    is then twice it); 0 where it is chunked (Llama 4) or absent. Kept for the exports."""
+    local_layers: tuple[int, ...] = ()
+    """The layers (0-based) that attend locally, where known (``local_share`` of them); empty:
+    not stated. Kept for the exports."""
     mtp_layers: int = 0
     """Multi-token-prediction depths trained after the last block (DeepSeek-V3 §2.2; Megatron-Core
     ``--mtp-num-layers``): each embeds the next token, projects it with the previous depth's
@@ -764,6 +771,19 @@ class ModelSpec(_CachedHash):
                             f"must divide model.heads = {self.heads}")
         if self.position is Position.LEARNED and self.max_positions == 0:
             raise SpecError("model.max_positions", 0, "learned positions need max_positions > 0")
+        _positive("model.sliding_window", self.sliding_window, allow_zero=True)
+        if self.sliding_window and self.local_span != 2 * self.sliding_window:
+            raise SpecError("model.sliding_window", self.sliding_window,
+                            f"a sliding window costs as local_span = twice it; local_span is "
+                            f"{self.local_span}")
+        if self.local_layers and (
+                list(self.local_layers) != sorted(set(self.local_layers))
+                or not all(isinstance(i, int) and 0 <= i < self.layers for i in self.local_layers)
+                or not math.isclose(len(self.local_layers) / self.layers, self.local_share)):
+            raise SpecError("model.local_layers", list(self.local_layers),
+                            f"must list the local layers once each, in order, below "
+                            f"model.layers = {self.layers}: local_share ({self.local_share:g}) "
+                            "of them")
         if bool(self.local_span) != bool(self.local_share):
             raise SpecError("model.local_share" if self.local_span else "model.local_span",
                             self.local_share if self.local_span else self.local_span,
@@ -782,6 +802,10 @@ class ModelSpec(_CachedHash):
             raise SpecError("moe.first_dense_layers", self.moe.first_dense_layers,
                             f"must be below model.layers = {self.layers} (an MoE model has an "
                             "MoE block)")
+
+    def without_local_attention(self) -> "ModelSpec":
+        """The model with every layer attending to the whole sequence."""
+        return replace(self, local_span=0, local_share=0.0, sliding_window=0, local_layers=())
 
     def position_rows(self, seq_len: int) -> int:
         """Rows of the learned position table when trained at ``seq_len`` (0 without one): a

@@ -138,7 +138,7 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
     from ..units import GiB, fmt_time
 
     sc = pf.scenario
-    whole = evaluate(replace(sc, model=replace(sc.model, local_span=0, local_share=0.0)),
+    whole = evaluate(replace(sc, model=sc.model.without_local_attention()),
                      exported)
     return (f"the predictions above keep the local attention; launched as these arguments are, "
             f"with every layer attending to the whole sequence, the step is predicted at "
@@ -188,9 +188,35 @@ def _router_args(moe) -> list[str]:
 
 
 def _moe_pattern(m) -> str:
-    """``--moe-layer-freq`` as Megatron's pattern syntax (no spaces: its parser allows only
+    """``--moe-layer-freq`` as Megatron's pattern syntax."""
+    return _pattern([1 if m.is_moe_layer(i) else 0 for i in range(m.layers)])
+
+
+def _window_args(m, notes: list[str]) -> list[str]:
+    """A sliding window (``ModelSpec.sliding_window``) as Megatron-LM takes it: ``--window-size``
+    (left, right) counts the tokens before each one that it attends to, transformers'
+    ``sliding_window`` the window with the token itself (its flash path passes ``(w - 1, w - 1)``:
+    modeling_flash_attention_utils.py, 5.23.0 wheel), and ``--window-attn-skip-freq`` the layers
+    that attend to the whole sequence: every N-th (1-based) or a pattern, 1 for a windowed layer
+    (``is_layer_window_attention``, megatron/core/transformer/utils.py @ d98e8a64dd)."""
+    flags = [int(i in m.local_layers) for i in range(m.layers)] if m.local_layers else None
+    if flags is None and m.local_share < 1:
+        notes.append(f"a sliding window of {m.sliding_window} tokens on {m.local_share:.0%} of "
+                     "the layers, which the model does not list (local_layers): set "
+                     "--window-size and --window-attn-skip-freq as its recipe does")
+        return []
+    args = [f"--window-size {m.sliding_window - 1},0"]
+    if flags is not None and not all(flags):
+        every = next((n for n in range(2, m.layers + 1)
+                      if flags == [int((i + 1) % n != 0) for i in range(m.layers)]), None)
+        args.append(f"--window-attn-skip-freq {every}" if every else
+                    f"--window-attn-skip-freq '{_pattern(flags)}'")
+    return args
+
+
+def _pattern(flags: list[int]) -> str:
+    """A per-layer 0/1 list in Megatron-LM's pattern syntax (no spaces: its parser allows only
     digits, ``,[]()+*``), e.g. ``([0]*3+[1]*58)``."""
-    flags = [1 if m.is_moe_layer(i) else 0 for i in range(m.layers)]
     runs = [(f, len(list(group))) for f, group in groupby(flags)]
     if len(runs) <= 4:
         return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
@@ -463,9 +489,9 @@ def export(pf: PlanFile) -> Export:
                   else []) \
         + ([f"the clamped GLU at {m.glu_clamp:g} (GPT-OSS: --quick-geglu --glu-linear-offset 1 "
             f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else []) \
-        + ([f"local attention on {m.local_share:.0%} of the layers (Llama 4's chunks, or "
-            "sliding windows: --window-size and --window-attn-skip-freq; Llama 4's NoPE layers: "
-            "--no-rope-freq)"] if m.local_span else []) \
+        + ([f"chunked attention on {m.local_share:.0%} of the layers (Llama 4's; Megatron-LM "
+            "has no flag for chunks; its NoPE layers: --no-rope-freq)"]
+           if m.local_span and not m.sliding_window else []) \
         + (["the experts' biases without the other layers' (Megatron-Core's add_bias_linear "
             "gives every linear layer one or none)"] if m.biased_experts and not m.bias else [])
     if unexported:
@@ -473,7 +499,9 @@ def export(pf: PlanFile) -> Export:
             else unexported[0]
         notes.append(listed + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
-    if m.local_span:
+    windows = _window_args(m, notes) if m.sliding_window else []
+    args += windows
+    if m.local_span and not windows:
         notes.append(_without_local_attention(pf, exported))
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
