@@ -1037,6 +1037,14 @@ for name, (extra, needle) in {
         "aux-loss-per-sequence-without-loss": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
                                                "aux_loss_per_sequence = true\n",
                                                "moe.aux_loss_per_sequence: got True"),
+        "local-layers-not-the-share": ("local_span = 256\nlocal_share = 0.5\n"
+                                       "local_layers = [0, 1]\n", "model.local_layers: got "
+                                       "[0, 1]; must list the local layers"),
+        "local-layers-words": ('local_span = 256\nlocal_share = 0.5\nlocal_layers = ["a"]\n',
+                               "local_layers: got ['a']; must be a list of layer indices"),
+        "sliding-window-not-half-the-span": ("local_span = 256\nlocal_share = 1.0\n"
+                                             "sliding_window = 64\n", "model.sliding_window: "
+                                             "got 64; a sliding window costs as local_span"),
         "norm-eps-zero": ("norm_eps = 0\n", "model.norm_eps: got 0.0; must be a number in (0, "
                           "0.01]"),
         "norm-eps-word": ('norm_eps = "1e-6"\n', "norm_eps: got '1e-6'"),
