@@ -11,6 +11,7 @@ import pytest
 
 from nestplan.cli import main
 from nestplan.errors import SpecError
+from nestplan.sweep.run import LATER_COLUMNS
 from nestplan.sweep.spec import RESULT_COLUMNS, load
 
 from console import cli
@@ -245,6 +246,10 @@ def test_pool_run_writes_one_row_per_point(pool_run):
         assert degrees == int(r["gpus"])
         assert float(r["tokens_per_s_per_gpu"]) * int(r["gpus"]) == pytest.approx(
             float(r["tokens_per_s"]))
+        # the step's parts (what a network design changes shows in them) add up to it
+        parts = [float(r[c]) for c in COLUMNS if c.startswith("time_")]
+        assert len(parts) == 12 and sum(parts) == pytest.approx(float(r["step_time_s"]))
+        assert 0 < float(r["hfu"]) and float(r["margin_gib"]) >= 0
     assert {(r["gpus"], r["method"], r["network.leaf.bandwidth_GBps"]) for r in rows} == {
         (g, m, b) for g in ("8", "16", "32") for m in ("nest", "phaze") for b in ("25", "50")}
 
@@ -371,10 +376,12 @@ global_batch = [64]
     assert (int(row["ep"]), int(row["etp"]), int(row["tp"])) == (best["ep"], best["etp"], best["tp"])
 
 
-@pytest.mark.parametrize("before", [("etp", "schedule", "stage_layers"), ("stage_layers",)])
+@pytest.mark.parametrize("before", [sum(LATER_COLUMNS[i:], ()) for i in range(len(LATER_COLUMNS))],
+                         ids=lambda cols: cols[0])
 def test_a_results_file_of_before_the_later_columns_resumes(tmp_path, pool_run, capsys, before):
-    """A results CSV written before the etp and schedule columns existed, or before stage_layers,
-    resumes: its rows are kept with those cells blank and only the missing points run."""
+    """A results CSV written before the etp and schedule columns existed, before stage_layers, or
+    before the HFU, margin and time-part columns, resumes: its rows are kept with those cells
+    blank and only the missing points run."""
     path = _write(tmp_path, SMALL)
     # kept rows with pipelining among them: a schedule run again would not be blank
     rows = sorted(_rows(pool_run.with_suffix(".csv")), key=lambda r: r["pp"] == "1")[:5]

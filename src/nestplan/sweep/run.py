@@ -24,13 +24,15 @@ from typing import Any
 from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
 from ..processes import (Terminated, cores, on_sigterm, restore_sigterm, signals_held, stop_pool,
                          worker_signals)
-from .spec import RESULT_COLUMNS, RESULT_TYPES, Point, SweepSpec
+from .spec import RESULT_COLUMNS, RESULT_TYPES, TIME_PARTS, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
-                                                        "search_seconds"))
-"""Result columns taken from the best plan's ``--json`` object."""
+                                                        "search_seconds")
+                 and not c.startswith("time_"))
+"""Result columns taken from the best plan's ``--json`` object as they are (the ``time_*_s``
+columns from its ``time_s``)."""
 
 
 # ----------------------------------------------------------------------------- one point
@@ -63,6 +65,7 @@ def run_task(scenario, method: str, constraints) -> dict:
         return error_row(e)
     js = res.best.to_json()
     row = {k: js[k] for k in _METRICS}  # (etp null without experts, as to_json gives it)
+    row.update({f"time_{part}_s": js["time_s"][part] for part in TIME_PARTS})
     from ..specs import blocks_per_chunk, list_text
 
     plan = res.best.plan
@@ -120,10 +123,12 @@ class Existing:
     """The file was written before some ``LATER_COLUMNS`` existed: rewritten with them blank."""
 
 
-LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",))
+LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
+                 ("hfu", "model_tflops_per_gpu", "margin_gib",
+                  *(f"time_{part}_s" for part in TIME_PARTS)))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03): a results CSV written before some of them resumes, its rows with
-those cells blank (the point ids did not change)."""
+2026-12-02, of 2026-12-03 morning and evening): a results CSV written before some of them
+resumes, its rows with those cells blank (the point ids did not change)."""
 
 
 def _header_before(columns: list[str], header: list[str]) -> bool:

@@ -83,11 +83,17 @@ CORE = GRID_REQUIRED + tuple(GRID_DEFAULTS)
 LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscription", "efficiency",
               "size")
 
+TIME_PARTS = ("compute", "recompute", "host", "tp", "cp", "ep", "zero", "pp", "bubble", "dp",
+              "optimizer", "step_host")
+"""The parts of a step (``result.TimeBreakdown``), each a ``time_<part>_s`` column: what a
+network design changes shows in them."""
 RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s": float,
-                "tokens_per_s_per_gpu": float, "mfu": float, "peak_memory_gib": float,
+                "tokens_per_s_per_gpu": float, "mfu": float, "hfu": float,
+                "model_tflops_per_gpu": float, "peak_memory_gib": float, "margin_gib": float,
                 "fits": bool, "tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int,
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
-                "mbs": int, "rank_order": str, "stage_layers": str, "search_seconds": float}
+                "mbs": int, "rank_order": str, "stage_layers": str,
+                **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
