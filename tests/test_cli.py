@@ -415,6 +415,20 @@ def test_the_moe_workload_settings_are_printed_with_the_plan(capsys):
     assert js["moe_imbalance"] is None and js["mtp_layers"] == 1
 
 
+def test_a_pipeline_the_micro_batches_keep_from_interleaving_is_said(capsys):
+    """16 micro-batches over pp 3 cannot run in the interleaved schedule's rounds of 3: plan says
+    why its plan does not interleave (a user trial saw fewer GPUs train faster without a word);
+    18 can, and get no note."""
+    plan = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "24", "--tp",
+            "8", "--pp", "3", "--seq-len", "4096", "--global-batch"]
+    code, out, err = run(plan + ["16"], capsys)
+    assert code == 0 and "vp=1" in out
+    assert "no interleaving: interleaved-1f1b runs the micro-batches in rounds of pp = 3, and " \
+           "this plan has 16 per replica" in err
+    code, out, err = run(plan + ["18"], capsys)
+    assert code == 0 and "no interleaving" not in err
+
+
 def test_a_step_mostly_host_time_is_said(capsys):
     """BERT-large on 4,096 GPUs, one short sequence each: the stack's per-step host time is
     most of the step, and a note says the GPUs have little work (a user trial saw MFU 0.5 %
