@@ -139,10 +139,11 @@ def test_megatron_export_says_what_it_does_not_carry(tmp_path):
     code, _, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.sh")
     assert code == 0, err
     assert "the clamped GLU at 7 (GPT-OSS: --quick-geglu --glu-linear-offset 1 " \
-           "--activation-func-clamp-value 7) and local attention on 50% of the layers " in err
-    assert "--window-attn-skip-freq" in err and "not exported" in err
+           "--activation-func-clamp-value 7) not exported" in err
     script = (tmp_path / "run.sh").read_text()
     assert "not exported" in script
+    # its sliding windows are exported: 128 tokens with the token itself, every other layer
+    assert "--window-size 127,0" in script and "--window-attn-skip-freq 2" in script
     # its YaRN is exported: GptOssConfig's RoPE scaling, unrounded correction range included
     for flag in ("--position-embedding-type yarn", "--rotary-scaling-factor 32", "--mscale 1",
                  "--mscale-all-dim 0", "--yarn-original-max-position-embeddings 4096",
