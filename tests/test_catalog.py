@@ -228,5 +228,9 @@ def test_a_changed_accelerator_is_not_named_as_its_base(tmp_path):
                     + levels)
     acc = get_cluster(str(path)).accelerator
     assert acc.name == "h100-sxm-80gb with hbm_GiB 141" and acc.hbm_bytes == 141 * 2**30
+    path.write_text('name = "c"\naccelerator = { base = "h100-sxm-80gb", hbm_GiB = 141, '
+                    'attention_efficiency = [0.5, 0.4] }\n' + levels)
+    assert get_cluster(str(path)).accelerator.name == (
+        "h100-sxm-80gb with its attention_efficiency, hbm_GiB 141")
     path.write_text('name = "c"\naccelerator = { base = "h100-sxm-80gb" }\n' + levels)
     assert get_cluster(str(path)).accelerator.name == "h100-sxm-80gb"

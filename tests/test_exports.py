@@ -200,6 +200,12 @@ def test_megatron_gates_a_gelu_mlp():
     pytest.importorskip("megatron.core")
     config = megatron_transformer_config(out.text)
     assert config.gated_linear_unit and config.activation_func.__name__ == "quick_gelu"
+    # with biases, Megatron-Core's fused bias-activation kernels refuse quick GeLU at the first
+    # forward (megatron/core/transformer/mlp.py @ d98e8a64dd; a reviewer ran it): off
+    biased = replace(sc, model=replace(sc.model, bias=True))
+    text = export(planfile.from_dict(planfile.to_dict(evaluate(biased, Parallelism(
+        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron").text
+    assert "--no-bias-gelu-fusion" in text and "--no-bias-gelu-fusion" not in out.text
 
 
 def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
@@ -257,18 +263,20 @@ LLAMA31 = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2048
     ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       "original_max_position_embeddings": 8192}, None),
     ({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-      "original_max_position_embeddings": 8192}, None),
+      "original_max_position_embeddings": 8192}, "is not the one pretrain_gpt.py runs"),
     ({"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.5,
-      "original_max_position_embeddings": 8192}, "are not Megatron-Core's fixed 1, 4"),
+      "original_max_position_embeddings": 8192}, "is not the one pretrain_gpt.py runs"),
     ({"rope_type": "linear", "factor": 4.0}, None),
     ({"rope_type": "linear", "factor": 2.5}, "takes an integer")])
 def test_megatron_rope_scaling_flags_give_the_configs_frequencies(scaling, note, tmp_path,
                                                                   monkeypatch):
     """Llama 3.1's RoPE scaling and linear interpolation (dropped from the export until a user
     trial found it) go to Megatron-LM as --use-rope-scaling --rope-scaling-factor and
-    --rotary-seq-len-interpolation-factor; fed to Megatron-Core's own ``RotaryEmbedding`` they
-    give the angles transformers computes from the config. What its flags cannot say gets a note
-    (and the angles then differ)."""
+    --rotary-seq-len-interpolation-factor; fed to Megatron-Core's own ``RotaryEmbedding`` as
+    pretrain_gpt.py feeds them (its ``gpt_config_from_args`` passes no --rope-scaling-factor: the
+    model keeps 8, megatron/training/argument_utils.py @ d98e8a64dd; a reviewer found it) they
+    give the angles transformers computes from the config. What they cannot say gets a note (and
+    the angles then differ)."""
     import torch
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from transformers import AutoConfig
@@ -286,8 +294,7 @@ def test_megatron_rope_scaling_flags_give_the_configs_frequencies(scaling, note,
     factor = flags.get("rotary-seq-len-interpolation-factor")
     ours = RotaryEmbedding(sc.model.head_dim, 1.0, rotary_base=int(flags["rotary-base"][0]),
                            seq_len_interpolation_factor=float(factor[0]) if factor else None,
-                           rope_scaling="use-rope-scaling" in flags,
-                           rope_scaling_factor=float(flags.get("rope-scaling-factor", [8])[0]),
+                           rope_scaling="use-rope-scaling" in flags, rope_scaling_factor=8.0,
                            use_cpu_initialization=True)
     angles = ours(64)[:, 0, 0, :sc.model.head_dim // 2].float()  # [positions, frequencies]
     hf = AutoConfig.for_model(**json.loads(path.read_text()))
@@ -868,6 +875,25 @@ def test_torchtitan_names_its_own_definition_of_a_model_however_given(model):
     pytest.importorskip("torchtitan.config.manager")
     pytest.importorskip("triton")
     check_torchtitan(pf, out.text)
+
+
+def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
+    """Every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does (a reviewer found
+    it): a Llama 3.1 model (as its HuggingFace config gives it) exports with the definition and
+    no note; a Llama 3.0 one (the catalog's 8B and 70B) with a note that the run trains with
+    torchtitan's scaling; a model torchtitan does not define gets the placeholders."""
+    from nestplan.catalog import get_model
+    from nestplan.exports.torchtitan import LLAMA31_ROPE, PLACEHOLDER, registry_entry
+
+    llama3 = get_model("llama3-8b")
+    assert registry_entry(replace(llama3, name="mine", rope_scaling=LLAMA31_ROPE)) == (
+        "llama3", "llama3_8b", None)
+    module, config, note = registry_entry(llama3)
+    assert (module, config) == ("llama3", "llama3_8b") and note == (
+        "the model's RoPE scaling (none) is not that of torchtitan's llama3_8b (llama3, factor 8): "
+        "the launched run trains with torchtitan's")
+    assert registry_entry(get_model("qwen3-30b-a3b")) == ("qwen3", "qwen3_30b_a3b", None)
+    assert registry_entry(get_model("gpt3-175b"))[:2] == PLACEHOLDER
 
 
 @frameworks

@@ -324,3 +324,23 @@ def test_one_of_llamas_biases_alone_is_read_as_every_layers_with_a_note(given):
         assert model_from_hf_dict(llama).bias
     assert any(issubclass(w.category, Note) and f"{given}: read as biases on every linear layer"
                in str(w.message) for w in caught)
+
+
+def test_a_multimodal_configs_language_model_gives_its_epsilon_and_balancing_loss():
+    """Llama 4's config.json holds its language model under text_config: the norms' epsilon and
+    the balancing loss are read there too (a reviewer found a text_config epsilon of 0.5 read as
+    the default 1e-5)."""
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "llama4-maverick.json").read_text())
+    data["text_config"].update(rms_norm_eps=1e-6, router_aux_loss_coef=0.01)
+    m = model_from_hf_dict(data)
+    assert (m.norm_eps, m.moe.aux_loss) == (1e-6, 0.01)
+    data["text_config"]["rms_norm_eps"] = 0.5
+    with pytest.raises(SpecError, match="rms_norm_eps: got 0.5"):
+        model_from_hf_dict(data)
+
+
+def test_gpt_oss_reads_no_activation_its_code_ignores():
+    """GPT-OSS's experts run their clamped GLU whatever hidden_act says: an activation nestplan
+    does not model there is not refused."""
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json").read_text())
+    assert model_from_hf_dict({**data, "hidden_act": "relu2"}) == model_from_hf_dict(data)

@@ -3,6 +3,9 @@
 import json
 from pathlib import Path
 
+import pytest
+
+from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate
 from nestplan.validation import MEAN_TOLERANCE, ROW_TOLERANCE, load_cases, run, table
 
@@ -134,3 +137,14 @@ def test_a_row_with_a_micro_batch_alone_runs_one_per_replica(tmp_path):
     (case,) = load_cases(path)
     assert case.plan.dp == 8 and case.scenario.training.global_batch == 8
     assert case.scenario.training.global_batch // (case.plan.mbs * case.plan.dp) == 1
+
+
+def test_a_dense_named_model_may_say_it_has_no_experts(runs_csv):
+    """A size column beside a named model must agree with it; a dense model's zero shared
+    experts (or zero experts) does (a reviewer saw it refused as 'whose shared_experts is None'),
+    a nonzero count is refused as having none."""
+    path = runs_csv(model="llama3-8b", **NO_SIZES, shared_experts="0")
+    assert load_cases(Path(path))[0].scenario.model.moe is None
+    with pytest.raises(SpecError, match="shared_experts: got 1; the model column names llama3-8b, "
+                                        "which has no experts"):
+        load_cases(Path(runs_csv(model="llama3-8b", **NO_SIZES, shared_experts="1")))

@@ -237,8 +237,7 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
     """The config's RoPE scaling when it is Llama 3.1's or linear interpolation, read as
     transformers reads it (``_compute_llama3_parameters``, ``_compute_linear_scaling_rope_
     parameters``, transformers 5.23.0 wheel: ``factor``, and for ``llama3`` both frequency factors
-    are required; the pre-trained context from the table, else the config's top level, else
-    ``max_position_embeddings``); None for no scaling or YaRN (``_rope``). Any other scaling
+    are required; the pre-trained context as ``_original_context`` finds it); None for no scaling or YaRN (``_rope``). Any other scaling
     (dynamic NTK, LongRoPE) is not kept: a note says so."""
     rs, kind = _rope_scaling(cfg)
     if kind in (None, "default", "mrope", "yarn"):
@@ -272,10 +271,11 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
                         e.allowed) from None
 
 
-def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
+def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
+                mlp: MLPKind | None = None) -> dict:
     """The fields every Llama-like family shares. ``qkv_bias``: the family's q, k and v carry
     biases as it says and no other linear layer does (else ``attention_bias`` biases every
-    projection)."""
+    projection); ``mlp``: the family's MLP, whatever ``hidden_act`` says (else read from it)."""
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     scale, yarn = _rope(cfg)
@@ -287,7 +287,7 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None) -> dict:
         head_dim=cfg.get("head_dim", default=hidden // heads),
         ffn_hidden=cfg.get("intermediate_size"),
         vocab=cfg.get("vocab_size"),
-        mlp=_act(cfg),
+        mlp=mlp or _act(cfg),
         norm=Norm.RMSNORM,
         bias=cfg.get("attention_bias", default=False, kind=bool) if qkv_bias is None else False,
         **({} if qkv_bias is None else {"qkv_bias": qkv_bias}),
@@ -558,7 +558,8 @@ def _gpt_oss(cfg: _Config) -> dict:
     # every linear layer carries a bias (attention_bias: q, k, v and o; the experts'
     # gate_up_proj_bias and down_proj_bias and the router's bias in the modelling code), and each
     # head a learned sink logit (self_attn.sinks)
-    kw = {**_llama_like(cfg), "attention_sinks": True}
+    # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it)
+    kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU), "attention_sinks": True}
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
@@ -567,21 +568,24 @@ def _gpt_oss(cfg: _Config) -> dict:
     if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
         default = _Config({"rope_scaling": GPT_OSS_YARN}, cfg.source)
         kw["rope_mscale"], kw["yarn"] = _rope(default)
-    # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it): both
-    # halves clamped to swiglu_limit before the activation (7 unless the config says otherwise,
-    # as transformers' GptOssConfig defaults it)
-    kw["mlp"] = MLPKind.SWIGLU
+    # both halves of the GLU clamped to swiglu_limit before the activation (7 unless the config
+    # says otherwise, as transformers' GptOssConfig defaults it)
     kw["glu_clamp"] = cfg.get("swiglu_limit", kind=float, minimum=0, default=7.0)
     if not kw["glu_clamp"]:
         raise SpecError(cfg.where("swiglu_limit"), 0, "must be > 0 (the clamp limit)")
     return kw
 
 
+def _language_config(cfg: _Config) -> _Config:
+    """The language model's keys: a multimodal config's ``text_config`` (Llama 4), else the
+    config itself."""
+    return cfg.table("text_config", null=False) if "text_config" in cfg.data else cfg
+
+
 def _llama4(cfg: _Config) -> dict:
     # Llama 4: dense and MoE blocks interleaved, one shared expert, chunked attention on the
     # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention)
-    if "text_config" in cfg.data:  # the multimodal config's language model
-        cfg = cfg.table("text_config", null=False)
+    cfg = _language_config(cfg)
     kw = _llama_like(cfg)
     kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
     layers = kw["layers"]
@@ -750,10 +754,11 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     try:
         cfg = _Config(data, source)
         kw = FAMILIES[mtype](cfg)
-        kw["norm_eps"] = cfg.get(*NORM_EPS_KEYS, kind=float, minimum=0,
-                                 default=NORM_EPS_DEFAULTS[mtype])
+        lm = _language_config(cfg)
+        kw["norm_eps"] = lm.get(*NORM_EPS_KEYS, kind=float, minimum=0,
+                                default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
-            kw["moe"] = _balancing(cfg, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0))
+            kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0))
         if data.get("head_dim") is None and kw.get("mla") is None \
                 and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "
@@ -765,8 +770,11 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         if e.field.startswith(f"{source}: "):
             raise
         keys = HF_KEYS.get(e.field.removeprefix("model."), ())
-        # (the config's key where it has it)
-        key = next((k for k in ((keys,) if isinstance(keys, str) else keys) if k in data), e.field)
+        names = (keys,) if isinstance(keys, str) else keys
+        text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+        # (the config's key where it has it, its language model's in a multimodal one)
+        key = next((k for k in names if k in data), None) or next(
+            (f"text_config.{k}" for k in names if k in text), e.field)
         raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
 
 

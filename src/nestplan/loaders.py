@@ -321,7 +321,8 @@ def cluster_from_table(table: dict, get_accelerator: Callable[[str], Accelerator
         inline = {k: v for k, v in acc.items() if k != "base"}
         if base is not None and inline and "name" not in inline:  # (a changed part is not the base)
             inline["name"] = f"{base.name} with " + ", ".join(
-                f"{k} {v}" for k, v in sorted(inline.items()))
+                f"{k} {v}" if isinstance(v, (int, float, str)) else f"its {k}"
+                for k, v in sorted(inline.items()))
         accel = accelerator_from_table(inline, f"{where}.accelerator", base=base)
     else:
         raise SpecError(f"{where}.accelerator", acc, "must be a catalog name, a file path or an "

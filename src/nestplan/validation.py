@@ -250,10 +250,11 @@ def _named_model(row: _Row, base: Path) -> ModelSpec:
         part, _, name = field.rpartition(".")
         holder = model.moe if part else model
         has = getattr(holder, name) if holder is not None else None
-        if given != has:
+        if given != has and not (has is None and given == 0):  # (no experts: none of each)
+            what = f"whose {column} is {has}" if has is not None else "which has no experts"
             raise SpecError(f"{row.where}.{column}", given, f"the model column names "
-                            f"{row.text('model')}, whose {column} is {has}: leave it blank, or "
-                            "give the model by its sizes (with layers)")
+                            f"{row.text('model')}, {what}: leave it blank, or give the model by "
+                            "its sizes (with layers)")
     return model
 
 

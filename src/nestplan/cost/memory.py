@@ -11,6 +11,9 @@ where N is the data-parallel group that shards them (dp·cp for dense weights, t
 data-parallel group for routed experts). With 2-byte gradients this is the ZeRO paper's 16Ψ,
 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N; with fp32 gradients it is Megatron's 18 bytes per parameter and
 6 + 12/d for the distributed optimizer; FSDP with fp32 parameters and gradients keeps 16Ψ/N.
+FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are the master,
+``master_bytes`` 0) also keeps their bf16 copies whole from forward to backward: weights
+``weight_bytes`` / N + 2.
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
 and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but

@@ -21,7 +21,7 @@ from .. import graph as G
 from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, blocks_per_chunk
+from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, RopeScaling, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
 
@@ -106,21 +106,26 @@ def _yarn_args(m, refusal: str | None, notes: list[str]) -> list[str]:
     return args
 
 
-LLAMA3_SCALING = (1.0, 4.0, 8192)
-"""The low and high frequency factors and the pre-trained context that Megatron-Core's Llama 3.1
-RoPE scaling fixes (``RotaryEmbedding._apply_scaling``, megatron/core/models/common/embeddings/
-rotary_pos_embedding.py @ d98e8a64dd): only its factor is an argument."""
+LLAMA3_SCALING = RopeScaling(kind="llama3", factor=8.0)
+"""The Llama 3.1 RoPE scaling that Megatron-LM's pretrain_gpt.py runs with --use-rope-scaling:
+the frequency factors and pre-trained context fixed in Megatron-Core
+(``RotaryEmbedding._apply_scaling``, megatron/core/models/common/embeddings/rotary_pos_embedding.py
+@ d98e8a64dd), and the factor too, since ``gpt_config_from_args`` passes no
+--rope-scaling-factor to the model (megatron/training/argument_utils.py, same commit: its
+GPTModelConfig keeps 8)."""
 
 
 def _rope_scaling_args(sc, notes: list[str]) -> list[str]:
     """Megatron-LM's flags for a Llama 3.1 or linear RoPE scaling (``ModelSpec.rope_scaling``),
     with a note where its flags cannot say all of it."""
     if sc.kind == "llama3":
-        if (sc.low_freq_factor, sc.high_freq_factor, sc.original_max_positions) != LLAMA3_SCALING:
-            notes.append(f"the Llama 3.1 RoPE scaling's low/high frequency factors and "
-                         f"pre-trained context ({sc.low_freq_factor:g}, {sc.high_freq_factor:g}, "
-                         f"{sc.original_max_positions:,}) are not Megatron-Core's fixed 1, 4 and "
-                         "8,192, and have no flag: set them in RotaryEmbedding._apply_scaling")
+        if sc != LLAMA3_SCALING:
+            notes.append(f"the Llama 3.1 RoPE scaling (factor {sc.factor:g}, frequency factors "
+                         f"{sc.low_freq_factor:g} and {sc.high_freq_factor:g}, pre-trained context "
+                         f"{sc.original_max_positions:,}) is not the one pretrain_gpt.py runs "
+                         "(factor 8, 1, 4, 8,192: it passes no --rope-scaling-factor to the model "
+                         "and Megatron-Core fixes the rest): set GPTModelConfig.rope_scaling_factor "
+                         "and RotaryEmbedding._apply_scaling's arguments")
         return ["--use-rope-scaling", f"--rope-scaling-factor {sc.factor:g}"]
     if sc.factor == int(sc.factor):  # (an integer flag: arguments.py @ d98e8a64dd)
         return [f"--rotary-seq-len-interpolation-factor {int(sc.factor)}"]
@@ -450,9 +455,12 @@ def export(pf: PlanFile) -> Export:
         # Megatron-LM gates with GeLU only as --quick-geglu (x·sigmoid(1.702x), the sigmoid
         # approximation of GeLU: megatron/core/fusions/fused_bias_geglu.py @ d98e8a64dd)
         args.append("--quick-geglu")
+        if m.bias:  # its fused bias-activation kernels take GeLU or SwiGLU only: MLP.forward
+            # refuses quick GeLU with them (megatron/core/transformer/mlp.py @ d98e8a64dd)
+            args.append("--no-bias-gelu-fusion")
         notes.append("the MLP is gated by GeLU, which Megatron-LM's flags give only as "
-                     "--quick-geglu (GeLU's sigmoid approximation): for the exact activation set "
-                     "TransformerConfig's activation_func to GeLU with gated_linear_unit")
+                     "--quick-geglu, x·sigmoid(1.702x) (exact for quick_gelu; for the erf or tanh "
+                     "GeLU set TransformerConfig's activation_func with gated_linear_unit)")
     elif m.mlp is MLPKind.SQUARED_RELU:
         args.append("--squared-relu")
     if m.norm is Norm.RMSNORM:

@@ -15,7 +15,7 @@ launched through the rank map written beside the arguments.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields
 
 from ..axes import MEGATRON_ORDER
 from ..catalog import get_model, get_stack
@@ -24,7 +24,7 @@ from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
-from ..specs import blocks_per_chunk, list_text
+from ..specs import RopeScaling, blocks_per_chunk, list_text
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
@@ -49,14 +49,32 @@ TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
 """Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
 
 
-def registry_entry(m) -> tuple[str, str]:
-    """torchtitan's (``--module``, ``--config``) for model ``m``: its catalog name's, or that of
-    the catalog model it equals in every field but the name (a model read from a HuggingFace
-    config); ``PLACEHOLDER`` for a model torchtitan does not define."""
-    if m.name in REGISTRY:
-        return REGISTRY[m.name]
-    return next((entry for name, entry in REGISTRY.items()
-                 if replace(get_model(name), name=m.name) == m), PLACEHOLDER)
+LLAMA31_ROPE = RopeScaling(kind="llama3", factor=8.0)
+"""The RoPE scaling of every torchtitan 0.3 Llama 3 definition: Llama 3.1's
+(``ComplexRoPE.Config(scaling="llama")``, factor 8, frequency factors 1 and 4, pre-trained context
+8,192: torchtitan/models/llama3/__init__.py and models/common/rope.py, 0.3.0 wheel)."""
+
+
+def registry_entry(m) -> tuple[str, str, str | None]:
+    """torchtitan's (``--module``, ``--config``) for model ``m``, and a note where its definition
+    scales RoPE otherwise: the entry of the catalog model ``m`` is, by name or in every field but
+    the name and the RoPE scaling (a model read from a HuggingFace config); ``PLACEHOLDER`` for a
+    model torchtitan does not define."""
+    for name, entry in REGISTRY.items():
+        catalog = get_model(name)
+        rope = LLAMA31_ROPE if entry[0] == "llama3" else None
+        if m.name != name and any(getattr(m, f.name) != getattr(catalog, f.name)
+                                  for f in fields(m) if f.name not in ("name", "rope_scaling")):
+            continue
+        if m.rope_scaling == rope:
+            return (*entry, None)
+
+        def scaling(sc) -> str:
+            return "none" if sc is None else f"{sc.kind}, factor {sc.factor:g}"
+        return (*entry, f"the model's RoPE scaling ({scaling(m.rope_scaling)}) is not that of "
+                        f"torchtitan's {entry[1]} ({scaling(rope)}): the launched run trains "
+                        "with torchtitan's")
+    return (*PLACEHOLDER, None)
 
 
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
@@ -101,7 +119,8 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                          etp=etp if m.moe is not None else par.etp)
     exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
     notes += sched_notes
-    module, config = registry_entry(m)
+    module, config, rope_note = registry_entry(m)
+    notes += [rope_note] if rope_note else []
     if (module, config) == PLACEHOLDER:
         notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
                      "with a config_registry function of yours that defines it")
