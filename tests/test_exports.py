@@ -247,6 +247,19 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     assert qwen.add_qkv_bias and not qwen.add_bias_linear and qwen.moe_shared_expert_gate
     oss = megatron_transformer_config(texts["gpt-oss-120b.json"])
     assert oss.add_bias_linear and oss.softmax_type == "learnable"
+    # GPT-OSS's clamped GLU as transformers' GptOssExperts computes it: Megatron-Core's own
+    # activation on its built config against the formula, on a few values across the clamp
+    import torch
+
+    x = torch.tensor([[-9.0, -1.0, 0.5, 8.0, -9.0, 0.3, 2.0, 9.0]])  # (gate | linear halves)
+    gate, up = x.chunk(2, dim=-1)
+    gate, up = gate.clamp(max=7.0), up.clamp(-7.0, 7.0)
+    want = (up + 1) * gate * torch.sigmoid(1.702 * gate)
+    g, u = x.chunk(2, dim=-1)
+    got = oss.activation_func(g.clamp(max=oss.activation_func_clamp_value)) * (
+        u.clamp(-oss.activation_func_clamp_value, oss.activation_func_clamp_value)
+        + oss.glu_linear_offset)
+    assert oss.gated_linear_unit and torch.allclose(got, want)
 
 
 _OSS_PLAN = Parallelism(tp=1, pp=1, dp=16, ep=16, sp=False, zero=1, mbs=1)

@@ -571,6 +571,11 @@ def _gpt_oss(cfg: _Config) -> dict:
     # both halves of the GLU clamped to swiglu_limit before the activation (7 unless the config
     # says otherwise, as transformers' GptOssConfig defaults it)
     kw["glu_clamp"] = cfg.get("swiglu_limit", kind=float, minimum=0, default=7.0)
+    alpha = cfg.get("swiglu_alpha", kind=float, minimum=0, default=1.702)
+    if alpha != 1.702:  # (GptOssConfig's default; Megatron-Core's quick GeLU fixes it)
+        warnings.warn(HFNote(f"{cfg.where('swiglu_alpha')}: {alpha:g} is not the 1.702 of "
+                             "Megatron-Core's quick GeLU, which the Megatron export runs"),
+                      stacklevel=2)
     if not kw["glu_clamp"]:
         raise SpecError(cfg.where("swiglu_limit"), 0, "must be > 0 (the clamp limit)")
     return kw

@@ -449,7 +449,14 @@ def export(pf: PlanFile) -> Export:
         args.append("--qk-layernorm")
     elif m.qk_l2_norm:  # Llama 4's weightless norms (a TransformerConfig field, qk_l2_norm)
         args.append("--qk-l2-norm")
-    if m.mlp is MLPKind.SWIGLU:
+    if m.glu_clamp:
+        # the clamped GLU is GPT-OSS's (the one family that has it): quick GeLU on the clamped
+        # gate times the clamped linear half plus 1 (transformers' GptOssExperts, alpha 1.702),
+        # which Megatron-Core runs as written with these flags (megatron/core/transformer/mlp.py
+        # and fusions/fused_bias_geglu.py @ d98e8a64dd)
+        args += ["--quick-geglu", "--glu-linear-offset 1",
+                 f"--activation-func-clamp-value {m.glu_clamp:g}"]
+    elif m.mlp is MLPKind.SWIGLU:
         args.append("--swiglu")
     elif m.mlp is MLPKind.GEGLU:
         # Megatron-LM gates with GeLU only as --quick-geglu (x·sigmoid(1.702x), the sigmoid
@@ -495,8 +502,6 @@ def export(pf: PlanFile) -> Export:
                      "learned absolute positions in the export")
     unexported = ([f"RoPE scaled by x{m.rope_mscale:.4g}"] if m.rope_mscale != 1 and m.yarn is None
                   else []) \
-        + ([f"the clamped GLU at {m.glu_clamp:g} (GPT-OSS: --quick-geglu --glu-linear-offset 1 "
-            f"--activation-func-clamp-value {m.glu_clamp:g})"] if m.glu_clamp else []) \
         + ([f"chunked attention on {m.local_share:.0%} of the layers (Llama 4's; Megatron-LM "
             "has no flag for chunks; its NoPE layers: --no-rope-freq)"]
            if m.local_span and not m.sliding_window else []) \
