@@ -56,6 +56,10 @@ def test_list(capsys):
     code, out, _ = run(["list", "accelerators"], capsys)
     assert "989.4 bf16 TFLOP/s" in next(ln for ln in out.splitlines()
                                         if ln.startswith("h100-sxm-80gb "))
+    # a cluster's file says what its levels' sizes add up to (a trial's own file showed none)
+    code, out, _ = run(["list", "clusters", "dgx-h100-ndr"], capsys)
+    assert out.splitlines()[1] == ("# devices under one block of each level: nvlink 8, leaf 256, "
+                                   "spine 1,024, core any number")
 
 
 def test_console_script_runs():

@@ -684,8 +684,14 @@ def cmd_list(args) -> int:
         from .catalog import as_table, get
         from .tomlfmt import document
 
-        text = document(as_table(args.kind, get(args.kind, args.name)))
+        spec = get(args.kind, args.name)
+        text = document(as_table(args.kind, spec))
         print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)")
+        if args.kind == "clusters":  # what its levels' sizes add up to
+            blocks = [*spec.block_sizes(), spec.max_devices]
+            print("# devices under one block of each level: " + ", ".join(
+                f"{lv.name} {'any number' if n is None else f'{n:,}'}"
+                for lv, n in zip(spec.levels, blocks)))
         print(text, end="")
         return 0
     for name in list_names(args.kind):
