@@ -237,8 +237,9 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
     """The config's RoPE scaling when it is Llama 3.1's or linear interpolation, read as
     transformers reads it (``_compute_llama3_parameters``, ``_compute_linear_scaling_rope_
     parameters``, transformers 5.23.0 wheel: ``factor``, and for ``llama3`` both frequency factors
-    are required; the pre-trained context as ``_original_context`` finds it); None for no scaling or YaRN (``_rope``). Any other scaling
-    (dynamic NTK, LongRoPE) is not kept: a note says so."""
+    are required; the pre-trained context as ``_original_context`` finds it); None for no
+    scaling or YaRN (``_rope``). Any other scaling (dynamic NTK, LongRoPE) is not kept: a note
+    says so."""
     rs, kind = _rope_scaling(cfg)
     if kind in (None, "default", "mrope", "yarn"):
         return None

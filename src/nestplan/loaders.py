@@ -512,11 +512,9 @@ def model_to_table(model: ModelSpec) -> dict:
         table["rope_mscale"] = model.rope_mscale
     if model.yarn is not None:
         table["yarn"] = {f: getattr(model.yarn, f) for f in sorted(_YARN_KEYS)}
-    if model.rope_scaling is not None:
-        sc = model.rope_scaling
-        table["rope_scaling"] = {"kind": sc.kind, "factor": sc.factor, **(
-            {f: getattr(sc, f) for f in ("low_freq_factor", "high_freq_factor",
-                                         "original_max_positions")} if sc.kind == "llama3" else {})}
+    if model.rope_scaling is not None:  # (every field, so that the table reads back the same)
+        table["rope_scaling"] = {f.name: getattr(model.rope_scaling, f.name)
+                                 for f in dataclasses.fields(RopeScaling)}
     if model.position is Position.ROPE:  # its base, the default 10,000 too
         table["rope_theta"] = model.rope_theta
     if model.rope_fraction != 1.0:

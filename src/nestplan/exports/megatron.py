@@ -143,8 +143,7 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
     from ..units import GiB, fmt_time
 
     sc = pf.scenario
-    whole = evaluate(replace(sc, model=sc.model.without_local_attention()),
-                     exported)
+    whole = evaluate(replace(sc, model=sc.model.without_local_attention()), exported)
     return (f"the predictions above keep the local attention; launched as these arguments are, "
             f"with every layer attending to the whole sequence, the step is predicted at "
             f"{fmt_time(whole.step_time)} and the peak at {whole.peak_memory / GiB:.1f} GiB "
