@@ -1024,6 +1024,9 @@ for name, (extra, needle) in {
         "attention-sinks-number": ("attention_sinks = 1\n", "attention_sinks: got 1"),
         "rope-scaling-kind-unknown": ('[rope_scaling]\nkind = "ntk"\nfactor = 4.0\n',
                                       "rope_scaling.kind: got 'ntk'; allowed: llama3, linear"),
+        "rope-scaling-linear-nan": ('[rope_scaling]\nkind = "linear"\nfactor = 4.0\n'
+                                    "high_freq_factor = nan\n", "rope_scaling.high_freq_factor: "
+                                    "got nan"),
         "rope-scaling-with-yarn": ('[rope_scaling]\nkind = "linear"\nfactor = 4.0\n'
                                    "[yarn]\nfactor = 4.0\n", "model.rope_scaling.kind: got "
                                    "'linear'; scales RoPE's frequencies: needs position"),

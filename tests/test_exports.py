@@ -25,7 +25,7 @@ from nestplan.exports import export, uniform_policy
 from nestplan.placement import expert_grid, rank_grid
 from nestplan.options import Precision
 from nestplan.units import GiB
-from nestplan.specs import Parallelism
+from nestplan.specs import Parallelism, RopeScaling
 
 from conftest import SHARED
 
@@ -907,6 +907,33 @@ def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
         "the launched run trains with torchtitan's")
     assert registry_entry(get_model("qwen3-30b-a3b")) == ("qwen3", "qwen3_30b_a3b", None)
     assert registry_entry(get_model("gpt3-175b"))[:2] == PLACEHOLDER
+    # a model file that keeps a catalog name but changes the model is not torchtitan's (a fuzzer's
+    # 16-layer "llama3-8b" had exported as the 32-layer definition)
+    assert registry_entry(replace(llama3, layers=16))[:2] == PLACEHOLDER
+
+
+def test_torchtitan_export_says_torchs_1f1b_refuses_fewer_micro_batches_than_stages():
+    """torch's Schedule1F1B raises on fewer micro-batches than stages (a user trial's 2 for 8
+    exported without a word and would have failed at launch); with enough there is no note."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=4096, global_batch=32,
+                             stack="torchtitan")
+    par = Parallelism(tp=1, pp=8, dp=16, zero=2, mbs=1, recompute=("full",))
+    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan").notes
+    assert any("refuses 2 micro-batches per replica for 8 stages" in n for n in notes)
+    more = replace(sc, training=replace(sc.training, global_batch=128))
+    notes = export(planfile.from_dict(planfile.to_dict(evaluate(more, par))), "torchtitan").notes
+    assert not any("refuses" in n for n in notes)
+
+
+def test_mla_gets_no_rope_scaling_flags_its_rope_ignores():
+    """Megatron-Core's MLA builds its own RoPE, scaled by YaRN only: a linear or Llama 3.1
+    scaling on an MLA model is not exported as flags the run would ignore; a note says so."""
+    sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    m = replace(sc.model, yarn=None, rope_scaling=RopeScaling(kind="linear", factor=4.0))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(replace(sc, model=m), Parallelism(
+        tp=1, pp=1, dp=64, ep=8, etp=1, zero=1, mbs=1, recompute=(F,))))), "megatron")
+    assert "--rotary-seq-len-interpolation-factor" not in out.text
+    assert any("scales its RoPE by YaRN only" in n for n in out.notes)
 
 
 @frameworks

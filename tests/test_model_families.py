@@ -13,7 +13,10 @@ from nestplan.graph import active_params, total_params
 from nestplan.hf import model_from_hf_config, model_from_hf_dict
 from nestplan.loaders import model_from_table, model_to_table
 
+from conftest import SHARED
 from console import cli, one_line_error
+
+SHARED_HF = SHARED / "data" / "hf_configs"
 
 HF = Path(__file__).parent / "data" / "hf"
 DATA = Path(__file__).parent / "data"
@@ -344,3 +347,26 @@ def test_gpt_oss_reads_no_activation_its_code_ignores():
     does not model there is not refused."""
     data = json.loads((Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json").read_text())
     assert model_from_hf_dict({**data, "hidden_act": "relu2"}) == model_from_hf_dict(data)
+
+
+def test_keys_a_family_does_not_read_are_ignored_as_transformers_ignores_them():
+    """Mixtral windows every layer whatever layer_types says; Llama's epsilon is rms_norm_eps
+    (layer_norm_eps is not its key); only Llama 4 reads a text_config, and only DeepSeek's
+    families seq_aux; activation names are case-sensitive (a fuzzer found each read)."""
+    hf = Path(__file__).parent / "data" / "hf"
+    mixtral = json.loads((SHARED_HF / "mixtral-8x7b.json").read_text())
+    layers = mixtral["num_hidden_layers"]
+    windowed = model_from_hf_dict({**mixtral, "sliding_window": 4096,
+                                   "layer_types": ["full_attention"] * layers, "seq_aux": True})
+    assert windowed.local_layers == tuple(range(layers))
+    assert not windowed.moe.aux_loss_per_sequence
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000}
+    assert model_from_hf_dict({**llama, "layer_norm_eps": 1e-3}).norm_eps == 1e-6
+    assert model_from_hf_dict({**llama, "text_config": {"rms_norm_eps": 1e-3}}).norm_eps == 1e-6
+    with pytest.raises(SpecError, match="hidden_act: got 'SiLU'"):
+        model_from_hf_dict({**llama, "hidden_act": "SiLU"})
+    # Llama 4's head_dim in its text_config is its own (48 heads do not divide 5,120)
+    data = json.loads((hf / "llama4-maverick.json").read_text())
+    data["text_config"]["num_attention_heads"] = 48
+    assert model_from_hf_dict(data).head_dim == 128

@@ -115,10 +115,10 @@ src/transformers/activations.py, transformers 5.23.0 wheel)."""
 
 def _act(cfg: _Config, key: str = "hidden_act") -> MLPKind:
     act = cfg.get(key, default="silu", kind=str)
-    if act.lower() not in GATED_ACTIVATIONS:
+    if act not in GATED_ACTIVATIONS:  # (as transformers' ACT2FN, case-sensitive)
         raise SpecError(cfg.where(key), act, "allowed: " + ", ".join(GATED_ACTIVATIONS)
                         + " (this family's MLP is gated by it)")
-    return GATED_ACTIVATIONS[act.lower()]
+    return GATED_ACTIVATIONS[act]
 
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "su",
@@ -424,7 +424,8 @@ def _mixtral(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
-    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), range(kw["layers"]))}
+    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), range(kw["layers"]),
+                             typed=False)}  # (its model reads no layer_types)
 
 
 def _qwen3(cfg: _Config, *, moe: bool = False) -> dict:
@@ -696,12 +697,13 @@ class's ``router_aux_loss_coef`` (transformers 5.23.0 wheel); DeepSeek-V3's and 
 have none (balanced by their routers' expert biases)."""
 
 
-def _balancing(cfg: _Config, moe: MoESpec, default: float) -> MoESpec:
+def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool) -> MoESpec:
     """``moe`` with the config's load-balancing loss: ``router_aux_loss_coef`` or DeepSeek's
-    ``aux_loss_alpha`` (else the family's ``default``), per sequence where ``seq_aux`` says so."""
+    ``aux_loss_alpha`` (else the family's ``default``), per sequence where ``seq_aux`` says so in
+    a family that reads it (``per_sequence``: DeepSeek's)."""
     coeff = cfg.get("router_aux_loss_coef", "aux_loss_alpha", kind=float, minimum=0,
                     default=default)
-    per_sequence = bool(coeff) and cfg.get("seq_aux", kind=bool, default=False)
+    per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=False)
     try:
         return replace(moe, aux_loss=coeff, aux_loss_per_sequence=per_sequence)
     except SpecError as e:
@@ -709,8 +711,10 @@ def _balancing(cfg: _Config, moe: MoESpec, default: float) -> MoESpec:
         raise SpecError(cfg.where(key), e.value, e.allowed) from None
 
 
-NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
-"""The keys that give a config's norm epsilon (RMSNorm families, GPT-NeoX, GPT-2 and BLOOM)."""
+NORM_EPS_KEYS = {"gpt2": "layer_norm_epsilon", "bloom": "layer_norm_epsilon",
+                 "gpt_neox": "layer_norm_eps"}
+"""The key that gives each family's norm epsilon (read as its config class reads it):
+``rms_norm_eps`` for the RMSNorm families (``NORM_EPS_DEFAULTS``' others)."""
 NORM_EPS_DEFAULTS = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
                      "qwen2_moe": 1e-6, "qwen3_moe": 1e-6, "gpt2": 1e-5, "gpt_neox": 1e-5,
                      "bloom": 1e-5, "deepseek_v3": 1e-6, "kimi_k2": 1e-6, "glm4_moe": 1e-5,
@@ -760,12 +764,14 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
     try:
         cfg = _Config(data, source)
         kw = FAMILIES[mtype](cfg)
-        lm = _language_config(cfg)
-        kw["norm_eps"] = lm.get(*NORM_EPS_KEYS, kind=float, minimum=0,
+        # (a multimodal Llama 4 holds its language model's keys in text_config; no other family)
+        lm = _language_config(cfg) if mtype in ("llama4", "llama4_text") else cfg
+        kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
                                 default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
-            kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0))
-        if data.get("head_dim") is None and kw.get("mla") is None \
+            kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
+                                   per_sequence=mtype in ("deepseek_v3", "kimi_k2"))
+        if lm.data.get("head_dim") is None and kw.get("mla") is None \
                 and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "
                             f"= {kw['heads']} when the config gives no head_dim")
@@ -794,7 +800,8 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
            "moe.router_expert_bias": "topk_method",
            "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
-           "norm_eps": NORM_EPS_KEYS, "max_positions": ("n_positions", "max_position_embeddings")}
+           "norm_eps": ("rms_norm_eps", *NORM_EPS_KEYS.values()),
+           "max_positions": ("n_positions", "max_position_embeddings")}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 

@@ -478,19 +478,19 @@ class RopeScaling(_CachedHash):
         if not (within(self.factor, MAX_YARN_FACTOR) and self.factor >= 1):
             raise SpecError("rope_scaling.factor", self.factor,
                             f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)")
-        if self.kind == "llama3":
-            if not (within(self.low_freq_factor, MAX_YARN_FACTOR) and self.low_freq_factor > 0):
-                raise SpecError("rope_scaling.low_freq_factor", self.low_freq_factor,
-                                f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
-            if not (within(self.high_freq_factor, MAX_YARN_FACTOR)
-                    and self.high_freq_factor > self.low_freq_factor):
-                raise SpecError("rope_scaling.high_freq_factor", self.high_freq_factor,
-                                f"must be a number above low_freq_factor = {self.low_freq_factor:g}"
-                                f" and at most {MAX_YARN_FACTOR:g}")
-            _positive("rope_scaling.original_max_positions", self.original_max_positions)
-            if self.original_max_positions > MAX_TOKENS:
-                raise SpecError("rope_scaling.original_max_positions", self.original_max_positions,
-                                f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
+        # (checked for both kinds: a linear scaling's are unused, but a file keeps them)
+        if not (within(self.low_freq_factor, MAX_YARN_FACTOR) and self.low_freq_factor > 0):
+            raise SpecError("rope_scaling.low_freq_factor", self.low_freq_factor,
+                            f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
+        if not (within(self.high_freq_factor, MAX_YARN_FACTOR)
+                and self.high_freq_factor > self.low_freq_factor):
+            raise SpecError("rope_scaling.high_freq_factor", self.high_freq_factor,
+                            f"must be a number above low_freq_factor = {self.low_freq_factor:g}"
+                            f" and at most {MAX_YARN_FACTOR:g}")
+        _positive("rope_scaling.original_max_positions", self.original_max_positions)
+        if self.original_max_positions > MAX_TOKENS:
+            raise SpecError("rope_scaling.original_max_positions", self.original_max_positions,
+                            f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
 
 
 @dataclass(frozen=True, kw_only=True)

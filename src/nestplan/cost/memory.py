@@ -75,7 +75,11 @@ def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
     with the byte counts of ``stack`` (a StackSpec); ``deferred``: the gradients accumulate
     unsharded until a reduction once a step (``StackSpec.defers_grad_sync``)."""
     w = stack.weight_bytes / (n if zero >= 3 else 1)
-    if zero == 2 and stack.master_bytes == 0:
+    if (zero == 2 or (zero == 3 and deferred)) and stack.master_bytes == 0:
+        # (and under a pipeline that defers the reduction, ZeRO-3's too: PyTorch's schedules turn
+        # resharding after backward off with the gradient sync, so the stage's weights stay
+        # gathered from one backward to the next forward: set_reshard_after_backward(False) in
+        # torch/distributed/pipelining/stage.py, torch 2.13.0 wheel)
         # FSDP without resharding after forward (SHARD_GRAD_OP; FSDP2's reshard_after_forward
         # false): the stored parameters, the master copy, stay sharded, and their compute-dtype
         # copies, gathered by the forward, stay whole until the backward has run

@@ -115,9 +115,14 @@ the frequency factors and pre-trained context fixed in Megatron-Core
 GPTModelConfig keeps 8)."""
 
 
-def _rope_scaling_args(sc, notes: list[str]) -> list[str]:
+def _rope_scaling_args(sc, notes: list[str], mla: bool) -> list[str]:
     """Megatron-LM's flags for a Llama 3.1 or linear RoPE scaling (``ModelSpec.rope_scaling``),
     with a note where its flags cannot say all of it."""
+    if mla:  # MLA builds its own RoPE, scaled by YaRN only (megatron/core/transformer/
+        # multi_latent_attention.py @ d98e8a64dd)
+        notes.append(f"the {sc.kind} RoPE scaling (factor {sc.factor:g}) not exported: "
+                     "Megatron-Core's MLA scales its RoPE by YaRN only")
+        return []
     if sc.kind == "llama3":
         if sc != LLAMA3_SCALING:
             notes.append(f"the Llama 3.1 RoPE scaling (factor {sc.factor:g}, frequency factors "
@@ -495,7 +500,7 @@ def export(pf: PlanFile) -> Export:
     if m.yarn is not None:
         args += _yarn_args(m, yarn_refusal, notes)
     if m.rope_scaling is not None:
-        args += _rope_scaling_args(m.rope_scaling, notes)
+        args += _rope_scaling_args(m.rope_scaling, notes, m.mla is not None)
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")

@@ -57,15 +57,15 @@ LLAMA31_ROPE = RopeScaling(kind="llama3", factor=8.0)
 
 def registry_entry(m) -> tuple[str, str, str | None]:
     """torchtitan's (``--module``, ``--config``) for model ``m``, and a note where its definition
-    scales RoPE otherwise: the entry of the catalog model ``m`` is, by name or in every field but
-    the name and the RoPE scaling (a model read from a HuggingFace config); ``PLACEHOLDER`` for a
-    model torchtitan does not define."""
+    scales RoPE otherwise: the entry of the catalog model ``m`` is in every field but the name and
+    the RoPE scaling (a model read from a HuggingFace config too); ``PLACEHOLDER`` for a model
+    torchtitan does not define."""
     for name, entry in REGISTRY.items():
         catalog = get_model(name)
         rope = LLAMA31_ROPE if entry[0] == "llama3" else None
-        if m.name != name and any(getattr(m, f.name) != getattr(catalog, f.name)
-                                  for f in fields(m) if f.name not in ("name", "rope_scaling")):
-            continue
+        if any(getattr(m, f.name) != getattr(catalog, f.name)
+               for f in fields(m) if f.name not in ("name", "rope_scaling")):
+            continue  # (a model file that keeps a catalog name but changes the model is another)
         if m.rope_scaling == rope:
             return (*entry, None)
 
@@ -143,6 +143,12 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     opt("parallelism.expert_parallel_degree", par.ep)
     opt("parallelism.pipeline_parallel_degree", par.pp)
     if par.pp > 1:
+        if exported.pipeline.name == "1f1b" and micro < par.pp:
+            # torch's Schedule1F1B raises on fewer micro-batches than stages
+            # (torch/distributed/pipelining/schedules.py, torch 2.13.0 wheel)
+            notes.append(f"torch's 1F1B schedule refuses {micro} micro-batches per replica for "
+                         f"{par.pp} stages (fewer than stages): the launch fails; raise the global "
+                         "batch to at least pp micro-batches per replica, or use --schedule gpipe")
         opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
         sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks
