@@ -800,7 +800,7 @@ HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
            "moe.router_expert_bias": "topk_method",
            "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
-           "norm_eps": ("rms_norm_eps", *NORM_EPS_KEYS.values()),
+           "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
            "max_positions": ("n_positions", "max_position_embeddings")}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 

@@ -272,8 +272,8 @@ def _comparison(table) -> dict | None:
                     0 if key == "zero" else 1)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, "must be a whole number "
                                 + (">= 0" if key == "zero" else ">= 1"))
-            if not _named_right(key, value):
-                raise SpecError(f"{where}.methods[{i}].{key}", value, _NAMES[key]())
+            if (rule := _misnamed(key, value)) is not None:
+                raise SpecError(f"{where}.methods[{i}].{key}", value, rule)
             if (key == "etp" and value is not None and value < 1) or (
                     key == "stage_layers" and value is not None and not all(
                         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
@@ -284,36 +284,24 @@ def _comparison(table) -> dict | None:
     return {"methods": rows, "errors": errors}
 
 
-def _methods() -> tuple[str, ...]:
-    from .search.constraints import METHODS
-
-    return METHODS
-
-
-def _schedules() -> tuple[str, ...]:
-    from .schedule import SCHEDULES
-
-    return tuple(SCHEDULES)
-
-
-_NAMES = {"method": lambda: "allowed: " + ", ".join(_methods()),
-          "schedule": lambda: "allowed: " + ", ".join(_schedules()) + ", or null",
-          "rank_order": lambda: "a rank order of tp, cp, dp and pp, e.g. tp-cp-dp-pp"}
-"""The comparison keys that hold a name, and what each allows."""
-
-
-def _named_right(key: str, value) -> bool:
-    """A comparison entry's name (``_NAMES``) is one nestplan has (other keys pass)."""
+def _misnamed(key: str, value) -> str | None:
+    """What a plan file's method, schedule or rank order must be when ``value`` is not one
+    nestplan has (None when it is, or ``key`` holds no such name)."""
     if key == "method":
-        return value in _methods()
+        from .search.constraints import METHODS
+
+        return None if value in METHODS else "allowed: " + ", ".join(METHODS)
     if key == "schedule":
-        return value is None or value in _schedules()
+        from .schedule import SCHEDULES
+
+        return None if value is None or value in SCHEDULES else (
+            "allowed: " + ", ".join(SCHEDULES) + ", or null")
     if key == "rank_order":
         try:
             parse_order(value)
         except SpecError:
-            return False
-    return True
+            return "a rank order of tp, cp, dp and pp, e.g. tp-cp-dp-pp"
+    return None
 
 
 def _short(items: list) -> str:

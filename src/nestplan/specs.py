@@ -493,6 +493,12 @@ class RopeScaling(_CachedHash):
                             f"at most {MAX_TOKENS:,} tokens (the longest sequence)")
 
 
+LLAMA31_ROPE = RopeScaling(kind="llama3", factor=8.0)
+"""Llama 3.1's RoPE scaling (factor 8, frequency factors 1 and 4, pre-trained context 8,192:
+``RopeScaling``'s defaults), which every Llama 3.1 config gives, Megatron-Core fixes but for the
+factor and torchtitan's Llama 3 definitions run."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class YarnSpec(_CachedHash):
     """YaRN's RoPE context extension (Peng et al. 2023), as Megatron-Core's

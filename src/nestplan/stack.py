@@ -596,6 +596,13 @@ class StackSpec(_CachedHash):
         return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
                 and not self.replicas_hold_experts(par.with_(zero=z))]
 
+    @property
+    def params_are_master(self) -> bool:
+        """The stored parameters are the fp32 master copy (FSDP mixed precision,
+        ``master_bytes`` 0), cast to bf16 for compute; else bf16 weights sit beside a master
+        copy in the optimizer."""
+        return self.master_bytes == 0
+
     def defers_grad_sync(self, pp: int, zero: int) -> bool:
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step
         (``pipeline_defers_grad_sync``)."""

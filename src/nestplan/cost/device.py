@@ -46,7 +46,7 @@ def optimizer_traffic(stack) -> float:
     master (or the stored fp32 parameter itself), m and v; write the bf16 copy when one is kept
     apart from the master."""
     fp32_states = 3
-    bf16_copy = M.COMPUTE_BYTES if stack.master_bytes else 0
+    bf16_copy = 0 if stack.params_are_master else M.COMPUTE_BYTES
     return 2 * G.FP32 * fp32_states + bf16_copy + stack.grad_bytes
 
 

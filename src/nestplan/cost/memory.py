@@ -12,7 +12,7 @@ data-parallel group for routed experts). With 2-byte gradients this is the ZeRO 
 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N; with fp32 gradients it is Megatron's 18 bytes per parameter and
 6 + 12/d for the distributed optimizer; FSDP with fp32 parameters and gradients keeps 16Ψ/N.
 FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are the master,
-``master_bytes`` 0) also keeps their bf16 copies whole from forward to backward: weights
+``StackSpec.params_are_master``) also keeps their bf16 copies whole from forward to backward: weights
 ``weight_bytes`` / N + 2.
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
@@ -75,7 +75,7 @@ def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
     with the byte counts of ``stack`` (a StackSpec); ``deferred``: the gradients accumulate
     unsharded until a reduction once a step (``StackSpec.defers_grad_sync``)."""
     w = stack.weight_bytes / (n if zero >= 3 else 1)
-    if (zero == 2 or (zero == 3 and deferred)) and stack.master_bytes == 0:
+    if (zero == 2 or (zero == 3 and deferred)) and stack.params_are_master:
         # (and under a pipeline that defers the reduction, ZeRO-3's too: PyTorch's schedules turn
         # resharding after backward off with the gradient sync, so the stage's weights stay
         # gathered from one backward to the next forward: set_reshard_after_backward(False) in

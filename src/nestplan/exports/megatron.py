@@ -21,7 +21,7 @@ from .. import graph as G
 from ..evaluate import layer_graph
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, RopeScaling, blocks_per_chunk
+from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
 
@@ -106,25 +106,21 @@ def _yarn_args(m, refusal: str | None, notes: list[str]) -> list[str]:
     return args
 
 
-LLAMA3_SCALING = RopeScaling(kind="llama3", factor=8.0)
-"""The Llama 3.1 RoPE scaling that Megatron-LM's pretrain_gpt.py runs with --use-rope-scaling:
-the frequency factors and pre-trained context fixed in Megatron-Core
-(``RotaryEmbedding._apply_scaling``, megatron/core/models/common/embeddings/rotary_pos_embedding.py
-@ d98e8a64dd), and the factor too, since ``gpt_config_from_args`` passes no
---rope-scaling-factor to the model (megatron/training/argument_utils.py, same commit: its
-GPTModelConfig keeps 8)."""
-
-
 def _rope_scaling_args(sc, notes: list[str], mla: bool) -> list[str]:
     """Megatron-LM's flags for a Llama 3.1 or linear RoPE scaling (``ModelSpec.rope_scaling``),
-    with a note where its flags cannot say all of it."""
+    with a note where its flags cannot say all of it. With --use-rope-scaling pretrain_gpt.py
+    runs Llama 3.1's (``LLAMA31_ROPE``) and no other: Megatron-Core fixes the frequency factors
+    and pre-trained context (``RotaryEmbedding._apply_scaling``, megatron/core/models/common/
+    embeddings/rotary_pos_embedding.py @ d98e8a64dd), and ``gpt_config_from_args`` passes no
+    --rope-scaling-factor to the model (megatron/training/argument_utils.py, same commit: its
+    GPTModelConfig keeps 8)."""
     if mla:  # MLA builds its own RoPE, scaled by YaRN only (megatron/core/transformer/
         # multi_latent_attention.py @ d98e8a64dd)
         notes.append(f"the {sc.kind} RoPE scaling (factor {sc.factor:g}) not exported: "
                      "Megatron-Core's MLA scales its RoPE by YaRN only")
         return []
     if sc.kind == "llama3":
-        if sc != LLAMA3_SCALING:
+        if sc != LLAMA31_ROPE:
             notes.append(f"the Llama 3.1 RoPE scaling (factor {sc.factor:g}, frequency factors "
                          f"{sc.low_freq_factor:g} and {sc.high_freq_factor:g}, pre-trained context "
                          f"{sc.original_max_positions:,}) is not the one pretrain_gpt.py runs "

@@ -24,7 +24,7 @@ from ..options import Precision, TPOverlap
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
-from ..specs import RopeScaling, blocks_per_chunk, list_text
+from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
@@ -49,10 +49,8 @@ TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
 """Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
 
 
-LLAMA31_ROPE = RopeScaling(kind="llama3", factor=8.0)
-"""The RoPE scaling of every torchtitan 0.3 Llama 3 definition: Llama 3.1's
-(``ComplexRoPE.Config(scaling="llama")``, factor 8, frequency factors 1 and 4, pre-trained context
-8,192: torchtitan/models/llama3/__init__.py and models/common/rope.py, 0.3.0 wheel)."""
+def _scaling_text(sc) -> str:
+    return "none" if sc is None else f"{sc.kind}, factor {sc.factor:g}"
 
 
 def registry_entry(m) -> tuple[str, str, str | None]:
@@ -62,18 +60,18 @@ def registry_entry(m) -> tuple[str, str, str | None]:
     torchtitan does not define."""
     for name, entry in REGISTRY.items():
         catalog = get_model(name)
+        # every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does
+        # (ComplexRoPE.Config(scaling="llama") with its defaults: torchtitan/models/llama3/
+        # __init__.py and models/common/rope.py, 0.3.0 wheel)
         rope = LLAMA31_ROPE if entry[0] == "llama3" else None
         if any(getattr(m, f.name) != getattr(catalog, f.name)
                for f in fields(m) if f.name not in ("name", "rope_scaling")):
             continue  # (a model file that keeps a catalog name but changes the model is another)
         if m.rope_scaling == rope:
             return (*entry, None)
-
-        def scaling(sc) -> str:
-            return "none" if sc is None else f"{sc.kind}, factor {sc.factor:g}"
-        return (*entry, f"the model's RoPE scaling ({scaling(m.rope_scaling)}) is not that of "
-                        f"torchtitan's {entry[1]} ({scaling(rope)}): the launched run trains "
-                        "with torchtitan's")
+        return (*entry, f"the model's RoPE scaling ({_scaling_text(m.rope_scaling)}) is not that "
+                        f"of torchtitan's {entry[1]} ({_scaling_text(rope)}): the launched run "
+                        "trains with torchtitan's")
     return (*PLACEHOLDER, None)
 
 
