@@ -914,12 +914,16 @@ def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
 
 def test_torchtitan_export_says_torchs_1f1b_refuses_fewer_micro_batches_than_stages():
     """torch's Schedule1F1B raises on fewer micro-batches than stages (a user trial's 2 for 8
-    exported without a word and would have failed at launch); with enough there is no note."""
+    exported without a word and would have failed at launch). The torchtitan stacks refuse such
+    a plan (``StackSpec.schedules_min_pp_micro``); one of Megatron-Core's, which runs it, exports
+    to torchtitan as GPipe with a note; with enough micro-batches there is none."""
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=4096, global_batch=32,
-                             stack="torchtitan")
+                             stack="megatron-core")
     par = Parallelism(tp=1, pp=8, dp=16, zero=2, mbs=1, recompute=("full",))
-    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan").notes
-    assert any("refuses 2 micro-batches per replica for 8 stages" in n for n in notes)
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    assert any("refuses 2 micro-batches per replica for 8 stages (fewer than stages); exported "
+               "with GPipe" in n for n in out.notes)
+    assert "--parallelism.pipeline_parallel_schedule GPipe" in out.text
     more = replace(sc, training=replace(sc.training, global_batch=128))
     notes = export(planfile.from_dict(planfile.to_dict(evaluate(more, par))), "torchtitan").notes
     assert not any("refuses" in n for n in notes)

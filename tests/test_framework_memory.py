@@ -242,6 +242,31 @@ def test_megatron_core_gated_shared_expert_saves_what_the_stack_says(policy):
     assert predicted(MATERIALIZED, policy, moe=True, shared=True) == pytest.approx(got, rel=0.10)
 
 
+@pytest.mark.frameworks
+def test_deepspeed_pipeline_without_zero_keeps_what_bf16_optimizer_keeps():
+    """DeepSpeed's engine runs bf16 weights under its pipeline engine without ZeRO with its
+    BF16_Optimizer; run as the pipeline engine runs it on two gloo ranks
+    (``frameworks_deepspeed_bf16.py``), it keeps bf16 weights whole, the parameters' gradients
+    and an accumulation buffer of their dtype whole, the fp32 master and Adam's states in halves,
+    and gathers the whole bf16 weights after the step. The deepspeed stack's bytes per parameter
+    at ZeRO-0 with pp > 1 are those (a trial's Llama-2 13B had been charged unsharded states,
+    about twice the memory); without a pipeline, ZeRO-0 shards nothing."""
+    script = Path(__file__).parent / "frameworks_deepspeed_bf16.py"
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["engine_picks"] == "bf16"  # deepspeed.runtime.constants.BFLOAT16
+    from nestplan.cost.memory import bytes_per_param
+
+    st = get_stack("deepspeed")
+    w, g, o = bytes_per_param(0, 2, st, pp=2)
+    assert w == pytest.approx(got["weights"])
+    assert g == pytest.approx(got["parameter_gradients"] + got["accumulation_buffer"])
+    assert o == pytest.approx(got["master"] + got["adam"])
+    assert got["gathered"] == pytest.approx(st.weight_bytes)  # the step's all-gather output
+    assert bytes_per_param(0, 2, st, pp=1) == (2, 2, 12)
+
+
 @pytest.mark.xdist_group("frameworks")
 def test_the_frameworks_tests_share_one_worker(request):
     """conftest puts every frameworks test in one xdist group, so that one worker, not each,

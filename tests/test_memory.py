@@ -1,5 +1,7 @@
 """Memory formulas against their sources: Korthikanti et al. 2022, ZeRO, Megatron's distributed optimizer."""
 
+from dataclasses import replace
+
 import pytest
 
 from nestplan import graph as G
@@ -92,7 +94,8 @@ def test_fsdp_keeps_whole_compute_copies_without_resharding(stack, n):
     assert bytes_per_param(0, n, st)[0] == pytest.approx(4)
     # under a pipeline that defers the reduction, PyTorch's schedules leave ZeRO-3's weights
     # gathered after each backward too (a user trial read torch's stage.py): as ZeRO-2's
-    assert bytes_per_param(3, n, st, deferred=True)[0] == pytest.approx(4 / n + 2)
+    deferring = replace(st, pipeline_defers_grad_sync=True)
+    assert bytes_per_param(3, n, deferring, pp=2)[0] == pytest.approx(4 / n + 2)
 
 
 def test_expert_states_shard_over_expert_data_parallel():

@@ -326,6 +326,51 @@ def test_zero_bubble_needs_a_micro_batch_per_stage():
         assert one_line_error(code, out, err, "needs at least 8 per replica (pp = 4)"), err
 
 
+@pytest.mark.frameworks
+@pytest.mark.parametrize("name,pp,micro", [(n, pp, m) for n in ("1f1b", "gpipe")
+                                           for pp in (2, 4, 8) for m in (1, 2, 3, 4, 7, 8, 9)])
+def test_torchtitans_single_stage_schedules_take_the_micro_batches_torch_takes(name, pp, micro):
+    """torchtitan's stack refuses the micro-batch counts torch's own schedule class refuses, and
+    only those (``StackSpec.schedules_min_pp_micro``): the class's constructor runs with its
+    stage replaced by the one attribute the check reads."""
+    sched = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from nestplan.catalog import get_stack
+
+    def bare(self, stage, n_microbatches, **kw):  # no process group: the stage count only
+        self._num_stages, self._n_microbatches = pp, n_microbatches
+
+    cls = {"1f1b": sched.Schedule1F1B, "gpipe": sched.ScheduleGPipe}[name]
+    original = sched.PipelineScheduleSingle.__init__
+    sched.PipelineScheduleSingle.__init__ = bare
+    try:
+        cls(None, micro)
+        torch_runs = True
+    except ValueError:
+        torch_runs = False
+    finally:
+        sched.PipelineScheduleSingle.__init__ = original
+    ours = SCHEDULES[name].check(pp, 1, micro) or get_stack("torchtitan").micro_refusal(
+        name, pp, micro)
+    assert (ours is None) == torch_runs
+
+
+def test_torchtitan_plans_fewer_micro_batches_than_stages_under_gpipe():
+    """With fewer micro-batches than stages torchtitan's 1F1B is refused (exit 2, one line) and
+    the search, which otherwise prefers 1F1B to GPipe, keeps GPipe's plans (a search had
+    recommended 1F1B plans that torch refuses at launch)."""
+    two = [a if a != "64" else "4" for a in LLAMA]  # 4 sequences / dp 2 = 2 micro-batches < pp
+    code, out, err = cli("evaluate", *two, "--stack", "torchtitan", "--schedule", "1f1b")
+    assert one_line_error(code, out, err, "2 micro-batches per replica (global_batch / (mbs·dp)); "
+                          "stack torchtitan runs 1f1b with at least pp = 4 per replica"), err
+    code, out, err = cli("evaluate", *two, "--stack", "megatron-core", "--zero", "1")
+    assert code == 0, err  # Megatron-Core's 1F1B runs them
+    plan = ["plan", *[a for a in two if a not in ("--mbs", "1", "--zero", "3")], "--mbs", "1",
+            "--vp", "1", "--cp", "1", "--stack", "torchtitan", "--json", "--top", "5"]
+    code, out, err = cli(*plan)
+    assert code == 0, err
+    assert {p["schedule"] for p in json.loads(out)["top"]} == {"gpipe"}
+
+
 def test_plan_searches_the_stacks_schedules(tmp_path):
     stack = tmp_path / "zb.toml"
     stack.write_text(ZB_STACK)

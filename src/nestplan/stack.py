@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
-from .schedule import SCHEDULES
+from .schedule import MICRO_BATCHES, SCHEDULES
 from .specs import MAX_KERNEL_OVERHEAD_US, _CachedHash, within
 from .units import MS, GiB, US
 
@@ -215,6 +215,12 @@ class StackSpec(_CachedHash):
     """Different pipeline stages may use different recompute policies."""
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
     """Pipeline schedules it runs."""
+    schedules_min_pp_micro: tuple[str, ...] = ()
+    """Of its schedules, those it runs only with at least ``pp`` micro-batches per replica, beyond
+    what the schedule itself needs (``Schedule.check``): torch's ``Schedule1F1B`` raises on fewer
+    micro-batches than stages (torch/distributed/pipelining/schedules.py, torch 2.13.0 wheel),
+    which torchtitan runs; Megatron-Core's 1F1B runs any number (its warm-up is the smaller of
+    the two)."""
     zero_stages: tuple[int, ...] = (0, 1)
     """ZeRO stages it runs (1 = distributed optimizer; 2 and 3 as FSDP or DeepSpeed stages)."""
     max_zero_with_pp: int = 3
@@ -230,6 +236,16 @@ class StackSpec(_CachedHash):
     in its reduce dtype, ``FSDPParam.to_accumulated_grad_if_needed``; torch 2.13.0 wheel).
     Measured on two gloo ranks (tests/frameworks_fsdp_gathers.py): one reduce-scatter per unit
     a step under ``Schedule1F1B``, against one per micro-batch outside a pipeline."""
+    pipeline_bf16_optimizer: bool = False
+    """At ZeRO-0 under pipeline parallelism the optimizer still shards: DeepSpeed's engine picks
+    its ``BF16_Optimizer`` for bf16 weights with the pipeline engine and no ZeRO
+    (``DeepSpeedEngine._do_optimizer_sanity_check``, deepspeed/runtime/engine.py, deepspeed
+    0.19.8), which keeps the fp32 master weights and Adam's states in 1/dp partitions, the
+    backward's gradients beside an accumulation buffer of their own dtype, whole
+    (``fp32_groups_gradients_flat``; the pipeline engine zeroes the parameters' gradients before
+    each micro-batch's backward and adds them into it after), all-reduces that buffer and
+    all-gathers the updated weights after the step (deepspeed/runtime/bf16_optimizer.py).
+    Measured on two gloo ranks (tests/frameworks_deepspeed_bf16.py)."""
     experts_over_sharded_ranks: bool = False
     """Expert parallelism is formed from the sharded data-parallel ranks only, not from the
     replicas: torchtitan's expert mesh is ``(pp, dp_replicate, efsdp, ep)`` with ``efsdp·ep =
@@ -375,6 +391,8 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
         _names("stack.schedules", self.schedules, tuple(SCHEDULES), "schedules must differ")
+        _names("stack.schedules_min_pp_micro", self.schedules_min_pp_micro, tuple(SCHEDULES),
+               "schedules must differ")
         if not self.schedules:
             raise SpecError("stack.schedules", [], "name at least one pipeline schedule (1f1b "
                             "runs a pipeline on every stack)")
@@ -608,11 +626,31 @@ class StackSpec(_CachedHash):
         (``pipeline_defers_grad_sync``)."""
         return self.pipeline_defers_grad_sync and pp > 1 and zero >= 2
 
+    def bf16_optimizer(self, pp: int, zero: int) -> bool:
+        """A plan of ``pp`` stages at ZeRO stage ``zero`` runs DeepSpeed's BF16_Optimizer
+        (``pipeline_bf16_optimizer``)."""
+        return self.pipeline_bf16_optimizer and pp > 1 and zero == 0
+
+    def optimizer_sharded(self, pp: int, zero: int) -> bool:
+        """The optimizer's states (and master weights) of a plan of ``pp`` stages at ZeRO stage
+        ``zero`` are sharded over the data-parallel ranks, and the updated weights gathered."""
+        return zero >= 1 or self.bf16_optimizer(pp, zero)
+
     def replicas_hold_experts(self, par) -> bool:
         """``par`` would need expert-parallel ranks among data-parallel replicas, which this
         stack does not form (``experts_over_sharded_ranks``)."""
         return (self.experts_over_sharded_ranks and par.ep > 1 and par.zero == 0
                 and (par.cp * par.tp) % par.ep != 0)
+
+    def micro_refusal(self, schedule: str, pp: int, micro: int) -> tuple[str, object, str] | None:
+        """Why ``pp`` stages cannot run ``micro`` micro-batches per replica under ``schedule`` on
+        this stack, beyond the schedule's own rule (``schedules_min_pp_micro``), as
+        (MICRO_BATCHES, micro, rule); None when they can."""
+        if pp > 1 and schedule in self.schedules_min_pp_micro and micro < pp:
+            other = " (gpipe runs fewer)" if "gpipe" in self.schedules else ""
+            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
+                                          f"pp = {pp} per replica{other}")
+        return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:
         """Plans with these degrees run only with virtual stages: the expert exchange overlapped

@@ -402,11 +402,14 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     # (a deferred reduction runs in a step of its own, after every backward: nothing hides it)
     tail = exposed(np.asarray(sync)[..., None],
                    B if st.overlap_grad_reduce and not deferred else 0.0, st.overlap_efficiency)
-    shard = params / (cc.lay.dp.size if par.zero >= 1 else 1) + eparams / (
-        cc.lay.edp.size if par.zero >= 1 else 1)
+    sharded = st.optimizer_sharded(par.pp, par.zero)
+    shard = params / (cc.lay.dp.size if sharded else 1) + eparams / (
+        cc.lay.edp.size if sharded else 1)
     opt = shard * optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
+    # the updated weights gathered after the step (ZeRO-3 gathers them as they are used)
     gather = _dp(cc.ag, _sum(*(c.gathered for c in chunks)),
-                 _sum(*(c.egathered for c in chunks))) if par.zero in (1, 2) else 0.0 * params
+                 _sum(*(c.egathered for c in chunks))) if sharded and par.zero < 3 \
+        else 0.0 * params
     opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
                                                F / cc.micro if st.overlap_param_gather else 0.0,
                                                st.overlap_efficiency)
@@ -472,7 +475,7 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     params = _sum(*(c.params for c in chunks))
     eparams = _sum(*(c.eparams for c in chunks))
     w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st,
-                             st.defers_grad_sync(par.pp, par.zero))
+                             par.pp)
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)

@@ -69,11 +69,12 @@ class MemoryBreakdown:
                 + self.transient + self.reserved)
 
 
-def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
-                    ) -> tuple[float, float, float]:
+def bytes_per_param(zero: int, n: int, stack, pp: int = 1) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter under ZeRO stage ``zero`` over ``n``
-    with the byte counts of ``stack`` (a StackSpec); ``deferred``: the gradients accumulate
-    unsharded until a reduction once a step (``StackSpec.defers_grad_sync``)."""
+    with the byte counts of ``stack`` (a StackSpec), in a plan of ``pp`` stages (where the
+    gradients accumulate unsharded until a reduction once a step, ``StackSpec.defers_grad_sync``;
+    or DeepSpeed's BF16_Optimizer shards the optimizer, ``StackSpec.bf16_optimizer``)."""
+    deferred = stack.defers_grad_sync(pp, zero)
     w = stack.weight_bytes / (n if zero >= 3 else 1)
     if (zero == 2 or (zero == 3 and deferred)) and stack.params_are_master:
         # (and under a pipeline that defers the reduction, ZeRO-3's too: PyTorch's schedules turn
@@ -87,16 +88,18 @@ def bytes_per_param(zero: int, n: int, stack, deferred: bool = False
         # 2.13.0 wheel); bf16 (an fp8 gather's copy would be smaller)
         w = stack.weight_bytes / n + COMPUTE_BYTES
     g = stack.grad_bytes / (n if zero >= 2 and not deferred else 1)
-    o = stack.optimizer_bytes / (n if zero >= 1 else 1)
+    if stack.bf16_optimizer(pp, zero):  # the parameters' gradients and the buffer they add into
+        g = 2 * stack.grad_bytes
+    o = stack.optimizer_bytes / (n if stack.optimizer_sharded(pp, zero) else 1)
     return w, g, o
 
 
 def model_states(params: float, expert_params: float, zero: int, dp: int, edp: int,
-                 stack, deferred: bool = False) -> tuple[float, float, float]:
-    """Bytes of (weights, gradients, optimizer) for the parameters held by one device
-    (``deferred``: as ``bytes_per_param``)."""
-    dw, dg, do = bytes_per_param(zero, dp, stack, deferred)
-    ew, eg, eo = bytes_per_param(zero, edp, stack, deferred)
+                 stack, pp: int = 1) -> tuple[float, float, float]:
+    """Bytes of (weights, gradients, optimizer) for the parameters held by one device of a plan
+    of ``pp`` stages (as ``bytes_per_param``)."""
+    dw, dg, do = bytes_per_param(zero, dp, stack, pp)
+    ew, eg, eo = bytes_per_param(zero, edp, stack, pp)
     return (params * dw + expert_params * ew, params * dg + expert_params * eg,
             params * do + expert_params * eo)
 

@@ -116,13 +116,20 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     exported = par.with_(recompute=(ran.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
     exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
+    micro = tr.global_batch // (par.mbs * par.dp)
+    if titan.micro_refusal(exported.pipeline.name, par.pp, micro) is not None:
+        # a plan searched for another stack (one of torchtitan's never has it): GPipe runs them
+        sched_notes.append(f"torch's {exported.pipeline.torchtitan} schedule refuses {micro} "
+                           f"micro-batches per replica for {par.pp} stages (fewer than stages); "
+                           "exported with GPipe, which runs them with the same bubble and holds "
+                           "every micro-batch's activations")
+        exported = exported.with_(schedule="gpipe")
     notes += sched_notes
     module, config, rope_note = registry_entry(m)
     notes += [rope_note] if rope_note else []
     if (module, config) == PLACEHOLDER:
         notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
                      "with a config_registry function of yours that defines it")
-    micro = tr.global_batch // (par.mbs * par.dp)
     groups = [["--module", module], ["--config", config]]
 
     def opt(key: str, value):
@@ -141,12 +148,6 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     opt("parallelism.expert_parallel_degree", par.ep)
     opt("parallelism.pipeline_parallel_degree", par.pp)
     if par.pp > 1:
-        if exported.pipeline.name == "1f1b" and micro < par.pp:
-            # torch's Schedule1F1B raises on fewer micro-batches than stages
-            # (torch/distributed/pipelining/schedules.py, torch 2.13.0 wheel)
-            notes.append(f"torch's 1F1B schedule refuses {micro} micro-batches per replica for "
-                         f"{par.pp} stages (fewer than stages): the launch fails; raise the global "
-                         "batch to at least pp micro-batches per replica, or use --schedule gpipe")
         opt("parallelism.pipeline_parallel_schedule", exported.pipeline.torchtitan)
         opt("parallelism.pipeline_parallel_microbatch_size", par.mbs)
         sizes = list(blocks_per_chunk(m, exported))  # the exported plan's chunks

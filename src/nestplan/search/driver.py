@@ -114,22 +114,21 @@ def _floor_parts(sc: Scenario, par: Parallelism) -> _Floor:
     dense, expert, saved, transient, weights, blocks_held, light, held = _floor_shared(
         sc, space._keys(par)[1])
     st = sc.stack
-    deferred = st.defers_grad_sync(par.pp, par.zero)
-    w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st, deferred)
+    w, g, o = M.model_states(dense, expert, par.zero, par.dp * par.cp, par.expert_dp, st, par.pp)
     if par.zero >= 3:  # the gathered weights of the block in use and the next one
         transient = transient + 2 * M.COMPUTE_BYTES * weights
     return _Floor(w + g + o, saved, transient, blocks_held, st,
-                  *_lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st, deferred),
+                  *_lightest_blocks(light, par.zero, par.dp * par.cp, par.expert_dp, st, par.pp),
                   held)
 
 
 @cached(maxsize=16384)
 def _lightest_blocks(light, zero: int, dp: int, edp: int, stack: StackSpec,
-                     deferred: bool) -> tuple[tuple[float, ...], float, int]:
+                     pp: int) -> tuple[tuple[float, ...], float, int]:
     """``_Floor.block``, ``heaviest`` and ``lighter`` from the block kinds' (count, dense,
-    expert parameters), whose counts add up to the model's blocks; ``deferred``: as
+    expert parameters), whose counts add up to the model's blocks; ``pp``: as
     ``memory.model_states``."""
-    per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack, deferred)), n)
+    per = sorted((sum(M.model_states(p, e, zero, dp, edp, stack, pp)), n)
                  for n, p, e in light)
     heaviest = per[-1][0]
     states = [s for s, n in per for _ in range(n)]
@@ -396,7 +395,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         vps = space.virtual_stages(world, con, shape)
         if not vps:  # a fixed vp this shape cannot take
             continue
-        variants = sum(len(space.schedules(world, con, shape.pp, v)) for v in vps)
+        variants = sum(len(space.schedules(world, con, shape, v)) for v in vps)
         if not variants:  # a fixed schedule this shape cannot run
             continue
         orders = space.rank_orders(con, shape)
@@ -431,7 +430,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if level == 1:  # rank order -> virtual stages
             base, vps = item
             for vp in vps:
-                for sched in space.schedules(world, con, base.pp, vp):
+                for sched in space.schedules(world, con, base, vp):
                     par = base.with_(vp=vp, schedule=sched)
                     zeros = space.zero_stages(world, con, par)
                     if not zeros:

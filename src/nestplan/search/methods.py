@@ -233,11 +233,11 @@ def _neighbour(sc: Scenario, par: Parallelism, con: Constraints, rng: random.Ran
     if move < 0.3:  # a different shape (degrees and micro-batch); split reset to even
         s = rng.choice(shapes)
         order = rng.choice(space.rank_orders(con, s))
-        vps = [v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v)]
+        vps = [v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s, v)]
         vp = rng.choice(vps)
         return s.parallelism(order, vp, par.zero).with_(
             recompute=con.recompute or par.recompute[:1],  # a given per-stage list stays
-            schedule=rng.choice(space.schedules(sc, con, s.pp, vp)))
+            schedule=rng.choice(space.schedules(sc, con, s, vp)))
     if move < 0.45:
         return par.with_(zero=rng.choice(space.zero_stages(sc, con, par) or [par.zero]))
     if move < 0.55:
@@ -271,16 +271,16 @@ def mcmc(sc: Scenario, con: Constraints, top: int, progress=None,
     start = time.perf_counter()
     rng = random.Random(seed)
     shapes = [s for s in space.shapes(sc, con)
-              if any(space.schedules(sc, con, s.pp, v) for v in space.virtual_stages(sc, con, s))]
+              if any(space.schedules(sc, con, s, v) for v in space.virtual_stages(sc, con, s))]
     if not shapes:
         raise InfeasibleError(f"mcmc: {driver.unsatisfiable(sc, con)}")
     try:
         cur = manual_plan(sc, con)
     except InfeasibleError:
         s = shapes[0]
-        vp = next(v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s.pp, v))
+        vp = next(v for v in space.virtual_stages(sc, con, s) if space.schedules(sc, con, s, v))
         cur = s.parallelism(space.rank_orders(con, s)[0], vp).with_(
-            schedule=space.schedules(sc, con, s.pp, vp)[0],
+            schedule=space.schedules(sc, con, s, vp)[0],
             **({"recompute": con.recompute} if con.recompute else {}))
     cur_cost = _cost(sc, cur)
     seen: dict[Parallelism, float] = {cur: cur_cost}

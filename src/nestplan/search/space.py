@@ -211,12 +211,15 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     return _pick(con.vp, vps)
 
 
-def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | None]:
-    """Pipeline schedules the stack runs for ``pp`` devices of ``vp`` chunks (None: the default
-    for ``vp``, Megatron's 1F1B or interleaved 1F1B); without pipelining one entry, or none when
-    the user fixed a schedule (a plan with a schedule is a pipelined one)."""
+def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None]:
+    """Pipeline schedules the stack runs for ``shape`` (a Shape or Parallelism: its pp, mbs and
+    dp) with ``vp`` chunks per device (None: the default for ``vp``, Megatron's 1F1B or
+    interleaved 1F1B); without pipelining one entry, or none when the user fixed a schedule (a
+    plan with a schedule is a pipelined one)."""
+    pp = shape.pp
     if pp == 1:
         return [None] if con.schedule is None else []
+    micro = sc.training.global_batch // (shape.mbs * shape.dp)
     default = resolve(None, vp).name
     offered = sc.stack.schedules
     names = [n for n in offered
@@ -227,8 +230,10 @@ def schedules(sc: Scenario, con: Constraints, pp: int, vp: int) -> list[str | No
              # DualPipe is evaluated, not searched (README, "Pipeline schedules")
              and not SCHEDULES[n].mirrored
              # GPipe has 1F1B's span and holds more (m >= p - i micro-batches on every stage):
-             # a plan under it is never better than the same plan under 1F1B
-             and not (n == "gpipe" and con.schedule is None and "1f1b" in offered)]
+             # a plan under it is never better than the same plan under 1F1B, where the stack
+             # runs 1F1B with these micro-batches
+             and not (n == "gpipe" and con.schedule is None and "1f1b" in offered
+                      and sc.stack.micro_refusal("1f1b", pp, micro) is None)]
     return [None if n == default else n for n in names]
 
 
@@ -248,7 +253,7 @@ def configurations(sc: Scenario, con: Constraints):
     for shape in shapes(sc, con):
         for order in rank_orders(con, shape):
             for vp in virtual_stages(sc, con, shape):
-                for sched in schedules(sc, con, shape.pp, vp):
+                for sched in schedules(sc, con, shape, vp):
                     for zero in zero_stages(sc, con, shape.parallelism()):
                         par = shape.parallelism(order, vp, zero).with_(schedule=sched)
                         try:
