@@ -598,6 +598,19 @@ STACK_BAD = {
                        'eager_ops = ["glu_clamp", "glu_clamp"]\n', "eager_ops"),
     "eager-ops-str": ('base = "megatron-core"\nname = "s"\neager_ops = "scaled_rope"\n',
                       "eager_ops"),
+    # a fuzzer's: a list item too big for a float had raised OverflowError; a policy name with a
+    # line break split the text tables; invisible format characters showed as another name
+    "network-scale-huge-int": ('base = "megatron-core"\nname = "s"\nnetwork_scale = [1, '
+                               + "1" + "0" * 400 + "]\n",  # (a float holds up to ~1.8e308)
+                               "network_scale: got 1000000000"),
+    "recompute-name-line-break": ('base = "megatron-core"\nname = "s"\n'
+                                  'recompute = {none = "none", "a\\nb" = "full"}\n',
+                                  "a policy name is one word of printable characters"),
+    "schedules-min-pp-micro-unknown": ('base = "torchtitan"\nname = "s"\n'
+                                       'schedules_min_pp_micro = ["2f2b"]\n',
+                                       "schedules_min_pp_micro"),
+    "name-zero-width-space": ('base = "megatron-core"\nname = "s\u200b"\n',
+                              "no control or invisible format characters"),
 }
 for name, (content, needle) in STACK_BAD.items():
     case(f"stack-file-{name}", [*EVAL, "--stack", "{s}.toml"], needle, **{"s.toml": content})
@@ -849,6 +862,24 @@ RUNS_BAD = {
         "\n") + ",-1\n", "(r1).gpus_per_node: got '-1'"),
     # neither batch column: the message names global_batch, the one a row normally gives
     "no-batch": (_runs(",none,1,8,", ",none,,,"), "(r1).global_batch: got ''; must be given"),
+    # a fuzzer's, each once accepted and ignored: a key misspelt only in case, an expert column
+    # without experts, an unknown gpu beside a cluster column, a model-parallel size the plan
+    # contradicts, a node of 1e23 GPUs, a model without a name
+    "other-metrics-case": (_runs("test,,", "test,Peak_Memory_GiB=60,"),
+                           "got 'Peak_Memory_GiB=60'; did you mean peak_memory_gib?"),
+    "expert-column-without-experts": (_runs("r1", "r1", header=RUN_HEADER + ",topk").rstrip(
+        "\n") + ",2\n", "(r1).topk: got 2; describes experts, and the experts column is blank"),
+    "expert-column-word": (_runs("r1", "r1", header=RUN_HEADER + ",moe_ffn_hidden").rstrip(
+        "\n") + ",abc\n", "(r1).moe_ffn_hidden: got 'abc'"),
+    "gpu-unknown-beside-cluster": (_runs("H100-SXM5-80GB", "Z100", header=RUN_HEADER + ",cluster")
+                                   .rstrip("\n") + ",dgx-h100-ndr\n",
+                                   "(r1).gpu: got 'Z100'; known: "),
+    "model-parallel-disagrees": (_runs("test,,", "test,model_parallel_size=8,"),
+                                 "the model-parallel size is tp·pp = 1·1 = 1"),
+    "gpus-per-node-huge": (_runs("r1", "r1", header=RUN_HEADER + ",gpus_per_node").rstrip(
+        "\n") + ",99999999999999999999999\n", "gpus_per_node: got '99999999999999999999999'; "
+                             "must be at most"),
+    "model-blank": (_runs("r1,Llama-3-8B,", "r1,,"), "(r1).model: got ''; must be given"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
@@ -865,6 +896,9 @@ case("validate-csv-directory", ["validate", "--csv", "{d}"], "directory", d=DIR)
 case("validate-csv-missing", ["validate", "--csv", "{d}/none.csv"], "none.csv", d=DIR)
 case("validate-stack-unknown", ["validate", "--csv", "{r}.csv", "--stack", "megatron-9"],
      "stack", **{"r.csv": _runs(",1.5,", ",1.5,")})
+# the file's name names the stack: one --stack would refuse is refused before the fit
+case("calibrate-output-name-with-tab", ["calibrate", "{r}.csv", "-o", "{d}/x\ty.toml"],
+     "-o: got", **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
 case("calibrate-missing-output", ["calibrate", "{r}.csv"], "output",
      **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-output-directory", ["calibrate", "{r}.csv", "-o", "{d}"], "directory",

@@ -287,6 +287,18 @@ def test_plan_nothing_fits_exits_3(capsys):
     assert "short by" in err and "more GPUs" in err and "Traceback" not in err
 
 
+def test_plan_names_a_stack_reserve_that_fills_the_device(tmp_path, capsys):
+    """A stack that reserves more than a device holds leaves no plan of any size: the search
+    says so at once, instead of 'short by ...; try more GPUs' after searching (a fuzzer's)."""
+    stack = tmp_path / "res.toml"
+    stack.write_text('base = "megatron-core"\nname = "res"\nreserved_GiB = 100\n')
+    code, out, err = run_cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                              "--gpus", "1024", "--stack", str(stack)], capsys)
+    assert code == 3 and out == ""
+    assert "stack res reserves 100.0 GiB on every device (reserved_GiB)" in err
+    assert "more GPUs" not in err
+
+
 def test_plan_bad_method_exits_2(capsys):
     code, _, err = run_cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
                             "--gpus", "8", "--method", "genetic"], capsys)

@@ -236,6 +236,64 @@ def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
     assert code == 0, err  # --stack overrides the column
 
 
+def test_calibrate_writes_paths_into_its_comment_escaped(tmp_path, runs_csv):
+    """A runs CSV whose name holds line breaks had put live TOML lines into the stack file's
+    first comment (a fuzzer's ``attention_scale = 9.0``); they are escaped."""
+    named = tmp_path / "r\nattention_scale = 9.0\n#.csv"
+    named.write_text(Path(runs_csv()).read_text())
+    code, out, err = cli("calibrate", named, "-o", tmp_path / "mine.toml")
+    assert code == 0, err
+    text = (tmp_path / "mine.toml").read_text()
+    assert text.splitlines()[0].endswith(f"r\\nattention_scale = 9.0\\n#.csv (base: the rows' "
+                                         f"stack, megatron-2021) -o {tmp_path / 'mine.toml'}")
+    assert get_stack(str(tmp_path / "mine.toml")).attention_scale == pytest.approx(
+        get_stack("megatron-2021").attention_scale * (
+            get_stack(str(tmp_path / "mine.toml")).matmul_scale
+            / get_stack("megatron-2021").matmul_scale))  # the one compute scale, nothing else
+
+
+def test_calibrate_writes_nothing_that_would_not_load(tmp_path, runs_csv):
+    """Over a chain of stacks as long as a stack may have (31 files, megatron-2021 and its base
+    megatron-core: a chain of 32 bases), the fitted file would make it one longer: refused, and
+    nothing left behind."""
+    for i in range(1, 32):
+        base = f'"c{i + 1}.toml"' if i < 31 else '"megatron-2021"'
+        (tmp_path / f"c{i}.toml").write_text(f'base = {base}\nname = "c{i}"\n')
+    assert get_stack(str(tmp_path / "c1.toml")).name == "c1"
+    out = tmp_path / "out.toml"
+    code, _, err = cli("calibrate", runs_csv(), "--stack", tmp_path / "c1.toml", "-o", out)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the fitted stack file would not load" in err and "chain of more than 32" in err
+    assert not out.exists()
+
+
+def test_calibrate_names_a_value_the_fit_would_take_out_of_bounds():
+    """A fit that would push a stack value past its bounds says so as the fit's, not as an error
+    in the user's file (which had read as 'stack.step_overhead_s: got 90.68')."""
+    from nestplan import calibrate as C
+
+    base = get_stack("megatron-core")
+    with pytest.raises(SpecError) as e:
+        C._apply(base, ("step_overhead_s",), [math.log(90.0 / base.step_overhead)])
+    assert e.value.field == "calibrate (stack.step_overhead_s)"
+    assert "the fit would take it there" in str(e.value)
+
+
+def test_a_multiplier_on_an_accelerators_least_efficiency_is_floored_not_refused():
+    """matmul_scale 0.02 is in its range and H100's smallest GEMMs are at a few percent: the
+    product, below the least efficiency a file may state, had been refused naming the
+    accelerator; it is held at that floor (0.1 %)."""
+    from nestplan.cost.hardware import effective
+    from nestplan.specs import MIN_EFFICIENCY
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=8)
+    slow = replace(get_stack("megatron-core"), name="slow", matmul_scale=0.02)
+    acc = effective(sc.cluster, slow).accelerator
+    assert min(e for _, e in acc.matmul_efficiency_bf16) == MIN_EFFICIENCY
+    ev = evaluate(replace(sc, stack=slow), Parallelism(dp=8, zero=1, mbs=1))
+    assert ev.step_time > 20 * evaluate(sc, Parallelism(dp=8, zero=1, mbs=1)).step_time
+
+
 def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
     """Rows without a stack column ran on the stack their source names (as validate reads
     them): Narayanan et al.'s on megatron-2021, not on the default stack."""

@@ -602,14 +602,16 @@ def test_every_file_a_sweep_writes_is_checked_before_it_runs(tmp_path):
 
 def test_a_result_cell_edited_by_hand_is_run_again(tmp_path):
     """A resumed sweep drops an ``ok`` row whose numbers do not read back (a word, inf, an
-    integer column with a fraction) and runs its point again, instead of failing in the plot."""
+    integer column with a fraction, a negative time, which a fuzzer's resume had kept) and runs
+    its point again, instead of failing in the plot."""
     from console import cli
 
     path = _write(tmp_path, ONE)
     code, _, err = cli("sweep", path, "--workers", 1, "--quiet")
     assert code == 0, err
     rows = _rows(tmp_path / "s.csv")
-    for column, bad in (("tokens_per_s_per_gpu", "fast"), ("mfu", "inf"), ("tp", "1.5")):
+    for column, bad in (("tokens_per_s_per_gpu", "fast"), ("mfu", "inf"), ("tp", "1.5"),
+                        ("step_time_s", "-1")):
         edited = [{**rows[0], column: bad}]
         with open(tmp_path / "s.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -618,6 +620,22 @@ def test_a_result_cell_edited_by_hand_is_run_again(tmp_path):
         code, _, err = cli("sweep", path, "--workers", 1, "--quiet")
         assert code == 0 and "Traceback" not in err, err
         assert _rows(tmp_path / "s.csv")[0][column] == rows[0][column], column
+
+
+def test_a_results_file_it_cannot_resume_is_one_line_without_the_notes(tmp_path):
+    """The grid's notes (a level no point crosses) are not printed before the refusal of a
+    results file of something else: the error is the one line."""
+    from console import cli, one_line_error
+
+    grid = ('[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["nest-h100-spineleaf"]\ngpus = [16, 32]\n'
+            'seq_len = [2048]\nglobal_batch = [512]\n'
+            '[grid.network.spine]\noversubscription = [1, 4]\n')
+    path = _write(tmp_path, grid, "real.toml")
+    code, _, err = cli("sweep", path, "--dry-run")
+    assert code == 0 and "no point crosses this level" in err, err
+    (tmp_path / "real.csv").write_text("hello world\n")
+    code, out, err = cli("sweep", path, "--quiet")
+    assert one_line_error(code, out, err, "its columns are not this sweep's"), err
 
 
 def test_a_grid_sets_mtp_depths_headroom_and_a_fixed_schedule(tmp_path):

@@ -133,7 +133,12 @@ def _apply(base: StackSpec, names, x) -> StackSpec:
             kw["kernel_overhead"] = max(0.0, base.kernel_overhead + v * US)
         else:
             kw[name] = getattr(base, name) * math.exp(v)
-    return replace(base, **kw)
+    try:
+        return replace(base, **kw)
+    except SpecError as e:  # the fit's value, not the user's file: say so
+        raise SpecError(f"calibrate ({e.field})", e.value, f"the fit would take it there, and it "
+                        f"{e.allowed}: the rows are beyond what calibrating {base.name} "
+                        "explains; check their step times and plans") from None
 
 
 class _Predictions:

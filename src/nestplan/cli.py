@@ -773,11 +773,18 @@ def _note_far_when_left_out(cases, loo) -> None:
                       "row's fit", Note)
 
 
+def _shown(text: str) -> str:
+    """``text`` for a comment line: characters that are not printable escaped (a path may hold a
+    line break, which would start a line of the file)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 def cmd_calibrate(args) -> int:
     from .calibrate import FITTED_VALUES, base_of, fit
     from .catalog import get_stack, list_names, looks_like_path, stack_files
     from .errors import SpecError
-    from .loaders import stack_to_table, writable
+    from .loaders import checked_name, stack_to_table, writable
     from .tomlfmt import dumps
     from .validation import load_cases
 
@@ -790,6 +797,11 @@ def cmd_calibrate(args) -> int:
     if out.stem in list_names("stacks"):  # (the stack is named for the file, and then refused)
         raise SpecError("-o", args.output, f"names the fitted stack for the file, and "
                         f"'{out.stem}' is a catalog stack's name: choose another file name")
+    try:  # (a name --stack would refuse)
+        checked_name(out.stem, "-o")
+    except SpecError as e:
+        raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
+                        + e.allowed) from None
     cases = load_cases(runs, stack=base, field="RUNS.csv")
     progress = _Progress("calibrate", "fitting")
     try:
@@ -811,12 +823,18 @@ def cmd_calibrate(args) -> int:
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     try:
-        out.write_text(f"# nestplan calibrate {args.csv}"
-                       + (f" --stack {args.stack}" if args.stack
-                          else f" (base: the rows' stack, {ref})")
-                       + f" -o {args.output}\n" + dumps(table))
+        out.write_text(f"# nestplan calibrate {_shown(args.csv)}"
+                       + (f" --stack {_shown(args.stack)}" if args.stack
+                          else f" (base: the rows' stack, {_shown(ref)})")
+                       + f" -o {_shown(args.output)}\n" + dumps(table))
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
+    try:  # what was written loads as --stack takes it (e.g. a chain of bases not too long)
+        get_stack(str(out))
+    except SpecError as e:
+        out.unlink()
+        raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
+                        "nothing written") from None
     lines = [f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
              + (f" {'left out':>9s}" if result.loo else "")]
     for i, c in enumerate(cases):

@@ -159,13 +159,15 @@ def name_of(table: dict, where: str) -> str:
 
 def checked_name(name: str, field: str) -> str:
     """``name`` (of ``field``) if it is not blank and on one line (no control characters or
-    line breaks, which would break the comment lines of exports) and text that can be written
-    (no lone surrogates: the bytes of a file name that are not UTF-8), else a SpecError."""
+    line breaks, which would break the comment lines of exports, nor invisible format characters
+    such as bidirectional overrides, which would show it as another name) and text that can be
+    written (no lone surrogates: the bytes of a file name that are not UTF-8), else a
+    SpecError."""
     import unicodedata
 
-    if not name.strip() or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
-        raise SpecError(field, name, "must be a name on one line, not blank (no control "
-                        "characters)")
+    if not name.strip() or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
+        raise SpecError(field, name, "must be a name on one line, not blank (no control or "
+                        "invisible format characters)")
     if any(unicodedata.category(c) == "Cs" for c in name):
         raise SpecError(field, name, "must be UTF-8 text (it holds a lone surrogate, e.g. a byte "
                         "of a file name that is not UTF-8: rename the file)")
@@ -572,6 +574,13 @@ def _list(value, where: str, kind: type | tuple = str) -> list:
     return value
 
 
+def _as_float(value, where: str) -> float:
+    """A list item read as a float (an integer too large for one is refused)."""
+    if not finite(value) and isinstance(value, int):
+        raise SpecError(where, value, "must be a number a float can hold")
+    return float(value)
+
+
 _STACK_FIELD_OF = {"reserved_GiB": "reserved_bytes", "step_overhead_s": "step_overhead",
                    "kernel_overhead_us": "kernel_overhead", "moe_layer_host_ms": "moe_layer_host"}
 """File keys that carry a unit, and the StackSpec field (SI) each sets; other keys are fields."""
@@ -629,7 +638,7 @@ def _stack_fields() -> dict:
         "eager_ops": listed(),
         "zero_stages": listed(int),
         "axes": listed(),
-        "network_scale": listed(_NUM, item=lambda x, where: float(x)),
+        "network_scale": listed(_NUM, item=_as_float),
         "fitted_on": listed(),
     }
     return {key: (_STACK_FIELD_OF.get(key, key), *spec) for key, spec in keys.items()}

@@ -24,7 +24,7 @@ from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
 from .schedule import MICRO_BATCHES, SCHEDULES
-from .specs import MAX_KERNEL_OVERHEAD_US, _CachedHash, within
+from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, within
 from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
@@ -382,10 +382,10 @@ class StackSpec(_CachedHash):
         if len(set(names)) != len(names):
             raise SpecError("stack.recompute", names, "policy names must differ")
         for name in names:
-            if not name or any(c in name for c in ", \t*"):
-                raise SpecError("stack.recompute", name, "a policy name is one word without "
-                                "commas or '*' (plans list one per stage, comma-separated, "
-                                "name*k for k stages in a row)")
+            if not name or any(c in name for c in ", \t*") or not name.isprintable():
+                raise SpecError("stack.recompute", name, "a policy name is one word of "
+                                "printable characters without commas or '*' (plans list one "
+                                "per stage, comma-separated, name*k for k stages in a row)")
         self._check_megatron_combinations()
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
@@ -687,5 +687,7 @@ def _positive_scale(field: str, value: float) -> None:
 
 
 def scaled(efficiency: float, scale: float) -> float:
-    """An efficiency times a stack multiplier, capped at 1."""
-    return min(1.0, efficiency * scale)
+    """An efficiency times a stack multiplier, capped at 1 and floored at the least efficiency a
+    file may state (``specs.MIN_EFFICIENCY``): each is valid alone, and a multiplier below 1 on
+    an accelerator's least efficiency still describes hardware, at that floor."""
+    return min(1.0, max(MIN_EFFICIENCY, efficiency * scale))

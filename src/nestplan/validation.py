@@ -34,8 +34,8 @@ from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
 from .errors import SpecError
 from .options import MLPKind, Norm, Position, Precision
-from .specs import (AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec,
-                    check_plan)
+from .specs import (MAX_GPUS, AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario,
+                    TrainingSpec, check_plan)
 from .stack import StackSpec
 from .units import MiB, GiB, counts, decimal, whole
 
@@ -131,7 +131,7 @@ class _Row:
             if name in ("local_batch", "model_parallel_size") and not (whole(value) or 0) > 0:
                 raise SpecError(f"{where}.other_metrics", item, f"{name} must be a whole "
                                 "number > 0")
-            near = difflib.get_close_matches(name, OTHER_METRICS, n=1, cutoff=0.75)
+            near = difflib.get_close_matches(name.lower(), OTHER_METRICS, n=1, cutoff=0.75)
             if near and name not in OTHER_METRICS:  # a misspelt key would be ignored
                 raise SpecError(f"{where}.other_metrics", item, f"did you mean {near[0]}? "
                                 "(keys read: " + ", ".join(OTHER_METRICS) + ")")
@@ -260,6 +260,9 @@ def _named_model(row: _Row, base: Path) -> ModelSpec:
 
 def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     name = row.text("model")
+    if not name:  # (it names the model in every output, and its family's layers below)
+        raise SpecError(f"{row.where}.model", "", "must be given: a catalog model, a model file, "
+                        "or with layers and the size columns the model's name (e.g. Llama-2 7B)")
     if not row.text("layers"):  # a catalog model, TOML or config.json named in the model column
         return _named_model(row, base)
     h, heads = row.required("hidden"), row.required("heads")
@@ -275,6 +278,11 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     if h % heads:
         raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
     experts = row.number("experts")
+    for column in ("topk", "moe_ffn_hidden", "shared_experts"):
+        given = row.number(column)
+        if experts is None and given:  # (it would be ignored: no experts, none of each)
+            raise SpecError(f"{row.where}.{column}", given, "describes experts, and the experts "
+                            "column is blank: give experts too, or leave it blank")
     moe = None if experts is None else MoESpec(
         experts=experts, top_k=row.required("topk"), ffn_hidden=row.required("moe_ffn_hidden"),
         shared_experts=row.number("shared_experts", 0))
@@ -331,6 +339,11 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
                             "multiple of 8, in other_metrics)")
         mp = int(mp)
         tp, pp = 8, mp // 8
+    elif row.other("model_parallel_size") and int(row.other("model_parallel_size")) != tp * (pp or 1):
+        raise SpecError(f"{row.where}.other_metrics",
+                        f"model_parallel_size={row.other('model_parallel_size')}",
+                        f"the model-parallel size is tp·pp = {tp}·{pp or 1} = {tp * (pp or 1)} "
+                        "by the row's columns; make them agree")
     pp = pp or 1
     cp = row.number("cp", 1)
     dp = row.number("dp") or gpus // (tp * pp * cp)
@@ -388,6 +401,9 @@ def _cluster(row: _Row, base: Path):
     gpu = row.text("gpu").upper()
     gpu = GPU_ALIASES.get(gpu, gpu)
     if row.text("cluster"):
+        if row.text("gpu") and gpu not in CLUSTER_OF:  # (a misspelt part would be ignored)
+            raise SpecError(f"{row.where}.gpu", row.text("gpu"), "known: " + ", ".join(CLUSTER_OF)
+                            + "; or leave it blank, since the cluster column names the devices")
         cluster = get_cluster(row.path("cluster", base))
         named = get_cluster(CLUSTER_OF[gpu]).accelerator if gpu in CLUSTER_OF else None
         acc = cluster.accelerator
@@ -413,7 +429,9 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
     stack = row.stack(base, override)
     gpus = row.required("num_gpus")
-    row.number("gpus_per_node")  # (for people, and checked: the cluster gives the nodes)
+    if (row.number("gpus_per_node") or 0) > MAX_GPUS:  # (for people; the cluster gives nodes)
+        raise SpecError(f"{row.where}.gpus_per_node", row.text("gpus_per_node"),
+                        f"must be at most {MAX_GPUS:,}")
     model = _model(row, base, stack)
     plan = _plan(row, gpus, stack, model)
     if metric == "layer_fwd_bwd_time":

@@ -377,6 +377,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     refuse_unsearchable(con)
     world = view or sc
     cap = world.memory_limit
+    if memory_aware and world.stack.reserved_bytes >= cap:  # before searching for nothing
+        raise InfeasibleError(f"{method}: no plan fits in {fmt_gib(cap)} GiB per device: "
+                              + _reserve_fills(world))
     sets = space.policy_sets(world, con)
     per_stage = con.recompute if con.recompute is not None and len(con.recompute) > 1 else None
     if policies is not None:  # a baseline's own restriction, within what the stack offers
@@ -583,12 +586,24 @@ class Shortfall:
             self.gap, self.plan, self.floor = peak - self.limit, plan, floor
 
 
+def _reserve_fills(sc: Scenario) -> str:
+    """What leaves no plan of any size room: the stack's own reserve."""
+    return (f"stack {sc.stack.name} reserves {fmt_gib(sc.stack.reserved_bytes)} GiB on every "
+            "device (reserved_GiB), which leaves nothing for the model; give the stack less")
+
+
 def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int) -> str:
     """Why a search of ``n_configs`` configurations found nothing: the constraints, or the
     closest plan (``shortfall``) and what would help."""
     if n_configs == 0:
         return unsatisfiable(sc, con)
     gap, par = shortfall.gap, shortfall.plan
+    hbm = sc.cluster.accelerator.hbm_bytes
+    room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
+            f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
+            f"{hbm / GiB:.1f} GiB per device")
+    if sc.stack.reserved_bytes >= sc.memory_limit:
+        return f"nothing fits in {room}: {_reserve_fills(sc)}"
     if par is None:
         return "no configuration fits in memory"
     hints = ["more GPUs"]
@@ -606,12 +621,8 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         hints.append(f"more tensor parallelism (drop {' and '.join(drop)})")
     if con.ep is not None and sc.model.moe is not None:
         hints.append("more expert parallelism (drop --ep)")
-    hbm = sc.cluster.accelerator.hbm_bytes
     if 0 < gap <= sc.memory_headroom * hbm:  # only where giving up headroom could close the gap
         hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
-    room = (f"{sc.memory_limit / GiB:.1f} GiB per device ({hbm / GiB:.1f} GiB less "
-            f"{sc.memory_headroom:.0%} headroom)" if sc.memory_headroom else
-            f"{hbm / GiB:.1f} GiB per device")
     # a floor bounds a configuration's memory from below, whatever its split: "at least"
     what, least = ("configuration", " at least") if shortfall.floor else ("plan", "")
     knobs = " ".join(plan_knobs(sc.model, par, settled=not shortfall.floor))

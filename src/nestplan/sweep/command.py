@@ -60,9 +60,10 @@ def run_command(args) -> int:
                             "back and replaces it: give a file path")
     _refused_everywhere(spec)
     _note_levels_never_crossed(spec)
+    planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
-        points, existing = plan_run(spec)
+        points, existing = planned
         done = len(existing.done)
         print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
@@ -74,7 +75,8 @@ def run_command(args) -> int:
             print(f"sweep: note: {_n(len(unbuilt), 'point')} to run cannot be set up; the run "
                   f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
-    s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet)
+    s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet,
+                  planned=planned)
     if s.interrupted:
         done = s.skipped + s.ok + s.infeasible
         print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "

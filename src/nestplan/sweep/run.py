@@ -93,8 +93,14 @@ def _cell(value) -> str:
     return str(value)
 
 
-def _reads_as(cell: str, kind: type) -> bool:
-    """A results-CSV cell is blank or what ``_cell`` writes for a ``kind`` (finite numbers)."""
+SIGNED_COLUMNS = ("margin_gib",)
+"""Result columns that may hold a negative number (a plan short of its headroom); every other
+number a sweep writes is a time, a rate, a share, a size or a degree, never below zero."""
+
+
+def _reads_as(cell: str, kind: type, signed: bool = False) -> bool:
+    """A results-CSV cell is blank or what ``_cell`` writes for a ``kind`` (finite numbers, not
+    negative unless ``signed``)."""
     if cell == "":
         return True
     if kind is bool:
@@ -102,9 +108,10 @@ def _reads_as(cell: str, kind: type) -> bool:
     if kind is int:
         return cell.isascii() and cell.isdigit()
     try:
-        return math.isfinite(float(cell))
+        x = float(cell)
     except ValueError:
         return False
+    return math.isfinite(x) and (signed or x >= 0)
 
 
 @dataclass
@@ -168,11 +175,12 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         raise SpecError("output", str(path), "its columns are not this sweep's ("
                         f"{detail or 'different order'}); give another --output or delete the file")
     status = columns.index("status")
-    typed = [(columns.index(c), t) for c, t in RESULT_TYPES.items() if t is not str]
+    typed = [(columns.index(c), t, c in SIGNED_COLUMNS) for c, t in RESULT_TYPES.items()
+             if t is not str]
     seen: set[str] = set()
     for row in rows[1:]:
         if len(row) != len(columns) or row[0] in seen or row[status] not in DONE or not all(
-                _reads_as(row[i], t) for i, t in typed):
+                _reads_as(row[i], t, signed) for i, t, signed in typed):
             # torn last line of a killed run, a repeat, an error to retry, a cell edited by hand
             out.dropped += 1
             continue
@@ -451,13 +459,15 @@ def point_tasks(spec: SweepSpec, points: list[Point], failed: list):
 
 
 def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = None,
-              parquet: bool = False, quiet: bool = False) -> Summary:
-    """Run the points not yet done; rows are appended to ``spec.output`` as points finish."""
+              parquet: bool = False, quiet: bool = False,
+              planned: tuple[list[Point], Existing] | None = None) -> Summary:
+    """Run the points not yet done; rows are appended to ``spec.output`` as points finish.
+    ``planned``: ``plan_run(spec)`` where the caller has it already."""
     from .plot import write_plot
 
     parquet = parquet or spec.parquet
     check_extras(parquet=parquet, ray=ray)
-    points, existing = plan_run(spec)
+    points, existing = planned if planned is not None else plan_run(spec)
     todo = [p for p in points if p.id not in existing.done]
     summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign)
     writer = ResultsWriter(spec.output, spec, existing)
