@@ -1,7 +1,9 @@
 """Count FSDP2's collectives in one training step on CPU (run by ``test_framework_comm.py`` in a
 fresh process): the parameter all-gathers with and without activation checkpointing of each
-sharded block, and the gradient reduce-scatters of ``MICRO`` micro-batches run by PyTorch's own
-pipeline schedule (``Schedule1F1B``) against the same micro-batches accumulated outside one.
+sharded block, the gradient reduce-scatters of ``MICRO`` micro-batches run by PyTorch's own
+pipeline schedule (``Schedule1F1B``) against the same micro-batches accumulated outside one, and
+the all-gathers of a step of ZeRO-3 (resharded after forward) under that schedule (the second
+step: the first also infers the stage's shapes).
 
 Two gloo ranks (FSDP2 skips the collective on one rank). Each block is its own ``fully_shard``
 unit, as torchtitan and Composer wrap transformer blocks; the checkpointed variant wraps the
@@ -87,6 +89,18 @@ def _rank(rank: int, port: str, out):
             for part in x.chunk(MICRO):
                 model(part).sum().backward()
         result["reductions_piped" if piped else "reductions_accumulated"] = len(reductions)
+    # ZeRO-3 (resharded after forward) under the schedule: its parameter gathers in one step
+    torch.manual_seed(0)
+    model = nn.Sequential(*(Block(False) for _ in range(BLOCKS)))
+    for block in model:
+        fully_shard(block, reshard_after_forward=True)
+    fully_shard(model, reshard_after_forward=True)
+    stage = PipelineStage(model, 0, 1, torch.device("cpu"), group=own[rank])
+    schedule = Schedule1F1B(stage, MICRO, loss_fn=lambda out, target: out.sum())
+    for step in range(2):  # the first step also runs the stage's shape inference
+        gathers.clear()
+        schedule.step(torch.randn(4 * MICRO, 16), target=torch.zeros(4 * MICRO, 16))
+    result["gathers_piped_zero3"] = len(gathers)
     if rank == 0:
         out.put(result)
     dist.destroy_process_group()

@@ -428,7 +428,6 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     assert (f"with every layer attending to the whole sequence, the step is predicted at "
             f"{fmt_time(steps['llama4-maverick'])}") in notes["llama4-maverick"]
     assert "whole sequence" not in notes["mixtral-8x7b"]
-    assert "--no-rope-freq" in notes["llama4-maverick"]
     assert "local attention" not in notes["mixtral-8x7b"]
     # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so
     assert "TransformerConfig.moe_apply_probs_on_input" in notes["llama4-maverick"]
@@ -470,6 +469,28 @@ def test_megatron_sliding_window_flags_give_the_models_windowed_layers(config, t
     windowed = [i for i in range(m.layers)
                 if is_layer_window_attention(config.window_size, config.window_attn_skip_freq, i + 1)]
     assert windowed == list(m.local_layers) and windowed
+
+
+@pytest.mark.frameworks  # (Megatron-Core's own expansion of the flag)
+@pytest.mark.parametrize("no_rope_layers", [None, [1, 1, 0, 1, 1, 1, 1, 0]])
+def test_megatron_skips_rope_on_llama4s_nope_layers(no_rope_layers, tmp_path):
+    """Llama 4's NoPE layers (every 4th, or as no_rope_layers lists them, 0 for NoPE) are
+    exported as --no-rope-freq (a user trial: the launched model had RoPE everywhere), and
+    Megatron-Core's TransformerConfig expands it to exactly those layers."""
+    config = {"model_type": "llama4_text", "hidden_size": 512, "intermediate_size": 1024,
+              "intermediate_size_mlp": 2048, "num_hidden_layers": 8, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 32000,
+              "num_local_experts": 8, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+              "attention_chunk_size": 1024,
+              **({"no_rope_layers": no_rope_layers} if no_rope_layers else {})}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=1, pp=1, dp=8, ep=8, etp=1, zero=1, mbs=1)))), "megatron")
+    nope = [int((i + 1) % 4 == 0) for i in range(8)] if no_rope_layers is None else [
+        1 - r for r in no_rope_layers]
+    assert megatron_transformer_config(out.text).no_rope_freq == nope
 
 
 @pytest.mark.frameworks
@@ -661,11 +682,12 @@ def megatron_transformer_config(text: str):
         kw["moe_layer_freq"] = _moe_layer_freq(flags["moe-layer-freq"][0])
     if "window-size" in flags:  # (Megatron-LM's tuple_type)
         kw["window_size"] = tuple(int(v) for v in flags["window-size"][0].strip("()").split(","))
-    if "window-attn-skip-freq" in flags:
-        kw["window_attn_skip_freq"] = _moe_layer_freq(flags["window-attn-skip-freq"][0])
+    for name in ("window-attn-skip-freq", "no-rope-freq"):  # (the same pattern syntax)
+        if name in flags:
+            kw[name.replace("-", "_")] = _moe_layer_freq(flags[name][0])
     for name, values in flags.items():
         if name in MEGATRON_NOT_CONFIG or name.startswith("cuda-graph") or name in (
-                "moe-layer-freq", "window-size", "window-attn-skip-freq"):
+                "moe-layer-freq", "window-size", "window-attn-skip-freq", "no-rope-freq"):
             continue
         key = renamed.get(name, name.replace("-", "_"))
         if name == "disable-bias-linear":
@@ -690,7 +712,15 @@ def megatron_transformer_config(text: str):
         kw.update(gated_linear_unit=True, activation_func=quick_gelu)
     if kw.get("pipeline_model_parallel_size", 1) > 1:
         kw["pipeline_dtype"] = torch.bfloat16
-    with mock.patch.object(tc, "is_te_min_version", lambda *a, **k: True):
+    # (the fused permutation is Transformer Engine's too: the check imports its kernels, which a
+    # CPU install lacks)
+    from megatron.core.transformer.moe import moe_utils
+
+    fused = {f: object() for f in ("fused_permute", "fused_permute_with_probs",
+                                   "fused_sort_chunks_by_index",
+                                   "fused_sort_chunks_by_index_with_probs", "fused_unpermute")}
+    with mock.patch.object(tc, "is_te_min_version", lambda *a, **k: True), \
+            mock.patch.multiple(moe_utils, create=True, **fused):
         return cls(**kw)
 
 
@@ -843,6 +873,9 @@ def test_megatron_core_takes_each_catalog_routers_flags(model):
     assert cfg.moe_router_load_balancing_type == (
         "none" if not moe.aux_loss else "seq_aux_loss" if moe.aux_loss_per_sequence
         else "aux_loss")
+    # the fused permutation the cost model charges one memory pass for (a user trial: the
+    # export had left Megatron-Core's unfused default)
+    assert cfg.moe_permute_fusion
 
 
 @frameworks

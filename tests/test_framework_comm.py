@@ -33,6 +33,9 @@ def test_fsdp_gathers_a_checkpointed_block_once_per_backward():
     # outside one (pipeline_defers_grad_sync)
     assert counts["reductions_piped"] == counts["blocks"]
     assert counts["reductions_accumulated"] == counts["micro"] * counts["blocks"]
+    # ZeRO-3 under the schedule: a backward leaves the weights gathered, every forward reshards
+    # them, and the op after a forward gathers: m + 1 gathers a step, not two a micro-batch
+    assert counts["gathers_piped_zero3"] == (counts["micro"] + 1) * counts["blocks"]
 
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=16,
                              stack="torchtitan")
@@ -47,6 +50,24 @@ def test_fsdp_gathers_a_checkpointed_block_once_per_backward():
     per_op = replace(fsdp, name="per-op", gather_whole_block=False)
     assert zero_link(per_op, "full") > 1.2 * zero_link(per_op, "none")
 
+
+
+def test_torchtitans_pipelined_zero3_gathers_once_a_micro_batch_and_once_a_step():
+    """What the CPU count above found, as the torchtitan stack costs it: under a pipeline,
+    ZeRO-3's traffic beyond ZeRO-2's is m + 1 gathers a step (ZeRO-2 gathers once a step after
+    the optimizer, and both reduce once a step), so it grows by one gather per micro-batch: the
+    step's traffic at 2m micro-batches exceeds that at m by what ZeRO-3 adds to ZeRO-2 at m."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=8,
+                             stack="torchtitan")
+
+    def dp_link(zero, batch):
+        par = Parallelism(pp=2, dp=8, zero=zero, mbs=1, recompute=("full",))
+        more = replace(sc, training=replace(sc.training, global_batch=batch))
+        return evaluate(more, par).link_time["dp"]
+
+    added = dp_link(3, 64) - dp_link(2, 64)  # 8 micro-batches per replica
+    assert added > 0
+    assert dp_link(3, 128) - dp_link(3, 64) == pytest.approx(added, rel=1e-6)
 
 
 def test_torchtitan_reduces_a_pipelines_gradients_once_a_step():

@@ -145,6 +145,10 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
     unchunked = model_from_hf_dict({**data, "text_config": {**text, "attention_chunk_size": None}})
     assert (unchunked.local_span, unchunked.local_share) == (0, 0.0)
     assert not model_from_hf_dict({**data, "text_config": {**text, "use_qk_norm": None}}).qk_l2_norm
+    # an empty no_rope_layers is the default pattern, as Llama4TextConfig takes it (a mirror of
+    # Scout ships one; a user trial's config had been refused)
+    empty = model_from_hf_dict({**data, "text_config": {**text, "no_rope_layers": []}})
+    assert empty.local_layers == model_from_hf_config(HF / "llama4-maverick.json").local_layers
     # weightless: the L2 norms add no parameters, the RMSNorms two per head dimension a layer
     rms = replace(scout, qk_l2_norm=False, qk_norm=True)
     assert total_params(scout) == total_params(replace(scout, qk_l2_norm=False))
@@ -185,7 +189,7 @@ def test_an_unknown_model_type_is_read_by_its_architecture(tmp_path):
     code, out, err = cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr", "--gpus", 256,
                          "--tp", 8, "--pp", 8, "--ep", 32, "--etp", 1, "--sp", "--mbs", 1,
                          "--global-batch", 256, "--seq-len", 4096, "--recompute", "full",
-                         "--json")
+                         "--moe-imbalance", 1, "--json")  # (no balanced-routing note)
     assert code == 0, err
     assert "note:" in err and "read as deepseek_v3" in err and len(err.strip().splitlines()) == 1
     data["architectures"] = ["KimiK3ForCausalLM"]
@@ -347,6 +351,21 @@ def test_gpt_oss_reads_no_activation_its_code_ignores():
     does not model there is not refused."""
     data = json.loads((Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json").read_text())
     assert model_from_hf_dict({**data, "hidden_act": "relu2"}) == model_from_hf_dict(data)
+
+
+def test_gpt_oss_trains_without_the_balancing_loss_its_config_does_not_apply():
+    """GPT-OSS's router_aux_loss_coef (0.9) is added by transformers only when output_router_logits
+    is on, which its released config turns off, and Megatron-Bridge trains GPT-OSS without one:
+    read as none, with a note (a user trial's export had trained with 0.9); a config that turns
+    the logits on keeps it, and other families keep theirs."""
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json").read_text())
+    assert data["router_aux_loss_coef"] == 0.9 and data["output_router_logits"] is False
+    with pytest.warns(Warning, match="router_aux_loss_coef: 0.9 not read as a balancing loss"):
+        assert model_from_hf_dict(data).moe.aux_loss == 0
+    assert model_from_hf_dict({**data, "output_router_logits": True}).moe.aux_loss == 0.9
+    mixtral = json.loads((SHARED_HF / "mixtral-8x7b.json").read_text())
+    assert mixtral.get("output_router_logits") is False
+    assert model_from_hf_dict(mixtral).moe.aux_loss == mixtral["router_aux_loss_coef"]
 
 
 def test_keys_a_family_does_not_read_are_ignored_as_transformers_ignores_them():

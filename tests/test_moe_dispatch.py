@@ -809,3 +809,34 @@ def test_scores_on_the_input_keep_the_unscaled_tokens_and_weight_no_output():
     plain = replace(sc.model, moe=replace(sc.model.moe, scores_on_input=False))
     ops = {o.name: o for o in G.build(plain, local).moe.ops}
     assert "scale_input" not in ops
+
+
+def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
+    """A user trial's recommended MoE plans sat at the memory limit with balanced routing and
+    stopped fitting at 1.2: where no imbalance is stated, evaluate says what the plan takes and
+    needs with the busiest expert rank at 1.2 times the mean; a stated one, or a capacity factor
+    that caps it, gets no note, nor does a dense model."""
+    from console import cli
+
+    from nestplan.units import fmt_gib, fmt_time
+
+    args = ["evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", 64,
+            "--tp", 2, "--pp", 1, "--ep", 8, "--etp", 1, "--sp", "--mbs", 1, "--global-batch",
+            256, "--seq-len", 4096, "--recompute", "full"]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
+                             moe_imbalance=1.2)
+    par = Parallelism(tp=2, pp=1, dp=32, ep=8, etp=1, sp=True, zero=1, mbs=1,
+                      recompute=("full",))
+    uneven = evaluate(sc, par)
+    assert "costed with perfectly balanced routing" in err
+    assert (f"this plan takes {fmt_time(uneven.step_time)}" in err
+            and f"needs {fmt_gib(uneven.peak_memory)} GiB" in err), err
+    for extra in (["--moe-imbalance", 1.0], ["--moe-capacity-factor", 1.25]):
+        code, out, err = cli(*args, *extra)
+        assert code == 0 and "balanced routing" not in err, err
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+                         "--seq-len", 2048)
+    assert code == 0 and "balanced routing" not in err, err

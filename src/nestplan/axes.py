@@ -42,5 +42,6 @@ def parse_order(text: str) -> tuple[Axis, ...]:
                         "(innermost first), e.g. 'tp-cp-dp-pp'") from None
     if sorted(a.value for a in order) != sorted(a.value for a in RANK_AXES):
         raise SpecError("rank_order", text, "must name each of tp, cp, dp, pp exactly once, "
-                        "e.g. 'tp-cp-dp-pp'")
+                        "e.g. 'tp-cp-dp-pp' (ep, which folds over them, may stand just before "
+                        "dp, as in Megatron's 'tp-cp-ep-dp-pp')")
     return order

@@ -427,6 +427,7 @@ def cmd_evaluate(args) -> int:
     ev = evaluate(sc, plan)
     _note_recompute_costs_memory(ev)
     _note_host_bound(ev)
+    _note_balanced_routing(ev, args)
     if args.save is not None:
         from . import planfile
 
@@ -462,6 +463,37 @@ def _note_host_bound(ev) -> None:
                       f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
                       f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
                       "fewer GPUs or a larger global batch would use them better", Note)
+
+
+UNEVEN_ROUTING = 1.2
+"""The busiest expert rank's load over the mean that the balanced-routing note shows a plan at: an
+example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
+
+
+def _note_balanced_routing(ev, args) -> None:
+    """Say that an MoE plan was costed with perfectly balanced routing when the user stated no
+    imbalance and no capacity caps it, and what the plan takes and needs at an uneven load (a
+    user trial: plans at the memory limit stopped fitting at 1.2, without a word)."""
+    sc = ev.scenario
+    tr = sc.training
+    if (sc.model.moe is None or getattr(args, "moe_imbalance", None) is not None
+            or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None):
+        return
+    import warnings
+    from dataclasses import replace
+
+    from .errors import Note
+    from .evaluate import evaluate
+    from .units import fmt_gib, fmt_time
+
+    uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
+    warnings.warn(f"costed with perfectly balanced routing (--moe-imbalance 1, as benchmarks "
+                  f"that force it run); with a trained router's busiest expert rank at e.g. "
+                  f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
+                  f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
+                  f"{fmt_gib(uneven.peak_memory)} GiB ("
+                  + ("fits" if uneven.fits else "does NOT fit") + "); state your run's with "
+                  "--moe-imbalance", Note)
 
 
 def _note_no_interleaving(ev) -> None:
@@ -535,6 +567,7 @@ def cmd_plan(args) -> int:
         progress.close()
     _note_host_bound(res.best)
     _note_no_interleaving(res.best)
+    _note_balanced_routing(res.best, args)
     if args.save is not None:
         from . import planfile
 

@@ -612,7 +612,9 @@ def _llama4(cfg: _Config) -> dict:
     kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool, null=False)
     chunk = cfg.get("attention_chunk_size", default=8192, minimum=0, null=0)
     if chunk:
-        rope = cfg.get("no_rope_layers", default=None, kind=list)
+        # (an empty list is the default pattern: Llama4TextConfig takes `no_rope_layers if
+        # no_rope_layers else` its default, configuration_llama4.py, transformers 5.23.0 wheel)
+        rope = cfg.get("no_rope_layers", default=None, kind=list) or None
         if rope is not None and len(rope) != layers:
             raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
                             f"needs one per layer ({layers})")
@@ -697,12 +699,26 @@ class's ``router_aux_loss_coef`` (transformers 5.23.0 wheel); DeepSeek-V3's and 
 have none (balanced by their routers' expert biases)."""
 
 
-def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool) -> MoESpec:
+def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool,
+               needs_logits: bool = False) -> MoESpec:
     """``moe`` with the config's load-balancing loss: ``router_aux_loss_coef`` or DeepSeek's
     ``aux_loss_alpha`` (else the family's ``default``), per sequence where ``seq_aux`` says so in
-    a family that reads it (``per_sequence``: DeepSeek's)."""
+    a family that reads it (``per_sequence``: DeepSeek's); for a family trained without one
+    unless its config asks for the router's logits (``needs_logits``: GPT-OSS), none without
+    ``output_router_logits``."""
     coeff = cfg.get("router_aux_loss_coef", "aux_loss_alpha", kind=float, minimum=0,
                     default=default)
+    if needs_logits and coeff and not cfg.get("output_router_logits", kind=bool, default=False,
+                                              null=False):
+        # transformers adds the loss only when the router's logits are output, which GPT-OSS's
+        # released config turns off, and Megatron-Bridge trains GPT-OSS without one
+        # (moe_router_load_balancing_type = "none": src/megatron/bridge/models/gpt_oss/
+        # gpt_oss_provider.py @ NVIDIA-NeMo/Megatron-Bridge 355cef4570)
+        warnings.warn(HFNote(f"{cfg.where('router_aux_loss_coef')}: {coeff:g} not read as a "
+                             "balancing loss: output_router_logits is off, and Megatron-Bridge "
+                             "trains GPT-OSS without one; give [moe] aux_loss in a model file "
+                             "to train with it"), stacklevel=2)
+        coeff = 0.0
     per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=False)
     try:
         return replace(moe, aux_loss=coeff, aux_loss_per_sequence=per_sequence)
@@ -770,7 +786,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                                 default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
             kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
-                                   per_sequence=mtype in ("deepseek_v3", "kimi_k2"))
+                                   per_sequence=mtype in ("deepseek_v3", "kimi_k2"),
+                                   needs_logits=mtype == "gpt_oss")
         if lm.data.get("head_dim") is None and kw.get("mla") is None \
                 and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "

@@ -615,7 +615,7 @@ def _stack_fields() -> dict:
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
-                                    "moe_pad_to_capacity", "multi_token_prediction",
+                                    "moe_pad_to_capacity", "multi_token_prediction", "mixture_of_experts",
                                     "experts_over_sharded_ranks", "expert_tp_with_ep",
                                     "expert_tp_with_bias", "qkv_views",
                                     "scores_in_activation", "pipeline_defers_grad_sync",

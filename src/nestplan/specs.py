@@ -482,11 +482,13 @@ class RopeScaling(_CachedHash):
         if not (within(self.low_freq_factor, MAX_YARN_FACTOR) and self.low_freq_factor > 0):
             raise SpecError("rope_scaling.low_freq_factor", self.low_freq_factor,
                             f"must be a number in (0, {MAX_YARN_FACTOR:g}]")
+        # (equal factors leave no band between kept and scaled frequencies; transformers warns
+        # and runs them: _validate_llama3_parameters, modeling_rope_utils.py, 5.23.0 wheel)
         if not (within(self.high_freq_factor, MAX_YARN_FACTOR)
-                and self.high_freq_factor > self.low_freq_factor):
+                and self.high_freq_factor >= self.low_freq_factor):
             raise SpecError("rope_scaling.high_freq_factor", self.high_freq_factor,
-                            f"must be a number above low_freq_factor = {self.low_freq_factor:g}"
-                            f" and at most {MAX_YARN_FACTOR:g}")
+                            f"must be a number at least low_freq_factor = "
+                            f"{self.low_freq_factor:g} and at most {MAX_YARN_FACTOR:g}")
         _positive("rope_scaling.original_max_positions", self.original_max_positions)
         if self.original_max_positions > MAX_TOKENS:
             raise SpecError("rope_scaling.original_max_positions", self.original_max_positions,
@@ -1130,6 +1132,10 @@ class Scenario(_CachedHash):
         cap = self.cluster.max_devices
         if cap is not None and self.gpus > cap:
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
+        if self.model.moe is not None and not self.stack.mixture_of_experts:
+            raise SpecError("stack", self.stack.name, f"trains no mixture-of-experts layers, "
+                            f"which {self.model.name} has; use a stack that does (megatron-core, "
+                            "nemo, torchtitan)")
         if self.model.mtp_layers and not self.stack.multi_token_prediction:
             raise SpecError("model.mtp_layers", self.model.mtp_layers,
                             f"stack {self.stack.name} trains no multi-token-prediction depths; "

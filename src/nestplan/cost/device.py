@@ -366,15 +366,20 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     # inside the unit's backward, after the backward's own gather (tests/test_framework_comm.py)
     again = 0.0 if st.gather_whole_block else ch.again
     comm_b = ag * (1.0 + again) + rs
+    # under a pipeline that defers the reduction a backward leaves the weights gathered, so a
+    # forward after one gathers nothing: every forward reshards and the op after it gathers,
+    # m + 1 gathers a step whatever the order (counted on two gloo ranks under Schedule1F1B,
+    # tests/frameworks_fsdp_gathers.py), charged as the backward's and the first forward's
+    ag_f = ag / cc.micro if st.defers_grad_sync(par.pp, par.zero) else ag
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
-    extra_f = exposed(ag, fwd, eff) + ag * per_layer
+    extra_f = exposed(ag_f, fwd, eff) + ag_f * per_layer
     work_b = np.asarray(ch.bwd)[..., None] + ch.rc
     extra_b = exposed(comm_b, work_b, eff) + comm_b * per_layer
     B = work_b + extra_b
     return ChunkTime(F=np.broadcast_to(fwd + extra_f, np.shape(B)), B=B,
                      W=np.broadcast_to(np.asarray(ch.wgrad)[..., None], np.shape(B)),
-                     zero_exposed=extra_f + extra_b, zero_link=ag + comm_b)
+                     zero_exposed=extra_f + extra_b, zero_link=ag_f + comm_b)
 
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,

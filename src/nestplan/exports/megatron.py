@@ -219,6 +219,23 @@ def _window_args(m, notes: list[str]) -> list[str]:
     return args
 
 
+def _nope_args(m) -> list[str]:
+    """Llama 4's NoPE layers as ``--no-rope-freq``: its chunked layers are those with RoPE and the
+    others attend globally without it (``no_rope_layers``; ``hf._llama4``). Megatron-Core skips
+    RoPE where the flag's per-layer list holds 1; an integer N is every N-th layer
+    (``TransformerConfig.__post_init__``, megatron/core/transformer/transformer_config.py @
+    d98e8a64dd)."""
+    if not (m.local_span and not m.sliding_window and m.local_layers
+            and m.position is Position.ROPE):
+        return []
+    flags = [int(i not in m.local_layers) for i in range(m.layers)]
+    if not any(flags):
+        return []
+    every = next((n for n in range(1, m.layers + 1)
+                  if flags == [int((i + 1) % n == 0) for i in range(m.layers)]), None)
+    return [f"--no-rope-freq {every}" if every else f"--no-rope-freq '{_pattern(flags)}'"]
+
+
 def _pattern(flags: list[int]) -> str:
     """A per-layer 0/1 list in Megatron-LM's pattern syntax (no spaces: its parser allows only
     digits, ``,[]()+*``), e.g. ``([0]*3+[1]*58)``."""
@@ -348,7 +365,13 @@ def export(pf: PlanFile) -> Export:
                  f"--expert-tensor-parallel-size {exported.expert_tp}",
                  f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-ffn-hidden-size {m.moe.ffn_hidden}", "--moe-grouped-gemm",
-                 f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}"]
+                 f"--moe-token-dispatcher-type {sc.stack.moe_dispatcher}",
+                 # the cost model's permutation and unpermutation are one memory pass each, as
+                 # Transformer Engine's fused kernels run them; Megatron-Core's default is the
+                 # unfused path (moe_permute_fusion False: transformer_config.py @ d98e8a64dd),
+                 # and Megatron-Bridge's MoE providers turn it on (gpt_oss_provider.py @
+                 # NVIDIA-NeMo/Megatron-Bridge 355cef4570)
+                 "--moe-permute-fusion"]
         args += _router_args(m.moe)
         if m.moe.scores_on_input:
             # a TransformerConfig field (megatron/core/transformer/transformer_config.py) that
@@ -503,7 +526,7 @@ def export(pf: PlanFile) -> Export:
     unexported = ([f"RoPE scaled by x{m.rope_mscale:.4g}"] if m.rope_mscale != 1 and m.yarn is None
                   else []) \
         + ([f"chunked attention on {m.local_share:.0%} of the layers (Llama 4's; Megatron-LM "
-            "has no flag for chunks; its NoPE layers: --no-rope-freq)"]
+            "has no flag for chunks)"]
            if m.local_span and not m.sliding_window else []) \
         + (["the experts' biases without the other layers' (Megatron-Core's add_bias_linear "
             "gives every linear layer one or none)"] if m.biased_experts and not m.bias else [])
@@ -513,7 +536,7 @@ def export(pf: PlanFile) -> Export:
         notes.append(listed + " not exported (nestplan keeps their cost, not "
                      "their parameters): set them as the model's recipe does")
     windows = _window_args(m, notes) if m.sliding_window else []
-    args += windows
+    args += windows + _nope_args(m)
     if m.local_span and not windows:
         notes.append(_without_local_attention(pf, exported))
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
