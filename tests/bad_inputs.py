@@ -614,6 +614,10 @@ STACK_BAD = {
     "schedules-min-pp-micro-unknown": ('base = "torchtitan"\nname = "s"\n'
                                        'schedules_min_pp_micro = ["2f2b"]\n',
                                        "schedules_min_pp_micro"),
+    "tp-overlap-beyond-domain-full": ('base = "megatron-core"\nname = "s"\n'
+                                      'tp_overlap_beyond_domain = "full"\n',
+                                      "tp_overlap_beyond_domain: got 'full'; allowed: none, "
+                                      "backward"),
     "name-zero-width-space": ('base = "megatron-core"\nname = "s\u200b"\n',
                               "no control or invisible format characters"),
 }

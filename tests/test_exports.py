@@ -1533,3 +1533,24 @@ def test_the_rank_wrapper_gives_each_process_its_rank_of_the_map(tmp_path, fmt):
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "give the command" in done.stderr
     assert any("bash PATH.ranks.sh" in n and "--node-rank" in n for n in out.notes)
+
+
+def test_tp_beyond_one_nvlink_domain_runs_without_userbuffer_overlap():
+    """Transformer Engine's userbuffer overlap runs within one NVLink domain only (TE issue
+    #1071): a TP group across nodes is costed with the stack's overlap beyond the domain (the
+    backward's, for megatron-core) and exported without --tp-comm-overlap, with a note (a user
+    trial's TP 16 had been exported with it); a TP group within a node keeps both."""
+    from nestplan.catalog import get_stack
+    from nestplan.options import TPOverlap
+
+    sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 1024, seq_len=8192, global_batch=512)
+    backward = replace(sc, stack=replace(get_stack("megatron-core"), name="bw",
+                                         tp_overlap=TPOverlap.BACKWARD))
+    for tp, pp, crosses in ((16, 8, True), (8, 16, False)):
+        par = Parallelism(tp=tp, pp=pp, dp=8, sp=True, zero=1, mbs=1, recompute=("none",))
+        ev = evaluate(sc, par)
+        same = ev.step_time == pytest.approx(evaluate(backward, par).step_time, rel=1e-12)
+        assert same == crosses, tp
+        out = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
+        assert ("tp-comm-overlap" in _flags(out.text)) != crosses
+        assert any("leaves one NVLink domain" in n for n in out.notes) == crosses

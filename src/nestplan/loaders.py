@@ -631,6 +631,7 @@ def _stack_fields() -> dict:
         "moe_layer_host_ms": number(units.MS),
         "attention": choice(AttentionImpl),
         "tp_overlap": choice(TPOverlap),
+        "tp_overlap_beyond_domain": choice(TPOverlap),
         "recompute": ((list, dict), _recompute_from_file, _recompute_to_file),
         "schedules": listed(),
         "schedules_min_pp_micro": listed(),

@@ -129,6 +129,15 @@ class StackSpec(_CachedHash):
     """Sharded-optimizer parameter all-gather overlaps the next step's first forward."""
     tp_overlap: TPOverlap = TPOverlap.BACKWARD
     """Tensor-parallel communication overlap."""
+    tp_overlap_beyond_domain: TPOverlap = TPOverlap.BACKWARD
+    """The overlap a TP group gets when it leaves the innermost network level (one NVLink
+    domain) and ``tp_overlap`` is ``full``: Transformer Engine's userbuffer overlap works within
+    one NVLink domain only ("comm+GEMM overlap is currently only possible with single-node
+    tensor-parallelism", its Userbuffers relying on CUDA multicast over NVLink:
+    NVIDIA/TransformerEngine issue #1071, 2024-08-02), and outside it Transformer Engine still
+    runs the backward's input all-gather and gradient reduce-scatter beside the GEMMs
+    (``backward``); torch's async TP, on symmetric memory between NVLink peers, falls back to
+    plain TP (``none``). At most ``backward``."""
     overlap_p2p: bool = True
     """Pipeline send/recv overlaps compute in the steady state."""
     moe_dispatcher: str = "alltoall"
@@ -395,6 +404,9 @@ class StackSpec(_CachedHash):
         if self.default_recompute is not None and self.default_recompute not in names:
             raise SpecError("stack.default_recompute", self.default_recompute,
                             "must be one of its recompute policies: " + ", ".join(names))
+        if self.tp_overlap_beyond_domain is TPOverlap.FULL:
+            raise SpecError("stack.tp_overlap_beyond_domain", "full", "allowed: none, backward "
+                            "(a full overlap runs within one NVLink domain only)")
         _names("stack.schedules", self.schedules, tuple(SCHEDULES), "schedules must differ")
         _names("stack.schedules_min_pp_micro", self.schedules_min_pp_micro, tuple(SCHEDULES),
                "schedules must differ")
@@ -630,6 +642,14 @@ class StackSpec(_CachedHash):
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step
         (``pipeline_defers_grad_sync``)."""
         return self.pipeline_defers_grad_sync and pp > 1 and zero >= 2
+
+    def tp_overlap_for(self, group) -> TPOverlap:
+        """The TP overlap of a TP group laid out as ``group`` (a ``placement.GroupLayout``):
+        ``tp_overlap``, but ``tp_overlap_beyond_domain`` for a full overlap whose group leaves
+        the innermost level."""
+        if self.tp_overlap is TPOverlap.FULL and group.top > 0:
+            return self.tp_overlap_beyond_domain
+        return self.tp_overlap
 
     def bf16_optimizer(self, pp: int, zero: int) -> bool:
         """A plan of ``pp`` stages at ZeRO stage ``zero`` runs DeepSpeed's BF16_Optimizer

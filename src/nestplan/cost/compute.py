@@ -103,8 +103,8 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
     host = stack.moe_host_wait(training)
-    args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision, stack.tp_overlap,
-            stack.overlap_efficiency)
+    args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
+            stack.tp_overlap_for(lay.tp), stack.overlap_efficiency)
     if layer.depth_block is None:
         return _layer_cost(layer, *args, host * layer.moe_blocks)
     # a head's depths: each depth's block waits as a block does, the rest of the head does not

@@ -19,6 +19,7 @@ from ..catalog import get_stack
 from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
 from ..evaluate import layer_graph
+from ..placement import layouts
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
@@ -355,11 +356,16 @@ def export(pf: PlanFile) -> Export:
     ]
     if par.sp:
         args.append("--sequence-parallel")
-    if sc.stack.tp_overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
+    overlap = sc.stack.tp_overlap_for(layouts(exported, sc.cluster, sc.gpus).tp)
+    if overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
         # Transformer Engine's userbuffers: a TransformerConfig field, so a Megatron-LM flag,
         # which validate_args allows only with SP (megatron/training/arguments.py @ d98e8a64dd);
         # without SP the cost model exposes the forward all-reduces, as Megatron runs them
         args.append("--tp-comm-overlap")
+    elif sc.stack.tp_overlap is TPOverlap.FULL and overlap is not TPOverlap.FULL and par.tp > 1:
+        notes.append(f"TP {par.tp} leaves one NVLink domain, where Transformer Engine's "
+                     "userbuffer overlap cannot run: exported without --tp-comm-overlap, as "
+                     "costed")
     if m.moe is not None:
         args += [f"--expert-model-parallel-size {par.ep}",
                  f"--expert-tensor-parallel-size {exported.expert_tp}",

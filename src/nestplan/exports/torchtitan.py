@@ -21,6 +21,7 @@ from ..axes import MEGATRON_ORDER
 from ..catalog import get_model, get_stack
 from ..errors import SpecError
 from ..options import Precision, TPOverlap
+from ..placement import layouts
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
@@ -176,7 +177,11 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         # fused norms and gated MLPs come from Inductor there (its eager model code runs
         # neither, torchtitan.toml); async TP is a compile option that needs it
         # (CompileConfig.enable_async_tensor_parallel, torchtitan/config/configs.py, 0.3.0 wheel)
-        asynctp = st.tp_overlap is TPOverlap.FULL and par.tp > 1
+        asynctp = st.tp_overlap_for(layouts(par, sc.cluster, sc.gpus).tp) is TPOverlap.FULL \
+            and par.tp > 1
+        if st.tp_overlap is TPOverlap.FULL and par.tp > 1 and not asynctp:
+            notes.append(f"TP {par.tp} leaves one NVLink domain, where torch's async TP cannot "
+                         "pair its ranks: exported without it, as costed")
         if st.fused_norm or st.fused_gated_mlp or asynctp:
             opt("compile.enable", True)
             why = [w for w, on in (("fused norms", st.fused_norm),
