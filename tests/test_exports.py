@@ -472,13 +472,15 @@ def test_megatron_sliding_window_flags_give_the_models_windowed_layers(config, t
 
 
 @pytest.mark.frameworks  # (Megatron-Core's own expansion of the flag)
-@pytest.mark.parametrize("no_rope_layers", [None, [1, 1, 0, 1, 1, 1, 1, 0]])
-def test_megatron_skips_rope_on_llama4s_nope_layers(no_rope_layers, tmp_path):
+@pytest.mark.parametrize("layers, no_rope_layers", [(8, None), (8, [1, 1, 0, 1, 1, 1, 1, 0]),
+                                                    (10, None)])
+def test_megatron_skips_rope_on_llama4s_nope_layers(layers, no_rope_layers, tmp_path):
     """Llama 4's NoPE layers (every 4th, or as no_rope_layers lists them, 0 for NoPE) are
     exported as --no-rope-freq (a user trial: the launched model had RoPE everywhere), and
-    Megatron-Core's TransformerConfig expands it to exactly those layers."""
+    Megatron-Core's TransformerConfig expands it to exactly those layers (as a pattern where 4
+    does not divide the layers, which it refuses as an integer)."""
     config = {"model_type": "llama4_text", "hidden_size": 512, "intermediate_size": 1024,
-              "intermediate_size_mlp": 2048, "num_hidden_layers": 8, "num_attention_heads": 8,
+              "intermediate_size_mlp": 2048, "num_hidden_layers": layers, "num_attention_heads": 8,
               "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 32000,
               "num_local_experts": 8, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
               "attention_chunk_size": 1024,
@@ -488,7 +490,7 @@ def test_megatron_skips_rope_on_llama4s_nope_layers(no_rope_layers, tmp_path):
     sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
     out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
         tp=1, pp=1, dp=8, ep=8, etp=1, zero=1, mbs=1)))), "megatron")
-    nope = [int((i + 1) % 4 == 0) for i in range(8)] if no_rope_layers is None else [
+    nope = [int((i + 1) % 4 == 0) for i in range(layers)] if no_rope_layers is None else [
         1 - r for r in no_rope_layers]
     assert megatron_transformer_config(out.text).no_rope_freq == nope
 
@@ -1342,9 +1344,11 @@ def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
     assert "--grad-reduce-in-bf16" in text("nemo", "megatron")
     assert "--grad-reduce-in-bf16" not in text("megatron-core", "megatron")
     titan = par.with_(zero=2)
-    assert "--compile" not in text("torchtitan", "torchtitan", titan)
+    eager = text("torchtitan", "torchtitan", titan)  # (said either way: a config may turn it on)
+    assert "--compile.no-enable\n" in eager and "--compile.enable\n" not in eager
     compiled = text("torchtitan-compile", "torchtitan", titan)
-    assert "--compile.enable\n" in compiled and "async" not in compiled
+    assert "--compile.enable\n" in compiled
+    assert "--compile.no-enable_async_tensor_parallel\n" in compiled
     assert "which torchtitan runs under torch.compile: exported with --compile.enable" in compiled
     asynctp = text("torchtitan-float8-asynctp", "torchtitan", titan)
     assert "--compile.enable_async_tensor_parallel\n" in asynctp
@@ -1554,3 +1558,72 @@ def test_tp_beyond_one_nvlink_domain_runs_without_userbuffer_overlap():
         out = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
         assert ("tp-comm-overlap" in _flags(out.text)) != crosses
         assert any("leaves one NVLink domain" in n for n in out.notes) == crosses
+
+
+def test_torchtitan_export_turns_off_what_a_registry_config_turns_on():
+    """torchtitan's llama3_405b config compiles, runs async TP and converts to Float8 (a user
+    trial's eager bf16 plan launched with all three): the export says compile and async TP
+    either way, and a note says the Float8 converter has to go; a ZeRO-0 plan with CP, which
+    torchtitan shards over the CP ranks, says so too."""
+    sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 512, seq_len=8192, global_batch=256,
+                             stack="torchtitan")
+    par = Parallelism(tp=8, pp=8, dp=8, sp=True, zero=3, mbs=1, recompute=("full",))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    flags = out.text.split()
+    assert "--compile.no-enable" in flags and "--compile.no-enable_async_tensor_parallel" in flags
+    assert any("llama3_405b trains with a Float8 converter" in n for n in out.notes)
+    sc8 = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=8,
+                              stack="torchtitan")
+    zero0 = Parallelism(tp=1, pp=1, dp=4, cp=2, zero=0, mbs=1, recompute=("full",))
+    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc8, zero0))), "torchtitan").notes
+    assert any("runs sharded over cp = 2" in n for n in notes)
+    assert not any("Float8" in n for n in notes)
+
+
+@pytest.mark.frameworks
+def test_deepspeed_pipeline_export_says_its_gradients_accumulate_in_bf16(monkeypatch):
+    """The exported pipeline config leaves grad_accum_dtype unset, so DeepSpeed accumulates in
+    bf16; its own optimizer choice refuses fp32 accumulation at ZeRO-0 and, at ZeRO-1, runs
+    BF16_Optimizer with an fp32 buffer: the export says so (a user trial)."""
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero import utils
+
+    monkeypatch.setattr(utils.dist, "get_rank", lambda *a, **k: 0)  # (as on rank 0, for a log)
+
+    class Engine:  # the answers _do_optimizer_sanity_check reads
+        pipeline_parallelism = True
+
+        def __init__(self, zero):
+            self.zero = zero
+
+        def get_data_types(self):
+            return torch.bfloat16, torch.float32
+
+        def zero_optimization(self):
+            return self.zero > 0
+
+        def zero_optimization_stage(self):
+            return self.zero
+
+        def zero_cpu_offload(self):
+            return False
+
+        def zero_compute_grad_norm(self):
+            return True
+
+        def zero_allow_untested_optimizer(self):
+            return True
+
+    with pytest.raises(NotImplementedError):
+        DeepSpeedEngine._do_optimizer_sanity_check(Engine(0), torch.optim.AdamW(
+            [torch.nn.Parameter(torch.zeros(1))]))
+    assert DeepSpeedEngine._do_optimizer_sanity_check(Engine(1), torch.optim.AdamW(
+        [torch.nn.Parameter(torch.zeros(1))])) == "bf16"
+    sc = scenario_from_names("llama2-13b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=64,
+                             stack="deepspeed")
+    for zero, words in ((0, "is refused at ZeRO-0"), (1, "adds an fp32 buffer")):
+        par = Parallelism(tp=1, pp=4, dp=8, zero=zero, mbs=1, recompute=("full",))
+        notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
+        assert any("accumulates the micro-batches' gradients in bf16" in n and words in n
+                   for n in notes), notes

@@ -254,17 +254,19 @@ def test_calibrate_writes_paths_into_its_comment_escaped(tmp_path, runs_csv):
 
 def test_calibrate_writes_nothing_that_would_not_load(tmp_path, runs_csv):
     """Over a chain of stacks as long as a stack may have (31 files, megatron-2021 and its base
-    megatron-core: a chain of 32 bases), the fitted file would make it one longer: refused, and
-    nothing left behind."""
+    megatron-core: a chain of 32 bases), the fitted file would make it one longer: refused, an
+    earlier file of that name kept, and nothing left behind."""
     for i in range(1, 32):
         base = f'"c{i + 1}.toml"' if i < 31 else '"megatron-2021"'
         (tmp_path / f"c{i}.toml").write_text(f'base = {base}\nname = "c{i}"\n')
     assert get_stack(str(tmp_path / "c1.toml")).name == "c1"
     out = tmp_path / "out.toml"
+    out.write_text("# an earlier calibration\n")  # (a reviewer's: it had been deleted)
     code, _, err = cli("calibrate", runs_csv(), "--stack", tmp_path / "c1.toml", "-o", out)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "the fitted stack file would not load" in err and "chain of more than 32" in err
-    assert not out.exists()
+    assert out.read_text() == "# an earlier calibration\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_calibrate_names_a_value_the_fit_would_take_out_of_bounds():

@@ -492,8 +492,9 @@ def _note_balanced_routing(ev, args) -> None:
                   f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
                   f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
                   f"{fmt_gib(uneven.peak_memory)} GiB ("
-                  + ("fits" if uneven.fits else "does NOT fit") + "); state your run's with "
-                  "--moe-imbalance", Note)
+                  + ("fits, with the headroom" if uneven.within_headroom else
+                     "fits, inside the headroom" if uneven.fits else "does NOT fit")
+                  + "); state your run's with --moe-imbalance", Note)
 
 
 def _note_no_interleaving(ev) -> None:
@@ -855,19 +856,24 @@ def cmd_calibrate(args) -> int:
         ref = f".{os.sep}{ref}"
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
+    # written beside it first and loaded as --stack takes it (a chain of bases not too long),
+    # so that a file that would not load replaces nothing
+    draft = out.with_name(f".{out.stem}.draft.toml")
     try:
-        out.write_text(f"# nestplan calibrate {_shown(args.csv)}"
-                       + (f" --stack {_shown(args.stack)}" if args.stack
-                          else f" (base: the rows' stack, {_shown(ref)})")
-                       + f" -o {_shown(args.output)}\n" + dumps(table))
+        draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
+                         + (f" --stack {_shown(args.stack)}" if args.stack
+                            else f" (base: the rows' stack, {_shown(ref)})")
+                         + f" -o {_shown(args.output)}\n" + dumps(table))
+        try:
+            get_stack(str(draft))
+        except SpecError as e:
+            raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
+                            "nothing written") from None
+        os.replace(draft, out)
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
-    try:  # what was written loads as --stack takes it (e.g. a chain of bases not too long)
-        get_stack(str(out))
-    except SpecError as e:
-        out.unlink()
-        raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
-                        "nothing written") from None
+    finally:
+        draft.unlink(missing_ok=True)
     lines = [f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
              + (f" {'left out':>9s}" if result.loo else "")]
     for i, c in enumerate(cases):

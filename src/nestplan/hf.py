@@ -703,9 +703,10 @@ def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool
                needs_logits: bool = False) -> MoESpec:
     """``moe`` with the config's load-balancing loss: ``router_aux_loss_coef`` or DeepSeek's
     ``aux_loss_alpha`` (else the family's ``default``), per sequence where ``seq_aux`` says so in
-    a family that reads it (``per_sequence``: DeepSeek's); for a family trained without one
-    unless its config asks for the router's logits (``needs_logits``: GPT-OSS), none without
-    ``output_router_logits``."""
+    a family that reads it (``per_sequence``: DeepSeek's); none for a family that
+    Megatron-Bridge's provider trains without one (``needs_logits``: GPT-OSS) unless the config
+    turns ``output_router_logits`` on, the switch with which transformers adds the loss in
+    training. (Every family's released config has it off; the others keep its coefficient.)"""
     coeff = cfg.get("router_aux_loss_coef", "aux_loss_alpha", kind=float, minimum=0,
                     default=default)
     if needs_logits and coeff and not cfg.get("output_router_logits", kind=bool, default=False,

@@ -283,10 +283,11 @@ class StackSpec(_CachedHash):
     axes: tuple[str, ...] = AXES
     """Parallel axes it offers beside data parallelism."""
     mixture_of_experts: bool = True
-    """It trains mixture-of-experts layers. Megatron-LM's arrived in December 2023
-    (megatron/core/transformer/moe/moe_layer.py, first in NVIDIA/Megatron-LM c79503850b), after
-    the catalog's Megatron-LM 2021 and 2022 stacks; the stacks based on them (Megatron-DeepSpeed,
-    DeepSpeed 2021) keep that model code."""
+    """It trains mixture-of-experts layers, as nestplan models them. Megatron-LM's arrived in
+    December 2023 (megatron/core/transformer/moe/moe_layer.py, first in NVIDIA/Megatron-LM
+    c79503850b), after the catalog's Megatron-LM 2021 and 2022 stacks. The stacks based on them
+    inherit none: DeepSpeed 2021's ZeRO-3 ran Megatron's dense model code, and Megatron-DeepSpeed's
+    MoE is DeepSpeed-MoE (its own gating, capacity and exchange), which no stack models."""
     multi_token_prediction: bool = True
     """It trains multi-token-prediction depths (``ModelSpec.mtp_layers``): Megatron-Core's
     ``--mtp-num-layers`` (core_v0.12.0 and later) and torchtitan's DeepSeek-V3 do; the catalog's

@@ -50,6 +50,26 @@ def optimizer_traffic(stack) -> float:
     return 2 * G.FP32 * fp32_states + bf16_copy + stack.grad_bytes
 
 
+MAX_ACTIVE_STAGES = 3
+"""Model chunks torch's multi-chunk pipeline schedules keep unsharded at once
+(``_add_unshard_reshard(max_active_stages=3)``, torch/distributed/pipelining/schedules.py, torch
+2.13.0 wheel)."""
+
+
+def zero3_forward_gathers(st, pp: int, zero: int, vp: int, micro: int) -> float:
+    """ZeRO-3 weight gathers of a chunk's forward per micro-batch (its backward gathers once).
+    One; but under a pipeline that defers the reduction (``StackSpec.defers_grad_sync``) a
+    backward leaves the weights gathered, so a forward after one gathers nothing: every forward
+    reshards and the op after it gathers, m + 1 gathers a step (counted on two gloo ranks under
+    Schedule1F1B, tests/frameworks_fsdp_gathers.py), charged as the backward's one and 1/m
+    forward's, where the schedule keeps all of a device's chunks unsharded
+    (``MAX_ACTIVE_STAGES``; a reviewer's count at 4 chunks was 54 against this rule's 40, so more
+    chunks are charged as outside a pipeline)."""
+    if st.defers_grad_sync(pp, zero) and vp <= MAX_ACTIVE_STAGES:
+        return 1.0 / micro
+    return 1.0
+
+
 @dataclass(frozen=True)
 class KindCost:
     """One layer kind under a configuration, per micro-batch on one device.
@@ -366,11 +386,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     # inside the unit's backward, after the backward's own gather (tests/test_framework_comm.py)
     again = 0.0 if st.gather_whole_block else ch.again
     comm_b = ag * (1.0 + again) + rs
-    # under a pipeline that defers the reduction a backward leaves the weights gathered, so a
-    # forward after one gathers nothing: every forward reshards and the op after it gathers,
-    # m + 1 gathers a step whatever the order (counted on two gloo ranks under Schedule1F1B,
-    # tests/frameworks_fsdp_gathers.py), charged as the backward's and the first forward's
-    ag_f = ag / cc.micro if st.defers_grad_sync(par.pp, par.zero) else ag
+    ag_f = ag * zero3_forward_gathers(st, par.pp, par.zero, par.vp, cc.micro)
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
     extra_f = exposed(ag_f, fwd, eff) + ag_f * per_layer

@@ -13,7 +13,8 @@ data-parallel group for routed experts). With 2-byte gradients this is the ZeRO 
 6 + 12/d for the distributed optimizer; FSDP with fp32 parameters and gradients keeps 16Ψ/N.
 FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are the master,
 ``StackSpec.params_are_master``) also keeps their bf16 copies whole from forward to backward: weights
-``weight_bytes`` / N + 2.
+``weight_bytes`` / N + 2. DeepSpeed's pipeline engine at ZeRO-0 shards the optimizer as ZeRO-1
+does and keeps two gradient buffers, 2 · ``grad_bytes`` (``StackSpec.pipeline_bf16_optimizer``).
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
 and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but

@@ -232,8 +232,9 @@ def _nope_args(m) -> list[str]:
     flags = [int(i not in m.local_layers) for i in range(m.layers)]
     if not any(flags):
         return []
-    every = next((n for n in range(1, m.layers + 1)
-                  if flags == [int((i + 1) % n == 0) for i in range(m.layers)]), None)
+    # (an integer only where it divides the layers, which TransformerConfig asserts)
+    every = next((n for n in range(1, m.layers + 1) if m.layers % n == 0
+                  and flags == [int((i + 1) % n == 0) for i in range(m.layers)]), None)
     return [f"--no-rope-freq {every}" if every else f"--no-rope-freq '{_pattern(flags)}'"]
 
 

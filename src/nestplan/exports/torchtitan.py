@@ -45,6 +45,11 @@ REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llam
             "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``). A model given another
 way (a HuggingFace config) that is one of them exports with it too (``registry_entry``)."""
+FLOAT8_CONFIGS = {"llama3_405b"}
+"""``REGISTRY`` configs that train with a Float8 converter in their model spec, which no argument
+removes (torchtitan/models/llama3/config_registry.py llama3_405b: converters=[Float8Linear
+Converter], with torch.compile and async TP on; 0.3.0 wheel). Their ``*_float8`` siblings exist for
+DeepSeek-V3 only (deepseek_v3_671b_float8)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
 TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
 """Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
@@ -140,6 +145,11 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         else:
             groups.append([f"--{key}", str(value)])
 
+    if zero == 0 and par.cp > 1:  # (fsdp_enabled: dp_shard > 1 or cp > 1, parallel_dims.py)
+        notes.append(f"torchtitan shards the weights over the context-parallel ranks whenever "
+                     f"cp > 1 (FSDP over dp_shard·cp: torchtitan/distributed/parallel_dims.py, "
+                     f"0.3.0 wheel): this ZeRO-0 plan runs sharded over cp = {par.cp}, with less "
+                     "memory and other collectives than predicted")
     opt("parallelism.data_parallel_replicate_degree", par.dp if zero == 0 else 1)
     opt("parallelism.data_parallel_shard_degree", 1 if zero == 0 else par.dp)
     opt("parallelism.fsdp_reshard_after_forward", "always" if zero == 3 else "never")
@@ -182,19 +192,27 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         if st.tp_overlap is TPOverlap.FULL and par.tp > 1 and not asynctp:
             notes.append(f"TP {par.tp} leaves one NVLink domain, where torch's async TP cannot "
                          "pair its ranks: exported without it, as costed")
-        if st.fused_norm or st.fused_gated_mlp or asynctp:
-            opt("compile.enable", True)
+        compiled = st.fused_norm or st.fused_gated_mlp or asynctp
+        if compiled:
             why = [w for w, on in (("fused norms", st.fused_norm),
                                    ("fused gated MLPs", st.fused_gated_mlp),
                                    ("async TP", asynctp)) if on]
             notes.append(f"stack {st.name} costs {' and '.join(why)}, which torchtitan runs under "
                          "torch.compile: exported with --compile.enable"
                          + (" --compile.enable_async_tensor_parallel" if asynctp else ""))
-        if asynctp:
-            opt("compile.enable_async_tensor_parallel", True)
-    if tr.precision is Precision.FP8:
-        notes.append("fp8: start from a config with a Float8 converter (e.g. the registry's "
-                     "*_float8 functions); nestplan's prediction assumes fp8 matmuls")
+        # both said either way: a registry config may turn them on (llama3_405b does)
+        opt("compile.enable", compiled)
+        opt("compile.enable_async_tensor_parallel", asynctp)
+    if tr.precision is Precision.FP8 and config not in FLOAT8_CONFIGS:
+        notes.append("fp8: start from a config with a Float8 converter in its model spec "
+                     "(torchtitan 0.3's registry has deepseek_v3_671b_float8, and llama3_405b "
+                     "with one; for others a config_registry function of yours); nestplan's "
+                     "prediction assumes fp8 matmuls")
+    if tr.precision is not Precision.FP8 and config in FLOAT8_CONFIGS:
+        notes.append(f"torchtitan's {config} trains with a Float8 converter in its model spec, "
+                     "which no argument removes: the plan is costed in bf16, so launch a copy "
+                     "of that config_registry function without the converter, or the run trains "
+                     "in fp8")
     groups.append([f"activation-checkpoint:{mode}"])
     notes += rank_note(par, TORCHTITAN_ORDER, "torchtitan", "tp fastest, then cp, dp, pp",
                        "python -m torchtitan.train ARGUMENTS")

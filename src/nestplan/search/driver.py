@@ -568,7 +568,8 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
         "tp_within_node", "extra")}
     return (f"no configuration of {sc.gpus} devices satisfies the constraints "
             f"{fixed or '(none)'} for {sc.model.name} (tp·pp·dp·cp must equal gpus, tp divide "
-            f"the heads, pp·vp not exceed the layers, and mbs·dp divide the global batch)")
+            f"the heads, pp·vp not exceed the layers, mbs·dp divide the global batch, and the "
+            f"micro-batches per replica suit the schedule)")
 
 
 class Shortfall:

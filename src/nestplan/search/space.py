@@ -224,6 +224,7 @@ def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None
     offered = sc.stack.schedules
     names = [n for n in offered
              if SCHEDULES[n].check(pp, vp) is None
+             and sc.stack.micro_refusal(n, pp, micro) is None
              and (con.schedule is None or n == con.schedule)
              # the split rule places a V's chunks only for models whose blocks are all alike
              and splits(sc.model, pp, vp, SCHEDULES[n])
@@ -631,20 +632,23 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     # optimizer work, and the one with the most experts the expert part; the gathers join the
     # dense part only when every kind gathers at the same bytes per weight
     uniform = len({M.gather_bytes(layer.kind, st, tr.precision) for _, layer in layers}) == 1
+    micro = tr.global_batch // (par.mbs * par.dp)
     out = []
     for z in range(4):
         zero = busy = 0.0
         deferred = st.defers_grad_sync(par.pp, z)
+        sharded = st.optimizer_sharded(par.pp, z)
         if z >= 2 and not deferred:
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
             busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
                        least_e * st.grad_bytes) if most else 0.0
-        if z >= 3:
-            zero += 2 * dp(G.CollKind.ALL_GATHER, gathered, egathered)
-            busy += 2 * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.EXPERT_GATHER_BYTES) \
+        if z >= 3:  # the backward's gather and the forward's, the least any vp has (vp = 1)
+            n = 1.0 + D.zero3_forward_gathers(st, par.pp, z, 1, micro)
+            zero += n * dp(G.CollKind.ALL_GATHER, gathered, egathered)
+            busy += n * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.EXPERT_GATHER_BYTES) \
                 if most else 0.0
-        d_end = avg_p / (lay.dp.size if z >= 1 else 1) * per_byte
-        e_end = avg_e / (lay.edp.size if z >= 1 else 1) * per_byte
+        d_end = avg_p / (lay.dp.size if sharded else 1) * per_byte
+        e_end = avg_e / (lay.edp.size if sharded else 1) * per_byte
         g_end = d_sync = e_sync = 0.0
         if z < 2 or deferred:  # reduced after the last backward, which may hide some of it
             kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
@@ -652,7 +656,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
             e_sync = experts(kind, avg_e * st.grad_bytes)
             if not st.overlap_grad_reduce or deferred:  # nothing hides it (``device``)
                 d_end, e_end, d_sync, e_sync = d_end + d_sync, e_end + e_sync, 0.0, 0.0
-        if z in (1, 2):
+        if sharded and z < 3:  # the updated weights gathered after the step (``device``)
             g_end = shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
             e_end += shown * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
         d_end, g_end = (d_end + g_end, 0.0) if uniform else (d_end, g_end)
