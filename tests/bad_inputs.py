@@ -1195,6 +1195,11 @@ case("runs-csv-quote-never-closed", ["validate", "--csv", "{r}.csv"],
 # a sweep reads its results back and replaces them: a link to a device had been replaced
 case("sweep-output-link-to-device", ["sweep", "{s}.toml", "-o", "{n}.csv"], "not a regular file",
      **{"s.toml": SWEEP, "n.csv": Link("/dev/null")})
+# calibrate moves its file into place: over a device it would replace the device itself
+case("calibrate-output-device", ["calibrate", "{r}.csv", "-o", "/dev/null"],
+     "-o: got '/dev/null'; not a regular file", **{"r.csv": _runs(",1.5,", ",1.5,")})
+case("calibrate-output-link-to-device", ["calibrate", "{r}.csv", "-o", "{n}.toml"],
+     "not a regular file", **{"r.csv": _runs(",1.5,", ",1.5,"), "n.toml": Link("/dev/null")})
 # an id with a terminal escape had been printed raw into the report's lines
 case("runs-csv-id-escape", ["validate", "--csv", "{r}.csv"], "id: got 'r\\x1b[31m1'",
      **{"r.csv": RUN_HEADER + "\n" + RUN.replace("r1,", "\"r\x1b[31m1\",", 1) + "\n"})

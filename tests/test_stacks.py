@@ -188,6 +188,16 @@ def test_validate_json_has_rows_and_memory(shared):
                         "measured_memory_gib", "predicted_memory_gib"}
     assert row["stack"] == "torchtitan" and row["measured_memory_gib"] == 82.4
     assert js["memory_rows"] == 10
+    assert js["memory_rows_over"] == 0 and js["memory_max_abs_error"] <= 0.10
+
+
+def test_validate_fails_on_a_peak_memory_beyond_its_tolerance(runs_csv):
+    """A measured peak the prediction misses by more than 10 % fails the check (exit 1), as a step
+    time beyond 15 % does (a user trial's row at +5,761 % had passed); the step alone passes."""
+    code, out, err = cli("validate", "--csv", runs_csv())
+    assert code == 0, out + err
+    code, out, err = cli("validate", "--csv", runs_csv(other_metrics="peak_memory_gib=1"))
+    assert code == 1 and "FAILED (1 peak memories over)" in out, out + err
 
 
 def test_fsdp_runs_memory_within_ten_percent(shared, record_property):
@@ -968,3 +978,31 @@ def test_calibrate_weighs_a_plan_once_and_fits_what_the_rows_tell_apart(tmp_path
         "tt_8b_fsdp8 -" in err, err
     assert "x the base's" in out and "allocator_overhead 0." in out
     assert " of the activation and working bytes" in out
+
+
+def test_calibrate_says_when_its_fit_explains_nothing_or_hits_the_peak(tmp_path, runs_csv):
+    """A row measured 6 times faster than predicted is fitted with every efficiency at the
+    accelerator's peak and still far off: calibrate says both (a user trial's 4x fit had gone
+    without a word, and plans with it at 99 % MFU); a row it explains gets neither note."""
+    code, out, err = cli("calibrate", runs_csv(), "-o", tmp_path / "ok.toml")
+    assert code == 0 and "still beyond" not in err and "to the cap" not in err, err
+    fast = float(runs_csv.row["step_time_s"]) / 6
+    code, out, err = cli("calibrate", runs_csv(step_time_s=f"{fast:.4f}"), "-o",
+                         tmp_path / "fast.toml")
+    assert code == 0, err
+    assert "after the fit 1 of 1 rows are still beyond 15%" in err
+    assert "to the cap of the accelerator's peak" in err
+
+
+def test_calibrate_replaces_no_file_its_rows_name(tmp_path, runs_csv):
+    """calibrate -o may not replace a cluster, model or stack file that a row of its runs CSV
+    names (a user trial's -o had replaced the rows' cluster file, which validate then refused)."""
+    cluster = tmp_path / "jz.toml"
+    cluster.write_text((Path(__file__).parent / "data" / "jean-zay-a100-opa.toml").read_text())
+    runs = runs_csv(cluster="jz.toml")
+    code, out, err = cli("validate", "--csv", runs)
+    assert code in (0, 1), err
+    before = cluster.read_text()
+    code, out, err = cli("calibrate", runs, "-o", cluster)
+    assert code == 2 and "a file its rows name" in err and len(err.strip().splitlines()) == 1
+    assert cluster.read_text() == before
