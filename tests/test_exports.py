@@ -1622,7 +1622,8 @@ def test_deepspeed_pipeline_export_says_its_gradients_accumulate_in_bf16(monkeyp
         [torch.nn.Parameter(torch.zeros(1))])) == "bf16"
     sc = scenario_from_names("llama2-13b", "dgx-h100-ndr", 32, seq_len=4096, global_batch=64,
                              stack="deepspeed")
-    for zero, words in ((0, "is refused at ZeRO-0"), (1, "adds an fp32 buffer")):
+    for zero, words in ((0, "is refused at ZeRO-0"), (1, "switches DeepSpeed to its "
+                                                         "BF16_Optimizer, whose fp32 buffer")):
         par = Parallelism(tp=1, pp=4, dp=8, zero=zero, mbs=1, recompute=("full",))
         notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
         assert any("accumulates the micro-batches' gradients in bf16" in n and words in n

@@ -868,7 +868,11 @@ def cmd_calibrate(args) -> int:
                                    if v != before.get(k) or k in ("name", "fitted_on")}}
     # written beside it first and loaded as --stack takes it (a chain of bases not too long),
     # so that a file that would not load replaces nothing
-    draft = target.with_name(f".{target.stem}.draft.toml")
+    import tempfile
+
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".toml")
+    os.close(fd)  # (a name of its own: no file the command reads can be it)
+    draft = Path(name)
     try:
         draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
                          + (f" --stack {_shown(args.stack)}" if args.stack

@@ -696,8 +696,13 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 
 
 def _renamed_stack_keys(table: dict, where: str) -> dict:
-    """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph`` (plan
-    files store their stack whole) read as they were meant."""
+    """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph``, or
+    before ``tp_overlap_beyond_domain`` existed (plan files store their stack whole, without a
+    base), read as they were meant: torchtitan's async TP has no overlap beyond one NVLink
+    domain (``StackSpec.tp_overlap_beyond_domain``)."""
+    if "tp_overlap_beyond_domain" not in table and table.get("export_format") == "torchtitan" \
+            and "name" in table and "base" not in table:
+        table = {**table, "tp_overlap_beyond_domain": "none"}
     if "full_iteration_cuda_graph" not in table:
         return table
     table = dict(table)

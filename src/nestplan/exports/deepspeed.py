@@ -64,12 +64,17 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     if par.pp > 1 and exported.zero <= 1:
         # data_types.grad_accum_dtype unset: the model's bf16 (DeepSpeedEngine.get_data_types and
         # _do_optimizer_sanity_check, deepspeed/runtime/engine.py, deepspeed 0.19.8)
-        notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
-                     "(data_types.grad_accum_dtype unset), which DeepSpeed warns is not "
-                     "numerically safe over many accumulation steps; fp32 accumulation "
-                     + ("is refused at ZeRO-0; at ZeRO-1 it " if exported.zero == 0 else "")
-                     + "adds an fp32 buffer of 4 bytes per parameter that this plan's memory "
-                     "does not hold")
+        if exported.zero == 0:
+            notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
+                         "(data_types.grad_accum_dtype unset), which DeepSpeed warns is not "
+                         "numerically safe over many accumulation steps; fp32 accumulation is "
+                         "refused at ZeRO-0; at ZeRO-1 it adds an fp32 buffer of 4 bytes per "
+                         "parameter that this plan's memory does not hold")
+        else:
+            notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
+                         "(data_types.grad_accum_dtype unset); fp32 accumulation switches "
+                         "DeepSpeed to its BF16_Optimizer, whose fp32 buffer adds 4 bytes per "
+                         "parameter that this plan's memory does not hold")
     cfg = {
         "train_batch_size": tr.global_batch,
         "train_micro_batch_size_per_gpu": par.mbs,

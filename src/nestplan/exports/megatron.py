@@ -363,7 +363,8 @@ def export(pf: PlanFile) -> Export:
         # which validate_args allows only with SP (megatron/training/arguments.py @ d98e8a64dd);
         # without SP the cost model exposes the forward all-reduces, as Megatron runs them
         args.append("--tp-comm-overlap")
-    elif sc.stack.tp_overlap is TPOverlap.FULL and overlap is not TPOverlap.FULL and par.tp > 1:
+    elif sc.stack.tp_overlap is TPOverlap.FULL and overlap is not TPOverlap.FULL and par.tp > 1 \
+            and par.sp:
         notes.append(f"TP {par.tp} leaves one NVLink domain, where Transformer Engine's "
                      "userbuffer overlap cannot run: exported without --tp-comm-overlap, as "
                      "costed")
