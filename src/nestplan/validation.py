@@ -648,9 +648,10 @@ def check_ran(case: Case, ev) -> None:
         moe = case.scenario.model.moe is not None
         raise SpecError(f"row {case.id}: plan", plan_short(case.plan, moe),
                         f"needs {ev.peak_memory / GiB:.1f} GiB on a device of "
-                        f"{ev.capacity / GiB:.1f} GiB by this memory model, more than "
-                        f"{MOST_OVER_HBM:g}x: a run that ran had another plan; give its "
-                        "recompute, zero_stage and degrees")
+                        f"{ev.capacity / GiB:.1f} GiB by this memory model on stack "
+                        f"{case.scenario.stack.name} (which fills in what the row leaves out), "
+                        f"more than {MOST_OVER_HBM:g}x: a run that ran had another plan or "
+                        "stack; give its recompute, zero_stage and degrees")
 
 
 def report(outcomes: list[Outcome]) -> dict:
