@@ -1030,3 +1030,16 @@ def test_calibrate_drafts_under_a_name_no_file_it_reads_has(tmp_path, runs_csv):
     assert base.read_text() == 'base = "megatron-2021"\nname = "mine"\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == [".fit.draft.toml", "fit.toml",
                                                          "runs.csv"]
+
+
+def test_validate_says_when_stack_sets_the_rows_own_aside(runs_csv):
+    """validate --stack, like calibrate --stack, says which of the rows' own stacks it sets aside
+    (a user trial's variant stack had been replaced without a word); the rows' own stack given
+    again gets no note."""
+    runs = runs_csv()
+    code, out, err = cli("validate", "--csv", runs, "--stack", "nemo")
+    assert code in (0, 1), err
+    assert ("the rows' own stacks (megatron-2021) are set aside: every row is predicted as "
+            "--stack nemo") in err
+    code, out, err = cli("validate", "--csv", runs, "--stack", "megatron-2021")
+    assert code in (0, 1) and "set aside" not in err, err

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .catalog import DEFAULT_STACK, looks_like_path
+from .catalog import DEFAULT_STACK
 from .errors import SpecError, UsageError
 from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import GiB, US
@@ -315,7 +315,7 @@ def base_of(runs: Path, given: str | None) -> str:
     """The stack to calibrate, as ``--stack`` names it: ``given``, else the one stack the rows ran
     on (``validation.stacks_named``). Rows of several stacks without ``given`` are refused (one
     fit per stack); with it, the rows' own stacks are set aside with a note."""
-    from .validation import stacks_named
+    from .validation import note_set_aside, stacks_named
 
     named = stacks_named(runs, "RUNS.csv")
     if given is None:
@@ -324,19 +324,7 @@ def base_of(runs: Path, given: str | None) -> str:
                              f"({', '.join(named)}) and calibrate fits one; give --stack, or "
                              "one CSV per stack")
         return named[0] if named else DEFAULT_STACK
-
-    def same(name: str) -> bool:  # one file may be spelt two ways
-        if looks_like_path(name) and looks_like_path(given):
-            return Path(name).resolve() == Path(given).resolve()
-        return name == given
-
-    if not all(same(n) for n in named):
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"the rows' own stacks ({', '.join(named)}) are set aside: every row is "
-                      f"fitted as --stack {given}", Note)
+    note_set_aside(named, given, "fitted")
     return given
 
 

@@ -771,9 +771,13 @@ def _runs_csv(text: str | None, field: str = "--csv") -> Path:
 
 def cmd_validate(args) -> int:
     from .catalog import get_stack
-    from .validation import MEAN_TOLERANCE, MEMORY_TOLERANCE, ROW_TOLERANCE, report, run, table
+    from .validation import (MEAN_TOLERANCE, MEMORY_TOLERANCE, ROW_TOLERANCE, note_set_aside,
+                             report, run, stacks_named, table)
 
-    outcomes = run(_runs_csv(args.csv), get_stack(args.stack) if args.stack else None)
+    runs = _runs_csv(args.csv)
+    if args.stack:
+        note_set_aside(stacks_named(runs), args.stack, "predicted")
+    outcomes = run(runs, get_stack(args.stack) if args.stack else None)
     summary = report(outcomes)
     if args.json:
         print(_json(summary))

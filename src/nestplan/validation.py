@@ -562,6 +562,26 @@ def stacks_named(path: Path, field: str = "--csv") -> list[str]:
     return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path, field)))
 
 
+def note_set_aside(named: list[str], given: str, how: str) -> None:
+    """A note that ``--stack given`` sets aside the stacks the rows name (``named``, as
+    ``stacks_named`` gives them; a file may be spelt two ways): every row is then ``how``
+    (fitted, predicted) as the given stack."""
+    from .catalog import looks_like_path
+
+    def same(name: str) -> bool:
+        if looks_like_path(name) and looks_like_path(given):
+            return Path(name).resolve() == Path(given).resolve()
+        return name == given
+
+    if not all(same(n) for n in named):
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"the rows' own stacks ({', '.join(named)}) are set aside: every row is "
+                      f"{how} as --stack {given}", Note)
+
+
 def files_named(path: Path, field: str = "--csv") -> set[Path]:
     """The files a runs CSV's rows name (model, cluster and stack columns given as paths, a
     stack's chain of bases), resolved: what a command that writes must not replace."""
