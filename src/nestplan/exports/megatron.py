@@ -213,8 +213,7 @@ def _window_args(m, notes: list[str]) -> list[str]:
         return []
     args = [f"--window-size {m.sliding_window - 1},0"]
     if flags is not None and not all(flags):
-        every = next((n for n in range(2, m.layers + 1)
-                      if flags == [int((i + 1) % n != 0) for i in range(m.layers)]), None)
+        every = _every_nth([1 - f for f in flags], divides=False, least=2)
         args.append(f"--window-attn-skip-freq {every}" if every else
                     f"--window-attn-skip-freq '{_pattern(flags)}'")
     return args
@@ -233,9 +232,17 @@ def _nope_args(m) -> list[str]:
     if not any(flags):
         return []
     # (an integer only where it divides the layers, which TransformerConfig asserts)
-    every = next((n for n in range(1, m.layers + 1) if m.layers % n == 0
-                  and flags == [int((i + 1) % n == 0) for i in range(m.layers)]), None)
+    every = _every_nth(flags, divides=True)
     return [f"--no-rope-freq {every}" if every else f"--no-rope-freq '{_pattern(flags)}'"]
+
+
+def _every_nth(marks: list[int], *, divides: bool, least: int = 1) -> int | None:
+    """The N (at least ``least``) for which ``marks`` (one 0/1 per layer) marks exactly every
+    N-th layer (1-based), as Megatron-LM's integer frequency flags name a pattern; ``divides``:
+    only an N that divides the layers. None: no such N (the flag then takes ``_pattern``)."""
+    layers = len(marks)
+    return next((n for n in range(least, layers + 1) if (not divides or layers % n == 0)
+                 and marks == [int((i + 1) % n == 0) for i in range(layers)]), None)
 
 
 def _pattern(flags: list[int]) -> str:
