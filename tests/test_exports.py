@@ -925,6 +925,29 @@ def test_torchtitan_names_its_own_definition_of_a_model_however_given(model):
     check_torchtitan(pf, out.text)
 
 
+@frameworks
+def test_float8_configs_are_the_registry_functions_that_build_a_float8_converter():
+    """``FLOAT8_CONFIGS`` is kept by hand: read torchtitan's own config_registry source (the
+    installed wheel's; building the configs needs torchao) and find which of the functions the
+    export names construct a Float8 converter."""
+    import ast
+    import importlib.util
+
+    from nestplan.exports.torchtitan import FLOAT8_CONFIGS, REGISTRY
+
+    found = set()
+    for module, config in set(REGISTRY.values()):
+        spec = importlib.util.find_spec(f"torchtitan.models.{module}.config_registry")
+        if spec is None:
+            pytest.skip("torchtitan is not installed")
+        tree = ast.parse(Path(spec.origin).read_text())
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == config)
+        names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+        if any(name.startswith("Float8") for name in names):
+            found.add(config)
+    assert found == FLOAT8_CONFIGS
+
+
 def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
     """Every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does (a reviewer found
     it): a Llama 3.1 model (as its HuggingFace config gives it) exports with the definition and

@@ -892,6 +892,11 @@ class TrainingSpec(_CachedHash):
             if v is not None and not (isinstance(v, (int, float)) and 1 <= v <= 64):
                 raise SpecError(f, v, f"must be in [1, 64]: {what}")
 
+    def micro_batches(self, mbs: int, dp: int) -> int:
+        """Micro-batches each data-parallel replica runs per step, at ``mbs`` sequences each
+        (``check_plan`` refuses a global batch that ``mbs·dp`` does not divide)."""
+        return self.global_batch // (mbs * dp)
+
     @property
     def moe_load(self) -> float:
         """The busiest expert rank's routed tokens over the mean, after dropping."""
@@ -1222,7 +1227,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if t.global_batch % per_replica:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
-    micro = t.global_batch // per_replica
+    micro = t.micro_batches(par.mbs, par.dp)
     why = par.pipeline.check(par.pp, par.vp, micro) or (
         sc.stack.micro_refusal(par.pipeline.name, par.pp, micro) if stack else None)
     if why is not None:

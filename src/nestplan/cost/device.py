@@ -71,6 +71,12 @@ def zero3_forward_gathers(st, pp: int, zero: int, vp: int, micro: int) -> float:
     return 1.0
 
 
+def least_zero3_forward_gathers(st, pp: int, zero: int, micro: int) -> float:
+    """The fewest forward gathers per micro-batch that any number of chunks per device gives
+    (one chunk: more can only add), a lower bound for a search that has not chosen vp yet."""
+    return zero3_forward_gathers(st, pp, zero, 1, micro)
+
+
 @dataclass(frozen=True)
 class KindCost:
     """One layer kind under a configuration, per micro-batch on one device.
@@ -225,7 +231,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
                      M.gather_bytes(layer.kind, st, tr.precision))
 
     pp, vp = par.pp, par.vp
-    micro = tr.global_batch // (par.mbs * par.dp)
+    micro = tr.micro_batches(par.mbs, par.dp)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
     schedule = par.pipeline

@@ -158,7 +158,7 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     sizes = list(blocks_per_chunk(pf.scenario.model, par))
     local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
     tr = pf.scenario.training
-    micro = tr.global_batch // (par.mbs * par.dp)
+    micro = tr.micro_batches(par.mbs, par.dp)
     if (par.vp > 1 and "interleaved-1f1b" in offered
             and SCHEDULES["interleaved-1f1b"].check(par.pp, par.vp, micro) is None):
         target, vp = SCHEDULES["interleaved-1f1b"], par.vp

@@ -60,7 +60,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes.append("full recomputation: wrap each transformer block in "
                      "deepspeed.checkpointing.checkpoint in the model code (configured by the "
                      "activation_checkpointing section)")
-    micro = tr.global_batch // (par.mbs * par.dp)
+    micro = tr.micro_batches(par.mbs, par.dp)
     if par.pp > 1 and exported.zero <= 1:
         # data_types.grad_accum_dtype unset: the model's bf16 (DeepSpeedEngine.get_data_types and
         # _do_optimizer_sanity_check, deepspeed/runtime/engine.py, deepspeed 0.19.8)

@@ -122,7 +122,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     exported = par.with_(recompute=(ran.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
     exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
-    micro = tr.global_batch // (par.mbs * par.dp)
+    micro = tr.micro_batches(par.mbs, par.dp)
     if titan.micro_refusal(exported.pipeline.name, par.pp, micro) is not None:
         # a plan searched for another stack (one of torchtitan's never has it): GPipe runs them
         sched_notes.append(f"torch's {exported.pipeline.torchtitan} schedule refuses {micro} "

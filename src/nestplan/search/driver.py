@@ -160,7 +160,7 @@ def _floor_of(sc: Scenario, local, pp: int, vp: int, schedule: str, dp: int, bes
     dense = sum(n * layer.params for n, layer in layers)
     expert = sum(n * layer.expert_params for n, layer in layers)
     saved, transient, weights = _least_kept(mg, sc.stack.recompute, sc.stack.gather_whole_block)
-    micro = sc.training.global_batch // (local.mbs * dp)
+    micro = sc.training.micro_batches(local.mbs, dp)
     held = _chunks_held(schedule, pp, vp, micro)
     least = [min(h) for h in held]
     spare = max(sc.model.layers - vp * pp, 0)

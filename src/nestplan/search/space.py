@@ -195,7 +195,7 @@ def device_units(model, par: Parallelism) -> list[int]:
 
 
 def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
-    micro = sc.training.global_batch // (shape.mbs * shape.dp)
+    micro = sc.training.micro_batches(shape.mbs, shape.dp)
     model = sc.model
     vps = [1]
     if not sc.stack.interleaves or shape.pp == 1:
@@ -219,7 +219,7 @@ def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None
     pp = shape.pp
     if pp == 1:
         return [None] if con.schedule is None else []
-    micro = sc.training.global_batch // (shape.mbs * shape.dp)
+    micro = sc.training.micro_batches(shape.mbs, shape.dp)
     default = resolve(None, vp).name
     offered = sc.stack.schedules
     names = [n for n in offered
@@ -396,7 +396,7 @@ def compute_bound(sc: Scenario, shape: Shape, vp: int,
     in all its blocks, the least of their recomputed forward compute joins the work."""
     tr, acc = sc.training, effective(sc.cluster, sc.stack).accelerator
     mg = layer_graph(sc.model, shape.parallelism(), tr, sc.stack)
-    micro = tr.global_batch // (shape.mbs * shape.dp)
+    micro = tr.micro_batches(shape.mbs, shape.dp)
     out = []
     for p in policies if policies is not None else (None,):
         work = wgrad = b_in = 0.0
@@ -457,7 +457,7 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[
     ends[G.LayerKind.HEAD] = min(ends[G.LayerKind.HEAD], shared.fwd + shared.bwd)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
-    return (work, wgrad, b_in, boundary, tr.global_batch // (par.mbs * par.dp),
+    return (work, wgrad, b_in, boundary, tr.micro_batches(par.mbs, par.dp),
             (min(blocks), _ends(ends)))
 
 
@@ -632,7 +632,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     # optimizer work, and the one with the most experts the expert part; the gathers join the
     # dense part only when every kind gathers at the same bytes per weight
     uniform = len({M.gather_bytes(layer.kind, st, tr.precision) for _, layer in layers}) == 1
-    micro = tr.global_batch // (par.mbs * par.dp)
+    micro = tr.micro_batches(par.mbs, par.dp)
     out = []
     for z in range(4):
         zero = busy = 0.0
@@ -642,8 +642,8 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
             zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
             busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
                        least_e * st.grad_bytes) if most else 0.0
-        if z >= 3:  # the backward's gather and the forward's, the least any vp has (vp = 1)
-            n = 1.0 + D.zero3_forward_gathers(st, par.pp, z, 1, micro)
+        if z >= 3:  # the backward's gather and the forward's
+            n = 1.0 + D.least_zero3_forward_gathers(st, par.pp, z, micro)
             zero += n * dp(G.CollKind.ALL_GATHER, gathered, egathered)
             busy += n * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.EXPERT_GATHER_BYTES) \
                 if most else 0.0
