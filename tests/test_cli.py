@@ -239,6 +239,34 @@ def test_validate_takes_a_csv_with_only_the_columns_its_rows_need(tmp_path, caps
 
 
 
+def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
+    """``validate --stack X`` asks how X predicts the rows: a row whose plan X cannot run (TP on
+    DeepSpeed's stack, which has none) is left out with a note naming it and listed under
+    ``set_aside`` by --json, not an error that ends the command; when X runs none of them, exit
+    2 and one line. A row that is wrong on its own stack stays an error."""
+    from console import cli, one_line_error
+
+    head = "id,model,gpu,num_gpus,tp,seq_len,global_batch,micro_batch,metric,step_time_s,stack\n"
+    path = tmp_path / "runs.csv"
+    path.write_text(head + "tp1,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,torchtitan\n"
+                    "tp2,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,megatron-core\n")
+    code, out, err = cli("validate", "--csv", path, "--stack", "deepspeed", "--json")
+    assert code in (0, 1), err
+    got = json.loads(out)
+    assert [r["id"] for r in got["rows"]] == ["tp1"] and got["count"] == 1
+    assert [r["id"] for r in got["set_aside"]] == ["tp2"]
+    assert "tensor parallelism" in got["set_aside"][0]["why"]
+    assert "--stack deepspeed cannot run the plans of 1 of the 2 rows" in err
+    assert "tp2 (tp: got 2" in err
+    path.write_text(head + "tp2,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,megatron-core\n")
+    assert one_line_error(*cli("validate", "--csv", path, "--stack", "deepspeed"),
+                          "--stack: got 'deepspeed'; runs none of the rows' plans (first: tp2: tp: got 2")
+    path.write_text(head + "tp3,llama3-8b,H100,8,3,8192,64,1,step_time,4.0,megatron-core\n")
+    assert one_line_error(*cli("validate", "--csv", path, "--stack", "deepspeed"),
+                          "runs.csv line 2 (tp3): dp: got 2; tp·pp·dp·cp = 3·1·2·1 = 6 must "
+                          "equal gpus = 8")
+
+
 def test_validate_fails_when_a_run_is_off(runs_csv, capsys):
     # the measured time halved: the prediction is twice it, far outside the tolerance
     half = str(float(runs_csv.row["step_time_s"]) / 2)

@@ -315,7 +315,8 @@ def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
     assert all(ln.startswith("nar21-") for ln in lines[1:3])
     code, out, err = cli("calibrate", runs, "-o", tmp_path / "m.toml")
     assert code == 0 and "over megatron-2021" in out, err
-    assert 'base = "megatron-2021"' in (tmp_path / "m.toml").read_text() and "note" not in err
+    assert 'base = "megatron-2021"' in (tmp_path / "m.toml").read_text()
+    assert "set aside" not in err and "no stack" not in err
     code, out, err = cli("calibrate", runs, "--stack", "megatron-core", "-o", tmp_path / "m.toml")
     assert code == 0 and "the rows' own stacks (megatron-2021) are set aside" in err
 
@@ -992,6 +993,27 @@ def test_calibrate_says_when_its_fit_explains_nothing_or_hits_the_peak(tmp_path,
     assert code == 0, err
     assert "after the fit 1 of 1 rows are still beyond 15%" in err
     assert "to the cap of the accelerator's peak" in err
+
+
+def test_calibrate_records_its_rows_and_says_what_it_filled_in(tmp_path, runs_csv):
+    """The fitted file's comments give each row's measured step and its error before and after
+    (``fitted_on`` names the rows only); rows read with a value they do not give, the default
+    stack or bf16, are named in a note (a user trial found them filled in silently)."""
+    code, out, err = cli("calibrate", runs_csv(precision=""), "-o", tmp_path / "one.toml")
+    assert code == 0, err
+    measured = float(runs_csv.row["step_time_s"])
+    comments = [ln for ln in (tmp_path / "one.toml").read_text().splitlines() if ln.startswith("#")]
+    row = next(ln for ln in comments if "nar21-t1-1p7b" in ln)
+    before, after = (float(x.strip(" %")) for x in row.split("s; ")[1].split(","))
+    assert f"{measured:.6g} s" in row and abs(after) < abs(before)
+    assert "1 row (nar21-t1-1p7b) gives no precision: read as bf16" in err
+    assert "name no stack" not in err and "names no stack" not in err  # its source names one
+    code, out, err = cli("calibrate", runs_csv(source="my cluster", precision="bf16"), "-o",
+                         tmp_path / "two.toml")
+    assert code == 0, err
+    assert ("1 row (nar21-t1-1p7b) names no stack (a stack column) and no source a catalog stack "
+            "names: read as run on megatron-core, the default") in err
+    assert "no precision" not in err
 
 
 def test_calibrate_replaces_no_file_its_rows_name(tmp_path, runs_csv):

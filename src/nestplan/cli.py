@@ -775,10 +775,19 @@ def cmd_validate(args) -> int:
                              report, run, stacks_named, table)
 
     runs = _runs_csv(args.csv)
+    refused: list[tuple[str, str]] = []
     if args.stack:
         note_set_aside(stacks_named(runs), args.stack, "predicted")
-    outcomes = run(runs, get_stack(args.stack) if args.stack else None)
+    outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
+    if refused:
+        _note_cannot_run(args.stack, refused, len(outcomes))
+    if not outcomes:
+        from .errors import SpecError
+
+        raise SpecError("--stack", args.stack, f"runs none of the rows' plans (first: "
+                        f"{refused[0][0]}: {refused[0][1]}); give a stack that offers them")
     summary = report(outcomes)
+    summary["set_aside"] = [{"id": i, "why": why} for i, why in refused]
     if args.json:
         print(_json(summary))
     else:
@@ -794,6 +803,23 @@ def cmd_validate(args) -> int:
         print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}"
               f"{memory}: " + ("ok" if summary["ok"] else f"FAILED ({', '.join(missed)})"))
     return 0 if summary["ok"] else 1
+
+
+SET_ASIDE_SHOWN = 3
+"""Rows ``validate --stack`` names of those the stack cannot run (``--json`` lists all)."""
+
+
+def _note_cannot_run(stack: str, refused: list[tuple[str, str]], kept: int) -> None:
+    """Say which rows ``validate --stack`` left out because that stack cannot run their plans."""
+    import warnings
+
+    from .errors import Note
+
+    shown = "; ".join(f"{i} ({why})" for i, why in refused[:SET_ASIDE_SHOWN])
+    more = (f"; and {len(refused) - SET_ASIDE_SHOWN} more (--json lists them)"
+            if len(refused) > SET_ASIDE_SHOWN else "")
+    warnings.warn(f"--stack {stack} cannot run the plans of {len(refused)} of the "
+                  f"{len(refused) + kept} rows, left out of the figures: {shown}{more}", Note)
 
 
 LEFT_OUT_SUSPECT = 0.5
@@ -851,6 +877,7 @@ def cmd_calibrate(args) -> int:
         raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
                         + e.allowed) from None
     cases = load_cases(runs, stack=base, field="RUNS.csv")
+    _note_filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")
     try:
         result = fit(cases, base, name=out.stem, progress=progress)
@@ -881,7 +908,8 @@ def cmd_calibrate(args) -> int:
         draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
                          + (f" --stack {_shown(args.stack)}" if args.stack
                             else f" (base: the rows' stack, {_shown(ref)})")
-                         + f" -o {_shown(args.output)}\n" + dumps(table))
+                         + f" -o {_shown(args.output)}\n" + _measured_comment(cases, result)
+                         + dumps(table))
         try:
             get_stack(str(draft))
         except SpecError as e:
@@ -914,6 +942,38 @@ def cmd_calibrate(args) -> int:
     _note_fit_limits(cases, result, base)
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
     return 0
+
+
+def _measured_comment(cases, result) -> str:
+    """Comment lines of the fitted file: each row it was fitted on, measured and predicted
+    before and after (the figures ``fitted_on`` names the rows of)."""
+    lines = ["# fitted on (measured step; error before, after the fit):"]
+    for c, before, after in zip(cases, result.before, result.after):
+        lines.append(f"#   {_shown(c.id)}: {c.measured:.6g} s; {before * 100:+.1f}%, "
+                     f"{after * 100:+.1f}%")
+    return "\n".join(lines) + "\n"
+
+
+def _note_filled_in(runs: Path, stack: str | None) -> None:
+    """Say which rows calibrate reads with a value they do not give: the default stack (no
+    ``stack`` column value and no source a catalog stack names) and bf16 (no precision). Both
+    change what the fit explains."""
+    import warnings
+
+    from .catalog import DEFAULT_STACK
+    from .errors import Note
+    from .validation import rows_filled_in
+
+    no_stack, no_precision = rows_filled_in(runs, "RUNS.csv")
+    for ids, what in (([] if stack else no_stack, ("name", f"no stack (a stack column) and no "
+                       f"source a catalog stack names: read as run on {DEFAULT_STACK}, the "
+                       "default")), (no_precision, ("give", "no precision: read as bf16"))):
+        if ids:
+            verb, rest = what
+            shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+            one = len(ids) == 1
+            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({shown}) {verb}{'s' if one else ''}"
+                          f" {rest}", Note)
 
 
 def _note_fit_limits(cases, result, base) -> None:

@@ -210,15 +210,20 @@ class _Row:
     def stack_ref(self, base: Path) -> str:
         """The row's stack as ``--stack`` would name it: its ``stack`` column (a file relative
         to the CSV, or a catalog name), else the catalog stack its source names."""
-        from .catalog import stack_sources
-
         if self.text("stack"):
             return self.path("stack", base)
+        return self.source_stack() or DEFAULT_STACK
+
+    def source_stack(self) -> str | None:
+        """The catalog stack whose ``runs_source`` the row's source names (the longest such
+        entry), if any."""
+        from .catalog import stack_sources
+
         text = self.text("source") + " " + self.text("other_metrics")
         best = max(((entry, name) for entry, name in stack_sources()
                     if all(part in text for part in entry.split("|"))),
                    key=lambda t: len(t[0]), default=None)
-        return best[1] if best else DEFAULT_STACK
+        return best[1] if best else None
 
 
 def _model(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
@@ -481,26 +486,35 @@ def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
 
 
 def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | None = None,
-               field: str = "--csv") -> list[Case]:
+               field: str = "--csv", set_aside: list[tuple[str, str]] | None = None) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
     ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers``
     (blocks per model chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes
     ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
-    ``other_metrics`` is a measured peak. Errors about the file name it as ``field``."""
+    ``other_metrics`` is a measured peak. Errors about the file name it as ``field``.
+
+    With ``stack`` and a ``set_aside`` list, a row whose plan that stack refuses but its own
+    stack runs is not an error: (its id, why) joins the list and the row is left out."""
     path = Path(path)
     cases = []
     for row in _rows(path, field):
         if row.regime() == "lora" and not include_lora:
             continue
         try:
-            cases.append(_case(row, path.parent, stack))
+            try:
+                cases.append(_case(row, path.parent, stack))
+            except SpecError as e:
+                if stack is None or set_aside is None:
+                    raise
+                _case(row, path.parent, None)  # a row wrong on its own stack stays an error
+                set_aside.append((row.text("id"), _reason(e, row.where)))
         except SpecError as e:
             if e.field.startswith(row.where):
                 raise
             raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
-    if not cases:
+    if not cases and not set_aside:  # (rows set aside: the caller says which stack ran none)
         raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
     return cases
 
@@ -560,6 +574,15 @@ def stacks_named(path: Path, field: str = "--csv") -> list[str]:
     appearance."""
     path = Path(path)
     return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path, field)))
+
+
+def rows_filled_in(path: Path, field: str = "--csv") -> tuple[list[str], list[str]]:
+    """Ids of the (non-LoRA) rows read with the default stack, as no stack column value nor
+    source names one, and of those read as bf16, as they give no precision."""
+    path = Path(path)
+    rows = [r for r in _rows(path, field) if r.regime() != "lora"]
+    return ([r.text("id") for r in rows if not r.text("stack") and r.source_stack() is None],
+            [r.text("id") for r in rows if not r.text("precision")])
 
 
 def note_set_aside(named: list[str], given: str, how: str) -> None:
@@ -630,8 +653,31 @@ class Outcome:
         return self.predicted_memory / self.case.memory - 1.0
 
 
-def run(path: Path, stack: StackSpec | None = None) -> list[Outcome]:
-    return [outcome(c) for c in load_cases(path, stack=stack)]
+def _reason(e: SpecError, *places: str) -> str:
+    """A refusal without the row's place (``places``: how its field may begin; the set-aside
+    list names the row)."""
+    text = str(e)
+    for place in places:
+        for sep in (": ", "."):
+            if text.startswith(place + sep):
+                return text[len(place) + len(sep):]
+    return text
+
+
+def run(path: Path, stack: StackSpec | None = None,
+        set_aside: list[tuple[str, str]] | None = None) -> list[Outcome]:
+    """Every row's outcome. With ``stack`` and a ``set_aside`` list (``validate --stack``: how
+    that stack predicts the rows it can run), a row the stack cannot run, its plan refused or
+    needing far more than the device holds (``check_ran``), joins the list as (id, why)."""
+    out = []
+    for case in load_cases(path, stack=stack, set_aside=set_aside):
+        try:
+            out.append(outcome(case))
+        except SpecError as e:
+            if stack is None or set_aside is None:
+                raise
+            set_aside.append((case.id, _reason(e, f"row {case.id}")))
+    return out
 
 
 def outcome(case: Case) -> Outcome:
