@@ -107,6 +107,24 @@ def test_plan_file_rejects_other_versions_unknown_keys_and_edits(tmp_path):
     assert code == 2
 
 
+def test_a_plan_files_stack_edited_under_a_catalog_name_is_noted(tmp_path):
+    """A plan file's stack keeps its catalog name when its values are edited, and every output
+    labels it with that name: loading it says so (a plan file saved from the catalog stack, or
+    with only its description changed, loads without a word)."""
+    from console import cli
+
+    sc, par = plans()[0]
+    data = planfile.to_dict(evaluate(sc, par))
+    for name, edit, noted in (("same", {}, False), ("described", {"description": "mine"}, False),
+                              ("edited", {"step_overhead_s": 0.5}, True)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(dict(data, stack={**data["stack"], **edit})))
+        code, out, err = cli("evaluate", "--plan", path)
+        assert code == 0, err
+        assert ("the plan file's stack is named megatron-core but is not this nestplan's catalog "
+                "megatron-core (it differs in step_overhead_s)" in err) == noted, (name, err)
+
+
 @pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
 def test_every_format_exports(plan_file, fmt):
     pf, _ = plan_file

@@ -10,6 +10,7 @@ SpecErrors.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +170,41 @@ def from_dict(data: dict, source: str = "plan file") -> PlanFile:
                         e.allowed) from None
 
 
+def _same(a, b) -> bool:
+    """Two stack-table values alike (floats to rounding: they went through a file's units)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+NOT_SHOWN = ("description", "fitted_on")
+"""Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
+
+
+def _note_not_the_catalogs(stack) -> None:
+    """A plan file's stack named as a catalog stack but not that stack (edited by hand, or saved
+    by a nestplan whose catalog differed): say so, since every output labels it with the name."""
+    import warnings
+
+    from .catalog import get_stack, list_names
+    from .errors import Note
+
+    if stack.name not in list_names("stacks"):
+        return
+    mine, catalog = stack_to_table(stack), stack_to_table(get_stack(stack.name))
+    differ = sorted(k for k in mine.keys() | catalog.keys()
+                    if k not in NOT_SHOWN and not _same(mine.get(k), catalog.get(k)))
+    if differ:
+        warnings.warn(f"the plan file's stack is named {stack.name} but is not this nestplan's "
+                      f"catalog {stack.name} (it differs in {', '.join(differ[:4])}"
+                      f"{', ...' if len(differ) > 4 else ''}): its own values are used, and "
+                      f"outputs label them {stack.name}", Note)
+
+
 def _from_dict(data: dict) -> PlanFile:
     """The plan file in ``data``; errors name fields from the top (``from_dict`` adds the file)."""
     from .catalog import get_accelerator, get_stack
@@ -198,6 +234,7 @@ def _from_dict(data: dict) -> PlanFile:
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
                             "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = stack_from_table(stack, "stack")
+        _note_not_the_catalogs(stack_spec)
     sc = Scenario(model=model_from_table(data["model"], "model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),
                   gpus=_int(data, "gpus", ""),
