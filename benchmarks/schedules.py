@@ -55,8 +55,9 @@ def main() -> None:
     for title, model, cluster, gpus, seq, batch, plan in SCENARIOS:
         sc = every_schedule(scenario_from_names(model, cluster, gpus, seq_len=seq,
                                                 global_batch=batch))
+        micro = sc.training.micro_batches(plan.mbs, plan.dp)
         print(f"{title}\n fixed plan tp{plan.tp} pp{plan.pp} dp{plan.dp} mbs{plan.mbs}, "
-              f"{batch // (plan.mbs * plan.dp)} micro-batches per pipeline, full recomputation:")
+              f"{micro} micro-batches per pipeline, full recomputation:")
         for name, s in SCHEDULES.items():
             par = plan.with_(schedule=name, vp=VP[s.chunks], recompute=("full",))
             try:

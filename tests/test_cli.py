@@ -243,7 +243,8 @@ def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
     """``validate --stack X`` asks how X predicts the rows: a row whose plan X cannot run (TP on
     DeepSpeed's stack, which has none) is left out with a note naming it and listed under
     ``set_aside`` by --json, not an error that ends the command; when X runs none of them, exit
-    2 and one line. A row that is wrong on its own stack stays an error."""
+    2 and one line. A row that is wrong on its own stack, by its plan or by a memory far beyond its
+    devices, stays an error."""
     from console import cli, one_line_error
 
     head = "id,model,gpu,num_gpus,tp,seq_len,global_batch,micro_batch,metric,step_time_s,stack\n"
@@ -261,10 +262,23 @@ def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
     path.write_text(head + "tp2,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,megatron-core\n")
     assert one_line_error(*cli("validate", "--csv", path, "--stack", "deepspeed"),
                           "--stack: got 'deepspeed'; runs none of the rows' plans (first: tp2: tp: got 2")
-    path.write_text(head + "tp3,llama3-8b,H100,8,3,8192,64,1,step_time,4.0,megatron-core\n")
-    assert one_line_error(*cli("validate", "--csv", path, "--stack", "deepspeed"),
-                          "runs.csv line 2 (tp3): dp: got 2; tp·pp·dp·cp = 3·1·2·1 = 6 must "
-                          "equal gpus = 8")
+    # tp 2 on its own stack, DeepSpeed's, which has no TP: wrong there, whatever --stack refuses
+    path.write_text(head + "own,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,deepspeed\n")
+    assert one_line_error(*cli("validate", "--csv", path, "--stack", "composer"),
+                          "runs.csv line 2 (own): tp: got 2; stack deepspeed has no tensor "
+                          "parallelism")
+    # a plan that by far cannot fit under --stack (a stack file reserving 170 GiB) is left out;
+    # one that cannot fit under its own stack either is refused as without --stack
+    (tmp_path / "fat.toml").write_text('base = "megatron-core"\nname = "fat"\nreserved_GiB = 170\n')
+    head = head.replace("\n", ",zero_stage,recompute\n")
+    path.write_text(head + "ok,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,megatron-core,1,full\n")
+    assert one_line_error(*cli("validate", "--csv", path, "--stack", tmp_path / "fat.toml"),
+                          "runs none of the rows' plans (first: ok: plan: got 't1 p1 d8 z1 full "
+                          "b1'; needs 237.7 GiB")
+    path.write_text(head + "big,llama3-70b,H100,8,1,8192,64,1,step_time,4.0,megatron-core,0,none\n")
+    assert one_line_error(*cli("validate", "--csv", path, "--stack", tmp_path / "fat.toml"),
+                          "row big: plan: got 't1 p1 d8 z0 none b1'; needs 1368.8 GiB on a device "
+                          "of 79.6 GiB by this memory model on stack megatron-core")
 
 
 def test_validate_fails_when_a_run_is_off(runs_csv, capsys):

@@ -15,7 +15,7 @@ from nestplan.loaders import stack_from_table, stack_to_table
 from nestplan.specs import Parallelism, check_plan
 from nestplan.validation import hbm_ratios, load_cases, run, table
 
-from console import cli
+from console import cli, one_line_error
 
 ISSUE_STACKS = ("megatron-core", "nemo", "megatron-2021", "megatron-2022", "megatron-deepspeed",
                 "deepspeed", "torchtitan", "composer")
@@ -316,7 +316,9 @@ def test_calibrate_fits_the_stack_the_rows_ran_on(tmp_path, shared):
     code, out, err = cli("calibrate", runs, "-o", tmp_path / "m.toml")
     assert code == 0 and "over megatron-2021" in out, err
     assert 'base = "megatron-2021"' in (tmp_path / "m.toml").read_text()
-    assert "set aside" not in err and "no stack" not in err
+    notes = [ln for ln in err.splitlines() if "note:" in ln]
+    assert notes == ["nestplan: note: 2 rows (nar21-t1-1p7b, nar21-t1-3p6b) give no precision: read "
+                     "as bf16"], err  # (no stack set aside, none filled in)
     code, out, err = cli("calibrate", runs, "--stack", "megatron-core", "-o", tmp_path / "m.toml")
     assert code == 0 and "the rows' own stacks (megatron-2021) are set aside" in err
 
@@ -1004,8 +1006,8 @@ def test_calibrate_records_its_rows_and_says_what_it_filled_in(tmp_path, runs_cs
     measured = float(runs_csv.row["step_time_s"])
     comments = [ln for ln in (tmp_path / "one.toml").read_text().splitlines() if ln.startswith("#")]
     row = next(ln for ln in comments if "nar21-t1-1p7b" in ln)
-    before, after = (float(x.strip(" %")) for x in row.split("s; ")[1].split(","))
-    assert f"{measured:.6g} s" in row and abs(after) < abs(before)
+    before, after = (float(x.strip(" %")) for x in row.split(" s, ")[1].split("->"))
+    assert f"{measured:.4f} s" in row and abs(after) < abs(before)
     assert "1 row (nar21-t1-1p7b) gives no precision: read as bf16" in err
     assert "name no stack" not in err and "names no stack" not in err  # its source names one
     code, out, err = cli("calibrate", runs_csv(source="my cluster", precision="bf16"), "-o",
@@ -1014,6 +1016,20 @@ def test_calibrate_records_its_rows_and_says_what_it_filled_in(tmp_path, runs_cs
     assert ("1 row (nar21-t1-1p7b) names no stack (a stack column) and no source a catalog stack "
             "names: read as run on megatron-core, the default") in err
     assert "no precision" not in err
+
+
+def test_calibrate_names_the_given_stack_when_it_cannot_run_a_row(tmp_path, runs_csv):
+    """``calibrate --stack X`` on a row X cannot run (TP on DeepSpeed's stack) blames X, not the
+    row (which ran that plan); a row wrong on its own stack keeps its own error."""
+    code, out, err = cli("calibrate", runs_csv(tp="2", dp="16"), "--stack", "deepspeed", "-o",
+                         tmp_path / "x.toml")
+    assert one_line_error(code, out, err, "runs.csv line 2 (nar21-t1-1p7b): --stack: got "
+                          "'deepspeed'; cannot run this row's plan (tp: got 2; stack deepspeed has "
+                          "no tensor parallelism")
+    code, out, err = cli("calibrate", runs_csv(tp="3"), "--stack", "deepspeed", "-o",
+                         tmp_path / "x.toml")
+    assert code == 2 and "--stack: got" not in err and "(nar21-t1-1p7b)" in err, err
+    assert not (tmp_path / "x.toml").exists()
 
 
 def test_calibrate_replaces_no_file_its_rows_name(tmp_path, runs_csv):
@@ -1061,7 +1077,7 @@ def test_validate_says_when_stack_sets_the_rows_own_aside(runs_csv):
     runs = runs_csv()
     code, out, err = cli("validate", "--csv", runs, "--stack", "nemo")
     assert code in (0, 1), err
-    assert ("the rows' own stacks (megatron-2021) are set aside: every row is predicted as "
+    assert ("the rows' own stacks (megatron-2021) are set aside: the rows are predicted as "
             "--stack nemo") in err
     code, out, err = cli("validate", "--csv", runs, "--stack", "megatron-2021")
     assert code in (0, 1) and "set aside" not in err, err

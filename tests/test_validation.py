@@ -154,7 +154,7 @@ def test_a_row_with_a_micro_batch_alone_runs_one_per_replica(tmp_path):
                     "step_time,1.22\n")
     (case,) = load_cases(path)
     assert case.plan.dp == 8 and case.scenario.training.global_batch == 8
-    assert case.scenario.training.global_batch // (case.plan.mbs * case.plan.dp) == 1
+    assert case.scenario.training.micro_batches(case.plan.mbs, case.plan.dp) == 1
 
 
 def test_a_dense_named_model_may_say_it_has_no_experts(runs_csv):

@@ -777,7 +777,7 @@ def cmd_validate(args) -> int:
     runs = _runs_csv(args.csv)
     refused: list[tuple[str, str]] = []
     if args.stack:
-        note_set_aside(stacks_named(runs), args.stack, "predicted")
+        note_set_aside(stacks_named(runs, set_aside=True), args.stack, "predicted")
     outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
     if refused:
         _note_cannot_run(args.stack, refused, len(outcomes))
@@ -806,7 +806,8 @@ def cmd_validate(args) -> int:
 
 
 SET_ASIDE_SHOWN = 3
-"""Rows ``validate --stack`` names of those the stack cannot run (``--json`` lists all)."""
+"""Reasons, and rows for each, that ``validate --stack`` names of the rows the stack cannot run
+(``--json`` lists all)."""
 
 
 def _note_cannot_run(stack: str, refused: list[tuple[str, str]], kept: int) -> None:
@@ -815,11 +816,16 @@ def _note_cannot_run(stack: str, refused: list[tuple[str, str]], kept: int) -> N
 
     from .errors import Note
 
-    shown = "; ".join(f"{i} ({why})" for i, why in refused[:SET_ASIDE_SHOWN])
-    more = (f"; and {len(refused) - SET_ASIDE_SHOWN} more (--json lists them)"
-            if len(refused) > SET_ASIDE_SHOWN else "")
+    by_why: dict[str, list[str]] = {}
+    for ident, why in refused:
+        by_why.setdefault(why, []).append(ident)
+    shown = "; ".join(", ".join(ids[:SET_ASIDE_SHOWN]) + (" ..." if len(ids) > SET_ASIDE_SHOWN else "")
+                      + f" ({why})" for why, ids in list(by_why.items())[:SET_ASIDE_SHOWN])
+    more = (f"; and {len(by_why) - SET_ASIDE_SHOWN} more reasons" if len(by_why) > SET_ASIDE_SHOWN
+            else "")
     warnings.warn(f"--stack {stack} cannot run the plans of {len(refused)} of the "
-                  f"{len(refused) + kept} rows, left out of the figures: {shown}{more}", Note)
+                  f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
+                  f"{shown}{more}", Note)
 
 
 LEFT_OUT_SUSPECT = 0.5
@@ -945,12 +951,18 @@ def cmd_calibrate(args) -> int:
 
 
 def _measured_comment(cases, result) -> str:
-    """Comment lines of the fitted file: each row it was fitted on, measured and predicted
-    before and after (the figures ``fitted_on`` names the rows of)."""
-    lines = ["# fitted on (measured step; error before, after the fit):"]
-    for c, before, after in zip(cases, result.before, result.after):
-        lines.append(f"#   {_shown(c.id)}: {c.measured:.6g} s; {before * 100:+.1f}%, "
-                     f"{after * 100:+.1f}%")
+    """Comment lines of the fitted file: each row it was fitted on, its measured figures and the
+    errors before and after (``fitted_on`` names the rows only)."""
+    from .units import GiB
+
+    lines = ["# fitted on (measured seconds, error before and after the fit; peak memory alike):"]
+    for i, c in enumerate(cases):
+        line = (f"#   {_shown(c.id)}: {c.measured:.4f} s, {result.before[i] * 100:+.1f}% -> "
+                f"{result.after[i] * 100:+.1f}%")
+        if result.memory_after[i] is not None:
+            line += (f"; {c.memory / GiB:.1f} GiB, {result.memory_before[i] * 100:+.1f}% -> "
+                     f"{result.memory_after[i] * 100:+.1f}%")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -456,6 +456,26 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
                 row.text("confidence"), _memory(row, sc.cluster.accelerator))
 
 
+def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
+    """``_case``, its errors named by the row."""
+    try:
+        return _case(row, base, stack)
+    except SpecError as e:
+        if e.field.startswith(row.where):
+            raise
+        raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
+
+
+def _own_stack_loads(row: _Row, base: Path) -> bool:
+    """Under ``--stack`` a row's own stack is set aside and need not exist: whether it does (a
+    catalog name or a file that loads), so that a row the given stack refuses can be checked on it."""
+    try:
+        row.stack(base, None)
+    except SpecError:
+        return False
+    return True
+
+
 def _local_batch(row: _Row) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
     2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
@@ -495,25 +515,27 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
     ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
     ``other_metrics`` is a measured peak. Errors about the file name it as ``field``.
 
-    With ``stack`` and a ``set_aside`` list, a row whose plan that stack refuses but its own
-    stack runs is not an error: (its id, why) joins the list and the row is left out."""
+    With ``stack``, a row whose plan that stack refuses is checked on its own stack: a row wrong
+    there is refused with its own error; else, with a ``set_aside`` list, (its id, why) joins the
+    list and the row is left out, and without one the refusal names ``stack`` (calibrate)."""
     path = Path(path)
     cases = []
     for row in _rows(path, field):
         if row.regime() == "lora" and not include_lora:
             continue
         try:
-            try:
-                cases.append(_case(row, path.parent, stack))
-            except SpecError as e:
-                if stack is None or set_aside is None:
-                    raise
-                _case(row, path.parent, None)  # a row wrong on its own stack stays an error
-                set_aside.append((row.text("id"), _reason(e, row.where)))
+            cases.append(_row_case(row, path.parent, stack))
         except SpecError as e:
-            if e.field.startswith(row.where):
+            if stack is None:
                 raise
-            raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
+            if _own_stack_loads(row, path.parent):  # a row wrong on its own stack: its own error
+                _row_case(row, path.parent, None)
+            why = _reason(e, row.where)
+            if set_aside is None:
+                raise SpecError(f"{row.where}: --stack", stack.name, f"cannot run this row's plan "
+                                f"({why}); give a stack that runs every row, or leave the row "
+                                "out") from None
+            set_aside.append((row.text("id"), why))
     if not cases and not set_aside:  # (rows set aside: the caller says which stack ran none)
         raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
     return cases
@@ -568,12 +590,21 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
             for i, data in rows]
 
 
-def stacks_named(path: Path, field: str = "--csv") -> list[str]:
+def stacks_named(path: Path, field: str = "--csv", *, set_aside: bool = False) -> list[str]:
     """The distinct stacks a runs CSV's rows ran on, as ``load_cases`` reads them (the ``stack``
     column, a file relative to the CSV; else the stack a row's source names), in order of first
-    appearance."""
+    appearance. ``set_aside`` (under ``--stack``, for its note): a file that does not exist is
+    named as the column gives it, not refused."""
     path = Path(path)
-    return list(dict.fromkeys(row.stack_ref(path.parent) for row in _rows(path, field)))
+    named = []
+    for row in _rows(path, field):
+        try:
+            named.append(row.stack_ref(path.parent))
+        except SpecError:
+            if not set_aside:
+                raise
+            named.append(row.text("stack"))
+    return list(dict.fromkeys(named))
 
 
 def rows_filled_in(path: Path, field: str = "--csv") -> tuple[list[str], list[str]]:
@@ -587,7 +618,7 @@ def rows_filled_in(path: Path, field: str = "--csv") -> tuple[list[str], list[st
 
 def note_set_aside(named: list[str], given: str, how: str) -> None:
     """A note that ``--stack given`` sets aside the stacks the rows name (``named``, as
-    ``stacks_named`` gives them; a file may be spelt two ways): every row is then ``how``
+    ``stacks_named`` gives them; a file may be spelt two ways): the rows are then ``how``
     (fitted, predicted) as the given stack."""
     from .catalog import looks_like_path
 
@@ -601,7 +632,7 @@ def note_set_aside(named: list[str], given: str, how: str) -> None:
 
         from .errors import Note
 
-        warnings.warn(f"the rows' own stacks ({', '.join(named)}) are set aside: every row is "
+        warnings.warn(f"the rows' own stacks ({', '.join(named)}) are set aside: the rows are "
                       f"{how} as --stack {given}", Note)
 
 
@@ -614,10 +645,17 @@ def files_named(path: Path, field: str = "--csv") -> set[Path]:
     out: set[Path] = set()
     for row in _rows(path, field):
         for key in ("model", "cluster", "stack"):
-            if row.text(key):
+            if not row.text(key):
+                continue
+            try:
                 named = row.path(key, path.parent)
                 if looks_like_path(named):
                     out |= stack_files(named) if key == "stack" else {Path(named).resolve()}
+            except SpecError:
+                if key != "stack":
+                    raise
+                # a stack file that is missing or does not load (set aside under --stack; refused
+                # where the rows' own stack is read)
     return out
 
 
@@ -669,6 +707,7 @@ def run(path: Path, stack: StackSpec | None = None,
     """Every row's outcome. With ``stack`` and a ``set_aside`` list (``validate --stack``: how
     that stack predicts the rows it can run), a row the stack cannot run, its plan refused or
     needing far more than the device holds (``check_ran``), joins the list as (id, why)."""
+    path = Path(path)
     out = []
     for case in load_cases(path, stack=stack, set_aside=set_aside):
         try:
@@ -676,6 +715,9 @@ def run(path: Path, stack: StackSpec | None = None,
         except SpecError as e:
             if stack is None or set_aside is None:
                 raise
+            row = next(r for r in _rows(path) if r.text("id") == case.id)
+            if _own_stack_loads(row, path.parent):  # one that cannot have run: its own error
+                outcome(_row_case(row, path.parent, None))
             set_aside.append((case.id, _reason(e, f"row {case.id}")))
     return out
 
