@@ -976,16 +976,18 @@ def _note_filled_in(runs: Path, stack: str | None) -> None:
     from .errors import Note
     from .validation import rows_filled_in
 
-    no_stack, no_precision = rows_filled_in(runs, "RUNS.csv")
-    for ids, what in (([] if stack else no_stack, ("name", f"no stack (a stack column) and no "
-                       f"source a catalog stack names: read as run on {DEFAULT_STACK}, the "
-                       "default")), (no_precision, ("give", "no precision: read as bf16"))):
+    def note(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
         if ids:
-            verb, rest = what
             shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
             one = len(ids) == 1
-            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({shown}) {verb}{'s' if one else ''}"
-                          f" {rest}", Note)
+            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({shown}) {verb}{'s' if one else ''} "
+                          f"{rest}", Note)
+
+    no_stack, no_precision = rows_filled_in(runs, "RUNS.csv")
+    if not stack:  # (--stack sets the rows' own aside)
+        note(no_stack, "name", f"no stack (a stack column) and no source a catalog stack names: "
+             f"read as run on {DEFAULT_STACK}, the default")
+    note(no_precision, "give", "no precision: read as bf16")
 
 
 def _note_fit_limits(cases, result, base) -> None:

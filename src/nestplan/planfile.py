@@ -181,7 +181,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-NOT_SHOWN = ("description", "fitted_on")
+UNCOSTED_STACK_KEYS = ("description", "fitted_on")
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 
@@ -197,7 +197,7 @@ def _note_not_the_catalogs(stack) -> None:
         return
     mine, catalog = stack_to_table(stack), stack_to_table(get_stack(stack.name))
     differ = sorted(k for k in mine.keys() | catalog.keys()
-                    if k not in NOT_SHOWN and not _same(mine.get(k), catalog.get(k)))
+                    if k not in UNCOSTED_STACK_KEYS and not _same(mine.get(k), catalog.get(k)))
     if differ:
         warnings.warn(f"the plan file's stack is named {stack.name} but is not this nestplan's "
                       f"catalog {stack.name} (it differs in {', '.join(differ[:4])}"

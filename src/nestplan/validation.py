@@ -466,14 +466,17 @@ def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
         raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
 
 
-def _own_stack_loads(row: _Row, base: Path) -> bool:
-    """Under ``--stack`` a row's own stack is set aside and need not exist: whether it does (a
-    catalog name or a file that loads), so that a row the given stack refuses can be checked on it."""
+def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
+    """Raise the error a row that ``--stack`` refuses has on its own stack, where that stack exists
+    (under ``--stack`` it is set aside and need not): its plan refused there or, with ``ran``,
+    needing far more than its devices hold (``check_ran``). A row right there returns."""
     try:
         row.stack(base, None)
     except SpecError:
-        return False
-    return True
+        return
+    case = _row_case(row, base, None)
+    if ran:
+        outcome(case)
 
 
 def _local_batch(row: _Row) -> int | None:
@@ -528,8 +531,7 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
         except SpecError as e:
             if stack is None:
                 raise
-            if _own_stack_loads(row, path.parent):  # a row wrong on its own stack: its own error
-                _row_case(row, path.parent, None)
+            _own_error(row, path.parent, ran=False)
             why = _reason(e, row.where)
             if set_aside is None:
                 raise SpecError(f"{row.where}: --stack", stack.name, f"cannot run this row's plan "
@@ -709,15 +711,15 @@ def run(path: Path, stack: StackSpec | None = None,
     needing far more than the device holds (``check_ran``), joins the list as (id, why)."""
     path = Path(path)
     out = []
+    rows: dict[str, _Row] = {}
     for case in load_cases(path, stack=stack, set_aside=set_aside):
         try:
             out.append(outcome(case))
         except SpecError as e:
             if stack is None or set_aside is None:
                 raise
-            row = next(r for r in _rows(path) if r.text("id") == case.id)
-            if _own_stack_loads(row, path.parent):  # one that cannot have run: its own error
-                outcome(_row_case(row, path.parent, None))
+            rows = rows or {r.text("id"): r for r in _rows(path)}  # (read once, if at all)
+            _own_error(rows[case.id], path.parent, ran=True)
             set_aside.append((case.id, _reason(e, f"row {case.id}")))
     return out
 
