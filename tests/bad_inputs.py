@@ -1223,7 +1223,7 @@ NO_EXPERT_TP = 'base = "megatron-core"\nexpert_tp_with_ep = false\nexpert_tp_wit
 for cmd, needle in (("evaluate", "etp: got 2; stack st runs experts that carry biases at etp = 1 "
                                  "only (expert_tp_with_bias = false"),
                     ("plan", "tp: got 2; stack st runs experts that carry biases at expert TP 1 "
-                             "only, and without expert parallelism its experts follow tp: use "
+                             "only, and without expert parallelism its experts follow tp; use "
                              "tp = 1 or ep > 1")):
     case(f"{cmd}-biased-experts-no-expert-tp-stack",
          [cmd, "--model", "gpt-oss-120b", *SCENARIO[2:], "--stack", "{st}.toml", "--tp", "2",

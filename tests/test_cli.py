@@ -258,7 +258,17 @@ def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
     assert [r["id"] for r in got["set_aside"]] == ["tp2"]
     assert "tensor parallelism" in got["set_aside"][0]["why"]
     assert "--stack deepspeed cannot run the plans of 1 of the 2 rows" in err
-    assert "tp2 (tp: got 2" in err
+    assert "tp2 (tp: got 2; stack deepspeed has no tensor parallelism)" in err
+    # rows refused alike are one reason, without the value where theirs differ, and without the
+    # refusal's advice ("use tp = 1"), which a run that ran its plan cannot take
+    path.write_text(head + "tp1,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,torchtitan\n"
+                    "tp2,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,megatron-core\n"
+                    "tp4,llama3-8b,H100,8,4,8192,64,1,step_time,4.0,megatron-core\n")
+    code, out, err = cli("validate", "--csv", path, "--stack", "deepspeed", "--json")
+    assert "tp2, tp4 (tp: stack deepspeed has no tensor parallelism)" in err, err
+    assert [r["why"] for r in json.loads(out)["set_aside"]] == [
+        f"tp: got {n}; stack deepspeed has no tensor parallelism" for n in (2, 4)]
+    assert "use tp" not in err + out
     path.write_text(head + "tp2,llama3-8b,H100,8,2,8192,64,1,step_time,4.0,megatron-core\n")
     assert one_line_error(*cli("validate", "--csv", path, "--stack", "deepspeed"),
                           "--stack: got 'deepspeed'; runs none of the rows' plans (first: tp2: tp: got 2")

@@ -1025,7 +1025,7 @@ def test_calibrate_names_the_given_stack_when_it_cannot_run_a_row(tmp_path, runs
                          tmp_path / "x.toml")
     assert one_line_error(code, out, err, "runs.csv line 2 (nar21-t1-1p7b): --stack: got "
                           "'deepspeed'; cannot run this row's plan (tp: got 2; stack deepspeed has "
-                          "no tensor parallelism")
+                          "no tensor parallelism); give a stack that runs every row")
     code, out, err = cli("calibrate", runs_csv(tp="3"), "--stack", "deepspeed", "-o",
                          tmp_path / "x.toml")
     assert code == 2 and "--stack: got" not in err and "(nar21-t1-1p7b)" in err, err

@@ -775,7 +775,7 @@ def cmd_validate(args) -> int:
                              report, run, stacks_named, table)
 
     runs = _runs_csv(args.csv)
-    refused: list[tuple[str, str]] = []
+    refused: list = []  # (validation.SetAside)
     if args.stack:
         note_set_aside(stacks_named(runs, set_aside=True), args.stack, "predicted")
     outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
@@ -785,9 +785,9 @@ def cmd_validate(args) -> int:
         from .errors import SpecError
 
         raise SpecError("--stack", args.stack, f"runs none of the rows' plans (first: "
-                        f"{refused[0][0]}: {refused[0][1]}); give a stack that offers them")
+                        f"{refused[0].id}: {refused[0].why}); give a stack that offers them")
     summary = report(outcomes)
-    summary["set_aside"] = [{"id": i, "why": why} for i, why in refused]
+    summary["set_aside"] = [{"id": r.id, "why": r.why} for r in refused]
     if args.json:
         print(_json(summary))
     else:
@@ -810,19 +810,26 @@ SET_ASIDE_SHOWN = 3
 (``--json`` lists all)."""
 
 
-def _note_cannot_run(stack: str, refused: list[tuple[str, str]], kept: int) -> None:
-    """Say which rows ``validate --stack`` left out because that stack cannot run their plans."""
+def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
+    """Say which rows (``validation.SetAside``) ``validate --stack`` left out because that stack
+    cannot run their plans, grouped by reason (with the value where a group shares one)."""
     import warnings
 
     from .errors import Note
 
-    by_why: dict[str, list[str]] = {}
-    for ident, why in refused:
-        by_why.setdefault(why, []).append(ident)
-    shown = "; ".join(", ".join(ids[:SET_ASIDE_SHOWN]) + (" ..." if len(ids) > SET_ASIDE_SHOWN else "")
-                      + f" ({why})" for why, ids in list(by_why.items())[:SET_ASIDE_SHOWN])
-    more = (f"; and {len(by_why) - SET_ASIDE_SHOWN} more reasons" if len(by_why) > SET_ASIDE_SHOWN
-            else "")
+    by_kind: dict[str, list] = {}
+    for r in refused:
+        by_kind.setdefault(r.kind, []).append(r)
+
+    def group(rows: list) -> str:
+        ids = ", ".join(r.id for r in rows[:SET_ASIDE_SHOWN])
+        more = " ..." if len(rows) > SET_ASIDE_SHOWN else ""
+        why = rows[0].why if len({repr(r.value) for r in rows}) == 1 else rows[0].kind
+        return f"{ids}{more} ({why})"
+
+    shown = "; ".join(group(rows) for rows in list(by_kind.values())[:SET_ASIDE_SHOWN])
+    rest = len(by_kind) - SET_ASIDE_SHOWN
+    more = f"; and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else ""
     warnings.warn(f"--stack {stack} cannot run the plans of {len(refused)} of the "
                   f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
                   f"{shown}{more}", Note)

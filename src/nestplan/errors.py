@@ -6,16 +6,26 @@ class NestplanError(Exception):
 
 
 class SpecError(NestplanError, ValueError):
-    """Invalid user input: names the field, the value and what is allowed."""
+    """Invalid user input: names the field, the value and what is allowed, and may add advice
+    (what to give instead), which the message ends with."""
 
-    def __init__(self, field: str, value: object, allowed: str):
+    def __init__(self, field: str, value: object, allowed: str, advice: str = ""):
         self.field = field
         self.value = value
-        self.allowed = allowed
-        shown = repr(value)
-        if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
-            shown = f"{shown[:MAX_SHOWN // 2]}…{shown[-MAX_SHOWN // 2:]} ({len(shown)} characters)"
-        super().__init__(f"{field}: got {shown}; {allowed}")
+        self.rule = allowed
+        """What is allowed, without the advice (a reason that holds where the advice does not:
+        a measured run that another stack cannot run)."""
+        self.advice = advice
+        self.allowed = f"{allowed}; {advice}" if advice else allowed
+        super().__init__(f"{field}: got {shown(value)}; {self.allowed}")
+
+
+def shown(value: object) -> str:
+    """A bad value as an error shows it: its repr, or a long one's two ends."""
+    text = repr(value)
+    if len(text) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
+        text = f"{text[:MAX_SHOWN // 2]}…{text[-MAX_SHOWN // 2:]} ({len(text)} characters)"
+    return text
 
 
 MAX_SHOWN = 100

@@ -1176,7 +1176,7 @@ def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
     """The refusal of tensor parallelism for MoE layers on a stack without sequence parallelism
     (the token dispatch of Megatron-Core's MoE layers needs it under tp > 1)."""
     return SpecError("tp", tp, "MoE layers with tp > 1 need sequence parallelism, which stack "
-                     f"{stack_name} does not have; use tp = 1")
+                     f"{stack_name} does not have", "use tp = 1")
 
 
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:

@@ -46,6 +46,8 @@ EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
 """What ``StackSpec.eager_ops`` may name."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
+Refusal = tuple[str, object, str] | tuple[str, object, str, str]
+"""Why a stack does not run a plan: ``SpecError``'s arguments, (field, value, rule[, advice])."""
 
 
 def _names(field: str, values, allowed: tuple, differ: str | None = None) -> None:
@@ -533,21 +535,22 @@ class StackSpec(_CachedHash):
         """It runs a pipeline schedule over several model chunks per device."""
         return any(SCHEDULES[s].chunks != "one" for s in self.schedules)
 
-    def missing_axis(self, par) -> tuple[str, object, str] | None:
+    def missing_axis(self, par) -> Refusal | None:
         """The first parallel axis ``par`` uses (a Parallelism, or any object with its degrees)
-        that this stack does not offer, as (field, value, rule); None when it offers them all."""
+        that this stack does not offer, as (field, value, rule[, advice]); None when it offers
+        them all."""
         n = self.name
         for axis, degree in (("tp", par.tp), ("cp", par.cp), ("ep", par.ep), ("pp", par.pp)):
             if degree > 1 and axis not in self.axes:
-                return axis, degree, f"stack {n} has no {_AXIS_NAMES[axis]}; use {axis} = 1"
+                return axis, degree, f"stack {n} has no {_AXIS_NAMES[axis]}", f"use {axis} = 1"
         if par.sp and "sp" not in self.axes:
             return "sp", True, f"stack {n} has no sequence parallelism"
         return None
 
-    def unsupported(self, par, *, biased: bool) -> tuple[str, object, str] | None:
+    def unsupported(self, par, *, biased: bool) -> Refusal | None:
         """Why ``par`` (a :class:`~nestplan.specs.Parallelism`) is not a plan this stack runs, as
-        (field, value, rule), or None when it is; ``biased``: the model's experts carry biases
-        (``biased_experts``)."""
+        (field, value, rule[, advice]) (``SpecError``'s arguments), or None when it is;
+        ``biased``: the model's experts carry biases (``biased_experts``)."""
         n = self.name
         axis = self.missing_axis(par)
         if axis is not None:
@@ -564,12 +567,12 @@ class StackSpec(_CachedHash):
                                       "pipeline parallelism")
         if par.pp > 1 and par.pipeline.name not in self.schedules:
             if par.schedule is None:
-                return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule; use vp = 1"
+                return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule", "use vp = 1"
             return "schedule", par.schedule, f"stack {n} runs " + ", ".join(self.schedules)
         if par.vp == 1 and self.interleaving_required(par.ep, par.pp):
             return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
                                   "micro-batch, which Megatron-Core does with pipelining only "
-                                  "under an interleaved schedule: use vp > 1")
+                                  "under an interleaved schedule"), "use vp > 1"
         for r in par.recompute:
             if self.policy_index(r) is None:
                 return "recompute", r, f"stack {n} offers " + ", ".join(

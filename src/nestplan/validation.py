@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
-from .errors import SpecError
+from .errors import SpecError, shown
 from .options import MLPKind, Norm, Position, Precision
 from .specs import (MAX_GPUS, AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario,
                     TrainingSpec, check_plan)
@@ -463,7 +463,7 @@ def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
     except SpecError as e:
         if e.field.startswith(row.where):
             raise
-        raise SpecError(f"{row.where}: {e.field}", e.value, e.allowed) from None
+        raise SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice) from None
 
 
 def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
@@ -509,7 +509,7 @@ def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
 
 
 def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | None = None,
-               field: str = "--csv", set_aside: list[tuple[str, str]] | None = None) -> list[Case]:
+               field: str = "--csv", set_aside: list[SetAside] | None = None) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
@@ -519,8 +519,8 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
     ``other_metrics`` is a measured peak. Errors about the file name it as ``field``.
 
     With ``stack``, a row whose plan that stack refuses is checked on its own stack: a row wrong
-    there is refused with its own error; else, with a ``set_aside`` list, (its id, why) joins the
-    list and the row is left out, and without one the refusal names ``stack`` (calibrate)."""
+    there is refused with its own error; else, with a ``set_aside`` list, the row joins the list
+    and is left out, and without one the refusal names ``stack`` (calibrate)."""
     path = Path(path)
     cases = []
     for row in _rows(path, field):
@@ -532,12 +532,12 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
             if stack is None:
                 raise
             _own_error(row, path.parent, ran=False)
-            why = _reason(e, row.where)
+            left = SetAside.of(row.text("id"), e, row.where)
             if set_aside is None:
                 raise SpecError(f"{row.where}: --stack", stack.name, f"cannot run this row's plan "
-                                f"({why}); give a stack that runs every row, or leave the row "
-                                "out") from None
-            set_aside.append((row.text("id"), why))
+                                f"({left.why}); give a stack that runs every row, or leave the "
+                                "row out") from None
+            set_aside.append(left)
     if not cases and not set_aside:  # (rows set aside: the caller says which stack ran none)
         raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
     return cases
@@ -693,19 +693,39 @@ class Outcome:
         return self.predicted_memory / self.case.memory - 1.0
 
 
-def _reason(e: SpecError, *places: str) -> str:
-    """A refusal without the row's place (``places``: how its field may begin; the set-aside
-    list names the row)."""
-    text = str(e)
-    for place in places:
+@dataclass(frozen=True)
+class SetAside:
+    """A row that ``validate --stack`` leaves out, and why: the refusal of its plan by that
+    stack, without the row's place (the row is named beside it) and without the refusal's
+    advice, which is for a plan being chosen, not for one a measured run ran."""
+
+    id: str
+    field: str
+    value: object
+    rule: str
+
+    @classmethod
+    def of(cls, ident: str, e: SpecError, place: str) -> "SetAside":
+        """Row ``ident``'s refusal ``e``, whose field may begin with the row's ``place``."""
+        field = e.field
         for sep in (": ", "."):
-            if text.startswith(place + sep):
-                return text[len(place) + len(sep):]
-    return text
+            if field.startswith(place + sep):
+                field = field[len(place) + len(sep):]
+                break
+        return cls(ident, field, e.value, e.rule)
+
+    @property
+    def why(self) -> str:
+        return f"{self.field}: got {shown(self.value)}; {self.rule}"
+
+    @property
+    def kind(self) -> str:
+        """The reason whatever the value: what rows set aside alike share."""
+        return f"{self.field}: {self.rule}"
 
 
 def run(path: Path, stack: StackSpec | None = None,
-        set_aside: list[tuple[str, str]] | None = None) -> list[Outcome]:
+        set_aside: list[SetAside] | None = None) -> list[Outcome]:
     """Every row's outcome. With ``stack`` and a ``set_aside`` list (``validate --stack``: how
     that stack predicts the rows it can run), a row the stack cannot run, its plan refused or
     needing far more than the device holds (``check_ran``), joins the list as (id, why)."""
@@ -720,7 +740,7 @@ def run(path: Path, stack: StackSpec | None = None,
                 raise
             rows = rows or {r.text("id"): r for r in _rows(path)}  # (read once, if at all)
             _own_error(rows[case.id], path.parent, ran=True)
-            set_aside.append((case.id, _reason(e, f"row {case.id}")))
+            set_aside.append(SetAside.of(case.id, e, f"row {case.id}"))
     return out
 
 

@@ -156,7 +156,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             and sc.stack.interleaving_required(con.ep, con.pp):
         raise SpecError("vp", 1, f"stack {sc.stack.name} overlaps the expert exchange with another "
                         "micro-batch, which Megatron-Core does with pipelining only under an "
-                        "interleaved schedule: use vp > 1")
+                        "interleaved schedule", "use vp > 1")
     if m.moe is None and con.etp is not None and con.etp != con.tp:
         raise dense_etp(m, con.etp)
     if con.sp and con.tp == 1:
@@ -208,7 +208,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         f"ZeRO-{sc.stack.max_zero_with_pp} with pipeline parallelism")
     if (con.vp or 1) > 1 and not sc.stack.interleaves:
         raise SpecError("vp", con.vp, f"stack {sc.stack.name} has no interleaved pipeline "
-                        "schedule; use vp = 1")
+                        "schedule", "use vp = 1")
     if m.moe is not None and con.etp is not None:
         if con.ep is not None and (con.ep > 1 or con.tp is not None):  # (with EP, needs no tp)
             why = sc.stack.expert_tp_refusal(con.tp or 1, con.ep, con.etp,
@@ -222,7 +222,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         # no degree left for these experts: without expert parallelism they follow TP, and the
         # stack runs experts with biases at expert TP 1 only
         raise SpecError("tp", con.tp, f"stack {sc.stack.name} runs experts that carry biases at "
-                        "expert TP 1 only, and without expert parallelism its experts follow tp: "
+                        "expert TP 1 only, and without expert parallelism its experts follow tp",
                         "use tp = 1 or ep > 1")
     if None not in (con.zero, con.ep, con.tp, con.cp):
         why = sc.stack.replicas_refusal(SimpleNamespace(zero=con.zero, ep=con.ep, tp=con.tp,
