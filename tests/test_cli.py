@@ -239,6 +239,28 @@ def test_validate_takes_a_csv_with_only_the_columns_its_rows_need(tmp_path, caps
 
 
 
+def test_validate_says_which_rows_it_read_on_the_default_stack(tmp_path):
+    """A row that names no stack, whose source no catalog stack names either, is predicted on the
+    default stack, and validate says so (a user's own CSV without a stack column); a row read as
+    bf16 for want of a precision is not noted (the shipped runs leave it blank, see
+    ``cli._note_filled_in``), nor does --stack, which sets the rows' own stacks aside."""
+    from console import cli
+
+    head = "id,model,gpu,num_gpus,tp,seq_len,global_batch,micro_batch,metric,step_time_s,stack\n"
+    path = tmp_path / "runs.csv"
+    path.write_text(head + "mine,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,\n"
+                    "theirs,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,torchtitan\n")
+    code, out, err = cli("validate", "--csv", path)
+    assert code in (0, 1), err
+    assert ("1 row (mine) names no stack (a stack column) and no source a catalog stack names: "
+            "read as run on megatron-core, the default") in err
+    assert "theirs" not in err and "bf16" not in err
+    code, out, err = cli("validate", "--csv", path, "--stack", "torchtitan")
+    assert code in (0, 1) and "names no stack" not in err, err
+    code, out, err = cli("validate")  # the shipped runs: every row's source names its stack
+    assert code in (0, 1) and "no stack" not in err and "bf16" not in err, err
+
+
 def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
     """``validate --stack X`` asks how X predicts the rows: a row whose plan X cannot run (TP on
     DeepSpeed's stack, which has none) is left out with a note naming it and listed under
