@@ -317,7 +317,7 @@ def base_of(runs: Path, given: str | None) -> str:
     fit per stack); with it, the rows' own stacks are set aside with a note."""
     from .validation import note_set_aside, stacks_named
 
-    named = stacks_named(runs, "RUNS.csv", set_aside=given is not None)
+    named = stacks_named(runs, "RUNS.csv", missing_ok=given is not None)
     if given is None:
         if len(named) > 1:
             raise UsageError(f"--stack is needed: the rows ran on several stacks "

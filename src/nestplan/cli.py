@@ -771,13 +771,13 @@ def _runs_csv(text: str | None, field: str = "--csv") -> Path:
 
 def cmd_validate(args) -> int:
     from .catalog import get_stack
-    from .validation import (MEAN_TOLERANCE, MEMORY_TOLERANCE, ROW_TOLERANCE, note_set_aside,
-                             report, run, stacks_named, table)
+    from .validation import (MEAN_TOLERANCE, MEMORY_TOLERANCE, ROW_TOLERANCE, SetAside,
+                             note_set_aside, report, run, stacks_named, table)
 
     runs = _runs_csv(args.csv)
-    refused: list = []  # (validation.SetAside)
+    refused: list[SetAside] = []
     if args.stack:
-        note_set_aside(stacks_named(runs, set_aside=True), args.stack, "predicted")
+        note_set_aside(stacks_named(runs, missing_ok=True), args.stack, "predicted")
     outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
     _note_filled_in(runs, args.stack, "--csv", precision=False)
     if refused:
@@ -965,11 +965,11 @@ def _measured_comment(cases, result) -> str:
 
     lines = ["# fitted on (measured seconds, error before and after the fit; peak memory alike):"]
     for i, c in enumerate(cases):
-        line = (f"#   {_shown(c.id)}: {c.measured:.4f} s, {result.before[i] * 100:+.1f}% -> "
-                f"{result.after[i] * 100:+.1f}%")
+        line = (f"#   {_shown(c.id)}: {c.measured:.4f} s, {result.before[i]:+.1%} -> "
+                f"{result.after[i]:+.1%}")
         if result.memory_after[i] is not None:
-            line += (f"; {c.memory / GiB:.1f} GiB, {result.memory_before[i] * 100:+.1f}% -> "
-                     f"{result.memory_after[i] * 100:+.1f}%")
+            line += (f"; {c.memory / GiB:.1f} GiB, {result.memory_before[i]:+.1%} -> "
+                     f"{result.memory_after[i]:+.1%}")
         lines.append(line)
     return "\n".join(lines) + "\n"
 

@@ -17,15 +17,10 @@ class SpecError(NestplanError, ValueError):
         a measured run that another stack cannot run)."""
         self.advice = advice
         self.allowed = f"{allowed}; {advice}" if advice else allowed
-        super().__init__(f"{field}: got {shown(value)}; {self.allowed}")
-
-
-def shown(value: object) -> str:
-    """A bad value as an error shows it: its repr, or a long one's two ends."""
-    text = repr(value)
-    if len(text) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
-        text = f"{text[:MAX_SHOWN // 2]}…{text[-MAX_SHOWN // 2:]} ({len(text)} characters)"
-    return text
+        shown = repr(value)
+        if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
+            shown = f"{shown[:MAX_SHOWN // 2]}…{shown[-MAX_SHOWN // 2:]} ({len(shown)} characters)"
+        super().__init__(f"{field}: got {shown}; {self.allowed}")
 
 
 MAX_SHOWN = 100

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
-from .errors import SpecError, shown
+from .errors import SpecError
 from .options import MLPKind, Norm, Position, Precision
 from .specs import (MAX_GPUS, AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario,
                     TrainingSpec, check_plan)
@@ -592,18 +592,18 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
             for i, data in rows]
 
 
-def stacks_named(path: Path, field: str = "--csv", *, set_aside: bool = False) -> list[str]:
+def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False) -> list[str]:
     """The distinct stacks a runs CSV's rows ran on, as ``load_cases`` reads them (the ``stack``
     column, a file relative to the CSV; else the stack a row's source names), in order of first
-    appearance. ``set_aside`` (under ``--stack``, for its note): a file that does not exist is
-    named as the column gives it, not refused."""
+    appearance. ``missing_ok`` (under ``--stack``, which sets the rows' own aside, for its note):
+    a file that does not exist is named as the column gives it, not refused."""
     path = Path(path)
     named = []
     for row in _rows(path, field):
         try:
             named.append(row.stack_ref(path.parent))
         except SpecError:
-            if not set_aside:
+            if not missing_ok:
                 raise
             named.append(row.text("stack"))
     return list(dict.fromkeys(named))
@@ -716,7 +716,8 @@ class SetAside:
 
     @property
     def why(self) -> str:
-        return f"{self.field}: got {shown(self.value)}; {self.rule}"
+        """The refusal as an error would give it, without the advice."""
+        return str(SpecError(self.field, self.value, self.rule))
 
     @property
     def kind(self) -> str:
@@ -728,7 +729,7 @@ def run(path: Path, stack: StackSpec | None = None,
         set_aside: list[SetAside] | None = None) -> list[Outcome]:
     """Every row's outcome. With ``stack`` and a ``set_aside`` list (``validate --stack``: how
     that stack predicts the rows it can run), a row the stack cannot run, its plan refused or
-    needing far more than the device holds (``check_ran``), joins the list as (id, why)."""
+    needing far more than the device holds (``check_ran``), joins the list."""
     path = Path(path)
     out = []
     rows: dict[str, _Row] = {}
