@@ -180,6 +180,20 @@ for method in ("nest", "mcmc"):  # a V of chunks for a model whose blocks differ
 case("plan-interleaving-mixed-model-no-divisor",  # DeepSeek-V3: 61 blocks, dense and MoE
      ["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", "64",
       "--schedule", "interleaved-1f1b"], "chunk counts that divide its 61 layers")
+# interleaving by the micro-batches per replica (8 GPUs over pp 4: 2 replicas of mbs 1): 9 are
+# no whole number of max(1, 9 // 4) = 2 rounds anywhere; 6 run on Megatron-Core (one round of 6)
+# but not on 2021's Megatron-LM (rounds of 4); 3 on torchtitan (one round) but not on
+# Megatron-Core (at least pp)
+_PIPE = ["evaluate", *SCENARIO, "--tp", "1", "--pp", "4", "--vp", "2", "--mbs", "1",
+         "--seq-len", "2048", "--global-batch"]
+case("evaluate-interleaved-rounds-not-whole", [*_PIPE, "18", "--stack", "torchtitan"],
+     "micro-batches per replica (global_batch / (mbs·dp)); schedule interleaved-1f1b runs them in "
+     "max(1, m // pp) = 2 rounds (pp = 4): their count must be a multiple of 2")
+case("evaluate-interleaved-rounds-of-pp", [*_PIPE, "12", "--stack", "megatron-2022"],
+     "stack megatron-2022 runs interleaved-1f1b in rounds of pp = 4: their count must be a "
+     "multiple of 4")
+case("evaluate-interleaved-fewer-than-pp", [*_PIPE, "6", "--stack", "megatron-core"],
+     "stack megatron-core runs interleaved-1f1b with at least pp = 4 per replica")
 case("plan-torchtitan-zero1", [*SEARCH, "--stack", "torchtitan", "--zero", "1"], "zero")
 case("plan-stack-without-schedule", [*SEARCH, "--stack", "composer", "--pp", "2"], "pp")
 case("unknown-subcommand", ["optimise"], "invalid choice")
@@ -614,6 +628,9 @@ STACK_BAD = {
     "schedules-min-pp-micro-unknown": ('base = "torchtitan"\nname = "s"\n'
                                        'schedules_min_pp_micro = ["2f2b"]\n',
                                        "schedules_min_pp_micro"),
+    "interleaved-rounds-unknown": ('base = "torchtitan"\nname = "s"\n'
+                                   'interleaved_rounds = "any"\n',
+                                   "stack.interleaved_rounds: got 'any'; allowed: pp, flexible"),
     "tp-overlap-beyond-domain-full": ('base = "megatron-core"\nname = "s"\n'
                                       'tp_overlap_beyond_domain = "full"\n',
                                       "tp_overlap_beyond_domain: got 'full'; allowed: none, "

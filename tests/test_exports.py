@@ -695,7 +695,9 @@ def megatron_transformer_config(text: str):
     cls = tc.MLATransformerConfig if "multi-latent-attention" in flags else tc.TransformerConfig
     fields = {f.name: f for f in dataclasses.fields(cls)}
     renamed = {"num-experts": "num_moe_experts", "fp8-format": "fp8",
-               "swiglu": "gated_linear_unit", "norm-epsilon": "layernorm_epsilon"}
+               "swiglu": "gated_linear_unit", "norm-epsilon": "layernorm_epsilon",
+               "microbatch-group-size-per-virtual-pipeline-stage":
+                   "microbatch_group_size_per_vp_stage"}
     kw = {"bf16": True}
     kw.update(_graph_fields(flags, fields))
     if "moe-layer-freq" in flags:

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console import cli, one_line_error
-from nestplan.schedule import (SCHEDULES, _held_by_order, chunks_in_flight, makespan, simulate,
-                               span)
+from nestplan.schedule import (SCHEDULES, _held_by_order, chunks_in_flight, makespan, round_size,
+                               rounds, simulate, span)
 
 NAMES = sorted(SCHEDULES)
 FAST = settings(max_examples=40, deadline=None, derandomize=True,
@@ -97,12 +97,49 @@ def test_closed_form_bounds_unequal_stages_with_sends(name, pp, vp, rounds, seed
     assert (0.94 <= ratio <= 1.11) if rounds >= 4 else (0.91 <= ratio <= 1.22)
 
 
+LOOPED = [n for n in NAMES if SCHEDULES[n].looped_rounds]
+
+
+@FAST
+@given(name=st.sampled_from(LOOPED), pp=st.integers(2, 8), vp=st.integers(2, 4),
+       micro=st.integers(1, 40), f=st.floats(0.2, 2.0), b=st.floats(0.2, 3.0),
+       w_share=st.floats(0.0, 0.5))
+def test_closed_form_is_exact_for_any_whole_number_of_rounds(name, pp, vp, micro, f, b, w_share):
+    """Looped schedules with a micro-batch count that is no multiple of pp (rounds of m / max(1,
+    m // pp), as PyTorch runs them) or below pp (one round, interleaved 1F1B): equal stages,
+    sends free, the closed form is the simulated makespan."""
+    s = SCHEDULES[name]
+    if s.check(pp, vp, micro) is not None:
+        micro = rounds(pp, micro) * round_size(pp, micro)  # the nearest count it runs
+        if s.check(pp, vp, micro) is not None:
+            micro = max(micro, s.min_micro * pp)
+    assert s.check(pp, vp, micro) is None
+    fwd, bwd = [[f] * vp for _ in range(pp)], [[b] * vp for _ in range(pp)]
+    wgt = [[b * w_share] * vp for _ in range(pp)]
+    sim = makespan(simulate(fwd, bwd, micro, schedule=s, wgt=wgt))
+    assert closed_form(s, fwd, bwd, wgt, micro) == pytest.approx(sim, rel=1e-9)
+
+
+def test_a_single_short_round_waits_for_the_pipeline():
+    """Three micro-batches over four devices, two chunks each (F = 1, B = 2): every chunk's
+    micro-batch waits to come round all four devices, 30 time units, not the (m + (p - 1)/v)·X
+    = 27 of a full pipeline."""
+    fwd, bwd = [[1.0] * 2 for _ in range(4)], [[2.0] * 2 for _ in range(4)]
+    s = SCHEDULES["interleaved-1f1b"]
+    assert makespan(simulate(fwd, bwd, 3, schedule=s)) == pytest.approx(30.0)
+    assert span([6.0] * 4, [6.0] * 4, 3, 2) == pytest.approx(30.0)
+    assert span([6.0] * 4, [6.0] * 4, 4, 2) == pytest.approx(4 * 6.0 + 3 * 6.0 / 2)
+
+
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("pp,vp,micro", [(2, 2, 4), (4, 2, 8), (4, 3, 16), (8, 2, 8), (4, 1, 4)])
+@pytest.mark.parametrize("pp,vp,micro", [(2, 2, 4), (4, 2, 8), (4, 3, 16), (8, 2, 8), (4, 1, 4),
+                                         (4, 2, 6), (4, 2, 3)])
 def test_every_operation_runs_once_after_its_inputs(name, pp, vp, micro):
     s = SCHEDULES[name]
     vp = _vp(s, vp)
     micro = max(micro, s.min_micro * pp)
+    if s.check(pp, vp, micro) is not None:
+        micro = max(2 * pp, s.min_micro * pp)
     f = [[1.0 + 0.1 * (i + c) for c in range(vp)] for i in range(pp)]
     b = [[2 * x for x in row] for row in f]
     w = [[0.8 * x for x in row] for row in f]
@@ -150,7 +187,8 @@ def test_every_operation_runs_once_after_its_inputs(name, pp, vp, micro):
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("pp,vp,micro", [(2, 2, 2), (4, 2, 8), (4, 3, 12), (8, 2, 16),
-                                         (8, 4, 8), (4, 1, 16)])
+                                         (8, 4, 8), (4, 1, 16), (4, 2, 6), (4, 3, 10),
+                                         (8, 2, 12), (4, 2, 3)])
 def test_memory_held_is_what_the_order_holds(name, pp, vp, micro):
     """``held`` (what the memory model multiplies activations by) equals the peak of micro-batches
     started and not finished in the schedule's own order; for 1F1B and interleaved 1F1B that is
@@ -158,6 +196,8 @@ def test_memory_held_is_what_the_order_holds(name, pp, vp, micro):
     s = SCHEDULES[name]
     vp = _vp(s, vp)
     micro = max(micro, s.min_micro * pp)
+    if s.check(pp, vp, micro) is not None:
+        micro = max(2 * pp, s.min_micro * pp)
     for r in range(pp):
         by_order = _held_by_order(s.order(r, pp, vp, micro), vp, s.split_backward)
         assert sum(s.held(r, pp, vp, micro)) == sum(by_order)
@@ -184,7 +224,11 @@ def test_zero_bubble_trades_memory_for_bubble():
     ("zb-h1", 8, 1, 8), ("interleaved-1f1b", 4, 2, 8), ("interleaved-1f1b", 8, 3, 16),
     ("zbv", 2, 2, 4), ("zbv", 4, 2, 8), ("zbv", 4, 2, 13), ("zbv", 8, 2, 16),
     ("dualpipev", 2, 2, 4), ("dualpipev", 4, 2, 8), ("dualpipev", 4, 2, 13),
-    ("dualpipev", 8, 2, 20), ("dualpipev", 3, 2, 6)])
+    ("dualpipev", 8, 2, 20), ("dualpipev", 3, 2, 6),
+    # counts that are no multiple of pp: rounds of m / max(1, m // pp), one round below pp
+    ("interleaved-1f1b", 4, 2, 6), ("interleaved-1f1b", 4, 2, 10), ("interleaved-1f1b", 4, 3, 7),
+    ("interleaved-1f1b", 8, 2, 12), ("interleaved-1f1b", 4, 2, 3), ("interleaved-1f1b", 8, 3, 5),
+    ("interleaved-zb", 4, 2, 6), ("interleaved-zb", 4, 3, 10), ("interleaved-zb", 8, 2, 9)])
 def test_orders_are_pytorchs(name, pp, vp, micro):
     """The order each device runs is the one PyTorch's own schedule computes for the same
     degrees (``_calculate_single_rank_operations``; ZB-H1 is its interleaved zero bubble with one
@@ -449,23 +493,37 @@ def test_a_v_keeps_one_copy_of_tied_embeddings():
 
 
 def test_v_plans_with_uneven_micro_batches_search_and_export(tmp_path):
-    """A V needs 2·pp micro-batches, not a multiple of pp: the search offers it then, and the
-    Megatron and DeepSpeed exports (no V there) give each device its blocks in one chunk."""
+    """A V needs 2·pp micro-batches, not a multiple of pp: the search offers it then; the Megatron
+    export (no V there) keeps the two chunks per device under interleaved 1F1B in two rounds of
+    five (``--microbatch-group-size-per-virtual-pipeline-stage 5``, which Megatron-LM's parser
+    and TransformerConfig take), and with 9 micro-batches, no whole number of rounds, gives each
+    device its blocks in one chunk, as the DeepSpeed export does."""
+    pytest.importorskip("megatron.core")
+    from test_exports import megatron_transformer_config
+
     stack = tmp_path / "mc-v.toml"  # Megatron-Core's behaviour, with the V schedules offered
     stack.write_text('base = "megatron-core"\nname = "mc-v"\n'
                      'schedules = ["1f1b", "interleaved-1f1b", "zbv", "dualpipev"]\n')
-    args = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--global-batch",
-            "10", "--seq-len", "4096", "--stack", stack]
-    code, out, err = cli("plan", *args, "--pp", "4", "--tp", "2", "--schedule", "zbv", "--json",
-                         "--save", tmp_path / "v.json")
+    args = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--seq-len",
+            "4096", "--stack", stack, "--pp", "4", "--tp", "2", "--schedule", "zbv", "--json"]
+    code, out, err = cli("plan", *args, "--global-batch", "10", "--save", tmp_path / "v.json")
     assert code == 0, err
     best = json.loads(out)
     assert best["schedule"] == "zbv" and best["micro_batches"] == 10  # not a multiple of 4
-    per_device = [sum(b - a for a, b in st["blocks"]) for st in best["stages"]]
     code, out, err = cli("export", tmp_path / "v.json", "--format", "megatron")
     assert code == 0, err
+    assert "exported with interleaved-1f1b" in err
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 5" in out
+    config = megatron_transformer_config(out)
+    assert config.microbatch_group_size_per_vp_stage == 5
+    code, out, err = cli("plan", *args, "--global-batch", "9", "--save", tmp_path / "v9.json")
+    assert code == 0, err
+    per_device = [sum(b - a for a, b in st["blocks"]) for st in json.loads(out)["stages"]]
+    code, out, err = cli("export", tmp_path / "v9.json", "--format", "megatron")
+    assert code == 0, err
     assert "exported with 1f1b, each device's blocks in one chunk" in err
-    code, out, err = cli("export", tmp_path / "v.json", "--format", "deepspeed")
+    assert "microbatch-group-size" not in out
+    code, out, err = cli("export", tmp_path / "v9.json", "--format", "deepspeed")
     assert code == 0, err
     assert f"blocks per stage {per_device}" in err
 
@@ -499,6 +557,8 @@ def test_held_micro_batches_settle_where_the_schedule_says():
             for vp in vps:
                 for stage in range(pp):
                     for micro in range(pp, 3 + 4 * pp):
+                        if sched.check(pp, vp, micro) is not None:
+                            continue  # no whole number of rounds: refused
                         whole = tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp,
                                                      True))
                         assert tuple(sched.held(stage, pp, vp, micro)) == whole, (

@@ -498,23 +498,27 @@ def _note_balanced_routing(ev, args) -> None:
 
 
 def _note_no_interleaving(ev) -> None:
-    """Say why a pipelined plan does not interleave when its stack could but the micro-batches
-    per replica are not a multiple of pp, which interleaved schedules run in rounds of (a user
-    trial's Llama-3 405B on 12,288 GPUs: 64 micro-batches over pp 12, 12 % slower per GPU than
-    at 16,384 GPUs, without a word)."""
+    """Say why a pipelined plan does not interleave when its stack could but its looped schedules
+    cannot run the micro-batches per replica (rounds of pp, or a count that is no whole number
+    of rounds: a user trial's Llama-3 405B on 12,288 GPUs had 64 micro-batches over pp 12, 12 %
+    slower per GPU than at 16,384 GPUs, without a word)."""
     par, st = ev.plan, ev.scenario.stack
     from .schedule import SCHEDULES
 
     looped = [n for n in st.schedules if SCHEDULES[n].looped_rounds]
-    if par.pp > 1 and par.vp == 1 and looped and ev.micro_batches % par.pp:
+    if par.pp == 1 or par.vp > 1 or not looped:
+        return
+    micro = ev.micro_batches
+    why = [SCHEDULES[n].check(par.pp, 2, micro) or st.micro_refusal(n, par.pp, micro)
+           for n in looped]
+    if all(why):
         import warnings
 
         from .errors import Note
 
-        warnings.warn(f"no interleaving: {looped[0]} runs the micro-batches in rounds of pp = "
-                      f"{par.pp}, and this plan has {ev.micro_batches} per replica; a global "
-                      f"batch or GPU count that gives a multiple of {par.pp} would allow it",
-                      Note)
+        warnings.warn(f"no interleaving: {looped[0]} cannot run this plan's {micro} "
+                      f"micro-batches per replica ({why[0][2]}); a global batch or GPU count "
+                      "that gives a count it runs would allow it", Note)
 
 
 def _note_recompute_costs_memory(ev) -> None:

@@ -610,7 +610,7 @@ def _stack_fields() -> dict:
         "name": (str, checked_name, lambda v: v),
         **{k: plain(str) for k in ("description", "export_format",
                                   "default_recompute", "cp_exchange", "moe_dispatcher",
-                                  "moe_overlap", "cuda_graphs")},
+                                  "interleaved_rounds", "moe_overlap", "cuda_graphs")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",

@@ -20,8 +20,17 @@ al. 2019). ZB-H1 has ``Y = X - W - min(W, F)``: for equal stages ``m·X + (p - 1
 ``W <= F`` (the bubble Qi et al. §3.1 give for it, a third of 1F1B's when F = B = W), and
 ``m·X + (p - 1)·B`` when ``W > F``.
 
+Looped schedules (interleaved 1F1B and zero bubble) run a round of ``g`` micro-batches of each
+chunk in turn (:func:`round_size`: ``p`` when ``m`` is a multiple of ``p``, else ``m`` over
+``max(1, m // p)`` rounds, as PyTorch and Megatron-Core's
+``--microbatch-group-size-per-virtual-pipeline-stage`` run them); the span above does not depend
+on ``g``. With fewer micro-batches than devices (one round of ``m < p``, which PyTorch's
+interleaved 1F1B runs) a micro-batch's next chunk waits for it to come round all ``p`` devices:
+for equal stages the span is ``(p + (m - 1)/v)·X``, so the factor on ``max X`` becomes
+``p - (1 + p - m)/v`` (:func:`slope`; ``m - 1`` for one chunk, as before).
+
 Why these are exact for equal stages (each device ``F``, ``B``, ``W`` per micro-batch, sends
-free; the split schedules with ``m`` a multiple of ``p`` and ``W <= B``, which every layer the
+free; the split schedules with ``m >= p`` and ``W <= B``, which every layer the
 cost model builds satisfies: ``W`` is half of the GEMMs' backward, ``B`` the other half and the
 rest): under 1F1B the last device idles ``(p - 1)·F`` before its first forward and never after;
 its last backward ends ``m·X`` later and the gradient needs ``p - 1`` backwards to reach device
@@ -133,9 +142,11 @@ class Schedule:
                               "hold the whole model twice)")
         if micro is None:
             return None
-        if self.looped_rounds and pp > 1 and micro % pp:
-            return MICRO_BATCHES, micro, (f"schedule {self.name} runs them in rounds of pp = "
-                                          f"{pp}: their count must be a multiple of {pp}")
+        if self.looped_rounds and pp > 1 and micro % rounds(pp, micro):
+            r = rounds(pp, micro)
+            return MICRO_BATCHES, micro, (f"schedule {self.name} runs them in max(1, m // pp) "
+                                          f"= {r} rounds (pp = {pp}): their count must be a "
+                                          f"multiple of {r}")
         if pp > 1 and micro < self.min_micro * pp:
             return MICRO_BATCHES, micro, (f"schedule {self.name} needs at least "
                                           f"{self.min_micro * pp} per replica (pp = {pp})")
@@ -147,8 +158,9 @@ class Schedule:
     @property
     def looped_rounds(self) -> bool:
         """Runs looped chunks (device ``i`` holds ``i, i + p, ...``) over the micro-batches in
-        rounds of ``pp`` (Megatron-Core's interleaved schedule asserts a multiple of ``pp``), so
-        the micro-batch count must be one (``check``)."""
+        rounds (:func:`round_size` micro-batches of chunk 0, then of chunk 1, ...), so the count
+        must be a whole number of them (``check``; a stack may ask for rounds of exactly
+        ``pp``: ``StackSpec.interleaved_rounds``)."""
         return self.chunks == "many"
 
     def model_chunks(self, pp: int, vp: int) -> int:
@@ -216,7 +228,8 @@ class Schedule:
         if self.holds_all:
             return [micro] * vp
         if self.split_backward:  # read off the order: W deferred keeps micro-batches longer
-            return list(_held(self.name, stage, pp, vp, min(micro, _settled(self.name, pp))))
+            g = round_size(pp, micro)
+            return list(_held(self.name, stage, pp, vp, min(micro, _settled(self.name, g)), g))
         return chunks_in_flight(stage, pp, vp, micro)
 
     def bubble_share(self, x, f, w):
@@ -268,11 +281,20 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
 """Every schedule nestplan models, by name."""
 
 
+def slope(pp: int, vp: int, micro: int) -> float:
+    """The closed form's factor on ``max X``: ``m - 1/v``; with fewer micro-batches than devices
+    (a looped schedule's single round shorter than ``p``) ``p - (1 + p - m)/v`` (module
+    docstring), which is ``m - 1`` for one chunk."""
+    if micro >= pp:
+        return micro - 1.0 / vp
+    return pp - (1.0 + pp - micro) / vp
+
+
 def span(x: list[float], y: list[float], micro: int, vp: int) -> float:
-    """The closed form ``(m - 1/v)·max X + sum Y / v`` (module docstring)."""
+    """The closed form ``slope·max X + sum Y / v`` over the devices ``x`` (module docstring)."""
     if not x:
         return 0.0
-    return (micro - 1.0 / vp) * max(x) + sum(y) / vp
+    return slope(len(x), vp, micro) * max(x) + sum(y) / vp
 
 
 def resolve(name: str | None, vp: int) -> Schedule:
@@ -289,25 +311,27 @@ def warmup_chunks(stage: int, pp: int, vp: int, micro: int) -> int:
     """Micro-batch chunks whose activations device ``stage`` holds at its peak under 1F1B.
 
     1F1B: stage ``i`` runs ``p - i`` forwards before its first backward. Interleaved (Megatron's
-    ``get_num_warmup_microbatches``): ``2·(p - i - 1) + (v - 1)·p`` warm-up forwards, plus the one
-    in flight. Never more than the ``m·v`` chunks that exist.
+    ``get_pp_rank_microbatches``, torch's ``_get_warmup_ops``): ``2·(p - i - 1) + (v - 1)·g``
+    warm-up forwards for rounds of ``g`` (:func:`round_size`), plus the one in flight. Never more
+    than the ``m·v`` chunks that exist.
     """
     if vp == 1:
         return min(pp - stage, micro)
-    return min(2 * (pp - stage - 1) + (vp - 1) * pp + 1, micro * vp)
+    return min(2 * (pp - stage - 1) + (vp - 1) * round_size(pp, micro) + 1, micro * vp)
 
 
 def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
     """How many micro-batches of each of the device's ``vp`` chunks are held at the peak.
 
-    Megatron's interleaved warm-up runs ``p`` forwards of chunk 0, then ``p`` of chunk 1, ...
+    The interleaved warm-up runs a round (``g`` forwards) of chunk 0, then one of chunk 1, ...
     """
     total = warmup_chunks(stage, pp, vp, micro)
     if vp == 1:
         return [total]
+    g = round_size(pp, micro)
     held = []
     for j in range(vp):
-        held.append(max(0, min(pp, total - j * pp, micro)))
+        held.append(max(0, min(g, total - j * g, micro)))
     # what the warm-up pattern leaves over (more than p·v chunks) returns to chunk 0 and on
     extra = total - sum(held)
     j = 0
@@ -321,20 +345,39 @@ def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
 
 # ------------------------------------------------------------------------------------- orders
 
+def rounds(pp: int, micro: int) -> int:
+    """How many rounds a looped schedule runs ``micro`` micro-batches in: ``max(1, m // p)``, as
+    PyTorch's ``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` count them
+    (``number_of_rounds``, torch/distributed/pipelining/schedules.py, torch 2.13.0 wheel; the
+    count must be a multiple of it)."""
+    return max(1, micro // pp)
+
+
+def round_size(pp: int, micro: int) -> int:
+    """Micro-batches per round of a looped schedule (torch's ``microbatches_per_round``;
+    Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, whose default is
+    ``p``): ``p`` when ``m`` is a multiple of ``p``, else ``m`` over the rounds, between ``p`` and
+    ``2p - 1`` (``m`` when ``m < p``)."""
+    return micro // rounds(pp, micro)
+
+
 def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
     """Megatron's order: warm-up forwards, then one forward and one backward alternately, then
-    the cool-down backwards (interleaved: groups of ``pp`` micro-batches per chunk)."""
+    the cool-down backwards (interleaved: a round of :func:`round_size` micro-batches of each
+    chunk in turn; PyTorch's ``ScheduleInterleaved1F1B`` runs the same order,
+    ``tests/test_schedules.py`` compares them)."""
     total = micro * vp
+    g = round_size(pp, micro)
     if vp == 1:
         warm = min(pp - rank - 1, micro)
     else:
-        warm = min((pp - rank - 1) * 2 + (vp - 1) * pp, total)
+        warm = min((pp - rank - 1) * 2 + (vp - 1) * g, total)
 
     def nth(k: int, backward: bool) -> OpKey:
-        group, pos = divmod(k, pp * vp)
-        local = (k // pp) % vp
-        return ("B", vp - 1 - local, group * pp + pos % pp) if backward else \
-            ("F", local, group * pp + pos % pp)
+        group, pos = divmod(k, g * vp)
+        local = (k // g) % vp
+        return ("B", vp - 1 - local, group * g + pos % g) if backward else \
+            ("F", local, group * g + pos % g)
 
     ops, f, b = [], 0, 0
     for _ in range(warm):
@@ -351,29 +394,32 @@ def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
     return tuple(ops)
 
 
-def _zero_bubble(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
+def _zero_bubble(rank: int, pp: int, vp: int, micro: int,
+                 group: int | None = None) -> tuple[OpKey, ...]:
     """The zero-bubble order of ZB-H1 (one chunk) and its interleaved form, by the rule PyTorch's
     ``ScheduleInterleavedZeroBubble`` follows (``_get_1f1b_rank_ops`` with
-    ``enable_zero_bubble``, torch/distributed/pipelining/schedules.py, torch 2.13): ``(v - 1)·p +
-    (p - 1 - i)`` warm-up forwards on device ``i`` (chunks in rounds of ``p`` micro-batches), then
+    ``enable_zero_bubble``, torch/distributed/pipelining/schedules.py, torch 2.13): ``(v - 1)·g +
+    (p - 1 - i)`` warm-up forwards on device ``i`` (chunks in rounds of ``g`` micro-batches,
+    :func:`round_size`, or ``group`` when given: ``_held`` builds a settled count's prefix), then
     one forward and one input-gradient backward per step (backwards from the last chunk down),
     then the cool-down backwards; from its ``i``-th step on, every step also runs the oldest
     pending weight gradient, and the ones left run at the end. ``tests/test_schedules.py``
     compares this order with PyTorch's own."""
     total = micro * vp
-    warm = min((vp - 1) * pp + (pp - 1 - rank), total)
+    g = group or round_size(pp, micro)
+    warm = min((vp - 1) * g + (pp - 1 - rank), total)
     nf, nb = [0] * vp, [0] * vp
     ops: list[OpKey] = []
     backwards: list[OpKey] = []
     w_done = 0
 
     def forward(step: int) -> OpKey:
-        local = (step // pp) % vp
+        local = (step // g) % vp
         nf[local] += 1
         return ("F", local, nf[local] - 1)
 
     def backward(step: int) -> OpKey:
-        local = vp - 1 - ((step - warm) // pp) % vp
+        local = vp - 1 - ((step - warm) // g) % vp
         nb[local] += 1
         return ("B", local, nb[local] - 1)
 
@@ -525,21 +571,25 @@ def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
 
 
 @cached(maxsize=65536)
-def _held(name: str, stage: int, pp: int, vp: int, micro: int) -> tuple[int, ...]:
-    # one device's order, not every device's (the search asks for many micro-batch counts)
-    return tuple(_held_by_order(_order_of(name, stage, pp, vp, micro), vp, True))
+def _held(name: str, stage: int, pp: int, vp: int, micro: int, group: int) -> tuple[int, ...]:
+    # one device's order, not every device's (the search asks for many micro-batch counts); a
+    # zero-bubble order in rounds of ``group``, the count's or a longer count's (``_settled``)
+    build = _builder(name)
+    order = (build(stage, pp, vp, micro, group) if build is _zero_bubble
+             else _order_of(name, stage, pp, vp, micro))
+    return tuple(_held_by_order(order, vp, True))
 
 
-def _settled(name: str, pp: int) -> int | float:
-    """A micro-batch count past which ``_held`` no longer changes (inf: not known). In
-    ``_zero_bubble``'s order, device ``i``'s warm-up and steady steps do not depend on the count
-    while forwards remain; the warm-up's ``(v - 1)·p + p - 1 - i`` forwards and the ``i``
-    steps before its first weight gradient each add one micro-batch in flight, after which every
-    step adds one forward and retires one weight gradient, and the cool-down only retires. So the
-    peak (and the first order reaching it, which ``_held_by_order`` keeps) is the same for every
-    count with ``m·v >= v·p + 1``: ``p + 2`` micro-batches and more
-    (``tests/test_schedules.py`` compares counts up to ``p + 2 + 3·p``)."""
-    return pp + 2 if _builder(name) is _zero_bubble else math.inf
+def _settled(name: str, group: int) -> int | float:
+    """A micro-batch count past which ``_held`` no longer changes for rounds of ``group`` (inf:
+    not known). In ``_zero_bubble``'s order, device ``i``'s warm-up and steady steps do not
+    depend on the count while forwards remain; the warm-up's ``(v - 1)·g + p - 1 - i`` forwards
+    and the ``i`` steps before its first weight gradient each add one micro-batch in flight,
+    after which every step adds one forward and retires one weight gradient, and the cool-down
+    only retires. So the peak (and the first order reaching it, which ``_held_by_order`` keeps)
+    is the same for every count with ``m·v >= (v - 1)·g + p + 1``: ``g + 2`` micro-batches and
+    more, as ``g >= p`` (``tests/test_schedules.py`` compares counts up to ``p + 2 + 3·p``)."""
+    return group + 2 if _builder(name) is _zero_bubble else math.inf
 
 
 @cached(maxsize=1024)

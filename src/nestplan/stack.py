@@ -226,6 +226,13 @@ class StackSpec(_CachedHash):
     """Different pipeline stages may use different recompute policies."""
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
     """Pipeline schedules it runs."""
+    interleaved_rounds: str = "pp"
+    """How its looped interleaved schedules (``Schedule.looped_rounds``) group the micro-batches:
+    ``pp``, in rounds of exactly ``pp`` (their count a multiple of it: Megatron-LM asserts so,
+    megatron/schedules.py @ 77bff3864f, 2021, and Megatron-Core's default); ``flexible``, in
+    ``max(1, m // pp)`` rounds of ``m / rounds`` each (:func:`schedule.round_size`: PyTorch's
+    interleaved schedules; Megatron-Core since 0.10 with
+    ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export writes)."""
     schedules_min_pp_micro: tuple[str, ...] = ()
     """Of its schedules, those it runs only with at least ``pp`` micro-batches per replica, beyond
     what the schedule itself needs (``Schedule.check``): torch's ``Schedule1F1B`` raises on fewer
@@ -368,6 +375,9 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
                             "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
                             "refuses it)")
+        if self.interleaved_rounds not in ("pp", "flexible"):
+            raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
+                            "allowed: pp, flexible")
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):
@@ -679,6 +689,10 @@ class StackSpec(_CachedHash):
             other = " (gpipe runs fewer)" if "gpipe" in self.schedules else ""
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
                                           f"pp = {pp} per replica{other}")
+        if (pp > 1 and self.interleaved_rounds == "pp" and SCHEDULES[schedule].looped_rounds
+                and micro % pp):
+            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in rounds of pp = "
+                                          f"{pp}: their count must be a multiple of {pp}")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:

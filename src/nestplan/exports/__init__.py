@@ -139,28 +139,35 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
 
 
 def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
-                     framework: str) -> tuple[Parallelism, list[str]]:
+                     framework: str, stack=None) -> tuple[Parallelism, list[str]]:
     """``par`` (the plan of ``pf`` as exported so far) with a pipeline schedule the framework runs
-    (``offered``, nestplan's names), and a note when that changed it: interleaved 1F1B with the
-    same chunks per device where it can run (every device keeps its chunks' blocks), else 1F1B
-    with each device's blocks in one chunk."""
+    (``offered``, nestplan's names; with the plan's micro-batches as ``stack``, the framework's
+    StackSpec, runs them, when given), and a note when that changed it: interleaved 1F1B with
+    the same chunks per device where it can run (every device keeps its chunks' blocks), else
+    1F1B with each device's blocks in one chunk."""
     from ..schedule import SCHEDULES
 
+    micro = pf.scenario.training.micro_batches(par.mbs, par.dp)
+
+    def refusal(n: str, vp: int):
+        return SCHEDULES[n].check(par.pp, vp, micro) or (
+            stack.micro_refusal(n, par.pp, micro) if stack is not None else None)
+
     name = par.pipeline.name
-    if par.pp == 1 or name in offered:
+    if par.pp == 1 or (name in offered and refusal(name, par.vp) is None):
         return par, []
+    why = (f"{framework} has no {name} schedule ({par.pipeline.title})" if name not in offered
+           else f"{framework} cannot run {micro} micro-batches per replica under {name} "
+                f"({refusal(name, par.vp)[2]})")
     if par.pipeline.mirrored:  # its fold's schedule on the same ranks: one copy of the weights
         target = par.pipeline.folds_to if par.pipeline.folds_to in offered else "1f1b"
         vp = 1 if SCHEDULES[target].chunks == "one" else par.vp
         return par.with_(schedule=target, vp=vp, stage_layers=None), [
-            f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
-            f"{target} on the same {par.pp} ranks, the blocks split evenly"]
+            f"{why}; exported with {target} on the same {par.pp} ranks, the blocks split evenly"]
     sizes = list(blocks_per_chunk(pf.scenario.model, par))
     local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
-    tr = pf.scenario.training
-    micro = tr.micro_batches(par.mbs, par.dp)
     if (par.vp > 1 and "interleaved-1f1b" in offered
-            and SCHEDULES["interleaved-1f1b"].check(par.pp, par.vp, micro) is None):
+            and refusal("interleaved-1f1b", par.vp) is None):
         target, vp = SCHEDULES["interleaved-1f1b"], par.vp
         layers = target.model_order(local, par.pp, vp)
         how = ""
@@ -169,8 +176,7 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
         layers = tuple(sum(row) for row in local)
         how = ", each device's blocks in one chunk" if par.vp > 1 else ""
     return par.with_(schedule=target.name, vp=vp, stage_layers=layers), [
-        f"{framework} has no {name} schedule ({par.pipeline.title}); exported with "
-        f"{target.name}{how}"]
+        f"{why}; exported with {target.name}{how}"]
 
 
 def fit_notes(pf: PlanFile) -> list[str]:

@@ -21,7 +21,7 @@ from .. import graph as G
 from ..evaluate import layer_graph
 from ..placement import layouts
 from ..planfile import PlanFile
-from ..schedule import SCHEDULES
+from ..schedule import SCHEDULES, round_size
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
@@ -349,7 +349,8 @@ def export(pf: PlanFile) -> Export:
     # each stage's recompute policy: Megatron-LM's flags are per process, so stages that differ
     # get theirs from the stage script (``_stage_script``); the plan keeps every policy
     policies = [sc.stack.policy(par.recompute_of(s)) for s in range(par.pp)]
-    exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core")
+    exported, sched_notes = closest_schedule(pf, par, MEGATRON_SCHEDULES, "Megatron-Core",
+                                             get_stack("megatron-core"))
     notes += sched_notes
     # a plan searched for another stack: Megatron-Core's own rule on biased experts
     why = get_stack("megatron-core").bias_refusal(exported.expert_tp, biased=m.biased_experts)
@@ -434,6 +435,12 @@ def export(pf: PlanFile) -> Export:
             notes.append(f"stack '{sc.stack.name}' does not overlap the pipeline's sends, which "
                          "Megatron-LM always does with interleaving over two stages: the launched "
                          "run overlaps them")
+    micro = tr.micro_batches(par.mbs, par.dp)
+    if exported.vp > 1 and round_size(par.pp, micro) != par.pp:
+        # rounds of pp by default; torch's round size, which nestplan's interleaved order runs
+        # (megatron/core/model_parallel_config.py l.431-445 @ d98e8a64dd)
+        args.append("--microbatch-group-size-per-virtual-pipeline-stage "
+                    f"{round_size(par.pp, micro)}")
     if uniform:
         if exported.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")

@@ -5,9 +5,10 @@ Choose for every pipeline device ``i = 0..p-1`` how many blocks ``n_i >= 1`` it 
 chunk (the ``n_i`` sum to ``N``, the blocks of one round of chunks) and its recompute policy
 ``r_i``, so that every device fits in memory and
 
-    objective = (m - 1/v)·max X_i + sum Y_i / v + max E_i + const
+    objective = c·max X_i + sum Y_i / v + max E_i + const
 
-is smallest, where ``X_i`` (per-micro-batch time), ``Y_i`` (its share of the schedule's span
+is smallest (``c = m - 1/v``, or ``p - (1 + p - m)/v`` with fewer micro-batches than devices:
+``schedule.slope``), where ``X_i`` (per-micro-batch time), ``Y_i`` (its share of the schedule's span
 beyond the bottleneck: ``X_i`` unless the schedule defers weight gradients, ``schedule.py``) and
 ``E_i`` (end-of-step time) depend only on device ``i``'s position class, the blocks it holds and
 its policy.
@@ -21,10 +22,10 @@ best value of devices ``0..i-1`` covering ``[0, l)``; one relaxation step gives
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
 Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is
-``(m - 1/v)·t + S/v + e + const`` with ``S = sum Y``, increasing in ``t`` and ``e``. So the
+``c·t + S/v + e + const`` with ``S = sum Y``, increasing in ``t`` and ``e``. So the
 optimum is the best, over thresholds ``t`` (a value some ``X`` takes) and ``e`` (a value some
 ``E`` takes), of the chain of least ``S`` under ``X <= t, E <= e``. Thresholds are visited in increasing
-order and abandoned once the bound ``(m - 1/v)·t + S_min/v + e_min + const`` cannot beat the best
+order and abandoned once the bound ``c·t + S_min/v + e_min + const`` cannot beat the best
 plan found; the value of every plan found is recomputed from its actual maxima.
 """
 
@@ -33,7 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from ..caching import cached
+from ..schedule import slope as schedule_slope
+from ..schedule import span
 
 INF = np.inf
 
@@ -136,7 +140,7 @@ def backtrack(back: list[np.ndarray], by_count: bool, policies: int) -> tuple[St
 def objective(x: list[float], y: list[float], e: list[float], micro: int, vp: int,
               const: float) -> float:
     """The pipeline objective of one solution (same arithmetic as ``evaluate.step_time``)."""
-    return (micro - 1.0 / vp) * max(x) + sum(y) / vp + const + max(e)
+    return span(x, y, micro, vp) + const + max(e)
 
 
 def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro: int, vp: int,
@@ -160,7 +164,7 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         return None
     s_min, _ = chain(ys, np.add, bands)
     e_min, _ = chain(es, np.maximum, bands)
-    slope = micro - 1.0 / vp
+    slope = schedule_slope(p, vp, micro)
     best: Solution | None = None
     best_val = bound
 
