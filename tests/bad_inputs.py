@@ -181,14 +181,14 @@ case("plan-interleaving-mixed-model-no-divisor",  # DeepSeek-V3: 61 blocks, dens
      ["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", "64",
       "--schedule", "interleaved-1f1b"], "chunk counts that divide its 61 layers")
 # interleaving by the micro-batches per replica (8 GPUs over pp 4: 2 replicas of mbs 1): 9 are
-# no whole number of max(1, 9 // 4) = 2 rounds anywhere; 6 run on Megatron-Core (one round of 6)
-# but not on 2021's Megatron-LM (rounds of 4); 3 on torchtitan (one round) but not on
-# Megatron-Core (at least pp)
+# no whole number of max(1, 9 // 4) = 2 rounds on torchtitan (Megatron-Core runs one round of
+# 9); 6 run on Megatron-Core and torchtitan (one round of 6) but not on 2021's Megatron-LM
+# (rounds of 4); 3 on torchtitan (one round) but not on Megatron-Core (at least pp)
 _PIPE = ["evaluate", *SCENARIO, "--tp", "1", "--pp", "4", "--vp", "2", "--mbs", "1",
          "--seq-len", "2048", "--global-batch"]
 case("evaluate-interleaved-rounds-not-whole", [*_PIPE, "18", "--stack", "torchtitan"],
-     "micro-batches per replica (global_batch / (mbs·dp)); schedule interleaved-1f1b runs them in "
-     "max(1, m // pp) = 2 rounds (pp = 4): their count must be a multiple of 2")
+     "micro-batches per replica (global_batch / (mbs·dp)); stack torchtitan runs interleaved-1f1b "
+     "in max(1, m // pp) = 2 rounds (pp = 4): their count must be a multiple of 2")
 case("evaluate-interleaved-rounds-of-pp", [*_PIPE, "12", "--stack", "megatron-2022"],
      "stack megatron-2022 runs interleaved-1f1b in rounds of pp = 4: their count must be a "
      "multiple of 4")
@@ -629,8 +629,8 @@ STACK_BAD = {
                                        'schedules_min_pp_micro = ["2f2b"]\n',
                                        "schedules_min_pp_micro"),
     "interleaved-rounds-unknown": ('base = "torchtitan"\nname = "s"\n'
-                                   'interleaved_rounds = "any"\n',
-                                   "stack.interleaved_rounds: got 'any'; allowed: pp, flexible"),
+                                   'interleaved_rounds = "flexible"\n',
+                                   "stack.interleaved_rounds: got 'flexible'; allowed: pp, floor, any"),
     "tp-overlap-beyond-domain-full": ('base = "megatron-core"\nname = "s"\n'
                                       'tp_overlap_beyond_domain = "full"\n',
                                       "tp_overlap_beyond_domain: got 'full'; allowed: none, "

@@ -90,10 +90,10 @@ def test_console_script_runs():
     (swap(BASE, "--zero", "4"), "zero: got 4; allowed: 0, 1, 2, 3"),
     (swap(BASE, "--ep", "2"), "ep: got 2; gpt3-175b has no experts"),
     (swap(BASE, "--etp", "3"), "etp: got 3; gpt3-175b has no experts; leave etp unset"),
-    (swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"),
+    (swap(swap(swap(BASE, "--vp", "2"), "--global-batch", "1552"), "--stack", "megatron-2022"),
      "global-batch: got 1552; 97 micro-batches per replica (global_batch / (mbs·dp)); "
-     "schedule interleaved-1f1b runs them in max(1, m // pp) = 12 rounds (pp = 8): their count "
-     "must be a multiple of 12"),
+     "stack megatron-2022 runs interleaved-1f1b in rounds of pp = 8: their count must be a "
+     "multiple of 8"),
     (swap(BASE, "--rank-order", "tp-dp-pp"), "rank-order: got 'tp-dp-pp'"),
     (swap(BASE, "--tp", "eight"), "argument --tp: got 'eight'; must be a whole number"),
 ])
@@ -494,17 +494,19 @@ def test_the_moe_workload_settings_are_printed_with_the_plan(capsys):
 
 
 def test_a_pipeline_the_micro_batches_keep_from_interleaving_is_said(capsys):
-    """16 micro-batches over pp 3 are no whole number of the interleaved schedule's 5 rounds: plan
-    says why its plan does not interleave (a user trial saw fewer GPUs train faster without a
-    word); 18 can, and get no note (micro-batches of one sequence: with two, 8 per replica run in
-    2 rounds of 4)."""
+    """16 micro-batches over pp 3 are no whole number of torch's 5 rounds: plan says why its
+    compiled-torchtitan plan (whose only interleaved schedule is looped) does not interleave (a
+    user trial saw fewer GPUs train faster without a word); 18 can, and get no note
+    (micro-batches of one sequence: with two, 8 per replica run in 2 rounds of 4; Megatron-Core
+    runs 16 in 4 rounds of 4)."""
     plan = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "24", "--tp",
-            "8", "--pp", "3", "--mbs", "1", "--seq-len", "4096", "--global-batch"]
+            "8", "--pp", "3", "--mbs", "1", "--seq-len", "4096", "--stack", "torchtitan-compile",
+            "--global-batch"]
     code, out, err = run(plan + ["16"], capsys)
     assert code == 0 and "vp=1" in out
     assert ("no interleaving: interleaved-1f1b cannot run this plan's 16 micro-batches per "
-            "replica (schedule interleaved-1f1b runs them in max(1, m // pp) = 5 rounds (pp = 3): "
-            "their count must be a multiple of 5)") in err
+            "replica (stack torchtitan-compile runs interleaved-1f1b in max(1, m // pp) = 5 rounds "
+            "(pp = 3): their count must be a multiple of 5)") in err
     code, out, err = run(plan + ["18"], capsys)
     assert code == 0 and "no interleaving" not in err
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from console import cli, one_line_error
 from nestplan.schedule import (SCHEDULES, _held_by_order, chunks_in_flight, makespan, round_size,
-                               rounds, simulate, span)
+                               simulate, span)
 
 NAMES = sorted(SCHEDULES)
 FAST = settings(max_examples=40, deadline=None, derandomize=True,
@@ -104,31 +104,48 @@ LOOPED = [n for n in NAMES if SCHEDULES[n].looped_rounds]
 @given(name=st.sampled_from(LOOPED), pp=st.integers(2, 8), vp=st.integers(2, 4),
        micro=st.integers(1, 40), f=st.floats(0.2, 2.0), b=st.floats(0.2, 3.0),
        w_share=st.floats(0.0, 0.5))
-def test_closed_form_is_exact_for_any_whole_number_of_rounds(name, pp, vp, micro, f, b, w_share):
-    """Looped schedules with a micro-batch count that is no multiple of pp (rounds of m / max(1,
-    m // pp), as PyTorch runs them) or below pp (one round, interleaved 1F1B): equal stages,
-    sends free, the closed form is the simulated makespan."""
+def test_closed_form_is_exact_for_any_micro_batch_count(name, pp, vp, micro, f, b, w_share):
+    """Looped schedules with any count of micro-batches, a multiple of pp or not (rounds of the
+    least divisor from pp up) or below pp (one round, interleaved 1F1B): equal stages, sends
+    free, the closed form is the simulated makespan."""
     s = SCHEDULES[name]
-    if s.check(pp, vp, micro) is not None:
-        micro = rounds(pp, micro) * round_size(pp, micro)  # the nearest count it runs
-        if s.check(pp, vp, micro) is not None:
-            micro = max(micro, s.min_micro * pp)
-    assert s.check(pp, vp, micro) is None
+    micro = max(micro, s.min_micro * pp)
     fwd, bwd = [[f] * vp for _ in range(pp)], [[b] * vp for _ in range(pp)]
     wgt = [[b * w_share] * vp for _ in range(pp)]
     sim = makespan(simulate(fwd, bwd, micro, schedule=s, wgt=wgt))
     assert closed_form(s, fwd, bwd, wgt, micro) == pytest.approx(sim, rel=1e-9)
 
 
+@FAST
+@given(pp=st.integers(3, 8), vp=st.integers(2, 4), micro=st.integers(1, 7),
+       seed=st.integers(0, 10**6))
+def test_a_round_shorter_than_the_pipeline_bounds_unequal_stages(pp, vp, micro, seed):
+    """Fewer micro-batches than devices under interleaved 1F1B (torch runs one round), devices
+    within ±50 % of each other, sends up to a tenth of a forward: the closed form
+    ``(m - 1)/v·max X + sum X`` stays within -20 %/+10 % of the simulation (measured over 3,000
+    such cases: -19 %/+8 %)."""
+    import random
+
+    micro = min(micro, pp - 1)
+    rng = random.Random(seed)
+    s = SCHEDULES["interleaved-1f1b"]
+    base = [rng.uniform(0.5, 1.5) for _ in range(pp)]
+    fwd = [[x * rng.uniform(0.9, 1.1) for _ in range(vp)] for x in base]
+    bwd = [[x * rng.uniform(2.0, 2.4) for x in row] for row in fwd]
+    send = [rng.uniform(0.0, 0.1) for _ in range(pp)]
+    sim = makespan(simulate(fwd, bwd, micro, send, schedule=s))
+    assert 0.80 <= closed_form(s, fwd, bwd, [[0.0] * vp] * pp, micro, send) / sim <= 1.10
+
+
 def test_a_single_short_round_waits_for_the_pipeline():
-    """Three micro-batches over four devices, two chunks each (F = 1, B = 2): every chunk's
-    micro-batch waits to come round all four devices, 30 time units, not the (m + (p - 1)/v)·X
-    = 27 of a full pipeline."""
+    """Three micro-batches over four devices, two chunks each (F = 1, B = 2): the simulation of
+    the schedule's own order spans 30 time units, as the closed form says, not the 27 of the
+    form for a full pipeline; with a fourth micro-batch both give 33."""
     fwd, bwd = [[1.0] * 2 for _ in range(4)], [[2.0] * 2 for _ in range(4)]
     s = SCHEDULES["interleaved-1f1b"]
-    assert makespan(simulate(fwd, bwd, 3, schedule=s)) == pytest.approx(30.0)
-    assert span([6.0] * 4, [6.0] * 4, 3, 2) == pytest.approx(30.0)
-    assert span([6.0] * 4, [6.0] * 4, 4, 2) == pytest.approx(4 * 6.0 + 3 * 6.0 / 2)
+    for micro, expected in ((3, 30.0), (4, 33.0)):
+        assert makespan(simulate(fwd, bwd, micro, schedule=s)) == pytest.approx(expected)
+        assert span([6.0] * 4, [6.0] * 4, micro, 2) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -229,10 +246,11 @@ def test_zero_bubble_trades_memory_for_bubble():
     ("interleaved-1f1b", 4, 2, 6), ("interleaved-1f1b", 4, 2, 10), ("interleaved-1f1b", 4, 3, 7),
     ("interleaved-1f1b", 8, 2, 12), ("interleaved-1f1b", 4, 2, 3), ("interleaved-1f1b", 8, 3, 5),
     ("interleaved-zb", 4, 2, 6), ("interleaved-zb", 4, 3, 10), ("interleaved-zb", 8, 2, 9)])
-def test_orders_are_pytorchs(name, pp, vp, micro):
+def test_orders_are_pytorchs(name, pp, vp, micro, monkeypatch):
     """The order each device runs is the one PyTorch's own schedule computes for the same
-    degrees (``_calculate_single_rank_operations``; ZB-H1 is its interleaved zero bubble with one
-    stage per rank)."""
+    degrees (its ``pipeline_order``, the looped schedules built by their own class with their own
+    rounds; ``_calculate_single_rank_operations`` for the others; ZB-H1 is its interleaved zero
+    bubble with one stage per rank)."""
     sched = pytest.importorskip("torch.distributed.pipelining.schedules")
     cls = {"interleaved-1f1b": sched.ScheduleInterleaved1F1B, "zbv": sched.ScheduleZBVZeroBubble,
            "dualpipev": sched.ScheduleDualPipeV}.get(name, sched.ScheduleInterleavedZeroBubble)
@@ -241,7 +259,15 @@ def test_orders_are_pytorchs(name, pp, vp, micro):
              sched._ComputationType.FULL_BACKWARD: "X" if split else "B",
              sched._ComputationType.BACKWARD_INPUT: "B",
              sched._ComputationType.BACKWARD_WEIGHT: "W"}
+    built = (_torch_schedule(sched, cls, pp, vp, micro, monkeypatch).pipeline_order
+             if SCHEDULES[name].looped_rounds else None)
     for rank in range(pp):
+        if built is not None:
+            local = {c: k for k, c in enumerate(SCHEDULES[name].chunks_of(rank, pp, vp))}
+            order = tuple((kinds[a.computation_type], local[a.stage_index], a.microbatch_index)
+                          for a in built[rank] if a is not None)
+            assert SCHEDULES[name].order(rank, pp, vp, micro) == order
+            continue
         theirs = object.__new__(cls)  # only the attributes the order depends on
         theirs.pp_group_size, theirs.n_local_stages, theirs.rank = pp, vp, rank
         theirs.number_of_rounds = max(1, micro // pp)
@@ -256,6 +282,101 @@ def test_orders_are_pytorchs(name, pp, vp, micro):
         order = tuple((kinds[a.computation_type], local[a.stage_index], a.microbatch_index)
                       for a in actions)
         assert SCHEDULES[name].order(rank, pp, vp, micro) == order
+
+
+def _torch_schedule(sched, cls, pp: int, vp: int, micro: int, monkeypatch):
+    """PyTorch's own schedule object for ``pp`` ranks of ``vp`` stages each, built on stand-ins
+    for rank 0's stages (the constructor reads their counts and indices; its communication plan
+    and compile check, which need real stages, are skipped). Raises what the class raises."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sched._PipelineScheduleRuntime, "_prepare_schedule_with_comms",
+                        lambda self, *a, **k: None)
+    monkeypatch.setattr(sched, "_check_torch_compile_compatibility", lambda *a, **k: None,
+                        raising=False)
+    stages = [SimpleNamespace(num_stages=pp * vp, group_size=pp, group_rank=0, stage_index=k * pp,
+                              is_first=k == 0, is_last=False) for k in range(vp)]
+    return cls(stages, micro)
+
+
+@pytest.mark.frameworks
+def test_torchtitans_stack_runs_the_counts_torch_runs(monkeypatch):
+    """For every pp 2-8, vp 2-4 and micro-batch count up to 6·pp, PyTorch's own interleaved
+    classes accept the count exactly when torchtitan's stack does (``interleaved_rounds =
+    "floor"``); but interleaved zero bubble below pp micro-batches, which torch runs and
+    nestplan does not model (``min_micro``)."""
+    sched = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from nestplan.catalog import get_stack
+
+    titan = get_stack("torchtitan")
+    checked = 0
+    for name, cls in (("interleaved-1f1b", sched.ScheduleInterleaved1F1B),
+                      ("interleaved-zb", sched.ScheduleInterleavedZeroBubble)):
+        for pp in range(2, 9):
+            for vp in range(2, 5):
+                for micro in range(1, 6 * pp + 1):
+                    try:
+                        _torch_schedule(sched, cls, pp, vp, micro, monkeypatch)
+                        torch_runs = True
+                    except ValueError:
+                        torch_runs = False
+                    ours = (SCHEDULES[name].check(pp, vp, micro) is None
+                            and titan.micro_refusal(name, pp, micro) is None)
+                    if name == "interleaved-zb" and micro < pp:
+                        assert torch_runs and not ours
+                    else:
+                        assert ours == torch_runs, (name, pp, vp, micro)
+                    checked += 1
+    assert checked == 1260
+
+
+@pytest.mark.frameworks
+def test_megatron_cores_order_is_ours_for_every_count_it_runs():
+    """Megatron-Core's interleaved schedule, with the group size the Megatron export writes
+    (``round_size``), runs our order: its own ``get_pp_rank_microbatches`` and
+    ``get_schedule_table`` (megatron-core's installed release) give each rank's warm-up and
+    forward/backward sequence, assembled as ``forward_backward_pipelining_with_interleaving``
+    runs them (warm-up forwards, then forward k + warm-up beside backward k, then the rest of
+    the backwards, each backward on the mirrored chunk). The megatron-core stack runs every count
+    from pp on and none below."""
+    mc = pytest.importorskip("megatron.core.pipeline_parallel.schedules")
+    from types import SimpleNamespace
+
+    from nestplan.catalog import get_stack
+
+    stack = get_stack("megatron-core")
+    checked = 0
+    for pp in range(2, 7):
+        for vp in range(2, 5):
+            for micro in range(1, 5 * pp + 1):
+                runs = stack.micro_refusal("interleaved-1f1b", pp, micro) is None
+                assert runs == (micro >= pp)
+                if not runs:
+                    continue
+                group = round_size(pp, micro)
+                assert pp <= group <= micro and micro % group == 0  # Megatron-Core's own checks
+                table = mc.get_schedule_table(micro, vp, group)
+                for rank in range(pp):
+                    comm = SimpleNamespace(pp_group=SimpleNamespace(size=lambda: pp,
+                                                                    rank=lambda r=rank: r),
+                                           virtual_pipeline_model_parallel_size=vp)
+                    total, _, warm, rest = mc.get_pp_rank_microbatches(
+                        micro, vp, group, p2p_communicator=comm)
+
+                    def fwd(k):
+                        return ("F", table[k][1], table[k][0])
+
+                    def bwd(k):
+                        return ("B", vp - 1 - table[k][1], table[k][0])
+
+                    theirs = [fwd(k) for k in range(warm)]
+                    for k in range(rest):
+                        theirs += [fwd(k + warm), bwd(k)]
+                    theirs += [bwd(k) for k in range(rest, total)]
+                    assert SCHEDULES["interleaved-1f1b"].order(rank, pp, vp, micro) == tuple(
+                        theirs), (pp, vp, micro, rank)
+                    checked += 1
+    assert checked > 500
 
 
 # ------------------------------------------------------------------------ as an input, end to end
@@ -494,10 +615,10 @@ def test_a_v_keeps_one_copy_of_tied_embeddings():
 
 def test_v_plans_with_uneven_micro_batches_search_and_export(tmp_path):
     """A V needs 2·pp micro-batches, not a multiple of pp: the search offers it then; the Megatron
-    export (no V there) keeps the two chunks per device under interleaved 1F1B in two rounds of
-    five (``--microbatch-group-size-per-virtual-pipeline-stage 5``, which Megatron-LM's parser
-    and TransformerConfig take), and with 9 micro-batches, no whole number of rounds, gives each
-    device its blocks in one chunk, as the DeepSpeed export does."""
+    export (no V there) keeps the two chunks per device under interleaved 1F1B, in two rounds of
+    five for 10 micro-batches and one of nine for 9
+    (``--microbatch-group-size-per-virtual-pipeline-stage``, which Megatron-LM's parser and
+    TransformerConfig take); the DeepSpeed export gives each device its blocks in one chunk."""
     pytest.importorskip("megatron.core")
     from test_exports import megatron_transformer_config
 
@@ -506,26 +627,21 @@ def test_v_plans_with_uneven_micro_batches_search_and_export(tmp_path):
                      'schedules = ["1f1b", "interleaved-1f1b", "zbv", "dualpipev"]\n')
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--seq-len",
             "4096", "--stack", stack, "--pp", "4", "--tp", "2", "--schedule", "zbv", "--json"]
-    code, out, err = cli("plan", *args, "--global-batch", "10", "--save", tmp_path / "v.json")
-    assert code == 0, err
-    best = json.loads(out)
-    assert best["schedule"] == "zbv" and best["micro_batches"] == 10  # not a multiple of 4
-    code, out, err = cli("export", tmp_path / "v.json", "--format", "megatron")
-    assert code == 0, err
-    assert "exported with interleaved-1f1b" in err
-    assert "--microbatch-group-size-per-virtual-pipeline-stage 5" in out
-    config = megatron_transformer_config(out)
-    assert config.microbatch_group_size_per_vp_stage == 5
-    code, out, err = cli("plan", *args, "--global-batch", "9", "--save", tmp_path / "v9.json")
-    assert code == 0, err
-    per_device = [sum(b - a for a, b in st["blocks"]) for st in json.loads(out)["stages"]]
-    code, out, err = cli("export", tmp_path / "v9.json", "--format", "megatron")
-    assert code == 0, err
-    assert "exported with 1f1b, each device's blocks in one chunk" in err
-    assert "microbatch-group-size" not in out
-    code, out, err = cli("export", tmp_path / "v9.json", "--format", "deepspeed")
-    assert code == 0, err
-    assert f"blocks per stage {per_device}" in err
+    for batch, group in (("10", 5), ("9", 9)):
+        saved = tmp_path / f"v{batch}.json"
+        code, out, err = cli("plan", *args, "--global-batch", batch, "--save", saved)
+        assert code == 0, err
+        best = json.loads(out)
+        assert best["schedule"] == "zbv" and best["micro_batches"] == int(batch)
+        per_device = [sum(b - a for a, b in st["blocks"]) for st in best["stages"]]
+        code, out, err = cli("export", saved, "--format", "megatron")
+        assert code == 0, err
+        assert "exported with interleaved-1f1b" in err
+        assert f"--microbatch-group-size-per-virtual-pipeline-stage {group}" in out
+        assert megatron_transformer_config(out).microbatch_group_size_per_vp_stage == group
+        code, out, err = cli("export", saved, "--format", "deepspeed")
+        assert code == 0, err
+        assert f"blocks per stage {per_device}" in err
 
 
 def test_a_plan_of_another_framework_exports_with_a_prediction(tmp_path):

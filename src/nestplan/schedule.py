@@ -21,13 +21,13 @@ al. 2019). ZB-H1 has ``Y = X - W - min(W, F)``: for equal stages ``m·X + (p - 1
 ``m·X + (p - 1)·B`` when ``W > F``.
 
 Looped schedules (interleaved 1F1B and zero bubble) run a round of ``g`` micro-batches of each
-chunk in turn (:func:`round_size`: ``p`` when ``m`` is a multiple of ``p``, else ``m`` over
-``max(1, m // p)`` rounds, as PyTorch and Megatron-Core's
-``--microbatch-group-size-per-virtual-pipeline-stage`` run them); the span above does not depend
-on ``g``. With fewer micro-batches than devices (one round of ``m < p``, which PyTorch's
-interleaved 1F1B runs) a micro-batch's next chunk waits for it to come round all ``p`` devices:
-for equal stages the span is ``(p + (m - 1)/v)·X``, so the factor on ``max X`` becomes
-``p - (1 + p - m)/v`` (:func:`slope`; ``m - 1`` for one chunk, as before).
+chunk in turn (:func:`round_size`: the least divisor of ``m`` from ``p`` up, as PyTorch and
+Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage`` run them; which counts a
+framework takes is its stack's rule); the span above does not depend on ``g``. With fewer
+micro-batches than devices (one round of ``m < p``, which PyTorch's interleaved 1F1B runs) the
+pipeline never fills: every micro-batch goes round all ``p`` devices, chunk after chunk, and
+the span is ``(m - 1)/v · max X + sum Y`` (:func:`span_weights`; for one chunk the same as the
+form above), for equal stages ``(p + (m - 1)/v)·X``.
 
 Why these are exact for equal stages (each device ``F``, ``B``, ``W`` per micro-batch, sends
 free; the split schedules with ``m >= p`` and ``W <= B``, which every layer the
@@ -142,11 +142,6 @@ class Schedule:
                               "hold the whole model twice)")
         if micro is None:
             return None
-        if self.looped_rounds and pp > 1 and micro % rounds(pp, micro):
-            r = rounds(pp, micro)
-            return MICRO_BATCHES, micro, (f"schedule {self.name} runs them in max(1, m // pp) "
-                                          f"= {r} rounds (pp = {pp}): their count must be a "
-                                          f"multiple of {r}")
         if pp > 1 and micro < self.min_micro * pp:
             return MICRO_BATCHES, micro, (f"schedule {self.name} needs at least "
                                           f"{self.min_micro * pp} per replica (pp = {pp})")
@@ -158,9 +153,8 @@ class Schedule:
     @property
     def looped_rounds(self) -> bool:
         """Runs looped chunks (device ``i`` holds ``i, i + p, ...``) over the micro-batches in
-        rounds (:func:`round_size` micro-batches of chunk 0, then of chunk 1, ...), so the count
-        must be a whole number of them (``check``; a stack may ask for rounds of exactly
-        ``pp``: ``StackSpec.interleaved_rounds``)."""
+        rounds (:func:`round_size` micro-batches of chunk 0, then of chunk 1, ...); which counts
+        a framework runs is its stack's rule (``StackSpec.interleaved_rounds``)."""
         return self.chunks == "many"
 
     def model_chunks(self, pp: int, vp: int) -> int:
@@ -281,20 +275,21 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
 """Every schedule nestplan models, by name."""
 
 
-def slope(pp: int, vp: int, micro: int) -> float:
-    """The closed form's factor on ``max X``: ``m - 1/v``; with fewer micro-batches than devices
-    (a looped schedule's single round shorter than ``p``) ``p - (1 + p - m)/v`` (module
-    docstring), which is ``m - 1`` for one chunk."""
+def span_weights(pp: int, vp: int, micro: int) -> tuple[float, float]:
+    """The closed form's weights on ``max X`` and on ``sum Y``: ``m - 1/v`` and ``1/v``; with
+    fewer micro-batches than devices, ``(m - 1)/v`` and 1 (module docstring; the same for one
+    chunk)."""
     if micro >= pp:
-        return micro - 1.0 / vp
-    return pp - (1.0 + pp - micro) / vp
+        return micro - 1.0 / vp, 1.0 / vp
+    return (micro - 1.0) / vp, 1.0
 
 
 def span(x: list[float], y: list[float], micro: int, vp: int) -> float:
-    """The closed form ``slope·max X + sum Y / v`` over the devices ``x`` (module docstring)."""
+    """The closed form ``a·max X + b·sum Y`` over the devices ``x`` (:func:`span_weights`)."""
     if not x:
         return 0.0
-    return slope(len(x), vp, micro) * max(x) + sum(y) / vp
+    a, b = span_weights(len(x), vp, micro)
+    return a * max(x) + b * sum(y)
 
 
 def resolve(name: str | None, vp: int) -> Schedule:
@@ -345,20 +340,16 @@ def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
 
 # ------------------------------------------------------------------------------------- orders
 
-def rounds(pp: int, micro: int) -> int:
-    """How many rounds a looped schedule runs ``micro`` micro-batches in: ``max(1, m // p)``, as
-    PyTorch's ``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` count them
-    (``number_of_rounds``, torch/distributed/pipelining/schedules.py, torch 2.13.0 wheel; the
-    count must be a multiple of it)."""
-    return max(1, micro // pp)
-
-
+@cached(maxsize=65536)
 def round_size(pp: int, micro: int) -> int:
-    """Micro-batches per round of a looped schedule (torch's ``microbatches_per_round``;
-    Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, whose default is
-    ``p``): ``p`` when ``m`` is a multiple of ``p``, else ``m`` over the rounds, between ``p`` and
-    ``2p - 1`` (``m`` when ``m < p``)."""
-    return micro // rounds(pp, micro)
+    """Micro-batches per round of a looped schedule: the least divisor of ``m`` from ``p`` up
+    (``p`` when ``m`` is a multiple of it; ``m`` when ``m < p``). Where PyTorch's interleaved
+    schedules run ``m`` (a multiple of ``max(1, m // p)``), that is their
+    ``microbatches_per_round``, ``m / max(1, m // p)``; Megatron-Core runs it as
+    ``--microbatch-group-size-per-virtual-pipeline-stage`` for any ``m >= p`` (default ``p``)."""
+    if micro <= pp:
+        return micro
+    return next(g for g in range(pp, micro + 1) if micro % g == 0)
 
 
 def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:

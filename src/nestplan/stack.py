@@ -227,12 +227,13 @@ class StackSpec(_CachedHash):
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
     """Pipeline schedules it runs."""
     interleaved_rounds: str = "pp"
-    """How its looped interleaved schedules (``Schedule.looped_rounds``) group the micro-batches:
-    ``pp``, in rounds of exactly ``pp`` (their count a multiple of it: Megatron-LM asserts so,
-    megatron/schedules.py @ 77bff3864f, 2021, and Megatron-Core's default); ``flexible``, in
-    ``max(1, m // pp)`` rounds of ``m / rounds`` each (:func:`schedule.round_size`: PyTorch's
-    interleaved schedules; Megatron-Core since 0.10 with
-    ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export writes)."""
+    """Which micro-batch counts per replica its looped interleaved schedules
+    (``Schedule.looped_rounds``) run, in rounds of ``schedule.round_size``: ``pp``, a multiple of
+    ``pp`` (rounds of exactly ``pp``: Megatron-LM asserts so, megatron/schedules.py @
+    77bff3864f, 2021); ``floor``, a multiple of ``max(1, m // pp)`` (PyTorch's interleaved
+    schedules, any count below ``pp`` included); ``any``, from ``pp`` on (Megatron-Core since
+    0.10, with ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export
+    writes)."""
     schedules_min_pp_micro: tuple[str, ...] = ()
     """Of its schedules, those it runs only with at least ``pp`` micro-batches per replica, beyond
     what the schedule itself needs (``Schedule.check``): torch's ``Schedule1F1B`` raises on fewer
@@ -375,9 +376,9 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
                             "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
                             "refuses it)")
-        if self.interleaved_rounds not in ("pp", "flexible"):
+        if self.interleaved_rounds not in ("pp", "floor", "any"):
             raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
-                            "allowed: pp, flexible")
+                            "allowed: pp, floor, any")
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):
@@ -689,10 +690,20 @@ class StackSpec(_CachedHash):
             other = " (gpipe runs fewer)" if "gpipe" in self.schedules else ""
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
                                           f"pp = {pp} per replica{other}")
-        if (pp > 1 and self.interleaved_rounds == "pp" and SCHEDULES[schedule].looped_rounds
-                and micro % pp):
+        if pp == 1 or not SCHEDULES[schedule].looped_rounds:
+            return None
+        rule = self.interleaved_rounds
+        if rule == "pp" and micro % pp:
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in rounds of pp = "
                                           f"{pp}: their count must be a multiple of {pp}")
+        if rule == "floor" and micro % max(1, micro // pp):
+            r = max(1, micro // pp)
+            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in max(1, m // pp) "
+                                          f"= {r} rounds (pp = {pp}): their count must be a "
+                                          f"multiple of {r}")
+        if rule == "any" and micro < pp:
+            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
+                                          f"pp = {pp} per replica")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:

@@ -141,17 +141,18 @@ def uniform_policy(pf: PlanFile) -> tuple[Policy, list[str]]:
 def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
                      framework: str, stack=None) -> tuple[Parallelism, list[str]]:
     """``par`` (the plan of ``pf`` as exported so far) with a pipeline schedule the framework runs
-    (``offered``, nestplan's names; with the plan's micro-batches as ``stack``, the framework's
-    StackSpec, runs them, when given), and a note when that changed it: interleaved 1F1B with
-    the same chunks per device where it can run (every device keeps its chunks' blocks), else
-    1F1B with each device's blocks in one chunk."""
+    (``offered``, nestplan's names; an interleaved one only with micro-batches in rounds the
+    framework's StackSpec ``stack`` runs, when given), and a note when that changed it:
+    interleaved 1F1B with the same chunks per device where it can run (every device keeps its
+    chunks' blocks), else 1F1B with each device's blocks in one chunk."""
     from ..schedule import SCHEDULES
 
     micro = pf.scenario.training.micro_batches(par.mbs, par.dp)
 
     def refusal(n: str, vp: int):
+        looped = stack is not None and SCHEDULES[n].looped_rounds
         return SCHEDULES[n].check(par.pp, vp, micro) or (
-            stack.micro_refusal(n, par.pp, micro) if stack is not None else None)
+            stack.micro_refusal(n, par.pp, micro) if looped else None)
 
     name = par.pipeline.name
     if par.pp == 1 or (name in offered and refusal(name, par.vp) is None):

@@ -121,7 +121,8 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
         zero = 2
     exported = par.with_(recompute=(ran.name,), zero=zero,
                          etp=etp if m.moe is not None else par.etp)
-    exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan")
+    exported, sched_notes = closest_schedule(pf, exported, TORCHTITAN_SCHEDULES, "torchtitan",
+                                             titan)
     micro = tr.micro_batches(par.mbs, par.dp)
     if titan.micro_refusal(exported.pipeline.name, par.pp, micro) is not None:
         # a plan searched for another stack (one of torchtitan's never has it): GPipe runs them
