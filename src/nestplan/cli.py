@@ -811,8 +811,14 @@ def cmd_validate(args) -> int:
 
 
 SET_ASIDE_SHOWN = 3
-"""Reasons, and rows for each, that ``validate --stack`` names of the rows the stack cannot run
-(``--json`` lists all)."""
+"""Rows a note names of those it is about (then how many more), and reasons ``validate --stack``
+names of those it sets rows aside for (``--json`` lists all)."""
+
+
+def _first(ids: list[str]) -> str:
+    """The first ``SET_ASIDE_SHOWN`` of ``ids`` and how many more, for a note."""
+    rest = len(ids) - SET_ASIDE_SHOWN
+    return ", ".join(ids[:SET_ASIDE_SHOWN]) + (f" and {rest} more" if rest > 0 else "")
 
 
 def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
@@ -827,10 +833,8 @@ def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
         by_kind.setdefault(r.kind, []).append(r)
 
     def group(rows: list) -> str:
-        ids = ", ".join(r.id for r in rows[:SET_ASIDE_SHOWN])
-        more = " ..." if len(rows) > SET_ASIDE_SHOWN else ""
         why = rows[0].why if len({repr(r.value) for r in rows}) == 1 else rows[0].kind
-        return f"{ids}{more} ({why})"
+        return f"{_first([r.id for r in rows])} ({why})"
 
     shown = "; ".join(group(rows) for rows in list(by_kind.values())[:SET_ASIDE_SHOWN])
     rest = len(by_kind) - SET_ASIDE_SHOWN
@@ -993,10 +997,9 @@ def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
 
     def note(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
         if ids:
-            shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
             one = len(ids) == 1
-            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({shown}) {verb}{'s' if one else ''} "
-                          f"{rest}", Note)
+            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({_first(ids)}) "
+                          f"{verb}{'s' if one else ''} {rest}", Note)
 
     no_stack, no_precision = rows_filled_in(runs, field)
     if not stack:  # (--stack sets the rows' own aside)
@@ -1018,9 +1021,8 @@ def _note_fit_limits(cases, result, base) -> None:
     far = [c.id for c, e in zip(cases, result.after) if abs(e) > ROW_TOLERANCE]
     if far:
         warnings.warn(f"after the fit {len(far)} of {len(cases)} rows are still beyond "
-                      f"{ROW_TOLERANCE:.0%} ({', '.join(far[:3])}{', ...' if len(far) > 3 else ''})"
-                      ": one calibration does not explain them; check their step times, "
-                      "precision, plan and stack", Note)
+                      f"{ROW_TOLERANCE:.0%} ({_first(far)}): one calibration does not explain "
+                      "them; check their step times, precision, plan and stack", Note)
     st = result.stack
     capped = set()
     for acc in {c.scenario.cluster.accelerator for c in cases}:
