@@ -78,6 +78,21 @@ def test_dp_equals_brute_force(layers, gpus, node, heads, moe, hbm, batch, bw_ra
     assert found.best.fits
 
 
+@pytest.mark.parametrize("layers,batch,vocab", [(8, 2, 512), (8, 3, 65536), (12, 2, 65536)])
+def test_dp_equals_brute_force_with_fewer_micro_batches_than_stages(layers, batch, vocab):
+    """torchtitan runs interleaved 1F1B with fewer micro-batches than stages (one round, whose
+    span weighs ``sum X`` by 1): over four GPUs, NEST finds the brute-force optimum, and its
+    objective is what evaluate reports."""
+    sc = tiny_scenario(layers, 4, 4, 2, 2, False, 4000, batch, 1.0, 1.0, 0, vocab)
+    sc = dataclasses.replace(sc, stack=get_stack("torchtitan"))
+    oracle = methods.run_method("exhaustive", sc, Constraints(), top=1)
+    found = methods.run_method("nest", sc, Constraints(), top=1)
+    assert found.best.step_time == pytest.approx(oracle.best.step_time, rel=1e-9)
+    assert found.objective == pytest.approx(found.best.step_time, rel=1e-9)
+    short = methods.run_method("nest", sc, Constraints(pp=4, vp=2), top=1).best
+    assert short.micro_batches < 4 and short.plan.pipeline.name == "interleaved-1f1b"
+
+
 def test_objective_equals_evaluate_on_a_real_scenario():
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=8192, global_batch=256)
     res = methods.run_method("nest", sc, Constraints(tp=8), top=3)
@@ -474,13 +489,16 @@ def _bounds_hold(sc, con=None):
                                                                    sol_m.objective)
 
 
-@pytest.mark.parametrize("case", ["float8-zero-bubble", "moe-dense-first"])
+@pytest.mark.parametrize("case", ["float8-zero-bubble", "moe-dense-first", "short-round"])
 def test_pruning_bounds_hold_where_a_review_found_them_exceeded(case):
     """Cases a review of the search found (each bound once exceeded the DP's objective by up to
     0.1 %): a wide model with a large vocabulary under interleaved zero bubble, whose busiest
     device's ``m·X`` form had the average device's end of step added; and an MoE model with a
     dense first block, where a device holding no experts has no expert reduction at its end.
-    Both fail on the code before the fix."""
+    And one found on re-reading: two micro-batches over four stages under torchtitan (one round
+    shorter than the pipeline), whose span weighs ``sum X`` by 1, not ``1/v``, with the head's
+    large vocabulary on one device (the bound had kept ``(m - 1/v)·max X + sum X / v``). Each
+    fails on the code before its fix."""
     from nestplan.catalog import get_stack
 
     if case == "float8-zero-bubble":
@@ -489,6 +507,9 @@ def test_pruning_bounds_hold_where_a_review_found_them_exceeded(case):
             sc.model, hidden=2048, head_dim=512, ffn_hidden=4096),
             stack=get_stack("torchtitan-float8"))
         _bounds_hold(sc, Constraints(pp=2))
+    elif case == "short-round":
+        sc = tiny_scenario(8, 4, 4, 2, 2, False, 1000, 2, 1.0, 1.0, 0, 256000)
+        _bounds_hold(dataclasses.replace(sc, stack=get_stack("torchtitan")), Constraints(pp=4))
     else:  # nothing hidden by overlap: the end of step counts every reduction
         sc = tiny_scenario(2, 8, 1, 4, 4, True, 1000, 4, 1.0, 1.0, 1, 16384)
         moe = dataclasses.replace(sc.model.moe, experts=2)

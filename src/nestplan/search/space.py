@@ -35,7 +35,7 @@ from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import layer_graph
-from ..schedule import SCHEDULES, resolve
+from ..schedule import SCHEDULES, resolve, span_weights
 from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
                      divisors, interleaves)
@@ -266,12 +266,14 @@ def configurations(sc: Scenario, con: Constraints):
 
 
 def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
-    """How per-micro-batch work spread over p devices becomes a step at least: ``(m - 1/v)/p +
-    1/v`` under schedules that run whole backwards (``T >= (m - 1/v)·max X + sum X / v``), ``m/p``
-    under those that defer weight gradients (every device runs its ``m·X_i`` inside the step)."""
+    """How per-micro-batch work spread over p devices becomes a step at least: ``a/p + b`` under
+    schedules that run whole backwards (``T >= a·max X + b·sum X``, ``schedule.span_weights``:
+    ``(m - 1/v)/p + 1/v`` from ``p`` micro-batches on), ``m/p`` under those that defer weight
+    gradients (every device runs its ``m·X_i`` inside the step)."""
     if split:
         return micro / pp
-    return (micro - 1 / vp) / pp + 1 / vp
+    a, b = span_weights(pp, vp, micro)
+    return a / pp + b
 
 
 def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
@@ -285,33 +287,35 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
             rules: set[str], busiest: float = 0.0, end=(), eff: float = 0.0) -> float:
     """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
     at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
-    ``rules``. With ``T = (m - 1/v)·max X + sum Y/v + max tail`` and ``max X`` at least both the
+    ``rules``. With ``T = a·max X + b·sum Y + max tail`` (``schedule.span_weights``: ``m - 1/v``
+    and ``1/v`` from ``p`` micro-batches on) and ``max X`` at least both the
     average ``sum X / p`` and ``busiest`` (the work some device must hold: ``_busiest``): whole
     backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``; and
     every device runs its ``m·X_i`` inside the step. ``end``: what the tail is at least, as
     forms ``(c, R)``: some device ``k`` ends its step with ``c`` plus a gradient reduction of
     ``R`` or more seconds, of which ``eff`` (``overlap_efficiency``) of its overlap with the
     device's last backward hides: ``R - eff·min(R, B_k)``, ``B_k <= X_k <= max X``. It joins
-    the forms built on ``(m - 1/v)·max X``, not ``m·X_i``, which already spends the busiest
-    device's own tail (its deferred weight gradients run there) and need not exceed an average
-    device's. Since ``(m - 1/v)·max(most, x) - eff·min(R, x)`` is least at ``x = most`` when
-    ``m - 1/v >= eff``, the window is at most ``most`` there (else at most ``R``)."""
+    the forms built on ``a·max X``, not ``m·X_i``, which already spends the busiest device's own
+    tail (its deferred weight gradients run there) and need not exceed an average device's.
+    Since ``a·max(most, x) - eff·min(R, x)`` is least at ``x = most`` when ``a >= eff``, the
+    window is at most ``most`` there (else at most ``R``)."""
+    a, b = span_weights(pp, vp, micro)
     most = max(work / pp, busiest)
-    window = most if micro - 1 / vp >= eff else math.inf
+    window = most if a >= eff else math.inf
     tail = 0.0
     for c, r in end:  # a loop, not max() over a generator: the search calls this ~10^5 times
         shown = c + r - eff * (r if r < window else window)
         if shown > tail:
             tail = shown
-    lead = (micro - 1 / vp) * most + tail
+    lead = a * most + tail
     out = []
     for r in rules:
         if r == "whole":
-            out.append(lead + work / vp)
+            out.append(lead + b * work)
         elif r == "deferred":
-            out.append(max(micro * most, lead + (work - 2 * wgrad) / vp))
+            out.append(max(micro * most, lead + b * (work - 2 * wgrad)))
         else:  # "input"
-            out.append(max(micro * most, lead + b_in / vp))
+            out.append(max(micro * most, lead + b * b_in))
     return min(out)
 
 
