@@ -118,23 +118,41 @@ def test_closed_form_is_exact_for_any_micro_batch_count(name, pp, vp, micro, f, 
 
 @FAST
 @given(pp=st.integers(3, 8), vp=st.integers(2, 4), micro=st.integers(1, 7),
-       seed=st.integers(0, 10**6))
-def test_a_round_shorter_than_the_pipeline_bounds_unequal_stages(pp, vp, micro, seed):
+       heavy=st.booleans(), seed=st.integers(0, 10**6))
+def test_a_round_shorter_than_the_pipeline_bounds_unequal_stages(pp, vp, micro, heavy, seed):
     """Fewer micro-batches than devices under interleaved 1F1B (torch runs one round), devices
-    within ±50 % of each other, sends up to a tenth of a forward: the closed form
-    ``(m - 1)/v·max X + sum X`` stays within -20 %/+10 % of the simulation (measured over 3,000
-    such cases: -19 %/+8 %)."""
+    within ±50 % of each other (and, ``heavy``, one of them 1.5-6 times slower), sends up to a
+    tenth of a forward: the closed form, the larger of ``(m - 1)/v·max X + sum X`` and
+    ``(m - 1/v)·max X + sum X / v``, stays within -5 %/+15 % of the simulation (measured over
+    3,000 cases each: -3.1 %/+13.3 % and -2.2 %/+11.4 %)."""
     import random
 
     micro = min(micro, pp - 1)
     rng = random.Random(seed)
     s = SCHEDULES["interleaved-1f1b"]
     base = [rng.uniform(0.5, 1.5) for _ in range(pp)]
+    if heavy:
+        base[rng.randrange(pp)] *= rng.uniform(1.5, 6.0)
     fwd = [[x * rng.uniform(0.9, 1.1) for _ in range(vp)] for x in base]
     bwd = [[x * rng.uniform(2.0, 2.4) for x in row] for row in fwd]
     send = [rng.uniform(0.0, 0.1) for _ in range(pp)]
     sim = makespan(simulate(fwd, bwd, micro, send, schedule=s))
-    assert 0.80 <= closed_form(s, fwd, bwd, [[0.0] * vp] * pp, micro, send) / sim <= 1.10
+    assert 0.95 <= closed_form(s, fwd, bwd, [[0.0] * vp] * pp, micro, send) / sim <= 1.15
+
+
+def test_a_short_round_on_a_slow_device_takes_its_micro_batches():
+    """Two micro-batches over four stages, the last holding 25 of the 32 blocks (torchtitan,
+    interleaved): the step is at least the slow device's two micro-batches, its bubble not
+    negative (a review found 322 ms predicted where that device alone needs 344)."""
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", "8", "--tp", "2", "--pp", "4", "--vp", "2", "--mbs", "1",
+                         "--global-batch", "2", "--seq-len", "4096", "--stack", "torchtitan",
+                         "--stage-layers", "1,1,1,1,1,1,1,25", "--json")
+    assert code == 0, err
+    js = json.loads(out)
+    slowest = max(st["time_per_microbatch_s"] for st in js["stages"])
+    assert js["time_s"]["bubble"] >= 0
+    assert js["step_time_s"] >= js["micro_batches"] * slowest
 
 
 def test_a_single_short_round_waits_for_the_pipeline():

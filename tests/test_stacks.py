@@ -1058,6 +1058,31 @@ def test_a_plan_file_of_before_tp_overlap_beyond_domain_keeps_torchtitans_none()
     assert stack_from_table(core).tp_overlap_beyond_domain.value == "backward"
 
 
+def test_a_plan_file_of_before_interleaved_rounds_reads_as_its_catalog_stack(tmp_path):
+    """A plan file saved before interleaved_rounds existed has no such key in its stack: a
+    torchtitan one reads as the catalog's torchtitan (torch's rounds), with no note that it
+    differs (a reviewer's); a stack of the user's own name keeps the default, rounds of pp."""
+    import json
+
+    saved = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", "8", "--tp", "2", "--pp", "4", "--vp", "2", "--mbs", "1",
+                         "--global-batch", "8", "--seq-len", "4096", "--stack", "torchtitan",
+                         "--save", saved)
+    assert code == 0, err
+    data = json.loads(saved.read_text())
+    assert data["stack"].pop("interleaved_rounds") == "floor"
+    saved.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", saved, "--json")
+    assert code == 0 and "is not this nestplan's catalog" not in err, err
+    assert json.loads(out)["stack"] == "torchtitan"
+    data["stack"]["name"] = "my-titan"
+    saved.write_text(json.dumps(data))
+    from nestplan.planfile import load
+
+    assert load(saved).scenario.stack.interleaved_rounds == "pp"
+
+
 def test_calibrate_drafts_under_a_name_no_file_it_reads_has(tmp_path, runs_csv):
     """The draft had a fixed name beside -o: a base stack file of that name was overwritten and
     then deleted (a reviewer's)."""

@@ -205,6 +205,19 @@ def _note_not_the_catalogs(stack) -> None:
                       f"outputs label them {stack.name}", Note)
 
 
+def _with_interleaved_rounds(stack):
+    """A plan file's stack saved before ``interleaved_rounds`` existed (2026-12-04), when every
+    stack interleaved in rounds of pp: named as a catalog stack, it takes that stack's rule, which
+    runs those counts too (its plan is unchanged and the file's stack is the catalog's); another
+    keeps the default, rounds of pp."""
+    from .catalog import get_stack, list_names
+
+    if (isinstance(stack, dict) and "interleaved_rounds" not in stack
+            and stack.get("name") in list_names("stacks")):
+        return {**stack, "interleaved_rounds": get_stack(stack["name"]).interleaved_rounds}
+    return stack
+
+
 def _from_dict(data: dict) -> PlanFile:
     """The plan file in ``data``; errors name fields from the top (``from_dict`` adds the file)."""
     from .catalog import get_accelerator, get_stack
@@ -233,7 +246,7 @@ def _from_dict(data: dict) -> PlanFile:
         if isinstance(stack, dict) and "base" in stack:  # a stack file's key, followed by the catalog
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
                             "remove base (or evaluate with --stack and the plan's flags)")
-        stack_spec = stack_from_table(stack, "stack")
+        stack_spec = stack_from_table(_with_interleaved_rounds(stack), "stack")
         _note_not_the_catalogs(stack_spec)
     sc = Scenario(model=model_from_table(data["model"], "model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),

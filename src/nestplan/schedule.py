@@ -25,9 +25,10 @@ chunk in turn (:func:`round_size`: the least divisor of ``m`` from ``p`` up, as 
 Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage`` run them; which counts a
 framework takes is its stack's rule); the span above does not depend on ``g``. With fewer
 micro-batches than devices (one round of ``m < p``, which PyTorch's interleaved 1F1B runs) the
-pipeline never fills: every micro-batch goes round all ``p`` devices, chunk after chunk, and
-the span is ``(m - 1)/v · max X + sum Y`` (:func:`span_weights`; for one chunk the same as the
-form above), for equal stages ``(p + (m - 1)/v)·X``.
+pipeline never fills: every micro-batch goes round all ``p`` devices, chunk after chunk, which
+takes ``(m - 1)/v · max X + sum Y``, for equal stages ``(p + (m - 1)/v)·X``; a device much
+slower than the others still runs its ``m`` micro-batches, which the form above keeps, so the
+span is the larger of the two (:func:`span_forms`; for one chunk they are the same).
 
 Why these are exact for equal stages (each device ``F``, ``B``, ``W`` per micro-batch, sends
 free; the split schedules with ``m >= p`` and ``W <= B``, which every layer the
@@ -275,21 +276,22 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
 """Every schedule nestplan models, by name."""
 
 
-def span_weights(pp: int, vp: int, micro: int) -> tuple[float, float]:
-    """The closed form's weights on ``max X`` and on ``sum Y``: ``m - 1/v`` and ``1/v``; with
-    fewer micro-batches than devices, ``(m - 1)/v`` and 1 (module docstring; the same for one
-    chunk)."""
-    if micro >= pp:
-        return micro - 1.0 / vp, 1.0 / vp
-    return (micro - 1.0) / vp, 1.0
+def span_forms(pp: int, vp: int, micro: int) -> tuple[tuple[float, float], ...]:
+    """The closed form as the largest of linear forms ``a·max X + b·sum Y``, their ``(a, b)``:
+    ``(m - 1/v, 1/v)``; with fewer micro-batches than devices also ``((m - 1)/v, 1)``, which is
+    the larger for devices alike (module docstring; for one chunk the two are the same)."""
+    full = (micro - 1.0 / vp, 1.0 / vp)
+    if micro >= pp or vp == 1:
+        return (full,)
+    return ((micro - 1.0) / vp, 1.0), full
 
 
 def span(x: list[float], y: list[float], micro: int, vp: int) -> float:
-    """The closed form ``a·max X + b·sum Y`` over the devices ``x`` (:func:`span_weights`)."""
+    """The closed form over the devices ``x`` (:func:`span_forms`)."""
     if not x:
         return 0.0
-    a, b = span_weights(len(x), vp, micro)
-    return a * max(x) + b * sum(y)
+    top, total = max(x), sum(y)
+    return max(a * top + b * total for a, b in span_forms(len(x), vp, micro))
 
 
 def resolve(name: str | None, vp: int) -> Schedule:

@@ -5,13 +5,13 @@ Choose for every pipeline device ``i = 0..p-1`` how many blocks ``n_i >= 1`` it 
 chunk (the ``n_i`` sum to ``N``, the blocks of one round of chunks) and its recompute policy
 ``r_i``, so that every device fits in memory and
 
-    objective = a·max X_i + b·sum Y_i + max E_i + const
+    objective = max over forms (a·max X_i + b·sum Y_i) + max E_i + const
 
-is smallest (``a = m - 1/v`` and ``b = 1/v``, or ``(m - 1)/v`` and 1 with fewer micro-batches
-than devices: ``schedule.span_weights``), where ``X_i`` (per-micro-batch time), ``Y_i`` (its share of the schedule's span
-beyond the bottleneck: ``X_i`` unless the schedule defers weight gradients, ``schedule.py``) and
-``E_i`` (end-of-step time) depend only on device ``i``'s position class, the blocks it holds and
-its policy.
+is smallest (one form, ``a = m - 1/v`` and ``b = 1/v``; with fewer micro-batches than devices
+also ``(m - 1)/v`` and 1: ``schedule.span_forms``), where ``X_i`` (per-micro-batch time),
+``Y_i`` (its share of the schedule's span beyond the bottleneck: ``X_i`` unless the schedule
+defers weight gradients, ``schedule.py``) and ``E_i`` (end-of-step time) depend only on device
+``i``'s position class, the blocks it holds and its policy.
 
 State layout. A device holding units ``[l, l2)`` of the split is one cell ``cost[l2, l, r]`` of
 an ``(N+1, N+1, K)`` array (K recompute policies), or ``cost[l2 - l, r]`` of an ``(N+1, K)`` array
@@ -22,10 +22,10 @@ best value of devices ``0..i-1`` covering ``[0, l)``; one relaxation step gives
 ``op`` = ``max`` (bottleneck) or ``+`` (sum), and stores ``argmin (l, r)`` as the back-pointer.
 
 Exactness. For a plan whose maxima are ``t`` and ``e`` the objective is
-``a·t + b·S + e + const`` with ``S = sum Y``, increasing in ``t`` and ``e``. So the
+``max(a·t + b·S) + e + const`` with ``S = sum Y``, increasing in ``t`` and ``e``. So the
 optimum is the best, over thresholds ``t`` (a value some ``X`` takes) and ``e`` (a value some
 ``E`` takes), of the chain of least ``S`` under ``X <= t, E <= e``. Thresholds are visited in increasing
-order and abandoned once the bound ``a·t + b·S_min + e_min + const`` cannot beat the best
+order and abandoned once the bound ``max(a·t + b·S_min) + e_min + const`` cannot beat the best
 plan found; the value of every plan found is recomputed from its actual maxima.
 """
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caching import cached
-from ..schedule import span, span_weights
+from ..schedule import span, span_forms
 
 INF = np.inf
 
@@ -163,7 +163,10 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         return None
     s_min, _ = chain(ys, np.add, bands)
     e_min, _ = chain(es, np.maximum, bands)
-    slope, weight = span_weights(p, vp, micro)
+    forms = span_forms(p, vp, micro)
+
+    def lead(t, s):  # the span's forms at thresholds t (max X) and s (sum Y)
+        return max(a * t + b * s for a, b in forms)
     best: Solution | None = None
     best_val = bound
 
@@ -177,21 +180,21 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         return objective(xv, yv, ev, micro, vp, const)
 
     t_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in xs]))
-    if slope == 0:  # a single micro-batch: X is not in the objective, so its largest
-        t_values = t_values[-1:]  # threshold (no bound on X) gives every solution the others do
+    if all(a == 0 for a, _ in forms):  # one micro-batch, one chunk: X is not in the objective,
+        t_values = t_values[-1:]  # so its largest threshold gives every solution the others do
     for t in t_values[t_values >= t0]:
-        if slope * t + weight * s_min + e_min + const >= best_val:
+        if lead(t, s_min) + e_min + const >= best_val:
             break
         under_t = [a <= t for a in xs]
         yt = [np.where(m, a, INF) for m, a in zip(under_t, ys)]
         st, _ = chain(yt, np.add, bands)
-        if not np.isfinite(st) or slope * t + weight * st + e_min + const >= best_val:
+        if not np.isfinite(st) or lead(t, st) + e_min + const >= best_val:
             continue
         et = [np.where(m, a, INF) for m, a in zip(under_t, es)]
         e_t, _ = chain(et, np.maximum, bands)
         e_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in et]))
         for ev in e_values[e_values >= e_t]:
-            if slope * t + weight * st + ev + const >= best_val:
+            if lead(t, st) + ev + const >= best_val:
                 break
             costs = [np.where(b <= ev, a, INF) for a, b in zip(yt, et)]
             s, back = chain(costs, np.add, bands)

@@ -35,7 +35,7 @@ from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import layer_graph
-from ..schedule import SCHEDULES, resolve, span_weights
+from ..schedule import SCHEDULES, resolve, span_forms
 from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
                      divisors, interleaves)
@@ -266,14 +266,15 @@ def configurations(sc: Scenario, con: Constraints):
 
 
 def _factor(micro: int, pp: int, vp: int, split: bool = False) -> float:
-    """How per-micro-batch work spread over p devices becomes a step at least: ``a/p + b`` under
-    schedules that run whole backwards (``T >= a·max X + b·sum X``, ``schedule.span_weights``:
-    ``(m - 1/v)/p + 1/v`` from ``p`` micro-batches on), ``m/p`` under those that defer weight
-    gradients (every device runs its ``m·X_i`` inside the step)."""
+    """How per-micro-batch work spread over p devices becomes a step at least, and what adding
+    work to it adds at least: ``a/p + b`` under schedules that run whole backwards (``T >= a·max
+    X + b·sum X`` for each form of ``schedule.span_forms``: ``(m - 1/v)/p + 1/v`` from ``p``
+    micro-batches on; below, the least of the forms', as the average form takes the largest),
+    ``m/p`` under those that defer weight gradients (every device runs its ``m·X_i`` inside the
+    step)."""
     if split:
         return micro / pp
-    a, b = span_weights(pp, vp, micro)
-    return a / pp + b
+    return min(a / pp + b for a, b in span_forms(pp, vp, micro))
 
 
 def _rules(sc: Scenario, par: Parallelism | None = None) -> set[str]:
@@ -287,8 +288,9 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
             rules: set[str], busiest: float = 0.0, end=(), eff: float = 0.0) -> float:
     """Least step time of per-micro-batch work ``work`` (of which ``wgrad`` weight gradients and
     at least ``b_in`` input-gradient backward) over ``pp`` devices, under the least favourable of
-    ``rules``. With ``T = a·max X + b·sum Y + max tail`` (``schedule.span_weights``: ``m - 1/v``
-    and ``1/v`` from ``p`` micro-batches on) and ``max X`` at least both the
+    ``rules``. With ``T >= a·max X + b·sum Y + max tail`` for each of the span's forms
+    (``schedule.span_forms``: ``m - 1/v`` and ``1/v`` from ``p`` micro-batches on; the largest
+    form's bound is taken) and ``max X`` at least both the
     average ``sum X / p`` and ``busiest`` (the work some device must hold: ``_busiest``): whole
     backwards have ``Y = X``; deferred weight gradients ``Y >= X - 2W``; ZB-V ``Y >= B``; and
     every device runs its ``m·X_i`` inside the step. ``end``: what the tail is at least, as
@@ -299,24 +301,26 @@ def _spread(work: float, wgrad: float, b_in: float, micro: int, pp: int, vp: int
     tail (its deferred weight gradients run there) and need not exceed an average device's.
     Since ``a·max(most, x) - eff·min(R, x)`` is least at ``x = most`` when ``a >= eff``, the
     window is at most ``most`` there (else at most ``R``)."""
-    a, b = span_weights(pp, vp, micro)
     most = max(work / pp, busiest)
-    window = most if a >= eff else math.inf
-    tail = 0.0
-    for c, r in end:  # a loop, not max() over a generator: the search calls this ~10^5 times
-        shown = c + r - eff * (r if r < window else window)
-        if shown > tail:
-            tail = shown
-    lead = a * most + tail
-    out = []
-    for r in rules:
-        if r == "whole":
-            out.append(lead + b * work)
-        elif r == "deferred":
-            out.append(max(micro * most, lead + b * (work - 2 * wgrad)))
-        else:  # "input"
-            out.append(max(micro * most, lead + b * b_in))
-    return min(out)
+    best = 0.0
+    for a, b in span_forms(pp, vp, micro):
+        window = most if a >= eff else math.inf
+        tail = 0.0
+        for c, r in end:  # a loop, not max() over a generator: the search calls this ~10^5 times
+            shown = c + r - eff * (r if r < window else window)
+            if shown > tail:
+                tail = shown
+        lead = a * most + tail
+        out = []
+        for r in rules:
+            if r == "whole":
+                out.append(lead + b * work)
+            elif r == "deferred":
+                out.append(max(micro * most, lead + b * (work - 2 * wgrad)))
+            else:  # "input"
+                out.append(max(micro * most, lead + b * b_in))
+        best = max(best, min(out))
+    return best
 
 
 def _busiest(model, pp: int, per_block, ends: tuple[float, float] = (0.0, 0.0),
