@@ -318,25 +318,14 @@ def warmup_chunks(stage: int, pp: int, vp: int, micro: int) -> int:
 
 
 def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
-    """How many micro-batches of each of the device's ``vp`` chunks are held at the peak.
-
-    The interleaved warm-up runs a round (``g`` forwards) of chunk 0, then one of chunk 1, ...
-    """
+    """How many micro-batches of each of the device's ``vp`` chunks are held at the peak: those
+    of its warm-up forwards and the one in flight, the first of :func:`forward_order`."""
     total = warmup_chunks(stage, pp, vp, micro)
     if vp == 1:
         return [total]
-    g = round_size(pp, micro)
-    held = []
-    for j in range(vp):
-        held.append(max(0, min(g, total - j * g, micro)))
-    # what the warm-up pattern leaves over (more than p·v chunks) returns to chunk 0 and on
-    extra = total - sum(held)
-    j = 0
-    while extra > 0 and j < vp:
-        add = min(extra, micro - held[j])
-        held[j] += add
-        extra -= add
-        j += 1
+    held = [0] * vp
+    for _, (chunk, _) in zip(range(total), forward_order(pp, vp, micro)):
+        held[chunk] += 1
     return held
 
 
@@ -344,14 +333,28 @@ def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
 
 @cached(maxsize=65536)
 def round_size(pp: int, micro: int) -> int:
-    """Micro-batches per round of a looped schedule: the least divisor of ``m`` from ``p`` up
-    (``p`` when ``m`` is a multiple of it; ``m`` when ``m < p``). Where PyTorch's interleaved
-    schedules run ``m`` (a multiple of ``max(1, m // p)``), that is their
-    ``microbatches_per_round``, ``m / max(1, m // p)``; Megatron-Core runs it as
-    ``--microbatch-group-size-per-virtual-pipeline-stage`` for any ``m >= p`` (default ``p``)."""
+    """Micro-batches per round of a looped schedule: the least ``g`` from ``p`` up whose last,
+    shorter round is empty or at least ``p`` long (``m % g`` is 0 or ``>= p``; ``m`` when ``m <
+    p``), as Megatron-Core runs it with ``--microbatch-group-size-per-virtual-pipeline-stage g``
+    (default ``p``; schedules.py's ``get_schedule_table`` and its check of the remainder): the
+    least round holds the least in flight. Where PyTorch's interleaved schedules run ``m`` (a
+    multiple of ``max(1, m // p)``) that is their ``microbatches_per_round``, ``m / max(1, m //
+    p)``, which divides ``m`` (a shorter round would leave ``m >= (m // p + 1)·p``)."""
     if micro <= pp:
         return micro
-    return next(g for g in range(pp, micro + 1) if micro % g == 0)
+    return next(g for g in range(pp, micro + 1) if micro % g == 0 or micro % g >= pp)
+
+
+def forward_order(pp: int, vp: int, micro: int):
+    """The (local chunk, micro-batch) of each forward a device of a looped schedule runs, in
+    order: a round of :func:`round_size` micro-batches of chunk 0, of chunk 1, ..., then the
+    next round; the last round takes what is left (Megatron-Core's ``get_schedule_table``)."""
+    g = round_size(pp, micro)
+    for start in range(0, micro, g):
+        end = micro if start + g >= micro else start + g
+        for chunk in range(vp):
+            for mb in range(start, end):
+                yield chunk, mb
 
 
 def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
@@ -365,12 +368,11 @@ def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
         warm = min(pp - rank - 1, micro)
     else:
         warm = min((pp - rank - 1) * 2 + (vp - 1) * g, total)
+    table = list(forward_order(pp, vp, micro))
 
     def nth(k: int, backward: bool) -> OpKey:
-        group, pos = divmod(k, g * vp)
-        local = (k // g) % vp
-        return ("B", vp - 1 - local, group * g + pos % g) if backward else \
-            ("F", local, group * g + pos % g)
+        local, mb = table[k]
+        return ("B", vp - 1 - local, mb) if backward else ("F", local, mb)
 
     ops, f, b = [], 0, 0
     for _ in range(warm):

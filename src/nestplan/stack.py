@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
-from .schedule import MICRO_BATCHES, SCHEDULES
+from .schedule import MICRO_BATCHES, SCHEDULES, round_size
 from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, within
 from .units import MS, GiB, US
 
@@ -231,9 +231,10 @@ class StackSpec(_CachedHash):
     (``Schedule.looped_rounds``) run, in rounds of ``schedule.round_size``: ``pp``, a multiple of
     ``pp`` (rounds of exactly ``pp``: Megatron-LM asserts so, megatron/schedules.py @
     77bff3864f, 2021); ``floor``, a multiple of ``max(1, m // pp)`` (PyTorch's interleaved
-    schedules, any count below ``pp`` included); ``any``, from ``pp`` on (Megatron-Core since
-    0.10, with ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export
-    writes)."""
+    schedules, any count below ``pp`` included); ``any``, from ``pp`` on, the last round shorter
+    where the count asks (Megatron-Core since 0.10, with
+    ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export writes;
+    zero bubble in whole rounds only)."""
     schedules_min_pp_micro: tuple[str, ...] = ()
     """Of its schedules, those it runs only with at least ``pp`` micro-batches per replica, beyond
     what the schedule itself needs (``Schedule.check``): torch's ``Schedule1F1B`` raises on fewer
@@ -704,6 +705,13 @@ class StackSpec(_CachedHash):
         if rule == "any" and micro < pp:
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
                                           f"pp = {pp} per replica")
+        g = round_size(pp, micro)
+        if rule == "any" and SCHEDULES[schedule].split_backward and micro % g:
+            # (a shorter last round is Megatron-Core's, whose interleaving does not split the
+            # backward; no framework runs zero bubble so)
+            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in whole rounds "
+                                          f"of {g} (pp = {pp}): their count must be a multiple "
+                                          f"of {g}")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:
