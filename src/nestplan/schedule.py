@@ -21,9 +21,11 @@ al. 2019). ZB-H1 has ``Y = X - W - min(W, F)``: for equal stages ``m·X + (p - 1
 ``m·X + (p - 1)·B`` when ``W > F``.
 
 Looped schedules (interleaved 1F1B and zero bubble) run a round of ``g`` micro-batches of each
-chunk in turn (:func:`round_size`: the least divisor of ``m`` from ``p`` up, as PyTorch and
-Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage`` run them; which counts a
-framework takes is its stack's rule); the span above does not depend on ``g``. With fewer
+chunk in turn (:func:`round_size`: the least ``g`` from ``p`` up whose last round, shorter, is
+empty or at least ``p`` long, as Megatron-Core's
+``--microbatch-group-size-per-virtual-pipeline-stage`` and, where they run the count, PyTorch's
+classes run them; which counts a framework takes is its stack's rule); the span above does not
+depend on ``g``. With fewer
 micro-batches than devices (one round of ``m < p``, which PyTorch's interleaved 1F1B runs) the
 pipeline never fills: every micro-batch goes round all ``p`` devices, chunk after chunk, which
 takes ``(m - 1)/v · max X + sum Y``, for equal stages ``(p + (m - 1)/v)·X``; a device much
@@ -143,6 +145,11 @@ class Schedule:
                               "hold the whole model twice)")
         if micro is None:
             return None
+        g = round_size(pp, micro) if self.looped_rounds and self.split_backward else 0
+        if g and micro % g:  # (a shorter last round is Megatron-Core's, which has no zero bubble)
+            return MICRO_BATCHES, micro, (f"schedule {self.name} runs whole rounds only, as "
+                                          f"torch does: rounds of {g} leave a last one of "
+                                          f"{micro % g} (pp = {pp}); a multiple of {pp} runs")
         if pp > 1 and micro < self.min_micro * pp:
             return MICRO_BATCHES, micro, (f"schedule {self.name} needs at least "
                                           f"{self.min_micro * pp} per replica (pp = {pp})")

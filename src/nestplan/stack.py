@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
-from .schedule import MICRO_BATCHES, SCHEDULES, round_size
+from .schedule import MICRO_BATCHES, SCHEDULES
 from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, within
 from .units import MS, GiB, US
 
@@ -234,7 +234,7 @@ class StackSpec(_CachedHash):
     schedules, any count below ``pp`` included); ``any``, from ``pp`` on, the last round shorter
     where the count asks (Megatron-Core since 0.10, with
     ``--microbatch-group-size-per-virtual-pipeline-stage``, which the Megatron export writes;
-    zero bubble in whole rounds only)."""
+    zero bubble runs whole rounds only on any stack, ``Schedule.check``)."""
     schedules_min_pp_micro: tuple[str, ...] = ()
     """Of its schedules, those it runs only with at least ``pp`` micro-batches per replica, beyond
     what the schedule itself needs (``Schedule.check``): torch's ``Schedule1F1B`` raises on fewer
@@ -705,13 +705,6 @@ class StackSpec(_CachedHash):
         if rule == "any" and micro < pp:
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
                                           f"pp = {pp} per replica")
-        g = round_size(pp, micro)
-        if rule == "any" and SCHEDULES[schedule].split_backward and micro % g:
-            # (a shorter last round is Megatron-Core's, whose interleaving does not split the
-            # backward; no framework runs zero bubble so)
-            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in whole rounds "
-                                          f"of {g} (pp = {pp}): their count must be a multiple "
-                                          f"of {g}")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:

@@ -437,8 +437,9 @@ def export(pf: PlanFile) -> Export:
                          "run overlaps them")
     micro = tr.micro_batches(par.mbs, par.dp)
     if exported.vp > 1 and round_size(par.pp, micro) != par.pp:
-        # rounds of pp by default; torch's round size, which nestplan's interleaved order runs
-        # (megatron/core/model_parallel_config.py l.431-445 @ d98e8a64dd)
+        # rounds of pp by default; the least group Megatron-Core's checks allow, which
+        # nestplan's interleaved order runs (megatron/core/model_parallel_config.py l.431-445,
+        # pipeline_parallel/schedules.py l.1160-1180 @ d98e8a64dd)
         args.append("--microbatch-group-size-per-virtual-pipeline-stage "
                     f"{round_size(par.pp, micro)}")
     if uniform:
