@@ -685,8 +685,9 @@ class StackSpec(_CachedHash):
 
     def micro_refusal(self, schedule: str, pp: int, micro: int) -> tuple[str, object, str] | None:
         """Why ``pp`` stages cannot run ``micro`` micro-batches per replica under ``schedule`` on
-        this stack, beyond the schedule's own rule (``schedules_min_pp_micro``), as
-        (MICRO_BATCHES, micro, rule); None when they can."""
+        this stack, beyond the schedule's own rule (``schedules_min_pp_micro``, and
+        ``interleaved_rounds`` for looped schedules), as (MICRO_BATCHES, micro, rule); None when
+        they can."""
         if pp > 1 and schedule in self.schedules_min_pp_micro and micro < pp:
             other = " (gpipe runs fewer)" if "gpipe" in self.schedules else ""
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
