@@ -144,6 +144,26 @@ def test_a_round_shorter_than_the_pipeline_bounds_unequal_stages(pp, vp, micro, 
     assert 0.95 <= closed_form(s, fwd, bwd, [[0.0] * vp] * pp, micro, send) / sim <= 1.15
 
 
+@pytest.mark.parametrize("stack,batch,said,size", [
+    ("megatron-core", "18", "(9 micro-batches per replica, rounds of 5, the last of 4)", 5),
+    ("torchtitan", "6", "(3 micro-batches per replica, one round of 3)", 3),
+    ("megatron-core", "16", "(8 micro-batches per replica)", 4)])
+def test_evaluate_says_the_interleaved_rounds(stack, batch, said, size):
+    """evaluate names the rounds an interleaved plan runs where they are not of pp micro-batches
+    (what Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage must say), and
+    --json gives their size (none without interleaving)."""
+    args = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8",
+            "--tp", "1", "--pp", "4", "--mbs", "1", "--seq-len", "2048", "--stack", stack,
+            "--global-batch", batch]
+    code, out, err = cli(*args, "--vp", "2")
+    assert code == 0 and said in out.splitlines()[1], (err, out)
+    code, out, err = cli(*args, "--vp", "2", "--json")
+    assert code == 0 and json.loads(out)["round_size"] == size, err
+    one = ["--schedule", "gpipe"] if stack == "torchtitan" else []  # (its 1F1B needs pp of them)
+    code, out, err = cli(*args, "--vp", "1", *one, "--json")
+    assert code == 0 and json.loads(out)["round_size"] is None, err
+
+
 def test_a_short_round_on_a_slow_device_takes_its_micro_batches():
     """Two micro-batches over four stages, the last holding 25 of the 32 blocks (torchtitan,
     interleaved): the step is at least the slow device's two micro-batches, its bubble not

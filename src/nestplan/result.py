@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
+from .schedule import round_size
 from .specs import Parallelism, Scenario, uneven_split
 from .units import GiB, fmt_gib, fmt_gib_against
 
@@ -232,6 +233,9 @@ class Evaluation:
             # always text, as --recompute takes it ("full", "none*3,full"); "stages" has each
             "recompute": p.recompute_text,
             "micro_batches": self.micro_batches,
+            # micro-batches per round of an interleaved (looped) schedule; none otherwise
+            "round_size": (round_size(p.pp, self.micro_batches)
+                           if p.pp > 1 and p.vp > 1 and p.pipeline.looped_rounds else None),
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
             "eager_kernels_s": self.eager_kernels,
             "link_time_s": dict(self.link_time),

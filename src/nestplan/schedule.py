@@ -352,6 +352,18 @@ def round_size(pp: int, micro: int) -> int:
     return next(g for g in range(pp, micro + 1) if micro % g == 0 or micro % g >= pp)
 
 
+def rounds_text(pp: int, micro: int) -> str:
+    """How a looped schedule groups ``micro`` micro-batches over ``pp`` stages, where that is not
+    in rounds of ``pp``: "rounds of 5, the last of 4", "one round of 3"; else ""."""
+    g = round_size(pp, micro)
+    if g == pp:
+        return ""
+    if g == micro:
+        return f"one round of {g}"
+    last = f", the last of {micro % g}" if micro % g else ""
+    return f"rounds of {g}{last}"
+
+
 def forward_order(pp: int, vp: int, micro: int):
     """The (local chunk, micro-batch) of each forward a device of a looped schedule runs, in
     order: a round of :func:`round_size` micro-batches of chunk 0, of chunk 1, ..., then the

@@ -47,6 +47,17 @@ def workload_parts(sc) -> list[str]:
     return parts
 
 
+def _rounds(ev: Evaluation) -> str:
+    """The interleaved rounds where they are not of pp micro-batches (``schedule.rounds_text``)."""
+    from .schedule import rounds_text
+
+    par = ev.plan
+    if par.pp == 1 or par.vp == 1 or not par.pipeline.looped_rounds:
+        return ""
+    text = rounds_text(par.pp, ev.micro_batches)
+    return f", {text}" if text else ""
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario
@@ -57,7 +68,7 @@ def evaluation(ev: Evaluation) -> str:
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
         f"stack {ev.scenario.stack.name}{''.join(f', {p}' for p in workload_parts(sc))}",
         f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batch"
-        f"{'es' if ev.micro_batches != 1 else ''} per replica)",
+        f"{'es' if ev.micro_batches != 1 else ''} per replica{_rounds(ev)})",
         "",
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
