@@ -509,8 +509,8 @@ def _note_no_interleaving(ev) -> None:
     if par.pp == 1 or par.vp > 1 or not looped:
         return
     micro = ev.micro_batches
-    why = [SCHEDULES[n].check(par.pp, 2, micro) or st.micro_refusal(n, par.pp, micro)
-           for n in looped]
+    # (two chunks: the rounds a count allows do not depend on how many)
+    why = [st.schedule_refusal(n, par.pp, 2, micro) for n in looped]
     if all(why):
         import warnings
 

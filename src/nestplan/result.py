@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
-from .schedule import round_size
 from .specs import Parallelism, Scenario, uneven_split
 from .units import GiB, fmt_gib, fmt_gib_against
 
@@ -234,8 +233,7 @@ class Evaluation:
             "recompute": p.recompute_text,
             "micro_batches": self.micro_batches,
             # micro-batches per round of an interleaved (looped) schedule; none otherwise
-            "round_size": (round_size(p.pp, self.micro_batches)
-                           if p.pp > 1 and p.vp > 1 and p.pipeline.looped_rounds else None),
+            "round_size": p.pipeline.rounds_of(p.pp, p.vp, self.micro_batches),
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
             "eager_kernels_s": self.eager_kernels,
             "link_time_s": dict(self.link_time),

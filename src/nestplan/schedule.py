@@ -165,6 +165,11 @@ class Schedule:
         a framework runs is its stack's rule (``StackSpec.interleaved_rounds``)."""
         return self.chunks == "many"
 
+    def rounds_of(self, pp: int, vp: int, micro: int) -> int | None:
+        """Micro-batches per round when this schedule interleaves ``micro`` micro-batches over
+        ``pp`` stages of ``vp`` chunks (:func:`round_size`); None when it does not."""
+        return round_size(pp, micro) if self.looped_rounds and pp > 1 and vp > 1 else None
+
     def model_chunks(self, pp: int, vp: int) -> int:
         """Distinct model chunks (``pp·vp``; a mirrored schedule holds each one twice)."""
         return pp * vp // 2 if self.mirrored else pp * vp
@@ -319,9 +324,15 @@ def warmup_chunks(stage: int, pp: int, vp: int, micro: int) -> int:
     warm-up forwards for rounds of ``g`` (:func:`round_size`), plus the one in flight. Never more
     than the ``m·v`` chunks that exist.
     """
+    return min(_warmup_forwards(stage, pp, vp, micro) + 1, micro * vp)
+
+
+def _warmup_forwards(rank: int, pp: int, vp: int, micro: int) -> int:
+    """Forwards device ``rank`` runs before its first backward under (interleaved) 1F1B:
+    ``p - i - 1``; interleaved ``2·(p - i - 1) + (v - 1)·g`` (:func:`warmup_chunks`)."""
     if vp == 1:
-        return min(pp - stage, micro)
-    return min(2 * (pp - stage - 1) + (vp - 1) * round_size(pp, micro) + 1, micro * vp)
+        return min(pp - rank - 1, micro)
+    return min(2 * (pp - rank - 1) + (vp - 1) * round_size(pp, micro), micro * vp)
 
 
 def chunks_in_flight(stage: int, pp: int, vp: int, micro: int) -> list[int]:
@@ -382,11 +393,7 @@ def _one_f_one_b(rank: int, pp: int, vp: int, micro: int) -> tuple[OpKey, ...]:
     chunk in turn; PyTorch's ``ScheduleInterleaved1F1B`` runs the same order,
     ``tests/test_schedules.py`` compares them)."""
     total = micro * vp
-    g = round_size(pp, micro)
-    if vp == 1:
-        warm = min(pp - rank - 1, micro)
-    else:
-        warm = min((pp - rank - 1) * 2 + (vp - 1) * g, total)
+    warm = _warmup_forwards(rank, pp, vp, micro)
     table = list(forward_order(pp, vp, micro))
 
     def nth(k: int, backward: bool) -> OpKey:

@@ -1230,8 +1230,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
     micro = t.micro_batches(par.mbs, par.dp)
-    why = par.pipeline.check(par.pp, par.vp, micro) or (
-        sc.stack.micro_refusal(par.pipeline.name, par.pp, micro) if stack else None)
+    why = (sc.stack.schedule_refusal(par.pipeline.name, par.pp, par.vp, micro) if stack
+           else par.pipeline.check(par.pp, par.vp, micro))
     if why is not None:
         field, value, rule = why
         if field == MICRO_BATCHES:  # the input the user gave: the global batch

@@ -46,6 +46,8 @@ EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
 """What ``StackSpec.eager_ops`` may name."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
+INTERLEAVED_ROUNDS = ("pp", "floor", "any")
+"""What ``StackSpec.interleaved_rounds`` may say."""
 Refusal = tuple[str, object, str] | tuple[str, object, str, str]
 """Why a stack does not run a plan: ``SpecError``'s arguments, (field, value, rule[, advice])."""
 
@@ -377,9 +379,9 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
                             "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
                             "refuses it)")
-        if self.interleaved_rounds not in ("pp", "floor", "any"):
+        if self.interleaved_rounds not in INTERLEAVED_ROUNDS:
             raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
-                            "allowed: pp, floor, any")
+                            "allowed: " + ", ".join(INTERLEAVED_ROUNDS))
         if self.cp_exchange not in ("ring", "allgather"):
             raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
         if self.master_bytes not in (0, 4):
@@ -683,18 +685,24 @@ class StackSpec(_CachedHash):
         return (self.experts_over_sharded_ranks and par.ep > 1 and par.zero == 0
                 and (par.cp * par.tp) % par.ep != 0)
 
+    def schedule_refusal(self, schedule: str, pp: int, vp: int,
+                         micro: int) -> tuple[str, object, str] | None:
+        """Why this stack cannot run ``schedule`` over ``pp`` stages of ``vp`` chunks with
+        ``micro`` micro-batches per replica: the schedule's own rule (``Schedule.check``), then
+        the stack's (:meth:`micro_refusal`); None when it can."""
+        return SCHEDULES[schedule].check(pp, vp, micro) or self.micro_refusal(schedule, pp, micro)
+
     def micro_refusal(self, schedule: str, pp: int, micro: int) -> tuple[str, object, str] | None:
         """Why ``pp`` stages cannot run ``micro`` micro-batches per replica under ``schedule`` on
         this stack, beyond the schedule's own rule (``schedules_min_pp_micro``, and
         ``interleaved_rounds`` for looped schedules), as (MICRO_BATCHES, micro, rule); None when
         they can."""
-        if pp > 1 and schedule in self.schedules_min_pp_micro and micro < pp:
+        looped = pp > 1 and SCHEDULES[schedule].looped_rounds
+        rule = self.interleaved_rounds if looped else None
+        if pp > 1 and micro < pp and (schedule in self.schedules_min_pp_micro or rule == "any"):
             other = " (gpipe runs fewer)" if "gpipe" in self.schedules else ""
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
                                           f"pp = {pp} per replica{other}")
-        if pp == 1 or not SCHEDULES[schedule].looped_rounds:
-            return None
-        rule = self.interleaved_rounds
         if rule == "pp" and micro % pp:
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in rounds of pp = "
                                           f"{pp}: their count must be a multiple of {pp}")
@@ -703,9 +711,6 @@ class StackSpec(_CachedHash):
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in max(1, m // pp) "
                                           f"= {r} rounds (pp = {pp}): their count must be a "
                                           f"multiple of {r}")
-        if rule == "any" and micro < pp:
-            return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} with at least "
-                                          f"pp = {pp} per replica")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:

@@ -52,7 +52,7 @@ def _rounds(ev: Evaluation) -> str:
     from .schedule import rounds_text
 
     par = ev.plan
-    if par.pp == 1 or par.vp == 1 or not par.pipeline.looped_rounds:
+    if par.pipeline.rounds_of(par.pp, par.vp, ev.micro_batches) is None:
         return ""
     text = rounds_text(par.pp, ev.micro_batches)
     return f", {text}" if text else ""

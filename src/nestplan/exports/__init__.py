@@ -150,9 +150,9 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     micro = pf.scenario.training.micro_batches(par.mbs, par.dp)
 
     def refusal(n: str, vp: int):
-        looped = stack is not None and SCHEDULES[n].looped_rounds
-        return SCHEDULES[n].check(par.pp, vp, micro) or (
-            stack.micro_refusal(n, par.pp, micro) if looped else None)
+        if stack is not None and SCHEDULES[n].looped_rounds:
+            return stack.schedule_refusal(n, par.pp, vp, micro)
+        return SCHEDULES[n].check(par.pp, vp, micro)
 
     name = par.pipeline.name
     if par.pp == 1 or (name in offered and refusal(name, par.vp) is None):

@@ -21,7 +21,7 @@ from .. import graph as G
 from ..evaluate import layer_graph
 from ..placement import layouts
 from ..planfile import PlanFile
-from ..schedule import SCHEDULES, round_size
+from ..schedule import SCHEDULES
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
 from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
                predicted_note, rank_files)
@@ -435,13 +435,12 @@ def export(pf: PlanFile) -> Export:
             notes.append(f"stack '{sc.stack.name}' does not overlap the pipeline's sends, which "
                          "Megatron-LM always does with interleaving over two stages: the launched "
                          "run overlaps them")
-    micro = tr.micro_batches(par.mbs, par.dp)
-    if exported.vp > 1 and round_size(par.pp, micro) != par.pp:
+    group = exported.pipeline.rounds_of(par.pp, exported.vp, tr.micro_batches(par.mbs, par.dp))
+    if group not in (None, par.pp):
         # rounds of pp by default; the least group Megatron-Core's checks allow, which
         # nestplan's interleaved order runs (megatron/core/model_parallel_config.py l.431-445,
         # pipeline_parallel/schedules.py l.1160-1180 @ d98e8a64dd)
-        args.append("--microbatch-group-size-per-virtual-pipeline-stage "
-                    f"{round_size(par.pp, micro)}")
+        args.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     if uniform:
         if exported.vp > 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {sizes[0]}")

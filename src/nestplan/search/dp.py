@@ -167,6 +167,7 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
 
     def lead(t, s):  # the span's forms at thresholds t (max X) and s (sum Y)
         return max(a * t + b * s for a, b in forms)
+
     best: Solution | None = None
     best_val = bound
 
@@ -188,13 +189,14 @@ def solve(x: list[np.ndarray], e: list[np.ndarray], ok: list[np.ndarray], micro:
         under_t = [a <= t for a in xs]
         yt = [np.where(m, a, INF) for m, a in zip(under_t, ys)]
         st, _ = chain(yt, np.add, bands)
-        if not np.isfinite(st) or lead(t, st) + e_min + const >= best_val:
+        at_t = lead(t, st) + const if np.isfinite(st) else INF
+        if at_t + e_min >= best_val:
             continue
         et = [np.where(m, a, INF) for m, a in zip(under_t, es)]
         e_t, _ = chain(et, np.maximum, bands)
         e_values = np.unique(np.concatenate([a[np.isfinite(a)] for a in et]))
         for ev in e_values[e_values >= e_t]:
-            if lead(t, st) + ev + const >= best_val:
+            if at_t + ev >= best_val:
                 break
             costs = [np.where(b <= ev, a, INF) for a, b in zip(yt, et)]
             s, back = chain(costs, np.add, bands)

@@ -201,13 +201,12 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     if not sc.stack.interleaves or shape.pp == 1:
         return _pick(con.vp, vps)
     # a chunk count some searched schedule of the stack runs with these micro-batches (looped
-    # interleaving in whole rounds, a V with enough of them: ``Schedule.check``; rounds of pp
-    # on some stacks: ``StackSpec.micro_refusal``) and the split rule places (``splits``)
-    searched = [SCHEDULES[n] for n in sc.stack.schedules if not SCHEDULES[n].mirrored
-                and sc.stack.micro_refusal(n, shape.pp, micro) is None]
+    # interleaving in the rounds the stack runs, a V with enough of them:
+    # ``StackSpec.schedule_refusal``) and the split rule places (``splits``)
+    searched = [n for n in sc.stack.schedules if not SCHEDULES[n].mirrored]
     for v in range(2, MAX_VP + 1):
-        if any(s.check(shape.pp, v, micro) is None and splits(model, shape.pp, v, s)
-               for s in searched):
+        if any(sc.stack.schedule_refusal(n, shape.pp, v, micro) is None
+               and splits(model, shape.pp, v, SCHEDULES[n]) for n in searched):
             vps.append(v)
     return _pick(con.vp, vps)
 
