@@ -267,6 +267,54 @@ def test_deepspeed_pipeline_without_zero_keeps_what_bf16_optimizer_keeps():
     assert bytes_per_param(0, 2, st, pp=1) == (2, 2, 12)
 
 
+TP_SCRIPT = Path(__file__).parent / "frameworks_tp_saved.py"
+TP_CONFIG = dict(tokens=128, hidden=256, ffn=768, tp=2)
+
+
+@pytest.mark.frameworks
+def test_torchtitan_tensor_parallel_mlp_keeps_what_the_stack_says():
+    """torch's own TP API, as torchtitan's plan applies it to a Llama feed-forward with sequence
+    parallelism, on two CPU ranks: each rank keeps the all-gathered input of w1/w3 (the whole
+    sequence) and, in backward, reduce-scatters that input's gradient without gathering the
+    input again (``tp_keeps_gathered_input``); Megatron-Core keeps the shard and gathers it
+    again. The bf16 tensors of the MLP (w1/w3's input, the unfused SwiGLU's three, w2's input)
+    must equal the stack's fc1, act and fc2; the norm's are the CPU decomposition's and are
+    compared by the Llama block tests above."""
+    installed("torch.distributed")
+    c = TP_CONFIG
+    p = subprocess.run([sys.executable, str(TP_SCRIPT), *(f"--{k}={v}" for k, v in c.items())],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    mm = {tuple(t["shape"]): t["nbytes"] for t in got["saved"] if t["origin"] == "MmBackward0"}
+    # w1/w3's input, the whole sequence; w2's, the sequence by this rank's ffn columns
+    assert set(mm) == {(c["tokens"], c["hidden"]), (c["tokens"], c["ffn"] // c["tp"])}
+    mlp_bf16 = sum(t["nbytes"] for t in got["saved"] if t["dtype"] == "bfloat16")
+    # backward: w2's output gradient gathered, w1/w3's input gradient reduce-scattered; nothing
+    # gathers the input again
+    colls = [n for n in got["backward_collectives"] if n.endswith("_tensor") and "wait" not in n]
+    assert colls == ["all_gather_into_tensor", "reduce_scatter_tensor"]
+
+    model = ModelSpec(name="small", layers=2, hidden=c["hidden"], heads=4, kv_heads=2,
+                      head_dim=c["hidden"] // 4, ffn_hidden=c["ffn"], vocab=1024,
+                      mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM, bias=False, position=Position.ROPE)
+    tr = TrainingSpec(seq_len=c["tokens"], global_batch=1, precision=Precision.BF16)
+    plan = Parallelism(tp=c["tp"], sp=True, mbs=1)
+    for name, keeps in (("torchtitan", True), ("megatron-core", False)):
+        st = get_stack(name)
+        assert st.tp_keeps_gathered_input is keeps
+        graph = layer_graph(model, plan, tr, st).dense
+        ops = {o.name: o for o in graph.ops}
+        shard = 2 * c["tokens"] // c["tp"] * c["hidden"]
+        assert ops["fc1"].saved == (mm[c["tokens"], c["hidden"]] if keeps else shard)
+        bwd = [k.name.split(".")[-1] for k in graph.comms if k.name.startswith(("fc1", "fc2"))
+               and k.phase == "bwd"]
+        assert sorted(bwd) == (["ag_bwd", "rs_bwd"] if keeps else ["ag_bwd", "ag_bwd", "rs_bwd"])
+    tt = {o.name: o for o in layer_graph(model, plan, tr, get_stack("torchtitan")).dense.ops}
+    assert tt["fc2"].saved == mm[c["tokens"], c["ffn"] // c["tp"]]
+    assert tt["fc1"].saved + tt["act"].saved + tt["fc2"].saved == mlp_bf16
+
+
 @pytest.mark.xdist_group("frameworks")
 def test_the_frameworks_tests_share_one_worker(request):
     """conftest puts every frameworks test in one xdist group, so that one worker, not each,

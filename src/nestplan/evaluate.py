@@ -54,6 +54,7 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    moe_dispatcher=stack.moe_dispatcher, moe_overlap=stack.moe_overlap,
                    moe_load=tr.moe_capacity if padded else tr.moe_load,
                    fp8_tp_gather=stack.fp8_tp_gather and tr.precision is Precision.FP8,
+                   tp_keeps_gathered_input=stack.tp_keeps_gathered_input and par.sp,
                    moe_padded=padded,
                    eager_ops=frozenset(G.eager_split(model, stack.eager_ops)[0]),
                    loss_saved_bytes=stack.loss_saved_bytes, qkv_views=stack.qkv_views,

@@ -227,6 +227,9 @@ class Local:
     moe_load: float = 1.0
     """The busiest expert rank's routed tokens over the mean (``TrainingSpec.moe_load``); with
     every expert's input padded (``moe_padded``), the capacity factor every rank computes."""
+    tp_keeps_gathered_input: bool = False
+    """Under sequence parallelism, column-parallel linears keep their all-gathered input (the
+    stack's ``tp_keeps_gathered_input``)."""
     fp8_tp_gather: bool = False
     """Tensor-parallel all-gathers around fp8 linear layers move fp8 (the stack's
     ``fp8_tp_gather`` in fp8 training)."""
@@ -313,6 +316,9 @@ class _Dims:
         self.S = loc.seq_len
         self.T = loc.mbs * self.s
         self.Tn = self.T / t if loc.sp else self.T
+        self.Tg = self.T if loc.tp_keeps_gathered_input else self.Tn
+        """Tokens of the input a column-parallel linear keeps for backward: its sequence shard
+        under SP, unless the stack keeps the gathered input."""
         self.h = m.hidden
         self.a = m.heads / t
         self.g = m.kv_heads / t if m.kv_heads >= t else 1.0  # KV heads replicate when tp > kv_heads
@@ -329,6 +335,10 @@ class _Dims:
             return [replace(c, nbytes=c.nbytes / E) if c.kind is CollKind.ALL_GATHER else c
                     for c in self.tp_comms(name, column=column, nbytes=nbytes, lowp=False)]
         if column:  # identity forward; input-gradient all-reduce backward (SP: all-gather / RS)
+            if self.loc.sp and self.loc.tp_keeps_gathered_input:  # nothing to gather again
+                return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
+                        Comm(f"{name}.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "bwd",
+                             Hide.TP_BWD)]
             if self.loc.sp:
                 return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
                         Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD),
@@ -369,7 +379,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     ops: list[Op] = [_norm("ln_attn", x, Tn * h)]
     comms: list[Comm] = []
     block_in = E * T * h
-    gemm_in = E * Tn * h  # SP stores the sharded input and re-gathers it in backward
+    gemm_in = E * x.Tg * h  # SP keeps the sharded input and gathers it again in backward
     if m.mla is None:
         qkv_out = (x.a + 2 * x.g) * x.d
         parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
@@ -537,7 +547,7 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     total += _norm_params(m)
     expert_params = 0.0
     if not moe:
-        ops += _mlp(x, "", T, x.f, saved_in=E * Tn * h)
+        ops += _mlp(x, "", T, x.f, saved_in=E * x.Tg * h)
         comms += x.tp_comms("fc1", column=True, nbytes=E * T * h)
         comms += x.tp_comms("fc2", column=False, nbytes=E * T * h)
         params += _mlp_params(m, x.f)
@@ -713,7 +723,7 @@ def _embedding(x: _Dims) -> LayerGraph:
 
 def _output(x: _Dims, prefix: str = "") -> tuple[list[Op], list[Comm]]:
     """The output layer over the (vocab-parallel) vocabulary and the loss."""
-    T, Tn, h, V = x.T, x.Tn, x.h, x.V
+    T, h, V = x.T, x.h, x.V
     if x.loc.loss_saved_bytes == FP32:
         # vocab-parallel cross-entropy keeps fp32 logits: 4·s·b·v/t (Korthikanti §4.2); eager
         # cross-entropy keeps log_softmax's fp32 output
@@ -722,7 +732,7 @@ def _output(x: _Dims, prefix: str = "") -> tuple[list[Op], list[Comm]]:
     else:  # one fused kernel: reads the bf16 logits and keeps them; backward writes their gradient
         loss = Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=E * T * V,
                   bwd_nbytes=2 * E * T * V, saved=E * T * V)
-    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * Tn * h, lowp=False), loss]
+    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * x.Tg * h, lowp=False), loss]
     comms = x.tp_comms(f"{prefix}lm_head", column=True, nbytes=E * T * h, lowp=False)
     if x.t > 1:
         comms.append(Comm(f"{prefix}loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))

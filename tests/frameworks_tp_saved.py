@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""What a tensor-parallel, sequence-parallel SwiGLU MLP keeps for backward under torch's own
+TP API, on two CPU ranks (gloo): the plan torchtitan applies to its Llama blocks' feed-forward
+(``ffn_norm``: ``SequenceParallel()``; ``feed_forward``: ``PrepareModuleInput(input_layouts=
+(Shard(1),), desired_input_layouts=(Replicate(),))``; ``w1``, ``w3``: ``ColwiseParallel()``;
+``w2``: ``RowwiseParallel(output_layouts=Shard(1))``: parallelize_llama.py apply_tp @
+pytorch/torchtitan 3f20451bc3b0de6d292946b1774581856014a0a9).
+
+    python tests/frameworks_tp_saved.py --tokens 128 --hidden 256 --ffn 512 [--tp 2]
+
+Prints ONE JSON object on stdout: ``tp``, ``tokens`` (the whole sequence, batch 1), ``hidden``,
+``ffn`` and ``saved`` (rank 0's storages autograd holds after the forward, once per storage and
+not the parameters or the block's input: ``shape``, ``dtype``, ``nbytes``, ``origin``, the
+backward node that saved it), and ``backward_collectives`` (the collectives rank 0 runs in the
+backward, in order). Needs the ``frameworks`` extra (torch, CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import socket
+import sys
+
+
+def worker(rank: int, a, port: int, out) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=a.tp)
+    mesh = init_device_mesh("cpu", (a.tp,))
+
+    class FeedForward(nn.Module):  # torchtitan's Llama SwiGLU: w2(silu(w1(x)) * w3(x))
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Linear(a.hidden, a.ffn, bias=False)
+            self.w2 = nn.Linear(a.ffn, a.hidden, bias=False)
+            self.w3 = nn.Linear(a.hidden, a.ffn, bias=False)
+
+        def forward(self, x):
+            return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+
+    class Half(nn.Module):  # the feed-forward half of a block: h + ffn(ffn_norm(h))
+        def __init__(self):
+            super().__init__()
+            self.ffn_norm = nn.RMSNorm(a.hidden)
+            self.feed_forward = FeedForward()
+
+        def forward(self, x):
+            return x + self.feed_forward(self.ffn_norm(x))
+
+    torch.manual_seed(0)
+    block = Half().to(torch.bfloat16)
+    parallelize_module(block, mesh, {
+        "ffn_norm": SequenceParallel(),
+        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                           desired_input_layouts=(Replicate(),)),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        "feed_forward.w3": ColwiseParallel(),
+    })
+    # this rank's sequence shard, as the previous block's reduce-scatter leaves it
+    x = torch.randn(1, a.tokens // a.tp, a.hidden, dtype=torch.bfloat16, requires_grad=True)
+
+    def storage(t):
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t, t.untyped_storage().data_ptr()
+
+    skip = {storage(p)[1] for p in block.parameters()} | {storage(x)[1]}
+    seen: dict[int, dict] = {}
+
+    def pack(t):
+        local, ptr = storage(t)
+        if ptr not in skip:
+            node = torch._C._autograd._get_sequence_nr() - 1
+            seen.setdefault(ptr, dict(shape=list(local.shape), dtype=str(local.dtype).split(".")[1],
+                                      nbytes=local.untyped_storage().nbytes(), seq=node))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = block(x)
+    y = y.to_local() if hasattr(y, "to_local") else y
+    names: dict[int, str] = {}
+    stack, done = [y.grad_fn], set()
+    while stack:  # name each sequence number by its backward node
+        fn = stack.pop()
+        if fn is None or fn in done:
+            continue
+        done.add(fn)
+        names[fn._sequence_nr()] = type(fn).__name__
+        stack += [f for f, _ in fn.next_functions]
+
+    calls: list[str] = []
+
+    class Watch(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace in ("_c10d_functional", "c10d"):
+                calls.append(func.name().split("::")[-1].split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    with Watch():
+        y.sum().backward()
+    if rank == 0:
+        saved = [dict(v, origin=names.get(v.pop("seq"), "?")) for v in seen.values()]
+        out.put(dict(tp=a.tp, tokens=a.tokens, hidden=a.hidden, ffn=a.ffn, saved=saved,
+                     backward_collectives=calls))
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    import torch.multiprocessing as mp
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--tp", type=int, default=2)
+    a = p.parse_args()
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, a, port, out)) for r in range(a.tp)]
+    for pr in procs:
+        pr.start()
+    result = None
+    while result is None and not any(pr.exitcode for pr in procs):
+        try:
+            result = out.get(timeout=1)
+        except queue.Empty:
+            pass
+    for pr in procs:
+        pr.join(timeout=60)
+    if result is None or any(pr.exitcode for pr in procs):
+        sys.exit(f"a rank failed: exit codes {[pr.exitcode for pr in procs]}")
+    json.dump(result, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main()
