@@ -379,7 +379,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     ops: list[Op] = [_norm("ln_attn", x, Tn * h)]
     comms: list[Comm] = []
     block_in = E * T * h
-    gemm_in = E * x.Tg * h  # SP keeps the sharded input and gathers it again in backward
+    gemm_in = E * x.Tg * h  # under SP the shard (gathered again in backward) or the gathered input
     if m.mla is None:
         qkv_out = (x.a + 2 * x.g) * x.d
         parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
