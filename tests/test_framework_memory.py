@@ -310,6 +310,12 @@ def test_torchtitan_tensor_parallel_mlp_keeps_what_the_stack_says():
         bwd = [k.name.split(".")[-1] for k in graph.comms if k.name.startswith(("fc1", "fc2"))
                and k.phase == "bwd"]
         assert sorted(bwd) == (["ag_bwd", "rs_bwd"] if keeps else ["ag_bwd", "ag_bwd", "rs_bwd"])
+    # in fp8 training the kept input is fp8 (one byte), gathered or not: torchao's
+    # Float8ColwiseParallel casts before the gather and its matmul keeps what it is given
+    # (matmul_with_hp_or_float8_args, torchao/float8/float8_linear.py @ pytorch/ao 36027d82d1)
+    fp8 = replace(tr, precision=Precision.FP8)
+    f8 = {o.name: o for o in layer_graph(model, plan, fp8, get_stack("torchtitan-float8")).dense.ops}
+    assert f8["fc1"].saved == c["tokens"] * c["hidden"]
     tt = {o.name: o for o in layer_graph(model, plan, tr, get_stack("torchtitan")).dense.ops}
     assert tt["fc2"].saved == mm[c["tokens"], c["ffn"] // c["tp"]]
     assert tt["fc1"].saved + tt["act"].saved + tt["fc2"].saved == mlp_bf16
