@@ -1058,6 +1058,19 @@ def test_a_plan_file_of_before_tp_overlap_beyond_domain_keeps_torchtitans_none()
     assert stack_from_table(core).tp_overlap_beyond_domain.value == "backward"
 
 
+def test_a_plan_file_of_before_tp_keeps_gathered_input_reads_as_torchtitan_does():
+    """A torchtitan stack saved before tp_keeps_gathered_input existed keeps its TP linears'
+    gathered inputs, as torchtitan does (the catalog's, with no note that it differs); another
+    stack keeps the default, Megatron-Core's shard."""
+    for name in ("torchtitan", "torchtitan-float8-asynctp"):
+        table = stack_to_table(get_stack(name))
+        assert table.pop("tp_keeps_gathered_input") is True
+        assert stack_from_table(table) == get_stack(name)
+    core = stack_to_table(get_stack("megatron-core"))
+    assert core.pop("tp_keeps_gathered_input") is False
+    assert stack_from_table(core).tp_keeps_gathered_input is False
+
+
 def test_a_plan_file_of_before_interleaved_rounds_reads_as_its_catalog_stack(tmp_path):
     """A plan file saved before interleaved_rounds existed has no such key in its stack: a
     torchtitan one reads as the catalog's torchtitan (torch's rounds), with no note that it
