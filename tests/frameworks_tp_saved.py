@@ -7,12 +7,14 @@ TP API, on two CPU ranks (gloo): the plan torchtitan applies to its Llama blocks
 pytorch/torchtitan 3f20451bc3b0de6d292946b1774581856014a0a9).
 
     python tests/frameworks_tp_saved.py --tokens 128 --hidden 256 --ffn 512 [--tp 2]
+        [--ac none|op|full[,...]]    # torchtitan 0.3's per-op SelectiveAC or FullAC on the block
 
-Prints ONE JSON object on stdout: ``tp``, ``tokens`` (the whole sequence, batch 1), ``hidden``,
-``ffn`` and ``saved`` (rank 0's storages autograd holds after the forward, once per storage and
-not the parameters or the block's input: ``shape``, ``dtype``, ``nbytes``, ``origin``, the
-backward node that saved it), and ``backward_collectives`` (the collectives rank 0 runs in the
-backward, in order). Needs the ``frameworks`` extra (torch, CPU).
+Prints ONE JSON list on stdout, an object per ``--ac`` mode: ``tp``, ``tokens`` (the whole
+sequence, batch 1), ``hidden``, ``ffn``, ``ac``, ``saved`` (rank 0's storages autograd holds after
+the forward, once per storage, not the parameters or the block's input: ``shape``, ``dtype``,
+``nbytes``, ``origin``, the backward node that saved it; inside a checkpoint its own hooks act
+instead of ours, so none is seen) and ``backward_collectives`` (the collectives rank 0 runs in
+the backward, in order). Needs the ``frameworks`` extra (torch, CPU).
 """
 
 from __future__ import annotations
@@ -58,46 +60,59 @@ def worker(rank: int, a, port: int, out) -> None:
         def forward(self, x):
             return x + self.feed_forward(self.ffn_norm(x))
 
-    torch.manual_seed(0)
-    block = Half().to(torch.bfloat16)
-    parallelize_module(block, mesh, {
-        "ffn_norm": SequenceParallel(),
-        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                           desired_input_layouts=(Replicate(),)),
-        "feed_forward.w1": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-        "feed_forward.w3": ColwiseParallel(),
-    })
-    # this rank's sequence shard, as the previous block's reduce-scatter leaves it
-    x = torch.randn(1, a.tokens // a.tp, a.hidden, dtype=torch.bfloat16, requires_grad=True)
+    def measure(ac: str) -> dict:
+        torch.manual_seed(0)
+        block = Half().to(torch.bfloat16)
+        parallelize_module(block, mesh, {
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                               desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        })
+        # this rank's sequence shard, as the previous block's reduce-scatter leaves it
+        x = torch.randn(1, a.tokens // a.tp, a.hidden, dtype=torch.bfloat16, requires_grad=True)
+        skip = {storage(p)[1] for p in block.parameters()} | {storage(x)[1]}
+        seen: dict[int, dict] = {}
+
+        def pack(t):
+            local, ptr = storage(t)
+            if ptr not in skip:
+                node = torch._C._autograd._get_sequence_nr() - 1
+                seen.setdefault(ptr, dict(shape=list(local.shape),
+                                          dtype=str(local.dtype).split(".")[1],
+                                          nbytes=local.untyped_storage().nbytes(), seq=node))
+            return t
+
+        run = block
+        if ac != "none":  # torchtitan's own wrappers, as it applies them to a block
+            import torchtitan.distributed.activation_checkpoint as tt_ac
+
+            wrapper = tt_ac.SelectiveAC if ac == "op" else tt_ac.FullAC
+            run = wrapper.Config().build(dump_folder="")._wrap_block(block, base_fqn="layers.0")
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = run(x)
+        y = y.to_local() if hasattr(y, "to_local") else y
+        names: dict[int, str] = {}
+        stack, done = [y.grad_fn], set()
+        while stack:  # name each sequence number by its backward node
+            fn = stack.pop()
+            if fn is None or fn in done:
+                continue
+            done.add(fn)
+            names[fn._sequence_nr()] = type(fn).__name__
+            stack += [f for f, _ in fn.next_functions]
+        calls.clear()
+        with Watch():
+            y.sum().backward()
+        saved = [dict(v, origin=names.get(v.pop("seq"), "?")) for v in seen.values()]
+        return dict(tp=a.tp, tokens=a.tokens, hidden=a.hidden, ffn=a.ffn, ac=ac, saved=saved,
+                    backward_collectives=list(calls))
 
     def storage(t):
         t = t.to_local() if hasattr(t, "to_local") else t
         return t, t.untyped_storage().data_ptr()
-
-    skip = {storage(p)[1] for p in block.parameters()} | {storage(x)[1]}
-    seen: dict[int, dict] = {}
-
-    def pack(t):
-        local, ptr = storage(t)
-        if ptr not in skip:
-            node = torch._C._autograd._get_sequence_nr() - 1
-            seen.setdefault(ptr, dict(shape=list(local.shape), dtype=str(local.dtype).split(".")[1],
-                                      nbytes=local.untyped_storage().nbytes(), seq=node))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = block(x)
-    y = y.to_local() if hasattr(y, "to_local") else y
-    names: dict[int, str] = {}
-    stack, done = [y.grad_fn], set()
-    while stack:  # name each sequence number by its backward node
-        fn = stack.pop()
-        if fn is None or fn in done:
-            continue
-        done.add(fn)
-        names[fn._sequence_nr()] = type(fn).__name__
-        stack += [f for f, _ in fn.next_functions]
 
     calls: list[str] = []
 
@@ -107,12 +122,9 @@ def worker(rank: int, a, port: int, out) -> None:
                 calls.append(func.name().split("::")[-1].split(".")[0])
             return func(*args, **(kwargs or {}))
 
-    with Watch():
-        y.sum().backward()
+    results = [measure(ac) for ac in a.ac.split(",")]
     if rank == 0:
-        saved = [dict(v, origin=names.get(v.pop("seq"), "?")) for v in seen.values()]
-        out.put(dict(tp=a.tp, tokens=a.tokens, hidden=a.hidden, ffn=a.ffn, saved=saved,
-                     backward_collectives=calls))
+        out.put(results)
     dist.destroy_process_group()
 
 
@@ -124,13 +136,15 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--ffn", type=int, default=512)
     p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--ac", default="none", help="none, op or full, or several: none,op,full")
     a = p.parse_args()
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, a, port, out)) for r in range(a.tp)]
+    # daemons: a rank left waiting for a dead peer ends with this process
+    procs = [ctx.Process(target=worker, args=(r, a, port, out), daemon=True) for r in range(a.tp)]
     for pr in procs:
         pr.start()
     result = None
@@ -142,7 +156,10 @@ def main() -> None:
     for pr in procs:
         pr.join(timeout=60)
     if result is None or any(pr.exitcode for pr in procs):
-        sys.exit(f"a rank failed: exit codes {[pr.exitcode for pr in procs]}")
+        codes = [pr.exitcode for pr in procs]
+        for pr in procs:
+            pr.terminate()
+        sys.exit(f"a rank failed: exit codes {codes}")
     json.dump(result, sys.stdout)
     print()
 

@@ -272,53 +272,69 @@ TP_CONFIG = dict(tokens=128, hidden=256, ffn=768, tp=2)
 
 
 @pytest.mark.frameworks
-def test_torchtitan_tensor_parallel_mlp_keeps_what_the_stack_says():
+def test_torchtitan_tensor_parallel_mlp_keeps_and_sends_what_the_stack_says():
     """torch's own TP API, as torchtitan's plan applies it to a Llama feed-forward with sequence
     parallelism, on two CPU ranks: each rank keeps the all-gathered input of w1/w3 (the whole
     sequence) and, in backward, reduce-scatters that input's gradient without gathering the
     input again (``tp_keeps_gathered_input``); Megatron-Core keeps the shard and gathers it
     again. The bf16 tensors of the MLP (w1/w3's input, the unfused SwiGLU's three, w2's input)
-    must equal the stack's fc1, act and fc2; the norm's are the CPU decomposition's and are
-    compared by the Llama block tests above."""
+    must equal the stack's fc1, act and fc2 (the norm's are the CPU decomposition's and are
+    compared by the Llama block tests above). Under torchtitan's own checkpoint wrappers the
+    backward runs the forward's collectives again as the stack's policies say: per-op selective
+    only the all-gather (reduce-scatters are on its save list), full both."""
     installed("torch.distributed")
+    installed("torchtitan")
     c = TP_CONFIG
-    p = subprocess.run([sys.executable, str(TP_SCRIPT), *(f"--{k}={v}" for k, v in c.items())],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, str(TP_SCRIPT), *(f"--{k}={v}" for k, v in c.items()),
+                        "--ac=none,op,full"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    runs = {r["ac"]: r for r in json.loads(p.stdout.strip().splitlines()[-1])}
+    got = runs["none"]
     mm = {tuple(t["shape"]): t["nbytes"] for t in got["saved"] if t["origin"] == "MmBackward0"}
     # w1/w3's input, the whole sequence; w2's, the sequence by this rank's ffn columns
     assert set(mm) == {(c["tokens"], c["hidden"]), (c["tokens"], c["ffn"] // c["tp"])}
     mlp_bf16 = sum(t["nbytes"] for t in got["saved"] if t["dtype"] == "bfloat16")
-    # backward: w2's output gradient gathered, w1/w3's input gradient reduce-scattered; nothing
-    # gathers the input again
-    colls = [n for n in got["backward_collectives"] if n.endswith("_tensor") and "wait" not in n]
-    assert colls == ["all_gather_into_tensor", "reduce_scatter_tensor"]
 
     model = ModelSpec(name="small", layers=2, hidden=c["hidden"], heads=4, kv_heads=2,
                       head_dim=c["hidden"] // 4, ffn_hidden=c["ffn"], vocab=1024,
                       mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM, bias=False, position=Position.ROPE)
     tr = TrainingSpec(seq_len=c["tokens"], global_batch=1, precision=Precision.BF16)
     plan = Parallelism(tp=c["tp"], sp=True, mbs=1)
-    for name, keeps in (("torchtitan", True), ("megatron-core", False)):
-        st = get_stack(name)
-        assert st.tp_keeps_gathered_input is keeps
-        graph = layer_graph(model, plan, tr, st).dense
-        ops = {o.name: o for o in graph.ops}
-        shard = 2 * c["tokens"] // c["tp"] * c["hidden"]
-        assert ops["fc1"].saved == (mm[c["tokens"], c["hidden"]] if keeps else shard)
-        bwd = [k.name.split(".")[-1] for k in graph.comms if k.name.startswith(("fc1", "fc2"))
-               and k.phase == "bwd"]
-        assert sorted(bwd) == (["ag_bwd", "rs_bwd"] if keeps else ["ag_bwd", "ag_bwd", "rs_bwd"])
+
+    def backward_collectives(stack, policy):
+        """The MLP's collectives in backward: its own, and the forward's its policy runs again."""
+        layer = layer_graph(model, plan, tr, stack).dense
+        eff = effect(stack.policy(policy), layer)
+        mlp = [k for k in layer.comms if k.name.startswith(("fc1", "fc2"))]
+        again = [k for k in mlp if k.phase == "fwd" and (eff.full or k.kind.value in eff.comm_kinds
+                                                         or k.module in eff.comm_modules)]
+        return sorted(k.kind.value for k in [*again, *(k for k in mlp if k.phase == "bwd")])
+
+    def measured(ac):
+        return sorted(n.removesuffix("_into_tensor").removesuffix("_tensor")
+                      for n in runs[ac]["backward_collectives"]
+                      if n.endswith("_tensor") and not n.startswith("wait"))
+
+    tt = get_stack("torchtitan")
+    assert tt.tp_keeps_gathered_input
+    for ac, policy in (("none", "none"), ("op", "selective"), ("full", "full")):
+        assert backward_collectives(tt, policy) == measured(ac), ac
+    assert measured("none") == ["all_gather", "reduce_scatter"]
+    core = get_stack("megatron-core")  # the shard kept, gathered again
+    assert not core.tp_keeps_gathered_input
+    assert backward_collectives(core, "none") == ["all_gather", "all_gather", "reduce_scatter"]
+    shard = 2 * c["tokens"] // c["tp"] * c["hidden"]
+    assert {o.name: o for o in layer_graph(model, plan, tr, core).dense.ops}["fc1"].saved == shard
+    ops = {o.name: o for o in layer_graph(model, plan, tr, tt).dense.ops}
+    assert ops["fc1"].saved == mm[c["tokens"], c["hidden"]]
+    assert ops["fc2"].saved == mm[c["tokens"], c["ffn"] // c["tp"]]
+    assert ops["fc1"].saved + ops["act"].saved + ops["fc2"].saved == mlp_bf16
     # in fp8 training the kept input is fp8 (one byte), gathered or not: torchao's
     # Float8ColwiseParallel casts before the gather and its matmul keeps what it is given
     # (matmul_with_hp_or_float8_args, torchao/float8/float8_linear.py @ pytorch/ao 36027d82d1)
     fp8 = replace(tr, precision=Precision.FP8)
     f8 = {o.name: o for o in layer_graph(model, plan, fp8, get_stack("torchtitan-float8")).dense.ops}
     assert f8["fc1"].saved == c["tokens"] * c["hidden"]
-    tt = {o.name: o for o in layer_graph(model, plan, tr, get_stack("torchtitan")).dense.ops}
-    assert tt["fc2"].saved == mm[c["tokens"], c["ffn"] // c["tp"]]
-    assert tt["fc1"].saved + tt["act"].saved + tt["fc2"].saved == mlp_bf16
 
 
 @pytest.mark.xdist_group("frameworks")

@@ -180,6 +180,9 @@ class Effect:
     """Working memory while the layer's backward runs: the tensors recomputed for it."""
     comm_modules: tuple[str, ...] = ()
     """Modules whose forward collectives run again (``graph.Comm.module``)."""
+    comm_kinds: tuple[str, ...] = ()
+    """Kinds of forward collectives that run again, wherever they are (``graph.CollKind``
+    values)."""
 
 
 @cached(maxsize=4096)
@@ -212,12 +215,15 @@ def effect(policy: Policy, layer) -> Effect:
 
 def _matmul_outputs(layer) -> Effect:
     """torchtitan's per-op rule (torchtitan/distributed/activation_checkpoint.py, save list of
-    matmuls, attention kernels and reduce-scatters; ``mm_count % 2 == 0`` recomputed). The block's
+    matmuls, attention kernels, reduce-scatters and all-to-alls; ``mm_count % 2 == 0``
+    recomputed). Collectives off the list run again with the forward: the all-gathers (TP's of a
+    sequence-parallel input, measured with torchtitan 0.3's own ``SelectiveAC`` on two CPU ranks,
+    tests/frameworks_tp_saved.py; CP's of K/V) and all-reduces. The block's
     input stays, as under full recomputation; the router's small matmul is always recomputed
     (``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``), and so are the routed experts'
     grouped GEMMs (``torch._grouped_mm`` is not on the save list and is not counted as an mm:
     torchtitan 0.3.0 wheel; measured on its Qwen3 MoE block, tests/test_framework_memory.py)."""
-    from .graph import OpKind
+    from .graph import CollKind, OpKind
 
     saved = layer.input_bytes
     count = 0
@@ -241,4 +247,5 @@ def _matmul_outputs(layer) -> Effect:
             else:
                 again += part
         shares.append(again)
-    return Effect(saved, tuple(shares), 0.0, max(layer.saved_bytes - saved, 0.0))
+    return Effect(saved, tuple(shares), 0.0, max(layer.saved_bytes - saved, 0.0),
+                  comm_kinds=(CollKind.ALL_GATHER.value, CollKind.ALL_REDUCE.value))

@@ -175,9 +175,10 @@ class StackSpec(_CachedHash):
     all-gathered (the whole sequence), and its backward reduce-scatters the input gradient with
     no second all-gather: torch's ``ColwiseParallel`` behind ``PrepareModuleInput(Shard(1) ->
     Replicate())``, whose matmul saves the replicated local tensor (torchtitan's TP plans;
-    measured on CPU, tests/frameworks_tp_saved.py). Off: the linear keeps its sequence shard and
-    gathers it again in backward (Megatron-Core's ``ColumnParallelLinear`` and Transformer
-    Engine's ``Linear`` with ``sequence_parallel``)."""
+    measured on CPU, tests/frameworks_tp_saved.py); a checkpoint that runs the forward again
+    gathers it again (full recomputation, and torchtitan's per-op rule: ``recompute``). Off: the
+    linear keeps its sequence shard and gathers it again in backward (Megatron-Core's
+    ``ColumnParallelLinear`` and Transformer Engine's ``Linear`` with ``sequence_parallel``)."""
     fp8_tp_gather: bool = False
     """In fp8 training with sequence parallelism, the tensor-parallel all-gathers around the
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;

@@ -96,6 +96,11 @@ class LayerCost:
     module_fwd_link: tuple[tuple[str, Axis, float], ...]
     """(module, axis, time on the link) of each recompute module's forward collectives (what
     recomputing that module runs again)."""
+    kind_fwd_comm: tuple[tuple[str, float], ...] = ()
+    """Exposed forward communication of each kind of collective (``graph.CollKind`` values):
+    what a rule that runs again the collectives of a kind runs (``recompute.Effect.comm_kinds``)."""
+    kind_fwd_link: tuple[tuple[str, Axis, float], ...] = ()
+    """(kind, axis, time on the link) of the forward collectives of each kind."""
 
 
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
@@ -155,7 +160,9 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     fwd_by_axis = {h: {} for h in Hide}
     bwd_by_axis = {h: {} for h in Hide}
     fwd_by_module = {h: {} for h in Hide}
+    fwd_by_kind = {h: {} for h in Hide}
     module_link: dict[tuple[str, Axis], float] = {}
+    kind_link: dict[tuple[str, Axis], float] = {}
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster, dedup=c.dedup)
@@ -168,8 +175,13 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         if c.phase == "fwd" and c.module:
             fwd_by_module[c.hide][c.module] = fwd_by_module[c.hide].get(c.module, 0.0) + t
             module_link[c.module, c.axis] = module_link.get((c.module, c.axis), 0.0) + t
+        if c.phase == "fwd":
+            kind = c.kind.value
+            fwd_by_kind[c.hide][kind] = fwd_by_kind[c.hide].get(kind, 0.0) + t
+            kind_link[kind, c.axis] = kind_link.get((kind, c.axis), 0.0) + t
     f_exposed = b_exposed = 0.0
     by_module: dict[str, float] = {}
+    by_kind: dict[str, float] = {}
     for hide, total in fwd_comm.items():
         shown = exposed_time(total, fwd_hidable.get(hide, 0.0), overlap)
         f_exposed += shown
@@ -177,6 +189,8 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
             exposed[ax] += shown * t / total if total else 0.0
         for mod, t in fwd_by_module[hide].items():
             by_module[mod] = by_module.get(mod, 0.0) + (shown * t / total if total else 0.0)
+        for kind, t in fwd_by_kind[hide].items():
+            by_kind[kind] = by_kind.get(kind, 0.0) + (shown * t / total if total else 0.0)
     for hide, total in bwd_comm.items():
         shown = exposed_time(total, bwd_hidable.get(hide, 0.0), overlap)
         b_exposed += shown
@@ -197,4 +211,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         fwd_link=tuple((ax, fwd_link[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
         module_fwd_link=tuple((m, ax, t) for (m, ax), t in sorted(
             module_link.items(), key=lambda kv: (kv[0][0], kv[0][1].value))),
+        kind_fwd_comm=tuple(sorted(by_kind.items())),
+        kind_fwd_link=tuple((k, ax, t) for (k, ax), t in sorted(
+            kind_link.items(), key=lambda kv: (kv[0][0], kv[0][1].value))),
     )
