@@ -810,23 +810,14 @@ def cmd_validate(args) -> int:
     return 0 if summary["ok"] else 1
 
 
-SET_ASIDE_SHOWN = 3
-"""Rows a note names of those it is about (then how many more), and reasons ``validate --stack``
-names of those it sets rows aside for (``--json`` lists all)."""
-
-
-def _first(ids: list[str]) -> str:
-    """The first ``SET_ASIDE_SHOWN`` of ``ids`` and how many more, for a note."""
-    rest = len(ids) - SET_ASIDE_SHOWN
-    return ", ".join(ids[:SET_ASIDE_SHOWN]) + (f" and {rest} more" if rest > 0 else "")
-
-
 def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
     """Say which rows (``validation.SetAside``) ``validate --stack`` left out because that stack
-    cannot run their plans, grouped by reason (with the value where a group shares one)."""
+    cannot run their plans, grouped by reason (with the value where a group shares one; the
+    first ``textfmt.LISTED`` reasons, ``--json`` lists all)."""
     import warnings
 
     from .errors import Note
+    from .textfmt import LISTED, first_of
 
     by_kind: dict[str, list] = {}
     for r in refused:
@@ -834,10 +825,10 @@ def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
 
     def group(rows: list) -> str:
         why = rows[0].why if len({repr(r.value) for r in rows}) == 1 else rows[0].kind
-        return f"{_first([r.id for r in rows])} ({why})"
+        return f"{first_of([r.id for r in rows])} ({why})"
 
-    shown = "; ".join(group(rows) for rows in list(by_kind.values())[:SET_ASIDE_SHOWN])
-    rest = len(by_kind) - SET_ASIDE_SHOWN
+    shown = "; ".join(group(rows) for rows in list(by_kind.values())[:LISTED])
+    rest = len(by_kind) - LISTED
     more = f"; and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else ""
     warnings.warn(f"--stack {stack} cannot run the plans of {len(refused)} of the "
                   f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
@@ -993,12 +984,13 @@ def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
 
     from .catalog import DEFAULT_STACK
     from .errors import Note
+    from .textfmt import first_of
     from .validation import rows_filled_in
 
     def note(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
         if ids:
             one = len(ids) == 1
-            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({_first(ids)}) "
+            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({first_of(ids)}) "
                           f"{verb}{'s' if one else ''} {rest}", Note)
 
     no_stack, no_precision = rows_filled_in(runs, field)
@@ -1016,12 +1008,13 @@ def _note_fit_limits(cases, result, base) -> None:
     import warnings
 
     from .errors import Note
+    from .textfmt import first_of
     from .validation import ROW_TOLERANCE
 
     far = [c.id for c, e in zip(cases, result.after) if abs(e) > ROW_TOLERANCE]
     if far:
         warnings.warn(f"after the fit {len(far)} of {len(cases)} rows are still beyond "
-                      f"{ROW_TOLERANCE:.0%} ({_first(far)}): one calibration does not explain "
+                      f"{ROW_TOLERANCE:.0%} ({first_of(far)}): one calibration does not explain "
                       "them; check their step times, precision, plan and stack", Note)
     st = result.stack
     capped = set()

@@ -192,6 +192,7 @@ def _note_not_the_catalogs(stack) -> None:
 
     from .catalog import get_stack, list_names
     from .errors import Note
+    from .textfmt import first_of
 
     if stack.name not in list_names("stacks"):
         return
@@ -200,9 +201,8 @@ def _note_not_the_catalogs(stack) -> None:
                     if k not in UNCOSTED_STACK_KEYS and not _same(mine.get(k), catalog.get(k)))
     if differ:
         warnings.warn(f"the plan file's stack is named {stack.name} but is not this nestplan's "
-                      f"catalog {stack.name} (it differs in {', '.join(differ[:4])}"
-                      f"{', ...' if len(differ) > 4 else ''}): its own values are used, and "
-                      f"outputs label them {stack.name}", Note)
+                      f"catalog {stack.name} (it differs in {first_of(differ)}): its own values "
+                      f"are used, and outputs label them {stack.name}", Note)
 
 
 def _with_interleaved_rounds(stack):

@@ -8,6 +8,15 @@ from .result import Evaluation
 from .specs import plan_knobs, split_text
 from .units import GiB, fmt_gib_against, fmt_time
 
+LISTED = 3
+"""Items a note names of those it is about, before saying how many more (``first_of``)."""
+
+
+def first_of(items: list[str]) -> str:
+    """The first ``LISTED`` of ``items`` and how many more, for a note: "a, b, c and 4 more"."""
+    rest = len(items) - LISTED
+    return ", ".join(items[:LISTED]) + (f" and {rest} more" if rest > 0 else "")
+
 
 def plan_line(ev: Evaluation) -> str:
     return " ".join(plan_knobs(ev.scenario.model, ev.plan))
