@@ -23,11 +23,11 @@ import argparse
 import json
 import os
 import queue
-import socket
 import sys
+import tempfile
 
 
-def worker(rank: int, a, port: int, out) -> None:
+def worker(rank: int, a, store: str, out) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -37,8 +37,8 @@ def worker(rank: int, a, port: int, out) -> None:
                                                    RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=a.tp)
+    # a file rendezvous: no port to find free and lose to another process before gloo binds it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=a.tp)
     mesh = init_device_mesh("cpu", (a.tp,))
 
     class FeedForward(nn.Module):  # torchtitan's Llama SwiGLU: w2(silu(w1(x)) * w3(x))
@@ -138,28 +138,27 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--ac", default="none", help="none, op or full, or several: none,op,full")
     a = p.parse_args()
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    # daemons: a rank left waiting for a dead peer ends with this process
-    procs = [ctx.Process(target=worker, args=(r, a, port, out), daemon=True) for r in range(a.tp)]
-    for pr in procs:
-        pr.start()
-    result = None
-    while result is None and not any(pr.exitcode for pr in procs):
-        try:
-            result = out.get(timeout=1)
-        except queue.Empty:
-            pass
-    for pr in procs:
-        pr.join(timeout=60)
-    if result is None or any(pr.exitcode for pr in procs):
-        codes = [pr.exitcode for pr in procs]
+    with tempfile.TemporaryDirectory(prefix="nestplan-tp-") as folder:
+        store = os.path.join(folder, "rendezvous")
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        # daemons: a rank left waiting for a dead peer ends with this process
+        procs = [ctx.Process(target=worker, args=(r, a, store, out), daemon=True) for r in range(a.tp)]
         for pr in procs:
-            pr.terminate()
-        sys.exit(f"a rank failed: exit codes {codes}")
+            pr.start()
+        result = None
+        while result is None and not any(pr.exitcode for pr in procs):
+            try:
+                result = out.get(timeout=1)
+            except queue.Empty:
+                pass
+        for pr in procs:
+            pr.join(timeout=60)
+        if result is None or any(pr.exitcode for pr in procs):
+            codes = [pr.exitcode for pr in procs]
+            for pr in procs:
+                pr.terminate()
+            sys.exit(f"a rank failed: exit codes {codes}")
     json.dump(result, sys.stdout)
     print()
 
