@@ -304,7 +304,7 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
 
 
 # mean |error| of the MoE runs as README's "MoE runs" reports them (percent); not targets
-MOE_FILES = {"moe_runs.csv": 17.4, "moe_held_out.csv": 18.3,
+MOE_FILES = {"moe_runs.csv": 17.5, "moe_held_out.csv": 18.3,
              "moe_runs_gb200_gb300_b300.csv": 14.4}
 
 
