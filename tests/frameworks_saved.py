@@ -82,13 +82,18 @@ _FUNCTION_APPLY_CODE = torch.autograd.Function.apply.__code__
 
 
 # --------------------------------------------------------------------------------- counting
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A tensor-parallel DTensor's shard on this rank (what its storage is), else ``t``."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 class SavedTensorCounter:
     """Record what autograd saves for backward during a forward pass (see the module docstring)."""
 
     def __init__(self, root: nn.Module, shared: dict[str, torch.Tensor]):
-        self.param_ptrs = {p.untyped_storage().data_ptr() for p in root.parameters()}
-        self.buffer_ptrs = {b.untyped_storage().data_ptr() for b in root.buffers()}
-        self.shared = {t.untyped_storage().data_ptr(): name for name, t in shared.items()}
+        self.param_ptrs = {_local(p).untyped_storage().data_ptr() for p in root.parameters()}
+        self.buffer_ptrs = {_local(b).untyped_storage().data_ptr() for b in root.buffers()}
+        self.shared = {_local(t).untyped_storage().data_ptr(): name for name, t in shared.items()}
         self.module_names = {id(m): name or "<root>" for name, m in root.named_modules()}
         self.module_stack: list[str] = []
         self.entries: dict[int, dict] = {}       # storage ptr -> record
@@ -97,6 +102,7 @@ class SavedTensorCounter:
 
     # -- hooks
     def _record(self, t: torch.Tensor, origin_seq: int | None, origin: str | None, ref) -> None:
+        t = _local(t)
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         if ptr == 0 or ptr in self.param_ptrs or ptr in self.buffer_ptrs:
@@ -186,7 +192,7 @@ class SavedTensorCounter:
                 continue      # autograd let go of it before the forward pass ended
             # bytes the storage holds now: output-discarding checkpointing (Megatron's
             # CheckpointWithoutOutput) frees a saved output's storage in place (resize_(0))
-            now = max(t.untyped_storage().nbytes() for t in live)
+            now = max(_local(t).untyped_storage().nbytes() for t in live)
             if now == 0:
                 continue
             origins = list(dict.fromkeys(

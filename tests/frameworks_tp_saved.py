@@ -12,9 +12,10 @@ pytorch/torchtitan 3f20451bc3b0de6d292946b1774581856014a0a9).
 Prints ONE JSON list on stdout, an object per ``--ac`` mode: ``tp``, ``tokens`` (the whole
 sequence, batch 1), ``hidden``, ``ffn``, ``ac``, ``saved`` (rank 0's storages autograd holds after
 the forward, once per storage, not the parameters or the block's input: ``shape``, ``dtype``,
-``nbytes``, ``origin``, the backward node that saved it; inside a checkpoint its own hooks act
-instead of ours, so none is seen) and ``backward_collectives`` (the collectives rank 0 runs in
-the backward, in order). Needs the ``frameworks`` extra (torch, CPU).
+``nbytes``, ``origin``, the backward nodes that saved it; counted by ``frameworks_saved.py``'s
+``SavedTensorCounter`` on each DTensor's shard; inside a checkpoint its own hooks act instead of
+the counter's, so none is seen) and ``backward_collectives`` (the collectives rank 0 runs in the
+backward, in order). Needs the ``frameworks`` extra (torch, CPU).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def worker(rank: int, a, store: str, out) -> None:
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                    RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
+
+    from frameworks_saved import SavedTensorCounter  # beside this file
 
     # a file rendezvous: no port to find free and lose to another process before gloo binds it
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=a.tp)
@@ -73,46 +76,24 @@ def worker(rank: int, a, store: str, out) -> None:
         })
         # this rank's sequence shard, as the previous block's reduce-scatter leaves it
         x = torch.randn(1, a.tokens // a.tp, a.hidden, dtype=torch.bfloat16, requires_grad=True)
-        skip = {storage(p)[1] for p in block.parameters()} | {storage(x)[1]}
-        seen: dict[int, dict] = {}
-
-        def pack(t):
-            local, ptr = storage(t)
-            if ptr not in skip:
-                node = torch._C._autograd._get_sequence_nr() - 1
-                seen.setdefault(ptr, dict(shape=list(local.shape),
-                                          dtype=str(local.dtype).split(".")[1],
-                                          nbytes=local.untyped_storage().nbytes(), seq=node))
-            return t
-
         run = block
         if ac != "none":  # torchtitan's own wrappers, as it applies them to a block
             import torchtitan.distributed.activation_checkpoint as tt_ac
 
             wrapper = tt_ac.SelectiveAC if ac == "op" else tt_ac.FullAC
             run = wrapper.Config().build(dump_folder="")._wrap_block(block, base_fqn="layers.0")
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        counter = SavedTensorCounter(block, {"input": x})
+        with counter.forward():
             y = run(x)
         y = y.to_local() if hasattr(y, "to_local") else y
-        names: dict[int, str] = {}
-        stack, done = [y.grad_fn], set()
-        while stack:  # name each sequence number by its backward node
-            fn = stack.pop()
-            if fn is None or fn in done:
-                continue
-            done.add(fn)
-            names[fn._sequence_nr()] = type(fn).__name__
-            stack += [f for f, _ in fn.next_functions]
+        saved = [dict(shape=r["shape"], dtype=r["dtype"].removeprefix("torch."),
+                      nbytes=r["nbytes"], origin=r["origin"])
+                 for r in counter.finish([y]) if r["per_block"]]
         calls.clear()
         with Watch():
             y.sum().backward()
-        saved = [dict(v, origin=names.get(v.pop("seq"), "?")) for v in seen.values()]
         return dict(tp=a.tp, tokens=a.tokens, hidden=a.hidden, ffn=a.ffn, ac=ac, saved=saved,
                     backward_collectives=list(calls))
-
-    def storage(t):
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return t, t.untyped_storage().data_ptr()
 
     calls: list[str] = []
 

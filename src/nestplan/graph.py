@@ -335,13 +335,11 @@ class _Dims:
             return [replace(c, nbytes=c.nbytes / E) if c.kind is CollKind.ALL_GATHER else c
                     for c in self.tp_comms(name, column=column, nbytes=nbytes, lowp=False)]
         if column:  # identity forward; input-gradient all-reduce backward (SP: all-gather / RS)
-            if self.loc.sp and self.loc.tp_keeps_gathered_input:  # nothing to gather again
+            if self.loc.sp:  # gathered forward; a kept shard is gathered again backward
+                again = [] if self.loc.tp_keeps_gathered_input else [
+                    Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD)]
                 return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
-                        Comm(f"{name}.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "bwd",
-                             Hide.TP_BWD)]
-            if self.loc.sp:
-                return [Comm(f"{name}.ag", Axis.TP, CollKind.ALL_GATHER, nbytes, "fwd", Hide.TP_FWD),
-                        Comm(f"{name}.ag_bwd", Axis.TP, CollKind.ALL_GATHER, nbytes, "bwd", Hide.TP_BWD),
+                        *again,
                         Comm(f"{name}.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, nbytes, "bwd",
                              Hide.TP_BWD)]
             return [Comm(f"{name}.ar_bwd", Axis.TP, CollKind.ALL_REDUCE, nbytes, "bwd", Hide.TP_BWD)]

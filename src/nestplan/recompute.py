@@ -184,6 +184,11 @@ class Effect:
     """Kinds of forward collectives that run again, wherever they are (``graph.CollKind``
     values)."""
 
+    def reruns(self, module: str, kind: str) -> bool:
+        """Backward runs again a forward collective of ``module`` ("" outside the recompute
+        modules) and ``kind`` (a ``graph.CollKind`` value), beside a full recomputation's."""
+        return (bool(module) and module in self.comm_modules) or kind in self.comm_kinds
+
 
 @cached(maxsize=4096)
 def effect(policy: Policy, layer) -> Effect:

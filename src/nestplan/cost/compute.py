@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..caching import cached
 from ..axes import Axis
-from ..graph import Hide, LayerGraph, Op, OpKind
+from ..graph import Comm, Hide, LayerGraph, Op, OpKind
 from ..options import Precision, TPOverlap
 from ..placement import GroupLayout, Layouts
 from ..specs import AcceleratorSpec, ClusterSpec, TrainingSpec
@@ -79,8 +79,6 @@ class LayerCost:
     """Backward (without recomputation): compute plus exposed communication."""
     op_fwd: tuple[float, ...]
     """Forward compute of each operator (what a recompute policy runs again, in shares)."""
-    module_fwd_comm: tuple[tuple[str, float], ...]
-    """Exposed forward communication of each recompute module (run again with it)."""
     compute: float
     """Forward + backward compute alone."""
     eager: float
@@ -93,14 +91,10 @@ class LayerCost:
     """(axis, time on the link, exposed time) for forward + backward."""
     fwd_link: tuple[tuple[Axis, float], ...]
     """(axis, time on the link) of the forward alone (what a full recomputation runs again)."""
-    module_fwd_link: tuple[tuple[str, Axis, float], ...]
-    """(module, axis, time on the link) of each recompute module's forward collectives (what
-    recomputing that module runs again)."""
-    kind_fwd_comm: tuple[tuple[str, float], ...] = ()
-    """Exposed forward communication of each kind of collective (``graph.CollKind`` values):
-    what a rule that runs again the collectives of a kind runs (``recompute.Effect.comm_kinds``)."""
-    kind_fwd_link: tuple[tuple[str, Axis, float], ...] = ()
-    """(kind, axis, time on the link) of the forward collectives of each kind."""
+    fwd_comms: tuple[tuple[str, str, Axis, float, float], ...]
+    """Each forward collective as (recompute module or "", ``graph.CollKind`` value, axis, exposed
+    seconds, seconds on the link): what a recompute policy runs again of them
+    (``recompute.Effect.reruns``)."""
 
 
 def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, lay: Layouts,
@@ -159,10 +153,7 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     bwd_comm = {h: 0.0 for h in Hide}
     fwd_by_axis = {h: {} for h in Hide}
     bwd_by_axis = {h: {} for h in Hide}
-    fwd_by_module = {h: {} for h in Hide}
-    fwd_by_kind = {h: {} for h in Hide}
-    module_link: dict[tuple[str, Axis], float] = {}
-    kind_link: dict[tuple[str, Axis], float] = {}
+    fwd_items: list[tuple[Comm, float]] = []
     for c in layer.comms:
         grp = etp_group if c.expert and c.axis is Axis.TP else group_of[c.axis]
         t = collective_time(c.kind, c.nbytes, grp, cluster, dedup=c.dedup)
@@ -172,25 +163,16 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         table, by_axis = (fwd_comm, fwd_by_axis) if c.phase == "fwd" else (bwd_comm, bwd_by_axis)
         table[c.hide] += t
         by_axis[c.hide][c.axis] = by_axis[c.hide].get(c.axis, 0.0) + t
-        if c.phase == "fwd" and c.module:
-            fwd_by_module[c.hide][c.module] = fwd_by_module[c.hide].get(c.module, 0.0) + t
-            module_link[c.module, c.axis] = module_link.get((c.module, c.axis), 0.0) + t
         if c.phase == "fwd":
-            kind = c.kind.value
-            fwd_by_kind[c.hide][kind] = fwd_by_kind[c.hide].get(kind, 0.0) + t
-            kind_link[kind, c.axis] = kind_link.get((kind, c.axis), 0.0) + t
+            fwd_items.append((c, t))
     f_exposed = b_exposed = 0.0
-    by_module: dict[str, float] = {}
-    by_kind: dict[str, float] = {}
+    fwd_share = {}  # per hiding opportunity, the exposed part of its collectives' time
     for hide, total in fwd_comm.items():
         shown = exposed_time(total, fwd_hidable.get(hide, 0.0), overlap)
         f_exposed += shown
+        fwd_share[hide] = shown / total if total else 0.0
         for ax, t in fwd_by_axis[hide].items():
             exposed[ax] += shown * t / total if total else 0.0
-        for mod, t in fwd_by_module[hide].items():
-            by_module[mod] = by_module.get(mod, 0.0) + (shown * t / total if total else 0.0)
-        for kind, t in fwd_by_kind[hide].items():
-            by_kind[kind] = by_kind.get(kind, 0.0) + (shown * t / total if total else 0.0)
     for hide, total in bwd_comm.items():
         shown = exposed_time(total, bwd_hidable.get(hide, 0.0), overlap)
         b_exposed += shown
@@ -202,16 +184,12 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
         fwd=f + f_exposed + waiting,
         bwd=b + b_exposed,
         op_fwd=tuple(op_fwd),
-        module_fwd_comm=tuple(sorted(by_module.items())),
         compute=f + b,
         eager=eager,
         wgrad=wgrad,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
         fwd_link=tuple((ax, fwd_link[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
-        module_fwd_link=tuple((m, ax, t) for (m, ax), t in sorted(
-            module_link.items(), key=lambda kv: (kv[0][0], kv[0][1].value))),
-        kind_fwd_comm=tuple(sorted(by_kind.items())),
-        kind_fwd_link=tuple((k, ax, t) for (k, ax), t in sorted(
-            kind_link.items(), key=lambda kv: (kv[0][0], kv[0][1].value))),
+        fwd_comms=tuple((c.module, c.kind.value, c.axis, t * fwd_share[c.hide], t)
+                        for c, t in fwd_items),
     )

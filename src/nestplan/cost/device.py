@@ -116,21 +116,16 @@ def recompute_time(eff, cost) -> float:
     """Seconds backward spends running forward work again under a policy's ``effect`` (a
     ``recompute.Effect``) for a layer of ``cost`` (a ``compute.LayerCost``): the whole forward's
     share, the operators' shares and the forward collectives of the re-run modules and kinds."""
-    comm, kinds = dict(cost.module_fwd_comm), dict(cost.kind_fwd_comm)
     return (eff.full * cost.fwd + sum(s * t for s, t in zip(eff.shares, cost.op_fwd))
-            + sum(comm.get(m, 0.0) for m in eff.comm_modules)
-            + sum(kinds.get(k, 0.0) for k in eff.comm_kinds))
+            + sum(shown for m, k, _, shown, _ in cost.fwd_comms if eff.reruns(m, k)))
 
 
 def recompute_link(eff, cost) -> tuple[tuple[Axis, float], ...]:
     """(axis, seconds on the links) of the forward collectives that ``recompute_time`` runs
     again: the whole forward's share, and the re-run modules' and kinds'."""
     rerun = {ax: eff.full * t for ax, t in cost.fwd_link}
-    for m, ax, t in cost.module_fwd_link:
-        if m in eff.comm_modules:
-            rerun[ax] = rerun.get(ax, 0.0) + t
-    for k, ax, t in cost.kind_fwd_link:
-        if k in eff.comm_kinds:
+    for m, k, ax, _, t in cost.fwd_comms:
+        if eff.reruns(m, k):
             rerun[ax] = rerun.get(ax, 0.0) + t
     return tuple((ax, t) for ax, t in rerun.items() if t)
 
