@@ -12,7 +12,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 MICRO = 2
@@ -36,10 +35,11 @@ def engine_choice() -> str:
     return E.DeepSpeedEngine._do_optimizer_sanity_check(Engine(), None)
 
 
-def run(rank: int, world: int, port: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+def run(rank: int, world: int) -> dict:
+    # deepspeed.comm looks for these before it takes the process group already set up (else it
+    # tries MPI discovery); no port is bound, the group exists
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     import deepspeed.comm as dcomm
     from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config
@@ -74,7 +74,7 @@ def run(rank: int, world: int, port: str, out: str) -> None:
 
     states = [v for s in opt.optimizer.state.values() for v in s.values()
               if torch.is_tensor(v) and v.numel() > 1]
-    result = {
+    return {
         "engine_picks": engine_choice(),
         "weights": size(model.parameters()),
         "parameter_gradients": size(p.grad for p in model.parameters() if p.grad is not None),
@@ -83,25 +83,12 @@ def run(rank: int, world: int, port: str, out: str) -> None:
         "adam": size(states),
         "gathered": sum(gathered) / params,
     }
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(result, f)
-    dist.barrier()
-    dist.destroy_process_group()
-    # the measurement is written; leave without the interpreter's teardown, where a thread
-    # of the collective libraries has aborted the process ("terminate called without an
-    # active exception", seen once in CI after a complete run)
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    import socket
-    import tempfile
+    import ranks  # beside this file
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    path = os.path.join(tempfile.mkdtemp(), "bf16.json")
-    mp.spawn(run, args=(2, port, path), nprocs=2)
-    with open(path) as f:
-        sys.stdout.write(json.dumps(json.load(f)) + "\n")
+    try:
+        sys.stdout.write(json.dumps(ranks.run(run, 2, (2,))) + "\n")
+    except RuntimeError as e:
+        sys.exit(str(e))

@@ -14,12 +14,10 @@ FSDP, reshard_after_forward false (nestplan's ZeRO-2). Prints one JSON object.
 """
 
 import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -42,9 +40,7 @@ class Block(nn.Module):
         return self.body(x)
 
 
-def _rank(rank: int, port: str, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank(rank: int) -> dict:
     from torch.distributed.fsdp import fully_shard
     import torch.distributed.fsdp._fully_shard._fsdp_param_group as group
 
@@ -101,21 +97,16 @@ def _rank(rank: int, port: str, out):
         gathers.clear()
         schedule.step(torch.randn(4 * MICRO, 16), target=torch.zeros(4 * MICRO, 16))
     result["gathers_piped_zero3"] = len(gathers)
-    if rank == 0:
-        out.put(result)
-    dist.destroy_process_group()
+    return result
 
 
 def main():
-    port = sys.argv[1] if len(sys.argv) > 1 else "29561"
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    result = out.get(timeout=300)
-    for p in procs:
-        p.join(timeout=60)
+    import ranks  # beside this file
+
+    try:
+        result = ranks.run(_rank, 2)
+    except RuntimeError as e:
+        sys.exit(str(e))
     print(json.dumps({"blocks": BLOCKS, "micro": MICRO, **result}))
 
 

@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
 import sys
-import tempfile
 
 
-def worker(rank: int, a, store: str, out) -> None:
+def worker(rank: int, a) -> list[dict]:
     import torch
-    import torch.distributed as dist
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
@@ -40,8 +36,6 @@ def worker(rank: int, a, store: str, out) -> None:
 
     from frameworks_saved import SavedTensorCounter  # beside this file
 
-    # a file rendezvous: no port to find free and lose to another process before gloo binds it
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=a.tp)
     mesh = init_device_mesh("cpu", (a.tp,))
 
     class FeedForward(nn.Module):  # torchtitan's Llama SwiGLU: w2(silu(w1(x)) * w3(x))
@@ -103,14 +97,11 @@ def worker(rank: int, a, store: str, out) -> None:
                 calls.append(func.name().split("::")[-1].split(".")[0])
             return func(*args, **(kwargs or {}))
 
-    results = [measure(ac) for ac in a.ac.split(",")]
-    if rank == 0:
-        out.put(results)
-    dist.destroy_process_group()
+    return [measure(ac) for ac in a.ac.split(",")]
 
 
 def main() -> None:
-    import torch.multiprocessing as mp
+    import ranks  # beside this file
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=128)
@@ -119,27 +110,10 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--ac", default="none", help="none, op or full, or several: none,op,full")
     a = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nestplan-tp-") as folder:
-        store = os.path.join(folder, "rendezvous")
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
-        # daemons: a rank left waiting for a dead peer ends with this process
-        procs = [ctx.Process(target=worker, args=(r, a, store, out), daemon=True) for r in range(a.tp)]
-        for pr in procs:
-            pr.start()
-        result = None
-        while result is None and not any(pr.exitcode for pr in procs):
-            try:
-                result = out.get(timeout=1)
-            except queue.Empty:
-                pass
-        for pr in procs:
-            pr.join(timeout=60)
-        if result is None or any(pr.exitcode for pr in procs):
-            codes = [pr.exitcode for pr in procs]
-            for pr in procs:
-                pr.terminate()
-            sys.exit(f"a rank failed: exit codes {codes}")
+    try:
+        result = ranks.run(worker, a.tp, (a,))
+    except RuntimeError as e:
+        sys.exit(str(e))
     json.dump(result, sys.stdout)
     print()
 
