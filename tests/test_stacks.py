@@ -1049,26 +1049,35 @@ def test_calibrate_replaces_no_file_its_rows_name(tmp_path, runs_csv):
 def test_a_plan_file_of_before_tp_overlap_beyond_domain_keeps_torchtitans_none():
     """Plan files store their stack whole, without a base: one saved before the key existed
     reads a torchtitan stack's as none (torch's async TP pairs NVLink peers only), not the
-    default, which had costed a TP 16 plan 6.7 % faster (a reviewer's)."""
+    default, which had costed a TP 16 plan 6.7 % faster (a reviewer's); so does a torchtitan
+    stack of the user's own name."""
+    from nestplan.planfile import saved_stack
+
     table = stack_to_table(get_stack("torchtitan-float8-asynctp"))
     assert table.pop("tp_overlap_beyond_domain") == "none"
-    assert stack_from_table(table).tp_overlap_beyond_domain.value == "none"
+    assert saved_stack(table).tp_overlap_beyond_domain.value == "none"
+    assert saved_stack({**table, "name": "my-titan"}).tp_overlap_beyond_domain.value == "none"
     core = stack_to_table(get_stack("megatron-core"))
     del core["tp_overlap_beyond_domain"]
-    assert stack_from_table(core).tp_overlap_beyond_domain.value == "backward"
+    assert saved_stack(core).tp_overlap_beyond_domain.value == "backward"
+    assert saved_stack({**core, "name": "mine"}).tp_overlap_beyond_domain.value == "backward"
 
 
 def test_a_plan_file_of_before_tp_keeps_gathered_input_reads_as_torchtitan_does():
     """A torchtitan stack saved before tp_keeps_gathered_input existed keeps its TP linears'
-    gathered inputs, as torchtitan does (the catalog's, with no note that it differs); another
-    stack keeps the default, Megatron-Core's shard."""
+    gathered inputs, as torchtitan does (the catalog's, with no note that it differs; and one of
+    the user's own name); another stack keeps the default, Megatron-Core's shard."""
+    from nestplan.planfile import saved_stack
+
     for name in ("torchtitan", "torchtitan-float8-asynctp"):
         table = stack_to_table(get_stack(name))
         assert table.pop("tp_keeps_gathered_input") is True
-        assert stack_from_table(table) == get_stack(name)
+        assert saved_stack(table) == get_stack(name)
+        assert saved_stack({**table, "name": "my-titan"}).tp_keeps_gathered_input is True
     core = stack_to_table(get_stack("megatron-core"))
     assert core.pop("tp_keeps_gathered_input") is False
-    assert stack_from_table(core).tp_keeps_gathered_input is False
+    assert saved_stack(core).tp_keeps_gathered_input is False
+    assert saved_stack({**core, "name": "mine"}).tp_keeps_gathered_input is False
 
 
 def test_a_plan_file_of_before_interleaved_rounds_reads_as_its_catalog_stack(tmp_path):

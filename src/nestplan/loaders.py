@@ -695,19 +695,9 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
         raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
 
 
-TORCHTITAN_LATER_KEYS = {"tp_overlap_beyond_domain": "none", "tp_keeps_gathered_input": True}
-"""Keys added to the stack after plan files were saved, and what torchtitan's are: its async TP
-has no overlap beyond one NVLink domain (``StackSpec.tp_overlap_beyond_domain``), and its
-sequence-parallel linears keep their gathered input (``StackSpec.tp_keeps_gathered_input``);
-other stacks take the defaults, which are what they were then."""
-
-
 def _renamed_stack_keys(table: dict, where: str) -> dict:
-    """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph``, or
-    before a key of ``TORCHTITAN_LATER_KEYS`` existed (plan files store their stack whole,
-    without a base), read as they were meant."""
-    if table.get("export_format") == "torchtitan" and "name" in table and "base" not in table:
-        table = {**{k: v for k, v in TORCHTITAN_LATER_KEYS.items() if k not in table}, **table}
+    """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph``, read
+    as they were meant (plan files saved before other keys existed: ``planfile.saved_stack``)."""
     if "full_iteration_cuda_graph" not in table:
         return table
     table = dict(table)

@@ -205,17 +205,36 @@ def _note_not_the_catalogs(stack) -> None:
                       f"are used, and outputs label them {stack.name}", Note)
 
 
-def _with_interleaved_rounds(stack):
-    """A plan file's stack saved before ``interleaved_rounds`` existed (2026-12-04), when every
-    stack interleaved in rounds of pp: named as a catalog stack, it takes that stack's rule, which
-    runs those counts too (its plan is unchanged and the file's stack is the catalog's); another
-    keeps the default, rounds of pp."""
+LATER_STACK_KEYS = {
+    "tp_overlap_beyond_domain": "none",
+    "tp_keeps_gathered_input": True,
+    "interleaved_rounds": None,
+}
+"""Stack keys added after plan files were first saved, each with what a torchtitan stack of
+another name reads when it lacks it (None: the default). Plan files store their stack whole,
+without a base, so one saved before a key existed lacks it: a stack named as a catalog stack
+takes that stack's value (its plan runs as it did, and the file's stack is the catalog's); a
+torchtitan stack of the user's own name takes torchtitan's behaviour where it was torchtitan's
+then too (async TP only within one NVLink domain, ``StackSpec.tp_overlap_beyond_domain``; the
+sequence-parallel linears keep their gathered input, ``StackSpec.tp_keeps_gathered_input``);
+every other key keeps the default, which is what every stack did then (interleaving in rounds
+of pp, ``StackSpec.interleaved_rounds``)."""
+
+
+def saved_stack(table, where: str = "stack"):
+    """The stack of a plan file's ``table``, keys added since it was saved filled in
+    (``LATER_STACK_KEYS``)."""
     from .catalog import get_stack, list_names
 
-    if (isinstance(stack, dict) and "interleaved_rounds" not in stack
-            and stack.get("name") in list_names("stacks")):
-        return {**stack, "interleaved_rounds": get_stack(stack["name"]).interleaved_rounds}
-    return stack
+    if isinstance(table, dict) and not LATER_STACK_KEYS.keys() <= table.keys():
+        if table.get("name") in list_names("stacks"):
+            fill = stack_to_table(get_stack(table["name"]))
+        elif table.get("export_format") == "torchtitan":
+            fill = {k: v for k, v in LATER_STACK_KEYS.items() if v is not None}
+        else:
+            fill = {}
+        table = {**{k: fill[k] for k in LATER_STACK_KEYS if k in fill and k not in table}, **table}
+    return stack_from_table(table, where)
 
 
 def _from_dict(data: dict) -> PlanFile:
@@ -246,7 +265,7 @@ def _from_dict(data: dict) -> PlanFile:
         if isinstance(stack, dict) and "base" in stack:  # a stack file's key, followed by the catalog
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
                             "remove base (or evaluate with --stack and the plan's flags)")
-        stack_spec = stack_from_table(_with_interleaved_rounds(stack), "stack")
+        stack_spec = saved_stack(stack)
         _note_not_the_catalogs(stack_spec)
     sc = Scenario(model=model_from_table(data["model"], "model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),
