@@ -90,6 +90,9 @@ for v in ("nope", "1f1b,zbv", "", "interleaved"):
     case(f"evaluate--schedule={v!r}", [*EVAL, "--schedule", v], "schedule")
     case(f"plan--schedule={v!r}", [*SEARCH, "--schedule", v], "schedule")
 case("evaluate--schedule-without-pp", [*EVAL, "--schedule", "zbv"], "schedule")
+for v in ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb"):  # (had been dropped silently)
+    case(f"evaluate--schedule-{v}-without-pp", [*EVAL, "--schedule", v],
+         f"schedule: got '{v}'; a pipeline schedule needs --pp > 1")
 for v in ("sometimes", "", "full,,none", "none,", "FULL"):
     case(f"evaluate--recompute={v!r}", [*EVAL, "--recompute", v], "recompute")
     case(f"plan--recompute={v!r}", [*SEARCH, "--recompute", v], "recompute")
@@ -761,6 +764,26 @@ PLANFILE_BAD = {
     "comparison-stage-layers-number": (plan_with("comparison", {"methods": [
         {"method": "nest", "tokens_per_s": 5, "stage_layers": 8}]}),
         "comparison.methods[0].stage_layers: got 8"),
+    # a method's row of a full plan is a plan of this scenario (each had been shown as given)
+    **{f"comparison-row-{key}-{value}": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5, "tp": 1, "pp": 1, "dp": 8, "mbs": 1, key: value}]}),
+        needle) for key, value, needle in (
+            ("zero", 9, "comparison.methods[0].zero: got 9; allowed: 0, 1, 2, 3"),
+            ("recompute", "most", "comparison.methods[0].recompute: got 'most'; stack megatron-core "
+                                  "offers"),
+            ("recompute", "none*0", "comparison.methods[0].recompute: got 'none*0'"),
+            ("tp", 3, "comparison.methods[0].dp: got 8; tp·pp·dp·cp = 3·1·8·1 = 24 must equal "
+                      "gpus = 8"),
+            ("pp", 10**9, "comparison.methods[0].pp: got 1000000000"))},
+    "comparison-errors-unknown-method": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5}], "errors": {"wizard": "x"}}),
+        "comparison.errors: got 'wizard'; allowed: nest"),
+    "comparison-errors-not-a-message": (plan_with("comparison", {"methods": [
+        {"method": "nest", "tokens_per_s": 5}], "errors": {"nest": 5}}),
+        "comparison.errors.nest: got 5; must be a message"),
+    # a schedule for a plan without a pipeline (had been dropped without a word)
+    "schedule-without-pipeline": (plan_with("plan.schedule", "gpipe"),
+                                  "schedule: got 'gpipe'; a pipeline schedule needs pp > 1"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
@@ -844,6 +867,9 @@ RUNS_BAD = {
                                    "r1,Llama-3-70B,80,8192,64,8,28672,128256,8192"),
                              "row r1: plan: got 't1 p1 d8 z1 none b1'; needs"),
     "column-twice": ((RUN_HEADER + ",tp\n" + RUN + ",8\n"), "column: got 'tp'; given twice"),
+    # dp blank: num_gpus over tp·pp·cp, which had been floored to 0 and refused as "dp: got 0"
+    "degrees-not-dividing-gpus": (_runs("H100-SXM5-80GB,8,1,1,,8,1,", "H100-SXM5-80GB,8,3,1,,,1,"),
+                                  "num_gpus: got 8; must be a multiple of tp·pp·cp = 3·1·1 = 3"),
     "fields-beyond-header": (_runs(",1.5,", ",1.5,").rstrip("\n") + ",extra\n",
                              "more fields than the header's"),
     "other-metrics-empty-value": (_runs("test,,", "test,peak_memory_gib=,"),
@@ -1026,6 +1052,12 @@ SWEEP_BAD = {
                                   + "[constraints]\ntp = 3\n",
                                   "constraints.tp: got 3; no point of the grid takes it (at the "
                                   "first: must divide gpus = 16 and heads = 24)"),
+    # a grid value no point takes is named as the grid's (had been "constraints.precision")
+    "grid-value-no-point-takes": (SWEEP.replace("nest-h100-spineleaf", "selene-a100-hdr")
+                                  + 'precision = ["fp8"]\n',
+                                  "grid.precision: got 'fp8'; no point of the grid takes it"),
+    "attention-span-over-seq-len": (SWEEP + "attention_span = [100000]\n",
+                                    "attention_span: got 100000; must be at most seq_len = 2048"),
     "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
     # 500 x 300 = 150,000 points: over the limit, refused before listing them
     "too-many-points": (SWEEP.replace("gpus = [16]", f"gpus = {list(range(8, 4008, 8))}")

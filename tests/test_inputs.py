@@ -68,10 +68,34 @@ def test_validate_csv_must_be_a_file(tmp_path):
     (["--gpus", 8, "--recompute", "full,none"],
      "recompute: got 'full,none'; one policy per pipeline stage needs --pp 2"),
     (["--gpus", 8, "--recompute", "some"], "recompute: got 'some'; stack megatron-core offers"),
+    # knobs each possible alone whose batch or sequence does not divide (had been exit 3, "no
+    # feasible plan", where evaluate names the field)
+    (["--gpus", 16, "--global-batch", 64, "--dp", 16, "--mbs", 8],
+     "global_batch: got 64; must be a multiple of mbs·dp = 8·16 = 128"),
+    (["--gpus", 16, "--global-batch", 8, "--tp", 1, "--pp", 1, "--cp", 1],
+     "global_batch: got 8; must be a multiple of dp = 16 (dp = gpus / (tp·pp·cp) = 16/1)"),
+    (["--gpus", 16, "--seq-len", 16, "--cp", 16],
+     "cp: got 16; seq_len / cp must be even (load-balanced causal chunks)"),
+    (["--gpus", 16, "--global-batch", 16, "--pp", 4, "--vp", 2, "--dp", 4, "--mbs", 4],
+     "global_batch: got 16; 1 micro-batches per replica (global_batch / (mbs·dp)); stack "
+     "megatron-core runs interleaved-1f1b with at least pp = 4 per replica"),
+    (["--gpus", 16, "--global-batch", 64, "--dp", 16, "--mbs", 8, "--method", "mcmc"],
+     "global_batch: got 64; must be a multiple of mbs·dp = 8·16 = 128"),
 ])
 def test_contradictory_constraints_are_bad_input(flags, needle):
     args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", *flags]
     assert one_line_error(*cli(*args), needle)
+
+
+@pytest.mark.parametrize("method", ["manual", "mcmc"])
+def test_the_rule_of_thumb_plans_keep_a_given_dp(method):
+    """manual (and mcmc, which starts from it) had ignored --dp: 70B on 64 GPUs with --dp 2 came
+    back with dp 8 (a fuzzing helper's)."""
+    code, out, err = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         64, "--dp", 2, "--method", method, "--top", 3, "--json")
+    assert code == 0, err
+    best = json.loads(out)
+    assert best["dp"] == 2 and {p["dp"] for p in best["top"]} == {2}
 
 
 def test_fp8_on_a_part_without_it_is_bad_input_for_plan_too():

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -1115,6 +1116,23 @@ def test_calibrate_drafts_under_a_name_no_file_it_reads_has(tmp_path, runs_csv):
     assert base.read_text() == 'base = "megatron-2021"\nname = "mine"\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == [".fit.draft.toml", "fit.toml",
                                                          "runs.csv"]
+
+
+def test_calibrate_writes_its_file_with_the_mode_a_new_file_gets(tmp_path, runs_csv):
+    """The fitted file was the temporary draft renamed, readable by its owner alone (0600, a
+    fuzzing helper's); it takes the umask's mode, and a file it replaces keeps its own."""
+    out = tmp_path / "fit.toml"
+    umask = os.umask(0o022)
+    try:
+        code, out_text, err = cli("calibrate", runs_csv(), "-o", out)
+        assert code == 0, err
+        assert out.stat().st_mode & 0o777 == 0o644
+        out.chmod(0o640)
+        code, out_text, err = cli("calibrate", runs_csv(), "-o", out)
+        assert code == 0, err
+        assert out.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
 
 
 def test_validate_says_when_stack_sets_the_rows_own_aside(runs_csv):

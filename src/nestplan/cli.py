@@ -369,6 +369,10 @@ def _plan(args, sc):
     if args.rank_order is not None:
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
+        from .schedule import SCHEDULES
+
+        if args.pp == 1 and args.schedule in SCHEDULES:  # (even the default's: as plan says)
+            raise SpecError("schedule", args.schedule, "a pipeline schedule needs --pp > 1")
         kw["schedule"] = args.schedule
     if args.stage_layers is not None:
         from .units import counts
@@ -889,6 +893,9 @@ def cmd_calibrate(args) -> int:
     except SpecError as e:
         raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
                         + e.allowed) from None
+    if out.stem != out.stem.strip() or out.stem.startswith("."):  # (" a", or ".toml" itself)
+        raise SpecError("-o", args.output, "names the fitted stack for the file: give a name "
+                        "that starts with neither a space nor a dot and ends in none (mine.toml)")
     cases = load_cases(runs, stack=base, field="RUNS.csv")
     _note_filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")
@@ -928,6 +935,10 @@ def cmd_calibrate(args) -> int:
         except SpecError as e:
             raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
                             "nothing written") from None
+        # the mode a file written in place would have (mkstemp's draft is the owner's alone)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(draft, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~umask)
         os.replace(draft, target)
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None

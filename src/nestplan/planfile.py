@@ -316,10 +316,14 @@ def _from_dict(data: dict) -> PlanFile:
         elif isinstance(value, bool) or not (finite(value) and value >= 0):
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     return PlanFile(sc, par, predicted, data.get("method"),
-                    _comparison(data.get("comparison")), data.get("nestplan_version"))
+                    _comparison(data.get("comparison"), sc), data.get("nestplan_version"))
 
 
-def _comparison(table) -> dict | None:
+def _comparison(table, sc: Scenario) -> dict | None:
+    """A plan file's ``comparison``, checked: each method's row holds a plan this scenario can
+    have (as a method's search evaluates it: what the stack offers is not asked)."""
+    from .specs import check_plan
+
     if table is None:
         return None
     where = "comparison"
@@ -347,9 +351,24 @@ def _comparison(table) -> dict | None:
                     key == "stage_layers" and value is not None and not all(
                         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
+        if {"tp", "pp", "dp", "mbs"} <= row.keys():  # (a row of a method's best plan)
+            at = f"{where}.methods[{i}]"
+            try:
+                par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
+                check_plan(sc, par, stack=False)
+                for name in par.recompute:
+                    sc.stack.policy(name)
+            except SpecError as e:
+                field = e.field if e.field.startswith(at) else f"{at}.{e.field}"
+                raise SpecError(field, e.value, e.allowed) from None
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")
+    for name, message in errors.items():
+        if (rule := _misnamed("method", name)) is not None:
+            raise SpecError(f"{where}.errors", name, rule)
+        if not isinstance(message, str):
+            raise SpecError(f"{where}.errors.{name}", message, "must be a message (a string)")
     return {"methods": rows, "errors": errors}
 
 

@@ -885,6 +885,10 @@ class TrainingSpec(_CachedHash):
                 raise SpecError(name, value, f"at most {MAX_TOKENS:,} is supported")
         if self.attention_span is not None:
             _positive("attention_span", self.attention_span)
+            if self.attention_span > self.seq_len:  # (a query attends within its sequence)
+                raise SpecError("attention_span", self.attention_span,
+                                f"must be at most seq_len = {self.seq_len}: documents are packed "
+                                "into a sequence")
         for f, what in (("moe_imbalance", "the busiest expert rank's routed tokens over the mean"),
                         ("moe_capacity", "the tokens an expert takes over its mean share (a "
                          "factor below 1, dropping tokens of balanced routing, is not modelled)")):
@@ -983,6 +987,10 @@ class Parallelism(_CachedHash):
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
+            # (not dropped without a word: the plan runs no pipeline; the default's name, which
+            # files of earlier versions wrote for every plan, reads as no schedule)
+            if self.pp == 1 and self.schedule != ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
+                raise SpecError("schedule", self.schedule, "a pipeline schedule needs pp > 1")
             if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
                 object.__setattr__(self, "schedule", None)  # one form for the default
         if self.zero not in (0, 1, 2, 3):
@@ -1179,6 +1187,23 @@ def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
                      f"{stack_name} does not have", "use tp = 1")
 
 
+def schedule_refusal(sc: Scenario, name: str, pp: int, vp: int, mbs: int, dp: int, *,
+                     stack: bool = True) -> SpecError | None:
+    """Why schedule ``name`` cannot run ``pp`` stages of ``vp`` chunks with micro-batches of
+    ``mbs`` on ``dp`` replicas (under the scenario's stack, unless ``stack`` is False), as the
+    error to raise; a micro-batch count is the global batch's, the input the user gave."""
+    micro = sc.training.micro_batches(mbs, dp)
+    why = (sc.stack.schedule_refusal(name, pp, vp, micro) if stack
+           else SCHEDULES[name].check(pp, vp, micro))
+    if why is None:
+        return None
+    field, value, rule = why
+    if field == MICRO_BATCHES:
+        field, value, rule = "global_batch", sc.training.global_batch, (
+            f"{micro} micro-batches per replica (global_batch / (mbs·dp)); {rule}")
+    return SpecError(field, value, rule)
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1229,15 +1254,9 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if t.global_batch % per_replica:
         raise SpecError("global_batch", t.global_batch,
                         f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
-    micro = t.micro_batches(par.mbs, par.dp)
-    why = (sc.stack.schedule_refusal(par.pipeline.name, par.pp, par.vp, micro) if stack
-           else par.pipeline.check(par.pp, par.vp, micro))
+    why = schedule_refusal(sc, par.pipeline.name, par.pp, par.vp, par.mbs, par.dp, stack=stack)
     if why is not None:
-        field, value, rule = why
-        if field == MICRO_BATCHES:  # the input the user gave: the global batch
-            field, value, rule = "global_batch", t.global_batch, (
-                f"{micro} micro-batches per replica (global_batch / (mbs·dp)); {rule}")
-        raise SpecError(field, value, rule)
+        raise why
     if par.pipeline.mirrored and any(par.recompute_of(r) != par.recompute_of(par.pp - 1 - r)
                                      for r in range(par.pp)):
         raise SpecError("recompute", par.recompute_text, f"under {par.pipeline.name} rank r "

@@ -447,7 +447,9 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.default_zero", self.default_zero,
                             "must be one of zero_stages " + str(list(self.zero_stages)))
         if self.default_sp and "sp" not in self.axes:
-            raise SpecError("stack.default_sp", True, "needs sp in axes")
+            raise SpecError("stack.default_sp", True, "needs sp in axes (axes: "
+                            f"{', '.join(self.axes) or 'none'}); add sp to axes or set "
+                            "default_sp = false")
         if self.max_zero_with_pp not in (0, 1, 2, 3):
             raise SpecError("stack.max_zero_with_pp", self.max_zero_with_pp, "allowed: 0-3")
 

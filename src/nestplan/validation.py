@@ -353,7 +353,13 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
                         "by the row's columns; make them agree")
     pp = pp or 1
     cp = row.number("cp", 1)
-    dp = row.number("dp") or gpus // (tp * pp * cp)
+    dp = row.number("dp")
+    if dp is None:  # (num_gpus / (tp·pp·cp): the degrees must divide it)
+        if gpus % (tp * pp * cp):
+            raise SpecError(f"{row.where}.num_gpus", gpus, f"must be a multiple of tp·pp·cp = "
+                            f"{tp}·{pp}·{cp} = {tp * pp * cp} (dp is blank: it is num_gpus over "
+                            "their product)")
+        dp = gpus // (tp * pp * cp)
     zero = row.number("zero_stage")
     if zero is None:
         zero = stack.default_zero

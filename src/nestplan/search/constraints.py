@@ -11,8 +11,9 @@ from types import SimpleNamespace
 from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
-from ..schedule import SCHEDULES
-from ..specs import Scenario, dense_etp, interleaves, moe_tp_without_sp, unfoldable
+from ..schedule import SCHEDULES, resolve
+from ..specs import (Scenario, dense_etp, interleaves, moe_tp_without_sp, schedule_refusal,
+                     unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -143,6 +144,31 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         last = list(fixed)[-1]
         raise SpecError(last, fixed[last], f"{names} = {values} = {product} must "
                         f"{'equal' if len(fixed) == 4 else 'divide'} gpus = {gpus}")
+    if (con.cp or 1) > 1 and (tr.seq_len // con.cp) % 2:
+        raise SpecError("cp", con.cp, "seq_len / cp must be even (load-balanced causal chunks)")
+    # the batch each replica takes, where the knobs fix it: as evaluate says it of one plan
+    dp, how = con.dp, ""
+    if dp is None and len(fixed) == 3 and "dp" not in fixed:
+        dp = gpus // product
+        how = f" (dp = gpus / (tp·pp·cp) = {gpus}/{product})"
+    if dp is not None and tr.global_batch % (dp * (con.mbs or 1)):
+        if con.mbs is None:
+            rule = f"must be a multiple of dp = {dp}{how}"
+        else:
+            rule = f"must be a multiple of mbs·dp = {con.mbs}·{dp} = {con.mbs * dp}{how}"
+        raise SpecError("global_batch", tr.global_batch, rule)
+    sched = SCHEDULES.get(con.schedule)
+    vp = con.vp or (1 if sched is not None and sched.chunks == "one" else
+                    2 if sched is not None and sched.chunks == "two" else None)
+    if None not in (dp, con.mbs, con.pp, vp) and con.pp > 1 \
+            and con.schedule in (None, *sc.stack.schedules):
+        # every schedule the stack could give these degrees refuses their micro-batches
+        names = [con.schedule] if con.schedule else [
+            n for n in sc.stack.schedules if SCHEDULES[n].check(con.pp, vp) is None]
+        names.sort(key=lambda n: n != resolve(None, vp).name)  # the default's reason first
+        why = [schedule_refusal(sc, n, con.pp, vp, con.mbs, dp) for n in names]
+        if why and all(why):
+            raise why[0]
     node = sc.cluster.devices_per_node
     if con.tp_within_node and con.tp is not None and con.tp > node:
         raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "

@@ -172,9 +172,9 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (2 if sched is not None and sched.chunks != "one" else 1)
     for pp in _allowed("pp", con.pp, pps):
-        if pp == 1 and pipelined:
-            continue
         dp = rest // pp
+        if (pp == 1 and pipelined) or (con.dp is not None and dp != con.dp):
+            continue
         ep = con.ep or (max((e for e in range(1, m.moe.experts + 1)
                              if m.moe.experts % e == 0 and (dp * cp) % e == 0), default=1)
                         if m.moe is not None else 1)
@@ -197,7 +197,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
                 return par
         except SpecError as e:
             last_error = e
-    raise InfeasibleError(f"manual: no pipeline length fits with tp={tp} and full "
+    given = f" and dp={con.dp}" if con.dp is not None else ""
+    raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and full "
                           f"recomputation" + (f" ({last_error})" if last_error else ""))
 
 

@@ -122,11 +122,13 @@ def _refused_everywhere(spec) -> None:
             first = first or e
             continue
         return
-    if first is not None:
-        raise SpecError(f"constraints.{first.field}", first.value,
+    if first is not None:  # a grid key's value (precision, global_batch) or a constraint's
+        section = "grid" if first.field in {p.key for p in spec.parameters} else "constraints"
+        raise SpecError(f"{section}.{first.field}", first.value,
                         f"no point of the grid takes it (at the first: {first.allowed})")
     if unbuilt is not None:  # no point can even be set up (more GPUs than its cluster holds)
-        raise SpecError(f"grid: {unbuilt.field}", unbuilt.value,
+        field = unbuilt.field if unbuilt.field.startswith("grid.") else f"grid: {unbuilt.field}"
+        raise SpecError(field, unbuilt.value,
                         f"{unbuilt.allowed} (at every point of the grid: none can run)")
 
 
