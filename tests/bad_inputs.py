@@ -781,9 +781,6 @@ PLANFILE_BAD = {
     "comparison-errors-not-a-message": (plan_with("comparison", {"methods": [
         {"method": "nest", "tokens_per_s": 5}], "errors": {"nest": 5}}),
         "comparison.errors.nest: got 5; must be a message"),
-    # a schedule for a plan without a pipeline (had been dropped without a word)
-    "schedule-without-pipeline": (plan_with("plan.schedule", "gpipe"),
-                                  "schedule: got 'gpipe'; a pipeline schedule needs pp > 1"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
@@ -956,6 +953,10 @@ case("validate-stack-unknown", ["validate", "--csv", "{r}.csv", "--stack", "mega
 # the file's name names the stack: one --stack would refuse is refused before the fit
 case("calibrate-output-name-with-tab", ["calibrate", "{r}.csv", "-o", "{d}/x\ty.toml"],
      "-o: got", **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
+for name in (" a.toml", "b .toml", ".toml"):  # a stack named " a", or ".toml" (a helper's)
+    case(f"calibrate-output-name-{name!r}", ["calibrate", "{r}.csv", "-o", "{d}/" + name],
+         "names the fitted stack for the file (its name without .toml): give one with no space",
+         **{"r.csv": _runs(",1.5,", ",1.5,"), "d": DIR})
 case("calibrate-missing-output", ["calibrate", "{r}.csv"], "output",
      **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-output-directory", ["calibrate", "{r}.csv", "-o", "{d}"], "directory",
@@ -1056,8 +1057,8 @@ SWEEP_BAD = {
     "grid-value-no-point-takes": (SWEEP.replace("nest-h100-spineleaf", "selene-a100-hdr")
                                   + 'precision = ["fp8"]\n',
                                   "grid.precision: got 'fp8'; no point of the grid takes it"),
-    "attention-span-over-seq-len": (SWEEP + "attention_span = [100000]\n",
-                                    "attention_span: got 100000; must be at most seq_len = 2048"),
+    "attention-span-huge": (SWEEP + "attention_span = [100000000000]\n",
+                            "grid.attention_span: got 100000000000; at most 16,777,216"),
     "stack-unknown": (SWEEP + 'stack = ["megatron-9"]\n', "stack"),
     # 500 x 300 = 150,000 points: over the limit, refused before listing them
     "too-many-points": (SWEEP.replace("gpus = [16]", f"gpus = {list(range(8, 4008, 8))}")

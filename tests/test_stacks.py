@@ -1081,6 +1081,40 @@ def test_a_plan_file_of_before_tp_keeps_gathered_input_reads_as_torchtitan_does(
     assert saved_stack({**core, "name": "mine"}).tp_keeps_gathered_input is False
 
 
+def test_a_whole_torchtitan_stack_file_of_before_the_later_keys_reads_as_torchtitan(tmp_path):
+    """A stack file without a base (as ``list stacks`` prints one), written before the TP keys
+    existed under a name of the user's, reads them as torchtitan does, as a plan file's stack
+    does (it had taken Megatron-Core's defaults: a reviewer's)."""
+    from nestplan.tomlfmt import document
+
+    table = stack_to_table(get_stack("torchtitan"))
+    for key in ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds"):
+        del table[key]
+    path = tmp_path / "mytitan.toml"
+    path.write_text(document({**table, "name": "mytitan"}))
+    mine = get_stack(str(path))
+    assert mine.tp_keeps_gathered_input is True
+    assert mine.tp_overlap_beyond_domain.value == "none"
+    assert mine.interleaved_rounds == "pp"  # (every stack's then)
+
+
+def test_a_plan_file_of_before_a_schedule_needed_a_pipeline_still_loads(tmp_path):
+    """Files of before 2026-12-03 named a schedule for plans without a pipeline too: such a file
+    loads, with a note that the schedule is read as none (a reviewer's)."""
+    saved = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         8, "--tp", 8, "--pp", 1, "--mbs", 1, "--global-batch", 64, "--seq-len",
+                         4096, "--save", saved)
+    assert code == 0, err
+    data = json.loads(saved.read_text())
+    data["plan"]["schedule"] = "gpipe"
+    saved.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", saved, "--json")
+    assert code == 0, err
+    assert "plan.schedule gpipe is read as none: the plan has no pipeline (pp = 1)" in err
+    assert json.loads(out)["schedule"] is None
+
+
 def test_a_plan_file_of_before_interleaved_rounds_reads_as_its_catalog_stack(tmp_path):
     """A plan file saved before interleaved_rounds existed has no such key in its stack: a
     torchtitan one reads as the catalog's torchtitan (torch's rounds), with no note that it

@@ -370,9 +370,10 @@ def _plan(args, sc):
         kw["rank_order"] = parse_order(args.rank_order)
     if args.schedule is not None:
         from .schedule import SCHEDULES
+        from .specs import no_pipeline_schedule
 
         if args.pp == 1 and args.schedule in SCHEDULES:  # (even the default's: as plan says)
-            raise SpecError("schedule", args.schedule, "a pipeline schedule needs --pp > 1")
+            raise no_pipeline_schedule(args.schedule, "--pp")
         kw["schedule"] = args.schedule
     if args.stage_layers is not None:
         from .units import counts
@@ -893,9 +894,10 @@ def cmd_calibrate(args) -> int:
     except SpecError as e:
         raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
                         + e.allowed) from None
-    if out.stem != out.stem.strip() or out.stem.startswith("."):  # (" a", or ".toml" itself)
-        raise SpecError("-o", args.output, "names the fitted stack for the file: give a name "
-                        "that starts with neither a space nor a dot and ends in none (mine.toml)")
+    if out.stem != out.stem.strip() or out.name == ".toml":  # (" a.toml", or a suffix alone)
+        raise SpecError("-o", args.output, "names the fitted stack for the file (its name without "
+                        ".toml): give one with no space at either end and more than the suffix "
+                        "(mine.toml)")
     cases = load_cases(runs, stack=base, field="RUNS.csv")
     _note_filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")

@@ -695,9 +695,37 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
         raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
 
 
+LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds")
+"""Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
+were first written. One that lacks them is read by ``later_keys_filled``."""
+TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input")
+"""The later keys whose absence a torchtitan stack of the user's own name reads as torchtitan
+does: async TP only within one NVLink domain, the sequence-parallel linears' gathered input
+kept. Its interleaving keeps the default, rounds of pp, which every stack ran then."""
+
+
+def later_keys_filled(table):
+    """A whole stack ``table`` (no base) written before keys of ``LATER_STACK_KEYS`` existed, with
+    them filled in: named as a catalog stack (a plan file's), that stack's values (its plan runs
+    as it did, and the stack is the catalog's); exported as torchtitan's, torchtitan's values of
+    ``TORCHTITAN_LATER_KEYS``; any other keeps the defaults, which every stack had then."""
+    if not isinstance(table, dict) or "base" in table or set(LATER_STACK_KEYS) <= table.keys():
+        return table
+    from .catalog import get_stack, list_names
+
+    if table.get("name") in list_names("stacks"):
+        source, keys = get_stack(table["name"]), LATER_STACK_KEYS
+    elif table.get("export_format") == "torchtitan":
+        source, keys = get_stack("torchtitan"), TORCHTITAN_LATER_KEYS
+    else:
+        return table
+    fill = stack_to_table(source)
+    return {**{k: fill[k] for k in keys if k in fill and k not in table}, **table}
+
+
 def _renamed_stack_keys(table: dict, where: str) -> dict:
     """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph``, read
-    as they were meant (plan files saved before other keys existed: ``planfile.saved_stack``)."""
+    as they were meant (keys added later: ``later_keys_filled``)."""
     if "full_iteration_cuda_graph" not in table:
         return table
     table = dict(table)

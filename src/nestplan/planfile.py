@@ -17,9 +17,9 @@ from pathlib import Path
 from . import __version__
 from .axes import parse_order
 from .errors import SpecError
-from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of, model_from_table,
-                      model_to_table, stack_from_table, stack_to_table, training_from_table,
-                      training_to_table)
+from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of,
+                      later_keys_filled, model_from_table, model_to_table, stack_from_table,
+                      stack_to_table, training_from_table, training_to_table)
 from .recompute import parse_names
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
@@ -146,12 +146,21 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
     # null (written without a pipeline) reads as absent: the default schedule, so that a file
     # edited to pp > 1 still loads
     if table.get("schedule") is not None:
-        from .schedule import SCHEDULES
+        from .schedule import SCHEDULES, resolve
 
         if not isinstance(table["schedule"], str) or table["schedule"] not in SCHEDULES:
             raise SpecError(f"{where}.schedule", table["schedule"],
                             "allowed: " + ", ".join(SCHEDULES))
-        kw["schedule"] = table["schedule"]
+        if kw.get("pp", 1) > 1:
+            kw["schedule"] = table["schedule"]
+        elif table["schedule"] != resolve(None, kw.get("vp", 1)).name:
+            # files of before 2026-12-03 named a schedule for every plan, one given or not
+            import warnings
+
+            from .errors import Note
+
+            warnings.warn(f"{where}.schedule {table['schedule']} is read as none: the plan has "
+                          "no pipeline (pp = 1)", Note)
     if table.get("stage_layers") is not None:
         sl = table["stage_layers"]
         if not isinstance(sl, list) or not all(isinstance(n, int) for n in sl):
@@ -205,36 +214,10 @@ def _note_not_the_catalogs(stack) -> None:
                       f"are used, and outputs label them {stack.name}", Note)
 
 
-LATER_STACK_KEYS = {
-    "tp_overlap_beyond_domain": "none",
-    "tp_keeps_gathered_input": True,
-    "interleaved_rounds": None,
-}
-"""Stack keys added after plan files were first saved, each with what a torchtitan stack of
-another name reads when it lacks it (None: the default). Plan files store their stack whole,
-without a base, so one saved before a key existed lacks it: a stack named as a catalog stack
-takes that stack's value (its plan runs as it did, and the file's stack is the catalog's); a
-torchtitan stack of the user's own name takes torchtitan's behaviour where it was torchtitan's
-then too (async TP only within one NVLink domain, ``StackSpec.tp_overlap_beyond_domain``; the
-sequence-parallel linears keep their gathered input, ``StackSpec.tp_keeps_gathered_input``);
-every other key keeps the default, which is what every stack did then (interleaving in rounds
-of pp, ``StackSpec.interleaved_rounds``)."""
-
-
 def saved_stack(table, where: str = "stack"):
-    """The stack of a plan file's ``table``, keys added since it was saved filled in
-    (``LATER_STACK_KEYS``)."""
-    from .catalog import get_stack, list_names
-
-    if isinstance(table, dict) and not LATER_STACK_KEYS.keys() <= table.keys():
-        if table.get("name") in list_names("stacks"):
-            fill = stack_to_table(get_stack(table["name"]))
-        elif table.get("export_format") == "torchtitan":
-            fill = {k: v for k, v in LATER_STACK_KEYS.items() if v is not None}
-        else:
-            fill = {}
-        table = {**{k: fill[k] for k in LATER_STACK_KEYS if k in fill and k not in table}, **table}
-    return stack_from_table(table, where)
+    """The stack of a plan file's ``table`` (whole, without a base), keys added since it was
+    saved filled in as ``loaders.later_keys_filled`` fills them."""
+    return stack_from_table(later_keys_filled(table), where)
 
 
 def _from_dict(data: dict) -> PlanFile:

@@ -883,12 +883,10 @@ class TrainingSpec(_CachedHash):
             _positive(name, value)
             if value > MAX_TOKENS:
                 raise SpecError(name, value, f"at most {MAX_TOKENS:,} is supported")
-        if self.attention_span is not None:
-            _positive("attention_span", self.attention_span)
-            if self.attention_span > self.seq_len:  # (a query attends within its sequence)
+        if self.attention_span is not None:  # (one at or beyond seq_len: the whole sequence)
+            if _positive("attention_span", self.attention_span) > MAX_TOKENS:
                 raise SpecError("attention_span", self.attention_span,
-                                f"must be at most seq_len = {self.seq_len}: documents are packed "
-                                "into a sequence")
+                                f"at most {MAX_TOKENS:,} is supported")
         for f, what in (("moe_imbalance", "the busiest expert rank's routed tokens over the mean"),
                         ("moe_capacity", "the tokens an expert takes over its mean share (a "
                          "factor below 1, dropping tokens of balanced routing, is not modelled)")):
@@ -987,12 +985,10 @@ class Parallelism(_CachedHash):
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
-            # (not dropped without a word: the plan runs no pipeline; the default's name, which
-            # files of earlier versions wrote for every plan, reads as no schedule)
-            if self.pp == 1 and self.schedule != ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
-                raise SpecError("schedule", self.schedule, "a pipeline schedule needs pp > 1")
-            if self.schedule == ("interleaved-1f1b" if self.vp > 1 else "1f1b"):
+            if self.schedule == resolve(None, self.vp).name:
                 object.__setattr__(self, "schedule", None)  # one form for the default
+            elif self.pp == 1:  # (not dropped without a word: the plan runs no pipeline)
+                raise no_pipeline_schedule(self.schedule)
         if self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "allowed: 0, 1, 2, 3")
         if self.vp > 1 and self.pp == 1:
@@ -1187,6 +1183,31 @@ def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
                      f"{stack_name} does not have", "use tp = 1")
 
 
+def no_pipeline_schedule(name: str, flag: str = "pp") -> SpecError:
+    """The refusal of schedule ``name`` for a plan without a pipeline (``flag``: the knob's
+    name as the input spells it)."""
+    return SpecError("schedule", name, f"a pipeline schedule needs {flag} > 1")
+
+
+def cp_refusal(seq_len: int, cp: int) -> SpecError | None:
+    """Why ``cp`` ranks cannot split sequences of ``seq_len`` into load-balanced causal chunks
+    (two per rank), beyond dividing it; None when they can."""
+    if cp > 1 and (seq_len // cp) % 2:
+        return SpecError("cp", cp, "seq_len / cp must be even (load-balanced causal chunks)")
+    return None
+
+
+def batch_refusal(global_batch: int, mbs: int | None, dp: int, how: str = "") -> SpecError | None:
+    """Why ``dp`` replicas of micro-batches of ``mbs`` sequences (None: not fixed yet, so only
+    the replicas) cannot take a global batch of ``global_batch``; ``how`` says how dp was
+    found when it was not given. None when they can."""
+    if global_batch % (dp * (mbs or 1)) == 0:
+        return None
+    rule = (f"must be a multiple of dp = {dp}" if mbs is None
+            else f"must be a multiple of mbs·dp = {mbs}·{dp} = {mbs * dp}")
+    return SpecError("global_batch", global_batch, rule + how)
+
+
 def schedule_refusal(sc: Scenario, name: str, pp: int, vp: int, mbs: int, dp: int, *,
                      stack: bool = True) -> SpecError | None:
     """Why schedule ``name`` cannot run ``pp`` stages of ``vp`` chunks with micro-batches of
@@ -1221,8 +1242,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("tp", par.tp, f"must divide kv_heads = {m.kv_heads} or be a multiple of it")
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
-    if par.cp > 1 and (t.seq_len // par.cp) % 2:
-        raise SpecError("cp", par.cp, "seq_len / cp must be even (load-balanced causal chunks)")
+    if (why := cp_refusal(t.seq_len, par.cp)) is not None:
+        raise why
     if par.sp and par.tp == 1:
         raise SpecError("sp", True, "sequence parallelism needs tp > 1")
     if par.sp and par.tp > 1 and (t.seq_len // par.cp) % par.tp:
@@ -1250,10 +1271,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
             raise SpecError("etp", par.expert_tp, f"must divide moe.ffn_hidden = {m.moe.ffn_hidden}")
     if m.ffn_hidden % par.tp:
         raise SpecError("tp", par.tp, f"must divide ffn_hidden = {m.ffn_hidden}")
-    per_replica = par.mbs * par.dp
-    if t.global_batch % per_replica:
-        raise SpecError("global_batch", t.global_batch,
-                        f"must be a multiple of mbs·dp = {par.mbs}·{par.dp} = {per_replica}")
+    if (why := batch_refusal(t.global_batch, par.mbs, par.dp)) is not None:
+        raise why
     why = schedule_refusal(sc, par.pipeline.name, par.pp, par.vp, par.mbs, par.dp, stack=stack)
     if why is not None:
         raise why

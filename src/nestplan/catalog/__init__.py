@@ -206,7 +206,7 @@ def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
     the files ``seen`` name it as their base, in turn (a base file's fields are named as
     ``stack PATH.key`` or ``accelerator PATH.key``). Keys a file does not set are its base's,
     calibration included; a stack file without ``name`` is named for the file."""
-    from ..loaders import accelerator_from_table, stack_from_table
+    from ..loaders import accelerator_from_table, later_keys_filled, stack_from_table
 
     noun = kind[:-1]
     a_noun = f"{'an' if noun == 'accelerator' else 'a'} {noun}"
@@ -218,8 +218,9 @@ def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
     build = stack_from_table if kind == "stacks" else accelerator_from_table
     where = noun if not seen else f"{noun} {ident}"
     given = "name" in table  # (else a stack file is named for the file, below)
-    if "base" not in table:
-        built = build(table, where)
+    if "base" not in table:  # (a whole stack file of the user's, maybe of an earlier release)
+        built = build(later_keys_filled(table) if kind == "stacks" and looks_like_path(name)
+                      else table, where)
     else:
         table = dict(table)
         base_name = table.pop("base")

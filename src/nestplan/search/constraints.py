@@ -12,8 +12,8 @@ from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES, resolve
-from ..specs import (Scenario, dense_etp, interleaves, moe_tp_without_sp, schedule_refusal,
-                     unfoldable)
+from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, interleaves, moe_tp_without_sp,
+                     no_pipeline_schedule, schedule_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -144,31 +144,6 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         last = list(fixed)[-1]
         raise SpecError(last, fixed[last], f"{names} = {values} = {product} must "
                         f"{'equal' if len(fixed) == 4 else 'divide'} gpus = {gpus}")
-    if (con.cp or 1) > 1 and (tr.seq_len // con.cp) % 2:
-        raise SpecError("cp", con.cp, "seq_len / cp must be even (load-balanced causal chunks)")
-    # the batch each replica takes, where the knobs fix it: as evaluate says it of one plan
-    dp, how = con.dp, ""
-    if dp is None and len(fixed) == 3 and "dp" not in fixed:
-        dp = gpus // product
-        how = f" (dp = gpus / (tp·pp·cp) = {gpus}/{product})"
-    if dp is not None and tr.global_batch % (dp * (con.mbs or 1)):
-        if con.mbs is None:
-            rule = f"must be a multiple of dp = {dp}{how}"
-        else:
-            rule = f"must be a multiple of mbs·dp = {con.mbs}·{dp} = {con.mbs * dp}{how}"
-        raise SpecError("global_batch", tr.global_batch, rule)
-    sched = SCHEDULES.get(con.schedule)
-    vp = con.vp or (1 if sched is not None and sched.chunks == "one" else
-                    2 if sched is not None and sched.chunks == "two" else None)
-    if None not in (dp, con.mbs, con.pp, vp) and con.pp > 1 \
-            and con.schedule in (None, *sc.stack.schedules):
-        # every schedule the stack could give these degrees refuses their micro-batches
-        names = [con.schedule] if con.schedule else [
-            n for n in sc.stack.schedules if SCHEDULES[n].check(con.pp, vp) is None]
-        names.sort(key=lambda n: n != resolve(None, vp).name)  # the default's reason first
-        why = [schedule_refusal(sc, n, con.pp, vp, con.mbs, dp) for n in names]
-        if why and all(why):
-            raise why[0]
     node = sc.cluster.devices_per_node
     if con.tp_within_node and con.tp is not None and con.tp > node:
         raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
@@ -221,7 +196,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             raise SpecError("schedule", con.schedule,
                             f"stack {sc.stack.name} runs " + ", ".join(sc.stack.schedules))
         if con.pp == 1:
-            raise SpecError("schedule", con.schedule, "a pipeline schedule needs --pp > 1")
+            raise no_pipeline_schedule(con.schedule, "--pp")
         rule = SCHEDULES[con.schedule]
         why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1))
         if why is not None and con.vp is not None:
@@ -259,3 +234,25 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             and not sc.stack.recompute_per_stage:
         raise SpecError("recompute", runs_text(con.recompute),
                         f"stack {sc.stack.name} applies one policy to every stage")
+    # knobs each possible alone whose sequence or batch does not divide, as evaluate says it of
+    # one plan (last: a knob the stack or the model refuses outright is the first thing to fix)
+    if con.cp is not None and (why := cp_refusal(tr.seq_len, con.cp)) is not None:
+        raise why
+    dp, how = con.dp, ""
+    if dp is None and len(fixed) == 3 and "dp" not in fixed:
+        dp = gpus // product
+        how = f" (dp = gpus / (tp·pp·cp) = {gpus}/{product})"
+    if dp is not None and (why := batch_refusal(tr.global_batch, con.mbs, dp, how)) is not None:
+        raise why
+    sched = SCHEDULES.get(con.schedule)
+    vp = con.vp or (1 if sched is not None and sched.chunks == "one" else
+                    2 if sched is not None and sched.chunks == "two" else None)
+    if None not in (dp, con.mbs, con.pp, vp) and con.pp > 1 \
+            and con.schedule in (None, *sc.stack.schedules):
+        # every schedule the stack could give these degrees refuses their micro-batches
+        names = [con.schedule] if con.schedule else [
+            n for n in sc.stack.schedules if SCHEDULES[n].check(con.pp, vp) is None]
+        names.sort(key=lambda n: n != resolve(None, vp).name)  # the default's reason first
+        why = [schedule_refusal(sc, n, con.pp, vp, con.mbs, dp) for n in names]
+        if why and all(why):
+            raise why[0]

@@ -123,8 +123,14 @@ def _refused_everywhere(spec) -> None:
             continue
         return
     if first is not None:  # a grid key's value (precision, global_batch) or a constraint's
-        section = "grid" if first.field in {p.key for p in spec.parameters} else "constraints"
-        raise SpecError(f"{section}.{first.field}", first.value,
+        from .spec import GRID_DEFAULTS
+
+        grid = {p.key: p.values for p in spec.parameters}
+        field = f"constraints.{first.field}"
+        if first.field in grid:  # (one the file may not name: said so)
+            field = f"grid.{first.field}" + (
+                " (by default)" if grid[first.field] == GRID_DEFAULTS.get(first.field) else "")
+        raise SpecError(field, first.value,
                         f"no point of the grid takes it (at the first: {first.allowed})")
     if unbuilt is not None:  # no point can even be set up (more GPUs than its cluster holds)
         field = unbuilt.field if unbuilt.field.startswith("grid.") else f"grid: {unbuilt.field}"

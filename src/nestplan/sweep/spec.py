@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..caching import cached
 from ..errors import SpecError
-from ..specs import MAX_HEADROOM, MAX_MTP_LAYERS, MAX_TOKENS, valid_headroom
+from ..specs import MAX_HEADROOM, MAX_MTP_LAYERS, valid_headroom
 
 if TYPE_CHECKING:
     from ..search.constraints import Constraints
@@ -504,11 +504,9 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
             continue
         values = _values(grid, key, f"grid.{key}") if key in grid else list(GRID_DEFAULTS[key])
         values = [v.lower() if isinstance(v, str) else v for v in values]
-        # (a span is checked against each point's seq_len when the point is built)
-        alone = {**defaults, "seq_len": MAX_TOKENS} if key == "attention_span" else defaults
         for v in values:
             try:
-                training_from_table({**alone, key: v}, "grid")
+                training_from_table({**defaults, key: v}, "grid")
             except SpecError as e:
                 raise SpecError(f"grid.{key}", v, e.allowed) from None
         add(key, values)
