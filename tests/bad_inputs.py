@@ -424,6 +424,10 @@ def _cluster_with(old, new):
 
 
 CLUSTER_BAD = {
+    # a file's cluster named as a catalog one it is not (outputs label it so: a fuzzing helper's)
+    "catalog-name": (CLUSTER.replace('name = "mine"', 'name = "dgx-h100-ndr"'),
+                     "cluster.name: got 'dgx-h100-ndr'; is a catalog cluster's name, and this "
+                     "file's cluster differs from it"),
     "not-toml": ("name = \n", "TOML"),
     "empty": ("", "accelerator"),
     "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
@@ -1160,6 +1164,10 @@ for name, (extra, needle) in {
                                        "experts; moe.shared_experts is 0")}.items():
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
          **{"m.toml": MODEL_TOML + extra})
+# a file's model named as a catalog one it is not (outputs label it so: a fuzzing helper's)
+case("model-file-catalog-name", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+     "model.name: got 'llama3-8b'; is a catalog model's name, and this file's model differs",
+     **{"m.toml": MODEL_TOML.replace('name = "x"', 'name = "llama3-8b"')})
 # a stack file the grid names, with a bad value inside: the message shows that value too
 case("sweep-file-stack-file-bad-value", ["sweep", "{s}.toml", "--dry-run"],
      "stack.eager_ops: got 'glu-clamp'",

@@ -164,7 +164,10 @@ def get_cluster(name: str) -> ClusterSpec:
         table, ident = _read_toml(Path(name), "cluster"), str(Path(name).resolve())
     else:
         table, ident = _catalog_table("clusters", name, "cluster"), name
-    return cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
+    cluster = cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
+    if looks_like_path(name):
+        _refuse_a_lookalike("clusters", cluster, get_cluster)
+    return cluster
 
 
 @_cached
@@ -182,7 +185,9 @@ def get_model(name: str) -> ModelSpec:
             from ..hf import model_from_hf_config
 
             return model_from_hf_config(_reading(path))
-        return model_from_table(_read_toml(path, "model"))
+        model = model_from_table(_read_toml(path, "model"))
+        _refuse_a_lookalike("models", model, get_model)
+        return model
     return model_from_table(_catalog_table("models", name, "model"))
 
 
@@ -246,6 +251,16 @@ def _refuse_a_catalog_name(stack, given: bool, where: str) -> None:
                "the file)")
         raise SpecError(f"{where}.name", name, f"is a catalog stack's name; give the file's stack "
                         f"a name of its own{how}")
+
+
+def _refuse_a_lookalike(kind: str, spec, get) -> None:
+    """A model or cluster file may not take a catalog entry's name (outputs, plan files and sweep
+    rows name it by it, and would say ``dgx-h100-ndr`` of a file that only shares the name),
+    unless it is that entry (what ``list KIND NAME`` prints of it)."""
+    if spec.name in list_names(kind) and spec != get(spec.name):
+        noun = kind[:-1]
+        raise SpecError(f"{noun}.name", spec.name, f"is a catalog {noun}'s name, and this file's "
+                        f"{noun} differs from it; give it a name of its own")
 
 
 def _base_beside(ident: str, base: str) -> str:
