@@ -801,6 +801,18 @@ for name, (content, needle) in PLANFILE_BAD.items():
 # an output path that is the plan being read would replace it
 case("report-onto-its-plan", ["report", "{p}.json", "-o", "{p}.json"], "is the plan file being read",
      **{"p.json": lambda base: json.dumps(base)})
+# a device as the output of an export that writes files beside it (had written /dev/null.x)
+case("export-extras-beside-a-device", ["export", "{p}.json", "--format", "deepspeed", "-o",
+                                       "/dev/null"],
+     "-o: got '/dev/null'; not a regular file, and the export also writes PATH.notes.txt",
+     **{"p.json": lambda base: json.dumps(base)})
+# a middle model chunk without blocks, which torchtitan cannot name (its export had refused it
+# after evaluate ran: a fuzzing helper's)
+case("evaluate-torchtitan-empty-chunk", ["evaluate", *SCENARIO[:4], "--gpus", "16", "--stack",
+                                         "torchtitan", "--tp", "1", "--pp", "2", "--vp", "2",
+                                         "--mbs", "1", "--global-batch", "64", "--seq-len", "4096",
+                                         "--recompute", "full", "--stage-layers", "16,0,8,8"],
+     "stage-layers: got '16,0,8,8'; stack torchtitan names each model chunk by its blocks")
 case("export-onto-its-plan", ["export", "{p}.json", "--format", "megatron", "-o", "{p}.json"],
      "is the plan file being read", **{"p.json": lambda base: json.dumps(base)})
 for name in ("tp-zero", "recompute-unknown", "plan-missing", "not-json", "stack-overhead-nan",

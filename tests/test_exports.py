@@ -1530,6 +1530,28 @@ def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path)
             f"every2): step {full.step_time:.3f} s") in note
 
 
+@pytest.mark.parametrize("vp, layers, counts", [(1, (24, 8), {0: 12, 1: 4}),
+                                                (2, (1, 15, 15, 1), {0: 8, 1: 8})])
+def test_megatron_every_n_recomputes_each_stages_share(tmp_path, vp, layers, counts):
+    """Megatron's block recomputation takes one count per process: an every:2 policy is exported
+    per stage, ceil(n/2) of its largest chunk of n (it had taken the smallest chunk anywhere for
+    every stage: 4 of stage 0's 24 blocks, a fuzzing helper's)."""
+    path = tmp_path / "mystk.toml"
+    path.write_text('base = "megatron-core"\nname = "mystk"\n'
+                    'recompute = {none = "none", ev2 = "every:2", full = "full"}\n')
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             stack=str(path))
+    par = Parallelism(tp=2, pp=2, dp=4, vp=vp, sp=True, zero=1, mbs=1, recompute=("ev2",),
+                      stage_layers=layers)
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    script = out.extras.get(".stages.sh")
+    text = script if script is not None else out.text
+    found = {int(s): int(n) for s, n in re.findall(r"(\d)\) set -- .*--recompute-num-layers (\d+)",
+                                                    text)} if script else {
+        s: int(re.search(r"--recompute-num-layers (\d+)", text).group(1)) for s in range(2)}
+    assert found == counts
+
+
 def test_a_torchtitan_export_predicts_the_mode_it_runs(tmp_path):
     """A stack file's every:2 policy runs as torchtitan's full checkpointing: the exported plan
     carries the stack's full policy, so its prediction is of that run (a user trial found the

@@ -98,6 +98,20 @@ def test_the_rule_of_thumb_plans_keep_a_given_dp(method):
     assert best["dp"] == 2 and {p["dp"] for p in best["top"]} == {2}
 
 
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_an_output_that_is_a_hard_link_of_the_plan_is_refused(tmp_path, command):
+    """The check compared paths, so a hard link of the plan file was overwritten by the report
+    or the script (a fuzzing helper's)."""
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(base_plan(tmp_path)))
+    os.link(plan, tmp_path / "h.json")
+    before = plan.read_text()
+    extra = ["--format", "megatron"] if command == "export" else []
+    assert one_line_error(*cli(command, plan, *extra, "-o", tmp_path / "h.json"),
+                          "is the plan file being read; write to a new file")
+    assert plan.read_text() == before
+
+
 def test_fp8_on_a_part_without_it_is_bad_input_for_plan_too():
     assert one_line_error(*cli("plan", "--model", "llama3-8b", "--cluster", "selene-a100-hdr",
                                "--gpus", 64, "--precision", "fp8"),

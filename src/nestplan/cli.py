@@ -660,6 +660,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .errors import SpecError
     from .exports import export
     from .loaders import writable
 
@@ -669,6 +670,10 @@ def cmd_export(args) -> int:
     out = export(pf, args.format)
     if args.output is not None:
         path = Path(args.output)
+        if out.extras and path.exists() and not path.is_file():  # (/dev/null: not /dev/null.x)
+            raise SpecError("-o", args.output, "not a regular file, and the export also writes "
+                            + ", ".join(f"PATH{s}" for s in out.extras) + " beside it: give a "
+                            "file path")
         for suffix in out.extras:  # every file is checked before the first is written
             writable(str(path) + suffix, "-o", f"'{suffix}'", reads=(args.plan,), what=THE_PLAN)
         files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
@@ -676,8 +681,6 @@ def cmd_export(args) -> int:
             try:
                 Path(name).write_text(text)
             except OSError as e:  # the file that failed, and what was written before it
-                from .errors import SpecError
-
                 done = list(files)[:list(files).index(name)]
                 raise SpecError("-o", name, f"cannot write ({e.strerror})" + (
                     f"; {', '.join(done)} written" if done else "")) from None

@@ -62,7 +62,11 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
 
 def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tuple,
               what: str) -> None:
-    if path.resolve() in {Path(r).resolve() for r in reads}:
+    import os
+
+    # (the same file by another name too: a hard link's path differs)
+    if path.resolve() in {Path(r).resolve() for r in reads} or path.exists() and any(
+            Path(r).exists() and os.path.samefile(path, r) for r in reads):
         raise SpecError(field, str(path), f"is {what}; write to a new file")
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
@@ -77,7 +81,6 @@ def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tupl
         with open(path, "ab"):
             pass
     elif not path.exists():  # (a dangling link: where it points) a file can be made there
-        import os
         import tempfile
 
         target = Path(os.path.realpath(path))

@@ -24,7 +24,7 @@ from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
 from .recompute import STANDARD, Policy, standard
 from .schedule import MICRO_BATCHES, SCHEDULES
-from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, within
+from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, list_text, within
 from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
@@ -598,6 +598,14 @@ class StackSpec(_CachedHash):
             return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
                                   "micro-batch, which Megatron-Core does with pipelining only "
                                   "under an interleaved schedule"), "use vp > 1"
+        layers = par.stage_layers
+        if self.export_format == "torchtitan" and layers is not None and 0 in layers[1:-1]:
+            # torchtitan names each model part's modules (module_fqns_per_model_part): a part
+            # in the middle without a block has none (the export refused it after evaluate ran)
+            return "stage_layers", list_text(layers), (
+                f"stack {n} names each model chunk by its blocks (torchtitan's "
+                f"module_fqns_per_model_part), and chunk {layers.index(0, 1)} holds none; give "
+                "it blocks")
         for r in par.recompute:
             if self.policy_index(r) is None:
                 return "recompute", r, f"stack {n} offers " + ", ".join(

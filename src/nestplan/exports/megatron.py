@@ -287,7 +287,8 @@ def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list
     approximate the policy. ``present``: the modules the model has (only those are exported:
     Megatron-Core refuses moe_act without grouped experts and mla_up_proj without MLA,
     transformer_config.py @ d98e8a64dd; leaving the others out changes nothing the cost model
-    runs, no operator of the model being in them); ``sizes``: blocks per model chunk."""
+    runs, no operator of the model being in them); ``sizes``: blocks per model chunk of the
+    stage the flags are for."""
     notes, approximated = [], policy.kind in ("matmul-outputs", "every")
     if policy.kind == "matmul-outputs":
         notes.append(f"recompute policy '{policy.name}' (per-op checkpointing) has no "
@@ -295,8 +296,11 @@ def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list
                      "attention core, which keeps more")
     elif policy.kind == "every":
         notes.append(f"recompute policy '{policy.name}' ({policy.rule}) is approximated by "
-                     "--recompute-method block: the first blocks of every stage recompute "
-                     f"fully, the same share as one block in every {policy.every}")
+                     f"--recompute-method block: the first ceil(n/{policy.every}) blocks of each "
+                     "model chunk recompute fully, n the largest chunk on the stage (Megatron "
+                     "takes one count per process; a smaller chunk recomputes more than its "
+                     f"share of one block in every {policy.every}; the predictions are the "
+                     "policy's)")
     modules = tuple(x for x in policy.modules if x in present)
     if policy.modules and not modules:
         notes.append(f"recompute policy '{policy.name}' recomputes nothing in this model (it "
@@ -306,7 +310,7 @@ def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list
                 "--recompute-num-layers 1"], notes, approximated
     if policy.kind == "every":
         return ["--recompute-granularity full", "--recompute-method block",
-                f"--recompute-num-layers {-(-min(sizes) // policy.every)}"], notes, approximated
+                f"--recompute-num-layers {-(-max(sizes) // policy.every)}"], notes, approximated
     if policy.kind == "matmul-outputs" or (policy.kind == "modules" and modules):
         flags = ["--recompute-granularity selective"]
         if modules not in ((), ("core_attn",)):  # Megatron's default module list
@@ -451,10 +455,13 @@ def export(pf: PlanFile) -> Export:
     else:
         args.append(f"--pipeline-model-parallel-layout '{_layout(sizes, m.mtp_layers)}'")
     present = layer_graph(m, exported, tr, sc.stack).modules
-    by_policy = {p: _recompute_flags(p, present, sizes) for p in dict.fromkeys(policies)}
-    for _, why, _ in by_policy.values():
-        notes += why
-    stage_flags = [by_policy[p][0] for p in policies]
+    # (an every:N policy's count follows its stage's chunks, so its flags are per stage)
+    local = [[sizes[c] for c in exported.pipeline.chunks_of(s, par.pp, exported.vp)]
+             for s in range(par.pp)]
+    keys = [(p, tuple(local[s]) if p.kind == "every" else ()) for s, p in enumerate(policies)]
+    by_key = {k: _recompute_flags(k[0], present, list(k[1])) for k in dict.fromkeys(keys)}
+    notes += dict.fromkeys(why for _, whys, _ in by_key.values() for why in whys)
+    stage_flags = [by_key[k][0] for k in keys]
     staged = len(set(map(tuple, stage_flags))) > 1  # flags per stage: the stage script's
     if not staged:
         args += stage_flags[0]
@@ -588,7 +595,9 @@ def export(pf: PlanFile) -> Export:
     notes += rank_note(par, MEGATRON_ORDER, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")
     if staged:
-        notes.append("the stages recompute differently (" + par.recompute_text + "), so these "
+        how = par.recompute_text + ("" if len(set(policies)) > 1 else
+                                    ", with a count of blocks per stage")
+        notes.append("the stages recompute differently (" + how + "), so these "
                      "arguments hold no --recompute-* flag: launch through the stage script, "
                      "which adds each stage's: torchrun --no-python ... bash PATH.stages.sh "
                      "python pretrain_gpt.py ARGUMENTS" + (
@@ -596,7 +605,7 @@ def export(pf: PlanFile) -> Export:
                          "--no-python ... bash PATH.ranks.sh bash PATH.stages.sh python "
                          "pretrain_gpt.py ARGUMENTS)"
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
-    if sched_notes or any(approximated for _, _, approximated in by_policy.values()) \
+    if sched_notes or any(approximated for _, _, approximated in by_key.values()) \
             or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported, "megatron"))
     predicted, stack_notes = headline(pf, exported, "megatron")
