@@ -1552,6 +1552,20 @@ def test_megatron_every_n_recomputes_each_stages_share(tmp_path, vp, layers, cou
     assert found == counts
 
 
+def test_deepspeed_export_says_how_to_run_every_n(tmp_path):
+    """An every:N policy's note had pointed at Megatron-DeepSpeed's selective recomputation of
+    the attention core, which is not that policy (a fuzzing helper's)."""
+    path = tmp_path / "mystk.toml"
+    path.write_text('base = "deepspeed"\nname = "mystk"\n'
+                    'recompute = {none = "none", ev2 = "every:2", full = "full"}\n')
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
+                             stack=str(path))
+    par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("ev2",))
+    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
+    assert any("checkpoint one transformer block in every 2" in n for n in notes), notes
+    assert not any("attention core" in n for n in notes), notes
+
+
 def test_a_torchtitan_export_predicts_the_mode_it_runs(tmp_path):
     """A stack file's every:2 policy runs as torchtitan's full checkpointing: the exported plan
     carries the stack's full policy, so its prediction is of that run (a user trial found the

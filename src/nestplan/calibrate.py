@@ -367,7 +367,8 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     _, mem_after, _ = _errors(cases, stack, predictions)
     ids = tuple(c.id for c in cases)
     stack = replace(stack, name=name, fitted_on=ids,
-                    description=f"{base.name} calibrated on {len(cases)} measured runs")
+                    description=f"{base.name} calibrated on {len(cases)} measured "
+                    + ("run" if len(cases) == 1 else "runs"))
     # multipliers of the base, and the two overheads as fitted values
     params = {n: math.exp(v) for n, v in zip(names, x)
               if n not in FITTED_VALUES}

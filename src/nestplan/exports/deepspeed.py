@@ -52,7 +52,11 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes.append(f"ZeRO-{par.zero} is incompatible with DeepSpeed's pipeline engine; "
                      "exported as ZeRO-1")
         exported = exported.with_(zero=1)
-    if policy.kind in ("modules", "matmul-outputs", "every"):
+    if policy.kind == "every":
+        notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no DeepSpeed "
+                     f"setting; the model code must checkpoint one transformer block in every "
+                     f"{policy.every} (deepspeed.checkpointing.checkpoint around those blocks)")
+    elif policy.kind in ("modules", "matmul-outputs"):
         notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no DeepSpeed "
                      "setting; the model code must checkpoint what it names (Megatron-DeepSpeed: "
                      "--recompute-granularity selective for the attention core)")
