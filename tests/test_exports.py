@@ -1530,36 +1530,39 @@ def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path)
             f"every2): step {full.step_time:.3f} s") in note
 
 
+def _every2_scenario(tmp_path, base: str, gpus: int):
+    """Llama 3 8B on ``gpus`` H100 under a stack file based on ``base`` that offers ``ev2``, full
+    recomputation of one block in every two."""
+    path = tmp_path / "mystk.toml"
+    path.write_text(f'base = "{base}"\nname = "mystk"\n'
+                    'recompute = {none = "none", ev2 = "every:2", full = "full"}\n')
+    return scenario_from_names("llama3-8b", "dgx-h100-ndr", gpus, seq_len=4096, global_batch=64,
+                               stack=str(path))
+
+
 @pytest.mark.parametrize("vp, layers, counts", [(1, (24, 8), {0: 12, 1: 4}),
                                                 (2, (1, 15, 15, 1), {0: 8, 1: 8})])
 def test_megatron_every_n_recomputes_each_stages_share(tmp_path, vp, layers, counts):
     """Megatron's block recomputation takes one count per process: an every:2 policy is exported
     per stage, ceil(n/2) of its largest chunk of n (it had taken the smallest chunk anywhere for
     every stage: 4 of stage 0's 24 blocks, a fuzzing helper's)."""
-    path = tmp_path / "mystk.toml"
-    path.write_text('base = "megatron-core"\nname = "mystk"\n'
-                    'recompute = {none = "none", ev2 = "every:2", full = "full"}\n')
-    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
-                             stack=str(path))
+    sc = _every2_scenario(tmp_path, "megatron-core", 16)
     par = Parallelism(tp=2, pp=2, dp=4, vp=vp, sp=True, zero=1, mbs=1, recompute=("ev2",),
                       stage_layers=layers)
     out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
-    script = out.extras.get(".stages.sh")
-    text = script if script is not None else out.text
-    found = {int(s): int(n) for s, n in re.findall(r"(\d)\) set -- .*--recompute-num-layers (\d+)",
-                                                    text)} if script else {
-        s: int(re.search(r"--recompute-num-layers (\d+)", text).group(1)) for s in range(2)}
+    if ".stages.sh" in out.extras:  # the stages differ: each its own count in the stage script
+        found = {int(s): int(n) for s, n in re.findall(
+            r"(\d)\) set -- .*--recompute-num-layers (\d+)", out.extras[".stages.sh"])}
+    else:  # one count for every stage, in the arguments
+        n = int(re.search(r"--recompute-num-layers (\d+)", out.text).group(1))
+        found = {s: n for s in range(par.pp)}
     assert found == counts
 
 
 def test_deepspeed_export_says_how_to_run_every_n(tmp_path):
     """An every:N policy's note had pointed at Megatron-DeepSpeed's selective recomputation of
     the attention core, which is not that policy (a fuzzing helper's)."""
-    path = tmp_path / "mystk.toml"
-    path.write_text('base = "deepspeed"\nname = "mystk"\n'
-                    'recompute = {none = "none", ev2 = "every:2", full = "full"}\n')
-    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
-                             stack=str(path))
+    sc = _every2_scenario(tmp_path, "deepspeed", 8)
     par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("ev2",))
     notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
     assert any("checkpoint one transformer block in every 2" in n for n in notes), notes

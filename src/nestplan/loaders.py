@@ -64,7 +64,8 @@ def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tupl
               what: str) -> None:
     import os
 
-    # (the same file by another name too: a hard link's path differs)
+    # the same file by any name: a link's (resolve also raises on a loop of links), a hard
+    # link's (samefile: only a file that exists can be read)
     if path.resolve() in {Path(r).resolve() for r in reads} or path.exists() and any(
             Path(r).exists() and os.path.samefile(path, r) for r in reads):
         raise SpecError(field, str(path), f"is {what}; write to a new file")
