@@ -85,3 +85,13 @@ def pytest_terminal_summary(terminalreporter):
                 if name == "print":
                     terminalreporter.write_line("")
                     terminalreporter.write_line(value)
+
+
+def exported(sc, par, fmt: str):
+    """The export to ``fmt`` of the plan file that ``evaluate(sc, par)`` saves, read back as
+    ``nestplan export`` reads it."""
+    from nestplan import planfile
+    from nestplan.evaluate import evaluate
+    from nestplan.exports import export
+
+    return export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), fmt)

@@ -27,7 +27,7 @@ from nestplan.options import Precision
 from nestplan.units import GiB
 from nestplan.specs import Parallelism, RopeScaling
 
-from conftest import SHARED
+from conftest import SHARED, exported
 
 N, S, F = "none", "selective", "full"
 
@@ -173,7 +173,7 @@ def test_megatron_mla_and_moe_pattern():
     sc = scenario_from_names(str(cfg), "dgx-h100-ndr", 1024, seq_len=4096, global_batch=1024)
     par = Parallelism(tp=2, pp=8, dp=64, ep=32, etp=1, sp=True, zero=1, mbs=1,
                       recompute=(F,))
-    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    text = exported(sc, par, "megatron").text
     for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
                  "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128",
                  "--qk-layernorm"):  # (MLA's q_a and kv_a norms)
@@ -192,11 +192,10 @@ def test_megatron_builds_qwen3_with_its_qk_norms():
     texts = {}
     for name in ("qwen3-30b-a3b", "mixtral-8x7b"):
         sc = scenario_from_names(name, "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
-        texts[name] = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
-                             "megatron").text
+        texts[name] = exported(sc, par, "megatron").text
     sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     l2 = replace(sc, model=replace(sc.model, name="l2", qk_l2_norm=True))  # Llama 4's kind
-    texts["l2"] = export(planfile.from_dict(planfile.to_dict(evaluate(l2, par))), "megatron").text
+    texts["l2"] = exported(l2, par, "megatron").text
     assert "--qk-layernorm" in texts["qwen3-30b-a3b"]
     assert "--qk-layernorm" not in texts["mixtral-8x7b"]
     assert "--qk-l2-norm" in texts["l2"] and "--qk-layernorm" not in texts["l2"]
@@ -216,8 +215,7 @@ def test_megatron_gates_a_gelu_mlp():
 
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
     sc = replace(sc, model=replace(sc.model, mlp=MLPKind.GEGLU))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
-        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron")
+    out = exported(sc, Parallelism(tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1), "megatron")
     flags = _flags(out.text)
     assert "quick-geglu" in flags and "swiglu" not in flags
     assert any("gated by GeLU" in n for n in out.notes)
@@ -227,8 +225,7 @@ def test_megatron_gates_a_gelu_mlp():
     # with biases, Megatron-Core's fused bias-activation kernels refuse quick GeLU at the first
     # forward (megatron/core/transformer/mlp.py @ d98e8a64dd; a reviewer ran it): off
     biased = replace(sc, model=replace(sc.model, bias=True))
-    text = export(planfile.from_dict(planfile.to_dict(evaluate(biased, Parallelism(
-        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron").text
+    text = exported(biased, Parallelism(tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1), "megatron").text
     assert "--no-bias-gelu-fusion" in text and "--no-bias-gelu-fusion" not in out.text
 
 
@@ -243,7 +240,7 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
     for name in ("qwen2-moe.json", "glm4.5.json", "gpt-oss-120b.json"):
         sc = scenarios[name] = scenario_from_names(str(hf / name), "dgx-h100-ndr", 16,
                                                    seq_len=4096, global_batch=64)
-        text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, plan))), "megatron").text
+        text = exported(sc, plan, "megatron").text
         flags = _flags(text)
         texts[name], flags_of[name] = text, flags
         assert ("add-qkv-bias" in flags) == sc.model.qkv_bias
@@ -261,8 +258,7 @@ def test_megatron_builds_the_biases_gates_and_sinks_of_the_model():
         evaluate(oss_sc, replace(plan, etp=None))
     # a plan searched for torchtitan, whose experts follow TP without EP, exports with etp 1
     titan = replace(oss_sc, stack=get_stack("torchtitan"))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(titan, Parallelism(
-        tp=2, pp=1, dp=8, ep=1, sp=True, zero=2, mbs=1)))), "megatron")
+    out = exported(titan, Parallelism(tp=2, pp=1, dp=8, ep=1, sp=True, zero=2, mbs=1), "megatron")
     assert _flags(out.text)["expert-tensor-parallel-size"] == ["1"]
     assert any("carry biases at etp = 1 only" in n for n in out.notes)
     pytest.importorskip("megatron.core")
@@ -322,8 +318,7 @@ def test_megatron_rope_scaling_flags_give_the_configs_frequencies(scaling, note,
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**LLAMA31, "rope_scaling": scaling}))
     sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
-        tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1)))), "megatron")
+    out = exported(sc, Parallelism(tp=2, pp=1, dp=4, sp=True, zero=1, mbs=1), "megatron")
     flags = _flags(out.text)
     noted = [n for n in out.notes if note and note in n]
     assert bool(noted) == bool(note), out.notes
@@ -373,8 +368,7 @@ def test_megatron_yarn_flags_give_the_configs_frequencies(config, scaling, plan,
         path.write_text(json.dumps(data))
     sc = scenario_from_names(str(path), "dgx-h100-ndr", plan.tp * plan.pp * plan.dp,
                              seq_len=4096, global_batch=1024, mtp_layers=0)
-    flags = _flags(export(planfile.from_dict(planfile.to_dict(evaluate(sc, plan))),
-                          "megatron").text)
+    flags = _flags(exported(sc, plan, "megatron").text)
     m = sc.model
     mla = "multi-latent-attention" in flags
     assert mla == (m.mla is not None)
@@ -426,7 +420,7 @@ def test_megatron_exports_no_yarn_it_cannot_run(tmp_path, config, mtp, why):
     sc = scenario_from_names(str(path), "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
                              mtp_layers=mtp)
     par = Parallelism(tp=1, pp=1, dp=16, ep=8, sp=False, zero=1, mbs=1)
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    out = exported(sc, par, "megatron")
     flags = _flags(out.text)
     assert flags["position-embedding-type"] == ["rope"]
     assert not any(f.startswith(("yarn-", "rotary-scaling", "mscale")) for f in flags)
@@ -485,8 +479,8 @@ def test_megatron_sliding_window_flags_give_the_models_windowed_layers(config, t
     sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
     m = sc.model
     moe = m.moe is not None
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
-        tp=1, pp=1, dp=8, ep=8 if moe else 1, etp=1 if moe else None, zero=1, mbs=1)))), "megatron")
+    out = exported(sc, Parallelism(
+        tp=1, pp=1, dp=8, ep=8 if moe else 1, etp=1 if moe else None, zero=1, mbs=1), "megatron")
     assert not any("whole sequence" in n or "local attention" in n for n in out.notes), out.notes
     config = megatron_transformer_config(out.text)
     assert config.window_size[0] + 1 == m.sliding_window
@@ -512,8 +506,7 @@ def test_megatron_skips_rope_on_llama4s_nope_layers(layers, no_rope_layers, tmp_
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
-        tp=1, pp=1, dp=8, ep=8, etp=1, zero=1, mbs=1)))), "megatron")
+    out = exported(sc, Parallelism(tp=1, pp=1, dp=8, ep=8, etp=1, zero=1, mbs=1), "megatron")
     nope = [int((i + 1) % 4 == 0) for i in range(layers)] if no_rope_layers is None else [
         1 - r for r in no_rope_layers]
     assert megatron_transformer_config(out.text).no_rope_freq == nope
@@ -541,8 +534,7 @@ def test_megatron_trains_the_depths_where_the_plan_puts_them():
     assert "--pipeline-model-parallel-layout 'Et|tt|" in text and text.count("|mL'") == 1
     pytest.importorskip("megatron.core")
     check_megatron(pf, text, ranks=False)
-    plain = export(planfile.from_dict(planfile.to_dict(evaluate(
-        replace(sc, model=replace(sc.model, mtp_layers=0)), par))), "megatron").text
+    plain = exported(replace(sc, model=replace(sc.model, mtp_layers=0)), par, "megatron").text
     assert "--mtp-num-layers" not in plain and "|L'" in plain
     for fmt in ("torchtitan", "deepspeed"):
         assert any("multi-token-prediction depth" in n for n in export(pf, fmt).notes), fmt
@@ -561,7 +553,7 @@ def test_exports_say_what_they_change_and_warn_when_nothing_fits():
     assert any("ZeRO-3 is incompatible with DeepSpeed's pipeline engine" in n for n in ds.notes)
     assert any(n.startswith("exported plan: predicted step") for n in ds.notes)
     gpt, gpar = plans()[0]  # interleaved
-    ds = export(planfile.from_dict(planfile.to_dict(evaluate(gpt, gpar))), "deepspeed")
+    ds = exported(gpt, gpar, "deepspeed")
     assert any("no interleaved schedule" in n for n in ds.notes)
     huge = scenario_from_names("llama3-70b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=8)
     ev = evaluate(huge, Parallelism(tp=1, pp=1, dp=8, mbs=1))
@@ -888,7 +880,7 @@ def test_megatron_core_takes_each_catalog_routers_flags(model):
     pytest.importorskip("megatron.core")
     sc = scenario_from_names(model, "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
     par = Parallelism(tp=1, pp=1, dp=64, ep=8, etp=1, zero=1, mbs=1, recompute=(F,))
-    text = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    text = exported(sc, par, "megatron").text
     cfg = megatron_transformer_config(text)
     moe = sc.model.moe
     assert cfg.moe_router_score_function == moe.router_score
@@ -1004,12 +996,12 @@ def test_torchtitan_export_says_torchs_1f1b_refuses_fewer_micro_batches_than_sta
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=4096, global_batch=32,
                              stack="megatron-core")
     par = Parallelism(tp=1, pp=8, dp=16, zero=2, mbs=1, recompute=("full",))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    out = exported(sc, par, "torchtitan")
     assert any("refuses 2 micro-batches per replica for 8 stages (fewer than stages); exported "
                "with GPipe" in n for n in out.notes)
     assert "--parallelism.pipeline_parallel_schedule GPipe" in out.text
     more = replace(sc, training=replace(sc.training, global_batch=128))
-    notes = export(planfile.from_dict(planfile.to_dict(evaluate(more, par))), "torchtitan").notes
+    notes = exported(more, par, "torchtitan").notes
     assert not any("refuses" in n for n in notes)
 
 
@@ -1018,8 +1010,8 @@ def test_mla_gets_no_rope_scaling_flags_its_rope_ignores():
     scaling on an MLA model is not exported as flags the run would ignore; a note says so."""
     sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
     m = replace(sc.model, yarn=None, rope_scaling=RopeScaling(kind="linear", factor=4.0))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(replace(sc, model=m), Parallelism(
-        tp=1, pp=1, dp=64, ep=8, etp=1, zero=1, mbs=1, recompute=(F,))))), "megatron")
+    out = exported(replace(sc, model=m), Parallelism(
+        tp=1, pp=1, dp=64, ep=8, etp=1, zero=1, mbs=1, recompute=(F,)), "megatron")
     assert "--rotary-seq-len-interpolation-factor" not in out.text
     assert any("scales its RoPE by YaRN only" in n for n in out.notes)
 
@@ -1153,7 +1145,7 @@ def _fine_grained_export(model, gpus, moe, fp8) -> str:
     pp = 16 if model == "deepseek-v3" else 2
     par = Parallelism(tp=2 if not moe else 1, pp=pp, dp=gpus // pp // (2 if not moe else 1),
                       sp=not moe, zero=1, mbs=1, recompute=("fine-grained",), **moe)
-    return export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron").text
+    return exported(sc, par, "megatron").text
 
 
 @pytest.mark.parametrize("model, gpus, moe, fp8, modules", RECOMPUTE_CASES)
@@ -1191,7 +1183,7 @@ def test_a_policy_of_modules_the_model_lacks_exports_no_recomputation(model, rul
     sc = replace(scenario_from_names(model, "dgx-h100-ndr", 8, seq_len=4096,
                                      global_batch=64), stack=stack)
     par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("act",), **moe)
-    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    exp = exported(sc, par, "megatron")
     assert "--recompute" not in exp.text
     assert any("recomputes nothing in this model" in n for n in exp.notes)
 
@@ -1229,9 +1221,9 @@ def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, m
     assert evaluate(sc, same).step_time == evaluate(sc, own).step_time
     moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
     for fmt in ("megatron", "torchtitan", "deepspeed"):
-        exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, same))), fmt)
+        exp = exported(sc, same, fmt)
         assert ".ranks.csv" not in exp.extras and not any("rank order" in n for n in exp.notes)
-        exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, moved))), fmt)
+        exp = exported(sc, moved, fmt)
         assert ".ranks.csv" in exp.extras and any("rank order" in n for n in exp.notes)
 
 
@@ -1430,7 +1422,7 @@ def test_deepspeed_topology_with_the_rank_map_runs_the_plans_groups():
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
     par = Parallelism(tp=2, pp=4, dp=8, sp=True, zero=1, mbs=1,
                       rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
-    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed")
+    exp = exported(sc, par, "deepspeed")
     device_of = _parse_rank_map(exp.extras[".ranks.csv"])
     topo = PipeModelDataParallelTopology(num_pp=par.pp, num_mp=par.tp, num_dp=par.dp)
     grid = rank_grid(par)  # [pp, dp, cp, tp] -> device
@@ -1486,7 +1478,7 @@ def test_the_own_stack_prediction_is_of_the_plan_actually_exported():
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
                              stack="torchtitan")
     par = Parallelism(tp=2, pp=2, vp=2, schedule="zbv", dp=4, sp=True, zero=2, mbs=1)
-    exp = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    exp = exported(sc, par, "megatron")
     assert exp.plan.pipeline.name == "interleaved-1f1b"
     core = evaluate(replace(sc, stack=get_stack("megatron-core")), exp.plan)
     note = next(n for n in exp.notes if "searched for stack torchtitan" in n)
@@ -1504,8 +1496,7 @@ def test_rank_maps_number_local_ranks_per_host_on_nvl72_racks():
     for cluster, host in (("gb200-nvl72-ndr", 4), ("dgx-b200-ndr", 8)):
         sc = scenario_from_names("llama3-70b", cluster, 128, seq_len=4096, global_batch=128)
         assert sc.cluster.host_size == host
-        csv = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
-                     "megatron").extras[".ranks.csv"]
+        csv = exported(sc, par, "megatron").extras[".ranks.csv"]
         rows = [tuple(map(int, line.split(","))) for line in csv.splitlines()[1:]]
         assert sorted(d for _, d, _, _ in rows) == list(range(128))
         assert all((node, local) == divmod(dev, host) for _, dev, node, local in rows)
@@ -1523,8 +1514,7 @@ def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path)
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
                              stack=str(path))
     par = Parallelism(tp=1, pp=1, dp=8, zero=3, mbs=1, recompute=("every2",))
-    note = next(n for n in export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))),
-                                  "megatron").notes if "searched for stack titan-every" in n)
+    note = next(n for n in exported(sc, par, "megatron").notes if "searched for stack titan-every" in n)
     full = evaluate(replace(sc, stack=stack_of("megatron-core")), par.with_(recompute=("full",)))
     assert (f"as stack megatron-core runs it (recompute full, the nearest to titan-every's "
             f"every2): step {full.step_time:.3f} s") in note
@@ -1549,7 +1539,7 @@ def test_megatron_every_n_recomputes_each_stages_share(tmp_path, vp, layers, cou
     sc = _every2_scenario(tmp_path, "megatron-core", 16)
     par = Parallelism(tp=2, pp=2, dp=4, vp=vp, sp=True, zero=1, mbs=1, recompute=("ev2",),
                       stage_layers=layers)
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    out = exported(sc, par, "megatron")
     if ".stages.sh" in out.extras:  # the stages differ: each its own count in the stage script
         found = {int(s): int(n) for s, n in re.findall(
             r"(\d)\) set -- .*--recompute-num-layers (\d+)", out.extras[".stages.sh"])}
@@ -1564,7 +1554,7 @@ def test_deepspeed_export_says_how_to_run_every_n(tmp_path):
     the attention core, which is not that policy (a fuzzing helper's)."""
     sc = _every2_scenario(tmp_path, "deepspeed", 8)
     par = Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1, recompute=("ev2",))
-    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
+    notes = exported(sc, par, "deepspeed").notes
     assert any("checkpoint one transformer block in every 2" in n for n in notes), notes
     assert not any("attention core" in n for n in notes), notes
 
@@ -1579,7 +1569,7 @@ def test_a_torchtitan_export_predicts_the_mode_it_runs(tmp_path):
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=16,
                              stack=str(path))
     par = Parallelism(tp=8, pp=1, dp=8, sp=True, zero=3, mbs=2, recompute=("half",))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    out = exported(sc, par, "torchtitan")
     assert out.plan.recompute == ("full",)
     full = evaluate(sc, par.with_(recompute=("full",)))
     assert any(n.startswith(f"exported plan: predicted step {full.step_time:.3f} s instead of")
@@ -1598,7 +1588,7 @@ def test_the_rank_wrapper_gives_each_process_its_rank_of_the_map(tmp_path, fmt):
     sc = scenario_from_names("llama3-8b", "gb200-nvl72-ndr", 16, seq_len=4096, global_batch=64)
     par = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
                       rank_order=parse_order("tp-pp-dp-cp"))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), fmt)
+    out = exported(sc, par, fmt)
     (tmp_path / "x.ranks.csv").write_text(out.extras[".ranks.csv"])
     script = tmp_path / "x.ranks.sh"
     script.write_text(out.extras[".ranks.sh"])
@@ -1656,14 +1646,14 @@ def test_torchtitan_export_turns_off_what_a_registry_config_turns_on():
     sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 512, seq_len=8192, global_batch=256,
                              stack="torchtitan")
     par = Parallelism(tp=8, pp=8, dp=8, sp=True, zero=3, mbs=1, recompute=("full",))
-    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "torchtitan")
+    out = exported(sc, par, "torchtitan")
     flags = out.text.split()
     assert "--compile.no-enable" in flags and "--compile.no-enable_async_tensor_parallel" in flags
     assert any("llama3_405b trains with a Float8 converter" in n for n in out.notes)
     sc8 = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=8,
                               stack="torchtitan")
     zero0 = Parallelism(tp=1, pp=1, dp=4, cp=2, zero=0, mbs=1, recompute=("full",))
-    notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc8, zero0))), "torchtitan").notes
+    notes = exported(sc8, zero0, "torchtitan").notes
     assert any("runs sharded over cp = 2" in n for n in notes)
     assert not any("Float8" in n for n in notes)
 
@@ -1713,6 +1703,6 @@ def test_deepspeed_pipeline_export_says_its_gradients_accumulate_in_bf16(monkeyp
     for zero, words in ((0, "is refused at ZeRO-0"), (1, "switches DeepSpeed to its "
                                                          "BF16_Optimizer, whose fp32 buffer")):
         par = Parallelism(tp=1, pp=4, dp=8, zero=zero, mbs=1, recompute=("full",))
-        notes = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed").notes
+        notes = exported(sc, par, "deepspeed").notes
         assert any("accumulates the micro-batches' gradients in bf16" in n and words in n
                    for n in notes), notes

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conftest import exported
 from nestplan import planfile
 from nestplan.catalog import get_stack
 from nestplan.cost.network import crossing_share
@@ -545,12 +546,12 @@ def _module_graph_export(model, modules, training):
     moe = sc.model.moe is not None
     par = Parallelism(tp=1, pp=1, dp=16, ep=8 if moe else 1, etp=1 if moe else None, zero=1,
                       mbs=1)
-    return sc, export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "megatron")
+    return sc, exported(sc, par, "megatron")
 
 
-@pytest.mark.parametrize("model, modules, training, exported", MODULE_GRAPH_CASES)
+@pytest.mark.parametrize("model, modules, training, kept", MODULE_GRAPH_CASES)
 def test_module_graphs_export_what_the_model_and_workload_have(model, modules, training,
-                                                               exported):
+                                                               kept):
     """A stack's CUDA graph modules export as Transformer Engine graphs of the modules the
     model and workload have (a note names the rest), and the cost model runs the MoE layers
     as the export graphs them."""
@@ -559,9 +560,9 @@ def test_module_graphs_export_what_the_model_and_workload_have(model, modules, t
     sc, exp = _module_graph_export(model, modules, training)
     flags = _flags(exp.text)
     assert flags["cuda-graph-impl"] == ["transformer_engine"]
-    assert " ".join(flags["cuda-graph-modules"]) == exported
-    assert any("left out" in n for n in exp.notes) == (exported != " ".join(modules))
-    assert sc.stack.graphs_moe_layers(sc.training) == ("moe" in exported.split())
+    assert " ".join(flags["cuda-graph-modules"]) == kept
+    assert any("left out" in n for n in exp.notes) == (kept != " ".join(modules))
+    assert sc.stack.graphs_moe_layers(sc.training) == ("moe" in kept.split())
 
 
 @pytest.mark.frameworks
@@ -570,11 +571,11 @@ def test_megatron_accepts_the_module_graphs_exported_and_refuses_them_unfiltered
     pytest.importorskip("megatron.core")
     from test_exports import megatron_transformer_config
 
-    for model, modules, training, exported in MODULE_GRAPH_CASES:
+    for model, modules, training, kept in MODULE_GRAPH_CASES:
         _, exp = _module_graph_export(model, modules, training)
         megatron_transformer_config(exp.text)
-        if exported != " ".join(modules):
-            unfiltered = exp.text.replace(f"--cuda-graph-modules {exported}",
+        if kept != " ".join(modules):
+            unfiltered = exp.text.replace(f"--cuda-graph-modules {kept}",
                                           "--cuda-graph-modules " + " ".join(modules))
             with pytest.raises(AssertionError):
                 megatron_transformer_config(unfiltered)

@@ -630,6 +630,25 @@ def test_the_manual_method_keeps_what_the_user_fixed():
         run(dual, Constraints(pp=4, schedule="dualpipe"))
 
 
+def test_the_manual_plan_folds_a_fixed_ep_over_the_tp_ranks():
+    """--ep 8 on Mixtral over 32 GPUs: Megatron's node-wide TP 8 leaves dp 4, which EP 8 cannot
+    divide while experts follow TP (tp·ep = 64 ranks); the hand-made plan folds EP over the TP
+    ranks with ETP 1 as Megatron-Core's MoE recipes do (it had answered "no feasible plan");
+    where the experts can follow TP, they still do."""
+    from console import cli
+
+    base = ("plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--method", "manual",
+            "--json")
+    code, out, err = cli(*base, "--gpus", 32, "--ep", 8)
+    assert code == 0, err
+    js = json.loads(out)
+    assert (js["tp"], js["dp"], js["ep"], js["etp"]) == (8, 4, 8, 1), js
+    code, out, err = cli(*base, "--gpus", 64, "--ep", 8)
+    assert code == 0, err
+    js = json.loads(out)
+    assert (js["tp"], js["ep"], js["etp"]) == (8, 8, 8), js
+
+
 def test_a_batch_overlap_stack_refuses_a_fixed_single_chunk_pipeline_up_front(tmp_path):
     from console import cli, one_line_error
 

@@ -662,7 +662,7 @@ def cmd_compare(args) -> int:
 def cmd_export(args) -> int:
     from .errors import SpecError
     from .exports import export
-    from .loaders import writable
+    from .loaders import writable, writable_beside
 
     if args.output is not None:
         writable(args.output, "-o", "launch-script", reads=(args.plan,), what=THE_PLAN)
@@ -670,12 +670,7 @@ def cmd_export(args) -> int:
     out = export(pf, args.format)
     if args.output is not None:
         path = Path(args.output)
-        if out.extras and path.exists() and not path.is_file():  # (/dev/null: not /dev/null.x)
-            raise SpecError("-o", args.output, "not a regular file, and the export also writes "
-                            + ", ".join(f"PATH{s}" for s in out.extras) + " beside it: give a "
-                            "file path")
-        for suffix in out.extras:  # every file is checked before the first is written
-            writable(str(path) + suffix, "-o", f"'{suffix}'", reads=(args.plan,), what=THE_PLAN)
+        writable_beside(path, tuple(out.extras), "-o", reads=(args.plan,), what=THE_PLAN)
         files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
         for name, text in files.items():
             try:

@@ -60,6 +60,23 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
         raise SpecError(field, str(path), f"cannot write ({e.strerror or e})") from None
 
 
+def writable_beside(path, suffixes, field: str, *, reads: tuple = (),
+                    what: str = "a file being read") -> None:
+    """Refuse an output whose writer also writes a file beside it for each of ``suffixes``
+    (``PATH`` + suffix): an existing output that is not a regular file (a device, a pipe: the
+    files beside it would be ``/dev/null.x``), and each of those files as ``writable`` does;
+    ``path`` itself is checked by ``writable``."""
+    if not suffixes:
+        return
+    beside = ", ".join(f"PATH{s}" for s in suffixes)
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise SpecError(field, str(path), f"not a regular file, and the export also writes "
+                        f"{beside} beside it: give a file path")
+    for suffix in suffixes:  # every file is checked before the first is written
+        writable(str(p) + suffix, field, f"'{suffix}'", reads=reads, what=what)
+
+
 def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tuple,
               what: str) -> None:
     import os

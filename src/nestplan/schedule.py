@@ -159,6 +159,17 @@ class Schedule:
         return None
 
     @property
+    def implied_vp(self) -> int | None:
+        """The vp this schedule fixes by itself (one chunk: 1; two: 2), None where it runs any
+        from 2 up (the one home of what a fixed schedule says of an unfixed vp)."""
+        return {"one": 1, "two": 2}.get(self.chunks)
+
+    @property
+    def least_vp(self) -> int:
+        """The fewest model chunks per device it runs."""
+        return self.implied_vp or 2
+
+    @property
     def looped_rounds(self) -> bool:
         """Runs looped chunks (device ``i`` holds ``i, i + p, ...``) over the micro-batches in
         rounds (:func:`round_size` micro-batches of chunk 0, then of chunk 1, ...); which counts

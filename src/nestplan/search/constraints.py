@@ -197,9 +197,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                             f"stack {sc.stack.name} runs " + ", ".join(sc.stack.schedules))
         if con.pp == 1:
             raise no_pipeline_schedule(con.schedule, "--pp")
-        rule = SCHEDULES[con.schedule]
-        why = rule.check(con.pp or 2, con.vp or (2 if rule.chunks == "many" else 1))
-        if why is not None and con.vp is not None:
+        if con.vp is not None and (why := SCHEDULES[con.schedule].check(con.pp or 2,
+                                                                        con.vp)) is not None:
             raise SpecError(*why)
     if con.zero is not None and con.zero not in sc.stack.zero_stages:
         raise SpecError("zero", con.zero, f"stack {sc.stack.name} runs ZeRO stages "
@@ -245,8 +244,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     if dp is not None and (why := batch_refusal(tr.global_batch, con.mbs, dp, how)) is not None:
         raise why
     sched = SCHEDULES.get(con.schedule)
-    vp = con.vp or (1 if sched is not None and sched.chunks == "one" else
-                    2 if sched is not None and sched.chunks == "two" else None)
+    vp = con.vp or (sched.implied_vp if sched is not None else None)
     if None not in (dp, con.mbs, con.pp, vp) and con.pp > 1 \
             and con.schedule in (None, *sc.stack.schedules):
         # every schedule the stack could give these degrees refuses their micro-batches

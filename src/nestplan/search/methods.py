@@ -170,7 +170,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
            and (p == 1 or sc.stack.offers("pp"))]
     last_error = None
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
-    vp = con.vp or (2 if sched is not None and sched.chunks != "one" else 1)
+    vp = con.vp or (sched.least_vp if sched is not None else 1)
     for pp in _allowed("pp", con.pp, pps):
         dp = rest // pp
         if (pp == 1 and pipelined) or (con.dp is not None and dp != con.dp):
@@ -182,9 +182,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
         # the manual rules follow Megatron's practice: SP with any TP, whatever the stack's
         # launchers default to (StackSpec.sp_for is what a run that does not say gets)
         sp = con.sp if con.sp is not None else (tp > 1 and sc.stack.offers("sp"))
-        etp = con.etp
-        if etp is None and m.moe is not None:
-            etp = sc.stack.default_etp(tp, ep, biased=m.biased_experts)
+        etp = con.etp if con.etp is not None or m.moe is None else _manual_etp(sc, tp, ep, cp * dp)
         par = Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                           vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
                           sp=sp,
@@ -200,6 +198,19 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     given = f" and dp={con.dp}" if con.dp is not None else ""
     raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and full "
                           f"recomputation" + (f" ({last_error})" if last_error else ""))
+
+
+def _manual_etp(sc: Scenario, tp: int, ep: int, cp_dp: int) -> int | None:
+    """The expert-TP degree of a hand-made plan: the stack's default (experts follow TP where it
+    lets them) when the expert grid then folds over the attention grid's ranks, else the first
+    degree it runs that lets EP span the TP ranks (Megatron-Core's MoE parallel folding, which
+    its MoE recipes use with ETP 1); the default again if none folds (``check`` says why)."""
+    biased = sc.model.biased_experts
+    first = sc.stack.default_etp(tp, ep, biased=biased)
+    for etp in (first, *sc.stack.expert_tps(tp, ep, biased=biased)):
+        if (tp * cp_dp) % ((etp or tp) * ep) == 0:
+            return etp
+    return first
 
 
 def _manual_zero(offered: list[int], fixed: int | None) -> int:
