@@ -257,6 +257,14 @@ HF_BAD = {
     "layers-str": (_hf(num_hidden_layers="four"), "num_hidden_layers"),
     "layers-float": (_hf(num_hidden_layers=4.5), "num_hidden_layers"),
     "layers-huge": (_hf(num_hidden_layers=10**9), "num_hidden_layers"),
+    # families that list their layers' kinds as they are read (it had run out of memory)
+    "layers-huge-mistral": (_hf(model_type="mistral", num_hidden_layers=2**31),
+                            "num_hidden_layers: got 2147483648; at most 512 is supported"),
+    "layers-huge-qwen3-moe": (_hf(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2,
+                                  moe_intermediate_size=64, num_hidden_layers=2**31),
+                              "num_hidden_layers: got 2147483648; at most 512 is supported"),
+    "experts-huge": (_hf(model_type="qwen3_moe", num_experts=2**40, num_experts_per_tok=2,
+                         moe_intermediate_size=64), "num_experts: got 1099511627776; at most"),
     "layers-missing": (_hf(num_hidden_layers=None), "num_hidden_layers"),
     "hidden0": (_hf(hidden_size=0), "hidden_size"),
     "hidden-huge": (_hf(hidden_size=10**9), "hidden_size"),
@@ -1213,6 +1221,12 @@ case("export-output-link-loop", ["export", "{p}.json", "--format", "megatron", "
      "-o: got '", a=Link("b"), b=Link("a"), **{"p.json": lambda base: json.dumps(base)})
 case("sweep-output-link-loop", ["sweep", "{s}.toml", "-o", "{a}.csv"], "output: got '",
      **{"s.toml": SWEEP, "a.csv": Link("b.csv"), "b.csv": Link("a.csv")})
+# a loop of links as an input file (a traceback from Path.resolve)
+for flag in ("--model", "--cluster", "--stack"):
+    args = [*EVAL, flag, "{a}.toml"] if flag == "--stack" else [*_without(EVAL, flag), flag,
+                                                                "{a}.toml"]
+    case(f"evaluate{flag}-link-loop", args, f"{flag[2:]}: got '", **{
+        "a.toml": Link("b.toml"), "b.toml": Link("a.toml")})
 case("model-file-name-not-utf8", [*_without(EVAL, "--model"), "--model", "{bad\udcff}.json"],
      "must be UTF-8 text", **{"bad\udcff.json": _hf()})
 case("plan-file-model-name-surrogate", ["evaluate", "--plan", "{p}.json"],

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 from ..caching import cached, register
 from ..errors import SpecError
+from ..loaders import real_path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # loaded with the first entry: ``list``'s argument parser reads KINDS only
@@ -76,7 +77,7 @@ def _read_from(files: dict[Path, tuple | None]) -> None:
 
 def _reading(path: Path) -> Path:
     """``path``, noted as a file the entries being loaded read."""
-    _read_from({path.resolve(): _stamp(path)})
+    _read_from({real_path(path): _stamp(path)})
     return path
 
 
@@ -100,7 +101,7 @@ class _FileMemo:
     def __call__(self, name: str):
         # a path is keyed as resolved: the same relative name from another directory is
         # another file
-        key = str(Path(name).resolve()) if looks_like_path(name) else name
+        key = str(real_path(name)) if looks_like_path(name) else name
         hit = self.entries.get(key)
         if hit is not None and all(_stamp(p) == s for p, s in hit[1].items()):
             _read_from(hit[1])
@@ -161,7 +162,7 @@ def get_cluster(name: str) -> ClusterSpec:
     from ..loaders import cluster_from_table
 
     if looks_like_path(name):
-        table, ident = _read_toml(Path(name), "cluster"), str(Path(name).resolve())
+        table, ident = _read_toml(Path(name), "cluster"), str(real_path(name))
     else:
         table, ident = _catalog_table("clusters", name, "cluster"), name
     cluster = cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
@@ -195,7 +196,7 @@ def _entry_table(kind: str, name: str, field: str) -> tuple[dict, str]:
     """The raw table of an entry of ``kind`` and its identity (catalog name or resolved path)."""
     if looks_like_path(name):
         path = Path(name)
-        return _read_toml(path, field), str(path.resolve())
+        return _read_toml(path, field), str(real_path(path))
     return _catalog_table(kind, name, field), name
 
 
