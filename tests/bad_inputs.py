@@ -257,6 +257,12 @@ HF_BAD = {
     "layers-str": (_hf(num_hidden_layers="four"), "num_hidden_layers"),
     "layers-float": (_hf(num_hidden_layers=4.5), "num_hidden_layers"),
     "layers-huge": (_hf(num_hidden_layers=10**9), "num_hidden_layers"),
+    # a field read from a key is named by the key, with the value the file gives
+    "window-beyond-sequence": (_hf(model_type="mistral", sliding_window=10**7),
+                               "sliding_window: got 10000000; gives local_span = 20000000: at most"),
+    "llama4-empty-text-config": (json.dumps({"model_type": "llama4", "text_config": {}}),
+                                 "text_config.num_attention_heads: got None; missing key required "
+                                 "for model_type 'llama4'"),
     # families that list their layers' kinds as they are read (it had run out of memory)
     "layers-huge-mistral": (_hf(model_type="mistral", num_hidden_layers=2**31),
                             "num_hidden_layers: got 2147483648; at most 512 is supported"),
@@ -436,6 +442,17 @@ CLUSTER_BAD = {
     "catalog-name": (CLUSTER.replace('name = "mine"', 'name = "dgx-h100-ndr"'),
                      "cluster.name: got 'dgx-h100-ndr'; is a catalog cluster's name, and this "
                      "file's cluster differs from it"),
+    # its accelerator likewise (an inline one, or a file's)
+    "accelerator-catalog-name": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "h100-sxm-80gb", hbm_GiB = 40 }'),
+        "accelerator.name: got 'h100-sxm-80gb'; is a catalog accelerator's name, and this "
+        "file's accelerator differs from it"),
+    # a GEMM table in FLOP, not GFLOP (every GEMM had run at a billionth of the peak)
+    "efficiency-table-in-flop": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", matmul_efficiency_bf16_by_GFLOP = '
+        '[[1e8, 0.03], [1e12, 0.72]] }'), "the first point must be at most 100 GFLOP"),
     "not-toml": ("name = \n", "TOML"),
     "empty": ("", "accelerator"),
     "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
@@ -1184,6 +1201,12 @@ for name, (extra, needle) in {
                                        "experts; moe.shared_experts is 0")}.items():
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
          **{"m.toml": MODEL_TOML + extra})
+# a width the heads do not divide, without head_dim (had floored head_dim, or read as 0: a
+# third fuzzing round's)
+for name, hidden in (("hidden-not-heads-multiple", 258), ("heads-wider-than-hidden", 2)):
+    case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+         f"model.hidden: got {hidden}; must be a multiple of heads = 4 when the file gives no "
+         "head_dim", **{"m.toml": MODEL_TOML.replace("hidden = 256", f"hidden = {hidden}")})
 # a file's model named as a catalog one it is not (outputs label it so: a fuzzing helper's)
 case("model-file-catalog-name", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "model.name: got 'llama3-8b'; is a catalog model's name, and this file's model differs",

@@ -389,3 +389,20 @@ def test_keys_a_family_does_not_read_are_ignored_as_transformers_ignores_them():
     data = json.loads((hf / "llama4-maverick.json").read_text())
     data["text_config"]["num_attention_heads"] = 48
     assert model_from_hf_dict(data).head_dim == 128
+
+
+def test_an_unknown_model_type_is_read_by_the_architecture_that_names_a_family(tmp_path):
+    """The note names the class it read the config by, not the list's first (which may be the
+    user's own class, or not a name at all; a name with a newline had split the note)."""
+    cfg = {"model_type": "my-llama", "architectures": ["My\nLlama", 3, "LlamaForCausalLM"],
+           "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+           "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, err = cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--tp", 2, "--pp", 1, "--mbs", 1, "--global-batch", 16, "--seq-len", 2048)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "my-llama" in line]
+    assert notes == [f"nestplan: note: {path}: model_type 'my-llama' is not one nestplan knows; "
+                     "read as llama, the family of its architecture LlamaForCausalLM"], err
+    assert all(line.startswith("nestplan: ") for line in err.splitlines()), err

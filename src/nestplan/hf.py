@@ -60,8 +60,10 @@ class _Config:
     """Typed access to a config dict (or a table in one, named by ``prefix``), with key aliases
     and clear errors."""
 
-    def __init__(self, data: dict, source: str, prefix: str = ""):
+    def __init__(self, data: dict, source: str, prefix: str = "", model_type: Any = None):
         self.data, self.source, self.prefix = data, source, prefix
+        self.model_type = model_type or data.get("model_type")
+        """The config's model type (a table's is its config's)."""
 
     def where(self, key: str) -> str:
         """How errors name ``key`` of this table: ``config.json: text_config.rope_scaling``."""
@@ -72,7 +74,7 @@ class _Config:
         v = self.data.get(key)
         if not isinstance(v, dict) and (v is not None or not null):
             raise SpecError(self.where(key), v, "must be a table" + (" (or null)" if null else ""))
-        return _Config(v or {}, self.source, f"{self.prefix}{key}.")
+        return _Config(v or {}, self.source, f"{self.prefix}{key}.", self.model_type)
 
     def get(self, *keys: str, default: Any = ..., kind: Any = int, minimum: float = 1,
             null: Any = ...) -> Any:
@@ -112,7 +114,7 @@ class _Config:
                 return v
         if default is ...:
             raise SpecError(self.where(keys[0]), None,
-                            f"missing key required for model_type {self.data.get('model_type')!r}")
+                            f"missing key required for model_type {self.model_type!r}")
         return default
 
 
@@ -782,15 +784,15 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         archs = data.get("architectures") or []
         if not isinstance(archs, list):
             raise SpecError(f"{source}: architectures", archs, "must be a list of model class names")
-        known = [ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in ARCHITECTURES]
+        known = [a for a in archs if isinstance(a, str) and a in ARCHITECTURES]
         if not known:
             raise SpecError(f"{source}: model_type", mtype,
                             f"supported model types: {', '.join(sorted(FAMILIES))} (or "
                             "architectures naming one of their model classes)")
-        warnings.warn(HFNote(f"{source}: model_type {mtype!r} is not one nestplan knows; read "
-                             f"as {known[0]}, the family of its architecture {archs[0]}"),
-                      stacklevel=2)
-        mtype = known[0]
+        mtype = ARCHITECTURES[known[0]]  # (the first class it knows: a name without a newline)
+        warnings.warn(HFNote(f"{source}: model_type {data.get('model_type')!r} is not one "
+                             f"nestplan knows; read as {mtype}, the family of its architecture "
+                             f"{known[0]}"), stacklevel=2)
     try:
         cfg = _Config(data, source)
         kw = FAMILIES[mtype](cfg)
@@ -818,19 +820,35 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         # (the config's key where it has it, its language model's in a multimodal one)
         key = next((k for k in names if k in data), None) or next(
             (f"text_config.{k}" for k in names if k in text), e.field)
+        given = (text if key.startswith("text_config.") else data).get(
+            key.removeprefix("text_config."))
+        if key != e.field and given is not None and given != e.value:  # (a value read from it)
+            raise SpecError(f"{source}: {key}", given, f"gives {e.field.removeprefix('model.')} "
+                            f"= {e.value!r}: {e.allowed}") from None
         raise SpecError(f"{source}: {key}", e.value, e.allowed) from None
 
 
-HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
-           "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
-           "head_dim": "head_dim", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
-           "moe.experts": "num_experts", "moe.top_k": "num_experts_per_tok",
+HF_KEYS = {"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size", "n_embd", "n_embed"),
+           "heads": ("num_attention_heads", "n_head"), "kv_heads": "num_key_value_heads",
+           "head_dim": "head_dim", "ffn_hidden": ("intermediate_size", "n_inner"),
+           "vocab": "vocab_size",
+           "moe.experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+           "moe.top_k": "num_experts_per_tok",
            "moe.ffn_hidden": "moe_intermediate_size", "rope_mscale": "rope_scaling",
-           "glu_clamp": "swiglu_limit", "rope_theta": "rope_theta",
+           "glu_clamp": "swiglu_limit", "rope_theta": ("rope_theta", "rotary_emb_base"),
+           "local_span": ("sliding_window", "attention_chunk_size"),
+           "moe.first_dense_layers": ("first_k_dense_replace", "interleave_moe_layer_step",
+                                      "decoder_sparse_step", "mlp_only_layers"),
+           "moe.layer_freq": ("moe_layer_freq", "decoder_sparse_step",
+                              "interleave_moe_layer_step"),
+           "moe.shared_experts": "n_shared_experts",
+           "moe.shared_ffn_hidden": "shared_expert_intermediate_size",
+           **{f"mla.{k}": k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                      "qk_rope_head_dim", "v_head_dim")},
            "moe.router_score": "scoring_func", "moe.router_groups": "n_group",
            "moe.router_group_top_k": "topk_group", "moe.router_scale": "routed_scaling_factor",
            "moe.router_expert_bias": "topk_method",
-           "moe.first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
+           "mtp_layers": "num_nextn_predict_layers",
            "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"),
            "max_positions": ("n_positions", "max_position_embeddings")}
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""

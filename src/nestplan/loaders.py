@@ -444,6 +444,9 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
                                  if k == "original_max_positions" else
                                  float(_typed(t, k, f"{where}.rope_scaling", _NUM)) for k in t})
     hidden = ints["hidden"]
+    if "head_dim" not in table and heads > 0 and hidden > 0 and hidden % heads:
+        raise SpecError(f"{where}.hidden", hidden, f"must be a multiple of heads = {heads} when "
+                        "the file gives no head_dim (give head_dim for heads of another width)")
     return ModelSpec(
         name=name_of(table, where),
         **ints,

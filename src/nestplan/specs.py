@@ -192,6 +192,11 @@ class AcceleratorSpec(_CachedHash):
                 raise SpecError(key, [[f / 1e9, e] for f, e in table],
                                 "points must be [GFLOP, efficiency] with finite GFLOP > 0, "
                                 f"increasing, and efficiency in [{MIN_EFFICIENCY:g}, 1]")
+            if table and table[0][0] > MAX_FIRST_GEMM_FLOP:
+                raise SpecError(key, [[f / 1e9, e] for f, e in table],
+                                f"the first point must be at most {MAX_FIRST_GEMM_FLOP / 1e9:g} "
+                                "GFLOP (below it efficiency falls with the size, and a table in "
+                                "FLOP, not GFLOP, runs every GEMM at a billionth of the peak)")
         if not efficiency_ok(self.sustained_share):
             raise SpecError("accelerator.sustained_share", self.sustained_share,
                             f"must be in [{MIN_EFFICIENCY:g}, 1]: the share of the peak its "
@@ -219,6 +224,10 @@ class AcceleratorSpec(_CachedHash):
         return self.peak_flops_bf16
 
 
+MAX_FIRST_GEMM_FLOP = 100e9
+"""Where an accelerator's GEMM efficiency table must begin at the latest: below its first point
+efficiency falls in proportion to the call's size (``cost.compute.interpolate``), and a
+transformer block's smaller GEMMs are a few to tens of GFLOP (the catalog's tables begin at 0.1)."""
 MAX_WIDTH = 2**20
 """Widest hidden size (and MLA rank) a model may have; its MLPs up to four times that: far
 beyond any model trained (GPT-3 175B: 12,288), it bounds the work a config can ask for."""

@@ -168,6 +168,7 @@ def get_cluster(name: str) -> ClusterSpec:
     cluster = cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
     if looks_like_path(name):
         _refuse_a_lookalike("clusters", cluster, get_cluster)
+        _refuse_a_lookalike("accelerators", cluster.accelerator, get_accelerator)
     return cluster
 
 
@@ -255,9 +256,10 @@ def _refuse_a_catalog_name(stack, given: bool, where: str) -> None:
 
 
 def _refuse_a_lookalike(kind: str, spec, get) -> None:
-    """A model or cluster file may not take a catalog entry's name (outputs, plan files and sweep
-    rows name it by it, and would say ``dgx-h100-ndr`` of a file that only shares the name),
-    unless it is that entry (what ``list KIND NAME`` prints of it)."""
+    """A model, cluster or accelerator file (or a cluster file's inline accelerator) may not take
+    a catalog entry's name (outputs, plan files and sweep rows name it by it, and would say
+    ``dgx-h100-ndr`` of a file that only shares the name), unless it is that entry (what
+    ``list KIND NAME`` prints of it)."""
     if spec.name in list_names(kind) and spec != get(spec.name):
         noun = kind[:-1]
         raise SpecError(f"{noun}.name", spec.name, f"is a catalog {noun}'s name, and this file's "
