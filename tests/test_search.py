@@ -569,6 +569,28 @@ def test_memory_forced_recompute_is_that_of_the_cheapest_policy_that_fits():
             assert value == pytest.approx(min(fitting, default=np.inf), abs=1e-12)
 
 
+def test_a_devices_extra_blocks_go_where_the_fewest_micro_batches_are_held():
+    """The spread rule puts a device's extra blocks in its last chunks because no schedule holds
+    more micro-batches of a later chunk than of an earlier one at the peak (a plan-quality audit
+    found even splits that the first-chunk rule had refused, up to 2.6 % faster: Qwen3-235B-A22B
+    on 256 GB200, interleaved 1F1B, 3.458 -> 3.371 s)."""
+    from nestplan.schedule import SCHEDULES
+    from nestplan.specs import spread
+
+    assert spread(7, 3) == [2, 2, 3]
+    for sched in SCHEDULES.values():
+        for pp in (2, 4, 8):
+            for vp in ((1,) if sched.chunks == "one" else (2,) if sched.chunks == "two"
+                       else (2, 3, 4)):
+                for micro in (pp, 2 * pp, 4 * pp + 2):
+                    if sched.check(pp, vp, micro) is not None:
+                        continue
+                    for stage in range(pp):
+                        held = sched.held(stage, pp, vp, micro)
+                        assert all(a >= b for a, b in zip(held, held[1:])), (
+                            sched.name, pp, vp, micro, stage, held)
+
+
 def test_the_spread_rule_has_one_meaning_in_both_forms():
     """``space.chunk_counts`` (arrays, for the cost tables and the memory floors) spreads a
     device's blocks over its chunks exactly as ``specs.spread`` does (plans, default splits)."""
@@ -581,7 +603,7 @@ def test_the_spread_rule_has_one_meaning_in_both_forms():
     for chunks in range(1, 7):
         table = chunk_counts(counts, chunks)
         assert [list(row) for row in table] == [spread(int(n), chunks) for n in counts]
-    assert chunks_from_totals((5, 4), 2) == (3, 2, 2, 2)
+    assert chunks_from_totals((5, 4), 2) == (2, 2, 3, 2)  # (a device's extra block last)
 
 
 def test_the_manual_plan_keeps_tp_at_8_on_a_rack_sized_nvlink_domain():

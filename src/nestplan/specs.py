@@ -1320,13 +1320,16 @@ def even_split(layers: int, chunks: int) -> tuple[int, ...]:
 
 def spread(total: int, vp: int) -> list[int]:
     """Blocks in each of a device's ``vp`` chunks when it holds ``total``: as even as possible,
-    the extra blocks in its first chunks (the plan space's rule; ``search.space.chunk_counts``
-    is its array form).
+    the extra blocks in its last chunks (the plan space's rule; ``search.space.chunk_counts``
+    is its array form). A schedule holds no more micro-batches of a later chunk than of an
+    earlier one at the peak (interleaved 1F1B: 7, 4, 4, ... on the first device), so the extra
+    blocks there cost the least memory (they had gone first: a plan-quality audit found even
+    splits refused for it that run up to 2.6 % faster).
 
     >>> spread(5, 2)
-    [3, 2]
+    [2, 3]
     """
-    return [total // vp + (1 if k < total % vp else 0) for k in range(vp)]
+    return [total // vp + (1 if k >= vp - total % vp else 0) for k in range(vp)]
 
 
 def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
@@ -1334,7 +1337,7 @@ def chunks_from_totals(totals: tuple[int, ...], vp: int) -> tuple[int, ...]:
     spread over its ``vp`` chunks (:func:`spread`).
 
     >>> chunks_from_totals((5, 4), 2)
-    (3, 2, 2, 2)
+    (2, 2, 3, 2)
     """
     per_device = [spread(t, vp) for t in totals]
     return tuple(chunks[r] for r in range(vp) for chunks in per_device)

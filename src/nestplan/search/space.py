@@ -149,7 +149,7 @@ def chunk_counts(n, chunks: int):
     holds a multiple of ``chunks``: the same in each)."""
     import numpy as np
 
-    return n[:, None] // chunks + (np.arange(chunks)[None, :] < (n[:, None] % chunks))
+    return n[:, None] // chunks + (np.arange(chunks)[None, :] >= chunks - (n[:, None] % chunks))
 
 
 def split_units(model, vp: int) -> tuple[int, int]:
