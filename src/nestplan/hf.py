@@ -37,8 +37,8 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import (DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS,
-                    MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MIN_ROPE_MSCALE, ROPE_SCALINGS,
+from .specs import (DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS,
+                    MAX_LAYERS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MIN_ROPE_MSCALE, ROPE_SCALINGS,
                     ROUTER_SCORES, MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite)
 
 
@@ -49,7 +49,7 @@ MOST = {**dict.fromkeys(("num_hidden_layers", "n_layer"), MAX_LAYERS),
         **dict.fromkeys(("hidden_size", "n_embd", "n_embed"), MAX_WIDTH),
         **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads"), MAX_HEADS),
         "head_dim": MAX_HEAD_DIM, "vocab_size": MAX_VOCAB,
-        **dict.fromkeys(("intermediate_size", "moe_intermediate_size", "n_inner"), 4 * MAX_WIDTH),
+        **dict.fromkeys(("intermediate_size", "moe_intermediate_size", "n_inner"), MAX_FFN),
         **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), MAX_EXPERTS)}
 """The model spec's bounds on the integers a config gives, checked as they are read: the
 readers build per-layer and per-expert lists from them before the spec sees them (a config with

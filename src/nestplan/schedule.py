@@ -214,6 +214,11 @@ class Schedule:
             return [stage, 2 * pp - 1 - stage]
         return list(range(stage, pp * vp, pp))
 
+    def per_device(self, sizes, pp: int, vp: int) -> list[list[int]]:
+        """``sizes`` (one value per model chunk, in model order) as each device holds them, by
+        local chunk index (:meth:`chunks_of`)."""
+        return [[sizes[c] for c in self.chunks_of(d, pp, vp)] for d in range(pp)]
+
     def hop(self, chunk: int, pp: int) -> int | None:
         """Which stage boundary the activations cross from ``chunk`` to ``chunk + 1``: the
         boundary after device ``i`` is ``i`` (device ``p - 1`` to 0 when looped chunks wrap

@@ -231,6 +231,8 @@ transformer block's smaller GEMMs are a few to tens of GFLOP (the catalog's tabl
 MAX_WIDTH = 2**20
 """Widest hidden size (and MLA rank) a model may have; its MLPs up to four times that: far
 beyond any model trained (GPT-3 175B: 12,288), it bounds the work a config can ask for."""
+MAX_FFN = 4 * MAX_WIDTH
+"""Widest MLP (dense, expert or shared expert) a model may have."""
 MAX_EXPERTS = 2**14
 """Most routed (or shared) experts an MoE layer may have (published: up to 384, Kimi-K2)."""
 MAX_HEADS = 2**14
@@ -414,8 +416,8 @@ class MoESpec(_CachedHash):
         if self.shared_expert_gate and not self.shared_experts:
             raise SpecError("moe.shared_expert_gate", True, "gates the shared experts; "
                             "moe.shared_experts is 0")
-        for f, most in (("experts", MAX_EXPERTS), ("ffn_hidden", 4 * MAX_WIDTH),
-                        ("shared_experts", MAX_EXPERTS), ("shared_ffn_hidden", 4 * MAX_WIDTH),
+        for f, most in (("experts", MAX_EXPERTS), ("ffn_hidden", MAX_FFN),
+                        ("shared_experts", MAX_EXPERTS), ("shared_ffn_hidden", MAX_FFN),
                         ("first_dense_layers", MAX_LAYERS), ("layer_freq", MAX_LAYERS)):
             if getattr(self, f) > most:
                 raise SpecError(f"moe.{f}", getattr(self, f), f"at most {most:,} is supported")
@@ -706,7 +708,7 @@ class ModelSpec(_CachedHash):
             _positive(f"model.{f}", getattr(self, f))
         # far beyond any model trained; bounds the work (and memory) a config can ask for
         for f, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", MAX_HEADS),
-                        ("head_dim", MAX_HEAD_DIM), ("vocab", MAX_VOCAB), ("ffn_hidden", 4 * MAX_WIDTH)):
+                        ("head_dim", MAX_HEAD_DIM), ("vocab", MAX_VOCAB), ("ffn_hidden", MAX_FFN)):
             if getattr(self, f) > most:
                 raise SpecError(f"model.{f}", getattr(self, f), f"at most {most:,} is supported")
         _positive("model.local_span", self.local_span, allow_zero=True)

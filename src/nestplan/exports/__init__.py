@@ -166,7 +166,7 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
         return par.with_(schedule=target, vp=vp, stage_layers=None), [
             f"{why}; exported with {target} on the same {par.pp} ranks, the blocks split evenly"]
     sizes = list(blocks_per_chunk(pf.scenario.model, par))
-    local = [[sizes[c] for c in par.pipeline.chunks_of(i, par.pp, par.vp)] for i in range(par.pp)]
+    local = par.pipeline.per_device(sizes, par.pp, par.vp)
     if (par.vp > 1 and "interleaved-1f1b" in offered
             and refusal("interleaved-1f1b", par.vp) is None):
         target, vp = SCHEDULES["interleaved-1f1b"], par.vp

@@ -456,8 +456,7 @@ def export(pf: PlanFile) -> Export:
         args.append(f"--pipeline-model-parallel-layout '{_layout(sizes, m.mtp_layers)}'")
     present = layer_graph(m, exported, tr, sc.stack).modules
     # (an every:N policy's count follows its stage's chunks, so its flags are per stage)
-    local = [[sizes[c] for c in exported.pipeline.chunks_of(s, par.pp, exported.vp)]
-             for s in range(par.pp)]
+    local = exported.pipeline.per_device(sizes, par.pp, exported.vp)
     keys = [(p, tuple(local[s]) if p.kind == "every" else ()) for s, p in enumerate(policies)]
     by_key = {k: _recompute_flags(k[0], present, list(k[1])) for k in dict.fromkeys(keys)}
     notes += dict.fromkeys(why for _, whys, _ in by_key.values() for why in whys)

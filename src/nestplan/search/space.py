@@ -189,8 +189,7 @@ def device_units(model, par: Parallelism) -> list[int]:
     schedule = par.pipeline
     sizes = par.stage_layers or default_split(model, par.pp, par.vp, schedule)
     if par.vp == 1 or model.homogeneous:
-        return [sum(sizes[c] for c in schedule.chunks_of(i, par.pp, par.vp))
-                for i in range(par.pp)]
+        return [sum(held) for held in schedule.per_device(sizes, par.pp, par.vp)]
     return list(sizes[:par.pp])
 
 
