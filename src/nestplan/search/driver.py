@@ -32,9 +32,11 @@ from . import space
 from .constraints import Constraints, check_constraints, refuse_unsearchable
 from . import tables as T
 
-SHORTFALL_FLOORED = 8
-"""When nothing fits, the configurations whose memory floors are the least over the limit whose
-least peak is then measured exactly for the closest plan (the floor is only a lower bound)."""
+
+SHORTFALL_MEASURED = 64
+"""When nothing fits, how many configurations over the limit by their memory floors (lower bounds)
+are measured exactly at most, least floor first, for the closest plan; where more floors were
+below its shortfall, the message says so and gives the least of them."""
 
 Progress = Callable[..., None]
 """``progress(done, total, seconds)``: configurations solved of those in the space (``examined=``:
@@ -411,7 +413,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = found_count = examined = 0
     shortfall = Shortfall(cap)
-    floored: list = []  # (floor over the limit, tick, configuration): no split can fit
+    floored: list = []  # (floor over the limit, tick, configuration, its _Floor): none fits
     last_report = start
     while heap:
         lb, _, level, item = heapq.heappop(heap)
@@ -462,7 +464,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 floors = {s: _states_floor(parts, s) for s in sets}
                 least = min(floors.values())
                 if least > cap:  # the floor bounds its shortfall from below
-                    floored.append((least - cap, tick, par))
+                    floored.append((least - cap, tick, par, parts))
                     tick += 1
                     continue
                 # each device holds one block per chunk at least
@@ -512,17 +514,27 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if memory_aware and not found:  # measured at the end, if nothing is found at all
             unfit.append(par)
     if not found:
-        # how far the allowed policies are from fitting the whole model, for the configurations
-        # no split could fit, those no plan came from (a cell of a few blocks may fit where no
-        # split of all of them does) and those whose memory floor was the least over the limit
-        nearest = heapq.nsmallest(SHORTFALL_FLOORED, floored)
-        for par in unfit + [par for _, _, par in nearest]:
-            tb = T.build(D.config_costs(world, par))
-            if tb is not None:
-                for peak, plan in _least_peaks(world, tb, par, sets, per_stage):
-                    shortfall.add(peak, plan)
-        if shortfall.plan is None and nearest:  # no table to measure: the floor, a lower bound
-            shortfall.add(cap + nearest[0][0], nearest[0][2], floor=True)
+        # how far the allowed policies are from fitting the whole model: measured for the
+        # configurations no split could fit and those no plan came from (a cell of a few blocks
+        # may fit where no split of all of them does), then for those whose memory floor was over
+        # the limit, least floor first, until a floor (a lower bound) cannot beat the closest;
+        # one whose blocks could not fit in the closest's peak either is passed over unmeasured
+        for par in unfit:
+            _measure_shortfall(world, par, sets, per_stage, shortfall)
+        heapq.heapify(floored)
+        first = floored[0] if floored else None
+        measured = 0
+        while floored and floored[0][0] < shortfall.gap:
+            if measured == SHORTFALL_MEASURED:
+                shortfall.unproven(cap + floored[0][0], len(unfit) + measured)
+                break
+            _, _, par, parts = heapq.heappop(floored)
+            if any(_positions_fit(parts, s, cap + shortfall.gap, world.model.layers, par.vp)
+                   for s in sets):
+                _measure_shortfall(world, par, sets, per_stage, shortfall)
+                measured += 1
+        if shortfall.plan is None and first:  # no table to measure: the floor, a lower bound
+            shortfall.add(cap + first[0], first[2], floor=True)
     if progress:
         progress(solved, size, time.perf_counter() - start, examined=examined)
     if not found:
@@ -531,6 +543,16 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
+
+
+def _measure_shortfall(world: Scenario, par: Parallelism, sets: list[tuple[int, ...]],
+                       per_stage: tuple[str, ...] | None, shortfall: "Shortfall") -> None:
+    """Adds configuration ``par``'s least-memory plans to ``shortfall`` (none if it has no
+    table)."""
+    tb = T.build(D.config_costs(world, par))
+    if tb is not None:
+        for peak, plan in _least_peaks(world, tb, par, sets, per_stage):
+            shortfall.add(peak, plan)
 
 
 def _policy_mask(stack: StackSpec, indices) -> np.ndarray:
@@ -579,12 +601,20 @@ class Shortfall:
         self.limit = limit
         self.gap, self.plan = np.inf, None  # bytes over the limit, and the plan
         self.floor = False
+        # where configurations were left unmeasured whose floors were below the gap: the least
+        # of those floors and how many were measured
+        self.least, self.measured = None, 0
 
     def add(self, peak: float, plan: Parallelism, floor: bool = False) -> None:
         """A plan that needs ``peak`` bytes (inf: not measured); ``floor``: ``peak`` is a lower
         bound for its configuration, whatever its split and policies."""
         if 0 < peak - self.limit < self.gap:
             self.gap, self.plan, self.floor = peak - self.limit, plan, floor
+
+    def unproven(self, least: float, measured: int) -> None:
+        """Configurations were left unmeasured that need at least ``least`` bytes, less than the
+        closest plan of the ``measured`` ones."""
+        self.least, self.measured = least, measured
 
 
 def _reserve_fills(sc: Scenario) -> str:
@@ -627,6 +657,9 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     # a floor bounds a configuration's memory from below, whatever its split: "at least"
     what, least = ("configuration", " at least") if shortfall.floor else ("plan", "")
     knobs = " ".join(plan_knobs(sc.model, par, settled=not shortfall.floor))
+    unproven = ("" if shortfall.least is None or shortfall.floor else
+                f" (the closest of {shortfall.measured:,} measured; none needs less than "
+                f"{fmt_gib(shortfall.least)} GiB)")
     return (f"nothing fits in {room}; the closest {what} ({knobs}) needs{least} "
-            f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB; "
+            f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB{unproven}; "
             f"try {', '.join(hints)}")
