@@ -677,8 +677,20 @@ def test_a_fixed_vp_follows_the_split_rule_the_search_uses():
     check_constraints(llama, Constraints(pp=4, vp=7))  # 80 blocks: not a multiple of 7
     dsv3 = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 512, seq_len=4096,
                                global_batch=1024)
-    with pytest.raises(SpecError, match="vp: got 2; must be at most 8, and 1 or a divisor of layers = 61"):
+    with pytest.raises(SpecError, match="vp: got 2; must be 1 or a divisor of layers = 61"):
         check_constraints(dsv3, Constraints(pp=4, vp=2))
+
+
+def test_a_fixed_vp_above_the_free_search_is_searched():
+    """The free search tries up to ``MAX_VP`` chunks per device; one the user fixes above it is
+    searched (it had been refused "must be at most 8"): GPT-3 175B, 96 blocks, on 64 GPUs in
+    four stages of twelve chunks, each chunk two blocks; the plan is what evaluate reports."""
+    from nestplan.search.constraints import MAX_VP
+
+    sc = scenario_from_names("gpt3-175b", "dgx-h100-ndr", 64, seq_len=2048, global_batch=64)
+    res = methods.run_method("nest", sc, Constraints(pp=4, vp=12, tp=8, mbs=1), top=1)
+    assert 12 > MAX_VP and res.best.plan.vp == 12 and len(res.best.plan.stage_layers) == 48
+    assert res.objective == pytest.approx(evaluate(sc, res.best.plan).step_time, rel=1e-9)
 
 
 def test_the_manual_method_keeps_what_the_user_fixed():

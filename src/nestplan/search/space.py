@@ -10,7 +10,8 @@ micro-batch size and the rank order. Ranges searched (documented limits):
   value check_plan takes);
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
   attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp;
-* pp: divides the rest, at most the layers; vp: 1, or up to ``MAX_VP`` chunks per device with
+* pp: divides the rest, at most the layers; vp: 1, or up to ``MAX_VP`` chunks per device (any
+  count the user fixes) with
   a micro-batch count one of the stack's schedules runs with them (``Schedule.check``: rounds
   of pp when looped, at least 2·pp in a V) and at least one block per chunk (``split_units``: each
   device's blocks spread evenly over its chunks; a model whose blocks differ needs vp to divide
@@ -203,11 +204,19 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
     # interleaving in the rounds the stack runs, a V with enough of them:
     # ``StackSpec.schedule_refusal``) and the split rule places (``splits``)
     searched = [n for n in sc.stack.schedules if not SCHEDULES[n].mirrored]
-    for v in range(2, MAX_VP + 1):
+    for v in candidate_vps(con):
         if any(sc.stack.schedule_refusal(n, shape.pp, v, micro) is None
                and splits(model, shape.pp, v, SCHEDULES[n]) for n in searched):
             vps.append(v)
     return _pick(con.vp, vps)
+
+
+def candidate_vps(con: Constraints) -> range:
+    """Chunk counts above one the search tries: up to ``MAX_VP``, or the one the user fixed,
+    whatever its size (Megatron runs any count that leaves each chunk a block)."""
+    if con.vp is not None:
+        return range(con.vp, con.vp + 1) if con.vp > 1 else range(0)
+    return range(2, MAX_VP + 1)
 
 
 def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None]:
