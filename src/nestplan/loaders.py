@@ -60,18 +60,6 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
         raise SpecError(field, str(path), f"cannot write ({e.strerror or e})") from None
 
 
-def real_path(path) -> Path:
-    """The file ``path`` names, links followed; where they lead nowhere (a loop of links:
-    RuntimeError from Path.resolve in Python 3.11 and 3.12, OSError later) its absolute path,
-    and reading it says what is wrong."""
-    try:
-        return Path(path).resolve()
-    except (RuntimeError, OSError):
-        import os
-
-        return Path(os.path.abspath(path))
-
-
 def writable_beside(path, suffixes, field: str, *, reads: tuple = (),
                     what: str = "a file being read") -> None:
     """Refuse an output whose writer also writes a file beside it for each of ``suffixes``

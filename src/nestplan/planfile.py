@@ -146,14 +146,14 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
     # null (written without a pipeline) reads as absent: the default schedule, so that a file
     # edited to pp > 1 still loads
     if table.get("schedule") is not None:
-        from .schedule import SCHEDULES, resolve
+        from .schedule import SCHEDULES, is_default
 
         if not isinstance(table["schedule"], str) or table["schedule"] not in SCHEDULES:
             raise SpecError(f"{where}.schedule", table["schedule"],
                             "allowed: " + ", ".join(SCHEDULES))
         if kw.get("pp", 1) > 1:
             kw["schedule"] = table["schedule"]
-        elif table["schedule"] != resolve(None, kw.get("vp", 1)).name:
+        elif not is_default(table["schedule"], kw.get("vp", 1)):
             # files of before 2026-12-03 named a schedule for every plan, one given or not
             import warnings
 

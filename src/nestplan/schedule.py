@@ -330,6 +330,12 @@ def resolve(name: str | None, vp: int) -> Schedule:
     return SCHEDULES[name]
 
 
+def is_default(name: str | None, vp: int) -> bool:
+    """Whether ``name`` is the schedule a plan with ``vp`` chunks per device runs when it names
+    none (``resolve``): a plan, a plan file or the search writes it as None."""
+    return name == resolve(None, vp).name
+
+
 # ------------------------------------------------------------------------------------- memory
 
 def warmup_chunks(stage: int, pp: int, vp: int, micro: int) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .options import MLPKind, Norm, Position, Precision
 from .recompute import names_text, runs_text
-from .schedule import MICRO_BATCHES, SCHEDULES, resolve
+from .schedule import MICRO_BATCHES, SCHEDULES, is_default, resolve
 from .units import US
 
 if TYPE_CHECKING:  # stack.py builds on this module's helpers
@@ -996,7 +996,7 @@ class Parallelism(_CachedHash):
         if self.schedule is not None:
             if self.schedule not in SCHEDULES:
                 raise SpecError("schedule", self.schedule, "allowed: " + ", ".join(SCHEDULES))
-            if self.schedule == resolve(None, self.vp).name:
+            if is_default(self.schedule, self.vp):
                 object.__setattr__(self, "schedule", None)  # one form for the default
             elif self.pp == 1:  # (not dropped without a word: the plan runs no pipeline)
                 raise no_pipeline_schedule(self.schedule)

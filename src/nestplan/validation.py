@@ -629,7 +629,7 @@ def note_set_aside(named: list[str], given: str, how: str) -> None:
     ``stacks_named`` gives them; a file may be spelt two ways): the rows are then ``how``
     (fitted, predicted) as the given stack."""
     from .catalog import looks_like_path
-    from .loaders import real_path
+    from .paths import real_path
 
     def same(name: str) -> bool:
         if looks_like_path(name) and looks_like_path(given):
@@ -649,7 +649,7 @@ def files_named(path: Path, field: str = "--csv") -> set[Path]:
     """The files a runs CSV's rows name (model, cluster and stack columns given as paths, a
     stack's chain of bases), resolved: what a command that writes must not replace."""
     from .catalog import looks_like_path, stack_files
-    from .loaders import real_path
+    from .paths import real_path
 
     path = Path(path)
     out: set[Path] = set()

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 from ..caching import cached, register
 from ..errors import SpecError
+from ..paths import real_path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # loaded with the first entry: ``list``'s argument parser reads KINDS only
@@ -72,14 +73,6 @@ def _read_from(files: dict[Path, tuple | None]) -> None:
     cluster's accelerator say, counts for both)."""
     for reading in _LOADING:
         reading.update(files)
-
-
-def real_path(path) -> Path:
-    """``loaders.real_path``, imported when first needed (``list``'s argument parser imports
-    this module at start-up; the loaders and the specs they import are not needed by it)."""
-    from ..loaders import real_path as real
-
-    return real(path)
 
 
 def _reading(path: Path) -> Path:

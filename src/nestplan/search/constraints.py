@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
-from ..schedule import SCHEDULES, resolve
+from ..schedule import SCHEDULES, is_default
 from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, interleaves, moe_tp_without_sp,
                      no_pipeline_schedule, schedule_refusal, unfoldable)
 
@@ -254,7 +254,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         # every schedule the stack could give these degrees refuses their micro-batches
         names = [con.schedule] if con.schedule else [
             n for n in sc.stack.schedules if SCHEDULES[n].check(con.pp, vp) is None]
-        names.sort(key=lambda n: n != resolve(None, vp).name)  # the default's reason first
+        names.sort(key=lambda n: not is_default(n, vp))  # the default's reason first
         why = [schedule_refusal(sc, n, con.pp, vp, con.mbs, dp) for n in names]
         if why and all(why):
             raise why[0]

@@ -37,7 +37,7 @@ from ..cost.compute import op_time
 from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import layer_graph
-from ..schedule import SCHEDULES, resolve, span_forms
+from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import MAX_VP, Constraints
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
                      divisors, interleaves)
@@ -229,7 +229,6 @@ def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None
     if pp == 1:
         return [None] if con.schedule is None else []
     micro = sc.training.micro_batches(shape.mbs, shape.dp)
-    default = resolve(None, vp).name
     offered = sc.stack.schedules
     names = [n for n in offered
              if SCHEDULES[n].check(pp, vp) is None
@@ -244,7 +243,7 @@ def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None
              # runs 1F1B with these micro-batches
              and not (n == "gpipe" and con.schedule is None and "1f1b" in offered
                       and sc.stack.micro_refusal("1f1b", pp, micro) is None)]
-    return [None if n == default else n for n in names]
+    return [None if is_default(n, vp) else n for n in names]
 
 
 def rank_orders(con: Constraints, shape: Shape) -> list[tuple[Axis, ...]]:
