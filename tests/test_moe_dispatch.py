@@ -197,7 +197,9 @@ def test_every_batch_overlap_run_fits_its_gpus():
     cases = [c for f in ("moe_runs.csv", "moe_held_out.csv", "moe_runs_gb200_gb300_b300.csv",
                          "held_out_runs.csv")
              for c in load_cases(data / f) if c.scenario.stack.moe_overlap == "batch"]
-    assert len(cases) == 39  # (38 until NeMo 25.11's B200 Qwen3-235B row took its base config)
+    # (38 until NeMo 25.11's B200 Qwen3-235B row took its base config; 39 until the three
+    # Megatron-Bridge rows of 2026 with the overlap were added)
+    assert len(cases) == 42
     over = [(c.id, round(r, 3)) for r, c in hbm_ratios(cases) if r > 1]
     assert not over, over
 
@@ -305,7 +307,7 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
 
 
 # mean |error| of the MoE runs as README's "MoE runs" reports them (percent); not targets
-MOE_FILES = {"moe_runs.csv": 17.5, "moe_held_out.csv": 18.3,
+MOE_FILES = {"moe_runs.csv": 17.5, "moe_held_out.csv": 24.5,
              "moe_runs_gb200_gb300_b300.csv": 14.4}
 
 
