@@ -131,6 +131,17 @@ case("plan-sp-without-tp", [*SEARCH, "--tp", "1", "--sp"], "sp")
 # a fixed vp above the free search's 8 is searched (Megatron runs any count that leaves each chunk
 # a block; it had been refused "at most 8"); one that leaves a chunk without a block is refused
 case("plan-vp-over-the-limit", [*SEARCH, "--vp", "17"], "vp: got 17; must be at most layers / 2 = 16")
+# an expert grid the GPUs cannot hold, named by the degree given (it had been exit 3, "no
+# configuration satisfies the constraints {'etp': 64}"; evaluate had named ep = 1, the default)
+MIXTRAL_32 = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", "32"]
+for etp in ("64", "3"):
+    case(f"plan-etp-{etp}-beyond-the-grid", ["plan", *MIXTRAL_32, "--etp", etp],
+         f"etp: got {etp}; etp·ep = {etp}·1 must divide tp·cp·dp, a divisor of gpus = 32")
+case("plan-etp-ep-beyond-the-grid", ["plan", *MIXTRAL_32, "--ep", "8", "--etp", "8"],
+     "ep: got 8; etp·ep = 8·8 must divide tp·cp·dp, a divisor of gpus = 32")
+case("evaluate-etp-names-etp", ["evaluate", *MIXTRAL_32, "--tp", "2", "--pp", "4", "--etp", "3",
+                                "--mbs", "1", "--seq-len", "4096", "--global-batch", "256"],
+     "etp: got 3; etp·ep = 3·1 must divide tp·cp·dp = 8")
 for method in ("nest", "manual", "exhaustive"):  # had answered exit 3, 'nothing fits'
     case(f"plan-vp-without-pipeline-{method}", [*SEARCH, "--vp", "2", "--pp", "1", "--method",
                                                 method], "vp: got 2; virtual stages")

@@ -325,6 +325,37 @@ def test_every_moe_run_is_expressed_and_predicted_as_reported(name):
     assert mean == pytest.approx(MOE_FILES[name], abs=0.5)
 
 
+@pytest.mark.parametrize("experts, top_k, ep", [(4, 2, 2), (4, 1, 2), (6, 2, 3), (4, 3, 4),
+                                                (8, 2, 4)])
+def test_the_most_load_one_expert_rank_can_have_is_a_count_over_routings(experts, top_k, ep):
+    """``most_moe_load`` is the busiest rank's share over the mean at the worst routing: counted
+    over every choice of top-k distinct experts (one token: every token alike is the worst)."""
+    from nestplan.specs import MoESpec, most_moe_load
+
+    per_rank = experts // ep
+    worst = max(max(sum(1 for e in pick if e // per_rank == r) for r in range(ep))
+                for pick in itertools.combinations(range(experts), top_k))
+    moe = MoESpec(experts=experts, top_k=top_k, ffn_hidden=256)
+    assert most_moe_load(moe, ep) == pytest.approx(worst / (top_k / ep))
+
+
+def test_a_load_beyond_what_the_expert_ranks_can_have_is_costed_at_the_most_with_a_note():
+    """--moe-imbalance 9 over two expert ranks of Mixtral (8 experts, top-2) was costed as given
+    (34.5 s and 276 GiB against 5.4 s and 83 GiB balanced): the busiest of two ranks receives at
+    most every token's two copies, twice the mean; it is costed so, and says so."""
+    from console import cli
+
+    base = ("evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", 32,
+            "--tp", 1, "--pp", 4, "--ep", 2, "--mbs", 1, "--seq-len", 4096, "--global-batch",
+            256, "--json")
+    runs = {load: cli(*base, "--moe-imbalance", load) for load in (2, 9)}
+    assert all(code == 0 for code, _, _ in runs.values())
+    at = {load: json.loads(out)["step_time_s"] for load, (_, out, _) in runs.items()}
+    assert at[9] == pytest.approx(at[2])
+    assert ("--moe-imbalance 9: the busiest of 2 expert ranks receives at most 2x the mean"
+            in runs[9][2]) and "receives at most" not in runs[2][2]
+
+
 def test_imbalance_needs_more_than_one_expert_rank_and_leaves_hardware_flops_alone():
     """With one EP rank every rank holds every expert: no busiest rank. Imbalance slows the
     busiest rank but does not add hardware FLOP (HFU falls with it)."""

@@ -945,3 +945,19 @@ def test_the_memory_floor_counts_gradients_a_pipelined_fsdp_keeps_whole():
     tb = T.build(D.config_costs(tt, par))
     peak = DP.least_peak(tb.mem, [tb.valid] * len(tb.mem))[0]
     assert _states_floor(sharded, every) < _states_floor(whole, every) <= peak * (1 + 1e-9)
+
+
+def test_evaluate_says_when_a_devices_chunks_are_uneven():
+    """The pipeline's time is the closed form over each device's total, spread evenly over its
+    chunks, as the search's splits are: --stage-layers 16,16,0,0 at vp 2 (no interleaving in
+    fact) is costed as 8,8,8,8 is, and says so; an even split and the search's rule (within a
+    block) say nothing."""
+    from console import cli
+
+    base = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
+            "--tp", 1, "--pp", 2, "--vp", 2, "--mbs", 1, "--seq-len", 4096, "--global-batch", 16,
+            "--json", "--stage-layers")
+    said = {split: cli(*base, split) for split in ("8,8,8,8", "8,8,9,7", "16,16,0,0")}
+    assert all(code == 0 for code, _, _ in said.values())
+    assert "device 0's chunks hold 16,0 blocks" in said["16,16,0,0"][2]
+    assert "chunks hold" not in said["8,8,8,8"][2] + said["8,8,9,7"][2]

@@ -433,6 +433,8 @@ def cmd_evaluate(args) -> int:
     _note_recompute_costs_memory(ev)
     _note_host_bound(ev)
     _note_balanced_routing(ev, args)
+    _note_load_capped(ev)
+    _note_uneven_chunks(ev)
     if args.save is not None:
         from . import planfile
 
@@ -473,6 +475,53 @@ def _note_host_bound(ev) -> None:
 UNEVEN_ROUTING = 1.2
 """The busiest expert rank's load over the mean that the balanced-routing note shows a plan at: an
 example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
+
+
+def _note_uneven_chunks(ev) -> None:
+    """Say when a device's model chunks differ by more than a block (a fuzzing find: --stage-layers
+    16,16,0,0 at vp 2 was costed as interleaved, 13 % faster than the same blocks at vp 1): the
+    pipeline's time is the closed form over each device's total, which spreads it evenly over
+    its chunks, as the search's own splits do."""
+    from .specs import blocks_per_chunk
+
+    par = ev.plan
+    if par.vp == 1 or not par.stage_layers:
+        return
+    per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
+    widest = max(range(len(per)), key=lambda d: max(per[d]) - min(per[d]))
+    if max(per[widest]) - min(per[widest]) > 1:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"stage-layers: device {widest}'s chunks hold "
+                      f"{','.join(map(str, per[widest]))} blocks; the pipeline's time is costed as "
+                      "if each device's blocks were spread evenly over its chunks (as the search's "
+                      "splits are, within a block), so chunks this uneven run slower than shown",
+                      Note)
+
+
+def _note_load_capped(ev) -> None:
+    """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
+    can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
+    the load it was costed at."""
+    from .specs import most_moe_load
+
+    sc, par = ev.scenario, ev.plan
+    tr = sc.training
+    if sc.model.moe is None or par.ep == 1 or sc.stack.pads_experts(tr):
+        return
+    most = most_moe_load(sc.model.moe, par.ep)
+    if tr.moe_load > most:
+        import warnings
+
+        from .errors import Note
+
+        m = sc.model.moe
+        warnings.warn(f"--moe-imbalance {tr.moe_load:g}: the busiest of {par.ep} expert ranks "
+                      f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
+                      f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
+                      f"distinct experts); costed at {most:g}", Note)
 
 
 def _note_balanced_routing(ev, args) -> None:
@@ -578,6 +627,7 @@ def cmd_plan(args) -> int:
     _note_host_bound(res.best)
     _note_no_interleaving(res.best)
     _note_balanced_routing(res.best, args)
+    _note_load_capped(res.best)
     if args.save is not None:
         from . import planfile
 

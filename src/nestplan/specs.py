@@ -916,6 +916,14 @@ class TrainingSpec(_CachedHash):
         return min(self.moe_imbalance, self.moe_capacity or math.inf)
 
 
+def most_moe_load(moe: "MoESpec", ep: int) -> float:
+    """The most the busiest of ``ep`` expert ranks can receive over the mean: every token sends
+    its top-k copies to distinct experts, at most experts / ep of them to one rank, so the rank
+    gets at most ``tokens·min(top_k, experts/ep)`` of the ``tokens·top_k/ep`` a rank averages:
+    ``min(ep, experts/top_k)`` (2 for 8 experts, top-2, over 2 ranks)."""
+    return min(ep, moe.experts / moe.top_k)
+
+
 # ----------------------------------------------------------------------------- plan
 
 
@@ -1180,11 +1188,15 @@ def dense_etp(model: ModelSpec, etp: int) -> SpecError:
     return SpecError("etp", etp, f"{model.name} has no experts; leave etp unset")
 
 
-def unfoldable(etp: int, ep: int, room: int, how: str = "") -> SpecError:
+def unfoldable(etp: int, ep: int, room: int, how: str = "", *, blame_etp: bool = False) -> SpecError:
     """The refusal of an expert grid etp·ep that does not divide the ``room`` (tp·cp·dp ranks,
-    ``how`` says when it was known otherwise) it folds over."""
-    return SpecError("ep", ep, f"etp·ep = {etp}·{ep} must divide tp·cp·dp = {room}{how}, the "
-                     "ranks the expert grid folds over")
+    ``how`` says when it was known otherwise; "gpus": only that it divides ``room`` gpus) it
+    folds over, naming ep, or etp (``blame_etp``:
+    the degree the user gave where ep is its default)."""
+    field, value = ("etp", etp) if blame_etp else ("ep", ep)
+    ranks = f"tp·cp·dp, a divisor of gpus = {room}" if how == "gpus" else f"tp·cp·dp = {room}{how}"
+    return SpecError(field, value, f"etp·ep = {etp}·{ep} must divide {ranks}, the ranks the "
+                     "expert grid folds over")
 
 
 def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
@@ -1269,7 +1281,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if par.ep > m.moe.experts or m.moe.experts % par.ep:
             raise SpecError("ep", par.ep, f"must divide the {m.moe.experts} experts of {m.name}")
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
-            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
+            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp,
+                             blame_etp=par.ep == 1 and par.etp is not None)
         if par.tp > 1 and not par.sp:
             # (what the stack lacks first: asking for --sp would only draw its refusal next)
             if stack and (axis := sc.stack.missing_axis(par)) is not None:

@@ -62,6 +62,25 @@ SWITCHES = ("sp", "recompute", "rank_order", "schedule", "tp_within_node")
 """The other constraints both ``plan``'s flags and a sweep file's ``[constraints]`` take."""
 
 
+def constraints_text(con: Constraints) -> str:
+    """The knobs ``con`` fixes as ``plan``'s flags (``--tp 8 --sp --vp 11``), or "(none)"."""
+    out = []
+    for key in (*KNOBS, *SWITCHES):
+        value = getattr(con, key)
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False and key == "tp_within_node":
+            continue
+        if isinstance(value, bool):
+            out.append(flag if value else f"--no-{key}")
+        elif key == "recompute":
+            out.append(f"{flag} {runs_text(value)}")
+        elif key == "rank_order":
+            out.append(f"{flag} {'-'.join(a.value for a in value)}")
+        else:
+            out.append(f"{flag} {value}")
+    return " ".join(out) or "(none)"
+
+
 def constraints_from(values: dict, name=lambda key: key) -> Constraints:
     """The one parser of fixed search knobs, from ``plan``'s flags or a sweep file's
     ``[constraints]``: ``values`` maps Constraints fields to what the user gave; a SpecError
@@ -111,10 +130,12 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         "and MoE)")
     if fixed is not None and fixed.chunks == "many" and con.vp is None and not any(
             interleaves(m, v, fixed) for v in range(2, MAX_VP + 1)):
+        larger = [v for v in range(MAX_VP + 1, m.layers // 2 + 1) if interleaves(m, v, fixed)]
         raise SpecError("schedule", con.schedule, f"runs 2 or more chunks per device, and the "
                         f"search splits a model whose blocks differ (dense and MoE) only into "
-                        f"chunk counts that divide its {m.layers} layers: none up to {MAX_VP} "
-                        "(fix one with --vp)")
+                        f"chunk counts that divide its {m.layers} layers: none up to {MAX_VP} ("
+                        + (f"fix one of {', '.join(map(str, larger))} with --vp" if larger else
+                           "evaluate takes any split with --stage-layers") + ")")
     rules = [
         ("tp", con.tp, lambda v: gpus % v == 0 and m.heads % v == 0 and v <= m.heads,
          f"must divide gpus = {gpus} and heads = {m.heads}"),
@@ -131,7 +152,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          (f"must be at most layers / 2 = {m.layers // 2} (two pipeline devices or more, each "
           "chunk a block or more)" if m.homogeneous else
           f"must be 1 or a divisor of layers = {m.layers} (its blocks differ: dense and MoE) "
-          f"of at most {m.layers // 2}")),
+          f"of at most {m.layers // 2}, for the search's split rule; evaluate takes any split "
+          "with --stage-layers")),
         ("ep", con.ep, lambda v: v == 1 or (m.moe is not None and m.moe.experts % v == 0),
          f"must divide the {m.moe.experts} experts of {m.name}" if m.moe is not None
          else f"{m.name} has no experts; use ep = 1"),
@@ -176,16 +198,19 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise moe_tp_without_sp(sc.stack.name, con.tp)
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
         raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
-    if con.ep is not None and con.etp is not None:
-        # the ranks the expert grid folds over: tp·cp·dp, known when they are all fixed, or
-        # gpus / pp when the pipeline is
-        room, how = None, ""
+    if m.moe is not None and con.etp is not None:
+        # the ranks the expert grid folds over: tp·cp·dp, known when they are all fixed, gpus /
+        # pp when the pipeline is, and at most gpus (ep 1 where it is not fixed)
+        ep = con.ep or 1
+        room, how = gpus, "gpus"
         if con.tp is not None and con.cp is not None and con.dp is not None:
-            room = con.tp * con.cp * con.dp
+            room, how = con.tp * con.cp * con.dp, ""
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
-        if room is not None and room % (con.etp * con.ep):
-            raise unfoldable(con.etp, con.ep, room, how)
+        if room % (con.etp * ep):
+            raise unfoldable(con.etp, ep, room, how, blame_etp=con.ep is None)
+        if m.moe.ffn_hidden % con.etp:
+            raise SpecError("etp", con.etp, f"must divide moe.ffn_hidden = {m.moe.ffn_hidden}")
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):

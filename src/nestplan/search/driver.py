@@ -29,7 +29,7 @@ from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
 from . import space
-from .constraints import Constraints, check_constraints, refuse_unsearchable
+from .constraints import Constraints, check_constraints, constraints_text, refuse_unsearchable
 from . import tables as T
 
 
@@ -586,10 +586,8 @@ def _least_peaks(world: Scenario, tb, par: Parallelism, sets: list[tuple[int, ..
 
 def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     """Why a space with no configuration is empty, naming the fixed knobs."""
-    fixed = {k: v for k, v in vars(con).items() if v is not None and k not in (
-        "tp_within_node", "extra")}
     return (f"no configuration of {sc.gpus} devices satisfies the constraints "
-            f"{fixed or '(none)'} for {sc.model.name} (tp·pp·dp·cp must equal gpus, tp divide "
+            f"{constraints_text(con)} for {sc.model.name} (tp·pp·dp·cp must equal gpus, tp divide "
             f"the heads, pp·vp not exceed the layers, mbs·dp divide the global batch, and the "
             f"micro-batches per replica suit the schedule)")
 
