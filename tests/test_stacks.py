@@ -150,7 +150,7 @@ def test_plan_with_a_stack_returns_only_what_it_runs(tmp_path):
     ('name = "x"\nbase = "megatron-core"\ncolour = 1\n', "stack.colour: got 1; unknown key"),
     ('base = "megatron-core"\nmatmul_scale = -1\n',
      "matmul_scale: got -1.0; must be a multiplier in [0.01, 10]"),
-    ('base = "megatron-core"\ngrad_bytes = "four"\n', "grad_bytes: got 'four'; must be int"),
+    ('base = "megatron-core"\ngrad_bytes = "four"\n', "grad_bytes: got 'four'; must be an integer"),
     ('base = "megatron-core"\nzero_stages = [0, 5]\n', "zero_stages: got 5; allowed: 0, 1, 2, 3"),
     ('base = "nonesuch"\n', "stack.base: got 'nonesuch'; unknown stack; catalog names: composer"),
     ('base = "mine.toml"\n', "bases form a cycle"),

@@ -208,14 +208,26 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
     ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in (
         kind if isinstance(kind, tuple) else (kind,)))
     if not ok:
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise SpecError(f"{where}.{key}", value, f"must be {names}")
+        raise SpecError(f"{where}.{key}", value, f"must be {kind_words(kind)}")
     if kind == _NUM and isinstance(value, int) and not finite(value):
         raise SpecError(f"{where}.{key}", value, "must be a number a float can hold")
     return value
 
 
 _NUM = (int, float)
+
+_WORDS = {int: ("an integer", "integers"), float: ("a number", "numbers"),
+          str: ("a string", "strings"), bool: ("true or false", "true or false values"),
+          dict: ("a table", "tables"), list: ("a list", "lists")}
+
+
+def kind_words(kind: type | tuple, plural: bool = False) -> str:
+    """What a TOML value of Python type(s) ``kind`` is, in a user's words ("an integer", "a
+    number" for int or float), for the messages that refuse another (they had said "int")."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if set(kinds) == {int, float}:
+        return "numbers" if plural else "a number"
+    return " or ".join(_WORDS[k][plural] if k in _WORDS else k.__name__ for k in kinds)
 """A number read as a float (an integer too large for one is refused)."""
 
 # ----------------------------------------------------------------------------- accelerator
@@ -593,8 +605,7 @@ def training_from_table(table: dict, where: str = "training"):
 def _list(value, where: str, kind: type | tuple = str) -> list:
     if not isinstance(value, list) or not all(
             isinstance(x, kind) and not isinstance(x, bool) for x in value):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise SpecError(where, value, f"must be a list of {names}")
+        raise SpecError(where, value, f"must be a list of {kind_words(kind, plural=True)}")
     return value
 
 
