@@ -505,20 +505,22 @@ def _note_load_capped(ev) -> None:
     """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
     can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
     the load it was costed at."""
-    from .specs import most_moe_load
+    from .specs import costed_moe_load
 
     sc, par = ev.scenario, ev.plan
     tr = sc.training
     if sc.model.moe is None or par.ep == 1 or sc.stack.pads_experts(tr):
         return
-    most = most_moe_load(sc.model.moe, par.ep)
+    most = costed_moe_load(sc.model, par.ep, tr, False)
     if tr.moe_load > most:
         import warnings
 
         from .errors import Note
 
         m = sc.model.moe
-        warnings.warn(f"--moe-imbalance {tr.moe_load:g}: the busiest of {par.ep} expert ranks "
+        flag = ("--moe-imbalance", tr.moe_imbalance) if tr.moe_load == tr.moe_imbalance else (
+            "--moe-capacity-factor", tr.moe_capacity)  # the one that sets the stated load
+        warnings.warn(f"{flag[0]} {flag[1]:g}: the busiest of {par.ep} expert ranks "
                       f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
                       f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
                       f"distinct experts); costed at {most:g}", Note)

@@ -39,7 +39,7 @@ from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog
 from .options import Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
-from .specs import Parallelism, Scenario, blocks_per_chunk, check_plan, fold, most_moe_load
+from .specs import Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold
 
 
 def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
@@ -52,8 +52,7 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    fused_norm=stack.fused_norm, fused_gated_mlp=stack.fused_gated_mlp,
                    cp_allgather=stack.cp_exchange == "allgather",
                    moe_dispatcher=stack.moe_dispatcher, moe_overlap=stack.moe_overlap,
-                   moe_load=tr.moe_capacity if padded or model.moe is None else
-                   min(tr.moe_load, most_moe_load(model.moe, par.ep)),
+                   moe_load=costed_moe_load(model, par.ep, tr, padded),
                    fp8_tp_gather=stack.fp8_tp_gather and tr.precision is Precision.FP8,
                    tp_keeps_gathered_input=stack.tp_keeps_gathered_input and par.sp,
                    moe_padded=padded,

@@ -6,6 +6,7 @@ Unknown keys are errors that list the valid ones; missing required keys name the
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -215,6 +216,7 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
 
 
 _NUM = (int, float)
+"""A number read as a float (an integer too large for one is refused)."""
 
 _WORDS = {int: ("an integer", "integers"), float: ("a number", "numbers"),
           str: ("a string", "strings"), bool: ("true or false", "true or false values"),
@@ -228,7 +230,7 @@ def kind_words(kind: type | tuple, plural: bool = False) -> str:
     if set(kinds) == {int, float}:
         return "numbers" if plural else "a number"
     return " or ".join(_WORDS[k][plural] if k in _WORDS else k.__name__ for k in kinds)
-"""A number read as a float (an integer too large for one is refused)."""
+
 
 # ----------------------------------------------------------------------------- accelerator
 
@@ -244,6 +246,9 @@ def _points(value, where: str) -> tuple[tuple[float, float], ...]:
             isinstance(p, list) and len(p) == 2 and all(isinstance(x, _NUM) and not isinstance(
                 x, bool) and (finite(x) or isinstance(x, float)) for x in p) for p in value):
         raise SpecError(where, value, "must be a list of [GFLOP, efficiency] pairs")
+    for g, _ in value:  # echoed as given: in FLOP it would read inf
+        if isinstance(g, float) and math.isfinite(g) and not math.isfinite(g * 1e9):
+            raise SpecError(where, value, f"GFLOP {g:g} is more FLOP than a float holds")
     return tuple((float(g) * 1e9, float(e)) for g, e in value)
 
 

@@ -332,8 +332,8 @@ def resolve(name: str | None, vp: int) -> Schedule:
 
 def is_default(name: str | None, vp: int) -> bool:
     """Whether ``name`` is the schedule a plan with ``vp`` chunks per device runs when it names
-    none (``resolve``): a plan, a plan file or the search writes it as None."""
-    return name == resolve(None, vp).name
+    none (``resolve``; None itself is): a plan, a plan file or the search writes it as None."""
+    return name is None or name == resolve(None, vp).name
 
 
 # ------------------------------------------------------------------------------------- memory

@@ -924,6 +924,18 @@ def most_moe_load(moe: "MoESpec", ep: int) -> float:
     return min(ep, moe.experts / moe.top_k)
 
 
+def costed_moe_load(model: "ModelSpec", ep: int, tr: TrainingSpec, padded: bool) -> float:
+    """The busiest expert rank's load over the mean a plan is costed at: the capacity where every
+    expert's input is padded to it (``padded``: ``StackSpec.pads_experts``); else the stated load
+    after dropping (``TrainingSpec.moe_load``), at most what ``ep`` ranks can have
+    (``most_moe_load``); 1 for a model without experts."""
+    if model.moe is None:
+        return 1.0
+    if padded:
+        return tr.moe_capacity
+    return min(tr.moe_load, most_moe_load(model.moe, ep))
+
+
 # ----------------------------------------------------------------------------- plan
 
 
@@ -1188,15 +1200,21 @@ def dense_etp(model: ModelSpec, etp: int) -> SpecError:
     return SpecError("etp", etp, f"{model.name} has no experts; leave etp unset")
 
 
-def unfoldable(etp: int, ep: int, room: int, how: str = "", *, blame_etp: bool = False) -> SpecError:
+def unfoldable(etp: int, ep: int, room: int, how: str = "") -> SpecError:
     """The refusal of an expert grid etp·ep that does not divide the ``room`` (tp·cp·dp ranks,
     ``how`` says when it was known otherwise; "gpus": only that it divides ``room`` gpus) it
-    folds over, naming ep, or etp (``blame_etp``:
-    the degree the user gave where ep is its default)."""
-    field, value = ("etp", etp) if blame_etp else ("ep", ep)
+    folds over, naming etp where it alone cannot divide the room or ep is 1, else ep."""
+    field, value = ("etp", etp) if ep == 1 or room % etp else ("ep", ep)
     ranks = f"tp·cp·dp, a divisor of gpus = {room}" if how == "gpus" else f"tp·cp·dp = {room}{how}"
     return SpecError(field, value, f"etp·ep = {etp}·{ep} must divide {ranks}, the ranks the "
                      "expert grid folds over")
+
+
+def etp_refusal(moe: "MoESpec", etp: int) -> SpecError | None:
+    """The refusal of an expert-TP degree that does not split the experts' FFN, or None."""
+    if moe.ffn_hidden % etp:
+        return SpecError("etp", etp, f"must divide moe.ffn_hidden = {moe.ffn_hidden}")
+    return None
 
 
 def moe_tp_without_sp(stack_name: str, tp: int) -> SpecError:
@@ -1281,8 +1299,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if par.ep > m.moe.experts or m.moe.experts % par.ep:
             raise SpecError("ep", par.ep, f"must divide the {m.moe.experts} experts of {m.name}")
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
-            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp,
-                             blame_etp=par.ep == 1 and par.etp is not None)
+            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
         if par.tp > 1 and not par.sp:
             # (what the stack lacks first: asking for --sp would only draw its refusal next)
             if stack and (axis := sc.stack.missing_axis(par)) is not None:
@@ -1291,8 +1308,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
                 raise moe_tp_without_sp(sc.stack.name, par.tp)
             raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism (--sp), "
                             "as in Megatron-Core")
-        if m.moe.ffn_hidden % par.expert_tp:
-            raise SpecError("etp", par.expert_tp, f"must divide moe.ffn_hidden = {m.moe.ffn_hidden}")
+        if (why := etp_refusal(m.moe, par.expert_tp)) is not None:
+            raise why
     if m.ffn_hidden % par.tp:
         raise SpecError("tp", par.tp, f"must divide ffn_hidden = {m.ffn_hidden}")
     if (why := batch_refusal(t.global_batch, par.mbs, par.dp)) is not None:

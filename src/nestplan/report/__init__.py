@@ -147,9 +147,24 @@ def _experts(ev: Evaluation) -> str:
              f"expert TP {p.expert_tp})"],
             ["token dispatcher", stack.moe_dispatcher],
             ["expert exchange hidden by", stack.moe_overlap],
-            ["load of the busiest expert rank", f"{tr.moe_imbalance:g}x the mean"],
+            ["load of the busiest expert rank", _load_text(ev)],
             ["capacity factor", "dropless" if tr.moe_capacity is None else f"{tr.moe_capacity:g}"]]
     return "<h2>Experts</h2>" + _table(["", ""], rows)
+
+
+def _load_text(ev: Evaluation) -> str:
+    """The stated load of the busiest expert rank, or, where the plan's expert ranks cannot have
+    that much, the most they can, which the plan is costed at."""
+    from ..specs import costed_moe_load
+
+    sc, p = ev.scenario, ev.plan
+    tr = sc.training
+    said = f"{tr.moe_imbalance:g}x the mean"
+    if p.ep > 1 and not sc.stack.pads_experts(tr):
+        costed = costed_moe_load(sc.model, p.ep, tr, False)
+        if costed < tr.moe_load:
+            said = f"{costed:g}x the mean (stated {tr.moe_load:g}: the most {p.ep} expert ranks can have)"
+    return said
 
 
 def _breakdown_table(ev: Evaluation) -> str:

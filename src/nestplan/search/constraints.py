@@ -12,8 +12,8 @@ from ..axes import Axis
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
-from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, interleaves, moe_tp_without_sp,
-                     no_pipeline_schedule, schedule_refusal, unfoldable)
+from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, etp_refusal, interleaves,
+                     moe_tp_without_sp, no_pipeline_schedule, schedule_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -208,9 +208,9 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
         if room % (con.etp * ep):
-            raise unfoldable(con.etp, ep, room, how, blame_etp=con.ep is None)
-        if m.moe.ffn_hidden % con.etp:
-            raise SpecError("etp", con.etp, f"must divide moe.ffn_hidden = {m.moe.ffn_hidden}")
+            raise unfoldable(con.etp, ep, room, how)
+        if (why := etp_refusal(m.moe, con.etp)) is not None:
+            raise why
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):
