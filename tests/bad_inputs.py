@@ -538,6 +538,12 @@ CLUSTER_BAD = {
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "a100-sxm-80gb", name = "a", peak_tflops_fp8 = 600 }'),
         "matmul_efficiency_fp8_by_GFLOP"),
+    # a finite float whose FLOP overflow: named as given (it had been echoed as inf)
+    "gflop-point-overflows": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", '
+        'matmul_efficiency_bf16_by_GFLOP = [[1e300, 0.5]] }'),
+        "GFLOP 1e+300 is more FLOP than a float holds"),
     "gflop-point-inf": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "h100-sxm-80gb", name = "a", '
