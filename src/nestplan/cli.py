@@ -485,7 +485,8 @@ def _note_uneven_chunks(ev) -> None:
     from .specs import blocks_per_chunk
 
     par = ev.plan
-    if par.vp == 1 or not par.stage_layers:
+    # (a mirrored schedule's two stages on a device are not chunks of one share)
+    if par.vp == 1 or not par.stage_layers or par.pipeline.mirrored:
         return
     per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
     widest = max(range(len(per)), key=lambda d: max(per[d]) - min(per[d]))

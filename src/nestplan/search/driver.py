@@ -32,7 +32,6 @@ from . import space
 from .constraints import Constraints, check_constraints, constraints_text, refuse_unsearchable
 from . import tables as T
 
-
 SHORTFALL_MEASURED = 64
 """When nothing fits, how many configurations over the limit by their memory floors (lower bounds)
 are measured exactly at most, least floor first, for the closest plan; where more floors were
