@@ -862,6 +862,32 @@ def check_deepspeed(pf, text: str, monkeypatch):
     if par.pp > 1:
         full = uniform_policy(pf)[0].kind == "full"
         assert cfg.pipeline["activation_checkpoint_interval"] == (1 if full else 0)
+    if "expert_parallel" in json.loads(text):  # DeepSpeed's AutoEP folds the plan's expert grid
+        from deepspeed.module_inject.auto_ep_config import validate_autoep_config
+
+        ep = cfg.expert_parallel_config
+        assert ep.enabled and ep.autoep_size == par.ep and ep.expert_tensor_parallel_size == 1
+        validate_autoep_config(ep, world_size=pf.scenario.gpus, pp_size=par.pp, tp_size=par.tp,
+                               sp_size=1, zero_stage=cfg.zero_optimization_stage)
+
+
+@frameworks
+@pytest.mark.parametrize("gpus, pp", [(64, 1), (64, 2), (16, 1)])
+def test_deepspeed_plans_expert_parallelism_that_its_autoep_takes(gpus, pp, monkeypatch):
+    """The deepspeed stack runs expert parallelism as DeepSpeed's AutoEP does (the expert grid
+    folded over each pipeline stage's ranks, expert TP 1): Mixtral's search picks EP over its
+    data-parallel ranks, and the export's expert_parallel section is what DeepSpeed's own config
+    and AutoEP checks take (it had offered no EP at all)."""
+    pytest.importorskip("deepspeed.module_inject.auto_ep_config")
+    from nestplan.search import methods
+    from nestplan.search.constraints import Constraints
+
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", gpus, seq_len=4096,
+                             global_batch=256, stack="deepspeed")
+    best = methods.run_method("nest", sc, Constraints(pp=pp), top=1).best
+    assert best.plan.ep > 1 and best.plan.expert_tp == 1, best.plan
+    pf = planfile.from_dict(planfile.to_dict(best))
+    check_deepspeed(pf, export(pf, "deepspeed").text, monkeypatch)
 
 
 @frameworks

@@ -108,7 +108,17 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     if tr.precision is Precision.FP8:
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")
-    if par.tp > 1 or par.cp > 1 or par.ep > 1:
+    autoep = par.ep > 1 and "tp" not in sc.stack.axes  # DeepSpeed's own EP, on HF model code
+    if autoep:
+        # AutoEP (deepspeed/module_inject/auto_ep_config.py parse_autoep_config, 0.19.2 and later):
+        # it finds the model's MoE blocks itself (a preset per model family, or the patterns)
+        cfg["expert_parallel"] = {"enabled": True, "autoep_size": par.ep,
+                                  "expert_tensor_parallel_size": par.expert_tp}
+        notes.append(f"expert parallelism: DeepSpeed's AutoEP over {par.ep} ranks of each "
+                     "pipeline stage (expert_parallel; DeepSpeed 0.19.2 or later); it detects the "
+                     "model's MoE blocks by its presets (Mixtral, Qwen3-MoE, DeepSeek-V2/V3), "
+                     "else set expert_parallel.preset_model or its patterns")
+    if par.tp > 1 or par.cp > 1 or (par.ep > 1 and not autoep):
         etp = (f", expert tensor parallel {par.expert_tp}"
                if sc.model.moe is not None and par.expert_tp != par.tp else "")
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
