@@ -21,6 +21,11 @@ RANK_AXES = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 MEGATRON_ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 
 
+def order_text(order) -> str:
+    """A rank order as ``parse_order`` reads it (``"tp-cp-dp-pp"``, innermost first)."""
+    return "-".join(a.value for a in order)
+
+
 def parse_order(text: str) -> tuple[Axis, ...]:
     """Parse ``"tp-cp-dp-pp"`` (innermost first). ``ep`` may appear only just before ``dp``,
     where Megatron's order names it (``tp-cp-ep-dp-pp``): the expert grid folds over the tp, cp

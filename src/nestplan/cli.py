@@ -506,14 +506,12 @@ def _note_load_capped(ev) -> None:
     """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
     can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
     the load it was costed at."""
-    from .specs import costed_moe_load
+    from .specs import capped_moe_load
 
     sc, par = ev.scenario, ev.plan
     tr = sc.training
-    if sc.model.moe is None or par.ep == 1 or sc.stack.pads_experts(tr):
-        return
-    most = costed_moe_load(sc.model, par.ep, tr, False)
-    if tr.moe_load > most:
+    most = capped_moe_load(sc.model, par.ep, tr, sc.stack.pads_experts(tr))
+    if most is not None:
         import warnings
 
         from .errors import Note

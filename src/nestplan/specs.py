@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from .axes import MEGATRON_ORDER, RANK_AXES, Axis
+from .axes import MEGATRON_ORDER, RANK_AXES, Axis, order_text
 from .errors import SpecError
 from typing import TYPE_CHECKING
 
@@ -924,6 +924,15 @@ def most_moe_load(moe: "MoESpec", ep: int) -> float:
     return min(ep, moe.experts / moe.top_k)
 
 
+def capped_moe_load(model: "ModelSpec", ep: int, tr: TrainingSpec, padded: bool) -> float | None:
+    """The most ``ep`` expert ranks can have where the stated load is more (the load the plan is
+    then costed at, ``costed_moe_load``), else None: none without experts, one rank or padding."""
+    if model.moe is None or ep == 1 or padded:
+        return None
+    most = most_moe_load(model.moe, ep)
+    return most if tr.moe_load > most else None
+
+
 def costed_moe_load(model: "ModelSpec", ep: int, tr: TrainingSpec, padded: bool) -> float:
     """The busiest expert rank's load over the mean a plan is costed at: the capacity where every
     expert's input is padded to it (``padded``: ``StackSpec.pads_experts``); else the stated load
@@ -1001,7 +1010,7 @@ class Parallelism(_CachedHash):
             raise SpecError("recompute", runs_text(self.recompute), "give one policy or one per "
                             f"pipeline stage ({self.pp}; {len(self.recompute)} given)")
         if len(self.rank_order) != len(RANK_AXES) or set(self.rank_order) != _RANK_SET:
-            raise SpecError("rank_order", "-".join(a.value for a in self.rank_order),
+            raise SpecError("rank_order", order_text(self.rank_order),
                             "must order each of tp, cp, dp, pp once")
         if self.stage_layers is not None:
             for i, n in enumerate(self.stage_layers):
@@ -1076,7 +1085,7 @@ class Parallelism(_CachedHash):
                 "schedule": self.pipeline.name if self.pp > 1 else None,
                 "sp": self.sp, "zero": self.zero,
                 "recompute": [self.recompute_of(s) for s in range(self.pp)], "mbs": self.mbs,
-                "rank_order": "-".join(a.value for a in self.rank_order),
+                "rank_order": order_text(self.rank_order),
                 "stage_layers": list(self.stage_layers) if self.stage_layers else None}
 
     def ranks_ordered_as(self, order: tuple[Axis, ...]) -> bool:
@@ -1200,12 +1209,13 @@ def dense_etp(model: ModelSpec, etp: int) -> SpecError:
     return SpecError("etp", etp, f"{model.name} has no experts; leave etp unset")
 
 
-def unfoldable(etp: int, ep: int, room: int, how: str = "") -> SpecError:
+def unfoldable(etp: int, ep: int, room: int, how: str = "", *, gpus: bool = False) -> SpecError:
     """The refusal of an expert grid etp·ep that does not divide the ``room`` (tp·cp·dp ranks,
-    ``how`` says when it was known otherwise; "gpus": only that it divides ``room`` gpus) it
-    folds over, naming etp where it alone cannot divide the room or ep is 1, else ep."""
+    ``how`` says when it was known otherwise; ``gpus``: the room is the GPUs, which tp·cp·dp
+    only divides) it folds over, naming etp where it alone cannot divide the room or ep is 1,
+    else ep."""
     field, value = ("etp", etp) if ep == 1 or room % etp else ("ep", ep)
-    ranks = f"tp·cp·dp, a divisor of gpus = {room}" if how == "gpus" else f"tp·cp·dp = {room}{how}"
+    ranks = f"tp·cp·dp, a divisor of gpus = {room}" if gpus else f"tp·cp·dp = {room}{how}"
     return SpecError(field, value, f"etp·ep = {etp}·{ep} must divide {ranks}, the ranks the "
                      "expert grid folds over")
 
@@ -1441,7 +1451,7 @@ def plan_knobs(model: ModelSpec, par: Parallelism, *, settled: bool = True) -> l
     knobs += [f"sp={'on' if par.sp else 'off'}", f"zero={par.zero}"]
     if settled:
         knobs.append("recompute=" + par.recompute_text)
-    knobs += [f"mbs={par.mbs}", f"rank-order={'-'.join(a.value for a in par.rank_order)}"]
+    knobs += [f"mbs={par.mbs}", f"rank-order={order_text(par.rank_order)}"]
     split = split_text(model, par) if settled else ""
     if split:
         knobs.append("stage-layers=" + split)

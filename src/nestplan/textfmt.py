@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from .axes import order_text
 from .result import Evaluation
 from .specs import plan_knobs, split_text
 from .units import GiB, fmt_gib_against, fmt_time
@@ -162,7 +163,7 @@ def _cells(rank, ev) -> list[str]:
             f"{ev.peak_memory / GiB:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
             str(p.ep), str(p.expert_tp) if ev.scenario.model.moe is not None else "-",
             str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
-            p.recompute_text, "-".join(a.value for a in p.rank_order),
+            p.recompute_text, order_text(p.rank_order),
             p.pipeline.name if p.pp > 1 else "-", split_text(ev.scenario.model, p) or "-"]
 
 

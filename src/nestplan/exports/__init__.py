@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from ..axes import order_text
 from ..caching import cached
 from ..errors import SpecError
 from ..evaluate import evaluate as _evaluate
@@ -41,7 +42,7 @@ def mesh_json(par: Parallelism) -> str:
     every (pp, dp, cp, tp) coordinate."""
     grid = rank_grid(par)
     return json.dumps({"dims": ["pp", "dp", "cp", "tp"], "shape": list(grid.shape),
-                       "rank_order": "-".join(a.value for a in par.rank_order),
+                       "rank_order": order_text(par.rank_order),
                        "ranks": grid.tolist()}) + "\n"
 
 
@@ -110,7 +111,7 @@ def rank_note(par: Parallelism, order: tuple, framework: str, theirs: str,
     (worded ``theirs``), which then writes ``rank_files``; none when it does."""
     if par.ranks_ordered_as(order):
         return []
-    return [f"the plan's rank order ({'-'.join(a.value for a in par.rank_order)}) differs from "
+    return [f"the plan's rank order ({order_text(par.rank_order)}) differs from "
             f"{framework}'s ({theirs}): launch through the rank wrapper, which sets RANK from the "
             f"rank map (PATH.ranks.csv) so that {framework} rank r runs on the device the plan "
             f"chose: torchrun --no-python ... bash PATH.ranks.sh {command}, its hosts numbered "

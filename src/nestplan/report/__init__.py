@@ -12,6 +12,7 @@ from dataclasses import fields
 from html import escape
 
 from .. import __version__
+from ..axes import order_text
 from ..planfile import PlanFile
 from ..result import Evaluation
 from ..textfmt import block_range, id_ranges, mtp_text, plan_line, workload_parts
@@ -105,7 +106,7 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
     rows += [["virtual stages (vp)", p.vp], ["sequence parallel", "on" if p.sp else "off"],
              ["ZeRO stage", p.zero], ["micro-batch size", p.mbs],
              ["micro-batches per replica", ev.micro_batches],
-             ["rank order (innermost first)", "-".join(a.value for a in p.rank_order)]]
+             ["rank order (innermost first)", order_text(p.rank_order)]]
     mtp = sc.model.mtp_layers
     stage_rows = [[s.index, ", ".join(block_range(a, b) for a, b in s.blocks)
                    + (" +emb" if s.has_embedding else "") + (" +head" if s.has_head else "")
@@ -155,16 +156,14 @@ def _experts(ev: Evaluation) -> str:
 def _load_text(ev: Evaluation) -> str:
     """The stated load of the busiest expert rank, or, where the plan's expert ranks cannot have
     that much, the most they can, which the plan is costed at."""
-    from ..specs import costed_moe_load
+    from ..specs import capped_moe_load
 
     sc, p = ev.scenario, ev.plan
     tr = sc.training
-    said = f"{tr.moe_imbalance:g}x the mean"
-    if p.ep > 1 and not sc.stack.pads_experts(tr):
-        costed = costed_moe_load(sc.model, p.ep, tr, False)
-        if costed < tr.moe_load:
-            said = f"{costed:g}x the mean (stated {tr.moe_load:g}: the most {p.ep} expert ranks can have)"
-    return said
+    most = capped_moe_load(sc.model, p.ep, tr, sc.stack.pads_experts(tr))
+    if most is None:
+        return f"{tr.moe_imbalance:g}x the mean"
+    return f"{most:g}x the mean (stated {tr.moe_load:g}: the most {p.ep} expert ranks can have)"
 
 
 def _breakdown_table(ev: Evaluation) -> str:

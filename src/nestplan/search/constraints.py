@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from ..axes import Axis
+from ..axes import Axis, order_text
 from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
@@ -75,7 +75,7 @@ def constraints_text(con: Constraints) -> str:
         elif key == "recompute":
             out.append(f"{flag} {runs_text(value)}")
         elif key == "rank_order":
-            out.append(f"{flag} {'-'.join(a.value for a in value)}")
+            out.append(f"{flag} {order_text(value)}")
         else:
             out.append(f"{flag} {value}")
     return " ".join(out) or "(none)"
@@ -202,13 +202,13 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         # the ranks the expert grid folds over: tp·cp·dp, known when they are all fixed, gpus /
         # pp when the pipeline is, and at most gpus (ep 1 where it is not fixed)
         ep = con.ep or 1
-        room, how = gpus, "gpus"
+        room, how = gpus, None
         if con.tp is not None and con.cp is not None and con.dp is not None:
             room, how = con.tp * con.cp * con.dp, ""
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
         if room % (con.etp * ep):
-            raise unfoldable(con.etp, ep, room, how)
+            raise unfoldable(con.etp, ep, room, how or "", gpus=how is None)
         if (why := etp_refusal(m.moe, con.etp)) is not None:
             raise why
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..axes import order_text
 from ..caching import cached
 from ..errors import SpecError
 from ..specs import MAX_HEADROOM, MAX_MTP_LAYERS, valid_headroom
@@ -625,5 +626,5 @@ def _constraints(table: Any):
     for key in table:
         value = getattr(con, key)
         canon[key] = (list(value) if key == "recompute" else
-                      "-".join(a.value for a in value) if key == "rank_order" else value)
+                      order_text(value) if key == "rank_order" else value)
     return con, json.dumps(canon, sort_keys=True, separators=(",", ":"))
