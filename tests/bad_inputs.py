@@ -608,6 +608,9 @@ STACK_BAD = {
        for key, value in (("step_overhead_s", "1e308"), ("kernel_overhead_us", "1e12"),
                           ("allocator_overhead", "1e9"), ("moe_layer_host_ms", "1e12"),
                           ("reserved_GiB", "1e6"))},
+    "injected-experts-with-expert-tp": ('base = "megatron-core"\nname = "s"\n'
+                                        'expert_layer_injected = true\n',
+                                        "expert_layer_injected: got True"),
     "overlap-over-1": ('base = "megatron-core"\nname = "s"\noverlap_efficiency = 2\n',
                        "overlap_efficiency"),
     # a multiplier of 1e-300 had printed a step of 1e302 s (and --json a traceback)

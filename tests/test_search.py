@@ -188,6 +188,38 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert needs == pytest.approx(evaluate(sc, plan).peak_memory / 2**30, abs=0.05), method
 
 
+@pytest.mark.parametrize("name, gpus", [("qwen3-30b-a3b", 64), ("llama3-70b", 128)])
+def test_memory_does_not_depend_on_the_rank_order(name, gpus):
+    """Where nothing fits, the search floors and measures one rank order of each configuration
+    (``driver._one_order``): a plan's peak, and the least peak of its configuration's memory
+    table, are the same at every order the space offers (shapes of a dense and an MoE model
+    spread over the space, each at its least and most virtual stages and two ZeRO stages)."""
+    from nestplan.cost import device as D
+    from nestplan.search import tables as T
+    from nestplan.search.driver import _least_peaks
+
+    sc = scenario_from_names(name, "dgx-h100-ndr", gpus, seq_len=4096, global_batch=1024)
+    con = Constraints()
+    shapes = [s for s in space.shapes(sc, con) if len(space.rank_orders(con, s)) > 1]
+    checked = 0
+    for shape in shapes[::len(shapes) // 6][:6]:
+        orders = space.rank_orders(con, shape)
+        vps = space.virtual_stages(sc, con, shape)
+        for vp in {vps[0], vps[-1]}:
+            for zero in space.zero_stages(sc, con, shape.parallelism(orders[0], vp=vp))[-2:]:
+                plans = [shape.parallelism(o, vp=vp, zero=zero) for o in orders]
+                peaks = {round(evaluate(sc, p).peak_memory) for p in plans}
+                least = set()
+                for p in plans:
+                    tb = T.build(D.config_costs(sc, p))
+                    if tb is not None:
+                        least.add(tuple(round(m) for m, _ in _least_peaks(sc, tb, p, [(0,), (2,)],
+                                                                           None)))
+                assert len(peaks) == 1 and len(least) <= 1, (plans[0], peaks, least)
+                checked += 1
+    assert checked >= 12
+
+
 def test_a_floor_names_the_configuration_without_what_a_split_settles():
     """When the shortfall is only a memory floor (no table to measure a split), the message names
     the configuration, as evaluate's flags, without a recomputation or split, and says "at

@@ -656,7 +656,7 @@ def _stack_fields() -> dict:
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
                                     "moe_pad_to_capacity", "multi_token_prediction", "mixture_of_experts",
-                                    "experts_over_sharded_ranks", "expert_tp_with_ep",
+                                    "experts_over_sharded_ranks", "expert_tp_with_ep", "expert_layer_injected",
                                     "expert_tp_with_bias", "qkv_views", "tp_keeps_gathered_input",
                                     "scores_in_activation", "pipeline_defers_grad_sync",
                                     "pipeline_bf16_optimizer")},

@@ -289,6 +289,12 @@ class StackSpec(_CachedHash):
     with EP its routed experts are sharded over the EP axis only (etp = 1), without EP over the
     dense TP axis like the other weights (etp = tp) (``expert_param_placement_sparse`` and
     ``_dense``, torchtitan/models/common/moe_sharding.py, 0.3.0 wheel)."""
+    expert_layer_injected: bool = False
+    """The framework puts expert parallelism into model code that has none, swapping the model's
+    MoE blocks for its own layer: DeepSpeed's AutoEP (``expert_parallel`` in its config, 0.19.2
+    and later; deepspeed/module_inject/auto_ep_config.py @ deepspeedai/DeepSpeed edaa7221), which
+    is what the ``deepspeed`` export then writes. Else the model code runs expert parallelism
+    itself (Megatron-Core, Megatron-DeepSpeed's MoE layers, torchtitan)."""
     expert_tp_with_bias: bool = True
     """Experts whose linear layers carry biases may be split by expert TP. Megatron-Core refuses
     it ("Bias in Moe is only supported when ETP==1": TransformerConfig.__post_init__,
@@ -388,6 +394,10 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.moe_pad_to_capacity", True, "Megatron-Core pads experts' inputs "
                             "only with moe_dispatcher = alltoall (allgather ignores it, DeepEP "
                             "refuses it)")
+        if self.expert_layer_injected and self.expert_tp_with_ep:
+            raise SpecError("stack.expert_layer_injected", True, "DeepSpeed's AutoEP runs experts "
+                            "without expert TP (validate_folding_global): set "
+                            "expert_tp_with_ep = false")
         if self.interleaved_rounds not in INTERLEAVED_ROUNDS:
             raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
                             "allowed: " + ", ".join(INTERLEAVED_ROUNDS))

@@ -108,7 +108,7 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     if tr.precision is Precision.FP8:
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")
-    autoep = par.ep > 1 and "tp" not in sc.stack.axes  # DeepSpeed's own EP, on HF model code
+    autoep = par.ep > 1 and sc.stack.expert_layer_injected  # DeepSpeed's own EP layer
     if autoep:
         # AutoEP (deepspeed/module_inject/auto_ep_config.py parse_autoep_config, 0.19.2 and later):
         # it finds the model's MoE blocks itself (a preset per model family, or the patterns)

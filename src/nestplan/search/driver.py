@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -395,6 +395,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     heap: list = []
     tick = 0
     size = 0
+    spaced = []  # (shape, its virtual stages)
     for shape in space.shapes(world, con):
         vps = space.virtual_stages(world, con, shape)
         if not vps:  # a fixed vp this shape cannot take
@@ -405,14 +406,21 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         orders = space.rank_orders(con, shape)
         zeros = space.zero_stages(world, con, shape.parallelism())
         size += variants * len(orders) * len(zeros)
-        heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
-                              shape))
-        tick += 1
+        spaced.append((shape, vps))
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = found_count = examined = 0
     shortfall = Shortfall(cap)
-    floored: list = []  # (floor over the limit, tick, configuration, its _Floor): none fits
+    # (floor over the limit, tick, configuration, its _Floor): none fits
+    floored = _floored_everywhere(world, con, spaced, sets, cap) if memory_aware else None
+    if floored:  # no floor is within the limit: the search would only time what cannot fit
+        examined = size
+    else:
+        floored = []
+        for tick, (shape, vps) in enumerate(spaced):
+            heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
+                                  shape))
+        tick = len(spaced)
     last_report = start
     while heap:
         lb, _, level, item = heapq.heappop(heap)
@@ -518,8 +526,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         # may fit where no split of all of them does), then for those whose memory floor was over
         # the limit, least floor first, until a floor (a lower bound) cannot beat the closest;
         # one whose blocks could not fit in the closest's peak either is passed over unmeasured
-        for par in unfit:
+        for par in _one_order(unfit):
             _measure_shortfall(world, par, sets, per_stage, shortfall)
+        floored = _one_order(floored, lambda entry: entry[2])
         heapq.heapify(floored)
         first = floored[0] if floored else None
         measured = 0
@@ -542,6 +551,55 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     plans = [evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
+
+
+def _one_order(items: list, plan=lambda item: item) -> list:
+    """The first of ``items`` of each configuration (``plan(item)``) apart from its rank order:
+    no byte of memory depends on where the ranks sit (``_floor_shared``), so a shortfall measured
+    at one order holds at every other."""
+    seen: set = set()
+    out = []
+    for item in items:
+        par = plan(item)
+        key = tuple(getattr(par, f.name) for f in fields(par) if f.name != "rank_order")
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: float) -> list | None:
+    """When no configuration's memory floor is within ``cap`` (bytes), each one's entry of the
+    search's ``floored`` (its floor over the limit, its index, the configuration, its ``_Floor``)
+    at the first rank order the stack runs it with: no byte depends on where the ranks sit, so
+    one order stands for all (``_floor_shared``). None as soon as a floor is within the limit.
+    ``spaced``: the space's (shape, virtual stages); the most model-parallel shapes, whose floors
+    are the least, are tried first, so that a search with room stops here within a few."""
+    out: list = []
+    for shape, vps in sorted(spaced, key=lambda sv: (-sv[0].tp * sv[0].pp * sv[0].cp * sv[0].ep,
+                                                     sv[0].mbs)):
+        done = set()  # (vp, schedule) already floored at some rank order
+        for order in space.rank_orders(con, shape):
+            base = shape.parallelism(order)
+            for vp in vps:
+                for sched in space.schedules(world, con, shape, vp):
+                    par = base.with_(vp=vp, schedule=sched)
+                    zeros = space.zero_stages(world, con, par)
+                    if (vp, sched) in done or not zeros:
+                        continue
+                    try:  # with a ZeRO stage the stack runs it with (as the search checks)
+                        check_plan(world, par.with_(zero=zeros[0]))
+                    except SpecError:
+                        continue
+                    done.add((vp, sched))
+                    for zero in reversed(zeros):  # the most sharded first
+                        cfg = par.with_(zero=zero)
+                        parts = _floor_parts(world, cfg)
+                        least = min(_states_floor(parts, s) for s in sets)
+                        if least <= cap:
+                            return None
+                        out.append((least - cap, len(out), cfg, parts))
+    return out
 
 
 def _measure_shortfall(world: Scenario, par: Parallelism, sets: list[tuple[int, ...]],
