@@ -595,6 +595,9 @@ STACK_BAD = {
                                    'recompute = { none = "none", x = "every:\u00b2" }\n',
                                    "recompute"),
     "wrong-type": ('base = "megatron-core"\nname = "s"\nfused_norm = "yes"\n', "fused_norm"),
+    "recompute-every-beyond-any-model": ('base = "megatron-core"\nname = "s"\n'
+                                         'recompute = { none = "none", x = "every:513" }\n',
+                                         "every:N (2 <= N <= 512)"),
     "negative-scale": ('base = "megatron-core"\nname = "s"\nmatmul_scale = -1\n',
                        "matmul_scale"),
     "zero-scale": ('base = "megatron-core"\nname = "s"\nmemory_scale = 0\n', "memory_scale"),
@@ -628,7 +631,8 @@ STACK_BAD = {
                    "axes must differ"),
     "base-unknown": ('base = "megatron-9"\nname = "s"\n', "megatron-9"),
     "base-number": ('base = 3\nname = "s"\n', "base"),
-    "no-name-no-base": ('attention = "flash"\n', "name"),
+    "no-name-no-base": ('attention = "flash"\n', "stack.name: got None; missing; a stack file "
+                        "without base is a whole stack and names itself"),
     "bad-attention": ('base = "megatron-core"\nname = "s"\nattention = "sparse"\n',
                       "attention"),
     "bad-tp-overlap": ('base = "megatron-core"\nname = "s"\ntp_overlap = "async"\n',
@@ -732,6 +736,9 @@ def plan_with(path: str, value=None, *, drop: bool = False):
     return make
 
 
+ROW = {"method": "nest", "step_time_s": 1.0, "tokens_per_s": 5, "mfu": 0.4, "peak_memory_gib": 30,
+       "fits": True, "tp": 1, "pp": 1, "dp": 8, "zero": 1, "recompute": "none", "mbs": 1}
+"""A comparison row as compare writes it (the keys every row has)."""
 PLANFILE_BAD = {
     "tp-zero": (plan_with("plan.tp", 0), "tp"),
     "tp-str": (plan_with("plan.tp", "1"), "tp"),
@@ -785,6 +792,10 @@ PLANFILE_BAD = {
     "stack-overhead-neg": (plan_with("stack.step_overhead_s", -5.0), "step_overhead_s"),
     "stack-overhead-inf": (plan_with("stack.step_overhead_s", float("inf")), "step_overhead_s"),
     "stack-unknown-key": (plan_with("stack.turbo", True), "turbo"),
+    # a key deleted had been filled with the generic default, moving the step under the stack's
+    # own name (a fifth fuzzing round's)
+    "stack-key-missing": (plan_with("stack.weight_bytes", drop=True),
+                          "stack.weight_bytes: got None; missing; a plan file holds its stack whole"),
     "stack-number": (plan_with("stack", 3), "stack: got 3; must be a table"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
     "predicted-word": (plan_with("predicted.step_time_s", "fast"), "predicted.step_time_s"),
@@ -817,7 +828,7 @@ PLANFILE_BAD = {
         "comparison.methods[0].stage_layers: got 8"),
     # a method's row of a full plan is a plan of this scenario (each had been shown as given)
     **{f"comparison-row-{key}-{value}": (plan_with("comparison", {"methods": [
-        {"method": "nest", "tokens_per_s": 5, "tp": 1, "pp": 1, "dp": 8, "mbs": 1, key: value}]}),
+        {**ROW, key: value}]}),
         needle) for key, value, needle in (
             ("zero", 9, "comparison.methods[0].zero: got 9; allowed: 0, 1, 2, 3"),
             ("recompute", "most", "comparison.methods[0].recompute: got 'most'; stack megatron-core "
@@ -827,11 +838,20 @@ PLANFILE_BAD = {
                       "gpus = 8"),
             ("pp", 10**9, "comparison.methods[0].pp: got 1000000000"))},
     "comparison-errors-unknown-method": (plan_with("comparison", {"methods": [
-        {"method": "nest", "tokens_per_s": 5}], "errors": {"wizard": "x"}}),
+        ROW], "errors": {"wizard": "x"}}),
         "comparison.errors: got 'wizard'; allowed: nest"),
     "comparison-errors-not-a-message": (plan_with("comparison", {"methods": [
-        {"method": "nest", "tokens_per_s": 5}], "errors": {"nest": 5}}),
+        ROW], "errors": {"nest": 5}}),
         "comparison.errors.nest: got 5; must be a message"),
+    # a row without what compare writes of a method's plan, the same method twice, an MFU above
+    # 1 (each had been shown as given, the MFU as inf %: a fifth fuzzing round's)
+    "comparison-row-without-its-tp": (plan_with("comparison", {"methods": [
+        {k: v for k, v in ROW.items() if k != "tp"}]}),
+        "comparison.methods[0].tp: got None; missing; a comparison row holds method"),
+    "comparison-method-twice": (plan_with("comparison", {"methods": [ROW, ROW]}),
+                                "comparison.methods[1].method: got 'nest'; given twice"),
+    "comparison-mfu-beyond-the-peak": (plan_with("comparison", {"methods": [{**ROW, "mfu": 1e308}]}),
+                                       "comparison.methods[0].mfu: got 1e+308; must be a share"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
@@ -997,6 +1017,13 @@ RUNS_BAD = {
         "\n") + ",99999999999999999999999\n", "gpus_per_node: got '99999999999999999999999'; "
                              "must be at most"),
     "model-blank": (_runs("r1,Llama-3-8B,", "r1,,"), "(r1).model: got ''; must be given"),
+    # a row shorter than the header had been refused as a blank field of its first missing one
+    "row-short": (RUN_HEADER + "\n" + RUN.rsplit(",", 3)[0] + "\n",
+                  "line 2: got '26 fields'; fewer than the header's 29 columns"),
+    # a layer row on more GPUs than its tp had been refused for a dp derived from the count
+    "layer-row-beyond-its-tp": (_runs(",step_time,", ",layer_fwd_bwd_time,"),
+                                "(r1).num_gpus: got '8'; a layer_fwd_bwd_time row times one layer "
+                                "on its tp GPUs (tp = 1): num_gpus must equal tp"),
 }
 for name, (content, needle) in RUNS_BAD.items():
     case(f"runs-csv-{name}-validate", ["validate", "--csv", "{r}.csv"], needle,
@@ -1390,3 +1417,19 @@ case("model-file-qk-norm-with-mla", ["evaluate", "--model", "{m}.toml", *SCENARI
      "model.qk_norm: got True; MLA norms", **{"m.toml": MODEL_TOML + "qk_norm = true\n[mla]\n"
                                               "kv_lora_rank = 32\nq_lora_rank = 0\nqk_nope_head_dim "
                                               "= 32\nqk_rope_head_dim = 32\nv_head_dim = 64\n"})
+
+# --save over a file the scenario is read from (a fifth fuzzing round's: a user's config.json,
+# stack, cluster or accelerator file had been replaced by the plan, exit 0)
+SCENARIO_FILE = ".toml'; is a file the scenario is read from (model, cluster, accelerator"
+STACK_S = 'base = "megatron-core"\nname = "s"\n'
+case("evaluate-save-over-its-model", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN,
+                                      "--save", "{m}.toml"], SCENARIO_FILE,
+     **{"m.toml": MODEL_TOML})
+case("plan-save-over-a-base-of-its-stack", [*SEARCH, "--stack", "{t}.toml", "--save", "{s}.toml"],
+     SCENARIO_FILE,
+     **{"s.toml": STACK_S, "t.toml": 'base = "s.toml"\nname = "t"\n'})
+case("compare-save-over-its-clusters-accelerator",
+     ["compare", "--model", "llama3-8b", "--cluster", "{c}.toml", "--gpus", "8", "--save",
+      "{a}.toml"], SCENARIO_FILE,
+     **{"a.toml": 'name = "acc-x"\nbase = "h100-sxm-80gb"\n',
+        "c.toml": CLUSTER.replace('"h100-sxm-80gb"', '"a.toml"')})

@@ -1180,3 +1180,15 @@ def test_validate_says_when_stack_sets_the_rows_own_aside(runs_csv):
             "--stack nemo") in err
     code, out, err = cli("validate", "--csv", runs, "--stack", "megatron-2021")
     assert code in (0, 1) and "set aside" not in err, err
+
+
+def test_every_n_is_bounded_by_the_most_blocks_a_model_may_have():
+    """``every:N`` beyond any model's block count is refused (the bound is ``specs.MAX_LAYERS``,
+    restated in recompute, which specs imports)."""
+    from nestplan.recompute import MAX_EVERY, parse_rule
+    from nestplan.specs import MAX_LAYERS
+
+    assert MAX_EVERY == MAX_LAYERS
+    assert parse_rule("r", f"every:{MAX_LAYERS}") == f"every:{MAX_LAYERS}"
+    with pytest.raises(SpecError):
+        parse_rule("r", f"every:{MAX_LAYERS + 1}")

@@ -748,6 +748,8 @@ def cmd_export(args) -> int:
 
 THE_PLAN = "the plan file being read"
 """What ``writable`` calls the plan that ``export`` and ``report`` read, refusing it as output."""
+INPUT_FILE = "a file the scenario is read from (model, cluster, accelerator, stack or a base)"
+"""What ``writable`` calls a scenario's input file, refusing it as ``--save``'s output."""
 
 
 def cmd_report(args) -> int:
@@ -1202,11 +1204,18 @@ def main(argv: list[str] | None = None) -> int:
     sigterm = on_sigterm()  # SIGTERM ends a command as Ctrl-C does
     try:
         if getattr(args, "save", None) is not None:  # refused before the work, not after it
+            from .catalog import files_read
             from .loaders import writable
 
             plan = getattr(args, "plan", None)
             writable(args.save, "--save", "plan JSON", reads=(plan,) if plan else (),
                      what=THE_PLAN)
+            # nor over a file the scenario is read from (a user's config.json had been replaced)
+            writable(args.save, "--save", "plan JSON", what=INPUT_FILE,
+                     reads=tuple(set().union(*(files_read(kind, getattr(args, key, None))
+                                              for kind, key in (("models", "model"),
+                                                                ("clusters", "cluster"),
+                                                                ("stacks", "stack"))))))
         code = args.func(args)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not at exit
         return code

@@ -719,7 +719,7 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
     if not isinstance(table, dict):
         raise SpecError(where, table, "must be a table")
     fields = _stack_fields()
-    table = _renamed_stack_keys(table, where)
+    table = renamed_stack_keys(table, where)
     check_keys(table, where, required=set() if base is not None else {"name"},
                optional=set(fields) | STACK_ONLY_KEYS)
     if "runs_source" in table:  # read by the catalog; checked here for every file
@@ -735,7 +735,8 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
         raise SpecError(f"{where}.{key}", e.value, e.allowed) from None
 
 
-LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds")
+LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
+                    "expert_layer_injected")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``."""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input")
@@ -763,7 +764,7 @@ def later_keys_filled(table):
     return {**{k: fill[k] for k in keys if k in fill and k not in table}, **table}
 
 
-def _renamed_stack_keys(table: dict, where: str) -> dict:
+def renamed_stack_keys(table: dict, where: str) -> dict:
     """Stack tables written before ``cuda_graphs`` replaced ``full_iteration_cuda_graph``, read
     as they were meant (keys added later: ``later_keys_filled``)."""
     if "full_iteration_cuda_graph" not in table:

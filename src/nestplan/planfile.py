@@ -16,10 +16,11 @@ from pathlib import Path
 
 from . import __version__
 from .axes import parse_order
+from .caching import cached
 from .errors import SpecError
-from .loaders import (check_keys, cluster_from_table, cluster_to_table, key_of,
-                      later_keys_filled, model_from_table, model_to_table, stack_from_table,
-                      stack_to_table, training_from_table, training_to_table)
+from .loaders import (LATER_STACK_KEYS, check_keys, cluster_from_table, cluster_to_table, key_of,
+                      later_keys_filled, model_from_table, model_to_table, renamed_stack_keys,
+                      stack_from_table, stack_to_table, training_from_table, training_to_table)
 from .recompute import parse_names
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
@@ -74,6 +75,9 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
                      "stage_layers": ((list, type(None)), "a list of blocks per model chunk or "
                                       "null (the even split)")}
 """Types of the comparison keys that are not numbers (kinds, description)."""
+COMPARISON_REQUIRED = ("method", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits",
+                       "tp", "pp", "dp", "zero", "recompute", "mbs")
+"""The comparison keys every row has (the others came later, or may be left out)."""
 _COMPARISON_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
 """Comparison keys that are whole numbers."""
 
@@ -216,8 +220,31 @@ def _note_not_the_catalogs(stack) -> None:
 
 def saved_stack(table, where: str = "stack"):
     """The stack of a plan file's ``table`` (whole, without a base), keys added since it was
-    saved filled in as ``loaders.later_keys_filled`` fills them."""
-    return stack_from_table(later_keys_filled(table), where)
+    saved filled in as ``loaders.later_keys_filled`` fills them. Any other key it lacks is
+    refused: a saved stack has every key, and a default in its place would change the plan's
+    cost under the file's own name (a fifth fuzzing round's: four keys deleted from a torchtitan
+    plan's stack moved its step by 8 %, with a note saying its own values were used)."""
+    if isinstance(table, dict):
+        table = later_keys_filled(renamed_stack_keys(table, where))
+        missing = [k for k in _whole_stack_keys() if k not in table]
+        if missing:
+            from .textfmt import first_of
+
+            raise SpecError(f"{where}.{missing[0]}", None, "missing; a plan file holds its stack "
+                            f"whole (it lacks {first_of(missing)}): save the plan again, or "
+                            "evaluate with --stack and the plan's flags")
+    return stack_from_table(table, where)
+
+
+@cached(maxsize=1)
+def _whole_stack_keys() -> tuple[str, ...]:
+    """The keys every saved stack has: those of a whole stack table but the ones added after
+    plan files were first saved (``loaders.LATER_STACK_KEYS``), those that cost nothing, and
+    those a stack may leave unset."""
+    from .stack import StackSpec
+
+    skip = set(LATER_STACK_KEYS) | set(UNCOSTED_STACK_KEYS)
+    return tuple(k for k in stack_to_table(StackSpec(name="x")) if k not in skip)
 
 
 def _from_dict(data: dict) -> PlanFile:
@@ -316,6 +343,7 @@ def _comparison(table, sc: Scenario) -> dict | None:
     rows = table["methods"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise SpecError(f"{where}.methods", rows, "must be a list of objects")
+    seen = set()
     for i, row in enumerate(rows):
         check_keys(row, f"{where}.methods[{i}]", required={"method", "tokens_per_s"},
                    optional=set(COMPARISON_KEYS))
@@ -334,16 +362,28 @@ def _comparison(table, sc: Scenario) -> dict | None:
                     key == "stage_layers" and value is not None and not all(
                         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
                 raise SpecError(f"{where}.methods[{i}].{key}", value, f"must be {text}")
-        if {"tp", "pp", "dp", "mbs"} <= row.keys():  # (a row of a method's best plan)
-            at = f"{where}.methods[{i}]"
-            try:
-                par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
-                check_plan(sc, par, stack=False)
-                for name in par.recompute:
-                    sc.stack.policy(name)
-            except SpecError as e:
-                field = e.field if e.field.startswith(at) else f"{at}.{e.field}"
-                raise SpecError(field, e.value, e.allowed) from None
+        at = f"{where}.methods[{i}]"
+        # what compare writes of every method's best plan, and the report shows (a row without
+        # its degrees had been taken and shown without them: a fifth fuzzing round's)
+        missing = [k for k in COMPARISON_REQUIRED if k not in row]
+        if missing:
+            raise SpecError(f"{at}.{missing[0]}", None, "missing; a comparison row holds "
+                            + ", ".join(COMPARISON_REQUIRED))
+        if row["method"] in seen:
+            raise SpecError(f"{at}.method", row["method"], "given twice; a comparison has one row "
+                            "per method")
+        seen.add(row["method"])
+        if row["mfu"] > 1:
+            raise SpecError(f"{at}.mfu", row["mfu"], "must be a share of the peak FLOP/s, in "
+                            "[0, 1]")
+        try:
+            par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
+            check_plan(sc, par, stack=False)
+            for name in par.recompute:
+                sc.stack.policy(name)
+        except SpecError as e:
+            field = e.field if e.field.startswith(at) else f"{at}.{e.field}"
+            raise SpecError(field, e.value, e.allowed) from None
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")

@@ -95,11 +95,16 @@ def closest(policy: Policy, offered: tuple[Policy, ...]) -> Policy | None:
     return next((p for k in kinds for p in offered if p.kind == k), None)
 
 
+MAX_EVERY = 512
+"""The largest N of ``every:N``: the most blocks a model may have (``specs.MAX_LAYERS``); a larger
+N recomputes the same one block per device (an N of 10^20 had been taken and exported)."""
+
+
 def parse_rule(where: str, rule: object) -> str:
     """A rule string, checked; SpecError naming ``where`` otherwise."""
     text = str(rule).strip()
     allowed = ("allowed: none, full, modules:NAME[,NAME] (NAME: " + ", ".join(MODULES)
-               + "), matmul-outputs, every:N (N >= 2)")
+               + f"), matmul-outputs, every:N (2 <= N <= {MAX_EVERY})")
     if text in ("none", "full", "matmul-outputs"):
         return text
     head, _, tail = text.partition(":")
@@ -107,7 +112,7 @@ def parse_rule(where: str, rule: object) -> str:
         names = [m.strip() for m in tail.split(",")]
         if all(m in MODULES for m in names):
             return "modules:" + ",".join(dict.fromkeys(names))
-    if head == "every" and tail.isascii() and tail.isdigit() and int(tail) >= 2:
+    if head == "every" and tail.isascii() and tail.isdigit() and 2 <= int(tail) <= MAX_EVERY:
         return f"every:{int(tail)}"
     raise SpecError(where, rule, allowed)
 

@@ -448,6 +448,10 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     model = _model(row, base, stack)
     plan = _plan(row, gpus, stack, model)
     if metric == "layer_fwd_bwd_time":
+        if gpus != plan.tp:  # (its dp had been derived from the count, then refused as made up)
+            raise SpecError(f"{row.where}.num_gpus", row.text("num_gpus"), "a layer_fwd_bwd_time "
+                            f"row times one layer on its tp GPUs (tp = {plan.tp}): num_gpus "
+                            "must equal tp")
         gpus = plan.tp
     sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,
                   training=_training(row, plan.dp), stack=stack)
@@ -577,6 +581,11 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
                     raise SpecError(f"{path.name} line {reader.line_num}", data[None],
                                     f"more fields than the header's {len(reader.fieldnames)} "
                                     "columns")
+                given = [v for v in data.values() if v is not None]
+                if len(given) < len(reader.fieldnames):  # (DictReader leaves the rest None)
+                    raise SpecError(f"{path.name} line {reader.line_num}", f"{len(given)} fields",
+                                    f"fewer than the header's {len(reader.fieldnames)} columns; "
+                                    "a row gives every column, blank where not known")
                 rows.append((reader.line_num, data))
     except UnicodeDecodeError as e:
         raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
@@ -646,10 +655,10 @@ def note_set_aside(named: list[str], given: str, how: str) -> None:
 
 
 def files_named(path: Path, field: str = "--csv") -> set[Path]:
-    """The files a runs CSV's rows name (model, cluster and stack columns given as paths, a
-    stack's chain of bases), resolved: what a command that writes must not replace."""
-    from .catalog import looks_like_path, stack_files
-    from .paths import real_path
+    """The files a runs CSV's rows name (model, cluster and stack columns given as paths, with
+    the files these read: ``catalog.files_read``), resolved: what a command that writes must not
+    replace."""
+    from .catalog import files_read
 
     path = Path(path)
     out: set[Path] = set()
@@ -658,9 +667,7 @@ def files_named(path: Path, field: str = "--csv") -> set[Path]:
             if not row.text(key):
                 continue
             try:
-                named = row.path(key, path.parent)
-                if looks_like_path(named):
-                    out |= stack_files(named) if key == "stack" else {real_path(named)}
+                out |= files_read(f"{key}s", row.path(key, path.parent))
             except SpecError:
                 if key != "stack":
                     raise

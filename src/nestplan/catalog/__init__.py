@@ -225,6 +225,10 @@ def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
     build = stack_from_table if kind == "stacks" else accelerator_from_table
     where = noun if not seen else f"{noun} {ident}"
     given = "name" in table  # (else a stack file is named for the file, below)
+    if kind == "stacks" and "base" not in table and "name" not in table:  # (had listed every key)
+        raise SpecError(f"{where}.name", None, "missing; a stack file without base is a whole "
+                        "stack and names itself; to change a catalog stack, give base = "
+                        "\"megatron-core\" (or another) and the keys to change")
     if "base" not in table:  # (a whole stack file of the user's, maybe of an earlier release)
         built = build(later_keys_filled(table) if kind == "stacks" and looks_like_path(name)
                       else table, where)
@@ -277,9 +281,14 @@ def _base_beside(ident: str, base: str) -> str:
 def stack_files(name: str) -> set[Path]:
     """The files of a stack given by path and of its chain of bases, resolved (none for a
     catalog name; the chain as ``get_stack`` follows it)."""
+    return _chain_files("stacks", name, "stack")
+
+
+def _chain_files(kind: str, name: str, field: str) -> set[Path]:
+    """``stack_files`` for a stack or an accelerator (``kind``, files' ``field`` name)."""
     files: set[Path] = set()
     while looks_like_path(name):
-        table, ident = _entry_table("stacks", name, "stack")
+        table, ident = _entry_table(kind, name, field)
         if Path(ident) in files:
             break
         files.add(Path(ident))
@@ -287,6 +296,33 @@ def stack_files(name: str) -> set[Path]:
             break
         name = _base_beside(ident, table["base"])
     return files
+
+
+def files_read(kind: str, name: str | None) -> set[Path]:
+    """The files an entry of ``kind`` named by path is read from, resolved: a model's TOML or
+    ``config.json`` (in its folder), a stack's or an accelerator's chain of bases, a cluster's
+    file and those of the accelerator it names; none for a catalog name. What a command's output
+    must not replace. A file that does not load counts alone (loading it says what is wrong)."""
+    from ..loaders import cluster_from_table
+
+    if not name or not looks_like_path(name):
+        return set()
+    if kind == "models":
+        return {real_path(hf_config_in(Path(name)))}
+    try:
+        if kind in ("stacks", "accelerators"):
+            return _chain_files(kind, name, kind[:-1])
+        table, ident = _entry_table("clusters", name, "cluster")
+        named: list[str] = []
+
+        def accelerator(acc: str):
+            named.append(_base_beside(ident, acc))
+            return get_accelerator(named[-1])
+
+        cluster_from_table(table, accelerator)
+    except SpecError:
+        return {real_path(name)}
+    return {Path(ident)}.union(*(files_read("accelerators", a) for a in named))
 
 
 def get(kind: str, name: str):
