@@ -873,6 +873,11 @@ case("export-extras-beside-a-device", ["export", "{p}.json", "--format", "deepsp
                                        "/dev/null"],
      "-o: got '/dev/null'; not a regular file, and the export also writes PATH.notes.txt",
      **{"p.json": lambda base: json.dumps(base)})
+# /dev/stdout redirected to a file is one: the files beside it had been written into /dev (a fifth
+# fuzzing round's)
+case("export-extras-into-dev", ["export", "{p}.json", "--format", "deepspeed", "-o",
+                                "/dev/nestplan-export.json"],
+     "the export also writes PATH.notes.txt", **{"p.json": lambda base: json.dumps(base)})
 # a middle model chunk without blocks, which torchtitan cannot name (its export had refused it
 # after evaluate ran: a fuzzing helper's)
 case("evaluate-torchtitan-empty-chunk", ["evaluate", *SCENARIO[:4], "--gpus", "16", "--stack",
@@ -1017,6 +1022,10 @@ RUNS_BAD = {
         "\n") + ",99999999999999999999999\n", "gpus_per_node: got '99999999999999999999999'; "
                              "must be at most"),
     "model-blank": (_runs("r1,Llama-3-8B,", "r1,,"), "(r1).model: got ''; must be given"),
+    # per-stage policies are read, one per pipeline stage (a fifth fuzzing round's: one was all)
+    "recompute-stages-beyond-pp": (_runs(",none,1,8,", ",\"none,full\",1,8,"),
+                                   "(r1): recompute: got 'none,full'; give one policy or one per "
+                                   "pipeline stage (1; 2 given)"),
     # a row shorter than the header had been refused as a blank field of its first missing one
     "row-short": (RUN_HEADER + "\n" + RUN.rsplit(",", 3)[0] + "\n",
                   "line 2: got '26 fields'; fewer than the header's 29 columns"),

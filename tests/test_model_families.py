@@ -113,6 +113,22 @@ def test_sliding_windows_are_read_as_each_family_sets_them(extra, span, share):
     assert (m.local_span, m.local_share) == (span, pytest.approx(share))
 
 
+@pytest.mark.parametrize("extra, span, share", [
+    ({"sliding_window": 64}, 128, 1.0),
+    ({"sliding_window": 64, "local_layers": [0, 2]}, 128, 0.5),
+    ({}, 0, 0.0)])
+def test_a_model_files_window_costs_as_its_layers_say(extra, span, share):
+    """A model file gives its window and, where not every layer has it, the windowed layers; the
+    cost's span and share follow (a file had to restate them as local_span and local_share, which
+    the README does not name: a fifth fuzzing round's)."""
+    table = {"name": "w", "layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 512,
+             "vocab": 1000, **extra}
+    m = model_from_table(table)
+    assert (m.local_span, m.local_share, list(m.local_layers)) == (
+        span, share, extra.get("local_layers", []))
+    assert model_from_table(model_to_table(m)) == m
+
+
 def test_gpt_oss_without_its_window_and_rope_keys_reads_as_transformers_defaults_them():
     """GptOssConfig's defaults: a 128-token window on every other layer, from the first, and
     YaRN with a context extension of 32; the shipped config spells out the same."""

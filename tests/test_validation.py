@@ -155,6 +155,19 @@ def test_a_row_with_a_micro_batch_alone_runs_one_per_replica(tmp_path):
     assert case.scenario.training.micro_batches(case.plan.mbs, case.plan.dp) == 1
 
 
+@pytest.mark.parametrize("micro", ["1", ""])
+def test_a_row_may_recompute_per_stage(tmp_path, micro):
+    """A row's recompute column takes one policy per pipeline stage, as --recompute does (it had
+    been refused as an unknown policy), and keeps them when the micro-batch is filled in."""
+    path = tmp_path / "runs.csv"
+    path.write_text("id,model,cluster,num_gpus,tp,pp,seq_len,global_batch,micro_batch,recompute,"
+                    "stack,metric,step_time_s
+r1,llama3-8b,dgx-h100-ndr,16,2,2,4096,64,"
+                    f"{micro},\"full,none\",megatron-core,step_time,1.7\n")
+    (case,) = load_cases(path)
+    assert case.plan.recompute == ("full", "none")
+
+
 def test_a_dense_named_model_may_say_it_has_no_experts(runs_csv):
     """A size column beside a named model must agree with it; a dense model's zero shared
     experts (or zero experts) does (a reviewer saw it refused as 'whose shared_experts is None'),

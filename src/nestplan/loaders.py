@@ -74,6 +74,10 @@ def writable_beside(path, suffixes, field: str, *, reads: tuple = (),
     if p.exists() and not p.is_file():
         raise SpecError(field, str(path), f"not a regular file, and the export also writes "
                         f"{beside} beside it: give a file path")
+    folder = p.absolute().parent
+    if folder.parts[1:2] in (("dev",), ("proc",), ("sys",)):  # /dev/stdout to a file: a fuzzer
+        raise SpecError(field, str(path), f"the export also writes {beside} beside it, in "
+                        f"{folder}: give a file path in a folder of your own")
     for suffix in suffixes:  # every file is checked before the first is written
         writable(str(p) + suffix, field, f"'{suffix}'", reads=reads, what=what)
 
@@ -448,6 +452,12 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
                                  _typed(t, k, f"{where}.rope_scaling", int)
                                  if k == "original_max_positions" else
                                  float(_typed(t, k, f"{where}.rope_scaling", _NUM)) for k in t})
+    # a sliding window's cost follows from it and its layers (a file need not restate them)
+    window = _typed(table, "sliding_window", where, int, 0)
+    local_layers = _layer_list(table, "local_layers", where)
+    layers = ints["layers"]
+    shared_by = (len(local_layers) / layers if local_layers and layers > 0 else 1.0) if window \
+        else 0.0
     hidden = ints["hidden"]
     if "head_dim" not in table and heads > 0 and hidden > 0 and hidden % heads:
         raise SpecError(f"{where}.hidden", hidden, f"must be a multiple of heads = {heads} when "
@@ -473,10 +483,10 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mla=mla,
         yarn=yarn,
         rope_scaling=scaling,
-        local_span=_typed(table, "local_span", where, int, 0),
-        local_share=float(_typed(table, "local_share", where, _NUM, 0.0)),
-        sliding_window=_typed(table, "sliding_window", where, int, 0),
-        local_layers=_layer_list(table, "local_layers", where),
+        local_span=_typed(table, "local_span", where, int, 2 * window),
+        local_share=float(_typed(table, "local_share", where, _NUM, shared_by)),
+        sliding_window=window,
+        local_layers=local_layers,
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM,
                                  yarn.attention_factor if yarn and mla is None else 1.0)),

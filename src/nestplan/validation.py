@@ -34,6 +34,7 @@ from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
 from .errors import SpecError
 from .options import MLPKind, Norm, Position, Precision
+from .recompute import parse_names
 from .specs import (MAX_GPUS, AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario,
                     TrainingSpec, check_plan)
 from .stack import StackSpec
@@ -363,7 +364,8 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
     zero = row.number("zero_stage")
     if zero is None:
         zero = stack.default_zero
-    rec = row.text("recompute") or "none"  # unstated: see _case
+    # one policy, or one per pipeline stage as --recompute takes them (unstated: see _case)
+    rec = parse_names(f"{row.where}.recompute", row.text("recompute") or "none")
     sp = row.yes_no("sequence_parallel")
     if sp is None:
         sp = stack.sp_for(tp, moe)
@@ -381,7 +383,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
         etp = stack.default_etp(tp, ep, biased=model.biased_experts)
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
-                       zero=zero, recompute=(stack.policy(rec).name,),
+                       zero=zero, recompute=tuple(stack.policy(name).name for name in rec),
                        mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
                        **extra)
 
@@ -393,11 +395,11 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
 
     per_replica = sc.training.global_batch // plan.dp
     sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0] if free_mbs else [plan.mbs]
-    policies = [p.name for p in sc.stack.recompute] if free_recompute else [plan.recompute[0]]
+    policies = [(p.name,) for p in sc.stack.recompute] if free_recompute else [plan.recompute]
     best, best_time = None, float("inf")
     for mbs in sizes:
         for policy in policies:
-            candidate = plan.with_(mbs=mbs, recompute=(policy,))
+            candidate = plan.with_(mbs=mbs, recompute=policy)
             try:
                 ev = evaluate(sc, candidate)
             except SpecError:
