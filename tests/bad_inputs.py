@@ -794,8 +794,9 @@ PLANFILE_BAD = {
     "stack-unknown-key": (plan_with("stack.turbo", True), "turbo"),
     # a key deleted had been filled with the generic default, moving the step under the stack's
     # own name (a fifth fuzzing round's)
-    "stack-key-missing": (plan_with("stack.weight_bytes", drop=True),
-                          "stack.weight_bytes: got None; missing; a plan file holds its stack whole"),
+    "stack-key-missing": (lambda base: plan_with("stack.weight_bytes", drop=True)(
+        json.loads(plan_with("stack.name", "mine")(base))),
+        "stack.weight_bytes: got None; missing; a plan file holds a stack of its own whole"),
     "stack-number": (plan_with("stack", 3), "stack: got 3; must be a table"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
     "predicted-word": (plan_with("predicted.step_time_s", "fast"), "predicted.step_time_s"),
@@ -1026,9 +1027,11 @@ RUNS_BAD = {
     "recompute-stages-beyond-pp": (_runs(",none,1,8,", ",\"none,full\",1,8,"),
                                    "(r1): recompute: got 'none,full'; give one policy or one per "
                                    "pipeline stage (1; 2 given)"),
-    # a row shorter than the header had been refused as a blank field of its first missing one
-    "row-short": (RUN_HEADER + "\n" + RUN.rsplit(",", 3)[0] + "\n",
-                  "line 2: got '26 fields'; fewer than the header's 29 columns"),
+    # a row shorter than the header, without a column every row needs, had been refused as that
+    # column blank (a short row's trailing optional columns read as blank)
+    "row-short": (RUN_HEADER + "\n" + RUN.rsplit(",", 6)[0] + "\n",
+                  "line 2: got '23 fields'; fewer than the header's 29 columns, without its "
+                  "metric"),
     # a layer row on more GPUs than its tp had been refused for a dp derived from the count
     "layer-row-beyond-its-tp": (_runs(",step_time,", ",layer_fwd_bwd_time,"),
                                 "(r1).num_gpus: got '8'; a layer_fwd_bwd_time row times one layer "

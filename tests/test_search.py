@@ -188,6 +188,23 @@ def test_every_search_that_finds_nothing_says_how_close_it_came():
         assert needs == pytest.approx(evaluate(sc, plan).peak_memory / 2**30, abs=0.05), method
 
 
+def test_a_search_where_nothing_fits_times_nothing(monkeypatch):
+    """When no configuration's memory floor is within the limit, the search computes no time
+    bound (it had computed the network bounds of every configuration, 18 s of DeepSeek-V3 on 64
+    H100s), and names the plan exhaustive finds the closest."""
+    sc = tiny_scenario(4, 4, 2, 2, 2, True, 2, 8, 1.0, 1.0)
+    con = Constraints()
+    _nest_names_the_closest_plan(sc, con)
+
+    def timed(*args, **kw):
+        raise AssertionError("a time bound was computed")
+
+    for name in ("compute_bound", "network_bound", "config_bounds", "policy_bounds"):
+        monkeypatch.setattr(space, name, timed)
+    with pytest.raises(InfeasibleError, match="the closest plan"):
+        methods.run_method("nest", sc, con, top=1)
+
+
 @pytest.mark.parametrize("name, gpus", [("qwen3-30b-a3b", 64), ("llama3-70b", 128)])
 def test_memory_does_not_depend_on_the_rank_order(name, gpus):
     """Where nothing fits, the search floors and measures one rank order of each configuration

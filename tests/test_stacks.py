@@ -12,7 +12,7 @@ from nestplan import graph as G
 from nestplan.catalog import get_accelerator, get_stack, list_names
 from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate, layer_graph, scenario_from_names
-from nestplan.loaders import stack_from_table, stack_to_table
+from nestplan.loaders import later_keys_filled, stack_from_table, stack_to_table
 from nestplan.specs import Parallelism, check_plan
 from nestplan.validation import hbm_ratios, load_cases, run, table
 
@@ -1096,6 +1096,50 @@ def test_a_whole_torchtitan_stack_file_of_before_the_later_keys_reads_as_torchti
     assert mine.tp_keeps_gathered_input is True
     assert mine.tp_overlap_beyond_domain.value == "none"
     assert mine.interleaved_rounds == "pp"  # (every stack's then)
+
+
+def test_a_plan_files_stack_without_keys_added_since_reads_as_its_catalog_stack():
+    """A plan file saved before keys were added to stacks (seventeen since plan files held one)
+    loads its catalog stack's values for them; a stack of the user's own name without a key is
+    refused (it had taken the generic default under its own name: a fifth fuzzing round's), and
+    a whole DeepSpeed stack without expert_layer_injected reads it as its export did then (no
+    TP axis: AutoEP)."""
+    from nestplan import planfile
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    for name in ("megatron-core", "deepspeed"):
+        plan = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, zero=1, mbs=1)
+        ev = evaluate(replace(sc, stack=get_stack(name)), plan)
+        data = planfile.to_dict(ev)
+        for key in ("pipeline_bf16_optimizer", "expert_tp_with_ep", "loss_saved_bytes",
+                    "expert_layer_injected"):
+            del data["stack"][key]
+        assert planfile.from_dict(data).scenario.stack == get_stack(name)
+        data["stack"]["name"] = "mine"
+        with pytest.raises(SpecError, match="stack.expert_tp_with_ep: got None; missing; a plan "
+                                            "file holds a stack of its own whole"):
+            planfile.from_dict(data)
+    mine = stack_to_table(get_stack("deepspeed"))
+    del mine["expert_layer_injected"]
+    assert stack_from_table(later_keys_filled({**mine, "name": "my-ds"})).expert_layer_injected
+
+
+def test_a_comparison_row_may_state_an_mfu_above_one():
+    """Model FLOPs count causal attention whole, so MFU can exceed 1 (``Evaluation.mfu``); a
+    compared plan's row keeps such a figure, up to twice the peak."""
+    from nestplan import planfile
+    from nestplan.cli import _top_entry
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=8)
+    ev = evaluate(sc, Parallelism(tp=1, pp=1, dp=8, zero=1, mbs=1))
+    row = {"method": "nest", **_top_entry(ev), "search_seconds": 0.1}
+    for mfu, ok in ((1.2, True), (planfile.MOST_MFU + 0.1, False)):
+        data = planfile.to_dict(ev, "nest", {"methods": [{**row, "mfu": mfu}], "errors": {}})
+        if ok:
+            assert planfile.from_dict(data).comparison["methods"][0]["mfu"] == mfu
+        else:
+            with pytest.raises(SpecError, match="must be a share of the peak FLOP/s, at most 2"):
+                planfile.from_dict(data)
 
 
 def test_a_plan_file_of_before_a_schedule_needed_a_pipeline_still_loads(tmp_path):

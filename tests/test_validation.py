@@ -161,11 +161,24 @@ def test_a_row_may_recompute_per_stage(tmp_path, micro):
     been refused as an unknown policy), and keeps them when the micro-batch is filled in."""
     path = tmp_path / "runs.csv"
     path.write_text("id,model,cluster,num_gpus,tp,pp,seq_len,global_batch,micro_batch,recompute,"
-                    "stack,metric,step_time_s
-r1,llama3-8b,dgx-h100-ndr,16,2,2,4096,64,"
+                    "stack,metric,step_time_s\nr1,llama3-8b,dgx-h100-ndr,16,2,2,4096,64,"
                     f"{micro},\"full,none\",megatron-core,step_time,1.7\n")
     (case,) = load_cases(path)
     assert case.plan.recompute == ("full", "none")
+
+
+def test_a_short_row_reads_its_missing_last_columns_as_blank(tmp_path):
+    """A row that stops before its header's last optional columns reads them as blank (as it
+    did); one that stops before a column every row needs is refused naming it."""
+    path = tmp_path / "runs.csv"
+    head = "id,model,cluster,num_gpus,tp,seq_len,global_batch,metric,step_time_s,stack,notes\n"
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,8,1,4096,8,step_time,1.2\n")
+    (case,) = load_cases(path)
+    assert case.scenario.stack.name == "megatron-core" and case.measured == 1.2
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,8,1,4096,8\n")
+    with pytest.raises(SpecError, match="7 fields'; fewer than the header's 11 columns, without "
+                                        "its metric"):
+        load_cases(path)
 
 
 def test_a_dense_named_model_may_say_it_has_no_experts(runs_csv):

@@ -920,7 +920,7 @@ def _shown(text: str) -> str:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import FITTED_VALUES, base_of, fit
-    from .catalog import get_stack, list_names, looks_like_path, stack_files
+    from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
     from .tomlfmt import dumps
@@ -930,7 +930,7 @@ def cmd_calibrate(args) -> int:
     given = base_of(runs, args.stack)
     base = get_stack(given)
     writable(args.output, "-o", "stack TOML",
-             reads=(*stack_files(given), runs, *files_named(runs, "RUNS.csv")),
+             reads=(*files_read("stacks", given), runs, *files_named(runs, "RUNS.csv")),
              what="the runs CSV, a file its rows name, the base stack file or one of its bases")
     out = Path(args.output)
     target = out.resolve()  # (replaced at the end: the file a link names, never a device)

@@ -39,7 +39,8 @@ from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS,
                     MAX_LAYERS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MIN_ROPE_MSCALE, ROPE_SCALINGS,
-                    ROUTER_SCORES, MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite)
+                    ROUTER_SCORES, MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
+                    sliding_window_cost)
 
 
 SHARE = "share"
@@ -361,8 +362,7 @@ def _sliding(cfg: _Config, layers: int, window: int, sliding: range, *,
     types = _layer_types(cfg, layers) if typed else None
     local = tuple(i for i, t in enumerate(types) if t == "sliding_attention") \
         if types is not None else tuple(sliding)
-    return dict(local_span=2 * window, local_share=len(local) / layers, sliding_window=window,
-                local_layers=local) if window and local else {}
+    return sliding_window_cost(window, local, layers) if window and local else {}
 
 
 def _layer_types(cfg: _Config, layers: int) -> list | None:

@@ -14,7 +14,8 @@ from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
-                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite)
+                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
+                    sliding_window_cost)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -74,8 +75,8 @@ def writable_beside(path, suffixes, field: str, *, reads: tuple = (),
     if p.exists() and not p.is_file():
         raise SpecError(field, str(path), f"not a regular file, and the export also writes "
                         f"{beside} beside it: give a file path")
-    folder = p.absolute().parent
-    if folder.parts[1:2] in (("dev",), ("proc",), ("sys",)):  # /dev/stdout to a file: a fuzzer
+    folder = p.absolute().parent  # /dev/stdout to a file had had them written into /dev
+    if folder in (Path("/dev"), Path("/dev/fd")) or folder.parts[1:2] in (("proc",), ("sys",)):
         raise SpecError(field, str(path), f"the export also writes {beside} beside it, in "
                         f"{folder}: give a file path in a folder of your own")
     for suffix in suffixes:  # every file is checked before the first is written
@@ -453,11 +454,9 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
                                  if k == "original_max_positions" else
                                  float(_typed(t, k, f"{where}.rope_scaling", _NUM)) for k in t})
     # a sliding window's cost follows from it and its layers (a file need not restate them)
-    window = _typed(table, "sliding_window", where, int, 0)
-    local_layers = _layer_list(table, "local_layers", where)
-    layers = ints["layers"]
-    shared_by = (len(local_layers) / layers if local_layers and layers > 0 else 1.0) if window \
-        else 0.0
+    local = _layer_list(table, "local_layers", where)  # (chunked attention's too)
+    window = sliding_window_cost(_typed(table, "sliding_window", where, int, 0), local,
+                                 ints["layers"])
     hidden = ints["hidden"]
     if "head_dim" not in table and heads > 0 and hidden > 0 and hidden % heads:
         raise SpecError(f"{where}.hidden", hidden, f"must be a multiple of heads = {heads} when "
@@ -483,10 +482,10 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         mla=mla,
         yarn=yarn,
         rope_scaling=scaling,
-        local_span=_typed(table, "local_span", where, int, 2 * window),
-        local_share=float(_typed(table, "local_share", where, _NUM, shared_by)),
-        sliding_window=window,
-        local_layers=local_layers,
+        local_span=_typed(table, "local_span", where, int, window["local_span"]),
+        local_share=float(_typed(table, "local_share", where, _NUM, window["local_share"])),
+        sliding_window=window["sliding_window"],
+        local_layers=local,
         mtp_layers=_typed(table, "mtp_layers", where, int, 0),
         rope_mscale=float(_typed(table, "rope_mscale", where, _NUM,
                                  yarn.attention_factor if yarn and mla is None else 1.0)),
@@ -666,10 +665,10 @@ def _stack_fields() -> dict:
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
                                     "moe_pad_to_capacity", "multi_token_prediction", "mixture_of_experts",
-                                    "experts_over_sharded_ranks", "expert_tp_with_ep", "expert_layer_injected",
-                                    "expert_tp_with_bias", "qkv_views", "tp_keeps_gathered_input",
-                                    "scores_in_activation", "pipeline_defers_grad_sync",
-                                    "pipeline_bf16_optimizer")},
+                                    "experts_over_sharded_ranks", "expert_tp_with_ep",
+                                    "expert_layer_injected", "expert_tp_with_bias", "qkv_views",
+                                    "tp_keeps_gathered_input", "scores_in_activation",
+                                    "pipeline_defers_grad_sync", "pipeline_bf16_optimizer")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
                                    "expert_combine_bytes", "default_zero")},
@@ -759,7 +758,8 @@ def later_keys_filled(table):
     """A whole stack ``table`` (no base) written before keys of ``LATER_STACK_KEYS`` existed, with
     them filled in: named as a catalog stack (a plan file's), that stack's values (its plan runs
     as it did, and the stack is the catalog's); exported as torchtitan's, torchtitan's values of
-    ``TORCHTITAN_LATER_KEYS``; any other keeps the defaults, which every stack had then."""
+    ``TORCHTITAN_LATER_KEYS``; exported as DeepSpeed's, ``expert_layer_injected`` as its export
+    then read it (no TP axis); any other keeps the defaults, which every stack had then."""
     if not isinstance(table, dict) or "base" in table or set(LATER_STACK_KEYS) <= table.keys():
         return table
     from .catalog import get_stack, list_names
@@ -768,6 +768,9 @@ def later_keys_filled(table):
         source, keys = get_stack(table["name"]), LATER_STACK_KEYS
     elif table.get("export_format") == "torchtitan":
         source, keys = get_stack("torchtitan"), TORCHTITAN_LATER_KEYS
+    elif table.get("export_format") == "deepspeed" and "expert_layer_injected" not in table:
+        # its export had written AutoEP's section for a stack without a TP axis
+        return {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
     else:
         return table
     fill = stack_to_table(source)

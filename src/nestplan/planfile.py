@@ -78,6 +78,10 @@ _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a s
 COMPARISON_REQUIRED = ("method", "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits",
                        "tp", "pp", "dp", "zero", "recompute", "mbs")
 """The comparison keys every row has (the others came later, or may be left out)."""
+MOST_MFU = 2
+"""The most MFU a comparison row may state: the FLOPs devices run are at most their peak (every
+efficiency is capped at 1), and model FLOPs count causal attention's masked half too, at most
+doubling them (``Evaluation.mfu``; a row's 1e308 had been shown as inf %)."""
 _COMPARISON_DEGREES = ("tp", "pp", "dp", "cp", "ep", "vp", "zero", "mbs")
 """Comparison keys that are whole numbers."""
 
@@ -219,20 +223,27 @@ def _note_not_the_catalogs(stack) -> None:
 
 
 def saved_stack(table, where: str = "stack"):
-    """The stack of a plan file's ``table`` (whole, without a base), keys added since it was
-    saved filled in as ``loaders.later_keys_filled`` fills them. Any other key it lacks is
-    refused: a saved stack has every key, and a default in its place would change the plan's
-    cost under the file's own name (a fifth fuzzing round's: four keys deleted from a torchtitan
-    plan's stack moved its step by 8 %, with a note saying its own values were used)."""
-    if isinstance(table, dict):
-        table = later_keys_filled(renamed_stack_keys(table, where))
-        missing = [k for k in _whole_stack_keys() if k not in table]
-        if missing:
-            from .textfmt import first_of
+    """The stack of a plan file's ``table`` (whole, without a base). A stack named as a catalog
+    stack takes that stack's values for the keys it lacks (those added since it was saved, or
+    taken out by hand: the values are the catalog's either way). Another must have every key but
+    those added since plan files were first saved (``loaders.later_keys_filled``): a default in
+    a key's place would change the plan's cost under the file's own name (a fifth fuzzing
+    round's: four keys deleted from a stack moved its step by 8 %)."""
+    from .catalog import get_stack, list_names
 
-            raise SpecError(f"{where}.{missing[0]}", None, "missing; a plan file holds its stack "
-                            f"whole (it lacks {first_of(missing)}): save the plan again, or "
-                            "evaluate with --stack and the plan's flags")
+    if isinstance(table, dict):
+        table = renamed_stack_keys(table, where)
+        if table.get("name") in list_names("stacks"):
+            table = {**stack_to_table(get_stack(table["name"])), **table}
+        else:
+            table = later_keys_filled(table)
+            missing = [k for k in _whole_stack_keys() if k not in table]
+            if missing:
+                from .textfmt import first_of
+
+                raise SpecError(f"{where}.{missing[0]}", None, "missing; a plan file holds a stack "
+                                f"of its own whole (it lacks {first_of(missing)}): save the plan "
+                                "again, or evaluate with --stack and the plan's flags")
     return stack_from_table(table, where)
 
 
@@ -373,9 +384,9 @@ def _comparison(table, sc: Scenario) -> dict | None:
             raise SpecError(f"{at}.method", row["method"], "given twice; a comparison has one row "
                             "per method")
         seen.add(row["method"])
-        if row["mfu"] > 1:
-            raise SpecError(f"{at}.mfu", row["mfu"], "must be a share of the peak FLOP/s, in "
-                            "[0, 1]")
+        if row["mfu"] > MOST_MFU:
+            raise SpecError(f"{at}.mfu", row["mfu"], f"must be a share of the peak FLOP/s, at most "
+                            f"{MOST_MFU} (model FLOPs count causal attention whole)")
         try:
             par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
             check_plan(sc, par, stack=False)

@@ -916,6 +916,17 @@ class TrainingSpec(_CachedHash):
         return min(self.moe_imbalance, self.moe_capacity or math.inf)
 
 
+def sliding_window_cost(window: int, local_layers, layers: int) -> dict:
+    """The model fields of a sliding window of ``window`` tokens (0: none) on ``local_layers``
+    (0-based; every layer when empty) of ``layers``: what it costs as local attention (a causal
+    window of w costs about what causal chunks of 2w cost) beside the window and its layers."""
+    if not window:
+        return dict(local_span=0, local_share=0.0, sliding_window=0, local_layers=())
+    local = tuple(local_layers)
+    return dict(local_span=2 * window, local_share=len(local) / layers if local and layers else 1.0,
+                sliding_window=window, local_layers=local)
+
+
 def most_moe_load(moe: "MoESpec", ep: int) -> float:
     """The most the busiest of ``ep`` expert ranks can receive over the mean: every token sends
     its top-k copies to distinct experts, at most experts / ep of them to one rank, so the rank

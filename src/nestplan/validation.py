@@ -583,11 +583,15 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
                     raise SpecError(f"{path.name} line {reader.line_num}", data[None],
                                     f"more fields than the header's {len(reader.fieldnames)} "
                                     "columns")
-                given = [v for v in data.values() if v is not None]
-                if len(given) < len(reader.fieldnames):  # (DictReader leaves the rest None)
-                    raise SpecError(f"{path.name} line {reader.line_num}", f"{len(given)} fields",
-                                    f"fewer than the header's {len(reader.fieldnames)} columns; "
-                                    "a row gives every column, blank where not known")
+                # a short row's last columns are blank (DictReader leaves them None), but one
+                # every row needs had been refused as blank, not as missing from the row
+                lost = [k for k in COLUMNS if k in data and data[k] is None]
+                if lost:
+                    given = sum(v is not None for v in data.values())
+                    raise SpecError(f"{path.name} line {reader.line_num}", f"{given} fields",
+                                    f"fewer than the header's {len(reader.fieldnames)} columns, "
+                                    f"without its {lost[0]}; a row gives every column, blank "
+                                    "where not known")
                 rows.append((reader.line_num, data))
     except UnicodeDecodeError as e:
         raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "

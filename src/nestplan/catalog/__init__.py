@@ -278,14 +278,10 @@ def _base_beside(ident: str, base: str) -> str:
     return base
 
 
-def stack_files(name: str) -> set[Path]:
-    """The files of a stack given by path and of its chain of bases, resolved (none for a
-    catalog name; the chain as ``get_stack`` follows it)."""
-    return _chain_files("stacks", name, "stack")
-
-
 def _chain_files(kind: str, name: str, field: str) -> set[Path]:
-    """``stack_files`` for a stack or an accelerator (``kind``, files' ``field`` name)."""
+    """The files of a stack or an accelerator (``kind``; ``field``: what its files are called)
+    given by path and of its chain of bases, resolved (none for a catalog name; the chain as
+    ``get_stack`` and ``get_accelerator`` follow it)."""
     files: set[Path] = set()
     while looks_like_path(name):
         table, ident = _entry_table(kind, name, field)

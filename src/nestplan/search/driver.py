@@ -12,11 +12,12 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
 
+from ..axes import MEGATRON_ORDER
 from ..caching import cached
 from ..cost import device as D
 from ..cost import memory as M
@@ -412,7 +413,10 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     solved = found_count = examined = 0
     shortfall = Shortfall(cap)
     # (floor over the limit, tick, configuration, its _Floor): none fits
-    floored = _floored_everywhere(world, con, spaced, sets, cap) if memory_aware else None
+    floored = (_floored_everywhere(world, con, spaced, sets, cap,
+                                   progress and (lambda n: progress(0, size, time.perf_counter()
+                                                                    - start, examined=n)))
+               if memory_aware else None)
     if floored:  # no floor is within the limit: the search would only time what cannot fit
         examined = size
     else:
@@ -560,22 +564,24 @@ def _one_order(items: list, plan=lambda item: item) -> list:
     seen: set = set()
     out = []
     for item in items:
-        par = plan(item)
-        key = tuple(getattr(par, f.name) for f in fields(par) if f.name != "rank_order")
+        key = plan(item).with_(rank_order=MEGATRON_ORDER)
         if key not in seen:
             seen.add(key)
             out.append(item)
     return out
 
 
-def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: float) -> list | None:
+def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: float,
+                        report: Callable[[int], None] | None = None) -> list | None:
     """When no configuration's memory floor is within ``cap`` (bytes), each one's entry of the
     search's ``floored`` (its floor over the limit, its index, the configuration, its ``_Floor``)
     at the first rank order the stack runs it with: no byte depends on where the ranks sit, so
     one order stands for all (``_floor_shared``). None as soon as a floor is within the limit.
     ``spaced``: the space's (shape, virtual stages); the most model-parallel shapes, whose floors
-    are the least, are tried first, so that a search with room stops here within a few."""
+    are the least, are tried first, so that a search with room stops here within a few.
+    ``report(n)``: called with the count floored every half second."""
     out: list = []
+    last = time.perf_counter()
     for shape, vps in sorted(spaced, key=lambda sv: (-sv[0].tp * sv[0].pp * sv[0].cp * sv[0].ep,
                                                      sv[0].mbs)):
         done = set()  # (vp, schedule) already floored at some rank order
@@ -599,6 +605,9 @@ def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: fl
                         if least <= cap:
                             return None
                         out.append((least - cap, len(out), cfg, parts))
+                    if report and time.perf_counter() - last > 0.5:
+                        report(len(out))
+                        last = time.perf_counter()
     return out
 
 
