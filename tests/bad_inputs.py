@@ -434,6 +434,12 @@ for name, (content, needle) in HF_BAD.items():
          needle, **{"cfg.json": content})
 case("hf-config-directory", ["evaluate", "--model", "{d}", *SCENARIO[2:], *PLAN],
      "folder without a config.json", d=DIR)
+# a model path that is no file says what a model file may be (it had said "give a TOML file", and
+# a folder whose config.json is a folder had been "without a config.json": a fifth fuzzing round's)
+case("model-dev-null", ["evaluate", "--model", "/dev/null", *SCENARIO[2:], *PLAN],
+     "model: got '/dev/null'; not a regular file; give a model TOML or HuggingFace config.json")
+case("hf-config-json-a-directory", ["evaluate", "--model", "{d}", *SCENARIO[2:], *PLAN],
+     "a folder whose config.json is not a file", **{"d": DIR, "d/config.json": DIR})
 case("hf-config-fifo", ["evaluate", "--model", "{p}.json", *SCENARIO[2:], *PLAN],
      "not a regular file", **{"p.json": FIFO})
 case("hf-config-missing-file", ["evaluate", "--model", "{d}/none.json", *SCENARIO[2:], *PLAN],

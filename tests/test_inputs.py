@@ -33,7 +33,7 @@ def test_a_fifo_is_refused_before_reading(tmp_path):
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)  # reading it would block: nestplan must not open it
     assert one_line_error(*cli(*EVALUATE, "--model", fifo, timeout=30),
-                          "not a regular file; give a JSON file")
+                          "not a regular file; give a model TOML or HuggingFace config.json file")
     stack = tmp_path / "stack.toml"
     os.mkfifo(stack)
     assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--stack", stack, timeout=30),

@@ -179,10 +179,15 @@ def get_model(name: str) -> ModelSpec:
     from ..loaders import model_from_table
 
     if looks_like_path(name):
+        from ..loaders import regular_file
+
         path = hf_config_in(Path(name))
         if path.is_dir():
-            raise SpecError("model", name, "a folder without a config.json; give a catalog name, "
-                            "a model TOML, or a HuggingFace config.json or its folder")
+            inside = "whose config.json is not a file" if (path / "config.json").exists() \
+                else "without a config.json"
+            raise SpecError("model", name, f"a folder {inside}; give a catalog name, a model "
+                            "TOML, or a HuggingFace config.json or its folder")
+        regular_file(path, "model", "model TOML or HuggingFace config.json")  # (named TOML only)
         if path.suffix == ".json":
             from ..hf import model_from_hf_config
 

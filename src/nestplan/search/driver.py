@@ -589,9 +589,11 @@ def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: fl
             base = shape.parallelism(order)
             for vp in vps:
                 for sched in space.schedules(world, con, shape, vp):
+                    if (vp, sched) in done:
+                        continue
                     par = base.with_(vp=vp, schedule=sched)
                     zeros = space.zero_stages(world, con, par)
-                    if (vp, sched) in done or not zeros:
+                    if not zeros:
                         continue
                     try:  # with a ZeRO stage the stack runs it with (as the search checks)
                         check_plan(world, par.with_(zero=zeros[0]))
