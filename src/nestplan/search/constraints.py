@@ -23,6 +23,14 @@ MAX_VP = 8
 (16 finds plans 0.02 % faster on the benchmarks' three searches, in 40-80 % more time)."""
 
 
+def candidate_vps(con: "Constraints") -> range:
+    """Chunk counts above one the search tries: up to ``MAX_VP``, or the one the user fixed,
+    whatever its size (Megatron runs any count that leaves each chunk a block)."""
+    if con.vp is not None:
+        return range(con.vp, con.vp + 1) if con.vp > 1 else range(0)
+    return range(2, MAX_VP + 1)
+
+
 def refuse_unsearchable(con: "Constraints") -> None:
     """The searches (every method but ``manual``, which evaluates the plan its rules make)
     cannot run a mirrored schedule: refuse a constraint that fixes one (SpecError naming it)."""
@@ -129,7 +137,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
                         "runs only for models whose blocks are all alike (these differ: dense "
                         "and MoE)")
     if fixed is not None and fixed.chunks == "many" and con.vp is None and not any(
-            interleaves(m, v, fixed) for v in range(2, MAX_VP + 1)):
+            interleaves(m, v, fixed) for v in candidate_vps(con)):
         larger = [v for v in range(MAX_VP + 1, m.layers // 2 + 1) if interleaves(m, v, fixed)]
         raise SpecError("schedule", con.schedule, f"runs 2 or more chunks per device, and the "
                         f"search splits a model whose blocks differ (dense and MoE) only into "

@@ -412,15 +412,15 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
     solved = found_count = examined = 0
     shortfall = Shortfall(cap)
+    # no floor within the limit anywhere: the search would only time what cannot fit
+    everywhere = memory_aware and _floored_everywhere(
+        world, con, spaced, sets, cap,
+        progress and (lambda n: progress(0, size, time.perf_counter() - start, examined=n)))
     # (floor over the limit, tick, configuration, its _Floor): none fits
-    floored = (_floored_everywhere(world, con, spaced, sets, cap,
-                                   progress and (lambda n: progress(0, size, time.perf_counter()
-                                                                    - start, examined=n)))
-               if memory_aware else None)
-    if floored:  # no floor is within the limit: the search would only time what cannot fit
+    floored: list = everywhere or []
+    if everywhere:
         examined = size
     else:
-        floored = []
         for tick, (shape, vps) in enumerate(spaced):
             heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
                                   shape))
@@ -445,19 +445,10 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             continue
         if level == 1:  # rank order -> virtual stages
             base, vps = item
-            for vp in vps:
-                for sched in space.schedules(world, con, base, vp):
-                    par = base.with_(vp=vp, schedule=sched)
-                    zeros = space.zero_stages(world, con, par)
-                    if not zeros:
-                        continue
-                    try:  # with a ZeRO stage the stack runs it with (the shape's is 0)
-                        check_plan(world, par.with_(zero=zeros[0]))
-                    except SpecError:
-                        continue
-                    heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2,
-                                          (par, zeros)))
-                    tick += 1
+            for par, zeros in _variants(world, con, base, vps):
+                heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2,
+                                      (par, zeros)))
+                tick += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
             par, zeros = item
@@ -532,7 +523,8 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         # one whose blocks could not fit in the closest's peak either is passed over unmeasured
         for par in _one_order(unfit):
             _measure_shortfall(world, par, sets, per_stage, shortfall)
-        floored = _one_order(floored, lambda entry: entry[2])
+        if not everywhere:  # the search floored each configuration at every order it popped
+            floored = _one_order(floored, lambda entry: entry[2])
         heapq.heapify(floored)
         first = floored[0] if floored else None
         measured = 0
@@ -571,45 +563,49 @@ def _one_order(items: list, plan=lambda item: item) -> list:
     return out
 
 
+def _variants(world: Scenario, con: Constraints, base: Parallelism, vps: list[int]):
+    """Yield ``base`` (a shape at one rank order) with each of its virtual stage counts ``vps``
+    and the schedules the stack runs them with, and the ZeRO stages it runs each with, the plan
+    checked with the first of those (the shape's is 0). None of it depends on the rank order."""
+    for vp in vps:
+        for sched in space.schedules(world, con, base, vp):
+            par = base.with_(vp=vp, schedule=sched)
+            zeros = space.zero_stages(world, con, par)
+            if not zeros:
+                continue
+            try:
+                check_plan(world, par.with_(zero=zeros[0]))
+            except SpecError:
+                continue
+            yield par, zeros
+
+
 def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: float,
                         report: Callable[[int], None] | None = None) -> list | None:
     """When no configuration's memory floor is within ``cap`` (bytes), each one's entry of the
     search's ``floored`` (its floor over the limit, its index, the configuration, its ``_Floor``)
-    at the first rank order the stack runs it with: no byte depends on where the ranks sit, so
-    one order stands for all (``_floor_shared``). None as soon as a floor is within the limit.
-    ``spaced``: the space's (shape, virtual stages); the most model-parallel shapes, whose floors
-    are the least, are tried first, so that a search with room stops here within a few.
-    ``report(n)``: called with the count floored every half second."""
+    at the first rank order: no byte depends on where the ranks sit, and which plans the stack
+    runs does not either (``_variants``), so one order stands for all (``_floor_shared``). None
+    as soon as a floor is within the limit. ``spaced``: the space's (shape, virtual stages); the
+    most model-parallel shapes, whose floors are the least, are tried first, so that a search
+    with room stops here within a few. ``report(n)``: called with the count floored every half
+    second."""
     out: list = []
     last = time.perf_counter()
     for shape, vps in sorted(spaced, key=lambda sv: (-sv[0].tp * sv[0].pp * sv[0].cp * sv[0].ep,
                                                      sv[0].mbs)):
-        done = set()  # (vp, schedule) already floored at some rank order
-        for order in space.rank_orders(con, shape):
-            base = shape.parallelism(order)
-            for vp in vps:
-                for sched in space.schedules(world, con, shape, vp):
-                    if (vp, sched) in done:
-                        continue
-                    par = base.with_(vp=vp, schedule=sched)
-                    zeros = space.zero_stages(world, con, par)
-                    if not zeros:
-                        continue
-                    try:  # with a ZeRO stage the stack runs it with (as the search checks)
-                        check_plan(world, par.with_(zero=zeros[0]))
-                    except SpecError:
-                        continue
-                    done.add((vp, sched))
-                    for zero in reversed(zeros):  # the most sharded first
-                        cfg = par.with_(zero=zero)
-                        parts = _floor_parts(world, cfg)
-                        least = min(_states_floor(parts, s) for s in sets)
-                        if least <= cap:
-                            return None
-                        out.append((least - cap, len(out), cfg, parts))
-                    if report and time.perf_counter() - last > 0.5:
-                        report(len(out))
-                        last = time.perf_counter()
+        base = shape.parallelism(space.rank_orders(con, shape)[0])
+        for par, zeros in _variants(world, con, base, vps):
+            for zero in reversed(zeros):  # the most sharded first
+                cfg = par.with_(zero=zero)
+                parts = _floor_parts(world, cfg)
+                least = min(_states_floor(parts, s) for s in sets)
+                if least <= cap:
+                    return None
+                out.append((least - cap, len(out), cfg, parts))
+            if report and time.perf_counter() - last > 0.5:
+                report(len(out))
+                last = time.perf_counter()
     return out
 
 

@@ -38,7 +38,7 @@ from ..cost.hardware import effective
 from ..errors import SpecError
 from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, is_default, span_forms
-from .constraints import MAX_VP, Constraints
+from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
                      divisors, interleaves)
 
@@ -210,14 +210,6 @@ def virtual_stages(sc: Scenario, con: Constraints, shape: Shape) -> list[int]:
                and splits(model, shape.pp, v, SCHEDULES[n]) for n in searched):
             vps.append(v)
     return _pick(con.vp, vps)
-
-
-def candidate_vps(con: Constraints) -> range:
-    """Chunk counts above one the search tries: up to ``MAX_VP``, or the one the user fixed,
-    whatever its size (Megatron runs any count that leaves each chunk a block)."""
-    if con.vp is not None:
-        return range(con.vp, con.vp + 1) if con.vp > 1 else range(0)
-    return range(2, MAX_VP + 1)
 
 
 def schedules(sc: Scenario, con: Constraints, shape, vp: int) -> list[str | None]:
