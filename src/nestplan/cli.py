@@ -506,11 +506,9 @@ def _note_load_capped(ev) -> None:
     """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
     can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
     the load it was costed at."""
-    from .specs import capped_moe_load
-
     sc, par = ev.scenario, ev.plan
     tr = sc.training
-    most = capped_moe_load(sc.model, par.ep, tr, sc.stack.pads_experts(tr))
+    most = ev.capped_moe_load
     if most is not None:
         import warnings
 
@@ -1205,11 +1203,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "save", None) is not None:  # refused before the work, not after it
             from .catalog import files_read
-            from .loaders import writable
+            from .loaders import not_read, writable
 
             plan = getattr(args, "plan", None)
-            writable(args.save, "--save", "plan JSON", reads=(plan,) if plan else (),
-                     what=THE_PLAN)
+            if plan:
+                not_read(args.save, "--save", (plan,), THE_PLAN)
             # nor over a file the scenario is read from (a user's config.json had been replaced)
             writable(args.save, "--save", "plan JSON", what=INPUT_FILE,
                      reads=tuple(set().union(*(files_read(kind, getattr(args, key, None))

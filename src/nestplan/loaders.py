@@ -83,15 +83,23 @@ def writable_beside(path, suffixes, field: str, *, reads: tuple = (),
         writable(str(p) + suffix, field, f"'{suffix}'", reads=reads, what=what)
 
 
+def not_read(path, field: str, reads: tuple, what: str) -> None:
+    """Refuse an output path that is one of the files the command ``reads`` (``what`` they are;
+    writing would replace them) by any name: a link's (resolve also raises on a loop of links),
+    a hard link's (samefile: only a file that exists can be read)."""
+    import os
+
+    path = Path(path)
+    if path.resolve() in {Path(r).resolve() for r in reads} or path.exists() and any(
+            Path(r).exists() and os.path.samefile(path, r) for r in reads):
+        raise SpecError(field, str(path), f"is {what}; write to a new file")
+
+
 def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tuple,
               what: str) -> None:
     import os
 
-    # the same file by any name: a link's (resolve also raises on a loop of links), a hard
-    # link's (samefile: only a file that exists can be read)
-    if path.resolve() in {Path(r).resolve() for r in reads} or path.exists() and any(
-            Path(r).exists() and os.path.samefile(path, r) for r in reads):
-        raise SpecError(field, str(path), f"is {what}; write to a new file")
+    not_read(path, field, reads, what)
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
     if not path.parent.is_dir():

@@ -197,6 +197,16 @@ class Evaluation:
                 f"{big[1] / GiB:.1f} GiB)")
 
     @property
+    def capped_moe_load(self) -> float | None:
+        """The most the plan's expert ranks can receive over the mean where the stated load is
+        more (what the plan is costed at instead: ``specs.capped_moe_load``), else None."""
+        from .specs import capped_moe_load
+
+        sc = self.scenario
+        tr = sc.training
+        return capped_moe_load(sc.model, self.plan.ep, tr, sc.stack.pads_experts(tr))
+
+    @property
     def group_levels(self) -> dict[str, tuple[int, str | None]]:
         """Each parallel group's size and the highest network level it crosses
         (``placement.group_levels``)."""

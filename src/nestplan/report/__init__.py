@@ -156,14 +156,11 @@ def _experts(ev: Evaluation) -> str:
 def _load_text(ev: Evaluation) -> str:
     """The stated load of the busiest expert rank, or, where the plan's expert ranks cannot have
     that much, the most they can, which the plan is costed at."""
-    from ..specs import capped_moe_load
-
-    sc, p = ev.scenario, ev.plan
-    tr = sc.training
-    most = capped_moe_load(sc.model, p.ep, tr, sc.stack.pads_experts(tr))
+    tr = ev.scenario.training
+    most = ev.capped_moe_load
     if most is None:
         return f"{tr.moe_imbalance:g}x the mean"
-    return f"{most:g}x the mean (stated {tr.moe_load:g}: the most {p.ep} expert ranks can have)"
+    return f"{most:g}x the mean (stated {tr.moe_load:g}: the most {ev.plan.ep} expert ranks can have)"
 
 
 def _breakdown_table(ev: Evaluation) -> str:
