@@ -342,6 +342,15 @@ HF_BAD = {
     "yarn-not-a-table": (_hf(rope_scaling=[8.0]), "rope_scaling"),
     "yarn-beta-fast-negative": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8,
                                                   "beta_fast": -1}), "rope_scaling.beta_fast"),
+    # one rule's words for every factor out of range (a negative one had said ">= 0", 0.5
+    # "in [1, ...]": a fuzzing helper's)
+    "llama3-rope-factor-negative": (_hf(rope_scaling={"rope_type": "llama3", "factor": -2,
+                                                      "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0}),
+                                    "rope_scaling.factor: got -2; must be a number in [1, 1e+06] "
+                                    "(the context extension)"),
+    "yarn-factor-zero": (_hf(rope_scaling={"rope_type": "yarn", "factor": 0}),
+                         "rope_scaling.factor: got 0; must be a number in [1, 1e+06]"),
     "yarn-factor-below-one": (_hf(rope_scaling={"rope_type": "yarn", "factor": 0.5}),
                               "rope_scaling.factor: got 0.5; must be a number in [1"),
     "yarn-truncate-word": (_hf(rope_scaling={"rope_type": "yarn", "factor": 8, "truncate": "no"}),
@@ -366,7 +375,7 @@ HF_BAD = {
                                          "num_local_experts": 10**300,
                                          "num_experts_per_tok": 2}), "experts"),
     "yarn-factor-huge-int": (_hf(rope_scaling={"rope_type": "yarn", "factor": 10**400}),
-                             "(401 characters); must be a number >= 0"),
+                             "(401 characters); must be a number in [1, 1e+06]"),
     "llama4-text-config-null": (json.dumps({"model_type": "llama4", "text_config": None}),
                                 "text_config: got None; must be a table"),
     "yarn-type-number": (_hf(rope_scaling={"rope_type": 3, "factor": 8}),
@@ -1274,6 +1283,11 @@ for name, hidden in (("hidden-not-heads-multiple", 258), ("heads-wider-than-hidd
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
          f"model.hidden: got {hidden}; must be a multiple of heads = 4 when the file gives no "
          "head_dim", **{"m.toml": MODEL_TOML.replace("hidden = 256", f"hidden = {hidden}")})
+# a TOML date where a number belongs, shown as TOML writes it (it had shown
+# datetime.date(1979, 5, 27): a fuzzing helper's)
+case("model-file-layers-a-date", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
+     "model.layers: got 1979-05-27 (a TOML date or time); must be an integer",
+     **{"m.toml": MODEL_TOML.replace("layers = 2", "layers = 1979-05-27")})
 # a file's model named as a catalog one it is not (outputs label it so: a fuzzing helper's)
 case("model-file-catalog-name", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "model.name: got 'llama3-8b'; is a catalog model's name, and this file's model differs",

@@ -17,7 +17,7 @@ class SpecError(NestplanError, ValueError):
         a measured run that another stack cannot run)."""
         self.advice = advice
         self.allowed = f"{allowed}; {advice}" if advice else allowed
-        shown = repr(value)
+        shown = _shown(value)
         if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
             shown = f"{shown[:MAX_SHOWN // 2]}…{shown[-MAX_SHOWN // 2:]} ({len(shown)} characters)"
         super().__init__(f"{field}: got {shown}; {self.allowed}")
@@ -25,6 +25,16 @@ class SpecError(NestplanError, ValueError):
 
 MAX_SHOWN = 100
 """Characters of a bad value an error shows."""
+
+
+def _shown(value: object) -> str:
+    """A bad value as the user wrote it: Python's repr, but a TOML date or time as TOML spells
+    it (repr had shown ``datetime.date(1979, 5, 27)``)."""
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.time)):
+        return f"{value.isoformat()} (a TOML date or time)"
+    return repr(value)
 
 
 class InfeasibleError(NestplanError):

@@ -37,10 +37,10 @@ from typing import Any, Callable
 
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
-from .specs import (DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS,
-                    MAX_LAYERS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MIN_ROPE_MSCALE, ROPE_SCALINGS,
-                    ROUTER_SCORES, MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
-                    sliding_window_cost)
+from .specs import (CONTEXT_FACTOR_RULE, DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM,
+                    MAX_HEADS, MAX_LAYERS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MAX_YARN_FACTOR,
+                    MIN_ROPE_MSCALE, ROPE_SCALINGS, ROUTER_SCORES, MLASpec, ModelSpec, MoESpec,
+                    RopeScaling, YarnSpec, finite, sliding_window_cost)
 
 
 SHARE = "share"
@@ -163,6 +163,18 @@ def _rope_scaling(cfg: _Config) -> tuple[_Config, str | None]:
     return rs, kind
 
 
+def _context_factor(rs: _Config) -> float | None:
+    """The scaling table's ``factor`` (None when absent), refused outside what ``RopeScaling``
+    and ``YarnSpec`` take with their words (a negative one had said "a number >= 0", 0.5 "in
+    [1, ...]": a fuzzing helper's)."""
+    v = rs.data.get("factor")
+    if v is None:
+        return None
+    if not (finite(v) and 1 <= v <= MAX_YARN_FACTOR):
+        raise SpecError(rs.where("factor"), v, CONTEXT_FACTOR_RULE)
+    return float(v)
+
+
 def _yarn_mscale(factor: float, m: float) -> float:
     """YaRN's g(m) = 0.1·m·ln(factor) + 1 (1 at factor <= 1): transformers' ``get_mscale`` and
     Megatron-Core's ``_yarn_get_mscale``."""
@@ -217,15 +229,14 @@ def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
     rs, kind = _rope_scaling(cfg)
     if kind != "yarn":
         return 1.0, None
-    factor = rs.get("factor", kind=float, minimum=0, default=None)
+    factor = _context_factor(rs)
     if factor is None:
         raise SpecError(rs.where("factor"), None, "YaRN needs a context extension factor")
     where = {f: rs.where(k) for f, k in _YARN_HF_KEYS.items()}
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
     all_dim = rs.get("mscale_all_dim", kind=float, minimum=0, default=None) or 0.0
-    # (a factor below 1 is refused below, by YarnSpec)
-    scale = _yarn_attention_factor(rs, factor, given, mscale, all_dim) if factor >= 1 else 1.0
+    scale = _yarn_attention_factor(rs, factor, given, mscale, all_dim)
     if factor == 1 and scale != 1:
         return scale, None
     if given is not None or not mscale or not all_dim:  # (else the config's mscale, exactly)
@@ -263,7 +274,7 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
         warnings.warn(HFNote(f"{rs.where('rope_type')}: {kind!r} RoPE scaling is not kept; the "
                              "exports run RoPE without it"), stacklevel=2)
         return None
-    factor = rs.get("factor", kind=float, minimum=0, default=None)
+    factor = _context_factor(rs)
     if factor is None:
         raise SpecError(rs.where("factor"), None, f"{kind} RoPE scaling needs its factor")
     fields: dict[str, Any] = {"kind": kind, "factor": factor}

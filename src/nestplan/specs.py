@@ -56,6 +56,9 @@ MAX_YARN_FACTOR = 1e6
 4-64), ramp bound (``beta_fast``, ``beta_slow``; published 1-32) and magnitude of ``mscale``
 (published 0.707-1; one worked out from an ``attention_factor`` may be negative) a model may
 give. Far beyond any published, it only keeps the arithmetic finite."""
+CONTEXT_FACTOR_RULE = f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)"
+"""What a RoPE scaling's ``factor`` may be (``RopeScaling``, ``YarnSpec``, a config's)."""
+
 MAX_ROUTER_SCALE = 100.0
 """Largest factor on routed experts' weights accepted (published: 1 to 2.827, Kimi-K2)."""
 MAX_GLU_CLAMP = 1e6
@@ -487,8 +490,7 @@ class RopeScaling(_CachedHash):
         if self.kind not in ROPE_SCALINGS:
             raise SpecError("rope_scaling.kind", self.kind, "allowed: " + ", ".join(ROPE_SCALINGS))
         if not (within(self.factor, MAX_YARN_FACTOR) and self.factor >= 1):
-            raise SpecError("rope_scaling.factor", self.factor,
-                            f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)")
+            raise SpecError("rope_scaling.factor", self.factor, CONTEXT_FACTOR_RULE)
         # (checked for both kinds: a linear scaling's are unused, but a file keeps them)
         if not (within(self.low_freq_factor, MAX_YARN_FACTOR) and self.low_freq_factor > 0):
             raise SpecError("rope_scaling.low_freq_factor", self.low_freq_factor,
@@ -540,8 +542,7 @@ class YarnSpec(_CachedHash):
 
     def __post_init__(self):
         if not (within(self.factor, MAX_YARN_FACTOR) and self.factor >= 1):
-            raise SpecError("yarn.factor", self.factor,
-                            f"must be a number in [1, {MAX_YARN_FACTOR:g}] (the context extension)")
+            raise SpecError("yarn.factor", self.factor, CONTEXT_FACTOR_RULE)
         _positive("yarn.original_max_positions", self.original_max_positions, allow_zero=True)
         if self.original_max_positions > MAX_TOKENS:
             raise SpecError("yarn.original_max_positions", self.original_max_positions,
