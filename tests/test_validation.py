@@ -190,3 +190,13 @@ def test_a_dense_named_model_may_say_it_has_no_experts(runs_csv):
     with pytest.raises(SpecError, match="shared_experts: got 1; the model column names llama3-8b, "
                                         "which has no experts"):
         load_cases(Path(runs_csv(model="llama3-8b", **NO_SIZES, shared_experts="1")))
+
+
+def test_a_dense_row_stating_an_expert_load_says_it_is_ignored(runs_csv):
+    """A dense model's row with an expert load in other_metrics is run, and a note says that the
+    load is ignored (as evaluate says of --moe-imbalance; it had been ignored without a word)."""
+    path = runs_csv(other_metrics="moe_imbalance=1.3")
+    code, out, err = cli("validate", "--csv", path)
+    assert code == 0 and "nar21-t1-1p7b" in out
+    assert "other_metrics: moe_imbalance=1.3: GPT-1.7B has no experts; ignored" in err
+    assert "note" not in cli("validate", "--csv", runs_csv())[2]

@@ -448,6 +448,8 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         raise SpecError(f"{row.where}.gpus_per_node", row.text("gpus_per_node"),
                         f"must be at most {MAX_GPUS:,}")
     model = _model(row, base, stack)
+    if model.moe is None:
+        _note_no_experts(row, model)
     plan = _plan(row, gpus, stack, model)
     if metric == "layer_fwd_bwd_time":
         if gpus != plan.tp:  # (its dp had been derived from the count, then refused as made up)
@@ -466,6 +468,19 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
                 row.text("confidence"), _memory(row, sc.cluster.accelerator))
+
+
+def _note_no_experts(row: _Row, model: ModelSpec) -> None:
+    """Say that a dense model's row states an expert load, which nothing reads (as ``evaluate``
+    says of ``--moe-imbalance``; it had been ignored without a word: a fuzzing helper's)."""
+    stated = [f"{k}={row.other(k)}" for k in ("moe_imbalance", "moe_capacity") if row.other(k)]
+    if stated:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"{row.where}.other_metrics: {', '.join(stated)}: {model.name} has no "
+                      "experts; ignored", Note)
 
 
 def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
