@@ -1136,6 +1136,10 @@ SWEEP_BAD = {
     "model-unknown": (SWEEP.replace('"gpt-1p7b"', '"gpt-9"'), "model"),
     "cluster-unknown": (SWEEP.replace('"nest-h100-spineleaf"', '"nowhere"'), "cluster"),
     "method-unknown": (SWEEP + 'method = ["genetic"]\n', "method"),
+    # a duplicate that is one only as read shows the values as written, and as read
+    "method-twice-in-two-cases": (SWEEP + 'method = ["nest", "NEST"]\n',
+                                  "grid.method: got ['nest', 'NEST']; 'nest' appears twice as read "
+                                  "(['nest', 'nest'])"),
     "seq-neg": (SWEEP.replace("seq_len = [2048]", "seq_len = [-1]"), "seq_len"),
     "network-level-unknown": (SWEEP + "[grid.network.moon]\noversubscription = [2]\n", "moon"),
     "network-value-bad": (SWEEP + "[grid.network.spine]\noversubscription = [0.1]\n",

@@ -429,8 +429,11 @@ def _values(table: dict, key: str, where: str) -> list:
     return values
 
 
-def _distinct(values: list, where: str) -> tuple:
-    """Numbers all int, or all float if any is; duplicates rejected."""
+def _distinct(values: list, where: str, given: list | None = None) -> tuple:
+    """Numbers all int, or all float if any is; duplicates rejected, showing the values as
+    ``given`` (before a name was lower-cased: "got ['nest', 'nest']" had answered
+    ``["nest", "NEST"]``)."""
+    given = values if given is None else given
     if any(isinstance(v, float) for v in values) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         values = [float(v) for v in values]
@@ -438,7 +441,8 @@ def _distinct(values: list, where: str) -> tuple:
     for v in values:
         k = (type(v), v)
         if k in seen:
-            raise SpecError(where, values, f"{v!r} appears twice; values must be distinct")
+            read = "" if list(values) == list(given) else f" as read ({values!r})"
+            raise SpecError(where, given, f"{v!r} appears twice{read}; values must be distinct")
         seen.add(k)
     if len({type(v) for v in values}) > 1:
         raise SpecError(where, values, "values must all have one type")
@@ -466,8 +470,8 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
                | set(SCENARIO_KEYS))
     params: list[Parameter] = []
 
-    def add(key: str, values: list):
-        params.append(Parameter(key=key, values=_distinct(values, f"grid.{key}")))
+    def add(key: str, values: list, given: list | None = None):
+        params.append(Parameter(key=key, values=_distinct(values, f"grid.{key}", given)))
 
     def references(key: str, load) -> list:
         """A grid key of catalog names or paths, each loaded once to check it."""
@@ -482,12 +486,12 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
     clusters = references("cluster", _cluster)
     add("cluster", clusters)
     add("gpus", _positive_ints(_values(grid, "gpus", "grid.gpus"), "grid.gpus"))
-    methods = [str(m).lower() for m in
-               (_values(grid, "method", "grid.method") if "method" in grid else GRID_DEFAULTS["method"])]
+    given = _values(grid, "method", "grid.method") if "method" in grid else GRID_DEFAULTS["method"]
+    methods = [str(m).lower() for m in given]
     for m in methods:
         if m not in METHODS:
             raise SpecError("grid.method", m, f"allowed: {', '.join(METHODS)}")
-    add("method", methods)
+    add("method", methods, given)
     if "stack" in grid:  # (else every point's id holds the default stack: SweepSpec.default_stack)
         add("stack", references("stack", _stack))
     for key, check in SCENARIO_KEYS.items():  # (also only when named)
@@ -503,14 +507,14 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
     for key in ("seq_len", "global_batch", "precision") + extras:
         if key not in grid and key not in GRID_DEFAULTS:
             continue
-        values = _values(grid, key, f"grid.{key}") if key in grid else list(GRID_DEFAULTS[key])
-        values = [v.lower() if isinstance(v, str) else v for v in values]
+        given = _values(grid, key, f"grid.{key}") if key in grid else list(GRID_DEFAULTS[key])
+        values = [v.lower() if isinstance(v, str) else v for v in given]
         for v in values:
             try:
                 training_from_table({**defaults, key: v}, "grid")
             except SpecError as e:
                 raise SpecError(f"grid.{key}", v, e.allowed) from None
-        add(key, values)
+        add(key, values, given)
 
     def level_table(table, where: str, lists: bool):
         """A level's overrides: known keys, one bandwidth, numbers (lists of them if ``lists``)."""
