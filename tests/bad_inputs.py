@@ -667,6 +667,11 @@ STACK_BAD = {
                            'recompute = { none = "none", half = "every:0" }\n', "half"),
     "recompute-unknown-module": ('base = "megatron-core"\nname = "s"\n'
                                 'recompute = { none = "none", x = "modules:brain" }\n', "x"),
+    # a module named twice had collapsed to once without a word
+    "recompute-module-twice": ('base = "megatron-core"\nname = "s"\nrecompute = { none = "none", '
+                               'x = "modules:mlp,core_attn,mlp" }\n',
+                               "stack.recompute.x: got 'modules:mlp,core_attn,mlp'; module mlp "
+                               "named twice; name each module once"),
     "recompute-unknown-name": ('base = "megatron-core"\nname = "s"\n'
                               'recompute = ["none", "most"]\n', "recompute"),
     "weight-bytes-3": ('base = "megatron-core"\nname = "s"\nweight_bytes = 3\n',

@@ -110,8 +110,11 @@ def parse_rule(where: str, rule: object) -> str:
     head, _, tail = text.partition(":")
     if head == "modules" and tail:
         names = [m.strip() for m in tail.split(",")]
+        twice = next((m for m in names if names.count(m) > 1), None)
+        if twice is not None and twice in MODULES:  # (had collapsed without a word)
+            raise SpecError(where, rule, f"module {twice} named twice; name each module once")
         if all(m in MODULES for m in names):
-            return "modules:" + ",".join(dict.fromkeys(names))
+            return "modules:" + ",".join(names)
     if head == "every" and tail.isascii() and tail.isdigit() and 2 <= int(tail) <= MAX_EVERY:
         return f"every:{int(tail)}"
     raise SpecError(where, rule, allowed)
