@@ -14,7 +14,7 @@ from nestplan.errors import SpecError
 from nestplan.sweep.run import LATER_COLUMNS
 from nestplan.sweep.spec import RESULT_COLUMNS, load
 
-from console import cli
+from console import cli, one_line_error
 from procs import processes
 
 # 12 quick points: 3 GPU counts x 2 methods x 2 NIC bandwidths
@@ -147,6 +147,18 @@ def test_missing_extras_exit_2_with_the_pip_hint(tmp_path, capsys, monkeypatch):
     assert "pip install 'nestplan[parquet]'" in capsys.readouterr().err
     assert main(["sweep", str(path), "--ray", "local"]) == 2
     assert "pip install 'nestplan[ray]'" in capsys.readouterr().err
+    assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_a_ray_address_where_nothing_answers_is_refused_at_once(tmp_path, address):
+    """A head's address where nothing listens: one line, before Ray is started (Ray's core had
+    retried it for minutes, printing its own log lines; Ray's client had said "cannot pickle
+    'module' object", of the runtime env that ships nestplan)."""
+    pytest.importorskip("ray")
+    code, out, err = cli("sweep", _write(tmp_path, BASE), "--ray", address, timeout=60)
+    assert one_line_error(code, out, err, f"--ray: got '{address}'; nothing answers at "
+                                          "127.0.0.1:1 (Connection refused)"), err
     assert not (tmp_path / "s.csv").exists()
 
 

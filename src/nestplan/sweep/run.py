@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
@@ -353,6 +354,27 @@ RAY_RETRIES = 3
 """Times Ray runs a point again when the worker process running it dies."""
 
 
+REACH_TIMEOUT = 5.0
+"""Seconds to wait for a Ray address to answer before the sweep starts."""
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a ``HOST:PORT`` or ``ray://HOST:PORT`` address where nothing answers (Ray's core
+    retries an unreachable head for minutes, printing its own log lines: a mistyped port had
+    hung a sweep); other forms (``auto``) are Ray's to find."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not (host and port.isascii() and port.isdigit()):
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT).close()
+    except (OSError, OverflowError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise SpecError("--ray", address, f"nothing answers at {host}:{port} ({reason}); give the "
+                        "address of a running Ray head, or local") from None
+
+
 def _ray(tasks: Iterator[Task], address: str, workers: int | None):
     import logging
 
@@ -366,11 +388,21 @@ def _ray(tasks: Iterator[Task], address: str, workers: int | None):
     else:
         import nestplan
 
-        kw["runtime_env"] = {"py_modules": [nestplan]}  # the same nestplan on every node
+        # the same nestplan on every node, by its folder: Ray 2.60's client copies the runtime
+        # env (copy.deepcopy in its uv hook), which a module object refuses ("cannot pickle
+        # 'module' object" had hidden why an address could not be reached)
+        kw["runtime_env"] = {"py_modules": [os.path.dirname(nestplan.__file__)]}
     try:
-        ray.init(address=address, **kw)
+        with warnings.catch_warnings():  # its timeout's warning says what the one line says
+            warnings.simplefilter("ignore")
+            ray.init(address=address, **kw)
     except Exception as e:  # noqa: BLE001 - connection failures come in many types
-        raise SpecError("--ray", address, f"cannot start or reach Ray ({_one_line(e)[:200]})") from None
+        # a head with token authentication (Ray 2.5x's default) times a client out without
+        # saying why, unless the client is told to send the token
+        advice = ("" if local or os.environ.get("RAY_AUTH_MODE") else
+                  "a head with token authentication needs RAY_AUTH_MODE=token here")
+        raise SpecError("--ray", address, f"cannot start or reach Ray ({_one_line(e)[:200]})",
+                        advice) from None
     pending: dict[Any, Task] = {}
     try:
         window = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -467,6 +499,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
 
     parquet = parquet or spec.parquet
     check_extras(parquet=parquet, ray=ray)
+    if ray not in (None, "local"):  # before the results file is made
+        _check_reachable(ray)
     points, existing = planned if planned is not None else plan_run(spec)
     todo = [p for p in points if p.id not in existing.done]
     summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign)
