@@ -438,7 +438,7 @@ def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, mo
     rows = _rows(csv_path)
     assert len(rows) == SMALL_POINTS == len({r["id"] for r in rows})
 
-    # an error row is run again and replaced; a torn last line (a killed run) is dropped
+    # an error row is run again and replaced; a torn last line (a killed run) is moved aside
     rows[3].update(status="error", error="boom", step_time_s="")
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -452,6 +452,10 @@ def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, mo
     assert len(again) == SMALL_POINTS == len({r["id"] for r in again})
     assert {r["status"] for r in again} == {"ok"}
     assert _without_timing(again)[rows[3]["id"]]["step_time_s"] != ""
+    # into PATH.dropped, with a note (a line that was no row had vanished without a word); the
+    # retried error row is replaced, not set aside
+    assert "1 line of" in capsys.readouterr().err
+    assert (tmp_path / "s.csv.dropped").read_text() == rows[5]["id"] + ",gpt-1p7b,dgx-h1\n"
 
 
 def test_a_csv_with_other_columns_is_refused(tmp_path, capsys):

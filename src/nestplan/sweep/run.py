@@ -125,6 +125,9 @@ class Existing:
     """Rows a re-run keeps (everything but error rows, torn rows and repeated ids)."""
     dropped: int = 0
     """Rows a re-run removes."""
+    set_aside: list[list[str]] = field(default_factory=list)
+    """Of those, the rows that are no error to retry (a torn line, a repeated id, a cell edited
+    by hand, a line that is no row): moved to ``PATH.dropped`` rather than lost."""
     foreign: int = 0
     """Kept rows whose id is not a point of this sweep (an edited sweep file)."""
     upgraded: bool = False
@@ -184,6 +187,8 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
                 _reads_as(row[i], t, signed) for i, t, signed in typed):
             # torn last line of a killed run, a repeat, an error to retry, a cell edited by hand
             out.dropped += 1
+            if not (len(row) == len(columns) and row[status] == "error" and row[0] not in seen):
+                out.set_aside.append(row)
             continue
         seen.add(row[0])
         out.keep.append(row)
@@ -191,6 +196,15 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
             out.done.add(row[0])
         else:
             out.foreign += 1
+    if out.set_aside:  # (a line that was no row had vanished without a word: a fuzzing helper's)
+        import warnings
+
+        from ..errors import Note
+
+        n = len(out.set_aside)
+        warnings.warn(f"output: {n} line{'s' * (n > 1)} of {path} cannot be read as this sweep's "
+                      "results (a torn line, a repeated id, a cell edited by hand); the run moves "
+                      f"{'them' if n > 1 else 'it'} to {path}.dropped", Note)
     return out
 
 
@@ -205,6 +219,9 @@ class ResultsWriter:
             path.parent.mkdir(parents=True, exist_ok=True)
             if (existing.dropped or existing.upgraded or not path.is_file()
                     or path.stat().st_size == 0):
+                if existing.set_aside:  # kept beside it, never lost
+                    with open(path.with_name(path.name + ".dropped"), "a", newline="") as f:
+                        csv.writer(f).writerows(existing.set_aside)
                 tmp = path.with_name(path.name + ".tmp")
                 with open(tmp, "w", newline="") as f:
                     w = csv.writer(f)
