@@ -525,3 +525,27 @@ def test_a_step_mostly_host_time_is_said(capsys):
     assert f"{share:.0%} of the step is per-step host time" in err and "4,096 GPUs" in err
     code, out, err = run(BASE, capsys)
     assert code == 0 and "host time" not in err
+
+
+def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
+    """A plan file's model or accelerator edited by hand under its catalog name is costed with
+    its own values, and a note says that outputs label them with the catalog's name (an
+    accelerator of 5,000 TFLOP/s labelled h100-sxm-80gb had been costed without a word); an
+    unedited file says nothing."""
+    from console import cli
+
+    saved = tmp_path / "p.json"
+    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
+               "--save", saved)[0] == 0
+    assert "note" not in cli("evaluate", "--plan", saved)[2]
+    data = json.loads(saved.read_text())
+    data["cluster"]["accelerator"]["peak_tflops_bf16"] *= 5
+    data["model"]["ffn_hidden"] = 12288
+    saved.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", saved)
+    assert code == 0 and "h100-sxm-80gb" in out
+    for kind, name, key in (("model", "llama3-8b", "ffn_hidden"),
+                            ("accelerator", "h100-sxm-80gb", "peak_flops_bf16")):
+        assert (f"the plan file's {kind} is named {name} but is not this nestplan's catalog "
+                f"{name} (it differs in {key}): its own values are used") in err, err

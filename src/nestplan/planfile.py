@@ -202,24 +202,48 @@ UNCOSTED_STACK_KEYS = ("description", "fitted_on")
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 
-def _note_not_the_catalogs(stack) -> None:
-    """A plan file's stack named as a catalog stack but not that stack (edited by hand, or saved
-    by a nestplan whose catalog differed): say so, since every output labels it with the name."""
+def _stack_differs(stack) -> list[str]:
+    """The keys in which ``stack`` differs from the catalog stack of its name, but those that
+    cost nothing."""
+    from .catalog import get_stack
+
+    mine, catalog = stack_to_table(stack), stack_to_table(get_stack(stack.name))
+    return sorted(k for k in mine.keys() | catalog.keys()
+                  if k not in UNCOSTED_STACK_KEYS and not _same(mine.get(k), catalog.get(k)))
+
+
+def _fields_differ(spec, catalog) -> list[str]:
+    """The fields in which ``spec`` differs from ``catalog`` (a cluster's accelerator apart)."""
+    from dataclasses import fields
+
+    return [f.name for f in fields(spec) if f.name != "accelerator"
+            and getattr(spec, f.name) != getattr(catalog, f.name)]
+
+
+def _note_not_the_catalogs(sc: Scenario) -> None:
+    """A plan file's model, cluster, accelerator or stack named as a catalog entry but not that
+    entry (edited by hand, or saved by a nestplan whose catalog differed): say so, since every
+    output labels it with the name (a sixth fuzzing round's: an accelerator of 5,000 TFLOP/s
+    labelled h100-sxm-80gb had been costed without a word; a file of its own is refused)."""
     import warnings
 
-    from .catalog import get_stack, list_names
+    from .catalog import get_accelerator, get_cluster, get_model, list_names
     from .errors import Note
     from .textfmt import first_of
 
-    if stack.name not in list_names("stacks"):
-        return
-    mine, catalog = stack_to_table(stack), stack_to_table(get_stack(stack.name))
-    differ = sorted(k for k in mine.keys() | catalog.keys()
-                    if k not in UNCOSTED_STACK_KEYS and not _same(mine.get(k), catalog.get(k)))
-    if differ:
-        warnings.warn(f"the plan file's stack is named {stack.name} but is not this nestplan's "
-                      f"catalog {stack.name} (it differs in {first_of(differ)}): its own values "
-                      f"are used, and outputs label them {stack.name}", Note)
+    for kind, spec, differ in (
+            ("model", sc.model, lambda m: _fields_differ(m, get_model(m.name))),
+            ("cluster", sc.cluster, lambda c: _fields_differ(c, get_cluster(c.name))),
+            ("accelerator", sc.cluster.accelerator,
+             lambda a: _fields_differ(a, get_accelerator(a.name))),
+            ("stack", sc.stack, _stack_differs)):
+        if spec.name not in list_names(kind + "s"):
+            continue
+        keys = differ(spec)
+        if keys:
+            warnings.warn(f"the plan file's {kind} is named {spec.name} but is not this "
+                          f"nestplan's catalog {spec.name} (it differs in {first_of(keys)}): its "
+                          f"own values are used, and outputs label them {spec.name}", Note)
 
 
 def saved_stack(table, where: str = "stack"):
@@ -287,12 +311,12 @@ def _from_dict(data: dict) -> PlanFile:
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
                             "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = saved_stack(stack)
-        _note_not_the_catalogs(stack_spec)
     sc = Scenario(model=model_from_table(data["model"], "model"),
                   cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),
                   gpus=_int(data, "gpus", ""),
                   training=training_from_table(training, "training"),
                   stack=stack_spec, memory_headroom=_headroom(data))
+    _note_not_the_catalogs(sc)
     par = plan_from_dict(data["plan"], "plan")
     from .evaluate import evaluate  # numpy: loaded once the file reads as a plan
 
