@@ -1365,6 +1365,10 @@ case("sweep-output-below-a-file", ["sweep", "{s}.toml", "-o", "{p}.json/x.csv"],
 case("hf-first-k-dense-beyond-layers", [*_without(EVAL, "--model"), "--model", "{c}.json"],
      "first_k_dense_replace: got 100", **{"c.json": json.dumps({**DEEPSEEK,
                                                                 "first_k_dense_replace": 100})})
+# a period that leaves no MoE layer (it had made one of layer 3: the dense count as the offset)
+case("hf-moe-layer-freq-beyond-layers", [*_without(EVAL, "--model"), "--model", "{c}.json"],
+     "moe_layer_freq: got 100; leaves no MoE layer among the", **{"c.json": json.dumps(
+         {**DEEPSEEK, "first_k_dense_replace": 1, "moe_layer_freq": 100})})
 case("hf-nextn-layers-huge", [*_without(EVAL, "--model"), "--model", "{c}.json"],
      "num_nextn_predict_layers: got 100", **{"c.json": json.dumps({**DEEPSEEK,
                                                                    "num_nextn_predict_layers": 100})})

@@ -422,3 +422,15 @@ def test_an_unknown_model_type_is_read_by_the_architecture_that_names_a_family(t
     assert notes == [f"nestplan: note: {path}: model_type 'my-llama' is not one nestplan knows; "
                      "read as llama, the family of its architecture LlamaForCausalLM"], err
     assert all(line.startswith("nestplan: ") for line in err.splitlines()), err
+
+
+def test_a_deepseek_moe_layer_period_counts_from_layer_zero():
+    """DeepSeek's rule (its reference code, Kimi's, vLLM's): layer i is an MoE layer when i >=
+    first_k_dense_replace and i % moe_layer_freq == 0. After 3 dense layers with a period of 2,
+    layers 4, 6, 8 (the dense count had been taken as the period's offset: 3, 5, 7); a period
+    of 1, every layer from the dense ones on, as published."""
+    data = json.loads((DATA / "deepseek-v3.json").read_text())
+    data = {**data, "num_hidden_layers": 9}
+    moe = [i for i in range(9) if model_from_hf_dict({**data, "moe_layer_freq": 2}).is_moe_layer(i)]
+    assert moe == [4, 6, 8]
+    assert [i for i in range(9) if model_from_hf_dict(data).is_moe_layer(i)] == list(range(3, 9))

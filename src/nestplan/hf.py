@@ -656,6 +656,25 @@ def _llama4(cfg: _Config) -> dict:
     return kw
 
 
+def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
+    """(first_dense_layers, layer_freq) of a DeepSeek-style config: layer i is an MoE layer when
+    i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0, as DeepSeek's and Kimi's
+    reference code and vLLM build it (``DeepseekV2DecoderLayer``, vllm-project/vllm
+    vllm/model_executor/models/deepseek_v2.py @ 002d6073aa; transformers' DeepseekV3 ignores
+    the key, and every published config sets it to 1). ``ModelSpec.is_moe_layer`` counts the
+    period from the first MoE layer: the first multiple of the period from the dense layers on
+    (the first dense count had been taken as that offset: a period of 2 after 3 dense layers
+    had made layers 3, 5, ... MoE, not 4, 6, ...)."""
+    dense = cfg.get("first_k_dense_replace", default=0, minimum=0)
+    freq = cfg.get("moe_layer_freq", default=1)
+    first = -(-dense // freq) * freq
+    if dense < layers <= first:  # (too many dense layers: ModelSpec says so of them)
+        raise SpecError(cfg.where("moe_layer_freq"), freq,
+                        f"leaves no MoE layer among the {layers} (layer i is one when i >= "
+                        f"first_k_dense_replace = {dense} and i % moe_layer_freq == 0)")
+    return first, freq
+
+
 def _deepseek_v3(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0, minimum=0),
@@ -672,12 +691,12 @@ def _deepseek_v3(cfg: _Config) -> dict:
     kw.update(mla=mla, kv_heads=kw["heads"], head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
               rope_mscale=1.0)
     moe_ffn = cfg.get("moe_intermediate_size")
+    first, freq = _deepseek_moe_layers(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
                         shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
-                        shared_ffn_hidden=moe_ffn,
-                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
-                        layer_freq=cfg.get("moe_layer_freq", default=1), **_sigmoid_router(cfg))
+                        shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
+                        **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
