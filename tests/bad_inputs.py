@@ -972,6 +972,10 @@ RUNS_BAD = {
     "plan-cannot-have-run": (_runs("r1,Llama-3-8B,32,4096,32,8,14336,128256,8192",
                                    "r1,Llama-3-70B,80,8192,64,8,28672,128256,8192"),
                              "row r1: plan: got 't1 p1 d8 z1 none b1'; needs"),
+    # a per-device batch that disagrees with the row had been ignored without a word
+    "local-batch-disagrees": (_runs("test,,", "test,local_batch=2,"),
+                              "other_metrics: got 'local_batch=2'; global_batch 8 over dp 8 is 1 "
+                              "sequences per rank; make them agree"),
     "column-twice": ((RUN_HEADER + ",tp\n" + RUN + ",8\n"), "column: got 'tp'; given twice"),
     # dp blank: num_gpus over tp·pp·cp, which had been floored to 0 and refused as "dp: got 0"
     "degrees-not-dividing-gpus": (_runs("H100-SXM5-80GB,8,1,1,,8,1,", "H100-SXM5-80GB,8,3,1,,,1,"),

@@ -200,3 +200,19 @@ def test_a_dense_row_stating_an_expert_load_says_it_is_ignored(runs_csv):
     assert code == 0 and "nar21-t1-1p7b" in out
     assert "other_metrics: moe_imbalance=1.3: GPT-1.7B has no experts; ignored" in err
     assert "note" not in cli("validate", "--csv", runs_csv())[2]
+
+
+def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
+    """local_batch=N sets the micro-batch where dp is left to the GPU count too (it had been read
+    only beside a dp column), and a micro-batch that does not divide it is refused."""
+    path = tmp_path / "runs.csv"
+    head = ("id,model,cluster,num_gpus,tp,dp,seq_len,global_batch,micro_batch,stack,metric,"
+            "step_time_s,other_metrics\n")
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,64,,torchtitan,step_time,1.6,"
+                    "local_batch=4\n")
+    (case,) = load_cases(path)
+    assert case.plan.dp == 16 and case.plan.mbs == 4
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,64,3,torchtitan,step_time,1.6,"
+                    "local_batch=4\n")
+    with pytest.raises(SpecError, match="local_batch=4'; must be a multiple of micro_batch 3"):
+        load_cases(path)

@@ -384,7 +384,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=tuple(stack.policy(name).name for name in rec),
-                       mbs=row.number("micro_batch", _local_batch(row) or 1),  # else _tuned
+                       mbs=row.number("micro_batch", _local_batch(row, dp) or 1),  # else _tuned
                        **extra)
 
 
@@ -459,7 +459,8 @@ def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
         gpus = plan.tp
     sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,
                   training=_training(row, plan.dp), stack=stack)
-    free_mbs = not row.text("micro_batch") and plan.mbs == 1 and _local_batch(row) is None
+    free_mbs = (not row.text("micro_batch") and plan.mbs == 1
+                and _local_batch(row, plan.dp) is None)
     if not row.text("recompute") and stack.default_recompute is not None:
         plan = plan.with_(recompute=(stack.default_recompute,))
     free_recompute = not row.text("recompute") and stack.default_recompute is None
@@ -506,16 +507,27 @@ def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
         outcome(case)
 
 
-def _local_batch(row: _Row) -> int | None:
+def _local_batch(row: _Row, dp: int) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
-    2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank
-    and the global batch is exactly N per data-parallel rank."""
+    2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank.
+    It must agree with the row: the global batch is N per data-parallel rank (``dp``: the
+    column's, or derived from the GPU count), and a micro-batch given divides it (a sixth
+    fuzzing round's: it had been ignored without a word where dp was derived or it disagreed)."""
     value = row.other("local_batch")  # a whole number > 0 where given (_Row)
-    if not value or row.text("micro_batch"):
+    if not value:
         return None
     n = int(value)
-    gb, dp = row.number("global_batch"), row.number("dp")
-    return n if gb is not None and dp is not None and gb == n * dp else None
+    gb, micro = row.number("global_batch"), row.number("micro_batch")
+    where, shown = f"{row.where}.other_metrics", f"local_batch={value}"
+    if gb is not None and gb != n * dp:
+        raise SpecError(where, shown, f"global_batch {gb} over dp {dp} is "
+                        f"{gb / dp:g} sequences per rank; make them agree")
+    if micro is not None:
+        if n % micro:
+            raise SpecError(where, shown, f"must be a multiple of micro_batch {micro} (the "
+                            "micro-batches of one rank's step)")
+        return None
+    return n
 
 
 def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
