@@ -549,3 +549,26 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
                             ("accelerator", "h100-sxm-80gb", "peak_flops_bf16")):
         assert (f"the plan file's {kind} is named {name} but is not this nestplan's catalog "
                 f"{name} (it differs in {key}): its own values are used") in err, err
+
+
+def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
+    """A dense model's plan file stating an expert load, and a sweep varying one over dense models
+    only, say that the load changes nothing (as evaluate says of --moe-imbalance)."""
+    from console import cli
+
+    saved = tmp_path / "p.json"
+    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
+               "--save", saved)[0] == 0
+    data = json.loads(saved.read_text())
+    data["training"]["moe_imbalance"] = 2.0
+    saved.write_text(json.dumps(data))
+    code, out, err = cli("evaluate", "--plan", saved)
+    assert code == 0 and "training.moe_imbalance = 2.0: llama3-8b has no experts; ignored" in err
+    grid = tmp_path / "s.toml"
+    grid.write_text('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8]\n'
+                    "moe_imbalance = [1.0, 1.5]\n")
+    code, out, err = cli("sweep", grid, "--dry-run")
+    assert code == 0 and "grid.moe_imbalance: no model of the grid has experts" in err
+    grid.write_text(grid.read_text().replace('["llama3-8b"]', '["llama3-8b", "mixtral-8x7b"]'))
+    assert "no model of the grid" not in cli("sweep", grid, "--dry-run")[2]

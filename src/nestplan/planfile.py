@@ -202,6 +202,21 @@ UNCOSTED_STACK_KEYS = ("description", "fitted_on")
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 
+def _note_expert_load_without_experts(training: dict, sc: Scenario) -> None:
+    """Say that a dense model's plan file states an expert load, which nothing reads (as
+    evaluate says of --moe-imbalance on a dense model)."""
+    if sc.model.moe is not None or not isinstance(training, dict):
+        return
+    stated = [f"training.{k} = {training[k]}" for k in ("moe_imbalance", "moe_capacity")
+              if training.get(k) not in (None, 1, 1.0)]
+    if stated:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"{', '.join(stated)}: {sc.model.name} has no experts; ignored", Note)
+
+
 def _stack_differs(stack) -> list[str]:
     """The keys in which ``stack`` differs from the catalog stack of its name, but those that
     cost nothing."""
@@ -317,6 +332,7 @@ def _from_dict(data: dict) -> PlanFile:
                   training=training_from_table(training, "training"),
                   stack=stack_spec, memory_headroom=_headroom(data))
     _note_not_the_catalogs(sc)
+    _note_expert_load_without_experts(training, sc)
     par = plan_from_dict(data["plan"], "plan")
     from .evaluate import evaluate  # numpy: loaded once the file reads as a plan
 

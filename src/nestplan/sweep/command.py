@@ -60,6 +60,7 @@ def run_command(args) -> int:
                             "back and replaces it: give a file path")
     _refused_everywhere(spec)
     _note_levels_never_crossed(spec)
+    _note_expert_loads_without_experts(spec)
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
@@ -136,6 +137,29 @@ def _refused_everywhere(spec) -> None:
         field = unbuilt.field if unbuilt.field.startswith("grid.") else f"grid: {unbuilt.field}"
         raise SpecError(field, unbuilt.value,
                         f"{unbuilt.allowed} (at every point of the grid: none can run)")
+
+
+def _note_expert_loads_without_experts(spec) -> None:
+    """Say so when the grid varies an expert load (``moe_imbalance``, ``moe_capacity``) and no
+    model of the grid has experts: its values change nothing, and the points repeat each other
+    (as evaluate says of --moe-imbalance on a dense model; a sixth fuzzing round's)."""
+    import warnings
+
+    from ..errors import Note, SpecError
+    from .spec import _model, _resolve
+
+    varied = [p.key for p in spec.parameters
+              if p.key in ("moe_imbalance", "moe_capacity") and len(p.values) > 1]
+    if not varied:
+        return
+    for ref in spec.values_of("model"):
+        try:
+            if _model(_resolve(ref, spec.path.parent)).moe is not None:
+                return
+        except SpecError:  # (checked when the grid was read)
+            return
+    warnings.warn(f"grid.{varied[0]}: no model of the grid has experts, so its values change "
+                  "nothing and those points repeat each other", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:
