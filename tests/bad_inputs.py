@@ -899,6 +899,13 @@ case("export-extras-beside-a-device", ["export", "{p}.json", "--format", "deepsp
 case("export-extras-into-dev", ["export", "{p}.json", "--format", "deepspeed", "-o",
                                 "/dev/nestplan-export.json"],
      "the export also writes PATH.notes.txt", **{"p.json": lambda base: json.dumps(base)})
+# a stack without 1f1b and a pipeline without a schedule: the default it lacks is named (it had
+# said "no interleaved pipeline schedule; use vp = 1" of vp 1: a sixth fuzzing round's)
+case("evaluate-stack-without-1f1b", ["evaluate", *SCENARIO[:4], "--gpus", "16", "--stack",
+                                     "{t}.toml", "--tp", "2", "--pp", "2", "--mbs", "1",
+                                     "--global-batch", "64", "--seq-len", "4096"],
+     "schedule: got '1f1b'; stack x runs gpipe; name one (--schedule",
+     **{"t.toml": 'base = "megatron-core"\nname = "x"\nschedules = ["gpipe"]\n'})
 # a middle model chunk without blocks, which torchtitan cannot name (its export had refused it
 # after evaluate ran: a fuzzing helper's)
 case("evaluate-torchtitan-empty-chunk", ["evaluate", *SCENARIO[:4], "--gpus", "16", "--stack",

@@ -601,9 +601,13 @@ class StackSpec(_CachedHash):
             return "zero", par.zero, (f"stack {n} runs at most ZeRO-{self.max_zero_with_pp} with "
                                       "pipeline parallelism")
         if par.pp > 1 and par.pipeline.name not in self.schedules:
-            if par.schedule is None:
+            if par.schedule is None and par.vp > 1:
                 return "vp", par.vp, f"stack {n} has no interleaved pipeline schedule", "use vp = 1"
-            return "schedule", par.schedule, f"stack {n} runs " + ", ".join(self.schedules)
+            # (a stack without 1f1b had said "no interleaved pipeline schedule; use vp = 1" of
+            # vp 1: a sixth fuzzing round's)
+            return ("schedule", par.schedule or par.pipeline.name,
+                    f"stack {n} runs " + ", ".join(self.schedules),
+                    "" if par.schedule else "name one (--schedule, or schedule in a plan file)")
         if par.vp == 1 and self.interleaving_required(par.ep, par.pp):
             return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
                                   "micro-batch, which Megatron-Core does with pipelining only "
