@@ -1732,3 +1732,19 @@ def test_deepspeed_pipeline_export_says_its_gradients_accumulate_in_bf16(monkeyp
         notes = exported(sc, par, "deepspeed").notes
         assert any("accumulates the micro-batches' gradients in bf16" in n and words in n
                    for n in notes), notes
+
+
+def test_a_plan_with_mtp_depths_exports_to_deepspeed_with_a_note(tmp_path):
+    """DeepSpeed's stack trains no MTP depths: exporting such a plan says so in the note on the
+    stack it was searched for (it had refused the export with advice for --mtp-layers, which
+    export does not take)."""
+    from console import cli
+
+    saved, out = tmp_path / "p.json", tmp_path / "ds.json"
+    assert cli("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", 256,
+               "--tp", 1, "--pp", 8, "--ep", 32, "--mbs", 1, "--global-batch", 256,
+               "--seq-len", 4096, "--recompute", "full", "--save", saved)[0] == 0
+    code, _, err = cli("export", saved, "--format", "deepspeed", "-o", out)
+    assert code == 0 and out.exists(), err
+    assert ("nestplan's stack deepspeed would not run it (model.mtp_layers: stack deepspeed "
+            "trains no multi-token-prediction depths)") in err

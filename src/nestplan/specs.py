@@ -1197,11 +1197,11 @@ class Scenario(_CachedHash):
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
         if self.model.moe is not None and not self.stack.mixture_of_experts:
             raise SpecError("stack", self.stack.name, f"trains no mixture-of-experts layers, "
-                            f"which {self.model.name} has; use a stack that does (megatron-core, "
-                            "nemo, torchtitan)")
+                            f"which {self.model.name} has", "use a stack that does "
+                            "(megatron-core, nemo, torchtitan)")
         if self.model.mtp_layers and not self.stack.multi_token_prediction:
             raise SpecError("model.mtp_layers", self.model.mtp_layers,
-                            f"stack {self.stack.name} trains no multi-token-prediction depths; "
+                            f"stack {self.stack.name} trains no multi-token-prediction depths",
                             "set 0 (--mtp-layers 0; mtp_layers = [0] in a sweep grid)")
 
     @property

@@ -293,7 +293,11 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[str, 
     why = target.unsupported(plan, biased=sc.model.biased_experts)
     if why is not None:
         return f"nestplan's stack {target.name} would not run it ({why[0]}: {why[2]})", None
-    ev = evaluate(replace(sc, stack=target), plan)
+    try:
+        ev = evaluate(replace(sc, stack=target), plan)
+    except SpecError as e:  # what the scenario asks of a stack (MTP depths on one without them
+        # had refused the export with a --mtp-layers that export does not take)
+        return f"nestplan's stack {target.name} would not run it ({e.field}: {e.rule})", None
     taken = sorted({r for r, p in zip(exported.recompute, mapped)
                     if sc.stack.policy(r).rule != p.rule})  # (its nearest policy, not the same)
     return (f"as stack {target.name} runs it (recompute {plan.recompute_text}"
