@@ -943,6 +943,9 @@ case("evaluate-save-into-missing-directory", [*EVAL, "--save", "{d}/no/such/p.js
      "no/such", d=DIR)
 case("evaluate-plan-with-flags", ["evaluate", "--plan", "{p}.json", "--tp", "2"], "--plan",
      **{"p.json": plan_with("gpus", 8)})
+# the flag as given (--no-sp had been named --sp)
+case("evaluate-plan-with-no-sp", ["evaluate", "--plan", "{p}.json", "--no-sp"],
+     "--plan takes the whole plan from the file; drop --no-sp", **{"p.json": plan_with("gpus", 8)})
 # an empty output path names what it is for (it read as the working directory, or nothing)
 case("evaluate-save-empty", [*EVAL, "--save", ""], "--save: got ''; must be a plan JSON")
 case("export-output-empty", ["export", "{p}.json", "--format", "megatron", "-o", ""],

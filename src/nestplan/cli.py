@@ -398,8 +398,7 @@ that many are found: Llama 3 70B on 1,024 H100 took 5 s for 100, 24 s for 1,000)
 
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "schedule",
-                                    "sp",
-                                    "zero", "recompute", "rank_order", "moe_imbalance",
+                                    "sp", "zero", "recompute", "rank_order", "moe_imbalance",
                                     "moe_capacity_factor", "mtp_layers", "stage_layers")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
@@ -410,8 +409,8 @@ def cmd_evaluate(args) -> int:
 
     pf = None
     if args.plan is not None:
-        given = [f"--{n.replace('_', '-')}" for n in PLAN_FILE_HOLDS
-                 if getattr(args, n) is not None and n != "cluster"]
+        given = [f"--{'no-' if getattr(args, n) is False else ''}{n.replace('_', '-')}"
+                 for n in PLAN_FILE_HOLDS if getattr(args, n) is not None and n != "cluster"]
         if given:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
                              "(or leave out --plan; --cluster may move it to another cluster)")
