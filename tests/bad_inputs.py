@@ -263,7 +263,10 @@ HF_BAD = {
     "act-relu2": (_hf(hidden_act="relu2"), "hidden_act: got 'relu2'"),
     "act-number": (_hf(hidden_act=3), "hidden_act"),
     # the norms' epsilon, exported (--norm-epsilon): a user trial's three went through
-    "eps-negative": (_hf(rms_norm_eps=-1e-6), "rms_norm_eps: got -1e-06"),
+    # one rule's words whatever the value (a negative one had been told ">= 0")
+    "eps-negative": (_hf(rms_norm_eps=-1e-6), "rms_norm_eps: got -1e-06; must be a number in (0, "
+                     "0.01]"),
+    "eps-zero": (_hf(rms_norm_eps=0), "rms_norm_eps: got 0; must be a number in (0, 0.01]"),
     "eps-large": (_hf(rms_norm_eps=5.0), "rms_norm_eps: got 5.0; must be a number in (0, 0.01]"),
     "eps-word": (_hf(rms_norm_eps="1e-6"), "rms_norm_eps: got '1e-6'"),
     "layers-neg": (_hf(num_hidden_layers=-3), "num_hidden_layers"),
@@ -430,6 +433,12 @@ HF_BAD = {
                                                  "num_experts": 4, "num_experts_per_tok": 2,
                                                  "moe_intermediate_size": 64,
                                                  "mlp_only_layers": [0, 99]}), "mlp_only_layers"),
+    # shown as given (a repeated index had been shown once)
+    "qwen3-moe-dense-layer-not-leading": (json.dumps({**LLAMA, "model_type": "qwen3_moe",
+                                                      "num_experts": 4, "num_experts_per_tok": 2,
+                                                      "moe_intermediate_size": 64,
+                                                      "mlp_only_layers": [1, 1]}),
+                                          "mlp_only_layers: got [1, 1]; only a leading block"),
     "llama4-no-rope-word": (json.dumps({**LLAMA, "model_type": "llama4", "num_local_experts": 4,
                                         "num_experts_per_tok": 1, "attention_chunk_size": 64,
                                         "no_rope_layers": ["a"] * LLAMA["num_hidden_layers"]}),

@@ -38,9 +38,10 @@ from typing import Any, Callable
 from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (CONTEXT_FACTOR_RULE, DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM,
-                    MAX_HEADS, MAX_LAYERS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH, MAX_YARN_FACTOR,
-                    MIN_ROPE_MSCALE, ROPE_SCALINGS, ROUTER_SCORES, MLASpec, ModelSpec, MoESpec,
-                    RopeScaling, YarnSpec, finite, sliding_window_cost)
+                    MAX_HEADS, MAX_LAYERS, MAX_NORM_EPS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH,
+                    MAX_YARN_FACTOR, MIN_ROPE_MSCALE, NORM_EPS_RULE, ROPE_SCALINGS, ROUTER_SCORES,
+                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
+                    sliding_window_cost)
 
 
 SHARE = "share"
@@ -163,16 +164,23 @@ def _rope_scaling(cfg: _Config) -> tuple[_Config, str | None]:
     return rs, kind
 
 
-def _context_factor(rs: _Config) -> float | None:
-    """The scaling table's ``factor`` (None when absent), refused outside what ``RopeScaling``
-    and ``YarnSpec`` take with their words (a negative one had said "a number >= 0", 0.5 "in
-    [1, ...]": a fuzzing helper's)."""
-    v = rs.data.get("factor")
+def _ranged(table: _Config, key: str, low: float, high: float, rule: str, *, open_low=False,
+            default=None) -> float | None:
+    """``table``'s number ``key`` (``default`` when absent or null), refused outside [low, high]
+    (or (low, high]) with the spec's own ``rule``, whatever the value (a negative one had been
+    told "a number >= 0", a zero "in (0, ...]": a sixth fuzzing round's)."""
+    v = table.data.get(key)
     if v is None:
-        return None
-    if not (finite(v) and 1 <= v <= MAX_YARN_FACTOR):
-        raise SpecError(rs.where("factor"), v, CONTEXT_FACTOR_RULE)
+        return default
+    if not (finite(v) and (low < v if open_low else low <= v) and v <= high):
+        raise SpecError(table.where(key), v, rule)
     return float(v)
+
+
+def _context_factor(rs: _Config) -> float | None:
+    """The scaling table's ``factor`` (None when absent) in what ``RopeScaling`` and ``YarnSpec``
+    take."""
+    return _ranged(rs, "factor", 1, MAX_YARN_FACTOR, CONTEXT_FACTOR_RULE)
 
 
 def _yarn_mscale(factor: float, m: float) -> float:
@@ -529,7 +537,7 @@ def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
     sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
     first = sparse[0] if sparse else layers
     if sparse != list(range(first, layers, step)):
-        raise SpecError(cfg.where("mlp_only_layers"), sorted(only_dense),
+        raise SpecError(cfg.where("mlp_only_layers"), listed,
                         "only a leading block of dense layers and a fixed sparse step are supported")
     return first, step
 
@@ -828,8 +836,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         kw = FAMILIES[mtype](cfg)
         # (a multimodal Llama 4 holds its language model's keys in text_config; no other family)
         lm = _language_config(cfg) if mtype in ("llama4", "llama4_text") else cfg
-        kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
-                                default=NORM_EPS_DEFAULTS[mtype])
+        kw["norm_eps"] = _ranged(lm, NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), 0, MAX_NORM_EPS,
+                                 NORM_EPS_RULE, open_low=True, default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
             kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
                                    per_sequence=mtype in ("deepseek_v3", "kimi_k2"),

@@ -71,6 +71,8 @@ MAX_AUX_LOSS = 10.0
 """Largest load-balancing loss coefficient accepted (published: 1e-4 to 0.9, GPT-OSS's)."""
 MAX_NORM_EPS = 0.01
 """Largest norm epsilon accepted: published models use 1e-12 (BERT) to 1e-5."""
+NORM_EPS_RULE = f"must be a number in (0, {MAX_NORM_EPS:g}] (the norms' epsilon)"
+"""What ``ModelSpec.norm_eps`` may be (a model file's, a config's)."""
 
 
 def _positive(name: str, value, *, integer: bool = True, allow_zero: bool = False):
@@ -778,8 +780,7 @@ class ModelSpec(_CachedHash):
             raise SpecError("model.rope_fraction", self.rope_fraction, "applies only with "
                             "position = \"rope\" and standard attention (no MLA); leave it 1")
         if not (finite(self.norm_eps) and 0 < self.norm_eps <= MAX_NORM_EPS):
-            raise SpecError("model.norm_eps", self.norm_eps,
-                            f"must be a number in (0, {MAX_NORM_EPS:g}] (the norms' epsilon)")
+            raise SpecError("model.norm_eps", self.norm_eps, NORM_EPS_RULE)
         if not within(self.glu_clamp, MAX_GLU_CLAMP):
             raise SpecError("model.glu_clamp", self.glu_clamp,
                             f"must be a number in [0, {MAX_GLU_CLAMP:g}] (0 = no clamp)")
