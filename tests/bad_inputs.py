@@ -765,7 +765,7 @@ def plan_with(path: str, value=None, *, drop: bool = False):
     return make
 
 
-ROW = {"method": "nest", "step_time_s": 1.0, "tokens_per_s": 5, "mfu": 0.4, "peak_memory_gib": 30,
+ROW = {"method": "nest", "step_time_s": 1.0, "tokens_per_s": 16384.0, "mfu": 0.4, "peak_memory_gib": 30,
        "fits": True, "tp": 1, "pp": 1, "dp": 8, "zero": 1, "recompute": "none", "mbs": 1}
 """A comparison row as compare writes it (the keys every row has)."""
 PLANFILE_BAD = {
@@ -882,6 +882,14 @@ PLANFILE_BAD = {
                                 "comparison.methods[1].method: got 'nest'; given twice"),
     "comparison-mfu-beyond-the-peak": (plan_with("comparison", {"methods": [{**ROW, "mfu": 1e308}]}),
                                        "comparison.methods[0].mfu: got 1e+308; must be a share"),
+    # figures that disagree with each other (a 1 ms step beside its tokens/s, a 10^6 GiB peak
+    # that fits, had been shown in the report: a sixth fuzzing round's)
+    "comparison-step-beside-other-tokens": (plan_with("comparison", {"methods": [
+        {**ROW, "step_time_s": 0.001}]}), "comparison.methods[0].tokens_per_s: got 16384.0; must "
+        "be the step's 16,384 tokens over its step_time_s 0.001"),
+    "comparison-huge-peak-fits": (plan_with("comparison", {"methods": [
+        {**ROW, "peak_memory_gib": 1e6}]}), "comparison.methods[0].fits: got True; must say "
+        "whether peak_memory_gib 1e+06 is within the 79.6 GiB of HBM"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),

@@ -380,6 +380,30 @@ def _from_dict(data: dict) -> PlanFile:
                     _comparison(data.get("comparison"), sc), data.get("nestplan_version"))
 
 
+def _consistent_row(row: dict, at: str, sc: Scenario) -> None:
+    """A comparison row's figures agree with each other and with the scenario, as compare wrote
+    them: tokens/s is the step's tokens over its time, and ``fits`` says whether the peak is
+    within HBM (a step of 1 ms beside its method's tokens/s, and a 10^6 GiB peak that fits, had
+    been shown in the report: a sixth fuzzing round's)."""
+    from .units import GiB
+
+    tr = sc.training
+    step, rate = row["step_time_s"], row["tokens_per_s"]
+    tokens = tr.global_batch * tr.seq_len
+    if not math.isclose(step * rate, tokens, rel_tol=CONSISTENT):
+        raise SpecError(f"{at}.tokens_per_s", rate, f"must be the step's {tokens:,} tokens over "
+                        f"its step_time_s {step:g} ({tokens / step if step else math.inf:,.6g})")
+    hbm = sc.cluster.accelerator.hbm_bytes / GiB
+    if row["fits"] != (row["peak_memory_gib"] <= hbm * (1 + CONSISTENT)):
+        raise SpecError(f"{at}.fits", row["fits"], f"must say whether peak_memory_gib "
+                        f"{row['peak_memory_gib']:g} is within the {hbm:g} GiB of HBM")
+
+
+CONSISTENT = 1e-6
+"""Relative slack of the checks that a comparison row's figures agree (compare writes them
+unrounded; a hand edit is far beyond it)."""
+
+
 def _comparison(table, sc: Scenario) -> dict | None:
     """A plan file's ``comparison``, checked: each method's row holds a plan this scenario can
     have (as a method's search evaluates it: what the stack offers is not asked)."""
@@ -427,6 +451,7 @@ def _comparison(table, sc: Scenario) -> dict | None:
         if row["mfu"] > MOST_MFU:
             raise SpecError(f"{at}.mfu", row["mfu"], f"must be a share of the peak FLOP/s, at most "
                             f"{MOST_MFU} (model FLOPs count causal attention whole)")
+        _consistent_row(row, at, sc)
         try:
             par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
             check_plan(sc, par, stack=False)
