@@ -890,6 +890,9 @@ PLANFILE_BAD = {
     "comparison-huge-peak-fits": (plan_with("comparison", {"methods": [
         {**ROW, "peak_memory_gib": 1e6}]}), "comparison.methods[0].fits: got True; must say "
         "whether peak_memory_gib 1e+06 is within the 79.6 GiB of HBM"),
+    # a key predicted never holds, and a null stack (each had been taken: the stack as the default)
+    "predicted-unknown-key": (plan_with("predicted.xx", 1), "predicted.xx: got 1; unknown key"),
+    "stack-null": (plan_with("stack", None), "stack: got None; must be a table"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),

@@ -66,6 +66,9 @@ def stage_replicas(par: Parallelism) -> list[list[list[int]]]:
     return [[sorted(grid[s, d].ravel().tolist()) for d in range(par.dp)] for s in range(par.pp)]
 
 
+PREDICTED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                  "mfu", "peak_memory_gib", "fits")
+"""What a plan file's ``predicted`` holds (``Evaluation.to_json``'s figures)."""
 COMPARISON_KEYS = ("method", *SUMMARY_KEYS, "etp", "stage_layers", "search_seconds")
 _COMPARISON_TYPES = {"method": ((str,), "a string"), "rank_order": ((str,), "a string"),
                      "schedule": ((str, type(None)), "a string or null (no pipeline)"),
@@ -105,8 +108,7 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
     plan = par.to_dict()
     plan["stage_layers"] = list(blocks_per_chunk(sc.model, par))
     js = ev.to_json()
-    predicted = {k: js[k] for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
-                                    "model_tflops_per_gpu", "mfu", "peak_memory_gib", "fits")}
+    predicted = {k: js[k] for k in PREDICTED_KEYS}
     return {
         "format": FORMAT, "nestplan_version": __version__,
         **({"method": method} if method else {}),
@@ -319,8 +321,10 @@ def _from_dict(data: dict) -> PlanFile:
         stack = {k: v for k, v in training.items() if k in _V1_STACK_KEYS}
         training = {k: v for k, v in training.items() if k not in _V1_STACK_KEYS}
         stack_spec = stack_from_table(stack, "training", base=get_stack())
-    elif stack is None:
+    elif "stack" not in data:
         stack_spec = get_stack()
+    elif not isinstance(stack, dict):  # (null had read as the default stack)
+        raise SpecError("stack", stack, "must be a table: the plan's stack, whole")
     else:
         if isinstance(stack, dict) and "base" in stack:  # a stack file's key, followed by the catalog
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
@@ -370,6 +374,7 @@ def _from_dict(data: dict) -> PlanFile:
     predicted = data.get("predicted", {})
     if not isinstance(predicted, dict):
         raise SpecError("predicted", predicted, "must map metric names to numbers")
+    check_keys(predicted, "predicted", required=set(), optional=set(PREDICTED_KEYS))
     for key, value in predicted.items():  # numbers, and true/false for ``fits``
         if key == "fits":
             if not isinstance(value, bool):
