@@ -417,6 +417,13 @@ HF_BAD = {
                                                 "sliding_window": 128,
                                                 "layer_types": ["x"] * LLAMA["num_hidden_layers"]}),
                                     "layer_types: got 'x'; entries allowed"),
+    # a window or chunk of 0 tokens masks every key in transformers; it had read as none
+    "gpt-oss-window-zero": (json.dumps({**LLAMA, "model_type": "gpt_oss", "num_local_experts": 4,
+                                        "num_experts_per_tok": 2, "sliding_window": 0}),
+                            "sliding_window: got 0; must be a number of tokens >= 1, or null"),
+    "llama4-chunk-zero": (json.dumps({**LLAMA, "model_type": "llama4", "num_local_experts": 4,
+                                      "num_experts_per_tok": 1, "attention_chunk_size": 0}),
+                          "attention_chunk_size: got 0; must be a number of tokens >= 1"),
     "mistral-window-word": (_hf(model_type="mistral", sliding_window="4k"),
                             "sliding_window: got '4k'; must be an integer"),
     "qwen2-window-flag-word": (_hf(model_type="qwen2", use_sliding_window="yes"),

@@ -369,7 +369,17 @@ LAYER_KINDS = ("sliding_attention", "full_attention")
 
 def _window(cfg: _Config, default: int) -> int:
     """``sliding_window``: ``default`` (the config class's) when absent, 0 (none) when null."""
-    return cfg.get("sliding_window", default=default, minimum=0, null=0)
+    return _span(cfg, "sliding_window", default)
+
+
+def _span(cfg: _Config, key: str, default: int) -> int:
+    """A window's or chunk's tokens, ``key``: ``default`` when absent, 0 (none) when null; a 0
+    is refused (transformers masks every key of such a window; it had been read as none without
+    a word: a sixth fuzzing round's)."""
+    span = cfg.get(key, default=default, minimum=0, null=0)
+    if span == 0 and cfg.data.get(key) is not None:
+        raise SpecError(cfg.where(key), 0, "must be a number of tokens >= 1, or null for none")
+    return span
 
 
 def _sliding(cfg: _Config, layers: int, window: int, sliding: range, *,
@@ -644,7 +654,7 @@ def _llama4(cfg: _Config) -> dict:
     # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @
     # huggingface/transformers b17cfe48c5a9631dcf9f57f3865a055903800f81)
     kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool, null=False)
-    chunk = cfg.get("attention_chunk_size", default=8192, minimum=0, null=0)
+    chunk = _span(cfg, "attention_chunk_size", 8192)
     if chunk:
         # (an empty list is the default pattern: Llama4TextConfig takes `no_rope_layers if
         # no_rope_layers else` its default, configuration_llama4.py, transformers 5.23.0 wheel)
