@@ -931,7 +931,7 @@ case("export-extras-into-dev", ["export", "{p}.json", "--format", "deepspeed", "
 case("evaluate-stack-without-1f1b", ["evaluate", *SCENARIO[:4], "--gpus", "16", "--stack",
                                      "{t}.toml", "--tp", "2", "--pp", "2", "--mbs", "1",
                                      "--global-batch", "64", "--seq-len", "4096"],
-     "schedule: got '1f1b'; stack x runs gpipe; name one (--schedule",
+     "schedule: got '1f1b'; stack x runs gpipe; give the plan one of them",
      **{"t.toml": 'base = "megatron-core"\nname = "x"\nschedules = ["gpipe"]\n'})
 # a middle model chunk without blocks, which torchtitan cannot name (its export had refused it
 # after evaluate ran: a fuzzing helper's)
@@ -1011,8 +1011,8 @@ RUNS_BAD = {
                              "row r1: plan: got 't1 p1 d8 z1 none b1'; needs"),
     # a per-device batch that disagrees with the row had been ignored without a word
     "local-batch-disagrees": (_runs("test,,", "test,local_batch=2,"),
-                              "other_metrics: got 'local_batch=2'; global_batch 8 over dp 8 is 1 "
-                              "sequences per rank; make them agree"),
+                              "other_metrics: got 'local_batch=2'; global_batch 8 must be a whole "
+                              "number of local batches over dp 8 (a multiple of 2·8 = 16)"),
     "column-twice": ((RUN_HEADER + ",tp\n" + RUN + ",8\n"), "column: got 'tp'; given twice"),
     # dp blank: num_gpus over tp·pp·cp, which had been floored to 0 and refused as "dp: got 0"
     "degrees-not-dividing-gpus": (_runs("H100-SXM5-80GB,8,1,1,,8,1,", "H100-SXM5-80GB,8,3,1,,,1,"),

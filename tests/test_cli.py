@@ -546,9 +546,21 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
     code, out, err = cli("evaluate", "--plan", saved)
     assert code == 0 and "h100-sxm-80gb" in out
     for kind, name, key in (("model", "llama3-8b", "ffn_hidden"),
-                            ("accelerator", "h100-sxm-80gb", "peak_flops_bf16")):
+                            ("accelerator", "h100-sxm-80gb", "peak_tflops_bf16")):
         assert (f"the plan file's {kind} is named {name} but is not this nestplan's catalog "
                 f"{name} (it differs in {key}): its own values are used") in err, err
+    # another catalog accelerator in a catalog cluster; not the MTP depths the command set
+    data = json.loads(saved.read_text())
+    data["model"]["ffn_hidden"] = 14336
+    data["cluster"]["accelerator"] = "h200-sxm-141gb"
+    saved.write_text(json.dumps(data))
+    err = cli("evaluate", "--plan", saved)[2]
+    assert "the plan file's cluster is named dgx-h100-ndr" in err and "in accelerator)" in err
+    assert "model" not in err
+    assert cli("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", 1024,
+               "--tp", 1, "--pp", 16, "--ep", 64, "--mbs", 1, "--global-batch", 4096,
+               "--seq-len", 4096, "--mtp-layers", 0, "--save", saved)[0] == 0
+    assert "is not this nestplan's catalog" not in cli("evaluate", "--plan", saved)[2]
 
 
 def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):

@@ -156,7 +156,9 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once(tmp_path, addres
     retried it for minutes, printing its own log lines; Ray's client had said "cannot pickle
     'module' object", of the runtime env that ships nestplan)."""
     pytest.importorskip("ray")
-    code, out, err = cli("sweep", _write(tmp_path, BASE), "--ray", address, timeout=60)
+    # (a grid with a note to make: the refusal comes before any note, one line)
+    grid = _write(tmp_path, BASE + "moe_imbalance = [1.0, 1.2]\n")
+    code, out, err = cli("sweep", grid, "--ray", address, timeout=60)
     assert one_line_error(code, out, err, f"--ray: got '{address}'; nothing answers at "
                                           "127.0.0.1:1 (Connection refused)"), err
     assert not (tmp_path / "s.csv").exists()

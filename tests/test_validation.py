@@ -216,3 +216,8 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
                     "local_batch=4\n")
     with pytest.raises(SpecError, match="local_batch=4'; must be a multiple of micro_batch 3"):
         load_cases(path)
+    # gradient accumulation (torchtitan since 2025): a multiple of local_batch·dp, mbs left free
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,128,,torchtitan,step_time,1.6,"
+                    "local_batch=4\n")
+    (case,) = load_cases(path)
+    assert case.scenario.training.global_batch == 128

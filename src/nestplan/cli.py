@@ -178,14 +178,10 @@ def _scenario(args):
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, mtp_layers=args.mtp_layers, **moe)
     if moe and sc.model.moe is None:
-        import warnings
+        from .errors import note_no_experts
 
-        from .errors import Note
-
-        given = " and ".join(f"--{k.replace('_', '-')}" for k in ("moe_imbalance",
-                                                                 "moe_capacity_factor")
-                             if getattr(args, k) is not None)
-        warnings.warn(f"{given}: {sc.model.name} has no experts; ignored", Note)
+        note_no_experts(" and ".join(f"--{k.replace('_', '-')}" for k in (
+            "moe_imbalance", "moe_capacity_factor") if getattr(args, k) is not None), sc.model.name)
     _note_added_depths(sc, args.model)
     _note_fused_pieces(sc)
     _note_straddling_domains(sc)

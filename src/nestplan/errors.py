@@ -56,6 +56,14 @@ class Note(UserWarning):
     and not at all when the command then fails on bad input (its error stays one line)."""
 
 
+def note_no_experts(stated: str, model: str) -> None:
+    """Note that an expert load ``stated`` (flags, a row's entries, a plan file's keys) is ignored,
+    ``model`` having no experts."""
+    import warnings
+
+    warnings.warn(f"{stated}: {model} has no experts; ignored", Note, stacklevel=2)
+
+
 PENDING_NOTES: list[str] = []
 """Notes raised and not yet printed (the CLI's warning hook gathers them)."""
 

@@ -686,7 +686,9 @@ def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
     dense = cfg.get("first_k_dense_replace", default=0, minimum=0)
     freq = cfg.get("moe_layer_freq", default=1)
     first = -(-dense // freq) * freq
-    if dense < layers <= first:  # (too many dense layers: ModelSpec says so of them)
+    if dense >= layers:  # (ModelSpec says so of the dense layers, as the config counts them)
+        return dense, freq
+    if first >= layers:
         raise SpecError(cfg.where("moe_layer_freq"), freq,
                         f"leaves no MoE layer among the {layers} (layer i is one when i >= "
                         f"first_k_dense_replace = {dense} and i % moe_layer_freq == 0)")

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
 from .axes import parse_order
 from .caching import cached
 from .errors import SpecError
-from .loaders import (LATER_STACK_KEYS, check_keys, cluster_from_table, cluster_to_table, key_of,
-                      later_keys_filled, model_from_table, model_to_table, renamed_stack_keys,
-                      stack_from_table, stack_to_table, training_from_table, training_to_table)
+from .loaders import (LATER_STACK_KEYS, accelerator_to_table, check_keys, cluster_from_table,
+                      cluster_to_table, key_of, later_keys_filled, model_from_table, model_to_table,
+                      renamed_stack_keys, stack_from_table, stack_to_table, training_from_table,
+                      training_to_table)
 from .recompute import parse_names
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
@@ -206,57 +207,68 @@ UNCOSTED_STACK_KEYS = ("description", "fitted_on")
 
 def _note_expert_load_without_experts(training: dict, sc: Scenario) -> None:
     """Say that a dense model's plan file states an expert load, which nothing reads (as
-    evaluate says of --moe-imbalance on a dense model)."""
+    evaluate says of --moe-imbalance on a dense model; a file writes the imbalance even at 1,
+    the capacity only when one is stated)."""
     if sc.model.moe is not None or not isinstance(training, dict):
         return
     stated = [f"training.{k} = {training[k]}" for k in ("moe_imbalance", "moe_capacity")
-              if training.get(k) not in (None, 1, 1.0)]
+              if training.get(k) is not None and (k == "moe_capacity" or training[k] != 1)]
     if stated:
-        import warnings
+        from .errors import note_no_experts
 
-        from .errors import Note
-
-        warnings.warn(f"{', '.join(stated)}: {sc.model.name} has no experts; ignored", Note)
+        note_no_experts(", ".join(stated), sc.model.name)
 
 
-def _stack_differs(stack) -> list[str]:
-    """The keys in which ``stack`` differs from the catalog stack of its name, but those that
-    cost nothing."""
-    from .catalog import get_stack
-
-    mine, catalog = stack_to_table(stack), stack_to_table(get_stack(stack.name))
-    return sorted(k for k in mine.keys() | catalog.keys()
-                  if k not in UNCOSTED_STACK_KEYS and not _same(mine.get(k), catalog.get(k)))
-
-
-def _fields_differ(spec, catalog) -> list[str]:
-    """The fields in which ``spec`` differs from ``catalog`` (a cluster's accelerator apart)."""
-    from dataclasses import fields
-
-    return [f.name for f in fields(spec) if f.name != "accelerator"
-            and getattr(spec, f.name) != getattr(catalog, f.name)]
+def _table_differs(mine: dict, catalog: dict, skip=(), at: str = "") -> list[str]:
+    """The keys (as the file writes them; ``levels[1].bandwidth_GBps`` inside a list of tables
+    of the same length) in which table ``mine`` differs from ``catalog`` (floats within
+    ``_same``'s tolerance: they went through a file's units), but those in ``skip``."""
+    out = []
+    for k in sorted(mine.keys() | catalog.keys()):
+        a, b = mine.get(k), catalog.get(k)
+        if k in skip or _same(a, b):
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _table_differs(a, b, (), f"{at}{k}.")
+        elif (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+              and all(isinstance(x, dict) and isinstance(y, dict) for x, y in zip(a, b))):
+            for i, (x, y) in enumerate(zip(a, b)):
+                out += _table_differs(x, y, (), f"{at}{k}[{i}].")
+        else:
+            out.append(at + k)
+    return out
 
 
 def _note_not_the_catalogs(sc: Scenario) -> None:
     """A plan file's model, cluster, accelerator or stack named as a catalog entry but not that
-    entry (edited by hand, or saved by a nestplan whose catalog differed): say so, since every
-    output labels it with the name (a sixth fuzzing round's: an accelerator of 5,000 TFLOP/s
-    labelled h100-sxm-80gb had been costed without a word; a file of its own is refused)."""
+    entry (edited by hand, or saved by a nestplan whose catalog differed): say so, naming the
+    keys that differ, since every output labels it with the name (a sixth fuzzing round's: an
+    accelerator of 5,000 TFLOP/s labelled h100-sxm-80gb had been costed without a word; a file
+    of its own is refused). A model's MTP depths are the command's (``--mtp-layers``), not an
+    edit; a cluster's accelerator is compared by name (its values on their own)."""
     import warnings
 
-    from .catalog import get_accelerator, get_cluster, get_model, list_names
+    from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
     from .errors import Note
     from .textfmt import first_of
 
+    model = sc.model
     for kind, spec, differ in (
-            ("model", sc.model, lambda m: _fields_differ(m, get_model(m.name))),
-            ("cluster", sc.cluster, lambda c: _fields_differ(c, get_cluster(c.name))),
-            ("accelerator", sc.cluster.accelerator,
-             lambda a: _fields_differ(a, get_accelerator(a.name))),
-            ("stack", sc.stack, _stack_differs)):
+            ("model", model, lambda: _table_differs(model_to_table(model), model_to_table(
+                replace(get_model(model.name), mtp_layers=model.mtp_layers)))),
+            ("cluster", sc.cluster, lambda: _table_differs(
+                {**cluster_to_table(sc.cluster), "accelerator": sc.cluster.accelerator.name},
+                {**cluster_to_table(get_cluster(sc.cluster.name)),
+                 "accelerator": get_cluster(sc.cluster.name).accelerator.name})),
+            ("accelerator", sc.cluster.accelerator, lambda: _table_differs(
+                accelerator_to_table(sc.cluster.accelerator),
+                accelerator_to_table(get_accelerator(sc.cluster.accelerator.name)))),
+            ("stack", sc.stack, lambda: _table_differs(
+                stack_to_table(sc.stack), stack_to_table(get_stack(sc.stack.name)),
+                UNCOSTED_STACK_KEYS))):
         if spec.name not in list_names(kind + "s"):
             continue
-        keys = differ(spec)
+        keys = differ()
         if keys:
             warnings.warn(f"the plan file's {kind} is named {spec.name} but is not this "
                           f"nestplan's catalog {spec.name} (it differs in {first_of(keys)}): its "
@@ -326,7 +338,7 @@ def _from_dict(data: dict) -> PlanFile:
     elif not isinstance(stack, dict):  # (null had read as the default stack)
         raise SpecError("stack", stack, "must be a table: the plan's stack, whole")
     else:
-        if isinstance(stack, dict) and "base" in stack:  # a stack file's key, followed by the catalog
+        if "base" in stack:  # a stack file's key, followed by the catalog
             raise SpecError("stack.base", stack["base"], "a plan file holds its stack whole; "
                             "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = saved_stack(stack)
@@ -398,8 +410,8 @@ def _consistent_row(row: dict, at: str, sc: Scenario) -> None:
     if not math.isclose(step * rate, tokens, rel_tol=CONSISTENT):
         raise SpecError(f"{at}.tokens_per_s", rate, f"must be the step's {tokens:,} tokens over "
                         f"its step_time_s {step:g} ({tokens / step if step else math.inf:,.6g})")
-    hbm = sc.cluster.accelerator.hbm_bytes / GiB
-    if row["fits"] != (row["peak_memory_gib"] <= hbm * (1 + CONSISTENT)):
+    hbm, peak = sc.cluster.accelerator.hbm_bytes / GiB, row["peak_memory_gib"]
+    if (peak > hbm * (1 + CONSISTENT)) if row["fits"] else (peak < hbm * (1 - CONSISTENT)):
         raise SpecError(f"{at}.fits", row["fits"], f"must say whether peak_memory_gib "
                         f"{row['peak_memory_gib']:g} is within the {hbm:g} GiB of HBM")
 

@@ -607,7 +607,7 @@ class StackSpec(_CachedHash):
             # vp 1: a sixth fuzzing round's)
             return ("schedule", par.schedule or par.pipeline.name,
                     f"stack {n} runs " + ", ".join(self.schedules),
-                    "" if par.schedule else "name one (--schedule, or schedule in a plan file)")
+                    "" if par.schedule else "give the plan one of them")
         if par.vp == 1 and self.interleaving_required(par.ep, par.pp):
             return "vp", par.vp, (f"stack {n} overlaps the expert exchange with another "
                                   "micro-batch, which Megatron-Core does with pipelining only "

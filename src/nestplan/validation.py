@@ -476,12 +476,9 @@ def _note_no_experts(row: _Row, model: ModelSpec) -> None:
     says of ``--moe-imbalance``; it had been ignored without a word: a fuzzing helper's)."""
     stated = [f"{k}={row.other(k)}" for k in ("moe_imbalance", "moe_capacity") if row.other(k)]
     if stated:
-        import warnings
+        from .errors import note_no_experts
 
-        from .errors import Note
-
-        warnings.warn(f"{row.where}.other_metrics: {', '.join(stated)}: {model.name} has no "
-                      "experts; ignored", Note)
+        note_no_experts(f"{row.where}.other_metrics: {', '.join(stated)}", model.name)
 
 
 def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
@@ -508,10 +505,12 @@ def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
 
 
 def _local_batch(row: _Row, dp: int) -> int | None:
-    """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one step, which its
-    2024 code ran as one micro-batch (no gradient accumulation), when ``micro_batch`` is blank.
-    It must agree with the row: the global batch is N per data-parallel rank (``dp``: the
-    column's, or derived from the GPU count), and a micro-batch given divides it (a sixth
+    """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one forward, which
+    its 2024 code ran as the step's one micro-batch: the micro-batch where ``micro_batch`` is
+    blank and the global batch is N per data-parallel rank (``dp``: the column's, or derived from
+    the GPU count); with gradient accumulation (the global batch a multiple of that, as torchtitan
+    runs it since) the micro-batch is left to ``_tuned``. A global batch that is no whole number
+    of local batches, or a local batch a given micro-batch does not divide, is refused (a sixth
     fuzzing round's: it had been ignored without a word where dp was derived or it disagreed)."""
     value = row.other("local_batch")  # a whole number > 0 where given (_Row)
     if not value:
@@ -519,15 +518,15 @@ def _local_batch(row: _Row, dp: int) -> int | None:
     n = int(value)
     gb, micro = row.number("global_batch"), row.number("micro_batch")
     where, shown = f"{row.where}.other_metrics", f"local_batch={value}"
-    if gb is not None and gb != n * dp:
-        raise SpecError(where, shown, f"global_batch {gb} over dp {dp} is "
-                        f"{gb / dp:g} sequences per rank; make them agree")
+    if gb is not None and gb % (n * dp):
+        raise SpecError(where, shown, f"global_batch {gb} must be a whole number of local batches "
+                        f"over dp {dp} (a multiple of {n}·{dp} = {n * dp}); make them agree")
     if micro is not None:
         if n % micro:
             raise SpecError(where, shown, f"must be a multiple of micro_batch {micro} (the "
-                            "micro-batches of one rank's step)")
+                            "micro-batches of one rank's forward)")
         return None
-    return n
+    return n if gb is None or gb == n * dp else None
 
 
 def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:

@@ -43,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run_command(args) -> int:
     from ..errors import SpecError, flush_notes
     from ..loaders import writable
-    from .run import check_extras, plan_run, point_tasks, run_sweep
+    from .run import check_extras, check_reachable, plan_run, point_tasks, run_sweep
     from .spec import load
 
     if args.workers is not None and args.workers < 1:
@@ -51,6 +51,8 @@ def run_command(args) -> int:
     spec = load(args.file, output=args.output)
     parquet = args.parquet or spec.parquet
     check_extras(parquet=parquet, ray=args.ray)
+    if args.ray is not None and not args.dry_run:  # before any note, and any file
+        check_reachable(args.ray)
     # every file the sweep writes, refused before any point runs
     for path, kind in ((spec.output, "results CSV"), (spec.output.with_suffix(".svg"), "plot SVG"),
                        *([(spec.output.with_suffix(".parquet"), "Parquet")] if parquet else [])):

@@ -197,14 +197,13 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         else:
             out.foreign += 1
     if out.set_aside:  # (a line that was no row had vanished without a word: a fuzzing helper's)
-        import warnings
-
         from ..errors import Note
 
         n = len(out.set_aside)
+        aside = os.path.realpath(path) + ".dropped"  # (beside the file a link names: ResultsWriter)
         warnings.warn(f"output: {n} line{'s' * (n > 1)} of {path} cannot be read as this sweep's "
                       "results (a torn line, a repeated id, a cell edited by hand); the run moves "
-                      f"{'them' if n > 1 else 'it'} to {path}.dropped", Note)
+                      f"{'them' if n > 1 else 'it'} to {aside}", Note)
     return out
 
 
@@ -375,11 +374,14 @@ REACH_TIMEOUT = 5.0
 """Seconds to wait for a Ray address to answer before the sweep starts."""
 
 
-def _check_reachable(address: str) -> None:
+def check_reachable(address: str) -> None:
     """Refuse a ``HOST:PORT`` or ``ray://HOST:PORT`` address where nothing answers (Ray's core
     retries an unreachable head for minutes, printing its own log lines: a mistyped port had
-    hung a sweep); other forms (``auto``) are Ray's to find."""
+    hung a sweep); ``local`` and other forms (``auto``) are Ray's to find."""
     import socket
+
+    if address == "local":
+        return
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not (host and port.isascii() and port.isdigit()):
@@ -516,8 +518,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
 
     parquet = parquet or spec.parquet
     check_extras(parquet=parquet, ray=ray)
-    if ray not in (None, "local"):  # before the results file is made
-        _check_reachable(ray)
+    if ray is not None:  # before the results file is made (the command checked it already)
+        check_reachable(ray)
     points, existing = planned if planned is not None else plan_run(spec)
     todo = [p for p in points if p.id not in existing.done]
     summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign)
