@@ -182,9 +182,12 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     typed = [(columns.index(c), t, c in SIGNED_COLUMNS) for c, t in RESULT_TYPES.items()
              if t is not str]
     seen: set[str] = set()
+    degrees = [columns.index(c) for c in ("tp", "pp", "dp", "cp")]
+    gpus = columns.index("gpus")
     for row in rows[1:]:
         if len(row) != len(columns) or row[0] in seen or row[status] not in DONE or not all(
-                _reads_as(row[i], t, signed) for i, t, signed in typed):
+                _reads_as(row[i], t, signed) for i, t, signed in typed) or (
+                row[status] == "ok" and not _degrees_agree(row, degrees, gpus)):
             # torn last line of a killed run, a repeat, an error to retry, a cell edited by hand
             out.dropped += 1
             if not (len(row) == len(columns) and row[status] == "error" and row[0] not in seen):
@@ -205,6 +208,15 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
                       "results (a torn line, a repeated id, a cell edited by hand); the run moves "
                       f"{'them' if n > 1 else 'it'} to {aside}", Note)
     return out
+
+
+def _degrees_agree(row: list[str], degrees: list[int], gpus: int) -> bool:
+    """An ``ok`` row's tp·pp·dp·cp is its GPU count (a row edited to tp 3 of 16 GPUs had been
+    kept as a finished point: a seventh fuzzing round's)."""
+    try:
+        return math.prod(int(row[i]) for i in degrees) == int(row[gpus])
+    except ValueError:  # (a blank degree: no plan to check)
+        return False
 
 
 class ResultsWriter:
