@@ -1012,6 +1012,11 @@ def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
     # a model file that keeps a catalog name but changes the model is not torchtitan's (a fuzzer's
     # 16-layer "llama3-8b" had exported as the 32-layer definition)
     assert registry_entry(replace(llama3, layers=16))[:2] == PLACEHOLDER
+    # MTP depths set by --mtp-layers are the definition's still (their note is another): DeepSeek-V3
+    # without them had exported with placeholders (a seventh fuzzing round's)
+    for depths in (0, 2):
+        assert registry_entry(replace(get_model("deepseek-v3"), mtp_layers=depths))[:2] == (
+            "deepseek_v3", "deepseek_v3_671b")
 
 
 def test_torchtitan_export_says_torchs_1f1b_refuses_fewer_micro_batches_than_stages():

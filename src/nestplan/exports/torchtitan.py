@@ -61,9 +61,10 @@ def _scaling_text(sc) -> str:
 
 def registry_entry(m) -> tuple[str, str, str | None]:
     """torchtitan's (``--module``, ``--config``) for model ``m``, and a note where its definition
-    scales RoPE otherwise: the entry of the catalog model ``m`` is in every field but the name and
-    the RoPE scaling (a model read from a HuggingFace config too); ``PLACEHOLDER`` for a model
-    torchtitan does not define."""
+    scales RoPE otherwise: the entry of the catalog model ``m`` is in every field but the name,
+    the RoPE scaling and the MTP depths (a model read from a HuggingFace config too; the depths,
+    which ``--mtp-layers`` sets, have a note of their own); ``PLACEHOLDER`` for a model torchtitan
+    does not define."""
     for name, entry in REGISTRY.items():
         catalog = get_model(name)
         # every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does
@@ -71,7 +72,7 @@ def registry_entry(m) -> tuple[str, str, str | None]:
         # __init__.py and models/common/rope.py, 0.3.0 wheel)
         rope = LLAMA31_ROPE if entry[0] == "llama3" else None
         if any(getattr(m, f.name) != getattr(catalog, f.name)
-               for f in fields(m) if f.name not in ("name", "rope_scaling")):
+               for f in fields(m) if f.name not in ("name", "rope_scaling", "mtp_layers")):
             continue  # (a model file that keeps a catalog name but changes the model is another)
         if m.rope_scaling == rope:
             return (*entry, None)
