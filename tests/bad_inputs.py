@@ -755,7 +755,9 @@ case("stack-file-stem-like-the-catalog", [*EVAL, "--stack", "{nemo}.toml"],
 
 # ---- plan files (evaluate --plan, export, report) ---------------------------------------------
 def plan_with(path: str, value=None, *, drop: bool = False):
-    """A plan-file variant: set (or drop) one key, ``path`` dotted from the file's top."""
+    """A plan-file variant: set (or drop) one key, ``path`` dotted from the file's top. A
+    comparison row's MFU left at ``ROW``'s is made the one its step gives (the step's model FLOPs
+    are the base plan's), so that a case fails on what it changes."""
 
     def make(base: dict) -> str:
         data = copy.deepcopy(base)
@@ -766,7 +768,14 @@ def plan_with(path: str, value=None, *, drop: bool = False):
         if drop:
             node.pop(keys[-1], None)
         else:
-            node[keys[-1]] = value
+            node[keys[-1]] = copy.deepcopy(value)
+        rows = data.get("comparison", {}).get("methods") if isinstance(
+            data.get("comparison"), dict) else None
+        flops = base["predicted"]["mfu"] * base["predicted"]["step_time_s"]
+        for row in rows if isinstance(rows, list) else ():
+            step = row.get("step_time_s") if isinstance(row, dict) else None
+            if row.get("mfu") == ROW["mfu"] and type(step) is float and step > 0:
+                row["mfu"] = flops / step
         return json.dumps(data, allow_nan=True)
 
     return make
@@ -892,8 +901,13 @@ PLANFILE_BAD = {
     # figures that disagree with each other (a 1 ms step beside its tokens/s, a 10^6 GiB peak
     # that fits, had been shown in the report: a sixth fuzzing round's)
     "comparison-step-beside-other-tokens": (plan_with("comparison", {"methods": [
-        {**ROW, "step_time_s": 0.001}]}), "comparison.methods[0].tokens_per_s: got 16384.0; must "
-        "be the step's 16,384 tokens over its step_time_s 0.001"),
+        {**ROW, "step_time_s": 0.5}]}), "comparison.methods[0].tokens_per_s: got 16384.0; must "
+        "be the step's 16,384 tokens over its step_time_s 0.5"),
+    "comparison-mfu-beside-its-step": (plan_with("comparison", {"methods": [{**ROW, "mfu": 0.9}]}),
+                                       "comparison.methods[0].mfu: got 0.9; must be the step's "
+                                       "model FLOPs over its step_time_s 1"),
+    "comparison-error-blank": (plan_with("comparison", {"methods": [ROW], "errors": {"mcmc": ""}}),
+                               "comparison.errors.mcmc: got ''; must be a message"),
     "comparison-huge-peak-fits": (plan_with("comparison", {"methods": [
         {**ROW, "peak_memory_gib": 1e6}]}), "comparison.methods[0].fits: got True; must say "
         "whether peak_memory_gib 1e+06 is within the 79.6 GiB of HBM"),

@@ -1,6 +1,7 @@
 """The HTML report: its figures hold what the plan says, and it renders in headless Chromium."""
 
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from nestplan import planfile
 from nestplan.cli import main
+from nestplan.errors import SpecError
 from nestplan.evaluate import evaluate, evaluate_names
 from nestplan.report import figures, render
 from nestplan.svg import colour
@@ -107,6 +109,29 @@ def test_compare_saves_methods_and_report_shows_them(tmp_path, capsys):
         cell = f"recompute={r['recompute']}"
         assert cell in table and f"sp={'on' if r['sp'] else 'off'}" in table
         assert (f"schedule={r['schedule']}" in table) == (r["schedule"] is not None)
+    # rows that disagree with the file's own method, whose plan it holds, are refused (a seventh
+    # fuzzing round's: each had been reported)
+    data = json.loads(path.read_text())
+    own = next(i for i, r in enumerate(rows) if r["method"] == pf.method)
+    other = next(i for i, r in enumerate(rows) if r["method"] != pf.method)
+
+    def edited(change) -> str:
+        d = json.loads(json.dumps(data))
+        change(d["comparison"])
+        return json.dumps(d)
+
+    def faster(c):
+        r, f = c["methods"][other], 0.5 * rows[own]["step_time_s"] / rows[other]["step_time_s"]
+        r.update(step_time_s=r["step_time_s"] * f, tokens_per_s=r["tokens_per_s"] / f,
+                 mfu=r["mfu"] / f)
+
+    for change, needle in (
+            (lambda c: c["methods"].pop(own), f"has no row of the file's method {pf.method}"),
+            (lambda c: c["methods"][own].update(mbs=rows[own]["mbs"] + 1), ".mbs: got "),
+            (lambda c: c["errors"].update({pf.method: "boom"}), "a method has a row or an error"),
+            (faster, "no row is faster")):
+        with pytest.raises(SpecError, match=re.escape(needle)):
+            planfile.from_dict(json.loads(edited(change)))
 
 
 def test_an_moe_report_names_its_experts_and_workload(tmp_path):

@@ -394,18 +394,26 @@ def _from_dict(data: dict) -> PlanFile:
         elif isinstance(value, bool) or not (finite(value) and value >= 0):
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     return PlanFile(sc, par, predicted, data.get("method"),
-                    _comparison(data.get("comparison"), sc), data.get("nestplan_version"))
+                    _comparison(data.get("comparison"), ev, data.get("method")),
+                    data.get("nestplan_version"))
 
 
-def _consistent_row(row: dict, at: str, sc: Scenario) -> None:
+def _consistent_row(row: dict, at: str, ev: Evaluation) -> None:
     """A comparison row's figures agree with each other and with the scenario, as compare wrote
-    them: tokens/s is the step's tokens over its time, and ``fits`` says whether the peak is
-    within HBM (a step of 1 ms beside its method's tokens/s, and a 10^6 GiB peak that fits, had
-    been shown in the report: a sixth fuzzing round's)."""
+    them: tokens/s is the step's tokens over its time, MFU the step's model FLOPs (those of the
+    file's plan ``ev``: every method's are the same) over its time, and ``fits`` says whether the
+    peak is within HBM (a step of 1 ms beside its method's tokens/s, and a 10^6 GiB peak that
+    fits, had been shown in the report: a sixth fuzzing round's; an MFU of 0.9 beside its step:
+    a seventh's)."""
     from .units import GiB
 
+    sc = ev.scenario
     tr = sc.training
     step, rate = row["step_time_s"], row["tokens_per_s"]
+    if not math.isclose(row["mfu"] * step, ev.mfu * ev.step_time, rel_tol=CONSISTENT):
+        raise SpecError(f"{at}.mfu", row["mfu"], f"must be the step's model FLOPs over its "
+                        f"step_time_s {step:g} and the devices' peak "
+                        f"({ev.mfu * ev.step_time / step if step else math.inf:.6g})")
     tokens = tr.global_batch * tr.seq_len
     if not math.isclose(step * rate, tokens, rel_tol=CONSISTENT):
         raise SpecError(f"{at}.tokens_per_s", rate, f"must be the step's {tokens:,} tokens over "
@@ -421,11 +429,16 @@ CONSISTENT = 1e-6
 unrounded; a hand edit is far beyond it)."""
 
 
-def _comparison(table, sc: Scenario) -> dict | None:
+def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
     """A plan file's ``comparison``, checked: each method's row holds a plan this scenario can
-    have (as a method's search evaluates it: what the stack offers is not asked)."""
+    have (as a method's search evaluates it: what the stack offers is not asked), with figures
+    that agree (``_consistent_row``); the file's own ``method`` (the fastest, whose plan ``ev``
+    the file holds) has a row with that plan and the least step time, and a method has a row or
+    an error, not both (a seventh fuzzing round's: a row beside an error for the same method,
+    another plan under the file's method, a faster row than the fastest had been reported)."""
     from .specs import check_plan
 
+    sc = ev.scenario
     if table is None:
         return None
     where = "comparison"
@@ -468,7 +481,7 @@ def _comparison(table, sc: Scenario) -> dict | None:
         if row["mfu"] > MOST_MFU:
             raise SpecError(f"{at}.mfu", row["mfu"], f"must be a share of the peak FLOP/s, at most "
                             f"{MOST_MFU} (model FLOPs count causal attention whole)")
-        _consistent_row(row, at, sc)
+        _consistent_row(row, at, ev)
         try:
             par = plan_from_dict({k: v for k, v in row.items() if k in _PLAN}, at)
             check_plan(sc, par, stack=False)
@@ -477,15 +490,47 @@ def _comparison(table, sc: Scenario) -> dict | None:
         except SpecError as e:
             field = e.field if e.field.startswith(at) else f"{at}.{e.field}"
             raise SpecError(field, e.value, e.allowed) from None
+        if row["method"] == method:
+            _the_files_row(row, par, at, ev)
+    if method is not None and method not in seen:
+        raise SpecError(f"{where}.methods", sorted(seen), f"has no row of the file's method "
+                        f"{method}, whose plan the file holds")
+    fastest = min((r["step_time_s"] for r in rows), default=None)
+    if method is not None and fastest is not None and fastest < ev.step_time * (1 - CONSISTENT):
+        raise SpecError(f"{where}.methods", f"a step of {fastest:g} s", f"the file holds the "
+                        f"fastest method's plan, {method}'s of {ev.step_time:g} s; no row is "
+                        "faster")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")
     for name, message in errors.items():
         if (rule := _misnamed("method", name)) is not None:
             raise SpecError(f"{where}.errors", name, rule)
-        if not isinstance(message, str):
-            raise SpecError(f"{where}.errors.{name}", message, "must be a message (a string)")
+        if not isinstance(message, str) or not message.strip():
+            raise SpecError(f"{where}.errors.{name}", message, "must be a message (why the "
+                            "method found no plan)")
+        if name in seen:
+            raise SpecError(f"{where}.errors.{name}", message, f"{name} has a row with its plan; "
+                            "a method has a row or an error")
     return {"methods": rows, "errors": errors}
+
+
+def _the_files_row(row: dict, par: Parallelism, at: str, ev: Evaluation) -> None:
+    """The comparison row of the file's own method holds the file's plan and its step time."""
+    from .specs import blocks_per_chunk
+
+    mine, model = ev.plan, ev.scenario.model
+    as_run = {"stage_layers": lambda p: blocks_per_chunk(model, p),  # (None: the even split)
+              "etp": lambda p: p.expert_tp, "schedule": lambda p: p.pipeline.name,
+              "recompute": lambda p: tuple(p.recompute_of(i) for i in range(p.pp))}
+    for key in sorted(row.keys() & _PLAN, key=lambda k: (k == "stage_layers", k)):  # degrees first
+        value = as_run.get(key, lambda p: getattr(p, key))
+        if value(par) != value(mine):
+            raise SpecError(f"{at}.{key}", row[key], f"must be the file's plan's (its method "
+                            f"{row['method']}'s): {value(mine)!r}")
+    if not math.isclose(row["step_time_s"], ev.step_time, rel_tol=CONSISTENT):
+        raise SpecError(f"{at}.step_time_s", row["step_time_s"], f"must be the file's plan's "
+                        f"predicted step, {ev.step_time:g} s")
 
 
 def _misnamed(key: str, value) -> str | None:
