@@ -221,3 +221,9 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
                     "local_batch=4\n")
     (case,) = load_cases(path)
     assert case.scenario.training.global_batch == 128
+    # no global batch: the step is the local batch on every replica, a given micro-batch's
+    # multiple (it had been one micro-batch per replica)
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,,2,torchtitan,step_time,1.6,"
+                    "local_batch=4\n")
+    (case,) = load_cases(path)
+    assert case.scenario.training.global_batch == 64 and case.plan.mbs == 2

@@ -310,7 +310,11 @@ def _training(row: _Row, dp: int) -> TrainingSpec:
     seq = row.required("seq_len")
     given = row.number("global_batch")
     micro = row.number("micro_batch")
-    gb = given or (None if micro is None else micro * dp)
+    local = row.other("local_batch")  # (a whole number > 0 where given: _Row)
+    # without a global batch: a step of the device's local batch where it is given (a micro-batch
+    # beside it had made the step one micro-batch: a seventh fuzzing round's), else one
+    # micro-batch per replica
+    gb = given or (int(local) * dp if local else None if micro is None else micro * dp)
     if gb is None:
         raise SpecError(f"{row.where}.global_batch", "", "must be given (sequences per step; or "
                         "micro_batch alone, for a step of one micro-batch per replica)")
