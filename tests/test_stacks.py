@@ -1228,6 +1228,9 @@ def test_validate_says_when_stack_sets_the_rows_own_aside(runs_csv):
             "--stack nemo") in err
     code, out, err = cli("validate", "--csv", runs, "--stack", "megatron-2021")
     assert code in (0, 1) and "set aside" not in err, err
+    # rows that name no stack have none of their own to set aside (the default had been named)
+    code, out, err = cli("validate", "--csv", runs_csv(id="r1", source="mine"), "--stack", "nemo")
+    assert code in (0, 1) and "set aside" not in err, err
 
 
 def test_every_n_is_bounded_by_the_most_blocks_a_model_may_have():

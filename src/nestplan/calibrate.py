@@ -324,7 +324,8 @@ def base_of(runs: Path, given: str | None) -> str:
                              f"({', '.join(named)}) and calibrate fits one; give --stack, or "
                              "one CSV per stack")
         return named[0] if named else DEFAULT_STACK
-    note_set_aside(named, given, "fitted")
+    note_set_aside(stacks_named(runs, "RUNS.csv", missing_ok=True, stated_only=True), given,
+                   "fitted")
     return given
 
 

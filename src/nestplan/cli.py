@@ -830,7 +830,8 @@ def cmd_validate(args) -> int:
     runs = _runs_csv(args.csv)
     refused: list[SetAside] = []
     if args.stack:
-        note_set_aside(stacks_named(runs, missing_ok=True), args.stack, "predicted")
+        note_set_aside(stacks_named(runs, missing_ok=True, stated_only=True), args.stack,
+                       "predicted")
     outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
     _note_filled_in(runs, args.stack, "--csv", precision=False)
     if refused:

@@ -643,14 +643,18 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
             for i, data in rows]
 
 
-def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False) -> list[str]:
+def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,
+                 stated_only: bool = False) -> list[str]:
     """The distinct stacks a runs CSV's rows ran on, as ``load_cases`` reads them (the ``stack``
-    column, a file relative to the CSV; else the stack a row's source names), in order of first
-    appearance. ``missing_ok`` (under ``--stack``, which sets the rows' own aside, for its note):
-    a file that does not exist is named as the column gives it, not refused."""
+    column, a file relative to the CSV; else the stack a row's source names; else the default),
+    in order of first appearance. ``missing_ok`` (under ``--stack``, which sets the rows' own
+    aside, for its note): a file that does not exist is named as the column gives it, not
+    refused; ``stated_only``: only the stacks rows name (the default is none of theirs)."""
     path = Path(path)
     named = []
     for row in _rows(path, field):
+        if stated_only and not row.text("stack") and row.source_stack() is None:
+            continue
         try:
             named.append(row.stack_ref(path.parent))
         except SpecError:
