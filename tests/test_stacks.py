@@ -332,6 +332,8 @@ def test_calibrate_counts_one_plan_measured_thrice_as_one_row(tmp_path, shared):
                                             for i in range(3)]) + "\n")
     code, out, err = cli("calibrate", runs, "-o", tmp_path / "m.toml")
     assert code == 0 and "over megatron-2021: compute_scale" in out, err
+    # and says so where it counts its rows (it had said "fitted on 3 rows")
+    assert "fitted on 3 rows (1 distinct: a plan measured again counts once)" in out
 
 
 def test_calibrate_sets_nothing_aside_when_the_rows_name_the_given_file(tmp_path, runs_csv):

@@ -84,7 +84,7 @@ def _key(case) -> tuple:
     return case.scenario, case.plan, case.metric
 
 
-def _distinct(cases) -> int:
+def distinct_rows(cases) -> int:
     """Rows that can tell parameters apart: runs of one plan on one scenario count once,
     however many times they were measured."""
     return len({_key(c) for c in cases})
@@ -103,7 +103,7 @@ def _names(cases) -> tuple[str, ...]:
     (or packed spans) differ (at one length its share still varies with the models' widths,
     about s/6h, but too little for rows that scatter by ``NOISE`` to tell it from the GEMMs');
     also the host and kernel overheads from 6."""
-    n = _distinct(cases)
+    n = distinct_rows(cases)
     if n <= 2:
         return ("compute_scale",)
     spans = {c.scenario.training.attention_span or c.scenario.training.seq_len for c in cases}

@@ -1006,8 +1006,11 @@ def cmd_calibrate(args) -> int:
                                           if k == "allocator_overhead" else "")
                        if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
                        for k, v in result.params.items())
-    lines.append(f"fitted on {len(cases)} row{'s' if len(cases) != 1 else ''} over "
-                 f"{base.name}: {fitted}")
+    from .calibrate import distinct_rows
+
+    n, plans = len(cases), distinct_rows(cases)
+    counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
+    lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
     print("\n".join(lines))
     _note_far_when_left_out(cases, result.loo)
     _note_fit_limits(cases, result, base)
