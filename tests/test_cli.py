@@ -413,10 +413,16 @@ def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path)
     assert "comparison" in json.loads(saved.read_text())
     assert cli("evaluate", "--plan", saved, "--save", same)[0] == 0
     assert json.loads(same.read_text())["comparison"] == json.loads(saved.read_text())["comparison"]
-    assert cli("evaluate", "--plan", saved, "--cluster", "nest-h100-spineleaf", "--save", moved)[0] == 0
-    assert "comparison" not in json.loads(moved.read_text())
-    assert cli("evaluate", "--plan", saved, "--memory-headroom", 20, "--save", moved)[0] == 0
-    assert "comparison" not in json.loads(moved.read_text())  # whether each plan fits moved too
+    code, _, err = cli("evaluate", "--plan", saved, "--cluster", "nest-h100-spineleaf", "--save",
+                       moved)
+    assert code == 0 and "comparison" not in json.loads(moved.read_text())
+    assert "are not saved: their results are for its cluster" in err  # (without a word, before)
+    code, _, err = cli("evaluate", "--plan", saved, "--memory-headroom", 20, "--save", moved)
+    assert code == 0 and "comparison" not in json.loads(moved.read_text())  # (fits moved too)
+    assert "their results are for its memory headroom" in err
+    # its own cluster named again moves nothing: they stay (they had been dropped)
+    assert cli("evaluate", "--plan", saved, "--cluster", "dgx-h100-ndr", "--save", same)[0] == 0
+    assert json.loads(same.read_text())["comparison"] == json.loads(saved.read_text())["comparison"]
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads Linux's /proc")

@@ -434,10 +434,19 @@ def cmd_evaluate(args) -> int:
         from . import planfile
 
         # the methods' figures (and whether their plans fit) were for the saved cluster and margin
-        stale = pf is not None and (args.cluster is not None or sc.memory_headroom
-                                    != pf.scenario.memory_headroom)
+        moved = [what for what, changed in (
+            ("cluster", pf is not None and sc.cluster != pf.scenario.cluster),
+            ("memory headroom", pf is not None
+             and sc.memory_headroom != pf.scenario.memory_headroom)) if changed]
+        if moved and pf.comparison:  # (dropped without a word, even for the file's own cluster)
+            import warnings
+
+            from .errors import Note
+
+            warnings.warn(f"--save: the methods compared in {args.plan} are not saved: their "
+                          f"results are for its {' and '.join(moved)}", Note)
         planfile.save(ev, args.save, method=pf.method if pf else None,
-                      comparison=pf.comparison if pf and not stale else None)
+                      comparison=pf.comparison if pf and not moved else None)
     if args.json:
         print(_json(ev.to_json()))
     else:
