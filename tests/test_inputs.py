@@ -66,7 +66,10 @@ def test_validate_csv_must_be_a_file(tmp_path):
      "tp: got 16; --tp-within-node keeps tensor parallelism inside a node of 8 devices"),
     (["--gpus", 64, "--tp", 1, "--sp"], "sp: got True; sequence parallelism needs tp > 1"),
     (["--gpus", 8, "--recompute", "full,none"],
-     "recompute: got 'full,none'; one policy per pipeline stage needs --pp 2"),
+     "recompute: got 'full,none'; 2 policies, one per pipeline stage, need --pp 2"),
+    # a pp that is not their count says so (it had said they need --pp 4 beside --pp 8)
+    (["--gpus", 64, "--pp", 8, "--recompute", "full*2,none*2"],
+     "recompute: got 'full*2,none*2'; 4 policies for --pp 8: give one, or one per stage"),
     (["--gpus", 8, "--recompute", "some"], "recompute: got 'some'; stack megatron-core offers"),
     # knobs each possible alone whose batch or sequence does not divide (had been exit 3, "no
     # feasible plan", where evaluate names the field)

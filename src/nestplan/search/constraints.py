@@ -222,8 +222,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:
         if con.pp is None or con.pp != len(con.recompute):
-            raise SpecError("recompute", runs_text(con.recompute),
-                            f"one policy per pipeline stage needs --pp {len(con.recompute)}")
+            n = len(con.recompute)
+            raise SpecError("recompute", runs_text(con.recompute), (
+                f"{n} policies, one per pipeline stage, need --pp {n}" if con.pp is None else
+                f"{n} policies for --pp {con.pp}: give one, or one per stage"))
     for name in con.recompute or ():
         sc.stack.policy(name)  # names the stack's policies when it is not one of them
     if con.schedule is not None:
