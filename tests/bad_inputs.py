@@ -903,9 +903,10 @@ PLANFILE_BAD = {
     "comparison-step-beside-other-tokens": (plan_with("comparison", {"methods": [
         {**ROW, "step_time_s": 0.5}]}), "comparison.methods[0].tokens_per_s: got 16384.0; must "
         "be the step's 16,384 tokens over its step_time_s 0.5"),
-    "comparison-mfu-beside-its-step": (plan_with("comparison", {"methods": [{**ROW, "mfu": 0.9}]}),
-                                       "comparison.methods[0].mfu: got 0.9; must be the step's "
-                                       "model FLOPs over its step_time_s 1"),
+    "comparison-mfu-beside-its-step": (plan_with("comparison", {"methods": [
+        ROW, {**ROW, "method": "manual", "mfu": 0.9}]}), "comparison.methods[1].mfu: got 0.9; must "
+        "be the step's model FLOPs over its step_time_s 1 and the devices' peak, as nest's row "
+        "gives them"),
     "comparison-error-blank": (plan_with("comparison", {"methods": [ROW], "errors": {"mcmc": ""}}),
                                "comparison.errors.mcmc: got ''; must be a message"),
     "comparison-huge-peak-fits": (plan_with("comparison", {"methods": [
