@@ -131,11 +131,17 @@ def test_compare_saves_methods_and_report_shows_them(tmp_path, capsys):
                      mfu=r["mfu"] / 1.1)
 
     assert planfile.from_dict(json.loads(edited(slower))).comparison is not None
+
+    def faster_without_fitting(c):  # compare keeps the fastest of the plans that fit
+        faster(c)
+        c["methods"][other].update(fits=False, peak_memory_gib=1000.0)
+
+    assert planfile.from_dict(json.loads(edited(faster_without_fitting))).comparison is not None
     for change, needle in (
             (lambda c: c["methods"].pop(own), f"has no row of the file's method {pf.method}"),
             (lambda c: c["methods"][own].update(mbs=rows[own]["mbs"] + 1), ".mbs: got "),
             (lambda c: c["errors"].update({pf.method: "boom"}), "a method has a row or an error"),
-            (faster, "no row is faster")):
+            (faster, "no row may beat it")):
         with pytest.raises(SpecError, match=re.escape(needle)):
             planfile.from_dict(json.loads(edited(change)))
 

@@ -427,8 +427,8 @@ def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
     """A plan file's ``comparison``, checked: each method's row holds a plan this scenario can
     have (as a method's search evaluates it: what the stack offers is not asked), with figures
     that agree (``_consistent_row``); the file's own ``method`` (the fastest, whose plan ``ev``
-    the file holds) has a row with that plan and the least step time of the rows, and a method
-    has a row or an error, not both (a seventh fuzzing round's: a row beside an error for the same method,
+    the file holds) has a row with that plan and no row beats it (compare keeps the fastest plan
+    of those that fit), and a method has a row or an error, not both (a seventh fuzzing round's: a row beside an error for the same method,
     another plan under the file's method, a faster row than the fastest had been reported)."""
     from .specs import check_plan
 
@@ -499,12 +499,15 @@ def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
     if method is not None and method not in seen:
         raise SpecError(f"{where}.methods", sorted(seen), f"has no row of the file's method "
                         f"{method}, whose plan the file holds")
-    if method is not None:
-        own = next(r["step_time_s"] for r in rows if r["method"] == method)
-        fastest = min(r["step_time_s"] for r in rows)
-        if fastest < own * (1 - CONSISTENT):
-            raise SpecError(f"{where}.methods", f"a step of {fastest:g} s", f"the file holds the "
-                            f"fastest method's plan, {method}'s of {own:g} s; no row is faster")
+    if method is not None:  # compare keeps the fastest plan of those that fit, if any fits
+        own = next(r for r in rows if r["method"] == method)
+        for i, r in enumerate(rows):
+            if (r["fits"] and not own["fits"]) or (r["fits"] == own["fits"] and r["step_time_s"]
+                                                   < own["step_time_s"] * (1 - CONSISTENT)):
+                raise SpecError(f"{where}.methods[{i}]", f"a step of {r['step_time_s']:g} s"
+                                + (" that fits" if r["fits"] else ""), f"the file holds the plan "
+                                f"compare chose, the fastest of those that fit: {method}'s of "
+                                f"{own['step_time_s']:g} s; no row may beat it")
     errors = table.get("errors", {})
     if not isinstance(errors, dict):
         raise SpecError(f"{where}.errors", errors, "must map method names to messages")
