@@ -252,14 +252,15 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
     from .errors import Note
     from .textfmt import first_of
 
+    def cluster_table(cluster) -> dict:  # (its accelerator by name: compared on its own)
+        return {**cluster_to_table(cluster), "accelerator": cluster.accelerator.name}
+
     model = sc.model
     for kind, spec, differ in (
             ("model", model, lambda: _table_differs(model_to_table(model), model_to_table(
                 replace(get_model(model.name), mtp_layers=model.mtp_layers)))),
             ("cluster", sc.cluster, lambda: _table_differs(
-                {**cluster_to_table(sc.cluster), "accelerator": sc.cluster.accelerator.name},
-                {**cluster_to_table(get_cluster(sc.cluster.name)),
-                 "accelerator": get_cluster(sc.cluster.name).accelerator.name})),
+                cluster_table(sc.cluster), cluster_table(get_cluster(sc.cluster.name)))),
             ("accelerator", sc.cluster.accelerator, lambda: _table_differs(
                 accelerator_to_table(sc.cluster.accelerator),
                 accelerator_to_table(get_accelerator(sc.cluster.accelerator.name)))),

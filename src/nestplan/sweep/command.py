@@ -148,7 +148,6 @@ def _note_expert_loads_without_experts(spec) -> None:
     import warnings
 
     from ..errors import Note, SpecError
-    from .spec import _model, _resolve
 
     varied = [p.key for p in spec.parameters
               if p.key in ("moe_imbalance", "moe_capacity") and len(p.values) > 1]
@@ -156,7 +155,7 @@ def _note_expert_loads_without_experts(spec) -> None:
         return
     for ref in spec.values_of("model"):
         try:
-            if _model(_resolve(ref, spec.path.parent)).moe is not None:
+            if spec.model(ref).moe is not None:
                 return
         except SpecError:  # (checked when the grid was read)
             return

@@ -220,6 +220,11 @@ class SweepSpec:
         """The values of grid parameter ``key``."""
         return next(p.values for p in self.parameters if p.key == key)
 
+    def model(self, ref: str):
+        """The ModelSpec a grid's ``model`` value names (a catalog name, or a path relative to
+        the sweep file)."""
+        return _model(_resolve(ref, self.path.parent))
+
     def cluster(self, point: Point):
         """The point's cluster, its network as the point sets it (SpecError when invalid)."""
         net = point.network()
@@ -240,7 +245,7 @@ class SweepSpec:
                     and not k.startswith("network.")}
         given = dict(point.values)
         stack = given.get("stack")
-        model = _model(_resolve(point["model"], base))
+        model = self.model(point["model"])
         if "mtp_layers" in given:
             model = replace(model, mtp_layers=given["mtp_layers"])
         extra = ({"memory_headroom": given["memory_headroom_pct"] / 100}
