@@ -164,6 +164,27 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once(tmp_path, addres
     assert not (tmp_path / "s.csv").exists()
 
 
+def test_a_ray_address_that_answered_is_probed_once(monkeypatch):
+    """The command probes the head before its notes and ``run_sweep`` before its results file;
+    an address that answered is not probed again (it had been, once per caller)."""
+    import socket
+
+    from nestplan.sweep import run as sweep_run
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = "127.0.0.1:%d" % server.getsockname()[1]
+        calls = []
+        real = socket.create_connection
+        monkeypatch.setattr(socket, "create_connection", lambda *a, **k: calls.append(a) or real(*a, **k))
+        monkeypatch.setattr(sweep_run, "_REACHED", set())
+        sweep_run.check_reachable(address)
+        sweep_run.check_reachable("ray://" + address)  # another spelling: probed on its own
+        sweep_run.check_reachable(address)
+    assert len(calls) == 2
+
+
 # ----------------------------------------------------------------------------- the spec
 
 

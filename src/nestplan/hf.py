@@ -79,12 +79,15 @@ class _Config:
         return _Config(v or {}, self.source, f"{self.prefix}{key}.", self.model_type)
 
     def get(self, *keys: str, default: Any = ..., kind: Any = int, minimum: float = 1,
-            null: Any = ...) -> Any:
+            null: Any = ..., maximum: float = math.inf, open_low: bool = False,
+            rule: str | None = None) -> Any:
         """The first of ``keys`` present; an int must be >= ``minimum``, a float a finite number
-        >= ``minimum`` (returned as float), a ``SHARE`` a number in (0, 1] (returned as float), a
-        list a flat list of numbers or strings. A null value reads as absent, or as ``null`` where
-        given (transformers keeps an explicit null, which its models read as "none", while an
-        absent key takes the config class's default)."""
+        >= ``minimum`` (> with ``open_low``) and <= ``maximum`` (returned as float; outside, the
+        refusal states ``rule`` where given, the same words whatever side the value is on), a
+        ``SHARE`` a number in (0, 1] (returned as float), a list a flat list of numbers or
+        strings. A null value reads as absent, or as ``null`` where given (transformers keeps an
+        explicit null, which its models read as "none", while an absent key takes the config
+        class's default)."""
         for k in keys:
             if null is not ... and k in self.data and self.data[k] is None:
                 return null
@@ -99,8 +102,9 @@ class _Config:
                     if v > MOST.get(k, v):
                         raise SpecError(where, v, f"at most {MOST[k]:,} is supported")
                 elif kind is float:
-                    if not (finite(v) and v >= minimum):
-                        raise SpecError(where, v, f"must be a number >= {minimum:g}")
+                    if not (finite(v) and (v > minimum if open_low else v >= minimum)
+                            and v <= maximum):
+                        raise SpecError(where, v, rule or _range_rule(minimum, maximum, open_low))
                     return float(v)
                 elif kind is SHARE:
                     if not (finite(v) and 0 < v <= 1):
@@ -164,23 +168,18 @@ def _rope_scaling(cfg: _Config) -> tuple[_Config, str | None]:
     return rs, kind
 
 
-def _ranged(table: _Config, key: str, low: float, high: float, rule: str, *, open_low=False,
-            default=None) -> float | None:
-    """``table``'s number ``key`` (``default`` when absent or null), refused outside [low, high]
-    (or (low, high]) with the spec's own ``rule``, whatever the value (a negative one had been
-    told "a number >= 0", a zero "in (0, ...]": a sixth fuzzing round's)."""
-    v = table.data.get(key)
-    if v is None:
-        return default
-    if not (finite(v) and (low < v if open_low else low <= v) and v <= high):
-        raise SpecError(table.where(key), v, rule)
-    return float(v)
+def _range_rule(low: float, high: float, open_low: bool) -> str:
+    """What a float outside [low, high] (or (low, high]) is told."""
+    if high == math.inf:
+        return f"must be a number {'>' if open_low else '>='} {low:g}"
+    return f"must be a number in {'(' if open_low else '['}{low:g}, {high:g}]"
 
 
 def _context_factor(rs: _Config) -> float | None:
     """The scaling table's ``factor`` (None when absent) in what ``RopeScaling`` and ``YarnSpec``
     take."""
-    return _ranged(rs, "factor", 1, MAX_YARN_FACTOR, CONTEXT_FACTOR_RULE)
+    return rs.get("factor", kind=float, minimum=1, maximum=MAX_YARN_FACTOR, rule=CONTEXT_FACTOR_RULE,
+                  default=None)
 
 
 def _yarn_mscale(factor: float, m: float) -> float:
@@ -848,8 +847,9 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         kw = FAMILIES[mtype](cfg)
         # (a multimodal Llama 4 holds its language model's keys in text_config; no other family)
         lm = _language_config(cfg) if mtype in ("llama4", "llama4_text") else cfg
-        kw["norm_eps"] = _ranged(lm, NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), 0, MAX_NORM_EPS,
-                                 NORM_EPS_RULE, open_low=True, default=NORM_EPS_DEFAULTS[mtype])
+        kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
+                                maximum=MAX_NORM_EPS, open_low=True, rule=NORM_EPS_RULE,
+                                default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
             kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
                                    per_sequence=mtype in ("deepseek_v3", "kimi_k2"),
