@@ -400,6 +400,16 @@ def test_moe_layer_host_time_bounds_the_forward_and_shows_as_host():
     assert e1.time.host == pytest.approx(layers * c1.moe.host)
     assert e1.time.total == pytest.approx(e1.step_time)
     assert e1.step_time == pytest.approx(e0.step_time + e1.time.host)
+    # a forward that full recomputation runs again waits again, and that wait is host time
+    # too, not recomputation (a user trial read "recompute 13.9 s" beside "compute 4.6 s")
+    full = par.with_(recompute=("full",))
+    r0, r1 = evaluate(free, full), evaluate(bound, full)
+    assert r1.time.host == pytest.approx(2 * layers * c1.moe.host)
+    assert r1.time.recompute == pytest.approx(r0.time.recompute)
+    assert r1.time.compute == pytest.approx(r0.time.compute)
+    assert r1.time.total == pytest.approx(r1.step_time)
+    # (the longer backward hides more of the last gradient reduction)
+    assert r1.step_time - r0.step_time == pytest.approx(r1.time.host - (r0.time.dp - r1.time.dp))
 
 
 def test_a_layer_in_a_cuda_graph_waits_on_no_host(tmp_path):
@@ -879,6 +889,13 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     assert "costed with perfectly balanced routing" in err
     assert (f"this plan takes {fmt_time(uneven.step_time)}" in err
             and f"needs {fmt_gib(uneven.peak_memory)} GiB" in err), err
+    # its verdict in evaluate's words (a trial: "fits, inside the headroom" had been said of a
+    # load that evaluate calls "not recommended")
+    free = 1 - uneven.peak_memory / uneven.capacity
+    assert free > 0.02
+    assert "GiB (fits, leaves the headroom)" in err
+    code, out, err = cli(*args, "--memory-headroom", round(free * 100) + 1)
+    assert "GiB (fits, less than the headroom: not recommended at that load)" in err, err
     for extra in (["--moe-imbalance", 1.0], ["--moe-capacity-factor", 1.25]):
         code, out, err = cli(*args, *extra)
         assert code == 0 and "balanced routing" not in err, err

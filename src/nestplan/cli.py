@@ -549,8 +549,9 @@ def _note_balanced_routing(ev, args) -> None:
                   f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
                   f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
                   f"{fmt_gib(uneven.peak_memory)} GiB ("
-                  + ("fits, with the headroom" if uneven.within_headroom else
-                     "fits, inside the headroom" if uneven.fits else "does NOT fit")
+                  + ("fits, leaves the headroom" if uneven.within_headroom else
+                     "fits, less than the headroom: not recommended at that load" if uneven.fits
+                     else "does NOT fit")
                   + "); state your run's with --moe-imbalance", Note)
 
 

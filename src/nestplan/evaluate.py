@@ -163,8 +163,10 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         for n, kc in _kinds(cc, *chunk):
             compute += n * kc.compute
             eager += n * kc.eager
-            host += n * kc.host
-            recompute += n * kc.rc[pols[k]]
+            # a forward run again waits on the host again: that wait is shown as host time
+            again = float(kc.again[pols[k]]) * kc.host
+            host += n * (kc.host + again)
+            recompute += n * (kc.rc[pols[k]] - again)
             for ax, t in kc.exposed:
                 exp[ax] += n * t
             for ax, t in kc.link:

@@ -42,9 +42,10 @@ class TimeBreakdown:
     compute: float
     """Forward + backward compute."""
     recompute: float
-    """Forward passes repeated by activation recomputation."""
+    """Forward passes repeated by activation recomputation (their host waits are ``host``)."""
     host: float
-    """Forward time waiting on the host (MoE layers: ``StackSpec.moe_layer_host``)."""
+    """Forward time waiting on the host (MoE layers: ``StackSpec.moe_layer_host``), in the
+    forward and in the forward passes that recomputation runs again."""
     tp: float
     """Exposed tensor-parallel communication (including expert-TP)."""
     cp: float
