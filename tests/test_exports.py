@@ -1482,6 +1482,12 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
             f"fine-grained): step {own.step_time:.3f} s") in note
     mine = evaluate(sc, exp.plan, stack_offers=False)
     assert own.step_time != mine.step_time
+    # the exported plan (ZeRO-1 exported as FSDP2's ZeRO-2) is told as torchtitan runs it, not
+    # costed with megatron-core's behaviour, a run no framework makes (a user trial)
+    saved = evaluate(sc, par)
+    assert (f"exported plan: predicted step {own.step_time:.3f} s as stack torchtitan runs it, "
+            f"against {saved.step_time:.3f} s for the saved plan with megatron-core's behaviour"
+            ) in exp.notes[[n.startswith("exported plan") for n in exp.notes].index(True)]
     # the file says it too, and heads with torchtitan's prediction, then the plan's stack's
     head = [line for line in exp.text.splitlines() if line.startswith("# predicted")]
     assert head == [
