@@ -393,9 +393,10 @@ class MoESpec(_CachedHash):
     """Factor on the chosen experts' weights (``routed_scaling_factor``: DeepSeek-V3 2.5)."""
     aux_loss: float = 0.0
     """Coefficient of the router's load-balancing loss (HuggingFace ``router_aux_loss_coef``,
-    DeepSeek's ``aux_loss_alpha``; Megatron-LM ``--moe-aux-loss-coeff``); 0: none (DeepSeek-V3
-    balances by its routers' expert biases alone). It costs nothing here; nestplan keeps it so
-    that an export trains the model as its config says."""
+    DeepSeek's ``aux_loss_alpha``; Megatron-LM ``--moe-aux-loss-coeff``); 0: none (a router
+    balanced by its expert biases alone; DeepSeek-V3 adds a small per-sequence loss to those,
+    ``aux_loss_alpha`` 0.001 with ``seq_aux`` in its config). It costs nothing here; nestplan
+    keeps it so that an export trains the model as its config says."""
     aux_loss_per_sequence: bool = False
     """The load-balancing loss is taken per sequence (DeepSeek's ``seq_aux``; Megatron-LM's
     ``seq_aux_loss``), not over the batch."""
