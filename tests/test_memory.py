@@ -168,3 +168,40 @@ def test_mla_norms_keep_what_the_stacks_norms_keep(stack, bytes_per_element):
     la = get_model("deepseek-v3").mla
     assert ops["q_norm"].saved == bytes_per_element * TOKENS * la.q_lora_rank
     assert ops["kv_norm"].saved == bytes_per_element * TOKENS * la.kv_lora_rank
+
+
+def test_fp8_weights_are_counted_as_the_stack_keeps_them():
+    """fp8 on Megatron-Core: with the distributed optimizer the blocks' weights are fp8 tensors
+    (row- and column-wise data, the bf16 weight's 2 bytes; the export asks for
+    --fp8-param-gather); without it the bf16 weights stay and Transformer Engine's cached fp8
+    copies, 2 bytes per block weight, come on top (a user trial: an fp8 plan's weights had been
+    a bf16 one's). torchtitan (torchao) caches no copy; bf16 keeps none."""
+    from nestplan import planfile
+    from nestplan.cost.device import config_costs
+    from nestplan.evaluate import evaluate, scenario_from_names
+    from nestplan.exports import export
+    from nestplan.specs import Parallelism
+
+    def weights(precision, zero, stack="megatron-core"):
+        sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=2048, global_batch=8,
+                                 precision=precision, stack=stack)
+        par = Parallelism(tp=1, pp=1, dp=8, zero=zero, mbs=1)
+        ev = evaluate(sc, par)
+        return ev.stages[0].memory.weights, ev
+
+    bf16_0, _ = weights(Precision.BF16, 0)
+    fp8_0, ev = weights(Precision.FP8, 0)
+    cc = config_costs(ev.scenario, ev.plan)
+    block_params = get_model("llama3-8b").layers * cc.dense.params
+    assert fp8_0 - bf16_0 == pytest.approx(2 * block_params)
+    assert weights(Precision.FP8, 1)[0] == pytest.approx(weights(Precision.BF16, 1)[0])
+    titan = weights(Precision.FP8, 3, "torchtitan")[0]
+    assert titan == pytest.approx(weights(Precision.BF16, 3, "torchtitan")[0])
+    # the export runs what was counted
+    for zero, flag in ((1, True), (0, False)):
+        _, ev = weights(Precision.FP8, zero)
+        text = export(planfile.from_dict(planfile.to_dict(ev)), "megatron").text
+        assert ("--fp8-param-gather" in text) is flag, zero
+    _, ev = weights(Precision.BF16, 1)
+    assert "--fp8-param-gather" not in export(planfile.from_dict(planfile.to_dict(ev)),
+                                              "megatron").text

@@ -170,6 +170,26 @@ class StackSpec(_CachedHash):
     ``enable_fsdp_float8_all_gather``); the embedding, the output layer and routed experts
     (grouped weights, not ``nn.Linear``) stay in bf16. Off, every gathered weight moves in
     bf16."""
+    fp8_weight_cache_bytes: float = 0.0
+    """Bytes per transformer-block weight that fp8 training keeps as quantized copies from a
+    step's first micro-batch to its last: Transformer Engine caches each linear layer's fp8
+    weight, row-wise for the forward GEMM and column-wise for the input-gradient GEMM, across
+    micro-batches when Megatron-Core passes ``is_first_microbatch``, which it does unless
+    ``disable_parameter_transpose_cache`` (``_fp8_workspaces``, transformer_engine/pytorch/module/
+    linear.py @ NVIDIA/TransformerEngine d0067d0da; TELinear, TELayerNormColumnParallelLinear,
+    TEGroupedLinear in megatron/core/extensions/transformer_engine.py @ d98e8a64dd): 2 bytes
+    (1 each; block scales of MXFP8 or blockwise recipes left out). 0: none (torchao casts each
+    forward's weight anew). A user trial's question: an fp8 plan's weights had been those of a
+    bf16 one."""
+    fp8_primary_weights: bool = False
+    """Under a sharded optimizer (ZeRO >= 1), fp8 training keeps the blocks' weights as fp8
+    tensors, whose row- and column-wise data take the bf16 weight's 2 bytes, with no cached
+    copy beside them: Megatron-LM's ``--fp8-param-gather``, which it allows with the
+    distributed optimizer or FSDP (``validate_args``, megatron/training/arguments.py @
+    d98e8a64dd) and which NeMo's fp8 recipes set (Megatron-Bridge ``mixed_precision.py`` @
+    067f987df, all but blockwise scaling); the Megatron export asks for it. Without a sharded
+    optimizer the bf16 weights stay and ``fp8_weight_cache_bytes`` come on top. (The gathers
+    are still costed in bf16: ``fp8_param_gather`` is torchao's and left off here.)"""
     tp_keeps_gathered_input: bool = False
     """Under sequence parallelism, a column-parallel linear keeps for backward the input it
     all-gathered (the whole sequence), and its backward reduce-scatters the input gradient with
@@ -414,6 +434,7 @@ class StackSpec(_CachedHash):
         _nonneg("step_overhead_s", self.step_overhead, 60)
         _nonneg("kernel_overhead_us", self.kernel_overhead / US, MAX_KERNEL_OVERHEAD_US)
         _nonneg("moe_layer_host_ms", self.moe_layer_host / MS, 1000)
+        _nonneg("fp8_weight_cache_bytes", self.fp8_weight_cache_bytes, 8)
         _nonneg("attention_host_share", self.attention_host_share, 1)  # a share of the above
         for f in ("matmul_scale", "attention_scale", "memory_scale"):
             _positive_scale(f, getattr(self, f))

@@ -276,6 +276,8 @@ class Chunk:
     again: Num
     params: Num
     eparams: Num
+    block_params: Num
+    """Parameters of its transformer blocks (dense and expert), the embedding and head left out."""
     gathered: Num
     egathered: Num
     """Bytes a ZeRO all-gather of the chunk's dense (expert) weights moves."""
@@ -301,6 +303,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
     parts = [(np.asarray(dense, dtype=float), cc.dense)]
     if cc.moe is not None:
         parts.append((np.asarray(moe, dtype=float), cc.moe))
+    block_params = _sum(*(n * (k.params + k.eparams) for n, k in parts))
     block = 0.0  # the heaviest block present, which only a merged step holds beyond the count
     for n, k in parts if merges_batches(cc) else ():
         block = np.maximum(block, np.where((n > 0)[..., None], k.saved, 0.0))
@@ -322,6 +325,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         again=again,
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
+        block_params=block_params,
         gathered=_sum(*(n * k.params * k.gather for n, k in parts)),
         egathered=_sum(*(n * k.eparams * M.EXPERT_GATHER_BYTES for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
@@ -503,6 +507,8 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     eparams = _sum(*(c.eparams for c in chunks))
     w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st,
                              par.pp)
+    w = w + M.fp8_weight_cache(_sum(*(c.block_params for c in chunks)), par.zero, st,
+                               cc.sc.training.precision)
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)

@@ -105,5 +105,15 @@ def model_states(params: float, expert_params: float, zero: int, dp: int, edp: i
             params * do + expert_params * eo)
 
 
+def fp8_weight_cache(block_params, zero: int, stack, precision):
+    """Bytes of the quantized copies of ``block_params`` transformer-block weights that fp8
+    training keeps across a step's micro-batches (``StackSpec.fp8_weight_cache_bytes`` each):
+    where the stack keeps fp8 weights of its own under a sharded optimizer, none beyond the
+    weights (``StackSpec.fp8_primary_weights``)."""
+    if precision is not Precision.FP8 or (zero >= 1 and stack.fp8_primary_weights):
+        return 0.0
+    return stack.fp8_weight_cache_bytes * block_params
+
+
 def reserve(activations: float, transient: float, stack) -> float:
     return stack.reserved_bytes + stack.allocator_overhead * (activations + transient)

@@ -590,6 +590,11 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
+        if par.zero >= 1 and sc.stack.fp8_primary_weights:
+            # fp8 weights in place of bf16 ones and of Transformer Engine's cached fp8 copies, as
+            # the memory model counts them (StackSpec.fp8_primary_weights); Megatron-LM allows it
+            # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)
+            args.append("--fp8-param-gather")
     notes += _connections_note(args, par)
     notes += rank_note(par, MEGATRON_ORDER, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")
