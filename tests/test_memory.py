@@ -205,3 +205,36 @@ def test_fp8_weights_are_counted_as_the_stack_keeps_them():
     _, ev = weights(Precision.BF16, 1)
     assert "--fp8-param-gather" not in export(planfile.from_dict(planfile.to_dict(ev)),
                                               "megatron").text
+    # a torchtitan plan goes to Megatron as megatron-core runs it, which its headline predicts
+    # (a reviewer: the flag had followed the torchtitan stack, which has no fp8 weights)
+    _, ev = weights(Precision.FP8, 3, "torchtitan")
+    assert "--fp8-param-gather" in export(planfile.from_dict(planfile.to_dict(ev)),
+                                          "megatron").text
+
+
+def test_fp8_weight_copies_follow_each_stages_blocks_and_the_mtp_depths():
+    """DeepSeek-V3 in fp8 at ZeRO-0 over a four-stage pipeline with EP 8: each stage's weights
+    gain 2 bytes for every weight of its blocks, dense and expert, and the last stage for its
+    multi-token-prediction depth's block too (a reviewer: the depths had been left out); the
+    embedding and the output layer gain none."""
+    from nestplan.cost.device import config_costs
+    from nestplan.evaluate import evaluate, scenario_from_names
+    from nestplan.specs import Parallelism
+
+    par = Parallelism(tp=1, pp=4, dp=16, ep=8, etp=1, zero=0, mbs=1)
+    evs = {}
+    for precision in (Precision.BF16, Precision.FP8):
+        sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 64, seq_len=4096,
+                                 global_batch=64, precision=precision)
+        evs[precision] = evaluate(sc, par)
+    cc = config_costs(evs[Precision.FP8].scenario, par)
+    dense_layers = evs[Precision.FP8].scenario.model.moe.first_dense_layers
+    assert cc.head.block_params == pytest.approx(cc.moe.block_params)  # one MoE depth
+    assert cc.embedding.block_params == 0
+    for bf16, fp8 in zip(evs[Precision.BF16].stages, evs[Precision.FP8].stages):
+        blocks = [i for first, last in fp8.blocks for i in range(first, last)]
+        dense = sum(i < dense_layers for i in blocks)
+        expected = dense * cc.dense.block_params + (len(blocks) - dense) * cc.moe.block_params
+        if fp8.has_head:
+            expected += cc.head.block_params
+        assert fp8.memory.weights - bf16.memory.weights == pytest.approx(2 * expected)

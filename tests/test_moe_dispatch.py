@@ -895,7 +895,7 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     assert free > 0.02
     assert "GiB (fits, leaves the headroom)" in err
     code, out, err = cli(*args, "--memory-headroom", round(free * 100) + 1)
-    assert "GiB (fits, less than the headroom: not recommended at that load)" in err, err
+    assert "GiB (fits, less than the headroom: not recommended)" in err, err
     for extra in (["--moe-imbalance", 1.0], ["--moe-capacity-factor", 1.25]):
         code, out, err = cli(*args, *extra)
         assert code == 0 and "balanced routing" not in err, err

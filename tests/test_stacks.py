@@ -1124,6 +1124,15 @@ def test_a_plan_files_stack_without_keys_added_since_reads_as_its_catalog_stack(
     mine = stack_to_table(get_stack("deepspeed"))
     del mine["expert_layer_injected"]
     assert stack_from_table(later_keys_filled({**mine, "name": "my-ds"})).expert_layer_injected
+    # the fp8 weight keys (2026-12-04): a stack of the user's own name saved before them loads
+    # with the defaults, what every stack did then (a reviewer: it had been refused)
+    ev = evaluate(sc, Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, zero=1, mbs=1))
+    data = planfile.to_dict(ev)
+    data["stack"]["name"] = "mine"
+    for key in ("fp8_weight_cache_bytes", "fp8_primary_weights"):
+        del data["stack"][key]
+    old = planfile.from_dict(data).scenario.stack
+    assert (old.fp8_weight_cache_bytes, old.fp8_primary_weights) == (0.0, False)
 
 
 def test_a_comparison_row_may_state_an_mfu_above_one():

@@ -164,25 +164,31 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once(tmp_path, addres
     assert not (tmp_path / "s.csv").exists()
 
 
-def test_a_ray_address_that_answered_is_probed_once(monkeypatch):
-    """The command probes the head before its notes and ``run_sweep`` before its results file;
-    an address that answered is not probed again (it had been, once per caller)."""
+def test_a_ray_address_is_probed_once_per_sweep(tmp_path, monkeypatch, capsys):
+    """The command probes the head before its notes; ``run_sweep`` probes it for callers of the
+    API, not again for the command (it had been probed twice; a per-process cache of answered
+    addresses, a reviewer found, would have kept a long-lived caller from noticing a head gone
+    since)."""
     import socket
 
     from nestplan.sweep import run as sweep_run
 
+    calls = []
+    real = sweep_run.check_reachable
+    monkeypatch.setattr(sweep_run, "check_reachable", lambda a: calls.append(a) or real(a))
+    # Ray itself is not started: its backend runs the points here
+    monkeypatch.setattr(sweep_run, "_ray", lambda tasks, address, workers:
+                        sweep_run._in_process(tasks))
+    monkeypatch.setattr(sweep_run, "check_extras", lambda **kw: None)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         address = "127.0.0.1:%d" % server.getsockname()[1]
-        calls = []
-        real = socket.create_connection
-        monkeypatch.setattr(socket, "create_connection", lambda *a, **k: calls.append(a) or real(*a, **k))
-        monkeypatch.setattr(sweep_run, "_REACHED", set())
-        sweep_run.check_reachable(address)
-        sweep_run.check_reachable("ray://" + address)  # another spelling: probed on its own
-        sweep_run.check_reachable(address)
-    assert len(calls) == 2
+        assert main(["sweep", str(_write(tmp_path, BASE)), "--ray", address, "--quiet"]) == 0
+        assert calls == [address]
+        sweep_run.run_sweep(load(_write(tmp_path, BASE, "again.toml")), ray=address, quiet=True)
+        assert calls == [address, address]
+    capsys.readouterr()
 
 
 # ----------------------------------------------------------------------------- the spec

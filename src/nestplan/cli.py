@@ -541,6 +541,7 @@ def _note_balanced_routing(ev, args) -> None:
 
     from .errors import Note
     from .evaluate import evaluate
+    from .textfmt import headroom_verdict
     from .units import fmt_gib, fmt_time
 
     uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
@@ -549,9 +550,7 @@ def _note_balanced_routing(ev, args) -> None:
                   f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
                   f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
                   f"{fmt_gib(uneven.peak_memory)} GiB ("
-                  + ("fits, leaves the headroom" if uneven.within_headroom else
-                     "fits, less than the headroom: not recommended at that load" if uneven.fits
-                     else "does NOT fit")
+                  + (f"fits, {headroom_verdict(uneven)}" if uneven.fits else "does NOT fit")
                   + "); state your run's with --moe-imbalance", Note)
 
 

@@ -754,7 +754,7 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 
 
 LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
-                    "expert_layer_injected")
+                    "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``."""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input")
@@ -768,7 +768,8 @@ def later_keys_filled(table):
     them filled in: named as a catalog stack (a plan file's), that stack's values (its plan runs
     as it did, and the stack is the catalog's); exported as torchtitan's, torchtitan's values of
     ``TORCHTITAN_LATER_KEYS``; exported as DeepSpeed's, ``expert_layer_injected`` as its export
-    then read it (no TP axis); any other keeps the defaults, which every stack had then."""
+    then read it (no TP axis); any other keeps the defaults, which every stack had then (no fp8
+    weight copies counted, none asked for in an export)."""
     if not isinstance(table, dict) or "base" in table or set(LATER_STACK_KEYS) <= table.keys():
         return table
     from .catalog import get_stack, list_names

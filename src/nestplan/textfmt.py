@@ -68,6 +68,13 @@ def _rounds(ev: Evaluation) -> str:
     return f", {text}" if text else ""
 
 
+def headroom_verdict(ev) -> str:
+    """Whether a plan that fits (an Evaluation) leaves the memory headroom: what ``plan``
+    recommends, in the words every output uses."""
+    return ("leaves the headroom" if ev.within_headroom
+            else "less than the headroom: not recommended")
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario
@@ -91,11 +98,9 @@ def evaluation(ev: Evaluation) -> str:
     if not ev.fits:
         out.append(f"  why: {ev.why_not}")
     else:
-        verdict = ("leaves the headroom" if ev.within_headroom
-                   else "less than the headroom: not recommended")
         out.append(f"memory margin    {ev.margin / GiB:.1f} GiB free; headroom "
                    f"{ev.headroom / GiB:.1f} GiB ({ev.scenario.memory_headroom:.0%} of HBM): "
-                   f"{verdict}")
+                   f"{headroom_verdict(ev)}")
     out += ["", "time per step (exposed; on the slowest pipeline stage):"]
     total = ev.step_time
     for f in fields(ev.time):

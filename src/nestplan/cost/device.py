@@ -97,6 +97,9 @@ class KindCost:
     host: float
     params: float
     eparams: float
+    block_params: float
+    """Parameters of its transformer blocks, experts included: a block's own, a head's depths'
+    blocks (``fp8_weight_cache``), none of an embedding."""
     gather: float
     """Bytes per weight its ZeRO all-gathers move (``memory.gather_bytes``)."""
     saved: np.ndarray
@@ -130,6 +133,14 @@ def recompute_link(eff, cost) -> tuple[tuple[Axis, float], ...]:
     return tuple((ax, t) for ax, t in rerun.items() if t)
 
 
+def _block_params(layer: G.LayerGraph) -> float:
+    """Parameters of the transformer blocks ``layer`` runs (``KindCost.block_params``)."""
+    if layer.kind in G.BLOCK_KINDS:
+        return layer.params + layer.expert_params
+    block = layer.depth_block
+    return 0.0 if block is None else layer.depths * (block.params + block.expert_params)
+
+
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
           whole_block: bool, gather: float) -> KindCost:
     # hardware FLOP of the mean device: the busiest expert rank's extra load divided out
@@ -150,7 +161,7 @@ def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,
         fwd=cost.fwd, bwd=cost.bwd, rc=np.array(rc), again=np.array(again), compute=cost.compute,
         eager=cost.eager,
         wgrad=cost.wgrad, host=cost.host, params=layer.params, eparams=layer.expert_params,
-        gather=gather, saved=np.array(saved), transient=np.array(transient),
+        block_params=_block_params(layer), gather=gather, saved=np.array(saved), transient=np.array(transient),
         largest_weight=(layer.params + layer.expert_params) if whole_block
         else layer.largest_weight,
         exposed=tuple((ax, e) for ax, _, e in cost.comm),
@@ -277,7 +288,7 @@ class Chunk:
     params: Num
     eparams: Num
     block_params: Num
-    """Parameters of its transformer blocks (dense and expert), the embedding and head left out."""
+    """Parameters of its transformer blocks, experts included (``KindCost.block_params``)."""
     gathered: Num
     egathered: Num
     """Bytes a ZeRO all-gather of the chunk's dense (expert) weights moves."""
@@ -303,7 +314,6 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
     parts = [(np.asarray(dense, dtype=float), cc.dense)]
     if cc.moe is not None:
         parts.append((np.asarray(moe, dtype=float), cc.moe))
-    block_params = _sum(*(n * (k.params + k.eparams) for n, k in parts))
     block = 0.0  # the heaviest block present, which only a merged step holds beyond the count
     for n, k in parts if merges_batches(cc) else ():
         block = np.maximum(block, np.where((n > 0)[..., None], k.saved, 0.0))
@@ -325,7 +335,7 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         again=again,
         params=_sum(*(n * k.params for n, k in parts)),
         eparams=_sum(*(n * k.eparams for n, k in parts)),
-        block_params=block_params,
+        block_params=_sum(*(n * k.block_params for n, k in parts)),
         gathered=_sum(*(n * k.params * k.gather for n, k in parts)),
         egathered=_sum(*(n * k.eparams * M.EXPERT_GATHER_BYTES for n, k in parts)),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),

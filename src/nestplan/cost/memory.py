@@ -15,6 +15,9 @@ FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are 
 ``StackSpec.params_are_master``) also keeps their bf16 copies whole from forward to backward: weights
 ``weight_bytes`` / N + 2. DeepSpeed's pipeline engine at ZeRO-0 shards the optimizer as ZeRO-1
 does and keeps two gradient buffers, 2 · ``grad_bytes`` (``StackSpec.pipeline_bf16_optimizer``).
+In fp8 training the blocks' weights add Transformer Engine's cached fp8 copies,
+``fp8_weight_cache_bytes`` each, unless the stack keeps fp8 weights in their place under a sharded
+optimizer (``fp8_weight_cache``).
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
 and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but

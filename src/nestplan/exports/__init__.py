@@ -208,8 +208,8 @@ def _predicted_line(ev, how: str = "") -> str:
 def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], list[str]]:
     """An export's header lines with nestplan's prediction of the plan it exports (bare), and
     its notes on the stack it was searched for. With the plan's stack; for a plan searched for
-    another format's stack, first as the format's own stack runs it (``own_prediction``, worked
-    out once), and a note that says so."""
+    another format's stack, first as the format's own stack runs it (``own_prediction``, which
+    ``predicted_note`` works out too where the plan changed), and a note that says so."""
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack
     if stack.export_format == fmt:

@@ -590,7 +590,10 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
-        if par.zero >= 1 and sc.stack.fp8_primary_weights:
+        # the stack whose memory the run is predicted with: the plan's, or Megatron-Core's for
+        # a plan searched for another framework (``headline``)
+        runs = sc.stack if sc.stack.export_format == "megatron" else get_stack("megatron-core")
+        if par.zero >= 1 and runs.fp8_primary_weights:
             # fp8 weights in place of bf16 ones and of Transformer Engine's cached fp8 copies, as
             # the memory model counts them (StackSpec.fp8_primary_weights); Megatron-LM allows it
             # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)

@@ -79,7 +79,7 @@ def run_command(args) -> int:
                   f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet,
-                  planned=planned)
+                  planned=planned, reached=args.ray is not None)
     if s.interrupted:
         done = s.skipped + s.ok + s.infeasible
         print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "

@@ -389,12 +389,10 @@ REACH_TIMEOUT = 5.0
 def check_reachable(address: str) -> None:
     """Refuse a ``HOST:PORT`` or ``ray://HOST:PORT`` address where nothing answers (Ray's core
     retries an unreachable head for minutes, printing its own log lines: a mistyped port had
-    hung a sweep); ``local`` and other forms (``auto``) are Ray's to find. An address that
-    answered is not probed again in this process (the command checks before its notes, and
-    ``run_sweep`` for callers of the API)."""
+    hung a sweep); ``local`` and other forms (``auto``) are Ray's to find."""
     import socket
 
-    if address == "local" or address in _REACHED:
+    if address == "local":
         return
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -406,11 +404,6 @@ def check_reachable(address: str) -> None:
         reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise SpecError("--ray", address, f"nothing answers at {host}:{port} ({reason}); give the "
                         "address of a running Ray head, or local") from None
-    _REACHED.add(address)
-
-
-_REACHED: set[str] = set()
-"""Ray addresses ``check_reachable`` found answering."""
 
 
 def _ray(tasks: Iterator[Task], address: str, workers: int | None):
@@ -530,14 +523,17 @@ def point_tasks(spec: SweepSpec, points: list[Point], failed: list):
 
 def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = None,
               parquet: bool = False, quiet: bool = False,
-              planned: tuple[list[Point], Existing] | None = None) -> Summary:
+              planned: tuple[list[Point], Existing] | None = None,
+              reached: bool = False) -> Summary:
     """Run the points not yet done; rows are appended to ``spec.output`` as points finish.
-    ``planned``: ``plan_run(spec)`` where the caller has it already."""
+    ``planned``: ``plan_run(spec)`` where the caller has it already; ``reached``: the caller
+    has just found the ``ray`` address answering (``check_reachable``: the command does, before
+    its notes), so it is not probed twice."""
     from .plot import write_plot
 
     parquet = parquet or spec.parquet
     check_extras(parquet=parquet, ray=ray)
-    if ray is not None:  # before the results file is made
+    if ray is not None and not reached:  # before the results file is made
         check_reachable(ray)
     points, existing = planned if planned is not None else plan_run(spec)
     todo = [p for p in points if p.id not in existing.done]
