@@ -239,6 +239,32 @@ def test_calibrate_writes_a_stack_that_validate_accepts(tmp_path, shared):
     assert js["mean_abs_error"] < 0.05, js
 
 
+def test_calibrate_fits_the_plans_validate_chooses_with_its_file(tmp_path):
+    """A row that leaves its recomputation and micro-batch blank has them chosen by the model
+    (the fastest that fits) under the stack in use: the fit is made on the fitted stack's own
+    choice, so that validate --stack of the file prints the errors calibrate printed (a user
+    trial: fitted on the base's selective at micro-batch 2, validated with the file at none and
+    1, its memory error +9 % in calibrate's table, +24 % in validate's), and a note says so."""
+    runs = tmp_path / "free.csv"
+    runs.write_text(
+        "id,model,gpu,num_gpus,tp,pp,seq_len,global_batch,micro_batch,recompute,metric,"
+        "step_time_s,stack,precision,other_metrics\n"
+        "a,llama3-8b,H100-SXM5-96GB-HBM2e-500W,8,1,1,8192,16,,,step_time,2.95,torchtitan,bf16,"
+        "peak_memory_gib=66\n"
+        "b,llama3-8b,H100-SXM5-96GB-HBM2e-500W,8,1,1,4096,32,2,selective,step_time,2.9,"
+        "torchtitan,bf16,peak_memory_gib=36\n")
+    code, out, err = cli("calibrate", runs, "-o", tmp_path / "mine.toml")
+    assert code == 0, err
+    printed = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert "a: t1 p1 d8 z3 none b1 (the base chose selective b2)" in err, err
+    code, vout, err = cli("validate", "--csv", runs, "--stack", tmp_path / "mine.toml", "--json")
+    for row in json.loads(vout)["rows"]:
+        after = printed[row["id"]].split()[3]
+        assert after == f"{row['error'] * 100:+.1f}%", (row, printed)
+        memory = printed[row["id"]].split("-> ")[1]
+        assert memory == f"{(row['predicted_memory_gib'] / row['measured_memory_gib'] - 1) * 100:+.1f}%"
+
+
 def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
     code, out, err = cli("calibrate", tmp_path / "none.csv", "-o", tmp_path / "x.toml")
     assert code == 2 and "RUNS.csv: got" in err and len(err.strip().splitlines()) == 1

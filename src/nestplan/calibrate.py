@@ -4,9 +4,10 @@ The fitted values are multipliers of the base stack, found by damped Gauss-Newto
 errors of the rows' step times (each of width ``NOISE``), regularised toward the base (a prior on
 log(multiplier) of width ``PRIOR``), so that a parameter the rows barely constrain stays near the
 base value. The step times are only piecewise smooth in the multipliers (rooflines, overlap, the
-efficiency cap of 1), so where the linear step fails the fit moves by probes (``_solve``). The
-rows' plans stay as loaded (a row whose micro-batch or recomputation was filled in by the model
-keeps the base stack's choice). What is fitted depends on how many distinct step-time rows
+efficiency cap of 1), so where the linear step fails the fit moves by probes (``_solve``). A row
+whose micro-batch or recomputation the model fills in (the fastest that fits) has them chosen
+again under the fitted stack, as ``validate --stack`` of the result chooses them, and the fit is
+made again until the choices hold (``fit_choosing``). What is fitted depends on how many distinct step-time rows
 there are (a plan measured twice counts once), never more parameters than rows:
 
 * 1-2 rows: one compute scale (matmul, attention and memory-bound efficiencies together);
@@ -396,3 +397,37 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
             for i, ti in zip(out, t):
                 loo[i] = float(ti / cases[i].measured - 1)
     return Fit(stack, params, before, after, loo, mem_before, mem_after)
+
+
+MAX_REPLANS = 4
+"""Fits ``fit_choosing`` makes again after the first, the plans chosen anew each time."""
+
+
+def fit_choosing(load, base: StackSpec, *, name: str = "calibrated", progress=None):
+    """Fit ``base`` to the rows ``load(stack)`` reads with that stack (``validation.load_cases``),
+    where the model chooses a row's unstated micro-batch or recomputation (the fastest that fits:
+    ``validation._tuned``) under the stack it is given: chosen under the base first, then again
+    under each fitted stack, and fitted again on the new choices until they hold, so that the
+    errors after the fit are what ``validate --stack`` of the result prints (a user trial: a row
+    fitted as the base chose it, selective at micro-batch 2, was validated with the fitted file
+    at none and 1, its memory error +9 % then +24 %). The fit's ``before`` stays the base's own,
+    its plans as the base chose them (what validate prints with it). Returns the fit, the rows
+    as fitted and the ids whose choice moved; choices still moving after ``MAX_REPLANS`` fits
+    are refused."""
+    first_cases = cases = load(base)
+    first = result = fit(cases, base, name=name, progress=progress)
+    for _ in range(MAX_REPLANS):
+        again = load(result.stack)
+        if [c.plan for c in again] == [c.plan for c in cases]:
+            break
+        cases = again
+        result = fit(cases, base, name=name, progress=progress)
+    else:
+        moving = [c.id for c, a in zip(cases, load(result.stack)) if c.plan != a.plan]
+        raise SpecError("calibrate", ", ".join(moving), "the micro-batch or recomputation the "
+                        f"model chooses for these rows still changed after {MAX_REPLANS + 1} fits "
+                        "(each fit moves the fastest plan that fits): state them in the runs "
+                        "CSV's micro_batch and recompute columns")
+    moved = [c.id for c, f in zip(cases, first_cases) if c.plan != f.plan]
+    return replace(result, before=first.before, memory_before=first.memory_before), cases, moved
+

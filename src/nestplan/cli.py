@@ -922,7 +922,7 @@ def _shown(text: str) -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import FITTED_VALUES, base_of, fit
+    from .calibrate import FITTED_VALUES, base_of, fit_choosing
     from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
@@ -952,11 +952,14 @@ def cmd_calibrate(args) -> int:
         raise SpecError("-o", args.output, "names the fitted stack for the file (its name without "
                         ".toml): give one with no space at either end and more than the suffix "
                         "(mine.toml)")
-    cases = load_cases(runs, stack=base, field="RUNS.csv")
+    first = load_cases(runs, stack=base, field="RUNS.csv")
     _note_filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")
     try:
-        result = fit(cases, base, name=out.stem, progress=progress)
+        result, cases, moved = fit_choosing(
+            lambda stack: first if stack is base else load_cases(runs, stack=stack,
+                                                                 field="RUNS.csv"),
+            base, name=out.stem, progress=progress)
     except SpecError as e:  # the rows' figures: named as in the file
         raise SpecError(f"RUNS.csv {e.field}" if e.field in ("step_time_s", "peak_memory_gib")
                         else e.field, e.value, e.allowed) from None
@@ -1021,6 +1024,19 @@ def cmd_calibrate(args) -> int:
     counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
     lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
     print("\n".join(lines))
+    if moved:
+        import warnings
+
+        from .errors import Note
+        from .textfmt import plan_short
+
+        chosen = {c.id: c.plan for c in first}
+        warnings.warn("; ".join(
+            f"{c.id}: {plan_short(c.plan, c.scenario.model.moe is not None)} (the base chose "
+            f"{chosen[c.id].recompute_text} b{chosen[c.id].mbs})" for c in cases if c.id in moved)
+            + ": the micro-batch or recomputation these rows leave blank, chosen by the model as "
+            "validate chooses them, is the fitted stack's choice, which the fit is on; 'before' "
+            "is the base's own", Note)
     _note_far_when_left_out(cases, result.loo)
     _note_fit_limits(cases, result, base)
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
