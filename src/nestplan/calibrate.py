@@ -7,8 +7,9 @@ base value. The step times are only piecewise smooth in the multipliers (rooflin
 efficiency cap of 1), so where the linear step fails the fit moves by probes (``_solve``). A row
 whose micro-batch or recomputation the model fills in (the fastest that fits) has them chosen
 again under the fitted stack, as ``validate --stack`` of the result chooses them, and the fit is
-made again until the choices hold (``fit_choosing``). What is fitted depends on how many distinct step-time rows
-there are (a plan measured twice counts once), never more parameters than rows:
+made again until the choices hold (``fit_choosing``). What is fitted depends on how many
+distinct step-time rows there are (a plan measured twice counts once), never more parameters
+than rows:
 
 * 1-2 rows: one compute scale (matmul, attention and memory-bound efficiencies together);
 * 3-5 rows: the three efficiencies separately;
@@ -430,4 +431,3 @@ def fit_choosing(load, base: StackSpec, *, name: str = "calibrated", progress=No
                         "CSV's micro_batch and recompute columns")
     moved = [c.id for c, f in zip(cases, first_cases) if c.plan != f.plan]
     return replace(result, before=first.before, memory_before=first.memory_before), cases, moved
-

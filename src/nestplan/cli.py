@@ -1000,8 +1000,7 @@ def cmd_calibrate(args) -> int:
     progress = _Progress("calibrate", "fitting")
     try:
         result, cases, moved = fit_choosing(
-            lambda stack: first if stack is base else load_cases(runs, stack=stack,
-                                                                 field="RUNS.csv"),
+            lambda stack: first if stack is base else _reloaded(runs, stack),
             base, name=out.stem, progress=progress)
     except SpecError as e:  # the rows' figures: named as in the file
         raise SpecError(f"RUNS.csv {e.field}" if e.field in ("step_time_s", "peak_memory_gib")
@@ -1084,6 +1083,18 @@ def cmd_calibrate(args) -> int:
     _note_fit_limits(cases, result, base)
     print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
     return 0
+
+
+def _reloaded(runs: Path, stack):
+    """The runs CSV's rows read again with ``stack`` (the plans it chooses for them), its notes
+    said already by the first reading."""
+    import warnings
+
+    from .validation import load_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_cases(runs, stack=stack, field="RUNS.csv")
 
 
 def _measured_comment(cases, result) -> str:
