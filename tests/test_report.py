@@ -69,7 +69,7 @@ def test_figures_hold_the_plan(tmp_path):
 
 def test_timeline_schedule_agrees_with_the_closed_form(tmp_path):
     _, ev = _plan(tmp_path)
-    ops = figures.schedule(ev)
+    ops = ev.schedule_ops()
     span = max(o.end for o in ops)
     # the simulated schedule (with transfers on the critical path) and the cost model's closed
     # form differ only by the steady-state transfers, which are small against compute here
@@ -253,7 +253,7 @@ def test_timeline_draws_each_schedules_operations(tmp_path, schedule, vp):
                                      global_batch=64), stack=stack)
     ev = evaluate(sc, Parallelism(tp=2, pp=4, dp=8, vp=vp, mbs=1, zero=3, schedule=schedule))
     assert ev.plan.pipeline.name == schedule
-    ops = figures.schedule(ev)
+    ops = ev.schedule_ops()
     kinds = {o.kind for o in ops}
     assert "W" in kinds and ("X" in kinds) == (schedule == "dualpipev")
     for o in ops:

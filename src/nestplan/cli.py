@@ -508,18 +508,17 @@ def _note_uneven_chunks(ev) -> None:
 
 
 SIMULATED_GAP = 0.02
-"""How much longer than the closed form the simulated schedule of an interleaved plan whose
-chunks differ in size may run before evaluate says so."""
+"""How much longer than the closed form (a share of its step) the simulated schedule of an
+interleaved plan whose chunks differ in size may run before evaluate says so."""
 
 
 def _note_simulated_schedule(ev) -> None:
     """Say when an interleaved plan's chunks hold different numbers of blocks (by one: the
     search's splits and ``--vp`` that does not divide a device's blocks) and its schedule,
-    simulated with each chunk's own time (``schedule.simulate``, as the report draws it), runs
+    simulated with each chunk's own time (``Evaluation.schedule_ops``, as the report draws it), runs
     more than ``SIMULATED_GAP`` longer than the closed form, which spreads a device's blocks
     evenly over its chunks (a user trial: Llama 3 70B at vp 8, chunks of 1 and 2 blocks,
     predicted 3.524 s, simulated 3.713 s; at vp 5 and 10 the two agree)."""
-    from .schedule import simulate
     from .specs import blocks_per_chunk
 
     par = ev.plan
@@ -528,11 +527,8 @@ def _note_simulated_schedule(ev) -> None:
     per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
     if all(len(set(chunks)) == 1 for chunks in per):
         return
-    st = ev.stages
-    ops = simulate([list(s.chunk_fwd) for s in st], [list(s.chunk_bwd) for s in st],
-                   ev.micro_batches, [s.send for s in st], schedule=par.pipeline,
-                   wgt=[list(s.chunk_wgt) for s in st])
-    ends = [max(o.end for o in ops if o.stage == i) + s.end for i, s in enumerate(st)]
+    ops = ev.schedule_ops()
+    ends = [max(o.end for o in ops if o.stage == i) + s.end for i, s in enumerate(ev.stages)]
     simulated = max(ends) + ev.time.step_host
     if simulated > ev.step_time * (1 + SIMULATED_GAP):
         import warnings
@@ -965,7 +961,7 @@ def _shown(text: str) -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import FITTED_VALUES, base_of, fit_choosing
+    from .calibrate import FITTED_VALUES, base_of, distinct_rows, fit_choosing
     from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
@@ -1060,8 +1056,6 @@ def cmd_calibrate(args) -> int:
                                           if k == "allocator_overhead" else "")
                        if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
                        for k, v in result.params.items())
-    from .calibrate import distinct_rows
-
     n, plans = len(cases), distinct_rows(cases)
     counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
     lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")

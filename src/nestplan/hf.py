@@ -366,11 +366,6 @@ LAYER_KINDS = ("sliding_attention", "full_attention")
 """The attention kinds a config's ``layer_types`` may list (those of the families read here)."""
 
 
-def _window(cfg: _Config, default: int) -> int:
-    """``sliding_window``: ``default`` (the config class's) when absent, 0 (none) when null."""
-    return _span(cfg, "sliding_window", default)
-
-
 def _span(cfg: _Config, key: str, default: int) -> int:
     """A window's or chunk's tokens, ``key``: ``default`` when absent, 0 (none) when null; a 0
     is refused (transformers masks every key of such a window; it had been read as none without
@@ -428,8 +423,8 @@ def _mistral(cfg: _Config) -> dict:
     default: src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
     0b07a74c673bdf8fbd472a1c7df139b357495414; Mistral 7B v0.1 sets 4,096, v0.2 and later null)."""
     kw = _llama_like(cfg)
-    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 4096), range(kw["layers"]),
-                             typed=False)}
+    window = _span(cfg, "sliding_window", 4096)
+    return {**kw, **_sliding(cfg, kw["layers"], window, range(kw["layers"]), typed=False)}
 
 
 def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> dict:
@@ -445,7 +440,7 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
         if not every_layer:
             _layer_types(cfg, layers)  # (checked where unused too, as Qwen2Config checks it)
         return {}
-    window = _window(cfg, 4096)
+    window = _span(cfg, "sliding_window", 4096)
     if every_layer:
         return _sliding(cfg, layers, window, range(layers), typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)
@@ -467,7 +462,8 @@ def _mixtral(cfg: _Config) -> dict:
     kw = _llama_like(cfg)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
-    return {**kw, **_sliding(cfg, kw["layers"], _window(cfg, 0), range(kw["layers"]),
+    window = _span(cfg, "sliding_window", 0)
+    return {**kw, **_sliding(cfg, kw["layers"], window, range(kw["layers"]),
                              typed=False)}  # (its model reads no layer_types)
 
 
@@ -609,7 +605,8 @@ def _gpt_oss(cfg: _Config) -> dict:
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
     # YaRN with a context extension of 32 (``GPT_OSS_YARN``)
-    kw.update(_sliding(cfg, kw["layers"], _window(cfg, 128), range(0, kw["layers"], 2)))
+    window = _span(cfg, "sliding_window", 128)
+    kw.update(_sliding(cfg, kw["layers"], window, range(0, kw["layers"], 2)))
     if "rope_scaling" not in cfg.data and "rope_parameters" not in cfg.data:
         default = _Config({"rope_scaling": GPT_OSS_YARN}, cfg.source)
         kw["rope_mscale"], kw["yarn"] = _rope(default)

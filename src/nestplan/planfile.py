@@ -429,8 +429,9 @@ def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
     have (as a method's search evaluates it: what the stack offers is not asked), with figures
     that agree (``_consistent_row``); the file's own ``method`` (the fastest, whose plan ``ev``
     the file holds) has a row with that plan and no row beats it (compare keeps the fastest plan
-    of those that fit), and a method has a row or an error, not both (a seventh fuzzing round's: a row beside an error for the same method,
-    another plan under the file's method, a faster row than the fastest had been reported)."""
+    of those that fit), and a method has a row or an error, not both (a seventh fuzzing round's:
+    a row beside an error for the same method, another plan under the file's method, a faster
+    row than the fastest had been reported)."""
     from .specs import check_plan
 
     sc = ev.scenario
@@ -501,7 +502,7 @@ def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
         raise SpecError(f"{where}.methods", sorted(seen), f"has no row of the file's method "
                         f"{method}, whose plan the file holds")
     if method is not None:  # compare keeps the fastest plan of those that fit, if any fits
-        own = next(r for r in rows if r["method"] == method)
+        own = ref  # (the file's method's row)
         for i, r in enumerate(rows):
             if (r["fits"] and not own["fits"]) or (r["fits"] == own["fits"] and r["step_time_s"]
                                                    < own["step_time_s"] * (1 - CONSISTENT)):

@@ -197,6 +197,17 @@ class Evaluation:
                 f"(short by {fmt_gib(m.total - self.capacity)} GiB; largest part: {big[0]} "
                 f"{big[1] / GiB:.1f} GiB)")
 
+    def schedule_ops(self) -> list:
+        """Every operation of one step under the plan's schedule (``schedule.Op``), simulated from
+        the stages' per-chunk times (``schedule.simulate``): the report's timeline, and what
+        evaluate checks the closed form against where a device's chunks differ."""
+        from .schedule import simulate
+
+        st = self.stages
+        return simulate([list(s.chunk_fwd) for s in st], [list(s.chunk_bwd) for s in st],
+                        self.micro_batches, [s.send for s in st], schedule=self.plan.pipeline,
+                        wgt=[list(s.chunk_wgt) for s in st])
+
     @property
     def capped_moe_load(self) -> float | None:
         """The most the plan's expert ranks can receive over the mean where the stated load is

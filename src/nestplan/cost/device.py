@@ -99,7 +99,7 @@ class KindCost:
     eparams: float
     block_params: float
     """Parameters of its transformer blocks, experts included: a block's own, a head's depths'
-    blocks (``fp8_weight_cache``), none of an embedding."""
+    blocks (``memory.fp8_weight_cache_bytes``), none of an embedding."""
     gather: float
     """Bytes per weight its ZeRO all-gathers move (``memory.gather_bytes``)."""
     saved: np.ndarray
@@ -518,8 +518,9 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     eparams = _sum(*(c.eparams for c in chunks))
     w, g, o = M.model_states(params, eparams, par.zero, cc.lay.dp.size, cc.lay.edp.size, st,
                              par.pp)
-    w = w + M.fp8_weight_cache(_sum(*(c.block_params for c in chunks)), par.zero, st,
-                               cc.sc.training.precision)
+    cache = M.fp8_weight_cache_bytes(par.zero, st, cc.sc.training.precision)
+    if cache:
+        w = w + cache * _sum(*(c.block_params for c in chunks))
     transient = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)

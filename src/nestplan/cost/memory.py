@@ -17,7 +17,7 @@ FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are 
 does and keeps two gradient buffers, 2 · ``grad_bytes`` (``StackSpec.pipeline_bf16_optimizer``).
 In fp8 training the blocks' weights add Transformer Engine's cached fp8 copies,
 ``fp8_weight_cache_bytes`` each, unless the stack keeps fp8 weights in their place under a sharded
-optimizer (``fp8_weight_cache``).
+optimizer (``fp8_weight_cache_bytes``).
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
 and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but
@@ -108,14 +108,14 @@ def model_states(params: float, expert_params: float, zero: int, dp: int, edp: i
             params * do + expert_params * eo)
 
 
-def fp8_weight_cache(block_params, zero: int, stack, precision):
-    """Bytes of the quantized copies of ``block_params`` transformer-block weights that fp8
-    training keeps across a step's micro-batches (``StackSpec.fp8_weight_cache_bytes`` each):
-    where the stack keeps fp8 weights of its own under a sharded optimizer, none beyond the
-    weights (``StackSpec.fp8_primary_weights``)."""
+def fp8_weight_cache_bytes(zero: int, stack, precision) -> float:
+    """Bytes per transformer-block weight of the quantized copies that fp8 training keeps across
+    a step's micro-batches (``StackSpec.fp8_weight_cache_bytes``): none where the stack keeps fp8
+    weights in their place under a sharded optimizer (``StackSpec.fp8_primary_weights``), or in
+    bf16."""
     if precision is not Precision.FP8 or (zero >= 1 and stack.fp8_primary_weights):
         return 0.0
-    return stack.fp8_weight_cache_bytes * block_params
+    return stack.fp8_weight_cache_bytes
 
 
 def reserve(activations: float, transient: float, stack) -> float:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..placement import expert_grid, rank_grid
 from ..result import Evaluation
-from ..schedule import Op, makespan, simulate
+from ..schedule import Op, makespan
 from ..svg import Svg, colour, fmt_tick, legend, shade, ticks
 from ..units import GiB, fmt_time
 
@@ -22,15 +22,6 @@ WIDTH = 1080.0
 
 
 # ------------------------------------------------------------------------------------ timeline
-
-def schedule(ev: Evaluation) -> list[Op]:
-    """Every operation of one step under the plan's schedule, from the evaluation's per-chunk
-    times."""
-    st = ev.stages
-    return simulate([list(s.chunk_fwd) for s in st], [list(s.chunk_bwd) for s in st],
-                    ev.micro_batches, [s.send for s in st], schedule=ev.plan.pipeline,
-                    wgt=[list(s.chunk_wgt) for s in st])
-
 
 def _seconds(t: float, span: float) -> str:
     """A time-axis label in the unit that suits the whole axis."""
@@ -53,7 +44,7 @@ def _windows(ops: list[Op], ev: Evaluation, span: float) -> list[tuple[float, fl
 
 def timeline(ev: Evaluation) -> tuple[Svg, dict]:
     """The pipeline schedule of one step (rows = stages); returns the figure and its numbers."""
-    ops = schedule(ev)
+    ops = ev.schedule_ops()
     pp, vp = ev.plan.pp, ev.plan.vp
     span = makespan(ops)
     ends = [max(o.end for o in ops if o.stage == s) for s in range(pp)]

@@ -203,11 +203,17 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         from ..errors import Note
 
         n = len(out.set_aside)
-        aside = os.path.realpath(path) + ".dropped"  # (beside the file a link names: ResultsWriter)
+        aside = dropped_path(path)
         warnings.warn(f"output: {n} line{'s' * (n > 1)} of {path} cannot be read as this sweep's "
                       "results (a torn line, a repeated id, a cell edited by hand); the run moves "
                       f"{'them' if n > 1 else 'it'} to {aside}", Note)
     return out
+
+
+def dropped_path(path: Path) -> Path:
+    """Where the rows of results file ``path`` that a re-run cannot read are moved: beside the
+    file itself (the one a link names, as ``ResultsWriter`` writes it)."""
+    return Path(os.path.realpath(path) + ".dropped")
 
 
 def _degrees_agree(row: list[str], degrees: list[int], gpus: int) -> bool:
@@ -231,7 +237,7 @@ class ResultsWriter:
             if (existing.dropped or existing.upgraded or not path.is_file()
                     or path.stat().st_size == 0):
                 if existing.set_aside:  # kept beside it, never lost
-                    with open(path.with_name(path.name + ".dropped"), "a", newline="") as f:
+                    with open(dropped_path(path), "a", newline="") as f:
                         csv.writer(f).writerows(existing.set_aside)
                 tmp = path.with_name(path.name + ".tmp")
                 with open(tmp, "w", newline="") as f:
