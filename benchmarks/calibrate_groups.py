@@ -4,8 +4,10 @@
 For every group of the held-out runs (``tests/data/held_out_runs.csv``: one stack's calibration,
 which its variants share (a row may run on a variant file based on it, e.g. with DeepEP), one
 accelerator, dense or MoE), and for every choice of the one row a user would measure, fit the
-row's stack with ``calibrate`` (one row: one compute scale) and predict the group's other rows,
-each with its own stack under that calibration (``StackSpec.calibrated_as``).
+row's stack as ``calibrate`` does (one row: one compute scale; a blank micro-batch or
+recomputation chosen again under the fit: ``calibrate.fit_choosing``) and predict the group's
+other rows, each with its own stack under that calibration (``StackSpec.calibrated_as``), their
+blank knobs chosen under it as ``validate --stack`` chooses them.
 Prints per group the median |error| of the other rows before calibration and after it, as the
 median and the worst over the choice of the calibration row. Held-out rows are scored here, never
 fitted into the catalog.
@@ -20,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from nestplan.calibrate import fit
+from nestplan.calibrate import fit_choosing
 from nestplan.catalog import get_stack, list_names
 from nestplan.errors import SpecError
 from nestplan.stack import CALIBRATION
@@ -64,8 +66,8 @@ def groups(cases):
             for (_, acc, kind), cases in out.items()}
 
 
-def error(case, stack) -> float:
-    seconds, _ = predict(case, stack)
+def error(case) -> float:
+    seconds, _ = predict(case)
     return abs(seconds / case.measured - 1)
 
 
@@ -74,11 +76,21 @@ def table(path: Path) -> list[dict]:
     for (stack, acc, kind), cases in sorted(groups(load_cases(path)).items()):
         if len(cases) < 2:
             continue
-        before = statistics.median(error(c, c.scenario.stack) for c in cases)
+        before = statistics.median(error(c) for c in cases)
         after = []
         for i, one in enumerate(cases):
-            fitted = fit([one], one.scenario.stack, leave_one_out=False).stack
-            after.append(statistics.median(error(c, c.scenario.stack.calibrated_as(fitted))
+            own = one.scenario.stack
+
+            def load(st, one=one, own=own):  # the row as loaded with the stack st fits
+                return [one] if st is own else [
+                    c for c in load_cases(path, calibration=st) if c.id == one.id]
+
+            # as `calibrate` fits it: a blank micro-batch or recomputation chosen again under
+            # each fitted stack until it holds; the others then chosen under the fit too, as
+            # `validate --stack` of the written file (or of a variant based on it) chooses them
+            fitted = fit_choosing(load, own)[0].stack
+            others = {c.id: c for c in load_cases(path, calibration=fitted)}
+            after.append(statistics.median(error(others[c.id])
                                            for j, c in enumerate(cases) if j != i))
         rows.append(dict(group=f"{stack}, {acc}, {kind}", rows=len(cases), before=before,
                          after_median=statistics.median(after), after_worst=max(after)))

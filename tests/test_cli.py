@@ -590,3 +590,25 @@ def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
     assert code == 0 and "grid.moe_imbalance: no model of the grid has experts" in err
     grid.write_text(grid.read_text().replace('["llama3-8b"]', '["llama3-8b", "mixtral-8x7b"]'))
     assert "no model of the grid" not in cli("sweep", grid, "--dry-run")[2]
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+def test_the_command_line_keeps_blas_to_one_thread_unless_told(given, expected):
+    """The command line sets ``OPENBLAS_NUM_THREADS`` before numpy loads (a thread per core cost a
+    fifth of a short command's CPU) and leaves a value the user gave; a caller of ``main(argv)``
+    keeps its own environment."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    probe = ("import os, sys\n"
+             "from nestplan.cli import main\n"
+             "sys.argv = ['nestplan', 'list', 'models']\n"
+             "main([*sys.argv[1:]])\n"
+             "inside = os.environ.get('OPENBLAS_NUM_THREADS')\n"
+             "main()\n"
+             "import numpy\n"
+             "print(inside, os.environ.get('OPENBLAS_NUM_THREADS'), file=sys.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.split() == [str(given), expected]

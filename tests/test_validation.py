@@ -227,3 +227,22 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
                     "local_batch=4\n")
     (case,) = load_cases(path)
     assert case.scenario.training.global_batch == 64 and case.plan.mbs == 2
+
+
+def test_runs_loaded_under_a_calibration_keep_their_stacks_and_choose_under_it(tmp_path):
+    """``load_cases(calibration=)`` (the one-row calibration benchmark's reading of a group): each
+    row keeps its own stack's behaviour with the calibration's values, and a knob the row leaves
+    blank is chosen under them, as ``validate --stack`` of a calibrated file chooses it: MT-NLG's
+    blank micro-batch is 1 on its stack and 2 when every kernel costs a millisecond more."""
+    from dataclasses import replace
+
+    rows = (DATA / "held_out_runs.csv").read_text().splitlines()
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([rows[0], *(r for r in rows if r.startswith("mtnlg22-530b-280n,"))]))
+    (own,) = load_cases(path)
+    slow = replace(own.scenario.stack, name="mine", kernel_overhead=1e-3, fitted_on=("x",))
+    (under,) = load_cases(path, calibration=slow)
+    assert under.scenario.stack == own.scenario.stack.calibrated_as(slow)
+    assert under.scenario.stack.name == own.scenario.stack.name  # its behaviour, not the fit's
+    assert (own.plan.mbs, under.plan.mbs) == (1, 2)
+    assert under.plan == own.plan.with_(mbs=2)

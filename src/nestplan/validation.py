@@ -442,11 +442,14 @@ def _cluster(row: _Row, base: Path):
     return get_cluster(CLUSTER_OF[gpu])
 
 
-def _case(row: _Row, base: Path, override: StackSpec | None) -> Case:
+def _case(row: _Row, base: Path, override: StackSpec | None,
+          calibration: StackSpec | None = None) -> Case:
     metric = row.text("metric")
     if metric not in METRICS:
         raise SpecError(f"{row.where}.metric", metric, "allowed: " + ", ".join(METRICS))
     stack = row.stack(base, override)
+    if calibration is not None:
+        stack = stack.calibrated_as(calibration)
     gpus = row.required("num_gpus")
     if (row.number("gpus_per_node") or 0) > MAX_GPUS:  # (for people; the cluster gives nodes)
         raise SpecError(f"{row.where}.gpus_per_node", row.text("gpus_per_node"),
@@ -485,10 +488,11 @@ def _note_no_experts(row: _Row, model: ModelSpec) -> None:
         note_no_experts(f"{row.where}.other_metrics: {', '.join(stated)}", model.name)
 
 
-def _row_case(row: _Row, base: Path, stack: StackSpec | None) -> Case:
+def _row_case(row: _Row, base: Path, stack: StackSpec | None,
+              calibration: StackSpec | None = None) -> Case:
     """``_case``, its errors named by the row."""
     try:
-        return _case(row, base, stack)
+        return _case(row, base, stack, calibration)
     except SpecError as e:
         if e.field.startswith(row.where):
             raise
@@ -551,14 +555,17 @@ def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:
 
 
 def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | None = None,
-               field: str = "--csv", set_aside: list[SetAside] | None = None) -> list[Case]:
+               field: str = "--csv", set_aside: list[SetAside] | None = None,
+               calibration: StackSpec | None = None) -> list[Case]:
     """Rows of a runs CSV (the columns of ``published_runs.csv``, see ``COLUMNS``) as cases
     (LoRA rows skipped unless asked). Optional columns: ``cluster`` (catalog name or TOML path
     relative to the CSV), ``stack`` (likewise; ``stack`` given here overrides it for every row),
     ``rank_order``, ``ep``, ``etp``, ``mtp_layers`` (blank: the model's own), ``stage_layers``
     (blocks per model chunk, space-separated: a stated pipeline layout); a blank ``layers`` makes
     ``model`` a catalog name or a model file (relative to the CSV); ``peak_memory_gib=X`` in
-    ``other_metrics`` is a measured peak. Errors about the file name it as ``field``.
+    ``other_metrics`` is a measured peak. Errors about the file name it as ``field``. With
+    ``calibration``, each row runs on its stack with that stack's calibration
+    (``StackSpec.calibrated_as``), its unstated micro-batch or recomputation chosen under it.
 
     With ``stack``, a row whose plan that stack refuses is checked on its own stack: a row wrong
     there is refused with its own error; else, with a ``set_aside`` list, the row joins the list
@@ -569,7 +576,7 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
         if row.regime() == "lora" and not include_lora:
             continue
         try:
-            cases.append(_row_case(row, path.parent, stack))
+            cases.append(_row_case(row, path.parent, stack, calibration))
         except SpecError as e:
             if stack is None:
                 raise
