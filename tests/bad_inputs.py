@@ -453,6 +453,9 @@ HF_BAD = {
     "gpt2-positions-neg": (json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128,
                                        "n_head": 4, "vocab_size": 1000, "n_positions": -1}),
                            "n_positions"),
+    # a field a RoPE model does not read is still checked (a user trial's was taken silently)
+    "llama-positions-neg": (_hf(max_position_embeddings=-1),
+                            "max_position_embeddings: got -1; must be an integer >= 1"),
 }
 for name, (content, needle) in HF_BAD.items():
     case(f"hf-config-{name}", ["evaluate", "--model", "{cfg}.json", *SCENARIO[2:], *PLAN],

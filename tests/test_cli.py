@@ -570,8 +570,8 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
 
 
 def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
-    """A dense model's plan file stating an expert load, and a sweep varying one over dense models
-    only, say that the load changes nothing (as evaluate says of --moe-imbalance)."""
+    """A dense model's plan file stating an expert load, and a sweep varying one over a dense
+    model, say that the load changes nothing there (as evaluate says of --moe-imbalance)."""
     from console import cli
 
     saved = tmp_path / "p.json"
@@ -589,7 +589,13 @@ def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
     code, out, err = cli("sweep", grid, "--dry-run")
     assert code == 0 and "grid.moe_imbalance: no model of the grid has experts" in err
     grid.write_text(grid.read_text().replace('["llama3-8b"]', '["llama3-8b", "mixtral-8x7b"]'))
-    assert "no model of the grid" not in cli("sweep", grid, "--dry-run")[2]
+    err = cli("sweep", grid, "--dry-run")[2]
+    assert "no model of the grid" not in err  # one of them has: its points differ
+    # a user trial's: the dense model's points had repeated each other without a word
+    assert ("grid.moe_imbalance: llama3-8b has no experts, so its values change nothing there "
+            "and that model's points repeat each other") in err
+    grid.write_text(grid.read_text().replace('["llama3-8b", "mixtral-8x7b"]', '["mixtral-8x7b"]'))
+    assert "no experts" not in cli("sweep", grid, "--dry-run")[2]
 
 
 @pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])

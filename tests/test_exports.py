@@ -24,6 +24,7 @@ from nestplan.evaluate import chunk_bounds, evaluate, scenario_from_names
 from nestplan.exports import export, uniform_policy
 from nestplan.placement import expert_grid, rank_grid
 from nestplan.options import Precision
+from nestplan.textfmt import memory_verdict
 from nestplan.units import GiB
 from nestplan.specs import Parallelism, RopeScaling
 
@@ -429,10 +430,14 @@ def test_megatron_exports_no_yarn_it_cannot_run(tmp_path, config, mtp, why):
 
 def test_megatron_export_names_the_local_attention_it_leaves_out():
     """Llama 4's chunked attention is costed but not exported (Megatron-LM has no flag for it):
-    the export says so; a model without local attention gets no such note."""
+    the export says so where a sequence spans more than one chunk; a model without local
+    attention, or sequences of one chunk (8,192 tokens: a user trial's note quoted the plan's own
+    step and peak), get no such note."""
     notes, steps = {}, {}
-    for name, ep in (("llama4-maverick", 16), ("mixtral-8x7b", 8)):  # (at most its experts)
-        sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+    for name, ep, seq in (("llama4-maverick", 16, 16384), ("mixtral-8x7b", 8, 16384),
+                          ("llama4-maverick-one-chunk", 16, 8192)):  # (ep: at most its experts)
+        sc = scenario_from_names(name.removesuffix("-one-chunk"), "dgx-h100-ndr", 64,
+                                 seq_len=seq, global_batch=64)
         par = Parallelism(tp=4, pp=1, dp=16, ep=ep, etp=1, sp=True, zero=1, mbs=1)
         pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
         notes[name] = " ".join(export(pf, "megatron").notes)
@@ -445,8 +450,9 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
 
     assert (f"with every layer attending to the whole sequence, the step is predicted at "
             f"{fmt_time(steps['llama4-maverick'])}") in notes["llama4-maverick"]
-    assert "whole sequence" not in notes["mixtral-8x7b"]
-    assert "local attention" not in notes["mixtral-8x7b"]
+    for name in ("mixtral-8x7b", "llama4-maverick-one-chunk"):
+        assert "whole sequence" not in notes[name] and "local attention" not in notes[name]
+        assert "chunked attention" not in notes[name]
     # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so
     assert "TransformerConfig.moe_apply_probs_on_input" in notes["llama4-maverick"]
     assert "moe_apply_probs_on_input" not in notes["mixtral-8x7b"]
@@ -1493,10 +1499,10 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     assert head == [
         f"# predicted as stack torchtitan runs it: step {own.step_time:.3f} s, "
         f"{own.tokens_per_s:,.0f} tokens/s, MFU {own.mfu:.1%}, peak memory "
-        f"{own.peak_memory / GiB:.1f} GiB ({'fits' if own.fits else 'does NOT fit'})",
+        f"{own.peak_memory / GiB:.1f} GiB ({memory_verdict(own)})",
         f"# predicted with stack megatron-core's behaviour: step {mine.step_time:.3f} s, "
         f"{mine.tokens_per_s:,.0f} tokens/s, MFU {mine.mfu:.1%}, peak memory "
-        f"{mine.peak_memory / GiB:.1f} GiB ({'fits' if mine.fits else 'does NOT fit'})"]
+        f"{mine.peak_memory / GiB:.1f} GiB ({memory_verdict(mine)})"]
     assert f"# note: {note}" in exp.text
     ds = export(pf, "deepspeed")
     note = next(n for n in ds.notes if "searched for stack" in n)
@@ -1505,7 +1511,21 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     # its JSON holds no comments: the notes file heads with the prediction, fit included
     first = ds.extras[".notes.txt"].splitlines()[0]
     assert first.startswith("predicted with stack megatron-core's behaviour: step ")
-    assert first.endswith(("(fits)", "(does NOT fit)"))
+    assert first.endswith(("(fits, leaves the headroom)", "(does NOT fit)",
+                           "(fits, less than the headroom: not recommended)"))
+
+
+def test_an_export_says_whether_its_plan_leaves_the_headroom(tmp_path):
+    """An export's prediction says what evaluate says of the plan's memory: a plan that fits
+    but not within the headroom is "not recommended" there too (a user trial's torchtitan export
+    of a plan at 99.97 % of HBM said only "fits")."""
+    sc = replace(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192,
+                                     global_batch=64, stack="torchtitan"), memory_headroom=0.4)
+    tight = evaluate(sc, Parallelism(tp=1, pp=1, dp=8, zero=3, recompute=("selective",), mbs=1))
+    assert tight.fits and not tight.within_headroom  # 50.2 GiB of 79.6, 40 % kept free
+    exp = export(planfile.from_dict(planfile.to_dict(tight)), "torchtitan")
+    assert ("(fits, less than the headroom: not recommended)" in
+            [line for line in exp.text.splitlines() if line.startswith("# predicted")][0])
 
 
 

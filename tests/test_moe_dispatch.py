@@ -871,7 +871,7 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     """A user trial's recommended MoE plans sat at the memory limit with balanced routing and
     stopped fitting at 1.2: where no imbalance is stated, evaluate says what the plan takes and
     needs with the busiest expert rank at 1.2 times the mean; a stated one, or a capacity factor
-    that caps it, gets no note, nor does a dense model."""
+    that caps it, gets no note, nor does a dense model or a plan without expert parallelism."""
     from console import cli
 
     from nestplan.units import fmt_gib, fmt_time
@@ -902,4 +902,8 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
                          8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
                          "--seq-len", 2048)
+    assert code == 0 and "balanced routing" not in err, err
+    # one expert rank holds every expert: no busiest rank, no note (a user trial's read +0 %)
+    code, out, err = cli(*[("1" if a == 8 and args[i - 1] == "--ep" else a)
+                           for i, a in enumerate(args)])
     assert code == 0 and "balanced routing" not in err, err

@@ -18,7 +18,7 @@ from nestplan.search.constraints import Constraints
 from nestplan.catalog import get_stack
 from nestplan.recompute import Policy
 from nestplan.schedule import SCHEDULES
-from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Scenario, TrainingSpec
+from nestplan.specs import ClusterSpec, Level, ModelSpec, MoESpec, Parallelism, Scenario, TrainingSpec
 
 H100 = get_cluster("dgx-h100-ndr").accelerator
 
@@ -1010,3 +1010,27 @@ def test_evaluate_says_when_a_devices_chunks_are_uneven():
     assert all(code == 0 for code, _, _ in said.values())
     assert "device 0's chunks hold 16,0 blocks" in said["16,16,0,0"][2]
     assert "chunks hold" not in said["8,8,8,8"][2] + said["8,8,9,7"][2]
+
+
+@pytest.mark.parametrize("schedule", ["zbv", "interleaved-1f1b"])
+def test_the_split_a_search_writes_holds_the_blocks_where_its_tables_counted_them(schedule):
+    """The plan the DP returns names each chunk's blocks (``space.chunk_sizes``); the tables it
+    chose from had counted a device's extra blocks in its last chunks (``space.chunk_counts``).
+    A V had written them first: a user trial's ZB-V plan of Qwen3-30B-A3B whose tables said
+    72.3 GiB was 79.6 GiB evaluated, recommended beyond its headroom. Each device's peak and time
+    in the tables at the written split are evaluate's."""
+    from nestplan.cost import device as D
+    from nestplan.search import tables as T
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 64, seq_len=4096,
+                             global_batch=1024, stack="torchtitan")
+    totals = [11, 13, 12, 12]  # blocks per device: two devices of uneven chunks
+    base = Parallelism(tp=1, pp=4, dp=16, ep=8, vp=2, schedule=schedule, zero=2,
+                       recompute=("none",), mbs=1)
+    par = base.with_(stage_layers=space.chunk_sizes(sc.model, 4, 2, totals, base.pipeline))
+    ev = evaluate(sc, par)
+    tb = T.build(D.config_costs(sc, par))
+    none = sc.stack.policy_index("none")
+    for i, stage in enumerate(ev.stages):
+        assert tb.mem[i][totals[i], none] == pytest.approx(stage.memory.total, rel=1e-9), i
+        assert tb.x[i][totals[i], none] == pytest.approx(stage.time_per_microbatch, rel=1e-9), i

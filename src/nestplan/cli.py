@@ -572,14 +572,15 @@ def _note_balanced_routing(ev, args) -> None:
     sc = ev.scenario
     tr = sc.training
     if (sc.model.moe is None or getattr(args, "moe_imbalance", None) is not None
-            or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None):
-        return
+            or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None
+            or ev.plan.ep == 1):  # one rank holds every expert: no busiest one (a user trial's
+        return  # note had quoted +0 %)
     import warnings
     from dataclasses import replace
 
     from .errors import Note
     from .evaluate import evaluate
-    from .textfmt import headroom_verdict
+    from .textfmt import memory_verdict
     from .units import fmt_gib, fmt_time
 
     uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
@@ -588,7 +589,7 @@ def _note_balanced_routing(ev, args) -> None:
                   f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
                   f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
                   f"{fmt_gib(uneven.peak_memory)} GiB ("
-                  + (f"fits, {headroom_verdict(uneven)}" if uneven.fits else "does NOT fit")
+                  + memory_verdict(uneven)
                   + "); state your run's with --moe-imbalance", Note)
 
 

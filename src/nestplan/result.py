@@ -59,9 +59,10 @@ class TimeBreakdown:
     bubble: float
     """Pipeline fill and drain."""
     dp: float
-    """Exposed data-parallel gradient reduction after the last backward."""
+    """Exposed data-parallel traffic at the step's end: the gradient reduction after the last
+    backward and the sharded optimizer's parameter all-gather."""
     optimizer: float
-    """Optimizer step and the exposed part of the sharded-parameter all-gather."""
+    """Optimizer step (memory-bound: reads and writes the device's optimizer state)."""
     step_host: float = 0.0
     """Per-step host time that overlaps nothing (the stack's ``step_overhead``: launches,
     data loading, logging, the loss's synchronisation)."""

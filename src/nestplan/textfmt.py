@@ -75,6 +75,13 @@ def headroom_verdict(ev) -> str:
             else "less than the headroom: not recommended")
 
 
+def memory_verdict(ev) -> str:
+    """Whether a plan (an Evaluation) fits, and if so whether it leaves the headroom, as notes
+    and exports say it (an export's "fits" had hidden a plan evaluate calls not recommended: a
+    user trial's)."""
+    return f"fits, {headroom_verdict(ev)}" if ev.fits else "does NOT fit"
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     sc = ev.scenario

@@ -366,9 +366,10 @@ class Device:
     """End of step after the schedule's span: the weight gradients the schedule leaves, the
     exposed gradient reduction and the optimizer."""
     tail: Num
-    """Exposed gradient reduction after the last backward."""
+    """Exposed data-parallel traffic at the step's end: the gradient reduction after the last
+    backward and the sharded optimizer's parameter all-gather."""
     opt: Num
-    """Optimizer step plus exposed parameter all-gather."""
+    """Optimizer step."""
     zero_exposed: Num
     """Exposed per-micro-batch ZeRO-2/3 traffic (in X)."""
     zero_link: Num
@@ -447,14 +448,16 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     sharded = st.optimizer_sharded(par.pp, par.zero)
     shard = params / (cc.lay.dp.size if sharded else 1) + eparams / (
         cc.lay.edp.size if sharded else 1)
-    opt = shard * optimizer_traffic(st) / (acc.hbm_bandwidth * acc.memory_efficiency)
-    # the updated weights gathered after the step (ZeRO-3 gathers them as they are used)
+    opt = np.asarray(shard * optimizer_traffic(st)
+                     / (acc.hbm_bandwidth * acc.memory_efficiency))[..., None]
+    # the updated weights gathered after the step (ZeRO-3 gathers them as they are used): data-
+    # parallel traffic at the step's end, as the gradient reduction is (a user trial: shown as
+    # the optimizer's, it moved with the network)
     gather = _dp(cc.ag, _sum(*(c.gathered for c in chunks)),
                  _sum(*(c.egathered for c in chunks))) if sharded and par.zero < 3 \
         else 0.0 * params
-    opt = np.asarray(opt)[..., None] + exposed(np.asarray(gather)[..., None],
-                                               F / cc.micro if st.overlap_param_gather else 0.0,
-                                               st.overlap_efficiency)
+    tail = tail + exposed(np.asarray(gather)[..., None],
+                          F / cc.micro if st.overlap_param_gather else 0.0, st.overlap_efficiency)
     mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage)) \
         if memory else None
     shape = np.shape(X)

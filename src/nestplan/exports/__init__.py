@@ -19,6 +19,7 @@ from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
+from ..textfmt import memory_verdict
 from ..units import GiB
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
@@ -202,7 +203,7 @@ def _predicted_line(ev, how: str = "") -> str:
     ``how`` it was made."""
     return (f"predicted{' ' + how if how else ''}: step {ev.step_time:.3f} s, "
             f"{ev.tokens_per_s:,.0f} tokens/s, MFU {ev.mfu:.1%}, peak memory "
-            f"{ev.peak_memory / GiB:.1f} GiB ({'fits' if ev.fits else 'does NOT fit'})")
+            f"{ev.peak_memory / GiB:.1f} GiB ({memory_verdict(ev)})")
 
 
 def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], list[str]]:
@@ -239,14 +240,14 @@ def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str) -> str:
             return (f"exported plan: predicted step {own.step_time:.3f} s as stack "
                     f"{FORMAT_STACKS[fmt]} runs it, against {before.step_time:.3f} s for the saved "
                     f"plan with {stack.name}'s behaviour; peak memory "
-                    f"{own.peak_memory / GiB:.1f} GiB ({'fits' if own.fits else 'does NOT fit'})")
+                    f"{own.peak_memory / GiB:.1f} GiB ({memory_verdict(own)})")
     after, under = prediction(pf, changed)
     if not under and pf.scenario.stack.export_format != fmt:
         under = f" (with {pf.scenario.stack.name}'s behaviour)"
     now, was = f"{after.step_time:.3f}", f"{before.step_time:.3f}"
     step = f"unchanged at {now} s{under}" if now == was else f"{now} s{under} instead of {was} s"
     return (f"exported plan: predicted step {step}, peak memory "
-            f"{after.peak_memory / GiB:.1f} GiB ({'fits' if after.fits else 'does NOT fit'})")
+            f"{after.peak_memory / GiB:.1f} GiB ({memory_verdict(after)})")
 
 
 def mtp_note(pf: PlanFile) -> str:
@@ -315,4 +316,4 @@ def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[str, 
             + (f", the nearest to {sc.stack.name}'s {', '.join(taken)}" if taken else "")
             + "): step "
             f"{ev.step_time:.3f} s, peak memory {ev.peak_memory / GiB:.1f} GiB "
-            f"({'fits' if ev.fits else 'does NOT fit'})"), ev
+            f"({memory_verdict(ev)})"), ev

@@ -142,6 +142,7 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
     from dataclasses import replace
 
     from ..evaluate import evaluate
+    from ..textfmt import memory_verdict
     from ..units import GiB, fmt_time
 
     sc = pf.scenario
@@ -149,7 +150,7 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
     return (f"the predictions above keep the local attention; launched as these arguments are, "
             f"with every layer attending to the whole sequence, the step is predicted at "
             f"{fmt_time(whole.step_time)} and the peak at {whole.peak_memory / GiB:.1f} GiB "
-            f"({'fits' if whole.fits else 'does NOT fit'})")
+            f"({memory_verdict(whole)})")
 
 
 def _connections_note(args: list[str], par) -> list[str]:
@@ -551,11 +552,14 @@ def export(pf: PlanFile) -> Export:
     if m.position is Position.ALIBI:
         notes.append("ALiBi position biases have no Megatron-Core argument; the model uses "
                      "learned absolute positions in the export")
+    # Llama 4's chunks change nothing where a sequence fits in one (a user trial's note had
+    # quoted the same step and peak as the plan's)
+    chunked = bool(m.local_span) and not m.sliding_window and m.local_span < sc.training.seq_len
     unexported = ([f"RoPE scaled by x{m.rope_mscale:.4g}"] if m.rope_mscale != 1 and m.yarn is None
                   else []) \
         + ([f"chunked attention on {m.local_share:.0%} of the layers (Llama 4's; Megatron-LM "
             "has no flag for chunks)"]
-           if m.local_span and not m.sliding_window else []) \
+           if chunked else []) \
         + (["the experts' biases without the other layers' (Megatron-Core's add_bias_linear "
             "gives every linear layer one or none)"] if m.biased_experts and not m.bias else [])
     if unexported:
@@ -565,7 +569,7 @@ def export(pf: PlanFile) -> Export:
                      "their parameters): set them as the model's recipe does")
     windows = _window_args(m, notes) if m.sliding_window else []
     args += windows + _nope_args(m)
-    if m.local_span and not windows:
+    if chunked:
         notes.append(_without_local_attention(pf, exported))
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),

@@ -40,7 +40,7 @@ from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
-                     divisors, interleaves)
+                     divisors, interleaves, spread)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -179,8 +179,7 @@ def chunk_sizes(model, pp: int, vp: int, per_device, schedule=None) -> tuple[int
     """Blocks per chunk (model order) from the DP's units per device; ``schedule`` places the
     chunks (looped when not given; a V only for models whose blocks are all alike)."""
     if schedule is not None and schedule.v_shape:
-        return schedule.model_order([[t // vp + (1 if k < t % vp else 0) for k in range(vp)]
-                                     for t in per_device], pp, vp)
+        return schedule.model_order([spread(t, vp) for t in per_device], pp, vp)
     if vp == 1 or model.homogeneous:
         return chunks_from_totals(tuple(per_device), vp)
     return tuple(per_device) * vp

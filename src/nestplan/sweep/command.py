@@ -142,9 +142,10 @@ def _refused_everywhere(spec) -> None:
 
 
 def _note_expert_loads_without_experts(spec) -> None:
-    """Say so when the grid varies an expert load (``moe_imbalance``, ``moe_capacity``) and no
-    model of the grid has experts: its values change nothing, and the points repeat each other
-    (as evaluate says of --moe-imbalance on a dense model; a sixth fuzzing round's)."""
+    """Say so when the grid varies an expert load (``moe_imbalance``, ``moe_capacity``) and a
+    model of the grid has no experts: its values change nothing for that model, and its points
+    repeat each other (as evaluate says of --moe-imbalance on a dense model; a sixth fuzzing
+    round's where no model had experts, a user trial's where one of two had none)."""
     import warnings
 
     from ..errors import Note, SpecError
@@ -153,14 +154,22 @@ def _note_expert_loads_without_experts(spec) -> None:
               if p.key in ("moe_imbalance", "moe_capacity") and len(p.values) > 1]
     if not varied:
         return
-    for ref in spec.values_of("model"):
+    models = spec.values_of("model")
+    dense = []
+    for ref in models:
         try:
-            if spec.model(ref).moe is not None:
-                return
+            if spec.model(ref).moe is None:
+                dense.append(str(ref))
         except SpecError:  # (checked when the grid was read)
             return
-    warnings.warn(f"grid.{varied[0]}: no model of the grid has experts, so its values change "
-                  "nothing and those points repeat each other", Note)
+    if len(dense) == len(models):
+        warnings.warn(f"grid.{varied[0]}: no model of the grid has experts, so its values change "
+                      "nothing and those points repeat each other", Note)
+    elif dense:
+        warnings.warn(f"grid.{varied[0]}: {', '.join(dense)} "
+                      f"{'has' if len(dense) == 1 else 'have'} no experts, so its values change "
+                      f"nothing there and {'that model' if len(dense) == 1 else 'those models'}'s "
+                      "points repeat each other", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:
