@@ -1012,7 +1012,7 @@ def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
     module, config, note = registry_entry(llama3)
     assert (module, config) == ("llama3", "llama3_8b") and note == (
         "the model's RoPE scaling (none) is not that of torchtitan's llama3_8b (llama3, factor 8): "
-        "the launched run trains with torchtitan's")
+        "the launched run scales RoPE as torchtitan's definition does")
     assert registry_entry(get_model("qwen3-30b-a3b")) == ("qwen3", "qwen3_30b_a3b", None)
     assert registry_entry(get_model("gpt3-175b"))[:2] == PLACEHOLDER
     # a model file that keeps a catalog name but changes the model is not torchtitan's (a fuzzer's
@@ -1169,8 +1169,10 @@ def test_gloo_mesh_puts_every_rank_in_the_plans_groups(tmp_path, name):
 
 RECOMPUTE_CASES = [
     ("mixtral-8x7b", 64, dict(ep=8, etp=1), False, "layernorm moe_act"),
-    ("llama3-8b", 16, {}, False, "layernorm"),
-    ("llama3-8b", 16, {}, True, "layernorm"),
+    # a dense model without MLA has no norm module under Transformer Engine's spec (its norms run
+    # inside the next linear: norm_in_linear), so nothing to recompute
+    ("llama3-8b", 16, {}, False, ""),
+    ("llama3-8b", 16, {}, True, ""),
     ("deepseek-v3", 256, dict(ep=8, etp=1), True, "layernorm mla_up_proj moe_act"),
 ]
 """(model, gpus, expert degrees, fp8, the modules exported) of a fine-grained plan."""
@@ -1193,8 +1195,11 @@ def test_megatron_export_names_the_recompute_modules_the_model_has(model, gpus, 
     without MLA), and fp8 with a per-tensor recipe that runs with them (Megatron's default,
     delayed scaling, refuses layernorm and moe_act recomputation)."""
     text = _fine_grained_export(model, gpus, moe, fp8)
-    assert "--recompute-granularity selective" in text
-    assert f"--recompute-modules {modules} \\" in text
+    assert ("--recompute-granularity selective" in text) == bool(modules)
+    if modules:
+        assert f"--recompute-modules {modules} \\" in text
+    else:
+        assert "--recompute-" not in text
     assert ("--fp8-recipe tensorwise" in text) == fp8
 
 
@@ -1204,7 +1209,10 @@ def test_megatron_accepts_the_recompute_modules_it_is_given():
     pytest.importorskip("megatron.core")
     for model, gpus, moe, fp8, modules in RECOMPUTE_CASES:
         cfg = megatron_transformer_config(_fine_grained_export(model, gpus, moe, fp8))
-        assert cfg.recompute_modules == modules.split(), model
+        if modules:
+            assert cfg.recompute_modules == modules.split(), model
+        else:
+            assert cfg.recompute_granularity is None, model
 
 
 @pytest.mark.parametrize("model, rule, moe", [
@@ -1337,8 +1345,9 @@ def _mixed_recompute_export(order: str = "tp-cp-dp-pp"):
 
 MEGATRON_RECOMPUTE = {
     "full": "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-    # Llama 3 has only the layernorm of fine-grained's modules (no MLA, no grouped experts)
-    "fine-grained": "--recompute-granularity selective --recompute-modules layernorm",
+    # Llama 3 has none of fine-grained's modules: no MLA, no grouped experts, and its norms run
+    # inside the next linear layer under Transformer Engine (norm_in_linear)
+    "fine-grained": "",
     "selective": "--recompute-granularity selective", "none": ""}
 
 
@@ -1401,10 +1410,8 @@ def test_megatron_takes_each_stages_recomputation(tmp_path):
         cfg = megatron_transformer_config(out.text.rstrip("\n") + "".join(
             f" \\\n{line}" for line in lines))
         policy = par.recompute_of(stage)
-        assert cfg.recompute_granularity == {"full": "full", "fine-grained": "selective",
+        assert cfg.recompute_granularity == {"full": "full", "fine-grained": None,
                                              "selective": "selective", "none": None}[policy]
-        if policy == "fine-grained":
-            assert cfg.recompute_modules == ["layernorm"]
 
 
 def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
@@ -1698,8 +1705,8 @@ def test_tp_beyond_one_nvlink_domain_runs_without_userbuffer_overlap():
 def test_torchtitan_export_turns_off_what_a_registry_config_turns_on():
     """torchtitan's llama3_405b config compiles, runs async TP and converts to Float8 (a user
     trial's eager bf16 plan launched with all three): the export says compile and async TP
-    either way, and a note says the Float8 converter has to go; a ZeRO-0 plan with CP, which
-    torchtitan shards over the CP ranks, says so too."""
+    either way, and a note says the Float8 converter has to go; another stack's ZeRO-0 plan with
+    CP, which torchtitan shards over the CP ranks, says so too."""
     sc = scenario_from_names("llama3-405b", "dgx-h100-ndr", 512, seq_len=8192, global_batch=256,
                              stack="torchtitan")
     par = Parallelism(tp=8, pp=8, dp=8, sp=True, zero=3, mbs=1, recompute=("full",))
@@ -1707,8 +1714,8 @@ def test_torchtitan_export_turns_off_what_a_registry_config_turns_on():
     flags = out.text.split()
     assert "--compile.no-enable" in flags and "--compile.no-enable_async_tensor_parallel" in flags
     assert any("llama3_405b trains with a Float8 converter" in n for n in out.notes)
-    sc8 = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=8,
-                              stack="torchtitan")
+    # a megatron-core plan: the torchtitan stacks run none (cp_shards_weights)
+    sc8 = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=8)
     zero0 = Parallelism(tp=1, pp=1, dp=4, cp=2, zero=0, mbs=1, recompute=("full",))
     notes = exported(sc8, zero0, "torchtitan").notes
     assert any("runs sharded over cp = 2" in n for n in notes)
@@ -1779,3 +1786,53 @@ def test_a_plan_with_mtp_depths_exports_to_deepspeed_with_a_note(tmp_path):
     assert code == 0 and out.exists(), err
     assert ("nestplan's stack deepspeed would not run it (model.mtp_layers: stack deepspeed "
             "trains no multi-token-prediction depths)") in err
+
+
+def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engine_runs(tmp_path):
+    """Transformer Engine refuses its default ring (p2p) exchange under context parallelism over
+    sliding windows (all_gather or a2a only) and with attention sinks (a2a only): a user trial's
+    Mistral export crashed at its first forward. The export asks for all_gather, which the cost
+    model then prices (K/V gathered, not passed round a ring), or a2a with a note; a model
+    without windows keeps the ring, and one GPU per sequence needs nothing."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MISTRAL))
+    windowed = scenario_from_names(str(path), "dgx-h100-ndr", 16, seq_len=8192, global_batch=16)
+    whole = replace(windowed, model=windowed.model.without_local_attention())
+    sinks = replace(windowed, model=replace(windowed.model, attention_sinks=True))
+    par = Parallelism(tp=1, pp=1, dp=4, cp=4, zero=1, mbs=1)
+    flags = {name: _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
+             for name, sc in (("windowed", windowed), ("whole", whole), ("sinks", sinks))}
+    assert flags == {"windowed": ["all_gather"], "whole": None, "sinks": ["a2a"]}
+    assert any("--cp-comm-type a2a" in n for n in exported(sinks, par, "megatron").notes)
+    assert exported(windowed, par.with_(cp=1, dp=16), "megatron").text.count("cp-comm-type") == 0
+    # costed as the exchange it runs: the windowed model's K/V as torch's all-gather costs it
+    from nestplan.evaluate import local_strategy
+
+    assert local_strategy(windowed.model, par, windowed.training, windowed.stack).cp_allgather
+    assert not local_strategy(whole.model, par, whole.training, whole.stack).cp_allgather
+
+
+def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():
+    """Two things torchtitan 0.3 runs otherwise than the stacks cost (a user trial's): its Float8
+    converter offers rowwise scaling only, which gathers weights in bf16, so a stack that moves
+    fp8 in its all-gathers (torchtitan's 2024 tensorwise Float8) gets the step as launched; and
+    its configs chunk the loss, so the peak counts the whole sequence's logits, said with their
+    size."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=8192, global_batch=256,
+                             precision=Precision.FP8, stack="torchtitan-float8")
+    par = Parallelism(tp=8, pp=1, dp=32, sp=True, zero=3, recompute=("full",), mbs=1)
+    notes = exported(sc, par, "torchtitan").notes
+    st = sc.stack
+    launched = evaluate(replace(sc, stack=replace(st, fp8_param_gather=False,
+                                                  fp8_tp_gather=False)), par)
+    assert launched.step_time > evaluate(sc, par).step_time
+    assert any("rowwise scaling only, which gathers in bf16: as launched the step is predicted "
+               f"at {launched.step_time:.3f} s" in n for n in notes), notes
+    logits = 8192 * sc.model.vocab / 8 * st.loss_saved_bytes  # one sequence, vocab over TP 8
+    from nestplan.units import fmt_gib
+
+    assert any("torchtitan's llama3_70b computes the loss over chunks" in n
+               and f"({fmt_gib(logits)} GiB a micro-batch" in n for n in notes), notes
+    bf16 = replace(sc, training=replace(sc.training, precision=Precision.BF16),
+                   stack=get_stack("torchtitan"))
+    assert not any("rowwise" in n for n in exported(bf16, par, "torchtitan").notes)

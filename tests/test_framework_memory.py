@@ -18,9 +18,11 @@ says so:
   fp32 copy of the probabilities; the fused CUDA softmax keeps one bf16 tensor, the one the
   probabilities-times-V matmul keeps anyway: the fp32 copy is dropped. The local spec
   materialises attention (there is no flash kernel on CPU), so it is compared with the
-  megatron-core stack with materialised attention; everything else is the stack as it is. Its
-  MLA block cannot use that attention (q and k are wider than v): its core is the flash
-  stand-in, and the stack is compared as it is.
+  megatron-core stack with materialised attention; its norms are modules of their own, as the
+  stack's are with ``norm_in_linear`` off (Transformer Engine's spec, which the stack follows,
+  runs some inside the next linear layer: checked on that spec's own code); everything else is
+  the stack as it is. Its MLA block cannot use that attention (q and k are wider than v): its
+  core is the flash stand-in.
 """
 
 import importlib.util
@@ -176,7 +178,11 @@ def megatron_gpu_equivalent(result: dict) -> float:
             + result["rmsnorm_fused_bytes_per_block"] - fp32_softmax / 2)  # two blocks
 
 
-MATERIALIZED = replace(get_stack("megatron-core"), attention=AttentionImpl.MATERIALIZED)
+LOCAL_SPEC = replace(get_stack("megatron-core"), norm_in_linear=False)
+"""megatron-core with the local spec's norms: modules of their own, as the script runs them (on
+GPU, Transformer Engine's spec runs some inside the linear after them: ``norm_in_linear``,
+checked below against that spec)."""
+MATERIALIZED = replace(LOCAL_SPEC, attention=AttentionImpl.MATERIALIZED)
 
 
 @pytest.mark.frameworks
@@ -225,7 +231,7 @@ def test_megatron_core_mla_block_saves_what_the_stack_says(policy):
     script_policy, extra = MLA_RUNS[policy]
     got = megatron_gpu_equivalent(measured("megatron", script_policy, "--swiglu-fusion",
                                            *MLA_ARGS, *extra))
-    assert predicted(get_stack("megatron-core"), policy, mla=True) == pytest.approx(got, rel=0.10)
+    assert predicted(LOCAL_SPEC, policy, mla=True) == pytest.approx(got, rel=0.10)
 
 
 @pytest.mark.frameworks
@@ -362,3 +368,73 @@ def test_materialised_gqa_attention_keeps_k_and_v_for_every_head():
     # RoPE: the checkpointed core keeps q and k rotated, and v pins the fused QKV output
     pinned = 2 * s * (c["heads"] + c["groups"]) * d
     assert none - sel == pytest.approx(copies + probs - pinned)
+
+
+@pytest.mark.frameworks
+def test_the_layernorm_module_reaches_the_norms_transformer_engines_spec_keeps_as_modules():
+    """Megatron-Core's Transformer Engine layer spec, built by its own function with a stand-in
+    for TE's module classes (TE needs CUDA): a dense block's norms run inside the linear layer
+    after them (no module: ``IdentityOp``), an MoE block's pre-MLP norm and MLA's input norm stay
+    modules. ``TransformerLayer`` recomputes only norms that are modules, so under the stack's
+    ``layernorm`` module a dense block keeps what it keeps without it, and MoE and MLA blocks
+    drop their modules' outputs (a user trial: recomputing dense blocks' norms had been credited
+    with 2 GiB on Llama 3 8B)."""
+    installed("megatron.core")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import megatron.core.models.gpt.gpt_layer_specs as specs
+        from megatron.core.models.backends import LocalSpecProvider
+        from megatron.core.transformer.identity_op import IdentityOp
+
+    class NormLinear:  # TELayerNormColumnParallelLinear's place
+        pass
+
+    class Norm:  # TENorm's
+        pass
+
+    class TE(LocalSpecProvider):
+        def fuse_layernorm_and_linear(self):
+            return True
+
+        def column_parallel_layer_norm_linear(self):
+            return NormLinear
+
+        def layer_norm(self, rms_norm=False, for_qk=False, has_residual=False):
+            return Norm
+
+        def linear(self):  # TELinear's (MLA's down-projections)
+            return self.column_parallel_linear()
+
+    real = getattr(specs, "TESpecProvider", None)
+    specs.TESpecProvider = TE
+    try:
+        layers = {(moe, mla): specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=MOE["experts"] if moe else None, multi_latent_attention=mla).submodules
+            for moe in (False, True) for mla in (False, True)}
+    finally:
+        if real is None:
+            del specs.TESpecProvider
+        else:
+            specs.TESpecProvider = real
+    dense = layers[False, False]
+    assert dense.input_layernorm is IdentityOp and dense.pre_mlp_layernorm is IdentityOp
+    assert dense.self_attention.submodules.linear_qkv is NormLinear
+    assert dense.mlp.submodules.linear_fc1 is NormLinear
+    assert layers[True, False].input_layernorm is IdentityOp
+    assert layers[True, False].pre_mlp_layernorm is Norm
+    assert layers[False, True].input_layernorm is Norm
+    assert layers[False, True].pre_mlp_layernorm is IdentityOp
+    # the stack: what the layernorm module drops follows those modules
+    te = get_stack("megatron-core")
+    assert te.norm_in_linear
+
+    def drops(moe, mla, stack=te):
+        return predicted(stack, "none", moe, mla=mla) - predicted(stack, "modules:layernorm",
+                                                                 moe, mla=mla)
+    norm_out = 2 * CONFIG["seq"] * CONFIG["hidden"]  # one bf16 norm output
+    assert drops(False, False) == 0
+    assert drops(True, False) == pytest.approx(norm_out, rel=0.01)  # the pre-MLP norm's
+    assert drops(False, True) == pytest.approx(norm_out, rel=0.01)  # MLA's input norm's
+    assert drops(False, False, LOCAL_SPEC) == pytest.approx(2 * norm_out, rel=0.01)

@@ -80,6 +80,19 @@ def test_a_stack_refuses_plans_it_cannot_run():
                              stack="torchtitan")
     with pytest.raises(SpecError, match="zero: got 1; stack torchtitan runs ZeRO stages 0, 2, 3"):
         evaluate(sc, Parallelism(dp=8, zero=1))
+    # torchtitan shards over the CP ranks whenever cp > 1: a ZeRO-0 plan with CP is none it runs,
+    # and its search offers none (a user trial's best torchtitan plan had been one)
+    with pytest.raises(SpecError, match="zero: got 0; stack torchtitan shards the weights over "
+                                        "the context-parallel ranks whenever cp > 1"):
+        evaluate(sc, Parallelism(dp=4, cp=2, zero=0))
+    assert evaluate(sc, Parallelism(dp=4, cp=2, zero=2)).fits
+    long = replace(sc, training=replace(sc.training, seq_len=32768, global_batch=16))
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--seq-len", 32768, "--global-batch", 16, "--stack", "torchtitan",
+                         "--cp", 2, "--json")
+    assert code == 0, err
+    assert {p["zero"] for p in json.loads(out)["top"]} <= {2, 3}
+    assert long.stack.cp_shards_weights and not get_stack("megatron-core").cp_shards_weights
     comp = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64,
                                stack="composer")
     with pytest.raises(SpecError, match="tp: got 2; stack composer has no tensor parallelism"):
@@ -1280,3 +1293,33 @@ def test_every_n_is_bounded_by_the_most_blocks_a_model_may_have():
     assert parse_rule("r", f"every:{MAX_LAYERS}") == f"every:{MAX_LAYERS}"
     with pytest.raises(SpecError):
         parse_rule("r", f"every:{MAX_LAYERS + 1}")
+
+
+def test_a_float8_stack_at_bf16_says_so():
+    """A stack whose behaviour is fp8's (its all-gathers move fp8) says, when the run is bf16,
+    that it is costed as bf16 (a user trial's Float8 stack had been, without a word); at fp8, or
+    on a stack without fp8 gathers, nothing is said."""
+    args = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1,
+            "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048, "--zero", 3]
+    said = "stack torchtitan-float8 moves fp8 in its all-gathers in fp8 training; this run is bf16"
+    code, out, err = cli(*args, "--stack", "torchtitan-float8")
+    assert code == 0 and said in err, err
+    code, out, err = cli(*args, "--stack", "torchtitan-float8", "--precision", "fp8")
+    assert code == 0 and "this run is bf16" not in err, err
+    code, out, err = cli(*args, "--stack", "torchtitan")
+    assert code == 0 and "this run is bf16" not in err, err
+
+
+def test_a_stack_fitted_on_no_run_says_so():
+    """evaluate and plan say when the stack was fitted on no measured run (deepspeed's figures
+    had read as firmly as megatron-core's: a user trial's); a calibrated stack says nothing."""
+    assert not get_stack("deepspeed").fitted_on and get_stack("megatron-core").fitted_on
+    scenario = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                "--global-batch", 8, "--seq-len", 2048]
+    plan = ["--tp", 1, "--pp", 1, "--mbs", 1, "--zero", 3]
+    said = "stack deepspeed was fitted on no measured run of its own"
+    for command in (["evaluate", *scenario, *plan], ["plan", *scenario, "--zero", 3]):
+        code, out, err = cli(*command, "--stack", "deepspeed")
+        assert code == 0 and said in err, err
+        code, out, err = cli(*command, "--stack", "megatron-core")
+        assert code == 0 and "fitted on no measured run" not in err, err

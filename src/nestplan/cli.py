@@ -429,6 +429,8 @@ def cmd_evaluate(args) -> int:
     _note_host_bound(ev)
     _note_balanced_routing(ev, args)
     _note_load_capped(ev)
+    _note_fp8_stack_at_bf16(ev)
+    _note_uncalibrated_stack(ev)
     _note_uneven_chunks(ev)
     _note_simulated_schedule(ev)
     if args.save is not None:
@@ -542,6 +544,40 @@ def _note_simulated_schedule(ev) -> None:
                       f"and its schedule simulated with each chunk's own time takes "
                       f"{fmt_time(simulated)} ({simulated / ev.step_time - 1:+.1%}; the report "
                       "draws it): a vp that divides each device's blocks runs as costed", Note)
+
+
+def _note_fp8_stack_at_bf16(ev) -> None:
+    """Say when the stack's fp8 behaviour (fp8 all-gathers: the torchtitan-float8 stacks) has
+    nothing to act on because the run is bf16 (a user trial's Float8 stack had been costed as
+    bf16 without a word)."""
+    from .options import Precision
+
+    st = ev.scenario.stack
+    if ev.scenario.training.precision is Precision.FP8 or not (st.fp8_param_gather
+                                                              or st.fp8_tp_gather):
+        return
+    import warnings
+
+    from .errors import Note
+
+    warnings.warn(f"stack {st.name} moves fp8 in its all-gathers in fp8 training; this run is "
+                  "bf16 (--precision fp8 for fp8), costed as in bf16", Note)
+
+
+def _note_uncalibrated_stack(ev) -> None:
+    """Say when the stack was fitted on no measured run (``StackSpec.fitted_on`` empty: its
+    efficiencies are another stack's or the defaults; a user trial found deepspeed's MFU
+    presented as plainly as megatron-core's, which dozens of runs back)."""
+    st = ev.scenario.stack
+    if st.fitted_on:
+        return
+    import warnings
+
+    from .errors import Note
+
+    warnings.warn(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
+                  "stacks\", says whose values it holds): nestplan calibrate RUNS.csv --stack "
+                  f"{st.name} fits it to yours", Note)
 
 
 def _note_load_capped(ev) -> None:
@@ -670,6 +706,8 @@ def cmd_plan(args) -> int:
     _note_no_interleaving(res.best)
     _note_balanced_routing(res.best, args)
     _note_load_capped(res.best)
+    _note_fp8_stack_at_bf16(res.best)
+    _note_uncalibrated_stack(res.best)
     _note_simulated_schedule(res.best)
     if args.save is not None:
         from . import planfile

@@ -218,6 +218,8 @@ class Local:
     """Norms are fused kernels keeping only their input (the stack's ``fused_norm``)."""
     fused_gated_mlp: bool = True
     """The gated activation is one fused kernel (the stack's ``fused_gated_mlp``)."""
+    norm_in_linear: bool = False
+    """A norm read by one linear layer runs inside it (the stack's ``norm_in_linear``)."""
     cp_allgather: bool = False
     """Context parallelism all-gathers K/V (the stack's ``cp_exchange``) instead of a ring."""
     moe_dispatcher: str = "alltoall"
@@ -617,7 +619,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
     drop_mask = Tn * h if m.dropout else 0.0
     ops.append(_mem("resid_mlp", Tn * h, rw=3.0 + (0.5 if m.dropout else 0), bwd_rw=3.0,
                     saved=drop_mask))
-    return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE, _tagged(ops, m.mla is not None),
+    return LayerGraph(LayerKind.MOE if moe else LayerKind.DENSE,
+                      _tagged(ops, m.mla is not None, _fused_norms(loc, m, moe)),
                       tuple(replace(c, module=_COMM_MODULE.get(c.name.split(".")[0], ""))
                             for c in comms), params, expert_params, E * Tn * h, total,
                       # padded to capacity, every device computes its capacity alike
@@ -685,8 +688,24 @@ def _op_tags(mla: bool) -> dict[str, tuple[frozenset, str]]:
     }
 
 
-def _tagged(ops: list[Op], mla: bool) -> tuple[Op, ...]:
-    tags = _op_tags(mla)
+def _fused_norms(loc: Local, m: ModelSpec, moe: bool) -> frozenset[str]:
+    """The block's norms that run inside the linear layer reading them (``Local.norm_in_linear``):
+    the attention's input norm but MLA's, and a dense block's pre-MLP norm."""
+    if not loc.norm_in_linear:
+        return frozenset()
+    return frozenset(([] if m.mla is not None else ["ln_attn"]) + ([] if moe else ["ln_mlp"]))
+
+
+FUSED_NORM_READERS = {"ln_attn": ("qkv", "q"), "ln_mlp": ("fc1",)}
+"""The linear layers a norm fused into them (``_fused_norms``) runs in."""
+
+
+def _tagged(ops: list[Op], mla: bool, fused: frozenset[str] = frozenset()) -> tuple[Op, ...]:
+    tags = dict(_op_tags(mla))
+    for norm in fused:  # no module: the layernorm recompute module leaves it and its output
+        tags[norm] = (frozenset(), "")
+        for reader in FUSED_NORM_READERS[norm]:
+            tags[reader] = (tags[reader][0], "")
     return tuple(replace(o, modules=tags[o.name][0], saved_by=tags[o.name][1])
                  if o.name in tags else o for o in ops)
 

@@ -668,7 +668,9 @@ def _stack_fields() -> dict:
         **{k: plain(str) for k in ("description", "export_format",
                                   "default_recompute", "cp_exchange", "moe_dispatcher",
                                   "interleaved_rounds", "moe_overlap", "cuda_graphs")},
-        **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "overlap_grad_reduce",
+        **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "norm_in_linear",
+                                    "cp_gathers_windows", "cp_shards_weights",
+                                    "overlap_grad_reduce",
                                     "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
@@ -754,7 +756,8 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 
 
 LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
-                    "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights")
+                    "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights",
+                    "norm_in_linear", "cp_gathers_windows", "cp_shards_weights")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``."""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input")

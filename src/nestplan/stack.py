@@ -80,6 +80,19 @@ class StackSpec(_CachedHash):
     fused_gated_mlp: bool = True
     """The gated MLP's activation is one fused kernel (keeps its two inputs); unfused eager code
     also keeps the activation's output."""
+    norm_in_linear: bool = False
+    """A norm whose only reader is one linear layer runs inside that layer (Transformer Engine's
+    ``LayerNormLinear``): Megatron-Core's TE layer spec fuses the attention's input norm into
+    the QKV projection (not MLA's: its input norm stays a module) and a dense MLP's norm into its
+    fc1, and keeps the pre-MLP norm of an MoE layer, which the router and experts read, as a
+    module (``get_gpt_layer_with_transformer_engine_spec``, megatron/core/models/gpt/
+    gpt_layer_specs.py @ NVIDIA/Megatron-LM d98e8a64dd; megatron-core 0.16.1 alike). A fused norm
+    is no module, and ``TransformerLayer`` recomputes only norms that are
+    (``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm`` set for norms that are not
+    ``IdentityOp``, megatron/core/transformer/transformer_layer.py, same commit): the
+    ``layernorm`` recompute module leaves the fused ones and what their linear keeps (a user
+    trial: plans that fitted by recomputing dense layers' norms kept 2-3 GiB more as launched).
+    Off: every norm is a module of its own (Megatron-Core's local spec, Apex's norms)."""
     qkv_views: bool = True
     """Queries, keys and values are views of the fused QKV projection's output, so one kept for
     backward keeps the whole output alive (Megatron-Core: ``get_query_key_value_tensors``,
@@ -161,6 +174,20 @@ class StackSpec(_CachedHash):
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
     attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:
     torch's context_parallel default)."""
+    cp_shards_weights: bool = False
+    """With context parallelism the weights are sharded over the CP ranks whatever the plan's
+    ZeRO stage: torchtitan applies FSDP over dp_shard·cp whenever cp > 1 (``fsdp_enabled``,
+    torchtitan/distributed/parallel_dims.py, 0.3.0 wheel), so it runs no ZeRO-0 plan with CP (a
+    user trial's search had recommended one, which its export then said runs otherwise)."""
+    cp_gathers_windows: bool = False
+    """Context parallelism over sliding-window attention all-gathers K/V whatever
+    ``cp_exchange`` says: Transformer Engine runs windowed attention under CP only with its
+    ``all_gather`` or ``a2a`` exchange ("Context parallelism does not support sliding window
+    attention with cp_comm_type='p2p'", ``attn_forward_func_with_cp``,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @
+    NVIDIA/TransformerEngine d0067d0da), and Megatron-Core hands its ``--cp-comm-type`` to TE
+    unchanged (extensions/transformer_engine.py @ d98e8a64dd; the Megatron export asks for
+    ``all_gather``). A user trial's Mistral export had crashed at its first forward."""
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring over the group's top level (no node-level
     aggregation)."""
@@ -524,6 +551,12 @@ class StackSpec(_CachedHash):
         was calibrated on runs of the stack itself."""
         return replace(self, **{f: getattr(other, f) for f in CALIBRATION})
 
+    def cp_exchange_for(self, model) -> str:
+        """How this stack's context parallelism exchanges K/V for ``model``'s attention
+        (``cp_exchange``, or an all-gather over sliding windows: ``cp_gathers_windows``)."""
+        return "allgather" if self.cp_gathers_windows and model.sliding_window \
+            else self.cp_exchange
+
     def pads_experts(self, training) -> bool:
         """Every expert's input is padded to the capacity ``training`` (a TrainingSpec) sets."""
         return self.moe_pad_to_capacity and training.moe_capacity is not None
@@ -614,6 +647,9 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
+        if par.zero < 2 and par.cp > 1 and self.cp_shards_weights:
+            return "zero", par.zero, (f"stack {n} shards the weights over the context-parallel "
+                                      "ranks whenever cp > 1"), "use zero = 2 or 3"
         why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp, biased=biased) \
             or self.replicas_refusal(par)
         if why is not None:
@@ -698,10 +734,12 @@ class StackSpec(_CachedHash):
                               + ", ".join(str(z) for z in self.zero_stages if z))
 
     def zeros_for(self, par) -> list[int]:
-        """The ZeRO stages it runs ``par`` (a Parallelism) with: with its pipeline depth, and
-        without experts over data-parallel replicas."""
+        """The ZeRO stages it runs ``par`` (a Parallelism) with: with its pipeline depth, without
+        experts over data-parallel replicas, and sharded over CP ranks where it always shards
+        them (``cp_shards_weights``)."""
         return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
-                and not self.replicas_hold_experts(par.with_(zero=z))]
+                and not self.replicas_hold_experts(par.with_(zero=z))
+                and not (z < 2 and par.cp > 1 and self.cp_shards_weights)]
 
     @property
     def params_are_master(self) -> bool:

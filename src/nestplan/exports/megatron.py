@@ -199,6 +199,23 @@ def _moe_pattern(m) -> str:
     return _pattern([1 if m.is_moe_layer(i) else 0 for i in range(m.layers)])
 
 
+def _cp_exchange_args(m, cp: int, notes: list[str]) -> list[str]:
+    """``--cp-comm-type`` where Transformer Engine refuses its default ring (``p2p``) under
+    context parallelism: over sliding windows it takes ``all_gather`` or ``a2a``, with learnable
+    softmax offsets (GPT-OSS's sinks) ``a2a`` only (``attn_forward_func_with_cp``,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @
+    NVIDIA/TransformerEngine d0067d0da); Megatron-Core passes the value to TE unchanged
+    (extensions/transformer_engine.py @ d98e8a64dd), so it is TE's spelling."""
+    if cp == 1 or not (m.sliding_window or m.attention_sinks):
+        return []
+    if not m.attention_sinks:
+        return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
+    notes.append("context parallelism with attention sinks: Transformer Engine runs it only with "
+                 "the all-to-all exchange (--cp-comm-type a2a, exported), which the predictions "
+                 "above cost as a K/V all-gather")
+    return ["--cp-comm-type a2a"]
+
+
 def _window_args(m, notes: list[str]) -> list[str]:
     """A sliding window (``ModelSpec.sliding_window``) as Megatron-LM takes it: ``--window-size``
     (left, right) counts the tokens before each one that it attends to, transformers'
@@ -370,6 +387,7 @@ def export(pf: PlanFile) -> Export:
     ]
     if par.sp:
         args.append("--sequence-parallel")
+    args += _cp_exchange_args(m, par.cp, notes)
     overlap = sc.stack.tp_overlap_for(layouts(exported, sc.cluster, sc.gpus).tp)
     if overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
         # Transformer Engine's userbuffers: a TransformerConfig field, so a Megatron-LM flag,

@@ -15,7 +15,7 @@ launched through the rank map written beside the arguments.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from ..axes import MEGATRON_ORDER
 from ..catalog import get_model, get_stack
@@ -26,6 +26,7 @@ from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text
+from ..units import fmt_gib
 from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
@@ -78,7 +79,8 @@ def registry_entry(m) -> tuple[str, str, str | None]:
             return (*entry, None)
         return (*entry, f"the model's RoPE scaling ({_scaling_text(m.rope_scaling)}) is not that "
                         f"of torchtitan's {entry[1]} ({_scaling_text(rope)}): the launched run "
-                        "trains with torchtitan's")
+                        "scales RoPE as torchtitan's definition does")  # (a user trial had read
+        # the note, which ended "trains with torchtitan's", as cut short)
     return (*PLACEHOLDER, None)
 
 
@@ -210,6 +212,8 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      "(torchtitan 0.3's registry has deepseek_v3_671b_float8, and llama3_405b "
                      "with one; for others a config_registry function of yours); nestplan's "
                      "prediction assumes fp8 matmuls")
+    if tr.precision is Precision.FP8 and (st.fp8_param_gather or st.fp8_tp_gather):
+        notes.append(_float8_gathers_note(pf, exported))
     if tr.precision is not Precision.FP8 and config in FLOAT8_CONFIGS:
         notes.append(f"torchtitan's {config} trains with a Float8 converter in its model spec, "
                      "which no argument removes: the plan is costed in bf16, so launch a copy "
@@ -223,9 +227,45 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
                      f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
                      f"model_registry), or the run trains without them ({mtp_note(pf)})")
     notes += capacity_notes(pf, "torchtitan")
+    if (module, config) != PLACEHOLDER:  # (each of REGISTRY's configs chunks its loss)
+        notes.append(_chunked_loss_note(pf, exported, config))
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(pf, exported, "torchtitan"))
     return groups, notes, exported
+
+
+def _float8_gathers_note(pf: PlanFile, exported) -> str:
+    """What a stack that moves fp8 in its all-gathers (``fp8_param_gather``, ``fp8_tp_gather``:
+    torchtitan's 2024 Float8 with tensorwise scaling) is predicted at as torchtitan 0.3 runs it:
+    its Float8 converter offers rowwise recipes only (``Float8LinearConverter.Config.recipe_name``,
+    torchtitan/components/quantization/float8.py, 0.3.0 wheel), which gather weights in bf16
+    (a user trial's 70B plan was 18 % faster as predicted than as launched)."""
+    from ..evaluate import evaluate
+
+    sc = pf.scenario
+    st = sc.stack
+    bf16 = evaluate(replace(sc, stack=replace(st, fp8_param_gather=False, fp8_tp_gather=False)),
+                    exported, stack_offers=False)
+    which = " and ".join(w for w, on in (("FSDP", st.fp8_param_gather),
+                                         ("tensor-parallel", st.fp8_tp_gather)) if on)
+    return (f"stack {st.name} moves fp8 in the {which} all-gathers (torchtitan's 2024 tensorwise "
+            "Float8); torchtitan 0.3's Float8 converter offers rowwise scaling only, which gathers "
+            f"in bf16: as launched the step is predicted at {bf16.step_time:.3f} s")
+
+
+def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
+    """torchtitan 0.3's configs (every one of ``REGISTRY``'s: loss=ChunkedLossWrapper.Config(...)
+    in torchtitan/models/*/config_registry.py, 0.3.0 wheel) compute the loss over chunks of the
+    sequence, 8 by default (``ChunkedLossWrapper.Config.num_chunks``, torchtitan/components/
+    loss.py), which no stack here models: the head's device holds a chunk's logits, not the
+    sequence's (a user trial's 128K plan counted about 20 GiB of them)."""
+    sc, tr = pf.scenario, pf.scenario.training
+    rows = exported.mbs * tr.seq_len / exported.cp
+    logits = rows * sc.model.vocab / exported.tp * sc.stack.loss_saved_bytes
+    return (f"torchtitan's {config} computes the loss over chunks of the sequence "
+            "(ChunkedLossWrapper, 8 by default), which nestplan does not model: the predicted "
+            f"peak of the devices with the output layer counts the whole sequence's logits ({fmt_gib(logits)} "
+            "GiB a micro-batch keeps for backward), the launched run about an eighth of them")
 
 
 def export(pf: PlanFile) -> Export:
