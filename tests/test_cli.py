@@ -593,28 +593,33 @@ def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
     assert "no model of the grid" not in err  # one of them has: its points differ
     # a user trial's: the dense model's points had repeated each other without a word
     assert ("grid.moe_imbalance: llama3-8b has no experts, so its values change nothing there "
-            "and that model's points repeat each other") in err
+            "and the points of that model repeat each other") in err
     grid.write_text(grid.read_text().replace('["llama3-8b", "mixtral-8x7b"]', '["mixtral-8x7b"]'))
     assert "no experts" not in cli("sweep", grid, "--dry-run")[2]
 
 
-@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
-def test_the_command_line_keeps_blas_to_one_thread_unless_told(given, expected):
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
+@pytest.mark.parametrize("given, threads", [(None, 1), ("2", 2)])
+def test_the_command_line_keeps_blas_to_one_thread_unless_told(given, threads):
     """The command line sets ``OPENBLAS_NUM_THREADS`` before numpy loads (a thread per core cost a
-    fifth of a short command's CPU) and leaves a value the user gave; a caller of ``main(argv)``
-    keeps its own environment."""
+    fifth of a short command's CPU), so an evaluation's process runs one thread, and leaves a
+    value the user gave (two threads there); a caller of ``main(argv)`` keeps its own
+    environment."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if given is not None:
         env["OPENBLAS_NUM_THREADS"] = given
-    probe = ("import os, sys\n"
+    probe = ("import contextlib, io, os, sys\n"
              "from nestplan.cli import main\n"
-             "sys.argv = ['nestplan', 'list', 'models']\n"
-             "main([*sys.argv[1:]])\n"
+             "main(['list', 'models'])\n"
              "inside = os.environ.get('OPENBLAS_NUM_THREADS')\n"
-             "main()\n"
-             "import numpy\n"
-             "print(inside, os.environ.get('OPENBLAS_NUM_THREADS'), file=sys.stderr)\n")
+             "sys.argv = ['nestplan', 'evaluate', '--model', 'llama3-8b', '--cluster',\n"
+             "            'dgx-h100-ndr', '--gpus', '8', '--tp', '1', '--pp', '1', '--mbs', '1',\n"
+             "            '--global-batch', '8', '--seq-len', '2048']\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main()\n"
+             "status = open('/proc/self/status').read().split('Threads:')[1].split()[0]\n"
+             "print('numpy' in sys.modules, inside, status, file=sys.stderr)\n")
     p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stderr.split() == [str(given), expected]
+    assert p.stderr.split()[-3:] == ["True", str(given), str(threads)], p.stderr

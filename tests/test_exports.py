@@ -1803,13 +1803,17 @@ def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engin
     flags = {name: _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
              for name, sc in (("windowed", windowed), ("whole", whole), ("sinks", sinks))}
     assert flags == {"windowed": ["all_gather"], "whole": None, "sinks": ["a2a"]}
-    assert any("--cp-comm-type a2a" in n for n in exported(sinks, par, "megatron").notes)
+    # a2a splits the KV heads over the CP ranks: Mistral's 2 go over CP 2, not over CP 4
+    sunk = [n for n in exported(sinks, par, "megatron").notes if "--cp-comm-type a2a" in n]
+    assert sunk and "KV heads (2) divisible by cp = 4" in sunk[0]
+    two = par.with_(cp=2, dp=8)
+    assert not any("divisible" in n for n in exported(sinks, two, "megatron").notes)
     assert exported(windowed, par.with_(cp=1, dp=16), "megatron").text.count("cp-comm-type") == 0
     # costed as the exchange it runs: the windowed model's K/V as torch's all-gather costs it
     from nestplan.evaluate import local_strategy
 
-    assert local_strategy(windowed.model, par, windowed.training, windowed.stack).cp_allgather
-    assert not local_strategy(whole.model, par, whole.training, whole.stack).cp_allgather
+    for sc, gathers in ((windowed, True), (sinks, True), (whole, False)):
+        assert local_strategy(sc.model, par, sc.training, sc.stack).cp_allgather == gathers
 
 
 def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():
@@ -1828,11 +1832,19 @@ def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():
     assert launched.step_time > evaluate(sc, par).step_time
     assert any("rowwise scaling only, which gathers in bf16: as launched the step is predicted "
                f"at {launched.step_time:.3f} s" in n for n in notes), notes
-    logits = 8192 * sc.model.vocab / 8 * st.loss_saved_bytes  # one sequence, vocab over TP 8
+    # the logits' bytes as the evaluation counts them: what its head device's memory loses when
+    # the loss keeps and works in 2 bytes a logit instead of the stack's 4 and 6
     from nestplan.units import fmt_gib
 
+    head = evaluate(sc, par).stages[-1].memory
+    less = evaluate(replace(sc, stack=replace(st, loss_saved_bytes=2, loss_transient_bytes=2)),
+                    par).stages[-1].memory
+    kept = (head.activations - less.activations) * st.loss_saved_bytes / (st.loss_saved_bytes - 2)
+    work = (head.transient - less.transient) * st.loss_transient_bytes / (
+        st.loss_transient_bytes - 2)
     assert any("torchtitan's llama3_70b computes the loss over chunks" in n
-               and f"({fmt_gib(logits)} GiB a micro-batch" in n for n in notes), notes
+               and f"logits, {fmt_gib(kept)} GiB a micro-batch keeps for backward and "
+               f"{fmt_gib(work)} GiB more at the loss's backward" in n for n in notes), notes
     bf16 = replace(sc, training=replace(sc.training, precision=Precision.BF16),
                    stack=get_stack("torchtitan"))
     assert not any("rowwise" in n for n in exported(bf16, par, "torchtitan").notes)

@@ -576,8 +576,8 @@ def _note_uncalibrated_stack(ev) -> None:
     from .errors import Note
 
     warnings.warn(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
-                  "stacks\", says whose values it holds): nestplan calibrate RUNS.csv --stack "
-                  f"{st.name} fits it to yours", Note)
+                  "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
+                  "and this stack as --stack, fits it to them", Note)
 
 
 def _note_load_capped(ev) -> None:

@@ -760,10 +760,12 @@ LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "inte
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``."""
-TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input")
+TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input",
+                         "cp_shards_weights")
 """The later keys whose absence a torchtitan stack of the user's own name reads as torchtitan
 does: async TP only within one NVLink domain, the sequence-parallel linears' gathered input
-kept. Its interleaving keeps the default, rounds of pp, which every stack ran then."""
+kept, weights sharded over CP ranks. Its interleaving keeps the default, rounds of pp, which every
+stack ran then."""
 
 
 def later_keys_filled(table):

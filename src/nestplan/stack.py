@@ -180,14 +180,16 @@ class StackSpec(_CachedHash):
     torchtitan/distributed/parallel_dims.py, 0.3.0 wheel), so it runs no ZeRO-0 plan with CP (a
     user trial's search had recommended one, which its export then said runs otherwise)."""
     cp_gathers_windows: bool = False
-    """Context parallelism over sliding-window attention all-gathers K/V whatever
-    ``cp_exchange`` says: Transformer Engine runs windowed attention under CP only with its
-    ``all_gather`` or ``a2a`` exchange ("Context parallelism does not support sliding window
-    attention with cp_comm_type='p2p'", ``attn_forward_func_with_cp``,
-    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @
-    NVIDIA/TransformerEngine d0067d0da), and Megatron-Core hands its ``--cp-comm-type`` to TE
-    unchanged (extensions/transformer_engine.py @ d98e8a64dd; the Megatron export asks for
-    ``all_gather``). A user trial's Mistral export had crashed at its first forward."""
+    """Context parallelism over sliding-window attention, or attention with learnable softmax
+    offsets (sinks), does not pass K/V round a ring whatever ``cp_exchange`` says: Transformer
+    Engine runs windowed attention under CP only with its ``all_gather`` or ``a2a`` exchange, and
+    sinks only with ``a2a`` (``attn_forward_func_with_cp``, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py @ NVIDIA/TransformerEngine d0067d0da); Megatron-Core
+    hands its ``--cp-comm-type`` to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd),
+    and the Megatron export asks for ``all_gather`` (``a2a`` with sinks). Costed as the K/V
+    all-gather (``cp_exchange = "allgather"``'s form, torch's: gathered behind the first block;
+    TE's all-gather waits for its gather, so this is optimistic, and its a2a is not modelled).
+    A user trial's Mistral export had crashed at its first forward."""
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring over the group's top level (no node-level
     aggregation)."""
@@ -553,9 +555,9 @@ class StackSpec(_CachedHash):
 
     def cp_exchange_for(self, model) -> str:
         """How this stack's context parallelism exchanges K/V for ``model``'s attention
-        (``cp_exchange``, or an all-gather over sliding windows: ``cp_gathers_windows``)."""
-        return "allgather" if self.cp_gathers_windows and model.sliding_window \
-            else self.cp_exchange
+        (``cp_exchange``, or an all-gather over sliding windows or sinks: ``cp_gathers_windows``)."""
+        return "allgather" if self.cp_gathers_windows and (
+            model.sliding_window or model.attention_sinks) else self.cp_exchange
 
     def pads_experts(self, training) -> bool:
         """Every expert's input is padded to the capacity ``training`` (a TrainingSpec) sets."""
@@ -647,9 +649,11 @@ class StackSpec(_CachedHash):
         if par.zero not in self.zero_stages:
             return "zero", par.zero, f"stack {n} runs ZeRO stages " + ", ".join(
                 map(str, self.zero_stages))
-        if par.zero < 2 and par.cp > 1 and self.cp_shards_weights:
+        if self.cp_forces_sharding(par.zero, par.cp):
+            sharded = [z for z in self.zero_stages if not self.cp_forces_sharding(z, par.cp)]
             return "zero", par.zero, (f"stack {n} shards the weights over the context-parallel "
-                                      "ranks whenever cp > 1"), "use zero = 2 or 3"
+                                      "ranks whenever cp > 1"), (
+                "use zero = " + " or ".join(map(str, sharded)) if sharded else "use cp = 1")
         why = self.expert_tp_refusal(par.tp, par.ep, par.expert_tp, biased=biased) \
             or self.replicas_refusal(par)
         if why is not None:
@@ -739,7 +743,12 @@ class StackSpec(_CachedHash):
         them (``cp_shards_weights``)."""
         return [z for z in self.zero_stages if (par.pp == 1 or z <= self.max_zero_with_pp)
                 and not self.replicas_hold_experts(par.with_(zero=z))
-                and not (z < 2 and par.cp > 1 and self.cp_shards_weights)]
+                and not self.cp_forces_sharding(z, par.cp)]
+
+    def cp_forces_sharding(self, zero: int, cp: int) -> bool:
+        """Whether a plan at ZeRO stage ``zero`` with ``cp`` context-parallel ranks is sharded
+        otherwise than it says (``cp_shards_weights``: FSDP over the CP ranks, ZeRO-2 or 3)."""
+        return self.cp_shards_weights and cp > 1 and zero < 2
 
     @property
     def params_are_master(self) -> bool:

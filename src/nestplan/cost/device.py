@@ -205,8 +205,15 @@ class ConfigCosts:
     head's device (a tied output weight, or multi-token prediction's lookup table)."""
     embedding_copy_params: float
     """Elements of that gradient (0 when nothing is all-reduced)."""
-    logits_bytes: float
-    """fp32 logits gradient on the head's device during backward."""
+    logits: float
+    """Logits of one micro-batch on the head's device: its sequence shard times its share of the
+    (padded) vocabulary."""
+
+    @property
+    def logits_bytes(self) -> float:
+        """What the loss adds on the head's device at its backward's peak
+        (``StackSpec.loss_transient_bytes`` per logit)."""
+        return self.sc.stack.loss_transient_bytes * self.logits
 
     @property
     def steady_p2p(self) -> float:
@@ -271,8 +278,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         ar=coeffs(G.CollKind.ALL_REDUCE),
         embedding_copy_ar=collective_coeffs(G.CollKind.ALL_REDUCE, lay.embedding, cluster),
         embedding_copy_params=embedding_copy_params,
-        logits_bytes=st.loss_transient_bytes * par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(
-            model.vocab, par.tp) / par.tp,
+        logits=par.mbs * (tr.seq_len // par.cp) * G.padded_vocab(model.vocab, par.tp) / par.tp,
     )
 
 

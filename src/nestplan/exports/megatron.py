@@ -199,20 +199,26 @@ def _moe_pattern(m) -> str:
     return _pattern([1 if m.is_moe_layer(i) else 0 for i in range(m.layers)])
 
 
-def _cp_exchange_args(m, cp: int, notes: list[str]) -> list[str]:
+def _cp_exchange_args(m, par, notes: list[str]) -> list[str]:
     """``--cp-comm-type`` where Transformer Engine refuses its default ring (``p2p``) under
-    context parallelism: over sliding windows it takes ``all_gather`` or ``a2a``, with learnable
-    softmax offsets (GPT-OSS's sinks) ``a2a`` only (``attn_forward_func_with_cp``,
-    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @
-    NVIDIA/TransformerEngine d0067d0da); Megatron-Core passes the value to TE unchanged
-    (extensions/transformer_engine.py @ d98e8a64dd), so it is TE's spelling."""
-    if cp == 1 or not (m.sliding_window or m.attention_sinks):
+    context parallelism (megatron-core's ``cp_exchange_for``: ``StackSpec.cp_gathers_windows``):
+    over sliding windows ``all_gather``, with learnable softmax offsets (GPT-OSS's sinks) ``a2a``,
+    the only one TE takes there, which needs each TP rank's KV heads divisible by cp
+    (``attn_forward_func_with_cp`` and its a2a path, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py @ NVIDIA/TransformerEngine d0067d0da). Megatron-Core
+    passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
+    spelling."""
+    cp = par.cp
+    if cp == 1 or get_stack("megatron-core").cp_exchange_for(m) != "allgather":
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
+    heads = m.kv_heads // par.tp if m.kv_heads >= par.tp else 1
+    runs = ("" if heads % cp == 0 else f"; it needs each TP rank's KV heads ({heads}) divisible "
+            f"by cp = {cp}, which this plan's are not: it does not run as exported")
     notes.append("context parallelism with attention sinks: Transformer Engine runs it only with "
                  "the all-to-all exchange (--cp-comm-type a2a, exported), which the predictions "
-                 "above cost as a K/V all-gather")
+                 f"above cost as a K/V all-gather{runs}")
     return ["--cp-comm-type a2a"]
 
 
@@ -387,7 +393,7 @@ def export(pf: PlanFile) -> Export:
     ]
     if par.sp:
         args.append("--sequence-parallel")
-    args += _cp_exchange_args(m, par.cp, notes)
+    args += _cp_exchange_args(m, par, notes)
     overlap = sc.stack.tp_overlap_for(layouts(exported, sc.cluster, sc.gpus).tp)
     if overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
         # Transformer Engine's userbuffers: a TransformerConfig field, so a Megatron-LM flag,

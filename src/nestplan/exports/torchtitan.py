@@ -259,13 +259,16 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
     sequence, 8 by default (``ChunkedLossWrapper.Config.num_chunks``, torchtitan/components/
     loss.py), which no stack here models: the head's device holds a chunk's logits, not the
     sequence's (a user trial's 128K plan counted about 20 GiB of them)."""
-    sc, tr = pf.scenario, pf.scenario.training
-    rows = exported.mbs * tr.seq_len / exported.cp
-    logits = rows * sc.model.vocab / exported.tp * sc.stack.loss_saved_bytes
+    from ..cost.device import config_costs
+
+    st = pf.scenario.stack
+    logits = config_costs(pf.scenario, exported).logits  # a micro-batch's, as the model counts
     return (f"torchtitan's {config} computes the loss over chunks of the sequence "
             "(ChunkedLossWrapper, 8 by default), which nestplan does not model: the predicted "
-            f"peak of the devices with the output layer counts the whole sequence's logits ({fmt_gib(logits)} "
-            "GiB a micro-batch keeps for backward), the launched run about an eighth of them")
+            "peak of the devices with the output layer counts the whole sequence's logits, "
+            f"{fmt_gib(logits * st.loss_saved_bytes)} GiB a micro-batch keeps for backward and "
+            f"{fmt_gib(st.loss_transient_bytes * logits)} GiB more at the loss's backward; the "
+            "launched run holds about an eighth of them")
 
 
 def export(pf: PlanFile) -> Export:

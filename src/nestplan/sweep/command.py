@@ -166,10 +166,10 @@ def _note_expert_loads_without_experts(spec) -> None:
         warnings.warn(f"grid.{varied[0]}: no model of the grid has experts, so its values change "
                       "nothing and those points repeat each other", Note)
     elif dense:
-        warnings.warn(f"grid.{varied[0]}: {', '.join(dense)} "
-                      f"{'has' if len(dense) == 1 else 'have'} no experts, so its values change "
-                      f"nothing there and {'that model' if len(dense) == 1 else 'those models'}'s "
-                      "points repeat each other", Note)
+        one = len(dense) == 1
+        warnings.warn(f"grid.{varied[0]}: {', '.join(dense)} {'has' if one else 'have'} no "
+                      f"experts, so its values change nothing there and the points of "
+                      f"{'that model' if one else 'those models'} repeat each other", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:
