@@ -1813,7 +1813,17 @@ def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engin
     from nestplan.evaluate import local_strategy
 
     for sc, gathers in ((windowed, True), (sinks, True), (whole, False)):
-        assert local_strategy(sc.model, par, sc.training, sc.stack).cp_allgather == gathers
+        local = local_strategy(sc.model, par, sc.training, sc.stack)
+        assert local.cp_allgather == local.cp_gather_waits == gathers
+    # as Transformer Engine runs it: the gathers waited for, dK/dV reduce-scattered after them
+    from nestplan.evaluate import layer_graph
+    from nestplan.graph import CollKind, Hide
+
+    comms = {c.name: c for c in layer_graph(windowed.model, par, windowed.training,
+                                            windowed.stack).dense.comms if c.axis.value == "cp"}
+    assert {n: (c.kind, c.hide) for n, c in comms.items()} == {
+        "cp_kv_ag": (CollKind.ALL_GATHER, Hide.NONE), "cp_kv_ag_bwd": (CollKind.ALL_GATHER, Hide.NONE),
+        "cp_dkv_bwd": (CollKind.REDUCE_SCATTER, Hide.NONE)}
 
 
 def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():

@@ -222,6 +222,9 @@ class Local:
     """A norm read by one linear layer runs inside it (the stack's ``norm_in_linear``)."""
     cp_allgather: bool = False
     """Context parallelism all-gathers K/V (the stack's ``cp_exchange``) instead of a ring."""
+    cp_gather_waits: bool = False
+    """That all-gather is Transformer Engine's: waited for, forward and backward, and dK/dV
+    reduce-scattered after the backward (``StackSpec.cp_exchange_for``)."""
     moe_dispatcher: str = "alltoall"
     """How MoE tokens reach their experts (the stack's ``moe_dispatcher``)."""
     moe_overlap: str = "none"
@@ -487,6 +490,14 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
                   Comm("cp_kv_bwd", Axis.CP, CollKind.RING_EXCHANGE, 2 * kv_block, "bwd",
                        Hide.ATTENTION)]
+    elif loc.cp > 1 and loc.cp_gather_waits:  # TE's: gathered, then computed; dK/dV scattered
+        kv_block = E * (k_el + v_el)
+        comms += [Comm("cp_kv_ag", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "fwd",
+                       Hide.NONE),
+                  Comm("cp_kv_ag_bwd", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "bwd",
+                       Hide.NONE),
+                  Comm("cp_dkv_bwd", Axis.CP, CollKind.REDUCE_SCATTER, loc.cp * kv_block, "bwd",
+                       Hide.NONE)]
     elif loc.cp > 1:  # torch's all-gather rotater: every K/V shard gathered behind the first
         # sub-attention, forward and again in backward; dK/dV still pass round a ring
         kv_block = E * (k_el + v_el)

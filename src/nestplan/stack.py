@@ -186,10 +186,12 @@ class StackSpec(_CachedHash):
     sinks only with ``a2a`` (``attn_forward_func_with_cp``, transformer_engine/pytorch/attention/
     dot_product_attention/context_parallel.py @ NVIDIA/TransformerEngine d0067d0da); Megatron-Core
     hands its ``--cp-comm-type`` to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd),
-    and the Megatron export asks for ``all_gather`` (``a2a`` with sinks). Costed as the K/V
-    all-gather (``cp_exchange = "allgather"``'s form, torch's: gathered behind the first block;
-    TE's all-gather waits for its gather, so this is optimistic, and its a2a is not modelled).
-    A user trial's Mistral export had crashed at its first forward."""
+    and the Megatron export asks for ``all_gather`` (``a2a`` with sinks). Costed as TE's
+    all-gather runs (``AttnFuncWithCPAndKVAllGather``, same file): K/V gathered before the
+    attention in the forward and again in the backward, dK/dV reduce-scattered after it, each
+    waited for (``gather_along_first_dim`` / ``reduce_scatter_along_first_dim``, not overlapped);
+    TE's a2a, which sinks need, is not modelled and is costed alike. A user trial's Mistral export
+    had crashed at its first forward."""
     flat_dp_collectives: bool = False
     """Data-parallel collectives run as one flat ring over the group's top level (no node-level
     aggregation)."""
@@ -554,9 +556,10 @@ class StackSpec(_CachedHash):
         return replace(self, **{f: getattr(other, f) for f in CALIBRATION})
 
     def cp_exchange_for(self, model) -> str:
-        """How this stack's context parallelism exchanges K/V for ``model``'s attention
-        (``cp_exchange``, or an all-gather over sliding windows or sinks: ``cp_gathers_windows``)."""
-        return "allgather" if self.cp_gathers_windows and (
+        """How this stack's context parallelism exchanges K/V for ``model``'s attention:
+        ``cp_exchange``, or over sliding windows or sinks (``cp_gathers_windows``)
+        ``"te_allgather"``, Transformer Engine's all-gather."""
+        return "te_allgather" if self.cp_gathers_windows and (
             model.sliding_window or model.attention_sinks) else self.cp_exchange
 
     def pads_experts(self, training) -> bool:

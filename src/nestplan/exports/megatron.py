@@ -209,7 +209,7 @@ def _cp_exchange_args(m, par, notes: list[str]) -> list[str]:
     passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
     spelling."""
     cp = par.cp
-    if cp == 1 or get_stack("megatron-core").cp_exchange_for(m) != "allgather":
+    if cp == 1 or get_stack("megatron-core").cp_exchange_for(m) != "te_allgather":
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
