@@ -1858,3 +1858,45 @@ def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():
     bf16 = replace(sc, training=replace(sc.training, precision=Precision.BF16),
                    stack=get_stack("torchtitan"))
     assert not any("rowwise" in n for n in exported(bf16, par, "torchtitan").notes)
+
+
+@pytest.mark.parametrize("fmt, base, policy, launched", [
+    ("megatron", "megatron-core", "matmul-outputs", ("megatron-core", "selective")),
+    ("torchtitan", "torchtitan", "modules:core_attn", ("torchtitan", "selective"))])
+def test_an_export_predicts_the_policy_it_launches(tmp_path, fmt, base, policy, launched):
+    """A stack file's policy the format cannot express is launched as another (Megatron-LM runs
+    per-op checkpointing as its selective recomputation; torchtitan runs core-attention
+    checkpointing as its per-op selective mode): the export's prediction is of the launched run,
+    as the catalog stack that runs it predicts it (a user trial's Megatron export said "fits" of
+    a plan whose launched run needs 93 GiB of 80; its torchtitan export said 167 GiB of one that
+    holds 82)."""
+    path = tmp_path / "mine.toml"
+    path.write_text(f'base = "{base}"\nname = "mine"\n'
+                    f'recompute = {{none = "none", odd = "{policy}", full = "full"}}\n')
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=64,
+                             stack=str(path))
+    par = Parallelism(tp=2, pp=1, dp=4, sp=True, zero=3 if fmt == "torchtitan" else 1, mbs=2,
+                      recompute=("odd",))
+    own = evaluate(replace(sc, stack=get_stack(launched[0])), par.with_(recompute=(launched[1],)))
+    assert own.step_time != evaluate(sc, par).step_time
+    text = exported(sc, par, fmt).text
+    head = [line for line in text.splitlines() if line.startswith("# predicted")]
+    assert head == [f"# predicted: step {own.step_time:.3f} s, {own.tokens_per_s:,.0f} tokens/s, "
+                    f"MFU {own.mfu:.1%}, peak memory {own.peak_memory / GiB:.1f} GiB "
+                    f"({memory_verdict(own)})"], head
+    assert f"# note: exported plan: predicted step {own.step_time:.3f} s instead of" in text
+
+
+def test_a_stack_that_gathers_context_parallel_kv_exports_the_gather(tmp_path):
+    """A Megatron stack file with cp_exchange = "allgather" is costed with the gather and
+    exported with it (a user trial's ran Megatron's default ring, unsaid); the catalog stack
+    keeps the ring."""
+    path = tmp_path / "ag.toml"
+    path.write_text('base = "megatron-core"\nname = "ag"\ncp_exchange = "allgather"\n')
+    par = Parallelism(tp=8, pp=1, dp=2, cp=4, sp=True, zero=1, mbs=1, recompute=("full",))
+    flags = {}
+    for stack in (str(path), "megatron-core"):
+        sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=32768,
+                                 global_batch=64, stack=stack)
+        flags[stack] = _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
+    assert flags == {str(path): ["all_gather"], "megatron-core": None}

@@ -101,7 +101,7 @@ SMALL = {"num_hidden_layers": 32, "hidden_size": 256, "num_attention_heads": 4,
      8192, 1.0),  # Qwen3-MoE: every layer
     ({"model_type": "qwen2_moe", "num_experts": 8, "num_experts_per_tok": 2,
       "moe_intermediate_size": 64, "use_sliding_window": True, "max_window_layers": 16},
-     8192, 0.5),
+     8192, 8 / 32),  # Qwen2-MoE: every other layer below max_window_layers (layers 0, 2, ... 14)
     ({"model_type": "mistral", "sliding_window": 1024,  # Mistral: every layer, types aside
       "layer_types": ["full_attention"] * 32}, 2048, 1.0),
     ({"model_type": "llama", "sliding_window": 4096}, 0, 0.0),  # Llama has none
@@ -434,3 +434,18 @@ def test_a_deepseek_moe_layer_period_counts_from_layer_zero():
     moe = [i for i in range(9) if model_from_hf_dict({**data, "moe_layer_freq": 2}).is_moe_layer(i)]
     assert moe == [4, 6, 8]
     assert [i for i in range(9) if model_from_hf_dict(data).is_moe_layer(i)] == list(range(3, 9))
+
+
+@pytest.mark.frameworks
+def test_qwen2_moe_windows_sit_where_transformers_puts_them():
+    """Qwen2-MoE's config class puts its default windows on every other layer below
+    max_window_layers, not on the layers from it on as Qwen2's does (a user trial's): the
+    windowed layers are those transformers' Qwen2MoeConfig names sliding."""
+    pytest.importorskip("transformers")
+    from transformers import Qwen2MoeConfig
+
+    data = {**SMALL, "model_type": "qwen2_moe", "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64, "use_sliding_window": True, "max_window_layers": 16}
+    hf = Qwen2MoeConfig(**{k: v for k, v in data.items() if k != "model_type"})
+    want = [i for i, t in enumerate(hf.layer_types) if t == "sliding_attention"]
+    assert want and list(model_from_hf_dict(data).local_layers) == want

@@ -427,7 +427,8 @@ def _mistral(cfg: _Config) -> dict:
     return {**kw, **_sliding(cfg, kw["layers"], window, range(kw["layers"]), typed=False)}
 
 
-def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> dict:
+def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False,
+                  alternate: bool = False) -> dict:
     """Qwen2/Qwen3 and Qwen2-MoE: a sliding window only with ``use_sliding_window`` (false by
     default), on the layers from ``max_window_layers`` (28 by default) on unless ``layer_types``
     lists them; ``sliding_window`` defaults to 4,096 and null is none (Qwen2Config:
@@ -435,7 +436,10 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
     caa3177646255d2cf73626315c8582722af4749c). Qwen3-MoE (``every_layer``) has neither
     ``max_window_layers`` nor ``layer_types``: the window is on every layer
     (src/transformers/models/qwen3_moe/configuration_qwen3_moe.py @
-    26f4b0f69f17118549a693ffe600c18e8505b636)."""
+    26f4b0f69f17118549a693ffe600c18e8505b636). Qwen2-MoE (``alternate``) defaults its
+    ``layer_types`` otherwise: the window on every other layer below ``max_window_layers``, the
+    first among them (Qwen2MoeConfig.__post_init__, transformers 5.23.0 wheel; a user trial
+    found the windows on its last half instead)."""
     if not cfg.get("use_sliding_window", default=False, kind=bool):
         if not every_layer:
             _layer_types(cfg, layers)  # (checked where unused too, as Qwen2Config checks it)
@@ -444,6 +448,8 @@ def _qwen_sliding(cfg: _Config, layers: int, *, every_layer: bool = False) -> di
     if every_layer:
         return _sliding(cfg, layers, window, range(layers), typed=False)
     full = cfg.get("max_window_layers", default=28, minimum=0)
+    if alternate:
+        return _sliding(cfg, layers, window, range(0, min(full, layers), 2))
     return _sliding(cfg, layers, window, range(full, layers))
 
 
@@ -551,7 +557,7 @@ def _qwen2_moe(cfg: _Config) -> dict:
     # Qwen2-MoE: q/k/v biases only (``qkv_bias``, true when absent), one shared expert of its
     # own size behind a sigmoid gate (shared_expert_gate in the modelling code)
     kw = _llama_like(cfg, qkv_bias=cfg.get("qkv_bias", default=True, kind=bool))
-    kw.update(_qwen_sliding(cfg, kw["layers"]))
+    kw.update(_qwen_sliding(cfg, kw["layers"], alternate=True))
     first, step = _moe_pattern(cfg, kw["layers"])
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),

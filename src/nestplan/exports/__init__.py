@@ -182,6 +182,23 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
         f"{why}; exported with {target.name}{how}"]
 
 
+def launched_as(pf: PlanFile, plan: Parallelism, rules: dict[str, str]):
+    """The plan file and ``plan`` with the recompute policies ``rules`` names running the rule it
+    gives them, as a format launches a policy it cannot express (Megatron-LM runs per-op
+    checkpointing as its selective recomputation): the stack gains a policy ``NAME-as-launched``
+    of that rule, so that the export's predictions are of the run it launches (a user trial's
+    Megatron export said "fits" of a policy it did not launch, whose stand-in needs 93 GiB of
+    80). Without ``rules``, both as they are."""
+    if not rules:
+        return pf, plan
+    st = pf.scenario.stack
+    named = {name: f"{name}-as-launched" for name in rules}
+    stack = replace(st, recompute=st.recompute + tuple(
+        Policy(named[name], rule) for name, rule in rules.items()))
+    return (replace(pf, scenario=replace(pf.scenario, stack=stack)),
+            plan.with_(recompute=tuple(named.get(r, r) for r in plan.recompute)))
+
+
 def fit_notes(pf: PlanFile) -> list[str]:
     """A warning when the plan itself does not fit its devices' memory."""
     ev = evaluate(pf.scenario, pf.plan)

@@ -23,7 +23,7 @@ from ..placement import layouts
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
-from . import (Export, closest_schedule, fit_notes, headline, mesh_json, rank_note,
+from . import (Export, closest_schedule, fit_notes, headline, launched_as, mesh_json, rank_note,
                predicted_note, rank_files)
 
 
@@ -199,9 +199,10 @@ def _moe_pattern(m) -> str:
     return _pattern([1 if m.is_moe_layer(i) else 0 for i in range(m.layers)])
 
 
-def _cp_exchange_args(m, par, notes: list[str]) -> list[str]:
-    """``--cp-comm-type`` where Transformer Engine refuses its default ring (``p2p``) under
-    context parallelism (megatron-core's ``cp_exchange_for``: ``StackSpec.cp_gathers_windows``):
+def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
+    """``--cp-comm-type`` where the plan's stack (megatron-core for another format's) gathers K/V
+    (``cp_exchange_for``: a stack file's ``cp_exchange = "allgather"``) or Transformer Engine
+    refuses its default ring (``p2p``) under context parallelism (``cp_gathers_windows``):
     over sliding windows ``all_gather``, with learnable softmax offsets (GPT-OSS's sinks) ``a2a``,
     the only one TE takes there, which needs each TP rank's KV heads divisible by cp
     (``attn_forward_func_with_cp`` and its a2a path, transformer_engine/pytorch/attention/
@@ -209,7 +210,10 @@ def _cp_exchange_args(m, par, notes: list[str]) -> list[str]:
     passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
     spelling."""
     cp = par.cp
-    if cp == 1 or get_stack("megatron-core").cp_exchange_for(m) != "te_allgather":
+    te = get_stack("megatron-core")  # Transformer Engine's rules hold whatever the stack
+    chosen = (stack if stack.export_format == "megatron" else te).cp_exchange_for(m)
+    if cp == 1 or not (te.cp_exchange_for(m) == "te_allgather"
+                       or chosen in ("allgather", "te_allgather")):
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
@@ -393,7 +397,7 @@ def export(pf: PlanFile) -> Export:
     ]
     if par.sp:
         args.append("--sequence-parallel")
-    args += _cp_exchange_args(m, par, notes)
+    args += _cp_exchange_args(m, par, sc.stack, notes)
     overlap = sc.stack.tp_overlap_for(layouts(exported, sc.cluster, sc.gpus).tp)
     if overlap is TPOverlap.FULL and par.tp > 1 and par.sp:
         # Transformer Engine's userbuffers: a TransformerConfig field, so a Megatron-LM flag,
@@ -640,10 +644,13 @@ def export(pf: PlanFile) -> Export:
                          "--no-python ... bash PATH.ranks.sh bash PATH.stages.sh python "
                          "pretrain_gpt.py ARGUMENTS)"
                          if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
+    # per-op checkpointing runs as Megatron's selective recomputation: predicted as launched
+    launched, exported = launched_as(pf, exported, {
+        p.name: "modules:core_attn" for p in policies if p.kind == "matmul-outputs"})
     if sched_notes or any(approximated for _, _, approximated in by_key.values()) \
             or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(pf, exported, "megatron"))
-    predicted, stack_notes = headline(pf, exported, "megatron")
+        notes.append(predicted_note(launched, exported, "megatron"))
+    predicted, stack_notes = headline(launched, exported, "megatron")
     notes += stack_notes
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",

@@ -27,7 +27,7 @@ from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text
 from ..units import fmt_gib
-from . import (Export, capacity_notes, closest_schedule, fit_notes, mesh_json,
+from . import (Export, capacity_notes, closest_schedule, fit_notes, launched_as, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
 TORCHTITAN_ORDER = MEGATRON_ORDER
@@ -84,28 +84,38 @@ def registry_entry(m) -> tuple[str, str, str | None]:
     return (*PLACEHOLDER, None)
 
 
+def _checkpointing(pf: PlanFile):
+    """The plan's one policy (``uniform_policy``, with its notes), torchtitan's mode nearest to
+    it (its activation-checkpointing modes are its stack's policy names: none, selective, full),
+    the plan's stack's policy that runs that mode, and the rules ``launched_as`` gives policies
+    the stack lacks. A torchtitan stack's plan runs torchtitan's mode: as the stack's policy of
+    that rule (a stack file's every:2 runs as its full), else as the mode's rule (a user trial's
+    core-attention policy had been predicted as itself, 167 GiB, while torchtitan ran per-op
+    checkpointing, 82 GiB); another framework's plan keeps its policy (own_prediction maps
+    it)."""
+    policy, notes = uniform_policy(pf)
+    runs = closest(policy, get_stack("torchtitan").recompute)
+    stack = pf.scenario.stack
+    if stack.export_format != "torchtitan" or runs.rule == policy.rule:
+        return policy, notes, runs, policy, {}
+    same = next((p for p in stack.recompute if p.rule == runs.rule), None)
+    return policy, notes, runs, same or policy, {} if same else {policy.name: runs.rule}
+
+
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     """The argument groups (one option with its values each), the notes, and the plan actually
     exported."""
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
     notes = fit_notes(pf)
-    policy, rec_notes = uniform_policy(pf)
+    policy, rec_notes, runs, ran, rules = _checkpointing(pf)
     titan = get_stack("torchtitan")  # its own rules
-    # its activation-checkpointing modes are its stack's policy names (none, selective, full)
-    runs = closest(policy, titan.recompute)
     mode = runs.name
     if runs.kind != policy.kind:  # Megatron's module checkpointing, intervals
         rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no torchtitan "
                          f"equivalent; its activation checkpointing runs '{mode}' instead, which "
                          "keeps " + ("other tensors" if mode == "selective" else "less"))
     notes += rec_notes
-    # a torchtitan stack's plan runs torchtitan's mode: as that stack's policy nearest to it,
-    # where the two differ (a stack file's every:2 runs as full), so that its prediction is of
-    # the run (another framework's plan keeps its policy: own_prediction maps it)
-    ran = policy
-    if sc.stack.export_format == "torchtitan" and runs.rule != policy.rule:
-        ran = closest(runs, sc.stack.recompute) or policy
     zero, etp = par.zero, par.expert_tp
     if zero == 1:
         notes.append("ZeRO-1 (sharded optimizer only) has no FSDP2 equivalent; exported as "
@@ -229,8 +239,9 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     notes += capacity_notes(pf, "torchtitan")
     if (module, config) != PLACEHOLDER:  # (each of REGISTRY's configs chunks its loss)
         notes.append(_chunked_loss_note(pf, exported, config))
+    launched, exported = launched_as(pf, exported, rules)
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(pf, exported, "torchtitan"))
+        notes.append(predicted_note(launched, exported, "torchtitan"))
     return groups, notes, exported
 
 
@@ -274,7 +285,8 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
 def export(pf: PlanFile) -> Export:
     sc = pf.scenario
     groups, notes, exported = arguments(pf)
-    predicted, stack_notes = headline(pf, exported, "torchtitan")
+    launched, _ = launched_as(pf, pf.plan, _checkpointing(pf)[4])  # its stack, as launched
+    predicted, stack_notes = headline(launched, exported, "torchtitan")
     notes += stack_notes
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
