@@ -623,6 +623,9 @@ case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev
 # ---- stack files -------------------------------------------------------------------------------
 STACK_BAD = {
     "unknown-key": ('base = "megatron-core"\nname = "s"\nturbo = true\n', "turbo"),
+    # a catalog name with a space after it had passed, printed as the catalog stack (a trial's)
+    "name-catalogs-with-a-space": ('base = "megatron-core"\nname = "megatron-core "\n',
+                                   "name: got 'megatron-core '; must not begin or end with white"),
     "overhead-huge-integer": ('base = "megatron-core"\nname = "s"\nstep_overhead_s = 1'
                               + "0" * 400 + "\n", "step_overhead_s"),
     "recompute-rule-superscript": ('base = "megatron-core"\nname = "s"\n'

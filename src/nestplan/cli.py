@@ -1021,15 +1021,15 @@ def cmd_calibrate(args) -> int:
     if out.stem in list_names("stacks"):  # (the stack is named for the file, and then refused)
         raise SpecError("-o", args.output, f"names the fitted stack for the file, and "
                         f"'{out.stem}' is a catalog stack's name: choose another file name")
+    if out.stem != out.stem.strip() or out.name == ".toml":  # (" a.toml", or a suffix alone)
+        raise SpecError("-o", args.output, "names the fitted stack for the file (its name without "
+                        ".toml): give one with no space at either end and more than the suffix "
+                        "(mine.toml)")
     try:  # (a name --stack would refuse)
         checked_name(out.stem, "-o")
     except SpecError as e:
         raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
                         + e.allowed) from None
-    if out.stem != out.stem.strip() or out.name == ".toml":  # (" a.toml", or a suffix alone)
-        raise SpecError("-o", args.output, "names the fitted stack for the file (its name without "
-                        ".toml): give one with no space at either end and more than the suffix "
-                        "(mine.toml)")
     first = load_cases(runs, stack=base, field="RUNS.csv")
     _note_filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")

@@ -195,9 +195,9 @@ def name_of(table: dict, where: str) -> str:
 def checked_name(name: str, field: str) -> str:
     """``name`` (of ``field``) if it is not blank and on one line (no control characters or
     line breaks, which would break the comment lines of exports, nor invisible format characters
-    such as bidirectional overrides, which would show it as another name) and text that can be
-    written (no lone surrogates: the bytes of a file name that are not UTF-8), else a
-    SpecError."""
+    such as bidirectional overrides, which would show it as another name), without white space
+    at either end (which would print as another name), and text that can be written (no lone
+    surrogates: the bytes of a file name that are not UTF-8), else a SpecError."""
     import unicodedata
 
     if not name.strip() or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
@@ -206,6 +206,8 @@ def checked_name(name: str, field: str) -> str:
     if any(unicodedata.category(c) == "Cs" for c in name):
         raise SpecError(field, name, "must be UTF-8 text (it holds a lone surrogate, e.g. a byte "
                         "of a file name that is not UTF-8: rename the file)")
+    if name != name.strip():  # (a stack file's "megatron-core " had passed as the catalog's)
+        raise SpecError(field, name, "must not begin or end with white space")
     return name
 
 
