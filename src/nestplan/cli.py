@@ -427,10 +427,7 @@ def cmd_evaluate(args) -> int:
     ev = evaluate(sc, plan)
     _note_recompute_costs_memory(ev)
     _note_host_bound(ev)
-    _note_balanced_routing(ev, args)
-    _note_load_capped(ev)
-    _note_fp8_stack_at_bf16(ev)
-    _note_uncalibrated_stack(ev)
+    _notes_on_workload_and_stack(ev, args)
     _note_uneven_chunks(ev)
     _note_simulated_schedule(ev)
     if args.save is not None:
@@ -507,6 +504,14 @@ def _note_uneven_chunks(ev) -> None:
                       "if each device's blocks were spread evenly over its chunks (as the search's "
                       "splits are, within a block), so chunks this uneven run slower than shown",
                       Note)
+
+
+def _notes_on_workload_and_stack(ev, args) -> None:
+    """The notes evaluate and plan both give of a plan's routing load and of its stack."""
+    _note_balanced_routing(ev, args)
+    _note_load_capped(ev)
+    _note_fp8_stack_at_bf16(ev)
+    _note_uncalibrated_stack(ev)
 
 
 SIMULATED_GAP = 0.02
@@ -704,10 +709,7 @@ def cmd_plan(args) -> int:
         progress.close()
     _note_host_bound(res.best)
     _note_no_interleaving(res.best)
-    _note_balanced_routing(res.best, args)
-    _note_load_capped(res.best)
-    _note_fp8_stack_at_bf16(res.best)
-    _note_uncalibrated_stack(res.best)
+    _notes_on_workload_and_stack(res.best, args)
     _note_simulated_schedule(res.best)
     if args.save is not None:
         from . import planfile

@@ -47,12 +47,13 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
     and the stack's kernels (of its eager ops, those the model has: stacks that differ in the
     others share one graph)."""
     padded = stack.pads_experts(tr)  # every rank computes the capacity, not the busiest's load
+    cp_exchange = stack.cp_exchange_for(model)
     return G.Local(par.tp, par.sp, par.cp, par.ep, par.expert_tp, par.mbs, tr.seq_len,
                    tr.precision, stack.attention, span=tr.attention_span or 0,
                    fused_norm=stack.fused_norm, fused_gated_mlp=stack.fused_gated_mlp,
                    norm_in_linear=stack.norm_in_linear,
-                   cp_allgather=stack.cp_exchange_for(model) in ("allgather", "te_allgather"),
-                   cp_gather_waits=stack.cp_exchange_for(model) == "te_allgather",
+                   cp_allgather=cp_exchange in ("allgather", "te_allgather"),
+                   cp_gather_waits=cp_exchange == "te_allgather",
                    moe_dispatcher=stack.moe_dispatcher, moe_overlap=stack.moe_overlap,
                    moe_load=costed_moe_load(model, par.ep, tr, padded),
                    fp8_tp_gather=stack.fp8_tp_gather and tr.precision is Precision.FP8,

@@ -17,7 +17,7 @@ FSDP's ZeRO-2 (no resharding after forward: a stack whose stored parameters are 
 does and keeps two gradient buffers, 2 · ``grad_bytes`` (``StackSpec.pipeline_bf16_optimizer``).
 In fp8 training the blocks' weights add Transformer Engine's cached fp8 copies,
 ``fp8_weight_cache_bytes`` each, unless the stack keeps fp8 weights in their place under a sharded
-optimizer (``fp8_weight_cache_bytes``).
+optimizer (``StackSpec.fp8_primary_weights``).
 
 Reserve kept on every device for what the model above does not track: the CUDA context, cuBLAS
 and NCCL workspaces (the stack's ``reserved_bytes``), and the caching allocator's reserved but

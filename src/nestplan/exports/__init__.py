@@ -302,6 +302,15 @@ FORMAT_STACKS = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deeps
 """The catalog stack that runs each format's framework as it ships."""
 
 
+def launching_stack(stack, fmt: str):
+    """The stack whose behaviour a ``fmt`` launch of a plan of ``stack`` is costed with (as
+    ``headline`` predicts it): ``stack`` where it exports as ``fmt``, else the format's catalog
+    stack (``FORMAT_STACKS``)."""
+    from ..catalog import get_stack
+
+    return stack if stack.export_format == fmt else get_stack(FORMAT_STACKS[fmt])
+
+
 def own_prediction(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[str, object]:
     """What nestplan predicts for the exported plan as the format's own stack runs it (each
     recompute policy as that stack's closest one), or why that stack cannot run it; with the

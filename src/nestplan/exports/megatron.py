@@ -23,8 +23,8 @@ from ..placement import layouts
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
-from . import (Export, closest_schedule, fit_notes, headline, launched_as, mesh_json, rank_note,
-               predicted_note, rank_files)
+from . import (FORMAT_STACKS, Export, closest_schedule, fit_notes, headline, launched_as,
+               launching_stack, mesh_json, predicted_note, rank_files, rank_note)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -210,13 +210,14 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
     spelling."""
     cp = par.cp
-    te = get_stack("megatron-core")  # Transformer Engine's rules hold whatever the stack
-    chosen = (stack if stack.export_format == "megatron" else te).cp_exchange_for(m)
+    te = get_stack(FORMAT_STACKS["megatron"])  # Transformer Engine's rules hold whatever the stack
+    chosen = launching_stack(stack, "megatron").cp_exchange_for(m)
     if cp == 1 or not (te.cp_exchange_for(m) == "te_allgather"
                        or chosen in ("allgather", "te_allgather")):
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
+    # each TP rank's KV heads: a share of them, or one replicated where TP exceeds them
     heads = m.kv_heads // par.tp if m.kv_heads >= par.tp else 1
     runs = ("" if heads % cp == 0 else f"; it needs each TP rank's KV heads ({heads}) divisible "
             f"by cp = {cp}, which this plan's are not: it does not run as exported")
@@ -622,10 +623,8 @@ def export(pf: PlanFile) -> Export:
         # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
         args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
                  "--transformer-impl transformer_engine"]
-        # the stack whose memory the run is predicted with: the plan's, or Megatron-Core's for
-        # a plan searched for another framework (``headline``)
-        runs = sc.stack if sc.stack.export_format == "megatron" else get_stack("megatron-core")
-        if par.zero >= 1 and runs.fp8_primary_weights:
+        # the stack whose memory the run is predicted with
+        if par.zero >= 1 and launching_stack(sc.stack, "megatron").fp8_primary_weights:
             # fp8 weights in place of bf16 ones and of Transformer Engine's cached fp8 copies, as
             # the memory model counts them (StackSpec.fp8_primary_weights); Megatron-LM allows it
             # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)

@@ -105,6 +105,12 @@ def _checkpointing(pf: PlanFile):
 def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     """The argument groups (one option with its values each), the notes, and the plan actually
     exported."""
+    return _arguments(pf)[:3]
+
+
+def _arguments(pf: PlanFile):
+    """``arguments``, and the plan file as launched (``launched_as``: its stack with the policy
+    torchtitan runs), which the export's predictions are of."""
     sc, par = pf.scenario, pf.plan
     m, tr = sc.model, sc.training
     notes = fit_notes(pf)
@@ -242,7 +248,7 @@ def arguments(pf: PlanFile) -> tuple[list[list[str]], list[str], object]:
     launched, exported = launched_as(pf, exported, rules)
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(launched, exported, "torchtitan"))
-    return groups, notes, exported
+    return groups, notes, exported, launched
 
 
 def _float8_gathers_note(pf: PlanFile, exported) -> str:
@@ -284,8 +290,7 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
 
 def export(pf: PlanFile) -> Export:
     sc = pf.scenario
-    groups, notes, exported = arguments(pf)
-    launched, _ = launched_as(pf, pf.plan, _checkpointing(pf)[4])  # its stack, as launched
+    groups, notes, exported, launched = _arguments(pf)
     predicted, stack_notes = headline(launched, exported, "torchtitan")
     notes += stack_notes
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
