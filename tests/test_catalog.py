@@ -59,6 +59,8 @@ def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_pa
     code, out, err = cli("list", kind, name)
     assert code == 0 and err == "", err
     assert out.startswith(f"# {kind[:-1]} {name}, every field")
+    # a catalog stack's runs_source too: the runs validate puts on it (it had been left out)
+    assert ("\nruns_source = [" in out) is (kind == "stacks")
     path = tmp_path / "mine.toml"
     path.write_text(out)
     assert get(kind, str(path)) == get(kind, name)

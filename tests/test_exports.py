@@ -518,6 +518,22 @@ def test_megatron_skips_rope_on_llama4s_nope_layers(layers, no_rope_layers, tmp_
     assert megatron_transformer_config(out.text).no_rope_freq == nope
 
 
+@pytest.mark.frameworks  # (Megatron-Core's own reading of the pattern)
+def test_megatron_puts_experts_on_the_blocks_moe_layers_lists(tmp_path):
+    """MoE blocks on no fixed pattern (Llama 4's ``moe_layers``): the export's --moe-layer-freq
+    list puts the experts on exactly those blocks in Megatron-Core's TransformerConfig."""
+    config = {"model_type": "llama4_text", "hidden_size": 512, "intermediate_size": 1024,
+              "intermediate_size_mlp": 2048, "num_hidden_layers": 8, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 32000,
+              "num_local_experts": 8, "num_experts_per_tok": 1, "moe_layers": [0, 1, 5]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    assert sc.model.moe.layers == (0, 1, 5)
+    out = exported(sc, Parallelism(tp=1, pp=1, dp=8, ep=8, etp=1, zero=1, mbs=1), "megatron")
+    assert megatron_transformer_config(out.text).moe_layer_freq == [1, 1, 0, 0, 0, 1, 0, 0]
+
+
 @pytest.mark.frameworks
 def test_megatron_core_has_the_field_the_llama4_note_names():
     import dataclasses

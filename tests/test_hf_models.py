@@ -123,6 +123,38 @@ def test_small_models_cost_the_flops_transformers_runs(name):
     assert model_flops_per_sequence(model, SEQ, 0) == counter.get_total_flops()
 
 
+IRREGULAR = {  # MoE blocks that follow no (first dense layers, every N-th) pattern
+    "Llama4TextConfig": {"num_local_experts": 4, "num_experts_per_tok": 1, "num_hidden_layers": 6,
+                         "intermediate_size_mlp": 256, "moe_layers": [0, 1, 4]},
+    "Qwen3MoeConfig": {"num_experts": 4, "num_hidden_layers": 6, "mlp_only_layers": [1, 2, 5],
+                       **FEW_EXPERTS},
+    "Qwen2MoeConfig": {"num_experts": 4, "num_hidden_layers": 5, "mlp_only_layers": [0, 3],
+                       "shared_expert_intermediate_size": 128, **FEW_EXPERTS},
+}
+
+
+@pytest.mark.parametrize("name", IRREGULAR)
+def test_moe_blocks_sit_where_transformers_builds_them(name):
+    """Llama 4's ``moe_layers`` and Qwen's ``mlp_only_layers`` may put the experts on any
+    blocks; nestplan had read Llama 4's pattern from ``interleave_moe_layer_step`` alone and
+    refused Qwen's unless the dense blocks led. The blocks with experts and the parameters are
+    transformers' own."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, name)(**{**SMALL, **IRREGULAR[name]})
+    with torch.device("meta"):
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    experts = [i for i, block in enumerate(built.model.layers)
+               if any(n.split(".")[-1] == "experts" for n, _ in block.named_modules())]
+    data = config.to_dict()
+    data.pop("dtype", None)
+    model = model_from_hf_dict(data)
+    assert [i for i in range(model.layers) if model.is_moe_layer(i)] == experts
+    assert 0 < len(experts) < model.layers
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+
+
 @pytest.mark.parametrize("name", ["LlamaConfig", "MistralConfig", "Qwen2Config", "Qwen3MoeConfig"])
 @pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "swish"])
 def test_every_activation_gates_the_llama_like_mlps(name, act):

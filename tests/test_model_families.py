@@ -2,6 +2,7 @@
 (tests/data/hf/, sources in tests/data/hf/SOURCES.md), and the catalog entries made from them."""
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -175,6 +176,55 @@ def test_llama4_reads_its_l2_qk_norms_and_chunks_as_transformers_defaults_them()
     l2 = layer_graph(scout, par, sc.training, sc.stack)
     rms = layer_graph(replace(scout, qk_l2_norm=False, qk_norm=True), par, sc.training, sc.stack)
     assert l2.moe.ops == rms.moe.ops and l2.moe.saved_bytes == rms.moe.saved_bytes
+
+
+@pytest.mark.parametrize("keys", [{"no_rope_layer_interval": 3}, {"no_rope_layer_interval": 1},
+                                  {"layer_types": ["chunked_attention", "full_attention"] * 24},
+                                  {"moe_layers": [1, 2, 30]}, {"moe_layers": list(range(0, 48, 3))}])
+def test_llama4_places_chunks_and_experts_as_its_config_class_does(keys):
+    """``no_rope_layer_interval``, ``layer_types`` and ``moe_layers``, which nestplan had not
+    read: the chunked layers are those ``layer_types`` names, filled in from the RoPE layers,
+    and the MoE blocks those ``moe_layers`` lists (Llama4TextConfig; its model picks each layer's
+    mask, RoPE and MLP from them)."""
+    transformers = pytest.importorskip("transformers")
+    data = json.loads((HF / "llama4-maverick.json").read_text())
+    text = {**data["text_config"], **keys}
+    config = transformers.Llama4TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = model_from_hf_dict({**data, "text_config": text})
+    chunked = [i for i, t in enumerate(config.layer_types) if t == "chunked_attention"]
+    assert list(model.local_layers) == chunked
+    assert model.local_share == pytest.approx(len(chunked) / 48)
+    assert [i for i in range(48) if model.is_moe_layer(i)] == sorted(config.moe_layers)
+    # a note where the masks and RoPE part ways (the Megatron export ties them)
+    rope = [i for i in range(48) if config.no_rope_layers[i]]
+    assert any("layer_types" in str(w.message) for w in caught) == (chunked != rope)
+    assert model_from_table(model_to_table(model)) == model
+
+
+def test_a_model_file_lists_its_moe_blocks(tmp_path):
+    """``[moe] layers`` (Llama 4's ``moe_layers``, Qwen's ``mlp_only_layers``): a model file
+    names the MoE blocks where they follow no pattern; wrong lists are refused, one line each."""
+    from nestplan.tomlfmt import document
+
+    table = {**model_to_table(get_model("llama4-maverick")), "name": "maverick-moe-at-0-7-9"}
+    table["moe"] = {**table["moe"], "first_dense_layers": 0, "layer_freq": 1, "layers": [0, 7, 9]}
+    model = model_from_table(table)
+    assert [i for i in range(model.layers) if model.is_moe_layer(i)] == [0, 7, 9]
+    path = tmp_path / "m.toml"
+    run = ("evaluate", "--model", path, "--cluster", "dgx-h100-ndr", "--gpus", 64, "--tp", 4,
+           "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch", 64, "--seq-len", 4096)
+    path.write_text(document(table))
+    code, _, err = cli(*run)
+    assert code == 0, err
+    for moe, words in (({"layers": [9, 7]}, "once each, in order"),
+                       ({"layers": [3, 48]}, "below model.layers = 48"),
+                       ({"layers": [1.5]}, "list of layer indices"),
+                       ({"layers": [1, 3], "layer_freq": 2}, "not both")):
+        path.write_text(document({**table, "moe": {**table["moe"], **moe}}))
+        assert one_line_error(*cli(*run), "moe.layers"), moe
+        assert words in cli(*run)[2], moe
 
 
 def test_local_attention_costs_less_at_long_sequences():

@@ -852,3 +852,10 @@ mtp_layers = [0, 1]
     assert "4 points, 0 already done, 4 to run" in out
     assert "1 point to run cannot be set up; the run records an error row for each" in out
     assert "mtp" in out.split("cannot be set up")[1]
+    # a constraint some points cannot take (torchtitan runs no ZeRO-1; TP 8 on 12 GPUs): the dry
+    # run had said nothing of them, and the run recorded their error rows
+    path.write_text('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8, 12]\n'
+                    'stack = ["megatron-core", "torchtitan"]\n[constraints]\nzero = 1\ntp = 8\n')
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "3 points to run cannot be set up" in out and "stack torchtitan runs ZeRO stages" in out

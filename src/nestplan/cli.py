@@ -861,7 +861,14 @@ def cmd_list(args) -> int:
         from .tomlfmt import document
 
         spec = get(args.kind, args.name)
-        text = document(as_table(args.kind, spec))
+        table = as_table(args.kind, spec)
+        if args.kind == "stacks":  # a catalog stack's runs: the rows validate puts on it
+            from .catalog import stack_sources
+
+            runs = [text for text, name in stack_sources() if name == args.name]
+            if runs:
+                table["runs_source"] = runs
+        text = document(table)
         print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)")
         if args.kind == "clusters":  # what its levels' sizes add up to
             blocks = [*spec.block_sizes(), spec.max_devices]

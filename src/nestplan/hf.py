@@ -41,7 +41,7 @@ from .specs import (CONTEXT_FACTOR_RULE, DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FF
                     MAX_HEADS, MAX_LAYERS, MAX_NORM_EPS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH,
                     MAX_YARN_FACTOR, MIN_ROPE_MSCALE, NORM_EPS_RULE, ROPE_SCALINGS, ROUTER_SCORES,
                     MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
-                    sliding_window_cost)
+                    moe_layer_fields, sliding_window_cost)
 
 
 SHARE = "share"
@@ -400,6 +400,20 @@ def _layer_types(cfg: _Config, layers: int) -> list | None:
     return types
 
 
+LLAMA4_LAYER_KINDS = ("chunked_attention", "full_attention")
+"""The attention kinds a Llama 4 config's ``layer_types`` may list (the masks its model builds)."""
+
+
+def _layer_indices(cfg: _Config, key: str, layers: int) -> list | None:
+    """A list of 0-based layer indices, ``key`` (None when absent), each in [0, ``layers``)."""
+    listed = cfg.get(key, default=None, kind=list)
+    if listed is not None and not all(isinstance(i, int) and not isinstance(i, bool)
+                                      and 0 <= i < layers for i in listed):
+        raise SpecError(cfg.where(key), listed,
+                        f"must list layer indices, whole numbers in [0, {layers})")
+    return listed
+
+
 def _llama(cfg: _Config) -> dict:
     """Llama: ``attention_bias`` biases q, k, v and o, ``mlp_bias`` the MLP's three matrices
     (transformers' LlamaAttention, LlamaMLP). nestplan and Megatron-Core bias every linear layer
@@ -484,12 +498,10 @@ def _qwen3(cfg: _Config, *, moe: bool = False) -> dict:
 
 def _qwen3_moe(cfg: _Config) -> dict:
     kw = _qwen3(cfg, moe=True)
-    first, step = _moe_pattern(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
-                        first_dense_layers=first, layer_freq=step,
-                        router_pre_softmax=_pre_softmax(cfg))
+                        **_moe_pattern(cfg, kw["layers"]), router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
@@ -536,21 +548,15 @@ class HFNote(Note):
     """Something the user should know about how a config.json was read (not an error)."""
 
 
-def _moe_pattern(cfg: _Config, layers: int) -> tuple[int, int]:
-    """(first_dense_layers, layer_freq) from Qwen-style ``mlp_only_layers`` and
-    ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0)."""
-    listed = cfg.get("mlp_only_layers", default=[], kind=list)
-    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in listed):
-        raise SpecError(cfg.where("mlp_only_layers"), listed,
-                        f"must list layer indices, whole numbers in [0, {layers})")
-    only_dense = set(listed)
+def _moe_pattern(cfg: _Config, layers: int) -> dict:
+    """The MoE layers' fields (``moe_layer_fields``) from Qwen-style ``mlp_only_layers`` and
+    ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0 and it is not listed)."""
+    only_dense = set(_layer_indices(cfg, "mlp_only_layers", layers) or ())
     step = cfg.get("decoder_sparse_step", default=1)
     sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
-    first = sparse[0] if sparse else layers
-    if sparse != list(range(first, layers, step)):
-        raise SpecError(cfg.where("mlp_only_layers"), listed,
-                        "only a leading block of dense layers and a fixed sparse step are supported")
-    return first, step
+    if not sparse:  # (refused by the model: an MoE model has an MoE block)
+        return dict(first_dense_layers=layers, layer_freq=step)
+    return moe_layer_fields(sparse, layers)
 
 
 def _qwen2_moe(cfg: _Config) -> dict:
@@ -558,13 +564,12 @@ def _qwen2_moe(cfg: _Config) -> dict:
     # own size behind a sigmoid gate (shared_expert_gate in the modelling code)
     kw = _llama_like(cfg, qkv_bias=cfg.get("qkv_bias", default=True, kind=bool))
     kw.update(_qwen_sliding(cfg, kw["layers"], alternate=True))
-    first, step = _moe_pattern(cfg, kw["layers"])
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
     kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("moe_intermediate_size"),
                         shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
-                        shared_expert_gate=bool(shared), first_dense_layers=first,
-                        layer_freq=step, router_pre_softmax=_pre_softmax(cfg))
+                        shared_expert_gate=bool(shared), **_moe_pattern(cfg, kw["layers"]),
+                        router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
@@ -637,42 +642,71 @@ def _language_config(cfg: _Config) -> _Config:
 
 def _llama4(cfg: _Config) -> dict:
     # Llama 4: dense and MoE blocks interleaved, one shared expert, chunked attention on the
-    # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention)
+    # RoPE layers (no_rope_layers: 1 = RoPE and chunked, 0 = global NoPE attention); absent keys
+    # as Llama4TextConfig fills them: MoE blocks on `moe_layers`, else every
+    # interleave_moe_layer_step-th; a NoPE layer every no_rope_layer_interval-th; the masks as
+    # layer_types names them, else chunked where RoPE is (Llama4TextConfig.__post_init__,
+    # configuration_llama4.py, transformers 5.23.0 wheel; the model picks each layer's mask by
+    # layer_types, its RoPE by no_rope_layers and its MLP by moe_layers: modeling_llama4.py)
     cfg = _language_config(cfg)
     kw = _llama_like(cfg)
     kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
     layers = kw["layers"]
-    step = cfg.get("interleave_moe_layer_step", default=1)
     expert_ffn = cfg.get("intermediate_size")
+    listed = _layer_indices(cfg, "moe_layers", layers)
+    if listed is None:
+        step = cfg.get("interleave_moe_layer_step", default=1)
+        placed = dict(first_dense_layers=step - 1, layer_freq=step)
+    elif listed:
+        placed = moe_layer_fields(listed, layers)
+    else:  # (an empty list: every block dense, as the model builds it)
+        placed = None
+        warnings.warn(HFNote(f"{cfg.where('moe_layers')}: empty: every block is dense (no "
+                             "experts)"), stacklevel=2)
     # its router scores the chosen expert with a sigmoid (Megatron-LM examples/post_training/
     # modelopt/conf/meta-llama/Llama-4-Maverick-17B-128E-Instruct.sh @ d98e8a64dd), and the score
     # scales the expert's input (Llama4TextMoe.forward, transformers 5.23.0 wheel)
-    kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
-                        ffn_hidden=expert_ffn, shared_experts=1, shared_ffn_hidden=expert_ffn,
-                        first_dense_layers=step - 1, layer_freq=step, router_score="sigmoid",
-                        scores_on_input=True)
+    if placed is not None:
+        kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"),
+                            top_k=cfg.get("num_experts_per_tok"), ffn_hidden=expert_ffn,
+                            shared_experts=1, shared_ffn_hidden=expert_ffn, **placed,
+                            router_score="sigmoid", scores_on_input=True)
     # weightless L2 norms of each head's queries and keys (Scout sets use_qk_norm, Maverick does
     # not); absent keys take Llama4TextConfig's defaults, use_qk_norm true and 8,192-token chunks,
     # a null chunk size none (src/transformers/models/llama4/configuration_llama4.py @
     # huggingface/transformers b17cfe48c5a9631dcf9f57f3865a055903800f81)
     kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool, null=False)
+    # (an empty list is the default pattern: Llama4TextConfig takes `no_rope_layers if
+    # no_rope_layers else` its default, configuration_llama4.py, transformers 5.23.0 wheel)
+    rope = cfg.get("no_rope_layers", default=None, kind=list) or None
+    if rope is not None and len(rope) != layers:
+        raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
+                        f"needs one per layer ({layers})")
+    odd = [r for r in rope or () if r not in (0, 1) or isinstance(r, float)]
+    if odd:
+        raise SpecError(cfg.where("no_rope_layers"), odd[0],
+                        "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global attention)")
+    interval = cfg.get("no_rope_layer_interval", default=4)
+    with_rope = tuple(i for i in range(layers) if (rope[i] if rope else (i + 1) % interval))
+    types = cfg.get("layer_types", default=None, kind=list)
+    if types is not None and len(types) != layers:
+        raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
+                        f"needs one per layer ({layers})")
+    odd = [t for t in types or () if t not in LLAMA4_LAYER_KINDS]
+    if odd:
+        raise SpecError(cfg.where("layer_types"), odd[0],
+                        "entries allowed: " + ", ".join(LLAMA4_LAYER_KINDS))
+    chunked = with_rope if types is None else tuple(
+        i for i, t in enumerate(types) if t == "chunked_attention")
     chunk = _span(cfg, "attention_chunk_size", 8192)
-    if chunk:
-        # (an empty list is the default pattern: Llama4TextConfig takes `no_rope_layers if
-        # no_rope_layers else` its default, configuration_llama4.py, transformers 5.23.0 wheel)
-        rope = cfg.get("no_rope_layers", default=None, kind=list) or None
-        if rope is not None and len(rope) != layers:
-            raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
-                            f"needs one per layer ({layers})")
-        odd = [r for r in rope or () if r not in (0, 1) or isinstance(r, float)]
-        if odd:
-            raise SpecError(cfg.where("no_rope_layers"), odd[0],
-                            "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global "
-                            "attention)")
-        # chunked where RoPE is: every layer but each 4th (NoPE) unless no_rope_layers says
-        local = tuple(i for i in range(layers) if (rope[i] if rope else (i + 1) % 4))
-        if local:
-            kw.update(local_span=chunk, local_share=len(local) / layers, local_layers=local)
+    if chunk and chunked != with_rope:
+        warnings.warn(HFNote(f"{cfg.where('layer_types')}: its chunked layers are not the RoPE "
+                             "layers no_rope_layers gives: costed as layer_types says; the "
+                             "Megatron export's NoPE layers (--no-rope-freq) are the unchunked ones "
+                             "(none where none is chunked)"),
+                      stacklevel=2)
+    if chunk and chunked:
+        kw.update(local_span=chunk, local_share=len(chunked) / layers, local_layers=chunked)
     return kw
 
 
@@ -897,6 +931,7 @@ HF_KEYS = {"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size",
                                       "decoder_sparse_step", "mlp_only_layers"),
            "moe.layer_freq": ("moe_layer_freq", "decoder_sparse_step",
                               "interleave_moe_layer_step"),
+           "moe.layers": ("moe_layers", "mlp_only_layers"),
            "moe.shared_experts": "n_shared_experts",
            "moe.shared_ffn_hidden": "shared_expert_intermediate_size",
            **{f"mla.{k}": k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",

@@ -405,9 +405,10 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "d
                    "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps",
                    "rope_scaling", "sliding_window", "local_layers"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
-             "shared_expert_gate", "first_dense_layers", "layer_freq", "expert_bias", "router_score",
-             "router_pre_softmax", "router_expert_bias", "router_groups", "router_group_top_k",
-             "router_scale", "scores_on_input", "aux_loss", "aux_loss_per_sequence"}
+             "shared_expert_gate", "first_dense_layers", "layer_freq", "layers", "expert_bias",
+             "router_score", "router_pre_softmax", "router_expert_bias", "router_groups",
+             "router_group_top_k", "router_scale", "scores_on_input", "aux_loss",
+             "aux_loss_per_sequence"}
 _MOE_TYPES = {"shared_expert_gate": bool, "expert_bias": bool, "router_pre_softmax": bool,
               "router_expert_bias": bool, "router_score": str, "router_scale": _NUM,
               "scores_on_input": bool, "aux_loss": _NUM, "aux_loss_per_sequence": bool}
@@ -444,7 +445,8 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
     if "moe" in table:
         t = table["moe"]
         check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
-        moe = MoESpec(**{k: _typed(t, k, f"{where}.moe", _MOE_TYPES.get(k, int)) for k in t})
+        moe = MoESpec(**{k: _layer_list(t, k, f"{where}.moe") if k == "layers" else
+                         _typed(t, k, f"{where}.moe", _MOE_TYPES.get(k, int)) for k in t})
     if "mla" in table:
         t = table["mla"]
         check_keys(t, f"{where}.mla", required=_MLA_KEYS, optional=set())
@@ -559,7 +561,9 @@ def model_to_table(model: ModelSpec) -> dict:
             table[kind] = True
     table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
     if model.moe is not None:
-        table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS)}
+        table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS - {"layers"})}
+        if model.moe.layers:  # (only where set, as files of before it were)
+            table["moe"]["layers"] = list(model.moe.layers)
     if model.mla is not None:
         table["mla"] = {f: getattr(model.mla, f) for f in sorted(_MLA_KEYS)}
     if model.local_span:

@@ -369,6 +369,10 @@ class MoESpec(_CachedHash):
     """Leading layers that use a dense MLP instead of experts."""
     layer_freq: int = 1
     """Every ``layer_freq``-th layer (after the dense ones) is an MoE layer."""
+    layers: tuple[int, ...] = ()
+    """The MoE blocks' 0-based indices where they follow no such pattern (transformers' Llama 4
+    ``moe_layers``, Qwen's ``mlp_only_layers``; Megatron-LM's ``--moe-layer-freq`` takes a list
+    too); empty: ``first_dense_layers`` and ``layer_freq`` say (``moe_layer_fields``)."""
     expert_bias: bool = False
     """The routed experts' linear layers carry biases (GPT-OSS; not Qwen2-MoE or GLM-4.5, whose
     biases are the attention's q, k, v only), as they do too where every linear layer does
@@ -429,6 +433,15 @@ class MoESpec(_CachedHash):
                 raise SpecError(f"moe.{f}", getattr(self, f), f"at most {most:,} is supported")
         if self.top_k > self.experts:
             raise SpecError("moe.top_k", self.top_k, f"must be <= moe.experts = {self.experts}")
+        if not isinstance(self.layers, tuple) or list(self.layers) != sorted(set(self.layers)) or \
+                not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_LAYERS
+                        for i in self.layers):
+            raise SpecError("moe.layers", list(self.layers) if isinstance(self.layers, tuple)
+                            else self.layers, "must list MoE layers' 0-based indices once each, "
+                            "in order")
+        if self.layers and (self.first_dense_layers or self.layer_freq != 1):
+            raise SpecError("moe.layers", list(self.layers), "lists the MoE layers: give it or "
+                            "moe.first_dense_layers and moe.layer_freq, not both")
         if self.router_score not in ROUTER_SCORES:
             raise SpecError("moe.router_score", self.router_score,
                             "allowed: " + ", ".join(ROUTER_SCORES))
@@ -820,6 +833,9 @@ class ModelSpec(_CachedHash):
             raise SpecError("model.head_dim", self.head_dim, "with MLA it is the query/key head "
                             "size, mla.qk_nope_head_dim + mla.qk_rope_head_dim = "
                             f"{self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim}")
+        if self.moe is not None and self.moe.layers and self.moe.layers[-1] >= self.layers:
+            raise SpecError("moe.layers", list(self.moe.layers),
+                            f"indices must be below model.layers = {self.layers}")
         if self.moe is not None and self.moe.first_dense_layers >= self.layers:
             raise SpecError("moe.first_dense_layers", self.moe.first_dense_layers,
                             f"must be below model.layers = {self.layers} (an MoE model has an "
@@ -839,6 +855,8 @@ class ModelSpec(_CachedHash):
         """True when block ``index`` (0-based) uses routed experts."""
         if self.moe is None or index < self.moe.first_dense_layers:
             return False
+        if self.moe.layers:
+            return index in self.moe.layers
         return (index - self.moe.first_dense_layers) % self.moe.layer_freq == 0
 
     @cached_property  # asked for every configuration a search weighs: walk the blocks once
@@ -917,6 +935,18 @@ class TrainingSpec(_CachedHash):
     def moe_load(self) -> float:
         """The busiest expert rank's routed tokens over the mean, after dropping."""
         return min(self.moe_imbalance, self.moe_capacity or math.inf)
+
+
+def moe_layer_fields(moe_layers, layers: int) -> dict:
+    """The ``MoESpec`` fields that put MoE blocks on the 0-based ``moe_layers`` of ``layers``
+    (sorted, each once; at least one): ``first_dense_layers`` and ``layer_freq`` where the blocks
+    follow such a pattern, else the list (``MoESpec.layers``)."""
+    listed = sorted(set(moe_layers))
+    first = listed[0]
+    step = listed[1] - first if len(listed) > 1 else layers
+    if listed == list(range(first, layers, step)):
+        return dict(first_dense_layers=first, layer_freq=step)
+    return dict(layers=tuple(listed))
 
 
 def sliding_window_cost(window: int, local_layers, layers: int) -> dict:

@@ -448,7 +448,7 @@ def export(pf: PlanFile) -> Export:
                         f"{m.moe.shared_experts * (m.moe.shared_ffn_hidden or m.moe.ffn_hidden)}")
         if m.moe.shared_expert_gate:  # (TransformerConfig fields are Megatron-LM's flags)
             args.append("--moe-shared-expert-gate")
-        if m.moe.first_dense_layers or m.moe.layer_freq > 1:
+        if m.moe.first_dense_layers or m.moe.layer_freq > 1 or m.moe.layers:
             args.append(f"--moe-layer-freq '{_moe_pattern(m)}'")
     if m.mla is not None:
         a = m.mla

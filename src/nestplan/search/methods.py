@@ -410,12 +410,18 @@ assert tuple(RUNNERS) == METHODS, "search/constraints.py's METHODS names these r
 def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
                progress=None) -> SearchResult:
     """Run one method; ``name`` is one of ``METHODS``."""
+    check_method(name, sc, con)
+    return RUNNERS[name](sc, con, top, progress)
+
+
+def check_method(name: str, sc: Scenario, con: Constraints) -> None:
+    """Raise the SpecError ``run_method`` would before it searches: an unknown method, a
+    constraint no plan of ``sc`` can have, a schedule the searches do not run."""
     if name not in RUNNERS:
         raise SpecError("method", name, f"allowed: {', '.join(METHODS)}")
     check_constraints(sc, con)  # every method refuses what no plan can have, alike
     if name != "manual":  # one rule-made plan, evaluated; the others search the space
         refuse_unsearchable(con)
-    return RUNNERS[name](sc, con, top, progress)
 
 
 def attempt(name: str, sc: Scenario, con: Constraints, top: int,

@@ -43,7 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run_command(args) -> int:
     from ..errors import SpecError, flush_notes
     from ..loaders import writable
-    from .run import check_extras, check_reachable, plan_run, point_tasks, run_sweep
+    from ..search.methods import check_method
+    from .run import check_extras, check_reachable, error_row, plan_run, point_tasks, run_sweep
     from .spec import load
 
     if args.workers is not None and args.workers < 1:
@@ -70,11 +71,14 @@ def run_command(args) -> int:
         done = len(existing.done)
         print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
-        unbuilt: list = []  # points to run that cannot be set up, as the run sets them up
-        for _ in point_tasks(spec, [p for p in points if p.id not in existing.done], unbuilt):
-            pass
+        unbuilt: list = []  # points to run that fail before their search, as the run does
+        for task in point_tasks(spec, [p for p in points if p.id not in existing.done], unbuilt):
+            try:
+                check_method(task.method, task.scenario, task.constraints)
+            except SpecError as e:  # (a constraint this point cannot take)
+                unbuilt.append((task.point, error_row(e)))
         if unbuilt:
-            point, row = unbuilt[0]
+            point, row = unbuilt[0]  # (in the points' order: the generator appends as it goes)
             print(f"sweep: note: {_n(len(unbuilt), 'point')} to run cannot be set up; the run "
                   f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
