@@ -954,6 +954,60 @@ def test_torchtitan_parses_the_arguments(plan_file):
 
 
 @frameworks
+def test_torchtitan_export_launches_what_torchtitan_runs_of_a_stack_file(tmp_path):
+    """A torchtitan stack file may cost what torchtitan 0.3 does not launch: DeepEP's dispatcher
+    (a model-spec setting; the registry's Qwen3 runs the all-to-all), the expert exchange
+    overlapped, a CUDA graph of the step with EP. The export had said nothing of them; its
+    predictions are now of the run as launched, with a note giving both steps."""
+    stack = tmp_path / "tt-flex.toml"
+    stack.write_text('base = "torchtitan"\nname = "tt-flex"\nmoe_dispatcher = "flex"\n'
+                     'moe_overlap = "batch"\ncuda_graphs = "full_iteration"\n'
+                     '[recompute]\nnone = "none"\nselective = "matmul-outputs"\n')
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
+                             stack=str(stack))
+    par = Parallelism(tp=1, pp=1, dp=64, ep=8, etp=1, zero=3, mbs=1, recompute=("selective",))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    out = export(pf, "torchtitan")
+    [note] = [n for n in out.notes if n.startswith("stack tt-flex costs")]
+    for words in ("CUDA graph", "flex dispatcher", "moe_overlap = batch"):
+        assert words in note, note
+    ran = evaluate(replace(sc, stack=replace(sc.stack, moe_dispatcher="alltoall", moe_overlap="none",
+                                             cuda_graphs="none")), par)
+    assert f"step {ran.step_time:.3f} s," in out.text
+    assert f"{evaluate(sc, par).step_time:.3f} s as the stack costs it" in note
+    assert ran.step_time != evaluate(sc, par).step_time
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    check_torchtitan(pf, out.text)
+    from torchtitan.config.manager import ConfigManager
+
+    assert ConfigManager().parse_args(_torchtitan_args(out.text)).training.disable_cuda_graphs
+
+
+@frameworks
+@pytest.mark.parametrize("graphs", ["none", "full_iteration"])
+def test_torchtitan_graphs_the_step_only_where_the_stack_costs_it(graphs, tmp_path):
+    """torchtitan 0.3 captures each step's forward and backward in a CUDA graph unless told not
+    to (``training.disable_cuda_graphs`` false by default; its llama3_8b keeps it): the export
+    had left a plan without PP or EP to that default, a run its stack's costs (eager) do not
+    describe. Now said either way, as the stack costs it."""
+    stack = tmp_path / "tt-graphs.toml"
+    stack.write_text(f'base = "torchtitan"\nname = "tt-{graphs}"\ncuda_graphs = "{graphs}"\n')
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=32,
+                             stack=str(stack))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=1, pp=1, dp=8, zero=3, mbs=1, recompute=("selective",)))))
+    out = export(pf, "torchtitan")
+    assert not any("costs a CUDA graph" in n for n in out.notes), out.notes
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    from torchtitan.config.manager import ConfigManager
+
+    cfg = ConfigManager().parse_args(_torchtitan_args(out.text))
+    assert cfg.training.disable_cuda_graphs is (graphs == "none")
+
+
+@frameworks
 def test_torchtitan_runs_gpt_oss_with_its_own_definition():
     """torchtitan 0.3 defines GPT-OSS-120B (``--module gpt_oss --config gpt_oss_120b``): the
     export names it, and its ConfigManager takes the arguments with the plan's degrees."""

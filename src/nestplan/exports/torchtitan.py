@@ -200,9 +200,11 @@ def _arguments(pf: PlanFile):
     opt("training.local_batch_size", par.mbs * (micro if par.pp > 1 else 1))
     opt("training.global_batch_size", tr.global_batch)
     opt("training.seq_len", tr.seq_len)
-    if par.pp > 1 or par.ep > 1:  # torchtitan's CUDA graphs support neither
-        opt("training.disable_cuda_graphs", True)
     st = sc.stack
+    unrun, why_unrun, graphed = _not_launched(st, m, par, notes,
+                                              placeholder=(module, config) == PLACEHOLDER)
+    # said either way: torchtitan 0.3 graphs each step's forward and backward unless told not to
+    opt("training.disable_cuda_graphs", not graphed)
     if st.export_format == "torchtitan":  # what the stack's costs assume torchtitan runs
         # fused norms and gated MLPs come from Inductor there (its eager model code runs
         # neither, torchtitan.toml); async TP is a compile option that needs it
@@ -248,7 +250,66 @@ def _arguments(pf: PlanFile):
     launched, exported = launched_as(pf, exported, rules)
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
         notes.append(predicted_note(launched, exported, "torchtitan"))
+    if unrun:  # the run as launched, with what torchtitan runs in their place
+        from ..evaluate import evaluate
+
+        costed = evaluate(launched.scenario, exported, stack_offers=False)
+        launched = replace(launched, scenario=replace(launched.scenario, stack=replace(
+            launched.scenario.stack, **unrun)))
+        ran = evaluate(launched.scenario, exported, stack_offers=False)
+        notes.append(f"stack {st.name} costs " + "; ".join(why_unrun)
+                     + f": the predictions above are of the run as launched without "
+                     f"{'them' if len(why_unrun) > 1 else 'it'}, {ran.step_time:.3f} s a step "
+                     f"({costed.step_time:.3f} s as the stack costs it)")
     return groups, notes, exported, launched
+
+
+def _not_launched(st, m, par, notes: list[str], *,
+                  placeholder: bool) -> tuple[dict, list[str], bool]:
+    """What of a torchtitan stack's behaviour (``st``, a stack file's, say) torchtitan 0.3 does
+    not run as exported: the stack fields it runs in their place, what each was, and whether
+    the export graphs the step (``training.disable_cuda_graphs`` off). Another format's stack
+    is costed as torchtitan's own runs it (``headline``), which graphs nothing.
+
+    * CUDA graphs: torchtitan captures one graph of each step's forward and backward
+      (``wrap_with_cuda_graph`` around ``fwd_bwd_fn``, trainer.py, 0.3.0 wheel), refused with PP
+      and with EP over a dispatcher that syncs with the host, which every one costed here does
+      (``_validate_cuda_graphs``, same file): a stack's ``full_iteration`` runs where the plan
+      has neither, ``layers`` nowhere.
+    * Dispatchers: its model specs choose theirs (``moe_comm_backend``, "standard" in every
+      registry model: torchtitan/models/common/config_utils.py ``make_token_dispatcher_config``,
+      models/qwen3/__init__.py), all-to-all or DeepEP's (``deepep``), none by launch argument: a
+      registry config runs the all-to-all; a config of the user's may build DeepEP's.
+    * Expert overlap: it overlaps no expert exchange with another micro-batch, nor the shared
+      experts with it."""
+    if st.export_format != "torchtitan":
+        return {}, [], False
+    graphed = st.cuda_graphs == "full_iteration" and par.pp == 1 and (
+        m.moe is None or par.ep == 1)
+    unrun, why = {}, []
+    if st.cuda_graphs != "none" and not graphed:
+        unrun.update(cuda_graphs="none", cuda_graph_modules=())
+        why.append("per-layer CUDA graphs (cuda_graphs = layers), which torchtitan does not "
+                   "capture" if st.cuda_graphs == "layers" else "a CUDA graph of each step, "
+                   "which torchtitan refuses with " + (
+                       "pipelining" if par.pp > 1 else "expert parallelism over its "
+                       "dispatchers that sync with the host"))
+    experts = m.moe is not None and par.ep > 1
+    if experts and st.moe_dispatcher == "flex" and placeholder:
+        notes.append(f"stack {st.name} costs DeepEP's dispatcher (moe_dispatcher = flex): build "
+                     "your config's model spec with moe_comm_backend = \"deepep\" (torchtitan "
+                     "0.3 takes no launch argument for it)")
+    elif experts and st.moe_dispatcher != "alltoall":
+        unrun["moe_dispatcher"] = "alltoall"
+        why.append(f"the {st.moe_dispatcher} dispatcher, where torchtitan's registry model runs "
+                   "the all-to-all (DeepEP only in a model spec built with moe_comm_backend = "
+                   "\"deepep\")")
+    if experts and (st.moe_overlap == "batch" or (st.moe_overlap == "shared"
+                                                  and m.moe.shared_experts)):
+        unrun["moe_overlap"] = "none"
+        why.append(f"the expert exchange overlapped (moe_overlap = {st.moe_overlap}), which "
+                   "torchtitan.train does not run (only its graph_trainer experiment)")
+    return unrun, why, graphed
 
 
 def _float8_gathers_note(pf: PlanFile, exported) -> str:
