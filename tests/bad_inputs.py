@@ -1041,6 +1041,19 @@ RUNS_BAD = {
     "local-batch-disagrees": (_runs("test,,", "test,local_batch=2,"),
                               "other_metrics: got 'local_batch=2'; global_batch 8 must be a whole "
                               "number of local batches over dp 8 (a multiple of 2·8 = 16)"),
+    # a node size the row's cluster does not have had been ignored without a word
+    "gpus-per-node-not-the-cluster's": (
+        RUN_HEADER + ",gpus_per_node\n" + RUN + ",4\n",
+        "gpus_per_node: got '4'; the row's cluster dgx-h100-ndr has 8 per node"),
+    "layer-row-with-peak-memory": (RUN_HEADER + "\n" + RUN.replace(
+        "H100-SXM5-80GB,8,1,1,,8,", "H100-SXM5-80GB,8,8,1,,1,").replace(
+        ",step_time,1.5,high,test,,", ",layer_fwd_bwd_time,0.004,high,test,peak_memory_gib=30,")
+        + "\n",
+                                   "peak_memory_gib=30'; a layer_fwd_bwd_time row times one "
+                                   "layer"),
+    "attention-span-zero": (_runs("test,,", "test,attention_span=0,"),
+                            "other_metrics: got 'attention_span=0'; attention_span must be a whole "
+                            "number > 0"),
     "column-twice": ((RUN_HEADER + ",tp\n" + RUN + ",8\n"), "column: got 'tp'; given twice"),
     # dp blank: num_gpus over tp·pp·cp, which had been floored to 0 and refused as "dp: got 0"
     "degrees-not-dividing-gpus": (_runs("H100-SXM5-80GB,8,1,1,,8,1,", "H100-SXM5-80GB,8,3,1,,,1,"),
@@ -1169,11 +1182,11 @@ case("calibrate-over-its-base", ["calibrate", "{r}.csv", "--stack", "{s}.toml", 
 case("calibrate-over-its-runs", ["calibrate", "{r}.csv", "-o", "{r}.csv"],  # had overwritten it
      "is the runs CSV", **{"r.csv": _runs(",1.5,", ",1.5,")})
 case("calibrate-step-time-far-from-any-calibration", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
-     "RUNS.csv step_time_s: got 'r1: 1e+06 s'; 10 or more times from what the base stack "
+     "r.csv line 2 (r1).step_time_s: got '1e+06 s'; 10 or more times from what the base stack "
      "predicts", **{"r.csv": _runs(",1.5,", ",1e6,"), "d": DIR})
 case("calibrate-peak-far-below-the-prediction", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
-     "RUNS.csv peak_memory_gib: got 'r1: 0.5 GiB'; 10 or more times from what the base stack "
-     "predicts", **{"r.csv": _runs("test,,", "test,peak_memory_gib=0.5,"), "d": DIR})
+     "r.csv line 2 (r1).peak_memory_gib: got '0.5 GiB'; 10 or more times from what the base "
+     "stack predicts", **{"r.csv": _runs("test,,", "test,peak_memory_gib=0.5,"), "d": DIR})
 case("runs-peak-memory-above-hbm", ["validate", "--csv", "{r}.csv"],
      "got 'peak_memory_gib=90'; more than the 79.6 GiB of HBM of h100-sxm-80gb",
      **{"r.csv": _runs("test,,", "test,peak_memory_gib=90,")})

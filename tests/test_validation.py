@@ -202,6 +202,33 @@ def test_a_dense_row_stating_an_expert_load_says_it_is_ignored(runs_csv):
     assert "note" not in cli("validate", "--csv", runs_csv())[2]
 
 
+def test_fine_tuning_rows_say_how_their_attention_is_read(runs_csv, tmp_path):
+    """An sft row attends within packed examples of 256 tokens (NeMo's SQuAD benchmark) unless
+    ``attention_span=N`` gives its own, and says so; lora rows are left out, named (both had
+    been silent: a user trial's long-document SFT was predicted 27 % faster than pretraining);
+    a Llama-named model given by sizes with blank vocab or ffn_hidden says what they were read
+    as (GPT's)."""
+    path = runs_csv(model="LLAMA2-7B", regime="sft", vocab="32000", ffn_hidden="11008")
+    (case,) = load_cases(Path(path))
+    assert case.scenario.training.attention_span == 256
+    code, _, err = cli("validate", "--csv", path)
+    assert code in (0, 1) and "attention_span=N" in err and "256 tokens" in err, err
+    spanned = runs_csv(model="LLAMA2-7B", regime="sft", vocab="32000", ffn_hidden="11008",
+                       other_metrics="attention_span=2048")
+    (case,) = load_cases(Path(spanned))
+    assert case.scenario.training.attention_span == 2048
+    assert "attention_span=N" not in cli("validate", "--csv", spanned)[2]
+    rows = Path(path).read_text().splitlines()
+    lora = rows[1].replace(runs_csv.row["id"], "my-lora", 1).replace(",sft,", ",lora,")
+    Path(path).write_text("\n".join([*rows, lora]) + "\n")
+    err = cli("validate", "--csv", path)[2]
+    assert "runs.csv: 1 lora row left out (frozen weights are not modelled): my-lora" in err
+    bare = runs_csv(model="LLAMA2-7B", vocab="", ffn_hidden="")
+    err = cli("validate", "--csv", bare)[2]
+    assert ("LLAMA2-7B is given by its sizes with vocab blank, read as 50,257 (GPT-2's) and "
+            "ffn_hidden blank, read as 4·hidden") in err, err
+
+
 def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
     """local_batch=N sets the micro-batch where dp is left to the GPU count too (it had been read
     only beside a dp column), and a micro-batch that does not divide it is refused."""
@@ -221,6 +248,16 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
                     "local_batch=4\n")
     (case,) = load_cases(path)
     assert case.scenario.training.global_batch == 128
+    # ... each forward one local batch: the micro-batch without PP, a share of it with (a user
+    # trial's row of local batch 2 had been predicted at 4, the fastest of 128/16's divisors)
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,8,1,,8192,64,,torchtitan,step_time,11.2,"
+                    "local_batch=2\n")
+    (case,) = load_cases(path)
+    assert case.plan.mbs == 2 and case.scenario.training.micro_batches(2, 8) == 4
+    path.write_text(head.replace("tp,", "tp,pp,") + "r1,llama3-8b,dgx-h100-ndr,16,1,2,,8192,64,,"
+                    "torchtitan,step_time,11.2,local_batch=4\n")
+    (case,) = load_cases(path)
+    assert case.plan.pp == 2 and 4 % case.plan.mbs == 0
     # no global batch: the step is the local batch on every replica, a given micro-batch's
     # multiple (it had been one micro-batch per replica)
     path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,,2,torchtitan,step_time,1.6,"
@@ -246,3 +283,12 @@ def test_runs_loaded_under_a_calibration_keep_their_stacks_and_choose_under_it(t
     assert under.scenario.stack.name == own.scenario.stack.name  # its behaviour, not the fit's
     assert (own.plan.mbs, under.plan.mbs) == (1, 2)
     assert under.plan == own.plan.with_(mbs=2)
+
+
+def test_short_times_keep_their_digits():
+    """A layer timed at 40 µs (1 µs is the least a row may give) had shown as 0.0000 s in
+    validate's and calibrate's tables and in the calibrated file's comment."""
+    from nestplan.textfmt import seconds
+
+    assert [seconds(x) for x in (16.4, 0.0125, 4e-5, 1e-6)] == [
+        "16.4000", "0.0125", "0.0000400", "0.00000100"]

@@ -292,8 +292,9 @@ def _allocator(cases, evs, stack: StackSpec) -> float | None:
         return None
     share = max(0.0, num / den)
     if share > MAX_ALLOCATOR_OVERHEAD:
-        raise SpecError("peak_memory_gib", ", ".join(f"{c.id}: {c.memory / GiB:g}" for c in cases
-                                                     if c.memory is not None),
+        peaks = [c for c in cases if c.memory is not None]
+        raise SpecError(f"{peaks[0].where.rpartition(' line ')[0] or 'RUNS.csv'} peak_memory_gib",
+                        ", ".join(f"{c.id}: {c.memory / GiB:g}" for c in peaks),
                         f"these runs' peaks exceed the predicted tensors by {share:.1f}x their "
                         f"activations (an allocator overhead above {MAX_ALLOCATOR_OVERHEAD:g}): "
                         "the memory model does not describe them; check the rows' plans")
@@ -331,6 +332,11 @@ def base_of(runs: Path, given: str | None) -> str:
     return given
 
 
+def _others(far: list) -> str:
+    """The rows beyond the first of ``far`` ((case, error) pairs), for a refusal that names it."""
+    return f", as are {', '.join(c.id for c, _ in far[1:])}" if len(far) > 1 else ""
+
+
 def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool = True,
         progress=None) -> Fit:
     """Fit ``base``'s calibration to ``cases`` (from ``validation.load_cases``); ``progress(done,
@@ -346,19 +352,20 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     for c, ev in zip(cases, evs):  # a plan that cannot have run is refused, as validate does
         check_ran(c, ev)
     far = [(c, e) for c, e in zip(cases, before) if not 1 / FARTHEST < 1 + e < FARTHEST]
-    if far:
-        raise SpecError("step_time_s", ", ".join(f"{c.id}: {c.measured:g} s" for c, _ in far),
-                        f"{FARTHEST:g} or more times from what the base stack predicts ("
-                        f"{far[0][0].measured * (1 + far[0][1]):.3g} s for {far[0][0].id}); no "
-                        "calibration bridges that: check the step times and plans")
+    if far:  # (named by the first such row's file and line: a user trial's had named neither)
+        c, e = far[0]
+        raise SpecError(f"{c.where or c.id}.step_time_s", f"{c.measured:g} s",
+                        f"{FARTHEST:g} or more times from what the base stack predicts "
+                        f"({c.measured * (1 + e):.3g} s){_others(far)}; no calibration bridges "
+                        "that: check the step times and plans")
     far = [(c, e) for c, e in zip(cases, mem_before)
            if e is not None and not 1 / FARTHEST < 1 + e < FARTHEST]
     if far:  # (a predicted peak is at most 2x HBM, check_ran; a measured one at most HBM)
-        raise SpecError("peak_memory_gib", ", ".join(f"{c.id}: {c.memory / GiB:g} GiB"
-                                                     for c, _ in far),
-                        f"{FARTHEST:g} or more times from what the base stack predicts ("
-                        f"{far[0][0].memory * (1 + far[0][1]) / GiB:.3g} GiB for "
-                        f"{far[0][0].id}); no allocator share bridges that: check the peaks")
+        c, e = far[0]
+        raise SpecError(f"{c.where or c.id}.peak_memory_gib", f"{c.memory / GiB:g} GiB",
+                        f"{FARTHEST:g} or more times from what the base stack predicts "
+                        f"({c.memory * (1 + e) / GiB:.3g} GiB){_others(far)}; no allocator share "
+                        "bridges that: check the peaks")
     names = _names(cases)
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))

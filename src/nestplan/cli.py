@@ -1013,6 +1013,7 @@ def cmd_calibrate(args) -> int:
     from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
+    from .textfmt import seconds
     from .tomlfmt import dumps
     from .validation import files_named, load_cases
 
@@ -1046,9 +1047,6 @@ def cmd_calibrate(args) -> int:
         result, cases, moved = fit_choosing(
             lambda stack: first if stack is base else _reloaded(runs, stack),
             base, name=out.stem, progress=progress)
-    except SpecError as e:  # the rows' figures: named as in the file
-        raise SpecError(f"RUNS.csv {e.field}" if e.field in ("step_time_s", "peak_memory_gib")
-                        else e.field, e.value, e.allowed) from None
     finally:
         progress.close()
     # the file first, so that one that cannot be written leaves nothing on stdout: the base
@@ -1092,7 +1090,7 @@ def cmd_calibrate(args) -> int:
     lines = [f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
              + (f" {'left out':>9s}" if result.loo else "")]
     for i, c in enumerate(cases):
-        line = (f"{c.id:40s} {c.measured:10.4f} {result.before[i] * 100:+7.1f}% "
+        line = (f"{c.id:40s} {seconds(c.measured):>10s} {result.before[i] * 100:+7.1f}% "
                 f"{result.after[i] * 100:+7.1f}%")
         if result.loo:
             line += f" {result.loo[i] * 100:+8.1f}%"
@@ -1142,11 +1140,12 @@ def _reloaded(runs: Path, stack):
 def _measured_comment(cases, result) -> str:
     """Comment lines of the fitted file: each row it was fitted on, its measured figures and the
     errors before and after (``fitted_on`` names the rows only)."""
+    from .textfmt import seconds
     from .units import GiB
 
     lines = ["# fitted on (measured seconds, error before and after the fit; peak memory alike):"]
     for i, c in enumerate(cases):
-        line = (f"#   {_shown(c.id)}: {c.measured:.4f} s, {result.before[i]:+.1%} -> "
+        line = (f"#   {_shown(c.id)}: {seconds(c.measured)} s, {result.before[i]:+.1%} -> "
                 f"{result.after[i]:+.1%}")
         if result.memory_after[i] is not None:
             line += (f"; {c.memory / GiB:.1f} GiB, {result.memory_before[i]:+.1%} -> "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 from .axes import order_text
@@ -17,6 +18,14 @@ def first_of(items: list[str]) -> str:
     """The first ``LISTED`` of ``items`` and how many more, for a note: "a, b, c and 4 more"."""
     rest = len(items) - LISTED
     return ", ".join(items[:LISTED]) + (f" and {rest} more" if rest > 0 else "")
+
+
+def seconds(x: float) -> str:
+    """A measured or predicted time in seconds: four decimals, and at least three significant
+    digits below 10 ms (a layer's 40 µs had shown as 0.0000)."""
+    if x >= 0.01 or x <= 0:
+        return f"{x:.4f}"
+    return f"{x:.{2 - math.floor(math.log10(x))}f}"
 
 
 def plan_line(ev: Evaluation) -> str:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import csv
 import difflib
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .axes import parse_order
 from .catalog import DEFAULT_STACK, hf_config_in
-from .errors import SpecError
+from .errors import Note, SpecError
 from .options import MLPKind, Norm, Position, Precision
 from .recompute import parse_names
 from .specs import (MAX_GPUS, AcceleratorSpec, ModelSpec, MoESpec, Parallelism, Scenario,
@@ -80,7 +81,7 @@ and not a file is given by its sizes: ``layers``, ``hidden``, ``heads``; every r
 are for people. Any other column is refused, so that a misspelt ``stak`` does not silently run
 every row on the default stack."""
 OTHER_METRICS = ("peak_memory_gib", "moe_imbalance", "moe_capacity", "model_parallel_size",
-                 "local_batch")
+                 "local_batch", "attention_span")
 """The ``other_metrics`` keys a row's prediction reads; any other key=value is for people (a
 source's MFU, tokens/s, ...), but one within a typo of these is refused."""
 METRICS = ("step_time", "layer_fwd_bwd_time")
@@ -107,6 +108,8 @@ class Case:
     confidence: str
     memory: float | None = None
     """Measured peak memory, bytes (when the row has one)."""
+    where: str = ""
+    """The row, as errors name it: its file, line and id."""
 
 
 class _Row:
@@ -131,7 +134,8 @@ class _Row:
             if name in OTHER_METRICS and not (value and value.isascii()):
                 raise SpecError(f"{where}.other_metrics", item, f"{name} needs a value (ASCII "
                                 "digits)")
-            if name in ("local_batch", "model_parallel_size") and not (whole(value) or 0) > 0:
+            if name in ("local_batch", "model_parallel_size", "attention_span") and not (
+                    whole(value) or 0) > 0:
                 raise SpecError(f"{where}.other_metrics", item, f"{name} must be a whole "
                                 "number > 0")
             near = difflib.get_close_matches(name.lower(), OTHER_METRICS, n=1, cutoff=0.75)
@@ -283,6 +287,12 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
     else:
         mlp, norm, bias, pos = MLPKind.GELU, Norm.LAYERNORM, True, Position.LEARNED
     gpt = not (llama or nemotron or mpt)
+    blank = [c for c in ("vocab", "ffn_hidden") if not row.text(c)]
+    if blank and (llama or nemotron):  # (GPT's sizes are no Llama's: a user trial's)
+        taken = {"vocab": "50,257 (GPT-2's)", "ffn_hidden": f"4·hidden = {4 * h:,}"}
+        warnings.warn(Note(f"{row.where}: {name} is given by its sizes with "
+                           + " and ".join(f"{c} blank, read as {taken[c]}" for c in blank)
+                           + "; give its own"), stacklevel=2)
     if h % heads:
         raise SpecError(f"{row.where}.heads", heads, f"must divide hidden = {h}")
     experts = row.number("experts")
@@ -320,7 +330,15 @@ def _training(row: _Row, dp: int) -> TrainingSpec:
                         "micro_batch alone, for a step of one micro-batch per replica)")
     text = row.text("precision") or "bf16"
     precision = Precision.parse(f"{row.where}.precision", PRECISION_ALIASES.get(text, text))
-    packed = row.regime() in ("sft", "lora")
+    span = row.other("attention_span")  # (a whole number > 0 where given: _Row)
+    if span:
+        span = int(span)
+    elif row.regime() in ("sft", "lora"):
+        span = SQUAD_PACKED_SPAN
+        warnings.warn(Note(f"{row.where.rpartition(' line ')[0]}: sft and lora rows without "
+                           f"attention_span=N in other_metrics are predicted with attention "
+                           f"within packed examples of {SQUAD_PACKED_SPAN} tokens (NeMo's SQuAD "
+                           "fine-tuning benchmark); give your examples' length"), stacklevel=2)
     moe = {}
     for key in ("moe_imbalance", "moe_capacity"):  # stated in other_metrics, where known
         value = row.other(key)
@@ -331,8 +349,11 @@ def _training(row: _Row, dp: int) -> TrainingSpec:
                                 f"{key} must be a number >= 1")
     try:
         return TrainingSpec(seq_len=seq, global_batch=gb, precision=precision,
-                            attention_span=SQUAD_PACKED_SPAN if packed else None, **moe)
+                            attention_span=span or None, **moe)
     except SpecError as e:  # name the row's column (or its other_metrics entry, as written)
+        if e.field == "attention_span" and row.other("attention_span"):
+            raise SpecError(f"{row.where}.other_metrics",
+                            f"attention_span={row.other('attention_span')}", e.allowed) from None
         if e.field in moe:
             raise SpecError(f"{row.where}.other_metrics", f"{e.field}={row.other(e.field)}",
                             e.allowed) from None
@@ -392,13 +413,19 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
                        **extra)
 
 
-def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: bool) -> Parallelism:
+def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: bool,
+           local: int | None = None) -> Parallelism:
     """Fill unstated knobs of a benchmark run: the run fitted in memory and was tuned for speed,
-    so take the fastest micro-batch size and/or recomputation that fits (by this model)."""
+    so take the fastest micro-batch size and/or recomputation that fits (by this model). A
+    ``local`` batch (torchtitan's sequences of one forward, accumulated to the global batch) is
+    the micro-batch without pipelining, and a multiple of it with (a user trial's row of local
+    batch 2 had been predicted at micro-batches of 4)."""
     from .evaluate import evaluate
 
     per_replica = sc.training.global_batch // plan.dp
-    sizes = [d for d in range(1, per_replica + 1) if per_replica % d == 0] if free_mbs else [plan.mbs]
+    most = local or per_replica
+    sizes = ([most] if local and plan.pp == 1 else
+             [d for d in range(1, most + 1) if most % d == 0]) if free_mbs else [plan.mbs]
     policies = [(p.name,) for p in sc.stack.recompute] if free_recompute else [plan.recompute]
     best, best_time = None, float("inf")
     for mbs in sizes:
@@ -464,18 +491,32 @@ def _case(row: _Row, base: Path, override: StackSpec | None,
                             f"row times one layer on its tp GPUs (tp = {plan.tp}): num_gpus "
                             "must equal tp")
         gpus = plan.tp
-    sc = Scenario(model=model, cluster=_cluster(row, base), gpus=gpus,
-                  training=_training(row, plan.dp), stack=stack)
+        if row.other("peak_memory_gib"):  # (it had been dropped without a word: a user trial's)
+            raise SpecError(f"{row.where}.other_metrics",
+                            f"peak_memory_gib={row.other('peak_memory_gib')}", "a "
+                            "layer_fwd_bwd_time row times one layer, whose peak memory nestplan "
+                            "does not predict: give it on a step_time row of the whole run")
+    cluster = _cluster(row, base)
+    per_node = row.number("gpus_per_node")
+    if per_node is not None and per_node != cluster.host_size:  # (had been ignored: a user trial's)
+        raise SpecError(f"{row.where}.gpus_per_node", row.text("gpus_per_node"),
+                        f"the row's cluster {cluster.name} has {cluster.host_size} per node: give "
+                        "a cluster (column: a catalog name or TOML) whose nodes hold them, or "
+                        "leave it blank")
+    sc = Scenario(model=model, cluster=cluster, gpus=gpus, training=_training(row, plan.dp),
+                  stack=stack)
     free_mbs = (not row.text("micro_batch") and plan.mbs == 1
                 and _local_batch(row, plan.dp) is None)
     if not row.text("recompute") and stack.default_recompute is not None:
         plan = plan.with_(recompute=(stack.default_recompute,))
     free_recompute = not row.text("recompute") and stack.default_recompute is None
     if metric == "step_time" and (free_mbs or free_recompute):
-        plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute)
+        local = row.other("local_batch")
+        plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute,
+                      local=int(local) if local else None)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
-                row.text("confidence"), _memory(row, sc.cluster.accelerator))
+                row.text("confidence"), _memory(row, sc.cluster.accelerator), row.where)
 
 
 def _note_no_experts(row: _Row, model: ModelSpec) -> None:
@@ -517,7 +558,7 @@ def _local_batch(row: _Row, dp: int) -> int | None:
     its 2024 code ran as the step's one micro-batch: the micro-batch where ``micro_batch`` is
     blank and the global batch is N per data-parallel rank (``dp``: the column's, or derived from
     the GPU count); with gradient accumulation (the global batch a multiple of that, as torchtitan
-    runs it since) the micro-batch is left to ``_tuned``. A global batch that is no whole number
+    runs it since) ``_tuned`` chooses it within the local batch. A global batch that is no whole number
     of local batches, or a local batch a given micro-batch does not divide, is refused (a sixth
     fuzzing round's: it had been ignored without a word where dp was derived or it disagreed)."""
     value = row.other("local_batch")  # a whole number > 0 where given (_Row)
@@ -571,9 +612,10 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
     there is refused with its own error; else, with a ``set_aside`` list, the row joins the list
     and is left out, and without one the refusal names ``stack`` (calibrate)."""
     path = Path(path)
-    cases = []
+    cases, lora = [], []
     for row in _rows(path, field):
         if row.regime() == "lora" and not include_lora:
+            lora.append(row.text("id"))
             continue
         try:
             cases.append(_row_case(row, path.parent, stack, calibration))
@@ -589,6 +631,10 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
             set_aside.append(left)
     if not cases and not set_aside:  # (rows set aside: the caller says which stack ran none)
         raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
+    if lora:  # (they had been left out without a word: a user trial's)
+        warnings.warn(Note(f"{path.name}: {len(lora)} lora row{'s' if len(lora) > 1 else ''} "
+                           f"left out (frozen weights are not modelled): {', '.join(lora)}"),
+                      stacklevel=2)
     return cases
 
 
@@ -874,7 +920,7 @@ def report(outcomes: list[Outcome]) -> dict:
 
 def table(outcomes: list[Outcome]) -> str:
     """A per-row text table with the mean absolute error (times in seconds)."""
-    from .textfmt import aligned, plan_short
+    from .textfmt import aligned, plan_short, seconds
 
     if not outcomes:
         return "no rows"
@@ -885,7 +931,7 @@ def table(outcomes: list[Outcome]) -> str:
                   if o.memory_error is not None else "")
         moe = o.case.scenario.model.moe is not None
         rows.append([o.case.id, o.case.scenario.stack.name, plan_short(o.case.plan, moe),
-                     f"{o.case.measured:.4f}", f"{o.predicted:.4f}", f"{o.error * 100:+.1f}%",
+                     seconds(o.case.measured), seconds(o.predicted), f"{o.error * 100:+.1f}%",
                      memory])
     header = ("id", "stack", "plan", "measured s", "predicted s", "error", "")
     lines = aligned(header, rows, right={3, 4, 5})
