@@ -443,6 +443,10 @@ HF_BAD = {
     "llama4-moe-layers-beyond": (json.dumps({**LLAMA, "model_type": "llama4", "num_local_experts": 4,
                                              "num_experts_per_tok": 1, "moe_layers": [0, 99]}),
                                  "moe_layers: got [0, 99]; must list layer indices"),
+    # (the list check's words had offered strings, which the indices refuse)
+    "llama4-moe-layers-text": (json.dumps({**LLAMA, "model_type": "llama4", "num_local_experts": 4,
+                                           "num_experts_per_tok": 1, "moe_layers": "1,3"}),
+                               "moe_layers: got '1,3'; must list layer indices"),
     "llama4-no-rope-interval-zero": (json.dumps({**LLAMA, "model_type": "llama4",
                                                  "num_local_experts": 4, "num_experts_per_tok": 1,
                                                  "no_rope_layer_interval": 0}),
@@ -1118,7 +1122,10 @@ RUNS_BAD = {
         "\n") + ",abc\n", "(r1).moe_ffn_hidden: got 'abc'"),
     "gpu-unknown-beside-cluster": (_runs("H100-SXM5-80GB", "Z100", header=RUN_HEADER + ",cluster")
                                    .rstrip("\n") + ",dgx-h100-ndr\n",
-                                   "(r1).gpu: got 'Z100'; known: "),
+                                   "(r1).gpu: got 'Z100'; known (any case): "),
+    # shown as written (it had been upper-cased), with the aliases read (they had been left out)
+    "gpu-unknown-as-written": (_runs("H100-SXM5-80GB", "H100-PCIe"),
+                               "(r1).gpu: got 'H100-PCIe'; known (any case): A100-SXM4-80GB"),
     "model-parallel-disagrees": (_runs("test,,", "test,model_parallel_size=8,"),
                                  "the model-parallel size is tp·pp = 1·1 = 1"),
     "gpus-per-node-huge": (_runs("r1", "r1", header=RUN_HEADER + ",gpus_per_node").rstrip(

@@ -199,7 +199,7 @@ def test_validate_missing_file(capsys):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"gpu": "A100-SXM4-40GB"}, "line 2 (nar21-t1-1p7b).gpu: got 'A100-SXM4-40GB'; known: "),
+    ({"gpu": "A100-SXM4-40GB"}, "line 2 (nar21-t1-1p7b).gpu: got 'A100-SXM4-40GB'; known (any case): "),
     ({"tp": "two"}, ".tp: got 'two'; must be a whole number"),
     ({"metric": "tokens"}, ".metric: got 'tokens'; allowed: step_time, layer_fwd_bwd_time"),
     ({"stack": "jax"}, "(nar21-t1-1p7b): stack: got 'jax'; unknown stack; catalog names: composer"),

@@ -1577,7 +1577,9 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
         f"# predicted as stack torchtitan runs it: step {own.step_time:.3f} s, "
         f"{own.tokens_per_s:,.0f} tokens/s, MFU {own.mfu:.1%}, peak memory "
         f"{own.peak_memory / GiB:.1f} GiB ({memory_verdict(own)})",
-        f"# predicted with stack megatron-core's behaviour: step {mine.step_time:.3f} s, "
+        # (named as the exported plan: a user trial took it for the saved one)
+        f"# predicted with stack megatron-core's behaviour for the plan as exported (t4 p2 d8 sp z2 "
+        f"fine-grained b1): step {mine.step_time:.3f} s, "
         f"{mine.tokens_per_s:,.0f} tokens/s, MFU {mine.mfu:.1%}, peak memory "
         f"{mine.peak_memory / GiB:.1f} GiB ({memory_verdict(mine)})"]
     assert f"# note: {note}" in exp.text

@@ -155,6 +155,24 @@ def test_moe_blocks_sit_where_transformers_builds_them(name):
     assert ours == transformers_count(data) + padding
 
 
+@pytest.mark.parametrize("name, keys", [
+    ("Qwen3MoeConfig", {"mlp_only_layers": [0, 1], **FEW_EXPERTS, "num_experts": 4}),
+    ("Qwen3MoeConfig", {"decoder_sparse_step": 3, **FEW_EXPERTS, "num_experts": 4}),
+    ("Llama4TextConfig", {"num_local_experts": 4, "num_experts_per_tok": 1,
+                          "intermediate_size_mlp": 256, "moe_layers": []})])
+def test_a_moe_config_without_sparse_blocks_is_the_dense_model_transformers_builds(name, keys):
+    """Every block listed dense (or a sparse step beyond the blocks, or Llama 4's empty
+    ``moe_layers``): transformers builds a dense model; nestplan had refused Qwen's, naming
+    ``decoder_sparse_step`` (a user trial's). Read as dense, with a note, and counted alike."""
+    transformers = pytest.importorskip("transformers")
+    data = getattr(transformers, name)(**{**SMALL, **keys}).to_dict()
+    data.pop("dtype", None)
+    with pytest.warns(UserWarning, match="dense"):
+        assert model_from_hf_dict(data).moe is None
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+
+
 @pytest.mark.parametrize("name", ["LlamaConfig", "MistralConfig", "Qwen2Config", "Qwen3MoeConfig"])
 @pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "swish"])
 def test_every_activation_gates_the_llama_like_mlps(name, act):

@@ -289,7 +289,7 @@ def test_top_k_beyond_the_experts_is_bad_input():
     ({"num_attention_heads": 0}, "num_attention_heads: got 0; must be an integer >= 1"),
     ({"model_type": ["llama"], "architectures": []}, "model_type: got ['llama']; must be a string"),
     ({"decoder_sparse_step": 0}, "decoder_sparse_step: got 0; must be an integer >= 1"),
-    ({"mlp_only_layers": "0"}, "mlp_only_layers: got '0'; must be a list"),
+    ({"mlp_only_layers": "0"}, "mlp_only_layers: got '0'; must list layer indices"),
 ])
 def test_bad_config_values_are_one_line(tmp_path, change, needle):
     data = {**json.loads((HF / "qwen2-moe.json").read_text()), **change}

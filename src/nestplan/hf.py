@@ -85,7 +85,7 @@ class _Config:
         >= ``minimum`` (> with ``open_low``) and <= ``maximum`` (returned as float; outside, the
         refusal states ``rule`` where given, the same words whatever side the value is on), a
         ``SHARE`` a number in (0, 1] (returned as float), a list a flat list of numbers or
-        strings. A null value reads as absent, or as ``null`` where given (transformers keeps an
+        strings (else the refusal states ``rule`` where given). A null value reads as absent, or as ``null`` where given (transformers keeps an
         explicit null, which its models read as "none", while an absent key takes the config
         class's default)."""
         for k in keys:
@@ -114,7 +114,7 @@ class _Config:
                     raise SpecError(where, v, "must be true or false")
                 elif kind is list and not (isinstance(v, list) and all(
                         isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)):
-                    raise SpecError(where, v, "must be a list of integers or strings")
+                    raise SpecError(where, v, rule or "must be a list of integers or strings")
                 elif kind is str and not isinstance(v, str):
                     raise SpecError(where, v, "must be a string")
                 return v
@@ -390,7 +390,8 @@ def _sliding(cfg: _Config, layers: int, window: int, sliding: range, *,
 
 def _layer_types(cfg: _Config, layers: int) -> list | None:
     """``layer_types``, checked: one of ``LAYER_KINDS`` per layer (None when absent)."""
-    types = cfg.get("layer_types", default=None, kind=list)
+    types = cfg.get("layer_types", default=None, kind=list,
+                    rule=f"must list one of {', '.join(LAYER_KINDS)} per layer")
     if types is not None and len(types) != layers:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({layers})")
@@ -406,11 +407,11 @@ LLAMA4_LAYER_KINDS = ("chunked_attention", "full_attention")
 
 def _layer_indices(cfg: _Config, key: str, layers: int) -> list | None:
     """A list of 0-based layer indices, ``key`` (None when absent), each in [0, ``layers``)."""
-    listed = cfg.get(key, default=None, kind=list)
+    rule = f"must list layer indices, whole numbers in [0, {layers})"
+    listed = cfg.get(key, default=None, kind=list, rule=rule)
     if listed is not None and not all(isinstance(i, int) and not isinstance(i, bool)
                                       and 0 <= i < layers for i in listed):
-        raise SpecError(cfg.where(key), listed,
-                        f"must list layer indices, whole numbers in [0, {layers})")
+        raise SpecError(cfg.where(key), listed, rule)
     return listed
 
 
@@ -498,10 +499,12 @@ def _qwen3(cfg: _Config, *, moe: bool = False) -> dict:
 
 def _qwen3_moe(cfg: _Config) -> dict:
     kw = _qwen3(cfg, moe=True)
-    kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
-                        top_k=cfg.get("num_experts_per_tok"),
-                        ffn_hidden=cfg.get("moe_intermediate_size"),
-                        **_moe_pattern(cfg, kw["layers"]), router_pre_softmax=_pre_softmax(cfg))
+    placed = _moe_pattern(cfg, kw["layers"])
+    if placed is not None:
+        kw["moe"] = MoESpec(experts=cfg.get("num_experts", "num_local_experts"),
+                            top_k=cfg.get("num_experts_per_tok"),
+                            ffn_hidden=cfg.get("moe_intermediate_size"), **placed,
+                            router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
@@ -548,14 +551,18 @@ class HFNote(Note):
     """Something the user should know about how a config.json was read (not an error)."""
 
 
-def _moe_pattern(cfg: _Config, layers: int) -> dict:
+def _moe_pattern(cfg: _Config, layers: int) -> dict | None:
     """The MoE layers' fields (``moe_layer_fields``) from Qwen-style ``mlp_only_layers`` and
-    ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0 and it is not listed)."""
+    ``decoder_sparse_step`` (layer i is sparse when (i + 1) % step == 0 and it is not listed);
+    None when no layer is."""
     only_dense = set(_layer_indices(cfg, "mlp_only_layers", layers) or ())
     step = cfg.get("decoder_sparse_step", default=1)
     sparse = [i for i in range(layers) if i not in only_dense and (i + 1) % step == 0]
-    if not sparse:  # (refused by the model: an MoE model has an MoE block)
-        return dict(first_dense_layers=layers, layer_freq=step)
+    if not sparse:  # (it had been refused, naming decoder_sparse_step: a user trial's)
+        key = "mlp_only_layers" if only_dense else "decoder_sparse_step"
+        warnings.warn(HFNote(f"{cfg.where(key)}: leaves no sparse block: every block is dense "
+                             "(no experts), as transformers builds it"), stacklevel=2)
+        return None
     return moe_layer_fields(sparse, layers)
 
 
@@ -565,11 +572,13 @@ def _qwen2_moe(cfg: _Config) -> dict:
     kw = _llama_like(cfg, qkv_bias=cfg.get("qkv_bias", default=True, kind=bool))
     kw.update(_qwen_sliding(cfg, kw["layers"], alternate=True))
     shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
-    kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
-                        ffn_hidden=cfg.get("moe_intermediate_size"),
-                        shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
-                        shared_expert_gate=bool(shared), **_moe_pattern(cfg, kw["layers"]),
-                        router_pre_softmax=_pre_softmax(cfg))
+    placed = _moe_pattern(cfg, kw["layers"])
+    if placed is not None:
+        kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
+                            ffn_hidden=cfg.get("moe_intermediate_size"),
+                            shared_experts=1 if shared else 0, shared_ffn_hidden=shared,
+                            shared_expert_gate=bool(shared), **placed,
+                            router_pre_softmax=_pre_softmax(cfg))
     return kw
 
 
@@ -678,7 +687,8 @@ def _llama4(cfg: _Config) -> dict:
     kw["qk_l2_norm"] = cfg.get("use_qk_norm", default=True, kind=bool, null=False)
     # (an empty list is the default pattern: Llama4TextConfig takes `no_rope_layers if
     # no_rope_layers else` its default, configuration_llama4.py, transformers 5.23.0 wheel)
-    rope = cfg.get("no_rope_layers", default=None, kind=list) or None
+    rope = cfg.get("no_rope_layers", default=None, kind=list,
+                   rule="must list a 1 (RoPE) or 0 (NoPE) per layer") or None
     if rope is not None and len(rope) != layers:
         raise SpecError(cfg.where("no_rope_layers"), f"{len(rope)} entries",
                         f"needs one per layer ({layers})")
@@ -688,7 +698,8 @@ def _llama4(cfg: _Config) -> dict:
                         "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global attention)")
     interval = cfg.get("no_rope_layer_interval", default=4)
     with_rope = tuple(i for i in range(layers) if (rope[i] if rope else (i + 1) % interval))
-    types = cfg.get("layer_types", default=None, kind=list)
+    types = cfg.get("layer_types", default=None, kind=list,
+                    rule=f"must list one of {', '.join(LLAMA4_LAYER_KINDS)} per layer")
     if types is not None and len(types) != layers:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({layers})")

@@ -515,10 +515,41 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
         inside = prefix[np.minimum(hi, b)] - prefix[lo]
         wrapped = prefix[np.maximum(hi - b, 0)]  # the window's part past b, from residue 0
         crossing.append(inside + np.where(hi > b, wrapped, 0))
-    share = tuple(float(c.sum()) / gpus if gpus else 0.0 for c in crossing)
+    share = tuple(_busiest_block(stage0, pp, s, b) if c.any() else 0.0
+                  for b, c in zip(sizes, crossing))
     levels = tuple(max((lvl for lvl, c in enumerate(crossing) if c[i] > 0), default=-1)
                    for i in range(pp - 1))
     return levels, share
+
+
+def _busiest_block(stage0: tuple, pp: int, s: int, b: int) -> float:
+    """The largest fraction of one block's ``b`` devices that send to the next stage (or back
+    to the previous) outside the block at once: the pace of the block whose uplinks carry the
+    most. An average over every device (as this had been) counts the blocks of the last stage,
+    which send nothing forward, and made a 2:1 uplink under a two-stage pipeline whose stages
+    are whole blocks cost nothing (a user trial's).
+
+    Every id below ``gpus`` is a device of the grid (its strides are mixed-radix), stage ``i``'s
+    those of stage 0 plus ``i·s``. Where the stride and the block divide one another: with
+    ``s >= b`` block 0 lies in
+    stage 0, every device of it sending (1); with ``s < b`` a block's devices that leave it are
+    its top ``s`` ids, one run of stage ``(b / s - 1) mod pp`` in block 0, and no block's run
+    sends when ``b / s`` is a multiple of ``pp`` (the pipeline closes inside every block).
+    Otherwise the devices are counted block by block, both ways."""
+    if s % b == 0:
+        return 1.0
+    if b % s == 0:
+        return s / b if (b // s) % pp else 0.0
+    grid = np.add.outer(np.arange(pp, dtype=np.int64) * s, _ids(stage0))  # a stage a row
+    ids = grid.ravel()
+    stage = np.repeat(np.arange(pp), grid.shape[1])
+    busiest = 0
+    for step, senders in ((s, stage < pp - 1), (-s, stage > 0)):
+        a = ids[senders]
+        out = a[(a + step) // b != a // b] // b
+        if out.size:
+            busiest = max(busiest, int(np.bincount(out).max()))
+    return busiest / b
 
 
 @cached(maxsize=4096)

@@ -62,6 +62,10 @@ GPU_ALIASES = {"A100-SXM-80GB": "A100-SXM4-80GB", "A100-80GB": "A100-SXM4-80GB",
                "H100": "H100-SXM5-80GB", "H200-SXM-141GB": "H200", "B200-SXM-180GB": "B200",
                "H100-SXM5-96GB-HBM2E-500W": "H100-SXM5-96GB-HBM2E",
                "H100-SXM5-95GB-HBM2E-LOWTDP": "H100-SXM5-96GB-HBM2E"}
+_KNOWN_GPUS = ("known (any case): " + ", ".join(CLUSTER_OF) + "; read as one of them: "
+               + ", ".join(GPU_ALIASES))
+"""What a row's ``gpu`` may be, as its refusal says (the aliases too: a user trial's list had
+left them out, and a bare A100 is either HBM size)."""
 PRECISION_ALIASES = {"bf16+fp8_linear": "fp8"}
 """torchao's Float8 linear layers in a bf16 model: the linear layers' GEMMs in fp8, as nestplan's
 fp8 precision."""
@@ -448,7 +452,7 @@ def _cluster(row: _Row, base: Path):
     gpu = GPU_ALIASES.get(gpu, gpu)
     if row.text("cluster"):
         if row.text("gpu") and gpu not in CLUSTER_OF:  # (a misspelt part would be ignored)
-            raise SpecError(f"{row.where}.gpu", row.text("gpu"), "known: " + ", ".join(CLUSTER_OF)
+            raise SpecError(f"{row.where}.gpu", row.text("gpu"), _KNOWN_GPUS
                             + "; or leave it blank, since the cluster column names the devices")
         cluster = get_cluster(row.path("cluster", base))
         named = get_cluster(CLUSTER_OF[gpu]).accelerator if gpu in CLUSTER_OF else None
@@ -463,8 +467,8 @@ def _cluster(row: _Row, base: Path):
                             f"says {row.text('gpu')} ({named.name}: {named.hbm_bytes / GiB:g} "
                             f"GiB, {named.peak_flops_bf16 / 1e12:g}); make them agree")
         return cluster
-    if gpu not in CLUSTER_OF:
-        raise SpecError(f"{row.where}.gpu", gpu, "known: " + ", ".join(CLUSTER_OF)
+    if gpu not in CLUSTER_OF:  # (as written: it had been shown upper-cased)
+        raise SpecError(f"{row.where}.gpu", row.text("gpu"), _KNOWN_GPUS
                         + "; or name a catalog cluster (or cluster TOML) in a cluster column")
     return get_cluster(CLUSTER_OF[gpu])
 

@@ -19,7 +19,7 @@ from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
-from ..textfmt import memory_verdict
+from ..textfmt import memory_verdict, plan_short
 from ..units import GiB
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
@@ -233,7 +233,14 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     if stack.export_format == fmt:
         return [_predicted_line(ev)], []
     said, own = own_prediction(pf, exported, fmt)
-    mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour")
+    # (of the plan as exported, which may not be the saved one: a user trial read a ZeRO-2 plan's
+    # 12.0 s as the saved ZeRO-1 plan's 9.6 s)
+    stages = tuple(exported.recompute_of(i) for i in range(exported.pp))
+    same = exported.with_(recompute=stages) == pf.plan.with_(
+        recompute=tuple(pf.plan.recompute_of(i) for i in range(pf.plan.pp)))
+    changed = "" if same else \
+        f" for the plan as exported ({plan_short(exported, pf.scenario.model.moe is not None)})"
+    mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour{changed}")
     runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
     note = (f"the plan was searched for stack {stack.name} ({runs}), not for {fmt}; its "
             f"prediction assumes {stack.name}'s behaviour; {said} (plan again with --stack "
