@@ -762,9 +762,11 @@ def test_fp8_gathers_halve_what_they_name():
     fp8 = get_stack("torchtitan-float8")
     assert fp8.fp8_param_gather and fp8.fp8_tp_gather and not base.fp8_param_gather
     assert get_stack("torchtitan-float8-asynctp").tp_overlap.value == "full"
-    assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.FP8) == 1
-    assert M.gather_bytes(G.LayerKind.HEAD, fp8, Precision.FP8) == 2
-    assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.BF16) == 2
+    for zero in (0, 3):
+        assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.FP8, zero) == 1
+        assert M.gather_bytes(G.LayerKind.HEAD, fp8, Precision.FP8, zero) == 2
+        assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.BF16, zero) == 2
+        assert M.expert_gather_bytes(fp8, Precision.FP8, zero) == 2  # (grouped: no nn.Linear)
 
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64,
                              precision=Precision.FP8)
@@ -791,6 +793,31 @@ def test_fp8_gathers_halve_what_they_name():
     bf16 = replace(sc.training, precision=Precision.BF16)
     assert (evaluate(replace(sc, stack=only_gathers, training=bf16), par).step_time
             == evaluate(replace(sc, stack=base, training=bf16), par).step_time)
+
+
+def test_megatron_fp8_primary_weights_gather_as_bytes():
+    """Megatron-LM's --fp8-param-gather (``fp8_primary_weights``, which the megatron-core stack
+    and its export set in fp8 under a sharded optimizer) keeps Transformer Engine's weights
+    quantized, and its parameter buffer moves them as bytes: the distributed optimizer's
+    all-gather of the blocks' and the experts' weights is half its bf16 size; embedding and
+    output layer stay bf16. They had been costed in bf16."""
+    from nestplan.cost import memory as M
+    from nestplan.options import Precision
+
+    core = get_stack("megatron-core")
+    assert core.fp8_primary_weights and not core.fp8_param_gather
+    assert M.gather_bytes(G.LayerKind.MOE, core, Precision.FP8, 1) == 1
+    assert M.expert_gather_bytes(core, Precision.FP8, 1) == 1
+    assert M.gather_bytes(G.LayerKind.EMBEDDING, core, Precision.FP8, 1) == 2
+    assert M.gather_bytes(G.LayerKind.DENSE, core, Precision.FP8, 0) == 2  # (no sharded optimizer)
+    assert M.expert_gather_bytes(core, Precision.BF16, 1) == 2
+    sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
+                             precision=Precision.FP8)
+    par = Parallelism(tp=2, sp=True, pp=1, dp=32, ep=8, etp=1, zero=1, mbs=1, recompute=("full",))
+    ev = evaluate(sc, par)
+    bf16_gathers = evaluate(replace(sc, stack=replace(core, name="bf16-gathers",
+                                                       fp8_primary_weights=False)), par)
+    assert ev.time.dp < bf16_gathers.time.dp
 
 
 def test_composer_rows_reduce_gradients_as_they_state(shared):

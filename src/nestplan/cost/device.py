@@ -246,7 +246,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     def kind(layer, checkpointable=True):
         return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), st.recompute,
                      checkpointable, st.gather_whole_block,
-                     M.gather_bytes(layer.kind, st, tr.precision))
+                     M.gather_bytes(layer.kind, st, tr.precision, par.zero))
 
     pp, vp = par.pp, par.vp
     micro = tr.micro_batches(par.mbs, par.dp)
@@ -344,7 +344,8 @@ def chunk(cc: ConfigCosts, dense, moe, emb: bool, head: bool) -> Chunk:
         eparams=_sum(*(n * k.eparams for n, k in parts)),
         block_params=_sum(*(n * k.block_params for n, k in parts)),
         gathered=_sum(*(n * k.params * k.gather for n, k in parts)),
-        egathered=_sum(*(n * k.eparams * M.EXPERT_GATHER_BYTES for n, k in parts)),
+        egathered=_sum(*(n * k.eparams for n, k in parts)) * M.expert_gather_bytes(
+            cc.sc.stack, cc.sc.training.precision, cc.par.zero),
         saved=_sum(*(n[..., None] * k.saved for n, k in parts)),
         transient=transient, largest=largest,
         layers=_sum(*(n for n, _ in parts)), block_saved=block,

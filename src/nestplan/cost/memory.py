@@ -36,20 +36,28 @@ COMPUTE_BYTES = 2
 FP8_BYTES = 1
 
 
-def gather_bytes(kind, stack, precision) -> float:
+def gather_bytes(kind, stack, precision, zero: int) -> float:
     """Bytes per dense weight of a layer of ``kind`` (a ``graph.LayerKind``) that ZeRO-3/FSDP
-    and the sharded optimizer all-gather: bf16, or fp8 for the transformer blocks when the stack
-    gathers fp8 weights in fp8 training (``StackSpec.fp8_param_gather``; a block's norm weights,
-    a few hidden-sized vectors, are counted with its linear layers). Routed experts' weights are
-    gathered in bf16 (``COMPUTE_BYTES``) either way: torchao converts ``nn.Linear`` modules, and
-    grouped expert weights are not."""
-    fp8 = stack.fp8_param_gather and precision is Precision.FP8
-    return FP8_BYTES if kind in BLOCK_KINDS and fp8 else COMPUTE_BYTES
+    and the sharded optimizer (ZeRO ``zero``) all-gather: bf16, or in fp8 training fp8 for the
+    transformer blocks where the stack gathers fp8 weights, torchao's (``fp8_param_gather``) or
+    Megatron-LM's fp8 primary weights under a sharded optimizer (``fp8_primary_weights``: its
+    parameter buffer holds them as bytes, ``torch.uint8`` for quantized parameters,
+    ``_param_uses_quantized_storage`` in megatron/core/distributed/param_and_grad_buffer.py @
+    NVIDIA/Megatron-LM d98e8a64dd; they had been costed in bf16). A block's norm weights, a few
+    hidden-sized vectors, are counted with its linear layers; embeddings and output layers,
+    which are no Transformer Engine modules, gather in bf16."""
+    fp8 = precision is Precision.FP8 and kind in BLOCK_KINDS and (
+        stack.fp8_param_gather or (zero >= 1 and stack.fp8_primary_weights))
+    return FP8_BYTES if fp8 else COMPUTE_BYTES
 
 
-EXPERT_GATHER_BYTES = COMPUTE_BYTES
-"""Bytes per routed-expert weight that ZeRO-3/FSDP and the sharded optimizer all-gather (bf16
-under fp8 gathers too: ``gather_bytes``)."""
+def expert_gather_bytes(stack, precision, zero: int) -> float:
+    """Bytes per routed-expert weight that ZeRO-3/FSDP and the sharded optimizer all-gather:
+    bf16 under torchao's fp8 gathers (it converts ``nn.Linear`` modules, and grouped expert
+    weights are none), fp8 under Megatron-LM's fp8 primary weights (Transformer Engine's grouped
+    linear layers hold them quantized too: ``gather_bytes``)."""
+    fp8 = precision is Precision.FP8 and zero >= 1 and stack.fp8_primary_weights
+    return FP8_BYTES if fp8 else COMPUTE_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -609,15 +609,20 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     layers = mg.counts(beside)
     params = sum(n * layer.params for n, layer in layers)
     eparams = sum(n * layer.expert_params for n, layer in layers)
-    gathered = sum(n * layer.params * M.gather_bytes(layer.kind, st, tr.precision)
-                   for n, layer in layers)
-    egathered = sum(n * layer.expert_params * M.EXPERT_GATHER_BYTES for n, layer in layers)
     blocks = [layer for _, layer in layers if layer.kind in G.BLOCK_KINDS]
     most = -(-sc.model.layers // par.pp) if par.pp > 1 else 0
     least_p = most * min(layer.params for layer in blocks)
     least_e = most * min(layer.expert_params for layer in blocks)
-    least_g = most * min(layer.params * M.gather_bytes(layer.kind, st, tr.precision)
-                         for layer in blocks)
+
+    def gathers(z: int) -> tuple[float, float, float, float, bool]:
+        """Bytes the ZeRO-``z`` all-gathers move (``memory.gather_bytes``: fp8 ones may
+        depend on the stage): dense and experts', the least stage's, and one byte size for
+        every kind."""
+        each = [(n, layer, M.gather_bytes(layer.kind, st, tr.precision, z)) for n, layer in layers]
+        e_bytes = M.expert_gather_bytes(st, tr.precision, z)
+        return (sum(n * layer.params * b for n, layer, b in each), eparams * e_bytes,
+                most * min(layer.params * b for _, layer, b in each if layer.kind in G.BLOCK_KINDS),
+                least_e * e_bytes, len({b for _, _, b in each}) == 1)
     flat = st.flat_dp_collectives
 
     def dense(kind, nbytes):
@@ -638,10 +643,10 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     # the device with the most dense weights has at least the average dense reduction and
     # optimizer work, and the one with the most experts the expert part; the gathers join the
     # dense part only when every kind gathers at the same bytes per weight
-    uniform = len({M.gather_bytes(layer.kind, st, tr.precision) for _, layer in layers}) == 1
     micro = tr.micro_batches(par.mbs, par.dp)
     out = []
     for z in range(4):
+        gathered, egathered, least_g, least_eg, uniform = gathers(z)
         zero = busy = 0.0
         deferred = st.defers_grad_sync(par.pp, z)
         sharded = st.optimizer_sharded(par.pp, z)
@@ -652,8 +657,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         if z >= 3:  # the backward's gather and the forward's
             n = 1.0 + D.least_zero3_forward_gathers(st, par.pp, z, micro)
             zero += n * dp(G.CollKind.ALL_GATHER, gathered, egathered)
-            busy += n * dp(G.CollKind.ALL_GATHER, least_g, least_e * M.EXPERT_GATHER_BYTES) \
-                if most else 0.0
+            busy += n * dp(G.CollKind.ALL_GATHER, least_g, least_eg) if most else 0.0
         d_end = avg_p / (lay.dp.size if sharded else 1) * per_byte
         e_end = avg_e / (lay.edp.size if sharded else 1) * per_byte
         g_end = d_sync = e_sync = 0.0
