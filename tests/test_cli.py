@@ -623,3 +623,26 @@ def test_the_command_line_keeps_blas_to_one_thread_unless_told(given, threads):
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stderr.split()[-3:] == ["True", str(given), str(threads)], p.stderr
+
+
+def test_an_edited_dense_plan_file_names_the_knob_edited(tmp_path):
+    """A dense model's plan file holds etp (as tp); edited to another tp, the file was refused
+    naming etp ("leave etp unset", a field nestplan itself wrote) rather than the tp the stack
+    cannot run (a user trial's). And a stack without experts names every catalog stack with
+    them (deepspeed had been left out of the list)."""
+    from console import cli, one_line_error
+
+    saved = tmp_path / "p.json"
+    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
+               "--stack", "deepspeed", "--save", saved)[0] == 0
+    data = json.loads(saved.read_text())
+    assert data["plan"]["etp"] == 1
+    data["plan"].update(tp=2, dp=4)
+    saved.write_text(json.dumps(data))
+    assert one_line_error(*cli("evaluate", "--plan", saved),
+                          "tp: got 2; stack deepspeed has no tensor parallelism")
+    assert one_line_error(*cli("evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr",
+                               "--gpus", 64, "--mbs", 1, "--global-batch", 1024, "--seq-len",
+                               4096, "--stack", "megatron-deepspeed", "--tp", 2, "--pp", 2),
+                          "use a stack that does (composer, composer-pure, deepspeed, megatron-core")

@@ -221,7 +221,8 @@ def test_a_model_file_lists_its_moe_blocks(tmp_path):
     for moe, words in (({"layers": [9, 7]}, "once each, in order"),
                        ({"layers": [3, 48]}, "below model.layers = 48"),
                        ({"layers": [1.5]}, "list of layer indices"),
-                       ({"layers": [1, 3], "layer_freq": 2}, "not both")):
+                       ({"layers": [1, 3], "layer_freq": 2}, "not both"),
+                       ({"layers": []}, "lists no MoE block")):
         path.write_text(document({**table, "moe": {**table["moe"], **moe}}))
         assert one_line_error(*cli(*run), "moe.layers"), moe
         assert words in cli(*run)[2], moe

@@ -272,8 +272,9 @@ def test_group_levels_equal_a_count_over_every_row():
 def test_pipeline_boundaries_equal_a_count_over_every_device():
     """``_boundaries`` (window sums over stage 0's residues) equals visiting every device of
     every stage: the level each boundary crosses and the largest share of one block's devices
-    sending outside it, either way, for random degrees and rank orders on block sizes that are
-    and are not powers of two."""
+    sending outside it, either way (and from the last stage to the first, for interleaved
+    schedules), for random degrees and rank orders on block sizes that are and are not powers
+    of two."""
     import itertools
     import random
 
@@ -298,15 +299,16 @@ def test_pipeline_boundaries_equal_a_count_over_every_device():
         levels, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus)
         grid = rank_grid(par)
         sizes = (1, *_block_sizes(cluster, gpus)[:-1])
-        def busiest(b: int) -> float:  # the most of one block's b devices sending out of it
-            most = 0
-            for src, dst in ((grid[:-1].ravel(), grid[1:].ravel()),
-                             (grid[1:].ravel(), grid[:-1].ravel())):
-                out = src[src // b != dst // b] // b
-                most = max(most, int(np.bincount(out).max()) if out.size else 0)
-            return most / b
+        def busiest(b: int, looped: bool) -> float:  # most of one block's devices sending out
+            pairs = [(grid[:-1], grid[1:]), (grid[1:], grid[:-1])]
+            if looped:
+                pairs += [(grid[-1:], grid[:1]), (grid[:1], grid[-1:])]
+            out = np.unique(np.concatenate([src[src // b != dst // b] for src, dst in pairs]))
+            return int(np.bincount(out // b).max()) / b if out.size else 0.0
 
-        assert share == pytest.approx(tuple(busiest(b) for b in sizes)), (par, node, pod)
+        for looped in (False, True):
+            got = _boundaries((tp, pp, dp, cp, order), cluster, gpus, looped)[1]
+            assert got == pytest.approx(tuple(busiest(b, looped) for b in sizes)), (par, looped)
         want = tuple(max((lvl for lvl, b in enumerate(sizes)
                           if np.any(grid[i].ravel() // b != grid[i + 1].ravel() // b)),
                          default=-1) for i in range(pp - 1))

@@ -762,15 +762,15 @@ def test_fp8_gathers_halve_what_they_name():
     fp8 = get_stack("torchtitan-float8")
     assert fp8.fp8_param_gather and fp8.fp8_tp_gather and not base.fp8_param_gather
     assert get_stack("torchtitan-float8-asynctp").tp_overlap.value == "full"
-    for zero in (0, 3):
-        assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.FP8, zero) == 1
-        assert M.gather_bytes(G.LayerKind.HEAD, fp8, Precision.FP8, zero) == 2
-        assert M.gather_bytes(G.LayerKind.DENSE, fp8, Precision.BF16, zero) == 2
-        assert M.expert_gather_bytes(fp8, Precision.FP8, zero) == 2  # (grouped: no nn.Linear)
-
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64,
                              precision=Precision.FP8)
     par = Parallelism(tp=8, sp=True, dp=8, zero=3, mbs=1, recompute=("full",))
+    mg = layer_graph(sc.model, par, sc.training, fp8)
+    for zero in (0, 3):
+        assert M.gather_bytes(mg.dense, fp8, Precision.FP8, zero) == 1
+        assert M.gather_bytes(mg.head, fp8, Precision.FP8, zero) == 2
+        assert M.gather_bytes(mg.dense, fp8, Precision.BF16, zero) == 2
+        assert M.expert_gather_bytes(fp8, Precision.FP8, zero) == 2  # (grouped: no nn.Linear)
 
     def tp_bytes(stack):
         layer = layer_graph(sc.model, par, sc.training, stack).dense
@@ -806,14 +806,24 @@ def test_megatron_fp8_primary_weights_gather_as_bytes():
 
     core = get_stack("megatron-core")
     assert core.fp8_primary_weights and not core.fp8_param_gather
-    assert M.gather_bytes(G.LayerKind.MOE, core, Precision.FP8, 1) == 1
-    assert M.expert_gather_bytes(core, Precision.FP8, 1) == 1
-    assert M.gather_bytes(G.LayerKind.EMBEDDING, core, Precision.FP8, 1) == 2
-    assert M.gather_bytes(G.LayerKind.DENSE, core, Precision.FP8, 0) == 2  # (no sharded optimizer)
-    assert M.expert_gather_bytes(core, Precision.BF16, 1) == 2
     sc = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256,
                              precision=Precision.FP8)
     par = Parallelism(tp=2, sp=True, pp=1, dp=32, ep=8, etp=1, zero=1, mbs=1, recompute=("full",))
+    mg = layer_graph(sc.model, par, sc.training, core)
+    assert M.gather_bytes(mg.moe, core, Precision.FP8, 1) == 1
+    assert M.expert_gather_bytes(core, Precision.FP8, 1) == 1
+    assert M.gather_bytes(mg.embedding, core, Precision.FP8, 1) == 2
+    assert M.gather_bytes(mg.moe, core, Precision.FP8, 0) == 2  # (no sharded optimizer)
+    assert M.expert_gather_bytes(core, Precision.BF16, 1) == 2
+    # a head's multi-token-prediction depths are Transformer Engine blocks: fp8, the head bf16
+    ds = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 256, seq_len=4096, global_batch=256,
+                             precision=Precision.FP8)
+    head = layer_graph(ds.model, Parallelism(tp=2, sp=True, pp=8, dp=16, ep=16, etp=1, zero=1,
+                                             mbs=1), ds.training, core).head
+    depth = head.depths * head.depth_block.params
+    assert M.gather_bytes(head, core, Precision.FP8, 1) == pytest.approx(
+        (depth + 2 * (head.params - depth)) / head.params)
+    assert 1 < M.gather_bytes(head, core, Precision.FP8, 1) < 2
     ev = evaluate(sc, par)
     bf16_gathers = evaluate(replace(sc, stack=replace(core, name="bf16-gathers",
                                                        fp8_primary_weights=False)), par)

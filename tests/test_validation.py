@@ -41,19 +41,19 @@ def test_runs_that_happened_are_predicted_to_nearly_fit(shared):
 # reports them, group by group. They are not targets: a change that moves one by more than half a
 # point must update the README's table with it (and say why the figure moved).
 HELD_OUT_ERRORS = {
-    "mtnlg22-530b-280n": -18.4, "mtnlg22-530b-350n": -19.3, "mtnlg22-530b-420n": -21.5,
+    "mtnlg22-530b-280n": -18.2, "mtnlg22-530b-350n": -19.0, "mtnlg22-530b-420n": -21.2,
     "bloom22-176b-384g": -9.6,
     "llama3-405b-8192g": +3.9, "llama3-405b-16384g": +29.1,
-    "nemo2511-llama3-8b-8g": +22.7, "nemo2509-llama3-70b-64g": +12.8,
-    "nemo2602-llama3-70b-64g": +11.3, "nemo2509-llama3-405b-1024g": -0.2,
-    "nemo2602-llama3-405b-1024g": -0.6,
-    "nemo2511-qwen3-30b-a3b-16g": -32.7, "nemo2509-deepseek-v3-1024g": -14.8,
+    "nemo2511-llama3-8b-8g": +20.8, "nemo2509-llama3-70b-64g": +12.8,
+    "nemo2602-llama3-70b-64g": +11.3, "nemo2509-llama3-405b-1024g": -1.1,
+    "nemo2602-llama3-405b-1024g": -0.9,
+    "nemo2511-qwen3-30b-a3b-16g": -32.7, "nemo2509-deepseek-v3-1024g": -14.9,
     "mcore-moezoo-qwen3-235b-fsdp": +38.2, "mcore-moezoo-qwen3-235b-tp4pp8": +7.0,
-    "automodel-deepseek-v3-1024g": -6.2, "automodel-deepseek-v3-256g": +13.4,
+    "automodel-deepseek-v3-1024g": -6.7, "automodel-deepseek-v3-256g": +12.9,
     "automodel-qwen3-30b-a3b-8g": +25.3,
-    "nemo2502-b200-gpt3-175b-512g": -6.5, "nemo2502-b200-llama3-8b-8g": -8.0,
-    "nemo2502-b200-llama3-70b-64g": -13.4, "nemo2502-b200-llama3-405b-128g": -11.2,
-    "nemo2502-b200-mixtral-8x7b-64g": +11.8,
+    "nemo2502-b200-gpt3-175b-512g": -8.7, "nemo2502-b200-llama3-8b-8g": -8.1,
+    "nemo2502-b200-llama3-70b-64g": -14.0, "nemo2502-b200-llama3-405b-128g": -12.3,
+    "nemo2502-b200-mixtral-8x7b-64g": +1.9,
     # torchtitan's Dec-2024 Tables 4-6 (Llama 3.1 70B 2D, 405B 3D and 4D), added 2026-12-03
     "tt24_t4_70b_g256_2D": +3.3, "tt24_t4_70b_g256_2D_asynctp": -4.7,
     "tt24_t5_405b_g512_1f1b": -0.8, "tt24_t5_405b_g512_interleaved": -1.6,
@@ -254,10 +254,19 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
                     "local_batch=2\n")
     (case,) = load_cases(path)
     assert case.plan.mbs == 2 and case.scenario.training.micro_batches(2, 8) == 4
-    path.write_text(head.replace("tp,", "tp,pp,") + "r1,llama3-8b,dgx-h100-ndr,16,1,2,,8192,64,,"
-                    "torchtitan,step_time,11.2,local_batch=4\n")
+    # under PP the local batch is one flush's micro-batches (torchtitan's local_batch_size over
+    # pipeline_parallel_microbatch_size): it had been one micro-batch of 8, which torch's 1F1B
+    # refuses for 2 stages (a reviewer's)
+    piped = head.replace("tp,", "tp,pp,")
+    path.write_text(piped + "r1,llama3-8b,dgx-h100-ndr,16,1,2,,4096,64,,torchtitan,step_time,"
+                    "11.2,local_batch=8\n")
     (case,) = load_cases(path)
-    assert case.plan.pp == 2 and 4 % case.plan.mbs == 0
+    assert case.plan.pp == 2 and 8 % case.plan.mbs == 0
+    assert case.scenario.training.micro_batches(case.plan.mbs, 8) == 8 // case.plan.mbs >= 2
+    # accumulated under PP: each step its own flush in torchtitan, one here: said in a note
+    path.write_text(piped + "r1,llama3-8b,dgx-h100-ndr,16,1,2,,4096,128,,torchtitan,step_time,"
+                    "11.2,local_batch=8\n")
+    assert "is 2 accumulation steps of a pipeline of 2 stages" in cli("validate", "--csv", path)[2]
     # no global batch: the step is the local batch on every replica, a given micro-batch's
     # multiple (it had been one micro-batch per replica)
     path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,1,,4096,,2,torchtitan,step_time,1.6,"

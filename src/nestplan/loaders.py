@@ -445,6 +445,10 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
     if "moe" in table:
         t = table["moe"]
         check_keys(t, f"{where}.moe", required={"experts", "top_k", "ffn_hidden"}, optional=_MOE_KEYS)
+        if t.get("layers") == []:  # (it had read as every block MoE, the pattern's default)
+            raise SpecError(f"{where}.moe.layers", [], "lists no MoE block: leave it out for "
+                            "first_dense_layers and layer_freq's pattern, or drop [moe] for a "
+                            "dense model")
         moe = MoESpec(**{k: _layer_list(t, k, f"{where}.moe") if k == "layers" else
                          _typed(t, k, f"{where}.moe", _MOE_TYPES.get(k, int)) for k in t})
     if "mla" in table:

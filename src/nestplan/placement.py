@@ -417,7 +417,7 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
         expert = (_alone(blocks), dense[0], dense[2])
     else:
         expert = _expert_groups((tp, pp, dp, cp, ep, etp, order), cluster, gpus)
-    boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus)
+    boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus, vp > 1)
     if vp > 1:
         boundaries += (_wrap((tp, pp, dp, cp, order), cluster, gpus),)
     return Layouts(tp=dense[0], cp=dense[1], dp=dense[2], ep=expert[0], etp=expert[1],
@@ -482,10 +482,11 @@ def _in_runs(rows: np.ndarray, ordered: np.ndarray, b: int) -> bool:
 
 
 @cached(maxsize=4096)
-def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
+def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int, looped: bool = False
                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
     """The level each stage-to-next-stage boundary crosses, and the steady-state sharing: the
-    fraction of each block's devices whose next stage lies outside it.
+    largest fraction of one block's devices that send out of it at once (``_busiest_block``;
+    ``looped``: the last stage sends on to the first too, as interleaved schedules do).
 
     Stage ``i + 1``'s devices are stage ``i``'s shifted by the pipeline stride ``s`` (an affine
     rank grid), and a device ``a`` sends across a block of ``b`` devices when ``s >= b`` or
@@ -515,41 +516,38 @@ def _boundaries(key: tuple, cluster: ClusterSpec, gpus: int
         inside = prefix[np.minimum(hi, b)] - prefix[lo]
         wrapped = prefix[np.maximum(hi - b, 0)]  # the window's part past b, from residue 0
         crossing.append(inside + np.where(hi > b, wrapped, 0))
-    share = tuple(_busiest_block(stage0, pp, s, b) if c.any() else 0.0
+    share = tuple(_busiest_block(pp, s, b, gpus, looped) if c.any() or looped else 0.0
                   for b, c in zip(sizes, crossing))
     levels = tuple(max((lvl for lvl, c in enumerate(crossing) if c[i] > 0), default=-1)
                    for i in range(pp - 1))
     return levels, share
 
 
-def _busiest_block(stage0: tuple, pp: int, s: int, b: int) -> float:
-    """The largest fraction of one block's ``b`` devices that send to the next stage (or back
-    to the previous) outside the block at once: the pace of the block whose uplinks carry the
-    most. An average over every device (as this had been) counts the blocks of the last stage,
-    which send nothing forward, and made a 2:1 uplink under a two-stage pipeline whose stages
-    are whole blocks cost nothing (a user trial's).
+def _busiest_block(pp: int, s: int, b: int, gpus: int, looped: bool) -> float:
+    """The largest fraction of one block's ``b`` devices that send out of it at once: to the
+    next stage, back to the previous one (1F1B's steady state runs both), and with ``looped``
+    from the last stage to the first and back. Those sends leave by the block's uplinks
+    together, and the block that sends the most sets their pace. An average over every device
+    (as this had been) counted blocks that send nothing, and a 2:1 uplink under a two-stage
+    pipeline whose stages fill blocks cost nothing (a user trial's).
 
-    Every id below ``gpus`` is a device of the grid (its strides are mixed-radix), stage ``i``'s
-    those of stage 0 plus ``i·s``. Where the stride and the block divide one another: with
-    ``s >= b`` block 0 lies in
-    stage 0, every device of it sending (1); with ``s < b`` a block's devices that leave it are
-    its top ``s`` ids, one run of stage ``(b / s - 1) mod pp`` in block 0, and no block's run
-    sends when ``b / s`` is a multiple of ``pp`` (the pipeline closes inside every block).
-    Otherwise the devices are counted block by block, both ways."""
+    Every id below ``gpus`` is a device (the strides are mixed-radix), of stage ``(a // s) %
+    pp``. A block inside one stage (``s`` a multiple of ``b``) sends with all its devices.
+    Otherwise the devices are counted over one period of the pattern, ``lcm(b, s·pp)`` ids (a
+    partial last block holds a part of some whole block's devices, so it cannot send more)."""
     if s % b == 0:
         return 1.0
-    if b % s == 0:
-        return s / b if (b // s) % pp else 0.0
-    grid = np.add.outer(np.arange(pp, dtype=np.int64) * s, _ids(stage0))  # a stage a row
-    ids = grid.ravel()
-    stage = np.repeat(np.arange(pp), grid.shape[1])
-    busiest = 0
-    for step, senders in ((s, stage < pp - 1), (-s, stage > 0)):
-        a = ids[senders]
-        out = a[(a + step) // b != a // b] // b
-        if out.size:
-            busiest = max(busiest, int(np.bincount(out).max()))
-    return busiest / b
+    ids = np.arange(min(gpus, math.lcm(b, s * pp)), dtype=np.int64)
+    stage = ids // s % pp
+    block = ids // b
+    out = ((stage < pp - 1) & ((ids + s) // b != block)) | (
+        (stage > 0) & ((ids - s) // b != block))
+    if looped:  # the wrap, both ways
+        far = (pp - 1) * s
+        out |= ((stage == pp - 1) & ((ids - far) // b != block)) | (
+            (stage == 0) & ((ids + far) // b != block))
+    sending = block[out]
+    return int(np.bincount(sending).max()) / b if sending.size else 0.0
 
 
 @cached(maxsize=4096)

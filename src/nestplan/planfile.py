@@ -351,6 +351,8 @@ def _from_dict(data: dict) -> PlanFile:
     _note_not_the_catalogs(sc)
     _note_expert_load_without_experts(training, sc)
     par = plan_from_dict(data["plan"], "plan")
+    if sc.model.moe is None:  # (written as tp, it would name etp for an edited tp: a user trial's)
+        par = par.with_(etp=None)
     from .evaluate import evaluate  # numpy: loaded once the file reads as a plan
 
     ev = evaluate(sc, par)  # also validates the plan against the scenario

@@ -1228,9 +1228,12 @@ class Scenario(_CachedHash):
         if cap is not None and self.gpus > cap:
             raise SpecError("gpus", self.gpus, f"cluster {self.cluster.name} holds at most {cap}")
         if self.model.moe is not None and not self.stack.mixture_of_experts:
+            from .catalog import get_stack, list_names
+
+            ones = [n for n in list_names("stacks") if get_stack(n).mixture_of_experts]
             raise SpecError("stack", self.stack.name, f"trains no mixture-of-experts layers, "
-                            f"which {self.model.name} has", "use a stack that does "
-                            "(megatron-core, nemo, torchtitan)")
+                            f"which {self.model.name} has", "use a stack that does ("
+                            + ", ".join(ones) + ")")
         if self.model.mtp_layers and not self.stack.multi_token_prediction:
             raise SpecError("model.mtp_layers", self.model.mtp_layers,
                             f"stack {self.stack.name} trains no multi-token-prediction depths",

@@ -199,8 +199,8 @@ class StackSpec(_CachedHash):
     """In fp8 training, ZeRO-3/FSDP and the sharded optimizer all-gather the transformer blocks'
     dense linear weights as their fp8 copies, one byte each (torchao's
     ``enable_fsdp_float8_all_gather``); the embedding, the output layer and routed experts
-    (grouped weights, not ``nn.Linear``) stay in bf16. Off, every gathered weight moves in
-    bf16."""
+    (grouped weights, not ``nn.Linear``) stay in bf16. Off, gathered weights move in bf16 but
+    where ``fp8_primary_weights`` makes them fp8 (``memory.gathers_fp8``)."""
     fp8_weight_cache_bytes: float = 0.0
     """Bytes per transformer-block weight that fp8 training keeps as quantized copies from a
     step's first micro-batch to its last: Transformer Engine caches each linear layer's fp8
@@ -219,8 +219,9 @@ class StackSpec(_CachedHash):
     distributed optimizer or FSDP (``validate_args``, megatron/training/arguments.py @
     d98e8a64dd) and which NeMo's fp8 recipes set (Megatron-Bridge ``mixed_precision.py`` @
     067f987df, all but blockwise scaling); the Megatron export asks for it. Without a sharded
-    optimizer the bf16 weights stay and ``fp8_weight_cache_bytes`` come on top. (The gathers
-    are still costed in bf16: ``fp8_param_gather`` is torchao's and left off here.)"""
+    optimizer the bf16 weights stay and ``fp8_weight_cache_bytes`` come on top. The sharded
+    optimizer's all-gathers move them as bytes, the blocks' and the experts' alike
+    (``memory.gathers_fp8``; costed in bf16 before 2026-12-05)."""
     tp_keeps_gathered_input: bool = False
     """Under sequence parallelism, a column-parallel linear keeps for backward the input it
     all-gathered (the whole sequence), and its backward reduce-scatters the input gradient with

@@ -441,7 +441,8 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
                 continue
             if ev.fits and ev.step_time < best_time:
                 best, best_time = candidate, ev.step_time
-    return best or plan.with_(recompute=(sc.stack.most_saving,) if free_recompute
+    return best or plan.with_(mbs=local if local and plan.pp == 1 else plan.mbs,
+                              recompute=(sc.stack.most_saving,) if free_recompute
                               else plan.recompute)
 
 
@@ -518,9 +519,24 @@ def _case(row: _Row, base: Path, override: StackSpec | None,
         local = row.other("local_batch")
         plan = _tuned(sc, plan, free_mbs=free_mbs, free_recompute=free_recompute,
                       local=int(local) if local else None)
+    _note_flushes(row, sc, plan)
     check_plan(sc, plan)  # here, so that a plan's mistakes name the row
     return Case(row.text("id"), metric, row.seconds("step_time_s"), sc, plan,
                 row.text("confidence"), _memory(row, sc.cluster.accelerator), row.where)
+
+
+def _note_flushes(row: _Row, sc: Scenario, plan: Parallelism) -> None:
+    """Say where a pipelined row's global batch is several local batches: torchtitan runs each
+    accumulation step as a pipeline flush of its own (``train_step`` calls the schedule once
+    per step, trainer.py, torchtitan 0.3.0 wheel), which nestplan's one flush of every
+    micro-batch does not model (a reviewer's: such a row is predicted with fewer bubbles)."""
+    local = row.other("local_batch")
+    steps = sc.training.global_batch // (int(local) * plan.dp) if local else 1
+    if plan.pp > 1 and steps > 1:
+        warnings.warn(Note(f"{row.where}: local_batch={local} is {steps} accumulation steps of a "
+                           f"pipeline of {plan.pp} stages, each its own flush in torchtitan; "
+                           "predicted as one flush of all the micro-batches, with fewer bubbles "
+                           "than the run has"), stacklevel=2)
 
 
 def _note_no_experts(row: _Row, model: ModelSpec) -> None:
@@ -579,7 +595,8 @@ def _local_batch(row: _Row, dp: int) -> int | None:
             raise SpecError(where, shown, f"must be a multiple of micro_batch {micro} (the "
                             "micro-batches of one rank's forward)")
         return None
-    return n if gb is None or gb == n * dp else None
+    # (under PP the local batch is the micro-batches of a flush, whose size _tuned chooses)
+    return n if (gb is None or gb == n * dp) and row.number("pp", 1) == 1 else None
 
 
 def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:

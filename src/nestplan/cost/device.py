@@ -246,7 +246,7 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     def kind(layer, checkpointable=True):
         return _kind(layer, layer_cost(layer, acc, cluster, lay, tr, st), st.recompute,
                      checkpointable, st.gather_whole_block,
-                     M.gather_bytes(layer.kind, st, tr.precision, par.zero))
+                     M.gather_bytes(layer, st, tr.precision, par.zero))
 
     pp, vp = par.pp, par.vp
     micro = tr.micro_batches(par.mbs, par.dp)

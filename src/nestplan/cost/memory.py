@@ -32,23 +32,35 @@ from ..graph import BLOCK_KINDS
 from ..options import Precision
 
 COMPUTE_BYTES = 2
-"""Bytes per weight element as the GEMMs use it and as ZeRO-3/FSDP gathers it (bf16)."""
+"""Bytes per weight element as the GEMMs use it and as ZeRO-3/FSDP gathers it in bf16 (fp8
+gathers: ``gather_bytes``)."""
 FP8_BYTES = 1
 
 
-def gather_bytes(kind, stack, precision, zero: int) -> float:
-    """Bytes per dense weight of a layer of ``kind`` (a ``graph.LayerKind``) that ZeRO-3/FSDP
-    and the sharded optimizer (ZeRO ``zero``) all-gather: bf16, or in fp8 training fp8 for the
-    transformer blocks where the stack gathers fp8 weights, torchao's (``fp8_param_gather``) or
-    Megatron-LM's fp8 primary weights under a sharded optimizer (``fp8_primary_weights``: its
-    parameter buffer holds them as bytes, ``torch.uint8`` for quantized parameters,
-    ``_param_uses_quantized_storage`` in megatron/core/distributed/param_and_grad_buffer.py @
-    NVIDIA/Megatron-LM d98e8a64dd; they had been costed in bf16). A block's norm weights, a few
-    hidden-sized vectors, are counted with its linear layers; embeddings and output layers,
-    which are no Transformer Engine modules, gather in bf16."""
-    fp8 = precision is Precision.FP8 and kind in BLOCK_KINDS and (
+def gathers_fp8(stack, precision, zero: int) -> bool:
+    """ZeRO-3/FSDP and the sharded optimizer (ZeRO ``zero``) all-gather the transformer blocks'
+    weights in fp8: fp8 training on a stack that gathers them so, torchao's
+    (``fp8_param_gather``) or Megatron-LM's fp8 primary weights under a sharded optimizer
+    (``fp8_primary_weights``: its parameter buffer holds them as bytes, ``torch.uint8`` for
+    quantized parameters, ``_param_uses_quantized_storage`` in megatron/core/distributed/
+    param_and_grad_buffer.py @ NVIDIA/Megatron-LM d98e8a64dd; they had been costed in bf16)."""
+    return precision is Precision.FP8 and (
         stack.fp8_param_gather or (zero >= 1 and stack.fp8_primary_weights))
-    return FP8_BYTES if fp8 else COMPUTE_BYTES
+
+
+def gather_bytes(layer, stack, precision, zero: int) -> float:
+    """Bytes per dense weight of ``layer`` (a ``graph.LayerGraph``) that ZeRO-3/FSDP and the
+    sharded optimizer all-gather: bf16, or fp8 for the weights of transformer blocks where they
+    gather so (``gathers_fp8``): a block's own, a head's multi-token-prediction depths' (the
+    blocks ``fp8_weight_cache_bytes`` counts too); a block's norm weights, a few hidden-sized
+    vectors, are counted with its linear layers, and the embedding and output layer, no
+    Transformer Engine or ``nn.Linear`` converted modules, stay bf16."""
+    if not layer.params or not gathers_fp8(stack, precision, zero):
+        return COMPUTE_BYTES
+    block = layer.depth_block
+    blocks = layer.params if layer.kind in BLOCK_KINDS else (
+        layer.depths * block.params if block is not None else 0.0)
+    return (blocks * FP8_BYTES + (layer.params - blocks) * COMPUTE_BYTES) / layer.params
 
 
 def expert_gather_bytes(stack, precision, zero: int) -> float:

@@ -250,13 +250,16 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     return lines, [note]
 
 
-def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str) -> str:
+def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str,
+                   saved: PlanFile | None = None) -> str:
     """What nestplan predicts for the plan actually exported: where the plan was searched for
     another format's stack, as the format's own stack runs it (``own_prediction``; the changed
     plan costed with the first stack's behaviour is a run no framework makes: a user trial read
     11.7 s there for a torchtitan run predicted at 7.9 s), else with the plan's stack
-    (``prediction``)."""
-    before = evaluate(pf.scenario, pf.plan)
+    (``prediction``); against the ``saved`` plan file's own prediction where ``pf`` is it as
+    launched (default: ``pf``'s)."""
+    saved = saved or pf
+    before = evaluate(saved.scenario, saved.plan)
     stack = pf.scenario.stack
     if stack.export_format != fmt:
         _, own = own_prediction(pf, changed, fmt)

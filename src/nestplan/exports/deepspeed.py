@@ -29,6 +29,10 @@ It has no context axis; the model code's sequence parallel ranks sit beside the 
 in Megatron's order."""
 
 
+REDUCE_BUCKET = 40_000_000
+"""Elements of each ZeRO-1/2 gradient-reduction and parameter-gather bucket the export asks for."""
+
+
 def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     """The configuration, the notes, and the plan actually exported."""
     sc, par = pf.scenario, pf.plan
@@ -84,8 +88,16 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         "train_micro_batch_size_per_gpu": par.mbs,
         "gradient_accumulation_steps": micro,
         "gradient_clipping": 1.0,
+        # buckets of 40M elements, Megatron-Core's least (bucket_size = max(40000000, ...),
+        # megatron/core/distributed/distributed_data_parallel.py @ NVIDIA/Megatron-LM
+        # d98e8a64dd), not DeepSpeed's
+        # 5e8: ZeRO-1/2 keep two of them with overlap_comm (setup_buckets, deepspeed/runtime/
+        # zero/stage_1_and_2.py, 0.19.8), 1.9 GiB at its default that the memory model does not
+        # count (a user trial's), 0.15 GiB here, within the stack's reserve
         "zero_optimization": {"stage": exported.zero, "overlap_comm": sc.stack.overlap_grad_reduce,
-                              "contiguous_gradients": True, "reduce_scatter": True},
+                              "contiguous_gradients": True, "reduce_scatter": True,
+                              "reduce_bucket_size": REDUCE_BUCKET, "allgather_bucket_size":
+                              REDUCE_BUCKET},
         "bf16": {"enabled": True},
         # partitioning applies to checkpointed activations only
         "activation_checkpointing": {"partition_activations": par.sp and policy.kind != "none",
@@ -101,10 +113,19 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         # read by the pipeline engine; stages and the split are PipelineModule arguments
         cfg["pipeline"] = {"activation_checkpoint_interval": 1 if policy.kind == "full" else 0}
         split = list(blocks_per_chunk(sc.model, exported))  # one chunk per stage
+        # DeepSpeed's 'uniform' (and its default, 'parameters') counts the embedding and head
+        # among the layers it balances; 'type:REGEX' counts the layers whose class matches
+        # (PipelineModule._partition_layers, deepspeed/runtime/pipe/module.py, 0.19.8), as
+        # Megatron-DeepSpeed's GPT model passes 'type:transformer' (a user trial's 'uniform' had
+        # split Llama 3 8B's 32 blocks 17/15)
+        how = ("partition_method='type:<the block class>' (Megatron-DeepSpeed's "
+               "'type:transformer') balances the blocks alone, giving this even split"
+               if len(set(split)) == 1 else "this uneven split needs the parts set in code "
+               "(partition_method 'type:<the block class>' balances the blocks evenly)")
         notes.append(f"pipeline: PipelineModule(num_stages={par.pp}) with blocks per stage "
-                     f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); the "
-                     "split is set in code: partition_method='uniform' balances layer counts, "
-                     "an uneven split needs a custom partition")
+                     f"{list(split)} (embedding on stage 0, head on stage {par.pp - 1}); "
+                     f"{how}; 'uniform' and the default 'parameters' count the embedding and "
+                     "head too")
     if tr.precision is Precision.FP8:
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")

@@ -248,8 +248,7 @@ def _arguments(pf: PlanFile):
     if (module, config) != PLACEHOLDER:  # (each of REGISTRY's configs chunks its loss)
         notes.append(_chunked_loss_note(pf, exported, config))
     launched, exported = launched_as(pf, exported, rules)
-    if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(launched, exported, "torchtitan"))
+    unrun_note = None
     if unrun:  # the run as launched, with what torchtitan runs in their place
         from ..evaluate import evaluate
 
@@ -257,10 +256,14 @@ def _arguments(pf: PlanFile):
         launched = replace(launched, scenario=replace(launched.scenario, stack=replace(
             launched.scenario.stack, **unrun)))
         ran = evaluate(launched.scenario, exported, stack_offers=False)
-        notes.append(f"stack {st.name} costs " + "; ".join(why_unrun)
-                     + f": the predictions above are of the run as launched without "
-                     f"{'them' if len(why_unrun) > 1 else 'it'}, {ran.step_time:.3f} s a step "
-                     f"({costed.step_time:.3f} s as the stack costs it)")
+        which = "them" if len(why_unrun) > 1 else "it"
+        unrun_note = f"stack {st.name} asks for " + "; ".join(why_unrun) + (
+            ": not launched, which changes no prediction here" if ran.step_time == costed.step_time
+            else f": the predictions are of the run as launched without {which}, "
+            f"{ran.step_time:.3f} s a step ({costed.step_time:.3f} s as the stack costs it)")
+    if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
+        notes.append(predicted_note(launched, exported, "torchtitan", saved=pf))
+    notes += [unrun_note] if unrun_note else []
     return groups, notes, exported, launched
 
 

@@ -618,7 +618,7 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         """Bytes the ZeRO-``z`` all-gathers move (``memory.gather_bytes``: fp8 ones may
         depend on the stage): dense and experts', the least stage's, and one byte size for
         every kind."""
-        each = [(n, layer, M.gather_bytes(layer.kind, st, tr.precision, z)) for n, layer in layers]
+        each = [(n, layer, M.gather_bytes(layer, st, tr.precision, z)) for n, layer in layers]
         e_bytes = M.expert_gather_bytes(st, tr.precision, z)
         return (sum(n * layer.params * b for n, layer, b in each), eparams * e_bytes,
                 most * min(layer.params * b for _, layer, b in each if layer.kind in G.BLOCK_KINDS),
