@@ -979,6 +979,22 @@ def test_deepspeed_partitions_the_blocks_as_the_export_says(pp):
     assert json.loads(out.text)["zero_optimization"]["reduce_bucket_size"] == 40_000_000
 
 
+def test_a_deepspeed_fp8_export_counts_the_weights_te_keeps_per_micro_batch():
+    """Transformer Engine saves each linear layer's fp8 weight for the backward, made anew every
+    forward unless the model passes is_first_microbatch: the fp8 note gives what a micro-batch
+    holds of them on the busiest stage (row- and column-wise: two bytes per block weight), which
+    the deepspeed stack's memory does not count (a user trial's question)."""
+    from nestplan.evaluate import layer_graph
+
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             stack="deepspeed", precision=Precision.FP8)
+    par = Parallelism(tp=1, pp=2, dp=8, zero=1, mbs=1, recompute=("full",))
+    out = export(planfile.from_dict(planfile.to_dict(evaluate(sc, par))), "deepspeed")
+    [note] = [n for n in out.notes if n.startswith("fp8 matmuls")]
+    copy = 2 * layer_graph(sc.model, par, sc.training, sc.stack).dense.params * 16 / GiB
+    assert f"about {copy:.1f} GiB a micro-batch on the busiest stage, up to 2 at once" in note
+
+
 @frameworks
 def test_torchtitan_export_launches_what_torchtitan_runs_of_a_stack_file(tmp_path):
     """A torchtitan stack file may cost what torchtitan 0.3 does not launch: DeepEP's dispatcher

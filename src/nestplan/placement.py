@@ -532,22 +532,32 @@ def _busiest_block(pp: int, s: int, b: int, gpus: int, looped: bool) -> float:
     pipeline whose stages fill blocks cost nothing (a user trial's).
 
     Every id below ``gpus`` is a device (the strides are mixed-radix), of stage ``(a // s) %
-    pp``. A block inside one stage (``s`` a multiple of ``b``) sends with all its devices.
-    Otherwise the devices are counted over one period of the pattern, ``lcm(b, s·pp)`` ids (a
-    partial last block holds a part of some whole block's devices, so it cannot send more)."""
+    pp``: runs of ``s`` ids, stage by stage. A block inside one stage (``s`` a multiple of
+    ``b``) sends with all its devices. A block of whole runs sends with the runs whose partner
+    run lies in another block, counted run by run over one period of the pattern (``lcm(b / s,
+    pp)`` runs: a few thousand at most, even on a million devices). Otherwise the devices are
+    counted over one period, ``lcm(b, s·pp)`` ids. (A partial last block holds a part of some
+    whole block's devices, so it cannot send more.)"""
     if s % b == 0:
         return 1.0
-    ids = np.arange(min(gpus, math.lcm(b, s * pp)), dtype=np.int64)
-    stage = ids // s % pp
-    block = ids // b
-    out = ((stage < pp - 1) & ((ids + s) // b != block)) | (
-        (stage > 0) & ((ids - s) // b != block))
+    if b % s == 0:  # whole runs: one element per run of s devices
+        size, unit = b // s, s
+        ids = np.arange(min(gpus // s, math.lcm(size, pp)), dtype=np.int64)
+        stride = 1
+    else:
+        size, unit = b, 1
+        ids = np.arange(min(gpus, math.lcm(b, s * pp)), dtype=np.int64)
+        stride = s
+    stage = ids // stride % pp
+    block = ids // size
+    out = ((stage < pp - 1) & ((ids + stride) // size != block)) | (
+        (stage > 0) & ((ids - stride) // size != block))
     if looped:  # the wrap, both ways
-        far = (pp - 1) * s
-        out |= ((stage == pp - 1) & ((ids - far) // b != block)) | (
-            (stage == 0) & ((ids + far) // b != block))
+        far = (pp - 1) * stride
+        out |= ((stage == pp - 1) & ((ids - far) // size != block)) | (
+            (stage == 0) & ((ids + far) // size != block))
     sending = block[out]
-    return int(np.bincount(sending).max()) / b if sending.size else 0.0
+    return int(np.bincount(sending).max()) * unit / b if sending.size else 0.0
 
 
 @cached(maxsize=4096)

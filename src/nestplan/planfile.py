@@ -396,6 +396,17 @@ def _from_dict(data: dict) -> PlanFile:
                 raise SpecError("predicted.fits", value, "must be true or false")
         elif isinstance(value, bool) or not (finite(value) and value >= 0):
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
+    saved = predicted.get("step_time_s")
+    if saved and abs(saved - ev.step_time) > 1e-6 * ev.step_time:  # (shown silently: a trial's)
+        import warnings
+
+        from .errors import Note
+
+        release = data.get("nestplan_version")
+        warnings.warn(Note(f"predicted.step_time_s: {saved:g} s when saved, {ev.step_time:.4g} s "
+                           "now: the file was edited, or saved by another release"
+                           + (f" ({release})" if isinstance(release, str) else "")
+                           + "; the figures shown are this one's"), stacklevel=2)
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison"), ev, data.get("method")),
                     data.get("nestplan_version"))

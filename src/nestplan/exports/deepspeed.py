@@ -127,8 +127,25 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
                      f"{how}; 'uniform' and the default 'parameters' count the embedding and "
                      "head too")
     if tr.precision is Precision.FP8:
+        # a TE linear layer saves its quantized weight for the backward (wt_save in _Linear's
+        # forward, transformer_engine/pytorch/module/linear.py @ NVIDIA/TransformerEngine
+        # d0067d0da), made anew each forward unless is_first_microbatch is passed (Megatron-Core
+        # passes it, and its stack counts one cached copy): row- and column-wise, about the bf16
+        # weight's bytes again per micro-batch in flight (a user trial's question)
+        from ..evaluate import layer_graph
+        from ..units import GiB
+
+        mg = layer_graph(sc.model, exported, tr, sc.stack)
+        per_block = max(mg.dense.params, mg.moe.params if mg.moe is not None else 0.0)
+        most = max(blocks_per_chunk(sc.model, exported))  # (one chunk per stage here)
+        copy = 2 * per_block * most  # row- and column-wise fp8 of a stage's blocks, per device
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
-                     "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest")
+                     "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest. Each TE "
+                     "linear layer keeps its fp8 weight for the backward of every micro-batch "
+                     "in flight unless the model passes is_first_microbatch (as Megatron-Core "
+                     f"does): about {copy / GiB:.1f} GiB a micro-batch on the busiest stage, "
+                     f"{'up to ' + str(par.pp) + ' at once on the first, ' if par.pp > 1 else ''}"
+                     "which the predicted memory does not count")
     autoep = par.ep > 1 and sc.stack.expert_layer_injected  # DeepSpeed's own EP layer
     if autoep:
         # AutoEP (deepspeed/module_inject/auto_ep_config.py parse_autoep_config, 0.19.2 and later):
