@@ -562,7 +562,8 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
     saved.write_text(json.dumps(data))
     err = cli("evaluate", "--plan", saved)[2]
     assert "the plan file's cluster is named dgx-h100-ndr" in err and "in accelerator)" in err
-    assert "model" not in err
+    assert "the plan file's model" not in err
+    assert "predicted.step_time_s" in err  # (edited: its saved prediction is another cluster's)
     assert cli("evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", 1024,
                "--tp", 1, "--pp", 16, "--ep", 64, "--mbs", 1, "--global-batch", 4096,
                "--seq-len", 4096, "--mtp-layers", 0, "--save", saved)[0] == 0
@@ -663,3 +664,4 @@ def test_a_plan_file_whose_saved_prediction_differs_says_so(tmp_path):
     saved.write_text(json.dumps(data))
     code, out, err = cli("evaluate", "--plan", saved)
     assert code == 0 and "predicted.step_time_s: 1 s when saved" in err and "edited" in err
+    assert code == 0 and "another release" not in err

@@ -215,8 +215,8 @@ def test_fp8_weights_are_counted_as_the_stack_keeps_them():
 def test_fp8_weight_copies_follow_each_stages_blocks_and_the_mtp_depths():
     """DeepSeek-V3 in fp8 at ZeRO-0 over a four-stage pipeline with EP 8: each stage's weights
     gain 2 bytes for every weight of its blocks, dense and expert, and the last stage for its
-    multi-token-prediction depth's block too (a reviewer: the depths had been left out); the
-    embedding and the output layer gain none."""
+    multi-token-prediction depth's block and projection too (a reviewer: the depths had been
+    left out, then their projection); the embedding and the output layer gain none."""
     from nestplan.cost.device import config_costs
     from nestplan.evaluate import evaluate, scenario_from_names
     from nestplan.specs import Parallelism
@@ -229,7 +229,9 @@ def test_fp8_weight_copies_follow_each_stages_blocks_and_the_mtp_depths():
         evs[precision] = evaluate(sc, par)
     cc = config_costs(evs[Precision.FP8].scenario, par)
     dense_layers = evs[Precision.FP8].scenario.model.moe.first_dense_layers
-    assert cc.head.block_params == pytest.approx(cc.moe.block_params)  # one MoE depth
+    # one MoE depth, and its eh_proj (2h x h, a Transformer Engine linear too) and three norms
+    h = evs[Precision.FP8].scenario.model.hidden
+    assert cc.head.block_params == pytest.approx(cc.moe.block_params + 2 * h * h + 3 * h)
     assert cc.embedding.block_params == 0
     for bf16, fp8 in zip(evs[Precision.BF16].stages, evs[Precision.FP8].stages):
         blocks = [i for first, last in fp8.blocks for i in range(first, last)]

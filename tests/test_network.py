@@ -146,6 +146,18 @@ def test_a_pipeline_through_an_oversubscribed_level_pays_for_its_busiest_block()
     assert twice > 1.9 * base and four == pytest.approx(pp_time(bandwidth=spine.bandwidth / 4))
 
 
+def test_only_looped_schedules_send_from_the_last_stage_to_the_first():
+    """Interleaved 1F1B's last stage sends its chunk's output on to stage 0, which the busiest
+    block's share counts; a V (ZB-V) turns at the ends and never wraps, so it shares its
+    boundaries as 1F1B does (a reviewer's: every plan with virtual stages had been counted
+    as wrapping)."""
+    order = (Axis.TP, Axis.PP, Axis.DP, Axis.CP)
+    plain, looped, v = (layouts(Parallelism(tp=2, pp=8, dp=4, vp=vp, schedule=sched,
+                                            rank_order=order), H100, 64).pp[0].share
+                        for vp, sched in ((1, None), (2, None), (2, "zbv")))
+    assert plain[1] == v[1] == 0.25 and looped[1] == 0.5  # (the node level: 8 devices)
+
+
 def _per_row(groups, *divisors):
     """For every row of ``groups`` (device ids) and every distinct tuple of its members' ids
     floor-divided by ``divisors``: (row, tuple) keys and how many members share them."""

@@ -820,7 +820,9 @@ def test_megatron_fp8_primary_weights_gather_as_bytes():
                              precision=Precision.FP8)
     head = layer_graph(ds.model, Parallelism(tp=2, sp=True, pp=8, dp=16, ep=16, etp=1, zero=1,
                                              mbs=1), ds.training, core).head
-    depth = head.depths * head.depth_block.params
+    # a depth: its block, eh_proj (2h x h over TP 2), the enorm, hnorm and final norm
+    h = ds.model.hidden
+    depth = head.depths * (head.depth_block.params + 2 * h * h / 2 + 3 * h)
     assert M.gather_bytes(head, core, Precision.FP8, 1) == pytest.approx(
         (depth + 2 * (head.params - depth)) / head.params)
     assert 1 < M.gather_bytes(head, core, Precision.FP8, 1) < 2

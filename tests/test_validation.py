@@ -263,6 +263,12 @@ def test_a_local_batch_reaches_the_plan_where_dp_is_derived(tmp_path):
     (case,) = load_cases(path)
     assert case.plan.pp == 2 and 8 % case.plan.mbs == 0
     assert case.scenario.training.micro_batches(case.plan.mbs, 8) == 8 // case.plan.mbs >= 2
+    # ... however the row gives its pipeline (model_parallel_size with tp blank: a reviewer's)
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,64,,4,4096,32,,torchtitan,step_time,11.2,"
+                    "local_batch=8;model_parallel_size=16\n")
+    (case,) = load_cases(path)
+    assert (case.plan.tp, case.plan.pp) == (8, 2) and 8 % case.plan.mbs == 0
+    assert case.scenario.training.micro_batches(case.plan.mbs, 4) >= 2
     # accumulated under PP: each step its own flush in torchtitan, one here: said in a note
     path.write_text(piped + "r1,llama3-8b,dgx-h100-ndr,16,1,2,,4096,128,,torchtitan,step_time,"
                     "11.2,local_batch=8\n")

@@ -174,6 +174,8 @@ class LayerGraph:
     ``depth_block``."""
     depth_block: LayerGraph | None = None
     """A head's multi-token-prediction block, else None."""
+    depth_params: float = 0.0
+    """Parameters on this device of a head's depths (their blocks, projections and norms)."""
 
     @property
     def moe_blocks(self) -> int:
@@ -181,6 +183,14 @@ class LayerGraph:
         if self.depth_block is not None:
             return self.depths * self.depth_block.moe_blocks
         return int(self.kind is LayerKind.MOE)
+
+    @property
+    def block_weights(self) -> float:
+        """Parameters on this device, experts aside, of the transformer blocks it runs: a
+        block's own, a head's multi-token-prediction depths' (with their projections); none of
+        an embedding's or an output layer's. Transformer Engine's linear layers hold these (its
+        fp8 copies and fp8 gathers: ``cost.memory``, the DeepSpeed export)."""
+        return self.params if self.kind in BLOCK_KINDS else self.depth_params
 
     @property
     def largest_weight(self) -> float:
@@ -823,6 +833,7 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
         params += V * h
         total += padded_vocab(m.vocab, x.t) * h
     depths = m.mtp_layers
+    d_params = 0.0
     if depths:  # every depth runs alike
         d_ops, d_comms, d_params, d_total = _mtp(x, block)
         ops += d_ops * depths
@@ -832,7 +843,8 @@ def _head(x: _Dims, out_weight: bool, embedding_copy: bool, block: LayerGraph) -
     return LayerGraph(LayerKind.HEAD, tuple(ops), tuple(comms), params,
                       depths * block.expert_params, 0.0, total,
                       expert_load=block.expert_load if depths else 1.0,
-                      depths=depths, depth_block=block if depths else None)
+                      depths=depths, depth_block=block if depths else None,
+                      depth_params=depths * d_params)
 
 
 @dataclass(frozen=True, eq=False)

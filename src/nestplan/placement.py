@@ -34,8 +34,8 @@ class GroupLayout:
     group a block boundary splits unevenly, the fewest it has in one block (its most exposed
     members, whose traffic leaves the block the most)."""
     share: tuple[float, ...] = ()
-    """Per level, the fraction of a lower block's devices whose traffic crosses this level at once
-    (1.0 for collectives, where every device is in some group; empty = all 1.0)."""
+    """Per level, the largest fraction of one lower block's devices whose traffic crosses this
+    level at once (1.0 for collectives, where every device is in some group; empty = all 1.0)."""
     blocks: tuple[int, ...] = ()
     """Blocks of each level that a group touches, at most (the last entry is 1; empty: ``size``
     over ``k``, a group that fills its blocks evenly)."""
@@ -76,7 +76,8 @@ class Boundary:
     level: int
     """Highest level the transfer crosses (-1 when both ends are the same device)."""
     share: tuple[float, ...]
-    """Per level, fraction of a lower block's devices sending across it in the steady state."""
+    """Per level, the largest fraction of one lower block's devices sending across it at once in
+    the steady state (``_busiest_block``)."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +370,11 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int,
 def layouts(par: Parallelism, cluster: ClusterSpec, gpus: int) -> Layouts:
     """Group layouts of ``par`` when its ranks fill ``gpus`` devices of ``cluster`` in order."""
     key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.vp, par.rank_order)
-    return _mirror_layouts(key, cluster, gpus) if par.mirror else _layouts(key, cluster, gpus)
+    if par.mirror:
+        return _mirror_layouts(key, cluster, gpus)
+    # the last stage sends on to the first only in looped schedules (a V's chunks turn at the
+    # ends and never wrap: Schedule.hops)
+    return _layouts(key, cluster, gpus, par.vp > 1 and not par.pipeline.v_shape)
 
 
 @cached(maxsize=256)
@@ -409,7 +414,7 @@ def _mirror_layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
 
 
 @cached(maxsize=8192)
-def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
+def _layouts(key: tuple, cluster: ClusterSpec, gpus: int, looped: bool) -> Layouts:
     tp, pp, dp, cp, ep, etp, vp, order = key
     dense = _dense_groups((tp, pp, dp, cp, order), cluster, gpus)
     if ep == 1 and etp == tp:  # the expert grid is the dense one: expert DP = DP·CP, ETP = TP
@@ -417,7 +422,7 @@ def _layouts(key: tuple, cluster: ClusterSpec, gpus: int) -> Layouts:
         expert = (_alone(blocks), dense[0], dense[2])
     else:
         expert = _expert_groups((tp, pp, dp, cp, ep, etp, order), cluster, gpus)
-    boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus, vp > 1)
+    boundaries, share = _boundaries((tp, pp, dp, cp, order), cluster, gpus, looped)
     if vp > 1:
         boundaries += (_wrap((tp, pp, dp, cp, order), cluster, gpus),)
     return Layouts(tp=dense[0], cp=dense[1], dp=dense[2], ep=expert[0], etp=expert[1],
@@ -535,7 +540,7 @@ def _busiest_block(pp: int, s: int, b: int, gpus: int, looped: bool) -> float:
     pp``: runs of ``s`` ids, stage by stage. A block inside one stage (``s`` a multiple of
     ``b``) sends with all its devices. A block of whole runs sends with the runs whose partner
     run lies in another block, counted run by run over one period of the pattern (``lcm(b / s,
-    pp)`` runs: a few thousand at most, even on a million devices). Otherwise the devices are
+    pp)`` runs, far fewer than the devices). Otherwise the devices are
     counted over one period, ``lcm(b, s·pp)`` ids. (A partial last block holds a part of some
     whole block's devices, so it cannot send more.)"""
     if s % b == 0:

@@ -402,11 +402,10 @@ def _from_dict(data: dict) -> PlanFile:
 
         from .errors import Note
 
-        release = data.get("nestplan_version")
-        warnings.warn(Note(f"predicted.step_time_s: {saved:g} s when saved, {ev.step_time:.4g} s "
-                           "now: the file was edited, or saved by another release"
-                           + (f" ({release})" if isinstance(release, str) else "")
-                           + "; the figures shown are this one's"), stacklevel=2)
+        warnings.warn(Note(f"predicted.step_time_s: {saved:.4g} s when saved, "
+                           f"{ev.step_time:.4g} s now: the file was edited, or saved by a "
+                           "nestplan whose cost model differs; the figures shown are this one's"),
+                      stacklevel=2)
     return PlanFile(sc, par, predicted, data.get("method"),
                     _comparison(data.get("comparison"), ev, data.get("method")),
                     data.get("nestplan_version"))

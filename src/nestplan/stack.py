@@ -221,7 +221,8 @@ class StackSpec(_CachedHash):
     067f987df, all but blockwise scaling); the Megatron export asks for it. Without a sharded
     optimizer the bf16 weights stay and ``fp8_weight_cache_bytes`` come on top. The sharded
     optimizer's all-gathers move them as bytes, the blocks' and the experts' alike
-    (``memory.gathers_fp8``; costed in bf16 before 2026-12-05)."""
+    (``memory.fp8_primary``, ``gather_bytes``, ``expert_gather_bytes``; costed in bf16 before
+    2026-12-05)."""
     tp_keeps_gathered_input: bool = False
     """Under sequence parallelism, a column-parallel linear keeps for backward the input it
     all-gathered (the whole sequence), and its backward reduce-scatters the input gradient with

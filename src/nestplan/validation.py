@@ -413,7 +413,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
                        zero=zero, recompute=tuple(stack.policy(name).name for name in rec),
-                       mbs=row.number("micro_batch", _local_batch(row, dp) or 1),  # else _tuned
+                       mbs=row.number("micro_batch", _local_batch(row, dp, pp) or 1),  # else _tuned
                        **extra)
 
 
@@ -511,7 +511,7 @@ def _case(row: _Row, base: Path, override: StackSpec | None,
     sc = Scenario(model=model, cluster=cluster, gpus=gpus, training=_training(row, plan.dp),
                   stack=stack)
     free_mbs = (not row.text("micro_batch") and plan.mbs == 1
-                and _local_batch(row, plan.dp) is None)
+                and _local_batch(row, plan.dp, plan.pp) is None)
     if not row.text("recompute") and stack.default_recompute is not None:
         plan = plan.with_(recompute=(stack.default_recompute,))
     free_recompute = not row.text("recompute") and stack.default_recompute is None
@@ -573,11 +573,11 @@ def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
         outcome(case)
 
 
-def _local_batch(row: _Row, dp: int) -> int | None:
+def _local_batch(row: _Row, dp: int, pp: int) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one forward, which
     its 2024 code ran as the step's one micro-batch: the micro-batch where ``micro_batch`` is
     blank and the global batch is N per data-parallel rank (``dp``: the column's, or derived from
-    the GPU count); with gradient accumulation (the global batch a multiple of that, as torchtitan
+    the GPU count) without pipelining (``pp``, however the row gives it); with gradient accumulation (the global batch a multiple of that, as torchtitan
     runs it since) ``_tuned`` chooses it within the local batch. A global batch that is no whole number
     of local batches, or a local batch a given micro-batch does not divide, is refused (a sixth
     fuzzing round's: it had been ignored without a word where dp was derived or it disagreed)."""
@@ -596,7 +596,7 @@ def _local_batch(row: _Row, dp: int) -> int | None:
                             "micro-batches of one rank's forward)")
         return None
     # (under PP the local batch is the micro-batches of a flush, whose size _tuned chooses)
-    return n if (gb is None or gb == n * dp) and row.number("pp", 1) == 1 else None
+    return n if (gb is None or gb == n * dp) and pp == 1 else None
 
 
 def _memory(row: _Row, acc: AcceleratorSpec) -> float | None:

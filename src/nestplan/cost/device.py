@@ -134,11 +134,9 @@ def recompute_link(eff, cost) -> tuple[tuple[Axis, float], ...]:
 
 
 def _block_params(layer: G.LayerGraph) -> float:
-    """Parameters of the transformer blocks ``layer`` runs (``KindCost.block_params``)."""
-    if layer.kind in G.BLOCK_KINDS:
-        return layer.params + layer.expert_params
-    block = layer.depth_block
-    return 0.0 if block is None else layer.depths * (block.params + block.expert_params)
+    """Parameters of the transformer blocks ``layer`` runs, experts included
+    (``KindCost.block_params``; ``LayerGraph.block_weights`` and a head's depths' experts)."""
+    return layer.block_weights + layer.expert_params  # (a head's are its depths')
 
 
 def _kind(layer: G.LayerGraph, cost, policies, checkpointable: bool,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph import BLOCK_KINDS
 from ..options import Precision
 
 COMPUTE_BYTES = 2
@@ -44,22 +43,28 @@ def gathers_fp8(stack, precision, zero: int) -> bool:
     (``fp8_primary_weights``: its parameter buffer holds them as bytes, ``torch.uint8`` for
     quantized parameters, ``_param_uses_quantized_storage`` in megatron/core/distributed/
     param_and_grad_buffer.py @ NVIDIA/Megatron-LM d98e8a64dd; they had been costed in bf16)."""
-    return precision is Precision.FP8 and (
-        stack.fp8_param_gather or (zero >= 1 and stack.fp8_primary_weights))
+    return (precision is Precision.FP8 and stack.fp8_param_gather) or fp8_primary(
+        stack, precision, zero)
+
+
+def fp8_primary(stack, precision, zero: int) -> bool:
+    """fp8 training keeps the weights of Transformer Engine's modules as fp8 tensors under a
+    sharded optimizer (ZeRO ``zero`` >= 1: ``StackSpec.fp8_primary_weights``, Megatron-LM's
+    ``--fp8-param-gather``): no cached copy beside them, and gathered as bytes."""
+    return precision is Precision.FP8 and zero >= 1 and stack.fp8_primary_weights
 
 
 def gather_bytes(layer, stack, precision, zero: int) -> float:
     """Bytes per dense weight of ``layer`` (a ``graph.LayerGraph``) that ZeRO-3/FSDP and the
     sharded optimizer all-gather: bf16, or fp8 for the weights of transformer blocks where they
-    gather so (``gathers_fp8``): a block's own, a head's multi-token-prediction depths' (the
-    blocks ``fp8_weight_cache_bytes`` counts too); a block's norm weights, a few hidden-sized
-    vectors, are counted with its linear layers, and the embedding and output layer, no
-    Transformer Engine or ``nn.Linear`` converted modules, stay bf16."""
+    gather so (``gathers_fp8``): ``LayerGraph.block_weights``, a block's own or a head's
+    multi-token-prediction depths' (the weights ``fp8_weight_cache_bytes`` counts too); a
+    block's norm weights, a few hidden-sized vectors, are counted with its linear layers, and
+    the embedding and output layer, no Transformer Engine or ``nn.Linear`` converted modules,
+    stay bf16."""
     if not layer.params or not gathers_fp8(stack, precision, zero):
         return COMPUTE_BYTES
-    block = layer.depth_block
-    blocks = layer.params if layer.kind in BLOCK_KINDS else (
-        layer.depths * block.params if block is not None else 0.0)
+    blocks = layer.block_weights
     return (blocks * FP8_BYTES + (layer.params - blocks) * COMPUTE_BYTES) / layer.params
 
 
@@ -68,8 +73,7 @@ def expert_gather_bytes(stack, precision, zero: int) -> float:
     bf16 under torchao's fp8 gathers (it converts ``nn.Linear`` modules, and grouped expert
     weights are none), fp8 under Megatron-LM's fp8 primary weights (Transformer Engine's grouped
     linear layers hold them quantized too: ``gather_bytes``)."""
-    fp8 = precision is Precision.FP8 and zero >= 1 and stack.fp8_primary_weights
-    return FP8_BYTES if fp8 else COMPUTE_BYTES
+    return FP8_BYTES if fp8_primary(stack, precision, zero) else COMPUTE_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +137,7 @@ def fp8_weight_cache_bytes(zero: int, stack, precision) -> float:
     a step's micro-batches (``StackSpec.fp8_weight_cache_bytes``): none where the stack keeps fp8
     weights in their place under a sharded optimizer (``StackSpec.fp8_primary_weights``), or in
     bf16."""
-    if precision is not Precision.FP8 or (zero >= 1 and stack.fp8_primary_weights):
+    if precision is not Precision.FP8 or fp8_primary(stack, precision, zero):
         return 0.0
     return stack.fp8_weight_cache_bytes
 

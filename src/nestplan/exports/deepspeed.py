@@ -136,16 +136,19 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         from ..units import GiB
 
         mg = layer_graph(sc.model, exported, tr, sc.stack)
-        per_block = max(mg.dense.params, mg.moe.params if mg.moe is not None else 0.0)
-        most = max(blocks_per_chunk(sc.model, exported))  # (one chunk per stage here)
-        copy = 2 * per_block * most  # row- and column-wise fp8 of a stage's blocks, per device
+        weights, start = [], 0  # each stage's block weights, experts aside (AutoEP's experts
+        for n in blocks_per_chunk(sc.model, exported):  # are no TE modules); one chunk a stage
+            weights.append(sum(mg.block(i).block_weights for i in range(start, start + n)))
+            start += n
+        weights[-1] += mg.head.block_weights  # (a head's multi-token-prediction depths)
+        copy = 2 * max(weights)  # row- and column-wise fp8, per device of the busiest stage
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest. Each TE "
                      "linear layer keeps its fp8 weight for the backward of every micro-batch "
                      "in flight unless the model passes is_first_microbatch (as Megatron-Core "
                      f"does): about {copy / GiB:.1f} GiB a micro-batch on the busiest stage, "
                      f"{'up to ' + str(par.pp) + ' at once on the first, ' if par.pp > 1 else ''}"
-                     "which the predicted memory does not count")
+                     "which the deepspeed stacks' memory does not count")
     autoep = par.ep > 1 and sc.stack.expert_layer_injected  # DeepSpeed's own EP layer
     if autoep:
         # AutoEP (deepspeed/module_inject/auto_ep_config.py parse_autoep_config, 0.19.2 and later):

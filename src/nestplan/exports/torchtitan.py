@@ -258,7 +258,8 @@ def _arguments(pf: PlanFile):
         ran = evaluate(launched.scenario, exported, stack_offers=False)
         which = "them" if len(why_unrun) > 1 else "it"
         unrun_note = f"stack {st.name} asks for " + "; ".join(why_unrun) + (
-            ": not launched, which changes no prediction here" if ran.step_time == costed.step_time
+            ": not launched, which changes no prediction here"
+            if (ran.step_time, ran.peak_memory) == (costed.step_time, costed.peak_memory)
             else f": the predictions are of the run as launched without {which}, "
             f"{ran.step_time:.3f} s a step ({costed.step_time:.3f} s as the stack costs it)")
     if rec_notes or sched_notes or zero != par.zero or exported.expert_tp != par.expert_tp:
