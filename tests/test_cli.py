@@ -13,6 +13,11 @@ BASE = ["evaluate", "--model", "gpt3-175b", "--cluster", "selene-a100-hdr", "--g
         "--tp", "8", "--pp", "8", "--mbs", "1", "--global-batch", "1536", "--seq-len", "2048"]
 
 
+SAVE_8B = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp",
+           1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048, "--save")
+"""A one-node Llama 3 8B plan saved to the path that follows (the plan-file tests' start)."""
+
+
 def run(args, capsys):
     code = main(args)
     out, err = capsys.readouterr()
@@ -541,9 +546,7 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
     from console import cli
 
     saved = tmp_path / "p.json"
-    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
-               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
-               "--save", saved)[0] == 0
+    assert cli(*SAVE_8B, saved)[0] == 0
     assert "note" not in cli("evaluate", "--plan", saved)[2]
     data = json.loads(saved.read_text())
     data["cluster"]["accelerator"]["peak_tflops_bf16"] *= 5
@@ -576,9 +579,7 @@ def test_expert_loads_on_a_dense_model_say_they_are_ignored(tmp_path):
     from console import cli
 
     saved = tmp_path / "p.json"
-    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
-               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
-               "--save", saved)[0] == 0
+    assert cli(*SAVE_8B, saved)[0] == 0
     data = json.loads(saved.read_text())
     data["training"]["moe_imbalance"] = 2.0
     saved.write_text(json.dumps(data))
@@ -634,9 +635,7 @@ def test_an_edited_dense_plan_file_names_the_knob_edited(tmp_path):
     from console import cli, one_line_error
 
     saved = tmp_path / "p.json"
-    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
-               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
-               "--stack", "deepspeed", "--save", saved)[0] == 0
+    assert cli(*SAVE_8B[:-1], "--stack", "deepspeed", "--save", saved)[0] == 0
     data = json.loads(saved.read_text())
     assert data["plan"]["etp"] == 1
     data["plan"].update(tp=2, dp=4)
@@ -655,9 +654,7 @@ def test_a_plan_file_whose_saved_prediction_differs_says_so(tmp_path):
     from console import cli
 
     saved = tmp_path / "p.json"
-    assert cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
-               "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048,
-               "--save", saved)[0] == 0
+    assert cli(*SAVE_8B, saved)[0] == 0
     assert "predicted.step_time_s" not in cli("evaluate", "--plan", saved)[2]
     data = json.loads(saved.read_text())
     data["predicted"]["step_time_s"] = 1.0

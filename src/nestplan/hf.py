@@ -388,16 +388,16 @@ def _sliding(cfg: _Config, layers: int, window: int, sliding: range, *,
     return sliding_window_cost(window, local, layers) if window and local else {}
 
 
-def _layer_types(cfg: _Config, layers: int) -> list | None:
-    """``layer_types``, checked: one of ``LAYER_KINDS`` per layer (None when absent)."""
+def _layer_types(cfg: _Config, layers: int, kinds: tuple[str, ...] = LAYER_KINDS) -> list | None:
+    """``layer_types``, checked: one of ``kinds`` per layer (None when absent)."""
     types = cfg.get("layer_types", default=None, kind=list,
-                    rule=f"must list one of {', '.join(LAYER_KINDS)} per layer")
+                    rule=f"must list one of {', '.join(kinds)} per layer")
     if types is not None and len(types) != layers:
         raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
                         f"needs one per layer ({layers})")
-    odd = [t for t in types or () if t not in LAYER_KINDS]
+    odd = [t for t in types or () if t not in kinds]
     if odd:  # (a null entry too)
-        raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(LAYER_KINDS))
+        raise SpecError(cfg.where("layer_types"), odd[0], "entries allowed: " + ", ".join(kinds))
     return types
 
 
@@ -698,15 +698,7 @@ def _llama4(cfg: _Config) -> dict:
                         "entries allowed: 1 (RoPE, chunked attention), 0 (NoPE, global attention)")
     interval = cfg.get("no_rope_layer_interval", default=4)
     with_rope = tuple(i for i in range(layers) if (rope[i] if rope else (i + 1) % interval))
-    types = cfg.get("layer_types", default=None, kind=list,
-                    rule=f"must list one of {', '.join(LLAMA4_LAYER_KINDS)} per layer")
-    if types is not None and len(types) != layers:
-        raise SpecError(cfg.where("layer_types"), f"{len(types)} entries",
-                        f"needs one per layer ({layers})")
-    odd = [t for t in types or () if t not in LLAMA4_LAYER_KINDS]
-    if odd:
-        raise SpecError(cfg.where("layer_types"), odd[0],
-                        "entries allowed: " + ", ".join(LLAMA4_LAYER_KINDS))
+    types = _layer_types(cfg, layers, LLAMA4_LAYER_KINDS)
     chunked = with_rope if types is None else tuple(
         i for i, t in enumerate(types) if t == "chunked_attention")
     chunk = _span(cfg, "attention_chunk_size", 8192)
