@@ -422,8 +422,8 @@ def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: b
     """Fill unstated knobs of a benchmark run: the run fitted in memory and was tuned for speed,
     so take the fastest micro-batch size and/or recomputation that fits (by this model). A
     ``local`` batch (torchtitan's sequences of one forward, accumulated to the global batch) is
-    the micro-batch without pipelining, and a multiple of it with (a user trial's row of local
-    batch 2 had been predicted at micro-batches of 4)."""
+    the micro-batch without pipelining, and a whole number of micro-batches with it (a user
+    trial's row of local batch 2 had been predicted at micro-batches of 4)."""
     from .evaluate import evaluate
 
     per_replica = sc.training.global_batch // plan.dp
