@@ -1100,7 +1100,7 @@ RUNS_BAD = {
                            "other_metrics: got 'moe_imbalance=0'"),
     # a user's fuzzing: a misspelt regime ran as pretraining, a size column beside a named
     # model (layers blank) was ignored, gpus_per_node was never read
-    "regime-misspelt": (_runs(",pretrain,", ",SFT,"), "(r1).regime: got 'SFT'; allowed: "
+    "regime-misspelt": (_runs(",pretrain,", ",SFTT,"), "(r1).regime: got 'SFTT'; allowed: "
                         "pretrain, sft, lora"),
     "named-model-size-disagrees": (_runs("Llama-3-8B,32,4096,32,8,", "llama3-8b,,4096,32,16,"),
                                    "(r1).kv_heads: got 16; the model column names llama3-8b, "

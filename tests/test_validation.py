@@ -213,13 +213,13 @@ def test_fine_tuning_rows_say_how_their_attention_is_read(runs_csv, tmp_path):
     assert case.scenario.training.attention_span == 256
     code, _, err = cli("validate", "--csv", path)
     assert code in (0, 1) and "attention_span=N" in err and "256 tokens" in err, err
-    spanned = runs_csv(model="LLAMA2-7B", regime="sft", vocab="32000", ffn_hidden="11008",
-                       other_metrics="attention_span=2048")
+    spanned = runs_csv(model="LLAMA2-7B", regime="SFT", vocab="32000", ffn_hidden="11008",
+                       other_metrics="attention_span=2048")  # (any case, as gpu and precision)
     (case,) = load_cases(Path(spanned))
     assert case.scenario.training.attention_span == 2048
     assert "attention_span=N" not in cli("validate", "--csv", spanned)[2]
     rows = Path(path).read_text().splitlines()
-    lora = rows[1].replace(runs_csv.row["id"], "my-lora", 1).replace(",sft,", ",lora,")
+    lora = rows[1].replace(runs_csv.row["id"], "my-lora", 1).replace(",SFT,", ",lora,")
     Path(path).write_text("\n".join([*rows, lora]) + "\n")
     err = cli("validate", "--csv", path)[2]
     assert "runs.csv: 1 lora row left out (frozen weights are not modelled): my-lora" in err

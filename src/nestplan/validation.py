@@ -181,10 +181,11 @@ class _Row:
 
     def regime(self) -> str:
         """What the row trained: ``pretrain`` (or blank), ``sft`` or ``lora`` (packed
-        fine-tuning, which changes the prediction: a misspelling is refused)."""
-        v = self.text("regime")
+        fine-tuning, which changes the prediction: a misspelling is refused), in any case, as
+        ``gpu`` and ``precision`` are read (SFT had been refused: a user trial's)."""
+        v = self.text("regime").lower()
         if v not in REGIMES:
-            raise SpecError(f"{self.where}.regime", v, "allowed: " + ", ".join(REGIMES[1:])
+            raise SpecError(f"{self.where}.regime", self.text("regime"), "allowed: " + ", ".join(REGIMES[1:])
                             + ", or blank (pretrain)")
         return v
 
