@@ -85,9 +85,9 @@ class _Config:
         >= ``minimum`` (> with ``open_low``) and <= ``maximum`` (returned as float; outside, the
         refusal states ``rule`` where given, the same words whatever side the value is on), a
         ``SHARE`` a number in (0, 1] (returned as float), a list a flat list of numbers or
-        strings (else the refusal states ``rule`` where given). A null value reads as absent, or as ``null`` where given (transformers keeps an
-        explicit null, which its models read as "none", while an absent key takes the config
-        class's default)."""
+        strings (else the refusal states ``rule`` where given). A null value reads as absent, or
+        as ``null`` where given (transformers keeps an explicit null, which its models read as
+        "none", while an absent key takes the config class's default)."""
         for k in keys:
             if null is not ... and k in self.data and self.data[k] is None:
                 return null

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
 from .axes import parse_order
 from .caching import cached
-from .errors import SpecError
+from .errors import Note, SpecError
 from .loaders import (LATER_STACK_KEYS, accelerator_to_table, check_keys, cluster_from_table,
                       cluster_to_table, key_of, later_keys_filled, model_from_table, model_to_table,
                       renamed_stack_keys, stack_from_table, stack_to_table, training_from_table,
@@ -166,10 +167,6 @@ def plan_from_dict(table: dict, where: str = "plan") -> Parallelism:
             kw["schedule"] = table["schedule"]
         elif not is_default(table["schedule"], kw.get("vp", 1)):
             # files of before 2026-12-03 named a schedule for every plan, one given or not
-            import warnings
-
-            from .errors import Note
-
             warnings.warn(f"{where}.schedule {table['schedule']} is read as none: the plan has "
                           "no pipeline (pp = 1)", Note)
     if table.get("stage_layers") is not None:
@@ -246,10 +243,7 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
     accelerator of 5,000 TFLOP/s labelled h100-sxm-80gb had been costed without a word; a file
     of its own is refused). A model's MTP depths are the command's (``--mtp-layers``), not an
     edit; a cluster's accelerator is compared by name (its values on their own)."""
-    import warnings
-
     from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
-    from .errors import Note
     from .textfmt import first_of
 
     def cluster_table(cluster) -> dict:  # (its accelerator by name: compared on its own)
@@ -398,10 +392,6 @@ def _from_dict(data: dict) -> PlanFile:
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     saved = predicted.get("step_time_s")
     if saved and abs(saved - ev.step_time) > 1e-6 * ev.step_time:  # (shown silently: a trial's)
-        import warnings
-
-        from .errors import Note
-
         warnings.warn(Note(f"predicted.step_time_s: {saved:.4g} s when saved, "
                            f"{ev.step_time:.4g} s now: the file was edited, or saved by a "
                            "nestplan whose cost model differs; the figures shown are this one's"),

@@ -1119,6 +1119,14 @@ class Parallelism(_CachedHash):
     def recompute_of(self, stage: int) -> str:
         return self.recompute[0] if len(self.recompute) == 1 else self.recompute[stage]
 
+    def same_plan(self, other: "Parallelism") -> bool:
+        """``other`` runs this plan: equal but for how the policies are spelt (one for every
+        stage, or each stage's)."""
+        def spelt(p):
+            return p.with_(recompute=tuple(p.recompute_of(i) for i in range(p.pp)))
+
+        return spelt(self) == spelt(other)
+
     def to_dict(self) -> dict:
         """The plan as plan files and JSON output write it (the one serialisation; plan files
         read it back with ``planfile``): every degree, the schedule's name, one recompute policy

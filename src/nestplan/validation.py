@@ -578,10 +578,12 @@ def _local_batch(row: _Row, dp: int, pp: int) -> int | None:
     """``local_batch=N`` in ``other_metrics``: torchtitan's per-device batch of one forward, which
     its 2024 code ran as the step's one micro-batch: the micro-batch where ``micro_batch`` is
     blank and the global batch is N per data-parallel rank (``dp``: the column's, or derived from
-    the GPU count) without pipelining (``pp``, however the row gives it); with gradient accumulation (the global batch a multiple of that, as torchtitan
-    runs it since) ``_tuned`` chooses it within the local batch. A global batch that is no whole number
-    of local batches, or a local batch a given micro-batch does not divide, is refused (a sixth
-    fuzzing round's: it had been ignored without a word where dp was derived or it disagreed)."""
+    the GPU count) without pipelining (``pp``, however the row gives it); with gradient
+    accumulation (the global batch a multiple of that, as torchtitan runs it since) or with
+    pipelining, ``_tuned`` chooses it within the local batch. A global batch that is no whole
+    number of local batches, or a local batch a given micro-batch does not divide, is refused (a
+    sixth fuzzing round's: it had been ignored without a word where dp was derived or it
+    disagreed)."""
     value = row.other("local_batch")  # a whole number > 0 where given (_Row)
     if not value:
         return None

@@ -235,10 +235,7 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     said, own = own_prediction(pf, exported, fmt)
     # (of the plan as exported, which may not be the saved one: a user trial read a ZeRO-2 plan's
     # 12.0 s as the saved ZeRO-1 plan's 9.6 s)
-    stages = tuple(exported.recompute_of(i) for i in range(exported.pp))
-    same = exported.with_(recompute=stages) == pf.plan.with_(
-        recompute=tuple(pf.plan.recompute_of(i) for i in range(pf.plan.pp)))
-    changed = "" if same else \
+    changed = "" if exported.same_plan(pf.plan) else \
         f" for the plan as exported ({plan_short(exported, pf.scenario.model.moe is not None)})"
     mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour{changed}")
     runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"

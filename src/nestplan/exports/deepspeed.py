@@ -30,7 +30,9 @@ in Megatron's order."""
 
 
 REDUCE_BUCKET = 40_000_000
-"""Elements of each ZeRO-1/2 gradient-reduction and parameter-gather bucket the export asks for."""
+"""Elements (not bytes) of each ZeRO-1/2 gradient-reduction and parameter-gather bucket the
+export asks for: Megatron-Core's least (``bucket_size = max(40000000, ...)``,
+megatron/core/distributed/distributed_data_parallel.py @ NVIDIA/Megatron-LM d98e8a64dd)."""
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str], object]:
@@ -88,12 +90,10 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         "train_micro_batch_size_per_gpu": par.mbs,
         "gradient_accumulation_steps": micro,
         "gradient_clipping": 1.0,
-        # buckets of 40M elements, Megatron-Core's least (bucket_size = max(40000000, ...),
-        # megatron/core/distributed/distributed_data_parallel.py @ NVIDIA/Megatron-LM
-        # d98e8a64dd), not DeepSpeed's
-        # 5e8: ZeRO-1/2 keep two of them with overlap_comm (setup_buckets, deepspeed/runtime/
-        # zero/stage_1_and_2.py, 0.19.8), 1.9 GiB at its default that the memory model does not
-        # count (a user trial's), 0.15 GiB here, within the stack's reserve
+        # REDUCE_BUCKET, not DeepSpeed's 5e8: ZeRO-1/2 keep two bf16 buckets with overlap_comm
+        # (setup_buckets, deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8), 1.9 GiB at its
+        # default that the memory model does not count (a user trial's), 0.15 GiB here, within
+        # the stack's reserve
         "zero_optimization": {"stage": exported.zero, "overlap_comm": sc.stack.overlap_grad_reduce,
                               "contiguous_gradients": True, "reduce_scatter": True,
                               "reduce_bucket_size": REDUCE_BUCKET, "allgather_bucket_size":
@@ -132,15 +132,15 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         # d0067d0da), made anew each forward unless is_first_microbatch is passed (Megatron-Core
         # passes it, and its stack counts one cached copy): row- and column-wise, about the bf16
         # weight's bytes again per micro-batch in flight (a user trial's question)
-        from ..evaluate import layer_graph
+        from ..evaluate import chunk_bounds, layer_graph
         from ..units import GiB
 
         mg = layer_graph(sc.model, exported, tr, sc.stack)
-        weights, start = [], 0  # each stage's block weights, experts aside (AutoEP's experts
-        for n in blocks_per_chunk(sc.model, exported):  # are no TE modules); one chunk a stage
-            weights.append(sum(mg.block(i).block_weights for i in range(start, start + n)))
-            start += n
-        weights[-1] += mg.head.block_weights  # (a head's multi-token-prediction depths)
+        # each stage's (one chunk a stage here) block weights, experts aside: AutoEP's experts
+        # are no TE modules; the last stage's with the head's multi-token-prediction depths
+        weights = [sum(mg.block(i).block_weights for i in range(a, b))
+                   for a, b in chunk_bounds(sc.model, exported)]
+        weights[-1] += mg.head.block_weights
         copy = 2 * max(weights)  # row- and column-wise fp8, per device of the busiest stage
         notes.append("fp8 matmuls: use Transformer Engine's fp8_autocast in the model code "
                      "(DeepSpeed has no fp8 setting); bf16 is enabled for the rest. Each TE "

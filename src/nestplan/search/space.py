@@ -620,8 +620,9 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         every kind."""
         each = [(n, layer, M.gather_bytes(layer, st, tr.precision, z)) for n, layer in layers]
         e_bytes = M.expert_gather_bytes(st, tr.precision, z)
-        return (sum(n * layer.params * b for n, layer, b in each), eparams * e_bytes,
-                most * min(layer.params * b for _, layer, b in each if layer.kind in G.BLOCK_KINDS),
+        least = most * min(layer.params * M.gather_bytes(layer, st, tr.precision, z)
+                           for layer in blocks)
+        return (sum(n * layer.params * b for n, layer, b in each), eparams * e_bytes, least,
                 least_e * e_bytes, len({b for _, _, b in each}) == 1)
     flat = st.flat_dp_collectives
 
