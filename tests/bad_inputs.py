@@ -50,6 +50,7 @@ NUMBERS = {
     "--moe-imbalance": (["0", "-1", "0.5", "nan", "inf", "x"], "moe-imbalance"),
     "--moe-capacity-factor": (["0", "-1", "nan", "x"], "moe-capacity-factor"),
     "--memory-headroom": (["-1", "50", "100", "nan", "x", "1_0"], "memory-headroom"),
+    "--attention-span": (["0", "-1", "1.5", str(2**40), "x"], "attention-span"),
 }
 def _without(args: list, flag: str) -> list:
     """``args`` without ``flag`` and its value."""
@@ -62,7 +63,7 @@ def _without(args: list, flag: str) -> list:
 for flag, (values, name) in NUMBERS.items():
     for v in values:
         case(f"evaluate{flag}={v}", [*_without(EVAL, flag), flag, v], name)
-        if flag in ("--gpus", "--memory-headroom", "--moe-imbalance"):
+        if flag in ("--gpus", "--memory-headroom", "--moe-imbalance", "--attention-span"):
             case(f"plan{flag}={v}", [*_without(SEARCH, flag), flag, v], name)
 
 PLAN_FLAGS = {
@@ -1357,7 +1358,7 @@ for name, (extra, needle) in {
                                        "local_layers = [0, 1]\n", "model.local_layers: got "
                                        "[0, 1]; must list the local layers"),
         "local-layers-words": ('local_span = 256\nlocal_share = 0.5\nlocal_layers = ["a"]\n',
-                               "local_layers: got ['a']; must be a list of layer indices"),
+                               "local_layers: got ['a']; must list layer indices, whole numbers"),
         "sliding-window-not-half-the-span": ("local_span = 256\nlocal_share = 1.0\n"
                                              "sliding_window = 64\n", "model.sliding_window: "
                                              "got 64; a sliding window costs as local_span"),

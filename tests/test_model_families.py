@@ -219,8 +219,8 @@ def test_a_model_file_lists_its_moe_blocks(tmp_path):
     code, _, err = cli(*run)
     assert code == 0, err
     for moe, words in (({"layers": [9, 7]}, "once each, in order"),
-                       ({"layers": [3, 48]}, "below model.layers = 48"),
-                       ({"layers": [1.5]}, "list of layer indices"),
+                       ({"layers": [3, 48]}, "whole numbers in [0, 48)"),
+                       ({"layers": [1.5]}, "must list layer indices"),
                        ({"layers": [1, 3], "layer_freq": 2}, "not both"),
                        ({"layers": []}, "lists no MoE block")):
         path.write_text(document({**table, "moe": {**table["moe"], **moe}}))

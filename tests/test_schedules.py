@@ -812,13 +812,13 @@ def test_a_dualpipe_plan_costs_its_fold_on_the_real_ranks(tmp_path):
     assert one_line_error(code, out, err, "needs 4 entries (pp·vp / 2: every stage is on two"), err
 
 
-def test_evaluate_says_when_chunks_of_unequal_size_simulate_slower():
+def test_evaluate_says_when_chunks_of_unequal_size_simulate_slower(tmp_path):
     """Interleaved chunks that differ by a block are costed as if each device's blocks were
     spread evenly; where the schedule simulated with each chunk's own time (the report's
     timeline) runs more than 2 % longer, evaluate says so with that figure (a user trial: Llama 3
     70B at vp 8, chunks of 1 and 2 blocks, 3.524 s costed, 3.712 s simulated); at a vp that
     divides each device's blocks nothing is said."""
-    from nestplan.cli import SIMULATED_GAP
+    from nestplan.textfmt import SIMULATED_GAP
 
     base = ["evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", 256,
             "--tp", 4, "--pp", 8, "--schedule", "interleaved-1f1b", "--recompute", "none",
@@ -833,3 +833,16 @@ def test_evaluate_says_when_chunks_of_unequal_size_simulate_slower():
     for vp in (5, 10):
         code, out, err = cli(*base, "--vp", vp)
         assert code == 0 and "simulated with each chunk" not in err, err
+    # the exported file says it beside the step it quotes (a user trial's did not)
+    saved = tmp_path / "p.json"
+    assert cli(*base, "--vp", 8, "--save", saved)[0] == 0
+    code, _, err = cli("export", saved, "--format", "megatron", "-o", tmp_path / "m.sh")
+    assert code == 0, err
+    assert re.search(rf"# note: the model chunks hold 1 or 2 .* takes {said.group(1)} s",
+                     (tmp_path / "m.sh").read_text())
+    # torchtitan runs it with torchtitan's stack: its own schedule, simulated, is said
+    code, _, err = cli("export", saved, "--format", "torchtitan", "-o", tmp_path / "t.args")
+    text = (tmp_path / "t.args").read_text()
+    step = float(re.search(r"# predicted as stack torchtitan runs it: step ([\d.]+) s", text)[1])
+    late = re.search(r"# note: the model chunks hold 1 or 2 .* takes ([\d.]+) s", text)
+    assert code == 0 and late and float(late[1]) > step * (1 + SIMULATED_GAP), text

@@ -425,7 +425,7 @@ def test_compare_json(capsys):
     js = json.loads(out)
     assert js["scenario"] == {"model": "llama2-7b", "cluster": "dgx-h100-ndr", "gpus": 16,
                               "seq_len": 4096, "global_batch": 64, "precision": "bf16",
-                              "stack": "megatron-core", "moe_imbalance": None,
+                              "stack": "megatron-core", "attention_span": None, "moe_imbalance": None,
                               "moe_capacity_factor": None, "mtp_layers": 0}
     methods_run = {m["method"]: m for m in js["methods"]}
     assert methods_run["manual"]["tokens_per_s_ratio_to_manual"] == pytest.approx(1.0)

@@ -1359,3 +1359,40 @@ def test_a_stack_fitted_on_no_run_says_so():
         assert code == 0 and said in err, err
         code, out, err = cli(*command, "--stack", "megatron-core")
         assert code == 0 and "fitted on no measured run" not in err, err
+
+
+def test_attention_within_packed_documents_is_a_flag(tmp_path):
+    """--attention-span costs attention within documents of N tokens (torchtitan 0.3 masks every
+    document; a user trial could state it only in a runs CSV): the step shortens, the header and
+    the JSON say it, a saved plan keeps it, and the torchtitan export asks for it only when the
+    plan assumes documents that fill the sequence."""
+    base = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+            "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 64, "--seq-len", 32768,
+            "--stack", "torchtitan", "--zero", 3, "--recompute", "full"]
+    steps = {}
+    for span in (None, 2048):
+        flags = [] if span is None else ["--attention-span", span]
+        code, out, err = cli(*base, *flags, "--json")
+        assert code == 0, err
+        js = json.loads(out)
+        assert js["attention_span"] == span
+        steps[span] = js["step_time_s"]
+        saved = tmp_path / f"{span}.json"
+        code, out, err = cli(*base, *flags, "--save", saved)
+        assert code == 0 and ("attention within documents of 2,048 tokens" in out) == bool(span)
+        code, out, err = cli("evaluate", "--plan", saved, "--json")
+        assert code == 0 and json.loads(out)["step_time_s"] == pytest.approx(steps[span])
+        code, _, err = cli("export", saved, "--format", "torchtitan", "-o", tmp_path / "t.args")
+        asked = "masks attention per document" in (tmp_path / "t.args").read_text()
+        assert code == 0 and asked == (span is None), err
+    assert steps[2048] < 0.6 * steps[None]
+
+
+def test_torchtitan_moe_layers_wait_on_the_host_as_its_dispatcher_syncs():
+    """torchtitan's all-to-all dispatcher copies the token counts to the host every MoE layer,
+    as Megatron-Core's and DeepSpeed's do: a small MoE plan waits on the host there too (its
+    wait had been 0, a third faster than DeepSpeed's for the same eager exchange)."""
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             stack="torchtitan")
+    ev = evaluate(sc, Parallelism(tp=1, pp=1, dp=16, ep=16, etp=1, zero=3, mbs=1))
+    assert ev.time.host > 0.1 * ev.step_time

@@ -167,6 +167,22 @@ def test_a_row_may_recompute_per_stage(tmp_path, micro):
     assert case.plan.recompute == ("full", "none")
 
 
+def test_a_rows_recompute_is_read_in_any_case(tmp_path):
+    """A row's recompute column is read in any case, as its gpu and precision are (``Full`` had
+    been refused as a policy the stack does not offer); a misspelling is still refused."""
+    path = tmp_path / "runs.csv"
+    head = ("id,model,cluster,num_gpus,tp,pp,seq_len,global_batch,micro_batch,recompute,stack,"
+            "metric,step_time_s\n")
+    path.write_text(head + 'r1,llama3-8b,dgx-h100-ndr,16,2,2,4096,64,1,"Full,NONE",megatron-core,'
+                    "step_time,1.7\n")
+    (case,) = load_cases(path)
+    assert case.plan.recompute == ("full", "none")
+    path.write_text(head + "r1,llama3-8b,dgx-h100-ndr,16,2,2,4096,64,1,Fulll,megatron-core,"
+                    "step_time,1.7\n")
+    with pytest.raises(SpecError, match="Fulll"):
+        load_cases(path)
+
+
 def test_a_short_row_reads_its_missing_last_columns_as_blank(tmp_path):
     """A row that stops before its header's last optional columns reads them as blank (as it
     did); one that stops before a column every row needs is refused naming it."""
@@ -307,3 +323,18 @@ def test_short_times_keep_their_digits():
 
     assert [seconds(x) for x in (16.4, 0.0125, 4e-5, 1e-6)] == [
         "16.4000", "0.0125", "0.0000400", "0.00000100"]
+
+
+def test_a_row_is_named_by_the_line_it_starts_on(tmp_path):
+    """A row whose quoted notes span lines is named by the line it starts on (it had been named
+    by its last line, where its id is not)."""
+    path = tmp_path / "runs.csv"
+    head = "id,model,cluster,num_gpus,tp,seq_len,global_batch,metric,step_time_s,notes\n"
+    path.write_text(head + 'r1,llama3-8b,dgx-h100-ndr,8,1,4096,8,step_time,1.2,"two\nlines"\n'
+                    "r1,llama3-8b,dgx-h100-ndr,8,1,4096,8,step_time,1.2,\n")
+    with pytest.raises(SpecError, match=r"runs.csv line 4: id.*also the id of line 2;"):
+        load_cases(path)
+    path.write_text(head + 'r1,llama3-8b,dgx-h100-ndr,8,1,4096,8,step_time,1.2,"a\r\nb\rc"\n'
+                    "r2,llama3-8b,dgx-h100-ndr,8,1,4096,8,step_time,1.2,,extra\n")
+    with pytest.raises(SpecError, match=r"runs.csv line 5"):
+        load_cases(path)

@@ -69,6 +69,10 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="sequences per step" + ("" if for_evaluate else
                                                 f" (default {DEFAULT_GLOBAL_BATCH})"))
     g.add_argument("--precision", help="matmul precision: bf16 (default) or fp8")
+    g.add_argument("--attention-span", type=whole_arg, metavar="N",
+                   help="tokens a query attends to when each sequence packs documents of about N "
+                   "tokens under per-document masks (torchtitan 0.3 masks every document; packed "
+                   "fine-tuning); default: the whole sequence")
     g.add_argument("--stack", help="training stack: catalog name (nestplan list stacks) or stack "
                    "TOML path (default megatron-core)")
     g.add_argument("--moe-imbalance", type=decimal_arg, metavar="R",
@@ -129,6 +133,7 @@ def _add_search(p: argparse.ArgumentParser):
 
 
 FLAG_OF = {"seq_len": "seq-len", "global_batch": "global-batch", "rank_order": "rank-order",
+           "attention_span": "attention-span",
            "stage_layers": "stage-layers",
            "moe_imbalance": "moe-imbalance", "moe_capacity": "moe-capacity-factor",
            "model.mtp_layers": "mtp-layers"}
@@ -172,12 +177,14 @@ def _scenario(args):
         moe["moe_imbalance"] = args.moe_imbalance
     if args.moe_capacity_factor is not None:
         moe["moe_capacity"] = args.moe_capacity_factor
+    if args.attention_span is not None:
+        moe["attention_span"] = args.attention_span
     sc = scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                              global_batch=batch,
                              precision=Precision.parse(
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, mtp_layers=args.mtp_layers, **moe)
-    if moe and sc.model.moe is None:
+    if (args.moe_imbalance, args.moe_capacity_factor) != (None, None) and sc.model.moe is None:
         from .errors import note_no_experts
 
         note_no_experts(" and ".join(f"--{k.replace('_', '-')}" for k in (
@@ -395,7 +402,8 @@ that many are found: Llama 3 70B on 1,024 H100 took 5 s for 100, 24 s for 1,000)
 EVALUATE_NEEDS = ("model", "cluster", "gpus", "tp", "pp", "mbs", "global_batch", "seq_len")
 PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp", "vp", "schedule",
                                     "sp", "zero", "recompute", "rank_order", "moe_imbalance",
-                                    "moe_capacity_factor", "mtp_layers", "stage_layers")
+                                    "moe_capacity_factor", "mtp_layers", "stage_layers",
+                                    "attention_span")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
 
 
@@ -514,41 +522,18 @@ def _notes_on_workload_and_stack(ev, args) -> None:
     _note_uncalibrated_stack(ev)
 
 
-SIMULATED_GAP = 0.02
-"""How much longer than the closed form (a share of its step) the simulated schedule of an
-interleaved plan whose chunks differ in size may run before evaluate says so."""
-
-
 def _note_simulated_schedule(ev) -> None:
-    """Say when an interleaved plan's chunks hold different numbers of blocks (by one: the
-    search's splits and ``--vp`` that does not divide a device's blocks) and its schedule,
-    simulated with each chunk's own time (``Evaluation.schedule_ops``, as the report draws it), runs
-    more than ``SIMULATED_GAP`` longer than the closed form, which spreads a device's blocks
-    evenly over its chunks (a user trial: Llama 3 70B at vp 8, chunks of 1 and 2 blocks,
-    predicted 3.524 s, simulated 3.713 s; at vp 5 and 10 the two agree)."""
-    from .specs import blocks_per_chunk
+    """Say when an interleaved plan's simulated schedule runs longer than its closed form
+    (``textfmt.simulated_schedule_text``; the exports say it too)."""
+    from .textfmt import simulated_schedule_text
 
-    par = ev.plan
-    if par.vp == 1 or par.pipeline.mirrored:
-        return
-    per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
-    if all(len(set(chunks)) == 1 for chunks in per):
-        return
-    ops = ev.schedule_ops()
-    ends = [max(o.end for o in ops if o.stage == i) + s.end for i, s in enumerate(ev.stages)]
-    simulated = max(ends) + ev.time.step_host
-    if simulated > ev.step_time * (1 + SIMULATED_GAP):
+    text = simulated_schedule_text(ev)
+    if text:
         import warnings
 
         from .errors import Note
-        from .units import fmt_time
 
-        sizes = sorted({n for chunks in per for n in chunks})
-        warnings.warn(f"the model chunks hold {' or '.join(map(str, sizes))} blocks; the pipeline "
-                      f"is costed as if each device's blocks were spread evenly over its chunks, "
-                      f"and its schedule simulated with each chunk's own time takes "
-                      f"{fmt_time(simulated)} ({simulated / ev.step_time - 1:+.1%}; the report "
-                      "draws it): a vp that divides each device's blocks runs as costed", Note)
+        warnings.warn(text, Note)
 
 
 def _note_fp8_stack_at_bf16(ev) -> None:

@@ -41,7 +41,7 @@ from .specs import (CONTEXT_FACTOR_RULE, DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FF
                     MAX_HEADS, MAX_LAYERS, MAX_NORM_EPS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH,
                     MAX_YARN_FACTOR, MIN_ROPE_MSCALE, NORM_EPS_RULE, ROPE_SCALINGS, ROUTER_SCORES,
                     MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
-                    moe_layer_fields, sliding_window_cost)
+                    layer_indices, moe_layer_fields, sliding_window_cost)
 
 
 SHARE = "share"
@@ -407,12 +407,9 @@ LLAMA4_LAYER_KINDS = ("chunked_attention", "full_attention")
 
 def _layer_indices(cfg: _Config, key: str, layers: int) -> list | None:
     """A list of 0-based layer indices, ``key`` (None when absent), each in [0, ``layers``)."""
-    rule = f"must list layer indices, whole numbers in [0, {layers})"
-    listed = cfg.get(key, default=None, kind=list, rule=rule)
-    if listed is not None and not all(isinstance(i, int) and not isinstance(i, bool)
-                                      and 0 <= i < layers for i in listed):
-        raise SpecError(cfg.where(key), listed, rule)
-    return listed
+    listed = cfg.get(key, default=None, kind=list,
+                     rule=f"must list layer indices, whole numbers in [0, {layers})")
+    return None if listed is None else list(layer_indices(cfg.where(key), listed, layers))
 
 
 def _llama(cfg: _Config) -> dict:

@@ -14,7 +14,7 @@ from . import units
 from .errors import SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
-                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite,
+                    MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite, layer_indices,
                     sliding_window_cost)
 
 
@@ -424,12 +424,9 @@ _SUB_TABLE_OF = {k: "moe" for k in _MOE_KEYS} | {k: "mla" for k in _MLA_KEYS} | 
 """A key of a model's [moe], [mla], [yarn] or [rope_scaling] table -> that table."""
 
 
-def _layer_list(table: dict, key: str, where: str) -> tuple[int, ...]:
-    """A list of layer indices (empty when absent)."""
-    value = _typed(table, key, where, list, [])
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise SpecError(f"{where}.{key}", value, "must be a list of layer indices (integers)")
-    return tuple(value)
+def _layer_list(table: dict, key: str, where: str, layers: int) -> tuple[int, ...]:
+    """A list of layer indices of ``layers`` blocks (empty when absent)."""
+    return layer_indices(f"{where}.{key}", _typed(table, key, where, list, []), layers)
 
 
 def model_from_table(table: dict, where: str = "model") -> ModelSpec:
@@ -449,7 +446,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
             raise SpecError(f"{where}.moe.layers", [], "lists no MoE block: leave it out for "
                             "first_dense_layers and layer_freq's pattern, or drop [moe] for a "
                             "dense model")
-        moe = MoESpec(**{k: _layer_list(t, k, f"{where}.moe") if k == "layers" else
+        moe = MoESpec(**{k: _layer_list(t, k, f"{where}.moe", ints["layers"]) if k == "layers" else
                          _typed(t, k, f"{where}.moe", _MOE_TYPES.get(k, int)) for k in t})
     if "mla" in table:
         t = table["mla"]
@@ -470,7 +467,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
                                  if k == "original_max_positions" else
                                  float(_typed(t, k, f"{where}.rope_scaling", _NUM)) for k in t})
     # a sliding window's cost follows from it and its layers (a file need not restate them)
-    local = _layer_list(table, "local_layers", where)  # (chunked attention's too)
+    local = _layer_list(table, "local_layers", where, ints["layers"])  # (chunked attention's too)
     window = sliding_window_cost(_typed(table, "sliding_window", where, int, 0), local,
                                  ints["layers"])
     hidden = ints["hidden"]

@@ -10,8 +10,9 @@ from .units import GiB, fmt_gib, fmt_gib_against
 
 
 def scenario_json(sc: Scenario) -> dict:
-    """What a ``--json`` output says of its scenario: model, cluster, size, workload and stack,
-    the MoE workload's settings (null without experts) and the MTP depths trained."""
+    """What a ``--json`` output says of its scenario: model, cluster, size, workload (with the
+    packed documents' attention span, null for the whole sequence) and stack, the MoE workload's
+    settings (null without experts) and the MTP depths trained."""
     return {
         "model": sc.model.name,
         "cluster": sc.cluster.name,
@@ -20,6 +21,7 @@ def scenario_json(sc: Scenario) -> dict:
         "global_batch": sc.training.global_batch,
         "precision": sc.training.precision.value,
         "stack": sc.stack.name,
+        "attention_span": sc.training.attention_span,
         "moe_imbalance": sc.training.moe_imbalance if sc.model.moe is not None else None,
         "moe_capacity_factor": sc.training.moe_capacity if sc.model.moe is not None else None,
         "mtp_layers": sc.model.mtp_layers,

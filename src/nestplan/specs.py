@@ -937,6 +937,18 @@ class TrainingSpec(_CachedHash):
         return min(self.moe_imbalance, self.moe_capacity or math.inf)
 
 
+def layer_indices(where: str, value, layers: int) -> tuple[int, ...]:
+    """0-based block indices as a model file or a HuggingFace config lists them (``[moe]
+    layers``, ``local_layers``, ``moe_layers``, ``mlp_only_layers``): whole numbers in
+    [0, ``layers``), or in [0, MAX_LAYERS) while ``layers`` is itself not valid (the model's check
+    names it). Order and repeats are the fields' own rules (``MoESpec``, ``ModelSpec``)."""
+    bound = layers if isinstance(layers, int) and 0 < layers <= MAX_LAYERS else MAX_LAYERS
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < bound for i in value):
+        raise SpecError(where, value, f"must list layer indices, whole numbers in [0, {bound})")
+    return tuple(value)
+
+
 def moe_layer_fields(moe_layers, layers: int) -> dict:
     """The ``MoESpec`` fields that put MoE blocks on the 0-based ``moe_layers`` of ``layers``
     (sorted, each once; at least one): ``first_dense_layers`` and ``layer_freq`` where the blocks

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -413,9 +414,16 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
         etp = stack.default_etp(tp, ep, biased=model.biased_experts)
     return Parallelism(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp,
                        vp=row.number("vp", 1), sp=sp,
-                       zero=zero, recompute=tuple(stack.policy(name).name for name in rec),
+                       zero=zero, recompute=tuple(_policy_name(stack, name) for name in rec),
                        mbs=row.number("micro_batch", _local_batch(row, dp, pp) or 1),  # else _tuned
                        **extra)
+
+
+def _policy_name(stack, name: str) -> str:
+    """The stack's policy a row's recompute column names, in any case as its gpu and precision
+    columns are read (``Full``); the stack names its policies when none matches."""
+    same = [p.name for p in stack.recompute if p.name.lower() == name.lower()]
+    return stack.policy(same[0] if len(same) == 1 else name).name
 
 
 def _tuned(sc: Scenario, plan: Parallelism, *, free_mbs: bool, free_recompute: bool,
@@ -686,8 +694,9 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
                                     + ", ".join(OPTIONAL_COLUMNS))
             rows = []
             for data in reader:
+                line = _first_line(reader.line_num, data)
                 if None in data:  # fields beyond the header's columns
-                    raise SpecError(f"{path.name} line {reader.line_num}", data[None],
+                    raise SpecError(f"{path.name} line {line}", data[None],
                                     f"more fields than the header's {len(reader.fieldnames)} "
                                     "columns")
                 # a short row's last columns are blank (DictReader leaves them None), but one
@@ -695,11 +704,11 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
                 lost = [k for k in COLUMNS if k in data and data[k] is None]
                 if lost:
                     given = sum(v is not None for v in data.values())
-                    raise SpecError(f"{path.name} line {reader.line_num}", f"{given} fields",
+                    raise SpecError(f"{path.name} line {line}", f"{given} fields",
                                     f"fewer than the header's {len(reader.fieldnames)} columns, "
                                     f"without its {lost[0]}; a row gives every column, blank "
                                     "where not known")
-                rows.append((reader.line_num, data))
+                rows.append((line, data))
     except UnicodeDecodeError as e:
         raise SpecError(field, str(path), f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
                         f"offset {e.start}); give a runs CSV file") from None
@@ -718,6 +727,15 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
         first[ident] = i
     return [_Row(data, f"{path.name} line {i} ({data['id'].strip()})")
             for i, data in rows]
+
+
+def _first_line(last: int, data: dict) -> int:
+    """The line a CSV row starts on, given the line it ends on (``csv.reader.line_num``): a
+    quoted field may hold line breaks (a multi-line note, or id, had been reported at its row's
+    last line)."""
+    fields = [v for v in data.values() if isinstance(v, str)]
+    fields += [v for v in data.get(None) or () if isinstance(v, str)]
+    return last - sum(len(re.findall(r"\r\n|\r|\n", v)) for v in fields)
 
 
 def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,

@@ -225,13 +225,19 @@ def _predicted_line(ev, how: str = "") -> str:
 
 def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], list[str]]:
     """An export's header lines with nestplan's prediction of the plan it exports (bare), and
-    its notes on the stack it was searched for. With the plan's stack; for a plan searched for
+    its notes on the stack it was searched for and on a schedule that simulates longer than that
+    prediction (``textfmt.simulated_schedule_text``). With the plan's stack; for a plan searched for
     another format's stack, first as the format's own stack runs it (``own_prediction``, which
     ``predicted_note`` works out too where the plan changed), and a note that says so."""
+    from ..textfmt import simulated_schedule_text
+
     ev, _ = prediction(pf, exported)
+    # what plan and evaluate say of unequal chunks, in the file too (a user trial's export quoted
+    # a step its own schedule simulation puts 15 % later, without a word)
+    longer = [t for t in (simulated_schedule_text(ev),) if t]
     stack = pf.scenario.stack
     if stack.export_format == fmt:
-        return [_predicted_line(ev)], []
+        return [_predicted_line(ev)], longer
     said, own = own_prediction(pf, exported, fmt)
     # (of the plan as exported, which may not be the saved one: a user trial read a ZeRO-2 plan's
     # 12.0 s as the saved ZeRO-1 plan's 9.6 s)
@@ -244,7 +250,9 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
             f"{FORMAT_STACKS[fmt]} for a {fmt} plan)")
     lines = [mine] if own is None else [
         _predicted_line(own, f"as stack {FORMAT_STACKS[fmt]} runs it"), mine]
-    return lines, [note]
+    if own is not None:  # (the exported run's own schedule)
+        longer = [t for t in (simulated_schedule_text(own),) if t]
+    return lines, [note] + longer
 
 
 def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str,

@@ -8,7 +8,8 @@ is FSDP2: ZeRO-3 is ``data_parallel_shard_degree`` with resharding after forward
 without resharding, ZeRO-0 plain replication; ZeRO-1 has no equivalent and is exported as ZeRO-2.
 Experts take their EP ranks from ``dp_shard · cp · tp`` and have no tensor parallelism of their
 own (expert TP 1). Stages are given exactly with ``module_fqns_per_model_part`` (embedding
-``tok_embeddings``, blocks ``layers.i``, head ``norm`` and ``output``). torchtitan numbers its
+``tok_embeddings``, blocks ``layers.i``, head ``norm`` and ``lm_head``, as torchtitan 0.3's
+``Decoder`` names its children: torchtitan/models/common/decoder.py). torchtitan numbers its
 ranks pp, dp_replicate, dp_shard, cp, tp (tp fastest): a plan with another rank order is
 launched through the rank map written beside the arguments.
 """
@@ -191,7 +192,7 @@ def _arguments(pf: PlanFile):
         for c, n in enumerate(sizes):
             part = (["tok_embeddings"] if c == 0 else []) + [
                 f"layers.{i}" for i in range(start, start + n)] + (
-                ["norm", "output"] if c == len(sizes) - 1 else [])
+                ["norm", "lm_head"] if c == len(sizes) - 1 else [])
             parts.append(",".join(part))
             start += n
         groups.append(["--parallelism.module_fqns_per_model_part", *parts])
@@ -201,8 +202,9 @@ def _arguments(pf: PlanFile):
     opt("training.global_batch_size", tr.global_batch)
     opt("training.seq_len", tr.seq_len)
     st = sc.stack
-    unrun, why_unrun, graphed = _not_launched(st, m, par, notes,
-                                              placeholder=(module, config) == PLACEHOLDER)
+    unrun, why_unrun, graphed, advice = _not_launched(
+        st, m, par, placeholder=(module, config) == PLACEHOLDER)
+    notes += advice
     # said either way: torchtitan 0.3 graphs each step's forward and backward unless told not to
     opt("training.disable_cuda_graphs", not graphed)
     if st.export_format == "torchtitan":  # what the stack's costs assume torchtitan runs
@@ -237,6 +239,13 @@ def _arguments(pf: PlanFile):
                      "which no argument removes: the plan is costed in bf16, so launch a copy "
                      "of that config_registry function without the converter, or the run trains "
                      "in fp8")
+    if tr.attention_span is None or tr.attention_span >= tr.seq_len:
+        # a user trial's 64K-token plan was costed at 3.7 times the attention of 2K documents
+        notes.append("torchtitan 0.3 masks attention per document (block_causal: "
+                     "get_attention_config, torchtitan/models/common/config_utils.py), so a "
+                     "query attends within its own document; the prediction assumes documents "
+                     f"that fill each {tr.seq_len:,}-token sequence: give --attention-span N, "
+                     "your documents' typical length, to cost shorter ones")
     groups.append([f"activation-checkpoint:{mode}"])
     notes += rank_note(par, TORCHTITAN_ORDER, "torchtitan", "tp fastest, then cp, dp, pp",
                        "python -m torchtitan.train ARGUMENTS")
@@ -268,12 +277,12 @@ def _arguments(pf: PlanFile):
     return groups, notes, exported, launched
 
 
-def _not_launched(st, m, par, notes: list[str], *,
-                  placeholder: bool) -> tuple[dict, list[str], bool]:
+def _not_launched(st, m, par, *, placeholder: bool) -> tuple[dict, list[str], bool, list[str]]:
     """What of a torchtitan stack's behaviour (``st``, a stack file's, say) torchtitan 0.3 does
-    not run as exported: the stack fields it runs in their place, what each was, and whether
-    the export graphs the step (``training.disable_cuda_graphs`` off). Another format's stack
-    is costed as torchtitan's own runs it (``headline``), which graphs nothing.
+    not run as exported: the stack fields it runs in their place, what each was, whether the
+    export graphs the step (``training.disable_cuda_graphs`` off), and what the user's own config
+    must build for the rest (notes). Another format's stack is costed as torchtitan's own runs it
+    (``headline``), which graphs nothing.
 
     * CUDA graphs: torchtitan captures one graph of each step's forward and backward
       (``wrap_with_cuda_graph`` around ``fwd_bwd_fn``, trainer.py, 0.3.0 wheel), refused with PP
@@ -287,10 +296,10 @@ def _not_launched(st, m, par, notes: list[str], *,
     * Expert overlap: it overlaps no expert exchange with another micro-batch, nor the shared
       experts with it."""
     if st.export_format != "torchtitan":
-        return {}, [], False
+        return {}, [], False, []
     graphed = st.cuda_graphs == "full_iteration" and par.pp == 1 and (
         m.moe is None or par.ep == 1)
-    unrun, why = {}, []
+    unrun, why, advice = {}, [], []
     if st.cuda_graphs != "none" and not graphed:
         unrun.update(cuda_graphs="none", cuda_graph_modules=())
         why.append("per-layer CUDA graphs (cuda_graphs = layers), which torchtitan does not "
@@ -300,9 +309,9 @@ def _not_launched(st, m, par, notes: list[str], *,
                        "dispatchers that sync with the host"))
     experts = m.moe is not None and par.ep > 1
     if experts and st.moe_dispatcher == "flex" and placeholder:
-        notes.append(f"stack {st.name} costs DeepEP's dispatcher (moe_dispatcher = flex): build "
-                     "your config's model spec with moe_comm_backend = \"deepep\" (torchtitan "
-                     "0.3 takes no launch argument for it)")
+        advice.append(f"stack {st.name} costs DeepEP's dispatcher (moe_dispatcher = flex): "
+                      "build your config's model spec with moe_comm_backend = \"deepep\" "
+                      "(torchtitan 0.3 takes no launch argument for it)")
     elif experts and st.moe_dispatcher != "alltoall":
         unrun["moe_dispatcher"] = "alltoall"
         why.append(f"the {st.moe_dispatcher} dispatcher, where torchtitan's registry model runs "
@@ -313,7 +322,7 @@ def _not_launched(st, m, par, notes: list[str], *,
         unrun["moe_overlap"] = "none"
         why.append(f"the expert exchange overlapped (moe_overlap = {st.moe_overlap}), which "
                    "torchtitan.train does not run (only its graph_trainer experiment)")
-    return unrun, why, graphed
+    return unrun, why, graphed, advice
 
 
 def _float8_gathers_note(pf: PlanFile, exported) -> str:
