@@ -17,6 +17,10 @@ Algorithms (the cheapest is used, as NCCL's tuner does):
   each phase moves only the shard left by the phases below it; phases add up.
 * tree (all-reduce only): pipelined binary trees between blocks, latency logarithmic in the
   number of blocks.
+
+Where block boundaries split an axis's groups unevenly, the last two are costed for each kind of
+group the axis has (``_phases``: the most exposed, and the one in the fullest blocks), and the
+slowest sets the time.
 """
 
 from __future__ import annotations
@@ -69,27 +73,53 @@ def _ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, 
     return traversals * latency, per_byte
 
 
-def _hierarchical(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
+def _phases(g: GroupLayout) -> list[list[tuple[int, int, int]]]:
+    """The phases of a hierarchical collective, (level, lower blocks one block gathers, members
+    in each lower block), for each kind of group the axis has. A group that fills its blocks
+    evenly has one chain. Where block boundaries split the axis's groups unevenly
+    (``GroupLayout.fan``) two groups differ: the most exposed, with the fewest members in a block
+    at each level (``k``: its lower blocks gathered are k[l] / k[l-1]), and the one in the
+    fullest blocks (``fan``), up to the level that holds it whole; the slower sets the time. (One
+    chain had taken the fullest block's fan at the bottom and the exposed group's climb above it,
+    a group that does not exist: TP 16 on 72-GPU NVLink domains, where whole groups and groups
+    split 8 + 8 over two racks alternate, was costed slower than on 8-GPU ones, a user trial's.)"""
+    exposed, prev = [], 1
+    for lvl, kl in enumerate(g.k):
+        if kl > prev:
+            r = max(1, round(kl / prev)) if g.fan else _fan_in(g, lvl)
+            exposed.append((lvl, r, prev))
+        prev = kl
+    if not g.fan:
+        return [exposed]
+    fullest, members = [], 1
+    for lvl, f in enumerate(g.fan):
+        if members >= g.size:
+            break
+        if f > 1:
+            fullest.append((lvl, f, members))
+        members *= f
+    return [exposed, fullest]
+
+
+def _slowest(pairs: list[tuple[float, float]]):
+    """One algorithm's coefficients over the groups it runs on: a (latency, per-byte) pair, or
+    a tuple of them where groups differ, whose slowest sets the time (``coeff_time``)."""
+    return pairs[0] if len(pairs) == 1 else tuple(pairs)
+
+
+def _hierarchical(kind: CollKind, g: GroupLayout, cluster: ClusterSpec):
     traversals = 2 if kind is CollKind.ALL_REDUCE else 1
-    per_byte, latency, prev = 0.0, 0.0, 1
-    for lvl, kl in enumerate(g.k):
-        if kl > prev:
-            r = _fan_in(g, lvl)
-            per_byte += traversals * (r - 1) / r / prev / level_bandwidth(cluster, lvl, g.share)
-            latency += traversals * (r - 1) * cluster.levels[lvl].latency
-        prev = kl
-    return latency, per_byte
+    return _slowest([(
+        sum(traversals * (r - 1) * cluster.levels[lvl].latency for lvl, r, _ in chain),
+        sum(traversals * (r - 1) / r / m / level_bandwidth(cluster, lvl, g.share)
+            for lvl, r, m in chain)) for chain in _phases(g)])
 
 
-def _tree(g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
-    per_byte, latency, prev = 0.0, 0.0, 1
-    for lvl, kl in enumerate(g.k):
-        if kl > prev:
-            r = _fan_in(g, lvl)
-            per_byte = max(per_byte, 2 / prev / level_bandwidth(cluster, lvl, g.share))
-            latency += 2 * math.ceil(math.log2(r)) * cluster.levels[lvl].latency
-        prev = kl
-    return latency, per_byte
+def _tree(g: GroupLayout, cluster: ClusterSpec):
+    return _slowest([(
+        sum(2 * math.ceil(math.log2(r)) * cluster.levels[lvl].latency for lvl, r, _ in chain),
+        max((2 / m / level_bandwidth(cluster, lvl, g.share) for lvl, _, m in chain),
+            default=0.0)) for chain in _phases(g)])
 
 
 def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, float]:
@@ -100,7 +130,9 @@ def _flat_ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[fl
     return traversals * (n - 1) * cluster.levels[top].latency, traversals * (n - 1) / n / bw
 
 
-Coeffs = tuple[tuple[float, float], ...]
+Coeffs = tuple
+"""Each algorithm's (latency s, seconds per byte), or a tuple of such pairs for an algorithm whose
+groups differ (the slowest sets its time): ``collective_coeffs``."""
 
 
 def crossing_share(n: int, inside: int, dedup: tuple[int, ...] = (0, 0),
@@ -161,10 +193,12 @@ def block_missed(held: int, k: int, experts: int, groups: int = 1, chosen: int =
 @cached(maxsize=65536)
 def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
                       flat: bool = False, dedup: tuple[int, ...] = (0, 0)) -> Coeffs:
-    """(latency s, seconds per byte) of each algorithm that can run the collective on ``g``.
+    """(latency s, seconds per byte) of each algorithm that can run the collective on ``g`` (a
+    tuple of such pairs for one whose groups differ: ``_phases``).
 
-    The collective's time for ``b > 0`` bytes is the cheapest ``latency + b · per_byte``; an
-    empty tuple means it is free (a single device). ``flat`` forces the flat ring; ``dedup``:
+    The collective's time for ``b > 0`` bytes is the cheapest ``latency + b · per_byte`` (of an
+    algorithm with several pairs, their slowest); an empty tuple means it is free (a single
+    device). ``flat`` forces the flat ring; ``dedup``:
     an all-to-all that sends a token once per remote block (``crossing_share``) beyond the
     innermost level.
     """
@@ -206,8 +240,11 @@ def coeff_time(coeffs: Coeffs, nbytes):
     if not coeffs:
         return nbytes * 0.0
     t = None
-    for lat, per_byte in coeffs:
-        c = lat + per_byte * nbytes
+    for algo in coeffs:  # the cheapest algorithm; of one run on differing groups, the slowest
+        c = None
+        for lat, per_byte in (algo if isinstance(algo[0], tuple) else (algo,)):
+            one = lat + per_byte * nbytes
+            c = one if c is None else np.maximum(c, one)
         t = c if t is None else np.minimum(t, c)
     return np.where(nbytes > 0, t, 0.0) if isinstance(nbytes, np.ndarray) else (
         float(t) if nbytes > 0 else 0.0)
