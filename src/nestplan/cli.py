@@ -438,6 +438,7 @@ def cmd_evaluate(args) -> int:
     _notes_on_workload_and_stack(ev, args)
     _note_uneven_chunks(ev)
     _note_simulated_schedule(ev)
+    _note_split_groups(ev)
     if args.save is not None:
         from . import planfile
 
@@ -534,6 +535,31 @@ def _note_simulated_schedule(ev) -> None:
         from .errors import Note
 
         warnings.warn(text, Note)
+
+
+def _note_split_groups(ev) -> None:
+    """Say when groups small enough for one scale-up domain (TP, CP, EP) cross out of it because
+    the domain's size is not a multiple of theirs: ranks fill devices in order, so some groups
+    straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains ran over InfiniBand
+    without a word)."""
+    cluster = ev.scenario.cluster
+    if len(cluster.levels) < 2:
+        return
+    domain = cluster.levels[0]
+    split = [(axis, size) for axis, (size, crossed) in ev.group_levels.items()
+             if axis in ("tp", "cp", "ep", "etp") and size <= domain.size and domain.size % size
+             and crossed not in (None, domain.name)]
+    if split:
+        import warnings
+
+        from .errors import Note
+
+        axes = " and ".join(a for a, _ in split)
+        warnings.warn(f"{domain.name} domains hold {domain.size} devices, which "
+                      + " and ".join(f"{a} groups of {n}" for a, n in split) + " do not divide: "
+                      f"ranks fill devices in order, so some {axes} groups straddle two domains "
+                      f"and cross the {cluster.levels[1].name}; a size that divides "
+                      f"{domain.size} keeps every group inside one", Note)
 
 
 def _note_fp8_stack_at_bf16(ev) -> None:
@@ -696,6 +722,7 @@ def cmd_plan(args) -> int:
     _note_no_interleaving(res.best)
     _notes_on_workload_and_stack(res.best, args)
     _note_simulated_schedule(res.best)
+    _note_split_groups(res.best)
     if args.save is not None:
         from . import planfile
 
