@@ -113,10 +113,28 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
     return replace(cost, fwd=cost.fwd + wait, host=wait)
 
 
+@dataclass(frozen=True)
+class _Compute:
+    """A layer's compute seconds on one device, forward and backward, by the parts that hide
+    communication (``_layer_cost``)."""
+
+    f: float
+    b: float
+    gemm_f: float
+    gemm_b: float
+    wgrad: float
+    attn_f: float
+    attn_b: float
+    shared_f: float
+    shared_b: float
+    eager: float
+    op_fwd: tuple[float, ...]
+
+
 @cached(maxsize=65536)
-def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
-                groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
-                overlap: float, host: float) -> LayerCost:
+def _compute(layer: LayerGraph, acc: AcceleratorSpec, prec: Precision) -> _Compute:
+    """The operators' times of ``layer``, which its groups' layouts do not change: computed once
+    for all the layouts a search costs the layer under."""
     f = b = gemm_f = gemm_b = wgrad = attn_f = attn_b = shared_f = shared_b = eager = 0.0
     op_fwd = []
     for op in layer.ops:
@@ -136,6 +154,17 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
             gemm_f += tf
             gemm_b += tb
             wgrad += _wgrad_share(op) * tb
+    return _Compute(f, b, gemm_f, gemm_b, wgrad, attn_f, attn_b, shared_f, shared_b, eager,
+                    tuple(op_fwd))
+
+
+@cached(maxsize=65536)
+def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
+                groups: tuple[GroupLayout, ...], prec: Precision, tp_overlap: TPOverlap,
+                overlap: float, host: float) -> LayerCost:
+    k = _compute(layer, acc, prec)
+    f, b, gemm_f, gemm_b, wgrad = k.f, k.b, k.gemm_f, k.gemm_b, k.wgrad
+    attn_f, attn_b, shared_f, shared_b = k.attn_f, k.attn_b, k.shared_f, k.shared_b
     tp_group, cp_group, ep_group, etp_group = groups
     group_of = {Axis.TP: tp_group, Axis.CP: cp_group, Axis.EP: ep_group}
     link = {Axis.TP: 0.0, Axis.CP: 0.0, Axis.EP: 0.0}
@@ -183,9 +212,9 @@ def _layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec,
     return LayerCost(
         fwd=f + f_exposed + waiting,
         bwd=b + b_exposed,
-        op_fwd=tuple(op_fwd),
+        op_fwd=k.op_fwd,
         compute=f + b,
-        eager=eager,
+        eager=k.eager,
         wgrad=wgrad,
         host=waiting,
         comm=tuple((ax, link[ax], exposed[ax]) for ax in (Axis.TP, Axis.CP, Axis.EP) if link[ax]),
