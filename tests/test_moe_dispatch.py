@@ -504,12 +504,12 @@ def test_graphed_attention_spares_its_share_of_the_host_wait():
                        recompute=eager.recompute[:2], **more)
 
     attn = graphed("attn", "moe_router", "moe_preprocess")
-    assert attn.moe_host_wait(tr) == pytest.approx(
+    assert attn.moe_host_wait(tr, 8) == pytest.approx(
         eager.moe_layer_host * (1 - eager.attention_host_share))
-    assert graphed("moe_router", "moe_preprocess").moe_host_wait(tr) == eager.moe_layer_host
+    assert graphed("moe_router", "moe_preprocess").moe_host_wait(tr, 8) == eager.moe_layer_host
     padded = graphed(moe_pad_to_capacity=True)  # whole layers, experts padded: all graphed
-    assert padded.moe_host_wait(replace(tr, moe_capacity=1.0)) == 0.0
-    assert padded.moe_host_wait(tr) == attn.moe_host_wait(tr)  # dropless: the MoE stays eager
+    assert padded.moe_host_wait(replace(tr, moe_capacity=1.0), 8) == 0.0
+    assert padded.moe_host_wait(tr, 8) == attn.moe_host_wait(tr, 8)  # dropless: the MoE stays eager
     # and a step of a host-bound MoE plan is shorter by that much
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-b200-ndr", 8, seq_len=4096, global_batch=64)
     par = Parallelism(dp=8, ep=8, etp=1, zero=1, mbs=1)
@@ -639,11 +639,11 @@ def test_only_the_moe_layers_own_graph_spares_it_the_host():
     the attention's share where the attention is graphed too); the padded layer's own graph (or
     whole-layer graphs) does not."""
     router = _module_graphs(("moe_router", "moe_preprocess"))
-    assert router.stack.moe_host_wait(router.training) == router.stack.moe_layer_host > 0
+    assert router.stack.moe_host_wait(router.training, 8) == router.stack.moe_layer_host > 0
     with_attn = _module_graphs(("attn", "moe_router", "moe_preprocess"))
-    assert 0 < with_attn.stack.moe_host_wait(with_attn.training) < router.stack.moe_layer_host
+    assert 0 < with_attn.stack.moe_host_wait(with_attn.training, 8) < router.stack.moe_layer_host
     own = _module_graphs(("attn", "moe"), padded=True, moe_capacity=1.0)
-    assert own.stack.moe_host_wait(own.training) == 0.0
+    assert own.stack.moe_host_wait(own.training, 8) == 0.0
     par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, zero=1, mbs=1)
     assert evaluate(own, par).step_time < evaluate(
         replace(own, stack=replace(own.stack, cuda_graph_modules=("attn",))), par).step_time
@@ -907,3 +907,31 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     code, out, err = cli(*[("1" if a == 8 and args[i - 1] == "--ep" else a)
                            for i, a in enumerate(args)])
     assert code == 0 and "balanced routing" not in err, err
+
+
+def test_a_batch_overlap_stack_refuses_what_megatron_core_refuses_with_it(tmp_path):
+    """Megatron-Core overlaps the expert exchange with another micro-batch with at most one MTP
+    depth, and graphs neither moe nor mlp beside it (TransformerConfig.__post_init__ @
+    d98e8a64dd): a user trial's export of two depths had been refused at start-up. One line
+    each, exit 2; one depth runs."""
+    from console import cli, one_line_error
+
+    stack = tmp_path / "batch.toml"
+    head = ('base = "megatron-core"\nname = "batchy"\nmoe_dispatcher = "flex"\n'
+            'moe_overlap = "batch"\n')
+    tail = '[recompute]\nnone = "none"\nfine = "modules:layernorm,moe_act"\n'
+    run = ["evaluate", "--model", "deepseek-v3", "--cluster", "dgx-h100-ndr", "--gpus", 256,
+           "--tp", 4, "--pp", 1, "--ep", 64, "--etp", 1, "--mbs", 1, "--global-batch", 1024,
+           "--seq-len", 4096, "--stack", stack]
+    stack.write_text(head + tail)
+    assert one_line_error(*cli(*run, "--mtp-layers", 2), "mtp-layers: got 2; stack batchy "
+                          "overlaps the expert exchange")
+    saved = tmp_path / "p.json"
+    code, out, err = cli(*run, "--mtp-layers", 1, "--save", saved)
+    assert code == 0 and "1 MTP depth" in out, err
+    # which Megatron-LM runs with no pipeline, and megatron-core 0.16 does not: said
+    code, _, err = cli("export", saved, "--format", "megatron", "-o", tmp_path / "m.sh")
+    assert code == 0 and "megatron-core 0.16 refuses it" in err, err
+    stack.write_text(head + 'cuda_graphs = "layers"\ncuda_graph_modules = ["attn", "mlp"]\n' + tail)
+    assert one_line_error(*cli(*run), "stack.cuda_graph_modules: got ['attn', 'mlp']; with "
+                          "moe_overlap = batch")

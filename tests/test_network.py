@@ -474,17 +474,22 @@ def test_a_larger_nvlink_domain_is_never_slower_for_groups_it_splits():
 
 def test_groups_split_by_a_domain_they_do_not_divide_are_noted(tmp_path):
     """TP 16 on 72-GPU NVLink domains: some groups straddle two racks and cross the leaf, which
-    evaluate now says (a user trial saw only "tp (16) leaf"); TP 8, which divides 72, is quiet."""
+    evaluate now says (a user trial saw only "tp (16) leaf"); TP 8, which divides 72, is quiet;
+    CP groups are judged by the devices they reach over."""
     from console import cli
 
     path = tmp_path / "nvl72.toml"
     path.write_text('name = "nvl72"\naccelerator = "gb200"\ndevices_per_host = 4\n'
                     '[[levels]]\nname = "nvlink"\nsize = 72\nbandwidth_GBps = 900\nlatency_us = 3.4\n'
                     '[[levels]]\nname = "leaf"\nbandwidth_GBps = 50\nlatency_us = 14\n')
-    run = ["evaluate", "--model", "llama3-70b", "--cluster", path, "--gpus", 1152, "--pp", 8,
+    run = ["evaluate", "--model", "llama3-70b", "--cluster", path, "--gpus", 1152,
            "--mbs", 1, "--global-batch", 2304, "--seq-len", 8192, "--recompute", "full"]
-    code, _, err = cli(*run, "--tp", 16)
+    code, _, err = cli(*run, "--tp", 16, "--pp", 8)
     assert code == 0 and "nvlink domains hold 72 devices, which tp groups of 16 do not divide" \
         in err and "cross the leaf" in err, err
-    code, _, err = cli(*run, "--tp", 8)
+    code, _, err = cli(*run, "--tp", 8, "--pp", 8)
     assert code == 0 and "do not divide" not in err, err
+    # CP groups reach over tp·cp devices (Megatron's order): 8·4 = 32 does not divide 72 either
+    # (a review's: CP 4, which divides 72, had been let through)
+    code, _, err = cli(*run, "--tp", 8, "--cp", 4, "--pp", 4)
+    assert code == 0 and "cp groups of 4 (each over 32 devices) do not divide" in err, err

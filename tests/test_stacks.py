@@ -1389,10 +1389,35 @@ def test_attention_within_packed_documents_is_a_flag(tmp_path):
 
 
 def test_torchtitan_moe_layers_wait_on_the_host_as_its_dispatcher_syncs():
-    """torchtitan's all-to-all dispatcher copies the token counts to the host every MoE layer,
+    """torchtitan's all-to-all dispatcher copies the token counts to the host every MoE layer
+    under expert parallelism,
     as Megatron-Core's and DeepSpeed's do: a small MoE plan waits on the host there too (its
     wait had been 0, a third faster than DeepSpeed's for the same eager exchange)."""
     sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
                              stack="torchtitan")
     ev = evaluate(sc, Parallelism(tp=1, pp=1, dp=16, ep=16, etp=1, zero=3, mbs=1))
     assert ev.time.host > 0.1 * ev.step_time
+    # at EP 1 it reorders tokens locally, the counts on the device: no wait (a review's), where
+    # Megatron-Core's dispatcher still copies them to the host
+    local = Parallelism(tp=1, pp=1, dp=16, ep=1, etp=1, zero=3, mbs=1)
+    assert evaluate(sc, local).time.host == 0.0
+    mcore = replace(sc, stack=get_stack("megatron-core"))
+    assert evaluate(mcore, local.with_(zero=1)).time.host > 0.0
+
+
+def test_megatron_and_deepspeed_exports_say_what_a_document_span_needs(tmp_path):
+    """A plan costed with --attention-span exports for Megatron-LM and DeepSpeed with a note
+    naming how that framework masks per document and the step over the whole sequence (a review:
+    the Megatron export quoted the per-document step without a word)."""
+    saved = tmp_path / "p.json"
+    base = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+            "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 64, "--seq-len", 32768,
+            "--recompute", "full"]
+    code, out, err = cli(*base, "--json")
+    whole = json.loads(out)["step_time_s"]
+    assert cli(*base, "--attention-span", 2048, "--save", saved)[0] == 0
+    for fmt, words in (("megatron", "--dataloader-inter-document-masking"),
+                       ("deepspeed", "your model code must mask it per document")):
+        code, _, err = cli("export", saved, "--format", fmt, "-o", tmp_path / fmt)
+        assert code == 0 and words in err, err
+        assert f"the step is predicted at {whole:.3f} s (stack megatron-core's" in err, err

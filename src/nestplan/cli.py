@@ -172,18 +172,18 @@ def _scenario(args):
 
     seq = args.seq_len if args.seq_len is not None else DEFAULT_SEQ_LEN
     batch = args.global_batch if args.global_batch is not None else DEFAULT_GLOBAL_BATCH
-    moe = {}
+    workload = {}
     if args.moe_imbalance is not None:
-        moe["moe_imbalance"] = args.moe_imbalance
+        workload["moe_imbalance"] = args.moe_imbalance
     if args.moe_capacity_factor is not None:
-        moe["moe_capacity"] = args.moe_capacity_factor
+        workload["moe_capacity"] = args.moe_capacity_factor
     if args.attention_span is not None:
-        moe["attention_span"] = args.attention_span
+        workload["attention_span"] = args.attention_span
     sc = scenario_from_names(args.model, args.cluster, args.gpus, seq_len=seq,
                              global_batch=batch,
                              precision=Precision.parse(
                                  "precision", "bf16" if args.precision is None else args.precision),
-                             stack=args.stack, mtp_layers=args.mtp_layers, **moe)
+                             stack=args.stack, mtp_layers=args.mtp_layers, **workload)
     if (args.moe_imbalance, args.moe_capacity_factor) != (None, None) and sc.model.moe is None:
         from .errors import note_no_experts
 
@@ -538,28 +538,38 @@ def _note_simulated_schedule(ev) -> None:
 
 
 def _note_split_groups(ev) -> None:
-    """Say when groups small enough for one scale-up domain (TP, CP, EP) cross out of it because
-    the domain's size is not a multiple of theirs: ranks fill devices in order, so some groups
-    straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains ran over InfiniBand
-    without a word)."""
-    cluster = ev.scenario.cluster
+    """Say when TP or CP groups whose members lie within a scale-up domain's reach (from a
+    group's first member to its last: ``tp`` devices for TP, ``tp·cp`` for CP in Megatron's order)
+    cross out of it because the domain's size is not a multiple of that span: ranks fill devices
+    in order, so some groups straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains
+    ran over InfiniBand without a word)."""
+    from .axes import Axis
+
+    cluster, par = ev.scenario.cluster, ev.plan
     if len(cluster.levels) < 2:
         return
     domain = cluster.levels[0]
-    split = [(axis, size) for axis, (size, crossed) in ev.group_levels.items()
-             if axis in ("tp", "cp", "ep", "etp") and size <= domain.size and domain.size % size
-             and crossed not in (None, domain.name)]
+    degree = {Axis.TP: par.tp, Axis.CP: par.cp, Axis.DP: par.dp, Axis.PP: par.pp}
+    levels = ev.group_levels
+    split = []
+    for axis in (Axis.TP, Axis.CP):
+        size, crossed = levels.get(axis.value, (1, None))
+        inner = math.prod(degree[a] for a in par.rank_order[:par.rank_order.index(axis)])
+        span = size * inner
+        if size > 1 and span <= domain.size and domain.size % span \
+                and crossed not in (None, domain.name):
+            split.append((axis.value, size, span, crossed))
     if split:
         import warnings
 
         from .errors import Note
 
-        axes = " and ".join(a for a, _ in split)
-        warnings.warn(f"{domain.name} domains hold {domain.size} devices, which "
-                      + " and ".join(f"{a} groups of {n}" for a, n in split) + " do not divide: "
-                      f"ranks fill devices in order, so some {axes} groups straddle two domains "
-                      f"and cross the {cluster.levels[1].name}; a size that divides "
-                      f"{domain.size} keeps every group inside one", Note)
+        warnings.warn(f"{domain.name} domains hold {domain.size} devices, which " + " and ".join(
+            f"{a} groups of {n}" + (f" (each over {w} devices)" if w != n else "")
+            for a, n, w, _ in split) + " do not divide: ranks fill devices in order, so some "
+            "of those groups straddle two domains and cross the " + " and the ".join(
+                sorted({c for *_, c in split})) + f"; spans that divide {domain.size} keep every "
+            "group inside one", Note)
 
 
 def _note_fp8_stack_at_bf16(ev) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from concurrent import futures
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (not at start-up: every command imports this module)
+    from concurrent import futures
 
 
 def cores() -> int:

@@ -1258,6 +1258,15 @@ class Scenario(_CachedHash):
             raise SpecError("model.mtp_layers", self.model.mtp_layers,
                             f"stack {self.stack.name} trains no multi-token-prediction depths",
                             "set 0 (--mtp-layers 0; mtp_layers = [0] in a sweep grid)")
+        if self.model.mtp_layers > 1 and self.model.moe is not None \
+                and self.stack.moe_overlap == "batch":
+            # "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm"
+            # (TransformerConfig.__post_init__, megatron/core/transformer/transformer_config.py
+            # @ d98e8a64dd): a user trial's export had been refused at start-up
+            raise SpecError("model.mtp_layers", self.model.mtp_layers,
+                            f"stack {self.stack.name} overlaps the expert exchange with another "
+                            "micro-batch (moe_overlap = batch), which Megatron-Core runs with at "
+                            "most one multi-token-prediction depth", "set 1 or 0 (--mtp-layers)")
 
     @property
     def memory_limit(self) -> float:

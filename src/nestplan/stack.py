@@ -392,6 +392,13 @@ class StackSpec(_CachedHash):
     ``_maybe_dtoh_and_synchronize`` in ``megatron/core/transformer/moe/token_dispatcher.py``),
     so the host is never ahead there: such a forward takes at least this long (the wait shows as
     ``host`` in the breakdown). Calibrated, like the multipliers above."""
+    moe_syncs_without_ep: bool = True
+    """The MoE layer waits on the host (``moe_layer_host``) without expert parallelism too:
+    Megatron-Core's all-to-all dispatcher copies the per-expert token counts to the host at EP 1
+    as well (``cuda_sync_point`` "before_finish", megatron/core/transformer/moe/token_dispatcher.py
+    @ d98e8a64dd). torchtitan's falls back to a local reorder at EP 1 whose counts stay on the
+    device (``AllToAllTokenDispatcher.dispatch``, torchtitan/models/common/token_dispatcher.py,
+    0.3.0 wheel): no wait there (a review's finding)."""
     attention_host_share: float = 0.0
     """The part of ``moe_layer_host`` that the layer's attention launches: what per-layer graphs
     of the attention spare an MoE layer that itself runs eagerly (``cuda_graphs = "layers"``
@@ -536,6 +543,12 @@ class StackSpec(_CachedHash):
                 raise SpecError("stack.recompute", refused, "with moe_overlap = batch "
                                 "Megatron-Core recomputes neither whole blocks nor the moe "
                                 "module; offer none, selective or other modules:... policies")
+            graphed = [m for m in self.cuda_graph_modules if m in ("moe", "mlp")]
+            if self.cuda_graphs == "layers" and graphed:
+                raise SpecError("stack.cuda_graph_modules", list(self.cuda_graph_modules),
+                                "with moe_overlap = batch Megatron-Core graphs neither moe nor "
+                                "mlp (Transformer Engine's per-module graphs); leave "
+                                f"{' and '.join(graphed)} out")
         shared_rec = [p.name for p in self.recompute if "shared_experts" in p.modules]
         if self.moe_overlap == "shared" and shared_rec:
             raise SpecError("stack.recompute", shared_rec, "shared_experts recomputation cannot "
@@ -576,11 +589,12 @@ class StackSpec(_CachedHash):
             self.cuda_graphs == "layers" and self.pads_experts(training)
             and (not mods or "moe" in mods))
 
-    def moe_host_wait(self, training) -> float:
-        """Seconds an MoE layer's forward waits on the host: none inside a CUDA graph (see
-        ``cuda_graphs``), ``moe_layer_host`` when it runs eagerly, less the attention's share
-        when graphs hold the attention (``attention_host_share``)."""
-        if self.graphs_moe_layers(training):
+    def moe_host_wait(self, training, ep: int) -> float:
+        """Seconds an MoE layer's forward over ``ep`` expert ranks waits on the host: none inside
+        a CUDA graph (see ``cuda_graphs``) or at EP 1 where the dispatcher keeps its counts on
+        the device (``moe_syncs_without_ep``), ``moe_layer_host`` when it runs eagerly, less the
+        attention's share when graphs hold the attention (``attention_host_share``)."""
+        if self.graphs_moe_layers(training) or (ep == 1 and not self.moe_syncs_without_ep):
             return 0.0
         if self.graphs_attention:
             return self.moe_layer_host * (1 - self.attention_host_share)

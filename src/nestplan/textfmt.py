@@ -82,7 +82,8 @@ def _rounds(ev: Evaluation) -> str:
 
 SIMULATED_GAP = 0.02
 """How much longer than the closed form (a share of its step) the simulated schedule of an
-interleaved plan whose chunks differ in size may run before evaluate says so."""
+interleaved plan whose chunks differ in size may run before evaluate, plan and the exports say
+so."""
 
 
 def simulated_schedule_text(ev: Evaluation) -> str | None:

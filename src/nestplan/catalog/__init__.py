@@ -13,7 +13,6 @@ from __future__ import annotations
 import difflib
 
 from functools import wraps
-from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,6 +31,8 @@ DEFAULT_STACK = "megatron-core"
 
 
 def _folder(kind: str):
+    from importlib import resources  # (not at start-up: 10 ms of every command's)
+
     return resources.files(__name__).joinpath(kind)
 
 
@@ -140,6 +141,8 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SpecError(field, name, f"unknown {kind[:-1]}{hint}; catalog names: "
                         f"{', '.join(names)} (or give a path to a file)")
+    from importlib import resources
+
     with resources.as_file(_folder(kind).joinpath(f"{name}.toml")) as path:
         return read_toml(path)
 

@@ -101,7 +101,7 @@ def layer_cost(layer: LayerGraph, acc: AcceleratorSpec, cluster: ClusterSpec, la
                training: TrainingSpec, stack: StackSpec) -> LayerCost:
     """Per-micro-batch cost of ``layer`` under the plan's layouts and the stack's overlaps
     (``acc`` and ``cluster`` as the stack runs them: ``cost.hardware.effective``)."""
-    host = stack.moe_host_wait(training)
+    host = stack.moe_host_wait(training, lay.ep.size)
     args = (acc, cluster, (lay.tp, lay.cp, lay.ep, lay.etp), training.precision,
             stack.tp_overlap_for(lay.tp), stack.overlap_efficiency)
     if layer.depth_block is None:

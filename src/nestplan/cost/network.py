@@ -18,9 +18,9 @@ Algorithms (the cheapest is used, as NCCL's tuner does):
 * tree (all-reduce only): pipelined binary trees between blocks, latency logarithmic in the
   number of blocks.
 
-Where block boundaries split an axis's groups unevenly, the last two are costed for each kind of
-group the axis has (``_phases``: the most exposed, and the one in the fullest blocks), and the
-slowest sets the time.
+Where groups that fit a scale-up domain alternate between whole ones and ones split over two
+domains (the domain's size not a multiple of theirs), the last two are costed for each kind and
+the slowest sets the time (``_phases``).
 """
 
 from __future__ import annotations
@@ -75,30 +75,26 @@ def _ring(kind: CollKind, g: GroupLayout, cluster: ClusterSpec) -> tuple[float, 
 
 def _phases(g: GroupLayout) -> list[list[tuple[int, int, int]]]:
     """The phases of a hierarchical collective, (level, lower blocks one block gathers, members
-    in each lower block), for each kind of group the axis has. A group that fills its blocks
-    evenly has one chain. Where block boundaries split the axis's groups unevenly
-    (``GroupLayout.fan``) two groups differ: the most exposed, with the fewest members in a block
-    at each level (``k``: its lower blocks gathered are k[l] / k[l-1]), and the one in the
-    fullest blocks (``fan``), up to the level that holds it whole; the slower sets the time. (One
-    chain had taken the fullest block's fan at the bottom and the exposed group's climb above it,
-    a group that does not exist: TP 16 on 72-GPU NVLink domains, where whole groups and groups
-    split 8 + 8 over two racks alternate, was costed slower than on 8-GPU ones, a user trial's.)"""
-    exposed, prev = [], 1
+    in each lower block), for each kind of group the axis has; the slowest sets the time.
+
+    One chain in general: at each level the most lower blocks a block gathers and the fewest
+    members in a lower block. Where an axis's groups fit a scale-up domain but the domain's size
+    is not a multiple of theirs (TP 16 on 72-GPU NVLink domains), whole groups inside a domain
+    alternate with groups split over two: that chain would take the whole groups' gather at the
+    bottom and the split groups' climb above it, a group that does not exist (a user trial's
+    NVL72 costed slower than NVL8). The two kinds are costed apart there: a split group gathers
+    its larger part inside a domain (``size`` less its fewest, ``k[0]``) and the two domains at
+    its top level; a whole group gathers all of its members inside one."""
+    chain, prev = [], 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
-            r = max(1, round(kl / prev)) if g.fan else _fan_in(g, lvl)
-            exposed.append((lvl, r, prev))
+            chain.append((lvl, _fan_in(g, lvl), prev))
         prev = kl
-    if not g.fan:
-        return [exposed]
-    fullest, members = [], 1
-    for lvl, f in enumerate(g.fan):
-        if members >= g.size:
-            break
-        if f > 1:
-            fullest.append((lvl, f, members))
-        members *= f
-    return [exposed, fullest]
+    if not (g.fan and g.blocks and g.fan[0] >= g.size > g.k[0] and g.blocks[0] == 2):
+        return [chain]
+    larger = g.size - g.k[0]
+    split = ([(0, larger, 1)] if larger > 1 else []) + [(g.top, 2, g.k[0])]
+    return [split, [(0, g.size, 1)]]
 
 
 def _slowest(pairs: list[tuple[float, float]]):

@@ -19,7 +19,7 @@ from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
-from ..textfmt import memory_verdict, plan_short
+from ..textfmt import memory_verdict, plan_short, simulated_schedule_text
 from ..units import GiB
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
@@ -229,12 +229,11 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     prediction (``textfmt.simulated_schedule_text``). With the plan's stack; for a plan searched for
     another format's stack, first as the format's own stack runs it (``own_prediction``, which
     ``predicted_note`` works out too where the plan changed), and a note that says so."""
-    from ..textfmt import simulated_schedule_text
-
     ev, _ = prediction(pf, exported)
     # what plan and evaluate say of unequal chunks, in the file too (a user trial's export quoted
     # a step its own schedule simulation puts 15 % later, without a word)
-    longer = [t for t in (simulated_schedule_text(ev),) if t]
+    span = _span_notes(pf, exported, fmt)
+    longer = [t for t in (simulated_schedule_text(ev),) if t] + span
     stack = pf.scenario.stack
     if stack.export_format == fmt:
         return [_predicted_line(ev)], longer
@@ -251,8 +250,34 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     lines = [mine] if own is None else [
         _predicted_line(own, f"as stack {FORMAT_STACKS[fmt]} runs it"), mine]
     if own is not None:  # (the exported run's own schedule)
-        longer = [t for t in (simulated_schedule_text(own),) if t]
+        longer = [t for t in (simulated_schedule_text(own),) if t] + span
     return lines, [note] + longer
+
+
+MASKS_PER_DOCUMENT = {
+    "megatron": "Megatron-LM masks attention per document with --dataloader-inter-document-"
+                "masking (or --reset-attention-mask; megatron/training/arguments.py @ "
+                "d98e8a64dd), which this export leaves to you",
+    "deepspeed": "DeepSpeed runs the model's own attention: your model code must mask it per "
+                 "document",
+}
+"""How each format's launch attends within packed documents (torchtitan 0.3 always does: its
+export says so instead)."""
+
+
+def _span_notes(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
+    """What a plan costed with attention within packed documents (``--attention-span``) needs of
+    a launch that may attend over the whole sequence, and its step there (a review's finding: the
+    Megatron export quoted the per-document step without a word)."""
+    tr = pf.scenario.training
+    if fmt not in MASKS_PER_DOCUMENT or tr.attention_span is None or tr.attention_span >= tr.seq_len:
+        return []
+    sc = replace(pf.scenario, training=replace(tr, attention_span=None))
+    whole = evaluate(sc, exported, stack_offers=False).step_time
+    return [f"the plan is costed with attention within documents of {tr.attention_span:,} tokens "
+            f"(--attention-span); {MASKS_PER_DOCUMENT[fmt]}; over the whole {tr.seq_len:,}-token "
+            f"sequence the step is predicted at {whole:.3f} s (stack {sc.stack.name}'s "
+            "behaviour)"]
 
 
 def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str,

@@ -441,6 +441,12 @@ def export(pf: PlanFile) -> Export:
                 args.append("--moe-pad-expert-input-to-capacity")
         if sc.stack.moe_overlap == "batch" and par.ep > 1:
             args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+            if m.mtp_layers and par.pp == 1:  # (a user trial's, on the installed 0.16.1)
+                notes.append("the expert all-to-all overlapped with a multi-token-prediction "
+                             "depth and no pipeline runs on Megatron-LM @ d98e8a64dd, which these "
+                             "flags are for; megatron-core 0.16 refuses it (\"Pipeline model "
+                             "parallel size must be larger than 1 when enabling "
+                             "overlap_moe_expert_parallel_comm with MTP layer\")")
         elif sc.stack.moe_overlap == "shared" and m.moe.shared_experts:
             args.append("--moe-shared-expert-overlap")
         if m.moe.shared_experts:
