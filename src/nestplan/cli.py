@@ -538,24 +538,23 @@ def _note_simulated_schedule(ev) -> None:
 
 
 def _note_split_groups(ev) -> None:
-    """Say when TP or CP groups whose members lie within a scale-up domain's reach (from a
-    group's first member to its last: ``tp`` devices for TP, ``tp·cp`` for CP in Megatron's order)
-    cross out of it because the domain's size is not a multiple of that span: ranks fill devices
-    in order, so some groups straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains
-    ran over InfiniBand without a word)."""
+    """Say when TP or CP groups whose devices a scale-up domain could hold (``placement.reach``:
+    ``tp`` devices for TP, ``tp·cp`` for CP in Megatron's order) cross out of it because the
+    domain's size is not a multiple of that span: ranks fill devices in order, so some groups
+    straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains ran over InfiniBand
+    without a word)."""
     from .axes import Axis
+    from .placement import reach
 
     cluster, par = ev.scenario.cluster, ev.plan
     if len(cluster.levels) < 2:
         return
     domain = cluster.levels[0]
-    degree = {Axis.TP: par.tp, Axis.CP: par.cp, Axis.DP: par.dp, Axis.PP: par.pp}
     levels = ev.group_levels
     split = []
     for axis in (Axis.TP, Axis.CP):
         size, crossed = levels.get(axis.value, (1, None))
-        inner = math.prod(degree[a] for a in par.rank_order[:par.rank_order.index(axis)])
-        span = size * inner
+        span = reach(par, axis)
         if size > 1 and span <= domain.size and domain.size % span \
                 and crossed not in (None, domain.name):
             split.append((axis.value, size, span, crossed))

@@ -278,6 +278,13 @@ def _strides(key: tuple) -> dict[Axis, tuple[int, int]]:
     return out
 
 
+def reach(par: Parallelism, axis: Axis) -> int:
+    """Consecutive devices one group of ``axis`` (TP, CP, DP or PP) lies within: its size times
+    its stride in the rank order (``tp`` for TP, ``tp·cp`` for CP in Megatron's order)."""
+    size, stride = _strides((par.tp, par.pp, par.dp, par.cp, par.rank_order))[axis]
+    return size * stride
+
+
 def rank_grid(par: Parallelism) -> np.ndarray:
     """Device id of every rank, indexed ``[pp, dp, cp, tp]``."""
     axes = _strides((par.tp, par.pp, par.dp, par.cp, par.rank_order))

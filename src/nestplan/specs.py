@@ -932,6 +932,14 @@ class TrainingSpec(_CachedHash):
         return self.global_batch // (mbs * dp)
 
     @property
+    def document_span(self) -> int | None:
+        """Tokens of the packed documents a query attends within, where they are shorter than a
+        sequence (``attention_span`` below ``seq_len``); None: attention over the whole
+        sequence."""
+        span = self.attention_span
+        return span if span is not None and span < self.seq_len else None
+
+    @property
     def moe_load(self) -> float:
         """The busiest expert rank's routed tokens over the mean, after dropping."""
         return min(self.moe_imbalance, self.moe_capacity or math.inf)

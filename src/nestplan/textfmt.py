@@ -58,8 +58,8 @@ def workload_parts(sc) -> list[str]:
     packed documents, the MoE load imbalance and capacity factor where given, and the
     multi-token-prediction depths."""
     tr, parts = sc.training, []
-    if tr.attention_span is not None and tr.attention_span < tr.seq_len:
-        parts.append(f"attention within documents of {tr.attention_span:,} tokens")
+    if tr.document_span:
+        parts.append(f"attention within documents of {tr.document_span:,} tokens")
     if sc.model.moe is not None and tr.moe_imbalance != 1.0:
         parts.append(f"MoE imbalance {tr.moe_imbalance:g}")
     if sc.model.moe is not None and tr.moe_capacity is not None:

@@ -85,16 +85,16 @@ def _phases(g: GroupLayout) -> list[list[tuple[int, int, int]]]:
     NVL72 costed slower than NVL8). The two kinds are costed apart there: a split group gathers
     its larger part inside a domain (``size`` less its fewest, ``k[0]``) and the two domains at
     its top level; a whole group gathers all of its members inside one."""
+    if g.fan and g.blocks and g.fan[0] >= g.size > g.k[0] and g.blocks[0] == 2:
+        larger = g.size - g.k[0]
+        split = ([(0, larger, 1)] if larger > 1 else []) + [(g.top, 2, g.k[0])]
+        return [split, [(0, g.size, 1)]]
     chain, prev = [], 1
     for lvl, kl in enumerate(g.k):
         if kl > prev:
             chain.append((lvl, _fan_in(g, lvl), prev))
         prev = kl
-    if not (g.fan and g.blocks and g.fan[0] >= g.size > g.k[0] and g.blocks[0] == 2):
-        return [chain]
-    larger = g.size - g.k[0]
-    split = ([(0, larger, 1)] if larger > 1 else []) + [(g.top, 2, g.k[0])]
-    return [split, [(0, g.size, 1)]]
+    return [chain]
 
 
 def _slowest(pairs: list[tuple[float, float]]):

@@ -229,14 +229,17 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     prediction (``textfmt.simulated_schedule_text``). With the plan's stack; for a plan searched for
     another format's stack, first as the format's own stack runs it (``own_prediction``, which
     ``predicted_note`` works out too where the plan changed), and a note that says so."""
+    def later(run) -> list[str]:
+        """What plan and evaluate say of ``run``'s unequal chunks, in the file too (a user
+        trial's export quoted a step its own schedule simulation puts 15 % later, without a
+        word), and what a document span needs of the launch."""
+        text = simulated_schedule_text(run)
+        return ([text] if text else []) + _span_notes(pf, exported, fmt)
+
     ev, _ = prediction(pf, exported)
-    # what plan and evaluate say of unequal chunks, in the file too (a user trial's export quoted
-    # a step its own schedule simulation puts 15 % later, without a word)
-    span = _span_notes(pf, exported, fmt)
-    longer = [t for t in (simulated_schedule_text(ev),) if t] + span
     stack = pf.scenario.stack
     if stack.export_format == fmt:
-        return [_predicted_line(ev)], longer
+        return [_predicted_line(ev)], later(ev)
     said, own = own_prediction(pf, exported, fmt)
     # (of the plan as exported, which may not be the saved one: a user trial read a ZeRO-2 plan's
     # 12.0 s as the saved ZeRO-1 plan's 9.6 s)
@@ -249,9 +252,7 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
             f"{FORMAT_STACKS[fmt]} for a {fmt} plan)")
     lines = [mine] if own is None else [
         _predicted_line(own, f"as stack {FORMAT_STACKS[fmt]} runs it"), mine]
-    if own is not None:  # (the exported run's own schedule)
-        longer = [t for t in (simulated_schedule_text(own),) if t] + span
-    return lines, [note] + longer
+    return lines, [note] + later(ev if own is None else own)  # (the exported run's schedule)
 
 
 MASKS_PER_DOCUMENT = {
@@ -270,11 +271,11 @@ def _span_notes(pf: PlanFile, exported: Parallelism, fmt: str) -> list[str]:
     a launch that may attend over the whole sequence, and its step there (a review's finding: the
     Megatron export quoted the per-document step without a word)."""
     tr = pf.scenario.training
-    if fmt not in MASKS_PER_DOCUMENT or tr.attention_span is None or tr.attention_span >= tr.seq_len:
+    if fmt not in MASKS_PER_DOCUMENT or tr.document_span is None:
         return []
     sc = replace(pf.scenario, training=replace(tr, attention_span=None))
     whole = evaluate(sc, exported, stack_offers=False).step_time
-    return [f"the plan is costed with attention within documents of {tr.attention_span:,} tokens "
+    return [f"the plan is costed with attention within documents of {tr.document_span:,} tokens "
             f"(--attention-span); {MASKS_PER_DOCUMENT[fmt]}; over the whole {tr.seq_len:,}-token "
             f"sequence the step is predicted at {whole:.3f} s (stack {sc.stack.name}'s "
             "behaviour)"]

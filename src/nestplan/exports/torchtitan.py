@@ -239,7 +239,7 @@ def _arguments(pf: PlanFile):
                      "which no argument removes: the plan is costed in bf16, so launch a copy "
                      "of that config_registry function without the converter, or the run trains "
                      "in fp8")
-    if tr.attention_span is None or tr.attention_span >= tr.seq_len:
+    if tr.document_span is None:
         # a user trial's 64K-token plan was costed at 3.7 times the attention of 2K documents
         notes.append("torchtitan 0.3 masks attention per document (block_causal: "
                      "get_attention_config, torchtitan/models/common/config_utils.py), so a "
