@@ -118,6 +118,14 @@ case("evaluate-missing-model", ["evaluate", "--cluster", "dgx-h100-ndr", "--gpus
 case("evaluate-missing-plan-flags", ["evaluate", *SCENARIO], "missing")
 case("evaluate-too-many-gpus-for-cluster", ["evaluate", "--model", "llama3-8b", "--cluster",
                                             "dgx-h100-ndr", "--gpus", str(2**21), *PLAN], "gpus")
+# torchtitan splits each KV head whole (Megatron-Core gathers the projection instead)
+case("evaluate-tp-beyond-kv-heads-on-torchtitan",
+     ["evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", "16", "--tp",
+      "16", "--pp", "1", "--mbs", "1", "--global-batch", "16", "--seq-len", "4096", "--stack",
+      "torchtitan"], "must divide kv_heads = 8 on stack torchtitan")
+case("evaluate-default-zero-with-pp-beyond-the-stack",
+     [*EVAL, "--stack", "{z}.toml"], "default_zero_with_pp",
+     **{"z.toml": 'base = "deepspeed"\nname = "z"\ndefault_zero_with_pp = 3\n'})
 case("plan-contradiction-tp-pp-dp", [*SEARCH[:-1], "64", "--tp", "8", "--pp", "8", "--dp", "8"],
      "must divide gpus")
 # the degree named is the one that stops the product dividing gpus (it had always been tp)

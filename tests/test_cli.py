@@ -52,6 +52,15 @@ def test_evaluate_text_breakdown(capsys):
         assert word in out
 
 
+def test_the_gradient_groups_line_names_dp_cp_under_context_parallelism(capsys):
+    """The dense gradients reduce over dp·cp ranks; the line says so (a user trial read
+    "dp (128)" of a plan with dp 16)."""
+    code, out, _ = run(BASE + ["--recompute", "full", "--cp", "2", "--dp", "8"], capsys)
+    assert code == 0 and "dp·cp (16) " in out, out
+    code, out, _ = run(BASE + ["--recompute", "full"], capsys)
+    assert "dp (16) " in out and "dp·cp" not in out
+
+
 def test_list(capsys):
     code, out, _ = run(["list", "clusters"], capsys)
     assert code == 0 and "nest-h100-spineleaf" in out.split()
@@ -172,7 +181,7 @@ def test_malformed_hf_config(tmp_path, capsys):
     assert code == 2 and "not valid JSON" in err
 
 
-def test_tp_must_divide_or_replicate_kv_heads(capsys):
+def test_tp_must_divide_or_be_a_multiple_of_kv_heads(capsys):
     args = ["evaluate", "--model", "mixtral-8x22b", "--cluster", "dgx-h100-ndr", "--gpus", "96",
             "--tp", "12", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--seq-len", "4096",
             "--sp"]

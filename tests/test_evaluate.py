@@ -1,6 +1,7 @@
 """Evaluating plans: the JSON contract, breakdowns that add up, memory feasibility."""
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
@@ -132,6 +133,29 @@ def test_mfu_uses_model_flops():
     f = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert ev.model_flops == pytest.approx(f, rel=0.01)
     assert ev.mfu == pytest.approx(f / ev.step_time / 1024 / 312e12, rel=0.01)
+
+
+def test_megatron_lm_counts_causal_attention_at_half():
+    """What Megatron-LM logs since 8873b55d6a (a user trial: MFU had been said to count as it
+    does): num_floating_point_operations (megatron/training/training.py @ d98e8a64dd) per token
+    of a GQA SwiGLU model, 3 passes of 2 FLOP per multiply-add, is
+    L·(6h(h + 2h·g/n) + 6h·h + 6h·s + 18h·f) + 6h·V, the core attention (6h·s) at half the
+    unmasked 12h·s. Llama 3 70B at 128K tokens: 932.4 GFLOP per token; ours with the
+    attention unmasked is 1,448."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=131072, global_batch=64)
+    ev = evaluate(sc, Parallelism(tp=8, pp=4, cp=16, sp=True, zero=1, recompute=("full",)))
+    L, h, n, g, f, V, s = 80, 8192, 64, 8, 28672, 128256, 131072
+    megatron = L * (6 * h * (h + 2 * h * g / n) + 6 * h * h + 6 * h * s + 18 * h * f) + 6 * h * V
+    tokens = 64 * s
+    assert ev.logged_model_flops / tokens == pytest.approx(megatron, rel=1e-3)
+    assert ev.logged_tflops_per_gpu == pytest.approx(
+        megatron * tokens / ev.step_time / 512 / 1e12, rel=1e-3)
+    assert ev.model_flops / tokens == pytest.approx(megatron + L * 6 * h * s, rel=1e-3)
+    # a bidirectional model's are its model FLOP; a packed document span counts whole
+    bert = evaluate_names("bert-large", "dgx-h100-ndr", 8, seq_len=512, global_batch=64, tp=1)
+    assert bert.logged_model_flops == bert.model_flops
+    docs = evaluate(replace(sc, training=replace(sc.training, attention_span=8192)), ev.plan)
+    assert docs.logged_model_flops == ev.logged_model_flops > docs.model_flops
 
 
 def test_every_cache_has_one_reset():

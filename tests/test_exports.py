@@ -1139,6 +1139,57 @@ def test_float8_configs_are_the_registry_functions_that_build_a_float8_converter
     assert found == FLOAT8_CONFIGS
 
 
+@frameworks
+def test_max_seq_len_is_what_torchtitans_definitions_allow():
+    """``MAX_SEQ_LEN`` is kept by hand: each REGISTRY config's model_registry flavour (read from
+    the config function's source) builds a model whose RoPE allows that many tokens."""
+    import ast
+    import importlib
+
+    from nestplan.exports.torchtitan import MAX_SEQ_LEN, REGISTRY
+
+    pytest.importorskip("torchtitan.models")
+    for module, config in set(REGISTRY.values()):
+        spec = importlib.util.find_spec(f"torchtitan.models.{module}.config_registry")
+        tree = ast.parse(Path(spec.origin).read_text())
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == config)
+        (flavour,) = {c.args[0].value for c in ast.walk(fn) if isinstance(c, ast.Call)
+                      and getattr(c.func, "id", None) == "model_registry"}
+        models = importlib.import_module(f"torchtitan.models.{module}")
+        assert models.model_registry(flavour).model.max_seq_len == MAX_SEQ_LEN[config], config
+
+
+def test_a_sequence_beyond_torchtitans_rope_says_the_run_would_not_start(tmp_path):
+    """torchtitan refuses a sequence longer than its definition's RoPE allows (a user trial's
+    DeepSeek-V3 at 32K tokens exported without a word; 16K is its definition's most)."""
+    sc = scenario_from_names("deepseek-v3", "gb200-nvl72-ndr", 512, seq_len=32768,
+                             global_batch=256, stack="torchtitan")
+    par = Parallelism(tp=1, pp=4, dp=32, cp=4, ep=64, zero=3, mbs=1, recompute=("full",))
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par), method="manual"))
+    text = export(pf, "torchtitan").text
+    assert "deepseek_v3_671b trains sequences of at most 16,384 tokens" in text
+    short = scenario_from_names("deepseek-v3", "gb200-nvl72-ndr", 512, seq_len=16384,
+                                global_batch=256, stack="torchtitan")
+    pf = planfile.from_dict(planfile.to_dict(evaluate(short, par), method="manual"))
+    assert "at most" not in export(pf, "torchtitan").text
+
+
+def test_exports_say_what_the_framework_will_log_at_long_sequences():
+    """Megatron-LM and torchtitan log model FLOP with the attention core at half (a user trial:
+    at 128K tokens 0.64 of what MFU counts); the exports give that figure, not where it is the
+    same (a bidirectional model) or where torchtitan's count differs (sliding windows)."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=131072, global_batch=64)
+    ev = evaluate(sc, Parallelism(tp=8, pp=4, cp=16, sp=True, zero=1, recompute=("full",)))
+    pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
+    assert f"Megatron-LM logs about {ev.logged_tflops_per_gpu:.0f} TFLOP/s per GPU" in \
+        export(pf, "megatron").text
+    assert "torchtitan logs about" in export(pf, "torchtitan").text  # (as torchtitan runs it)
+    assert ev.logged_tflops_per_gpu < 0.65 * ev.model_tflops_per_gpu
+    bert = scenario_from_names("bert-large", "dgx-h100-ndr", 8, seq_len=512, global_batch=64)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(bert, Parallelism(dp=8)), method="manual"))
+    assert "logs about" not in export(pf, "megatron").text
+
+
 def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
     """Every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does (a reviewer found
     it): a Llama 3.1 model (as its HuggingFace config gives it) exports with the definition and
@@ -2043,3 +2094,13 @@ def test_a_stack_that_gathers_context_parallel_kv_exports_the_gather(tmp_path):
                                  global_batch=64, stack=stack)
         flags[stack] = _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
     assert flags == {str(path): ["all_gather"], "megatron-core": None}
+
+
+def test_a_deepspeed_export_of_context_parallelism_says_ulysses_is_not_the_ring():
+    """DeepSpeed's sequence parallelism is Ulysses' all-to-alls over heads, not the ring K/V
+    exchange a CP plan is costed with (a user trial read the export as asking for the same)."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=32768, global_batch=16)
+    for cp, said in ((2, True), (1, False)):
+        ev = evaluate(sc, Parallelism(tp=8, cp=cp, dp=2 // cp, sp=True, zero=1, mbs=1))
+        pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
+        assert any("DeepSpeed-Ulysses" in n for n in export(pf, "deepspeed").notes) == said

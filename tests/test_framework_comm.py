@@ -92,3 +92,44 @@ def test_torchtitan_reduces_a_pipelines_gradients_once_a_step():
     assert piped_grads > 3.5 * flat_grads
     eager = replace(fsdp, pipeline_defers_grad_sync=False)
     assert run(eager, 2, 128)[0] > 1.5 * run(eager, 2, 64)[0]  # (the gathers stay once a step)
+
+
+GQA_SCRIPT = Path(__file__).parent / "frameworks_gqa_tp.py"
+
+
+@pytest.mark.frameworks
+def test_tp_beyond_the_kv_heads_gathers_the_projection_as_megatron_core_does():
+    """Megatron-Core's self-attention with TP 2 over one KV head (two CPU ranks): each rank holds
+    1/tp of every head's query, key and value projections and all-gathers their output, whose
+    gradient backward reduce-scatters (a user trial: nestplan had replicated the KV head on each
+    rank, with no gather). The layer graph's projection and collectives are those bytes."""
+    from nestplan import graph as G
+    from nestplan.evaluate import layer_graph
+    from nestplan.options import Precision
+    from nestplan.specs import MLPKind, ModelSpec, Norm, Position, TrainingSpec, kv_heads_refusal
+
+    c = dict(seq=64, hidden=256, heads=4, groups=1, tp=2)
+    p = subprocess.run([sys.executable, str(GQA_SCRIPT), *(f"--{k}={v}" for k, v in c.items())],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    d = c["hidden"] // c["heads"]
+    assert got["qkv_weight_shape"] == [(c["heads"] + 2 * c["groups"]) * d // c["tp"], c["hidden"]]
+    gathered = c["seq"] * (c["heads"] + 2 * c["groups"]) * d * 2  # bf16 bytes
+    assert got["forward"][0] == ["_allgather_base_", gathered]
+    assert got["backward"][0] == ["_reduce_scatter_base_", gathered]
+
+    model = ModelSpec(name="gqa", layers=1, hidden=c["hidden"], heads=c["heads"],
+                      kv_heads=c["groups"], head_dim=d, ffn_hidden=4 * c["hidden"], vocab=1024,
+                      mlp=MLPKind.SWIGLU, norm=Norm.RMSNORM, bias=False, position=Position.ROPE)
+    tr = TrainingSpec(seq_len=c["seq"], global_batch=1, precision=Precision.BF16)
+    layer = layer_graph(model, Parallelism(tp=c["tp"], sp=False, mbs=1), tr,
+                        get_stack("megatron-core")).dense
+    qkv = next(o for o in layer.ops if o.name == "qkv")
+    assert qkv.shape[2] == got["qkv_weight_shape"][0]
+    mine = [(k.kind, k.nbytes, k.phase) for k in layer.comms if k.name.startswith("qkv_out")]
+    assert mine == [(G.CollKind.ALL_GATHER, gathered, "fwd"),
+                    (G.CollKind.REDUCE_SCATTER, gathered, "bwd")]
+    # torchtitan splits each KV head whole: refused there
+    assert kv_heads_refusal(model, get_stack("torchtitan"), 2) is not None
+    assert kv_heads_refusal(model, get_stack("megatron-core"), 2) is None

@@ -1,5 +1,6 @@
 """Training stacks: the catalog, stack files, plans a stack can run, calibration, FSDP runs."""
 
+import csv
 import json
 import math
 import os
@@ -18,6 +19,8 @@ from nestplan.validation import hbm_ratios, load_cases, run, table
 
 from console import cli, one_line_error
 
+DATA = Path(__file__).parent / "data"
+NO_SIZES = dict.fromkeys(("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"), "")
 ISSUE_STACKS = ("megatron-core", "nemo", "megatron-2021", "megatron-2022", "megatron-deepspeed",
                 "deepspeed", "torchtitan", "composer")
 
@@ -1386,6 +1389,10 @@ def test_attention_within_packed_documents_is_a_flag(tmp_path):
         asked = "masks attention per document" in (tmp_path / "t.args").read_text()
         assert code == 0 and asked == (span is None), err
     assert steps[2048] < 0.6 * steps[None]
+    # a span that is not below the sequence changes nothing, and says so (a user trial's)
+    code, out, err = cli(*base, "--attention-span", 40000, "--json")
+    assert code == 0 and json.loads(out)["step_time_s"] == pytest.approx(steps[None])
+    assert "--attention-span 40000 is not below the sequence (32768)" in err
 
 
 def test_torchtitan_moe_layers_wait_on_the_host_as_its_dispatcher_syncs():
@@ -1421,3 +1428,120 @@ def test_megatron_and_deepspeed_exports_say_what_a_document_span_needs(tmp_path)
         code, _, err = cli("export", saved, "--format", fmt, "-o", tmp_path / fmt)
         assert code == 0 and words in err, err
         assert f"the step is predicted at {whole:.3f} s (stack megatron-core's" in err, err
+
+
+def test_torchtitan_keeps_its_weights_gathered_under_a_pipeline_by_default(tmp_path, runs_csv):
+    """torchtitan's default reshard policy is `not pp_enabled` (get_fsdp_reshard_after_forward_
+    policy, torchtitan/distributed/fsdp.py, 0.3.0 wheel): a plan or row that leaves the ZeRO stage
+    out is ZeRO-3 without a pipeline and ZeRO-2 with one (a user trial: it had been ZeRO-3, a
+    weight gather every micro-batch torchtitan does not make)."""
+    st = get_stack("torchtitan")
+    assert (st.default_zero_for(1), st.default_zero_for(2)) == (3, 2)
+    assert get_stack("torchtitan-float8-asynctp").default_zero_for(8) == 2  # (its variants too)
+    assert get_stack("megatron-core").default_zero_for(4) == 1
+    scenario = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "16", "--tp", "1",
+                "--mbs", "1", "--global-batch", "32", "--seq-len", "4096", "--stack", "torchtitan",
+                "--json"]
+    for pp, zero in ((1, 3), (2, 2)):
+        code, out, err = cli("evaluate", *scenario, "--pp", pp)
+        assert code == 0, err
+        assert json.loads(out)["zero"] == zero
+    (case,) = load_cases(Path(runs_csv(model="llama3-8b", **NO_SIZES, gpu="H100-SXM5-80GB",
+                                       num_gpus="16", tp="1", pp="2", dp="8", zero_stage="",
+                                       micro_batch="1", global_batch="32", seq_len="4096",
+                                       stack="torchtitan")))
+    assert case.plan.zero == 2
+    # a stack file's own default under PP must be a stage it runs there
+    bad = tmp_path / "z.toml"
+    bad.write_text('base = "deepspeed"\nname = "z"\ndefault_zero_with_pp = 3\n')
+    assert one_line_error(*cli("evaluate", *scenario[:-3], "--stack", bad, "--pp", 2),
+                          "default_zero_with_pp")
+
+
+def test_validate_names_rows_whose_plans_it_puts_above_hbm(runs_csv):
+    """A measured run whose plan the memory model puts above HBM (but within MOST_OVER_HBM) ran:
+    validate says the model over-counts it or the row misstates it (a user trial: it had been
+    listed without a word)."""
+    code, out, err = cli("validate", "--csv", runs_csv(micro_batch="4", recompute="none"))
+    assert "Traceback" not in err and code in (0, 1)
+    assert "nar21-t1-1p7b's plan is predicted at 1.1" in err and "misstates its plan" in err
+    code, out, err = cli("validate", "--csv", runs_csv())
+    assert "above" not in err and "predicted at" not in err
+
+
+def _two_gpus_csv(tmp_path, shared) -> Path:
+    """Published runs' first row as it ran (A100) and again on H100s, 20 % faster."""
+    with open(shared / "data" / "published_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        first, fields = next(reader), list(reader.fieldnames)
+    path = tmp_path / "two.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerow(first)
+        w.writerow(first | {"id": "on-h100", "gpu": "H100-SXM5-80GB",
+                            "step_time_s": str(float(first["step_time_s"]) * 0.8)})
+    return path
+
+
+def test_calibrate_says_when_rows_span_accelerators(tmp_path, shared):
+    code, out, err = cli("calibrate", _two_gpus_csv(tmp_path, shared), "--stack", "megatron-core",
+                         "-o", tmp_path / "f.toml")
+    assert code == 0, err
+    assert "the rows ran on 2 accelerators (a100-sxm-80gb, h100-sxm-80gb)" in err
+
+
+def test_calibrate_says_when_peaks_are_below_every_tensor(tmp_path, runs_csv):
+    """A measured peak below what the model predicts with no allocator share fits a share of 0
+    and says why the memory errors stay (a user trial: fitted silently)."""
+    path = runs_csv()
+    (case,) = load_cases(Path(path))
+    ev = evaluate(case.scenario, case.plan)
+    low = ev.peak_memory / 2**30 * 0.6
+    code, out, err = cli("calibrate", runs_csv(other_metrics=f"peak_memory_gib={low:.1f}"),
+                         "--stack", "megatron-2021", "-o", tmp_path / "m.toml")
+    assert code == 0, err
+    assert "allocator_overhead is 0" in err and "measured peaks are below" in err
+    assert get_stack(str(tmp_path / "m.toml")).allocator_overhead == 0
+
+
+def test_calibrate_tells_a_trade_between_efficiencies_from_rows_beyond_the_peak():
+    """A fit that lowers one efficiency and takes another to the cap says the rows do not tell
+    them apart, not that they ran beyond the peak (a user trial's rows ran 15 % slow)."""
+    import warnings
+
+    from nestplan import cli as C
+    from nestplan.calibrate import Fit
+
+    base = get_stack("torchtitan")
+    (case,) = [c for c in load_cases(DATA / "held_out_runs.csv") if c.id == "tt24_t4_70b_g256_2D"]
+    acc = case.scenario.cluster.accelerator
+    traded = replace(base, matmul_scale=base.matmul_scale * 0.8,
+                     memory_scale=1.01 / acc.memory_efficiency)
+    faster = replace(base, matmul_scale=base.matmul_scale * 1.1,
+                     memory_scale=1.01 / acc.memory_efficiency)
+    said = {}
+    for name, st in (("traded", traded), ("faster", faster)):
+        fit = Fit(st, {}, [0.0], [0.0], None, [None], [None], [None])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            C._note_fit_limits([case], fit, base)
+        said[name] = " ".join(str(x.message) for x in w)
+    assert "while it lowers matmul_scale" in said["traded"] and "beyond" not in said["traded"]
+    assert "ran at or beyond what it allows" in said["faster"]
+
+
+def test_a_module_policy_without_its_modules_in_the_model_says_so():
+    """Megatron-Core's fine-grained set (layernorm, mla_up_proj, moe_act) recomputes nothing in
+    Llama 3 on megatron-core, whose norms are fused into the next linear layer: evaluate says it
+    is costed as none (a user trial: none's figures, without a word); Mixtral's experts have
+    moe_act."""
+    flags = ["--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1,
+             "--global-batch", 8, "--seq-len", 4096, "--recompute", "fine-grained", "--json"]
+    code, out, err = cli("evaluate", "--model", "llama3-8b", *flags)
+    assert code == 0, err
+    assert "recompute fine-grained recomputes nothing here" in err
+    code, none, _ = cli("evaluate", "--model", "llama3-8b", *flags[:-2], "none", "--json")
+    assert json.loads(out)["step_time_s"] == json.loads(none)["step_time_s"]
+    code, out, err = cli("evaluate", "--model", "mixtral-8x7b", "--ep", 8, *flags)
+    assert code == 0 and "recomputes nothing" not in err, err

@@ -56,15 +56,15 @@ HELD_OUT_ERRORS = {
     "nemo2502-b200-mixtral-8x7b-64g": +1.9,
     # torchtitan's Dec-2024 Tables 4-6 (Llama 3.1 70B 2D, 405B 3D and 4D), added 2026-12-03
     "tt24_t4_70b_g256_2D": +3.3, "tt24_t4_70b_g256_2D_asynctp": -4.7,
-    "tt24_t5_405b_g512_1f1b": -0.8, "tt24_t5_405b_g512_interleaved": -1.6,
-    "tt24_t6_405b_g512_cp1": +7.8, "tt24_t6_405b_g512_cp2": -6.5, "tt24_t6_405b_g512_cp4": -3.0,
-    "tt24_t6_405b_g512_cp8": -13.4,
+    "tt24_t5_405b_g512_1f1b": -2.5, "tt24_t5_405b_g512_interleaved": -3.5,
+    "tt24_t6_405b_g512_cp1": +6.4, "tt24_t6_405b_g512_cp2": -7.4, "tt24_t6_405b_g512_cp4": -3.5,
+    "tt24_t6_405b_g512_cp8": -13.7,
 }
 HELD_OUT_MEMORY_ERRORS = {
     "tt24_t4_70b_g256_2D": -13.2, "tt24_t4_70b_g256_2D_asynctp": -7.6,
-    "tt24_t5_405b_g512_1f1b": -17.9, "tt24_t5_405b_g512_interleaved": -3.9,
-    "tt24_t6_405b_g512_cp1": -10.0, "tt24_t6_405b_g512_cp2": -10.7, "tt24_t6_405b_g512_cp4": -12.1,
-    "tt24_t6_405b_g512_cp8": -20.2,
+    "tt24_t5_405b_g512_1f1b": -20.0, "tt24_t5_405b_g512_interleaved": -6.3,
+    "tt24_t6_405b_g512_cp1": -12.4, "tt24_t6_405b_g512_cp2": -13.1, "tt24_t6_405b_g512_cp4": -14.4,
+    "tt24_t6_405b_g512_cp8": -22.3,
 }
 """The held-out rows' measured peaks (torchtitan's), error in %, as the README reports them."""
 

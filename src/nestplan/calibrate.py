@@ -79,6 +79,8 @@ class Fit:
     times is left out whole), from 3 rows of 2 or more plans."""
     memory_before: list[float | None]
     memory_after: list[float | None]
+    peaks: list[float | None] = ()
+    """Every row's predicted peak bytes with the fitted stack (None: a layer row)."""
 
 
 def _key(case) -> tuple:
@@ -374,7 +376,7 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
     alloc = _allocator(cases, evs, stack)
     if alloc is not None:
         stack = replace(stack, allocator_overhead=alloc)
-    _, mem_after, _ = _errors(cases, stack, predictions)
+    _, mem_after, evs = _errors(cases, stack, predictions)
     ids = tuple(c.id for c in cases)
     stack = replace(stack, name=name, fitted_on=ids,
                     description=f"{base.name} calibrated on {len(cases)} measured "
@@ -404,7 +406,8 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
             t = predictions([cases[i] for i in out], _apply(base, fewer, xi))
             for i, ti in zip(out, t):
                 loo[i] = float(ti / cases[i].measured - 1)
-    return Fit(stack, params, before, after, loo, mem_before, mem_after)
+    return Fit(stack, params, before, after, loo, mem_before, mem_after,
+               [None if ev is None else ev.peak_memory for ev in evs])
 
 
 MAX_REPLANS = 4

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -111,7 +112,8 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    help="sequence parallelism (evaluate's default: on with tp > 1 where the "
                    "stack's launchers turn it on, as megatron-core's and torchtitan's do)")
     k.add_argument("--zero", type=whole_arg, help="ZeRO stage 0-3 (1 = distributed optimizer; "
-                   "evaluate's default: the stack's default_zero, 1 on megatron-core)")
+                   "evaluate's default: the stack's default_zero, 1 on megatron-core; under pp > 1 its "
+                   "default_zero_with_pp where set, 2 on torchtitan)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
                    "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
                    "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
@@ -184,6 +186,14 @@ def _scenario(args):
                              precision=Precision.parse(
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, mtp_layers=args.mtp_layers, **workload)
+    if args.attention_span is not None and sc.training.document_span is None:
+        import warnings
+
+        from .errors import Note
+
+        # (a user trial's span above the sequence had been taken without a word)
+        warnings.warn(f"--attention-span {args.attention_span} is not below the sequence "
+                      f"({seq}): attention over the whole sequence, as without it", Note)
     if (args.moe_imbalance, args.moe_capacity_factor) != (None, None) and sc.model.moe is None:
         from .errors import note_no_experts
 
@@ -390,7 +400,8 @@ def _plan(args, sc):
     par = Parallelism(**kw)
     if args.zero is None:  # the stack's own, or the most it runs with this plan
         runs = st.zeros_for(par) or [0]
-        par = par.with_(zero=st.default_zero if st.default_zero in runs else max(runs))
+        zero = st.default_zero_for(par.pp)
+        par = par.with_(zero=zero if zero in runs else max(runs))
     check_plan(sc, par)  # before the cost model (and numpy) is loaded: mistakes answer fast
     return par
 
@@ -689,9 +700,18 @@ def _note_recompute_costs_memory(ev) -> None:
     from .options import AttentionImpl
     from .units import fmt_gib
 
-    stack = ev.scenario.stack
+    from .evaluate import layer_graph
+
+    sc, stack = ev.scenario, ev.scenario.stack
     policies = {stack.policy(n) for n in ev.plan.recompute}
     kinds = {p.kind for p in policies}
+    present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
+    for p in sorted((p for p in policies if p.modules and not set(p.modules) & present),
+                    key=lambda p: p.name):  # (a user trial's fine-grained Llama plan: silent)
+        warnings.warn(f"recompute {p.name} recomputes nothing here: none of its modules "
+                      f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
+                      f"{stack.name} (a norm fused into the next linear layer is not one); "
+                      "costed as none", Note)
     # per-module policies, some stages perhaps none (every stack offers none: StackSpec)
     if "modules" not in kinds or not kinds <= {"modules", "none"}:
         return
@@ -960,6 +980,7 @@ def cmd_validate(args) -> int:
                         f"{refused[0].id}: {refused[0].why}); give a stack that offers them")
     summary = report(outcomes)
     summary["set_aside"] = [{"id": r.id, "why": r.why} for r in refused]
+    _note_over_hbm([o.case for o in outcomes], [o.predicted_memory for o in outcomes])
     if args.json:
         print(_json(summary))
     else:
@@ -975,6 +996,32 @@ def cmd_validate(args) -> int:
         print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}"
               f"{memory}: " + ("ok" if summary["ok"] else f"FAILED ({', '.join(missed)})"))
     return 0 if summary["ok"] else 1
+
+
+def _note_over_hbm(cases, peaks) -> None:
+    """Say which measured runs the memory model puts above their device's memory (``peaks``:
+    predicted bytes, None for a layer row): they ran, so it over-counts what they kept or their
+    rows misstate a plan (a user trial: such a row was fitted and listed without a word)."""
+    from .textfmt import first_of
+    from .units import GiB
+
+    over = [(c, p / c.scenario.cluster.accelerator.hbm_bytes) for c, p in zip(cases, peaks)
+            if p is not None and p > c.scenario.cluster.accelerator.hbm_bytes]
+    if not over:
+        return
+    import warnings
+
+    from .errors import Note
+
+    c, ratio = max(over, key=lambda o: o[1])
+    most = f"{ratio:.2f}x its {c.scenario.cluster.accelerator.hbm_bytes / GiB:.1f} GiB"
+    which = (f"row {c.id}'s plan is predicted at {most}" if len(over) == 1 else
+             f"{len(over)} of {len(cases)} rows' plans are predicted above their device's memory "
+             f"({first_of([o[0].id for o in over])}; the most {c.id}, {most})")
+    it, row = ("it", "the row misstates its") if len(over) == 1 else (
+        "they", "the rows misstate their")
+    warnings.warn(f"{which}: {it} ran, so the memory model counts more than {it} kept, or {row} "
+                  "plan (recompute, zero_stage, micro_batch)", Note)
 
 
 def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
@@ -1142,7 +1189,8 @@ def cmd_calibrate(args) -> int:
             "is the base's own", Note)
     _note_far_when_left_out(cases, result.loo)
     _note_fit_limits(cases, result, base)
-    print(f"wrote {out} (use it with --stack {out})", file=sys.stderr)
+    _note_over_hbm(cases, result.peaks)
+    print(f"wrote {out} (use it with --stack {shlex.quote(str(out))})", file=sys.stderr)
     return 0
 
 
@@ -1206,12 +1254,14 @@ def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
 def _note_fit_limits(cases, result, base) -> None:
     """Say when the fit leaves rows beyond validate's tolerance, or raises an efficiency of
     ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
-    +378 % after the fit, plans then at 99 % MFU, without a word)."""
+    +378 % after the fit, plans then at 99 % MFU, without a word), when the rows span several
+    accelerators, or when the peaks are below the memory model's tensors."""
     import warnings
 
     from .errors import Note
     from .textfmt import first_of
-    from .validation import ROW_TOLERANCE
+    from .units import GiB
+    from .validation import MEMORY_TOLERANCE, ROW_TOLERANCE
 
     far = [c.id for c, e in zip(cases, result.after) if abs(e) > ROW_TOLERANCE]
     if far:
@@ -1230,11 +1280,35 @@ def _note_fit_limits(cases, result, base) -> None:
             scale = getattr(st, field)
             if top * scale >= 1 and scale > getattr(base, field):
                 capped.add(what)
-    if capped:
+    lowered = [f for f in ("matmul_scale", "attention_scale", "memory_scale")
+               if getattr(st, f) < getattr(base, f)]
+    if capped and lowered:  # (a user trial: rows 15 % slow read as "ran beyond the peak")
+        warnings.warn(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
+                      f"accelerator's peak while it lowers {' and '.join(lowered)}: the rows do "
+                      "not tell these efficiencies apart, so how the fit shares them out is not "
+                      "measured; rows of other shapes (sequence lengths, model widths, "
+                      "micro-batches) separate them", Note)
+    elif capped:
         warnings.warn(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
                       "accelerator's peak: the rows ran at or beyond what it allows, and beyond "
                       "the cap a multiplier changes nothing; check their step times and "
                       "precision", Note)
+    accelerators = sorted({c.scenario.cluster.accelerator.name for c in cases})
+    if len(accelerators) > 1:
+        warnings.warn(f"the rows ran on {len(accelerators)} accelerators "
+                      f"({', '.join(accelerators)}), fitted with one set of multipliers of each "
+                      "one's own efficiencies; where they disagree, fit each accelerator's rows "
+                      "apart", Note)
+    alloc = result.params.get("allocator_overhead")
+    over = [(c, e) for c, e in zip(cases, result.memory_after)
+            if e is not None and e > MEMORY_TOLERANCE]
+    if alloc == 0 and over:  # (a user trial: a peak below every tensor was fitted silently)
+        c, e = over[0]
+        warnings.warn(f"the measured peaks are below what the memory model predicts with no "
+                      f"allocator overhead ({c.id}: {c.memory / GiB:.1f} GiB measured, "
+                      f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
+                      "the model's tensors exceed what these runs kept; check their recompute, "
+                      "zero_stage and micro_batch", Note)
 
 
 def build_parser() -> argparse.ArgumentParser:

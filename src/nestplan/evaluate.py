@@ -80,11 +80,27 @@ def layer_graph(model, par: Parallelism, tr, stack) -> G.ModelGraph:
 def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
     """Forward + backward model FLOP of one sequence (full attention, no recomputation; the
     convention does not depend on the kernels)."""
-    g = G.build(model, G.Local(1, False, 1, 1, 1, 1, seq_len, G.Precision.BF16,
-                               G.AttentionImpl.FLASH, span=span))
+    g = _flop_graph(model, seq_len, span)
     head = g.head_shared if model.tied_embeddings else g.head
     total = g.embedding.model_flops + head.model_flops
     return total + sum(g.block(i).model_flops for i in range(model.layers))
+
+
+@cached(maxsize=256)
+def logged_flops_per_sequence(model, seq_len: int) -> float:
+    """Model FLOP of one sequence as Megatron-LM logs them since 8873b55d6a (2025-03-06:
+    ``num_floating_point_operations``, megatron/training/training.py @ d98e8a64dd, for sequences
+    not packed as THD): every layer's attention over the whole sequence, windows and documents
+    aside, and its core at half for the causal mask."""
+    plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
+    g = _flop_graph(plain, seq_len, 0)
+    masked = 0.5 * sum(g.block(i).attention_model_flops for i in range(model.layers))
+    return model_flops_per_sequence(plain, seq_len, 0) - (masked if model.causal else 0.0)
+
+
+def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:
+    return G.build(model, G.Local(1, False, 1, 1, 1, 1, seq_len, G.Precision.BF16,
+                                  G.AttentionImpl.FLASH, span=span))
 
 
 def chunk_bounds(model, par: Parallelism) -> list[tuple[int, int]]:
@@ -200,8 +216,10 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
              for n, kc in _kinds(cc, *chunk))
     mflops = tr.global_batch * model_flops_per_sequence(sc.model, tr.seq_len,
                                                         tr.attention_span or 0)
+    logged = tr.global_batch * logged_flops_per_sequence(sc.model, tr.seq_len)
     return Evaluation(scenario=sc, plan=par, micro_batches=micro, step_time=step,
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
+                      logged_model_flops=logged,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
                       link_time=links, stages=stages, eager_kernels=micro * eager)
 

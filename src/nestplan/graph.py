@@ -58,6 +58,8 @@ class LayerKind(enum.Enum):
 
 
 BLOCK_KINDS = frozenset({LayerKind.DENSE, LayerKind.MOE})
+ATTENTION_CORE_OPS = frozenset({"attn_core", "attn_scores", "attn_pv"})
+"""The operators of the attention core (fused; unfused, its two batched matmuls)."""
 """The transformer blocks (what pipeline stages split), as opposed to the embedding and head."""
 
 
@@ -207,6 +209,11 @@ class LayerGraph:
         """Forward + backward model FLOP of this device (3 × forward)."""
         return 3.0 * sum(op.model_flops for op in self.ops)
 
+    @property
+    def attention_model_flops(self) -> float:
+        """The attention core's part of ``model_flops`` (QK^T and PV, unmasked)."""
+        return 3.0 * sum(op.model_flops for op in self.ops if op.name in ATTENTION_CORE_OPS)
+
 
 @dataclass(frozen=True)
 class Local:
@@ -336,7 +343,12 @@ class _Dims:
         under SP, unless the stack keeps the gathered input."""
         self.h = m.hidden
         self.a = m.heads / t
-        self.g = m.kv_heads / t if m.kv_heads >= t else 1.0  # KV heads replicate when tp > kv_heads
+        self.g = m.kv_heads / t if m.kv_heads >= t else 1.0
+        """KV heads a rank attends with: one when tp > kv_heads (its slice of the gathered
+        projection: ``kv_gather``)."""
+        self.kv_gather = m.kv_heads < t
+        """Each rank projects 1/t of every head's queries, keys and values and all-gathers the
+        projection over TP (Megatron-Core with tp > kv_heads: ``StackSpec.tp_beyond_kv_heads``)."""
         self.d = m.head_dim
         self.f = m.ffn_hidden / t
         self.V = padded_vocab(m.vocab, t) / t
@@ -396,6 +408,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     if m.mla is None:
         qkv_out = (x.a + 2 * x.g) * x.d
         parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
+        if x.kv_gather:  # a 1/t share of every head's projections, gathered below
+            heads = m.heads + 2 * m.kv_heads
+            qkv_out = heads * x.d / x.t
+            parts = (m.heads / heads, m.kv_heads / heads, m.kv_heads / heads)
         ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in, matmuls=parts))
         params = h * qkv_out + x.a * x.d * h
         total = h * (m.heads + 2 * m.kv_heads) * m.head_dim + m.heads * m.head_dim * h
@@ -447,6 +463,10 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         total += down + out_bias + la.kv_lora_rank * m.heads * up + m.heads * d_v * h
         q_el, k_el, v_el = T * x.a * d_qk, T * x.a * d_qk, T * x.a * d_v
     comms += x.tp_comms("qkv", column=True, nbytes=block_in)
+    gathered = E * T * (m.heads + 2 * m.kv_heads) * x.d if x.kv_gather else 0.0
+    if gathered:  # the attention waits for the gathered projection; its gradient for the RS
+        comms += [Comm("qkv_out.ag", Axis.TP, CollKind.ALL_GATHER, gathered, "fwd"),
+                  Comm("qkv_out.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, gathered, "bwd")]
     if "scaled_rope" in x.eager:
         ops.append(_eager("rope", "scaled_rope", q_el + k_el))
     elif m.position is Position.ROPE:
@@ -457,6 +477,9 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     # parts of that storage anyway (their inputs), so it costs nothing more there
     pinned = (E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None
               and not m.qk_normed and loc.qkv_views else 0.0)
+    if gathered and loc.qkv_views:  # v is a view of the whole gathered projection
+        fresh = m.position is Position.ROPE and not m.qk_normed  # (q and k: rotated copies)
+        pinned = gathered - E * (v_el if fresh else q_el + k_el + v_el)
     # attention core: scores over the full sequence S for the s local queries (CP splits queries)
     b, s, S = loc.mbs, x.s, x.S
     if loc.span:  # block-diagonal attention over packed documents

@@ -114,6 +114,10 @@ class Evaluation:
     tokens_per_s: float
     model_flops: float
     """Model FLOP per step (full attention, no recompute: the usual MFU convention)."""
+    logged_model_flops: float = 0.0
+    """Model FLOP per step as Megatron-LM logs them since 8873b55d6a (2025-03-06), torchtitan's
+    count for models without windows too: attention over the whole sequence with its core at
+    half for the causal mask (``evaluate.logged_flops_per_sequence``)."""
     hardware_flops: float
     """FLOP actually executed per step (causal masking skipped, recomputation included)."""
     time: TimeBreakdown
@@ -137,14 +141,22 @@ class Evaluation:
         return self.model_flops / self.step_time / self.gpus / 1e12
 
     @property
+    def logged_tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU as Megatron-LM logs its "throughput per GPU (TFLOP/s/GPU)"
+        (``logged_model_flops``)."""
+        return self.logged_model_flops / self.step_time / self.gpus / 1e12
+
+    @property
     def peak_flops(self) -> float:
         return self.scenario.cluster.accelerator.peak_flops(self.scenario.training.precision)
 
     @property
     def mfu(self) -> float:
         """Model FLOP utilisation against the peak of the matmul precision in use. Model FLOP as
-        Megatron and PaLM count them: attention over the whole (unmasked) span, no recomputation;
-        with causal attention at long sequences it exceeds ``hfu``, and can exceed 1."""
+        PaLM counts them (and Megatron-LM did until 2025-03: ``logged_tflops_per_gpu``):
+        attention over each query's whole context (the sequence, or its document or window) as
+        if unmasked, no recomputation; with causal attention at long sequences it exceeds
+        ``hfu``, and can exceed 1."""
         return self.model_flops / self.step_time / self.gpus / self.peak_flops
 
     @property
@@ -194,7 +206,7 @@ class Evaluation:
         m = s.memory
         big = max(("activations", m.activations), ("optimizer", m.optimizer),
                   ("weights", m.weights), ("gradients", m.gradients), ("transient", m.transient),
-                  key=lambda kv: kv[1])
+                  ("reserved", m.reserved), key=lambda kv: kv[1])
         need, capacity = fmt_gib_against(m.total, self.capacity)
         return (f"stage {s.index} needs {need} GiB of {capacity} GiB "
                 f"(short by {fmt_gib(m.total - self.capacity)} GiB; largest part: {big[0]} "
@@ -241,6 +253,7 @@ class Evaluation:
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "logged_tflops_per_gpu": self.logged_tflops_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
             "peak_memory_gib": self.peak_memory / GiB,

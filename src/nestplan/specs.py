@@ -1360,6 +1360,20 @@ def schedule_refusal(sc: Scenario, name: str, pp: int, vp: int, mbs: int, dp: in
     return SpecError(field, value, rule)
 
 
+def kv_heads_refusal(m: ModelSpec, stack, tp: int) -> str | None:
+    """Why ``stack`` (None: any) cannot run TP ``tp`` over ``m``'s KV heads, or None: a TP degree
+    divides them or, where the stack runs it (``StackSpec.tp_beyond_kv_heads``), is a multiple
+    of them."""
+    if m.kv_heads % tp == 0:
+        return None
+    if stack is not None and not stack.tp_beyond_kv_heads:
+        return (f"must divide kv_heads = {m.kv_heads} on stack {stack.name}, which splits each "
+                "KV head whole")
+    if tp % m.kv_heads:
+        return f"must divide kv_heads = {m.kv_heads} or be a multiple of it"
+    return None
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1373,8 +1387,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     if par.tp > m.heads:
         raise SpecError("tp", par.tp, f"must be <= heads = {m.heads} ({m.name})")
     _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
-    if m.kv_heads % par.tp and par.tp % m.kv_heads:
-        raise SpecError("tp", par.tp, f"must divide kv_heads = {m.kv_heads} or be a multiple of it")
+    if (rule := kv_heads_refusal(m, sc.stack if stack else None, par.tp)) is not None:
+        raise SpecError("tp", par.tp, rule)
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
     if (why := cp_refusal(t.seq_len, par.cp)) is not None:

@@ -232,6 +232,14 @@ class StackSpec(_CachedHash):
     gathers it again (full recomputation, and torchtitan's per-op rule: ``recompute``). Off: the
     linear keeps its sequence shard and gathers it again in backward (Megatron-Core's
     ``ColumnParallelLinear`` and Transformer Engine's ``Linear`` with ``sequence_parallel``)."""
+    tp_beyond_kv_heads: bool = True
+    """Runs a TP degree that is a multiple of the model's KV heads: each rank projects its share
+    of every head's queries, keys and values, all-gathers the projection over TP (forward; its
+    gradient reduce-scattered backward) and keeps its KV head's slice and its queries
+    (``SelfAttention.get_query_key_value_tensors``, megatron/core/transformer/attention.py @
+    d98e8a64dd, "When tp_size > num_kv_heads"). Off: TP must divide the KV heads (torchtitan's
+    Decoder.Config.update_from_config raises otherwise, torchtitan/models/common/decoder.py,
+    0.3.0 wheel)."""
     fp8_tp_gather: bool = False
     """In fp8 training with sequence parallelism, the tensor-parallel all-gathers around the
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;
@@ -310,7 +318,11 @@ class StackSpec(_CachedHash):
     max_zero_with_pp: int = 3
     """Highest ZeRO stage it runs together with pipeline parallelism."""
     default_zero: int = 0
-    """The ZeRO stage its launchers use when a run does not say (runs CSVs)."""
+    """The ZeRO stage its launchers use when a run does not say (runs CSVs, ``evaluate``)."""
+    default_zero_with_pp: int | None = None
+    """... with pipeline parallelism, where it differs (None: ``default_zero``): torchtitan's
+    default reshard policy keeps FSDP2's weights gathered after forward when it pipelines,
+    nestplan's ZeRO-2, and reshards them (ZeRO-3) when it does not."""
     pipeline_defers_grad_sync: bool = False
     """Under pipeline parallelism, ZeRO-2/3's gradients are reduce-scattered once a step, after
     the last micro-batch's backward, not every micro-batch, and until then accumulate unsharded
@@ -517,6 +529,12 @@ class StackSpec(_CachedHash):
         if self.default_zero not in self.zero_stages:
             raise SpecError("stack.default_zero", self.default_zero,
                             "must be one of zero_stages " + str(list(self.zero_stages)))
+        if self.default_zero_with_pp is not None and (
+                self.default_zero_with_pp not in self.zero_stages
+                or self.default_zero_with_pp > self.max_zero_with_pp):
+            raise SpecError("stack.default_zero_with_pp", self.default_zero_with_pp,
+                            f"must be one of zero_stages {list(self.zero_stages)} and at most "
+                            f"max_zero_with_pp ({self.max_zero_with_pp})")
         if self.default_sp and "sp" not in self.axes:
             raise SpecError("stack.default_sp", True, "needs sp in axes (axes: "
                             f"{', '.join(self.axes) or 'none'}); add sp to axes or set "
@@ -775,6 +793,13 @@ class StackSpec(_CachedHash):
         ``master_bytes`` 0), cast to bf16 for compute; else bf16 weights sit beside a master
         copy in the optimizer."""
         return self.master_bytes == 0
+
+    def default_zero_for(self, pp: int) -> int:
+        """The ZeRO stage its launchers use for a plan of ``pp`` stages when a run does not say
+        (``default_zero``, ``default_zero_with_pp``)."""
+        if pp > 1 and self.default_zero_with_pp is not None:
+            return self.default_zero_with_pp
+        return self.default_zero
 
     def defers_grad_sync(self, pp: int, zero: int) -> bool:
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step

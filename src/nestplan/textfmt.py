@@ -142,7 +142,10 @@ def evaluation(ev: Evaluation) -> str:
         "",
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
-        f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU",
+        f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
+            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM logs them: attention over the "
+            "sequence, at half for the causal mask)"
+            if not math.isclose(ev.logged_model_flops, ev.model_flops, rel_tol=5e-4) else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "
@@ -172,8 +175,11 @@ def evaluation(ev: Evaluation) -> str:
                    + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items()))
     groups = ev.group_levels
     if groups:
+        # the dense gradients' group is dp·cp ranks (a user trial read "dp (128)" of dp 16)
+        named = {"dp": "dp·cp"} if ev.plan.cp > 1 else {}
         out.append("highest network level each group crosses: " + ", ".join(
-            f"{axis} ({n:,}) {level or 'none'}" for axis, (n, level) in groups.items()))
+            f"{named.get(axis, axis)} ({n:,}) {level or 'none'}"
+            for axis, (n, level) in groups.items()))
     worst = ev.worst_stage.memory
     out += ["", f"memory on the most loaded device (stage {ev.worst_stage.index}):"]
     for f in fields(worst):

@@ -394,7 +394,7 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
         dp = gpus // (tp * pp * cp)
     zero = row.number("zero_stage")
     if zero is None:
-        zero = stack.default_zero
+        zero = stack.default_zero_for(pp)
     # one policy, or one per pipeline stage as --recompute takes them (unstated: see _case)
     rec = parse_names(f"{row.where}.recompute", row.text("recompute") or "none")
     sp = row.yes_no("sequence_parallel")
@@ -475,7 +475,8 @@ def _cluster(row: _Row, base: Path):
                             f"{acc.name} ({acc.hbm_bytes / GiB:g} GiB, "
                             f"{acc.peak_flops_bf16 / 1e12:g} TFLOP/s bf16), the row's gpu column "
                             f"says {row.text('gpu')} ({named.name}: {named.hbm_bytes / GiB:g} "
-                            f"GiB, {named.peak_flops_bf16 / 1e12:g}); make them agree")
+                            f"GiB, {named.peak_flops_bf16 / 1e12:g} TFLOP/s bf16); make them "
+                            "agree")
         return cluster
     if gpu not in CLUSTER_OF:  # (as written: it had been shown upper-cased)
         raise SpecError(f"{row.where}.gpu", row.text("gpu"), _KNOWN_GPUS

@@ -9,6 +9,7 @@ plan it can run, never silently: the notes say what changed and what nestplan pr
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 
 from ..axes import order_text
@@ -234,7 +235,14 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         trial's export quoted a step its own schedule simulation puts 15 % later, without a
         word), and what a document span needs of the launch."""
         text = simulated_schedule_text(run)
-        return ([text] if text else []) + _span_notes(pf, exported, fmt)
+        m = pf.scenario.model
+        logged = [] if fmt not in LOGGED_FLOPS or (fmt == "torchtitan" and m.local_share) or \
+            math.isclose(run.logged_model_flops, run.model_flops, rel_tol=5e-4) else [
+            f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
+            f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
+            "its count takes every layer's attention over all seq_len tokens, at half for the "
+            f"causal mask ({LOGGED_FLOPS[fmt][1]})"]
+        return ([text] if text else []) + logged + _span_notes(pf, exported, fmt)
 
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack
@@ -255,6 +263,15 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     return lines, [note] + later(ev if own is None else own)  # (the exported run's schedule)
 
 
+LOGGED_FLOPS = {
+    "megatron": ("Megatron-LM", "num_floating_point_operations, megatron/training/training.py, "
+                 "since 8873b55d6a"),
+    "torchtitan": ("torchtitan", "6·layers·heads·head_dim·seq_len a token, "
+                   "get_dense_model_nparams_and_flops, torchtitan/models/utils.py, 0.3.0"),
+}
+"""Formats whose framework logs model FLOP as ``Evaluation.logged_model_flops`` counts them
+(torchtitan's for models without windows, whose layers its MoE count leaves out): its name,
+where it counts them."""
 MASKS_PER_DOCUMENT = {
     "megatron": "Megatron-LM masks attention per document with --dataloader-inter-document-"
                 "masking (or --reset-attention-mask; megatron/training/arguments.py @ "

@@ -165,6 +165,13 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         notes.append(f"set in the model code / Megatron-DeepSpeed arguments: tensor parallel "
                      f"{par.tp}{' with sequence parallelism' if par.sp else ''}, sequence "
                      f"(context) parallel {par.cp}, expert parallel {par.ep}{etp}")
+    if par.cp > 1:  # (a user trial: the note above had read as the ring the plan was costed with)
+        notes.append(f"DeepSpeed's sequence parallelism is DeepSpeed-Ulysses (DistributedAttention, "
+                     "deepspeed/sequence/layer.py; Megatron-DeepSpeed's --ds-sequence-parallel-"
+                     "size): all-to-alls that trade sequence shards for heads around the "
+                     f"attention (the heads divided over the {par.cp} ranks), not the ring "
+                     "exchange of keys and values this plan's context parallelism was costed "
+                     "with; its time and memory differ from the prediction")
     if sc.model.mtp_layers:
         notes.append(f"the model trains {sc.model.mtp_layers} multi-token-prediction depth(s), "
                      "which DeepSpeed does not add: the launched run trains them only if the "

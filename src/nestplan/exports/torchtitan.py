@@ -47,6 +47,13 @@ REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llam
             "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``). A model given another
 way (a HuggingFace config) that is one of them exports with it too (``registry_entry``)."""
+MAX_SEQ_LEN = {"llama3_8b": 131072, "llama3_70b": 131072, "llama3_405b": 131072,
+               "deepseek_v3_671b": 16384, "gpt_oss_120b": 131072, "qwen3_30b_a3b": 40960}
+"""The longest sequence each ``REGISTRY`` config trains: its RoPE's ``max_seq_len``, beyond which
+torchtitan's Trainer refuses to start ("exceeds attention RoPE maximum supported sequence length",
+Decoder.Config.update_from_config, torchtitan/models/common/decoder.py); from the model_registry
+flavours the configs build (models/llama3/__init__.py 8B, 70B, 405B; deepseek_v3 671B, qwen3
+30B-A3B, gpt_oss 120b; 0.3.0 wheel)."""
 FLOAT8_CONFIGS = {"llama3_405b"}
 """``REGISTRY`` configs that train with a Float8 converter in their model spec, which no argument
 removes (torchtitan/models/llama3/config_registry.py llama3_405b: converters=[Float8Linear
@@ -157,6 +164,13 @@ def _arguments(pf: PlanFile):
     if (module, config) == PLACEHOLDER:
         notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
                      "with a config_registry function of yours that defines it")
+    elif tr.seq_len > MAX_SEQ_LEN[config]:  # (a user trial's 32K DeepSeek-V3 would not start)
+        notes.append(f"torchtitan's {config} trains sequences of at most "
+                     f"{MAX_SEQ_LEN[config]:,} tokens (its RoPE's max_seq_len) and refuses "
+                     f"{tr.seq_len:,} at start-up (Decoder.Config.update_from_config, "
+                     "torchtitan/models/common/decoder.py): give it a config_registry function "
+                     "of yours whose model spec sets max_seq_len to at least that, with the RoPE "
+                     "scaling you train with")
     groups = [["--module", module], ["--config", config]]
 
     def opt(key: str, value):

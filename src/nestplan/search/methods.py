@@ -29,7 +29,7 @@ import time
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..schedule import SCHEDULES
-from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan
+from ..specs import ClusterSpec, Level, Parallelism, Scenario, check_plan, kv_heads_refusal
 from . import driver, space
 from .constraints import METHODS, Constraints, check_constraints, refuse_unsearchable
 from .driver import SearchResult
@@ -158,7 +158,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     fixed = (con.cp or 1) * (con.pp or (2 if pipelined else 1)) * (con.dp or 1)  # TP leaves room
     tps = [t for t in range(min(node, m.heads, gpus), 0, -1)
            if gpus % (t * fixed) == 0 and m.heads % t == 0 and m.ffn_hidden % t == 0
-           and (m.kv_heads % t == 0 or t % m.kv_heads == 0)
+           and kv_heads_refusal(m, sc.stack, t) is None
            and (t == 1 or sc.stack.offers("tp"))]
     if not tps and con.tp is None:
         raise InfeasibleError(f"manual: no tensor-parallel degree leaves room for the fixed "

@@ -40,7 +40,7 @@ from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
-                     divisors, interleaves, spread)
+                     divisors, interleaves, kv_heads_refusal, spread)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -87,7 +87,7 @@ def shapes(sc: Scenario, con: Constraints):
     node = sc.cluster.devices_per_node
     biased = m.biased_experts
     tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
-           and (m.kv_heads % t == 0 or t % m.kv_heads == 0) and m.ffn_hidden % t == 0
+           and kv_heads_refusal(m, sc.stack, t) is None and m.ffn_hidden % t == 0
            and (not con.tp_within_node or t <= node)]
     for tp in _pick(con.tp, tps):
         sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
