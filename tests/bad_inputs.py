@@ -124,7 +124,7 @@ case("evaluate-tp-beyond-kv-heads-on-torchtitan",
       "16", "--pp", "1", "--mbs", "1", "--global-batch", "16", "--seq-len", "4096", "--stack",
       "torchtitan"], "must divide kv_heads = 8 on stack torchtitan")
 case("evaluate-default-zero-with-pp-beyond-the-stack",
-     [*EVAL, "--stack", "{z}.toml"], "default_zero_with_pp",
+     [*EVAL, "--stack", "{z}.toml"], "and at most max_zero_with_pp (1)",
      **{"z.toml": 'base = "deepspeed"\nname = "z"\ndefault_zero_with_pp = 3\n'})
 case("plan-contradiction-tp-pp-dp", [*SEARCH[:-1], "64", "--tp", "8", "--pp", "8", "--dp", "8"],
      "must divide gpus")

@@ -156,6 +156,18 @@ def test_megatron_lm_counts_causal_attention_at_half():
     assert bert.logged_model_flops == bert.model_flops
     docs = evaluate(replace(sc, training=replace(sc.training, attention_span=8192)), ev.plan)
     assert docs.logged_model_flops == ev.logged_model_flops > docs.model_flops
+    # Megatron counts an MTP depth's attention as a layer's (num_layers + mtp_num_layers), at
+    # half too: DeepSeek-V3's 61 layers and one depth halve 62 layers' attention (a review's)
+    from nestplan.catalog import get_model
+    from nestplan.evaluate import logged_flops_per_sequence, model_flops_per_sequence
+
+    v3 = get_model("deepseek-v3")
+    assert v3.mtp_layers == 1
+
+    def halved(m):
+        return model_flops_per_sequence(m, 4096, 0) - logged_flops_per_sequence(m, 4096)
+
+    assert halved(v3) / halved(replace(v3, mtp_layers=0)) == pytest.approx(62 / 61, rel=1e-9)
 
 
 def test_every_cache_has_one_reset():

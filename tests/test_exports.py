@@ -592,14 +592,31 @@ def test_exports_say_what_they_change_and_warn_when_nothing_fits():
 
 
 def test_cli_export_writes_extras(tmp_path, capsys):
+    """A rank order the framework does not number in gets a rank map and its wrapper; Megatron-LM
+    numbers tp-cp-pp-dp itself under --use-tp-pp-dp-mapping (a user trial: the export had asked
+    for the wrapper), torchtitan does not."""
     sc, par = plans()[1]
     path = tmp_path / "plan.json"
     planfile.save(evaluate(sc, par), path)
+    out = tmp_path / "torchtitan.args"
+    assert main(["export", str(path), "--format", "torchtitan", "-o", str(out)]) == 0
+    assert out.exists() and (tmp_path / "torchtitan.args.ranks.csv").exists()
+    err = capsys.readouterr().err
+    assert "rank order (tp-cp-pp-dp) differs from torchtitan" in err
     out = tmp_path / "megatron.args"
     assert main(["export", str(path), "--format", "megatron", "-o", str(out)]) == 0
-    assert out.exists() and (tmp_path / "megatron.args.ranks.csv").exists()
-    err = capsys.readouterr().err
-    assert "rank order (tp-cp-pp-dp) differs from Megatron" in err
+    assert "--use-tp-pp-dp-mapping" in out.read_text()
+    assert not (tmp_path / "megatron.args.ranks.csv").exists()
+    assert "differs from Megatron" not in capsys.readouterr().err
+    # a pipelined MoE plan whose experts' data-parallel size is not the attention's keeps the
+    # wrapper: Megatron-Core refuses that order for it
+    from nestplan.exports.megatron import PP_DP_ORDER, launch_order
+
+    mix = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
+    order = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+    same = Parallelism(tp=2, pp=2, dp=16, ep=2, etp=1, sp=True, zero=1, mbs=1, rank_order=order)
+    wider = Parallelism(tp=2, pp=2, dp=16, ep=8, etp=1, sp=True, zero=1, mbs=1, rank_order=order)
+    assert launch_order(same, mix.model) == PP_DP_ORDER != launch_order(wider, mix.model)
     assert main(["export", str(path), "--format", "slurm"]) == 2
 
 
@@ -785,10 +802,12 @@ def check_megatron(pf, text: str, ranks: bool = True):
         parsed.validate_layer_layout(m.layers, m.mtp_layers or None)
     if not ranks:
         return
-    device_of = _rank_devices(par)
+    # --use-tp-pp-dp-mapping launches in the plan's own order: rank r runs on device r
+    mapped = "--use-tp-pp-dp-mapping" in text
+    order = "tp-cp-ep-pp-dp" if mapped else "tp-cp-ep-dp-pp"
+    device_of = {r: r for r in range(par.devices)} if mapped else _rank_devices(par)
     grid = rank_grid(par)  # [pp, dp, cp, tp]
-    dense = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
-                             order="tp-cp-ep-dp-pp")
+    dense = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp, order=order)
     for axis, dim in (("tp", 3), ("cp", 2), ("dp", 1), ("pp", 0)):
         theirs = sorted(sorted(device_of[r] for r in g) for g in dense.get_ranks(axis))
         assert theirs == _groups(grid, dim), axis
@@ -796,7 +815,9 @@ def check_megatron(pf, text: str, ranks: bool = True):
         return
     egrid = expert_grid(grid, par)  # [pp, edp, ep, etp]
     expert = ps.RankGenerator(tp=par.expert_tp, ep=par.ep, dp=egrid.shape[1], pp=par.pp, cp=1,
-                              order="tp-cp-ep-dp-pp")
+                              order=order)
+    if mapped:  # Megatron-Core's own assertion under that order (initialize_model_parallel)
+        assert expert.get_ranks("pp") == dense.get_ranks("pp")
     for axis, dim in (("tp", 3), ("ep", 2), ("dp", 1)):
         theirs = sorted(sorted(device_of[r] for r in g) for g in expert.get_ranks(axis))
         assert theirs == _groups(egrid, dim), f"expert {axis}"
@@ -1117,6 +1138,25 @@ def test_torchtitan_names_its_own_definition_of_a_model_however_given(model):
 
 
 @frameworks
+def test_megatrons_pp_dp_mapping_gives_the_plans_groups():
+    """Exports launched with --use-tp-pp-dp-mapping: Megatron's own rank generators in that
+    order give the plan's attention and expert groups on the devices as numbered, for a dense
+    plan and a pipelined MoE plan whose expert TP x EP is TP x CP."""
+    pytest.importorskip("megatron.core")
+    order = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+    llama = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+    mix = scenario_from_names("mixtral-8x7b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=128)
+    for sc, par in ((llama, Parallelism(tp=2, pp=4, dp=2, cp=4, sp=True, zero=1, mbs=1,
+                                        rank_order=order)),
+                    (mix, Parallelism(tp=2, pp=2, dp=16, ep=2, etp=1, sp=True, zero=1, mbs=1,
+                                      rank_order=order))):
+        pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par), method="manual"))
+        text = export(pf, "megatron").text
+        assert "--use-tp-pp-dp-mapping" in text
+        check_megatron(pf, text)
+
+
+@frameworks
 def test_float8_configs_are_the_registry_functions_that_build_a_float8_converter():
     """``FLOAT8_CONFIGS`` is kept by hand: read torchtitan's own config_registry source (the
     installed wheel's; building the configs needs torchao) and find which of the functions the
@@ -1175,15 +1215,16 @@ def test_a_sequence_beyond_torchtitans_rope_says_the_run_would_not_start(tmp_pat
 
 
 def test_exports_say_what_the_framework_will_log_at_long_sequences():
-    """Megatron-LM and torchtitan log model FLOP with the attention core at half (a user trial:
-    at 128K tokens 0.64 of what MFU counts); the exports give that figure, not where it is the
-    same (a bidirectional model) or where torchtitan's count differs (sliding windows)."""
+    """Megatron-LM logs model FLOP with the attention core at half (a user trial: at 128K tokens
+    0.64 of what MFU counts); its export gives that figure, not where it is the same (a
+    bidirectional model), nor torchtitan's, which counts as MFU does."""
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=131072, global_batch=64)
     ev = evaluate(sc, Parallelism(tp=8, pp=4, cp=16, sp=True, zero=1, recompute=("full",)))
     pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
     assert f"Megatron-LM logs about {ev.logged_tflops_per_gpu:.0f} TFLOP/s per GPU" in \
         export(pf, "megatron").text
-    assert "torchtitan logs about" in export(pf, "torchtitan").text  # (as torchtitan runs it)
+    # torchtitan counts attention unmasked, as MFU does (a review: the export had said otherwise)
+    assert "logs about" not in export(pf, "torchtitan").text
     assert ev.logged_tflops_per_gpu < 0.65 * ev.model_tflops_per_gpu
     bert = scenario_from_names("bert-large", "dgx-h100-ndr", 8, seq_len=512, global_batch=64)
     pf = planfile.from_dict(planfile.to_dict(evaluate(bert, Parallelism(dp=8)), method="manual"))
@@ -1456,7 +1497,7 @@ def test_an_order_that_differs_only_in_axes_of_size_1_needs_no_rank_map(model, m
     if moe:
         assert np.array_equal(expert_grid(rank_grid(same), same), expert_grid(rank_grid(own), own))
     assert evaluate(sc, same).step_time == evaluate(sc, own).step_time
-    moved = same.with_(rank_order=(Axis.TP, Axis.PP, Axis.CP, Axis.DP))
+    moved = same.with_(rank_order=(Axis.PP, Axis.TP, Axis.CP, Axis.DP))  # (no framework's)
     for fmt in ("megatron", "torchtitan", "deepspeed"):
         exp = exported(sc, same, fmt)
         assert ".ranks.csv" not in exp.extras and not any("rank order" in n for n in exp.notes)
@@ -1749,8 +1790,9 @@ def test_rank_maps_number_local_ranks_per_host_on_nvl72_racks():
     64-GPU domain's 0-63); a DGX node is one host."""
     from nestplan.axes import parse_order
 
+    # (an order neither of Megatron's own numbers: --use-tp-pp-dp-mapping gives tp-pp-dp)
     par = Parallelism(tp=4, pp=2, dp=16, sp=True, zero=1, mbs=1,
-                      rank_order=parse_order("tp-pp-dp-cp"))
+                      rank_order=parse_order("pp-tp-dp-cp"))
     for cluster, host in (("gb200-nvl72-ndr", 4), ("dgx-b200-ndr", 8)):
         sc = scenario_from_names("llama3-70b", cluster, 128, seq_len=4096, global_batch=128)
         assert sc.cluster.host_size == host
@@ -1845,7 +1887,7 @@ def test_the_rank_wrapper_gives_each_process_its_rank_of_the_map(tmp_path, fmt):
 
     sc = scenario_from_names("llama3-8b", "gb200-nvl72-ndr", 16, seq_len=4096, global_batch=64)
     par = Parallelism(tp=2, pp=2, dp=4, sp=True, zero=1, mbs=1,
-                      rank_order=parse_order("tp-pp-dp-cp"))
+                      rank_order=parse_order("pp-tp-dp-cp"))  # (none of the frameworks' orders)
     out = exported(sc, par, fmt)
     (tmp_path / "x.ranks.csv").write_text(out.extras[".ranks.csv"])
     script = tmp_path / "x.ranks.sh"
@@ -2104,3 +2146,23 @@ def test_a_deepspeed_export_of_context_parallelism_says_ulysses_is_not_the_ring(
         ev = evaluate(sc, Parallelism(tp=8, cp=cp, dp=2 // cp, sp=True, zero=1, mbs=1))
         pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
         assert any("DeepSpeed-Ulysses" in n for n in export(pf, "deepspeed").notes) == said
+
+
+def test_an_export_to_another_stack_names_a_much_faster_zero_stage_there():
+    """A torchtitan plan with a pipeline runs FSDP2 at ZeRO-2; exported to Megatron it would run
+    Megatron-FSDP with a reduce-scatter per micro-batch, where the distributed optimizer
+    (ZeRO-1) is much faster: the note says so and how to get that plan (a user trial's)."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=8192, global_batch=256,
+                             stack="torchtitan")
+    ev = evaluate(sc, Parallelism(tp=8, pp=8, dp=4, sp=True, zero=2, mbs=1, recompute=("full",)))
+    pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
+    note = next(n for n in export(pf, "megatron").notes if "searched for stack torchtitan" in n)
+    one = evaluate(replace(sc, stack=get_stack("megatron-core")), ev.plan.with_(zero=1))
+    assert f"at ZeRO-1 it runs in {one.step_time:.3f} s" in note
+    assert "--zero 1 --stack megatron-core" in note
+    # (so does a ZeRO-3 plan without a pipeline); one at that stage already says nothing of it
+    core = replace(sc, stack=get_stack("megatron-core"))
+    for fmt in ("megatron", "torchtitan"):
+        pf = planfile.from_dict(planfile.to_dict(one, method="manual"))
+        assert not any("it runs in" in n for n in export(pf, fmt).notes), fmt
+    assert one.scenario == core

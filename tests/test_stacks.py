@@ -1451,6 +1451,11 @@ def test_torchtitan_keeps_its_weights_gathered_under_a_pipeline_by_default(tmp_p
                                        micro_batch="1", global_batch="32", seq_len="4096",
                                        stack="torchtitan")))
     assert case.plan.zero == 2
+    # a file over it that sets its own default keeps it under PP too (a review's)
+    ddp = tmp_path / "ddp.toml"
+    ddp.write_text('base = "torchtitan"\nname = "ddp"\ndefault_zero = 0\n')
+    code, out, err = cli("evaluate", *scenario[:-3], "--stack", ddp, "--pp", 2, "--json")
+    assert code == 0 and json.loads(out)["zero"] == 0, err
     # a stack file's own default under PP must be a stage it runs there
     bad = tmp_path / "z.toml"
     bad.write_text('base = "deepspeed"\nname = "z"\ndefault_zero_with_pp = 3\n')
@@ -1545,3 +1550,19 @@ def test_a_module_policy_without_its_modules_in_the_model_says_so():
     assert json.loads(out)["step_time_s"] == json.loads(none)["step_time_s"]
     code, out, err = cli("evaluate", "--model", "mixtral-8x7b", "--ep", 8, *flags)
     assert code == 0 and "recomputes nothing" not in err, err
+
+
+def test_only_megatron_core_runs_tp_beyond_the_kv_heads():
+    """Megatron-Core gathers each rank's share of every head's projection when TP exceeds the KV
+    heads (tests/test_framework_comm.py); torchtitan and Megatron-DeepSpeed's attention split
+    whole KV heads and refuse it (a review: megatron-deepspeed had costed the gather)."""
+    from nestplan.catalog import get_model
+    from nestplan.specs import kv_heads_refusal
+
+    llama = get_model("llama3-70b")  # 8 KV heads
+    runs = {n: kv_heads_refusal(llama, get_stack(n), 16) is None for n in list_names("stacks")
+            if "tp" in get_stack(n).axes}
+    assert runs == {n: get_stack(n).export_format == "megatron"
+                    and n not in ("megatron-2021", "megatron-2022", "megatron-deepspeed",
+                                  "deepspeed-2021") for n in runs}, runs
+    assert all(kv_heads_refusal(llama, get_stack(n), 4) is None for n in runs)

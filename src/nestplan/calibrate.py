@@ -79,7 +79,7 @@ class Fit:
     times is left out whole), from 3 rows of 2 or more plans."""
     memory_before: list[float | None]
     memory_after: list[float | None]
-    peaks: list[float | None] = ()
+    peaks: list[float | None]
     """Every row's predicted peak bytes with the fitted stack (None: a layer row)."""
 
 

@@ -94,7 +94,9 @@ def logged_flops_per_sequence(model, seq_len: int) -> float:
     aside, and its core at half for the causal mask."""
     plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
     g = _flop_graph(plain, seq_len, 0)
-    masked = 0.5 * sum(g.block(i).attention_model_flops for i in range(model.layers))
+    head = g.head_shared if model.tied_embeddings else g.head  # (with the MTP depths' attention)
+    masked = 0.5 * (head.attention_model_flops
+                    + sum(g.block(i).attention_model_flops for i in range(model.layers)))
     return model_flops_per_sequence(plain, seq_len, 0) - (masked if model.causal else 0.0)
 
 

@@ -757,6 +757,8 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
     for key, (field, kind, load, _) in fields.items():
         if key in table:
             kw[field] = load(_typed(table, key, where, kind), f"{where}.{key}")
+    if base is not None and "default_zero" in kw and "default_zero_with_pp" not in kw:
+        kw["default_zero_with_pp"] = None  # (a file's own default holds under PP too)
     try:
         return replace(base, **kw) if base is not None else StackSpec(**kw)
     except SpecError as e:  # name the file's key, not the field
@@ -767,9 +769,10 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
                     "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights",
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights",
-                    "moe_syncs_without_ep", "default_zero_with_pp", "tp_beyond_kv_heads")
+                    "moe_syncs_without_ep", "tp_beyond_kv_heads")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
-were first written. One that lacks them is read by ``later_keys_filled``."""
+were first written. One that lacks them is read by ``later_keys_filled``. (Not the keys a stack
+may leave unset, which a table then lacks: ``default_zero_with_pp``.)"""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input",
                          "cp_shards_weights", "moe_syncs_without_ep", "default_zero_with_pp",
                          "tp_beyond_kv_heads")

@@ -115,9 +115,9 @@ class Evaluation:
     model_flops: float
     """Model FLOP per step (full attention, no recompute: the usual MFU convention)."""
     logged_model_flops: float = 0.0
-    """Model FLOP per step as Megatron-LM logs them since 8873b55d6a (2025-03-06), torchtitan's
-    count for models without windows too: attention over the whole sequence with its core at
-    half for the causal mask (``evaluate.logged_flops_per_sequence``)."""
+    """Model FLOP per step as Megatron-LM logs them since 8873b55d6a (2025-03-06): attention over
+    the whole sequence with its core at half for the causal mask
+    (``evaluate.logged_flops_per_sequence``)."""
     hardware_flops: float
     """FLOP actually executed per step (causal masking skipped, recomputation included)."""
     time: TimeBreakdown

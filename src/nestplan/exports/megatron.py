@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from ..axes import MEGATRON_ORDER
+from ..axes import MEGATRON_ORDER, Axis
 from ..catalog import get_stack
 from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
@@ -29,6 +29,24 @@ from . import (FORMAT_STACKS, Export, closest_schedule, fit_notes, headline, lau
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
 """Schedules Megatron-Core runs (1F1B; interleaved with virtual stages)."""
+
+
+PP_DP_ORDER = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+"""Megatron-LM's rank order under --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp' instead of
+'tp-cp-ep-dp-pp' (megatron/training/initialize.py @ d98e8a64dd)."""
+
+
+def launch_order(par, model) -> tuple:
+    """The rank order the export launches Megatron-LM in: its default, or its pp-before-dp one
+    (``PP_DP_ORDER``, --use-tp-pp-dp-mapping) where that is the plan's, so that no rank wrapper
+    is needed. Under that order Megatron-Core asserts, for a pipelined MoE model, that the
+    experts' data-parallel size is the attention's (initialize_model_parallel,
+    megatron/core/parallel_state.py @ d98e8a64dd): expert TP x EP must then be TP x CP."""
+    if par.ranks_ordered_as(MEGATRON_ORDER) or not par.ranks_ordered_as(PP_DP_ORDER):
+        return MEGATRON_ORDER
+    if model.moe is not None and par.pp > 1 and par.expert_tp * par.ep != par.tp * par.cp:
+        return MEGATRON_ORDER
+    return PP_DP_ORDER
 
 
 def _layout(sizes: list[int], mtp: int = 0) -> str:
@@ -391,11 +409,14 @@ def export(pf: PlanFile) -> Export:
         notes.append(f"expert tensor parallelism {exported.expert_tp} cannot be expressed "
                      f"({why[2]}); exported with expert TP 1")
         exported = exported.with_(etp=1)
+    order = launch_order(par, m)
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
         f"--pipeline-model-parallel-size {par.pp}",
         f"--context-parallel-size {par.cp}",
     ]
+    if order == PP_DP_ORDER:  # the plan's own order: no rank wrapper (a user trial's)
+        args.append("--use-tp-pp-dp-mapping")
     if par.sp:
         args.append("--sequence-parallel")
     args += _cp_exchange_args(m, par, sc.stack, notes)
@@ -636,7 +657,7 @@ def export(pf: PlanFile) -> Export:
             # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)
             args.append("--fp8-param-gather")
     notes += _connections_note(args, par)
-    notes += rank_note(par, MEGATRON_ORDER, "Megatron", "tp-cp-ep-dp-pp",
+    notes += rank_note(par, order, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")
     if staged:
         how = par.recompute_text + ("" if len(set(policies)) > 1 else
@@ -648,7 +669,7 @@ def export(pf: PlanFile) -> Export:
                          " (inside the rank wrapper, which sets RANK first: torchrun "
                          "--no-python ... bash PATH.ranks.sh bash PATH.stages.sh python "
                          "pretrain_gpt.py ARGUMENTS)"
-                         if not par.ranks_ordered_as(MEGATRON_ORDER) else ""))
+                         if not par.ranks_ordered_as(order) else ""))
     # per-op checkpointing runs as Megatron's selective recomputation: predicted as launched
     launched, exported = launched_as(pf, exported, {
         p.name: "modules:core_attn" for p in policies if p.kind == "matmul-outputs"})
@@ -664,8 +685,8 @@ def export(pf: PlanFile) -> Export:
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
     extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
-    extras.update(rank_files(par, MEGATRON_ORDER, sc.cluster.host_size, "Megatron"))
-    if not par.ranks_ordered_as(MEGATRON_ORDER):  # Megatron's own order needs no mesh either
+    extras.update(rank_files(par, order, sc.cluster.host_size, "Megatron"))
+    if not par.ranks_ordered_as(order):  # Megatron's own order needs no mesh either
         extras[".mesh.json"] = mesh_json(par)
     text = "\n".join(head) + "\n" + " \\\n".join(args) + "\n"
     return Export(text=text, extras=extras, notes=notes, plan=exported)
