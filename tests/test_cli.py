@@ -320,10 +320,10 @@ def test_validate_stack_leaves_out_the_rows_that_stack_cannot_run(tmp_path):
     path.write_text(head + "ok,llama3-8b,H100,8,1,8192,64,1,step_time,4.0,megatron-core,1,full\n")
     assert one_line_error(*cli("validate", "--csv", path, "--stack", tmp_path / "fat.toml"),
                           "runs none of the rows' plans (first: ok: plan: got 't1 p1 d8 z1 full "
-                          "b1'; needs 237.7 GiB")
+                          "b1'; needs 235.6 GiB")
     path.write_text(head + "big,llama3-70b,H100,8,1,8192,64,1,step_time,4.0,megatron-core,0,none\n")
     assert one_line_error(*cli("validate", "--csv", path, "--stack", tmp_path / "fat.toml"),
-                          "row big: plan: got 't1 p1 d8 z0 none b1'; needs 1368.8 GiB on a device "
+                          "row big: plan: got 't1 p1 d8 z0 none b1'; needs 1366.7 GiB on a device "
                           "of 79.6 GiB by this memory model on stack megatron-core")
 
 

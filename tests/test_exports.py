@@ -453,9 +453,8 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     for name in ("mixtral-8x7b", "llama4-maverick-one-chunk"):
         assert "whole sequence" not in notes[name] and "local attention" not in notes[name]
         assert "chunked attention" not in notes[name]
-    # Llama 4 weights its experts' inputs: a config field with no pretraining flag, said so
-    assert "TransformerConfig.moe_apply_probs_on_input" in notes["llama4-maverick"]
-    assert "moe_apply_probs_on_input" not in notes["mixtral-8x7b"]
+    # Llama 4 weights its experts' inputs (top-1): the flag, no note
+    assert "moe_apply_probs_on_input" not in notes["llama4-maverick"]
 
 
 MISTRAL = {"model_type": "mistral", "hidden_size": 1024, "intermediate_size": 2048,
@@ -535,13 +534,17 @@ def test_megatron_puts_experts_on_the_blocks_moe_layers_lists(tmp_path):
 
 
 @pytest.mark.frameworks
-def test_megatron_core_has_the_field_the_llama4_note_names():
-    import dataclasses
-
+def test_llama4_exports_weight_the_experts_inputs_as_megatron_core_reads_it():
+    """Llama 4's router score scales each expert's input: Megatron-LM's own parser turns the
+    exported --moe-apply-probs-on-input into TransformerConfig.moe_apply_probs_on_input (a user
+    trial: the export had said pretrain_gpt.py had no flag for it); Mixtral's does not."""
     pytest.importorskip("megatron.core")
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    assert "moe_apply_probs_on_input" in {f.name for f in dataclasses.fields(TransformerConfig)}
+    for name, ep, on in (("llama4-maverick", 16, True), ("mixtral-8x7b", 8, False)):
+        sc = scenario_from_names(name, "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+        out = exported(sc, Parallelism(tp=4, pp=1, dp=16, ep=ep, etp=1, sp=True, zero=1,
+                                       mbs=1), "megatron")
+        assert ("--moe-apply-probs-on-input" in out.text) == on
+        assert megatron_transformer_config(out.text).moe_apply_probs_on_input == on
 
 
 def test_megatron_trains_the_depths_where_the_plan_puts_them():

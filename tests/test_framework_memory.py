@@ -438,3 +438,50 @@ def test_the_layernorm_module_reaches_the_norms_transformer_engines_spec_keeps_a
     assert drops(True, False) == pytest.approx(norm_out, rel=0.01)  # the pre-MLP norm's
     assert drops(False, True) == pytest.approx(norm_out, rel=0.01)  # MLA's input norm's
     assert drops(False, False, LOCAL_SPEC) == pytest.approx(2 * norm_out, rel=0.01)
+
+
+LOSS_SCRIPT = r"""
+import json, sys
+import torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+from frameworks_saved import megatron_on_cpu  # a one-rank gloo group and model-parallel state
+megatron_on_cpu()
+from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+s, b, V = 64, 2, 1000
+hidden = torch.randn(s, b, 32, dtype=torch.bfloat16, requires_grad=True)
+weight = torch.randn(V, 32, dtype=torch.bfloat16)
+logits = hidden @ weight.t()  # the output layer's product
+loss = vocab_parallel_cross_entropy(logits, torch.randint(0, V, (s, b)))
+new = {}
+class Watch(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves(
+            (args, kwargs)) if isinstance(t, torch.Tensor)}
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in before:
+                new[t.untyped_storage().data_ptr()] = (func.name(), str(t.dtype),
+                                                       t.untyped_storage().nbytes())
+        return out
+with Watch():  # the loss's backward, up to the gradient it hands the output layer
+    torch.autograd.grad(loss.sum(), logits)
+print(json.dumps({"logits": s * b * V,
+                  "new": [v for v in new.values() if v[2] >= s * b * V]}))
+"""
+
+
+@pytest.mark.frameworks
+def test_megatron_cross_entropy_backward_allocates_what_the_stack_says():
+    """Megatron-Core's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
+    cross_entropy.py, the installed 0.16.1) writes its gradient in place into the fp32 softmax
+    it saved, so its backward's only new logits-sized tensor is the cast back to bf16: 2 bytes a
+    logit beside the 4 it keeps (a review: the stack had said 4)."""
+    installed("megatron.core")
+    p = subprocess.run([sys.executable, "-c", LOSS_SCRIPT, str(Path(__file__).parent)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    new = sum(n for _, _, n in got["new"])
+    st = get_stack("megatron-core")
+    assert new == st.loss_transient_bytes * got["logits"], got["new"]
+    assert [dtype for _, dtype, _ in got["new"]] == ["torch.bfloat16"]

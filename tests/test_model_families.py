@@ -382,22 +382,32 @@ def test_a_rope_scaling_not_kept_is_named():
     assert model_from_table(model_to_table(m)) == m
 
 
-@pytest.mark.parametrize("given", ["attention_bias", "mlp_bias"])
-def test_one_of_llamas_biases_alone_is_read_as_every_layers_with_a_note(given):
-    """transformers' Llama biases q, k, v and o with attention_bias and the MLP with mlp_bias;
-    one alone cannot be modelled (nor exported: Megatron-Core biases every linear layer or none),
-    so it is read as both and a note says so (mlp_bias had been ignored without a word)."""
+@pytest.mark.parametrize("family, given, qkv, every, said", [
+    ("llama", "attention_bias", True, False, "read as biases on q, k and v"),
+    ("llama", "mlp_bias", False, True, "read as biases on every linear layer"),
+    ("mixtral", "attention_bias", True, False, "read as biases on q, k and v"),
+    ("qwen3_moe", "attention_bias", True, False, "read as biases on q, k and v")])
+def test_biases_are_read_as_megatron_bridge_maps_them_with_a_note(family, given, qkv, every,
+                                                                   said):
+    """transformers biases q, k, v and o with attention_bias and (Llama) the MLP with mlp_bias;
+    Megatron-Bridge maps them to add_qkv_bias and add_bias_linear, which nestplan reads them as,
+    with a note (a user trial: Qwen3-MoE, Mixtral and Llama 4's attention_bias had given every
+    linear layer, experts included, biases; mlp_bias had once been ignored without a word)."""
     import warnings
 
     from nestplan.errors import Note
 
-    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, given: True}
+    cfg = {"model_type": family, "hidden_size": 256, "intermediate_size": 512,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, given: True}
+    if family != "llama":
+        cfg.update(num_local_experts=4, num_experts=4, num_experts_per_tok=2,
+                   moe_intermediate_size=128)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert model_from_hf_dict(llama).bias
-    assert any(issubclass(w.category, Note) and f"{given}: read as biases on every linear layer"
-               in str(w.message) for w in caught)
+        m = model_from_hf_dict(cfg)
+    assert (m.qkv_bias, m.bias) == (qkv, every)
+    assert any(issubclass(w.category, Note) and f"{given}: {said}" in str(w.message)
+               for w in caught)
 
 
 def test_a_multimodal_configs_language_model_gives_its_epsilon_and_balancing_loss():

@@ -726,6 +726,54 @@ def test_held_micro_batches_settle_where_the_schedule_says():
     assert checked > 1000
 
 
+def test_held_mixes_settle_where_the_schedule_says():
+    """``Schedule.held_states`` caps a zero-bubble count at ``_states_settled`` (two rounds and
+    two): for every split schedule, device, pp 2-6 and the vp it runs, the capped mixes equal
+    the whole order's, counts pp to ten rounds; and for every schedule the first mix is
+    ``held``'s and no mix exceeds another in every chunk."""
+    from nestplan.schedule import _order_of, _pareto_states
+
+    checked = 0
+    for name, sched in SCHEDULES.items():
+        vps = (2,) if sched.chunks == "two" else (1,) if name in ("zb-h1", "1f1b", "gpipe") \
+            else (2, 3, 4)
+        for pp in range(2, 7, 2 if sched.mirrored else 1):
+            for vp in vps:
+                for stage in range(pp):
+                    for micro in range(pp, 10 * pp + 1, 3):
+                        if sched.check(pp, vp, micro) is not None:
+                            continue
+                        mixes = sched.held_states(stage, pp, vp, micro)
+                        assert mixes[0] == tuple(sched.held(stage, pp, vp, micro))
+                        assert not any(a != b and all(x >= y for x, y in zip(a, b))
+                                       for a in mixes for b in mixes)
+                        if sched.split_backward and not sched.holds_all:
+                            order = _order_of(name, stage, pp, vp, micro)
+                            assert set(mixes) == set(_pareto_states(order, vp, True)), (
+                                name, pp, vp, micro, stage)
+                        checked += 1
+    assert checked > 1000
+
+
+def test_a_device_peaks_at_its_heaviest_mix_of_chunks():
+    """Megatron-Core's interleaved steady state shifts what a device holds toward its earlier
+    chunks (their backwards come last), so where those are heavier the peak is a later mix than
+    the first that holds the most micro-batches (a review, replaying Megatron-Core's own
+    schedule table): Llama 3 70B on pp 8 with 4 chunks each, the first two of 3 blocks and the
+    others of 2, holds on its first device 16, 16, 7 and 0 micro-batches of its chunks at once,
+    110 blocks' activations, not the first peak's 15, 8, 8, 8 (101)."""
+    from nestplan.evaluate import evaluate, layer_graph, scenario_from_names
+    from nestplan.specs import Parallelism
+
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=16)
+    par = Parallelism(tp=8, pp=8, vp=4, sp=True, zero=1, mbs=1, recompute=("none",),
+                      stage_layers=(3,) * 16 + (2,) * 16)
+    mixes = SCHEDULES["interleaved-1f1b"].held_states(0, 8, 4, 16)
+    assert mixes[0] == (15, 8, 8, 8) and (16, 16, 7, 0) in mixes
+    block = layer_graph(sc.model, par, sc.training, sc.stack).dense.saved_bytes
+    assert evaluate(sc, par).stages[0].memory.activations == pytest.approx(110 * block)
+
+
 # ------------------------------------------------------------------------------------ DualPipe
 
 @FAST

@@ -36,7 +36,7 @@ from .cost.hardware import effective
 from .schedule import span
 from .placement import layouts, stage_devices
 from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog)
-from .options import Precision
+from .options import MLPKind, Precision
 from .recompute import effect
 from .result import Evaluation, StageReport, TimeBreakdown
 from .specs import Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold
@@ -91,8 +91,13 @@ def logged_flops_per_sequence(model, seq_len: int) -> float:
     """Model FLOP of one sequence as Megatron-LM logs them since 8873b55d6a (2025-03-06:
     ``num_floating_point_operations``, megatron/training/training.py @ d98e8a64dd, for sequences
     not packed as THD): every layer's attention over the whole sequence, windows and documents
-    aside, and its core at half for the causal mask."""
+    aside, and its core at half for the causal mask; a gated MLP counted as gated only under
+    --swiglu (its ``gated_linear_multiplier``), which the export writes for SwiGLU alone: a
+    GeLU-gated one (--quick-geglu, GPT-OSS's clamped one too) counts as two matrices, not three
+    (a user trial: 27 % above the log for GPT-OSS)."""
     plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
+    if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
+        plain = replace(plain, mlp=MLPKind.GELU, glu_clamp=0.0)
     g = _flop_graph(plain, seq_len, 0)
     head = g.head_shared if model.tied_embeddings else g.head  # (with the MTP depths' attention)
     masked = 0.5 * (head.attention_model_flops

@@ -14,10 +14,12 @@ them sets ``--mtp-layers 0``. QK norms (Qwen3 always, GLM-4.5 with ``use_qk_norm
 ``ModelSpec.qk_norm``, Llama 4's L2 norms (``use_qk_norm``) into ``ModelSpec.qk_l2_norm``.
 Biases are read as each family's modelling code places them: every linear layer (``bias``:
 GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A config of another
-family with ``attention_bias`` set is read as biases on every linear layer (experts included),
-which neither nestplan nor Megatron-Core can split finer: transformers' Llama puts them on q, k,
-v and o, and on the MLP only with ``mlp_bias`` (Llama with one of the two gets a note); its
-DeepSeek-V3 on the down projections and o. No shipped config sets it. Every shipped config's
+family with ``attention_bias`` set is read as biases on q, k and v, as Megatron-Bridge maps it
+(``add_qkv_bias``), with a note that the output projection's are left out (transformers puts
+them on q, k, v and o); Llama's ``mlp_bias`` as biases on every linear layer
+(``add_bias_linear``), with a note unless ``attention_bias`` is set too. DeepSeek-V3 (MLA) reads
+``attention_bias`` as every linear layer's (transformers': the down projections and o). No
+shipped config sets it. Every shipped config's
 parameter count is checked against transformers' own model, built on the meta device, and
 each family's FLOPs against that model run at a small size under torch's FLOP counter
 (``tests/test_hf_models.py``). RoPE on a share
@@ -307,13 +309,26 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
 
 
 def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
-                mlp: MLPKind | None = None) -> dict:
+                mlp: MLPKind | None = None, every_bias: bool = False) -> dict:
     """The fields every Llama-like family shares. ``qkv_bias``: the family's q, k and v carry
-    biases as it says and no other linear layer does (else ``attention_bias`` biases every
-    projection); ``mlp``: the family's MLP, whatever ``hidden_act`` says (else read from it)."""
+    biases as it says and no other linear layer does; else ``attention_bias`` gives q, k and v
+    biases, as Megatron-Bridge maps it (``add_qkv_bias``, conversion/model_bridge.py @
+    NVIDIA-NeMo/Megatron-Bridge 067f987df0), with a note that the output projection's are left
+    out (a user trial: Qwen3-MoE, Mixtral and Llama 4 had been given biases on every linear
+    layer, experts included), or, with ``every_bias``, biases on every linear layer (GPT-OSS,
+    whose experts carry them too); ``mlp``: the family's MLP, whatever ``hidden_act`` says (else
+    read from it)."""
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     scale, yarn = _rope(cfg)
+    attention_bias = cfg.get("attention_bias", default=False, kind=bool)
+    if qkv_bias is None and not every_bias:
+        qkv_bias = attention_bias
+        if attention_bias:
+            warnings.warn(HFNote(f"{cfg.where('attention_bias')}: read as biases on q, k and v, "
+                                 "as Megatron-Bridge maps it (add_qkv_bias): the output "
+                                 "projection's (hidden_size a layer) are not counted"),
+                          stacklevel=3)
     return dict(
         layers=cfg.get("num_hidden_layers"),
         hidden=hidden,
@@ -324,7 +339,7 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
         vocab=cfg.get("vocab_size"),
         mlp=mlp or _act(cfg),
         norm=Norm.RMSNORM,
-        bias=cfg.get("attention_bias", default=False, kind=bool) if qkv_bias is None else False,
+        bias=attention_bias if qkv_bias is None else False,
         **({} if qkv_bias is None else {"qkv_bias": qkv_bias}),
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
@@ -414,18 +429,19 @@ def _layer_indices(cfg: _Config, key: str, layers: int) -> list | None:
 
 def _llama(cfg: _Config) -> dict:
     """Llama: ``attention_bias`` biases q, k, v and o, ``mlp_bias`` the MLP's three matrices
-    (transformers' LlamaAttention, LlamaMLP). nestplan and Megatron-Core bias every linear layer
-    or none (or q, k and v alone), so either one alone is read as both, with a note."""
-    kw = _llama_like(cfg)
+    (transformers' LlamaAttention, LlamaMLP). nestplan and Megatron-Core bias every linear layer,
+    none, or q, k and v alone; as Megatron-Bridge maps them (``add_qkv_bias``,
+    ``add_bias_linear``), ``attention_bias`` alone is q, k and v's (``_llama_like``'s note), and
+    ``mlp_bias`` every linear layer's, with a note when ``attention_bias`` is not set."""
     attention = cfg.get("attention_bias", default=False, kind=bool)
     mlp = cfg.get("mlp_bias", default=False, kind=bool)
-    if attention != mlp:
-        given = "attention_bias" if attention else "mlp_bias"
-        warnings.warn(HFNote(f"{cfg.where(given)}: read as biases on every linear layer (nestplan "
-                             "and Megatron-Core give every linear layer one or none): "
-                             f"{'the MLP' if attention else 'the attention'}'s are counted too"),
-                      stacklevel=2)
+    kw = _llama_like(cfg, every_bias=mlp)
+    if mlp:
         kw["bias"] = True
+        if not attention:
+            warnings.warn(HFNote(f"{cfg.where('mlp_bias')}: read as biases on every linear layer, "
+                                 "as Megatron-Bridge maps it (add_bias_linear): the attention's "
+                                 "are counted too"), stacklevel=2)
     return kw
 
 
@@ -617,7 +633,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     # gate_up_proj_bias and down_proj_bias and the router's bias in the modelling code), and each
     # head a learned sink logit (self_attn.sinks)
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it)
-    kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU), "attention_sinks": True}
+    kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU, every_bias=True), "attention_sinks": True}
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
@@ -732,7 +748,7 @@ def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
 
 
 def _deepseek_v3(cfg: _Config) -> dict:
-    kw = _llama_like(cfg)
+    kw = _llama_like(cfg, every_bias=True)  # (MLA takes no q, k, v biases of its own)
     mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0, minimum=0),
                   kv_lora_rank=cfg.get("kv_lora_rank"),
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),

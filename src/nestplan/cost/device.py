@@ -476,12 +476,12 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
                   gather_link=gather, memory=mem, chunks=times)
 
 
-def held_in_flight(cc: ConfigCosts, stage: int) -> list[int]:
-    """Micro-batches whose activations each chunk of pipeline device ``stage`` holds at its peak:
-    the schedule's count (for the merged forward-backward of ``merges_batches``, see
-    ``memory_breakdown``)."""
+def held_in_flight(cc: ConfigCosts, stage: int) -> tuple[tuple[int, ...], ...]:
+    """The mixes of micro-batches per chunk of pipeline device ``stage`` one of which it holds at
+    its peak (``Schedule.held_states``; for the merged forward-backward of ``merges_batches``,
+    see ``memory_breakdown``)."""
     par = cc.par
-    return par.pipeline.held(stage, par.pp, par.vp, cc.micro)
+    return par.pipeline.held_states(stage, par.pp, par.vp, cc.micro)
 
 
 def merges_batches(cc: ConfigCosts) -> bool:
@@ -505,7 +505,7 @@ class MemoryParts:
     gradients: Num
     optimizer: Num
     transient: Num
-    """Working bytes of its heaviest operator (and ZeRO-3's gathered weights)."""
+    """Working bytes of its heaviest operator."""
     saved: list
     """Activation bytes one micro-batch leaves in each chunk."""
     stack: StackSpec
@@ -518,6 +518,8 @@ class MemoryParts:
     merge_below: int = 0
     """Merged steps run where the device holds fewer micro-batch chunks than this at its peak
     (not when every micro-batch is in the warm-up: one alone, or few enough to interleave)."""
+    gathered: Num = 0.0
+    """ZeRO-3's gathered weights: the operator in use and the one prefetched."""
 
 
 def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryParts:
@@ -529,14 +531,14 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
     cache = M.fp8_weight_cache_bytes(par.zero, st, cc.sc.training.precision)
     if cache:
         w = w + cache * _sum(*(c.block_params for c in chunks))
-    transient = 0.0
+    transient = gathered = 0.0
     for c in chunks:
         transient = np.maximum(transient, c.transient)
     if par.zero >= 3:  # gathered weights: the operator in use and the one prefetched
         largest = 0.0
         for c in chunks:
             largest = np.maximum(largest, c.largest)
-        transient = transient + 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
+        gathered = 2 * np.asarray(largest)[..., None] * M.COMPUTE_BYTES
     # the head's device: what the loss adds at its backward's peak (loss_transient_bytes)
     loss = cc.logits_bytes if stage == par.pipeline.device_of(par.pp * par.vp - 1, par.pp) else 0.0
     block = 0.0
@@ -548,16 +550,23 @@ def memory_parts(cc: ConfigCosts, chunks: list[Chunk], stage: int) -> MemoryPart
 
     return MemoryParts(pol(w), pol(g), pol(o), transient, [c.saved for c in chunks], st,
                        loss=loss, block=block,
-                       merge_below=cc.micro * par.vp if merges_batches(cc) else 0)
+                       merge_below=cc.micro * par.vp if merges_batches(cc) else 0,
+                       gathered=gathered)
 
 
-def memory_breakdown(parts: MemoryParts, held: list[int]) -> M.MemoryBreakdown:
-    """The device's memory when it holds ``held[c]`` micro-batches of chunk ``c``. The merged
-    step runs the loss's backward before its layers and the next forward's loss after them, so
-    the extra block and the loss's bytes never coexist."""
-    acts = _sum(*(n * s for n, s in zip(held, parts.saved)))
-    merged = parts.block if sum(held) < parts.merge_below else 0.0
-    transient = parts.transient + np.maximum(parts.loss, merged)
+def memory_breakdown(parts: MemoryParts, held) -> M.MemoryBreakdown:
+    """The device's memory at its heaviest of the mixes ``held`` (``held_in_flight``: each
+    ``h[c]`` micro-batches of chunk ``c``). The merged step runs the loss's backward before its
+    layers and the next forward's loss after them, so the extra block and the loss's bytes never
+    coexist. The loss's bytes are added to a block operator's working memory although its
+    backward frees them before any block's backward runs: the caching allocator keeps what they
+    took, which the measured peaks (reserved bytes) show; taking the larger of the two put two
+    of the ten development memory rows beyond 10 % (2026-12-05, a review's proposal)."""
+    acts = _sum(*(n * s for n, s in zip(held[0], parts.saved)))
+    for mix in held[1:]:
+        acts = np.maximum(acts, _sum(*(n * s for n, s in zip(mix, parts.saved))))
+    merged = parts.block if max(map(sum, held)) < parts.merge_below else 0.0
+    transient = parts.gathered + parts.transient + np.maximum(parts.loss, merged)
     return M.MemoryBreakdown(weights=parts.weights, gradients=parts.gradients,
                              optimizer=parts.optimizer, activations=acts,
                              transient=transient,

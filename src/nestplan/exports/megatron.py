@@ -445,15 +445,15 @@ def export(pf: PlanFile) -> Export:
                  "--moe-permute-fusion"]
         args += _router_args(m.moe)
         if m.moe.scores_on_input:
-            # a TransformerConfig field (megatron/core/transformer/transformer_config.py) that
-            # pretrain_gpt.py takes no flag for: only post-training's builder sets it
-            # (--export-moe-apply-probs-on-input, megatron/post_training/arguments.py, both @
-            # NVIDIA/Megatron-LM d98e8a64dd); experts.py allows it at top-1 only
-            notes.append("the router's score scales each expert's input, not its output (Llama 4): "
-                         "Megatron-Core does so with TransformerConfig.moe_apply_probs_on_input"
-                         + ("" if m.moe.top_k == 1 else " (at top-1 only)")
-                         + ", which pretrain_gpt.py takes no flag for; set it in the model's "
-                         "config, or the run weights the experts' outputs instead")
+            # the router's score scales each expert's input (Llama 4): a TransformerConfig field,
+            # so a flag of Megatron-LM's (its transformer group is built from the config's
+            # fields: ArgumentGroupFactory, megatron/training/arguments.py @ d98e8a64dd; a user
+            # trial found the export had said there was none); experts.py takes it at top-1 only
+            args.append("--moe-apply-probs-on-input")
+            if m.moe.top_k > 1:
+                notes.append("the router's score scales each expert's input, not its output: "
+                             "Megatron-Core's --moe-apply-probs-on-input runs at top-1 only, "
+                             f"and this model routes to {m.moe.top_k}")
         if sc.stack.moe_dispatcher == "flex":
             args.append("--moe-flex-dispatcher-backend deepep")
         if tr.moe_capacity is not None:
