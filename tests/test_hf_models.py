@@ -196,3 +196,32 @@ def test_llama_biases_on_every_linear_layer_count_what_transformers_builds():
     data.pop("dtype", None)
     ours, padding = nestplan_count(data)
     assert ours == transformers_count(data) + padding
+
+
+@pytest.mark.parametrize("family, extra, absent", [
+    ("DeepseekV3Config", {"n_routed_experts": 8, "num_hidden_layers": 4, "q_lora_rank": 64,
+                          "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+                          "v_head_dim": 32, "num_key_value_heads": 4, **FEW_EXPERTS},
+     ("first_k_dense_replace", "n_shared_experts", "n_group", "topk_group",
+      "routed_scaling_factor")),
+    ("Glm4MoeConfig", {"n_routed_experts": 4, "num_hidden_layers": 3, **FEW_EXPERTS},
+     ("first_k_dense_replace", "n_shared_experts")),
+    ("Qwen2MoeConfig", {"num_experts": 4, **FEW_EXPERTS}, ("shared_expert_intermediate_size",)),
+])
+def test_absent_keys_are_read_as_the_config_class_defaults_them(family, extra, absent):
+    """A trimmed config.json leaves keys out; transformers builds the model with its config
+    class's defaults, and nestplan reads them so (a user trial: DeepSeek-V3 without
+    first_k_dense_replace had been 32.8 B parameters over, GLM-4.5 and DeepSeek-V3 without
+    n_shared_experts had lost their shared expert, Qwen2-MoE its shared expert's size)."""
+    transformers = pytest.importorskip("transformers")
+    data = getattr(transformers, family)(**{**SMALL, **extra}).to_dict()
+    data.pop("dtype", None)
+    for key in absent:
+        data.pop(key, None)
+    ours, padding = nestplan_count(data)
+    assert ours == transformers_count(data) + padding
+    m = model_from_hf_dict(data)
+    if family == "DeepseekV3Config":
+        moe = m.moe
+        assert (moe.first_dense_layers, moe.shared_experts, moe.router_groups,
+                moe.router_group_top_k, moe.router_scale) == (3, 1, 8, 4, 2.5)

@@ -535,12 +535,20 @@ TOPK_METHODS = ("noaux_tc", "group_limited_greedy", "greedy")
 groups without the bias; neither."""
 
 
-def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid") -> dict:
+DEEPSEEK_ROUTER = {"n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}
+"""DeepseekV3Config's router defaults for keys a config leaves out (transformers 5.23,
+models/deepseek_v3/configuration_deepseek_v3.py; Glm4MoeConfig's are 1, 1 and 1.0)."""
+
+
+def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid", absent=None) -> dict:
     """The DeepSeek-style router's fields: sigmoid scores, the auxiliary-loss-free expert bias
     (``topk_method = "noaux_tc"``), group-limited routing (``n_group``, ``topk_group``) and the
     weights' factor (``routed_scaling_factor``), as Megatron-Bridge maps them
     (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v3, kimi and glm45
-    bridges @ 067f987df0: sigmoid and expert bias set by the bridge)."""
+    bridges @ 067f987df0: sigmoid and expert bias set by the bridge); ``absent``: the family's
+    defaults of the last three (its config class's: a user trial's trimmed DeepSeek-V3 config
+    had been read with GLM's, 1, 1 and 1.0)."""
+    absent = absent or {}
     method = cfg.get("topk_method", default="noaux_tc", kind=str)
     if method not in TOPK_METHODS:
         raise SpecError(cfg.where("topk_method"), method, "allowed: " + ", ".join(TOPK_METHODS))
@@ -554,10 +562,12 @@ def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid") -> dict:
                         f"scores only (Megatron-Core's rule), and scoring_func is {score!r}")
     return dict(router_score=score,
                 router_expert_bias=method == "noaux_tc",
-                router_groups=cfg.get("n_group", default=1) if grouped else 1,
-                router_group_top_k=cfg.get("topk_group", default=1) if grouped else 1,
-                router_scale=cfg.get("routed_scaling_factor", default=1.0, kind=float,
-                                     minimum=0))
+                router_groups=cfg.get("n_group", default=absent.get("n_group", 1))
+                if grouped else 1,
+                router_group_top_k=cfg.get("topk_group", default=absent.get("topk_group", 1))
+                if grouped else 1,
+                router_scale=cfg.get("routed_scaling_factor", kind=float, minimum=0,
+                                     default=absent.get("routed_scaling_factor", 1.0)))
 
 
 class HFNote(Note):
@@ -584,7 +594,8 @@ def _qwen2_moe(cfg: _Config) -> dict:
     # own size behind a sigmoid gate (shared_expert_gate in the modelling code)
     kw = _llama_like(cfg, qkv_bias=cfg.get("qkv_bias", default=True, kind=bool))
     kw.update(_qwen_sliding(cfg, kw["layers"], alternate=True))
-    shared = cfg.get("shared_expert_intermediate_size", default=0, minimum=0)
+    # (absent: Qwen2MoeConfig's 5,632, transformers 5.23 configuration_qwen2_moe.py)
+    shared = cfg.get("shared_expert_intermediate_size", default=5632, minimum=0)
     placed = _moe_pattern(cfg, kw["layers"])
     if placed is not None:
         kw["moe"] = MoESpec(experts=cfg.get("num_experts"), top_k=cfg.get("num_experts_per_tok"),
@@ -600,11 +611,13 @@ def _glm4_moe(cfg: _Config) -> dict:
     # output projection), DeepSeek-style routed and shared experts
     kw = _llama_like(cfg, qkv_bias=cfg.get("attention_bias", default=False, kind=bool))
     moe_ffn = cfg.get("moe_intermediate_size")
+    # (absent keys: Glm4MoeConfig's one shared expert and one dense first layer, transformers
+    # 5.23 configuration_glm4_moe.py)
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=moe_ffn,
-                        shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
+                        shared_experts=cfg.get("n_shared_experts", default=1, minimum=0),
                         shared_ffn_hidden=moe_ffn,
-                        first_dense_layers=cfg.get("first_k_dense_replace", default=0, minimum=0),
+                        first_dense_layers=cfg.get("first_k_dense_replace", default=1, minimum=0),
                         **_sigmoid_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     kw["qk_norm"] = cfg.get("use_qk_norm", default=False, kind=bool)  # GLM-4.5 sets it
@@ -735,7 +748,7 @@ def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
     period from the first MoE layer: the first multiple of the period from the dense layers on
     (the first dense count had been taken as that offset: a period of 2 after 3 dense layers
     had made layers 3, 5, ... MoE, not 4, 6, ...)."""
-    dense = cfg.get("first_k_dense_replace", default=0, minimum=0)
+    dense = cfg.get("first_k_dense_replace", default=3, minimum=0)  # (DeepseekV3Config's)
     freq = cfg.get("moe_layer_freq", default=1)
     first = -(-dense // freq) * freq
     if dense >= layers:  # (ModelSpec says so of the dense layers, as the config counts them)
@@ -766,9 +779,9 @@ def _deepseek_v3(cfg: _Config) -> dict:
     first, freq = _deepseek_moe_layers(cfg, kw["layers"])
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
-                        shared_experts=cfg.get("n_shared_experts", default=0, minimum=0),
+                        shared_experts=cfg.get("n_shared_experts", default=1, minimum=0),
                         shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
-                        **_sigmoid_router(cfg))
+                        **_sigmoid_router(cfg, absent=DEEPSEEK_ROUTER))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
