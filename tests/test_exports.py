@@ -2169,3 +2169,19 @@ def test_an_export_to_another_stack_names_a_much_faster_zero_stage_there():
         pf = planfile.from_dict(planfile.to_dict(one, method="manual"))
         assert not any("it runs in" in n for n in export(pf, fmt).notes), fmt
     assert one.scenario == core
+
+
+def test_experts_weighted_on_input_beyond_top_1_are_not_asked_of_megatron():
+    """Megatron-Core takes --moe-apply-probs-on-input at top-1 only (it asserts so in the
+    experts' forward, experts.py): a Llama 4 with two experts a token exports without it and
+    says the run weights the outputs instead (a review: the flag had been written, a run that
+    fails at its first MoE layer)."""
+    sc = scenario_from_names("llama4-maverick", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+    two = replace(sc, model=replace(sc.model, name="maverick-top2",
+                                    moe=replace(sc.model.moe, top_k=2)))
+    par = Parallelism(tp=4, pp=1, dp=16, ep=16, etp=1, sp=True, zero=1, mbs=1)
+    out = exported(two, par, "megatron")
+    flags = [line for line in out.text.splitlines() if not line.startswith("#")]
+    assert not any("--moe-apply-probs-on-input" in line for line in flags)
+    assert any("runs at top-1 only" in n for n in out.notes)
+    assert "--moe-apply-probs-on-input" in exported(sc, par, "megatron").text

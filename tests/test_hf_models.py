@@ -225,3 +225,29 @@ def test_absent_keys_are_read_as_the_config_class_defaults_them(family, extra, a
         moe = m.moe
         assert (moe.first_dense_layers, moe.shared_experts, moe.router_groups,
                 moe.router_group_top_k, moe.router_scale) == (3, 1, 8, 4, 2.5)
+
+
+def test_gpt_oss_and_deepseek_v3_biases_as_their_builders_make_them():
+    """GPT-OSS biases every linear layer when its config leaves attention_bias out (GptOssConfig
+    defaults it true: nestplan's count is transformers'); DeepSeek-V3 has none, as
+    Megatron-Bridge builds it, and a config's attention_bias is ignored with a note (a review:
+    it had put biases on every linear layer, experts included)."""
+    import warnings
+
+    transformers = pytest.importorskip("transformers")
+    data = transformers.GptOssConfig(**{**SMALL, "num_local_experts": 4,
+                                        "num_experts_per_tok": 2}).to_dict()
+    data.pop("dtype", None)
+    data.pop("attention_bias")
+    assert model_from_hf_dict(data).bias
+    v3 = transformers.DeepseekV3Config(**{**SMALL, "n_routed_experts": 8, "num_hidden_layers": 4,
+                                          "q_lora_rank": 64, "kv_lora_rank": 32,
+                                          "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+                                          "v_head_dim": 32, "num_key_value_heads": 4,
+                                          "attention_bias": True, **FEW_EXPERTS}).to_dict()
+    v3.pop("dtype", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = model_from_hf_dict(v3)
+    assert not m.bias and not m.qkv_bias
+    assert any("attention_bias: ignored" in str(w.message) for w in caught)

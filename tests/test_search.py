@@ -42,6 +42,21 @@ def tiny_scenario(layers, gpus, node, heads, kv, moe, extra_mib, batch, bw_ratio
                     training=TrainingSpec(seq_len=512, global_batch=batch))
 
 
+def test_the_network_bound_holds_for_a_plan_without_interleaving():
+    """A hypothesis example (2026-12-05): the network bound took the pipeline's send times from
+    the interleaved layout, whose wrap-around send shares the links, so a four-stage plan's bound
+    (one block a stage, rank order tp-pp-cp-dp) exceeded its step by 1.7 µs and the search
+    returned a slower plan than the brute-force optimum."""
+    sc = tiny_scenario(4, 4, 2, 2, 2, False, 35, 4, 1.0, 4.0, 0)
+    con = Constraints(zero=0, mbs=2)
+    oracle = methods.run_method("exhaustive", sc, con, top=1)
+    found = methods.run_method("nest", sc, con, top=1)
+    assert oracle.best.plan.pp == 4
+    assert found.best.step_time == pytest.approx(oracle.best.step_time, rel=1e-9)
+    assert space.network_bound(sc, oracle.best.plan.with_(stage_layers=None)) \
+        <= oracle.best.step_time
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(layers=st.integers(2, 4), gpus=st.sampled_from([2, 4]), node=st.sampled_from([1, 2, 4]),
        heads=st.sampled_from([2, 4]), moe=st.booleans(), hbm=st.sampled_from([20, 35, 60, 1000]),

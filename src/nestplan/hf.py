@@ -17,9 +17,9 @@ GPT-OSS), or q, k and v only (``qkv_bias``: Qwen2, Qwen2-MoE, GLM-4.5). A config
 family with ``attention_bias`` set is read as biases on q, k and v, as Megatron-Bridge maps it
 (``add_qkv_bias``), with a note that the output projection's are left out (transformers puts
 them on q, k, v and o); Llama's ``mlp_bias`` as biases on every linear layer
-(``add_bias_linear``), with a note unless ``attention_bias`` is set too. DeepSeek-V3 (MLA) reads
-``attention_bias`` as every linear layer's (transformers': the down projections and o). No
-shipped config sets it. Every shipped config's
+(``add_bias_linear``), with a note unless ``attention_bias`` is set too. Mistral and Mixtral
+(bias=False in transformers' code) and DeepSeek-V3 (none in Megatron-Bridge's) ignore it with a
+note. No shipped config sets it. Every shipped config's
 parameter count is checked against transformers' own model, built on the meta device, and
 each family's FLOPs against that model run at a small size under torch's FLOP counter
 (``tests/test_hf_models.py``). RoPE on a share
@@ -427,6 +427,15 @@ def _layer_indices(cfg: _Config, key: str, layers: int) -> list | None:
     return None if listed is None else list(layer_indices(cfg.where(key), listed, layers))
 
 
+def _unbiased(cfg: _Config, family: str, why: str) -> dict:
+    """``_llama_like``'s fields for a family whose attention has no biases whatever
+    ``attention_bias`` says (``why``), with a note where a config sets it."""
+    if cfg.get("attention_bias", default=False, kind=bool):
+        warnings.warn(HFNote(f"{cfg.where('attention_bias')}: ignored: {family} has no attention "
+                             f"biases ({why})"), stacklevel=3)
+    return _llama_like(cfg, qkv_bias=False)
+
+
 def _llama(cfg: _Config) -> dict:
     """Llama: ``attention_bias`` biases q, k, v and o, ``mlp_bias`` the MLP's three matrices
     (transformers' LlamaAttention, LlamaMLP). nestplan and Megatron-Core bias every linear layer,
@@ -450,7 +459,8 @@ def _mistral(cfg: _Config) -> dict:
     when the config has no ``sliding_window`` key and none when it is null (MistralConfig's
     default: src/transformers/models/mistral/configuration_mistral.py @ huggingface/transformers
     0b07a74c673bdf8fbd472a1c7df139b357495414; Mistral 7B v0.1 sets 4,096, v0.2 and later null)."""
-    kw = _llama_like(cfg)
+    kw = _unbiased(cfg, "Mistral", "its projections are built with bias=False: "
+                   "MistralAttention, transformers 5.23")
     window = _span(cfg, "sliding_window", 4096)
     return {**kw, **_sliding(cfg, kw["layers"], window, range(kw["layers"]), typed=False)}
 
@@ -493,7 +503,8 @@ def _mixtral(cfg: _Config) -> dict:
     # Mixtral: a sliding window on every layer only where the config gives one (MixtralConfig
     # defaults it to None: src/transformers/models/mixtral/configuration_mixtral.py @
     # huggingface/transformers ad467bd7633c63ba3ae55da29ff08a30a47cc008)
-    kw = _llama_like(cfg)
+    kw = _unbiased(cfg, "Mixtral", "its projections are built with bias=False: "
+                   "MixtralAttention, transformers 5.23")
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"))
     window = _span(cfg, "sliding_window", 0)
@@ -647,6 +658,9 @@ def _gpt_oss(cfg: _Config) -> dict:
     # head a learned sink logit (self_attn.sinks)
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it)
     kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU, every_bias=True), "attention_sinks": True}
+    # (absent: GptOssConfig's true, transformers 5.23; Megatron-Bridge builds it with biases on
+    # every linear layer whatever the key says: add_bias_linear, gpt_oss_bridge.py @ 067f987df0)
+    kw["bias"] = cfg.get("attention_bias", default=True, kind=bool)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
     # absent keys as GptOssConfig defaults them: a 128-token window on layers 0, 2, 4, ..., and
@@ -761,7 +775,10 @@ def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
 
 
 def _deepseek_v3(cfg: _Config) -> dict:
-    kw = _llama_like(cfg, every_bias=True)  # (MLA takes no q, k, v biases of its own)
+    # no biases, as Megatron-Bridge builds it (add_bias_linear = False, deepseek_v3_bridge.py @
+    # NVIDIA-NeMo/Megatron-Bridge 067f987df0; transformers' attention_bias would bias q_a, kv_a
+    # and o, which MLA cannot carry here)
+    kw = _unbiased(cfg, "DeepSeek-V3 as Megatron-Bridge builds it", "add_bias_linear = False")
     mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0, minimum=0),
                   kv_lora_rank=cfg.get("kv_lora_rank"),
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),

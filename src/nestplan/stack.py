@@ -136,9 +136,11 @@ class StackSpec(_CachedHash):
     loss)."""
     loss_transient_bytes: int = 4
     """Bytes per logit element alive at the loss's peak beside what it keeps for backward
-    (``loss_saved_bytes``): 4 for Megatron's fused vocab-parallel cross-entropy (its fp32
-    gradient); 6 for eager cross-entropy on upcast logits (the bf16 logits and their fp32 copy, or
-    the fp32 and bf16 gradients); 2 for a fused kernel's bf16 gradient."""
+    (``loss_saved_bytes``): 2 for Megatron's vocab-parallel cross-entropy, whose backward writes
+    its gradient into the fp32 logits it keeps and casts it to bf16 (the megatron-core stack's,
+    measured; the default here is the 4 it had been given first); 6 for eager cross-entropy on
+    upcast logits (the bf16 logits and their fp32 copy, or the fp32 and bf16 gradients); 2 for a
+    fused kernel's bf16 gradient."""
     # ---- behaviour: overlap
     overlap_grad_reduce: bool = True
     """Data-parallel gradient reduction overlaps the last micro-batch's backward."""

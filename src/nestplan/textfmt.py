@@ -143,9 +143,10 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM logs them: attention over the "
-            "sequence, at half for the causal mask)"
-            if not math.isclose(ev.logged_model_flops, ev.model_flops, rel_tol=5e-4) else ""),
+            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM counts them: its attention at half "
+            "for the causal mask, a GeLU-gated MLP as ungated)"
+            if ev.scenario.stack.export_format == "megatron"
+            and not math.isclose(ev.logged_model_flops, ev.model_flops, rel_tol=5e-4) else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "

@@ -239,8 +239,9 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
             math.isclose(run.logged_model_flops, run.model_flops, rel_tol=5e-4) else [
             f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
-            "its count takes every layer's attention over all seq_len tokens, at half for the "
-            f"causal mask ({LOGGED_FLOPS[fmt][1]})"]
+            "its count takes every layer's attention over all seq_len tokens at half for the "
+            "causal mask, and a GeLU-gated MLP (--quick-geglu) as ungated "
+            f"({LOGGED_FLOPS[fmt][1]})"]
         return ([text] if text else []) + logged + _span_notes(pf, exported, fmt)
 
     ev, _ = prediction(pf, exported)

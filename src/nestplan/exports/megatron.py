@@ -449,11 +449,13 @@ def export(pf: PlanFile) -> Export:
             # so a flag of Megatron-LM's (its transformer group is built from the config's
             # fields: ArgumentGroupFactory, megatron/training/arguments.py @ d98e8a64dd; a user
             # trial found the export had said there was none); experts.py takes it at top-1 only
-            args.append("--moe-apply-probs-on-input")
-            if m.moe.top_k > 1:
+            if m.moe.top_k == 1:
+                args.append("--moe-apply-probs-on-input")
+            else:  # (Megatron-Core asserts top-1 in the experts' forward: experts.py)
                 notes.append("the router's score scales each expert's input, not its output: "
-                             "Megatron-Core's --moe-apply-probs-on-input runs at top-1 only, "
-                             f"and this model routes to {m.moe.top_k}")
+                             "Megatron-Core's --moe-apply-probs-on-input runs at top-1 only "
+                             f"and this model routes to {m.moe.top_k}, so the export leaves it "
+                             "out and the run weights the experts' outputs instead")
         if sc.stack.moe_dispatcher == "flex":
             args.append("--moe-flex-dispatcher-backend deepep")
         if tr.moe_capacity is not None:

@@ -463,7 +463,14 @@ def _network_parts(sc: Scenario, par: Parallelism) -> tuple[
     shared = layer_cost(mg.head_shared, cluster.accelerator, cluster, lay, tr, st)
     ends[G.LayerKind.HEAD] = min(ends[G.LayerKind.HEAD], shared.fwd + shared.bwd)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * sc.model.hidden / (par.tp if par.sp else 1)
-    boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
+    boundary = [p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp]
+    if par.pp > 1:  # without interleaving no wrap-around send shares the links: the lesser of
+        # the two bounds every vp (a hypothesis example: the interleaved layout's contention
+        # had put the bound of a vp-1 plan above its step, and the search missed it)
+        one = layouts(par.with_(vp=1), cluster, sc.gpus).pp
+        boundary = [min(t, p2p_time(nbytes, bd.level, bd.share, cluster))
+                    for t, bd in zip(boundary, one)] + boundary[len(one):]
+    boundary = tuple(boundary)
     return (work, wgrad, b_in, boundary, tr.micro_batches(par.mbs, par.dp),
             (min(blocks), _ends(ends)))
 
