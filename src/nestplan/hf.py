@@ -658,8 +658,8 @@ def _gpt_oss(cfg: _Config) -> dict:
     # head a learned sink logit (self_attn.sinks)
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it)
     kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU, every_bias=True), "attention_sinks": True}
-    # (absent: GptOssConfig's true, transformers 5.23; Megatron-Bridge builds it with biases on
-    # every linear layer whatever the key says: add_bias_linear, gpt_oss_bridge.py @ 067f987df0)
+    # as transformers builds it (absent: GptOssConfig's true, transformers 5.23); Megatron-Bridge
+    # builds every GPT-OSS with them (add_bias_linear, gpt_oss_bridge.py @ 067f987df0)
     kw["bias"] = cfg.get("attention_bias", default=True, kind=bool)
     kw["moe"] = MoESpec(experts=cfg.get("num_local_experts"), top_k=cfg.get("num_experts_per_tok"),
                         ffn_hidden=cfg.get("intermediate_size"), expert_bias=True)
