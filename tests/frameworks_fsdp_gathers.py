@@ -13,8 +13,6 @@ group), the data parallelism FSDP2's over both, as torchtitan builds a stage of 
 FSDP, reshard_after_forward false (nestplan's ZeRO-2). Prints one JSON object.
 """
 
-import json
-import sys
 
 import torch
 import torch.distributed as dist
@@ -103,11 +101,8 @@ def _rank(rank: int) -> dict:
 def main():
     import ranks  # beside this file
 
-    try:
-        result = ranks.run(_rank, 2)
-    except RuntimeError as e:
-        sys.exit(str(e))
-    print(json.dumps({"blocks": BLOCKS, "micro": MICRO, **result}))
+    ranks.print_result(_rank, 2, wrap=lambda result: {"blocks": BLOCKS, "micro": MICRO,
+                                                      **result})
 
 
 if __name__ == "__main__":

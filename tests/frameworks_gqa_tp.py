@@ -18,8 +18,6 @@ all-reduce. Needs the ``frameworks`` extra (torch CPU, megatron-core).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 
 def worker(rank: int, a) -> dict:
@@ -86,12 +84,7 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=1)
     p.add_argument("--tp", type=int, default=2)
     a = p.parse_args()
-    try:
-        result = ranks.run(worker, a.tp, (a,))
-    except RuntimeError as e:
-        sys.exit(str(e))
-    json.dump(result, sys.stdout)
-    print()
+    ranks.print_result(worker, a.tp, (a,))
 
 
 if __name__ == "__main__":

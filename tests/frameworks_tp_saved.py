@@ -21,8 +21,6 @@ backward, in order). Needs the ``frameworks`` extra (torch, CPU).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 
 def worker(rank: int, a) -> list[dict]:
@@ -110,12 +108,7 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--ac", default="none", help="none, op or full, or several: none,op,full")
     a = p.parse_args()
-    try:
-        result = ranks.run(worker, a.tp, (a,))
-    except RuntimeError as e:
-        sys.exit(str(e))
-    json.dump(result, sys.stdout)
-    print()
+    ranks.print_result(worker, a.tp, (a,))
 
 
 if __name__ == "__main__":

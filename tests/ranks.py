@@ -81,3 +81,16 @@ def run(target, world: int = 2, args: tuple = ()):
         if failed or any(codes):
             raise RuntimeError(f"a rank failed: exit codes {codes}")
     return result
+
+
+def print_result(target, world: int = 2, args: tuple = (), wrap=lambda result: result) -> None:
+    """A probe's main: ``run`` it and print ``wrap`` of rank 0's answer as one JSON line on
+    stdout, or exit naming the ranks' failure."""
+    import json
+    import sys
+
+    try:
+        result = run(target, world, args)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    print(json.dumps(wrap(result)))

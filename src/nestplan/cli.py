@@ -444,6 +444,7 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate
 
     ev = evaluate(sc, plan)
+    _note_idle_policies(ev)
     _note_recompute_costs_memory(ev)
     _note_host_bound(ev)
     _notes_on_workload_and_stack(ev, args)
@@ -700,18 +701,9 @@ def _note_recompute_costs_memory(ev) -> None:
     from .options import AttentionImpl
     from .units import fmt_gib
 
-    from .evaluate import layer_graph
-
-    sc, stack = ev.scenario, ev.scenario.stack
+    stack = ev.scenario.stack
     policies = {stack.policy(n) for n in ev.plan.recompute}
     kinds = {p.kind for p in policies}
-    present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
-    for p in sorted((p for p in policies if p.modules and not set(p.modules) & present),
-                    key=lambda p: p.name):  # (a user trial's fine-grained Llama plan: silent)
-        warnings.warn(f"recompute {p.name} recomputes nothing here: none of its modules "
-                      f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
-                      f"{stack.name} (a norm fused into the next linear layer is not one); "
-                      "costed as none", Note)
     # per-module policies, some stages perhaps none (every stack offers none: StackSpec)
     if "modules" not in kinds or not kinds <= {"modules", "none"}:
         return
@@ -723,6 +715,25 @@ def _note_recompute_costs_memory(ev) -> None:
         warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and costs "
                       f"time ({fmt_gib(ev.peak_memory)} GiB against "
                       f"{fmt_gib(bare.peak_memory)}){why}", Note)
+
+
+def _note_idle_policies(ev) -> None:
+    """Say when a per-module recompute policy of the plan has none of its modules among the
+    model's operators on this stack, so it recomputes nothing (a user trial's fine-grained
+    Llama plan gave none's figures without a word)."""
+    import warnings
+
+    from .errors import Note
+    from .evaluate import layer_graph
+
+    sc, stack = ev.scenario, ev.scenario.stack
+    present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
+    for p in sorted({stack.policy(n) for n in ev.plan.recompute}, key=lambda p: p.name):
+        if p.modules and not set(p.modules) & present:
+            warnings.warn(f"recompute {p.name} recomputes nothing here: none of its modules "
+                          f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
+                          f"{stack.name} (a norm fused into the next linear layer is not one); "
+                          "costed as none", Note)
 
 
 def _searchable(args):
@@ -1005,8 +1016,10 @@ def _note_over_hbm(cases, peaks) -> None:
     from .textfmt import first_of
     from .units import GiB
 
-    over = [(c, p / c.scenario.cluster.accelerator.hbm_bytes) for c, p in zip(cases, peaks)
-            if p is not None and p > c.scenario.cluster.accelerator.hbm_bytes]
+    def hbm(case):
+        return case.scenario.cluster.accelerator.hbm_bytes
+
+    over = [(c, p / hbm(c)) for c, p in zip(cases, peaks) if p is not None and p > hbm(c)]
     if not over:
         return
     import warnings
@@ -1014,7 +1027,7 @@ def _note_over_hbm(cases, peaks) -> None:
     from .errors import Note
 
     c, ratio = max(over, key=lambda o: o[1])
-    most = f"{ratio:.2f}x its {c.scenario.cluster.accelerator.hbm_bytes / GiB:.1f} GiB"
+    most = f"{ratio:.2f}x its {hbm(c) / GiB:.1f} GiB"
     which = (f"row {c.id}'s plan is predicted at {most}" if len(over) == 1 else
              f"{len(over)} of {len(cases)} rows' plans are predicted above their device's memory "
              f"({first_of([o[0].id for o in over])}; the most {c.id}, {most})")
@@ -1258,6 +1271,7 @@ def _note_fit_limits(cases, result, base) -> None:
     accelerators, or when the peaks are below the memory model's tensors."""
     import warnings
 
+    from .calibrate import PARAMETERS
     from .errors import Note
     from .textfmt import first_of
     from .units import GiB
@@ -1280,8 +1294,7 @@ def _note_fit_limits(cases, result, base) -> None:
             scale = getattr(st, field)
             if top * scale >= 1 and scale > getattr(base, field):
                 capped.add(what)
-    lowered = [f for f in ("matmul_scale", "attention_scale", "memory_scale")
-               if getattr(st, f) < getattr(base, f)]
+    lowered = [f for f in PARAMETERS[:3] if getattr(st, f) < getattr(base, f)]
     if capped and lowered:  # (a user trial: rows 15 % slow read as "ran beyond the peak")
         warnings.warn(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
                       f"accelerator's peak while it lowers {' and '.join(lowered)}: the rows do "

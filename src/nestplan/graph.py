@@ -58,9 +58,9 @@ class LayerKind(enum.Enum):
 
 
 BLOCK_KINDS = frozenset({LayerKind.DENSE, LayerKind.MOE})
+"""The transformer blocks (what pipeline stages split), as opposed to the embedding and head."""
 ATTENTION_CORE_OPS = frozenset({"attn_core", "attn_scores", "attn_pv"})
 """The operators of the attention core (fused; unfused, its two batched matmuls)."""
-"""The transformer blocks (what pipeline stages split), as opposed to the embedding and head."""
 
 
 class CollKind(enum.Enum):
@@ -406,12 +406,13 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     block_in = E * T * h
     gemm_in = E * x.Tg * h  # under SP the shard (gathered again in backward) or the gathered input
     if m.mla is None:
-        qkv_out = (x.a + 2 * x.g) * x.d
-        parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
         if x.kv_gather:  # a 1/t share of every head's projections, gathered below
             heads = m.heads + 2 * m.kv_heads
             qkv_out = heads * x.d / x.t
             parts = (m.heads / heads, m.kv_heads / heads, m.kv_heads / heads)
+        else:
+            qkv_out = (x.a + 2 * x.g) * x.d
+            parts = (x.a / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g), x.g / (x.a + 2 * x.g))
         ops.append(_gemm("qkv", T, h, qkv_out, saved=gemm_in, matmuls=parts))
         params = h * qkv_out + x.a * x.d * h
         total = h * (m.heads + 2 * m.kv_heads) * m.head_dim + m.heads * m.head_dim * h

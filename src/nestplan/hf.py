@@ -309,22 +309,20 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
 
 
 def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
-                mlp: MLPKind | None = None, every_bias: bool = False) -> dict:
-    """The fields every Llama-like family shares. ``qkv_bias``: the family's q, k and v carry
-    biases as it says and no other linear layer does; else ``attention_bias`` gives q, k and v
-    biases, as Megatron-Bridge maps it (``add_qkv_bias``, conversion/model_bridge.py @
-    NVIDIA-NeMo/Megatron-Bridge 067f987df0), with a note that the output projection's are left
-    out (a user trial: Qwen3-MoE, Mixtral and Llama 4 had been given biases on every linear
-    layer, experts included), or, with ``every_bias``, biases on every linear layer (GPT-OSS,
-    whose experts carry them too); ``mlp``: the family's MLP, whatever ``hidden_act`` says (else
-    read from it)."""
+                mlp: MLPKind | None = None) -> dict:
+    """The fields every Llama-like family shares, no linear layer biased but as ``qkv_bias``
+    says: the family's q, k and v carry biases as it says (a family that biases more sets
+    ``bias`` itself); else ``attention_bias`` gives q, k and v biases, as Megatron-Bridge maps it
+    (``add_qkv_bias``, conversion/model_bridge.py @ NVIDIA-NeMo/Megatron-Bridge 067f987df0), with
+    a note that the output projection's are left out (a user trial: Qwen3-MoE, Mixtral and
+    Llama 4 had been given biases on every linear layer, experts included); ``mlp``: the
+    family's MLP, whatever ``hidden_act`` says (else read from it)."""
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     scale, yarn = _rope(cfg)
-    attention_bias = cfg.get("attention_bias", default=False, kind=bool)
-    if qkv_bias is None and not every_bias:
-        qkv_bias = attention_bias
-        if attention_bias:
+    if qkv_bias is None:
+        qkv_bias = cfg.get("attention_bias", default=False, kind=bool)
+        if qkv_bias:
             warnings.warn(HFNote(f"{cfg.where('attention_bias')}: read as biases on q, k and v, "
                                  "as Megatron-Bridge maps it (add_qkv_bias): the output "
                                  "projection's (hidden_size a layer) are not counted"),
@@ -339,8 +337,8 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
         vocab=cfg.get("vocab_size"),
         mlp=mlp or _act(cfg),
         norm=Norm.RMSNORM,
-        bias=attention_bias if qkv_bias is None else False,
-        **({} if qkv_bias is None else {"qkv_bias": qkv_bias}),
+        bias=False,
+        qkv_bias=qkv_bias,
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
         rope_mscale=scale,
@@ -444,7 +442,7 @@ def _llama(cfg: _Config) -> dict:
     ``mlp_bias`` every linear layer's, with a note when ``attention_bias`` is not set."""
     attention = cfg.get("attention_bias", default=False, kind=bool)
     mlp = cfg.get("mlp_bias", default=False, kind=bool)
-    kw = _llama_like(cfg, every_bias=mlp)
+    kw = _llama_like(cfg, qkv_bias=False if mlp else None)
     if mlp:
         kw["bias"] = True
         if not attention:
@@ -657,7 +655,7 @@ def _gpt_oss(cfg: _Config) -> dict:
     # gate_up_proj_bias and down_proj_bias and the router's bias in the modelling code), and each
     # head a learned sink logit (self_attn.sinks)
     # the experts' clamped GLU, whatever hidden_act says (the modelling code hard-codes it)
-    kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU, every_bias=True), "attention_sinks": True}
+    kw = {**_llama_like(cfg, mlp=MLPKind.SWIGLU, qkv_bias=False), "attention_sinks": True}
     # as transformers builds it (absent: GptOssConfig's true, transformers 5.23); Megatron-Bridge
     # builds every GPT-OSS with them (add_bias_linear, gpt_oss_bridge.py @ 067f987df0)
     kw["bias"] = cfg.get("attention_bias", default=True, kind=bool)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
@@ -139,6 +140,12 @@ class Evaluation:
     @property
     def model_tflops_per_gpu(self) -> float:
         return self.model_flops / self.step_time / self.gpus / 1e12
+
+    @property
+    def logs_other_flops(self) -> bool:
+        """Megatron-LM's log counts this plan's model FLOP otherwise than MFU does
+        (``logged_model_flops`` differs by more than 0.05 %)."""
+        return not math.isclose(self.logged_model_flops, self.model_flops, rel_tol=5e-4)
 
     @property
     def logged_tflops_per_gpu(self) -> float:

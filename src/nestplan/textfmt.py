@@ -145,8 +145,7 @@ def evaluation(ev: Evaluation) -> str:
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
             f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM counts them: its attention at half "
             "for the causal mask, a GeLU-gated MLP as ungated)"
-            if ev.scenario.stack.export_format == "megatron"
-            and not math.isclose(ev.logged_model_flops, ev.model_flops, rel_tol=5e-4) else ""),
+            if ev.scenario.stack.export_format == "megatron" and ev.logs_other_flops else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "

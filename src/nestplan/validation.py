@@ -469,14 +469,14 @@ def _cluster(row: _Row, base: Path):
         acc = cluster.accelerator
         # another part, not a variant of it (a file may tune a catalog accelerator's
         # efficiencies or clocks under a name of its own)
+        def sizes(a):
+            return f"{a.hbm_bytes / GiB:g} GiB, {a.peak_flops_bf16 / 1e12:g} TFLOP/s bf16"
+
         if named is not None and (named.hbm_bytes, named.peak_flops_bf16) != (
                 acc.hbm_bytes, acc.peak_flops_bf16):
             raise SpecError(f"{row.where}.cluster", row.text("cluster"), f"its devices are "
-                            f"{acc.name} ({acc.hbm_bytes / GiB:g} GiB, "
-                            f"{acc.peak_flops_bf16 / 1e12:g} TFLOP/s bf16), the row's gpu column "
-                            f"says {row.text('gpu')} ({named.name}: {named.hbm_bytes / GiB:g} "
-                            f"GiB, {named.peak_flops_bf16 / 1e12:g} TFLOP/s bf16); make them "
-                            "agree")
+                            f"{acc.name} ({sizes(acc)}), the row's gpu column says "
+                            f"{row.text('gpu')} ({named.name}: {sizes(named)}); make them agree")
         return cluster
     if gpu not in CLUSTER_OF:  # (as written: it had been shown upper-cased)
         raise SpecError(f"{row.where}.gpu", row.text("gpu"), _KNOWN_GPUS

@@ -563,7 +563,7 @@ def memory_breakdown(parts: MemoryParts, held) -> M.MemoryBreakdown:
     took, which the measured peaks (reserved bytes) show; taking the larger of the two put two
     of the ten development memory rows beyond 10 % (2026-12-05, a review's proposal)."""
     acts = _sum(*(n * s for n, s in zip(held[0], parts.saved)))
-    for mix in held[1:]:
+    for mix in held[1:]:  # (each mix's bytes; the heaviest is the peak)
         acts = np.maximum(acts, _sum(*(n * s for n, s in zip(mix, parts.saved))))
     merged = parts.block if max(map(sum, held)) < parts.merge_below else 0.0
     transient = parts.gathered + parts.transient + np.maximum(parts.loss, merged)

@@ -9,7 +9,6 @@ plan it can run, never silently: the notes say what changed and what nestplan pr
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 
 from ..axes import order_text
@@ -235,8 +234,7 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         trial's export quoted a step its own schedule simulation puts 15 % later, without a
         word), and what a document span needs of the launch."""
         text = simulated_schedule_text(run)
-        logged = [] if fmt not in LOGGED_FLOPS or \
-            math.isclose(run.logged_model_flops, run.model_flops, rel_tol=5e-4) else [
+        logged = [] if fmt not in LOGGED_FLOPS or not run.logs_other_flops else [
             f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
             "its count takes every layer's attention over all seq_len tokens at half for the "
