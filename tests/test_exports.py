@@ -1234,6 +1234,26 @@ def test_exports_say_what_the_framework_will_log_at_long_sequences():
     assert "logs about" not in export(pf, "megatron").text
 
 
+def test_the_logged_flop_note_gives_only_the_reasons_that_apply():
+    """The note on Megatron-LM's count names what applies to the model: a user trial's GLM-4.5
+    (SwiGLU) was told its count takes a GeLU-gated MLP as ungated; GPT-OSS's clamped GLU and its
+    sliding windows are named."""
+    from nestplan.evaluate import logged_flops_differences
+
+    llama = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64)
+    assert logged_flops_differences(llama.model, None) == [
+        "the attention core at half for the causal mask"]
+    assert len(logged_flops_differences(llama.model, 2048)) == 2  # packed documents too
+    oss = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=64)
+    said = logged_flops_differences(oss.model, None)
+    assert len(said) == 3 and "windows" in said[0] and "--quick-geglu" in said[2]
+    ev = evaluate(llama, Parallelism(tp=8, pp=2, dp=4, sp=True, zero=1, recompute=("full",)))
+    pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
+    text = export(pf, "megatron").text
+    assert "its count takes the attention core at half for the causal mask (" in text
+    assert "GeLU" not in text
+
+
 def test_torchtitans_llama3_definitions_scale_rope_as_llama_31():
     """Every torchtitan 0.3 Llama 3 definition scales RoPE as Llama 3.1 does (a reviewer found
     it): a Llama 3.1 model (as its HuggingFace config gives it) exports with the definition and

@@ -33,13 +33,14 @@ from .axes import Axis
 from .cost import device as D
 from .cost.compute import layer_cost
 from .cost.hardware import effective
-from .schedule import span
+from .schedule import simulated_ends, span
 from .placement import layouts, stage_devices
 from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog)
 from .options import MLPKind, Precision
 from .recompute import effect
-from .result import Evaluation, StageReport, TimeBreakdown
-from .specs import Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold
+from .result import Evaluation, StageReport, TimeBreakdown, stage_times
+from .specs import (Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold,
+                    uneven_chunks)
 
 
 def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
@@ -103,6 +104,21 @@ def logged_flops_per_sequence(model, seq_len: int) -> float:
     masked = 0.5 * (head.attention_model_flops
                     + sum(g.block(i).attention_model_flops for i in range(model.layers)))
     return model_flops_per_sequence(plain, seq_len, 0) - (masked if model.causal else 0.0)
+
+
+def logged_flops_differences(model, document_span: int | None) -> list[str]:
+    """How :func:`logged_flops_per_sequence` counts this model otherwise than MFU's count, in
+    words, only what applies (a user trial's GLM-4.5 export was told of a GeLU-gated MLP it does
+    not have)."""
+    out = []
+    if model.local_share or document_span:
+        out.append("each layer's attention over all seq_len tokens, its windows or documents "
+                   "aside")
+    if model.causal:
+        out.append("the attention core at half for the causal mask")
+    if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
+        out.append("its GeLU-gated MLP (--quick-geglu) as ungated")
+    return out
 
 
 def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:
@@ -212,8 +228,14 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                              scheduled),
         dp=float(devices[j].tail[pols[j]]),
         optimizer=float(devices[j].opt[pols[j]]), step_host=sc.stack.step_overhead)
+    uneven = _uneven_chunks(sc, par, stages, micro, step)
+    if uneven:
+        step += uneven
+        time = replace(time, bubble=time.bubble + uneven)
     links = {ax.value: micro * t for ax, t in link.items()}
-    links["pp"] = 2 * cc.fill + micro * 2 * cc.p2p_send
+    # every micro-batch's activation and gradient over the busiest boundary, each chunk's (the
+    # fill and drain are these same sends, not more: a user trial found them counted twice)
+    links["pp"] = micro * 2 * cc.p2p_send
     # the gradient reduction and parameter gathers of the device whose step ends last (its
     # exposed part is ``time.dp``), with the per-micro-batch ZeRO traffic of the slowest one
     links["dp"] = (float(devices[j].sync_link + devices[j].gather_link)
@@ -228,7 +250,22 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       logged_model_flops=logged,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
-                      link_time=links, stages=stages, eager_kernels=micro * eager)
+                      link_time=links, stages=stages, eager_kernels=micro * eager,
+                      uneven_chunks=uneven)
+
+
+def _uneven_chunks(sc: Scenario, par: Parallelism, stages, micro: int, step: float) -> float:
+    """``Evaluation.uneven_chunks``: where a device's interleaved chunks hold different numbers
+    of blocks, how much longer the step is with the schedule simulated from each chunk's own time
+    (each stage's end and the step's host time after it) than ``step``, the closed form's; else
+    0. The simulation is exact for the schedule's order; the closed form spreads each device's
+    blocks evenly over its chunks, which the search's DP needs."""
+    if not uneven_chunks(sc.model, par):
+        return 0.0
+    fwd, bwd, send, wgt = stage_times(stages)
+    ends = simulated_ends(fwd, bwd, micro, send, schedule=par.pipeline, wgt=wgt)
+    simulated = max(e + s.end for e, s in zip(ends, stages)) + sc.stack.step_overhead
+    return max(0.0, simulated - step)
 
 
 def _unfolded(ev: Evaluation, par: Parallelism) -> Evaluation:

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .caching import cached
 
@@ -722,9 +723,9 @@ def _orders(name: str, pp: int, vp: int, micro: int) -> tuple[tuple[OpKey, ...],
 
 # ---------------------------------------------------------------------------------- simulation
 
-@dataclass(frozen=True)
-class Op:
-    """One forward, backward or weight-gradient pass of one micro-batch through one chunk."""
+class Op(NamedTuple):
+    """One forward, backward or weight-gradient pass of one micro-batch through one chunk (a
+    named tuple: a step of a long pipeline simulates half a million of them)."""
 
     stage: int
     """Pipeline device position."""
@@ -757,6 +758,21 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     schedule's micro-batches entering at rank ``pp - 1`` are numbered after those entering at
     rank 0.
     """
+    timed, _ = _timeline(fwd, bwd, micro, send, schedule, wgt, keep=True)
+    return list(map(Op._make, timed))
+
+
+def simulated_ends(fwd: list[list[float]], bwd: list[list[float]], micro: int,
+                   send: list[float] | None = None, *, schedule: Schedule | None = None,
+                   wgt: list[list[float]] | None = None) -> list[float]:
+    """When each device's last operation of :func:`simulate` ends, without building the
+    operations (a plan of 4,096 micro-batches has half a million)."""
+    return _timeline(fwd, bwd, micro, send, schedule, wgt, keep=False)[1]
+
+
+def _timeline(fwd, bwd, micro: int, send, schedule, wgt, *, keep: bool):
+    """:func:`simulate`'s operations as ``(stage, chunk, kind, micro, start, end)`` tuples (an
+    empty list unless ``keep``), and each device's last end."""
     pp, vp = len(fwd), len(fwd[0])
     schedule = schedule or resolve(None, vp)
     send = send or [0.0] * pp
@@ -764,6 +780,7 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
     split = schedule.split_backward
     orders = [schedule.order(r, pp, vp, micro) for r in range(pp)]
     chunk_of = [schedule.chunks_of(r, pp, vp) for r in range(pp)]
+    last = schedule.model_chunks(pp, vp) - 1
 
     def wire(g: int, way: int) -> float:
         """Transfer between chunk ``g`` and ``g + 1`` (either way) of a micro-batch that
@@ -774,39 +791,57 @@ def simulate(fwd: list[list[float]], bwd: list[list[float]], micro: int,
             h = pp - 2 - h
         return 0.0 if h is None else send[h]
 
-    done: dict[tuple[str, int, int], float] = {}
+    wires = [[wire(g, way) for g in range(last)] for way in (0, 1)]
+    # When each forward and backward ends, by chunk and micro-batch id: a list per chunk (a
+    # mirrored schedule's second end numbers its micro-batches after the first's)
+    ids = micro + max((mb for order in orders for _, _, mb in order), default=0) + 1
+    ends = {kind: [[None] * ids for _ in range(last + 1)] for kind in "FBW"}
+    # each device's operations in its order, as (the end list of the operation it waits for or
+    # None, its micro-batch id, the transfer before it, its seconds, its own end list, its
+    # chunk, its kind)
+    steps = []
+    for r in range(pp):
+        mine = []
+        for kind, local, mb in orders[r]:
+            g = chunk_of[r][local]
+            way = direction(r, local, pp) if schedule.mirrored else 0
+            mb += way * (micro // 2)
+            if kind == "F":
+                dep, delay = (ends["F"][g - 1], wires[way][g - 1]) if g > 0 else (None, 0.0)
+                t = fwd[r][local]
+            elif kind == "W":
+                dep, delay, t = ends["B"][g], 0.0, wgt[r][local]
+            else:  # B, or X: a whole backward in a schedule that splits the others
+                dep, delay = (ends["B"][g + 1], wires[way][g]) if g < last else (ends["F"][g], 0.0)
+                t = bwd[r][local] - (wgt[r][local] if split and kind == "B" else 0.0)
+            mine.append((dep, mb, delay, t, ends["B" if kind == "X" else kind][g], g, kind))
+        steps.append(mine)
     pos, free = [0] * pp, [0.0] * pp
-    last = schedule.model_chunks(pp, vp) - 1
-    out: list[Op] = []
+    timed: list[tuple] = []
     progress = True
     while progress:
         progress = False
         for r in range(pp):
-            while pos[r] < len(orders[r]):
-                kind, local, mb = orders[r][pos[r]]
-                g = chunk_of[r][local]
-                way = direction(r, local, pp) if schedule.mirrored else 0
-                mb += way * (micro // 2)  # a mirrored schedule's second end: its own ids
-                if kind == "F":
-                    dep, delay = (("F", g - 1, mb), wire(g - 1, way)) if g > 0 else (None, 0.0)
-                    t = fwd[r][local]
-                elif kind == "W":
-                    dep, delay, t = ("B", g, mb), 0.0, wgt[r][local]
-                else:  # B, or X: a whole backward in a schedule that splits the others
-                    dep, delay = ((("B", g + 1, mb), wire(g, way)) if g < last
-                                  else (("F", g, mb), 0.0))
-                    t = bwd[r][local] - (wgt[r][local] if split and kind == "B" else 0.0)
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[r], done[dep] + delay if dep else 0.0)
-                done[("B" if kind == "X" else kind, g, mb)] = start + t
-                out.append(Op(r, g, kind, mb, start, start + t))
-                free[r] = start + t
-                pos[r] += 1
-                progress = True
+            mine, i, now = steps[r], pos[r], free[r]
+            while i < len(mine):
+                dep, mb, delay, t, own, g, kind = mine[i]
+                if dep is not None:
+                    ready = dep[mb]
+                    if ready is None:
+                        break
+                    ready += delay
+                    if ready > now:
+                        now = ready
+                if keep:
+                    timed.append((r, g, kind, mb, now, now + t))
+                now += t
+                own[mb] = now
+                i += 1
+            if i != pos[r]:
+                pos[r], free[r], progress = i, now, True
     if any(pos[r] < len(orders[r]) for r in range(pp)):
         raise ValueError("pipeline schedule deadlocked")  # an internal error, not user input
-    return out
+    return timed, free
 
 
 def makespan(ops: list[Op]) -> float:

@@ -1514,6 +1514,16 @@ def blocks_per_chunk(model: ModelSpec, par: Parallelism) -> tuple[int, ...]:
     return tuple(default_split(model, par.pp, par.vp, par.pipeline))
 
 
+def uneven_chunks(model: ModelSpec, par: Parallelism) -> bool:
+    """Some device's model chunks hold different numbers of blocks (interleaved schedules only:
+    the closed form spreads a device's blocks evenly over its chunks, ``Evaluation.uneven_chunks``
+    simulates them)."""
+    if par.vp == 1 or par.pipeline.mirrored:
+        return False
+    per = par.pipeline.per_device(blocks_per_chunk(model, par), par.pp, par.vp)
+    return any(len(set(chunks)) > 1 for chunks in per)
+
+
 def uneven_split(model: ModelSpec, par: Parallelism) -> tuple[int, ...] | None:
     """The plan's own split where it is not the default one (None: the default, or no pipeline):
     what a plan's text must name for ``evaluate`` to give the same plan."""

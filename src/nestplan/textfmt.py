@@ -6,6 +6,7 @@ import math
 from dataclasses import fields
 
 from .axes import order_text
+from .evaluate import logged_flops_differences
 from .result import Evaluation
 from .specs import plan_knobs, split_text
 from .units import GiB, fmt_gib_against, fmt_time
@@ -81,37 +82,30 @@ def _rounds(ev: Evaluation) -> str:
 
 
 SIMULATED_GAP = 0.02
-"""How much longer than the closed form (a share of its step) the simulated schedule of an
-interleaved plan whose chunks differ in size may run before evaluate, plan and the exports say
-so."""
+"""How much longer than the closed form (a share of it) the simulated schedule of an interleaved
+plan whose chunks differ in size may run before evaluate, plan and the exports say so."""
 
 
 def simulated_schedule_text(ev: Evaluation) -> str | None:
     """What to say when an interleaved plan's chunks hold different numbers of blocks (by one:
-    the search's splits and ``--vp`` that does not divide a device's blocks) and its schedule,
-    simulated with each chunk's own time (``Evaluation.schedule_ops``, as the report draws it),
-    runs more than ``SIMULATED_GAP`` longer than the closed form, which spreads a device's blocks
-    evenly over its chunks (a user trial: Llama 3 70B at vp 8, chunks of 1 and 2 blocks,
-    predicted 3.524 s, simulated 3.713 s; at vp 5 and 10 the two agree); else None."""
+    the search's splits and ``--vp`` that does not divide a device's blocks) and its step, the
+    schedule simulated with each chunk's own time (``Evaluation.uneven_chunks``; the report
+    draws it), is more than ``SIMULATED_GAP`` longer than the closed form, which spreads a
+    device's blocks evenly over its chunks (a user trial: Llama 3 70B at vp 8, chunks of 1 and 2
+    blocks, 3.524 s spread evenly, 3.713 s simulated; at vp 5 and 10 the two agree); else None."""
     from .specs import blocks_per_chunk
 
+    even = ev.step_time - ev.uneven_chunks
+    if ev.uneven_chunks <= even * SIMULATED_GAP:
+        return None
     par = ev.plan
-    if par.vp == 1 or par.pipeline.mirrored:
-        return None
     per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
-    if all(len(set(chunks)) == 1 for chunks in per):
-        return None
-    ops = ev.schedule_ops()
-    ends = [max(o.end for o in ops if o.stage == i) + s.end for i, s in enumerate(ev.stages)]
-    simulated = max(ends) + ev.time.step_host
-    if simulated <= ev.step_time * (1 + SIMULATED_GAP):
-        return None
     sizes = sorted({n for chunks in per for n in chunks})
-    return (f"the model chunks hold {' or '.join(map(str, sizes))} blocks; the pipeline is costed "
-            f"as if each device's blocks were spread evenly over its chunks, and its schedule "
-            f"simulated with each chunk's own time takes {fmt_time(simulated)} "
-            f"({simulated / ev.step_time - 1:+.1%}; the report draws it): a vp that divides each "
-            "device's blocks runs as costed")
+    return (f"the model chunks hold {' or '.join(map(str, sizes))} blocks: the step is their "
+            f"schedule simulated with each chunk's own time, {fmt_time(ev.step_time)}, "
+            f"{ev.step_time / even - 1:+.1%} on the {fmt_time(even)} of each device's blocks "
+            "spread evenly over its chunks (the report draws it); a vp that divides each "
+            "device's blocks runs without that")
 
 
 def headroom_verdict(ev) -> str:
@@ -143,8 +137,8 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM counts them: its attention at half "
-            "for the causal mask, a GeLU-gated MLP as ungated)"
+            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM counts them: "
+            f"{'; '.join(logged_flops_differences(sc.model, tr.document_span))})"
             if ev.scenario.stack.export_format == "megatron" and ev.logs_other_flops else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from ..axes import order_text
 from ..caching import cached
 from ..errors import SpecError
-from ..evaluate import evaluate as _evaluate
+from ..evaluate import evaluate as _evaluate, logged_flops_differences
 from ..recompute import Policy
 from ..placement import rank_grid
 from ..planfile import PlanFile
@@ -234,11 +234,11 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         trial's export quoted a step its own schedule simulation puts 15 % later, without a
         word), and what a document span needs of the launch."""
         text = simulated_schedule_text(run)
+        sc = run.scenario
         logged = [] if fmt not in LOGGED_FLOPS or not run.logs_other_flops else [
             f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
-            "its count takes every layer's attention over all seq_len tokens at half for the "
-            "causal mask, and a GeLU-gated MLP (--quick-geglu) as ungated "
+            f"its count takes {'; '.join(logged_flops_differences(sc.model, sc.training.document_span))} "
             f"({LOGGED_FLOPS[fmt][1]})"]
         return ([text] if text else []) + logged + _span_notes(pf, exported, fmt)
 
