@@ -286,8 +286,12 @@ HF_BAD = {
     "window-beyond-sequence": (_hf(model_type="mistral", sliding_window=10**7),
                                "sliding_window: got 10000000; gives local_span = 20000000: at most"),
     "llama4-empty-text-config": (json.dumps({"model_type": "llama4", "text_config": {}}),
-                                 "text_config.num_attention_heads: got None; missing key required "
-                                 "for model_type 'llama4'"),
+                                 "text_config.num_attention_heads: got None; missing key, where "
+                                 "model_type 'llama4' requires a value"),
+    # a key present but null is said to be null (a user trial was told it was missing)
+    "heads-null": (json.dumps({**LLAMA, "num_attention_heads": None}),
+                   "num_attention_heads: got None; null, where model_type 'llama' requires a "
+                   "value"),
     # families that list their layers' kinds as they are read (it had run out of memory)
     "layers-huge-mistral": (_hf(model_type="mistral", num_hidden_layers=2**31),
                             "num_hidden_layers: got 2147483648; at most 512 is supported"),
@@ -523,6 +527,10 @@ CLUSTER_BAD = {
     "not-toml": ("name = \n", "TOML"),
     "empty": ("", "accelerator"),
     "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
+    # bits for bytes (a user trial's): the key it meant, and the figure in its unit
+    "bandwidth-in-bits": (_cluster_with("bandwidth_GBps = 50", "bandwidth_Gbps = 400"),
+                          "cluster.levels[net].bandwidth_Gbps: got 400; unknown key (did you mean "
+                          "bandwidth_GBps? it takes gigabytes per second: 400 Gb/s is 50 GB/s)"),
     # hosts smaller than the innermost level (a GB200 NVL72 rack's trays) must tile it
     "host-not-dividing": (_cluster_with('accelerator = "h100-sxm-80gb"\n',
                                         'accelerator = "h100-sxm-80gb"\ndevices_per_host = 3\n'),

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -671,3 +672,11 @@ def test_a_plan_file_whose_saved_prediction_differs_says_so(tmp_path):
     code, out, err = cli("evaluate", "--plan", saved)
     assert code == 0 and "predicted.step_time_s: 1 s when saved" in err and "edited" in err
     assert code == 0 and "another release" not in err
+    # a difference beyond four digits is shown with as many as tell the two apart (a user
+    # trial's edit read "63.54 s when saved, 63.54 s now")
+    step = json.loads(cli("evaluate", "--plan", saved, "--json")[1])["step_time_s"]
+    data["predicted"]["step_time_s"] = step * (1 + 3e-5)
+    saved.write_text(json.dumps(data))
+    said = re.search(r"step_time_s: ([\d.]+) s when saved, ([\d.]+) s now", cli(
+        "evaluate", "--plan", saved)[2])
+    assert said and said[1] != said[2], said

@@ -1163,8 +1163,9 @@ def test_megatrons_pp_dp_mapping_gives_the_plans_groups():
 def test_float8_configs_are_the_registry_functions_that_build_a_float8_converter():
     """``FLOAT8_CONFIGS`` is kept by hand: read torchtitan's own config_registry source (the
     installed wheel's; building the configs needs torchao) and find which of the functions the
-    export names construct a Float8 converter (by a name beginning Float8 in its own body: one
-    that delegated to another function, or took an MX converter, would pass unseen)."""
+    export names, and of their ``_float8`` siblings that fp8 plans export, construct a Float8
+    converter (by a name beginning Float8 in its own body: one that delegated to another
+    function, or took an MX converter, would pass unseen)."""
     import ast
     import importlib.util
 
@@ -1175,11 +1176,35 @@ def test_float8_configs_are_the_registry_functions_that_build_a_float8_converter
     for module, config in set(REGISTRY.values()):
         spec = importlib.util.find_spec(f"torchtitan.models.{module}.config_registry")
         tree = ast.parse(Path(spec.origin).read_text())
-        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == config)
-        names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
-        if any(name.startswith("Float8") for name in names):
-            found.add(config)
+        fns = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for name in (config, f"{config}_float8"):
+            names = {n.id for n in ast.walk(fns[name]) if isinstance(n, ast.Name)} \
+                if name in fns else set()
+            if any(n.startswith("Float8") for n in names):
+                found.add(name)
     assert found == FLOAT8_CONFIGS
+
+
+def test_an_fp8_plan_exports_a_config_that_trains_in_fp8():
+    """An fp8 plan exports a registry config with a Float8 converter: DeepSeek-V3's
+    ``_float8`` sibling, llama3_405b itself, and for Llama 3 70B a ``llama3_70b_float8`` that a
+    note asks the user to write (a user trial's fp8 plan had exported ``llama3_70b``, which
+    starts and trains in bf16)."""
+    def text(model, gpus, par):
+        sc = scenario_from_names(model, "dgx-h100-ndr", gpus, seq_len=4096, global_batch=512,
+                                 precision=Precision.FP8, stack="torchtitan-float8")
+        pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par), method="manual"))
+        return export(pf, "torchtitan").text
+
+    out = text("llama3-70b", 64, Parallelism(tp=8, pp=1, dp=8, sp=True, zero=3, mbs=1,
+                                             recompute=("full",)))
+    assert "--config llama3_70b_float8" in out and "has no llama3_70b_float8; write it" in out
+    out = text("llama3-405b", 512, Parallelism(tp=8, pp=8, dp=8, sp=True, zero=2, mbs=1,
+                                               recompute=("full",)))
+    assert "--config llama3_405b\n" in out and "_float8; write it" not in out
+    out = text("deepseek-v3", 512, Parallelism(tp=1, pp=8, dp=64, ep=64, zero=2, mbs=1,
+                                               recompute=("full",)))
+    assert "--config deepseek_v3_671b_float8" in out and "write it" not in out
 
 
 @frameworks
@@ -2111,7 +2136,7 @@ def test_a_torchtitan_export_says_what_torchtitan_0_3_runs_otherwise():
     kept = (head.activations - less.activations) * st.loss_saved_bytes / (st.loss_saved_bytes - 2)
     work = (head.transient - less.transient) * st.loss_transient_bytes / (
         st.loss_transient_bytes - 2)
-    assert any("torchtitan's llama3_70b computes the loss over chunks" in n
+    assert any("torchtitan's llama3_70b_float8 computes the loss over chunks" in n
                and f"logits, {fmt_gib(kept)} GiB a micro-batch keeps for backward and "
                f"{fmt_gib(work)} GiB more at the loss's backward" in n for n in notes), notes
     bf16 = replace(sc, training=replace(sc.training, precision=Precision.BF16),

@@ -264,6 +264,20 @@ def test_a_baseline_whose_policies_the_constraints_exclude_says_so():
     assert "phaze searches only the recompute policies none, full" in err
 
 
+def test_a_global_batch_no_data_parallel_size_divides_is_named():
+    """--tp 1 --pp 1 on 64 devices leaves data-parallel sizes 8 to 64 (CP up to 8): a global batch
+    of 100 fits none, and the answer says so with a batch that would (a user trial was given every
+    rule of the space instead)."""
+    base = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 64,
+            "--seq-len", 8192, "--tp", 1, "--pp", 1]
+    code, out, err = cli(*base, "--global-batch", 100)
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert ("global batch 100 is a multiple of none of the data-parallel sizes they leave "
+            "(8, 16, 32, 64): a multiple of 8, such as 96 or 104, would be") in err
+    code, out, err = cli(*base, "--global-batch", 96)
+    assert code == 0, err
+
+
 def test_an_infeasible_search_with_json_prints_an_object_too():
     """Exit 3 with --json: the reason on stderr as always, and on stdout one object a script can
     read (no plan)."""

@@ -879,11 +879,14 @@ def test_chunks_of_unequal_size_are_costed_as_their_schedule_simulates(tmp_path)
     assert code == 0, err
     got = json.loads(out)
     step, excess = got["step_time_s"], got["uneven_chunks_s"]
-    said = re.search(r"simulated with each chunk's own time, ([\d.]+) s, \+([\d.]+)% on the "
-                     r"([\d.]+) s of each device's blocks spread evenly", err)
+    said = re.search(r"the schedule ends ([\d.]+) (ms|s) later than with each device's blocks "
+                     r"spread evenly over its chunks as costed, which the step of ([\d.]+) s "
+                     r"includes "
+                     r"\(\+([\d.]+)% on ([\d.]+) s", err)
     assert said and "chunks hold 1 or 2 blocks" in err, err
-    assert float(said.group(1)) == pytest.approx(step, abs=1e-3)
-    assert float(said.group(3)) == pytest.approx(step - excess, abs=1e-3)
+    assert float(said[1]) * (1e-3 if said[2] == "ms" else 1) == pytest.approx(excess, abs=1e-4)
+    assert float(said[3]) == pytest.approx(step, abs=1e-3)
+    assert float(said[5]) == pytest.approx(step - excess, abs=1e-3)
     assert excess > (step - excess) * SIMULATED_GAP
     assert got["time_s"]["bubble"] >= excess  # the schedule's idle time holds it
     assert sum(got["time_s"].values()) == pytest.approx(step)
@@ -897,10 +900,11 @@ def test_chunks_of_unequal_size_are_costed_as_their_schedule_simulates(tmp_path)
     assert code == 0, err
     text = (tmp_path / "m.sh").read_text()
     assert f"# predicted: step {step:.3f} s" in text
-    assert re.search(rf"# note: the model chunks hold 1 or 2 .* time, {said.group(1)} s", text)
+    assert re.search(rf"# note: the model chunks hold 1 or 2 .* step of {said[3]} s includes", text)
     # torchtitan runs it with torchtitan's stack: its own schedule, simulated, is said
     code, _, err = cli("export", saved, "--format", "torchtitan", "-o", tmp_path / "t.args")
     text = (tmp_path / "t.args").read_text()
     step = float(re.search(r"# predicted as stack torchtitan runs it: step ([\d.]+) s", text)[1])
-    late = re.search(r"# note: the model chunks hold 1 or 2 .* time, ([\d.]+) s, \+", text)
+    late = re.search(r"# note: the model chunks hold 1 or 2 .* the step of ([\d.]+) s includes",
+                     text)
     assert code == 0 and late and float(late[1]) == pytest.approx(step, abs=1e-3), text

@@ -921,9 +921,9 @@ def test_a_tie_goes_to_the_plan_found_first_whatever_the_top():
 def test_the_search_ranks_plans_by_their_simulated_steps():
     """Llama 3 70B on 256 H100 at CP 2: the plans of least closed form interleave chunks of
     unequal size, which simulate later (``Evaluation.uneven_chunks``); the search ranks found
-    plans by the simulated step, so --top 1 and 5 agree (ranking the kept plans again afterwards
-    had not: at --top 1 every kept plan was such a one, 14.075 s against 13.941 s), and no plan
-    it returns is beaten by a plan of the same shape at another vp."""
+    plans by their steps, so --top 1 and 5 agree (ranking the kept plans again afterwards had
+    not: at --top 1 every kept plan was such a one, 14.075 s against 13.941 s), and the plan
+    --top 1 had given, less by closed form, is more by step."""
     sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=8192, global_batch=512)
     one = methods.run_method("nest", sc, Constraints(cp=2), top=1).best
     five = methods.run_method("nest", sc, Constraints(cp=2), top=5).plans

@@ -859,3 +859,23 @@ mtp_layers = [0, 1]
     assert main(["sweep", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "3 points to run cannot be set up" in out and "stack torchtitan runs ZeRO stages" in out
+
+
+def test_a_grid_whose_gpu_counts_the_scale_up_domains_do_not_divide_says_so(tmp_path):
+    """72-GPU NVLink racks at 1,024 and 2,048 GPUs: both leave a rack partly filled, which one
+    note per cluster says, as plan and evaluate do for one run (a user trial's sweep said
+    nothing, and read NVL72 as no help to MoE training); the catalog's 64-GPU racks divide both."""
+    from console import cli
+
+    racks = tmp_path / "nvl72.toml"
+    racks.write_text('name = "nvl72"\naccelerator = "gb200"\n[[levels]]\nname = "nvlink"\n'
+                     'size = 72\nbandwidth_GBps = 900\nlatency_us = 3\n[[levels]]\n'
+                     'name = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n')
+    grid = ('[grid]\nmodel = ["llama3-70b"]\ncluster = ["nvl72.toml", "gb200-nvl72-ndr"]\n'
+            'gpus = [1024, 2048]\nseq_len = [4096]\nglobal_batch = [1024]\n')
+    code, _, err = cli("sweep", _write(tmp_path, grid, "racks.toml"), "--dry-run")
+    notes = [line for line in err.splitlines() if "do not divide" in line]
+    assert code == 0 and len(notes) == 1, err
+    assert ("grid: on nvl72, the cluster's nvlink domains hold 72 devices, which do not divide the "
+            "1,024 of the job (14 whole and 16 of another)") in notes[0]
+    assert notes[0].endswith("(and so for the points of 2,048 GPUs)")

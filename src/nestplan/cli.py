@@ -247,20 +247,17 @@ def _on_cluster(sc, cluster: str):
 
 
 def _note_straddling_domains(sc) -> None:
-    """Say when the scale-up domains (an NVL72 rack, say) do not divide the job: ranks fill
-    devices in order, so power-of-two groups straddle domains there, as a launcher that leaves
-    some devices of each domain idle would not have them."""
-    import warnings
+    """Say when the scale-up domains (an NVL72 rack, say) do not divide the job
+    (``textfmt.partial_domain_text``; ``sweep`` says it of its grid)."""
+    from .textfmt import partial_domain_text
 
-    from .errors import Note
+    text = partial_domain_text(sc.cluster, sc.gpus)
+    if text:
+        import warnings
 
-    level = sc.cluster.levels[0]  # the scale-up domain, where TP and EP groups live
-    if len(sc.cluster.levels) > 1 and level.size < sc.gpus and sc.gpus % level.size:
-        warnings.warn(f"the cluster's {level.name} domains hold {level.size} devices, which do "
-                      f"not divide the {sc.gpus} of the job: ranks fill devices in order, so "
-                      "groups straddle domains; to use fewer devices of each (NeMo's launcher "
-                      f"takes 64 of an NVL72's 72), give {level.name}'s size as the devices used "
-                      "per domain in a cluster file", Note)
+        from .errors import Note
+
+        warnings.warn(text, Note)
 
 
 def _load_plan(path: str):

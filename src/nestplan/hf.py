@@ -121,8 +121,10 @@ class _Config:
                     raise SpecError(where, v, "must be a string")
                 return v
         if default is ...:
-            raise SpecError(self.where(keys[0]), None,
-                            f"missing key required for model_type {self.model_type!r}")
+            null_key = next((k for k in keys if k in self.data), None)  # (present, but null)
+            raise SpecError(self.where(null_key or keys[0]), None,
+                            f"{'null' if null_key else 'missing key'}, where model_type "
+                            f"{self.model_type!r} requires a value")
         return default
 
 

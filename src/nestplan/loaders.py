@@ -180,11 +180,25 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
     for key in table:
         if key not in required and key not in optional:
             raise SpecError(key_of(where, key), table[key],
-                            f"unknown key; valid keys: {', '.join(valid)}")
+                            f"unknown key{_case_hint(key, table[key], valid)}; valid keys: "
+                            f"{', '.join(valid)}")
     for key in sorted(required):
         if key not in table:
             raise SpecError(key_of(where, key), None,
                             f"missing required key; valid keys: {', '.join(valid)}")
+
+
+def _case_hint(key: str, value, valid: list[str]) -> str:
+    """A valid key that ``key`` spells in other case, named, with the unit it takes where the two
+    differ as bits from bytes (a user trial's ``bandwidth_Gbps = 400``: 400 Gb/s is 50 GB/s)."""
+    near = next((v for v in valid if v.lower() == key.lower()), None)
+    if near is None:
+        return ""
+    if key.endswith("Gbps") and near.endswith("GBps"):
+        per = (f": {value:g} Gb/s is {value / 8:g} GB/s"
+               if isinstance(value, (int, float)) and not isinstance(value, bool) else "")
+        return f" (did you mean {near}? it takes gigabytes per second{per})"
+    return f" (did you mean {near}?)"
 
 
 def name_of(table: dict, where: str) -> str:

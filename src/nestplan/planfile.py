@@ -392,8 +392,11 @@ def _from_dict(data: dict) -> PlanFile:
             raise SpecError(f"predicted.{key}", value, "must be a finite number >= 0")
     saved = predicted.get("step_time_s")
     if saved and abs(saved - ev.step_time) > 1e-6 * ev.step_time:  # (shown silently: a trial's)
-        warnings.warn(Note(f"predicted.step_time_s: {saved:.4g} s when saved, "
-                           f"{ev.step_time:.4g} s now: the file was edited, or saved by a "
+        # as many digits as tell the two apart (a user trial's edit read "63.54 s when saved,
+        # 63.54 s now")
+        digits = next(d for d in range(4, 18) if f"{saved:.{d}g}" != f"{ev.step_time:.{d}g}")
+        warnings.warn(Note(f"predicted.step_time_s: {saved:.{digits}g} s when saved, "
+                           f"{ev.step_time:.{digits}g} s now: the file was edited, or saved by a "
                            "nestplan whose cost model differs; the figures shown are this one's"),
                       stacklevel=2)
     return PlanFile(sc, par, predicted, data.get("method"),

@@ -136,10 +136,11 @@ class Evaluation:
     """Seconds of ``time.compute`` spent in eager kernels that a fused one would replace
     (``StackSpec.eager_ops``)."""
     uneven_chunks: float = 0.0
-    """Seconds an interleaved schedule whose chunks hold different numbers of blocks runs longer,
+    """Seconds a schedule whose chunks on a device hold different numbers of blocks ends later,
     simulated with each chunk's own time (``schedule.simulate``), than the closed form, which
     spreads each device's blocks evenly over its chunks; in ``step_time`` and ``time.bubble``
-    (two user trials: the search had ranked first a plan its simulation put 7 % later)."""
+    (two user trials: the search had ranked first a plan whose simulation was 7 % later than the
+    next plan's)."""
 
     @property
     def gpus(self) -> int:

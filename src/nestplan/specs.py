@@ -1515,10 +1515,12 @@ def blocks_per_chunk(model: ModelSpec, par: Parallelism) -> tuple[int, ...]:
 
 
 def uneven_chunks(model: ModelSpec, par: Parallelism) -> bool:
-    """Some device's model chunks hold different numbers of blocks (interleaved schedules only:
-    the closed form spreads a device's blocks evenly over its chunks, ``Evaluation.uneven_chunks``
-    simulates them)."""
-    if par.vp == 1 or par.pipeline.mirrored:
+    """Some device's model chunks hold different numbers of blocks (schedules of several chunks
+    a device: the closed form spreads a device's blocks evenly over its chunks,
+    ``Evaluation.uneven_chunks`` simulates them; a mirrored schedule as its fold runs it)."""
+    if par.pipeline.mirrored:
+        par = fold(par)
+    if par.vp == 1:
         return False
     per = par.pipeline.per_device(blocks_per_chunk(model, par), par.pp, par.vp)
     return any(len(set(chunks)) > 1 for chunks in per)

@@ -6,7 +6,6 @@ import math
 from dataclasses import fields
 
 from .axes import order_text
-from .evaluate import logged_flops_differences
 from .result import Evaluation
 from .specs import plan_knobs, split_text
 from .units import GiB, fmt_gib_against, fmt_time
@@ -88,11 +87,12 @@ plan whose chunks differ in size may run before evaluate, plan and the exports s
 
 def simulated_schedule_text(ev: Evaluation) -> str | None:
     """What to say when an interleaved plan's chunks hold different numbers of blocks (by one:
-    the search's splits and ``--vp`` that does not divide a device's blocks) and its step, the
-    schedule simulated with each chunk's own time (``Evaluation.uneven_chunks``; the report
-    draws it), is more than ``SIMULATED_GAP`` longer than the closed form, which spreads a
-    device's blocks evenly over its chunks (a user trial: Llama 3 70B at vp 8, chunks of 1 and 2
-    blocks, 3.524 s spread evenly, 3.713 s simulated; at vp 5 and 10 the two agree); else None."""
+    the search's splits and ``--vp`` that does not divide a device's blocks) and, simulated with
+    each chunk's own time, its schedule ends more than ``SIMULATED_GAP`` later than the closed
+    form, which spreads each device's blocks evenly over its chunks (``Evaluation.uneven_chunks``,
+    which the step includes; the report draws the schedule; a user trial: Llama 3 70B at vp 8,
+    chunks of 1 and 2 blocks, 3.524 s spread evenly, 3.713 s simulated; at vp 5 and 10 the two
+    agree); else None."""
     from .specs import blocks_per_chunk
 
     even = ev.step_time - ev.uneven_chunks
@@ -101,11 +101,30 @@ def simulated_schedule_text(ev: Evaluation) -> str | None:
     par = ev.plan
     per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
     sizes = sorted({n for chunks in per for n in chunks})
-    return (f"the model chunks hold {' or '.join(map(str, sizes))} blocks: the step is their "
-            f"schedule simulated with each chunk's own time, {fmt_time(ev.step_time)}, "
-            f"{ev.step_time / even - 1:+.1%} on the {fmt_time(even)} of each device's blocks "
-            "spread evenly over its chunks (the report draws it); a vp that divides each "
-            "device's blocks runs without that")
+    return (f"the model chunks hold {' or '.join(map(str, sizes))} blocks: simulated with each "
+            f"chunk's own time, the schedule ends {fmt_time(ev.uneven_chunks)} later than with "
+            f"each device's blocks spread evenly over its chunks as costed, which the step of "
+            f"{fmt_time(ev.step_time)} includes ({ev.step_time / even - 1:+.1%} on "
+            f"{fmt_time(even)}; the report draws the schedule); a vp that divides each device's "
+            "blocks runs without that")
+
+
+def partial_domain_text(cluster, gpus: int) -> str | None:
+    """What to say when the cluster's scale-up domains (its innermost level: NVLink nodes or
+    racks) do not divide a job of ``gpus``: ranks fill devices in order, so groups straddle
+    domains, as a launcher that leaves some devices of each domain idle would not have them, and
+    the last domain's few devices carry a whole domain's share of the traffic between domains (a
+    user trial's sweep of 72-GPU racks ran 1,024 GPUs slower per GPU than 2,048, and the sweep
+    did not say why); None where they divide it, or it fits in one."""
+    level = cluster.levels[0]
+    if len(cluster.levels) < 2 or level.size >= gpus or gpus % level.size == 0:
+        return None
+    return (f"the cluster's {level.name} domains hold {level.size} devices, which do not divide "
+            f"the {gpus:,} of the job ({gpus // level.size:,} whole and {gpus % level.size} of "
+            "another): ranks fill devices in order, so groups straddle domains and the last "
+            "one's devices carry a whole domain's share of the traffic between them; to use "
+            f"fewer devices of each (NeMo's launcher takes 64 of an NVL72's 72), give "
+            f"{level.name}'s size as the devices used per domain in a cluster file")
 
 
 def headroom_verdict(ev) -> str:
@@ -124,6 +143,8 @@ def memory_verdict(ev) -> str:
 
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
+    from .evaluate import logged_flops_differences  # (not at import: cli checks flags first)
+
     sc = ev.scenario
     tr = sc.training
     peak, capacity = fmt_gib_against(ev.peak_memory, ev.capacity)

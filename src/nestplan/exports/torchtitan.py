@@ -54,11 +54,12 @@ torchtitan's Trainer refuses to start ("exceeds attention RoPE maximum supported
 Decoder.Config.update_from_config, torchtitan/models/common/decoder.py); from the model_registry
 flavours the configs build (models/llama3/__init__.py 8B, 70B, 405B; deepseek_v3 671B, qwen3
 30B-A3B, gpt_oss 120b; 0.3.0 wheel)."""
-FLOAT8_CONFIGS = {"llama3_405b"}
-"""``REGISTRY`` configs that train with a Float8 converter in their model spec, which no argument
+FLOAT8_CONFIGS = {"llama3_405b", "deepseek_v3_671b_float8"}
+"""Registry configs that train with a Float8 converter in their model spec, which no argument
 removes (torchtitan/models/llama3/config_registry.py llama3_405b: converters=[Float8Linear
-Converter], with torch.compile and async TP on; 0.3.0 wheel). Their ``*_float8`` siblings exist for
-DeepSeek-V3 only (deepseek_v3_671b_float8)."""
+Converter], with torch.compile and async TP on; deepseek_v3/config_registry.py
+deepseek_v3_671b_float8; 0.3.0 wheel). An fp8 plan of another ``REGISTRY`` config exports
+``<config>_float8``: DeepSeek-V3's exists, the others' are for the user to write (``_float8_config``)."""
 PLACEHOLDER = ("MODULE", "CONFIG")
 TORCHTITAN_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.torchtitan)
 """Schedules torchtitan runs (``parallelism.pipeline_parallel_schedule``)."""
@@ -171,6 +172,8 @@ def _arguments(pf: PlanFile):
                      "torchtitan/models/common/decoder.py): give it a config_registry function "
                      "of yours whose model spec sets max_seq_len to at least that, with the RoPE "
                      "scaling you train with")
+    if tr.precision is Precision.FP8 and (module, config) != PLACEHOLDER:
+        config = _float8_config(config, notes)
     groups = [["--module", module], ["--config", config]]
 
     def opt(key: str, value):
@@ -241,11 +244,9 @@ def _arguments(pf: PlanFile):
         # both said either way: a registry config may turn them on (llama3_405b does)
         opt("compile.enable", compiled)
         opt("compile.enable_async_tensor_parallel", asynctp)
-    if tr.precision is Precision.FP8 and config not in FLOAT8_CONFIGS:
-        notes.append("fp8: start from a config with a Float8 converter in its model spec "
-                     "(torchtitan 0.3's registry has deepseek_v3_671b_float8, and llama3_405b "
-                     "with one; for others a config_registry function of yours); nestplan's "
-                     "prediction assumes fp8 matmuls")
+    if tr.precision is Precision.FP8 and (module, config) == PLACEHOLDER:
+        notes.append("fp8: give your config_registry function a Float8 converter in its model "
+                     "spec (Float8LinearConverter); nestplan's prediction assumes fp8 matmuls")
     if tr.precision is Precision.FP8 and (st.fp8_param_gather or st.fp8_tp_gather):
         notes.append(_float8_gathers_note(pf, exported))
     if tr.precision is not Precision.FP8 and config in FLOAT8_CONFIGS:
@@ -356,6 +357,23 @@ def _float8_gathers_note(pf: PlanFile, exported) -> str:
     return (f"stack {st.name} moves fp8 in the {which} all-gathers (torchtitan's 2024 tensorwise "
             "Float8); torchtitan 0.3's Float8 converter offers rowwise scaling only, which gathers "
             f"in bf16: as launched the step is predicted at {bf16.step_time:.3f} s")
+
+
+def _float8_config(config: str, notes: list[str]) -> str:
+    """The registry config an fp8 plan of ``config``'s model launches: itself where it trains with
+    a Float8 converter, else its ``_float8`` sibling, which only DeepSeek-V3 has; for the others a
+    note asks for that function, so that the run does not start in bf16 under the name of a
+    config that exists (a user trial's fp8 Llama 3 70B plan had exported ``llama3_70b``, which
+    trains in bf16)."""
+    if config in FLOAT8_CONFIGS:
+        return config
+    named = f"{config}_float8"
+    if named not in FLOAT8_CONFIGS:
+        notes.append(f"fp8: torchtitan 0.3's registry has no {named}; write it, a copy of "
+                     f"config_registry.{config} with Float8LinearConverter.Config() in its model "
+                     "spec's converters (as llama3_405b has), or the run does not start; "
+                     "nestplan's prediction assumes fp8 matmuls")
+    return named
 
 
 def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:

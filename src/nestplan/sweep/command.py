@@ -63,6 +63,7 @@ def run_command(args) -> int:
                             "back and replaces it: give a file path")
     _refused_everywhere(spec)
     _note_levels_never_crossed(spec)
+    _note_partial_domains(spec)
     _note_expert_loads_without_experts(spec)
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
@@ -174,6 +175,38 @@ def _note_expert_loads_without_experts(spec) -> None:
         warnings.warn(f"grid.{varied[0]}: {', '.join(dense)} {'has' if one else 'have'} no "
                       f"experts, so its values change nothing there and the points of "
                       f"{'that model' if one else 'those models'} repeat each other", Note)
+
+
+def _note_partial_domains(spec) -> None:
+    """Say, for each cluster of the grid, which of its GPU counts fill its last scale-up domain
+    only in part (``textfmt.partial_domain_text``: plan and evaluate say it of one run; a user
+    trial's sweep of NVL72 racks said nothing)."""
+    import itertools
+    import warnings
+
+    from ..errors import Note, SpecError
+    from ..textfmt import partial_domain_text
+    from .spec import Point, level_key
+
+    shape_keys = [p for p in spec.parameters
+                  if p.key in ("cluster", "network") or level_key(p.key) is not None]
+    said: set[tuple[str, int]] = set()
+    for combo in itertools.product(*(p.values for p in shape_keys)):
+        try:
+            cluster = spec.cluster(Point(id="", values=tuple(zip((p.key for p in shape_keys),
+                                                                  combo))))
+        except SpecError:  # (its error rows say why)
+            continue
+        if (cluster.name, cluster.levels[0].size) in said:
+            continue
+        said.add((cluster.name, cluster.levels[0].size))
+        counts = [n for n in spec.values_of("gpus") if partial_domain_text(cluster, n)
+                  and (cluster.max_devices is None or n <= cluster.max_devices)]
+        if counts:
+            more = (f" (and so for the points of {', '.join(f'{n:,}' for n in counts[1:])} "
+                    "GPUs)") if len(counts) > 1 else ""
+            warnings.warn(f"grid: on {cluster.name}, {partial_domain_text(cluster, counts[0])}"
+                          f"{more}", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:
