@@ -1810,9 +1810,9 @@ def test_an_export_says_whether_its_plan_leaves_the_headroom(tmp_path):
     but not within the headroom is "not recommended" there too (a user trial's torchtitan export
     of a plan at 99.97 % of HBM said only "fits")."""
     sc = replace(scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=8192,
-                                     global_batch=64, stack="torchtitan"), memory_headroom=0.4)
+                                     global_batch=64, stack="torchtitan"), memory_headroom=0.49)
     tight = evaluate(sc, Parallelism(tp=1, pp=1, dp=8, zero=3, recompute=("selective",), mbs=1))
-    assert tight.fits and not tight.within_headroom  # 50.2 GiB of 79.6, 40 % kept free
+    assert tight.fits and not tight.within_headroom  # 40.6 GiB of 79.6, 49 % kept free
     exp = export(planfile.from_dict(planfile.to_dict(tight)), "torchtitan")
     assert ("(fits, less than the headroom: not recommended)" in
             [line for line in exp.text.splitlines() if line.startswith("# predicted")][0])

@@ -240,3 +240,82 @@ def test_fp8_weight_copies_follow_each_stages_blocks_and_the_mtp_depths():
         if fp8.has_head:
             expected += cc.head.block_params
         assert fp8.memory.weights - bf16.memory.weights == pytest.approx(2 * expected)
+
+
+CHUNKED_LOSS_PROBE = r"""
+import gc, json, torch
+from torch import nn
+from torchtitan.components.loss import ChunkedLossWrapper
+B, L, D, V = 1, 256, 64, 1000
+torch.manual_seed(0)
+head = nn.Linear(D, V, bias=False).to(torch.bfloat16)
+pre = nn.Linear(D, D, bias=False).to(torch.bfloat16)
+loss_fn = ChunkedLossWrapper.Config(num_chunks=8).build()
+loss_fn.set_lm_head(head)
+labels = torch.randint(0, V, (B, L))
+h = pre(torch.randn(B, L, D, dtype=torch.bfloat16))  # the decoder's output
+saved = []
+before = {id(o) for o in gc.get_objects() if torch.is_tensor(o)}
+with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+    loss = loss_fn(h, labels)[0]
+del saved  # (the hooks' own references)
+gc.collect()
+held = [t for t in gc.get_objects() if torch.is_tensor(t) and id(t) not in before
+        and t is not loss]
+print(json.dumps([[list(t.shape), str(t.dtype), t.numel() * t.element_size()] for t in held]))
+"""
+
+
+@pytest.mark.frameworks
+def test_a_chunked_loss_keeps_the_hidden_states_gradient_not_the_logits():
+    """torchtitan 0.3's ChunkedLossWrapper (every Llama 3 config's loss), run on CPU: between the
+    loss and the decoder's backward it holds one bf16 tensor of the hidden states' shape (their
+    accumulated gradient) and nothing of the logits' (256 x 1000 here). The torchtitan stack
+    (``loss_chunks`` 8) keeps that instead of the logits, which torchtitan-2024, whose loss ran
+    over the whole logits, keeps in fp32 (a user trial: 8B at 8K on 64 H100, 79.8 GiB predicted,
+    about 9 GiB of it logits the run does not hold)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torchtitan.components.loss")
+    p = subprocess.run([sys.executable, "-c", CHUNKED_LOSS_PROBE], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    held = json.loads(p.stdout.strip().splitlines()[-1])
+    assert held == [[[1, 256, 64], "torch.bfloat16", 2 * 256 * 64]]
+    model = replace(get_model("llama3-8b"), vocab=1000, hidden=64, heads=4, kv_heads=2,
+                    head_dim=16, ffn_hidden=128)
+    loc = G.Local(1, False, 1, 1, 1, 1, 256, Precision.BF16, AttentionImpl.FLASH)
+    kept = {}
+    for name in ("torchtitan", "torchtitan-2024"):
+        st = get_stack(name)
+        head = G.build(model, replace(loc, loss_saved_bytes=st.loss_saved_bytes,
+                                      loss_chunks=st.loss_chunks)).head
+        # the output layer's and the loss's (the final norm keeps its own either way)
+        kept[name] = sum(o.saved for o in head.ops if o.name in ("lm_head", "cross_entropy"))
+    assert kept["torchtitan"] == 2 * 256 * 64  # the measured tensor
+    assert kept["torchtitan-2024"] == 2 * 256 * 64 + 4 * 256 * G.padded_vocab(1000, 1)  # fp32 logits
+
+
+def test_flex_attention_under_cp_keeps_the_gathered_kv_and_gathers_once():
+    """torchtitan 0.3's FlexAttention under context parallelism gathers K/V before the attention,
+    which keeps the gathered ones for its backward, and reduce-scatters dK/dV after it
+    (``cp_exchange = "flex_allgather"``: apply_cp_to_forward and torch's flex_cp_allgather); 2024's
+    SDPA rotater (torchtitan-2024) keeps the local shard and gathers again in the backward."""
+    model = get_model("llama3-8b")
+    cp, seq = 4, 8192
+    graphs = {}
+    for name in ("torchtitan", "torchtitan-2024"):
+        st = get_stack(name)
+        ex = st.cp_exchange_for(model)
+        loc = G.Local(1, False, cp, 1, 1, 1, seq, Precision.BF16, AttentionImpl.FLASH,
+                      cp_allgather=True, cp_gather_kept=ex == "flex_allgather")
+        graphs[name] = G.build(model, loc).dense
+    kv = 2 * (seq // cp) * model.kv_heads * model.head_dim * 2  # a rank's K and V, bf16
+    core = {n: next(o for o in g.ops if o.name == "attn_core").saved for n, g in graphs.items()}
+    assert core["torchtitan"] - core["torchtitan-2024"] == (cp - 1) * kv
+    comms = {n: sorted((c.name, c.phase) for c in g.comms if c.axis.value == "cp")
+             for n, g in graphs.items()}
+    assert comms["torchtitan"] == [("cp_dkv_bwd", "bwd"), ("cp_kv_ag", "fwd")]
+    assert ("cp_kv_ag_bwd", "bwd") in comms["torchtitan-2024"]

@@ -242,6 +242,9 @@ class Local:
     cp_gather_waits: bool = False
     """That all-gather is Transformer Engine's: waited for, forward and backward, and dK/dV
     reduce-scattered after the backward (``StackSpec.cp_exchange_for``)."""
+    cp_gather_kept: bool = False
+    """That all-gather is waited for before the attention, which keeps the gathered K/V for its
+    backward (no gather there), and dK/dV are reduce-scattered after it (``flex_allgather``)."""
     moe_dispatcher: str = "alltoall"
     """How MoE tokens reach their experts (the stack's ``moe_dispatcher``)."""
     moe_overlap: str = "none"
@@ -262,6 +265,9 @@ class Local:
     """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
     loss_saved_bytes: int = FP32
     """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
+    loss_chunks: int = 1
+    """Chunks of the sequence the loss runs over, each with its backward at once (the stack's
+    ``loss_chunks``)."""
     qkv_views: bool = True
     """q, k and v are views of the fused QKV output (the stack's ``qkv_views``)."""
     expert_combine_bytes: int = E
@@ -491,10 +497,12 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     if loc.attention is AttentionImpl.FLASH:
         done = full * (0.5 if m.causal else 1.0)  # flash skips fully masked blocks
         lse = FP32 * b * x.a * s
+        # the K/V it keeps: its own shard, or every CP rank's where it was given them gathered
+        kv_kept = (k_el + v_el) * (loc.cp if loc.cp > 1 and loc.cp_gather_kept else 1)
         ops.append(Op("attn_core", OpKind.ATTENTION, flops=done, bwd_flops=2.5 * done,
                       nbytes=E * (q_el + k_el + v_el + T * x.a * d_v), bwd_nbytes=3 * E * (
                           q_el + k_el + v_el + T * x.a * d_v),
-                      saved=E * (q_el + k_el + v_el), model_flops=full,
+                      saved=E * (q_el + kv_kept), model_flops=full,
                       out_bytes=E * T * x.a * d_v + lse, pinned=pinned))
         # the fp32 log-sum-exp it keeps beside q, k, v: internal to the core
         ops.append(Op("attn_stats", OpKind.MEMORY, saved=lse))
@@ -524,6 +532,12 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         comms += [Comm("cp_kv", Axis.CP, CollKind.RING_EXCHANGE, kv_block, "fwd", Hide.ATTENTION),
                   Comm("cp_kv_bwd", Axis.CP, CollKind.RING_EXCHANGE, 2 * kv_block, "bwd",
                        Hide.ATTENTION)]
+    elif loc.cp > 1 and loc.cp_gather_kept:  # gathered once and kept; dK/dV scattered
+        kv_block = E * (k_el + v_el)
+        comms += [Comm("cp_kv_ag", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "fwd",
+                       Hide.NONE),
+                  Comm("cp_dkv_bwd", Axis.CP, CollKind.REDUCE_SCATTER, loc.cp * kv_block, "bwd",
+                       Hide.NONE)]
     elif loc.cp > 1 and loc.cp_gather_waits:  # TE's: gathered, then computed; dK/dV scattered
         kv_block = E * (k_el + v_el)
         comms += [Comm("cp_kv_ag", Axis.CP, CollKind.ALL_GATHER, loc.cp * kv_block, "fwd",
@@ -794,7 +808,15 @@ def _output(x: _Dims, prefix: str = "") -> tuple[list[Op], list[Comm]]:
     else:  # one fused kernel: reads the bf16 logits and keeps them; backward writes their gradient
         loss = Op(f"{prefix}cross_entropy", OpKind.MEMORY, nbytes=E * T * V,
                   bwd_nbytes=2 * E * T * V, saved=E * T * V)
-    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=E * x.Tg * h, lowp=False), loss]
+    if x.loc.loss_chunks > 1:  # each chunk's head, loss and backward at once: nothing of
+        # them kept but the gradient of the hidden states they accumulate, in bf16 until the
+        # decoder's backward ([T, h]); the chunk's logits and the loss's bytes are the device's
+        # transient (``ConfigCosts.logits_bytes``)
+        loss = replace(loss, saved=0.0)
+        head_in = E * T * h
+    else:
+        head_in = E * x.Tg * h
+    ops = [_gemm(f"{prefix}lm_head", T, h, V, saved=head_in, lowp=False), loss]
     comms = x.tp_comms(f"{prefix}lm_head", column=True, nbytes=E * T * h, lowp=False)
     if x.t > 1:
         comms.append(Comm(f"{prefix}loss.ar", Axis.TP, CollKind.ALL_REDUCE, 2 * FP32 * T, "fwd"))

@@ -704,7 +704,7 @@ def _stack_fields() -> dict:
                                     "moe_syncs_without_ep", "tp_beyond_kv_heads")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
-                                   "expert_combine_bytes", "default_zero")},
+                                   "expert_combine_bytes", "default_zero", "loss_chunks")},
         "default_zero_with_pp": plain(int),
         **{k: number() for k in ("allocator_overhead", "matmul_scale", "attention_scale",
                                  "memory_scale", "overlap_efficiency", "step_overhead_s",

@@ -48,6 +48,10 @@ AXES = ("tp", "sp", "cp", "ep", "pp")
 """Parallel axes a stack may offer beside data parallelism (always offered)."""
 INTERLEAVED_ROUNDS = ("pp", "floor", "any")
 """What ``StackSpec.interleaved_rounds`` may say."""
+CP_EXCHANGES = ("ring", "allgather", "flex_allgather")
+"""What ``StackSpec.cp_exchange`` may say."""
+MAX_LOSS_CHUNKS = 1024
+"""Most ``StackSpec.loss_chunks`` (torchtitan's default is 8)."""
 Refusal = tuple[str, object, str] | tuple[str, object, str, str]
 """Why a stack does not run a plan: ``SpecError``'s arguments, (field, value, rule[, advice])."""
 
@@ -134,6 +138,14 @@ class StackSpec(_CachedHash):
     log_softmax's fp32 output); 2 when one fused kernel reads the bf16 logits, computes in fp32
     inside and keeps those bf16 logits (flash-attn's Triton cross-entropy, llm-foundry's default
     loss)."""
+    loss_chunks: int = 1
+    """The loss runs over this many chunks of each micro-batch's sequence, each chunk's output
+    layer, loss and their backward at once (torchtitan 0.3's ``ChunkedLossWrapper``, 8 chunks by
+    default: torchtitan/components/loss.py, and every Llama 3 config: models/llama3/
+    config_registry.py, 0.3.0 wheel): the head's device keeps no logits for the backward, only
+    the gradient of the hidden states it accumulates (in fp32, then bf16 until the decoder's
+    backward), and at the loss's peak holds one chunk's logits with what the loss keeps and works
+    in (measured with torchtitan's own wrapper on CPU: tests/test_memory.py)."""
     loss_transient_bytes: int = 4
     """Bytes per logit element alive at the loss's peak beside what it keeps for backward
     (``loss_saved_bytes``): 2 for Megatron's vocab-parallel cross-entropy, whose backward writes
@@ -174,8 +186,13 @@ class StackSpec(_CachedHash):
     such plan."""
     cp_exchange: str = "ring"
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
-    attention computes: Megatron/TE) or ``allgather`` (gathered behind the first block only:
-    torch's context_parallel default)."""
+    attention computes: Megatron/TE), ``allgather`` (gathered behind the first block only, and
+    again in the backward: torch's context_parallel with SDPA, torchtitan in 2024) or
+    ``flex_allgather`` (gathered whole before the attention, which keeps the gathered K/V for its
+    backward; dK/dV reduce-scattered after it: torchtitan 0.3 with FlexAttention, its Llama 3
+    default: ``apply_cp_to_forward``, torchtitan/distributed/context_parallel/api.py, and torch's
+    ``flex_cp_allgather`` with its autograd, torch/distributed/tensor/experimental/
+    _context_parallel/_cp_custom_ops.py, torch 2.13)."""
     cp_shards_weights: bool = False
     """With context parallelism the weights are sharded over the CP ranks whatever the plan's
     ZeRO stage: torchtitan applies FSDP over dp_shard·cp whenever cp > 1 (``fsdp_enabled``,
@@ -475,8 +492,14 @@ class StackSpec(_CachedHash):
         if self.interleaved_rounds not in INTERLEAVED_ROUNDS:
             raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
                             "allowed: " + ", ".join(INTERLEAVED_ROUNDS))
-        if self.cp_exchange not in ("ring", "allgather"):
-            raise SpecError("stack.cp_exchange", self.cp_exchange, "allowed: ring, allgather")
+        if self.cp_exchange not in CP_EXCHANGES:
+            raise SpecError("stack.cp_exchange", self.cp_exchange,
+                            "allowed: " + ", ".join(CP_EXCHANGES))
+        if isinstance(self.loss_chunks, bool) or not isinstance(self.loss_chunks, int) \
+                or not 1 <= self.loss_chunks <= MAX_LOSS_CHUNKS:
+            raise SpecError("stack.loss_chunks", self.loss_chunks,
+                            f"must be an integer in [1, {MAX_LOSS_CHUNKS}]: the chunks of each "
+                            "sequence the loss runs over")
         if self.master_bytes not in (0, 4):
             raise SpecError("stack.master_bytes", self.master_bytes,
                             "allowed: 0 (no separate master copy) or 4 (fp32)")

@@ -210,8 +210,20 @@ class ConfigCosts:
     @property
     def logits_bytes(self) -> float:
         """What the loss adds on the head's device at its backward's peak
-        (``StackSpec.loss_transient_bytes`` per logit)."""
-        return self.sc.stack.loss_transient_bytes * self.logits
+        (``StackSpec.loss_transient_bytes`` per logit); over chunks of the sequence
+        (``loss_chunks``), one chunk's bf16 logits with what the loss keeps and works in, and
+        the chunk copies of the hidden states it runs on."""
+        st = self.sc.stack
+        if st.loss_chunks == 1:
+            return st.loss_transient_bytes * self.logits
+        chunk = self.logits / st.loss_chunks
+        par, tr = self.par, self.sc.training
+        hidden = par.mbs * (tr.seq_len // par.cp) * self.sc.model.hidden
+        # through its loop: the chunk copies of the bf16 hidden states (split, then
+        # contiguous) and the fp32 buffer their gradients go into (GradAccumulator,
+        # torchtitan/components/loss.py, 0.3.0 wheel; measured on CPU, tests/test_memory.py)
+        return (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * chunk \
+            + (G.E + G.FP32) * hidden
 
     @property
     def steady_p2p(self) -> float:

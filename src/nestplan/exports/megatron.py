@@ -231,7 +231,7 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     te = get_stack(FORMAT_STACKS["megatron"])  # Transformer Engine's rules hold whatever the stack
     chosen = launching_stack(stack, "megatron").cp_exchange_for(m)
     if cp == 1 or not (te.cp_exchange_for(m) == "te_allgather"
-                       or chosen in ("allgather", "te_allgather")):
+                       or chosen in ("allgather", "te_allgather", "flex_allgather")):
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there

@@ -269,8 +269,8 @@ def _arguments(pf: PlanFile):
                      f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
                      f"model_registry), or the run trains without them ({mtp_note(pf)})")
     notes += capacity_notes(pf, "torchtitan")
-    if (module, config) != PLACEHOLDER:  # (each of REGISTRY's configs chunks its loss)
-        notes.append(_chunked_loss_note(pf, exported, config))
+    if (module, config) != PLACEHOLDER and st.loss_chunks == 1:  # (REGISTRY's configs chunk
+        notes.append(_chunked_loss_note(pf, exported, config))  # their loss; this stack not)
     launched, exported = launched_as(pf, exported, rules)
     unrun_note = None
     if unrun:  # the run as launched, with what torchtitan runs in their place
@@ -380,14 +380,15 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
     """torchtitan 0.3's configs (every one of ``REGISTRY``'s: loss=ChunkedLossWrapper.Config(...)
     in torchtitan/models/*/config_registry.py, 0.3.0 wheel) compute the loss over chunks of the
     sequence, 8 by default (``ChunkedLossWrapper.Config.num_chunks``, torchtitan/components/
-    loss.py), which no stack here models: the head's device holds a chunk's logits, not the
-    sequence's (a user trial's 128K plan counted about 20 GiB of them)."""
+    loss.py), which a stack of whole-logit loss (``loss_chunks`` 1: torchtitan-2024 and its
+    variants) does not cost: the head's device holds a chunk's logits, not the sequence's (a user
+    trial's 128K plan counted about 20 GiB of them)."""
     from ..cost.device import config_costs
 
     st = pf.scenario.stack
     logits = config_costs(pf.scenario, exported).logits  # a micro-batch's, as the model counts
     return (f"torchtitan's {config} computes the loss over chunks of the sequence "
-            "(ChunkedLossWrapper, 8 by default), which nestplan does not model: the predicted "
+            f"(ChunkedLossWrapper, 8 by default), which stack {st.name} does not: the predicted "
             "peak of the devices with the output layer counts the whole sequence's logits, "
             f"{fmt_gib(logits * st.loss_saved_bytes)} GiB a micro-batch keeps for backward and "
             f"{fmt_gib(st.loss_transient_bytes * logits)} GiB more at the loss's backward; the "
