@@ -2230,3 +2230,25 @@ def test_experts_weighted_on_input_beyond_top_1_are_not_asked_of_megatron():
     assert not any("--moe-apply-probs-on-input" in line for line in flags)
     assert any("runs at top-1 only" in n for n in out.notes)
     assert "--moe-apply-probs-on-input" in exported(sc, par, "megatron").text
+
+
+def test_a_torchtitan_export_says_what_its_registry_config_does_with_cp_and_the_sequence():
+    """torchtitan 0.3's registry configs (a review's): GPT-OSS's varlen attention refuses CP; a
+    2024 stack's CP plan is launched with FlexAttention, which keeps the gathered K/V that stack
+    does not cost (the torchtitan stack costs it: no note); the chunked loss needs each rank's
+    sequence divisible by its 8 chunks."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 64, seq_len=32768, global_batch=64,
+                             stack="torchtitan")
+    par = Parallelism(tp=1, pp=1, dp=8, cp=8, zero=2, mbs=1, recompute=("none",))
+    old = replace(sc, stack=get_stack("torchtitan-2024"))
+    assert any("keeps the all-gathered K/V; stack torchtitan-2024 costs 2024's SDPA rotater" in n
+               for n in exported(old, par, "torchtitan").notes)
+    assert not any("SDPA" in n for n in exported(sc, par, "torchtitan").notes)
+    odd = replace(sc, training=replace(sc.training, seq_len=32784))  # 4,098 tokens a rank
+    assert any("4,098 tokens (seq_len / cp) do not" in n
+               for n in exported(odd, par, "torchtitan").notes)
+    oss = scenario_from_names("gpt-oss-120b", "dgx-h100-ndr", 64, seq_len=8192, global_batch=64,
+                              stack="torchtitan")
+    moe = Parallelism(tp=1, pp=1, dp=32, cp=2, ep=8, zero=2, mbs=1, recompute=("full",))
+    assert any("varlen attention, which torchtitan 0.3 refuses under context parallelism" in n
+               for n in exported(oss, moe, "torchtitan").notes)

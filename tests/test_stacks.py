@@ -681,8 +681,8 @@ def test_plans_keep_the_memory_headroom(tmp_path):
 
 
 def test_allgather_context_parallelism_hides_behind_one_block_only():
-    """torch's context_parallel all-gathers K/V behind the first sub-attention (the torchtitan
-    stack's cp_exchange); a ring passes K/V on behind every block (Megatron)."""
+    """torch's context_parallel all-gathers K/V behind the first sub-attention (SDPA's rotater:
+    torchtitan-2024's cp_exchange); a ring passes K/V on behind every block (Megatron)."""
 
     ring = get_stack("megatron-core")
     gather = replace(ring, name="gather", cp_exchange="allgather")

@@ -144,8 +144,10 @@ class StackSpec(_CachedHash):
     default: torchtitan/components/loss.py, and every Llama 3 config: models/llama3/
     config_registry.py, 0.3.0 wheel): the head's device keeps no logits for the backward, only
     the gradient of the hidden states it accumulates (in fp32, then bf16 until the decoder's
-    backward), and at the loss's peak holds one chunk's logits with what the loss keeps and works
-    in (measured with torchtitan's own wrapper on CPU: tests/test_memory.py)."""
+    backward: what it keeps measured with torchtitan's own wrapper on CPU, tests/test_memory.py),
+    and through its loop holds one chunk's logits with what the loss keeps and works in
+    (``ConfigCosts.logits_bytes``, from the code: a review measured 14 bytes a logit at TP 1 and
+    18 with loss parallelism where these stacks count 12)."""
     loss_transient_bytes: int = 4
     """Bytes per logit element alive at the loss's peak beside what it keeps for backward
     (``loss_saved_bytes``): 2 for Megatron's vocab-parallel cross-entropy, whose backward writes
@@ -189,10 +191,14 @@ class StackSpec(_CachedHash):
     attention computes: Megatron/TE), ``allgather`` (gathered behind the first block only, and
     again in the backward: torch's context_parallel with SDPA, torchtitan in 2024) or
     ``flex_allgather`` (gathered whole before the attention, which keeps the gathered K/V for its
-    backward; dK/dV reduce-scattered after it: torchtitan 0.3 with FlexAttention, its Llama 3
-    default: ``apply_cp_to_forward``, torchtitan/distributed/context_parallel/api.py, and torch's
-    ``flex_cp_allgather`` with its autograd, torch/distributed/tensor/experimental/
-    _context_parallel/_cp_custom_ops.py, torch 2.13)."""
+    backward; dK/dV reduce-scattered after it: torchtitan 0.3 with FlexAttention, the default
+    of its Llama 3, DeepSeek-V3 and Qwen3 configs, whose attention takes K/V replicated over CP
+    with Partial gradients (the inner attention's ShardingConfig, torchtitan/models/common/
+    decoder_sharding.py, on its default spmd backend; ``apply_cp_to_forward``'s
+    ``flex_cp_allgather`` on the legacy one, torch/distributed/tensor/experimental/
+    _context_parallel/_cp_custom_ops.py, torch 2.13). Under a recompute policy that does not
+    save the gather's output (torchtitan's per-op selective and full), the backward gathers again
+    (the policy's rule runs the forward's collectives again)."""
     cp_shards_weights: bool = False
     """With context parallelism the weights are sharded over the CP ranks whatever the plan's
     ZeRO stage: torchtitan applies FSDP over dp_shard·cp whenever cp > 1 (``fsdp_enabled``,

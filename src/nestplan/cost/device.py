@@ -211,19 +211,25 @@ class ConfigCosts:
     def logits_bytes(self) -> float:
         """What the loss adds on the head's device at its backward's peak
         (``StackSpec.loss_transient_bytes`` per logit); over chunks of the sequence
-        (``loss_chunks``), one chunk's bf16 logits with what the loss keeps and works in, and
-        the chunk copies of the hidden states it runs on."""
+        (``loss_chunks``), what its loop holds: one chunk's bf16 logits with what the loss keeps
+        and works in, the chunk copies of the hidden states and the fp32 buffer their gradients
+        go into (GradAccumulator, torchtitan/components/loss.py, 0.3.0 wheel), and where FSDP
+        shards the output layer's gradient, that gradient whole: the loop turns its reduction
+        off until the last chunk (``set_requires_gradient_sync(False)``, same file), so FSDP2
+        accumulates it unsharded in fp32 beside each chunk's bf16 one (a review, measured with
+        FSDP2 on one CPU rank; a pipeline that defers the reduction keeps it so anyway)."""
         st = self.sc.stack
         if st.loss_chunks == 1:
             return st.loss_transient_bytes * self.logits
         chunk = self.logits / st.loss_chunks
         par, tr = self.par, self.sc.training
-        hidden = par.mbs * (tr.seq_len // par.cp) * self.sc.model.hidden
-        # through its loop: the chunk copies of the bf16 hidden states (split, then
-        # contiguous) and the fp32 buffer their gradients go into (GradAccumulator,
-        # torchtitan/components/loss.py, 0.3.0 wheel; measured on CPU, tests/test_memory.py)
-        return (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * chunk \
+        model = self.sc.model
+        hidden = par.mbs * (tr.seq_len // par.cp) * model.hidden
+        loop = (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * chunk \
             + (G.E + G.FP32) * hidden
+        if par.zero >= 2 and not st.defers_grad_sync(par.pp, par.zero):
+            loop += (G.FP32 + G.E) * G.padded_vocab(model.vocab, par.tp) / par.tp * model.hidden
+        return loop
 
     @property
     def steady_p2p(self) -> float:

@@ -271,6 +271,8 @@ def _arguments(pf: PlanFile):
     notes += capacity_notes(pf, "torchtitan")
     if (module, config) != PLACEHOLDER and st.loss_chunks == 1:  # (REGISTRY's configs chunk
         notes.append(_chunked_loss_note(pf, exported, config))  # their loss; this stack not)
+    notes += _registry_cp_notes(st, m, exported, config, (module, config) == PLACEHOLDER,
+                                tr.seq_len)
     launched, exported = launched_as(pf, exported, rules)
     unrun_note = None
     if unrun:  # the run as launched, with what torchtitan runs in their place
@@ -359,6 +361,40 @@ def _float8_gathers_note(pf: PlanFile, exported) -> str:
             f"in bf16: as launched the step is predicted at {bf16.step_time:.3f} s")
 
 
+VARLEN_CONFIGS = {"gpt_oss_120b"}
+"""``REGISTRY`` configs whose model_registry defaults to varlen attention, which torchtitan 0.3
+refuses under context parallelism (models/gpt_oss/__init__.py attn_backend="varlen";
+NotImplementedError in distributed/full_dtensor.py and context_parallel/api.py, 0.3.0 wheel)."""
+LOSS_CHUNKS = 8
+"""Chunks of the sequence the loss of every ``REGISTRY`` config runs over
+(ChunkedLossWrapper.Config's num_chunks, torchtitan/components/loss.py, 0.3.0 wheel)."""
+
+
+def _registry_cp_notes(st, m, par, config: str, placeholder: bool, seq_len: int) -> list[str]:
+    """What torchtitan 0.3's registry configs do with this plan's sequence and context
+    parallelism that the stack does not cost (a review's): GPT-OSS's varlen attention refuses
+    CP; its FlexAttention CP keeps the gathered K/V, which a stack of 2024's SDPA rotater does
+    not cost; its chunked loss needs each rank's sequence divisible by its chunks."""
+    out = []
+    if placeholder:
+        return out
+    if par.cp > 1 and config in VARLEN_CONFIGS:
+        out.append(f"torchtitan's {config} runs varlen attention, which torchtitan 0.3 refuses "
+                   "under context parallelism (NotImplementedError: distributed/full_dtensor.py)"
+                   ": the run does not start as exported")
+    elif par.cp > 1 and st.cp_exchange_for(m) != "flex_allgather":
+        out.append(f"torchtitan 0.3 runs context parallelism through FlexAttention, whose "
+                   f"attention keeps the all-gathered K/V; stack {st.name} costs 2024's SDPA "
+                   "rotater, which keeps its own shard (plan with --stack torchtitan to cost it)")
+    local = seq_len // par.cp
+    if local % LOSS_CHUNKS:
+        out.append(f"torchtitan's {config} computes the loss over {LOSS_CHUNKS} chunks of each "
+                   f"rank's sequence, which must divide it: {local:,} tokens (seq_len / cp) do "
+                   "not, and the run stops at its first loss (ChunkedLossWrapper, torchtitan/"
+                   "components/loss.py)")
+    return out
+
+
 def _float8_config(config: str, notes: list[str]) -> str:
     """The registry config an fp8 plan of ``config``'s model launches: itself where it trains with
     a Float8 converter, else its ``_float8`` sibling, which only DeepSeek-V3 has; for the others a
@@ -392,7 +428,7 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
             "peak of the devices with the output layer counts the whole sequence's logits, "
             f"{fmt_gib(logits * st.loss_saved_bytes)} GiB a micro-batch keeps for backward and "
             f"{fmt_gib(st.loss_transient_bytes * logits)} GiB more at the loss's backward; the "
-            "launched run holds about an eighth of them")
+            "launched run holds about an eighth of them (--stack torchtitan costs the chunks)")
 
 
 def export(pf: PlanFile) -> Export:
