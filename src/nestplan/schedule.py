@@ -615,31 +615,29 @@ def direction(rank: int, local: int, pp: int) -> int:
     return local ^ int(rank >= pp // 2)
 
 
-def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
-    """Micro-batches of each chunk in flight (forward run, backward or W not yet) when the
-    device holds the most."""
-    now, best = [0] * vp, [0] * vp
+def _held_after_forwards(order: tuple[OpKey, ...], vp: int, split: bool):
+    """Yield the micro-batches of each chunk in flight (forward run, backward or W not yet) after
+    each forward of ``order``."""
+    now = [0] * vp
     for kind, local, _ in order:
         if kind == "F":
             now[local] += 1
-            if sum(now) > sum(best):
-                best = list(now)
+            yield tuple(now)
         elif kind == ("W" if split else "B") or kind == "X":
             now[local] -= 1
-    return best
+
+
+def _held_by_order(order: tuple[OpKey, ...], vp: int, split: bool) -> list[int]:
+    """Micro-batches of each chunk in flight when the device first holds the most."""
+    return list(max(_held_after_forwards(order, vp, split), key=sum, default=(0,) * vp))
 
 
 def _pareto_states(order: tuple[OpKey, ...], vp: int, split: bool) -> tuple[tuple[int, ...], ...]:
     """The mixes of micro-batches per chunk held after each forward of ``order`` that no other
-    exceeds in every chunk, ``_held_by_order``'s first."""
-    now, seen = [0] * vp, set()
-    for kind, local, _ in order:
-        if kind == "F":
-            now[local] += 1
-            seen.add(tuple(now))
-        elif kind == ("W" if split else "B") or kind == "X":
-            now[local] -= 1
-    first = tuple(_held_by_order(order, vp, split))
+    exceeds in every chunk, ``_held_by_order``'s first (one walk of the order)."""
+    states = list(_held_after_forwards(order, vp, split))
+    first = max(states, key=sum, default=(0,) * vp)
+    seen = set(states)
     rest = sorted(p for p in seen if p != first and not any(
         q != p and all(a >= b for a, b in zip(q, p)) for q in seen))
     return (first, *rest)

@@ -221,14 +221,13 @@ class ConfigCosts:
         st = self.sc.stack
         if st.loss_chunks == 1:
             return st.loss_transient_bytes * self.logits
-        chunk = self.logits / st.loss_chunks
-        par, tr = self.par, self.sc.training
-        model = self.sc.model
-        hidden = par.mbs * (tr.seq_len // par.cp) * model.hidden
-        loop = (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * chunk \
-            + (G.E + G.FP32) * hidden
+        par, tr, h = self.par, self.sc.training, self.sc.model.hidden
+        tokens = par.mbs * (tr.seq_len // par.cp)
+        vocab = self.logits / tokens  # the device's share of the (padded) vocabulary
+        loop = (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * self.logits \
+            / st.loss_chunks + (G.E + G.FP32) * tokens * h  # bytes
         if par.zero >= 2 and not st.defers_grad_sync(par.pp, par.zero):
-            loop += (G.FP32 + G.E) * G.padded_vocab(model.vocab, par.tp) / par.tp * model.hidden
+            loop += (G.FP32 + G.E) * vocab * h  # the output layer's weights, whole
         return loop
 
     @property

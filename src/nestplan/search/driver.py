@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -75,6 +75,8 @@ class _Found:
     later: int
     """Minus the order in which it was found."""
     par: Parallelism = field(compare=False)
+    ev: Evaluation | None = field(default=None, compare=False)
+    """Its evaluation on the real scenario, where the search made one (``_uneven_excess``)."""
 
 
 def plan_from_solution(model, model_stack, par: Parallelism,
@@ -509,8 +511,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             found_count += 1
             plan = plan_from_solution(world.model, world.stack, par, sol)
             # (a baseline's view is ranked by its closed form, as that baseline ranks)
-            excess = _uneven_excess(sc, plan) if view is None else 0.0
-            entry = _Found(-sol.objective - excess, -found_count, plan)
+            ev = _uneven_evaluation(sc, plan) if view is None else None
+            excess = ev.uneven_chunks if ev is not None else 0.0
+            entry = _Found(-sol.objective - excess, -found_count, plan, ev)
             if len(found) < top:
                 heapq.heappush(found, entry)
             else:
@@ -546,20 +549,21 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if not found:
         raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size))
     best = sorted(found, reverse=True)  # best first; of equal times, the first found
-    plans = [evaluate(sc, f.par) for f in best]
+    plans = [f.ev or evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
 
 
-def _uneven_excess(sc: Scenario, par: Parallelism) -> float:
-    """What a found plan's step adds to the DP's objective, the closed form: its schedule's
-    excess where a device's chunks hold different numbers of blocks (``Evaluation.uneven_chunks``;
-    two user trials: the search had ranked first a plan whose simulation was 7 % later than the
-    next plan's), else 0. Ranking the found plans by objective plus excess keeps the pruning
+def _uneven_evaluation(sc: Scenario, par: Parallelism) -> Evaluation | None:
+    """A found plan's evaluation where its step may exceed the DP's objective, the closed form,
+    else None (the results reuse it): where a device's chunks hold different numbers of blocks,
+    by their schedule's excess (``Evaluation.uneven_chunks``; two user trials: the search had
+    ranked first a plan whose simulation was 7 % later than the next plan's). Ranking the found
+    plans by objective plus excess keeps the pruning
     sound (a configuration's bounds and its DP's are below its closed form, which is below its
     step), but the DP still picks each configuration's split and arrangement by the closed form:
     another of the same configuration can be faster (a review: 2.4 % with vp 8 fixed)."""
-    return evaluate(sc, par).uneven_chunks if uneven_chunks(sc.model, par) else 0.0
+    return evaluate(sc, par) if uneven_chunks(sc.model, par) else None
 
 
 def _one_order(items: list, plan=lambda item: item) -> list:
@@ -665,8 +669,6 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     """Why a space with no configuration is empty, naming the fixed knobs, and the global batch
     where it alone empties it: the space at a batch every data-parallel size divides has shapes
     (a user trial's --tp 1 --pp 1 on 64 devices at global batch 100 was told every rule)."""
-    from dataclasses import replace
-
     head = (f"no configuration of {sc.gpus} devices satisfies the constraints "
             f"{constraints_text(con)} for {sc.model.name}")
     gb = sc.training.global_batch

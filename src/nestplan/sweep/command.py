@@ -177,31 +177,43 @@ def _note_expert_loads_without_experts(spec) -> None:
                       f"{'that model' if one else 'those models'} repeat each other", Note)
 
 
-def _note_partial_domains(spec) -> None:
-    """Say, for each cluster of the grid, which of its GPU counts fill its last scale-up domain
-    only in part (``textfmt.partial_domain_text``: plan and evaluate say it of one run; a user
-    trial's sweep of NVL72 racks said nothing)."""
+def _grid_clusters(spec):
+    """Yield each cluster and network variant of the grid (no other column moves a level) with
+    the grid's GPU counts it holds (a larger one is an error row of its own); a variant that is
+    not valid is passed over (its error rows say why)."""
     import itertools
-    import warnings
 
-    from ..errors import Note, SpecError
-    from ..textfmt import partial_domain_text
+    from ..errors import SpecError
     from .spec import Point, level_key
 
     shape_keys = [p for p in spec.parameters
                   if p.key in ("cluster", "network") or level_key(p.key) is not None]
-    said: set[tuple[str, int]] = set()
+    counts = spec.values_of("gpus")
     for combo in itertools.product(*(p.values for p in shape_keys)):
         try:
             cluster = spec.cluster(Point(id="", values=tuple(zip((p.key for p in shape_keys),
                                                                   combo))))
-        except SpecError:  # (its error rows say why)
+        except SpecError:
             continue
+        yield cluster, [n for n in counts
+                        if cluster.max_devices is None or n <= cluster.max_devices]
+
+
+def _note_partial_domains(spec) -> None:
+    """Say, for each cluster of the grid, which of its GPU counts fill its last scale-up domain
+    only in part (``textfmt.partial_domain_text``: plan and evaluate say it of one run; a user
+    trial's sweep of NVL72 racks said nothing)."""
+    import warnings
+
+    from ..errors import Note
+    from ..textfmt import partial_domain_text
+
+    said: set[tuple[str, int]] = set()
+    for cluster, held in _grid_clusters(spec):
         if (cluster.name, cluster.levels[0].size) in said:
             continue
         said.add((cluster.name, cluster.levels[0].size))
-        counts = [n for n in spec.values_of("gpus") if partial_domain_text(cluster, n)
-                  and (cluster.max_devices is None or n <= cluster.max_devices)]
+        counts = [n for n in held if partial_domain_text(cluster, n)]
         if counts:
             more = (f" (and so for the points of {', '.join(f'{n:,}' for n in counts[1:])} "
                     "GPUs)") if len(counts) > 1 else ""
@@ -215,31 +227,20 @@ def _note_levels_never_crossed(spec) -> None:
     values change nothing and the rows look alike for that reason alone. A job's ranks fill the
     cluster's devices in order (``placement``), so n GPUs cross level i exactly when n exceeds
     the devices under one block of level i - 1."""
-    import itertools
     import warnings
 
-    from ..errors import Note, SpecError
-    from .spec import Point, level_key
+    from ..errors import Note
+    from .spec import level_key
 
     alone = {level_key(p.key)[0] for p in spec.parameters if level_key(p.key) is not None}
     named = {level for _, levels in spec.networks for level, _ in levels}
     watched = alone | named
     if not watched:
         return
-    # each cluster and network variant of the grid (no other column moves a level), with the
-    # largest GPU count that cluster holds (a larger one is an error row of its own)
-    shape_keys = [p for p in spec.parameters
-                  if p.key in ("cluster", "network") or level_key(p.key) is not None]
-    counts = spec.values_of("gpus")
+    # each cluster and network variant of the grid, with the largest GPU count it holds
     reach: dict[str, tuple[int, int]] = {}  # level -> (most GPUs of a point, devices below it)
     crossed: set[str] = set()
-    for combo in itertools.product(*(p.values for p in shape_keys)):
-        try:
-            cluster = spec.cluster(Point(id="", values=tuple(zip((p.key for p in shape_keys),
-                                                                  combo))))
-        except SpecError:  # (its error rows say why)
-            continue
-        held = [n for n in counts if cluster.max_devices is None or n <= cluster.max_devices]
+    for cluster, held in _grid_clusters(spec):
         if not held:
             continue
         most = max(held)
