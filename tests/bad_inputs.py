@@ -66,6 +66,12 @@ for flag, (values, name) in NUMBERS.items():
         if flag in ("--gpus", "--memory-headroom", "--moe-imbalance", "--attention-span"):
             case(f"plan{flag}={v}", [*_without(SEARCH, flag), flag, v], name)
 
+# a flag's prefix is not taken for the flag (a user trial's --glob 512 had been --global-batch)
+for args in ([*_without(SEARCH, "--global-batch"), "--glob", "512"],
+             [*EVAL, "--moe-cap", "1.25"], ["sweep", "--work", "1", "x.toml"]):
+    case(f"{args[0]}-abbreviated-{args[-2]}", args, f"unrecognized arguments: {args[-2]}"
+         if args[0] != "sweep" else "unrecognized arguments: --work")
+
 PLAN_FLAGS = {
     "--tp": ["0", "-1", "3", "two", "1024"],
     "--pp": ["0", "-2", "3", "64"],
@@ -480,6 +486,13 @@ HF_BAD = {
     # a field a RoPE model does not read is still checked (a user trial's was taken silently)
     "llama-positions-neg": (_hf(max_position_embeddings=-1),
                             "max_position_embeddings: got -1; must be an integer >= 1"),
+    # an absent key is its config class's default, said where it cannot be (4 heads, Mistral's 8)
+    "mistral-kv-default": (json.dumps({"model_type": "mistral", "hidden_size": 256,
+                                       "intermediate_size": 512, "num_hidden_layers": 2,
+                                       "num_attention_heads": 4, "vocab_size": 1000}),
+                           "num_key_value_heads: got None; missing, read as its config class's "
+                           "default 8 (transformers), which does not divide num_attention_heads "
+                           "= 4; give it"),
 }
 for name, (content, needle) in HF_BAD.items():
     case(f"hf-config-{name}", ["evaluate", "--model", "{cfg}.json", *SCENARIO[2:], *PLAN],
@@ -878,6 +891,10 @@ PLANFILE_BAD = {
         "stack.weight_bytes: got None; missing; a plan file holds a stack of its own whole"),
     "stack-number": (plan_with("stack", 3), "stack: got 3; must be a table"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
+    # the flag's percent written into the file's share (a user trial's)
+    "headroom-percent": (plan_with("memory_headroom", 6), "memory_headroom: got 6; must be a share "
+                         "of HBM in [0, 0.5) (a fraction: 6 % is 0.06; --memory-headroom takes "
+                         "percent)"),
     "predicted-word": (plan_with("predicted.step_time_s", "fast"), "predicted.step_time_s"),
     "predicted-negative": (plan_with("predicted.step_time_s", -5.0),
                            "predicted.step_time_s: got -5.0; must be a finite number >= 0"),

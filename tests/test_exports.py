@@ -2241,9 +2241,20 @@ def test_a_torchtitan_export_says_what_its_registry_config_does_with_cp_and_the_
                              stack="torchtitan")
     par = Parallelism(tp=1, pp=1, dp=8, cp=8, zero=2, mbs=1, recompute=("none",))
     old = replace(sc, stack=get_stack("torchtitan-2024"))
-    assert any("keeps the all-gathered K/V; stack torchtitan-2024 costs 2024's SDPA rotater" in n
+    assert any("keeps the all-gathered K/V; stack torchtitan-2024 costs an all-gather of K/V "
+               "gathered again in the backward (torch's SDPA" in n
                for n in exported(old, par, "torchtitan").notes)
     assert not any("SDPA" in n for n in exported(sc, par, "torchtitan").notes)
+    # a Megatron stack's note names its own exchange, the ring (a user trial's: it had named
+    # 2024's SDPA one)
+    mc = replace(sc, stack=get_stack("megatron-core"))
+    notes = exported(mc, replace(par, zero=1, recompute=("selective",)), "torchtitan").notes
+    assert any("stack megatron-core costs a ring exchange of K/V (Transformer Engine's)" in n
+               for n in notes)
+    # and its recomputation note names both stacks' 'selective' by rule (the same trial's)
+    assert any("policy 'selective' (modules:core_attn) has no torchtitan equivalent; its "
+               "activation checkpointing runs its own 'selective' (matmul-outputs)" in n
+               for n in notes), notes
     odd = replace(sc, training=replace(sc.training, seq_len=32784))  # 4,098 tokens a rank
     assert any("4,098 tokens (seq_len / cp) do not" in n
                for n in exported(odd, par, "torchtitan").notes)

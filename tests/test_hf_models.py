@@ -227,6 +227,29 @@ def test_absent_keys_are_read_as_the_config_class_defaults_them(family, extra, a
                 moe.router_group_top_k, moe.router_scale) == (3, 1, 8, 4, 2.5)
 
 
+@pytest.mark.parametrize("name", [n for n in DEFAULTS if n != "GPTNeoXConfig"])
+def test_absent_kv_heads_and_q_rank_are_the_config_class_defaults(name):
+    """A config without ``num_key_value_heads`` (or DeepSeek-V3's ``q_lora_rank``) is read as its
+    config class reads it: Llama's takes the query heads, the others a default of their own
+    (Qwen3-MoE 4, Mixtral 8; DeepSeek-V3's q rank 1536, and none where the key is null). A user
+    trial: nestplan had read 64 K/V heads where transformers reads 4, and q_lora_rank 0 where it
+    reads 1536."""
+    transformers = pytest.importorskip("transformers")
+    cls = getattr(transformers, name)
+    data = cls(**{**DEFAULTS[name], "num_attention_heads": 64, "hidden_size": 8192,
+                  "head_dim": 128}).to_dict()
+    data.pop("dtype", None)
+    data.pop("num_key_value_heads", None)
+    data.pop("q_lora_rank", None)
+    theirs = cls.from_dict(data)
+    ours = model_from_hf_dict(data)
+    if ours.mla is None:
+        assert ours.kv_heads == theirs.num_key_value_heads
+    else:
+        assert ours.mla.q_lora_rank == theirs.q_lora_rank == 1536
+        assert model_from_hf_dict({**data, "q_lora_rank": None}).mla.q_lora_rank == 0
+
+
 def test_gpt_oss_and_deepseek_v3_biases_as_their_builders_make_them():
     """GPT-OSS biases every linear layer when its config leaves attention_bias out (GptOssConfig
     defaults it true: nestplan's count is transformers'); DeepSeek-V3 has none, as

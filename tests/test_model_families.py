@@ -399,7 +399,8 @@ def test_biases_are_read_as_megatron_bridge_maps_them_with_a_note(family, given,
     from nestplan.errors import Note
 
     cfg = {"model_type": family, "hidden_size": 256, "intermediate_size": 512,
-           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000, given: True}
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "vocab_size": 1000, given: True}
     if family not in ("llama", "mistral"):
         cfg.update(num_local_experts=4, num_experts=4, num_experts_per_tok=2,
                    moe_intermediate_size=128)

@@ -678,6 +678,9 @@ def test_plans_keep_the_memory_headroom(tmp_path):
         assert f"memory-headroom: got {float(bad)}; must be a percent of HBM in [0, 50)" in err
     code, out, err = cli(*args, "--memory-headroom", "nan")
     assert code == 2 and "memory-headroom: got 'nan'; must be a decimal number" in err
+    # a plan file's share given as the flag's percent is taken, and said (a user trial's)
+    code, out, err = cli(*args, "--memory-headroom", 0.06)
+    assert code == 0 and "--memory-headroom 0.06 is 0.06 % of HBM; for 6 %" in err, err
 
 
 def test_allgather_context_parallelism_hides_behind_one_block_only():

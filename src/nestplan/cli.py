@@ -19,7 +19,12 @@ DEFAULT_GLOBAL_BATCH = 1024
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and exit code 2."""
+    """argparse with one-line errors and exit code 2, and whole flag names only (a user trial's
+    ``--glob 512`` had been taken for ``--global-batch`` without a word)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         words = self.prog.split()
@@ -301,6 +306,13 @@ def _with_headroom(sc, args):
     if not valid_headroom(pct / 100):
         raise SpecError("memory-headroom", pct,
                         f"must be a percent of HBM in [0, {MAX_HEADROOM * 100:g})")
+    if 0 < pct < 1:  # a plan file's share given as the flag's percent (a user trial's)
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"--memory-headroom {pct:g} is {pct:g} % of HBM; for {pct * 100:g} %, as a "
+                      f"plan file's memory_headroom of {pct:g} means, give {pct * 100:g}", Note)
     return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 

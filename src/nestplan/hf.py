@@ -333,7 +333,7 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
         layers=cfg.get("num_hidden_layers"),
         hidden=hidden,
         heads=heads,
-        kv_heads=cfg.get("num_key_value_heads", default=heads),
+        kv_heads=_kv_heads(cfg, heads),
         head_dim=cfg.get("head_dim", default=hidden // heads),
         ffn_hidden=cfg.get("intermediate_size"),
         vocab=cfg.get("vocab_size"),
@@ -779,7 +779,8 @@ def _deepseek_v3(cfg: _Config) -> dict:
     # NVIDIA-NeMo/Megatron-Bridge 067f987df0; transformers' attention_bias would bias q_a, kv_a
     # and o, which MLA cannot carry here)
     kw = _unbiased(cfg, "DeepSeek-V3 as Megatron-Bridge builds it", "add_bias_linear = False")
-    mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=0, minimum=0),
+    # absent: DeepseekV3Config's 1536 (transformers 5.23.0 wheel); null: no low-rank q (V2-Lite's)
+    mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=1536, null=0, minimum=0),
                   kv_lora_rank=cfg.get("kv_lora_rank"),
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
                   qk_rope_head_dim=cfg.get("qk_rope_head_dim"),
@@ -837,6 +838,27 @@ def _bloom(cfg: _Config) -> dict:
         tied_embeddings=cfg.get("tie_word_embeddings", default=True, kind=bool),
         position=Position.ALIBI,
     )
+
+
+KV_HEADS_DEFAULTS = {"mistral": 8, "mixtral": 8, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
+                     "qwen3_moe": 4, "glm4_moe": 8, "gpt_oss": 8, "llama4": 8, "llama4_text": 8}
+"""Each family's ``num_key_value_heads`` where its config leaves it out: its config class's
+default (transformers 5.23.0 wheel; tests/test_hf_models.py reads them from the classes); Llama's
+class takes the query heads, as does a family not listed (a user trial: a trimmed Qwen3-MoE
+config had been read with 64 K/V heads where transformers reads 4)."""
+
+def _kv_heads(cfg: _Config, heads: int) -> int:
+    """``num_key_value_heads``, or where absent the family's default (``KV_HEADS_DEFAULTS``),
+    which must divide the query heads."""
+    kv = cfg.get("num_key_value_heads", default=None)
+    if kv is not None:
+        return kv
+    kv = KV_HEADS_DEFAULTS.get(cfg.model_type, heads)
+    if heads % kv:
+        raise SpecError(cfg.where("num_key_value_heads"), None,
+                        f"missing, read as its config class's default {kv} (transformers), which "
+                        f"does not divide num_attention_heads = {heads}; give it")
+    return kv
 
 
 AUX_LOSS_DEFAULTS = {"mixtral": 0.001, "qwen2_moe": 0.001, "qwen3_moe": 0.001, "gpt_oss": 0.001,

@@ -96,8 +96,11 @@ def _headroom(data: dict) -> float:
 
     value = data.get("memory_headroom", Scenario.memory_headroom)
     if not valid_headroom(value):
+        percent = (f" (a fraction: {value:g} % is {value / 100:g}; --memory-headroom takes percent)"
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)
+                   and 1 <= value < 100 * MAX_HEADROOM else "")
         raise SpecError("memory_headroom", value,
-                        f"must be a share of HBM in [0, {MAX_HEADROOM})")
+                        f"must be a share of HBM in [0, {MAX_HEADROOM}){percent}")
     return float(value)
 
 

@@ -127,9 +127,12 @@ def _arguments(pf: PlanFile):
     titan = get_stack("torchtitan")  # its own rules
     mode = runs.name
     if runs.kind != policy.kind:  # Megatron's module checkpointing, intervals
+        # named by its rule too: the two stacks' 'selective' differ (a user trial read "policy
+        # 'selective' ... runs 'selective' instead" as a contradiction)
         rec_notes.append(f"recompute policy '{policy.name}' ({policy.rule}) has no torchtitan "
-                         f"equivalent; its activation checkpointing runs '{mode}' instead, which "
-                         "keeps " + ("other tensors" if mode == "selective" else "less"))
+                         f"equivalent; its activation checkpointing runs its own '{mode}' "
+                         f"({runs.rule}) instead, which keeps "
+                         + ("other tensors" if mode == "selective" else "less"))
     notes += rec_notes
     zero, etp = par.zero, par.expert_tp
     if zero == 1:
@@ -370,11 +373,19 @@ LOSS_CHUNKS = 8
 (ChunkedLossWrapper.Config's num_chunks, torchtitan/components/loss.py, 0.3.0 wheel)."""
 
 
+CP_COSTED = {"ring": "a ring exchange of K/V (Transformer Engine's)",
+             "allgather": "an all-gather of K/V gathered again in the backward (torch's SDPA "
+                          "context parallelism, torchtitan in 2024)",
+             "te_allgather": "Transformer Engine's all-gather of K/V (windowed attention or sinks)"}
+"""What a stack's ``cp_exchange_for`` costs, in the words of the note that tells it from
+torchtitan 0.3's (a user trial: a megatron-core plan's note had named 2024's SDPA exchange)."""
+
+
 def _registry_cp_notes(st, m, par, config: str, placeholder: bool, seq_len: int) -> list[str]:
     """What torchtitan 0.3's registry configs do with this plan's sequence and context
     parallelism that the stack does not cost (a review's): GPT-OSS's varlen attention refuses
-    CP; its FlexAttention CP keeps the gathered K/V, which a stack of 2024's SDPA rotater does
-    not cost; its chunked loss needs each rank's sequence divisible by its chunks."""
+    CP; its FlexAttention CP keeps the gathered K/V, which a stack with another exchange does not
+    cost; its chunked loss needs each rank's sequence divisible by its chunks."""
     out = []
     if placeholder:
         return out
@@ -384,8 +395,9 @@ def _registry_cp_notes(st, m, par, config: str, placeholder: bool, seq_len: int)
                    ": the run does not start as exported")
     elif par.cp > 1 and st.cp_exchange_for(m) != "flex_allgather":
         out.append(f"torchtitan 0.3 runs context parallelism through FlexAttention, whose "
-                   f"attention keeps the all-gathered K/V; stack {st.name} costs 2024's SDPA "
-                   "rotater, which keeps its own shard (plan with --stack torchtitan to cost it)")
+                   f"attention keeps the all-gathered K/V; stack {st.name} costs "
+                   f"{CP_COSTED[st.cp_exchange_for(m)]}, which keeps only its own shard (plan "
+                   "with --stack torchtitan to cost it)")
     local = seq_len // par.cp
     if local % LOSS_CHUNKS:
         out.append(f"torchtitan's {config} computes the loss over {LOSS_CHUNKS} chunks of each "
