@@ -72,6 +72,11 @@ for args in ([*_without(SEARCH, "--global-batch"), "--glob", "512"],
     case(f"{args[0]}-abbreviated-{args[-2]}", args, f"unrecognized arguments: {args[-2]}"
          if args[0] != "sweep" else "unrecognized arguments: --work")
 
+# a flag given twice is not the last one taken silently (a user trial's --tp 2 ... --tp 4)
+case("evaluate-tp-twice", [*EVAL, "--tp", "4"], "--tp given twice (--tp 1, then --tp 4); give it once")
+case("plan-seq-len-twice", [*SEARCH, "--seq-len=4096", "--seq-len", "8192"],
+     "--seq-len given twice")
+
 PLAN_FLAGS = {
     "--tp": ["0", "-1", "3", "two", "1024"],
     "--pp": ["0", "-2", "3", "64"],
@@ -664,6 +669,9 @@ case("cluster-dev-zero", ["evaluate", "--model", "llama3-8b", "--cluster", "/dev
 # ---- stack files -------------------------------------------------------------------------------
 STACK_BAD = {
     "unknown-key": ('base = "megatron-core"\nname = "s"\nturbo = true\n', "turbo"),
+    # a misspelt key is named with the key meant (a user trial's)
+    "misspelt-key": ('base = "megatron-core"\nname = "s"\nmatmul_scal = 0.9\n',
+                     "stack.matmul_scal: got 0.9; unknown key (did you mean matmul_scale?)"),
     # a catalog name with a space after it had passed, printed as the catalog stack (a trial's)
     "name-catalogs-with-a-space": ('base = "megatron-core"\nname = "megatron-core "\n',
                                    "name: got 'megatron-core '; must not begin or end with white"),
@@ -1212,6 +1220,12 @@ case("calibrate-rows-of-two-stacks", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"
      "ran on several stacks (megatron-core, torchtitan)",
      **{"r.csv": _runs(",1.5,", ",1.5,") + RUN.replace("r1,", "r2,").replace(
          ",megatron-core", ",torchtitan") + "\n", "d": DIR})
+# a stack column's typo is named by its row, as validate names it, not counted as a stack of
+# its own (a user trial's: "the rows ran on several stacks (megatron-cor, megatron-core)")
+case("calibrate-stack-column-typo", ["calibrate", "{r}.csv", "-o", "{d}/m.toml"],
+     "(r2): stack: got 'megatron-cor'; unknown stack (did you mean 'megatron-core'?)",
+     **{"r.csv": _runs(",1.5,", ",1.5,") + RUN.replace("r1,", "r2,").replace(
+         ",megatron-core", ",megatron-cor") + "\n", "d": DIR})
 # an output the system will not create is refused before the fit, not after it
 case("calibrate-output-not-creatable", ["calibrate", "{r}.csv", "-o", "/proc/nestplan-mine.toml"],
      "-o: got '/proc/nestplan-mine.toml'; cannot write", **{"r.csv": _runs(",1.5,", ",1.5,")})

@@ -22,6 +22,26 @@ def cli(*args, cwd=None, timeout=120):
     return p.returncode, p.stdout, p.stderr
 
 
+def flags(*args) -> list:
+    """``args`` with each flag given once, a later one replacing an earlier one's value (the
+    command line refuses a flag given twice): ``flags(*BASE, "--pp", 2)``. A flag followed by
+    another flag, or last, is taken as one without a value."""
+    out: list = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        has_value = (isinstance(a, str) and a.startswith("--") and i + 1 < len(args)
+                     and not str(args[i + 1]).startswith("--"))
+        item = [a, args[i + 1]] if has_value else [a]
+        if isinstance(a, str) and a.startswith("--") and a in out:
+            j = out.index(a)
+            given = j + 1 < len(out) and not str(out[j + 1]).startswith("--")
+            del out[j:j + (2 if given else 1)]
+        out += item
+        i += len(item)
+    return out
+
+
 def one_line_error(code: int, out: str, err: str, needle: str) -> bool:
     """Exit 2, nothing on stdout, one line on stderr that holds ``needle``."""
     lines = err.strip().splitlines()

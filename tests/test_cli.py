@@ -1,5 +1,6 @@
 """The command line: output contracts, exit codes and one-line errors (no tracebacks)."""
 
+import csv
 import json
 import os
 import re
@@ -233,6 +234,23 @@ def test_validate_rejects_a_malformed_row(runs_csv, capsys, changes, message):
     code, out, err = run_exit(["validate", "--csv", runs_csv(**changes)], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and message in lines[0], err
+
+
+def test_validate_says_when_a_row_is_ten_times_off(runs_csv):
+    """A step time given in milliseconds shows -99.9 %; validate says what that likely is, as
+    calibrate refuses such a row (a user trial's had no word)."""
+    from console import cli
+
+    path = runs_csv()
+    with open(path) as f:
+        row = next(csv.DictReader(f))
+    code, out, err = cli("validate", "--csv", runs_csv(step_time_s=str(
+        float(row["step_time_s"]) * 1000)))
+    assert code == 1 and "-99.9%" in out
+    assert "1 of 1 rows are predicted 10 or more times from their measurement" in err
+    assert "step_time_s is seconds per step; check the units" in err
+    code, out, err = cli("validate", "--csv", runs_csv())
+    assert "10 or more times" not in err
 
 
 def test_validate_names_missing_columns(tmp_path, capsys):

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from campaign_run import base_plan
 from console import cli, one_line_error
 
-EVALUATE = ["evaluate", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1, "--pp", 1,
-            "--mbs", 1, "--global-batch", 8, "--seq-len", 2048]
+ON_CLUSTER = ["evaluate", "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
+              "--seq-len", 2048]
+"""An evaluation whose --cluster the test gives (a flag is given once)."""
+EVALUATE = [*ON_CLUSTER, "--cluster", "dgx-h100-ndr"]
 PLAN = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8]
 
 
@@ -43,7 +45,7 @@ def test_a_fifo_is_refused_before_reading(tmp_path):
 def test_a_device_is_refused_before_reading():
     if not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero")
-    assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--cluster", "/dev/zero",
+    assert one_line_error(*cli(*ON_CLUSTER, "--model", "llama3-8b", "--cluster", "/dev/zero",
                                timeout=30), "not a regular file; give a TOML file")
 
 
@@ -167,7 +169,7 @@ def test_a_level_bandwidth_outside_physical_range_is_named_in_the_files_units(tm
                     f'size = 8\nbandwidth_GBps = {value}\nlatency_us = 2\n[[levels]]\n'
                     f'name = "net"\nbandwidth_GBps = 50\nlatency_us = 5\n')
     shown = f"{float(value):g}" if "e" in value else value
-    assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--cluster", path),
+    assert one_line_error(*cli(*ON_CLUSTER, "--model", "llama3-8b", "--cluster", path),
                           f"levels[n].bandwidth_GBps: got {shown}; must be in [0.001, 100000]")
 
 

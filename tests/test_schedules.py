@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console import cli, one_line_error
+from console import cli, flags, one_line_error
 from nestplan.schedule import (SCHEDULES, _held_by_order, chunks_in_flight, makespan, round_size,
                                simulate, simulated_ends, span)
 
@@ -519,7 +519,7 @@ def test_a_schedule_a_framework_lacks_is_exported_as_the_closest_with_a_note(tmp
     (["--schedule", "gpipe"], "stack megatron-core runs 1f1b, interleaved-1f1b"),
 ])
 def test_bad_schedules_are_one_line(extra, needle):
-    code, out, err = cli("evaluate", *LLAMA[:-2], "--zero", "1", *extra)
+    code, out, err = cli("evaluate", *flags(*LLAMA, "--zero", "1", *extra))
     assert one_line_error(code, out, err, needle), err
 
 
@@ -573,7 +573,7 @@ def test_torchtitan_plans_fewer_micro_batches_than_stages_under_gpipe():
     code, out, err = cli("evaluate", *two, "--stack", "torchtitan", "--schedule", "1f1b")
     assert one_line_error(code, out, err, "2 micro-batches per replica (global_batch / (mbs·dp)); "
                           "stack torchtitan runs 1f1b with at least pp = 4 per replica"), err
-    code, out, err = cli("evaluate", *two, "--stack", "megatron-core", "--zero", "1")
+    code, out, err = cli("evaluate", *flags(*two, "--stack", "megatron-core", "--zero", "1"))
     assert code == 0, err  # Megatron-Core's 1F1B runs them
     plan = ["plan", *[a for a in two if a not in ("--mbs", "1", "--zero", "3")], "--mbs", "1",
             "--vp", "1", "--cp", "1", "--stack", "torchtitan", "--json", "--top", "5"]
@@ -830,7 +830,7 @@ def test_a_dualpipe_plan_costs_its_fold_on_the_real_ranks(tmp_path):
     code, out, err = cli("evaluate", *args, "--schedule", "dualpipe", "--save", saved)
     assert code == 0, err
     dual = json.loads(out)
-    code, out, err = cli("evaluate", *args, "--schedule", "dualpipev", "--pp", "2")
+    code, out, err = cli("evaluate", *flags(*args, "--schedule", "dualpipev", "--pp", "2"))
     assert code == 0, err
     fold = json.loads(out)
     assert dual["schedule"] == "dualpipe" and (dual["pp"], dual["dp"]) == (4, 2)

@@ -1066,6 +1066,14 @@ def test_calibrate_weighs_a_plan_once_and_fits_what_the_rows_tell_apart(tmp_path
         "tt_8b_fsdp8 -" in err, err
     assert "x the base's" in out and "allocator_overhead 0." in out
     assert " of the activation and working bytes" in out
+    assert "measured peaks are" not in err
+    # a peak far above the others' fit is named with the rest it pulls (a user trial's outlier
+    # moved a good row from -8 % to +14 % without a word)
+    path.write_text(_TITAN_RUNS.format(first="1.22").replace("peak_memory_gib=27.9",
+                                                             "peak_memory_gib=60.0"))
+    code, out, err = cli("calibrate", path, "-o", tmp_path / "m2.toml")
+    assert code == 0 and "measured peaks are still beyond 10% (" in err, err
+    assert "tt_70b_fsdp8_tp8" in err.split("measured peaks are still beyond")[1]
 
 
 def test_calibrate_says_when_its_fit_explains_nothing_or_hits_the_peak(tmp_path, runs_csv):
@@ -1080,6 +1088,15 @@ def test_calibrate_says_when_its_fit_explains_nothing_or_hits_the_peak(tmp_path,
     assert code == 0, err
     assert "after the fit 1 of 1 rows are still beyond 15%" in err
     assert "to the cap of the accelerator's peak" in err
+    assert "the fit moves" not in err  # at the cap: said so instead
+    # a row 3 times slower is fitted, with efficiencies a third of the base's: said to be more
+    # likely a miss the multiplier absorbs (a user trial's MoE rows had fitted attention at
+    # 0.275x without a word, and dense plans then ran 2.5 times slower)
+    slow = float(runs_csv.row["step_time_s"]) * 3
+    code, out, err = cli("calibrate", runs_csv(step_time_s=f"{slow:.4f}"), "-o",
+                         tmp_path / "slow.toml")
+    assert code == 0 and "still beyond" not in err, err
+    assert "the fit moves matmul_scale to 0.34" in err and "x the base's (megatron-2021's)" in err
 
 
 def test_calibrate_records_its_rows_and_says_what_it_filled_in(tmp_path, runs_csv):

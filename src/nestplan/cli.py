@@ -18,6 +18,23 @@ DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH = 1024
 
 
+def _refuse_repeated_flags(sub: argparse.ArgumentParser, given: list[str]) -> None:
+    """A flag given twice, which argparse would take the last of without a word (a user trial's
+    ``--tp 2 ... --tp 4`` ran tp 4): exit 2 naming it."""
+    flags = {o: a for a in sub._actions for o in a.option_strings if o.startswith("--")}
+    seen: dict[str, str] = {}
+    for i, token in enumerate(given):
+        if token == "--":
+            break
+        flag = token.split("=", 1)[0]
+        if flag in flags:
+            alone = "=" in token or i + 1 == len(given) or flags[flag].nargs == 0
+            said = token if alone else f"{token} {given[i + 1]}"
+            if flag in seen:
+                sub.error(f"{flag} given twice ({seen[flag]}, then {said}); give it once")
+            seen[flag] = said
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2, and whole flag names only (a user trial's
     ``--glob 512`` had been taken for ``--global-batch`` without a word)."""
@@ -1001,6 +1018,7 @@ def cmd_validate(args) -> int:
     summary = report(outcomes)
     summary["set_aside"] = [{"id": r.id, "why": r.why} for r in refused]
     _note_over_hbm([o.case for o in outcomes], [o.predicted_memory for o in outcomes])
+    _note_far_rows(outcomes)
     if args.json:
         print(_json(summary))
     else:
@@ -1016,6 +1034,28 @@ def cmd_validate(args) -> int:
         print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}"
               f"{memory}: " + ("ok" if summary["ok"] else f"FAILED ({', '.join(missed)})"))
     return 0 if summary["ok"] else 1
+
+
+def _note_far_rows(outcomes) -> None:
+    """Say which rows are predicted 10 or more times from their measurement (``calibrate`` refuses
+    them): a step time in milliseconds, or a plan the row misstates, is likelier than a model that
+    far off (a user trial's runs in ms had shown -99.9 % with no word)."""
+    from .calibrate import FARTHEST
+    from .textfmt import first_of
+
+    far = [o for o in outcomes if not 1 / FARTHEST < 1 + o.error < FARTHEST]
+    if not far:
+        return
+    import warnings
+
+    from .errors import Note
+
+    o = max(far, key=lambda o: max(1 + o.error, 1 / (1 + o.error)))
+    warnings.warn(f"{len(far)} of {len(outcomes)} rows are predicted {FARTHEST:g} or more times "
+                  f"from their measurement ({first_of([f.case.id for f in far])}; the farthest "
+                  f"{o.case.id}: {o.case.measured:g} s measured, {o.predicted:.3g} s predicted): "
+                  "step_time_s is seconds per step; check the units, and the plans the rows "
+                  "state", Note)
 
 
 def _note_over_hbm(cases, peaks) -> None:
@@ -1273,6 +1313,12 @@ def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
         note(no_precision, "give", "no precision: read as bf16")
 
 
+PLAUSIBLE_SCALE = 2.0
+"""A fitted efficiency multiplier beyond this factor of its base's, either way, gets a note: the
+rows then run a kind of kernel more than twice as fast or slow as the base stack's own runs did,
+which is likelier a miss of the model that the multiplier absorbs than a kernel that different."""
+
+
 def _note_fit_limits(cases, result, base) -> None:
     """Say when the fit leaves rows beyond validate's tolerance, or raises an efficiency of
     ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
@@ -1331,6 +1377,24 @@ def _note_fit_limits(cases, result, base) -> None:
                       f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
                       "the model's tensors exceed what these runs kept; check their recompute, "
                       "zero_stage and micro_batch", Note)
+    elif over or any(e is not None and e < -MEMORY_TOLERANCE for e in result.memory_after):
+        wide = [c.id for c, e in zip(cases, result.memory_after)
+                if e is not None and abs(e) > MEMORY_TOLERANCE]
+        warnings.warn(f"after the fit {len(wide)} of "
+                      f"{sum(e is not None for e in result.memory_after)} measured peaks are "
+                      f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(wide)}): one allocator "
+                      "share does not explain them, and one far off moves it for the others; "
+                      "check their recompute, zero_stage and micro_batch", Note)
+    wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]
+            if not 1 / PLAUSIBLE_SCALE <= getattr(st, f) / getattr(base, f) <= PLAUSIBLE_SCALE]
+    if wide and not capped:  # (a user trial: three MoE rows fitted attention at 0.275x, dense
+        # plans then 2.5 times slower; a fit at the peak's cap is said so above)
+        warnings.warn(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
+                      f"({base.name}'s): kernels more than twice as fast or slow as its own runs' "
+                      "are likelier a miss of the model in these rows (an MoE layer's cost, a plan "
+                      "misstated) that the multiplier absorbs, and carries into every other "
+                      "workload; check with validate on runs of other shapes before planning "
+                      "with it", Note)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1427,6 +1491,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    _refuse_repeated_flags(parser.commands[args.command],
+                           list(sys.argv[1:] if argv is None else argv))
     if extra:  # named by the subcommand's parser, whose help lists what it takes (by the
         # top-level one for a flag before the subcommand, which the subcommand never saw)
         given = list(sys.argv[1:] if argv is None else argv)

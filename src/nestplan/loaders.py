@@ -190,10 +190,14 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
 
 def _case_hint(key: str, value, valid: list[str]) -> str:
     """A valid key that ``key`` spells in other case, named, with the unit it takes where the two
-    differ as bits from bytes (a user trial's ``bandwidth_Gbps = 400``: 400 Gb/s is 50 GB/s)."""
+    differ as bits from bytes (a user trial's ``bandwidth_Gbps = 400``: 400 Gb/s is 50 GB/s); else
+    one it misspells, named."""
     near = next((v for v in valid if v.lower() == key.lower()), None)
-    if near is None:
-        return ""
+    if near is None:  # a misspelling (a user trial's matmul_scal)
+        import difflib
+
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.8)
+        return f" (did you mean {close[0]}?)" if close else ""
     if key.endswith("Gbps") and near.endswith("GBps"):
         per = (f": {value:g} Gb/s is {value / 8:g} GB/s"
                if isinstance(value, (int, float)) and not isinstance(value, bool) else "")

@@ -752,11 +752,15 @@ def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,
         if stated_only and not row.text("stack") and row.source_stack() is None:
             continue
         try:
-            named.append(row.stack_ref(path.parent))
-        except SpecError:
+            ref = row.stack_ref(path.parent)
+            row.stack(path.parent, None)  # one that does not load is named by its row
+        except SpecError as e:
             if not missing_ok:
-                raise
-            named.append(row.text("stack"))
+                if e.field.startswith(row.where):
+                    raise
+                raise SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice) from None
+            ref = f"{row.text('stack')} (no such stack)"  # (a user trial's typo had read as one)
+        named.append(ref)
     return list(dict.fromkeys(named))
 
 
