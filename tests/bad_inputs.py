@@ -76,6 +76,9 @@ for args in ([*_without(SEARCH, "--global-batch"), "--glob", "512"],
 case("evaluate-tp-twice", [*EVAL, "--tp", "4"], "--tp given twice (--tp 1, then --tp 4); give it once")
 case("plan-seq-len-twice", [*SEARCH, "--seq-len=4096", "--seq-len", "8192"],
      "--seq-len given twice")
+# two flags of one setting (a review's: --sp --no-sp had run without sp)
+case("evaluate-sp-and-no-sp", [*_without(EVAL, "--tp"), "--tp", "2", "--sp", "--no-sp"],
+     "--sp and --no-sp both given (--sp, then --no-sp); give one")
 
 PLAN_FLAGS = {
     "--tp": ["0", "-1", "3", "two", "1024"],
@@ -592,6 +595,15 @@ CLUSTER_BAD = {
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "h100-sxm-80gb", name = "a", sustained_share = 1e-300 }'),
         "sustained_share"),
+    "compute-capability-word": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", compute_capability = "sm90" }'),
+        "compute_capability: got 'sm90'"),
+    "compute-capability-zero": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", compute_capability = 0 }'),
+        "compute_capability: got 0; must be in [1, 20] (NVIDIA's CUDA compute capability, e.g. "
+        "9.0)"),
     "gflop-efficiency-tiny": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { base = "h100-sxm-80gb", name = "a", '
@@ -1037,6 +1049,11 @@ case("export-into-missing-directory", ["export", "{p}.json", "--format", "megatr
      **{"p.json": plan_with("gpus", 8), "d": DIR})
 case("export-onto-a-directory", ["export", "{p}.json", "--format", "torchtitan", "-o", "{d}"],
      "directory", **{"p.json": plan_with("gpus", 8), "d": DIR})
+case("export-output-twice", ["export", "{p}.json", "--format", "megatron", "-o", "{d}/a.sh",
+                             "--output", "{d}/b.sh"], "-o and --output both given",
+     **{"p.json": plan_with("gpus", 8), "d": DIR})
+case("report-named-pdf", ["report", "{p}.json", "-o", "{d}/r.pdf"],
+     "the report is HTML; name it .html, not .pdf", **{"p.json": plan_with("gpus", 8), "d": DIR})
 case("report-onto-a-directory", ["report", "{p}.json", "-o", "{d}"], "directory",
      **{"p.json": plan_with("gpus", 8), "d": DIR})
 case("evaluate-save-onto-a-directory", [*EVAL, "--save", "{d}"], "directory", d=DIR)

@@ -144,6 +144,24 @@ def test_every_format_exports(plan_file, fmt):
             assert any("per-stage recomputation" in n for n in out.notes)
 
 
+def test_the_connections_note_follows_the_compute_capability():
+    """Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with TP below compute capability 10
+    only: a GB200 plan is not told to set it (a user trial's was, "on GPUs before Blackwell"); an
+    H100 plan is, by its part; a part of no stated capability as before."""
+    par = Parallelism(tp=2, pp=1, dp=4, zero=1, mbs=1)
+    for cluster, said in (("dgx-h100-ndr", "on h100-sxm-80gb (compute capability 9, before "
+                                           "Blackwell's 10)"),
+                          ("gb200-nvl72-ndr", None)):
+        sc = scenario_from_names("llama3-8b", cluster, 8, seq_len=4096, global_batch=64)
+        notes = " ".join(exported(sc, par, "megatron").notes)
+        assert (said is None) == ("CUDA_DEVICE_MAX_CONNECTIONS" not in notes), notes
+        assert said is None or said in notes
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
+    sc = replace(sc, cluster=replace(sc.cluster, accelerator=replace(
+        sc.cluster.accelerator, compute_capability=None)))
+    assert "on GPUs before Blackwell" in " ".join(exported(sc, par, "megatron").notes)
+
+
 def test_megatron_arguments(plan_file):
     pf, _ = plan_file
     text = export(pf, "megatron").text
@@ -151,9 +169,10 @@ def test_megatron_arguments(plan_file):
     # the environment Megatron-LM's validate_args asserts (a user trial's launch failed on it)
     fsdp = "--use-megatron-fsdp" in text
     assert ("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1" in text) == fsdp
+    cc = pf.scenario.cluster.accelerator.compute_capability
     assert ("set CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (
         not fsdp and (par.tp > 1 or par.cp > 1)
-        and "--overlap-moe-expert-parallel-comm" not in text)
+        and "--overlap-moe-expert-parallel-comm" not in text and (cc is None or cc < 10))
     assert f"--tensor-model-parallel-size {par.tp}" in text
     assert f"--pipeline-model-parallel-size {par.pp}" in text
     assert f"--context-parallel-size {par.cp}" in text

@@ -245,6 +245,15 @@ def test_absent_kv_heads_and_q_rank_are_the_config_class_defaults(name):
     ours = model_from_hf_dict(data)
     if ours.mla is None:
         assert ours.kv_heads == theirs.num_key_value_heads
+        # a family named by architectures alone takes that family's default (a review's)
+        named = {k: v for k, v in data.items() if k != "model_type"}
+        assert model_from_hf_dict({**named, "architectures": [
+            transformers.AutoModelForCausalLM._model_mapping[cls].__name__]}).kv_heads \
+            == ours.kv_heads
+        if name in ("Qwen2Config", "Qwen3Config"):  # their classes read a null as the heads
+            null = {**data, "num_key_value_heads": None}
+            assert model_from_hf_dict(null).kv_heads == cls.from_dict(null).num_key_value_heads \
+                == 64
     else:
         assert ours.mla.q_lora_rank == theirs.q_lora_rank == 1536
         assert model_from_hf_dict({**data, "q_lora_rank": None}).mla.q_lora_rank == 0

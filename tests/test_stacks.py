@@ -681,6 +681,8 @@ def test_plans_keep_the_memory_headroom(tmp_path):
     # a plan file's share given as the flag's percent is taken, and said (a user trial's)
     code, out, err = cli(*args, "--memory-headroom", 0.06)
     assert code == 0 and "--memory-headroom 0.06 is 0.06 % of HBM; for 6 %" in err, err
+    code, out, err = cli(*args, "--memory-headroom", 0.6)  # no share: 60 % is refused
+    assert code == 0 and "--memory-headroom 0.6 is" not in err, err
 
 
 def test_allgather_context_parallelism_hides_behind_one_block_only():

@@ -19,20 +19,29 @@ DEFAULT_GLOBAL_BATCH = 1024
 
 
 def _refuse_repeated_flags(sub: argparse.ArgumentParser, given: list[str]) -> None:
-    """A flag given twice, which argparse would take the last of without a word (a user trial's
-    ``--tp 2 ... --tp 4`` ran tp 4): exit 2 naming it."""
-    flags = {o: a for a in sub._actions for o in a.option_strings if o.startswith("--")}
+    """A flag given twice, or two flags that set the same thing (``--sp`` and ``--no-sp``, ``-o``
+    and ``--output``), which argparse would take the last of without a word (a user trial's
+    ``--tp 2 ... --tp 4`` ran tp 4): exit 2 naming them. ``given`` holds the subcommand's
+    arguments, after its name."""
+    flags = {o: a for a in sub._actions for o in a.option_strings
+             if o.startswith("-") and not isinstance(a, argparse._HelpAction)}
     seen: dict[str, str] = {}
     for i, token in enumerate(given):
         if token == "--":
             break
-        flag = token.split("=", 1)[0]
-        if flag in flags:
-            alone = "=" in token or i + 1 == len(given) or flags[flag].nargs == 0
-            said = token if alone else f"{token} {given[i + 1]}"
-            if flag in seen:
-                sub.error(f"{flag} given twice ({seen[flag]}, then {said}); give it once")
-            seen[flag] = said
+        flag = token.split("=", 1)[0] if token.startswith("--") else token
+        action = flags.get(flag)
+        if action is None:
+            continue
+        alone = "=" in token or i + 1 == len(given) or action.nargs == 0
+        said = token if alone else f"{token} {given[i + 1]}"
+        if action.dest in seen:
+            first = seen[action.dest]
+            same = first.split("=", 1)[0].split(" ", 1)[0] == flag
+            sub.error(f"{flag} given twice ({first}, then {said}); give it once" if same else
+                      f"{first.split(' ', 1)[0].split('=', 1)[0]} and {flag} both given ({first}, "
+                      f"then {said}); give one")
+        seen[action.dest] = said
 
 
 class _Parser(argparse.ArgumentParser):
@@ -323,7 +332,8 @@ def _with_headroom(sc, args):
     if not valid_headroom(pct / 100):
         raise SpecError("memory-headroom", pct,
                         f"must be a percent of HBM in [0, {MAX_HEADROOM * 100:g})")
-    if 0 < pct < 1:  # a plan file's share given as the flag's percent (a user trial's)
+    if 0 < pct < MAX_HEADROOM:  # a plan file's share given as the flag's percent (a user
+        # trial's; a share of 0.5 or more, 50 %, is refused in a file as in the flag)
         import warnings
 
         from .errors import Note
@@ -919,6 +929,10 @@ def cmd_report(args) -> int:
     from .report import render
 
     writable(args.output, "-o", "report HTML", reads=(args.plan,), what=THE_PLAN)
+    suffix = Path(args.output).suffix.lower()
+    if suffix not in (".html", ".htm", ""):  # (a user trial's report.pdf held HTML)
+        raise SpecError("-o", args.output, f"the report is HTML; name it .html, not {suffix} "
+                        "(a browser prints it to PDF)")
     pf = _load_plan(args.plan)
     html = render(pf, evaluate(pf.scenario, pf.plan))
     try:
@@ -1491,8 +1505,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
     _refuse_repeated_flags(parser.commands[args.command],
-                           list(sys.argv[1:] if argv is None else argv))
+                           given[given.index(args.command) + 1:] if args.command in given else given)
     if extra:  # named by the subcommand's parser, whose help lists what it takes (by the
         # top-level one for a flag before the subcommand, which the subcommand never saw)
         given = list(sys.argv[1:] if argv is None else argv)

@@ -271,7 +271,7 @@ _ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps",
                    "matmul_efficiency_bf16_by_GFLOP", "attention_efficiency", "memory_efficiency"}
 """Every efficiency is a measured or stated figure of the file (no defaults in code)."""
 _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_overhead_us",
-                   "sustained_share", "base"}
+                   "sustained_share", "compute_capability", "base"}
 
 
 def _points(value, where: str) -> tuple[tuple[float, float], ...]:
@@ -322,6 +322,9 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
         kw["memory_efficiency"] = float(_typed(table, "memory_efficiency", where, _NUM))
     if "kernel_overhead_us" in table:
         kw["kernel_overhead"] = _typed(table, "kernel_overhead_us", where, _NUM) * units.US
+    if "compute_capability" in table:
+        kw["compute_capability"] = _ranged(table, "compute_capability", where, 1.0, 20.0,
+                                           "NVIDIA's CUDA compute capability, e.g. 9.0")
     if base is not None:
         from dataclasses import replace
 
@@ -550,6 +553,8 @@ def accelerator_to_table(acc: AcceleratorSpec) -> dict:
     }
     if acc.sustained_share != 1.0:
         table["sustained_share"] = acc.sustained_share
+    if acc.compute_capability is not None:
+        table["compute_capability"] = acc.compute_capability
     if acc.peak_flops_fp8 is not None:
         table["peak_tflops_fp8"] = _clean(acc.peak_flops_fp8 / units.TFLOPS)
         table["matmul_efficiency_fp8_by_GFLOP"] = [[_clean(f / 1e9), e]

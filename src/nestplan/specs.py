@@ -177,6 +177,10 @@ class AcceleratorSpec(_CachedHash):
     """Share of the peak rates its clocks sustain where a power limit holds them below the
     datasheet part's (compute-bound kernels run at ``peak · share · efficiency``; the peaks stay
     the datasheet's, the MFU convention)."""
+    compute_capability: float | None = None
+    """NVIDIA's CUDA compute capability (9.0 Hopper, 10.0 and 10.3 Blackwell), which frameworks
+    branch on (Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 below 10); None for another
+    vendor's part or where the file does not say."""
 
     def __post_init__(self):
         _positive("accelerator.peak_flops_bf16", self.peak_flops_bf16, integer=False)

@@ -759,7 +759,7 @@ def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,
                 if e.field.startswith(row.where):
                     raise
                 raise SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice) from None
-            ref = f"{row.text('stack')} (no such stack)"  # (a user trial's typo had read as one)
+            ref = f"{row.text('stack')} (does not load)"  # (a user trial's typo had read as one)
         named.append(ref)
     return list(dict.fromkeys(named))
 

@@ -171,16 +171,22 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
             f"({memory_verdict(whole)})")
 
 
-def _connections_note(args: list[str], par) -> list[str]:
+def _connections_note(args: list[str], par, acc) -> list[str]:
     """The CUDA_DEVICE_MAX_CONNECTIONS that Megatron-LM's validate_args asks of these arguments
-    (megatron/training/arguments.py @ d98e8a64dd): Megatron-FSDP refuses 1; before Blackwell,
-    tensor or context parallelism requires 1 unless the expert exchange overlaps compute."""
+    (megatron/training/arguments.py @ d98e8a64dd): Megatron-FSDP refuses 1; below compute
+    capability 10 (``get_device_arch_version() < 10``: before Blackwell), tensor or context
+    parallelism requires 1 unless the expert exchange overlaps compute; from 10 on, nothing (a
+    user trial's GB200 plan had been told to set it "on GPUs before Blackwell")."""
     if "--use-megatron-fsdp" in args:
         return ["leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1: Megatron-LM refuses 1 with "
                 "Megatron-FSDP"]
-    if (par.tp > 1 or par.cp > 1) and "--overlap-moe-expert-parallel-comm" not in args:
-        return ["set CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment on GPUs before Blackwell: "
-                "Megatron-LM requires it with tensor or context parallelism"]
+    cc = acc.compute_capability
+    if (par.tp > 1 or par.cp > 1) and "--overlap-moe-expert-parallel-comm" not in args \
+            and (cc is None or cc < 10):
+        where = ("on GPUs before Blackwell" if cc is None
+                 else f"on {acc.name} (compute capability {cc:g}, before Blackwell's 10)")
+        return [f"set CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment {where}: Megatron-LM "
+                "requires it with tensor or context parallelism"]
     return []
 
 
@@ -658,7 +664,7 @@ def export(pf: PlanFile) -> Export:
             # the memory model counts them (StackSpec.fp8_primary_weights); Megatron-LM allows it
             # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)
             args.append("--fp8-param-gather")
-    notes += _connections_note(args, par)
+    notes += _connections_note(args, par, sc.cluster.accelerator)
     notes += rank_note(par, order, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")
     if staged:
