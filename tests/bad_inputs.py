@@ -581,6 +581,25 @@ CLUSTER_BAD = {
     "bandwidth-missing": (_cluster_with("bandwidth_GBps = 450\n", ""), "bandwidth"),
     "latency-neg": (_cluster_with("latency_us = 3", "latency_us = -3"), "latency_us"),
     "latency-huge": (_cluster_with("latency_us = 3", "latency_us = 1e12"), "latency_us"),
+    # unit slips a hardware trial's files had passed with (a latency of 0 or in seconds, HBM in
+    # TB/s or TB, an fp8 peak below bf16's)
+    "latency-zero": (_cluster_with("latency_us = 3", "latency_us = 0"),
+                     "latency_us: got 0; must be in [0.01, 1e+06] (microseconds)"),
+    "latency-in-seconds": (_cluster_with("latency_us = 3", "latency_us = 3e-6"),
+                           "latency_us: got 3e-06"),
+    "hbm-in-tb-per-s": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", hbm_GBps = 3.35 }'),
+        "hbm_GBps: got 3.35; must be in [50, 1e+06] (GB/s: TB/s times 1,000)"),
+    "hbm-in-tb": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", hbm_GiB = 0.141 }'),
+        "hbm_GiB: got 0.141; must be in [1, 100000] (GiB: a TB is 931 GiB)"),
+    "fp8-peak-below-bf16": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { base = "h100-sxm-80gb", name = "a", peak_tflops_fp8 = 500 }'),
+        "peak_tflops_fp8: got 500; fp8's dense peak (500 TFLOP/s) is below bf16's (989.4): give "
+        "both dense"),
     "efficiency-over-1": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 1.5"),
                           "efficiency"),
     "efficiency0": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 0"),
@@ -616,6 +635,13 @@ CLUSTER_BAD = {
     "inline-accelerator-bad": (CLUSTER.replace('accelerator = "h100-sxm-80gb"',
                                                'accelerator = { name = "a", hbm_GiB = -1 }'),
                                "accelerator"),
+    # every missing key at once (a hardware trial's file had three, found one run at a time)
+    "inline-accelerator-missing-keys": (CLUSTER.replace(
+        'accelerator = "h100-sxm-80gb"',
+        'accelerator = { name = "a", peak_tflops_bf16 = 900, hbm_GiB = 80, hbm_GBps = 3000, '
+        'matmul_efficiency_bf16_by_GFLOP = [[1, 0.5]] }'),
+        "accelerator.attention_efficiency: got None; missing required key (so are "
+        "memory_efficiency); valid keys: "),
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
     "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
     "level-name-blank": (_cluster_with('name = "net"', 'name = " "'), "name: got ' '"),

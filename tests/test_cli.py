@@ -578,12 +578,13 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
     assert "note" not in cli("evaluate", "--plan", saved)[2]
     data = json.loads(saved.read_text())
     data["cluster"]["accelerator"]["peak_tflops_bf16"] *= 5
+    data["cluster"]["accelerator"]["peak_tflops_fp8"] *= 5  # (fp8's below bf16's is refused)
     data["model"]["ffn_hidden"] = 12288
     saved.write_text(json.dumps(data))
     code, out, err = cli("evaluate", "--plan", saved)
     assert code == 0 and "h100-sxm-80gb" in out
     for kind, name, key in (("model", "llama3-8b", "ffn_hidden"),
-                            ("accelerator", "h100-sxm-80gb", "peak_tflops_bf16")):
+                            ("accelerator", "h100-sxm-80gb", "peak_tflops_bf16, peak_tflops_fp8")):
         assert (f"the plan file's {kind} is named {name} but is not this nestplan's catalog "
                 f"{name} (it differs in {key}): its own values are used") in err, err
     # another catalog accelerator in a catalog cluster; not the MTP depths the command set

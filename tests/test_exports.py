@@ -1658,25 +1658,29 @@ def _stage_flags(script: Path, rank: int | None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(script), "echo"], capture_output=True, text=True, env=env)
 
 
-@pytest.mark.parametrize("order", ["tp-cp-dp-pp", "dp-tp-cp-pp"])
+@pytest.mark.parametrize("order", ["tp-cp-dp-pp", "dp-tp-cp-pp", "tp-cp-pp-dp"])
 def test_megatron_runs_each_stages_recomputation(tmp_path, order):
     """A plan whose stages recompute differently exports unchanged: Megatron-LM's flags are per
-    process, and the stage script adds each pipeline stage's (stage = Megatron rank / (tp·cp·dp);
-    its own rank generator agrees, in the frameworks test below). The arguments file says so,
-    and, with a rank map, that RANK must be the map's."""
+    process, and the stage script adds each pipeline stage's (stage = Megatron rank / (tp·cp·dp),
+    or under --use-tp-pp-dp-mapping (rank / (tp·cp)) % pp: a user trial's script had given stage
+    0's flags to ranks of other stages there; its own rank generator agrees, in the frameworks
+    test below). The arguments file says so, and, with a rank map, that RANK must be the map's."""
     pf, out = _mixed_recompute_export(order)
     par = pf.plan
     assert "--recompute" not in _arguments(out.text)
     assert "# note: the stages recompute differently" in out.text
     assert not any(n.startswith("exported plan") for n in out.notes)
     assert ("rank map" in out.extras[".stages.sh"]) and (
-        (".ranks.csv" in out.extras) == (order != "tp-cp-dp-pp"))
+        (".ranks.csv" in out.extras) == (order == "dp-tp-cp-pp"))
+    mapped = order == "tp-cp-pp-dp"
+    assert ("--use-tp-pp-dp-mapping" in out.text) == mapped
     script = tmp_path / "p.stages.sh"
     script.write_text(out.extras[".stages.sh"])
     for rank in range(pf.scenario.gpus):
         run = _stage_flags(script, rank)
         assert run.returncode == 0, run.stderr
-        stage = rank // (par.tp * par.cp * par.dp)
+        stage = (rank // (par.tp * par.cp)) % par.pp if mapped else rank // (
+            par.tp * par.cp * par.dp)
         assert run.stdout.split() == MEGATRON_RECOMPUTE[par.recompute_of(stage)].split(), rank
     unset = _stage_flags(script, None)
     assert unset.returncode == 2 and "RANK" in unset.stderr
@@ -1690,6 +1694,16 @@ def test_megatron_takes_each_stages_recomputation(tmp_path):
     pytest.importorskip("megatron.core")
     from megatron.core import parallel_state as ps
 
+    for order, mapped in (("tp-cp-pp-dp", "tp-cp-ep-pp-dp"),):  # --use-tp-pp-dp-mapping's
+        pf, out = _mixed_recompute_export(order)
+        script = tmp_path / "m.stages.sh"
+        script.write_text(out.extras[".stages.sh"])
+        par = pf.plan
+        for group in ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,
+                                      order=mapped).get_ranks("pp"):
+            for stage, rank in enumerate(group):
+                assert _stage_flags(script, rank).stdout.split() == MEGATRON_RECOMPUTE[
+                    par.recompute_of(stage)].split(), (rank, stage)
     pf, out = _mixed_recompute_export()
     par = pf.plan
     gen = ps.RankGenerator(tp=par.tp, ep=1, dp=par.dp, pp=par.pp, cp=par.cp,

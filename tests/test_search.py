@@ -375,6 +375,13 @@ def test_search_space_respects_constraints_and_limits():
     for par in space.configurations(sc, con):
         assert par.tp <= 8 and par.zero == 1 and par.rank_order[0].value == "tp"
         assert par.tp * par.pp * par.dp * par.cp == 128
+    # within a node of 72 only degrees that divide it: a group of 16 would straddle two nodes
+    # (a hardware trial's NVL72 search had returned tp 16 under --tp-within-node)
+    rack = dataclasses.replace(sc.cluster, levels=(
+        dataclasses.replace(sc.cluster.levels[0], size=72), *sc.cluster.levels[1:]))
+    wide = dataclasses.replace(sc, cluster=rack, gpus=144)
+    tps = {par.tp for par in space.configurations(wide, con)}
+    assert tps and all(72 % t == 0 for t in tps) and 16 not in tps
 
 
 def run_cli(args, capsys):

@@ -182,10 +182,11 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
             raise SpecError(key_of(where, key), table[key],
                             f"unknown key{_case_hint(key, table[key], valid)}; valid keys: "
                             f"{', '.join(valid)}")
-    for key in sorted(required):
-        if key not in table:
-            raise SpecError(key_of(where, key), None,
-                            f"missing required key; valid keys: {', '.join(valid)}")
+    missing = [key for key in sorted(required) if key not in table]
+    if missing:  # all of them at once (a user trial fixed a file's three one run at a time)
+        more = f" (so are {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise SpecError(key_of(where, missing[0]), None,
+                        f"missing required key{more}; valid keys: {', '.join(valid)}")
 
 
 def _case_hint(key: str, value, valid: list[str]) -> str:
@@ -301,9 +302,11 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
         kw["peak_flops_fp8"] = _ranged(table, "peak_tflops_fp8", where, 0.1, 1e5,
                                        "dense TFLOP/s") * units.TFLOPS
     if "hbm_GiB" in table:
-        kw["hbm_bytes"] = _ranged(table, "hbm_GiB", where, 0.1, 1e5, "GiB") * units.GiB
-    if "hbm_GBps" in table:
-        kw["hbm_bandwidth"] = units.gbps(_ranged(table, "hbm_GBps", where, 1.0, 1e6, "GB/s"))
+        kw["hbm_bytes"] = _ranged(table, "hbm_GiB", where, 1.0, 1e5,
+                                  "GiB: a TB is 931 GiB") * units.GiB  # (a trial's 0.141 was TB)
+    if "hbm_GBps" in table:  # (a user trial's 3.35, TB/s, had been taken as 3.35 GB/s)
+        kw["hbm_bandwidth"] = units.gbps(_ranged(table, "hbm_GBps", where, 50.0, 1e6,
+                                                 "GB/s: TB/s times 1,000"))
     if "matmul_efficiency_bf16_by_GFLOP" in table:
         kw["matmul_efficiency_bf16"] = _points(table["matmul_efficiency_bf16_by_GFLOP"],
                                                f"{where}.matmul_efficiency_bf16_by_GFLOP")
@@ -325,6 +328,13 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     if "compute_capability" in table:
         kw["compute_capability"] = _ranged(table, "compute_capability", where, 1.0, 20.0,
                                            "NVIDIA's CUDA compute capability, e.g. 9.0")
+    bf16 = kw.get("peak_flops_bf16", base.peak_flops_bf16 if base else None)
+    fp8 = kw.get("peak_flops_fp8", base.peak_flops_fp8 if base else None)
+    if bf16 is not None and fp8 is not None and fp8 < bf16:  # (a user trial's 500 below 989)
+        key = "peak_tflops_fp8" if "peak_tflops_fp8" in table else "peak_tflops_bf16"
+        raise SpecError(f"{where}.{key}", table[key], f"fp8's dense peak "
+                        f"({fp8 / units.TFLOPS:g} TFLOP/s) is below bf16's "
+                        f"({bf16 / units.TFLOPS:g}): give both dense, fp8 at least bf16's")
     if base is not None:
         from dataclasses import replace
 
@@ -360,7 +370,8 @@ def level_from_table(table: dict, where: str) -> Level:
     key = "bandwidth_GBps" if has_gb else "bandwidth_GiBps"
     # physically meaningful ranges, in the file's units (per device and direction)
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")
-    latency = _ranged(table, "latency_us", where, 0.0, 1e6, "microseconds")
+    # (a user trial's 0 and a latency in seconds, 1.4e-5, had been taken: no link is that fast)
+    latency = _ranged(table, "latency_us", where, 0.01, 1e6, "microseconds")
     name = name_of(table, where)
     return Level(
         name=name,

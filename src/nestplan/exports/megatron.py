@@ -372,23 +372,29 @@ def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list
     return [], notes, approximated
 
 
-def _stage_script(pf: PlanFile, stage_flags: list[list[str]]) -> str:
+def _stage_script(pf: PlanFile, stage_flags: list[list[str]], order: tuple) -> str:
     """A bash wrapper for torchrun (``--no-python``) that runs its arguments with the recompute
     flags of the process's pipeline stage added. Megatron numbers ranks tp-cp-ep-dp-pp (the
     rank map gives that numbering for another order), so the stage of rank ``RANK`` is
-    ``RANK / (tp·cp·dp)``."""
+    ``RANK / (tp·cp·dp)``; launched in ``order`` = ``PP_DP_ORDER`` (--use-tp-pp-dp-mapping)
+    it is ``(RANK / (tp·cp)) % pp`` (a user trial's script had given stage 0's flags to ranks of
+    stages 1 and 8 there)."""
     sc, par = pf.scenario, pf.plan
-    per_stage = par.tp * par.cp * par.dp
+    if order == PP_DP_ORDER:
+        inner = par.tp * par.cp
+        stage, how = f"( RANK / {inner} ) % {par.pp}", f"(RANK / {inner}) % {par.pp} (tp·cp, pp)"
+    else:
+        inner = par.tp * par.cp * par.dp
+        stage, how = f"RANK / {inner}", f"RANK / {inner} (tp·cp·dp)"
     lines = ["#!/usr/bin/env bash",
              f"# nestplan: each pipeline stage's recomputation for {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({par.recompute_text})",
              "# run: torchrun --no-python ... bash THIS_FILE python pretrain_gpt.py ARGUMENTS",
              f"# RANK, the Megatron rank (torchrun's, or the rank map's where the export wrote "
-             f"one: its .ranks.sh sets it before this script runs), is in stage RANK / "
-             f"{per_stage} (tp·cp·dp)",
+             f"one: its .ranks.sh sets it before this script runs), is in stage {how}",
              'if [ -z "${RANK:-}" ]; then echo "RANK is not set (run under torchrun)" >&2; '
              "exit 2; fi",
-             f"case $(( RANK / {per_stage} )) in"]
+             f"case $(( {stage} )) in"]
     stages: dict[tuple[str, ...], list[int]] = {}
     for s, flags in enumerate(stage_flags):
         stages.setdefault(tuple(flags), []).append(s)
@@ -692,7 +698,7 @@ def export(pf: PlanFile) -> Export:
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)"]
     head += [f"# note: {n}" for n in notes]
-    extras = {".stages.sh": _stage_script(pf, stage_flags)} if staged else {}
+    extras = {".stages.sh": _stage_script(pf, stage_flags, order)} if staged else {}
     extras.update(rank_files(par, order, sc.cluster.host_size, "Megatron"))
     if not par.ranks_ordered_as(order):  # Megatron's own order needs no mesh either
         extras[".mesh.json"] = mesh_json(par)

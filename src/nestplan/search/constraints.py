@@ -179,9 +179,9 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise SpecError(last, fixed[last], f"{names} = {values} = {product} must "
                         f"{'equal' if len(fixed) == 4 else 'divide'} gpus = {gpus}")
     node = sc.cluster.devices_per_node
-    if con.tp_within_node and con.tp is not None and con.tp > node:
+    if con.tp_within_node and con.tp is not None and node % con.tp:
         raise SpecError("tp", con.tp, f"--tp-within-node keeps tensor parallelism inside a node "
-                        f"of {node} devices")
+                        f"of {node} devices: tp must divide {node}")
     if (con.vp or 1) > 1 and con.pp == 1:
         raise SpecError("vp", con.vp, "virtual stages interleave a pipeline: they need pp > 1")
     if con.vp is not None and con.pp is not None and con.vp * con.pp > m.layers:

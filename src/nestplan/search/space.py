@@ -5,7 +5,7 @@ DP chooses): TP (with or without SP), CP, EP and expert-TP, PP, DP, virtual stag
 micro-batch size and the rank order. Ranges searched (documented limits):
 
 * tp: divides gpus and heads, fits kv-heads (divides or is a multiple), divides the FFN width;
-  at most the GPUs of a node when ``tp_within_node``;
+  dividing the GPUs of a node when ``tp_within_node`` (so that no group straddles two);
 * cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens (any fixed
   value check_plan takes);
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
@@ -88,7 +88,8 @@ def shapes(sc: Scenario, con: Constraints):
     biased = m.biased_experts
     tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
            and kv_heads_refusal(m, sc.stack, t) is None and m.ffn_hidden % t == 0
-           and (not con.tp_within_node or t <= node)]
+           and (not con.tp_within_node or node % t == 0)]  # (t <= node alone let a 16 of
+    # a 72-GPU node's groups straddle two nodes: a hardware trial's)
     for tp in _pick(con.tp, tps):
         sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
         for sp in _pick(con.sp, sps):
