@@ -735,7 +735,7 @@ def _note_recompute_costs_memory(ev) -> None:
     from .errors import Note
     from .evaluate import evaluate
     from .options import AttentionImpl
-    from .units import fmt_gib
+    from .units import fmt_gib, fmt_time
 
     stack = ev.scenario.stack
     policies = {stack.policy(n) for n in ev.plan.recompute}
@@ -748,8 +748,13 @@ def _note_recompute_costs_memory(ev) -> None:
         why = ("; under flash attention a checkpointed attention core keeps the whole fused QKV "
                "output alive" if stack.attention is AttentionImpl.FLASH
                and any("core_attn" in p.modules for p in policies) else "")
-        warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and costs "
-                      f"time ({fmt_gib(ev.peak_memory)} GiB against "
+        # the step may still be shorter: a stage with slack whose longer backward hides more of
+        # its gradient sync (a hardware trial's 405B plan: 0.02 %), which "costs time" had denied
+        time = ("costs time" if bare.step_time <= ev.step_time else
+                f"saves only {fmt_time(bare.step_time - ev.step_time)} of the step (its stages "
+                "with slack hide more of their gradient sync behind the longer backward)")
+        warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and {time} "
+                      f"({fmt_gib(ev.peak_memory)} GiB against "
                       f"{fmt_gib(bare.peak_memory)}){why}", Note)
 
 

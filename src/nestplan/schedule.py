@@ -834,12 +834,13 @@ def _timeline(fwd, bwd, micro: int, send, schedule, wgt, *, keep: bool):
         steps.append(mine)
     pos, free = [0] * pp, [0.0] * pp
     timed: list[tuple] = []
+    counts = [len(mine) for mine in steps]
     progress = True
     while progress:
         progress = False
         for r in range(pp):
-            mine, i, now = steps[r], pos[r], free[r]
-            while i < len(mine):
+            mine, i, now, n = steps[r], pos[r], free[r], counts[r]
+            while i < n:
                 dep, mb, delay, t, own, g, kind = mine[i]
                 if dep is not None:
                     ready = dep[mb]
