@@ -589,6 +589,12 @@ def test_a_plan_files_edited_catalog_entries_say_so(tmp_path):
     assert cli(*SAVE_8B, saved)[0] == 0
     assert "note" not in cli("evaluate", "--plan", saved)[2]
     data = json.loads(saved.read_text())
+    # a file saved before compute_capability existed is the catalog's accelerator still
+    older = tmp_path / "older.json"
+    del data["cluster"]["accelerator"]["compute_capability"]
+    older.write_text(json.dumps(data))
+    assert "note" not in cli("evaluate", "--plan", older)[2]
+    data = json.loads(saved.read_text())
     data["cluster"]["accelerator"]["peak_tflops_bf16"] *= 5
     data["cluster"]["accelerator"]["peak_tflops_fp8"] *= 5  # (fp8's below bf16's is refused)
     data["model"]["ffn_hidden"] = 12288

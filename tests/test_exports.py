@@ -157,8 +157,8 @@ def test_the_connections_note_follows_the_compute_capability():
         assert (said is None) == ("CUDA_DEVICE_MAX_CONNECTIONS" not in notes), notes
         assert said is None or said in notes
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 8, seq_len=4096, global_batch=64)
-    sc = replace(sc, cluster=replace(sc.cluster, accelerator=replace(
-        sc.cluster.accelerator, compute_capability=None)))
+    sc = replace(sc, cluster=replace(sc.cluster, accelerator=replace(  # (a catalog name would
+        sc.cluster.accelerator, name="my-gpu", compute_capability=None)))  # take the catalog's)
     assert "on GPUs before Blackwell" in " ".join(exported(sc, par, "megatron").notes)
 
 

@@ -361,6 +361,22 @@ def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, capsys, monkeypatch)
     assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
 
 
+def test_a_sweep_where_nothing_fits_anywhere_says_so(tmp_path, capsys):
+    """Every point infeasible: still exit 0 (each has its row), and a note says no point found a
+    plan, naming the first's reason (it had been only counted); a sweep with a plan says
+    nothing of it."""
+    path = _write(tmp_path, '[grid]\nmodel = ["llama3-405b"]\ncluster = ["dgx-h100-ndr"]\n'
+                            'gpus = [8, 16]\n')
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "0 ok, 2 infeasible" in out
+    assert "sweep: note: no point found a plan that fits; each infeasible row's error column " \
+        "says why (the first, " in out and "nothing fits in" in out
+    path = _write(tmp_path, SMALL, "small.toml")
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    assert "no point found a plan" not in capsys.readouterr().out
+
+
 class _Counting:
     """Wraps run_method: counts calls, raises KeyboardInterrupt at call ``stop_at``."""
 

@@ -273,6 +273,25 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
                           f"own values are used, and outputs label them {spec.name}", Note)
 
 
+LATER_ACCELERATOR_KEYS = ("compute_capability",)
+"""Accelerator keys added after plan files were first saved: a file's accelerator named as a
+catalog one takes the catalog's value where it lacks them (a file saved before had been called
+"not this nestplan's catalog" for the key alone)."""
+
+
+def _later_accelerator_keys(cluster):
+    """A plan file's cluster table with its accelerator's ``LATER_ACCELERATOR_KEYS`` filled in
+    from the catalog accelerator of its name, where it lacks them."""
+    from .catalog import get_accelerator, list_names
+
+    acc = cluster.get("accelerator") if isinstance(cluster, dict) else None
+    if not isinstance(acc, dict) or acc.get("name") not in list_names("accelerators"):
+        return cluster
+    known = accelerator_to_table(get_accelerator(acc["name"]))
+    filled = {k: known[k] for k in LATER_ACCELERATOR_KEYS if k not in acc and k in known}
+    return {**cluster, "accelerator": {**acc, **filled}} if filled else cluster
+
+
 def saved_stack(table, where: str = "stack"):
     """The stack of a plan file's ``table`` (whole, without a base). A stack named as a catalog
     stack takes that stack's values for the keys it lacks (those added since it was saved, or
@@ -341,7 +360,8 @@ def _from_dict(data: dict) -> PlanFile:
                             "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = saved_stack(stack)
     sc = Scenario(model=model_from_table(data["model"], "model"),
-                  cluster=cluster_from_table(data["cluster"], get_accelerator, "cluster"),
+                  cluster=cluster_from_table(_later_accelerator_keys(data["cluster"]),
+                                             get_accelerator, "cluster"),
                   gpus=_int(data, "gpus", ""),
                   training=training_from_table(training, "training"),
                   stack=stack_spec, memory_headroom=_headroom(data))

@@ -97,6 +97,10 @@ def run_command(args) -> int:
     if s.errors:
         print(f"sweep: note: {_n(s.errors, 'point')} failed (see the error column); running the same "
               "command again retries them")
+    if s.infeasible and not s.ok and not s.skipped:  # (nothing fits anywhere: said, not only
+        # counted; still exit 0, every point has its row)
+        print(f"sweep: note: no point found a plan that fits; each infeasible row's error column "
+              f"says why (the first, {s.first_infeasible})")
     if s.foreign:
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
               "(kept: rows of another grid, or of a model, cluster or stack since changed: a file "

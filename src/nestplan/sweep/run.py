@@ -494,6 +494,9 @@ class Summary:
     """0, or the signal that stopped the sweep (SIGINT, SIGTERM)."""
     foreign: int = 0
     outputs: list[Path] = field(default_factory=list)
+    first_infeasible: str = ""
+    """The first infeasible point's id and why, as its row says it (for a sweep where no point
+    found a plan)."""
 
     @property
     def ran(self) -> int:
@@ -561,6 +564,8 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
         status = row["status"]
         summary.ok += status == "ok"
         summary.infeasible += status == "infeasible"
+        if status == "infeasible" and not summary.first_infeasible:
+            summary.first_infeasible = f"{point.id}: {row['error']}"
         summary.errors += status == "error"
         progress.update(summary.ran, summary.errors, force=True)
 
