@@ -529,6 +529,12 @@ def _cluster_with(old, new):
     return CLUSTER.replace(old, new, 1)
 
 
+def _h100_with(keys: str) -> str:
+    """CLUSTER with an inline accelerator: H100's with ``keys`` (TOML inline-table entries)."""
+    return _cluster_with('accelerator = "h100-sxm-80gb"',
+                         f'accelerator = {{ base = "h100-sxm-80gb", name = "a", {keys} }}')
+
+
 CLUSTER_BAD = {
     # a file's cluster named as a catalog one it is not (outputs label it so: a fuzzing helper's)
     "catalog-name": (CLUSTER.replace('name = "mine"', 'name = "dgx-h100-ndr"'),
@@ -541,10 +547,9 @@ CLUSTER_BAD = {
         "accelerator.name: got 'h100-sxm-80gb'; is a catalog accelerator's name, and this "
         "file's accelerator differs from it"),
     # a GEMM table in FLOP, not GFLOP (every GEMM had run at a billionth of the peak)
-    "efficiency-table-in-flop": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", matmul_efficiency_bf16_by_GFLOP = '
-        '[[1e8, 0.03], [1e12, 0.72]] }'), "the first point must be at most 100 GFLOP"),
+    "efficiency-table-in-flop": (_h100_with(
+        'matmul_efficiency_bf16_by_GFLOP = '
+        '[[1e8, 0.03], [1e12, 0.72]]'), "the first point must be at most 100 GFLOP"),
     "not-toml": ("name = \n", "TOML"),
     "empty": ("", "accelerator"),
     "unknown-key": (CLUSTER + "colour = \"red\"\n", "colour"),
@@ -587,17 +592,11 @@ CLUSTER_BAD = {
                      "latency_us: got 0; must be in [0.01, 1e+06] (microseconds)"),
     "latency-in-seconds": (_cluster_with("latency_us = 3", "latency_us = 3e-6"),
                            "latency_us: got 3e-06"),
-    "hbm-in-tb-per-s": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", hbm_GBps = 3.35 }'),
+    "hbm-in-tb-per-s": (_h100_with('hbm_GBps = 3.35'),
         "hbm_GBps: got 3.35; must be in [50, 1e+06] (GB/s: TB/s times 1,000)"),
-    "hbm-in-tb": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", hbm_GiB = 0.141 }'),
+    "hbm-in-tb": (_h100_with('hbm_GiB = 0.141'),
         "hbm_GiB: got 0.141; must be in [1, 100000] (GiB: a TB is 931 GiB)"),
-    "fp8-peak-below-bf16": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", peak_tflops_fp8 = 500 }'),
+    "fp8-peak-below-bf16": (_h100_with('peak_tflops_fp8 = 500'),
         "peak_tflops_fp8: got 500; fp8's dense peak (500 TFLOP/s) is below bf16's (989.4): give "
         "both dense"),
     "efficiency-over-1": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 1.5"),
@@ -606,27 +605,17 @@ CLUSTER_BAD = {
                     "efficiency"),
     "efficiency-tiny": (_cluster_with("latency_us = 3", "latency_us = 3\nefficiency = 1e-300"),
                         "efficiency: got 1e-300; must be in [0.001, 1]"),
-    "memory-efficiency-tiny": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", memory_efficiency = 1e-300 }'),
+    "memory-efficiency-tiny": (_h100_with('memory_efficiency = 1e-300'),
         "memory_efficiency"),
-    "sustained-share-tiny": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", sustained_share = 1e-300 }'),
+    "sustained-share-tiny": (_h100_with('sustained_share = 1e-300'),
         "sustained_share"),
-    "compute-capability-word": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", compute_capability = "sm90" }'),
+    "compute-capability-word": (_h100_with('compute_capability = "sm90"'),
         "compute_capability: got 'sm90'"),
-    "compute-capability-zero": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", compute_capability = 0 }'),
+    "compute-capability-zero": (_h100_with('compute_capability = 0'),
         "compute_capability: got 0; must be in [1, 20] (NVIDIA's CUDA compute capability, e.g. "
         "9.0)"),
-    "gflop-efficiency-tiny": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", '
-        'matmul_efficiency_bf16_by_GFLOP = [[1, 1e-300]] }'), "matmul_efficiency_bf16_by_GFLOP"),
+    "gflop-efficiency-tiny": (_h100_with(
+        'matmul_efficiency_bf16_by_GFLOP = [[1, 1e-300]]'), "matmul_efficiency_bf16_by_GFLOP"),
     "oversubscription-below-1": (CLUSTER + "oversubscription = 0.5\n", "oversubscription"),
     "duplicate-level-names": (_cluster_with('name = "net"', 'name = "node"'), "name"),
     "levels-not-table": ('name = "x"\naccelerator = "h100-sxm-80gb"\nlevels = 3\n', "levels"),
@@ -657,29 +646,19 @@ CLUSTER_BAD = {
         'accelerator = { base = "a100-sxm-80gb", name = "a", peak_tflops_fp8 = 600 }'),
         "matmul_efficiency_fp8_by_GFLOP"),
     # a finite float whose FLOP overflow: named as given (it had been echoed as inf)
-    "gflop-point-overflows": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", '
-        'matmul_efficiency_bf16_by_GFLOP = [[1e300, 0.5]] }'),
+    "gflop-point-overflows": (_h100_with(
+        'matmul_efficiency_bf16_by_GFLOP = [[1e300, 0.5]]'),
         "GFLOP 1e+300 is more FLOP than a float holds"),
-    "gflop-point-inf": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", '
-        'matmul_efficiency_bf16_by_GFLOP = [[inf, 0.5]] }'), "matmul_efficiency_bf16_by_GFLOP"),
-    "gflop-points-repeated": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", '
-        'matmul_efficiency_bf16_by_GFLOP = [[1, 0.5], [1, 0.6]] }'),
+    "gflop-point-inf": (_h100_with(
+        'matmul_efficiency_bf16_by_GFLOP = [[inf, 0.5]]'), "matmul_efficiency_bf16_by_GFLOP"),
+    "gflop-points-repeated": (_h100_with(
+        'matmul_efficiency_bf16_by_GFLOP = [[1, 0.5], [1, 0.6]]'),
         "matmul_efficiency_bf16_by_GFLOP"),
-    "memory-efficiency-zero": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", memory_efficiency = 0 }'),
+    "memory-efficiency-zero": (_h100_with('memory_efficiency = 0'),
         "memory_efficiency"),
     "accelerator-base-number": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"', 'accelerator = { base = 3, name = "a" }'), "base"),
-    "kernel-overhead-huge": (CLUSTER.replace(
-        'accelerator = "h100-sxm-80gb"',
-        'accelerator = { base = "h100-sxm-80gb", name = "a", kernel_overhead_us = 1e12 }'),
+    "kernel-overhead-huge": (_h100_with('kernel_overhead_us = 1e12'),
         "kernel_overhead_us"),
 }
 for name, (content, needle) in CLUSTER_BAD.items():

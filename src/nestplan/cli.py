@@ -23,9 +23,8 @@ def _refuse_repeated_flags(sub: argparse.ArgumentParser, given: list[str]) -> No
     and ``--output``), which argparse would take the last of without a word (a user trial's
     ``--tp 2 ... --tp 4`` ran tp 4): exit 2 naming them. ``given`` holds the subcommand's
     arguments, after its name."""
-    flags = {o: a for a in sub._actions for o in a.option_strings
-             if o.startswith("-") and not isinstance(a, argparse._HelpAction)}
-    seen: dict[str, str] = {}
+    flags = {o: a for a in sub._actions for o in a.option_strings}  # (-h exits before this)
+    seen: dict[str, tuple[str, str]] = {}  # dest -> (the flag, as it was given)
     for i, token in enumerate(given):
         if token == "--":
             break
@@ -36,12 +35,10 @@ def _refuse_repeated_flags(sub: argparse.ArgumentParser, given: list[str]) -> No
         alone = "=" in token or i + 1 == len(given) or action.nargs == 0
         said = token if alone else f"{token} {given[i + 1]}"
         if action.dest in seen:
-            first = seen[action.dest]
-            same = first.split("=", 1)[0].split(" ", 1)[0] == flag
-            sub.error(f"{flag} given twice ({first}, then {said}); give it once" if same else
-                      f"{first.split(' ', 1)[0].split('=', 1)[0]} and {flag} both given ({first}, "
-                      f"then {said}); give one")
-        seen[action.dest] = said
+            before, first = seen[action.dest]
+            sub.error(f"{flag} given twice ({first}, then {said}); give it once" if before == flag
+                      else f"{before} and {flag} both given ({first}, then {said}); give one")
+        seen[action.dest] = flag, said
 
 
 class _Parser(argparse.ArgumentParser):
@@ -1396,12 +1393,11 @@ def _note_fit_limits(cases, result, base) -> None:
                       f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
                       "the model's tensors exceed what these runs kept; check their recompute, "
                       "zero_stage and micro_batch", Note)
-    elif over or any(e is not None and e < -MEMORY_TOLERANCE for e in result.memory_after):
-        wide = [c.id for c, e in zip(cases, result.memory_after)
-                if e is not None and abs(e) > MEMORY_TOLERANCE]
-        warnings.warn(f"after the fit {len(wide)} of "
+    elif off := [c.id for c, e in zip(cases, result.memory_after)
+                 if e is not None and abs(e) > MEMORY_TOLERANCE]:
+        warnings.warn(f"after the fit {len(off)} of "
                       f"{sum(e is not None for e in result.memory_after)} measured peaks are "
-                      f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(wide)}): one allocator "
+                      f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(off)}): one allocator "
                       "share does not explain them, and one far off moves it for the others; "
                       "check their recompute, zero_stage and micro_batch", Note)
     wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]

@@ -847,11 +847,13 @@ default (transformers 5.23.0 wheel; tests/test_hf_models.py reads them from the 
 class takes the query heads, as does a family not listed (a user trial: a trimmed Qwen3-MoE
 config had been read with 64 K/V heads where transformers reads 4)."""
 
+
 def _kv_heads(cfg: _Config, heads: int) -> int:
     """``num_key_value_heads`` (the query heads where null), or where absent the family's
     default (``KV_HEADS_DEFAULTS``), which must divide the query heads."""
-    kv = cfg.get("num_key_value_heads", default=None, null=heads)  # null: no grouping, as
-    if kv is not None:  # transformers' Qwen2/Qwen3 classes read it (the others refuse a null)
+    # null: no grouping, as transformers' Qwen2/Qwen3 classes read it (the others refuse a null)
+    kv = cfg.get("num_key_value_heads", default=None, null=heads)
+    if kv is not None:
         return kv
     kv = KV_HEADS_DEFAULTS.get(cfg.model_type, heads)
     if heads % kv:
@@ -948,8 +950,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                              f"nestplan knows; read as {mtype}, the family of its architecture "
                              f"{known[0]}"), stacklevel=2)
     try:
-        cfg = _Config(data, source, model_type=mtype)  # (the family read, where architectures
-        # named it: its defaults are that family's, a review's finding)
+        # the family read (architectures may name it): its defaults are that family's
+        cfg = _Config(data, source, model_type=mtype)
         kw = FAMILIES[mtype](cfg)
         # (a multimodal Llama 4 holds its language model's keys in text_config; no other family)
         lm = _language_config(cfg) if mtype in ("llama4", "llama4_text") else cfg

@@ -817,6 +817,23 @@ within the KV heads. Its interleaving keeps the default, rounds of pp, which eve
 then."""
 
 
+LATER_ACCELERATOR_KEYS = ("compute_capability",)
+"""Accelerator keys added after accelerator tables (plan files' inline ones) were first written."""
+
+
+def accelerator_later_keys_filled(table):
+    """An accelerator ``table`` written before keys of ``LATER_ACCELERATOR_KEYS`` existed, named as
+    a catalog accelerator (a plan file's), with that accelerator's values for them (a file saved
+    before had been called "not this nestplan's catalog" for the key alone); else ``table``."""
+    from .catalog import get_accelerator, list_names
+
+    if not isinstance(table, dict) or table.get("name") not in list_names("accelerators"):
+        return table
+    known = accelerator_to_table(get_accelerator(table["name"]))
+    filled = {k: known[k] for k in LATER_ACCELERATOR_KEYS if k not in table and k in known}
+    return {**table, **filled} if filled else table
+
+
 def later_keys_filled(table):
     """A whole stack ``table`` (no base) written before keys of ``LATER_STACK_KEYS`` existed, with
     them filled in: named as a catalog stack (a plan file's), that stack's values (its plan runs

@@ -19,10 +19,10 @@ from . import __version__
 from .axes import parse_order
 from .caching import cached
 from .errors import Note, SpecError
-from .loaders import (LATER_STACK_KEYS, accelerator_to_table, check_keys, cluster_from_table,
-                      cluster_to_table, key_of, later_keys_filled, model_from_table, model_to_table,
-                      renamed_stack_keys, stack_from_table, stack_to_table, training_from_table,
-                      training_to_table)
+from .loaders import (LATER_STACK_KEYS, accelerator_later_keys_filled, accelerator_to_table,
+                      check_keys, cluster_from_table, cluster_to_table, key_of, later_keys_filled,
+                      model_from_table, model_to_table, renamed_stack_keys, stack_from_table,
+                      stack_to_table, training_from_table, training_to_table)
 from .recompute import parse_names
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
@@ -273,23 +273,12 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
                           f"own values are used, and outputs label them {spec.name}", Note)
 
 
-LATER_ACCELERATOR_KEYS = ("compute_capability",)
-"""Accelerator keys added after plan files were first saved: a file's accelerator named as a
-catalog one takes the catalog's value where it lacks them (a file saved before had been called
-"not this nestplan's catalog" for the key alone)."""
-
-
-def _later_accelerator_keys(cluster):
-    """A plan file's cluster table with its accelerator's ``LATER_ACCELERATOR_KEYS`` filled in
-    from the catalog accelerator of its name, where it lacks them."""
-    from .catalog import get_accelerator, list_names
-
+def _accelerator_filled(cluster):
+    """A plan file's cluster table, its inline accelerator's later keys filled in
+    (``loaders.accelerator_later_keys_filled``)."""
     acc = cluster.get("accelerator") if isinstance(cluster, dict) else None
-    if not isinstance(acc, dict) or acc.get("name") not in list_names("accelerators"):
-        return cluster
-    known = accelerator_to_table(get_accelerator(acc["name"]))
-    filled = {k: known[k] for k in LATER_ACCELERATOR_KEYS if k not in acc and k in known}
-    return {**cluster, "accelerator": {**acc, **filled}} if filled else cluster
+    filled = accelerator_later_keys_filled(acc)
+    return cluster if filled is acc else {**cluster, "accelerator": filled}
 
 
 def saved_stack(table, where: str = "stack"):
@@ -360,7 +349,7 @@ def _from_dict(data: dict) -> PlanFile:
                             "remove base (or evaluate with --stack and the plan's flags)")
         stack_spec = saved_stack(stack)
     sc = Scenario(model=model_from_table(data["model"], "model"),
-                  cluster=cluster_from_table(_later_accelerator_keys(data["cluster"]),
+                  cluster=cluster_from_table(_accelerator_filled(data["cluster"]),
                                              get_accelerator, "cluster"),
                   gpus=_int(data, "gpus", ""),
                   training=training_from_table(training, "training"),

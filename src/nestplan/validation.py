@@ -559,15 +559,20 @@ def _note_no_experts(row: _Row, model: ModelSpec) -> None:
         note_no_experts(f"{row.where}.other_metrics: {', '.join(stated)}", model.name)
 
 
+def _by_row(row: _Row, e: SpecError) -> SpecError:
+    """``e`` named by ``row`` (as it is where it already names the row)."""
+    if e.field.startswith(row.where):
+        return e
+    return SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice)
+
+
 def _row_case(row: _Row, base: Path, stack: StackSpec | None,
               calibration: StackSpec | None = None) -> Case:
     """``_case``, its errors named by the row."""
     try:
         return _case(row, base, stack, calibration)
     except SpecError as e:
-        if e.field.startswith(row.where):
-            raise
-        raise SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice) from None
+        raise _by_row(row, e) from None
 
 
 def _own_error(row: _Row, base: Path, *, ran: bool) -> None:
@@ -756,9 +761,7 @@ def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,
             row.stack(path.parent, None)  # one that does not load is named by its row
         except SpecError as e:
             if not missing_ok:
-                if e.field.startswith(row.where):
-                    raise
-                raise SpecError(f"{row.where}: {e.field}", e.value, e.rule, e.advice) from None
+                raise _by_row(row, e) from None
             ref = f"{row.text('stack')} (does not load)"  # (a user trial's typo had read as one)
         named.append(ref)
     return list(dict.fromkeys(named))

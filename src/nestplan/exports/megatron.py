@@ -19,7 +19,7 @@ from ..catalog import get_stack
 from ..options import MLPKind, Norm, Position, Precision, TPOverlap
 from .. import graph as G
 from ..evaluate import layer_graph
-from ..placement import layouts
+from ..placement import layouts, reach
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
@@ -374,18 +374,20 @@ def _recompute_flags(policy, present, sizes: list[int]) -> tuple[list[str], list
 
 def _stage_script(pf: PlanFile, stage_flags: list[list[str]], order: tuple) -> str:
     """A bash wrapper for torchrun (``--no-python``) that runs its arguments with the recompute
-    flags of the process's pipeline stage added. Megatron numbers ranks tp-cp-ep-dp-pp (the
-    rank map gives that numbering for another order), so the stage of rank ``RANK`` is
-    ``RANK / (tp·cp·dp)``; launched in ``order`` = ``PP_DP_ORDER`` (--use-tp-pp-dp-mapping)
-    it is ``(RANK / (tp·cp)) % pp`` (a user trial's script had given stage 0's flags to ranks of
-    stages 1 and 8 there)."""
+    flags of the process's pipeline stage added. Megatron numbers ranks in ``order``, the launch
+    order (tp-cp-ep-dp-pp; the rank map gives that numbering for another plan order; tp-cp-pp-dp
+    under --use-tp-pp-dp-mapping), so the stage of rank ``RANK`` is ``(RANK / s) % pp`` for the
+    pipeline axis's stride ``s`` in it: ``RANK / (tp·cp·dp)`` where pp is outermost (a user
+    trial's script had assumed that under the mapping, and given stage 0's flags to ranks of
+    stages 1 and 8)."""
     sc, par = pf.scenario, pf.plan
-    if order == PP_DP_ORDER:
-        inner = par.tp * par.cp
-        stage, how = f"( RANK / {inner} ) % {par.pp}", f"(RANK / {inner}) % {par.pp} (tp·cp, pp)"
+    stride = reach(par.with_(rank_order=order), Axis.PP) // par.pp
+    inner = "·".join(a.value for a in order[:order.index(Axis.PP)])
+    if stride * par.pp == par.tp * par.cp * par.dp * par.pp:  # pp outermost
+        stage, how = f"RANK / {stride}", f"RANK / {stride} ({inner})"
     else:
-        inner = par.tp * par.cp * par.dp
-        stage, how = f"RANK / {inner}", f"RANK / {inner} (tp·cp·dp)"
+        stage = f"( RANK / {stride} ) % {par.pp}"
+        how = f"(RANK / {stride}) % {par.pp} ({inner}, pp)"
     lines = ["#!/usr/bin/env bash",
              f"# nestplan: each pipeline stage's recomputation for {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({par.recompute_text})",
