@@ -637,10 +637,14 @@ def _pareto_states(order: tuple[OpKey, ...], vp: int, split: bool) -> tuple[tupl
     exceeds in every chunk, ``_held_by_order``'s first (one walk of the order)."""
     states = list(_held_after_forwards(order, vp, split))
     first = max(states, key=sum, default=(0,) * vp)
-    seen = set(states)
-    rest = sorted(p for p in seen if p != first and not any(
-        q != p and all(a >= b for a, b in zip(q, p)) for q in seen))
-    return (first, *rest)
+    # a mix another exceeds holds less in all, so is met after it in descending totals; one
+    # that a kept mix does not exceed is exceeded by none (what exceeds it, or a mix that
+    # exceeds that, was kept)
+    kept: list[tuple[int, ...]] = []
+    for p in sorted(set(states), key=sum, reverse=True):
+        if not any(all(a >= b for a, b in zip(q, p)) for q in kept):
+            kept.append(p)
+    return (first, *sorted(p for p in kept if p != first))
 
 
 @cached(maxsize=65536)
@@ -776,7 +780,154 @@ def simulated_ends(fwd: list[list[float]], bwd: list[list[float]], micro: int,
 
 @cached(maxsize=4096)
 def _ends(fwd, bwd, micro: int, send, schedule, wgt) -> tuple[float, ...]:
+    schedule = schedule or resolve(None, len(fwd[0]))
+    short = _ends_by_rounds(fwd, bwd, micro, send, schedule, wgt)
+    if short is not None:
+        return short
     return tuple(_timeline(fwd, bwd, micro, send, schedule, wgt, keep=False)[1])
+
+
+class _Rounds(NamedTuple):
+    """How a long step is the step of ``base`` micro-batches with ``rounds`` more rounds of
+    ``size`` micro-batches run in its steady state (``_rounds_of``)."""
+
+    base: int
+    rounds: int
+    size: int
+    cut: tuple[int, ...]
+    """Per device: the index in its order of ``base`` where the added rounds go."""
+    span: tuple[int, ...]
+    """Per device: its operations per round."""
+    window: tuple[int, ...]
+    """Per device: how many operations before the cut must end one round's time after the
+    operation a round earlier."""
+
+
+# Rounds simulated beyond the chunks' count (warm-up, settling, cool-down) before the rest are
+# taken as whole rounds; the longer one where the shorter has not settled (a slow device's
+# backlog can take a few rounds to reach its steady pace).
+_SETTLE_ROUNDS = (4, 16)
+
+
+def _ends_by_rounds(fwd, bwd, micro: int, send, schedule: Schedule, wgt):
+    """:func:`_timeline`'s device ends for ``micro`` micro-batches from a shorter simulation,
+    where that is exact; None where it is not known to be.
+
+    A step's order is its warm-up, rounds of steady state and its cool-down; with more
+    micro-batches only the rounds are more (``_rounds_of`` checks the orders say so). Each
+    operation ends at the max of its device's previous end and its input's end plus the send,
+    plus its own time: shifting every input by ``λ`` shifts its end by ``λ``. So once, in a
+    simulation of ``base`` micro-batches, every operation in a window before the cut ends ``λ``
+    after the same operation a round earlier, and that window holds everything a later
+    operation waits for (``_Rounds.window``), each added round ends ``λ`` after the one before
+    and everything after the cut ``λ`` later per round: the device ends are ``base``'s plus
+    ``rounds·λ``. Otherwise (not settled in ``base``, or orders of another shape) None, and the
+    caller simulates the whole step."""
+    pp, vp = len(fwd), len(fwd[0])
+    for settle in _SETTLE_ROUNDS:
+        plan = _rounds_of(schedule.name, pp, vp, micro, settle)
+        if plan is None:
+            return None
+        ends = _shifted_ends(fwd, bwd, send, schedule, wgt, plan)
+        if ends is not None:
+            return ends
+    return None
+
+
+def _shifted_ends(fwd, bwd, send, schedule: Schedule, wgt, plan: _Rounds):
+    """``_ends_by_rounds`` with one ``base``: None where its window does not repeat."""
+    pp = len(fwd)
+    timed, free = _timeline(fwd, bwd, plan.base, send, schedule, wgt, keep=True)
+    ends: list[list[float]] = [[] for _ in range(pp)]
+    for op in timed:  # each device's operations are appended in its order
+        ends[op[0]].append(op[5])
+    lam = None
+    tol = 1e-9 * max(free)
+    for r in range(pp):
+        e, c, span = ends[r], plan.cut[r], plan.span[r]
+        for i in range(c - plan.window[r], c):
+            d = e[i] - e[i - span]
+            if lam is None:
+                lam = d
+            elif abs(d - lam) > tol:
+                return None
+    return tuple(f + plan.rounds * lam for f in free)
+
+
+@cached(maxsize=1024)
+def _rounds_of(name: str, pp: int, vp: int, micro: int, settle: int) -> _Rounds | None:
+    """For ``micro`` micro-batches under schedule ``name``: the shorter step whose simulation
+    gives the step's (``_ends_by_rounds``), where the orders show one exists. Checked, per
+    device, on the operation orders alone: the order of ``micro`` is the order of ``base`` with
+    ``rounds`` copies of its last round before the cut inserted there, each a round's
+    micro-batches later, and what follows the cut a round later per copy; the window before the
+    cut repeats with the round; an operation before the cut waits only for operations before
+    their device's cut, and one in the last round or after the cut only for operations in the
+    window or after the cut. None where a simulation of ``micro`` is as short."""
+    s = SCHEDULES[name]
+    if s.mirrored or pp < 2:
+        return None
+    size = s.rounds_of(pp, vp, micro) or pp
+    least = size * settle
+    if micro < least + 2 * size:
+        return None
+    base = least + (micro - least) % size
+    if s.rounds_of(pp, vp, base) not in (None, size):
+        return None
+    rounds = (micro - base) // size
+    chunk_of = [s.chunks_of(r, pp, vp) for r in range(pp)]
+    last = s.model_chunks(pp, vp) - 1
+    short = [s.order(r, pp, vp, base) for r in range(pp)]
+    cuts, spans = [], []
+    for r in range(pp):
+        a, b = short[r], s.order(r, pp, vp, micro)
+        extra = len(b) - len(a)
+        if extra <= 0 or extra % rounds:
+            return None
+        span = extra // rounds
+        c = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        if c < span:
+            return None
+        tail = [(k, loc, mb + size * n) for n in range(1, rounds + 1)
+                for k, loc, mb in a[c - span:c]]
+        tail += [(k, loc, mb + size * rounds) for k, loc, mb in a[c:]]
+        if b[c:] != tuple(tail):
+            return None
+        cuts.append(c)
+        spans.append(span)
+    # where each operation's end is: (device, index) by (end list, model chunk, micro-batch)
+    where = {}
+    for r, order in enumerate(short):
+        for i, (kind, local, mb) in enumerate(order):
+            where["B" if kind == "X" else kind, chunk_of[r][local], mb] = (r, i)
+
+    def waits_for(r: int, kind: str, local: int, mb: int):
+        g = chunk_of[r][local]
+        if kind == "F":
+            return where["F", g - 1, mb] if g > 0 else None
+        if kind == "W":
+            return where["B", g, mb]
+        return where["B", g + 1, mb] if g < last else where["F", g, mb]
+
+    window = [spans[r] for r in range(pp)]
+    for r, order in enumerate(short):
+        for i, op in enumerate(order):
+            dep = waits_for(r, *op)
+            if dep is None:
+                continue
+            d, j = dep
+            if i < cuts[r] and j >= cuts[d]:
+                return None
+            if i >= cuts[r] - spans[r] and j < cuts[d]:
+                window[d] = max(window[d], cuts[d] - j)
+    for r, order in enumerate(short):
+        c, span, w = cuts[r], spans[r], window[r]
+        if c - w - span < 0:
+            return None
+        if any(order[i] != (order[i - span][0], order[i - span][1], order[i - span][2] + size)
+               for i in range(c - w, c)):
+            return None
+    return _Rounds(base, rounds, size, tuple(cuts), tuple(spans), tuple(window))
 
 
 def _timeline(fwd, bwd, micro: int, send, schedule, wgt, *, keep: bool):
