@@ -617,7 +617,9 @@ CLUSTER_BAD = {
     "gflop-efficiency-tiny": (_h100_with(
         'matmul_efficiency_bf16_by_GFLOP = [[1, 1e-300]]'), "matmul_efficiency_bf16_by_GFLOP"),
     "oversubscription-below-1": (CLUSTER + "oversubscription = 0.5\n", "oversubscription"),
-    "duplicate-level-names": (_cluster_with('name = "net"', 'name = "node"'), "name"),
+    # named as every other level key is (it had been "levels.name": a datacenter trial's)
+    "duplicate-level-names": (_cluster_with('name = "net"', 'name = "node"'),
+                              "cluster.levels[node].name: got 'node'; each level needs a name"),
     "levels-not-table": ('name = "x"\naccelerator = "h100-sxm-80gb"\nlevels = 3\n', "levels"),
     "level-unknown-key": (_cluster_with("latency_us = 3", "latency_us = 3\nspeed = 1"), "speed"),
     "utf16": ("\ufeffname = 1".encode("utf-16"), "UTF-8"),

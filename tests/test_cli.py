@@ -450,9 +450,14 @@ def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path)
                        moved)
     assert code == 0 and "comparison" not in json.loads(moved.read_text())
     assert "are not saved: their results are for its cluster" in err  # (without a word, before)
+    # nor is it found by the search there: the report had said "found by nest" (a trial's)
+    assert json.loads(saved.read_text())["method"] == "nest"
+    assert "method" not in json.loads(moved.read_text())
+    assert "searched on dgx-h100-ndr and is only evaluated on nest-h100-spineleaf" in err
     code, _, err = cli("evaluate", "--plan", saved, "--memory-headroom", 20, "--save", moved)
     assert code == 0 and "comparison" not in json.loads(moved.read_text())  # (fits moved too)
     assert "their results are for its memory headroom" in err
+    assert json.loads(moved.read_text())["method"] == "nest"  # (the cluster it was found on)
     # its own cluster named again moves nothing: they stay (they had been dropped)
     assert cli("evaluate", "--plan", saved, "--cluster", "dgx-h100-ndr", "--save", same)[0] == 0
     assert json.loads(same.read_text())["comparison"] == json.loads(saved.read_text())["comparison"]

@@ -283,3 +283,26 @@ def test_gpt_oss_and_deepseek_v3_biases_as_their_builders_make_them():
         m = model_from_hf_dict(v3)
     assert not m.bias and not m.qkv_bias
     assert any("attention_bias: ignored" in str(w.message) for w in caught)
+
+
+def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
+    """A Qwen2 config without num_key_value_heads or rope_theta is read with transformers'
+    defaults (32 KV heads, RoPE base 10,000), which move memory and time and go into the
+    exports: each is noted (they had been taken silently: a user trial's)."""
+    from console import cli
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 4096,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008,
+        "vocab_size": 151936}))
+    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
+    assert code == 0, err
+    assert "num_key_value_heads: missing, read as its config class's default 32" in err
+    assert "rope_theta: missing, read as 10,000 (transformers' default)" in err
+    given = {**json.loads(cfg.read_text()), "num_key_value_heads": 8, "rope_theta": 1e6}
+    cfg.write_text(json.dumps(given))
+    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
+    assert code == 0 and "missing" not in err, err

@@ -44,6 +44,9 @@ def test_figures_hold_the_plan(tmp_path):
     svgs = _svgs(html)
     assert set(svgs) == {"fig-timeline", "fig-placement", "fig-memory", "fig-breakdown"}
     assert f"stack {pf.scenario.stack.name}" in html
+    # the highest level each group crosses, as the text output has it (a datacenter trial's)
+    for axis, (n, level) in ev.group_levels.items():
+        assert f"<td class=l>{axis}</td><td>{n:,}</td><td>{level}</td>" in html
     # timeline: every forward and backward of every micro-batch through every chunk
     ops = [r for r in svgs["fig-timeline"].iter(f"{SVG_NS}rect") if "op" in (r.get("class") or "")]
     assert len(ops) == 2 * ev.micro_batches * ev.plan.pp * ev.plan.vp

@@ -17,7 +17,7 @@ from nestplan.loaders import later_keys_filled, stack_from_table, stack_to_table
 from nestplan.specs import Parallelism, check_plan
 from nestplan.validation import hbm_ratios, load_cases, run, table
 
-from console import cli, one_line_error
+from console import cli, flags, one_line_error
 
 DATA = Path(__file__).parent / "data"
 NO_SIZES = dict.fromkeys(("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"), "")
@@ -1589,3 +1589,25 @@ def test_only_megatron_core_runs_tp_beyond_the_kv_heads():
                     and n not in ("megatron-2021", "megatron-2022", "megatron-deepspeed",
                                   "deepspeed-2021") for n in runs}, runs
     assert all(kv_heads_refusal(llama, get_stack(n), 4) is None for n in runs)
+
+
+def test_torchtitan_runs_no_pipeline_for_tied_embeddings():
+    """torchtitan 0.3 refuses a pipeline for a model whose output layer shares the embedding's
+    weights (Decoder.Config.update_from_config): plan --stack torchtitan had ranked such plans
+    (a user trial's Qwen3-4B at pp 2), evaluate had run them, --tp 16 beyond 8 KV heads had
+    been told 'no feasible plan' where evaluate names the KV heads."""
+    base = ["--model", "gpt3-175b", "--cluster", "dgx-h100-ndr", "--gpus", 128, "--seq-len",
+            2048, "--global-batch", 256, "--stack", "torchtitan"]
+    assert one_line_error(*cli("evaluate", *base, "--tp", 8, "--pp", 2, "--mbs", 1),
+                          "pp: got 2; stack torchtitan runs no pipeline for a model whose "
+                          "output layer shares the embedding's weights")
+    assert one_line_error(*cli("plan", *base, "--pp", 4), "tied embeddings")
+    code, out, err = cli("plan", *base, "--top", 5, "--json")
+    assert code == 0, err
+    best = json.loads(out)
+    assert {p["pp"] for p in best["top"]} == {1}
+    code, out, err = cli("plan", *flags(*base, "--stack", "megatron-core"), "--top", 5, "--json")
+    assert code == 0 and max(p["pp"] for p in json.loads(out)["top"]) > 1  # Megatron ties them
+    assert one_line_error(*cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr",
+                               "--gpus", 256, "--tp", 16, "--stack", "torchtitan"),
+                          "tp: got 16; must divide kv_heads = 8 on stack torchtitan")

@@ -492,14 +492,21 @@ def cmd_evaluate(args) -> int:
             ("cluster", pf is not None and sc.cluster != pf.scenario.cluster),
             ("memory headroom", pf is not None
              and sc.memory_headroom != pf.scenario.memory_headroom)) if changed]
+        import warnings
+
+        from .errors import Note
+
         if moved and pf.comparison:  # (dropped without a word, even for the file's own cluster)
-            import warnings
-
-            from .errors import Note
-
             warnings.warn(f"--save: the methods compared in {args.plan} are not saved: their "
                           f"results are for its {' and '.join(moved)}", Note)
-        planfile.save(ev, args.save, method=pf.method if pf else None,
+        method = pf.method if pf else None
+        if method and "cluster" in moved:  # (the report had said "found by nest" of a plan
+            # only evaluated on this cluster: a datacenter trial's)
+            warnings.warn(f"--save: not saved as found by {method}: {args.plan}'s plan was "
+                          f"searched on {pf.scenario.cluster.name} and is only evaluated on "
+                          f"{sc.cluster.name}", Note)
+            method = None
+        planfile.save(ev, args.save, method=method,
                       comparison=pf.comparison if pf and not moved else None)
     if args.json:
         print(_json(ev.to_json()))

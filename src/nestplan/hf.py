@@ -362,7 +362,11 @@ def _rope_theta(cfg: _Config) -> float:
     if theta is not None and inner is not None and theta != inner:
         raise SpecError(cfg.where("rope_parameters.rope_theta"), inner,
                         f"differs from rope_theta = {theta:g}; give one")
-    return theta if theta is not None else inner if inner is not None else DEFAULT_ROPE_THETA
+    if theta is None and inner is None:  # (silently, before: a user trial's)
+        warnings.warn(HFNote(f"{cfg.where('rope_theta')}: missing, read as {DEFAULT_ROPE_THETA:,g} "
+                             "(transformers' default), the RoPE base the exports set"))
+        return DEFAULT_ROPE_THETA
+    return theta if theta is not None else inner
 
 
 def _rope_fraction(cfg: _Config, default: float) -> float:
@@ -860,6 +864,8 @@ def _kv_heads(cfg: _Config, heads: int) -> int:
         raise SpecError(cfg.where("num_key_value_heads"), None,
                         f"missing, read as its config class's default {kv} (transformers), which "
                         f"does not divide num_attention_heads = {heads}; give it")
+    warnings.warn(HFNote(f"{cfg.where('num_key_value_heads')}: missing, read as its config "
+                         f"class's default {kv} (transformers)"))  # (silently, before)
     return kv
 
 

@@ -721,7 +721,8 @@ def _stack_fields() -> dict:
                                     "expert_layer_injected", "expert_tp_with_bias", "qkv_views",
                                     "tp_keeps_gathered_input", "scores_in_activation",
                                     "pipeline_defers_grad_sync", "pipeline_bf16_optimizer",
-                                    "moe_syncs_without_ep", "tp_beyond_kv_heads")},
+                                    "moe_syncs_without_ep", "tp_beyond_kv_heads",
+                                    "pipeline_tied_embeddings")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
                                    "expert_combine_bytes", "default_zero", "loss_chunks")},
@@ -803,17 +804,17 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
                     "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights",
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights",
-                    "moe_syncs_without_ep", "tp_beyond_kv_heads")
+                    "moe_syncs_without_ep", "tp_beyond_kv_heads", "pipeline_tied_embeddings")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``. (Not the keys a stack
 may leave unset, which a table then lacks: ``default_zero_with_pp``.)"""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input",
                          "cp_shards_weights", "moe_syncs_without_ep", "default_zero_with_pp",
-                         "tp_beyond_kv_heads")
+                         "tp_beyond_kv_heads", "pipeline_tied_embeddings")
 """The later keys whose absence a torchtitan stack of the user's own name reads as torchtitan
 does: async TP only within one NVLink domain, the sequence-parallel linears' gathered input
 kept, weights sharded over CP ranks, no MoE host wait at EP 1, ZeRO-2 by default under PP, TP
-within the KV heads. Its interleaving keeps the default, rounds of pp, which every stack ran
+within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the default, rounds of pp, which every stack ran
 then."""
 
 

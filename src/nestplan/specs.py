@@ -320,7 +320,8 @@ class ClusterSpec(_CachedHash):
         names = [lvl.name for lvl in self.levels]
         for name in names:
             if names.count(name) > 1:  # sweeps and messages name levels: they must differ
-                raise SpecError("levels.name", name, "each level needs a name of its own")
+                raise SpecError(f"levels[{name}].name", name, "each level needs a name of its "
+                                "own")
 
     @property
     def max_devices(self) -> int | None:
@@ -1378,6 +1379,15 @@ def kv_heads_refusal(m: ModelSpec, stack, tp: int) -> str | None:
     return None
 
 
+def tied_pipeline_refusal(m: ModelSpec, stack, pp: int) -> str | None:
+    """Why ``stack`` cannot run ``m`` over ``pp`` pipeline stages because its output layer shares
+    the embedding's weights (``StackSpec.pipeline_tied_embeddings``), or None."""
+    if pp > 1 and m.tied_embeddings and not stack.pipeline_tied_embeddings:
+        return (f"stack {stack.name} runs no pipeline for a model whose output layer shares the "
+                f"embedding's weights ({m.name}: tied embeddings); use pp = 1")
+    return None
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1393,6 +1403,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
     if (rule := kv_heads_refusal(m, sc.stack if stack else None, par.tp)) is not None:
         raise SpecError("tp", par.tp, rule)
+    if stack and (rule := tied_pipeline_refusal(m, sc.stack, par.pp)) is not None:
+        raise SpecError("pp", par.pp, rule)
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
     if (why := cp_refusal(t.seq_len, par.cp)) is not None:

@@ -265,6 +265,13 @@ class StackSpec(_CachedHash):
     d98e8a64dd, "When tp_size > num_kv_heads"). Off: TP must divide the KV heads (torchtitan's
     Decoder.Config.update_from_config raises otherwise, torchtitan/models/common/decoder.py,
     0.3.0 wheel)."""
+    pipeline_tied_embeddings: bool = True
+    """Runs a pipeline on a model whose output layer shares the embedding's weights (the first
+    and last stages each keep a copy and sum their gradients: Megatron-Core's
+    ``share_embeddings_and_output_weights``, DeepSpeed's ``TiedLayerSpec``). Off: such a model
+    runs without pipeline parallelism (torchtitan's ``Decoder.Config.update_from_config`` raises
+    "Weight tying is not supported with Pipeline Parallel", torchtitan/models/common/decoder.py,
+    0.3.0 wheel)."""
     fp8_tp_gather: bool = False
     """In fp8 training with sequence parallelism, the tensor-parallel all-gathers around the
     blocks' linear layers (their inputs forward, the output gradients backward) move fp8 copies;

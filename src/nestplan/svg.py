@@ -136,10 +136,11 @@ def legend(svg: Svg, x: float, y: float, entries: list[tuple[str, str]], *, per_
 
 def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: str,
                xlabel: str, ylabel: str, logx: bool = False, width: float = 640,
-               height: float = 360) -> Svg:
-    """One polyline with markers per named series of (x, y) points."""
+               height: float = 360, per_row: int = 3) -> Svg:
+    """One polyline with markers per named series of (x, y) points; the legend ``per_row``
+    names to a row."""
     left, right, top, bottom = 64.0, 16.0, 28.0, 48.0
-    legend_rows = math.ceil(len(series) / 3)
+    legend_rows = math.ceil(len(series) / per_row)
     svg = Svg(width, height + 16 * legend_rows, label=title)
     pts = [p for _, s in series for p in s]
     xs = [math.log2(x) if logx else x for x, _ in pts] or [0.0, 1.0]
@@ -185,5 +186,5 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
         for x, y in s:
             svg.circle(px(x), py(y), 3, c, tip=f"{name}: x={x:g}, y={y:,.4g}")
     legend(svg, left, height + 4, [(n, colour(i)) for i, (n, _) in enumerate(series)],
-           per_row=3, col_width=pw / 3)
+           per_row=per_row, col_width=pw / per_row)
     return svg

@@ -14,6 +14,15 @@ LISTED = 3
 """Items a note names of those it is about, before saying how many more (``first_of``)."""
 
 
+def group_crossings(ev: Evaluation) -> list[tuple[str, int, str]]:
+    """Each parallel group of more than one device: its name, size and the highest network level
+    it crosses (``Evaluation.group_levels``; the dense gradients' group named dp·cp where CP
+    shares it: a user trial read "dp (128)" of dp 16)."""
+    named = {"dp": "dp·cp"} if ev.plan.cp > 1 else {}
+    return [(named.get(axis, axis), n, level or "none")
+            for axis, (n, level) in ev.group_levels.items()]
+
+
 def first_of(items: list[str]) -> str:
     """The first ``LISTED`` of ``items`` and how many more, for a note: "a, b, c and 4 more"."""
     rest = len(items) - LISTED
@@ -188,13 +197,10 @@ def evaluation(ev: Evaluation) -> str:
     if link:
         out.append("communication on the links (hidden or not): "
                    + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items()))
-    groups = ev.group_levels
-    if groups:
-        # the dense gradients' group is dp·cp ranks (a user trial read "dp (128)" of dp 16)
-        named = {"dp": "dp·cp"} if ev.plan.cp > 1 else {}
+    crossings = group_crossings(ev)
+    if crossings:
         out.append("highest network level each group crosses: " + ", ".join(
-            f"{named.get(axis, axis)} ({n:,}) {level or 'none'}"
-            for axis, (n, level) in groups.items()))
+            f"{axis} ({n:,}) {level}" for axis, n, level in crossings))
     worst = ev.worst_stage.memory
     out += ["", f"memory on the most loaded device (stage {ev.worst_stage.index}):"]
     for f in fields(worst):

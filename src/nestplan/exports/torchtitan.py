@@ -21,7 +21,7 @@ from dataclasses import fields, replace
 from ..axes import MEGATRON_ORDER
 from ..catalog import get_model, get_stack
 from ..errors import SpecError
-from ..options import Precision, TPOverlap
+from ..options import Norm, Position, Precision, TPOverlap
 from ..placement import layouts
 from ..planfile import PlanFile
 from ..recompute import closest
@@ -91,6 +91,34 @@ def registry_entry(m) -> tuple[str, str, str | None]:
                         "scales RoPE as torchtitan's definition does")  # (a user trial had read
         # the note, which ended "trains with torchtitan's", as cut short)
     return (*PLACEHOLDER, None)
+
+
+def definition_text(m) -> str:
+    """What a torchtitan model definition of ``m`` must hold for the export's plan and
+    prediction to be its: the sizes, and each feature that departs from torchtitan's Llama 3
+    (no biases, untied embeddings, RoPE on every head dimension, full causal attention)."""
+    parts = [f"dim {m.hidden}, {m.layers} layers, {m.heads} heads ({m.kv_heads} KV) of "
+             f"{m.head_dim}, {m.mlp.value} FFN {m.ffn_hidden}, vocabulary {m.vocab}"]
+    if m.position is Position.ROPE:
+        parts.append(f"RoPE theta {m.rope_theta:g}"
+                     + (f" on {m.rope_fraction:g} of each head" if m.rope_fraction != 1 else ""))
+    else:
+        parts.append(f"{m.position.value} positions")
+    parts += [text for on, text in (
+        (m.bias, "biases on every linear layer"), (m.qkv_bias and not m.bias, "q/k/v biases"),
+        (m.tied_embeddings, "output layer tied to the embedding"), (m.qk_norm, "QK norms"),
+        (m.attention_sinks, "attention sinks"), (m.norm is not Norm.RMSNORM, "LayerNorm"),
+        (bool(m.sliding_window), f"a {m.sliding_window}-token sliding window on "
+                                 f"{len(m.local_layers) or m.layers} layers"),
+        (m.mla is not None, "multi-head latent attention"),
+        (m.moe is not None, m.moe is not None and (
+            f"{m.moe.experts} experts of {m.moe.ffn_hidden}, top {m.moe.top_k}"
+            + (f", {m.moe.shared_experts} shared" if m.moe.shared_experts else "")
+            + (f", on one layer in {m.moe.layer_freq}" if m.moe.layer_freq > 1 else "")
+            + (f", the first {m.moe.first_dense_layers} layer(s) dense"
+               if m.moe.first_dense_layers else ""))),
+        (bool(m.mtp_layers), f"{m.mtp_layers} multi-token-prediction depth(s)")) if on]
+    return "; ".join(parts)
 
 
 def _checkpointing(pf: PlanFile):
@@ -166,8 +194,11 @@ def _arguments(pf: PlanFile):
     module, config, rope_note = registry_entry(m)
     notes += [rope_note] if rope_note else []
     if (module, config) == PLACEHOLDER:
-        notes.append(f"torchtitan 0.3 ships no definition of {m.name}: replace MODULE and CONFIG "
-                     "with a config_registry function of yours that defines it")
+        known = ", ".join(c for _, c in REGISTRY.values())
+        notes.append(f"{m.name} is none of the torchtitan 0.3 definitions nestplan matches models "
+                     f"to ({known}; torchtitan ships others, which it does not check): replace "
+                     "MODULE and CONFIG with a config_registry entry, torchtitan's or yours, "
+                     f"whose model is the planned one: {definition_text(m)}")
     elif tr.seq_len > MAX_SEQ_LEN[config]:  # (a user trial's 32K DeepSeek-V3 would not start)
         notes.append(f"torchtitan's {config} trains sequences of at most "
                      f"{MAX_SEQ_LEN[config]:,} tokens (its RoPE's max_seq_len) and refuses "

@@ -15,7 +15,8 @@ from .. import __version__
 from ..axes import order_text
 from ..planfile import PlanFile
 from ..result import Evaluation
-from ..textfmt import block_range, id_ranges, mtp_text, plan_line, workload_parts
+from ..textfmt import (block_range, group_crossings, id_ranges, mtp_text, plan_line,
+                       workload_parts)
 from ..units import GiB, fmt_time
 from . import figures
 
@@ -163,6 +164,16 @@ def _load_text(ev: Evaluation) -> str:
     return f"{most:g}x the mean (stated {tr.moe_load:g}: the most {ev.plan.ep} expert ranks can have)"
 
 
+def _crossings(ev: Evaluation) -> str:
+    """The highest network level each parallel group crosses, as the text output gives it (the
+    report had left it out: a datacenter trial's)."""
+    rows = [[axis, f"{n:,}", level] for axis, n, level in group_crossings(ev)]
+    if not rows:
+        return ""
+    return ("<p class=sub>The highest network level each parallel group crosses:</p>"
+            + _table(["group", "devices", "highest level"], rows))
+
+
 def _breakdown_table(ev: Evaluation) -> str:
     rows = [[f.name, fmt_time(getattr(ev.time, f.name)),
              f"{getattr(ev.time, f.name) / ev.step_time:.1%}"]
@@ -238,6 +249,7 @@ def render(pf: PlanFile, ev: Evaluation) -> str:
                     + (f", {lv.oversubscription:g}:1 oversubscribed"
                        if lv.oversubscription != 1 else "") for lv in sc.cluster.levels)
                 + ". Hover a device for its ranks."),
+        _crossings(ev),
         "<h2>Memory per stage</h2>",
         _figure(figures.memory(ev), "Each bar is the most loaded device of a stage at its peak "
                 "(activations of the micro-batches in flight); the dashed line is the HBM."),

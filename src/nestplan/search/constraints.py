@@ -13,7 +13,8 @@ from ..errors import SpecError
 from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
 from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, etp_refusal, interleaves,
-                     moe_tp_without_sp, no_pipeline_schedule, schedule_refusal, unfoldable)
+                     kv_heads_refusal, moe_tp_without_sp, no_pipeline_schedule, schedule_refusal,
+                     tied_pipeline_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -169,6 +170,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
     for name, value, ok, rule in rules:
         if value is not None and (value <= 0 or not ok(value)):
             raise SpecError(name, value, rule)
+    if con.tp is not None and (rule := kv_heads_refusal(m, sc.stack, con.tp)) is not None:
+        raise SpecError("tp", con.tp, rule)  # (as evaluate says it; the search found nothing)
+    if con.pp is not None and (rule := tied_pipeline_refusal(m, sc.stack, con.pp)) is not None:
+        raise SpecError("pp", con.pp, rule)
     # knobs that are each possible but contradict each other or the hardware
     fixed = {k: getattr(con, k) for k in ("tp", "pp", "dp", "cp") if getattr(con, k) is not None}
     product = math.prod(fixed.values())

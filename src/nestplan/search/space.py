@@ -40,7 +40,8 @@ from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
-                     divisors, interleaves, kv_heads_refusal, spread)
+                     divisors, interleaves, kv_heads_refusal, spread,
+                     tied_pipeline_refusal)
 
 MIN_CP_CHUNK = 1024
 MAX_MBS = 16
@@ -102,7 +103,8 @@ def shapes(sc: Scenario, con: Constraints):
                 rest = gpus // (tp * cp)
                 if rest * tp * cp != gpus:
                     continue
-                for pp in _pick(con.pp, [p for p in _divisors(rest) if p <= m.layers]):
+                for pp in _pick(con.pp, [p for p in _divisors(rest) if p <= m.layers
+                                         and tied_pipeline_refusal(m, sc.stack, p) is None]):
                     dp = rest // pp
                     if (con.dp is not None and con.dp != dp) or tr.global_batch % dp:
                         continue

@@ -1,8 +1,9 @@
 """The summary plot of a sweep: tokens/s per GPU of the best plan found, against the GPU count.
 
 One panel per model and method when several are swept (at most ``MAX_PANELS``), one series per
-combination of the other varied parameters (at most ``MAX_SERIES`` per panel, those reaching the
-highest throughput; the panel's title says how many are left out). Infeasible and failed points
+combination of the other varied parameters (at most ``MAX_SERIES`` per panel: the fastest half and
+the slowest half where there are more, as the panel's title says; what every series of a panel
+shares is in its title, the rest in the labels). Infeasible and failed points
 are omitted. When the GPU count is not varied, the first varied numeric parameter is the x axis.
 """
 
@@ -110,28 +111,42 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
     charts = []
     for key in shown:
         groups = panels[key]
-        keep = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))[:MAX_SERIES]
+        # the fastest and the slowest half each where they are too many (a network study's
+        # slowest designs are half its answer: a datacenter trial's)
+        ranked = sorted(groups, key=lambda s: -max(y for _, y in groups[s]))
+        keep = ranked if len(ranked) <= MAX_SERIES else (
+            ranked[:MAX_SERIES // 2] + ranked[len(ranked) - MAX_SERIES // 2:])
         grid_order = sorted(keep, key=lambda s: tuple(
             p.values.index(v) if v is not None else len(p.values) for p, v in zip(rest, s)))
         # a panel per model and method that vary; else the one model (and method) it shows
         title = (" · ".join(_part(p, v) for p, v in zip(by, key))
                  or " · ".join(_part(p, p.values[0]) for p in fixed if p.key in ("model", "method"))
                  or spec.path.stem)
+        # what every drawn series of the panel shares goes to its title, so that the labels name
+        # what tells them apart (they had been cut to "h100-plain, nic400, spi…")
+        alike = [i for i, p in enumerate(rest) if len({s[i] for s in keep}) == 1]
+        title += "".join(f" · {_part(rest[i], keep[0][i])}" for i in alike)
+        differ = [p for i, p in enumerate(rest) if i not in alike]
         if len(groups) > MAX_SERIES:
-            title += f" ({MAX_SERIES} of {len(groups)} series: the fastest)"
+            title += (f" ({MAX_SERIES} of {len(groups)} series: the {MAX_SERIES // 2} fastest and "
+                      f"the {MAX_SERIES // 2} slowest)")
         # series with the same points (e.g. networks the plan does not feel) are drawn once,
         # labelled by the first with a count of the others
         same: dict = {}
         for s in grid_order:
             same.setdefault(tuple(sorted(groups[s])), []).append(s)
-        series = [(_label(rest, members[0], 24) + (f" (= {len(members) - 1} more)"
-                                                  if len(members) > 1 else ""),
-                   groups[members[0]]) for members in same.values()]
+        names = [_label(differ, tuple(v for i, v in enumerate(members[0]) if i not in alike), 200)
+                 + (f" (= {len(members) - 1} more)" if len(members) > 1 else "")
+                 for members in same.values()]
+        longest = max(map(len, names), default=0)
+        per_row = 3 if longest <= 26 else 2 if longest <= 42 else 1
+        series = [(_fit(n, {3: 26, 2: 42, 1: 90}[per_row]), groups[members[0]])
+                  for n, members in zip(names, same.values())]
         charts.append(line_chart(series, title=_fit(title, 80),
                                  xlabel="GPUs" if x.key == "gpus" else x.key.removeprefix("network."),
                                  ylabel="tokens/s per GPU",
                                  logx=x.key == "gpus" and max(x.values) >= 4 * min(x.values),
-                                 width=WIDTH))
+                                 width=WIDTH, per_row=per_row))
 
     head = 52.0
     height = head + sum(c.height + 12 for c in charts) + (0 if charts else 40)
