@@ -306,3 +306,11 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
     code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
                        "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
     assert code == 0 and "missing" not in err, err
+    # GPT-NeoX's base is rotary_emb_base (it had been taken silently there too: a review's)
+    cfg.write_text(json.dumps({
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 2048,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "intermediate_size": 8192,
+        "vocab_size": 50304}))
+    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
+    assert code == 0 and "rotary_emb_base: missing, read as 10,000" in err, err

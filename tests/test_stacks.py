@@ -1611,3 +1611,65 @@ def test_torchtitan_runs_no_pipeline_for_tied_embeddings():
     assert one_line_error(*cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr",
                                "--gpus", 256, "--tp", 16, "--stack", "torchtitan"),
                           "tp: got 16; must divide kv_heads = 8 on stack torchtitan")
+    # a schedule or virtual stages ask for a pipeline too (they had been told "no feasible plan")
+    for flag, value in (("--schedule", "1f1b"), ("--vp", 2)):
+        assert one_line_error(*cli("plan", *base, flag, value),
+                              f"tied embeddings); leave out {flag}")
+
+
+def test_a_gpt_row_that_ran_a_pipeline_on_torchtitan_was_untied(tmp_path):
+    """A runs CSV's GPT-style row reads as tied embeddings (Megatron's GPT), but one measured on
+    a stack that pipelines no tied model at pp 2 ran untied: validate takes it (it had refused
+    the row, "use pp = 1", a review's); at pp 1 it stays tied. A tied plan of another stack
+    exported to torchtitan at pp 2 says torchtitan will not start it."""
+    from nestplan import planfile
+    from nestplan.exports import export
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text(
+        "id,model,layers,hidden,heads,seq_len,num_gpus,tp,pp,dp,micro_batch,global_batch,"
+        "recompute,stack,gpu,metric,step_time_s\n"
+        "pp2,GPT-1.3B,24,2048,16,2048,16,1,2,8,1,64,none,torchtitan,H100,step_time,0.5\n"
+        "pp1,GPT-1.3B,24,2048,16,2048,16,1,1,16,1,64,none,torchtitan,H100,step_time,0.5\n")
+    cases = {c.id: c for c in load_cases(runs)}
+    assert not cases["pp2"].scenario.model.tied_embeddings
+    assert cases["pp1"].scenario.model.tied_embeddings
+    sc = scenario_from_names("gpt-1p7b", "dgx-h100-ndr", 16, seq_len=2048, global_batch=64)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+        tp=1, pp=2, dp=8, mbs=1, recompute=("none",)))))
+    assert any(n.startswith("torchtitan will not start this plan") and "untie" in n
+               for n in export(pf, "torchtitan").notes)
+
+
+def test_a_torchtitan_plan_near_its_memory_says_what_the_model_missed_on_such_runs():
+    """The memory model fell short of torchtitan's measured peaks by up to 22 % on held-out runs
+    with PP and CP, and the default headroom covers the development rows' 5.5 %: a torchtitan
+    CP plan that leaves less than that shortfall says so, with the headroom that covers it, and
+    a plan searched with that headroom does not (a long-context trial's CP 32 plan at 7.7 GiB
+    free); the plan names how its stack exchanges K/V (it had been named nowhere)."""
+    base = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 1024, "--seq-len",
+            1048576, "--global-batch", 4, "--stack", "torchtitan"]
+    code, out, err = cli("plan", *base)
+    assert code == 0, err
+    assert "fell short of torchtitan's measured peaks by up to 22%" in err
+    assert "give --memory-headroom 23 to plan with it" in err
+    assert "context parallelism exchanges K/V as an all-gather of the whole K/V" in out
+    code, _, err = cli("plan", *base, "--memory-headroom", 23)
+    assert code == 0 and "fell short" not in err, err
+    code, out, err = cli("evaluate", *flags(*base, "--stack", "megatron-core"), "--tp", 8,
+                         "--cp", 32, "--pp", 1, "--mbs", 1)
+    assert code == 0 and "fell short" not in err  # (another stack's runs)
+    assert "context parallelism exchanges K/V as a ring" in out
+
+
+def test_a_length_context_parallelism_cannot_split_is_named_when_nothing_fits():
+    """An odd sequence length leaves context parallelism nothing to split: when nothing fits,
+    that is a hint beside more GPUs (only more GPUs had been: a long-context trial's)."""
+    code, _, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 256,
+                       "--seq-len", 1048577, "--global-batch", 8)
+    assert code == 3, err
+    assert ("try more GPUs, a sequence length context parallelism can split (1,048,577 is a "
+            "multiple of 2·cp for no cp that divides the GPUs") in err
+    code, _, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--seq-len", 1048576, "--global-batch", 8)
+    assert code == 3 and "context parallelism can split" not in err, err

@@ -362,11 +362,17 @@ def _rope_theta(cfg: _Config) -> float:
     if theta is not None and inner is not None and theta != inner:
         raise SpecError(cfg.where("rope_parameters.rope_theta"), inner,
                         f"differs from rope_theta = {theta:g}; give one")
-    if theta is None and inner is None:  # (silently, before: a user trial's)
-        warnings.warn(HFNote(f"{cfg.where('rope_theta')}: missing, read as {DEFAULT_ROPE_THETA:,g} "
+    return _noted_default(cfg, theta if theta is not None else inner, "rope_theta")
+
+
+def _noted_default(cfg: _Config, theta: float | None, key: str) -> float:
+    """``theta``, or where the config gives no RoPE base transformers' default, with a note (it
+    had been taken silently: a user trial's)."""
+    if theta is None:
+        warnings.warn(HFNote(f"{cfg.where(key)}: missing, read as {DEFAULT_ROPE_THETA:,g} "
                              "(transformers' default), the RoPE base the exports set"))
         return DEFAULT_ROPE_THETA
-    return theta if theta is not None else inner
+    return theta
 
 
 def _rope_fraction(cfg: _Config, default: float) -> float:
@@ -827,8 +833,8 @@ def _gpt_neox(cfg: _Config) -> dict:
         vocab=cfg.get("vocab_size"), mlp=MLPKind.GELU, norm=Norm.LAYERNORM, bias=True,
         tied_embeddings=cfg.get("tie_word_embeddings", default=False, kind=bool),
         position=Position.ROPE,
-        rope_theta=cfg.get("rotary_emb_base", "rope_theta", kind=float,
-                           default=DEFAULT_ROPE_THETA),
+        rope_theta=_noted_default(cfg, cfg.get("rotary_emb_base", "rope_theta", kind=float,
+                                               default=None), "rotary_emb_base"),
         rope_fraction=_rope_fraction(cfg, 0.25),  # GPTNeoXConfig's default
     )
 

@@ -811,7 +811,9 @@ _SETTLE_ROUNDS = (4, 16)
 
 def _ends_by_rounds(fwd, bwd, micro: int, send, schedule: Schedule, wgt):
     """:func:`_timeline`'s device ends for ``micro`` micro-batches from a shorter simulation,
-    where that is exact; None where it is not known to be.
+    where that is exact (to 1e-9 of the step: floating-point sums repeat to within rounding, so
+    the repetition is checked to within that share per added round); None where it is not
+    known to be.
 
     A step's order is its warm-up, rounds of steady state and its cool-down; with more
     micro-batches only the rounds are more (``_rounds_of`` checks the orders say so). Each
@@ -841,8 +843,10 @@ def _shifted_ends(fwd, bwd, send, schedule: Schedule, wgt, plan: _Rounds):
     ends: list[list[float]] = [[] for _ in range(pp)]
     for op in timed:  # each device's operations are appended in its order
         ends[op[0]].append(op[5])
+    # a window that repeats to within ``tol`` a round drifts by at most that every added round
+    # (devices whose times nearly tie: a review's), so the ends stay within 1e-9 of the step
     lam = None
-    tol = 1e-9 * max(free)
+    tol = 1e-9 * max(free) / plan.rounds
     for r in range(pp):
         e, c, span = ends[r], plan.cut[r], plan.span[r]
         for i in range(c - plan.window[r], c):

@@ -14,6 +14,15 @@ LISTED = 3
 """Items a note names of those it is about, before saying how many more (``first_of``)."""
 
 
+CP_EXCHANGE_TEXT = {
+    "ring": "a ring: each rank passes its K/V block on while the attention computes on it",
+    "allgather": "an all-gather hidden behind the first block's attention, again in the backward",
+    "flex_allgather": "an all-gather of the whole K/V before the attention (kept for its "
+                      "backward), dK/dV reduce-scattered after it",
+    "te_allgather": "Transformer Engine's all-gather (no ring over sliding windows or sinks)"}
+"""How each ``StackSpec.cp_exchange_for`` value moves K/V, for the text output."""
+
+
 def group_crossings(ev: Evaluation) -> list[tuple[str, int, str]]:
     """Each parallel group of more than one device: its name, size and the highest network level
     it crosses (``Evaluation.group_levels``; the dense gradients' group named dp·cp where CP
@@ -197,6 +206,11 @@ def evaluation(ev: Evaluation) -> str:
     if link:
         out.append("communication on the links (hidden or not): "
                    + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items()))
+    if ev.plan.cp > 1:  # (named nowhere in the output before: a long-context trial's)
+        sc = ev.scenario
+        out.append(f"context parallelism exchanges K/V as "
+                   f"{CP_EXCHANGE_TEXT[sc.stack.cp_exchange_for(sc.model)]} "
+                   f"(stack {sc.stack.name})")
     crossings = group_crossings(ev)
     if crossings:
         out.append("highest network level each group crosses: " + ", ".join(

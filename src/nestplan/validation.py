@@ -317,7 +317,10 @@ def _architecture(row: _Row, base: Path, stack: StackSpec) -> ModelSpec:
         vocab=row.number("vocab", 50257),  # NeMo GPT-3: GPT-2 BPE, padded by the framework
         mlp=mlp, norm=norm, bias=bias, dropout=gpt, position=pos,
         max_positions=row.required("seq_len") if pos is Position.LEARNED else 0,
-        tied_embeddings=mpt or (gpt and stack.gpt_tied_embeddings), moe=moe,
+        # a GPT row that ran a pipeline on a stack that pipelines no tied embeddings was untied
+        # (a review's: torchtitan GPT rows at pp 2 had been refused as tied)
+        tied_embeddings=mpt or (gpt and stack.gpt_tied_embeddings and (
+            stack.pipeline_tied_embeddings or (row.number("pp") or 1) == 1)), moe=moe,
     )
 
 

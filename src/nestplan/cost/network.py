@@ -13,10 +13,17 @@ Algorithms (the cheapest is used, as NCCL's tuner does):
 * ring, ordered by topology with one channel per member NIC: each level's links carry the ring's
   traffic divided by the members that share a lower block (their NICs carry separate channels);
   levels run pipelined, so the slowest level sets the time; one latency per ring step.
-* hierarchical: reduce-scatter inside each level from the innermost out, then all-gather back;
-  each phase moves only the shard left by the phases below it; phases add up.
+* hierarchical (all-reduce only): reduce-scatter inside each level from the innermost out, then
+  all-gather back; each phase moves only the shard left by the phases below it; phases add up.
 * tree (all-reduce only): pipelined binary trees between blocks, latency logarithmic in the
   number of blocks.
+
+Reduce-scatter and all-gather run as rings only: NCCL runs them as Ring, or PAT (one rank per
+node), NVLS (NVLink SHARP) or CollNetDirect (in-network reduction), and no tree or hierarchy
+(``ncclTopoTuneModel``, src/graph/tuning.cc @ NVIDIA/nccl 5067397c26, its loop over algorithms
+per collective). Costing them hierarchically had made a group spread over two levels cheaper
+than the same group inside one larger level (fewer latency steps), so that a larger switch
+domain slowed a plan (a datacenter trial's); no scored row moved by more than 1.1 points.
 
 Where groups that fit a scale-up domain alternate between whole ones and ones split over two
 domains (the domain's size not a multiple of theirs), the last two are costed for each kind and
@@ -223,10 +230,9 @@ def collective_coeffs(kind: CollKind, g: GroupLayout, cluster: ClusterSpec,
         return ((lat, 1.0 / level_bandwidth(cluster, top, g.share)),)
     if flat:
         return (_flat_ring(kind, g, cluster),)
-    algos = [_ring(kind, g, cluster), _hierarchical(kind, g, cluster)]
-    if kind is CollKind.ALL_REDUCE:
-        algos.append(_tree(g, cluster))
-    return tuple(algos)
+    if kind is not CollKind.ALL_REDUCE:
+        return (_ring(kind, g, cluster),)
+    return _ring(kind, g, cluster), _hierarchical(kind, g, cluster), _tree(g, cluster)
 
 
 def coeff_time(coeffs: Coeffs, nbytes):

@@ -26,7 +26,7 @@ from ..placement import layouts
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
-from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text
+from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text, tied_pipeline_refusal
 from ..units import fmt_gib
 from . import (Export, capacity_notes, closest_schedule, fit_notes, launched_as, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
@@ -193,6 +193,12 @@ def _arguments(pf: PlanFile):
     notes += sched_notes
     module, config, rope_note = registry_entry(m)
     notes += [rope_note] if rope_note else []
+    if (why := tied_pipeline_refusal(m, titan, exported.pp)) is not None:  # (another stack's
+        # plan: the definition note below would ask for the tying torchtitan refuses: a review's)
+        notes.append(f"torchtitan will not start this plan: {why.removesuffix('; use pp = 1')} "
+                     "(Decoder.Config.update_from_config raises 'Weight tying is not supported "
+                     f"with Pipeline Parallel'): plan again with --stack torchtitan, which keeps "
+                     f"pp = 1, or untie the model")
     if (module, config) == PLACEHOLDER:
         known = ", ".join(c for _, c in REGISTRY.values())
         notes.append(f"{m.name} is none of the torchtitan 0.3 definitions nestplan matches models "

@@ -743,6 +743,12 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         hints.append(f"more tensor parallelism (drop {' and '.join(drop)})")
     if con.ep is not None and sc.model.moe is not None:
         hints.append("more expert parallelism (drop --ep)")
+    seq = sc.training.seq_len
+    if con.cp is None and par.cp == 1 and sc.stack.offers("cp") and not any(
+            seq % (2 * c) == 0 for c in range(2, sc.gpus + 1) if sc.gpus % c == 0):
+        # (more GPUs alone had been the hint for an odd length: a long-context trial's)
+        hints.append(f"a sequence length context parallelism can split ({seq:,} is a multiple "
+                     "of 2·cp for no cp that divides the GPUs: two chunks per rank)")
     if 0 < gap <= sc.memory_headroom * hbm:  # only where giving up headroom could close the gap
         hints.append(f"less headroom (--memory-headroom, now {sc.memory_headroom:.0%})")
     # a floor bounds a configuration's memory from below, whatever its split: "at least"

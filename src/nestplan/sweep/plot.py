@@ -127,9 +127,8 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         alike = [i for i, p in enumerate(rest) if len({s[i] for s in keep}) == 1]
         title += "".join(f" · {_part(rest[i], keep[0][i])}" for i in alike)
         differ = [p for i, p in enumerate(rest) if i not in alike]
-        if len(groups) > MAX_SERIES:
-            title += (f" ({MAX_SERIES} of {len(groups)} series: the {MAX_SERIES // 2} fastest and "
-                      f"the {MAX_SERIES // 2} slowest)")
+        kept_note = (f" ({MAX_SERIES} of {len(groups)} series: the {MAX_SERIES // 2} fastest "
+                     f"and the {MAX_SERIES // 2} slowest)") if len(groups) > MAX_SERIES else ""
         # series with the same points (e.g. networks the plan does not feel) are drawn once,
         # labelled by the first with a count of the others
         same: dict = {}
@@ -142,7 +141,8 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         per_row = 3 if longest <= 26 else 2 if longest <= 42 else 1
         series = [(_fit(n, {3: 26, 2: 42, 1: 90}[per_row]), groups[members[0]])
                   for n, members in zip(names, same.values())]
-        charts.append(line_chart(series, title=_fit(title, 80),
+        # (the note whole, the rest cut to fit beside it: a review's)
+        charts.append(line_chart(series, title=_fit(title, 80 - len(kept_note)) + kept_note,
                                  xlabel="GPUs" if x.key == "gpus" else x.key.removeprefix("network."),
                                  ylabel="tokens/s per GPU",
                                  logx=x.key == "gpus" and max(x.values) >= 4 * min(x.values),
