@@ -932,6 +932,14 @@ def check_deepspeed(pf, text: str, monkeypatch):
     # DeepSpeed's pipeline engine asserts ZeRO < 2
     par = pf.plan
     assert cfg.zero_optimization_stage == (min(par.zero, 1) if par.pp > 1 else par.zero)
+    # the buckets each stage takes: ZeRO-3 gathers by its prefetch bucket, the others by
+    # allgather_bucket_size, which ZeRO-3 ignores (a DeepSpeed user's trial)
+    zc, sent = cfg.zero_config, json.loads(text)["zero_optimization"]
+    assert zc.reduce_bucket_size == 40_000_000
+    if cfg.zero_optimization_stage == 3:
+        assert zc.prefetch_bucket_size == 40_000_000 and "allgather_bucket_size" not in sent
+    else:
+        assert zc.allgather_bucket_size == 40_000_000 and "stage3_prefetch_bucket_size" not in sent
     if par.pp > 1:
         full = uniform_policy(pf)[0].kind == "full"
         assert cfg.pipeline["activation_checkpoint_interval"] == (1 if full else 0)

@@ -625,6 +625,29 @@ def test_the_plot_draws_identical_series_once_and_ticks_the_gpu_counts(tmp_path)
     assert len(ticks) == 2 and all(0 <= float(t.get("x")) <= WIDTH for t in ticks)
 
 
+NETWORK_STUDY = """
+[grid]
+model = ["{model}"]
+method = ["{method}"]
+cluster = ["dgx-h100-ndr", "nest-h100-spineleaf"]
+gpus = [256, 512]
+global_batch = [1024]
+
+[grid.network.spine]
+oversubscription = [{oversubscription}]
+{networks}"""
+NICS = {400: 50, 200: 25, 100: 12.5}
+
+
+def _study(tmp_path, name, nics=(), oversubscription="1, 2, 3, 4", model="llama3-8b",
+           method="nest"):
+    """A network study's sweep: two clusters, spine oversubscriptions and named NIC speeds."""
+    networks = "".join(f"[grid.networks.nic{n}]\nleaf = {{ bandwidth_GBps = {NICS[n]:g} }}\n"
+                       for n in nics)
+    return load(_write(tmp_path, NETWORK_STUDY.format(
+        model=model, method=method, oversubscription=oversubscription, networks=networks), name))
+
+
 def test_the_plot_labels_series_by_what_tells_them_apart_and_keeps_the_slowest(tmp_path):
     """A network study's series (two clusters x spine oversubscriptions x named networks) had been
     labelled "dgx-h100-ndr, nic400, spi…", three lines alike, and the slowest designs left out:
@@ -632,48 +655,33 @@ def test_the_plot_labels_series_by_what_tells_them_apart_and_keeps_the_slowest(t
     ``MAX_SERIES`` the slowest half is drawn beside the fastest."""
     from nestplan.sweep.plot import MAX_SERIES, summary_svg
 
-    spec = load(_write(tmp_path, """
-[grid]
-model = ["llama3-8b"]
-cluster = ["dgx-h100-ndr", "nest-h100-spineleaf"]
-gpus = [64, 128]
-global_batch = [256]
-
-[grid.network.spine]
-oversubscription = [1, 2, 3, 4]
-
-[grid.networks.nic400]
-leaf = { bandwidth_GBps = 50 }
-[grid.networks.nic200]
-leaf = { bandwidth_GBps = 25 }
-"""))
-    points = list(spec.points())
-    speed = {p.id: 1000.0 - 10 * i for i, p in enumerate(points)}  # each series its own line
     ns = "{http://www.w3.org/2000/svg}"
-    root = ET.fromstring(str(summary_svg(spec, [(p, speed[p.id]) for p in points], omitted=0)))
-    texts = [t.text or "" for t in root.iter(f"{ns}text")]
-    labels = [t for t in texts if "spine" in t and ":1" in t and "series" not in t]
+
+    def texts(spec, keep=lambda p: True):
+        points = [p for p in spec.points() if keep(p)]  # each series its own line
+        root = ET.fromstring(str(summary_svg(spec, [(p, 1000.0 - 10 * i)
+                                                    for i, p in enumerate(points)], omitted=0)))
+        return [t.text or "" for t in root.iter(f"{ns}text")]
+
+    shown = texts(_study(tmp_path, "s.toml", (400, 200)))
+    labels = [t for t in shown if "spine" in t and ":1" in t and "series" not in t]
     assert len(labels) == MAX_SERIES and not any("…" in t for t in labels), labels
     assert any("spine 4:1" in t and "nest-h100-spineleaf" in t and "nic200" in t
                for t in labels)  # the slowest series is drawn
-    assert any(f"{MAX_SERIES} of 16 series" in t for t in texts), texts
+    assert any(t.endswith(f"({MAX_SERIES} of 16 series: the 5 fastest and the 5 slowest)")
+               for t in shown), shown
+    # a long shared title is cut beside the note, which stays whole (a review's: it had been cut)
+    shown = texts(_study(tmp_path, "long.toml", (400, 200, 100), model="qwen3-235b-a22b",
+                         method="exhaustive"), lambda p: p["cluster"] == "nest-h100-spineleaf")
+    titles = [t for t in shown if "series" in t]
+    assert len(titles) == 1 and titles[0].endswith(
+        f"({MAX_SERIES} of 12 series: the 5 fastest and the 5 slowest)"), titles
+    assert titles[0].startswith("qwen3-235b-a22b · exhaustive")
     # one cluster and network: they go to the title, the labels keep the oversubscription
-    one = load(_write(tmp_path, """
-[grid]
-model = ["llama3-8b"]
-cluster = ["dgx-h100-ndr", "nest-h100-spineleaf"]
-gpus = [64, 128]
-global_batch = [256]
-
-[grid.network.spine]
-oversubscription = [1, 2, 4]
-""", "one.toml"))
-    kept = [p for p in one.points() if p["cluster"] == "dgx-h100-ndr"]
-    root = ET.fromstring(str(summary_svg(one, [(p, 900.0 - 7 * i) for i, p in enumerate(kept)],
-                                         omitted=0)))
-    texts = [t.text or "" for t in root.iter(f"{ns}text")]
-    assert {"spine 1:1", "spine 2:1", "spine 4:1"} <= set(texts), texts
-    assert any("· dgx-h100-ndr" in t for t in texts), texts
+    shown = texts(_study(tmp_path, "one.toml", oversubscription="1, 2, 4"),
+                  lambda p: p["cluster"] == "dgx-h100-ndr")
+    assert {"spine 1:1", "spine 2:1", "spine 4:1"} <= set(shown), shown
+    assert any("· dgx-h100-ndr" in t for t in shown), shown
 
 
 def test_the_plot_names_a_file_given_by_path_by_its_name():

@@ -803,8 +803,8 @@ class _Rounds(NamedTuple):
     operation a round earlier."""
 
 
-# Rounds simulated beyond the chunks' count (warm-up, settling, cool-down) before the rest are
-# taken as whole rounds; the longer one where the shorter has not settled (a slow device's
+# Rounds of micro-batches the shorter step runs (its warm-up, settling and cool-down; the rest
+# are taken as whole rounds), the longer where the shorter has not settled (a slow device's
 # backlog can take a few rounds to reach its steady pace).
 _SETTLE_ROUNDS = (4, 16)
 

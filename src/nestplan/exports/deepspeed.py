@@ -30,8 +30,9 @@ in Megatron's order."""
 
 
 REDUCE_BUCKET = 40_000_000
-"""Elements (not bytes) of each ZeRO-1/2 gradient-reduction and parameter-gather bucket the
-export asks for: Megatron-Core's least (``bucket_size = max(40000000, ...)``,
+"""Elements (not bytes) of each gradient-reduction and parameter-gather bucket the export asks
+for (ZeRO-3's gather: its prefetch bucket, ``stage3_prefetch_bucket_size``, DeepSpeed's 5e7 by
+default; its live parameters stay at DeepSpeed's 1e9): Megatron-Core's least (``bucket_size = max(40000000, ...)``,
 megatron/core/distributed/distributed_data_parallel.py @ NVIDIA/Megatron-LM d98e8a64dd)."""
 
 
@@ -94,10 +95,14 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         # (setup_buckets, deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8), 1.9 GiB at its
         # default that the memory model does not count (a user trial's), 0.15 GiB here, within
         # the stack's reserve
+        # ZeRO-3 takes no allgather_bucket_size (only Stage1And2ZeroOptimizer and the
+        # BF16_Optimizer do: engine.py, 0.19.8); it gathers ahead up to its prefetch bucket (a
+        # DeepSpeed user's trial)
         "zero_optimization": {"stage": exported.zero, "overlap_comm": sc.stack.overlap_grad_reduce,
                               "contiguous_gradients": True, "reduce_scatter": True,
-                              "reduce_bucket_size": REDUCE_BUCKET, "allgather_bucket_size":
-                              REDUCE_BUCKET},
+                              "reduce_bucket_size": REDUCE_BUCKET,
+                              ("stage3_prefetch_bucket_size" if exported.zero == 3 else
+                               "allgather_bucket_size"): REDUCE_BUCKET},
         "bf16": {"enabled": True},
         # partitioning applies to checkpointed activations only
         "activation_checkpointing": {"partition_activations": par.sp and policy.kind != "none",
