@@ -241,14 +241,16 @@ seconds on the levels each group crosses, and searches ZeRO, recomputation per s
 SP/CP and the rank order, so:
 
 * **The setups' latencies are taken as given, and they dominate small models.** `setups.csv`
-  gives 0.1, 0.2 and 0.3 ms per hop for the node, rack and fabric levels, 20-100 times real
-  NVLink and InfiniBand hops. Taken at face value every ring collective inside a node costs at
-  least 0.7 ms, so Megatron's TP = 8 with full recomputation (Manual) pays several milliseconds
-  per layer for layers that compute in about 0.1 ms (BERT-large, micro-batch 1). That, not the
-  search, is why Manual trails by two orders of magnitude on BERT-large and by 3.2x on
-  Llama-2 7B; NEST and every searching baseline move to pure data parallelism there. In the
-  artifact the same latencies were added to millisecond compute as if they were milliseconds,
-  i.e. they counted 1,000 times less.
+  gives 0.1, 0.2 and 0.3 ms per hop for the node, rack and fabric levels, 14-30 times the
+  catalog's NVLink and InfiniBand hops (3.4, 14 and 15 µs, NCCL's own latencies). Taken at face
+  value every ring collective inside a node costs at least 0.7 ms, so Megatron's TP = 8 with
+  full recomputation (Manual) pays several milliseconds per layer for layers that compute in
+  about 0.1 ms (BERT-large, micro-batch 1). That is most of why Manual trails by two orders of
+  magnitude on BERT-large and by 3.2x on Llama-2 7B; with the catalog's hop latencies it still
+  trails, by 6.7x and 1.5x (a trial's run of 2026-12-06: TP 8 and full recomputation cost that
+  much on these models); NEST and every searching baseline move to pure data parallelism there.
+  In the artifact the same latencies were added to millisecond compute as if they were
+  milliseconds, i.e. they counted 1,000 times less.
 * **Manual is otherwise sound.** With a correct memory model Megatron's rules are feasible
   wherever the paper's Manual plans were (they were mis-scored with reversed stages, and some did
   not fit at all: "—" at N = 64).
@@ -266,7 +268,7 @@ SP/CP and the rank order, so:
 * **Figure 6's micro-batch sweep** changes little for us: larger micro-batches make GEMMs a bit
   more efficient but need more activation memory, which NEST buys back with ZeRO-2/3 and context
   parallelism, so Llama-2 and Llama-3 stay within a few percent; only BERT-large, whose GEMMs are
-  tiny, gains (1.3x at micro-batch 8). The paper's gains with micro-batch size come from its
+  tiny, gains (1.24x at micro-batch 8). The paper's gains with micro-batch size come from its
   per-micro-batch cost structure.
 * **Search time** is seconds instead of the artifact's minutes to hours (GPT-3 on 1,024 devices:
   3 h 42 min there), on two CPU cores, while searching a larger space exactly.

@@ -1383,7 +1383,7 @@ def test_every_paper_scenario_plan_exports_and_parses(monkeypatch, part):
     assert len(rows) >= 40
     shapes = set()  # Megatron's rank generator is slow: check each distinct mesh once
     # torchtitan's parser too (0.2 s a call): each distinct argument list up to its numbers and
-    # stage FQNs (33 of 204 plans), which covers every flag and value kind the exports write
+    # stage FQNs (a few dozen of the 194 plans), which covers every flag and value kind the exports write
     parsed = set()
     for row in rows[part::2]:
         sc = scenario_from_names(row["model"], row["cluster"], row["gpus"],

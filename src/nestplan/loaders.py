@@ -814,8 +814,8 @@ TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input",
 """The later keys whose absence a torchtitan stack of the user's own name reads as torchtitan
 does: async TP only within one NVLink domain, the sequence-parallel linears' gathered input
 kept, weights sharded over CP ranks, no MoE host wait at EP 1, ZeRO-2 by default under PP, TP
-within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the default, rounds of pp, which every stack ran
-then."""
+within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the default,
+rounds of pp, which every stack ran then."""
 
 
 LATER_ACCELERATOR_KEYS = ("compute_capability",)

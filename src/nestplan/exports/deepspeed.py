@@ -32,8 +32,9 @@ in Megatron's order."""
 REDUCE_BUCKET = 40_000_000
 """Elements (not bytes) of each gradient-reduction and parameter-gather bucket the export asks
 for (ZeRO-3's gather: its prefetch bucket, ``stage3_prefetch_bucket_size``, DeepSpeed's 5e7 by
-default; its live parameters stay at DeepSpeed's 1e9): Megatron-Core's least (``bucket_size = max(40000000, ...)``,
-megatron/core/distributed/distributed_data_parallel.py @ NVIDIA/Megatron-LM d98e8a64dd)."""
+default; its live parameters stay at DeepSpeed's 1e9): Megatron-Core's least (``bucket_size =
+max(40000000, ...)``, megatron/core/distributed/distributed_data_parallel.py @
+NVIDIA/Megatron-LM d98e8a64dd)."""
 
 
 def config(pf: PlanFile) -> tuple[dict, list[str], object]:
