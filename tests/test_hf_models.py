@@ -314,3 +314,21 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
     code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
                        "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
     assert code == 0 and "rotary_emb_base: missing, read as 10,000" in err, err
+
+
+def test_a_sequence_beyond_the_configs_positions_is_noted():
+    """A HuggingFace RoPE model without RoPE scaling given a sequence longer than its
+    max_position_embeddings says it is costed and exported unscaled (1M tokens on Llama 3 8B's
+    8,192 had gone without a word: a long-context trial's); within it, or a catalog model, not."""
+    from console import cli
+
+    cfg = SHARED / "data" / "hf_configs" / "llama3-8b.json"
+    base = ["--cluster", "dgx-h100-ndr", "--gpus", 64, "--tp", 8, "--pp", 1, "--mbs", 1,
+            "--global-batch", 8]
+    code, _, err = cli("evaluate", "--model", cfg, *base, "--cp", 8, "--seq-len", 65536)
+    assert code == 0, err
+    assert ("llama3-8b.json sets max_position_embeddings 8,192 and no RoPE scaling: at --seq-len "
+            "65,536 it is costed and exported with its RoPE base (500000) unscaled") in err
+    for model, seq in ((cfg, 8192), ("llama3-8b", 65536)):
+        code, _, err = cli("evaluate", "--model", model, *base, "--cp", 8, "--seq-len", seq)
+        assert code == 0 and "max_position_embeddings" not in err, err

@@ -233,7 +233,34 @@ def _scenario(args):
     _note_fused_pieces(sc)
     _note_straddling_domains(sc)
     _note_position_table(sc)
+    _note_trained_context(sc, args.model)
     return _with_headroom(sc, args)
+
+
+def _note_trained_context(sc, model: str) -> None:
+    """Say when a HuggingFace config's RoPE model, its RoPE unscaled, is given a sequence longer
+    than its ``max_position_embeddings`` (a long-context trial's 1M tokens on Llama 3 8B's 8,192
+    went without a word, and the Megatron export set the longer length with no scaling)."""
+    from .catalog import hf_config_in, looks_like_path
+    from .options import Position
+
+    m, seq = sc.model, sc.training.seq_len
+    if not looks_like_path(model) or m.position is not Position.ROPE or m.rope_scaling or m.yarn:
+        return
+    path = hf_config_in(Path(model))
+    try:
+        trained = json.loads(path.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):  # (a TOML, or a file read before)
+        return
+    if type(trained) is int and 0 < trained < seq:
+        import warnings
+
+        from .errors import Note
+
+        warnings.warn(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
+                      f"--seq-len {seq:,} it is costed and exported with its RoPE base "
+                      f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
+                      "base or scales RoPE (rope_theta or rope_scaling in the config)", Note)
 
 
 def _note_added_depths(sc, model: str) -> None:
