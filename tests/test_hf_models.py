@@ -292,28 +292,29 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
     from console import cli
 
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 4096,
-        "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008,
-        "vocab_size": 151936}))
-    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
-                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
-    assert code == 0, err
+
+    def notes(config: dict) -> str:
+        """evaluate's stderr for ``config``, which must load."""
+        cfg.write_text(json.dumps(config))
+        code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                           "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len",
+                           2048)
+        assert code == 0, err
+        return err
+
+    qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 4096,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008,
+             "vocab_size": 151936}
+    err = notes(qwen2)
     assert "num_key_value_heads: missing, read as its config class's default 32" in err
     assert "rope_theta: missing, read as 10,000 (transformers' default)" in err
-    given = {**json.loads(cfg.read_text()), "num_key_value_heads": 8, "rope_theta": 1e6}
-    cfg.write_text(json.dumps(given))
-    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
-                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
-    assert code == 0 and "missing" not in err, err
+    err = notes({**qwen2, "num_key_value_heads": 8, "rope_theta": 1e6})
+    assert "missing" not in err, err
     # GPT-NeoX's base is rotary_emb_base (it had been taken silently there too: a review's)
-    cfg.write_text(json.dumps({
-        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 2048,
-        "num_hidden_layers": 16, "num_attention_heads": 16, "intermediate_size": 8192,
-        "vocab_size": 50304}))
-    code, _, err = cli("evaluate", "--model", cfg, "--cluster", "dgx-h100-ndr", "--gpus", 8,
-                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 2048)
-    assert code == 0 and "rotary_emb_base: missing, read as 10,000" in err, err
+    err = notes({"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
+                 "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+                 "intermediate_size": 8192, "vocab_size": 50304})
+    assert "rotary_emb_base: missing, read as 10,000" in err, err
 
 
 def test_a_sequence_beyond_the_configs_positions_is_noted():

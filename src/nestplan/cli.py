@@ -14,6 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .errors import note
+
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH = 1024
 
@@ -217,13 +219,9 @@ def _scenario(args):
                                  "precision", "bf16" if args.precision is None else args.precision),
                              stack=args.stack, mtp_layers=args.mtp_layers, **workload)
     if args.attention_span is not None and sc.training.document_span is None:
-        import warnings
-
-        from .errors import Note
-
         # (a user trial's span above the sequence had been taken without a word)
-        warnings.warn(f"--attention-span {args.attention_span} is not below the sequence "
-                      f"({seq}): attention over the whole sequence, as without it", Note)
+        note(f"--attention-span {args.attention_span} is not below the sequence "
+             f"({seq}): attention over the whole sequence, as without it")
     if (args.moe_imbalance, args.moe_capacity_factor) != (None, None) and sc.model.moe is None:
         from .errors import note_no_experts
 
@@ -253,14 +251,10 @@ def _note_trained_context(sc, model: str) -> None:
     except (OSError, ValueError, AttributeError):  # (a TOML, or a file read before)
         return
     if type(trained) is int and 0 < trained < seq:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
-                      f"--seq-len {seq:,} it is costed and exported with its RoPE base "
-                      f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
-                      "base or scales RoPE (rope_theta or rope_scaling in the config)", Note)
+        note(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
+             f"--seq-len {seq:,} it is costed and exported with its RoPE base "
+             f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
+             "base or scales RoPE (rope_theta or rope_scaling in the config)")
 
 
 def _note_added_depths(sc, model: str) -> None:
@@ -270,27 +264,19 @@ def _note_added_depths(sc, model: str) -> None:
 
     added = sc.model.mtp_layers
     if added and not get_model(model).mtp_layers:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"--mtp-layers {added}: {sc.model.name} has no multi-token-prediction "
-                      f"depth of its own; {added} added after its last block (DeepSeek-V3's "
-                      "kind: a projection, one more block and a loss each, costed as such)", Note)
+        note(f"--mtp-layers {added}: {sc.model.name} has no multi-token-prediction "
+             f"depth of its own; {added} added after its last block (DeepSeek-V3's "
+             "kind: a projection, one more block and a loss each, costed as such)")
 
 
 def _note_position_table(sc) -> None:
     """Say when a learned position table must grow to the sequence length."""
     m, seq = sc.model, sc.training.seq_len
     if m.position_rows(seq) > m.max_positions > 0:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"{m.name} learns {m.max_positions:,} positions; at --seq-len {seq:,} its "
-                      f"table has {seq:,} rows (costed so, and exported as "
-                      "--max-position-embeddings): a model of its own, not a checkpoint of "
-                      f"{m.name}", Note)
+        note(f"{m.name} learns {m.max_positions:,} positions; at --seq-len {seq:,} its "
+             f"table has {seq:,} rows (costed so, and exported as "
+             "--max-position-embeddings): a model of its own, not a checkpoint of "
+             f"{m.name}")
 
 
 def _on_cluster(sc, cluster: str):
@@ -310,11 +296,7 @@ def _note_straddling_domains(sc) -> None:
 
     text = partial_domain_text(sc.cluster, sc.gpus)
     if text:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(text, Note)
+        note(text)
 
 
 def _load_plan(path: str):
@@ -334,14 +316,9 @@ def _note_fused_pieces(sc) -> None:
 
     fused = eager_split(sc.model, sc.stack.eager_ops)[1]
     if fused:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
-                      "fused kernels (not in its eager_ops): a framework that runs them as "
-                      f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)",
-                      Note)
+        note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
+             "fused kernels (not in its eager_ops): a framework that runs them as "
+             f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
 
 
 def _with_headroom(sc, args):
@@ -360,12 +337,8 @@ def _with_headroom(sc, args):
                         f"must be a percent of HBM in [0, {MAX_HEADROOM * 100:g})")
     if 0 < pct < MAX_HEADROOM:  # a plan file's share given as the flag's percent (a user
         # trial's; a share of 0.5 or more, 50 %, is refused in a file as in the flag)
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"--memory-headroom {pct:g} is {pct:g} % of HBM; for {pct * 100:g} %, as a "
-                      f"plan file's memory_headroom of {pct:g} means, give {pct * 100:g}", Note)
+        note(f"--memory-headroom {pct:g} is {pct:g} % of HBM; for {pct * 100:g} %, as a "
+             f"plan file's memory_headroom of {pct:g} means, give {pct * 100:g}")
     return dataclasses.replace(sc, memory_headroom=pct / 100)
 
 
@@ -521,19 +494,15 @@ def cmd_evaluate(args) -> int:
             ("cluster", pf is not None and sc.cluster != pf.scenario.cluster),
             ("memory headroom", pf is not None
              and sc.memory_headroom != pf.scenario.memory_headroom)) if changed]
-        import warnings
-
-        from .errors import Note
-
         if moved and pf.comparison:  # (dropped without a word, even for the file's own cluster)
-            warnings.warn(f"--save: the methods compared in {args.plan} are not saved: their "
-                          f"results are for its {' and '.join(moved)}", Note)
+            note(f"--save: the methods compared in {args.plan} are not saved: their "
+                 f"results are for its {' and '.join(moved)}")
         method = pf.method if pf else None
         if method and "cluster" in moved:  # (the report had said "found by nest" of a plan
             # only evaluated on this cluster: a datacenter trial's)
-            warnings.warn(f"--save: not saved as found by {method}: {args.plan}'s plan was "
-                          f"searched on {pf.scenario.cluster.name} and is only evaluated on "
-                          f"{sc.cluster.name}", Note)
+            note(f"--save: not saved as found by {method}: {args.plan}'s plan was "
+                 f"searched on {pf.scenario.cluster.name} and is only evaluated on "
+                 f"{sc.cluster.name}")
             method = None
         planfile.save(ev, args.save, method=method,
                       comparison=pf.comparison if pf and not moved else None)
@@ -555,15 +524,12 @@ def _note_host_bound(ev) -> None:
     MFU 0.5 %, the host 87 % of the step): the global batch leaves each device little work."""
     host, step = ev.time.step_host, ev.step_time
     if host > HOST_BOUND_SHARE * step:
-        import warnings
-
-        from .errors import Note
         from .units import fmt_time
 
-        warnings.warn(f"{host / step:.0%} of the step is per-step host time ({fmt_time(host)} of "
-                      f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
-                      f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
-                      "fewer GPUs or a larger global batch would use them better", Note)
+        note(f"{host / step:.0%} of the step is per-step host time ({fmt_time(host)} of "
+             f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
+             f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
+             "fewer GPUs or a larger global batch would use them better")
 
 
 UNEVEN_ROUTING = 1.2
@@ -585,15 +551,10 @@ def _note_uneven_chunks(ev) -> None:
     per = par.pipeline.per_device(blocks_per_chunk(ev.scenario.model, par), par.pp, par.vp)
     widest = max(range(len(per)), key=lambda d: max(per[d]) - min(per[d]))
     if max(per[widest]) - min(per[widest]) > 1:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"stage-layers: device {widest}'s chunks hold "
-                      f"{','.join(map(str, per[widest]))} blocks; the pipeline's time is costed as "
-                      "if each device's blocks were spread evenly over its chunks (as the search's "
-                      "splits are, within a block), so chunks this uneven run slower than shown",
-                      Note)
+        note(f"stage-layers: device {widest}'s chunks hold "
+             f"{','.join(map(str, per[widest]))} blocks; the pipeline's time is costed as "
+             "if each device's blocks were spread evenly over its chunks (as the search's "
+             "splits are, within a block), so chunks this uneven run slower than shown")
 
 
 def _notes_on_workload_and_stack(ev, args) -> None:
@@ -621,17 +582,14 @@ def _note_unchecked_peak(ev) -> None:
     short = ev.peak_memory * HELD_OUT_PEAK_SHORTFALL / (1 - HELD_OUT_PEAK_SHORTFALL)
     if not ev.fits or ev.margin >= short:  # (one that does not fit says so already)
         return
-    import warnings
-
-    from .errors import Note
     from .units import fmt_gib
 
-    warnings.warn(f"the memory model fell short of torchtitan's measured peaks by up to "
-                  f"{HELD_OUT_PEAK_SHORTFALL:.0%} on held-out runs with pipeline and context "
-                  f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); this plan leaves "
-                  f"{fmt_gib(ev.margin)} GiB free where that shortfall would take "
-                  f"{fmt_gib(short)} GiB: give --memory-headroom "
-                  f"{math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)} to plan with it", Note)
+    note(f"the memory model fell short of torchtitan's measured peaks by up to "
+         f"{HELD_OUT_PEAK_SHORTFALL:.0%} on held-out runs with pipeline and context "
+         f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); this plan leaves "
+         f"{fmt_gib(ev.margin)} GiB free where that shortfall would take "
+         f"{fmt_gib(short)} GiB: give --memory-headroom "
+         f"{math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)} to plan with it")
 
 
 def _note_simulated_schedule(ev) -> None:
@@ -641,11 +599,7 @@ def _note_simulated_schedule(ev) -> None:
 
     text = simulated_schedule_text(ev)
     if text:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(text, Note)
+        note(text)
 
 
 def _note_split_groups(ev) -> None:
@@ -670,16 +624,12 @@ def _note_split_groups(ev) -> None:
                 and crossed not in (None, domain.name):
             split.append((axis.value, size, span, crossed))
     if split:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"{domain.name} domains hold {domain.size} devices, which " + " and ".join(
+        note(f"{domain.name} domains hold {domain.size} devices, which " + " and ".join(
             f"{a} groups of {n}" + (f" (each over {w} devices)" if w != n else "")
             for a, n, w, _ in split) + " do not divide: ranks fill devices in order, so some "
             "of those groups straddle two domains and cross the " + " and the ".join(
                 sorted({c for *_, c in split})) + f"; spans that divide {domain.size} keep every "
-            "group inside one", Note)
+            "group inside one")
 
 
 def _note_fp8_stack_at_bf16(ev) -> None:
@@ -692,12 +642,8 @@ def _note_fp8_stack_at_bf16(ev) -> None:
     if ev.scenario.training.precision is Precision.FP8 or not (st.fp8_param_gather
                                                               or st.fp8_tp_gather):
         return
-    import warnings
-
-    from .errors import Note
-
-    warnings.warn(f"stack {st.name} moves fp8 in its all-gathers in fp8 training; this run is "
-                  "bf16 (--precision fp8 for fp8), costed as in bf16", Note)
+    note(f"stack {st.name} moves fp8 in its all-gathers in fp8 training; this run is "
+         "bf16 (--precision fp8 for fp8), costed as in bf16")
 
 
 def _note_uncalibrated_stack(ev) -> None:
@@ -707,13 +653,9 @@ def _note_uncalibrated_stack(ev) -> None:
     st = ev.scenario.stack
     if st.fitted_on:
         return
-    import warnings
-
-    from .errors import Note
-
-    warnings.warn(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
-                  "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
-                  "and this stack as --stack, fits it to them", Note)
+    note(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
+         "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
+         "and this stack as --stack, fits it to them")
 
 
 def _note_load_capped(ev) -> None:
@@ -724,17 +666,13 @@ def _note_load_capped(ev) -> None:
     tr = sc.training
     most = ev.capped_moe_load
     if most is not None:
-        import warnings
-
-        from .errors import Note
-
         m = sc.model.moe
         flag = ("--moe-imbalance", tr.moe_imbalance) if tr.moe_load == tr.moe_imbalance else (
             "--moe-capacity-factor", tr.moe_capacity)  # the one that sets the stated load
-        warnings.warn(f"{flag[0]} {flag[1]:g}: the busiest of {par.ep} expert ranks "
-                      f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
-                      f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
-                      f"distinct experts); costed at {most:g}", Note)
+        note(f"{flag[0]} {flag[1]:g}: the busiest of {par.ep} expert ranks "
+             f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
+             f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
+             f"distinct experts); costed at {most:g}")
 
 
 def _note_balanced_routing(ev, args) -> None:
@@ -747,22 +685,20 @@ def _note_balanced_routing(ev, args) -> None:
             or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None
             or ev.plan.ep == 1):  # one rank holds every expert: no busiest one (a user trial's
         return  # note had quoted +0 %)
-    import warnings
     from dataclasses import replace
 
-    from .errors import Note
     from .evaluate import evaluate
     from .textfmt import memory_verdict
     from .units import fmt_gib, fmt_time
 
     uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
-    warnings.warn(f"costed with perfectly balanced routing (--moe-imbalance 1, as benchmarks "
-                  f"that force it run); with a trained router's busiest expert rank at e.g. "
-                  f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
-                  f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
-                  f"{fmt_gib(uneven.peak_memory)} GiB ("
-                  + memory_verdict(uneven)
-                  + "); state your run's with --moe-imbalance", Note)
+    note(f"costed with perfectly balanced routing (--moe-imbalance 1, as benchmarks "
+         f"that force it run); with a trained router's busiest expert rank at e.g. "
+         f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
+         f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
+         f"{fmt_gib(uneven.peak_memory)} GiB ("
+         + memory_verdict(uneven)
+         + "); state your run's with --moe-imbalance")
 
 
 def _note_no_interleaving(ev) -> None:
@@ -780,22 +716,15 @@ def _note_no_interleaving(ev) -> None:
     # (two chunks: the rounds a count allows do not depend on how many)
     why = [st.schedule_refusal(n, par.pp, 2, micro) for n in looped]
     if all(why):
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn(f"no interleaving: {looped[0]} cannot run this plan's {micro} "
-                      f"micro-batches per replica ({why[0][2]}); a global batch or GPU count "
-                      "that gives a count it runs would allow it", Note)
+        note(f"no interleaving: {looped[0]} cannot run this plan's {micro} "
+             f"micro-batches per replica ({why[0][2]}); a global batch or GPU count "
+             "that gives a count it runs would allow it")
 
 
 def _note_recompute_costs_memory(ev) -> None:
     """Say so when the plan's per-module recomputation keeps more memory than none would (as
     Megatron's selective, core_attn, does under flash attention: its checkpoint pins the fused
     QKV output, and the fused kernel keeps no score matrix to drop; README, "Memory")."""
-    import warnings
-
-    from .errors import Note
     from .evaluate import evaluate
     from .options import AttentionImpl
     from .units import fmt_gib, fmt_time
@@ -816,28 +745,25 @@ def _note_recompute_costs_memory(ev) -> None:
         time = ("costs time" if bare.step_time <= ev.step_time else
                 f"saves only {fmt_time(bare.step_time - ev.step_time)} of the step (its stages "
                 "with slack hide more of their gradient sync behind the longer backward)")
-        warnings.warn(f"recompute {ev.plan.recompute_text} keeps more memory than none, and {time} "
-                      f"({fmt_gib(ev.peak_memory)} GiB against "
-                      f"{fmt_gib(bare.peak_memory)}){why}", Note)
+        note(f"recompute {ev.plan.recompute_text} keeps more memory than none, and {time} "
+             f"({fmt_gib(ev.peak_memory)} GiB against "
+             f"{fmt_gib(bare.peak_memory)}){why}")
 
 
 def _note_idle_policies(ev) -> None:
     """Say when a per-module recompute policy of the plan has none of its modules among the
     model's operators on this stack, so it recomputes nothing (a user trial's fine-grained
     Llama plan gave none's figures without a word)."""
-    import warnings
-
-    from .errors import Note
     from .evaluate import layer_graph
 
     sc, stack = ev.scenario, ev.scenario.stack
     present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
     for p in sorted({stack.policy(n) for n in ev.plan.recompute}, key=lambda p: p.name):
         if p.modules and not set(p.modules) & present:
-            warnings.warn(f"recompute {p.name} recomputes nothing here: none of its modules "
-                          f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
-                          f"{stack.name} (a norm fused into the next linear layer is not one); "
-                          "costed as none", Note)
+            note(f"recompute {p.name} recomputes nothing here: none of its modules "
+                 f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
+                 f"{stack.name} (a norm fused into the next linear layer is not one); "
+                 "costed as none")
 
 
 def _searchable(args):
@@ -975,12 +901,8 @@ def cmd_export(args) -> int:
         if out.extras:
             print("nestplan: give -o PATH to also write " + ", ".join(
                 f"PATH{s}" for s in out.extras), file=sys.stderr)
-    import warnings
-
-    from .errors import Note
-
-    for note in out.notes:  # after the output, with the plan file's own notes (main)
-        warnings.warn(note, Note)
+    for text in out.notes:  # after the output, with the plan file's own notes (main)
+        note(text)
     return 0
 
 
@@ -1128,16 +1050,12 @@ def _note_far_rows(outcomes) -> None:
     far = [o for o in outcomes if not 1 / FARTHEST < 1 + o.error < FARTHEST]
     if not far:
         return
-    import warnings
-
-    from .errors import Note
-
     o = max(far, key=lambda o: max(1 + o.error, 1 / (1 + o.error)))
-    warnings.warn(f"{len(far)} of {len(outcomes)} rows are predicted {FARTHEST:g} or more times "
-                  f"from their measurement ({first_of([f.case.id for f in far])}; the farthest "
-                  f"{o.case.id}: {o.case.measured:g} s measured, {o.predicted:.3g} s predicted): "
-                  "step_time_s is seconds per step; check the units, and the plans the rows "
-                  "state", Note)
+    note(f"{len(far)} of {len(outcomes)} rows are predicted {FARTHEST:g} or more times "
+         f"from their measurement ({first_of([f.case.id for f in far])}; the farthest "
+         f"{o.case.id}: {o.case.measured:g} s measured, {o.predicted:.3g} s predicted): "
+         "step_time_s is seconds per step; check the units, and the plans the rows "
+         "state")
 
 
 def _note_over_hbm(cases, peaks) -> None:
@@ -1153,10 +1071,6 @@ def _note_over_hbm(cases, peaks) -> None:
     over = [(c, p / hbm(c)) for c, p in zip(cases, peaks) if p is not None and p > hbm(c)]
     if not over:
         return
-    import warnings
-
-    from .errors import Note
-
     c, ratio = max(over, key=lambda o: o[1])
     most = f"{ratio:.2f}x its {hbm(c) / GiB:.1f} GiB"
     which = (f"row {c.id}'s plan is predicted at {most}" if len(over) == 1 else
@@ -1164,17 +1078,14 @@ def _note_over_hbm(cases, peaks) -> None:
              f"({first_of([o[0].id for o in over])}; the most {c.id}, {most})")
     it, row = ("it", "the row misstates its") if len(over) == 1 else (
         "they", "the rows misstate their")
-    warnings.warn(f"{which}: {it} ran, so the memory model counts more than {it} kept, or {row} "
-                  "plan (recompute, zero_stage, micro_batch)", Note)
+    note(f"{which}: {it} ran, so the memory model counts more than {it} kept, or {row} "
+         "plan (recompute, zero_stage, micro_batch)")
 
 
 def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
     """Say which rows (``validation.SetAside``) ``validate --stack`` left out because that stack
     cannot run their plans, grouped by reason (with the value where a group shares one; the
     first ``textfmt.LISTED`` reasons, ``--json`` lists all)."""
-    import warnings
-
-    from .errors import Note
     from .textfmt import LISTED, first_of
 
     by_kind: dict[str, list] = {}
@@ -1188,9 +1099,9 @@ def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
     shown = "; ".join(group(rows) for rows in list(by_kind.values())[:LISTED])
     rest = len(by_kind) - LISTED
     more = f"; and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else ""
-    warnings.warn(f"--stack {stack} cannot run the plans of {len(refused)} of the "
-                  f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
-                  f"{shown}{more}", Note)
+    note(f"--stack {stack} cannot run the plans of {len(refused)} of the "
+         f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
+         f"{shown}{more}")
 
 
 LEFT_OUT_SUSPECT = 0.5
@@ -1203,14 +1114,10 @@ def _note_far_when_left_out(cases, loo) -> None:
     far = [(c, e) for c, e in zip(cases, loo or ()) if abs(math.log1p(e)) > math.log1p(
         LEFT_OUT_SUSPECT)]  # (as far either way: 1.5 times too slow or too fast)
     if far:
-        import warnings
-
-        from .errors import Note
-
-        warnings.warn("fitted without it, each of these rows is predicted far off: "
-                      + ", ".join(f"{c.id} {e:+.0%}" for c, e in far)
-                      + "; check their step times (seconds) and plans: such rows pull every "
-                      "row's fit", Note)
+        note("fitted without it, each of these rows is predicted far off: "
+             + ", ".join(f"{c.id} {e:+.0%}" for c, e in far)
+             + "; check their step times (seconds) and plans: such rows pull every "
+             "row's fit")
 
 
 def _shown(text: str) -> str:
@@ -1319,18 +1226,15 @@ def cmd_calibrate(args) -> int:
     lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
     print("\n".join(lines))
     if moved:
-        import warnings
-
-        from .errors import Note
         from .textfmt import plan_short
 
         chosen = {c.id: c.plan for c in first}
-        warnings.warn("; ".join(
+        note("; ".join(
             f"{c.id}: {plan_short(c.plan, c.scenario.model.moe is not None)} (the base chose "
             f"{chosen[c.id].recompute_text} b{chosen[c.id].mbs})" for c in cases if c.id in moved)
             + ": the micro-batch or recomputation these rows leave blank, chosen by the model as "
             "validate chooses them, is the fitted stack's choice, which the fit is on; 'before' "
-            "is the base's own", Note)
+            "is the base's own")
     _note_far_when_left_out(cases, result.loo)
     _note_fit_limits(cases, result, base)
     _note_over_hbm(cases, result.peaks)
@@ -1374,25 +1278,22 @@ def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
     (calibrate, whose fit they change), bf16 (no precision). validate says only the first: the
     shipped published runs leave the precision blank where their sources do not state it (16-bit
     mixed precision, which bf16 stands for), so that note would come with every validate."""
-    import warnings
-
     from .catalog import DEFAULT_STACK
-    from .errors import Note
     from .textfmt import first_of
     from .validation import rows_filled_in
 
-    def note(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
+    def rows(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
         if ids:
             one = len(ids) == 1
-            warnings.warn(f"{len(ids)} row{'' if one else 's'} ({first_of(ids)}) "
-                          f"{verb}{'s' if one else ''} {rest}", Note)
+            note(f"{len(ids)} row{'' if one else 's'} ({first_of(ids)}) "
+                 f"{verb}{'s' if one else ''} {rest}")
 
     no_stack, no_precision = rows_filled_in(runs, field)
     if not stack:  # (--stack sets the rows' own aside)
-        note(no_stack, "name", f"no stack (a stack column) and no source a catalog stack names: "
+        rows(no_stack, "name", f"no stack (a stack column) and no source a catalog stack names: "
              f"read as run on {DEFAULT_STACK}, the default")
     if precision:
-        note(no_precision, "give", "no precision: read as bf16")
+        rows(no_precision, "give", "no precision: read as bf16")
 
 
 PLAUSIBLE_SCALE = 2.0
@@ -1406,19 +1307,16 @@ def _note_fit_limits(cases, result, base) -> None:
     ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
     +378 % after the fit, plans then at 99 % MFU, without a word), when the rows span several
     accelerators, or when the peaks are below the memory model's tensors."""
-    import warnings
-
     from .calibrate import PARAMETERS
-    from .errors import Note
     from .textfmt import first_of
     from .units import GiB
     from .validation import MEMORY_TOLERANCE, ROW_TOLERANCE
 
     far = [c.id for c, e in zip(cases, result.after) if abs(e) > ROW_TOLERANCE]
     if far:
-        warnings.warn(f"after the fit {len(far)} of {len(cases)} rows are still beyond "
-                      f"{ROW_TOLERANCE:.0%} ({first_of(far)}): one calibration does not explain "
-                      "them; check their step times, precision, plan and stack", Note)
+        note(f"after the fit {len(far)} of {len(cases)} rows are still beyond "
+             f"{ROW_TOLERANCE:.0%} ({first_of(far)}): one calibration does not explain "
+             "them; check their step times, precision, plan and stack")
     st = result.stack
     capped = set()
     for acc in {c.scenario.cluster.accelerator for c in cases}:
@@ -1433,49 +1331,49 @@ def _note_fit_limits(cases, result, base) -> None:
                 capped.add(what)
     lowered = [f for f in PARAMETERS[:3] if getattr(st, f) < getattr(base, f)]
     if capped and lowered:  # (a user trial: rows 15 % slow read as "ran beyond the peak")
-        warnings.warn(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
-                      f"accelerator's peak while it lowers {' and '.join(lowered)}: the rows do "
-                      "not tell these efficiencies apart, so how the fit shares them out is not "
-                      "measured; rows of other shapes (sequence lengths, model widths, "
-                      "micro-batches) separate them", Note)
+        note(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
+             f"accelerator's peak while it lowers {' and '.join(lowered)}: the rows do "
+             "not tell these efficiencies apart, so how the fit shares them out is not "
+             "measured; rows of other shapes (sequence lengths, model widths, "
+             "micro-batches) separate them")
     elif capped:
-        warnings.warn(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
-                      "accelerator's peak: the rows ran at or beyond what it allows, and beyond "
-                      "the cap a multiplier changes nothing; check their step times and "
-                      "precision", Note)
+        note(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
+             "accelerator's peak: the rows ran at or beyond what it allows, and beyond "
+             "the cap a multiplier changes nothing; check their step times and "
+             "precision")
     accelerators = sorted({c.scenario.cluster.accelerator.name for c in cases})
     if len(accelerators) > 1:
-        warnings.warn(f"the rows ran on {len(accelerators)} accelerators "
-                      f"({', '.join(accelerators)}), fitted with one set of multipliers of each "
-                      "one's own efficiencies; where they disagree, fit each accelerator's rows "
-                      "apart", Note)
+        note(f"the rows ran on {len(accelerators)} accelerators "
+             f"({', '.join(accelerators)}), fitted with one set of multipliers of each "
+             "one's own efficiencies; where they disagree, fit each accelerator's rows "
+             "apart")
     alloc = result.params.get("allocator_overhead")
     over = [(c, e) for c, e in zip(cases, result.memory_after)
             if e is not None and e > MEMORY_TOLERANCE]
     if alloc == 0 and over:  # (a user trial: a peak below every tensor was fitted silently)
         c, e = over[0]
-        warnings.warn(f"the measured peaks are below what the memory model predicts with no "
-                      f"allocator overhead ({c.id}: {c.memory / GiB:.1f} GiB measured, "
-                      f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
-                      "the model's tensors exceed what these runs kept; check their recompute, "
-                      "zero_stage and micro_batch", Note)
+        note(f"the measured peaks are below what the memory model predicts with no "
+             f"allocator overhead ({c.id}: {c.memory / GiB:.1f} GiB measured, "
+             f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
+             "the model's tensors exceed what these runs kept; check their recompute, "
+             "zero_stage and micro_batch")
     elif off := [c.id for c, e in zip(cases, result.memory_after)
                  if e is not None and abs(e) > MEMORY_TOLERANCE]:
-        warnings.warn(f"after the fit {len(off)} of "
-                      f"{sum(e is not None for e in result.memory_after)} measured peaks are "
-                      f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(off)}): one allocator "
-                      "share does not explain them, and one far off moves it for the others; "
-                      "check their recompute, zero_stage and micro_batch", Note)
+        note(f"after the fit {len(off)} of "
+             f"{sum(e is not None for e in result.memory_after)} measured peaks are "
+             f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(off)}): one allocator "
+             "share does not explain them, and one far off moves it for the others; "
+             "check their recompute, zero_stage and micro_batch")
     wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]
             if not 1 / PLAUSIBLE_SCALE <= getattr(st, f) / getattr(base, f) <= PLAUSIBLE_SCALE]
     if wide and not capped:  # (a user trial: three MoE rows fitted attention at 0.275x, dense
         # plans then 2.5 times slower; a fit at the peak's cap is said so above)
-        warnings.warn(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
-                      f"({base.name}'s): kernels more than twice as fast or slow as its own runs' "
-                      "are likelier a miss of the model in these rows (an MoE layer's cost, a plan "
-                      "misstated) that the multiplier absorbs, and carries into every other "
-                      "workload; check with validate on runs of other shapes before planning "
-                      "with it", Note)
+        note(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
+             f"({base.name}'s): kernels more than twice as fast or slow as its own runs' "
+             "are likelier a miss of the model in these rows (an MoE layer's cost, a plan "
+             "misstated) that the multiplier absorbs, and carries into every other "
+             "workload; check with validate on runs of other shapes before planning "
+             "with it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1577,13 +1475,12 @@ def main(argv: list[str] | None = None) -> int:
                            given[given.index(args.command) + 1:] if args.command in given else given)
     if extra:  # named by the subcommand's parser, whose help lists what it takes (by the
         # top-level one for a flag before the subcommand, which the subcommand never saw)
-        given = list(sys.argv[1:] if argv is None else argv)
         before = extra[0] in given and args.command in given \
             and given.index(extra[0]) < given.index(args.command)
         (parser if before else parser.commands[args.command]).error(
             "unrecognized arguments: " + " ".join(extra))
 
-    def note(message, category, *rest, **kw):
+    def gather(message, category, *rest, **kw):
         if issubclass(category, Note):  # printed once the command has run (errors.flush_notes)
             PENDING_NOTES.append(f"nestplan: note: {message}")
         else:
@@ -1592,7 +1489,7 @@ def main(argv: list[str] | None = None) -> int:
     from .processes import exit_code, on_sigterm, restore_sigterm
 
     previous = warnings.showwarning
-    warnings.showwarning = note
+    warnings.showwarning = gather
     sigterm = on_sigterm()  # SIGTERM ends a command as Ctrl-C does
     try:
         if getattr(args, "save", None) is not None:  # refused before the work, not after it

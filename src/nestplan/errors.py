@@ -56,12 +56,17 @@ class Note(UserWarning):
     and not at all when the command then fails on bad input (its error stays one line)."""
 
 
+def note(message: str) -> None:
+    """Raise ``message`` as a :class:`Note` (printed once the command has run)."""
+    import warnings
+
+    warnings.warn(message, Note, stacklevel=3)
+
+
 def note_no_experts(stated: str, model: str) -> None:
     """Note that an expert load ``stated`` (flags, a row's entries, a plan file's keys) is ignored,
     ``model`` having no experts."""
-    import warnings
-
-    warnings.warn(f"{stated}: {model} has no experts; ignored", Note, stacklevel=2)
+    note(f"{stated}: {model} has no experts; ignored")
 
 
 PENDING_NOTES: list[str] = []

@@ -383,7 +383,7 @@ def _stage_script(pf: PlanFile, stage_flags: list[list[str]], order: tuple) -> s
     sc, par = pf.scenario, pf.plan
     stride = reach(par.with_(rank_order=order), Axis.PP) // par.pp
     inner = "·".join(a.value for a in order[:order.index(Axis.PP)])
-    if stride * par.pp == par.tp * par.cp * par.dp * par.pp:  # pp outermost
+    if stride * par.pp == par.devices:  # pp outermost
         stage, how = f"RANK / {stride}", f"RANK / {stride} ({inner})"
     else:
         stage = f"( RANK / {stride} ) % {par.pp}"
