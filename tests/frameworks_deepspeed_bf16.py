@@ -42,6 +42,12 @@ def run(rank: int, world: int) -> dict:
     from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config
 
+    # deepspeed.comm on a CPU builds its shared-memory all-reduce (a C++ extension, ~45 s of one
+    # core on a fresh machine) for gloo ranks; a GPU run reduces through NCCL, and gloo carries
+    # the same collectives here, so the op is declared unavailable and the build skipped
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     dcomm.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
