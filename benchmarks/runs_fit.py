@@ -26,7 +26,8 @@ SHARED = ROOT.parent / "shared" / "data"
 FILES = (ROOT / "src" / "nestplan" / "data" / "published_runs.csv", SHARED / "fsdp_runs.csv",
          ROOT / "tests" / "data" / "held_out_runs.csv", ROOT / "tests" / "data" / "moe_runs.csv",
          ROOT / "tests" / "data" / "moe_held_out.csv",
-         ROOT / "tests" / "data" / "moe_runs_gb200_gb300_b300.csv")
+         ROOT / "tests" / "data" / "moe_runs_gb200_gb300_b300.csv",
+         ROOT / "tests" / "data" / "long_context_runs.csv")
 
 
 def ratios(path: Path) -> list[tuple[float, str, str]]:
