@@ -810,6 +810,13 @@ STACK_BAD = {
                                       "backward"),
     "name-zero-width-space": ('base = "megatron-core"\nname = "s\u200b"\n',
                               "no control or invisible format characters"),
+    # what calibrate records of its runs (2026-12-06)
+    "fitted-seq-len-reversed": ('base = "nemo"\nname = "s"\nfitted_seq_len = [8192, 4096]\n',
+                                "stack.fitted_seq_len: got [8192, 4096]; must be [least, most]"),
+    "fitted-seq-len-one": ('base = "nemo"\nname = "s"\nfitted_seq_len = [8192]\n',
+                           "stack.fitted_seq_len: got [8192]; must be [least, most]"),
+    "fitted-accelerators-number": ('base = "nemo"\nname = "s"\nfitted_accelerators = [3]\n',
+                                   "stack.fitted_accelerators: got [3]; must be a list of strings"),
 }
 for name, (content, needle) in STACK_BAD.items():
     case(f"stack-file-{name}", [*EVAL, "--stack", "{s}.toml"], needle, **{"s.toml": content})
@@ -1207,6 +1214,11 @@ RUNS_BAD = {
     "row-short": (RUN_HEADER + "\n" + RUN.rsplit(",", 6)[0] + "\n",
                   "line 2: got '23 fields'; fewer than the header's 29 columns, without its "
                   "metric"),
+    # a step time column in other units, met with "missing step_time_s" alone (a calibrating
+    # user's): the close name is said, and that the column is in seconds
+    "step-column-in-ms": (RUN_HEADER.replace("step_time_s", "step_time_ms") + "\n" + RUN + "\n",
+                          "missing step_time_s (the file's step_time_ms is not one: the column "
+                          "is step_time_s, in seconds)"),
     # a layer row on more GPUs than its tp had been refused for a dp derived from the count
     "layer-row-beyond-its-tp": (_runs(",step_time,", ",layer_fwd_bwd_time,"),
                                 "(r1).num_gpus: got '8'; a layer_fwd_bwd_time row times one layer "

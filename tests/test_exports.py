@@ -2206,7 +2206,8 @@ def test_an_export_predicts_the_policy_it_launches(tmp_path, fmt, base, policy, 
     assert own.step_time != evaluate(sc, par).step_time
     text = exported(sc, par, fmt).text
     head = [line for line in text.splitlines() if line.startswith("# predicted")]
-    assert head == [f"# predicted: step {own.step_time:.3f} s, {own.tokens_per_s:,.0f} tokens/s, "
+    assert head == [f"# predicted with stack mine: step {own.step_time:.3f} s, "
+                    f"{own.tokens_per_s:,.0f} tokens/s, "
                     f"MFU {own.mfu:.1%}, peak memory {own.peak_memory / GiB:.1f} GiB "
                     f"({memory_verdict(own)})"], head
     assert f"# note: exported plan: predicted step {own.step_time:.3f} s instead of" in text

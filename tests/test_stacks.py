@@ -63,7 +63,8 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
                          memory_scale=0.7, network_scale=(0.9, 0.8), kernel_overhead=2e-6,
                          moe_layer_host=0.004, attention_host_share=0.3,
                          overlap_efficiency=0.6, step_overhead=0.1,
-                         allocator_overhead=0.07, fitted_on=("run-1",))
+                         allocator_overhead=0.07, fitted_on=("run-1",),
+                         fitted_seq_len=(4096, 8192), fitted_accelerators=("h100-sxm-80gb",))
     assert all(getattr(calibrated, f) != getattr(nemo, f) for f in CALIBRATION)
     (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{
         k: v for k, v in stack_to_table(calibrated).items()

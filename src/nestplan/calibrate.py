@@ -378,7 +378,11 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
         stack = replace(stack, allocator_overhead=alloc)
     _, mem_after, evs = _errors(cases, stack, predictions)
     ids = tuple(c.id for c in cases)
+    lengths = [c.scenario.training.seq_len for c in cases]
     stack = replace(stack, name=name, fitted_on=ids,
+                    fitted_seq_len=(min(lengths), max(lengths)),
+                    fitted_accelerators=tuple(sorted({c.scenario.cluster.accelerator.name
+                                                      for c in cases})),
                     description=f"{base.name} calibrated on {len(cases)} measured "
                     + ("run" if len(cases) == 1 else "runs"))
     # multipliers of the base, and the two overheads as fitted values

@@ -564,6 +564,73 @@ def _notes_on_workload_and_stack(ev, args) -> None:
     _note_fp8_stack_at_bf16(ev)
     _note_uncalibrated_stack(ev)
     _note_unchecked_peak(ev)
+    _note_long_context_on_hopper(ev)
+    _note_short_cp_chunks(ev)
+    _note_beyond_calibration(ev)
+
+
+CALIBRATION_REACH = 2
+"""How far beyond the sequence lengths a calibration was fitted on (a factor either way) a plan
+may go without a note."""
+
+
+def _note_beyond_calibration(ev) -> None:
+    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', or
+    at a sequence length far from theirs (a trial's fit on 2K-8K runs took the attention to 0.58x
+    and predicted its 64K-1M runs 45 % slow, without a word)."""
+    sc = ev.scenario
+    st, seq, acc = sc.stack, sc.training.seq_len, sc.cluster.accelerator.name
+    if st.fitted_seq_len:
+        lo, hi = st.fitted_seq_len
+        if not lo / CALIBRATION_REACH <= seq <= hi * CALIBRATION_REACH:
+            span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+            note(f"stack {st.name} was calibrated on runs of {span} tokens; at {seq:,} the "
+                 "attention's share of the step differs, and what the fit gave it may not carry "
+                 "(calibrate on runs nearer this length)")
+    if st.fitted_accelerators and acc not in st.fitted_accelerators:
+        note(f"stack {st.name} was calibrated on runs on {', '.join(st.fitted_accelerators)}, "
+             f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
+
+
+LONG_CONTEXT_HOPPER_SLOW = (0.098, 0.320)
+"""How much slower than measured the step of NeMo's H100 long-context runs is predicted from 32K
+tokens on (least and most; README "Long-context runs", the rows of
+tests/data/long_context_runs.csv, which a test reads them from)."""
+LONG_CONTEXT_FROM = 32768
+"""The sequence length from which those rows are predicted more than the published tolerance's
+10 % slow, or nearly."""
+
+
+def _note_long_context_on_hopper(ev) -> None:
+    """Say when a Megatron-Core-family plan on a Hopper GPU trains sequences long enough for the
+    attention to take most of the step: NeMo's H100 long-context runs ran faster than predicted
+    there (a long-context trial: plan and evaluate had said nothing, only the README did). A stack
+    whose attention scale was fitted (torchtitan's, or a user's calibration) is left alone."""
+    from .options import AttentionImpl
+
+    sc = ev.scenario
+    acc, st = sc.cluster.accelerator, sc.stack
+    if (acc.compute_capability != 9.0 or st.export_format != "megatron"
+            or st.attention is not AttentionImpl.FLASH or st.attention_scale != 1.0
+            or sc.training.seq_len < LONG_CONTEXT_FROM):  # (materialised: GEMMs, not the kernel)
+        return
+    low, high = LONG_CONTEXT_HOPPER_SLOW
+    note(f"seq_len {sc.training.seq_len:,}: NeMo's long-context runs on H100 (Llama 2 7B, 32K to "
+         f"1M tokens) were predicted {low:.0%} to {high:.0%} slower than they ran, the more the "
+         f"longer: H100's attention efficiency is not fitted at this length (README "
+         f"\"Long-context runs\"), so take this step time as an upper bound")
+
+
+def _note_short_cp_chunks(ev) -> None:
+    """Say when context parallelism leaves each rank fewer tokens than the search's floor (a
+    trial's CP 32 at 2,048 tokens, 64 per rank, evaluated without a word)."""
+    from .search.space import MIN_CP_CHUNK
+
+    par, seq = ev.plan, ev.scenario.training.seq_len
+    if par.cp > 1 and seq // par.cp < MIN_CP_CHUNK:
+        note(f"cp {par.cp}: {seq // par.cp:,} tokens per rank, under the {MIN_CP_CHUNK:,} the "
+             "search gives each (its floor): each ring step's K/V exchange then costs mostly its "
+             "latency, and plan would not offer it")
 
 
 HELD_OUT_PEAK_SHORTFALL = 0.223
@@ -776,7 +843,28 @@ def _searchable(args):
     check_constraints(sc, con)
     if getattr(args, "method", None) not in (None, "manual"):  # plan, with a search; compare
         refuse_unsearchable(con)  # (no --method) shows each method's reason instead
+    _note_no_cp_split(sc, con)  # (last: it loads the search's space, and numpy with it)
     return sc, con
+
+
+def _note_no_cp_split(sc, con) -> None:
+    """Say when the sequence is long enough for context parallelism but no CP degree the GPUs
+    allow splits it into an even number of tokens per rank (load-balanced causal chunks), so the
+    search runs without CP (a long-context trial's 131,071 tokens: a plan 14 % slower than at
+    131,072, without a word)."""
+    from .search.space import MIN_CP_CHUNK
+
+    seq, gpus = sc.training.seq_len, sc.gpus
+    if con.cp is not None or not sc.stack.offers("cp"):  # (a stack without CP says so itself)
+        return
+    possible = [c for c in range(2, gpus + 1) if gpus % c == 0 and seq // c >= MIN_CP_CHUNK]
+    if not possible or any(seq % (2 * c) == 0 for c in possible):
+        return
+    step = 2 * possible[0]
+    nearest = max(step, round(seq / step) * step)
+    note(f"seq_len {seq:,}: no context-parallel degree splits it (seq_len / cp must be an even "
+         f"number of tokens, each rank's at least {MIN_CP_CHUNK:,}), so the search ran without "
+         f"CP; {nearest:,} tokens would offer cp {possible[0]}")
 
 
 def cmd_plan(args) -> int:
@@ -826,6 +914,20 @@ def _check_top(top: int) -> None:
         raise SpecError("top", top, f"must be an integer in [1, {MAX_TOP}]")
 
 
+def _note_manual_without_cp(results) -> None:
+    """Say when the speed-ups are over a ``manual`` plan without context parallelism at a length
+    where the others use it: its rules of thumb give CP only when --cp fixes it (a long-context
+    trial read "nest 9.84x" at 1M tokens as nestplan's gain over a hand plan with CP, which
+    evaluates 1 % slower than nest's)."""
+    manual = results.get("manual")
+    if manual is None or manual.best.plan.cp > 1:
+        return
+    if any(res.best.plan.cp > 1 for name, res in results.items() if name != "manual"):
+        note("manual's rules of thumb use no context parallelism unless --cp fixes it, and the "
+             "other methods' plans do: the speed-ups over manual here are over plans without CP "
+             "(README, \"How the search works\"; give --cp to compare at a CP degree of yours)")
+
+
 def cmd_compare(args) -> int:
     sc, con = _searchable(args)
     from .errors import InfeasibleError
@@ -856,6 +958,7 @@ def cmd_compare(args) -> int:
                               {"scenario": scenario_json(sc), "methods": [], "errors": errors})
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
             for name, res in results.items()]
+    _note_manual_without_cp(results)
     if args.save is not None:
         from . import planfile
 
@@ -1178,7 +1281,8 @@ def cmd_calibrate(args) -> int:
     if looks_like_path(given) and os.sep not in ref:  # (a bare name would read as the catalog's)
         ref = f".{os.sep}{ref}"
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
-                                   if v != before.get(k) or k in ("name", "fitted_on")}}
+                                   if v != before.get(k) or k in ("name", "fitted_on")
+                                   or k.startswith("fitted_")}}
     # written beside it first and loaded as --stack takes it (a chain of bases not too long),
     # so that a file that would not load replaces nothing
     import tempfile
@@ -1190,7 +1294,8 @@ def cmd_calibrate(args) -> int:
         draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
                          + (f" --stack {_shown(args.stack)}" if args.stack
                             else f" (base: the rows' stack, {_shown(ref)})")
-                         + f" -o {_shown(args.output)}\n" + _measured_comment(cases, result)
+                         + f" -o {_shown(args.output)}\n" + _provenance(runs)
+                         + _measured_comment(cases, result)
                          + dumps(table))
         try:
             get_stack(str(draft))
@@ -1224,6 +1329,7 @@ def cmd_calibrate(args) -> int:
     n, plans = len(cases), distinct_rows(cases)
     counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
     lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
+    lines.append(_fit_summary(result, plans))
     print("\n".join(lines))
     if moved:
         from .textfmt import plan_short
@@ -1252,6 +1358,36 @@ def _reloaded(runs: Path, stack):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_cases(runs, stack=stack, field="RUNS.csv")
+
+
+def _provenance(runs: Path) -> str:
+    """A comment line of a fitted file: when, by which nestplan, from which runs file (a
+    calibrating user's file had named its CSV as given, relative to where it was run)."""
+    import datetime
+
+    from . import __version__
+
+    return (f"# on {datetime.date.today().isoformat()} by nestplan {__version__}, from "
+            f"{_shown(str(Path(runs).resolve()))}\n")
+
+
+def _fit_summary(result, plans: int) -> str:
+    """The mean |error| before and after the fit and, with three rows or more, of each row
+    predicted by the fit without it; says when that is worse than before (the fit then does not
+    carry to runs it was not given: a calibrating user's 3-row fit, 6.5 % before and 7.4 % left
+    out, had shown no word of it) and why no rows were left out."""
+    def mean(xs):
+        return sum(abs(x) for x in xs) / len(xs)
+
+    text = f"mean |error|: before {mean(result.before):.1%}, after {mean(result.after):.1%}"
+    if not result.loo:
+        return text + (f"; no row left out: that takes 3 rows or more of 2 plans or more "
+                       f"(here {len(result.before)} of {plans})")
+    text += f", left out {mean(result.loo):.1%}"
+    if mean(result.loo) > mean(result.before):
+        text += (" (worse than before the fit: the fit does not carry to runs it was not given; "
+                 "more rows, or the base, predict runs you have not measured better)")
+    return text
 
 
 def _measured_comment(cases, result) -> str:

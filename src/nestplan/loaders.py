@@ -745,6 +745,8 @@ def _stack_fields() -> dict:
         "axes": listed(),
         "network_scale": listed(_NUM, item=_as_float),
         "fitted_on": listed(),
+        "fitted_seq_len": listed(int),
+        "fitted_accelerators": listed(),
     }
     return {key: (_STACK_FIELD_OF.get(key, key), *spec) for key, spec in keys.items()}
 

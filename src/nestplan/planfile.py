@@ -201,7 +201,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-UNCOSTED_STACK_KEYS = ("description", "fitted_on")
+UNCOSTED_STACK_KEYS = ("description", "fitted_on", "fitted_seq_len", "fitted_accelerators")
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 

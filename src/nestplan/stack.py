@@ -39,7 +39,8 @@ MAX_ALLOCATOR_OVERHEAD = 10.0
 values are below 1, but a run whose allocator caches several times its activations exists)."""
 CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
                "kernel_overhead", "moe_layer_host", "attention_host_share", "overlap_efficiency",
-               "step_overhead", "allocator_overhead", "fitted_on")
+               "step_overhead", "allocator_overhead", "fitted_on", "fitted_seq_len",
+               "fitted_accelerators")
 """The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
 calibration, which its variants (``base = ...`` files that set behaviour only) share."""
 EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
@@ -454,11 +455,21 @@ class StackSpec(_CachedHash):
     """Host-side seconds per optimizer step that no device work hides."""
     fitted_on: tuple[str, ...] = ()
     """The measured runs (or groups of them) its calibration was fitted on."""
+    fitted_seq_len: tuple[int, ...] = ()
+    """The least and the most sequence length of the runs ``calibrate`` fitted it on (empty for
+    the catalog's stacks, whose README sections say what they were fitted on): a plan far outside
+    them is noted, as its fitted attention share may not carry."""
+    fitted_accelerators: tuple[str, ...] = ()
+    """The accelerators of the runs ``calibrate`` fitted it on (empty for the catalog's)."""
 
     def __post_init__(self):
         if self.export_format is not None and self.export_format not in FORMATS:
             raise SpecError("stack.export_format", self.export_format,
                             "allowed: " + ", ".join(FORMATS))
+        if self.fitted_seq_len and (len(self.fitted_seq_len) != 2 or not
+                                    0 < self.fitted_seq_len[0] <= self.fitted_seq_len[1]):
+            raise SpecError("stack.fitted_seq_len", list(self.fitted_seq_len),
+                            "must be [least, most] sequence length of the runs, positive tokens")
         for f in ("weight_bytes", "grad_bytes"):
             if getattr(self, f) not in (2, 4):
                 raise SpecError(f"stack.{f}", getattr(self, f), "allowed: 2 (bf16) or 4 (fp32)")

@@ -256,6 +256,30 @@ for a dense model, stage-layers "-" for the even split); the last four are text
 (left-aligned)."""
 
 
+ORDER_TIE = 1e-4
+"""Plans alike but for their rank order whose steps differ by at most this share are one row."""
+
+
+def _top_rows(plans) -> list[list[str]]:
+    """``plan``'s list, one row for plans next to each other that differ in their rank order
+    alone and are predicted as fast (a long-context trial's top five were one plan in five orders:
+    placements that cost alike to a few parts in a million, which hid the next plans)."""
+    order = TOP_COLUMNS.index("order")
+    rows, kept = [], []
+    for i, ev in enumerate(plans):
+        cells = _cells(i + 1, ev)
+        prev = kept[-1] if kept else None
+        if (prev is not None and prev.plan.with_(rank_order=ev.plan.rank_order) == ev.plan
+                and abs(prev.step_time - ev.step_time) <= ORDER_TIE * ev.step_time):
+            first = rows[-1][0].split("-")[0]
+            rows[-1][0] = f"{first}-{i + 1}"
+            rows[-1][order] += f" {cells[order]}"
+            continue
+        rows.append(cells)
+        kept.append(ev)
+    return rows
+
+
 def _cells(rank, ev) -> list[str]:
     p = ev.plan
     return [str(rank), f"{ev.step_time:.3f}", f"{ev.tokens_per_s:,.0f}", f"{ev.mfu * 100:.1f}%",
@@ -284,8 +308,12 @@ def search_result(res) -> str:
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
            f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
            f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
-    out += aligned(TOP_COLUMNS, [_cells(i + 1, ev) for i, ev in enumerate(res.plans)],
-                   right=range(TOP_COLUMNS.index("recompute")))
+    rows = _top_rows(res.plans)
+    out += aligned(TOP_COLUMNS, rows, right=range(TOP_COLUMNS.index("recompute")))
+    if len(rows) < len(res.plans):
+        out.append(f"(a row of several orders: plans alike but for their rank order, within "
+                   f"{ORDER_TIE:.2%} of the first's step, which the row shows; a larger --top "
+                   "lists more plans)")
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:
         out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")

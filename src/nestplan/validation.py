@@ -689,8 +689,16 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
             reader = csv.DictReader(f, strict=True)  # (strict: a quote never closed is an error)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
+                # a column of the file that is none of ours may be the missing one misnamed (a
+                # user's step_time_ms had been met with "missing step_time_s" alone)
+                unknown = [n for n in reader.fieldnames or [] if n not in COLUMNS + OPTIONAL_COLUMNS]
+                meant = [(m, close[0]) for m in missing
+                         if (close := difflib.get_close_matches(m, unknown, n=1))]
+                hint = "".join(f" (the file's {u} is not one: the column is {m}"
+                               + (", in seconds)" if m == "step_time_s" else ")")
+                               for m, u in meant[:1])
                 raise SpecError(f"{path}: columns", ", ".join(reader.fieldnames or []),
-                                f"missing {', '.join(missing)}; every runs CSV has "
+                                f"missing {', '.join(missing)}{hint}; every runs CSV has "
                                 + ", ".join(COLUMNS))
             twice = sorted({n for n in reader.fieldnames if reader.fieldnames.count(n) > 1})
             if twice:  # the last would win without a word

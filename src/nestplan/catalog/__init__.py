@@ -139,6 +139,15 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
     if name not in names:
         close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.75)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
+        from pathlib import Path
+
+        try:  # (only once the name is refused: a calibrating user gave the name of the stack
+            # file they had written; a name no file can have is simply not one)
+            here = not close and Path(f"{name}.toml").is_file()
+        except (OSError, ValueError):
+            here = False
+        if here:
+            hint = f" (a file {name}.toml is here: give that path)"
         raise SpecError(field, name, f"unknown {kind[:-1]}{hint}; catalog names: "
                         f"{', '.join(names)} (or give a path to a file)")
     from importlib import resources

@@ -244,8 +244,8 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
 
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack
-    if stack.export_format == fmt:
-        return [_predicted_line(ev)], later(ev)
+    if stack.export_format == fmt:  # (the stack named: a calibrating user's export had not)
+        return [_predicted_line(ev, f"with stack {stack.name}")], later(ev)
     said, own = own_prediction(pf, exported, fmt)
     # (of the plan as exported, which may not be the saved one: a user trial read a ZeRO-2 plan's
     # 12.0 s as the saved ZeRO-1 plan's 9.6 s)

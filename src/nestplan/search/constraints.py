@@ -152,8 +152,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
          f"must divide gpus = {gpus} and be at most layers = {m.layers}"),
         ("dp", con.dp, lambda v: gpus % v == 0 and tr.global_batch % v == 0,
          f"must divide gpus = {gpus} and global_batch = {tr.global_batch}"),
-        ("cp", con.cp, lambda v: gpus % v == 0 and tr.seq_len % v == 0,
-         f"must divide gpus = {gpus} and seq_len = {tr.seq_len}"),
+        ("cp", con.cp, lambda v: gpus % v == 0, f"must divide gpus = {gpus}"),
+        # (a length it does not divide, as evaluate says it: a trial read "gpus and seq_len"
+        # as blaming the GPUs)
+        ("cp", con.cp, lambda v: tr.seq_len % v == 0, f"must divide seq_len = {tr.seq_len}"),
         ("mbs", con.mbs, lambda v: tr.global_batch % v == 0,
          f"must divide global_batch = {tr.global_batch}"),
         # (pp·vp against the layers when both are fixed: below)

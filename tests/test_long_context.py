@@ -1,0 +1,175 @@
+"""What plan, evaluate, compare and calibrate say about long sequences and context parallelism
+(a long-context trial's and a calibrating user's findings of 2026-12-06)."""
+
+import csv
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from nestplan.axes import parse_order
+from nestplan.catalog import get_cluster, get_model
+from nestplan.evaluate import evaluate
+from nestplan.options import Precision
+from nestplan.specs import Parallelism, Scenario, TrainingSpec
+from nestplan.validation import run
+
+from console import cli, flags, one_line_error
+
+DATA = Path(__file__).parent / "data"
+B200_8B = ("--model", "llama3-8b", "--cluster", "dgx-b200-ndr", "--gpus", 32, "--global-batch", 32,
+           "--precision", "fp8")
+H100_7B = ("evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr", "--gpus", 128, "--tp",
+           4, "--pp", 1, "--cp", 4, "--mbs", 1, "--global-batch", 32, "--precision", "fp8")
+
+
+def notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("nestplan: note:")]
+
+
+def test_a_hopper_plan_at_long_context_says_how_slow_such_runs_were_predicted():
+    """NeMo's H100 rows from 32K tokens on are predicted 10-32 % slow (README "Long-context
+    runs"); a Megatron-Core-family plan there says so, with the figures those rows give."""
+    from nestplan.cli import LONG_CONTEXT_FROM, LONG_CONTEXT_HOPPER_SLOW
+
+    errors = [o.error for o in run(DATA / "long_context_runs.csv")
+              if "-h100-" in o.case.id and o.case.scenario.training.seq_len >= LONG_CONTEXT_FROM]
+    assert len(errors) == 6
+    assert (round(min(errors), 3), round(max(errors), 3)) == LONG_CONTEXT_HOPPER_SLOW
+    code, out, err = cli(*H100_7B, "--seq-len", 131072, "--stack", "nemo")
+    assert code == 0, err
+    said = [n for n in notes(err) if "long-context runs on H100" in n]
+    assert len(said) == 1 and "10% to 32% slower" in said[0] and "upper bound" in said[0]
+    # not below the length, not on Blackwell (fitted there), not on a stack whose attention was
+    # fitted at length (torchtitan's)
+    for changed in (("--seq-len", 16384), ("--seq-len", 131072, "--cluster", "dgx-b200-ndr"),
+                    ("--seq-len", 131072, "--stack", "torchtitan")):
+        code, out, err = cli(*flags(*H100_7B, *changed))
+        assert code == 0, err
+        assert not [n for n in notes(err) if "long-context runs on H100" in n], changed
+
+
+def test_context_parallel_chunks_under_the_search_floor_are_noted():
+    code, out, err = cli("evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 64, "--tp", 2, "--pp", 1, "--cp", 32, "--mbs", 1,
+                         "--global-batch", 32, "--seq-len", 2048)
+    assert code == 0, err
+    assert any("cp 32: 64 tokens per rank, under the 1,024" in n for n in notes(err))
+
+
+def test_a_length_no_cp_degree_splits_is_noted_and_a_fixed_cp_blames_the_length():
+    code, out, err = cli("plan", *B200_8B, "--seq-len", 131071)
+    assert code == 0, err
+    said = [n for n in notes(err) if "no context-parallel degree splits it" in n]
+    assert len(said) == 1 and "131,072 tokens would offer cp 2" in said[0]
+    assert " cp=1 " in out
+    code, out, err = cli("plan", *B200_8B, "--seq-len", 131072)
+    assert not [n for n in notes(err) if "splits it" in n]
+    # a fixed degree names what it does not divide (it had named the GPUs beside the length)
+    assert one_line_error(*cli("plan", *B200_8B, "--seq-len", 131071, "--cp", 2),
+                          "cp: got 2; must divide seq_len = 131071")
+    assert one_line_error(*cli("plan", *B200_8B, "--seq-len", 131072, "--cp", 3),
+                          "cp: got 3; must divide gpus = 32")
+
+
+def test_compare_says_when_its_speedups_are_over_a_manual_plan_without_cp():
+    code, out, err = cli("compare", "--model", "llama3-8b", "--cluster", "dgx-b200-ndr",
+                         "--gpus", 16, "--global-batch", 4, "--seq-len", 262144, "--precision",
+                         "fp8", "--pp", 1, timeout=300)
+    assert code == 0, err
+    assert any("manual's rules of thumb use no context parallelism" in n for n in notes(err))
+    code, out, err = cli("compare", "--model", "llama3-8b", "--cluster", "dgx-b200-ndr",
+                         "--gpus", 16, "--global-batch", 4, "--seq-len", 262144, "--precision",
+                         "fp8", "--pp", 1, "--cp", 4, timeout=300)
+    assert code == 0, err
+    assert not [n for n in notes(err) if "manual's rules" in n]
+
+
+def test_plans_alike_but_for_their_rank_order_share_a_row():
+    from nestplan.textfmt import search_result
+
+    sc = Scenario(model=get_model("llama3-8b"), cluster=get_cluster("dgx-h100-ndr"), gpus=16,
+                  training=TrainingSpec(seq_len=8192, global_batch=32, precision=Precision.BF16))
+    base = Parallelism(tp=8, dp=2, mbs=1, sp=True)
+    orders = ["tp-cp-dp-pp", "tp-dp-cp-pp", "dp-tp-cp-pp"]
+    plans = [evaluate(sc, base.with_(rank_order=parse_order(o))) for o in orders]
+    # the first two place the same groups (cp = 1), the third puts TP across nodes
+    assert plans[0].step_time == plans[1].step_time < plans[2].step_time
+    res = SimpleNamespace(best=plans[0], plans=plans, method="nest", solved=1, configurations=1,
+                          seconds=0.0)
+    text = search_result(res)
+    rows = [line for line in text.splitlines() if line.lstrip().startswith(("1", "2", "3"))
+            and "pp" not in line.split()[0]]
+    assert rows[0].split()[0] == "1-2" and "tp-cp-dp-pp tp-dp-cp-pp" in rows[0]
+    assert rows[1].split()[0] == "3"
+    assert "plans alike but for their rank order" in text
+
+
+def test_a_calibrated_stack_says_when_it_is_used_far_from_its_runs(tmp_path):
+    """A calibration records the lengths and accelerators of its runs; a plan far from them is
+    noted (a user's fit on 2K-8K runs predicted its 64K-1M runs 45 % slow without a word)."""
+    with open(DATA / "long_context_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        row = next(r for r in reader if r["id"] == "nemo-longseq-b200-llama3-8b-8k")
+        fields = reader.fieldnames
+    runs = tmp_path / "mine.csv"
+    with open(runs, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerow(row)
+    out_file = tmp_path / "mine.toml"
+    code, out, err = cli("calibrate", runs, "--stack", "nemo", "-o", out_file)
+    assert code == 0, err
+    assert "no row left out: that takes 3 rows or more of 2 plans or more (here 1 of 1)" in out
+    text = out_file.read_text()
+    assert f"by nestplan 0.1.0, from {runs.resolve()}" in text.splitlines()[1]
+    assert "fitted_seq_len = [8192, 8192]" in text
+    assert 'fitted_accelerators = ["b200-sxm-180gb"]' in text
+    base = ("evaluate", "--model", "llama3-8b", "--gpus", 32, "--tp", 2, "--pp", 1, "--cp", 4,
+            "--mbs", 1, "--global-batch", 32, "--precision", "fp8", "--stack", out_file)
+    code, out, err = cli(*base, "--cluster", "dgx-b200-ndr", "--seq-len", 16384)
+    assert code == 0, err
+    assert not [n for n in notes(err) if "was calibrated on runs" in n]
+    code, out, err = cli(*base, "--cluster", "dgx-b200-ndr", "--seq-len", 131072)
+    said = [n for n in notes(err) if "was calibrated on runs" in n]
+    assert len(said) == 1 and "of 8,192 tokens; at 131,072" in said[0]
+    code, out, err = cli(*base, "--cluster", "dgx-h100-ndr", "--seq-len", 16384)
+    said = [n for n in notes(err) if "was calibrated on runs" in n]
+    assert len(said) == 1 and "on b200-sxm-180gb, not on h100-sxm-80gb" in said[0]
+    # a plan saved with it keeps what it was fitted on, and evaluate --plan says it again
+    code, out, err = cli(*base, "--cluster", "dgx-b200-ndr", "--seq-len", 131072, "--save",
+                         tmp_path / "p.json")
+    code, out, err = cli("evaluate", "--plan", tmp_path / "p.json")
+    assert code == 0, err
+    assert [n for n in notes(err) if "of 8,192 tokens; at 131,072" in n]
+    # its name alone is the catalog's to look up, which says where the file is
+    assert one_line_error(*cli(*flags(*base, "--stack", "mine"), "--cluster", "dgx-b200-ndr",
+                               "--seq-len", 16384, cwd=tmp_path),
+                          "stack: got 'mine'; unknown stack (a file mine.toml is here: give that path)")
+
+
+def test_calibrate_says_when_the_rows_left_out_are_predicted_worse_than_before(tmp_path):
+    """Each row predicted by the fit without it: their mean beside the mean before and after,
+    and a word when it is worse than before (a user's 3-row fit, 6.5 % before and 7.4 % left
+    out, had said nothing)."""
+    with open(DATA / "held_out_runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if r["id"].startswith("nemo2502-b200-")][:3]
+        fields = reader.fieldnames
+    runs = tmp_path / "three.csv"
+    with open(runs, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    code, out, err = cli("calibrate", runs, "--stack", "nemo", "-o", tmp_path / "three.toml")
+    assert code == 0, err
+    table = [line.split() for line in out.splitlines() if line.startswith("nemo2502-")]
+    before, after, left = ([abs(float(r[i].rstrip("%"))) for r in table] for i in (2, 3, 4))
+    summary = next(line for line in out.splitlines() if line.startswith("mean |error|"))
+    mean = [sum(x) / 3 for x in (before, after, left)]
+    said = re.match(r"mean \|error\|: before ([\d.]+)%, after ([\d.]+)%, left out ([\d.]+)%",
+                    summary)
+    assert said, summary
+    assert [float(x) for x in said.groups()] == pytest.approx(mean, abs=0.1)  # (rows rounded)
+    assert ("worse than before the fit" in summary) == (mean[2] > mean[0])
