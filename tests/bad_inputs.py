@@ -165,6 +165,13 @@ case("plan-etp-ep-beyond-the-grid", ["plan", *MIXTRAL_32, "--ep", "8", "--etp", 
 case("evaluate-etp-names-etp", ["evaluate", *MIXTRAL_32, "--tp", "2", "--pp", "4", "--etp", "3",
                                 "--mbs", "1", "--seq-len", "4096", "--global-batch", "256"],
      "etp: got 3; etp·ep = 3·1 must divide tp·cp·dp = 8")
+# etp not given is tp's, which the refusal says with the etp that folds (a MoE trial's)
+case("evaluate-etp-defaulted-to-tp", ["evaluate", "--model", "qwen3-30b-a3b", "--cluster",
+                                      "dgx-b200-ndr", "--gpus", "8", "--tp", "2", "--pp", "1",
+                                      "--ep", "8", "--mbs", "1", "--seq-len", "4096",
+                                      "--global-batch", "64"],
+     "ep: got 8; etp·ep = 2·8 must divide tp·cp·dp = 8, the ranks the expert grid folds over; "
+     "etp, not given, is tp's 2; etp = 1 folds the experts over the TP ranks")
 for method in ("nest", "manual", "exhaustive"):  # had answered exit 3, 'nothing fits'
     case(f"plan-vp-without-pipeline-{method}", [*SEARCH, "--vp", "2", "--pp", "1", "--method",
                                                 method], "vp: got 2; virtual stages")
@@ -810,6 +817,9 @@ STACK_BAD = {
                                       "backward"),
     "name-zero-width-space": ('base = "megatron-core"\nname = "s\u200b"\n',
                               "no control or invisible format characters"),
+    # a few-word key given another kind of value is told the words (a MoE trial's)
+    "moe-overlap-bool": ('base = "nemo"\nname = "s"\nmoe_overlap = true\n',
+                         "stack.moe_overlap: got True; must be one of none, shared, batch"),
     # what calibrate records of its runs (2026-12-06)
     "fitted-seq-len-reversed": ('base = "nemo"\nname = "s"\nfitted_seq_len = [8192, 4096]\n',
                                 "stack.fitted_seq_len: got [8192, 4096]; must be [least, most]"),

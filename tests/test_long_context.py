@@ -173,3 +173,15 @@ def test_calibrate_says_when_the_rows_left_out_are_predicted_worse_than_before(t
     assert said, summary
     assert [float(x) for x in said.groups()] == pytest.approx(mean, abs=0.1)  # (rows rounded)
     assert ("worse than before the fit" in summary) == (mean[2] > mean[0])
+
+
+def test_plan_says_which_plans_are_too_close_to_call():
+    """Plans within 3 % of the best (the published runs' mean error) are named as closer than the
+    model can tell apart (a MoE trial chose between plans 3 % apart on the ranking alone)."""
+    code, out, err = cli("plan", *B200_8B, "--seq-len", 131072)
+    assert code == 0, err
+    steps = [float(line.split()[1]) for line in out.splitlines()
+             if line[:1].isdigit() and len(line.split()) > 5]
+    close = sum(s <= 1.03 * steps[0] for s in steps[1:])
+    assert close >= 1
+    assert f"({close} other plans within 3% of the best: closer than this model's error" in out

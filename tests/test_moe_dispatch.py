@@ -897,8 +897,9 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     code, out, err = cli(*args, "--memory-headroom", round(free * 100) + 1)
     assert "GiB (fits, less than the headroom: not recommended)" in err, err
     for extra in (["--moe-imbalance", 1.0], ["--moe-capacity-factor", 1.25]):
-        code, out, err = cli(*args, *extra)
-        assert code == 0 and "balanced routing" not in err, err
+        code, out, err = cli(*args, *extra)  # (a capacity factor's own note says balanced
+        # routing leaves it nothing to cap: test_a_capacity_factor_under_balanced_routing...)
+        assert code == 0 and "costed with perfectly balanced routing" not in err, err
     code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
                          8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
                          "--seq-len", 2048)
@@ -935,3 +936,99 @@ def test_a_batch_overlap_stack_refuses_what_megatron_core_refuses_with_it(tmp_pa
     stack.write_text(head + 'cuda_graphs = "layers"\ncuda_graph_modules = ["attn", "mlp"]\n' + tail)
     assert one_line_error(*cli(*run), "stack.cuda_graph_modules: got ['attn', 'mlp']; with "
                           "moe_overlap = batch")
+
+
+def test_the_blackwell_moe_recipe_stack_is_the_one_its_rows_validate():
+    """The catalog's nemo-moe-blackwell holds what NeMo 26.08's GB200/GB300 rows state (the test
+    stack they run on), and an MoE plan's text names the stack's dispatcher, what hides the expert
+    exchange, its CUDA graphs and its host wait (a MoE trial: the catalog nemo, without any of
+    NeMo's MoE recipes' settings, had predicted NeMo's Qwen3-235B on 256 GB200 at twice its
+    measured step, and the output named the stack only)."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from console import cli
+
+    mine = get_stack("nemo-moe-blackwell")
+    rows = get_stack(str(Path(__file__).parent / "data" / "moe_stacks"
+                         / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"))
+    assert [f.name for f in fields(mine) if getattr(mine, f.name) != getattr(rows, f.name)] \
+        == ["name", "description"]
+    base = ("evaluate", "--model", "qwen3-235b-a22b", "--cluster", "gb200-nvl72-ndr", "--gpus", 256,
+            "--global-batch", 8192, "--precision", "fp8", "--tp", 1, "--pp", 8, "--vp", 3,
+            "--ep", 32, "--mbs", 1, "--seq-len", 4096)
+    said = {}
+    for stack in ("nemo", "nemo-moe-blackwell"):
+        code, out, err = cli(*base, "--stack", stack)
+        assert code == 0, err
+        said[stack] = next(line for line in out.splitlines() if line.startswith("experts:"))
+    assert said["nemo"].startswith("experts: dispatcher alltoall, their exchange not overlapped, "
+                                   "no CUDA graphs, host wait 6.8 ms per MoE layer (stack nemo;")
+    assert said["nemo-moe-blackwell"].startswith(
+        "experts: dispatcher flex, their exchange overlapped with another micro-batch's compute, "
+        "one CUDA graph for the whole step, no host wait (stack nemo-moe-blackwell;")
+
+
+def test_a_blackwell_export_asks_for_the_dispatcher_backend_and_fp8_recipe_its_recipes_run():
+    """DeepEP's flex dispatcher goes to HybridEP where the NVLink domain spans more than one
+    8-GPU board (Megatron-Core: "only hybridep supports the MNNVL case"), and fp8 to MXFP8 on
+    Blackwell, per-tensor scaling on Hopper (a MoE trial's GB200 export had asked for DeepEP and
+    the Hopper recipe, neither of which NeMo's GB200 rows ran)."""
+    from nestplan.options import Precision
+
+    def export_of(cluster, gpus):
+        sc = scenario_from_names("qwen3-30b-a3b", cluster, gpus, seq_len=4096, global_batch=512,
+                                 precision=Precision.FP8, stack="nemo-moe-blackwell")
+        return megatron_text(evaluate(sc, Parallelism(tp=1, pp=1, dp=gpus, ep=8, etp=1, mbs=1)))
+
+    for cluster, backend, recipe in (("gb200-nvl72-ndr", "hybridep", "mxfp8"),
+                                     ("dgx-b200-ndr", "deepep", "mxfp8"),
+                                     ("dgx-h100-ndr", "deepep", "tensorwise")):
+        text = export_of(cluster, 16)
+        assert f"--moe-flex-dispatcher-backend {backend} \\" in text, cluster
+        assert f"--fp8-recipe {recipe} \\" in text, cluster
+
+
+def test_a_model_with_attention_sinks_on_a_megatron_stack_says_its_runs_were_predicted_fast():
+    """GPT-OSS's development rows are all predicted too fast (README "MoE runs"): a plan of a
+    model with its sinks says how much, the figures those rows give."""
+    import sys
+    from pathlib import Path
+
+    from console import cli
+    from nestplan.cli import SINKS_FAST
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from moe_accuracy import DATA, GB, held_out_release, moe_outcomes
+
+    rows = moe_outcomes(DATA / "moe_runs.csv") + moe_outcomes(
+        GB, lambda c: not held_out_release(c))
+    fast = [-o.error for o in rows if "gpt-oss" in o.case.id]
+    assert len(fast) == 24 and min(fast) > 0  # every one too fast
+    assert (round(min(fast), 3), round(max(fast), 3)) == SINKS_FAST
+    base = ("evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-b200-ndr", "--gpus", 64,
+            "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 4, "--global-batch", 1280, "--seq-len", 4096)
+    for stack, said in (("nemo", True), ("torchtitan", False)):
+        code, out, err = cli(*base, "--stack", stack)
+        assert code == 0, err
+        assert ("predicted 10% to 47% faster than it ran" in err) == said, (stack, err)
+
+
+def test_a_capacity_factor_under_balanced_routing_is_said_to_change_nothing():
+    """Balanced routing (the default) fills no expert rank beyond its share: a capacity factor
+    then drops nothing and, unpadded, changes nothing, which a note says (a MoE trial's 1.0 and
+    1.5 gave one plan without a word)."""
+    from console import cli
+
+    base = ("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-b200-ndr", "--gpus", 8,
+            "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch", 64, "--seq-len", 4096,
+            "--json")
+    steps = {}
+    for extra in ((), ("--moe-capacity-factor", 1.5), ("--moe-capacity-factor", 1.1,
+                                                       "--moe-imbalance", 1.3)):
+        code, out, err = cli(*base, *extra)
+        assert code == 0, err
+        steps[extra] = json.loads(out)["step_time_s"]
+        said = "drops nothing and changes nothing here" in err
+        assert said == (extra[:1] == ("--moe-capacity-factor",) and len(extra) == 2), (extra, err)
+    assert steps[()] == steps[("--moe-capacity-factor", 1.5)]

@@ -790,9 +790,14 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
                optional=set(fields) | STACK_ONLY_KEYS)
     if "runs_source" in table:  # read by the catalog; checked here for every file
         _list(table["runs_source"], f"{where}.runs_source", str)
+    from .stack import CHOICES
+
     kw: dict[str, Any] = {}
     for key, (field, kind, load, _) in fields.items():
         if key in table:
+            if key in CHOICES and not isinstance(table[key], str):
+                raise SpecError(f"{where}.{key}", table[key],
+                                "must be one of " + ", ".join(CHOICES[key]))
             kw[field] = load(_typed(table, key, where, kind), f"{where}.{key}")
     if base is not None and "default_zero" in kw and "default_zero_with_pp" not in kw:
         kw["default_zero_with_pp"] = None  # (a file's own default holds under PP too)

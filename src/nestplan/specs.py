@@ -1298,15 +1298,19 @@ def dense_etp(model: ModelSpec, etp: int) -> SpecError:
     return SpecError("etp", etp, f"{model.name} has no experts; leave etp unset")
 
 
-def unfoldable(etp: int, ep: int, room: int, how: str = "", *, gpus: bool = False) -> SpecError:
+def unfoldable(etp: int, ep: int, room: int, how: str = "", *, gpus: bool = False,
+               etp_is_tp: bool = False) -> SpecError:
     """The refusal of an expert grid etp·ep that does not divide the ``room`` (tp·cp·dp ranks,
     ``how`` says when it was known otherwise; ``gpus``: the room is the GPUs, which tp·cp·dp
     only divides) it folds over, naming etp where it alone cannot divide the room or ep is 1,
-    else ep."""
+    else ep; ``etp_is_tp``: etp was not given and took tp's value, which the advice says (a MoE
+    trial's --tp 2 --ep 8 on 8 GPUs had not been told where the 2 came from)."""
     field, value = ("etp", etp) if ep == 1 or room % etp else ("ep", ep)
     ranks = f"tp·cp·dp, a divisor of gpus = {room}" if gpus else f"tp·cp·dp = {room}{how}"
+    advice = (f"etp, not given, is tp's {etp}; etp = 1 folds the experts over the TP ranks"
+              if etp_is_tp and etp > 1 and room % ep == 0 else "")
     return SpecError(field, value, f"etp·ep = {etp}·{ep} must divide {ranks}, the ranks the "
-                     "expert grid folds over")
+                     "expert grid folds over", advice)
 
 
 def etp_refusal(moe: "MoESpec", etp: int) -> SpecError | None:
@@ -1423,7 +1427,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         if par.ep > m.moe.experts or m.moe.experts % par.ep:
             raise SpecError("ep", par.ep, f"must divide the {m.moe.experts} experts of {m.name}")
         if (par.tp * par.cp * par.dp) % (par.expert_tp * par.ep):
-            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp)
+            raise unfoldable(par.expert_tp, par.ep, par.tp * par.cp * par.dp,
+                             etp_is_tp=par.etp is None)
         if par.tp > 1 and not par.sp:
             # (what the stack lacks first: asking for --sp would only draw its refusal next)
             if stack and (axis := sc.stack.missing_axis(par)) is not None:

@@ -51,6 +51,15 @@ INTERLEAVED_ROUNDS = ("pp", "floor", "any")
 """What ``StackSpec.interleaved_rounds`` may say."""
 CP_EXCHANGES = ("ring", "allgather", "flex_allgather")
 """What ``StackSpec.cp_exchange`` may say."""
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+"""What ``StackSpec.moe_dispatcher`` may say."""
+MOE_OVERLAPS = ("none", "shared", "batch")
+"""What ``StackSpec.moe_overlap`` may say."""
+CHOICES = {"moe_dispatcher": MOE_DISPATCHERS, "moe_overlap": MOE_OVERLAPS,
+           "cuda_graphs": CUDA_GRAPHS, "interleaved_rounds": INTERLEAVED_ROUNDS,
+           "cp_exchange": CP_EXCHANGES, "export_format": FORMATS}
+"""The stack-file keys whose string is one of a few words, and those words (a file giving another
+kind of value is told them too: a MoE trial's moe_overlap = true had been told "a string")."""
 MAX_LOSS_CHUNKS = 1024
 """Most ``StackSpec.loss_chunks`` (torchtitan's default is 8)."""
 Refusal = tuple[str, object, str] | tuple[str, object, str, str]
@@ -482,11 +491,12 @@ class StackSpec(_CachedHash):
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
-        if self.moe_dispatcher not in ("alltoall", "allgather", "flex"):
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError("stack.moe_dispatcher", self.moe_dispatcher,
-                            "allowed: alltoall, allgather, flex")
-        if self.moe_overlap not in ("none", "shared", "batch"):
-            raise SpecError("stack.moe_overlap", self.moe_overlap, "allowed: none, shared, batch")
+                            "allowed: " + ", ".join(MOE_DISPATCHERS))
+        if self.moe_overlap not in MOE_OVERLAPS:
+            raise SpecError("stack.moe_overlap", self.moe_overlap,
+                            "allowed: " + ", ".join(MOE_OVERLAPS))
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
         _names("stack.eager_ops", self.eager_ops, EAGER_OPS, "names must differ")

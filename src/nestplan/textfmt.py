@@ -23,6 +23,29 @@ CP_EXCHANGE_TEXT = {
 """How each ``StackSpec.cp_exchange_for`` value moves K/V, for the text output."""
 
 
+MOE_OVERLAP_TEXT = {"none": "not overlapped",
+                    "shared": "overlapped with the shared experts",
+                    "batch": "overlapped with another micro-batch's compute"}
+"""How each ``StackSpec.moe_overlap`` value hides the expert exchange, for the text output."""
+
+
+def moe_behaviour_text(ev: Evaluation) -> str:
+    """How the stack runs the experts, which an MoE plan's time turns on: its dispatcher, what
+    hides the exchange, CUDA graphs and the host wait per MoE layer (a MoE trial: plan and
+    evaluate had named the stack only, and its catalog nemo runs none of NeMo's MoE recipes'
+    dispatchers, overlaps or graphs)."""
+    sc, st = ev.scenario, ev.scenario.stack
+    graphs = {"none": "no CUDA graphs", "full_iteration": "one CUDA graph for the whole step",
+              "layers": "CUDA graphs of "
+              + (", ".join(st.cuda_graph_modules) if st.cuda_graph_modules else "whole layers")}
+    wait = st.moe_host_wait(sc.training, ev.plan.ep)
+    return (f"experts: dispatcher {st.moe_dispatcher}, their exchange "
+            f"{MOE_OVERLAP_TEXT.get(st.moe_overlap, st.moe_overlap)}, "
+            f"{graphs.get(st.cuda_graphs, st.cuda_graphs)}, "
+            + (f"host wait {wait * 1e3:.1f} ms per MoE layer" if wait else "no host wait")
+            + f" (stack {st.name}; README \"Training stacks\" for the others)")
+
+
 def group_crossings(ev: Evaluation) -> list[tuple[str, int, str]]:
     """Each parallel group of more than one device: its name, size and the highest network level
     it crosses (``Evaluation.group_levels``; the dense gradients' group named dp·cp where CP
@@ -184,6 +207,13 @@ def evaluation(ev: Evaluation) -> str:
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "
         f"{'fits' if ev.fits else 'DOES NOT FIT'}",
     ]
+    partial = [n for n in dict.fromkeys(ev.plan.recompute)
+               if sc.stack.policy(n).kind not in ("none", "full")]
+    if partial:  # (a name means what its stack says: a MoE trial read "selective" alike on stacks
+        # that recompute core_attn, mla_up_proj or layernorm and moe_act by it)
+        out.insert(2, "recompute        " + "; ".join(f"{n} = {sc.stack.policy(n).rule}"
+                                                     for n in partial)
+                   + f" (stack {sc.stack.name}'s policies)")
     if not ev.fits:
         out.append(f"  why: {ev.why_not}")
     else:
@@ -211,6 +241,8 @@ def evaluation(ev: Evaluation) -> str:
         out.append(f"context parallelism exchanges K/V as "
                    f"{CP_EXCHANGE_TEXT[sc.stack.cp_exchange_for(sc.model)]} "
                    f"(stack {sc.stack.name})")
+    if ev.scenario.model.moe is not None:
+        out.append(moe_behaviour_text(ev))
     crossings = group_crossings(ev)
     if crossings:
         out.append("highest network level each group crosses: " + ", ".join(
@@ -256,6 +288,9 @@ for a dense model, stage-layers "-" for the even split); the last four are text
 (left-aligned)."""
 
 
+CLOSE_PLANS = 0.03
+"""Plans whose steps are within this share of the best are named as too close to call: the
+published runs' mean error is 3.8 % (README "Accuracy")."""
 ORDER_TIE = 1e-4
 """Plans alike but for their rank order whose steps differ by at most this share are one row."""
 
@@ -314,6 +349,13 @@ def search_result(res) -> str:
         out.append(f"(a row of several orders: plans alike but for their rank order, within "
                    f"{ORDER_TIE:.2%} of the first's step, which the row shows; a larger --top "
                    "lists more plans)")
+    close = [ev for ev in res.plans[1:] if ev.step_time <= (1 + CLOSE_PLANS) * best.step_time
+             and best.plan.with_(rank_order=ev.plan.rank_order) != ev.plan]
+    if close:  # (a MoE trial chose between plans 3 % apart, which the output did not put in
+        # proportion to the model's error)
+        out.append(f"({len(close)} other plan{'s' if len(close) > 1 else ''} within "
+                   f"{CLOSE_PLANS:.0%} of the best: closer than this model's error on measured "
+                   f"runs (README \"Accuracy\"), so measure before choosing between them)")
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:
         out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")

@@ -35,6 +35,11 @@ PP_DP_ORDER = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
 """Megatron-LM's rank order under --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp' instead of
 'tp-cp-ep-dp-pp' (megatron/training/initialize.py @ d98e8a64dd)."""
 
+HGX_NVLINK_GPUS = 8
+"""GPUs one HGX/DGX board joins by NVLink (DGX H100 and DGX B200: 8 GPUs on NVSwitch, NVIDIA's
+DGX user guides; the catalog's dgx-* clusters): an NVLink domain of more spans several nodes
+(multi-node NVLink, GB200/GB300 NVL72)."""
+
 
 def launch_order(par, model) -> tuple:
     """The rank order the export launches Megatron-LM in: its default, or its pp-before-dp one
@@ -471,7 +476,12 @@ def export(pf: PlanFile) -> Export:
                              f"and this model routes to {m.moe.top_k}, so the export leaves it "
                              "out and the run weights the experts' outputs instead")
         if sc.stack.moe_dispatcher == "flex":
-            args.append("--moe-flex-dispatcher-backend deepep")
+            # "Currently only 'hybridep' backend supports the MNNVL case" (moe_flex_dispatcher_
+            # backend, transformer_config.py @ d98e8a64dd): an NVLink domain of more than one
+            # 8-GPU HGX board, as GB200/GB300 NVL72 racks are, whose recipes set hybridep (a MoE
+            # trial's GB200 export had asked for deepep, which their rows did not run)
+            backend = "hybridep" if sc.cluster.devices_per_node > HGX_NVLINK_GPUS else "deepep"
+            args.append(f"--moe-flex-dispatcher-backend {backend}")
         if tr.moe_capacity is not None:
             args.append(f"--moe-expert-capacity-factor {tr.moe_capacity:g}")
             if sc.stack.pads_experts(tr):
@@ -661,10 +671,15 @@ def export(pf: PlanFile) -> Export:
         # megatron/training/arguments.py @ d98e8a64dd), twice the memory the plan was costed with
         args.append("--grad-reduce-in-bf16")
     if tr.precision is Precision.FP8:
-        # per-tensor current scaling: the per-tensor casts the cost model charges, and (unlike
-        # Megatron's default, delayed scaling) it runs with layernorm and moe_act recomputation
-        # (transformer_config.py @ d98e8a64dd); NeMo's Hopper recipes use it (*_FP8_CS)
-        args += ["--fp8-format hybrid", "--fp8-recipe tensorwise",
+        # per-tensor current scaling on Hopper, MXFP8 (1x32 blocks, Blackwell's tensor cores) from
+        # compute capability 10: both run with layernorm and moe_act recomputation, unlike
+        # Megatron's default, delayed scaling (transformer_config.py @ d98e8a64dd), and both cast
+        # each input once, as the cost model charges; NeMo's Hopper recipes use the first
+        # (*_FP8_CS), its Blackwell ones the second (fp8_mx, e.g. _enable_deepseek_full_iteration_
+        # mxfp8, src/megatron/bridge/perf_recipes/deepseek/common.py @ NVIDIA-NeMo/Megatron-Bridge
+        # 067f987df0; a MoE trial's GB200 export had asked for the Hopper recipe)
+        recipe = "mxfp8" if sc.cluster.accelerator.compute_capability >= 10.0 else "tensorwise"
+        args += ["--fp8-format hybrid", f"--fp8-recipe {recipe}",
                  "--transformer-impl transformer_engine"]
         # the stack whose memory the run is predicted with
         if par.zero >= 1 and launching_stack(sc.stack, "megatron").fp8_primary_weights:
