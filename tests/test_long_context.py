@@ -84,6 +84,12 @@ def test_compare_says_when_its_speedups_are_over_a_manual_plan_without_cp():
                          "fp8", "--pp", 1, "--cp", 4, timeout=300)
     assert code == 0, err
     assert not [n for n in notes(err) if "manual's rules" in n]
+    # the notes plan gives of its best plan, compare gives of the fastest (it had given none)
+    code, out, err = cli("compare", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 16, "--global-batch", 4, "--seq-len", 65536, "--pp", 1,
+                         "--stack", "nemo", timeout=300)
+    assert code == 0, err
+    assert [n for n in notes(err) if "long-context runs on H100" in n], err
 
 
 def test_plans_alike_but_for_their_rank_order_share_a_row():

@@ -27,6 +27,9 @@ MOE_OVERLAP_TEXT = {"none": "not overlapped",
                     "shared": "overlapped with the shared experts",
                     "batch": "overlapped with another micro-batch's compute"}
 """How each ``StackSpec.moe_overlap`` value hides the expert exchange, for the text output."""
+CUDA_GRAPHS_TEXT = {"none": "no CUDA graphs", "full_iteration": "one CUDA graph for the whole step",
+                    "layers": "CUDA graphs of {}"}
+"""What each ``StackSpec.cuda_graphs`` value replays ({}: the graphed modules), for the text."""
 
 
 def moe_behaviour_text(ev: Evaluation) -> str:
@@ -35,13 +38,11 @@ def moe_behaviour_text(ev: Evaluation) -> str:
     evaluate had named the stack only, and its catalog nemo runs none of NeMo's MoE recipes'
     dispatchers, overlaps or graphs)."""
     sc, st = ev.scenario, ev.scenario.stack
-    graphs = {"none": "no CUDA graphs", "full_iteration": "one CUDA graph for the whole step",
-              "layers": "CUDA graphs of "
-              + (", ".join(st.cuda_graph_modules) if st.cuda_graph_modules else "whole layers")}
+    graphs = CUDA_GRAPHS_TEXT[st.cuda_graphs].format(
+        ", ".join(st.cuda_graph_modules) if st.cuda_graph_modules else "whole layers")
     wait = st.moe_host_wait(sc.training, ev.plan.ep)
     return (f"experts: dispatcher {st.moe_dispatcher}, their exchange "
-            f"{MOE_OVERLAP_TEXT.get(st.moe_overlap, st.moe_overlap)}, "
-            f"{graphs.get(st.cuda_graphs, st.cuda_graphs)}, "
+            f"{MOE_OVERLAP_TEXT[st.moe_overlap]}, {graphs}, "
             + (f"host wait {wait * 1e3:.1f} ms per MoE layer" if wait else "no host wait")
             + f" (stack {st.name}; README \"Training stacks\" for the others)")
 
@@ -295,23 +296,33 @@ ORDER_TIE = 1e-4
 """Plans alike but for their rank order whose steps differ by at most this share are one row."""
 
 
-def _top_rows(plans) -> list[list[str]]:
-    """``plan``'s list, one row for plans next to each other that differ in their rank order
-    alone and are predicted as fast (a long-context trial's top five were one plan in five orders:
-    placements that cost alike to a few parts in a million, which hid the next plans)."""
-    order = TOP_COLUMNS.index("order")
-    rows, kept = [], []
+def _order_twins(plans) -> list[list[int]]:
+    """The indices of ``plans`` grouped where plans next to each other differ in their rank order
+    alone and are predicted as fast, within ``ORDER_TIE`` of the group's first (a long-context
+    trial's top five were one plan in five orders: placements that cost alike to a few parts in a
+    million, which hid the next plans)."""
+    groups: list[list[int]] = []
     for i, ev in enumerate(plans):
-        cells = _cells(i + 1, ev)
-        prev = kept[-1] if kept else None
-        if (prev is not None and prev.plan.with_(rank_order=ev.plan.rank_order) == ev.plan
-                and abs(prev.step_time - ev.step_time) <= ORDER_TIE * ev.step_time):
-            first = rows[-1][0].split("-")[0]
-            rows[-1][0] = f"{first}-{i + 1}"
-            rows[-1][order] += f" {cells[order]}"
-            continue
+        if groups:
+            first = plans[groups[-1][0]]
+            if (first.plan.with_(rank_order=ev.plan.rank_order) == ev.plan
+                    and abs(first.step_time - ev.step_time) <= ORDER_TIE * ev.step_time):
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+def _top_rows(plans, groups) -> list[list[str]]:
+    """``plan``'s list: a row per group of ``_order_twins``, its ranks and orders all named."""
+    order = TOP_COLUMNS.index("order")
+    rows = []
+    for g in groups:
+        cells = _cells(g[0] + 1, plans[g[0]])
+        if len(g) > 1:
+            cells[0] = f"{g[0] + 1}-{g[-1] + 1}"
+            cells[order] = " ".join(_cells(i + 1, plans[i])[order] for i in g)
         rows.append(cells)
-        kept.append(ev)
     return rows
 
 
@@ -343,14 +354,15 @@ def search_result(res) -> str:
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
            f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
            f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
-    rows = _top_rows(res.plans)
+    groups = _order_twins(res.plans)
+    rows = _top_rows(res.plans, groups)
     out += aligned(TOP_COLUMNS, rows, right=range(TOP_COLUMNS.index("recompute")))
-    if len(rows) < len(res.plans):
+    if len(groups) < len(res.plans):
         out.append(f"(a row of several orders: plans alike but for their rank order, within "
                    f"{ORDER_TIE:.2%} of the first's step, which the row shows; a larger --top "
                    "lists more plans)")
-    close = [ev for ev in res.plans[1:] if ev.step_time <= (1 + CLOSE_PLANS) * best.step_time
-             and best.plan.with_(rank_order=ev.plan.rank_order) != ev.plan]
+    close = [g for g in groups[1:]  # (as the rows count them: a review's count had not)
+             if res.plans[g[0]].step_time <= (1 + CLOSE_PLANS) * best.step_time]
     if close:  # (a MoE trial chose between plans 3 % apart, which the output did not put in
         # proportion to the model's error)
         out.append(f"({len(close)} other plan{'s' if len(close) > 1 else ''} within "

@@ -482,6 +482,10 @@ def export(pf: PlanFile) -> Export:
             # trial's GB200 export had asked for deepep, which their rows did not run)
             backend = "hybridep" if sc.cluster.devices_per_node > HGX_NVLINK_GPUS else "deepep"
             args.append(f"--moe-flex-dispatcher-backend {backend}")
+            if backend == "hybridep":  # (a review's: the launch fails without it)
+                notes.append("--moe-flex-dispatcher-backend hybridep needs DeepEP built with "
+                             "HybridEP (deep_ep.HybridEPBuffer, which Megatron-Core imports in "
+                             "megatron/core/transformer/moe/fused_a2a.py)")
         if tr.moe_capacity is not None:
             args.append(f"--moe-expert-capacity-factor {tr.moe_capacity:g}")
             if sc.stack.pads_experts(tr):
@@ -677,9 +681,12 @@ def export(pf: PlanFile) -> Export:
         # each input once, as the cost model charges; NeMo's Hopper recipes use the first
         # (*_FP8_CS), its Blackwell ones the second (fp8_mx, e.g. _enable_deepseek_full_iteration_
         # mxfp8, src/megatron/bridge/perf_recipes/deepseek/common.py @ NVIDIA-NeMo/Megatron-Bridge
-        # 067f987df0; a MoE trial's GB200 export had asked for the Hopper recipe)
-        recipe = "mxfp8" if sc.cluster.accelerator.compute_capability >= 10.0 else "tensorwise"
-        args += ["--fp8-format hybrid", f"--fp8-recipe {recipe}",
+        # 067f987df0; a MoE trial's GB200 export had asked for the Hopper recipe), MXFP8 in
+        # e4m3 as their bf16_with_mxfp8_mixed sets it (training/mixed_precision.py there; an
+        # accelerator file without a compute capability is taken as pre-Blackwell)
+        mx = (sc.cluster.accelerator.compute_capability or 0.0) >= 10.0
+        args += [f"--fp8-format {'e4m3' if mx else 'hybrid'}",
+                 f"--fp8-recipe {'mxfp8' if mx else 'tensorwise'}",
                  "--transformer-impl transformer_engine"]
         # the stack whose memory the run is predicted with
         if par.zero >= 1 and launching_stack(sc.stack, "megatron").fp8_primary_weights:
@@ -687,6 +694,11 @@ def export(pf: PlanFile) -> Export:
             # the memory model counts them (StackSpec.fp8_primary_weights); Megatron-LM allows it
             # with the distributed optimizer or FSDP (validate_args @ d98e8a64dd)
             args.append("--fp8-param-gather")
+            if mx and par.zero == 1:  # under MXFP8 the distributed optimizer's parameter
+                # all-gather reuses the gradient buffer, "only when fp8_recipe is mxfp8 and
+                # fp8_param_gather is True" (distributed_data_parallel_config.py @ d98e8a64dd),
+                # as NeMo's recipe sets it; Megatron-FSDP (ZeRO 2/3) turns it off (validate_args)
+                args.append("--reuse-grad-buf-for-mxfp8-param-ag")
     notes += _connections_note(args, par, sc.cluster.accelerator)
     notes += rank_note(par, order, "Megatron", "tp-cp-ep-dp-pp",
                        "python pretrain_gpt.py ARGUMENTS")

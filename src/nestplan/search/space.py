@@ -47,6 +47,14 @@ MIN_CP_CHUNK = 1024
 MAX_MBS = 16
 
 
+def cp_offered(seq_len: int, cp: int, fixed: int | None = None) -> bool:
+    """The search offers context parallelism of ``cp`` for sequences of ``seq_len``: two
+    load-balanced causal chunks a rank, each rank's at least ``MIN_CP_CHUNK`` tokens unless the
+    degree is ``fixed`` (the command line's, which check_plan alone judges)."""
+    return cp == 1 or (seq_len % (2 * cp) == 0
+                       and (seq_len // cp >= MIN_CP_CHUNK or cp == fixed))
+
+
 @cached(maxsize=4096)
 def _divisors(n: int) -> tuple[int, ...]:
     return tuple(divisors(n))
@@ -95,8 +103,7 @@ def shapes(sc: Scenario, con: Constraints):
         sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
         for sp in _pick(con.sp, sps):
             # the search's floors on chunks and micro-batches hold a fixed value to check_plan
-            cps = [c for c in _divisors(gpus // tp) if c == 1 or (tr.seq_len % (2 * c) == 0 and (
-                tr.seq_len // c >= MIN_CP_CHUNK or c == con.cp))]
+            cps = [c for c in _divisors(gpus // tp) if cp_offered(tr.seq_len, c, con.cp)]
             for cp in _pick(con.cp, cps):
                 if sp and tp > 1 and (tr.seq_len // cp) % tp:
                     continue
