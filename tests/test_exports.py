@@ -2328,3 +2328,18 @@ def test_a_model_torchtitan_is_not_matched_to_is_described_for_its_definition(tm
     assert "llama3_70b" in note and "ships no definition" not in note
     assert ("dim 8192, 80 layers, 64 heads (8 KV) of 128, swiglu FFN 29568, vocabulary 152064; "
             "RoPE theta 1e+06; q/k/v biases") in note
+
+
+def test_an_fp8_export_on_an_accelerator_without_a_compute_capability(tmp_path):
+    """The fp8 recipe follows the compute capability (MXFP8 from 10); an accelerator file that
+    gives none (the catalog's MI300X, as most users' own) is taken as pre-Blackwell: a review's
+    export of such a plan had failed on comparing None with 10."""
+    cluster = tmp_path / "mi.toml"
+    cluster.write_text('name = "mi"\naccelerator = "mi300x"\n[[levels]]\nname = "xgmi"\nsize = 8\n'
+                       'bandwidth_GBps = 448\nlatency_us = 3\nefficiency = 0.8\n[[levels]]\n'
+                       'name = "net"\nbandwidth_GBps = 50\nlatency_us = 14\nefficiency = 0.9\n')
+    sc = scenario_from_names("llama3-8b", str(cluster), 16, seq_len=4096, global_batch=16,
+                             precision=Precision.FP8)
+    assert sc.cluster.accelerator.compute_capability is None
+    text = exported(sc, Parallelism(dp=16, zero=1, mbs=1), "megatron").text
+    assert "--fp8-recipe tensorwise \\" in text and "--fp8-format hybrid \\" in text
