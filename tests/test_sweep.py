@@ -780,10 +780,11 @@ def test_a_grid_sets_mtp_depths_headroom_and_a_fixed_schedule(tmp_path):
         tmp_path, grid, "again.toml")).points()]
 
 
-def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
+def test_an_edited_cluster_file_runs_its_points_again(tmp_path, capsys):
     """A point's id holds what the files it names load (a cluster here): after the file is
     edited the re-run runs that point again, not the one on the catalog cluster; the old row is
-    kept as a row of another grid."""
+    kept as a row of another grid, and the note says the plot draws this sweep's points only (a
+    datacenter trial's other grid's plot had been redrawn without a word)."""
     from pathlib import Path
 
     import nestplan
@@ -800,9 +801,12 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path):
     after = {p["cluster"]: p.id for p in load(path).points()}
     assert after["dgx-h100-ndr"] == before["dgx-h100-ndr"]
     assert after["fab.toml"] != before["fab.toml"]
+    capsys.readouterr()
     assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})
+    out = capsys.readouterr().out
+    assert "1 rows of" in out and "its plot, s.svg, is redrawn with this sweep's points only" in out
 
 
 def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):

@@ -101,10 +101,11 @@ def run_command(args) -> int:
         # counted; still exit 0, every point has its row)
         print(f"sweep: note: no point found a plan that fits; each infeasible row's error column "
               f"says why (the first, {s.first_infeasible})")
-    if s.foreign:
+    if s.foreign:  # (the plot: a datacenter trial's other grid's plot was redrawn without a word)
         print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
               "(kept: rows of another grid, or of a model, cluster or stack since changed: a file "
-              "edited, or a catalog entry of another release)")
+              "edited, or a catalog entry of another release); its plot, "
+              f"{spec.output.with_suffix('.svg').name}, is redrawn with this sweep's points only")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     if s.errors and not (s.ok or s.infeasible or s.skipped):
         print(f"nestplan: sweep: every point failed ({_n(s.errors, 'error')}); the error column of "
