@@ -958,3 +958,15 @@ def test_a_grid_whose_gpu_counts_the_scale_up_domains_do_not_divide_says_so(tmp_
     assert ("grid: on nvl72, the cluster's nvlink domains hold 72 devices, which do not divide the "
             "1,024 of the job (14 whole and 16 of another)") in notes[0]
     assert notes[0].endswith("(and so for the points of 2,048 GPUs)")
+
+
+def test_a_row_says_whether_its_groups_straddle_the_scale_up_domains(tmp_path):
+    """The straddles_domains column holds what the note says once on stderr, row by row: a job
+    the innermost domains do not divide (96 GPUs of 64-GPU racks) straddles them, one they divide
+    does not (a datacenter trial's design review read a CSV without the note)."""
+    grid = ('[grid]\nmodel = ["llama3-8b"]\ncluster = ["gb200-nvl72-ndr"]\ngpus = [64, 96]\n'
+            'seq_len = [2048]\nglobal_batch = [192]\n')
+    path = _write(tmp_path, grid)
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    rows = {int(r["gpus"]): r for r in _rows(tmp_path / "s.csv")}
+    assert {g: r["straddles_domains"] for g, r in rows.items()} == {64: "false", 96: "true"}

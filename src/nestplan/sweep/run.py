@@ -30,7 +30,7 @@ from .spec import RESULT_COLUMNS, RESULT_TYPES, TIME_PARTS, Point, SweepSpec
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
-                                                        "search_seconds")
+                                                        "search_seconds", "straddles_domains")
                  and not c.startswith("time_"))
 """Result columns taken from the best plan's ``--json`` object as they are (the ``time_*_s``
 columns from its ``time_s``)."""
@@ -74,6 +74,11 @@ def run_task(scenario, method: str, constraints) -> dict:
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
     # whichever method split the plan (blank only in rows kept from a file of before the column)
     row["stage_layers"] = list_text(blocks_per_chunk(scenario.model, plan))
+    # groups straddle the scale-up domains, which the sweep's note says once on stderr and a
+    # design review reading the file had not seen (a datacenter trial's 72-GPU racks at 1,024)
+    from ..textfmt import partial_domain_text
+
+    row["straddles_domains"] = partial_domain_text(scenario.cluster, scenario.gpus) is not None
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
@@ -136,10 +141,10 @@ class Existing:
 
 LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                  ("hfu", "model_tflops_per_gpu", "margin_gib",
-                  *(f"time_{part}_s" for part in TIME_PARTS)))
+                  *(f"time_{part}_s" for part in TIME_PARTS)), ("straddles_domains",))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening): a results CSV written before some of them
-resumes, its rows with those cells blank (the point ids did not change)."""
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06): a results CSV written before some
+of them resumes, its rows with those cells blank (the point ids did not change)."""
 
 
 def _header_before(columns: list[str], header: list[str]) -> bool:

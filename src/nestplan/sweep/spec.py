@@ -94,7 +94,8 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "fits": bool, "tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int,
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
                 "mbs": int, "rank_order": str, "stage_layers": str,
-                **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float}
+                **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float,
+                "straddles_domains": bool}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
