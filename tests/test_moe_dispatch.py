@@ -300,6 +300,15 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["training"]["moe_imbalance"] == 1.5
     code, out, err = cli("evaluate", "--plan", tmp_path / "p.json", "--json")
     assert json.loads(out)["step_time_s"] == pytest.approx(skewed["step_time_s"])
+    # a saved plan at another routing balance: evaluate --plan takes --moe-imbalance (a MoE
+    # trial's what-if had been refused), checked as without --plan
+    code, out, err = cli(*base, "--save", tmp_path / "even.json")
+    code, out, err = cli("evaluate", "--plan", tmp_path / "even.json", "--moe-imbalance", 1.5,
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == pytest.approx(skewed["step_time_s"])
+    assert one_line_error(*cli("evaluate", "--plan", tmp_path / "even.json", "--moe-imbalance",
+                               0.5), "moe-imbalance: got 0.5; must be in [1, 64]")
     assert one_line_error(*cli(*base, "--moe-imbalance", 0.5),
                           "moe-imbalance: got 0.5; must be in [1, 64]: the busiest expert rank's")
     assert one_line_error(*cli(*base, "--moe-capacity-factor", 0.5),
@@ -1043,3 +1052,20 @@ def test_a_capacity_factor_under_balanced_routing_is_said_to_change_nothing():
         said = "drops nothing and changes nothing here" in err
         assert said == (extra[:1] == ("--moe-capacity-factor",) and len(extra) == 2), (extra, err)
     assert steps[()] == steps[("--moe-capacity-factor", 1.5)]
+
+
+def test_a_searched_plan_saved_at_another_routing_balance_is_not_saved_as_found(tmp_path):
+    """A plan found at balanced routing, evaluated and saved at another balance, is saved as
+    evaluated, not as found by its method (its search was at the file's balance)."""
+    from console import cli
+
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-b200-ndr", "--gpus", 8,
+                         "--global-batch", 64, "--seq-len", 4096, "--save", tmp_path / "q.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "q.json").read_text())["method"] == "nest"
+    code, out, err = cli("evaluate", "--plan", tmp_path / "q.json", "--moe-imbalance", 1.3,
+                         "--save", tmp_path / "q2.json")
+    assert code == 0, err
+    assert "not saved as found by nest" in err and "evaluated at 1.3" in err
+    saved = json.loads((tmp_path / "q2.json").read_text())
+    assert saved.get("method") is None and saved["training"]["moe_imbalance"] == 1.3

@@ -451,6 +451,23 @@ PLAN_FILE_HOLDS = EVALUATE_NEEDS + ("precision", "stack", "dp", "cp", "ep", "etp
                                     "moe_capacity_factor", "mtp_layers", "stage_layers",
                                     "attention_span")
 """Flags that ``evaluate --plan`` takes from the plan file instead."""
+PLAN_WHAT_IFS = ("cluster", "moe_imbalance")
+"""Of those, what ``evaluate --plan`` may change (a MoE trial could not see a saved plan at a
+trained router's balance, which the balanced-routing note asks about)."""
+
+
+@_as_flags
+def _at_imbalance(args, sc):
+    """``sc`` with the busiest expert rank at ``--moe-imbalance`` times the mean (checked as the
+    flag is without --plan; a note for a model without experts, as there)."""
+    from dataclasses import replace
+
+    if sc.model.moe is None:
+        from .errors import note_no_experts
+
+        note_no_experts("--moe-imbalance", sc.model.name)
+        return sc
+    return replace(sc, training=replace(sc.training, moe_imbalance=args.moe_imbalance))
 
 
 def cmd_evaluate(args) -> int:
@@ -460,15 +477,19 @@ def cmd_evaluate(args) -> int:
     pf = None
     if args.plan is not None:
         given = [f"--{'no-' if getattr(args, n) is False else ''}{n.replace('_', '-')}"
-                 for n in PLAN_FILE_HOLDS if getattr(args, n) is not None and n != "cluster"]
+                 for n in PLAN_FILE_HOLDS if getattr(args, n) is not None
+                 and n not in PLAN_WHAT_IFS]
         if given:
             raise UsageError(f"--plan takes the whole plan from the file; drop {' '.join(given)} "
-                             "(or leave out --plan; --cluster may move it to another cluster)")
+                             "(or leave out --plan; --cluster may move it to another cluster, "
+                             "--moe-imbalance load its experts otherwise)")
         pf = _load_plan(args.plan)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
         if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
             sc = _on_cluster(sc, args.cluster)
             _note_straddling_domains(sc)
+        if args.moe_imbalance is not None:  # the same plan at another routing balance
+            sc = _at_imbalance(args, sc)
         check_plan(sc, plan)
     else:
         missing = [f"--{n.replace('_', '-')}" for n in EVALUATE_NEEDS if getattr(args, n) is None]
@@ -492,7 +513,9 @@ def cmd_evaluate(args) -> int:
         moved = [what for what, changed in (
             ("cluster", pf is not None and sc.cluster != pf.scenario.cluster),
             ("memory headroom", pf is not None
-             and sc.memory_headroom != pf.scenario.memory_headroom)) if changed]
+             and sc.memory_headroom != pf.scenario.memory_headroom),
+            ("routing balance", pf is not None
+             and sc.training.moe_imbalance != pf.scenario.training.moe_imbalance)) if changed]
         if moved and pf.comparison:  # (dropped without a word, even for the file's own cluster)
             note(f"--save: the methods compared in {args.plan} are not saved: their "
                  f"results are for its {' and '.join(moved)}")
@@ -502,6 +525,11 @@ def cmd_evaluate(args) -> int:
             note(f"--save: not saved as found by {method}: {args.plan}'s plan was "
                  f"searched on {pf.scenario.cluster.name} and is only evaluated on "
                  f"{sc.cluster.name}")
+            method = None
+        elif method and "routing balance" in moved:  # (found for the file's balance)
+            note(f"--save: not saved as found by {method}: {args.plan}'s plan was searched "
+                 f"at routing balance {pf.scenario.training.moe_imbalance:g} and is only "
+                 f"evaluated at {sc.training.moe_imbalance:g}")
             method = None
         planfile.save(ev, args.save, method=method,
                       comparison=pf.comparison if pf and not moved else None)
