@@ -24,6 +24,19 @@ H100_7B = ("evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100-ndr", "--g
            4, "--pp", 1, "--cp", 4, "--mbs", 1, "--global-batch", 32, "--precision", "fp8")
 
 
+def runs_of(source: Path, keep, path: Path) -> Path:
+    """A runs CSV at ``path`` of the rows of ``source`` that ``keep`` (a row's dict) keeps."""
+    with open(source, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [r for r in reader if keep(r)]
+        fields = reader.fieldnames
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def notes(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("nestplan: note:")]
 
@@ -115,15 +128,8 @@ def test_plans_alike_but_for_their_rank_order_share_a_row():
 def test_a_calibrated_stack_says_when_it_is_used_far_from_its_runs(tmp_path):
     """A calibration records the lengths and accelerators of its runs; a plan far from them is
     noted (a user's fit on 2K-8K runs predicted its 64K-1M runs 45 % slow without a word)."""
-    with open(DATA / "long_context_runs.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        row = next(r for r in reader if r["id"] == "nemo-longseq-b200-llama3-8b-8k")
-        fields = reader.fieldnames
-    runs = tmp_path / "mine.csv"
-    with open(runs, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerow(row)
+    runs = runs_of(DATA / "long_context_runs.csv",
+                   lambda r: r["id"] == "nemo-longseq-b200-llama3-8b-8k", tmp_path / "mine.csv")
     out_file = tmp_path / "mine.toml"
     code, out, err = cli("calibrate", runs, "--stack", "nemo", "-o", out_file)
     assert code == 0, err
@@ -159,15 +165,10 @@ def test_calibrate_says_when_the_rows_left_out_are_predicted_worse_than_before(t
     """Each row predicted by the fit without it: their mean beside the mean before and after,
     and a word when it is worse than before (a user's 3-row fit, 6.5 % before and 7.4 % left
     out, had said nothing)."""
-    with open(DATA / "held_out_runs.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [r for r in reader if r["id"].startswith("nemo2502-b200-")][:3]
-        fields = reader.fieldnames
-    runs = tmp_path / "three.csv"
-    with open(runs, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    three = ("nemo2502-b200-gpt3-175b-512g", "nemo2502-b200-llama3-8b-8g",
+             "nemo2502-b200-llama3-70b-64g")  # (the file's first three B200 rows)
+    runs = runs_of(DATA / "held_out_runs.csv", lambda r: r["id"] in three,
+                   tmp_path / "three.csv")
     code, out, err = cli("calibrate", runs, "--stack", "nemo", "-o", tmp_path / "three.toml")
     assert code == 0, err
     table = [line.split() for line in out.splitlines() if line.startswith("nemo2502-")]

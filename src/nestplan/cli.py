@@ -656,7 +656,7 @@ def _note_long_context_on_hopper(ev) -> None:
 def _note_short_cp_chunks(ev) -> None:
     """Say when context parallelism leaves each rank fewer tokens than the search's floor (a
     trial's CP 32 at 2,048 tokens, 64 per rank, evaluated without a word)."""
-    from .search.space import MIN_CP_CHUNK
+    from .specs import MIN_CP_CHUNK
 
     par, seq = ev.plan, ev.scenario.training.seq_len
     if par.cp > 1 and seq // par.cp < MIN_CP_CHUNK:
@@ -890,7 +890,7 @@ def _searchable(args):
     check_constraints(sc, con)
     if getattr(args, "method", None) not in (None, "manual"):  # plan, with a search; compare
         refuse_unsearchable(con)  # (no --method) shows each method's reason instead
-    _note_no_cp_split(sc, con)  # (last: it loads the search's space, and numpy with it)
+    _note_no_cp_split(sc, con)
     return sc, con
 
 
@@ -903,15 +903,15 @@ def _note_no_cp_split(sc, con) -> None:
     allow splits it into an even number of tokens per rank (load-balanced causal chunks), so the
     search runs without CP (a long-context trial's 131,071 tokens: a plan 14 % slower than at
     131,072, without a word)."""
-    from .search.space import MIN_CP_CHUNK, cp_offered
+    from .specs import MIN_CP_CHUNK, cp_splits, divisors
 
     seq, gpus = sc.training.seq_len, sc.gpus
     # (a stack without CP says so itself; at a few thousand tokens CP hardly matters: a review
     # found 4,097 tokens told to take 4,096)
     if con.cp is not None or not sc.stack.offers("cp") or seq < CP_SPLIT_NOTED_FROM:
         return
-    possible = [c for c in range(2, gpus + 1) if gpus % c == 0 and seq // c >= MIN_CP_CHUNK]
-    if not possible or any(cp_offered(seq, c) for c in possible):
+    possible = [c for c in divisors(gpus)[1:] if seq // c >= MIN_CP_CHUNK]
+    if not possible or any(cp_splits(seq, c) for c in possible):
         return
     step = 2 * possible[0]
     nearest = max(step, round(seq / step) * step)

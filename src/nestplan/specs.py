@@ -348,6 +348,12 @@ class ClusterSpec(_CachedHash):
         """Devices of one host, as a launcher numbers its local ranks (``devices_per_host``)."""
         return self.devices_per_host or self.devices_per_node
 
+    def straddled_by(self, gpus: int) -> bool:
+        """A job of ``gpus`` devices fills no whole number of innermost domains (NVLink nodes or
+        racks) beyond one, so that groups placed in rank order straddle them."""
+        size = self.levels[0].size
+        return len(self.levels) >= 2 and size < gpus and gpus % size != 0
+
 
 # ----------------------------------------------------------------------------- model
 
@@ -1333,10 +1339,28 @@ def no_pipeline_schedule(name: str, flag: str = "pp") -> SpecError:
     return SpecError("schedule", name, f"a pipeline schedule needs {flag} > 1")
 
 
+MIN_CP_CHUNK = 1024
+"""Tokens of a rank's share of the sequence below which the search offers no CP degree."""
+
+
+def cp_splits(seq_len: int, cp: int) -> bool:
+    """``cp`` ranks split sequences of ``seq_len`` tokens into load-balanced causal chunks, two a
+    rank."""
+    return seq_len % (2 * cp) == 0
+
+
+def cp_offered(seq_len: int, cp: int, fixed: int | None = None) -> bool:
+    """The search offers context parallelism of ``cp`` for sequences of ``seq_len``: split as
+    ``cp_splits`` says, each rank's share at least ``MIN_CP_CHUNK`` tokens unless the degree is
+    ``fixed`` (the command line's, which check_plan alone judges)."""
+    return cp == 1 or (cp_splits(seq_len, cp)
+                       and (seq_len // cp >= MIN_CP_CHUNK or cp == fixed))
+
+
 def cp_refusal(seq_len: int, cp: int) -> SpecError | None:
     """Why ``cp`` ranks cannot split sequences of ``seq_len`` into load-balanced causal chunks
     (two per rank), beyond dividing it; None when they can."""
-    if cp > 1 and (seq_len // cp) % 2:
+    if cp > 1 and not cp_splits(seq_len, cp):
         return SpecError("cp", cp, "seq_len / cp must be even (load-balanced causal chunks)")
     return None
 

@@ -472,9 +472,10 @@ class StackSpec(_CachedHash):
     """The accelerators of the runs ``calibrate`` fitted it on (empty for the catalog's)."""
 
     def __post_init__(self):
-        if self.export_format is not None and self.export_format not in FORMATS:
-            raise SpecError("stack.export_format", self.export_format,
-                            "allowed: " + ", ".join(FORMATS))
+        for key, words in CHOICES.items():  # (export_format may be None: no launcher export)
+            value = getattr(self, key)
+            if value not in words and not (key == "export_format" and value is None):
+                raise SpecError(f"stack.{key}", value, "allowed: " + ", ".join(words))
         if self.fitted_seq_len and (len(self.fitted_seq_len) != 2 or not
                                     0 < self.fitted_seq_len[0] <= self.fitted_seq_len[1]):
             raise SpecError("stack.fitted_seq_len", list(self.fitted_seq_len),
@@ -491,14 +492,6 @@ class StackSpec(_CachedHash):
         if self.loss_transient_bytes not in (0, 2, 4, 6, 8):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise SpecError("stack.moe_dispatcher", self.moe_dispatcher,
-                            "allowed: " + ", ".join(MOE_DISPATCHERS))
-        if self.moe_overlap not in MOE_OVERLAPS:
-            raise SpecError("stack.moe_overlap", self.moe_overlap,
-                            "allowed: " + ", ".join(MOE_OVERLAPS))
-        if self.cuda_graphs not in CUDA_GRAPHS:
-            raise SpecError("stack.cuda_graphs", self.cuda_graphs, "allowed: " + ", ".join(CUDA_GRAPHS))
         _names("stack.eager_ops", self.eager_ops, EAGER_OPS, "names must differ")
         mods = self.cuda_graph_modules
         _names("stack.cuda_graph_modules", mods, CUDA_GRAPH_MODULES, "modules must differ")
@@ -523,12 +516,6 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.expert_layer_injected", True, "DeepSpeed's AutoEP runs experts "
                             "without expert TP (validate_folding_global): set "
                             "expert_tp_with_ep = false")
-        if self.interleaved_rounds not in INTERLEAVED_ROUNDS:
-            raise SpecError("stack.interleaved_rounds", self.interleaved_rounds,
-                            "allowed: " + ", ".join(INTERLEAVED_ROUNDS))
-        if self.cp_exchange not in CP_EXCHANGES:
-            raise SpecError("stack.cp_exchange", self.cp_exchange,
-                            "allowed: " + ", ".join(CP_EXCHANGES))
         if isinstance(self.loss_chunks, bool) or not isinstance(self.loss_chunks, int) \
                 or not 1 <= self.loss_chunks <= MAX_LOSS_CHUNKS:
             raise SpecError("stack.loss_chunks", self.loss_chunks,

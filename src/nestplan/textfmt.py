@@ -158,9 +158,9 @@ def partial_domain_text(cluster, gpus: int) -> str | None:
     the last domain's few devices carry a whole domain's share of the traffic between domains (a
     user trial's sweep of 72-GPU racks ran 1,024 GPUs slower per GPU than 2,048, and the sweep
     did not say why); None where they divide it, or it fits in one."""
-    level = cluster.levels[0]
-    if len(cluster.levels) < 2 or level.size >= gpus or gpus % level.size == 0:
+    if not cluster.straddled_by(gpus):
         return None
+    level = cluster.levels[0]
     return (f"the cluster's {level.name} domains hold {level.size} devices, which do not divide "
             f"the {gpus:,} of the job ({gpus // level.size:,} whole and {gpus % level.size} of "
             "another): ranks fill devices in order, so groups straddle domains and the last "
@@ -183,6 +183,20 @@ def memory_verdict(ev) -> str:
     return f"fits, {headroom_verdict(ev)}" if ev.fits else "does NOT fit"
 
 
+def _policies_text(ev: Evaluation) -> list[str]:
+    """The line naming what the plan's partial recompute policies recompute on its stack (a name
+    means what its stack says: a MoE trial read "selective" alike on stacks that recompute
+    core_attn, mla_up_proj or layernorm and moe_act by it); none where every policy is none or
+    full."""
+    st = ev.scenario.stack
+    partial = [n for n in dict.fromkeys(ev.plan.recompute)
+               if st.policy(n).kind not in ("none", "full")]
+    if not partial:
+        return []
+    return ["recompute        " + "; ".join(f"{n} = {st.policy(n).rule}" for n in partial)
+            + f" (stack {st.name}'s policies)"]
+
+
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     from .evaluate import logged_flops_differences  # (not at import: cli checks flags first)
@@ -196,6 +210,7 @@ def evaluation(ev: Evaluation) -> str:
         f"stack {ev.scenario.stack.name}{''.join(f', {p}' for p in workload_parts(sc))}",
         f"plan: {plan_line(ev)}  ({ev.micro_batches} micro-batch"
         f"{'es' if ev.micro_batches != 1 else ''} per replica{_rounds(ev)})",
+        *_policies_text(ev),
         "",
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
@@ -208,13 +223,6 @@ def evaluation(ev: Evaluation) -> str:
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "
         f"{'fits' if ev.fits else 'DOES NOT FIT'}",
     ]
-    partial = [n for n in dict.fromkeys(ev.plan.recompute)
-               if sc.stack.policy(n).kind not in ("none", "full")]
-    if partial:  # (a name means what its stack says: a MoE trial read "selective" alike on stacks
-        # that recompute core_attn, mla_up_proj or layernorm and moe_act by it)
-        out.insert(2, "recompute        " + "; ".join(f"{n} = {sc.stack.policy(n).rule}"
-                                                     for n in partial)
-                   + f" (stack {sc.stack.name}'s policies)")
     if not ev.fits:
         out.append(f"  why: {ev.why_not}")
     else:
@@ -321,7 +329,7 @@ def _top_rows(plans, groups) -> list[list[str]]:
         cells = _cells(g[0] + 1, plans[g[0]])
         if len(g) > 1:
             cells[0] = f"{g[0] + 1}-{g[-1] + 1}"
-            cells[order] = " ".join(_cells(i + 1, plans[i])[order] for i in g)
+            cells[order] = " ".join(order_text(plans[i].plan.rank_order) for i in g)
         rows.append(cells)
     return rows
 

@@ -25,7 +25,8 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import Parallelism, Scenario, check_plan, plan_knobs, uneven_chunks
+from ..specs import (Parallelism, Scenario, check_plan, cp_splits, divisors, plan_knobs,
+                     uneven_chunks)
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -745,7 +746,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         hints.append("more expert parallelism (drop --ep)")
     seq = sc.training.seq_len
     if con.cp is None and par.cp == 1 and sc.stack.offers("cp") and not any(
-            seq % (2 * c) == 0 for c in range(2, sc.gpus + 1) if sc.gpus % c == 0):
+            cp_splits(seq, c) for c in divisors(sc.gpus)[1:]):
         # (more GPUs alone had been the hint for an odd length: a long-context trial's)
         hints.append(f"a sequence length context parallelism can split ({seq:,} is a multiple "
                      "of 2·cp for no cp that divides the GPUs: two chunks per rank)")

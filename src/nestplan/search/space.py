@@ -6,7 +6,7 @@ micro-batch size and the rank order. Ranges searched (documented limits):
 
 * tp: divides gpus and heads, fits kv-heads (divides or is a multiple), divides the FFN width;
   dividing the GPUs of a node when ``tp_within_node`` (so that no group straddles two);
-* cp: 1, or divides the sequence into chunks of at least ``MIN_CP_CHUNK`` tokens (any fixed
+* cp: 1, or divides the sequence into chunks of at least ``specs.MIN_CP_CHUNK`` tokens (any fixed
   value check_plan takes);
 * ep: divides the experts, and etp·ep divides tp·cp·dp (the expert grid folds over the
   attention grid's ranks, as Megatron-Core's MoE parallel folding); expert-TP is 1 or tp (any
@@ -39,20 +39,11 @@ from ..errors import SpecError
 from ..evaluate import layer_graph
 from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
-from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, default_split,
-                     divisors, interleaves, kv_heads_refusal, spread,
+from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, cp_offered,
+                     default_split, divisors, interleaves, kv_heads_refusal, spread,
                      tied_pipeline_refusal)
 
-MIN_CP_CHUNK = 1024
 MAX_MBS = 16
-
-
-def cp_offered(seq_len: int, cp: int, fixed: int | None = None) -> bool:
-    """The search offers context parallelism of ``cp`` for sequences of ``seq_len``: two
-    load-balanced causal chunks a rank, each rank's at least ``MIN_CP_CHUNK`` tokens unless the
-    degree is ``fixed`` (the command line's, which check_plan alone judges)."""
-    return cp == 1 or (seq_len % (2 * cp) == 0
-                       and (seq_len // cp >= MIN_CP_CHUNK or cp == fixed))
 
 
 @cached(maxsize=4096)
@@ -95,6 +86,7 @@ def shapes(sc: Scenario, con: Constraints):
     m, tr, gpus = sc.model, sc.training, sc.gpus
     node = sc.cluster.devices_per_node
     biased = m.biased_experts
+    pipelines = tied_pipeline_refusal(m, sc.stack, 2) is None  # (the same for every pp > 1)
     tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
            and kv_heads_refusal(m, sc.stack, t) is None and m.ffn_hidden % t == 0
            and (not con.tp_within_node or node % t == 0)]  # (t <= node alone let a 16 of
@@ -111,7 +103,7 @@ def shapes(sc: Scenario, con: Constraints):
                 if rest * tp * cp != gpus:
                     continue
                 for pp in _pick(con.pp, [p for p in _divisors(rest) if p <= m.layers
-                                         and tied_pipeline_refusal(m, sc.stack, p) is None]):
+                                         and (p == 1 or pipelines)]):
                     dp = rest // pp
                     if (con.dp is not None and con.dp != dp) or tr.global_batch % dp:
                         continue

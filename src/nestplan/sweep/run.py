@@ -76,9 +76,7 @@ def run_task(scenario, method: str, constraints) -> dict:
     row["stage_layers"] = list_text(blocks_per_chunk(scenario.model, plan))
     # groups straddle the scale-up domains, which the sweep's note says once on stderr and a
     # design review reading the file had not seen (a datacenter trial's 72-GPU racks at 1,024)
-    from ..textfmt import partial_domain_text
-
-    row["straddles_domains"] = partial_domain_text(scenario.cluster, scenario.gpus) is not None
+    row["straddles_domains"] = scenario.cluster.straddled_by(scenario.gpus)
     row.update(status="ok", error="", search_seconds=res.seconds)
     return row
 
