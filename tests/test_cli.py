@@ -276,7 +276,7 @@ def test_validate_says_which_rows_it_read_on_the_default_stack(tmp_path):
     """A row that names no stack, whose source no catalog stack names either, is predicted on the
     default stack, and validate says so (a user's own CSV without a stack column); a row read as
     bf16 for want of a precision is not noted (the shipped runs leave it blank, see
-    ``cli._note_filled_in``), nor does --stack, which sets the rows' own stacks aside."""
+    ``notes.runs.filled_in``), nor does --stack, which sets the rows' own stacks aside."""
     from console import cli
 
     head = "id,model,gpu,num_gpus,tp,seq_len,global_batch,micro_batch,metric,step_time_s,stack\n"

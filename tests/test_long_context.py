@@ -44,7 +44,7 @@ def notes(err: str) -> list[str]:
 def test_a_hopper_plan_at_long_context_says_how_slow_such_runs_were_predicted():
     """NeMo's H100 rows from 32K tokens on are predicted 10-32 % slow (README "Long-context
     runs"); a Megatron-Core-family plan there says so, with the figures those rows give."""
-    from nestplan.cli import LONG_CONTEXT_FROM, LONG_CONTEXT_HOPPER_SLOW
+    from nestplan.notes.plan import LONG_CONTEXT_FROM, LONG_CONTEXT_HOPPER_SLOW
 
     errors = [o.error for o in run(DATA / "long_context_runs.csv")
               if "-h100-" in o.case.id and o.case.scenario.training.seq_len >= LONG_CONTEXT_FROM]

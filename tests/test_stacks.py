@@ -1539,8 +1539,8 @@ def test_calibrate_tells_a_trade_between_efficiencies_from_rows_beyond_the_peak(
     them apart, not that they ran beyond the peak (a user trial's rows ran 15 % slow)."""
     import warnings
 
-    from nestplan import cli as C
     from nestplan.calibrate import Fit
+    from nestplan.notes.runs import fit_limits
 
     base = get_stack("torchtitan")
     (case,) = [c for c in load_cases(DATA / "held_out_runs.csv") if c.id == "tt24_t4_70b_g256_2D"]
@@ -1554,7 +1554,7 @@ def test_calibrate_tells_a_trade_between_efficiencies_from_rows_beyond_the_peak(
         fit = Fit(st, {}, [0.0], [0.0], None, [None], [None], [None])
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            C._note_fit_limits([case], fit, base)
+            fit_limits([case], fit, base)
         said[name] = " ".join(str(x.message) for x in w)
     assert "while it lowers matmul_scale" in said["traded"] and "beyond" not in said["traded"]
     assert "ran at or beyond what it allows" in said["faster"]

@@ -369,9 +369,9 @@ def test_a_row_is_named_by_the_line_it_starts_on(tmp_path):
 
 
 def test_the_peak_shortfall_plan_warns_of_is_the_held_out_runs_largest():
-    """The headroom a torchtitan plan with PP or CP is told to give (cli.HELD_OUT_PEAK_SHORTFALL)
+    """The headroom a torchtitan plan with PP or CP is told to give (notes.plan.HELD_OUT_PEAK_SHORTFALL)
     is the largest shortfall of the held-out peaks that test_held_out_runs_are_predicted_as_reported
     checks against the runs (it had been a figure copied from the README, with no test)."""
-    from nestplan.cli import HELD_OUT_PEAK_SHORTFALL
+    from nestplan.notes.plan import HELD_OUT_PEAK_SHORTFALL
 
     assert HELD_OUT_PEAK_SHORTFALL == pytest.approx(-min(HELD_OUT_MEMORY_ERRORS.values()) / 100)

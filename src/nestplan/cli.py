@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import sys
 from pathlib import Path
 
 from .errors import note
+from .notes import plan as plan_notes
+from .notes import runs as runs_notes
+from .notes import scenario as scenario_notes
 
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH = 1024
@@ -227,56 +229,12 @@ def _scenario(args):
 
         note_no_experts(" and ".join(f"--{k.replace('_', '-')}" for k in (
             "moe_imbalance", "moe_capacity_factor") if getattr(args, k) is not None), sc.model.name)
-    _note_added_depths(sc, args.model)
-    _note_fused_pieces(sc)
-    _note_straddling_domains(sc)
-    _note_position_table(sc)
-    _note_trained_context(sc, args.model)
+    scenario_notes.added_depths(sc, args.model)
+    scenario_notes.fused_pieces(sc)
+    scenario_notes.straddling_domains(sc)
+    scenario_notes.position_table(sc)
+    scenario_notes.trained_context(sc, args.model)
     return _with_headroom(sc, args)
-
-
-def _note_trained_context(sc, model: str) -> None:
-    """Say when a HuggingFace config's RoPE model, its RoPE unscaled, is given a sequence longer
-    than its ``max_position_embeddings`` (a long-context trial's 1M tokens on Llama 3 8B's 8,192
-    went without a word, and the Megatron export set the longer length with no scaling)."""
-    from .catalog import hf_config_in, looks_like_path
-    from .options import Position
-
-    m, seq = sc.model, sc.training.seq_len
-    if not looks_like_path(model) or m.position is not Position.ROPE or m.rope_scaling or m.yarn:
-        return
-    path = hf_config_in(Path(model))
-    try:
-        trained = json.loads(path.read_text()).get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):  # (a TOML, or a file read before)
-        return
-    if type(trained) is int and 0 < trained < seq:
-        note(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
-             f"--seq-len {seq:,} it is costed and exported with its RoPE base "
-             f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
-             "base or scales RoPE (rope_theta or rope_scaling in the config)")
-
-
-def _note_added_depths(sc, model: str) -> None:
-    """Say when --mtp-layers gives a model depths it does not have of its own (a user trial:
-    a dense model's header then named them without a word of where they came from)."""
-    from .catalog import get_model
-
-    added = sc.model.mtp_layers
-    if added and not get_model(model).mtp_layers:
-        note(f"--mtp-layers {added}: {sc.model.name} has no multi-token-prediction "
-             f"depth of its own; {added} added after its last block (DeepSeek-V3's "
-             "kind: a projection, one more block and a loss each, costed as such)")
-
-
-def _note_position_table(sc) -> None:
-    """Say when a learned position table must grow to the sequence length."""
-    m, seq = sc.model, sc.training.seq_len
-    if m.position_rows(seq) > m.max_positions > 0:
-        note(f"{m.name} learns {m.max_positions:,} positions; at --seq-len {seq:,} its "
-             f"table has {seq:,} rows (costed so, and exported as "
-             "--max-position-embeddings): a model of its own, not a checkpoint of "
-             f"{m.name}")
 
 
 def _on_cluster(sc, cluster: str):
@@ -289,36 +247,13 @@ def _on_cluster(sc, cluster: str):
     return dataclasses.replace(sc, cluster=get_cluster(cluster))
 
 
-def _note_straddling_domains(sc) -> None:
-    """Say when the scale-up domains (an NVL72 rack, say) do not divide the job
-    (``textfmt.partial_domain_text``; ``sweep`` says it of its grid)."""
-    from .textfmt import partial_domain_text
-
-    text = partial_domain_text(sc.cluster, sc.gpus)
-    if text:
-        note(text)
-
-
 def _load_plan(path: str):
     """A plan file, with the notes its scenario calls for."""
     from . import planfile
 
     pf = planfile.load(path)
-    _note_fused_pieces(pf.scenario)
+    scenario_notes.fused_pieces(pf.scenario)
     return pf
-
-
-def _note_fused_pieces(sc) -> None:
-    """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
-    eager_ops``) the stack costs as fused ones."""
-    from .catalog import DEFAULT_STACK
-    from .graph import eager_split
-
-    fused = eager_split(sc.model, sc.stack.eager_ops)[1]
-    if fused:
-        note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
-             "fused kernels (not in its eager_ops): a framework that runs them as "
-             f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
 
 
 def _with_headroom(sc, args):
@@ -487,7 +422,7 @@ def cmd_evaluate(args) -> int:
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
         if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
             sc = _on_cluster(sc, args.cluster)
-            _note_straddling_domains(sc)
+            scenario_notes.straddling_domains(sc)
         if args.moe_imbalance is not None:  # the same plan at another routing balance
             sc = _at_imbalance(args, sc)
         check_plan(sc, plan)
@@ -500,12 +435,12 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate
 
     ev = evaluate(sc, plan)
-    _note_idle_policies(ev)
-    _note_recompute_costs_memory(ev)
-    _note_host_bound(ev)
-    _notes_on_workload_and_stack(ev, args)
-    _note_simulated_schedule(ev)
-    _note_split_groups(ev)
+    plan_notes.idle_policies(ev)
+    plan_notes.recompute_costs_memory(ev)
+    plan_notes.host_bound(ev)
+    plan_notes.workload_and_stack(ev, args.moe_imbalance is not None)
+    plan_notes.simulated_schedule(ev)
+    plan_notes.split_groups(ev)
     if args.save is not None:
         from . import planfile
 
@@ -542,344 +477,6 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-HOST_BOUND_SHARE = 0.5
-"""Share of a step in per-step host time beyond which the plan's GPUs are said to be idle."""
-
-
-def _note_host_bound(ev) -> None:
-    """Say when most of the step is per-step host time (a user trial's BERT-large on 4,096 GPUs:
-    MFU 0.5 %, the host 87 % of the step): the global batch leaves each device little work."""
-    host, step = ev.time.step_host, ev.step_time
-    if host > HOST_BOUND_SHARE * step:
-        from .units import fmt_time
-
-        note(f"{host / step:.0%} of the step is per-step host time ({fmt_time(host)} of "
-             f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
-             f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
-             "fewer GPUs or a larger global batch would use them better")
-
-
-UNEVEN_ROUTING = 1.2
-"""The busiest expert rank's load over the mean that the balanced-routing note shows a plan at: an
-example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
-
-
-def _notes_on_workload_and_stack(ev, args) -> None:
-    """The notes evaluate and plan both give of a plan's routing load and of its stack."""
-    _note_balanced_routing(ev, args)
-    _note_capacity_under_balance(ev)
-    _note_load_capped(ev)
-    _note_fp8_stack_at_bf16(ev)
-    _note_uncalibrated_stack(ev)
-    _note_unchecked_peak(ev)
-    _note_long_context_on_hopper(ev)
-    _note_short_cp_chunks(ev)
-    _note_beyond_calibration(ev)
-    _note_sinks_predicted_fast(ev)
-
-
-SINKS_FAST = (0.104, 0.472)
-"""How much too fast NeMo's GPT-OSS-120B development runs are predicted (least and most; README
-"MoE runs"; a test reads them from tests/data's development rows)."""
-SINKS_FAST_HELD_OUT = (0.011, 0.462)
-"""The same of its held-out NeMo runs (NeMo AutoModel's two, on PyTorch FSDP2, are within ±5 %)."""
-
-
-def _note_sinks_predicted_fast(ev) -> None:
-    """Say when a model with GPT-OSS's layers (learned attention sinks) runs on a
-    Megatron-Core-family stack: NeMo's runs of it are all predicted too fast, for reasons not
-    found (a MoE trial planned GPT-OSS on B200 and was told nothing; the README was)."""
-    sc = ev.scenario
-    if not sc.model.attention_sinks or sc.stack.export_format != "megatron":
-        return
-    (low, high), (held_low, held_high) = SINKS_FAST, SINKS_FAST_HELD_OUT
-    note(f"NeMo's GPT-OSS-120B runs (learned attention sinks, clamped GLU) are all predicted "
-         f"faster than they ran, for reasons not found: its development runs by {low:.0%} to "
-         f"{high:.0%}, its held-out ones by {held_low:.0%} to {held_high:.0%}; NeMo AutoModel's "
-         f"within 5 % (README \"MoE runs\"): on a NeMo-like stack this step is likely too short")
-
-
-CALIBRATION_REACH = 2
-"""How far beyond the sequence lengths a calibration was fitted on (a factor either way) a plan
-may go without a note."""
-
-
-def _note_beyond_calibration(ev) -> None:
-    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', or
-    at a sequence length far from theirs (a trial's fit on 2K-8K runs took the attention to 0.58x
-    and predicted its 64K-1M runs 45 % slow, without a word)."""
-    sc = ev.scenario
-    st, seq, acc = sc.stack, sc.training.seq_len, sc.cluster.accelerator.name
-    if st.fitted_seq_len:
-        lo, hi = st.fitted_seq_len
-        if not lo / CALIBRATION_REACH <= seq <= hi * CALIBRATION_REACH:
-            span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
-            note(f"stack {st.name} was calibrated on runs of {span} tokens; at {seq:,} the "
-                 "attention's share of the step differs, and what the fit gave it may not carry "
-                 "(calibrate on runs nearer this length)")
-    if st.fitted_accelerators and acc not in st.fitted_accelerators:
-        note(f"stack {st.name} was calibrated on runs on {', '.join(st.fitted_accelerators)}, "
-             f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
-
-
-LONG_CONTEXT_HOPPER_SLOW = (0.098, 0.320)
-"""How much slower than measured the step of NeMo's H100 long-context runs is predicted from 32K
-tokens on (least and most; README "Long-context runs", the rows of
-tests/data/long_context_runs.csv, which a test reads them from)."""
-LONG_CONTEXT_FROM = 32768
-"""The sequence length from which those rows are predicted more than the published tolerance's
-10 % slow, or nearly."""
-
-
-def _note_long_context_on_hopper(ev) -> None:
-    """Say when a Megatron-Core-family plan on a Hopper GPU trains sequences long enough for the
-    attention to take most of the step: NeMo's H100 long-context runs ran faster than predicted
-    there (a long-context trial: plan and evaluate had said nothing, only the README did). A stack
-    whose attention scale was fitted (torchtitan's, or a user's calibration) is left alone."""
-    from .options import AttentionImpl
-
-    sc = ev.scenario
-    acc, st = sc.cluster.accelerator, sc.stack
-    tr = sc.training
-    attended = min(tr.seq_len, tr.attention_span or tr.seq_len)  # (documents: a review's)
-    if (acc.compute_capability != 9.0 or st.export_format != "megatron"
-            or st.attention is not AttentionImpl.FLASH or st.attention_scale != 1.0
-            or attended < LONG_CONTEXT_FROM):  # (materialised: GEMMs, not the kernel)
-        return
-    low, high = LONG_CONTEXT_HOPPER_SLOW
-    note(f"seq_len {tr.seq_len:,}: NeMo's long-context runs on H100 (Llama 2 7B, 32K to "
-         f"1M tokens) were predicted {low:.0%} to {high:.0%} slower than they ran, the more the "
-         f"longer: H100's attention efficiency is not fitted at this length (README "
-         f"\"Long-context runs\"), so take this step time as an upper bound")
-
-
-def _note_short_cp_chunks(ev) -> None:
-    """Say when context parallelism leaves each rank fewer tokens than the search's floor (a
-    trial's CP 32 at 2,048 tokens, 64 per rank, evaluated without a word)."""
-    from .specs import MIN_CP_CHUNK
-
-    par, seq = ev.plan, ev.scenario.training.seq_len
-    if par.cp > 1 and seq // par.cp < MIN_CP_CHUNK:
-        note(f"cp {par.cp}: {seq // par.cp:,} tokens per rank, under the {MIN_CP_CHUNK:,} the "
-             "search gives each when it chooses the degree itself: the K/V exchange then costs "
-             "mostly its latency")
-
-
-HELD_OUT_PEAK_SHORTFALL = 0.223
-"""The most the memory model fell short of a measured peak on held-out runs: torchtitan's Llama
-3.1 405B with TP 8, PP 8 and CP 8 (README, "Held-out runs"; the development rows' most is 5.5 %,
-which the default headroom covers)."""
-
-
-def _note_unchecked_peak(ev) -> None:
-    """Say when a torchtitan plan with a pipeline or context parallelism leaves less free than the
-    memory model's shortfall on such held-out runs (a long-context trial's CP 64 plans at 8-11
-    GiB free, where the model had missed measured peaks by 19 GiB at CP 8)."""
-    sc, par = ev.scenario, ev.plan
-    if sc.stack.export_format != "torchtitan" or (par.pp == 1 and par.cp == 1):
-        return
-    short = ev.peak_memory * HELD_OUT_PEAK_SHORTFALL / (1 - HELD_OUT_PEAK_SHORTFALL)
-    if not ev.fits or ev.margin >= short:  # (one that does not fit says so already)
-        return
-    from .units import fmt_gib
-
-    note(f"the memory model fell short of torchtitan's measured peaks by up to "
-         f"{HELD_OUT_PEAK_SHORTFALL:.0%} on held-out runs with pipeline and context "
-         f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); this plan leaves "
-         f"{fmt_gib(ev.margin)} GiB free where that shortfall would take "
-         f"{fmt_gib(short)} GiB: give --memory-headroom "
-         f"{math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)} to plan with it")
-
-
-def _note_simulated_schedule(ev) -> None:
-    """Say when an interleaved plan's simulated schedule runs longer than its closed form
-    (``textfmt.simulated_schedule_text``; the exports say it too)."""
-    from .textfmt import simulated_schedule_text
-
-    text = simulated_schedule_text(ev)
-    if text:
-        note(text)
-
-
-def _note_split_groups(ev) -> None:
-    """Say when TP or CP groups whose devices a scale-up domain could hold (``placement.reach``:
-    ``tp`` devices for TP, ``tp·cp`` for CP in Megatron's order) cross out of it because the
-    domain's size is not a multiple of that span: ranks fill devices in order, so some groups
-    straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains ran over InfiniBand
-    without a word)."""
-    from .axes import Axis
-    from .placement import reach
-
-    cluster, par = ev.scenario.cluster, ev.plan
-    if len(cluster.levels) < 2:
-        return
-    domain = cluster.levels[0]
-    levels = ev.group_levels
-    split = []
-    for axis in (Axis.TP, Axis.CP):
-        size, crossed = levels.get(axis.value, (1, None))
-        span = reach(par, axis)
-        if size > 1 and span <= domain.size and domain.size % span \
-                and crossed not in (None, domain.name):
-            split.append((axis.value, size, span, crossed))
-    if split:
-        note(f"{domain.name} domains hold {domain.size} devices, which " + " and ".join(
-            f"{a} groups of {n}" + (f" (each over {w} devices)" if w != n else "")
-            for a, n, w, _ in split) + " do not divide: ranks fill devices in order, so some "
-            "of those groups straddle two domains and cross the " + " and the ".join(
-                sorted({c for *_, c in split})) + f"; spans that divide {domain.size} keep every "
-            "group inside one")
-
-
-def _note_fp8_stack_at_bf16(ev) -> None:
-    """Say when the stack's fp8 behaviour (fp8 all-gathers: the torchtitan-float8 stacks) has
-    nothing to act on because the run is bf16 (a user trial's Float8 stack had been costed as
-    bf16 without a word)."""
-    from .options import Precision
-
-    st = ev.scenario.stack
-    if ev.scenario.training.precision is Precision.FP8 or not (st.fp8_param_gather
-                                                              or st.fp8_tp_gather):
-        return
-    note(f"stack {st.name} moves fp8 in its all-gathers in fp8 training; this run is "
-         "bf16 (--precision fp8 for fp8), costed as in bf16")
-
-
-def _note_uncalibrated_stack(ev) -> None:
-    """Say when the stack was fitted on no measured run (``StackSpec.fitted_on`` empty: its
-    efficiencies are another stack's or the defaults; a user trial found deepspeed's MFU
-    presented as plainly as megatron-core's, which dozens of runs back)."""
-    st = ev.scenario.stack
-    if st.fitted_on:
-        return
-    note(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
-         "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
-         "and this stack as --stack, fits it to them")
-
-
-def _note_load_capped(ev) -> None:
-    """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
-    can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
-    the load it was costed at."""
-    sc, par = ev.scenario, ev.plan
-    tr = sc.training
-    most = ev.capped_moe_load
-    if most is not None:
-        m = sc.model.moe
-        flag = ("--moe-imbalance", tr.moe_imbalance) if tr.moe_load == tr.moe_imbalance else (
-            "--moe-capacity-factor", tr.moe_capacity)  # the one that sets the stated load
-        note(f"{flag[0]} {flag[1]:g}: the busiest of {par.ep} expert ranks "
-             f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
-             f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
-             f"distinct experts); costed at {most:g}")
-
-
-def _note_balanced_routing(ev, args) -> None:
-    """Say that an MoE plan was costed with perfectly balanced routing when the user stated no
-    imbalance and no capacity caps it, and what the plan takes and needs at an uneven load (a
-    user trial: plans at the memory limit stopped fitting at 1.2, without a word)."""
-    sc = ev.scenario
-    tr = sc.training
-    if (sc.model.moe is None or getattr(args, "moe_imbalance", None) is not None
-            or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None
-            or ev.plan.ep == 1):  # one rank holds every expert: no busiest one (a user trial's
-        return  # note had quoted +0 %)
-    from dataclasses import replace
-
-    from .evaluate import evaluate
-    from .textfmt import memory_verdict
-    from .units import fmt_gib, fmt_time
-
-    uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
-    note(f"costed with perfectly balanced routing (--moe-imbalance 1, as benchmarks "
-         f"that force it run); with a trained router's busiest expert rank at e.g. "
-         f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
-         f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
-         f"{fmt_gib(uneven.peak_memory)} GiB ("
-         + memory_verdict(uneven)
-         + "); state your run's with --moe-imbalance")
-
-
-def _note_capacity_under_balance(ev) -> None:
-    """Say when a capacity factor is given under balanced routing on a stack that does not pad
-    to it: no rank exceeds its share, so it drops nothing and changes nothing (a MoE trial's 1.0
-    and 1.5 gave the same plan without a word, and the balanced-routing note had gone)."""
-    sc = ev.scenario
-    tr = sc.training
-    if (sc.model.moe is None or tr.moe_capacity is None or tr.moe_imbalance != 1.0
-            or sc.stack.pads_experts(tr) or ev.plan.ep == 1):
-        return
-    note(f"moe-capacity-factor {tr.moe_capacity:g} caps the busiest expert rank's tokens at "
-         f"{tr.moe_capacity:g} times its share; with balanced routing (--moe-imbalance 1, the "
-         "default) no rank exceeds its share, so it drops nothing and changes nothing here: "
-         "state your run's imbalance with --moe-imbalance to see the cap")
-
-
-def _note_no_interleaving(ev) -> None:
-    """Say why a pipelined plan does not interleave when its stack could but its looped schedules
-    cannot run the micro-batches per replica (rounds of pp, or a count that is no whole number
-    of rounds: a user trial's Llama-3 405B on 12,288 GPUs had 64 micro-batches over pp 12, 12 %
-    slower per GPU than at 16,384 GPUs, without a word)."""
-    par, st = ev.plan, ev.scenario.stack
-    from .schedule import SCHEDULES
-
-    looped = [n for n in st.schedules if SCHEDULES[n].looped_rounds]
-    if par.pp == 1 or par.vp > 1 or not looped:
-        return
-    micro = ev.micro_batches
-    # (two chunks: the rounds a count allows do not depend on how many)
-    why = [st.schedule_refusal(n, par.pp, 2, micro) for n in looped]
-    if all(why):
-        note(f"no interleaving: {looped[0]} cannot run this plan's {micro} "
-             f"micro-batches per replica ({why[0][2]}); a global batch or GPU count "
-             "that gives a count it runs would allow it")
-
-
-def _note_recompute_costs_memory(ev) -> None:
-    """Say so when the plan's per-module recomputation keeps more memory than none would (as
-    Megatron's selective, core_attn, does under flash attention: its checkpoint pins the fused
-    QKV output, and the fused kernel keeps no score matrix to drop; README, "Memory")."""
-    from .evaluate import evaluate
-    from .options import AttentionImpl
-    from .units import fmt_gib, fmt_time
-
-    stack = ev.scenario.stack
-    policies = {stack.policy(n) for n in ev.plan.recompute}
-    kinds = {p.kind for p in policies}
-    # per-module policies, some stages perhaps none (every stack offers none: StackSpec)
-    if "modules" not in kinds or not kinds <= {"modules", "none"}:
-        return
-    bare = evaluate(ev.scenario, ev.plan.with_(recompute=("none",)))
-    if bare.peak_memory < ev.peak_memory:
-        why = ("; under flash attention a checkpointed attention core keeps the whole fused QKV "
-               "output alive" if stack.attention is AttentionImpl.FLASH
-               and any("core_attn" in p.modules for p in policies) else "")
-        # the step may still be shorter: a stage with slack whose longer backward hides more of
-        # its gradient sync (a hardware trial's 405B plan: 0.02 %), which "costs time" had denied
-        time = ("costs time" if bare.step_time <= ev.step_time else
-                f"saves only {fmt_time(bare.step_time - ev.step_time)} of the step (its stages "
-                "with slack hide more of their gradient sync behind the longer backward)")
-        note(f"recompute {ev.plan.recompute_text} keeps more memory than none, and {time} "
-             f"({fmt_gib(ev.peak_memory)} GiB against "
-             f"{fmt_gib(bare.peak_memory)}){why}")
-
-
-def _note_idle_policies(ev) -> None:
-    """Say when a per-module recompute policy of the plan has none of its modules among the
-    model's operators on this stack, so it recomputes nothing (a user trial's fine-grained
-    Llama plan gave none's figures without a word)."""
-    from .evaluate import layer_graph
-
-    sc, stack = ev.scenario, ev.scenario.stack
-    present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
-    for p in sorted({stack.policy(n) for n in ev.plan.recompute}, key=lambda p: p.name):
-        if p.modules and not set(p.modules) & present:
-            note(f"recompute {p.name} recomputes nothing here: none of its modules "
-                 f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
-                 f"{stack.name} (a norm fused into the next linear layer is not one); "
-                 "costed as none")
-
-
 def _searchable(args):
     """The scenario and constraints of ``plan``/``compare``, checked before the search (and its
     numerical libraries) is loaded: a bad flag is refused at once."""
@@ -890,34 +487,8 @@ def _searchable(args):
     check_constraints(sc, con)
     if getattr(args, "method", None) not in (None, "manual"):  # plan, with a search; compare
         refuse_unsearchable(con)  # (no --method) shows each method's reason instead
-    _note_no_cp_split(sc, con)
+    scenario_notes.no_cp_split(sc, con)
     return sc, con
-
-
-CP_SPLIT_NOTED_FROM = 16384
-"""The sequence length from which a length no CP degree splits is noted."""
-
-
-def _note_no_cp_split(sc, con) -> None:
-    """Say when the sequence is long enough for context parallelism but no CP degree the GPUs
-    allow splits it into an even number of tokens per rank (load-balanced causal chunks), so the
-    search runs without CP (a long-context trial's 131,071 tokens: a plan 14 % slower than at
-    131,072, without a word)."""
-    from .specs import MIN_CP_CHUNK, cp_splits, divisors
-
-    seq, gpus = sc.training.seq_len, sc.gpus
-    # (a stack without CP says so itself; at a few thousand tokens CP hardly matters: a review
-    # found 4,097 tokens told to take 4,096)
-    if con.cp is not None or not sc.stack.offers("cp") or seq < CP_SPLIT_NOTED_FROM:
-        return
-    possible = [c for c in divisors(gpus)[1:] if seq // c >= MIN_CP_CHUNK]
-    if not possible or any(cp_splits(seq, c) for c in possible):
-        return
-    step = 2 * possible[0]
-    nearest = max(step, round(seq / step) * step)
-    note(f"seq_len {seq:,}: no context-parallel degree splits it (seq_len / cp must be an even "
-         f"number of tokens, each rank's at least {MIN_CP_CHUNK:,}), so the search ran without "
-         f"CP; {nearest:,} tokens would offer cp {possible[0]}")
 
 
 def cmd_plan(args) -> int:
@@ -929,11 +500,11 @@ def cmd_plan(args) -> int:
         res = run_method(args.method, sc, con, top=args.top, progress=progress)
     finally:
         progress.close()
-    _note_host_bound(res.best)
-    _note_no_interleaving(res.best)
-    _notes_on_workload_and_stack(res.best, args)
-    _note_simulated_schedule(res.best)
-    _note_split_groups(res.best)
+    plan_notes.host_bound(res.best)
+    plan_notes.no_interleaving(res.best)
+    plan_notes.workload_and_stack(res.best, args.moe_imbalance is not None)
+    plan_notes.simulated_schedule(res.best)
+    plan_notes.split_groups(res.best)
     if args.save is not None:
         from . import planfile
 
@@ -967,20 +538,6 @@ def _check_top(top: int) -> None:
         raise SpecError("top", top, f"must be an integer in [1, {MAX_TOP}]")
 
 
-def _note_manual_without_cp(results) -> None:
-    """Say when the speed-ups are over a ``manual`` plan without context parallelism at a length
-    where the others use it: its rules of thumb give CP only when --cp fixes it (a long-context
-    trial read "nest 9.84x" at 1M tokens as nestplan's gain over a hand plan with CP, which
-    evaluates 1 % slower than nest's)."""
-    manual = results.get("manual")
-    if manual is None or manual.best.plan.cp > 1:
-        return
-    if any(res.best.plan.cp > 1 for name, res in results.items() if name != "manual"):
-        note("manual's rules of thumb use no context parallelism unless --cp fixes it, and the "
-             "other methods' plans do: the speed-ups over manual here are over plans without CP "
-             "(README, \"How the search works\"; give --cp to compare at a CP degree of yours)")
-
-
 def cmd_compare(args) -> int:
     sc, con = _searchable(args)
     from .errors import InfeasibleError
@@ -1011,10 +568,11 @@ def cmd_compare(args) -> int:
                               {"scenario": scenario_json(sc), "methods": [], "errors": errors})
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
             for name, res in results.items()]
-    _note_manual_without_cp(results)
+    plan_notes.manual_without_cp(results)
     best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
-    _notes_on_workload_and_stack(best.best, args)  # (of the fastest: a review found compare
-    # silent where plan, given the same scenario, noted the workload and the stack)
+    # (of the fastest: a review found compare silent where plan, given the same scenario, noted
+    # the workload and the stack)
+    plan_notes.workload_and_stack(best.best, args.moe_imbalance is not None)
     if args.save is not None:
         from . import planfile
 
@@ -1169,9 +727,9 @@ def cmd_validate(args) -> int:
         note_set_aside(stacks_named(runs, missing_ok=True, stated_only=True), args.stack,
                        "predicted")
     outcomes = run(runs, get_stack(args.stack) if args.stack else None, refused)
-    _note_filled_in(runs, args.stack, "--csv", precision=False)
+    runs_notes.filled_in(runs, args.stack, "--csv", precision=False)
     if refused:
-        _note_cannot_run(args.stack, refused, len(outcomes))
+        runs_notes.cannot_run(args.stack, refused, len(outcomes))
     if not outcomes:
         from .errors import SpecError
 
@@ -1179,8 +737,8 @@ def cmd_validate(args) -> int:
                         f"{refused[0].id}: {refused[0].why}); give a stack that offers them")
     summary = report(outcomes)
     summary["set_aside"] = [{"id": r.id, "why": r.why} for r in refused]
-    _note_over_hbm([o.case for o in outcomes], [o.predicted_memory for o in outcomes])
-    _note_far_rows(outcomes)
+    runs_notes.over_hbm([o.case for o in outcomes], [o.predicted_memory for o in outcomes])
+    runs_notes.far_rows(outcomes)
     if args.json:
         print(_json(summary))
     else:
@@ -1196,86 +754,6 @@ def cmd_validate(args) -> int:
         print(f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}"
               f"{memory}: " + ("ok" if summary["ok"] else f"FAILED ({', '.join(missed)})"))
     return 0 if summary["ok"] else 1
-
-
-def _note_far_rows(outcomes) -> None:
-    """Say which rows are predicted 10 or more times from their measurement (``calibrate`` refuses
-    them): a step time in milliseconds, or a plan the row misstates, is likelier than a model that
-    far off (a user trial's runs in ms had shown -99.9 % with no word)."""
-    from .calibrate import FARTHEST
-    from .textfmt import first_of
-
-    far = [o for o in outcomes if not 1 / FARTHEST < 1 + o.error < FARTHEST]
-    if not far:
-        return
-    o = max(far, key=lambda o: max(1 + o.error, 1 / (1 + o.error)))
-    note(f"{len(far)} of {len(outcomes)} rows are predicted {FARTHEST:g} or more times "
-         f"from their measurement ({first_of([f.case.id for f in far])}; the farthest "
-         f"{o.case.id}: {o.case.measured:g} s measured, {o.predicted:.3g} s predicted): "
-         "step_time_s is seconds per step; check the units, and the plans the rows "
-         "state")
-
-
-def _note_over_hbm(cases, peaks) -> None:
-    """Say which measured runs the memory model puts above their device's memory (``peaks``:
-    predicted bytes, None for a layer row): they ran, so it over-counts what they kept or their
-    rows misstate a plan (a user trial: such a row was fitted and listed without a word)."""
-    from .textfmt import first_of
-    from .units import GiB
-
-    def hbm(case):
-        return case.scenario.cluster.accelerator.hbm_bytes
-
-    over = [(c, p / hbm(c)) for c, p in zip(cases, peaks) if p is not None and p > hbm(c)]
-    if not over:
-        return
-    c, ratio = max(over, key=lambda o: o[1])
-    most = f"{ratio:.2f}x its {hbm(c) / GiB:.1f} GiB"
-    which = (f"row {c.id}'s plan is predicted at {most}" if len(over) == 1 else
-             f"{len(over)} of {len(cases)} rows' plans are predicted above their device's memory "
-             f"({first_of([o[0].id for o in over])}; the most {c.id}, {most})")
-    it, row = ("it", "the row misstates its") if len(over) == 1 else (
-        "they", "the rows misstate their")
-    note(f"{which}: {it} ran, so the memory model counts more than {it} kept, or {row} "
-         "plan (recompute, zero_stage, micro_batch)")
-
-
-def _note_cannot_run(stack: str, refused: list, kept: int) -> None:
-    """Say which rows (``validation.SetAside``) ``validate --stack`` left out because that stack
-    cannot run their plans, grouped by reason (with the value where a group shares one; the
-    first ``textfmt.LISTED`` reasons, ``--json`` lists all)."""
-    from .textfmt import LISTED, first_of
-
-    by_kind: dict[str, list] = {}
-    for r in refused:
-        by_kind.setdefault(r.kind, []).append(r)
-
-    def group(rows: list) -> str:
-        why = rows[0].why if len({repr(r.value) for r in rows}) == 1 else rows[0].kind
-        return f"{first_of([r.id for r in rows])} ({why})"
-
-    shown = "; ".join(group(rows) for rows in list(by_kind.values())[:LISTED])
-    rest = len(by_kind) - LISTED
-    more = f"; and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else ""
-    note(f"--stack {stack} cannot run the plans of {len(refused)} of the "
-         f"{len(refused) + kept} rows, left out of the figures (--json lists them): "
-         f"{shown}{more}")
-
-
-LEFT_OUT_SUSPECT = 0.5
-"""A row the fit on the other rows predicts 1 + this times too slow or too fast is named: a step
-time in the wrong unit or a misstated plan pulls the fit of every row."""
-
-
-def _note_far_when_left_out(cases, loo) -> None:
-    """Name the rows the leave-one-out fits predict far off (``LEFT_OUT_SUSPECT``)."""
-    far = [(c, e) for c, e in zip(cases, loo or ()) if abs(math.log1p(e)) > math.log1p(
-        LEFT_OUT_SUSPECT)]  # (as far either way: 1.5 times too slow or too fast)
-    if far:
-        note("fitted without it, each of these rows is predicted far off: "
-             + ", ".join(f"{c.id} {e:+.0%}" for c, e in far)
-             + "; check their step times (seconds) and plans: such rows pull every "
-             "row's fit")
 
 
 def _shown(text: str) -> str:
@@ -1318,7 +796,7 @@ def cmd_calibrate(args) -> int:
         raise SpecError("-o", args.output, "names the fitted stack for the file, whose name "
                         + e.allowed) from None
     first = load_cases(runs, stack=base, field="RUNS.csv")
-    _note_filled_in(runs, args.stack)
+    runs_notes.filled_in(runs, args.stack)
     progress = _Progress("calibrate", "fitting")
     try:
         result, cases, moved = fit_choosing(
@@ -1396,9 +874,9 @@ def cmd_calibrate(args) -> int:
             + ": the micro-batch or recomputation these rows leave blank, chosen by the model as "
             "validate chooses them, is the fitted stack's choice, which the fit is on; 'before' "
             "is the base's own")
-    _note_far_when_left_out(cases, result.loo)
-    _note_fit_limits(cases, result, base)
-    _note_over_hbm(cases, result.peaks)
+    runs_notes.far_when_left_out(cases, result.loo)
+    runs_notes.fit_limits(cases, result, base)
+    runs_notes.over_hbm(cases, result.peaks)
     print(f"wrote {out} (use it with --stack {shlex.quote(str(out))})", file=sys.stderr)
     return 0
 
@@ -1460,111 +938,6 @@ def _measured_comment(cases, result) -> str:
                      f"{result.memory_after[i]:+.1%}")
         lines.append(line)
     return "\n".join(lines) + "\n"
-
-
-def _note_filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
-                    precision: bool = True) -> None:
-    """Say which rows a command reads with a value they do not give: the default stack (no
-    ``stack`` column value and no source a catalog stack names) and, with ``precision``
-    (calibrate, whose fit they change), bf16 (no precision). validate says only the first: the
-    shipped published runs leave the precision blank where their sources do not state it (16-bit
-    mixed precision, which bf16 stands for), so that note would come with every validate."""
-    from .catalog import DEFAULT_STACK
-    from .textfmt import first_of
-    from .validation import rows_filled_in
-
-    def rows(ids: list[str], verb: str, rest: str) -> None:  # verb: for more than one row
-        if ids:
-            one = len(ids) == 1
-            note(f"{len(ids)} row{'' if one else 's'} ({first_of(ids)}) "
-                 f"{verb}{'s' if one else ''} {rest}")
-
-    no_stack, no_precision = rows_filled_in(runs, field)
-    if not stack:  # (--stack sets the rows' own aside)
-        rows(no_stack, "name", f"no stack (a stack column) and no source a catalog stack names: "
-             f"read as run on {DEFAULT_STACK}, the default")
-    if precision:
-        rows(no_precision, "give", "no precision: read as bf16")
-
-
-PLAUSIBLE_SCALE = 2.0
-"""A fitted efficiency multiplier beyond this factor of its base's, either way, gets a note: the
-rows then run a kind of kernel more than twice as fast or slow as the base stack's own runs did,
-which is likelier a miss of the model that the multiplier absorbs than a kernel that different."""
-
-
-def _note_fit_limits(cases, result, base) -> None:
-    """Say when the fit leaves rows beyond validate's tolerance, or raises an efficiency of
-    ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
-    +378 % after the fit, plans then at 99 % MFU, without a word), when the rows span several
-    accelerators, or when the peaks are below the memory model's tensors."""
-    from .calibrate import PARAMETERS
-    from .textfmt import first_of
-    from .units import GiB
-    from .validation import MEMORY_TOLERANCE, ROW_TOLERANCE
-
-    far = [c.id for c, e in zip(cases, result.after) if abs(e) > ROW_TOLERANCE]
-    if far:
-        note(f"after the fit {len(far)} of {len(cases)} rows are still beyond "
-             f"{ROW_TOLERANCE:.0%} ({first_of(far)}): one calibration does not explain "
-             "them; check their step times, precision, plan and stack")
-    st = result.stack
-    capped = set()
-    for acc in {c.scenario.cluster.accelerator for c in cases}:
-        curves = [e for _, e in acc.matmul_efficiency_bf16 + (acc.matmul_efficiency_fp8 or ())]
-        for what, top, field in (("the GEMM efficiency", max(curves), "matmul_scale"),
-                                 ("the attention efficiency", max(acc.attention_efficiency),
-                                  "attention_scale"),
-                                 ("the memory-bound kernels' share of HBM bandwidth",
-                                  acc.memory_efficiency, "memory_scale")):
-            scale = getattr(st, field)
-            if top * scale >= 1 and scale > getattr(base, field):
-                capped.add(what)
-    lowered = [f for f in PARAMETERS[:3] if getattr(st, f) < getattr(base, f)]
-    if capped and lowered:  # (a user trial: rows 15 % slow read as "ran beyond the peak")
-        note(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
-             f"accelerator's peak while it lowers {' and '.join(lowered)}: the rows do "
-             "not tell these efficiencies apart, so how the fit shares them out is not "
-             "measured; rows of other shapes (sequence lengths, model widths, "
-             "micro-batches) separate them")
-    elif capped:
-        note(f"the fit takes {' and '.join(sorted(capped))} to the cap of the "
-             "accelerator's peak: the rows ran at or beyond what it allows, and beyond "
-             "the cap a multiplier changes nothing; check their step times and "
-             "precision")
-    accelerators = sorted({c.scenario.cluster.accelerator.name for c in cases})
-    if len(accelerators) > 1:
-        note(f"the rows ran on {len(accelerators)} accelerators "
-             f"({', '.join(accelerators)}), fitted with one set of multipliers of each "
-             "one's own efficiencies; where they disagree, fit each accelerator's rows "
-             "apart")
-    alloc = result.params.get("allocator_overhead")
-    over = [(c, e) for c, e in zip(cases, result.memory_after)
-            if e is not None and e > MEMORY_TOLERANCE]
-    if alloc == 0 and over:  # (a user trial: a peak below every tensor was fitted silently)
-        c, e = over[0]
-        note(f"the measured peaks are below what the memory model predicts with no "
-             f"allocator overhead ({c.id}: {c.memory / GiB:.1f} GiB measured, "
-             f"{c.memory * (1 + e) / GiB:.1f} predicted): allocator_overhead is 0, and "
-             "the model's tensors exceed what these runs kept; check their recompute, "
-             "zero_stage and micro_batch")
-    elif off := [c.id for c, e in zip(cases, result.memory_after)
-                 if e is not None and abs(e) > MEMORY_TOLERANCE]:
-        note(f"after the fit {len(off)} of "
-             f"{sum(e is not None for e in result.memory_after)} measured peaks are "
-             f"still beyond {MEMORY_TOLERANCE:.0%} ({first_of(off)}): one allocator "
-             "share does not explain them, and one far off moves it for the others; "
-             "check their recompute, zero_stage and micro_batch")
-    wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]
-            if not 1 / PLAUSIBLE_SCALE <= getattr(st, f) / getattr(base, f) <= PLAUSIBLE_SCALE]
-    if wide and not capped:  # (a user trial: three MoE rows fitted attention at 0.275x, dense
-        # plans then 2.5 times slower; a fit at the peak's cap is said so above)
-        note(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
-             f"({base.name}'s): kernels more than twice as fast or slow as its own runs' "
-             "are likelier a miss of the model in these rows (an MoE layer's cost, a plan "
-             "misstated) that the multiplier absorbs, and carries into every other "
-             "workload; check with validate on runs of other shapes before planning "
-             "with it")
 
 
 def build_parser() -> argparse.ArgumentParser:

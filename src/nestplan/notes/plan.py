@@ -1,0 +1,367 @@
+"""Notes on an evaluated plan (an ``evaluate.Evaluation``) that ``evaluate``, ``plan`` and
+``compare`` give beside its figures: where the figures are less certain than the README's
+accuracy tables, what the plan costs that its numbers do not show, and what a flag did not do.
+The constants are the measured figures the notes quote, each tied to its data by a test."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import note
+
+
+HOST_BOUND_SHARE = 0.5
+"""Share of a step in per-step host time beyond which the plan's GPUs are said to be idle."""
+
+
+def host_bound(ev) -> None:
+    """Say when most of the step is per-step host time (a user trial's BERT-large on 4,096 GPUs:
+    MFU 0.5 %, the host 87 % of the step): the global batch leaves each device little work."""
+    host, step = ev.time.step_host, ev.step_time
+    if host > HOST_BOUND_SHARE * step:
+        from ..units import fmt_time
+
+        note(f"{host / step:.0%} of the step is per-step host time ({fmt_time(host)} of "
+             f"{fmt_time(step)}, stack {ev.scenario.stack.name}'s step overhead): the "
+             f"global batch gives each of the {ev.scenario.gpus:,} GPUs little work; "
+             "fewer GPUs or a larger global batch would use them better")
+
+
+UNEVEN_ROUTING = 1.2
+"""The busiest expert rank's load over the mean that the balanced-routing note shows a plan at: an
+example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
+
+
+def workload_and_stack(ev, imbalance_stated: bool) -> None:
+    """The notes evaluate, plan and compare give of a plan's routing load and of its stack
+    (``imbalance_stated``: the command was given --moe-imbalance)."""
+    balanced_routing(ev, imbalance_stated)
+    capacity_under_balance(ev)
+    load_capped(ev)
+    fp8_stack_at_bf16(ev)
+    uncalibrated_stack(ev)
+    unchecked_peak(ev)
+    long_context_on_hopper(ev)
+    short_cp_chunks(ev)
+    beyond_calibration(ev)
+    sinks_predicted_fast(ev)
+
+
+SINKS_FAST = (0.104, 0.472)
+"""How much too fast NeMo's GPT-OSS-120B development runs are predicted (least and most; README
+"MoE runs"; a test reads them from tests/data's development rows)."""
+
+
+SINKS_FAST_HELD_OUT = (0.011, 0.462)
+"""The same of its held-out NeMo runs (NeMo AutoModel's two, on PyTorch FSDP2, are within ±5 %)."""
+
+
+def sinks_predicted_fast(ev) -> None:
+    """Say when a model with GPT-OSS's layers (learned attention sinks) runs on a
+    Megatron-Core-family stack: NeMo's runs of it are all predicted too fast, for reasons not
+    found (a MoE trial planned GPT-OSS on B200 and was told nothing; the README was)."""
+    sc = ev.scenario
+    if not sc.model.attention_sinks or sc.stack.export_format != "megatron":
+        return
+    (low, high), (held_low, held_high) = SINKS_FAST, SINKS_FAST_HELD_OUT
+    note(f"NeMo's GPT-OSS-120B runs (learned attention sinks, clamped GLU) are all predicted "
+         f"faster than they ran, for reasons not found: its development runs by {low:.0%} to "
+         f"{high:.0%}, its held-out ones by {held_low:.0%} to {held_high:.0%}; NeMo AutoModel's "
+         f"within 5 % (README \"MoE runs\"): on a NeMo-like stack this step is likely too short")
+
+
+CALIBRATION_REACH = 2
+"""How far beyond the sequence lengths a calibration was fitted on (a factor either way) a plan
+may go without a note."""
+
+
+def beyond_calibration(ev) -> None:
+    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', or
+    at a sequence length far from theirs (a trial's fit on 2K-8K runs took the attention to 0.58x
+    and predicted its 64K-1M runs 45 % slow, without a word)."""
+    sc = ev.scenario
+    st, seq, acc = sc.stack, sc.training.seq_len, sc.cluster.accelerator.name
+    if st.fitted_seq_len:
+        lo, hi = st.fitted_seq_len
+        if not lo / CALIBRATION_REACH <= seq <= hi * CALIBRATION_REACH:
+            span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+            note(f"stack {st.name} was calibrated on runs of {span} tokens; at {seq:,} the "
+                 "attention's share of the step differs, and what the fit gave it may not carry "
+                 "(calibrate on runs nearer this length)")
+    if st.fitted_accelerators and acc not in st.fitted_accelerators:
+        note(f"stack {st.name} was calibrated on runs on {', '.join(st.fitted_accelerators)}, "
+             f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
+
+
+LONG_CONTEXT_HOPPER_SLOW = (0.098, 0.320)
+"""How much slower than measured the step of NeMo's H100 long-context runs is predicted from 32K
+tokens on (least and most; README "Long-context runs", the rows of
+tests/data/long_context_runs.csv, which a test reads them from)."""
+
+
+LONG_CONTEXT_FROM = 32768
+"""The sequence length from which those rows are predicted more than the published tolerance's
+10 % slow, or nearly."""
+
+
+def long_context_on_hopper(ev) -> None:
+    """Say when a Megatron-Core-family plan on a Hopper GPU trains sequences long enough for the
+    attention to take most of the step: NeMo's H100 long-context runs ran faster than predicted
+    there (a long-context trial: plan and evaluate had said nothing, only the README did). A stack
+    whose attention scale was fitted (torchtitan's, or a user's calibration) is left alone."""
+    from ..options import AttentionImpl
+
+    sc = ev.scenario
+    acc, st = sc.cluster.accelerator, sc.stack
+    tr = sc.training
+    attended = min(tr.seq_len, tr.attention_span or tr.seq_len)  # (documents: a review's)
+    if (acc.compute_capability != 9.0 or st.export_format != "megatron"
+            or st.attention is not AttentionImpl.FLASH or st.attention_scale != 1.0
+            or attended < LONG_CONTEXT_FROM):  # (materialised: GEMMs, not the kernel)
+        return
+    low, high = LONG_CONTEXT_HOPPER_SLOW
+    note(f"seq_len {tr.seq_len:,}: NeMo's long-context runs on H100 (Llama 2 7B, 32K to "
+         f"1M tokens) were predicted {low:.0%} to {high:.0%} slower than they ran, the more the "
+         f"longer: H100's attention efficiency is not fitted at this length (README "
+         f"\"Long-context runs\"), so take this step time as an upper bound")
+
+
+def short_cp_chunks(ev) -> None:
+    """Say when context parallelism leaves each rank fewer tokens than the search's floor (a
+    trial's CP 32 at 2,048 tokens, 64 per rank, evaluated without a word)."""
+    from ..specs import MIN_CP_CHUNK
+
+    par, seq = ev.plan, ev.scenario.training.seq_len
+    if par.cp > 1 and seq // par.cp < MIN_CP_CHUNK:
+        note(f"cp {par.cp}: {seq // par.cp:,} tokens per rank, under the {MIN_CP_CHUNK:,} the "
+             "search gives each when it chooses the degree itself: the K/V exchange then costs "
+             "mostly its latency")
+
+
+HELD_OUT_PEAK_SHORTFALL = 0.223
+"""The most the memory model fell short of a measured peak on held-out runs: torchtitan's Llama
+3.1 405B with TP 8, PP 8 and CP 8 (README, "Held-out runs"; the development rows' most is 5.5 %,
+which the default headroom covers)."""
+
+
+def unchecked_peak(ev) -> None:
+    """Say when a torchtitan plan with a pipeline or context parallelism leaves less free than the
+    memory model's shortfall on such held-out runs (a long-context trial's CP 64 plans at 8-11
+    GiB free, where the model had missed measured peaks by 19 GiB at CP 8)."""
+    sc, par = ev.scenario, ev.plan
+    if sc.stack.export_format != "torchtitan" or (par.pp == 1 and par.cp == 1):
+        return
+    short = ev.peak_memory * HELD_OUT_PEAK_SHORTFALL / (1 - HELD_OUT_PEAK_SHORTFALL)
+    if not ev.fits or ev.margin >= short:  # (one that does not fit says so already)
+        return
+    from ..units import fmt_gib
+
+    note(f"the memory model fell short of torchtitan's measured peaks by up to "
+         f"{HELD_OUT_PEAK_SHORTFALL:.0%} on held-out runs with pipeline and context "
+         f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); this plan leaves "
+         f"{fmt_gib(ev.margin)} GiB free where that shortfall would take "
+         f"{fmt_gib(short)} GiB: give --memory-headroom "
+         f"{math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)} to plan with it")
+
+
+def simulated_schedule(ev) -> None:
+    """Say when an interleaved plan's simulated schedule runs longer than its closed form
+    (``textfmt.simulated_schedule_text``; the exports say it too)."""
+    from ..textfmt import simulated_schedule_text
+
+    text = simulated_schedule_text(ev)
+    if text:
+        note(text)
+
+
+def split_groups(ev) -> None:
+    """Say when TP or CP groups whose devices a scale-up domain could hold (``placement.reach``:
+    ``tp`` devices for TP, ``tp·cp`` for CP in Megatron's order) cross out of it because the
+    domain's size is not a multiple of that span: ranks fill devices in order, so some groups
+    straddle two domains (a user trial's TP 16 on 72-GPU NVLink domains ran over InfiniBand
+    without a word)."""
+    from ..axes import Axis
+    from ..placement import reach
+
+    cluster, par = ev.scenario.cluster, ev.plan
+    if len(cluster.levels) < 2:
+        return
+    domain = cluster.levels[0]
+    levels = ev.group_levels
+    split = []
+    for axis in (Axis.TP, Axis.CP):
+        size, crossed = levels.get(axis.value, (1, None))
+        span = reach(par, axis)
+        if size > 1 and span <= domain.size and domain.size % span \
+                and crossed not in (None, domain.name):
+            split.append((axis.value, size, span, crossed))
+    if split:
+        note(f"{domain.name} domains hold {domain.size} devices, which " + " and ".join(
+            f"{a} groups of {n}" + (f" (each over {w} devices)" if w != n else "")
+            for a, n, w, _ in split) + " do not divide: ranks fill devices in order, so some "
+            "of those groups straddle two domains and cross the " + " and the ".join(
+                sorted({c for *_, c in split})) + f"; spans that divide {domain.size} keep every "
+            "group inside one")
+
+
+def fp8_stack_at_bf16(ev) -> None:
+    """Say when the stack's fp8 behaviour (fp8 all-gathers: the torchtitan-float8 stacks) has
+    nothing to act on because the run is bf16 (a user trial's Float8 stack had been costed as
+    bf16 without a word)."""
+    from ..options import Precision
+
+    st = ev.scenario.stack
+    if ev.scenario.training.precision is Precision.FP8 or not (st.fp8_param_gather
+                                                              or st.fp8_tp_gather):
+        return
+    note(f"stack {st.name} moves fp8 in its all-gathers in fp8 training; this run is "
+         "bf16 (--precision fp8 for fp8), costed as in bf16")
+
+
+def uncalibrated_stack(ev) -> None:
+    """Say when the stack was fitted on no measured run (``StackSpec.fitted_on`` empty: its
+    efficiencies are another stack's or the defaults; a user trial found deepspeed's MFU
+    presented as plainly as megatron-core's, which dozens of runs back)."""
+    st = ev.scenario.stack
+    if st.fitted_on:
+        return
+    note(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
+         "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
+         "and this stack as --stack, fits it to them")
+
+
+def load_capped(ev) -> None:
+    """Say when the stated load of the busiest expert rank is more than the plan's expert ranks
+    can have (a fuzzing find: --moe-imbalance 9 over 2 ranks was costed as given, 6x slower), and
+    the load it was costed at."""
+    sc, par = ev.scenario, ev.plan
+    tr = sc.training
+    most = ev.capped_moe_load
+    if most is not None:
+        m = sc.model.moe
+        flag = ("--moe-imbalance", tr.moe_imbalance) if tr.moe_load == tr.moe_imbalance else (
+            "--moe-capacity-factor", tr.moe_capacity)  # the one that sets the stated load
+        note(f"{flag[0]} {flag[1]:g}: the busiest of {par.ep} expert ranks "
+             f"receives at most {most:g}x the mean (a rank holds {m.experts // par.ep} of "
+             f"the {m.experts} experts, and each token sends its {m.top_k} copies to "
+             f"distinct experts); costed at {most:g}")
+
+
+def balanced_routing(ev, imbalance_stated: bool) -> None:
+    """Say that an MoE plan was costed with perfectly balanced routing when the user stated no
+    imbalance and no capacity caps it, and what the plan takes and needs at an uneven load (a
+    user trial: plans at the memory limit stopped fitting at 1.2, without a word)."""
+    sc = ev.scenario
+    tr = sc.training
+    if (sc.model.moe is None or imbalance_stated
+            or tr.moe_imbalance != 1.0 or tr.moe_capacity is not None
+            or ev.plan.ep == 1):  # one rank holds every expert: no busiest one (a user trial's
+        return  # note had quoted +0 %)
+    from dataclasses import replace
+
+    from ..evaluate import evaluate
+    from ..textfmt import memory_verdict
+    from ..units import fmt_gib, fmt_time
+
+    uneven = evaluate(replace(sc, training=replace(tr, moe_imbalance=UNEVEN_ROUTING)), ev.plan)
+    note(f"costed with perfectly balanced routing (--moe-imbalance 1, as benchmarks "
+         f"that force it run); with a trained router's busiest expert rank at e.g. "
+         f"{UNEVEN_ROUTING:g}x the mean this plan takes {fmt_time(uneven.step_time)} "
+         f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
+         f"{fmt_gib(uneven.peak_memory)} GiB ("
+         + memory_verdict(uneven)
+         + "); state your run's with --moe-imbalance")
+
+
+def capacity_under_balance(ev) -> None:
+    """Say when a capacity factor is given under balanced routing on a stack that does not pad
+    to it: no rank exceeds its share, so it drops nothing and changes nothing (a MoE trial's 1.0
+    and 1.5 gave the same plan without a word, and the balanced-routing note had gone)."""
+    sc = ev.scenario
+    tr = sc.training
+    if (sc.model.moe is None or tr.moe_capacity is None or tr.moe_imbalance != 1.0
+            or sc.stack.pads_experts(tr) or ev.plan.ep == 1):
+        return
+    note(f"moe-capacity-factor {tr.moe_capacity:g} caps the busiest expert rank's tokens at "
+         f"{tr.moe_capacity:g} times its share; with balanced routing (--moe-imbalance 1, the "
+         "default) no rank exceeds its share, so it drops nothing and changes nothing here: "
+         "state your run's imbalance with --moe-imbalance to see the cap")
+
+
+def no_interleaving(ev) -> None:
+    """Say why a pipelined plan does not interleave when its stack could but its looped schedules
+    cannot run the micro-batches per replica (rounds of pp, or a count that is no whole number
+    of rounds: a user trial's Llama-3 405B on 12,288 GPUs had 64 micro-batches over pp 12, 12 %
+    slower per GPU than at 16,384 GPUs, without a word)."""
+    par, st = ev.plan, ev.scenario.stack
+    from ..schedule import SCHEDULES
+
+    looped = [n for n in st.schedules if SCHEDULES[n].looped_rounds]
+    if par.pp == 1 or par.vp > 1 or not looped:
+        return
+    micro = ev.micro_batches
+    # (two chunks: the rounds a count allows do not depend on how many)
+    why = [st.schedule_refusal(n, par.pp, 2, micro) for n in looped]
+    if all(why):
+        note(f"no interleaving: {looped[0]} cannot run this plan's {micro} "
+             f"micro-batches per replica ({why[0][2]}); a global batch or GPU count "
+             "that gives a count it runs would allow it")
+
+
+def recompute_costs_memory(ev) -> None:
+    """Say so when the plan's per-module recomputation keeps more memory than none would (as
+    Megatron's selective, core_attn, does under flash attention: its checkpoint pins the fused
+    QKV output, and the fused kernel keeps no score matrix to drop; README, "Memory")."""
+    from ..evaluate import evaluate
+    from ..options import AttentionImpl
+    from ..units import fmt_gib, fmt_time
+
+    stack = ev.scenario.stack
+    policies = {stack.policy(n) for n in ev.plan.recompute}
+    kinds = {p.kind for p in policies}
+    # per-module policies, some stages perhaps none (every stack offers none: StackSpec)
+    if "modules" not in kinds or not kinds <= {"modules", "none"}:
+        return
+    bare = evaluate(ev.scenario, ev.plan.with_(recompute=("none",)))
+    if bare.peak_memory < ev.peak_memory:
+        why = ("; under flash attention a checkpointed attention core keeps the whole fused QKV "
+               "output alive" if stack.attention is AttentionImpl.FLASH
+               and any("core_attn" in p.modules for p in policies) else "")
+        # the step may still be shorter: a stage with slack whose longer backward hides more of
+        # its gradient sync (a hardware trial's 405B plan: 0.02 %), which "costs time" had denied
+        time = ("costs time" if bare.step_time <= ev.step_time else
+                f"saves only {fmt_time(bare.step_time - ev.step_time)} of the step (its stages "
+                "with slack hide more of their gradient sync behind the longer backward)")
+        note(f"recompute {ev.plan.recompute_text} keeps more memory than none, and {time} "
+             f"({fmt_gib(ev.peak_memory)} GiB against "
+             f"{fmt_gib(bare.peak_memory)}){why}")
+
+
+def idle_policies(ev) -> None:
+    """Say when a per-module recompute policy of the plan has none of its modules among the
+    model's operators on this stack, so it recomputes nothing (a user trial's fine-grained
+    Llama plan gave none's figures without a word)."""
+    from ..evaluate import layer_graph
+
+    sc, stack = ev.scenario, ev.scenario.stack
+    present = layer_graph(sc.model, ev.plan, sc.training, stack).modules
+    for p in sorted({stack.policy(n) for n in ev.plan.recompute}, key=lambda p: p.name):
+        if p.modules and not set(p.modules) & present:
+            note(f"recompute {p.name} recomputes nothing here: none of its modules "
+                 f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
+                 f"{stack.name} (a norm fused into the next linear layer is not one); "
+                 "costed as none")
+
+
+def manual_without_cp(results) -> None:
+    """Say when the speed-ups are over a ``manual`` plan without context parallelism at a length
+    where the others use it: its rules of thumb give CP only when --cp fixes it (a long-context
+    trial read "nest 9.84x" at 1M tokens as nestplan's gain over a hand plan with CP, which
+    evaluates 1 % slower than nest's)."""
+    manual = results.get("manual")
+    if manual is None or manual.best.plan.cp > 1:
+        return
+    if any(res.best.plan.cp > 1 for name, res in results.items() if name != "manual"):
+        note("manual's rules of thumb use no context parallelism unless --cp fixes it, and the "
+             "other methods' plans do: the speed-ups over manual here are over plans without CP "
+             "(README, \"How the search works\"; give --cp to compare at a CP degree of yours)")

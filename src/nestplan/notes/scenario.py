@@ -1,0 +1,102 @@
+"""Notes on a scenario before anything is evaluated: what its model, cluster, stack or sequence
+length mean for the plans costed on it (said on stderr through ``errors.note``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import note
+
+
+def trained_context(sc, model: str) -> None:
+    """Say when a HuggingFace config's RoPE model, its RoPE unscaled, is given a sequence longer
+    than its ``max_position_embeddings`` (a long-context trial's 1M tokens on Llama 3 8B's 8,192
+    went without a word, and the Megatron export set the longer length with no scaling)."""
+    from ..catalog import hf_config_in, looks_like_path
+    from ..options import Position
+
+    m, seq = sc.model, sc.training.seq_len
+    if not looks_like_path(model) or m.position is not Position.ROPE or m.rope_scaling or m.yarn:
+        return
+    path = hf_config_in(Path(model))
+    try:
+        trained = json.loads(path.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):  # (a TOML, or a file read before)
+        return
+    if type(trained) is int and 0 < trained < seq:
+        note(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
+             f"--seq-len {seq:,} it is costed and exported with its RoPE base "
+             f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
+             "base or scales RoPE (rope_theta or rope_scaling in the config)")
+
+
+def added_depths(sc, model: str) -> None:
+    """Say when --mtp-layers gives a model depths it does not have of its own (a user trial:
+    a dense model's header then named them without a word of where they came from)."""
+    from ..catalog import get_model
+
+    added = sc.model.mtp_layers
+    if added and not get_model(model).mtp_layers:
+        note(f"--mtp-layers {added}: {sc.model.name} has no multi-token-prediction "
+             f"depth of its own; {added} added after its last block (DeepSeek-V3's "
+             "kind: a projection, one more block and a loss each, costed as such)")
+
+
+def position_table(sc) -> None:
+    """Say when a learned position table must grow to the sequence length."""
+    m, seq = sc.model, sc.training.seq_len
+    if m.position_rows(seq) > m.max_positions > 0:
+        note(f"{m.name} learns {m.max_positions:,} positions; at --seq-len {seq:,} its "
+             f"table has {seq:,} rows (costed so, and exported as "
+             "--max-position-embeddings): a model of its own, not a checkpoint of "
+             f"{m.name}")
+
+
+def straddling_domains(sc) -> None:
+    """Say when the scale-up domains (an NVL72 rack, say) do not divide the job
+    (``textfmt.partial_domain_text``; ``sweep`` says it of its grid)."""
+    from ..textfmt import partial_domain_text
+
+    text = partial_domain_text(sc.cluster, sc.gpus)
+    if text:
+        note(text)
+
+
+def fused_pieces(sc) -> None:
+    """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
+    eager_ops``) the stack costs as fused ones."""
+    from ..catalog import DEFAULT_STACK
+    from ..graph import eager_split
+
+    fused = eager_split(sc.model, sc.stack.eager_ops)[1]
+    if fused:
+        note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
+             "fused kernels (not in its eager_ops): a framework that runs them as "
+             f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
+
+
+CP_SPLIT_NOTED_FROM = 16384
+"""The sequence length from which a length no CP degree splits is noted."""
+
+
+def no_cp_split(sc, con) -> None:
+    """Say when the sequence is long enough for context parallelism but no CP degree the GPUs
+    allow splits it into an even number of tokens per rank (load-balanced causal chunks), so the
+    search runs without CP (a long-context trial's 131,071 tokens: a plan 14 % slower than at
+    131,072, without a word)."""
+    from ..specs import MIN_CP_CHUNK, cp_splits, divisors
+
+    seq, gpus = sc.training.seq_len, sc.gpus
+    # (a stack without CP says so itself; at a few thousand tokens CP hardly matters: a review
+    # found 4,097 tokens told to take 4,096)
+    if con.cp is not None or not sc.stack.offers("cp") or seq < CP_SPLIT_NOTED_FROM:
+        return
+    possible = [c for c in divisors(gpus)[1:] if seq // c >= MIN_CP_CHUNK]
+    if not possible or any(cp_splits(seq, c) for c in possible):
+        return
+    step = 2 * possible[0]
+    nearest = max(step, round(seq / step) * step)
+    note(f"seq_len {seq:,}: no context-parallel degree splits it (seq_len / cp must be an even "
+         f"number of tokens, each rank's at least {MIN_CP_CHUNK:,}), so the search ran without "
+         f"CP; {nearest:,} tokens would offer cp {possible[0]}")
