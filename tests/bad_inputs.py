@@ -234,7 +234,8 @@ _PIPE = ["evaluate", *SCENARIO, "--tp", "1", "--pp", "4", "--vp", "2", "--mbs", 
          "--seq-len", "2048", "--global-batch"]
 case("evaluate-interleaved-rounds-not-whole", [*_PIPE, "18", "--stack", "torchtitan"],
      "micro-batches per replica (global_batch / (mbs·dp)); stack torchtitan runs interleaved-1f1b "
-     "in max(1, m // pp) = 2 rounds (pp = 4): their count must be a multiple of 2")
+     "in max(1, m // pp) rounds (pp = 4), of which m must be a multiple: 9 makes 2; the nearest "
+     "counts it runs are 8 and 10")
 case("evaluate-interleaved-rounds-of-pp", [*_PIPE, "12", "--stack", "megatron-2022"],
      "stack megatron-2022 runs interleaved-1f1b in rounds of pp = 4: their count must be a "
      "multiple of 4")
@@ -669,6 +670,14 @@ CLUSTER_BAD = {
         'accelerator = "h100-sxm-80gb"', 'accelerator = { base = 3, name = "a" }'), "base"),
     "kernel-overhead-huge": (_h100_with('kernel_overhead_us = 1e12'),
         "kernel_overhead_us"),
+    "unmasked-gain-below-1": (_h100_with('unmasked_attention_gain = 0.9'),
+        "accelerator.unmasked_attention_gain: got 0.9; must be a number in [1, 2]"),
+    "unmasked-gain-word": (_h100_with('unmasked_attention_gain = "fast"'),
+        "unmasked_attention_gain: got 'fast'"),
+    "unmasked-gain-nan": (_h100_with('unmasked_attention_gain = nan'),
+        "unmasked_attention_gain"),
+    "fitted-on-word": (_h100_with('fitted_on = "my runs"'),
+        "accelerator.fitted_on: got 'my runs'; must be a list of strings"),
 }
 for name, (content, needle) in CLUSTER_BAD.items():
     case(f"cluster-file-{name}", ["evaluate", "--model", "llama3-8b", "--cluster", "{c}.toml",

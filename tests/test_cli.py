@@ -78,6 +78,41 @@ def test_list(capsys):
                                    "spine 1,024, core any number")
 
 
+def test_what_stands_behind_an_accelerator_and_a_models_size_are_shown(tmp_path):
+    """Listing marks the accelerators no measured run stands behind, and a plan on one says so;
+    a file that restates a catalog part's efficiencies keeps none of its runs; a model given as a
+    file lists its size as the catalog's do (a new user's trial found neither, and MI300X's 192
+    GiB read as 192e9 bytes)."""
+    from console import cli
+
+    code, out, _ = cli("list", "accelerators")
+    bare = {ln.split()[0] for ln in out.splitlines() if "no measured run" in ln}
+    assert code == 0 and bare == {"mi300x", "h200-sxm-141gb", "tpu-v4"}, out
+    assert " 192.0 GiB at 5.30 TB/s" in next(ln for ln in out.splitlines()
+                                            if ln.startswith("mi300x "))
+    plan = ("evaluate", "--model", "llama3-8b", "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1,
+            "--global-batch", 8, "--seq-len", 4096)
+    said = "no measured training run stands behind its efficiencies"
+    level = '[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = 3\n'
+    for accelerator, noted in (('"h100-sxm-80gb"', False), ('"mi300x"', True),
+                               ('{ base = "h100-sxm-80gb", name = "mine", hbm_GiB = 40 }', False),
+                               ('{ base = "h100-sxm-80gb", name = "mine", '
+                                'attention_efficiency = [0.5, 0.4] }', True)):
+        cluster = tmp_path / "c.toml"
+        cluster.write_text(f'name = "c"\naccelerator = {accelerator}\n{level}')
+        code, out, err = cli(*plan, "--cluster", cluster)
+        assert code == 0, err
+        assert (said in err) == noted, (accelerator, err)
+    config = tmp_path / "mine.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 5120,
+        "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "intermediate_size": 13824, "vocab_size": 128256, "max_position_embeddings": 8192,
+        "rope_theta": 500000.0}))
+    code, out, err = cli("list", "models", config)
+    assert code == 0 and out.splitlines()[1] == "# 12.3B parameters", out
+
+
 def test_console_script_runs():
     r = subprocess.run([sys.executable, "-m", "nestplan.cli", "list", "accelerators"],
                        capture_output=True, text=True)
@@ -352,7 +387,7 @@ def test_validate_fails_when_a_run_is_off(runs_csv, capsys):
     code, out, _ = run(["validate", "--csv", runs_csv(step_time_s=half)], capsys)
     # (one row: its error is the mean too, so both are named)
     error = out.split("worst nar21-t1-1p7b ")[1].split()[0].lstrip("+")
-    assert code == 1 and f"FAILED (1 rows over, mean {error})" in out
+    assert code == 1 and f"FAILED (1 row over, mean {error})" in out
 
 
 def test_validate_knows_gpu_aliases_and_catalog_clusters(runs_csv, capsys):
@@ -561,8 +596,9 @@ def test_a_pipeline_the_micro_batches_keep_from_interleaving_is_said(capsys):
     code, out, err = run(plan + ["16"], capsys)
     assert code == 0 and "vp=1" in out
     assert ("no interleaving: interleaved-1f1b cannot run this plan's 16 micro-batches per "
-            "replica (stack torchtitan-compile runs interleaved-1f1b in max(1, m // pp) = 5 rounds "
-            "(pp = 3): their count must be a multiple of 5)") in err
+            "replica (stack torchtitan-compile runs interleaved-1f1b in max(1, m // pp) rounds "
+            "(pp = 3), of which m must be a multiple: 16 makes 5; the nearest counts it runs are "
+            "15 and 18)") in err
     code, out, err = run(plan + ["18"], capsys)
     assert code == 0 and "no interleaving" not in err
 
@@ -722,3 +758,23 @@ def test_a_plan_file_whose_saved_prediction_differs_says_so(tmp_path):
     said = re.search(r"step_time_s: ([\d.]+) s when saved, ([\d.]+) s now", cli(
         "evaluate", "--plan", saved)[2])
     assert said and said[1] != said[2], said
+
+
+def test_a_global_batch_far_beyond_any_published_runs_is_noted():
+    """A global batch of billions of tokens is likely tokens given as sequences (a DeepSpeed
+    user's trial planned a 17-hour step without a word); DeepSeek-V3's 63M tokens is not noted."""
+    from console import cli
+
+    plan = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 64, "--tp",
+            1, "--pp", 1, "--mbs", 1, "--seq-len", 4096, "--global-batch")
+    code, _, err = cli(*plan, 4194304)
+    assert code == 0 and ("--global-batch 4,194,304 sequences of 4,096 tokens is 17.2 billion "
+                          "tokens a step") in err and "this one would be 1,024 sequences" in err
+    code, _, err = cli(*plan, 15360)
+    assert code == 0 and "--global-batch" not in err, err
+    # the default batch at a long sequence: said as the default (a review's: it had read as the
+    # user's, with advice of 1 sequences)
+    code, _, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-b200-ndr", "--gpus", 64,
+                       "--seq-len", 1048576)
+    assert code == 0 and ("the default --global-batch of 1,024 sequences of 1,048,576 tokens is "
+                          "1.1 billion tokens a step") in err and "would be" not in err, err

@@ -1820,9 +1820,13 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
     # the exported plan (ZeRO-1 exported as FSDP2's ZeRO-2) is told as torchtitan runs it, not
     # costed with megatron-core's behaviour, a run no framework makes (a user trial)
     saved = evaluate(sc, par)
-    assert (f"exported plan: predicted step {own.step_time:.3f} s as stack torchtitan runs it, "
-            f"against {saved.step_time:.3f} s for the saved plan with megatron-core's behaviour"
+    assert (f"exported plan: t4 p2 d8 sp z2 fine-grained b1 in place of the saved t4 p2 d8 sp "
+            f"z1 fine-grained b1, whose {saved.step_time:.3f} s a step assumes megatron-core's "
+            "behaviour; the run as exported is predicted as stack torchtitan runs it (the file's "
+            "first prediction line)"
             ) in exp.notes[[n.startswith("exported plan") for n in exp.notes].index(True)]
+    # its figures once in the notes (a new user's trial read them twice)
+    assert sum(f"{own.step_time:.3f} s" in n for n in exp.notes) == 1
     # the file says it too, and heads with torchtitan's prediction, then the plan's stack's
     head = [line for line in exp.text.splitlines() if line.startswith("# predicted")]
     assert head == [
@@ -1831,7 +1835,8 @@ def test_an_export_for_another_stack_also_predicts_it_as_that_stack_runs_it():
         f"{own.peak_memory / GiB:.1f} GiB ({memory_verdict(own)})",
         # (named as the exported plan: a user trial took it for the saved one)
         f"# predicted with stack megatron-core's behaviour for the plan as exported (t4 p2 d8 sp z2 "
-        f"fine-grained b1): step {mine.step_time:.3f} s, "
+        f"fine-grained b1) (for comparison: torchtitan does not run it so): step "
+        f"{mine.step_time:.3f} s, "
         f"{mine.tokens_per_s:,.0f} tokens/s, MFU {mine.mfu:.1%}, peak memory "
         f"{mine.peak_memory / GiB:.1f} GiB ({memory_verdict(mine)})"]
     assert f"# note: {note}" in exp.text

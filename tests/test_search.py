@@ -344,6 +344,22 @@ def test_exhaustive_stops_listing_past_its_limit(monkeypatch):
     assert 0 < len(listed) < 1000, len(listed)
 
 
+def test_a_space_too_large_names_only_the_knobs_the_stack_varies():
+    """The advice to fix knobs names those the stack offers (a DeepSpeed user's trial was told to
+    fix --tp, --cp and --vp on a stack with none of them)."""
+    sc = scenario_from_names("llama3-8b", "selene-a100-hdr", 64, seq_len=4096, global_batch=256,
+                             stack="deepspeed")
+    with pytest.raises(SpecError) as e:
+        methods.exhaustive(sc, Constraints(), 1)
+    assert ("fix some of --pp --recompute --dp --mbs --zero (pipeline depth multiplies it most)"
+            in str(e.value)), e.value
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=4096, global_batch=256)
+    with pytest.raises(SpecError) as e:
+        methods.exhaustive(sc, Constraints(), 1)
+    assert ("fix some of --pp --recompute --vp --tp --dp --cp --mbs --zero (pipeline depth and "
+            "per-stage recomputation multiply it most)") in str(e.value), e.value
+
+
 def test_manual_keeps_a_fixed_vp_by_pipelining():
     """--vp 2 is an interleaved pipeline: manual takes the shortest pipeline that can have it
     (it had taken no pipeline and dropped the vp)."""

@@ -234,6 +234,7 @@ def _scenario(args):
     scenario_notes.straddling_domains(sc)
     scenario_notes.position_table(sc)
     scenario_notes.trained_context(sc, args.model)
+    scenario_notes.huge_batch(sc, args.global_batch is not None)
     return _with_headroom(sc, args)
 
 
@@ -518,7 +519,7 @@ def cmd_plan(args) -> int:
     else:
         from .textfmt import search_result
 
-        print(search_result(res))
+        print(search_result(res, args.top))
     return 0
 
 
@@ -651,7 +652,6 @@ def cmd_report(args) -> int:
 
 def cmd_list(args) -> int:
     from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
-    from .graph import active_params, total_params
     from .units import GB, TFLOPS, GiB
 
     if args.name is not None:
@@ -668,6 +668,9 @@ def cmd_list(args) -> int:
                 table["runs_source"] = runs
         text = document(table)
         print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)")
+        if args.kind == "models":  # its size, as the catalog's listing gives it (a new user's
+            # own config had none shown anywhere)
+            print(f"# {_model_size(spec)}")
         if args.kind == "clusters":  # what its levels' sizes add up to
             blocks = [*spec.block_sizes(), spec.max_devices]
             print("# devices under one block of each level: " + ", ".join(
@@ -680,13 +683,7 @@ def cmd_list(args) -> int:
             print(f"{name:22s} {get_stack(name).description}")
         elif args.kind == "models":
             m = get_model(name)
-            size = f"{total_params(m) / 1e9:8.1f}B parameters"
-            if m.moe is not None:
-                size += (f", {active_params(m) / 1e9:.1f}B active ({m.moe.experts} experts, "
-                         f"top-{m.moe.top_k})")
-            if m.mtp_layers:
-                size += f", with {m.mtp_layers} multi-token-prediction depth(s)"
-            print(f"{name:22s} {m.layers:4d} layers  {size}")
+            print(f"{name:22s} {m.layers:4d} layers  {_model_size(m, 8)}")
         elif args.kind == "clusters":
             c = get_cluster(name)
             # per level: its fan-out (children per group; the top has none) and each device's
@@ -699,8 +696,22 @@ def cmd_list(args) -> int:
         else:  # accelerators
             a = get_accelerator(name)
             print(f"{name:22s} {a.peak_flops_bf16 / TFLOPS:7.1f} bf16 TFLOP/s, "
-                  f"{a.hbm_bytes / GiB:6.1f} GiB at {a.hbm_bandwidth / (1000 * GB):.2f} TB/s")
+                  f"{a.hbm_bytes / GiB:6.1f} GiB at {a.hbm_bandwidth / (1000 * GB):.2f} TB/s"
+                  + ("" if a.fitted_on else "  (no measured run behind its efficiencies)"))
     return 0
+
+
+def _model_size(m, width: int = 0) -> str:
+    """A model's parameters (and, with experts, those active per token)."""
+    from .graph import active_params, total_params
+
+    size = f"{total_params(m) / 1e9:{width}.1f}B parameters"
+    if m.moe is not None:
+        size += (f", {active_params(m) / 1e9:.1f}B active ({m.moe.experts} experts, "
+                 f"top-{m.moe.top_k})")
+    if m.mtp_layers:
+        size += f", with {m.mtp_layers} multi-token-prediction depth(s)"
+    return size
 
 
 def _runs_csv(text: str | None, field: str = "--csv") -> Path:
@@ -743,11 +754,13 @@ def cmd_validate(args) -> int:
         print(_json(summary))
     else:
         print(table(outcomes))
-        missed = [f"{summary['rows_over']} rows over"] if summary["rows_over"] else []
+        over = summary["rows_over"]
+        missed = [f"{over} row{'s' if over > 1 else ''} over"] if over else []
         if summary["mean_abs_error"] > MEAN_TOLERANCE:
             missed.append(f"mean {summary['mean_abs_error']:.1%}")
         if summary["memory_rows_over"]:
-            missed.append(f"{summary['memory_rows_over']} peak memories over")
+            peaks = summary["memory_rows_over"]
+            missed.append(f"{peaks} peak memor{'ies' if peaks > 1 else 'y'} over")
         memory = (f", every measured peak memory within {MEMORY_TOLERANCE:.0%} (of "
                   f"{summary['memory_rows']}: mean {summary['memory_mean_abs_error']:.1%})"
                   if summary["memory_rows"] else "")

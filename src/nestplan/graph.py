@@ -127,6 +127,9 @@ class Op:
     """GEMM that runs in the plan's matmul precision (fp8 when selected); others stay bf16."""
     eager: bool = False
     """Eager kernels a fused one would replace (``StackSpec.eager_ops``)."""
+    unmasked: float = 0.0
+    """Share of an attention core's FLOP in blocks no mask touches, which the kernel runs faster
+    than the causal ones its efficiency is of (``AcceleratorSpec.unmasked_attention_gain``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,6 +499,16 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     full = 2.0 * b * x.a * s * S * (d_qk + d_v)  # QK^T and PV, no mask
     if loc.attention is AttentionImpl.FLASH:
         done = full * (0.5 if m.causal else 1.0)  # flash skips fully masked blocks
+        # a ring over load-balanced causal chunks (two per rank, the i-th and the (2cp-1-i)-th)
+        # runs its first step, the rank's own K/V, as one causal kernel, and its other cp - 1
+        # steps with no mask: half the queries against whole chunks or whole queries against half
+        # (Transformer Engine's AttnFuncWithCPAndKVP2P; torch's context_parallel alike); a
+        # gathered K/V runs one masked kernel; windows are masked everywhere; packed documents
+        # are costed as masked too (Transformer Engine's later ring steps run a padding mask
+        # over them, nearly unmasked: a conservative simplification)
+        ring = loc.cp > 1 and not (loc.cp_gather_kept or loc.cp_gather_waits)
+        unmasked = (0.0 if loc.span or m.local_span else 1.0 if not m.causal
+                    else 1 - 1 / loc.cp if ring else 0.0)
         lse = FP32 * b * x.a * s
         # the K/V it keeps: its own shard, or every CP rank's where it was given them gathered
         kv_kept = (k_el + v_el) * (loc.cp if loc.cp > 1 and loc.cp_gather_kept else 1)
@@ -503,7 +516,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
                       nbytes=E * (q_el + k_el + v_el + T * x.a * d_v), bwd_nbytes=3 * E * (
                           q_el + k_el + v_el + T * x.a * d_v),
                       saved=E * (q_el + kv_kept), model_flops=full,
-                      out_bytes=E * T * x.a * d_v + lse, pinned=pinned))
+                      out_bytes=E * T * x.a * d_v + lse, pinned=pinned, unmasked=unmasked))
         # the fp32 log-sum-exp it keeps beside q, k, v: internal to the core
         ops.append(Op("attn_stats", OpKind.MEMORY, saved=lse))
     else:

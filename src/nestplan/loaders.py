@@ -15,7 +15,7 @@ from .errors import SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
                     MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite, layer_indices,
-                    sliding_window_cost)
+                    UNMASKED_ATTENTION_GAIN, sliding_window_cost)
 
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -270,9 +270,18 @@ def kind_words(kind: type | tuple, plural: bool = False) -> str:
 
 _ACCEL_REQUIRED = {"name", "peak_tflops_bf16", "hbm_GiB", "hbm_GBps",
                    "matmul_efficiency_bf16_by_GFLOP", "attention_efficiency", "memory_efficiency"}
-"""Every efficiency is a measured or stated figure of the file (no defaults in code)."""
+"""Every efficiency is a measured or stated figure of the file (no defaults in code; the
+optional ``unmasked_attention_gain`` is a ratio with a sourced default,
+``specs.UNMASKED_ATTENTION_GAIN``)."""
 _ACCEL_OPTIONAL = {"peak_tflops_fp8", "matmul_efficiency_fp8_by_GFLOP", "kernel_overhead_us",
-                   "sustained_share", "compute_capability", "base"}
+                   "sustained_share", "compute_capability", "unmasked_attention_gain",
+                   "fitted_on", "base"}
+
+
+_ACCEL_EFFICIENCIES = {"matmul_efficiency_bf16_by_GFLOP", "matmul_efficiency_fp8_by_GFLOP",
+                       "attention_efficiency", "memory_efficiency", "unmasked_attention_gain"}
+"""An accelerator's efficiencies: a file that gives its own keeps none of its base's runs
+(``AcceleratorSpec.fitted_on``) unless it names them."""
 
 
 def _points(value, where: str) -> tuple[tuple[float, float], ...]:
@@ -323,8 +332,12 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
         kw["attention_efficiency"] = (float(att[0]), float(att[1]))
     if "memory_efficiency" in table:
         kw["memory_efficiency"] = float(_typed(table, "memory_efficiency", where, _NUM))
+    if "unmasked_attention_gain" in table:
+        kw["unmasked_attention_gain"] = float(_typed(table, "unmasked_attention_gain", where, _NUM))
     if "kernel_overhead_us" in table:
         kw["kernel_overhead"] = _typed(table, "kernel_overhead_us", where, _NUM) * units.US
+    if "fitted_on" in table:
+        kw["fitted_on"] = tuple(_list(table["fitted_on"], f"{where}.fitted_on"))
     if "compute_capability" in table:
         kw["compute_capability"] = _ranged(table, "compute_capability", where, 1.0, 20.0,
                                            "NVIDIA's CUDA compute capability, e.g. 9.0")
@@ -338,6 +351,8 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     if base is not None:
         from dataclasses import replace
 
+        if "fitted_on" not in table and _ACCEL_EFFICIENCIES & table.keys():
+            kw["fitted_on"] = ()  # (new efficiencies: the base's runs are not behind them)
         return replace(base, **kw)
     return AcceleratorSpec(**kw)
 
@@ -564,8 +579,12 @@ def accelerator_to_table(acc: AcceleratorSpec) -> dict:
     }
     if acc.sustained_share != 1.0:
         table["sustained_share"] = acc.sustained_share
+    if acc.unmasked_attention_gain != UNMASKED_ATTENTION_GAIN:
+        table["unmasked_attention_gain"] = acc.unmasked_attention_gain
     if acc.compute_capability is not None:
         table["compute_capability"] = acc.compute_capability
+    if acc.fitted_on:
+        table["fitted_on"] = list(acc.fitted_on)
     if acc.peak_flops_fp8 is not None:
         table["peak_tflops_fp8"] = _clean(acc.peak_flops_fp8 / units.TFLOPS)
         table["matmul_efficiency_fp8_by_GFLOP"] = [[_clean(f / 1e9), e]
@@ -825,7 +844,7 @@ within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the
 rounds of pp, which every stack ran then."""
 
 
-LATER_ACCELERATOR_KEYS = ("compute_capability",)
+LATER_ACCELERATOR_KEYS = ("compute_capability", "fitted_on")
 """Accelerator keys added after accelerator tables (plan files' inline ones) were first written."""
 
 

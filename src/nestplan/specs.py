@@ -99,6 +99,17 @@ times below the least the catalog holds (1 % for 0.1-GFLOP fp8 GEMMs on H100); s
 describe no hardware and drive step times past what a float holds."""
 
 
+UNMASKED_ATTENTION_GAIN = 1.10
+"""How much faster per FLOP a fused attention kernel runs without a mask than causally, where an
+accelerator file does not say (``AcceleratorSpec.unmasked_attention_gain``): cuDNN's forward on
+H100 SXM5 at head dim 128 and 16K tokens, 595 TFLOP/s without a mask and 539 causal (Shah et al.,
+FlashAttention-3, arXiv:2407.08608, Figure 5; at 8K 600 / 529, at 4K 609 / 518; FlashAttention-3's
+own kernel 648 / 616 at 16K, 1.05). Taken for the backward and for other accelerators too,
+unmeasured."""
+MAX_UNMASKED_ATTENTION_GAIN = 2.0
+"""The most ``unmasked_attention_gain`` may be: a causal kernel at half the unmasked one's rate."""
+
+
 def efficiency_ok(value) -> bool:
     """``value`` is a number in [``MIN_EFFICIENCY``, 1]."""
     return finite(value) and MIN_EFFICIENCY <= value <= 1
@@ -171,12 +182,20 @@ class AcceleratorSpec(_CachedHash):
     """Fraction of bf16 peak reached by fused (flash) attention, (forward, backward)."""
     memory_efficiency: float
     """Fraction of peak HBM bandwidth reached by memory-bound kernels."""
+    unmasked_attention_gain: float = UNMASKED_ATTENTION_GAIN
+    """How much faster per FLOP the fused attention runs without a mask than causally:
+    ``attention_efficiency`` is a causal kernel's, and unmasked blocks (a context-parallel ring's
+    after its first step, a bidirectional model's) run this much faster (the default's source:
+    ``UNMASKED_ATTENTION_GAIN``)."""
     kernel_overhead: float = 0.0
     """Fixed time per kernel launch not hidden by the stream, seconds."""
     sustained_share: float = 1.0
     """Share of the peak rates its clocks sustain where a power limit holds them below the
     datasheet part's (compute-bound kernels run at ``peak · share · efficiency``; the peaks stay
     the datasheet's, the MFU convention)."""
+    fitted_on: tuple[str, ...] = ()
+    """The measured runs its efficiencies were fitted on or checked against (README "Accuracy");
+    empty: none, and a plan on it says so (its figures rest on the file's stated efficiencies)."""
     compute_capability: float | None = None
     """NVIDIA's CUDA compute capability (9.0 Hopper, 10.0 and 10.3 Blackwell), which frameworks
     branch on (Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 below 10); None for another
@@ -215,6 +234,11 @@ class AcceleratorSpec(_CachedHash):
             if not all(efficiency_ok(e) for e in values):
                 raise SpecError(f"accelerator.{key}", values if len(values) > 1 else values[0],
                                 f"efficiencies must be in [{MIN_EFFICIENCY:g}, 1]")
+        gain = self.unmasked_attention_gain
+        if not (finite(gain) and 1 <= gain <= MAX_UNMASKED_ATTENTION_GAIN):
+            raise SpecError("accelerator.unmasked_attention_gain", gain, "must be a number in "
+                            f"[1, {MAX_UNMASKED_ATTENTION_GAIN:g}]: how much faster per FLOP the "
+                            "attention runs without a mask than causally")
         us = self.kernel_overhead / US
         if not within(us, MAX_KERNEL_OVERHEAD_US):
             raise SpecError("accelerator.kernel_overhead_us", us, "must be a number >= 0 and at "

@@ -17,6 +17,8 @@ Every value in the catalog's files carries its source there, not here.
 
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass, replace
 
@@ -167,9 +169,14 @@ class StackSpec(_CachedHash):
     fused kernel's bf16 gradient."""
     # ---- behaviour: overlap
     overlap_grad_reduce: bool = True
-    """Data-parallel gradient reduction overlaps the last micro-batch's backward."""
+    """Data-parallel gradient reduction overlaps the backward: after the last micro-batch, and
+    under ZeRO-2 and 3 each micro-batch's reduce-scatter; without it they all show in full (the
+    DeepSpeed export writes it as ``overlap_comm``, which in DeepSpeed covers ZeRO-3's gathers
+    too: the export says so when ``overlap_param_gather`` differs)."""
     overlap_param_gather: bool = True
-    """Sharded-optimizer parameter all-gather overlaps the next step's first forward."""
+    """Sharded parameters' all-gathers overlap compute: the sharded optimizer's after the step
+    with the next step's first forward, and ZeRO-3's gathers with the layers they precede;
+    without it they all show in full."""
     tp_overlap: TPOverlap = TPOverlap.BACKWARD
     """Tensor-parallel communication overlap."""
     tp_overlap_beyond_domain: TPOverlap = TPOverlap.BACKWARD
@@ -897,11 +904,16 @@ class StackSpec(_CachedHash):
         if rule == "pp" and micro % pp:
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in rounds of pp = "
                                           f"{pp}: their count must be a multiple of {pp}")
-        if rule == "floor" and micro % max(1, micro // pp):
+        if rule == "floor" and not _floor_rounds_run(micro, pp):
             r = max(1, micro // pp)
+            below = next(m for m in range(micro - 1, 0, -1) if _floor_rounds_run(m, pp))
+            above = next(m for m in itertools.count(micro + 1) if _floor_rounds_run(m, pp))
+            # (the rounds change with the count: "a multiple of 10" for 32 over pp 3 had not
+            # been true of 40, whose 13 rounds 40 is no multiple of: a new user's trial)
             return MICRO_BATCHES, micro, (f"stack {self.name} runs {schedule} in max(1, m // pp) "
-                                          f"= {r} rounds (pp = {pp}): their count must be a "
-                                          f"multiple of {r}")
+                                          f"rounds (pp = {pp}), of which m must be a multiple: "
+                                          f"{micro} makes {r}; the nearest counts it runs are "
+                                          f"{below} and {above}")
         return None
 
     def interleaving_required(self, ep: int, pp: int) -> bool:
@@ -943,3 +955,9 @@ def scaled(efficiency: float, scale: float) -> float:
     file may state (``specs.MIN_EFFICIENCY``): each is valid alone, and a multiplier below 1 on
     an accelerator's least efficiency still describes hardware, at that floor."""
     return min(1.0, max(MIN_EFFICIENCY, efficiency * scale))
+
+
+def _floor_rounds_run(micro: int, pp: int) -> bool:
+    """``micro`` micro-batches run in max(1, micro // pp) equal rounds (torchtitan's looped
+    schedules: ``interleaved_rounds = "floor"``)."""
+    return micro % max(1, micro // pp) == 0

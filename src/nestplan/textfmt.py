@@ -355,12 +355,14 @@ def aligned(header: tuple[str, ...], rows: list[list[str]], right: range | set) 
     return [line(header)] + [line(r) for r in rows]
 
 
-def search_result(res) -> str:
-    """The default output of ``nestplan plan``."""
+def search_result(res, top: int | None = None) -> str:
+    """The default output of ``nestplan plan`` (``top``: the plans it asked for, which a search
+    that found fewer did not fill)."""
     best = res.best
     sc = best.scenario
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
-           f"{sc.cluster.accelerator.name} ({sc.cluster.name}); DP solved {res.solved:,} of "
+           f"{sc.cluster.accelerator.name} ({sc.cluster.name}); the stage dynamic program "
+           f"solved {res.solved:,} of "
            f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
     groups = _order_twins(res.plans)
     rows = _top_rows(res.plans, groups)
@@ -373,9 +375,15 @@ def search_result(res) -> str:
              if res.plans[g[0]].step_time <= (1 + CLOSE_PLANS) * best.step_time]
     if close:  # (a MoE trial chose between plans 3 % apart, which the output did not put in
         # proportion to the model's error)
-        out.append(f"({len(close)} other plan{'s' if len(close) > 1 else ''} within "
-                   f"{CLOSE_PLANS:.0%} of the best: closer than this model's error on measured "
-                   f"runs (README \"Accuracy\"), so measure before choosing between them)")
+        n = len(close)
+        # the list holds the top plans only: when every other one is close, more may be beyond
+        # it (a new user's count went 4, 15, 15 at --top 5, 20, 100)
+        beyond = (", and perhaps more beyond the list (a larger --top lists them)"
+                  if n == len(groups) - 1 and (top is None or len(res.plans) >= top) else "")
+        out.append(f"({n} other listed plan{'s' if n > 1 else ''} within "
+                   f"{CLOSE_PLANS:.0%} of the best{beyond}: closer than this model's error on "
+                   f"measured runs (README \"Accuracy\"), so measure before choosing between "
+                   "them)")
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:
         out.append(f"  {st.index:3d}  {id_ranges(st.devices)}")

@@ -53,6 +53,8 @@ def op_time(op: Op, acc: AcceleratorSpec, precision: Precision, backward: bool) 
         return nbytes / mem_bw + (acc.kernel_overhead if nbytes else 0.0)
     if op.kind is OpKind.ATTENTION:
         eff = acc.attention_efficiency[1 if backward else 0]
+        # the efficiency is a causal kernel's; blocks without a mask run faster
+        flops *= 1 - op.unmasked * (1 - 1 / acc.unmasked_attention_gain)
         return max(flops / (acc.sustained_flops(Precision.BF16) * eff),
                    nbytes / mem_bw) + acc.kernel_overhead
     prec = precision if op.lowp else Precision.BF16

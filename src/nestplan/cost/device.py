@@ -429,13 +429,19 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     # a recomputed forward gathers its weights again, except in an FSDP unit: there it runs
     # inside the unit's backward, after the backward's own gather (tests/test_framework_comm.py)
     again = 0.0 if st.gather_whole_block else ch.again
-    comm_b = ag * (1.0 + again) + rs
+    ag_b = ag * (1.0 + again)
+    comm_b = ag_b + rs
     ag_f = ag * zero3_forward_gathers(st, par.pp, par.zero, par.vp, cc.micro)
     per_layer = 1.0 / np.maximum(ch.layers, 1)[..., None]
     fwd = np.asarray(ch.fwd)[..., None]
-    extra_f = exposed(ag_f, fwd, eff) + ag_f * per_layer
+    # what a stack does not overlap runs on the compute stream, all of it shown (DeepSpeed's
+    # overlap_comm = false: ZeRO's gathers and reductions on the default stream)
+    hid_f, hid_b = (ag_f, ag_b) if st.overlap_param_gather else (0.0, 0.0)
+    hid_b = hid_b + (rs if st.overlap_grad_reduce else 0.0)
+    # (what prefetching cannot hide, the first layer's share, only where it overlaps at all)
+    extra_f = exposed(hid_f, fwd, eff) + (ag_f - hid_f) + hid_f * per_layer
     work_b = np.asarray(ch.bwd)[..., None] + ch.rc
-    extra_b = exposed(comm_b, work_b, eff) + comm_b * per_layer
+    extra_b = exposed(hid_b, work_b, eff) + (comm_b - hid_b) + hid_b * per_layer
     B = work_b + extra_b
     return ChunkTime(F=np.broadcast_to(fwd + extra_f, np.shape(B)), B=B,
                      W=np.broadcast_to(np.asarray(ch.wgrad)[..., None], np.shape(B)),

@@ -251,7 +251,9 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     # 12.0 s as the saved ZeRO-1 plan's 9.6 s)
     changed = "" if exported.same_plan(pf.plan) else \
         f" for the plan as exported ({plan_short(exported, pf.scenario.model.moe is not None)})"
-    mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour{changed}")
+    mine = _predicted_line(ev, f"with stack {stack.name}'s behaviour{changed}"
+                           + ("" if own is None else f" (for comparison: {fmt} does not run it "
+                              "so)"))
     runs = f"exports as {stack.export_format}" if stack.export_format else "has no launcher export"
     note = (f"the plan was searched for stack {stack.name} ({runs}), not for {fmt}; its "
             f"prediction assumes {stack.name}'s behaviour; {said} (plan again with --stack "
@@ -306,13 +308,15 @@ def predicted_note(pf: PlanFile, changed: Parallelism, fmt: str,
     saved = saved or pf
     before = evaluate(saved.scenario, saved.plan)
     stack = pf.scenario.stack
+    moe = pf.scenario.model.moe is not None
     if stack.export_format != fmt:
         _, own = own_prediction(pf, changed, fmt)
-        if own is not None:
-            return (f"exported plan: predicted step {own.step_time:.3f} s as stack "
-                    f"{FORMAT_STACKS[fmt]} runs it, against {before.step_time:.3f} s for the saved "
-                    f"plan with {stack.name}'s behaviour; peak memory "
-                    f"{own.peak_memory / GiB:.1f} GiB ({memory_verdict(own)})")
+        if own is not None:  # (its figures are the headline's and the searched-for note's:
+            # a new user's trial read them twice, beside a second peak, and asked which held)
+            return (f"exported plan: {plan_short(changed, moe)} in place of the saved "
+                    f"{plan_short(saved.plan, moe)}, whose {before.step_time:.3f} s a step "
+                    f"assumes {stack.name}'s behaviour; the run as exported is predicted as stack "
+                    f"{FORMAT_STACKS[fmt]} runs it (the file's first prediction line)")
     after, under = prediction(pf, changed)
     if not under and pf.scenario.stack.export_format != fmt:
         under = f" (with {pf.scenario.stack.name}'s behaviour)"

@@ -87,6 +87,18 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
                          "(data_types.grad_accum_dtype unset); fp32 accumulation switches "
                          "DeepSpeed to its BF16_Optimizer, whose fp32 buffer adds 4 bytes per "
                          "parameter that this plan's memory does not hold")
+    st = sc.stack
+    if exported.zero == 3 and st.overlap_grad_reduce != st.overlap_param_gather:
+        # one key for both streams: ZeRO-3's gathers (parameter_offload.py) and its reductions
+        # (stage3.py) run on side streams with it, on the default stream without (0.19.8 wheel;
+        # a review's finding)
+        on, off = (("reductions", "gathers") if st.overlap_grad_reduce
+                   else ("gathers", "reductions"))
+        notes.append(f"DeepSpeed's overlap_comm overlaps ZeRO-3's gathers and reductions alike; "
+                     f"stack {st.name} overlaps its {on} but not its {off}: exported as "
+                     f"overlap_comm = {str(st.overlap_grad_reduce).lower()}, so the launched run "
+                     f"{'overlaps' if st.overlap_grad_reduce else 'shows'} its {off} too, "
+                     f"{'faster' if st.overlap_grad_reduce else 'slower'} than predicted")
     cfg = {
         "train_batch_size": tr.global_batch,
         "train_micro_batch_size_per_gpu": par.mbs,

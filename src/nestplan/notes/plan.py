@@ -40,6 +40,7 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     load_capped(ev)
     fp8_stack_at_bf16(ev)
     uncalibrated_stack(ev)
+    unmeasured_accelerator(ev)
     unchecked_peak(ev)
     long_context_on_hopper(ev)
     short_cp_chunks(ev)
@@ -47,12 +48,10 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     sinks_predicted_fast(ev)
 
 
-SINKS_FAST = (0.104, 0.472)
+SINKS_FAST = (0.105, 0.473)
 """How much too fast NeMo's GPT-OSS-120B development runs are predicted (least and most; README
 "MoE runs"; a test reads them from tests/data's development rows)."""
-
-
-SINKS_FAST_HELD_OUT = (0.011, 0.462)
+SINKS_FAST_HELD_OUT = (0.016, 0.465)
 """The same of its held-out NeMo runs (NeMo AutoModel's two, on PyTorch FSDP2, are within ±5 %)."""
 
 
@@ -93,15 +92,13 @@ def beyond_calibration(ev) -> None:
              f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
 
 
-LONG_CONTEXT_HOPPER_SLOW = (0.098, 0.320)
-"""How much slower than measured the step of NeMo's H100 long-context runs is predicted from 32K
+LONG_CONTEXT_HOPPER_SLOW = (0.108, 0.220)
+"""How much slower than measured the step of NeMo's H100 long-context runs is predicted from 64K
 tokens on (least and most; README "Long-context runs", the rows of
 tests/data/long_context_runs.csv, which a test reads them from)."""
-
-
-LONG_CONTEXT_FROM = 32768
+LONG_CONTEXT_FROM = 65536
 """The sequence length from which those rows are predicted more than the published tolerance's
-10 % slow, or nearly."""
+10 % slow (at 32K, 6.3 %)."""
 
 
 def long_context_on_hopper(ev) -> None:
@@ -120,8 +117,9 @@ def long_context_on_hopper(ev) -> None:
             or attended < LONG_CONTEXT_FROM):  # (materialised: GEMMs, not the kernel)
         return
     low, high = LONG_CONTEXT_HOPPER_SLOW
-    note(f"seq_len {tr.seq_len:,}: NeMo's long-context runs on H100 (Llama 2 7B, 32K to "
-         f"1M tokens) were predicted {low:.0%} to {high:.0%} slower than they ran, the more the "
+    note(f"seq_len {tr.seq_len:,}: NeMo's long-context runs on H100 (Llama 2 7B, "
+         f"{LONG_CONTEXT_FROM // 1024}K to 1M tokens) were predicted {low:.0%} to {high:.0%} "
+         "slower than they ran, the more the "
          f"longer: H100's attention efficiency is not fitted at this length (README "
          f"\"Long-context runs\"), so take this step time as an upper bound")
 
@@ -228,6 +226,20 @@ def uncalibrated_stack(ev) -> None:
     note(f"stack {st.name} was fitted on no measured run of its own (README, \"Training "
          "stacks\", says whose values it holds): nestplan calibrate, given runs of yours "
          "and this stack as --stack, fits it to them")
+
+
+def unmeasured_accelerator(ev) -> None:
+    """Say when no measured run stands behind the accelerator's efficiencies (``AcceleratorSpec.
+    fitted_on`` empty: the catalog's MI300X, H200 and TPU v4, or a file of the user's own without
+    a base that has them): a new user's trial planned on MI300X, put it ahead of H200 at 48 % MFU,
+    and was told nothing of the kind."""
+    acc = ev.scenario.cluster.accelerator
+    if acc.fitted_on:
+        return
+    note(f"accelerator {acc.name}: no measured training run stands behind its efficiencies "
+         "(README \"Accuracy\" lists the runs behind each catalog accelerator's): this step "
+         "time and MFU rest on the file's stated figures; measured runs of yours and nestplan "
+         "calibrate fit a stack to them")
 
 
 def load_capped(ev) -> None:

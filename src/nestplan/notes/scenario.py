@@ -100,3 +100,31 @@ def no_cp_split(sc, con) -> None:
     note(f"seq_len {seq:,}: no context-parallel degree splits it (seq_len / cp must be an even "
          f"number of tokens, each rank's at least {MIN_CP_CHUNK:,}), so the search ran without "
          f"CP; {nearest:,} tokens would offer cp {possible[0]}")
+
+
+LARGEST_BATCH_TOKENS = 63e6
+"""The largest global batch of a published pre-training run we know of, tokens: DeepSeek-V3's
+15,360 sequences of 4,096 (DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437, §4.2;
+Llama 3 405B's is 16M, arXiv:2407.21783, §3.4.1)."""
+BATCH_NOTED_FROM = 16 * LARGEST_BATCH_TOKENS
+"""The tokens a step from which a global batch is noted: likely given in tokens, not sequences."""
+
+
+def huge_batch(sc, given: bool) -> None:
+    """Say when the global batch holds far more tokens than any published run's: likely a count
+    of tokens given as sequences (a DeepSpeed user's trial: 4,194,304 at 4,096 tokens planned a
+    17-hour step without a word), or, not ``given``, the default at a very long sequence."""
+    tr = sc.training
+    tokens = tr.global_batch * tr.seq_len
+    if tokens < BATCH_NOTED_FROM:
+        return
+    size = (f"{tr.global_batch:,} sequences of {tr.seq_len:,} tokens is {tokens / 1e9:,.1f} "
+            f"billion tokens a step, over {tokens / LARGEST_BATCH_TOKENS:,.0f} times the largest "
+            "published run's (DeepSeek-V3's 63M)")
+    if not given:
+        note(f"the default --global-batch of {size}: give your run's with --global-batch")
+        return
+    fewer = tr.global_batch // tr.seq_len
+    hint = (f"; in tokens this one would be {fewer:,} sequence{'s' if fewer > 1 else ''}"
+            if fewer else "")
+    note(f"--global-batch {size}: global batch counts sequences{hint}")

@@ -670,8 +670,10 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     """Why a space with no configuration is empty, naming the fixed knobs, and the global batch
     where it alone empties it: the space at a batch every data-parallel size divides has shapes
     (a user trial's --tp 1 --pp 1 on 64 devices at global batch 100 was told every rule)."""
-    head = (f"no configuration of {sc.gpus} devices satisfies the constraints "
-            f"{constraints_text(con)} for {sc.model.name}")
+    fixed = constraints_text(con)
+    head = (f"no configuration of {sc.gpus} devices " + (
+        "fits the rules" if fixed == "(none)" else f"satisfies the constraints {fixed}")
+        + f" for {sc.model.name}")
     gb = sc.training.global_batch
     relaxed = replace(sc, training=replace(sc.training, global_batch=sc.gpus * space.MAX_MBS))
     dps = sorted({shape.dp for shape in space.shapes(relaxed, con)})

@@ -361,13 +361,23 @@ def exhaustive(sc: Scenario, con: Constraints, top: int, progress=None,
         raise InfeasibleError(f"exhaustive: {driver.unsatisfiable(sc, con)}")
     if size > limit:
         whole = next(listing, None) is None
+        st = sc.stack
+        # the knobs this stack and model let vary (a DeepSpeed user's trial was told to fix
+        # --tp, --cp and --vp on a stack with none of them)
+        varies = {"pp": st.offers("pp"), "vp": st.offers("pp") and st.interleaves,
+                  "tp": st.offers("tp"), "cp": st.offers("cp"),
+                  "ep": st.offers("ep") and sc.model.moe is not None,
+                  "zero": len(st.zero_stages) > 1}
         knobs = ("pp", "recompute", "vp", "tp", "dp", "cp", "ep", "mbs", "zero")
         free = " ".join(f"--{k}" for k in knobs if getattr(con, k) is None
-                        and (k != "ep" or sc.model.moe is not None))
+                        and varies.get(k, True))
         count = f"{size:,}" if size < 10**12 else f"about {size:.2g}"
         holds = f"{count} plans, more than {limit:,}" if whole else f"more than {limit:,} plans"
-        fix = (f"fix some of {free} (pipeline depth and per-stage recomputation multiply it "
-               "most)" if free else "use a smaller instance")
+        most = ("pipeline depth and per-stage recomputation multiply it most"
+                if st.offers("pp") and st.recompute_per_stage else
+                "pipeline depth multiplies it most" if st.offers("pp") else "")
+        fix = (f"fix some of {free}" + (f" ({most})" if most else "") if free
+               else "use a smaller instance")
         raise SpecError("method", "exhaustive", f"the space holds {holds}; {fix}, or use another "
                         "method")
     found = []  # the best plan of every configuration, as the other methods report
