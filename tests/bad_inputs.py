@@ -194,6 +194,13 @@ for method in ("nest", "manual", "mcmc", "exhaustive"):  # had been exit 3 'no c
          ["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus", "8", "--tp",
           "1", "--pp", "2", "--etp", "2", "--ep", "4", "--method", method],
          "etp·ep = 2·4 must divide tp·cp·dp = 4 (gpus / pp = 8/2)")
+for method in ("nest", "manual"):  # a fixed ep no fold holds (a torchtitan MoE user's trial:
+    # exit 3 listing every rule but the one)
+    case(f"plan-ep-over-the-pipeline-{method}",
+         ["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus", "16",
+          "--stack", "torchtitan", "--ep", "16", "--pp", "2", "--method", method],
+         "ep: got 16; must divide tp·cp·dp = 8 (gpus / pp = 16/2), the ranks the expert grid "
+         "folds over")
 for method in ("nest", "manual", "mcmc"):  # every method refuses it alike, before searching
     case(f"plan-etp-on-dense-{method}", [*SEARCH, "--etp", "2", "--method", method],
          "etp: got 2; llama3-8b has no experts")

@@ -778,3 +778,17 @@ def test_a_global_batch_far_beyond_any_published_runs_is_noted():
                        "--seq-len", 1048576)
     assert code == 0 and ("the default --global-batch of 1,024 sequences of 1,048,576 tokens is "
                           "1.1 billion tokens a step") in err and "would be" not in err, err
+
+
+def test_the_json_names_the_peak_mfu_is_over():
+    """MFU and HFU are over the peak of the plan's matmul precision: the JSON gives it, since a
+    sweep over precisions had mixed the bf16 and fp8 peaks in one column unsaid (a user trial)."""
+    from console import cli
+
+    base = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1,
+            "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096, "--json")
+    for precision, peak in (("bf16", 989.4), ("fp8", 1978.9)):
+        code, out, err = cli(*base, "--precision", precision)
+        js = json.loads(out)
+        assert code == 0 and js["mfu_peak_tflops"] == pytest.approx(peak), err
+        assert js["mfu"] == pytest.approx(js["model_tflops_per_gpu"] / peak)

@@ -1219,7 +1219,8 @@ def test_an_fp8_plan_exports_a_config_that_trains_in_fp8():
     starts and trains in bf16)."""
     def text(model, gpus, par):
         sc = scenario_from_names(model, "dgx-h100-ndr", gpus, seq_len=4096, global_batch=512,
-                                 precision=Precision.FP8, stack="torchtitan-float8")
+                                 precision=Precision.FP8, stack="torchtitan-float8",
+                                 mtp_layers=0)  # (torchtitan pipelines no MTP depth)
         pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par), method="manual"))
         return export(pf, "torchtitan").text
 
@@ -1258,13 +1259,13 @@ def test_a_sequence_beyond_torchtitans_rope_says_the_run_would_not_start(tmp_pat
     """torchtitan refuses a sequence longer than its definition's RoPE allows (a user trial's
     DeepSeek-V3 at 32K tokens exported without a word; 16K is its definition's most)."""
     sc = scenario_from_names("deepseek-v3", "gb200-nvl72-ndr", 512, seq_len=32768,
-                             global_batch=256, stack="torchtitan")
+                             global_batch=256, stack="torchtitan", mtp_layers=0)
     par = Parallelism(tp=1, pp=4, dp=32, cp=4, ep=64, zero=3, mbs=1, recompute=("full",))
     pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par), method="manual"))
     text = export(pf, "torchtitan").text
     assert "deepseek_v3_671b trains sequences of at most 16,384 tokens" in text
     short = scenario_from_names("deepseek-v3", "gb200-nvl72-ndr", 512, seq_len=16384,
-                                global_batch=256, stack="torchtitan")
+                                global_batch=256, stack="torchtitan", mtp_layers=0)
     pf = planfile.from_dict(planfile.to_dict(evaluate(short, par), method="manual"))
     assert "at most" not in export(pf, "torchtitan").text
 
@@ -1760,7 +1761,7 @@ def test_exports_carry_the_stacks_gradient_dtype_and_compilation():
     asynctp = text("torchtitan-float8-asynctp", "torchtitan", titan)
     assert "--compile.enable_async_tensor_parallel\n" in asynctp
     assert "async TP, which torchtitan runs under torch.compile: exported with --compile.enable " \
-        "--compile.enable_async_tensor_parallel" in asynctp
+        "--compile.components model,loss --compile.enable_async_tensor_parallel" in asynctp
 
 
 @frameworks
@@ -1776,6 +1777,17 @@ def test_torchtitan_parses_the_compile_options():
 
     cfg = ConfigManager().parse_args(_torchtitan_args(export(pf, "torchtitan").text))
     assert cfg.compile.enable and cfg.compile.enable_async_tensor_parallel
+    assert cfg.compile.components == ["model", "loss"]
+    # a registry config that compiles the loss alone (DeepSeek-V3's) runs the model compiled too
+    # (a torchtitan MoE user's trial: it had run eagerly), and its Float8 one says what it builds
+    ds = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 256, seq_len=4096, global_batch=256,
+                             stack="torchtitan-float8", precision=Precision.FP8, mtp_layers=0)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(ds, Parallelism(
+        dp=256, ep=64, zero=3, mbs=1, recompute=("full",)))))
+    exp = export(pf, "torchtitan")
+    assert ["--compile.components", "model,loss"] in [
+        line.split() for line in exp.text.splitlines() if line.startswith("--compile.")]
+    assert any("builds its Float8 converters for an uncompiled model" in n for n in exp.notes)
 
 
 @frameworks

@@ -1082,3 +1082,24 @@ def test_a_searched_plan_saved_at_another_routing_balance_is_not_saved_as_found(
     assert "not saved as found by nest" in err and "evaluated at 1.3" in err
     saved = json.loads((tmp_path / "q2.json").read_text())
     assert saved.get("method") is None and saved["training"]["moe_imbalance"] == 1.3
+
+
+def test_eager_torchtitans_per_op_checkpoint_exchanges_the_experts_tokens_again():
+    """Eager torchtitan 0.3 exchanges tokens with spmd.all_to_all, which SelectiveAC's save list
+    (the functional all_to_all_single) does not hold: its selective policy runs the forward's
+    two all-to-alls again, 6 a layer a micro-batch instead of 4 (a torchtitan MoE user's trial,
+    with torchtitan's own SelectiveAC on one gloo rank); compiled, the functional op is kept."""
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64,
+                             stack="torchtitan")
+    par = Parallelism(dp=16, ep=8, etp=1, zero=2, mbs=1, recompute=("selective",))
+    eager = evaluate(sc, par)
+    kept = evaluate(replace(sc, stack=replace(sc.stack, name="kept",
+                                              per_op_saves_all_to_all=True)), par)
+    assert eager.link_time["ep"] == pytest.approx(1.5 * kept.link_time["ep"])
+    assert eager.peak_memory == kept.peak_memory  # (time only: what is saved is not measured)
+    # kept, the exchange is what it is without recomputation; compiled, it is kept
+    plain = par.with_(recompute=("none",))
+    assert evaluate(sc, plain).link_time["ep"] == pytest.approx(kept.link_time["ep"])
+    compiled = replace(sc, stack=get_stack("torchtitan-compile"))
+    assert evaluate(compiled, par).link_time["ep"] == pytest.approx(
+        evaluate(compiled, plain).link_time["ep"])

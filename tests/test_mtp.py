@@ -205,3 +205,34 @@ def test_mtp_layers_0_lets_a_stack_without_mtp_run_the_model():
     assert code == 0, err
     code, _, err = cli(*args)
     assert code == 2 and "model.mtp_layers: got 1" in err, err
+
+
+def test_torchtitan_runs_no_depth_with_a_pipeline_or_context_parallelism(tmp_path):
+    """torchtitan 0.3 refuses multi-token prediction under PP and CP (mtp.py raises
+    NotImplementedError): its stack searches no such plan, evaluate refuses one, and the export
+    of another stack's pipelined plan says torchtitan will not start it (a torchtitan MoE user's
+    trial: the search had pipelined DeepSeek-V3's depth and the export's advice led to a crash)."""
+    import json
+
+    base = ("--model", "deepseek-v3", "--cluster", "dgx-h200-ndr", "--gpus", 256, "--seq-len",
+            4096, "--global-batch", 1024)
+    code, out, err = cli("plan", *base, "--stack", "torchtitan", "--json")
+    assert code == 0, err
+    top = json.loads(out)["top"]
+    assert top and all(p["pp"] == 1 and p["cp"] == 1 for p in top), top
+    for axis in ("pp", "cp"):
+        code, out, err = cli("evaluate", *base, "--stack", "torchtitan", "--tp", 1, "--pp",
+                             4 if axis == "pp" else 1, "--cp", 2 if axis == "cp" else 1,
+                             "--ep", 8, "--mbs", 1)
+        assert one_line_error(code, out, err, (
+            f"{axis}: got {4 if axis == 'pp' else 2}; stack torchtitan runs no "
+            f"multi-token-prediction depth with {'pipeline' if axis == 'pp' else 'context'} "
+            "parallelism (deepseek-v3 has 1); use " + f"{axis} = 1, or --mtp-layers 0")), err
+    saved = tmp_path / "p.json"
+    code, _, err = cli("evaluate", *base, "--tp", 1, "--pp", 8, "--ep", 8, "--mbs", 1,
+                       "--save", saved)
+    assert code == 0, err
+    code, _, err = cli("export", saved, "--format", "torchtitan", "-o", tmp_path / "t.toml")
+    assert code == 0 and "torchtitan will not start this plan: stack torchtitan runs no " \
+        "multi-token-prediction depth with pipeline parallelism" in err, err
+    assert "its loss as MTPLoss.Config" in err

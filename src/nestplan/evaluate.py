@@ -65,7 +65,8 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    loss_saved_bytes=stack.loss_saved_bytes, loss_chunks=stack.loss_chunks,
                    qkv_views=stack.qkv_views,
                    expert_combine_bytes=stack.expert_combine_bytes,
-                   scores_in_activation=stack.scores_in_activation)
+                   scores_in_activation=stack.scores_in_activation,
+                   per_op_reruns_all_to_all=not stack.per_op_saves_all_to_all)
 
 
 def _no_round_off(part: float, whole: float) -> float:

@@ -181,6 +181,9 @@ class LayerGraph:
     """A head's multi-token-prediction block, else None."""
     depth_params: float = 0.0
     """Parameters on this device of a head's depths (their blocks, projections and norms)."""
+    per_op_reruns: tuple[str, ...] = ()
+    """Kinds of forward collectives (``CollKind`` values) a per-op selective checkpoint runs
+    again beyond its all-gathers and all-reduces (``recompute``'s matmul-outputs rule)."""
 
     @property
     def moe_blocks(self) -> int:
@@ -279,6 +282,9 @@ class Local:
     scores_in_activation: bool = True
     """A fused gated activation applies the routing scores (the stack's
     ``scores_in_activation``): the combine keeps nothing."""
+    per_op_reruns_all_to_all: bool = False
+    """A per-op selective checkpoint runs the expert exchange's all-to-alls again (the stack's
+    ``per_op_saves_all_to_all`` off)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -697,7 +703,9 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                             for c in comms), params, expert_params, E * Tn * h, total,
                       # padded to capacity, every device computes its capacity alike
                       expert_load=(loc.moe_load if moe and loc.ep > 1 and not loc.moe_padded
-                                   else 1.0))
+                                   else 1.0),
+                      per_op_reruns=((CollKind.ALL_TO_ALL.value,)
+                                     if moe and loc.per_op_reruns_all_to_all else ()))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:

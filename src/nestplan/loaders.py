@@ -741,7 +741,7 @@ def _stack_fields() -> dict:
                                     "tp_keeps_gathered_input", "scores_in_activation",
                                     "pipeline_defers_grad_sync", "pipeline_bf16_optimizer",
                                     "moe_syncs_without_ep", "tp_beyond_kv_heads",
-                                    "pipeline_tied_embeddings")},
+                                    "pipeline_tied_embeddings", "per_op_saves_all_to_all")},
         **{k: plain(int) for k in ("weight_bytes", "master_bytes", "grad_bytes",
                                    "loss_saved_bytes", "loss_transient_bytes", "max_zero_with_pp",
                                    "expert_combine_bytes", "default_zero", "loss_chunks")},
@@ -759,6 +759,7 @@ def _stack_fields() -> dict:
         "schedules": listed(),
         "schedules_min_pp_micro": listed(),
         "cuda_graph_modules": listed(),
+        "mtp_without": listed(),
         "eager_ops": listed(),
         "zero_stages": listed(int),
         "axes": listed(),
@@ -830,13 +831,15 @@ def stack_from_table(table: dict, where: str = "stack", base=None):
 LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "interleaved_rounds",
                     "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights",
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights",
-                    "moe_syncs_without_ep", "tp_beyond_kv_heads", "pipeline_tied_embeddings")
+                    "moe_syncs_without_ep", "tp_beyond_kv_heads", "pipeline_tied_embeddings",
+                    "mtp_without", "per_op_saves_all_to_all")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``. (Not the keys a stack
 may leave unset, which a table then lacks: ``default_zero_with_pp``.)"""
 TORCHTITAN_LATER_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input",
                          "cp_shards_weights", "moe_syncs_without_ep", "default_zero_with_pp",
-                         "tp_beyond_kv_heads", "pipeline_tied_embeddings")
+                         "tp_beyond_kv_heads", "pipeline_tied_embeddings", "mtp_without",
+                         "per_op_saves_all_to_all")
 """The later keys whose absence a torchtitan stack of the user's own name reads as torchtitan
 does: async TP only within one NVLink domain, the sequence-parallel linears' gathered input
 kept, weights sharded over CP ranks, no MoE host wait at EP 1, ZeRO-2 by default under PP, TP

@@ -231,7 +231,9 @@ def _matmul_outputs(layer) -> Effect:
     matmuls, attention kernels, reduce-scatters and all-to-alls; ``mm_count % 2 == 0``
     recomputed). Collectives off the list run again with the forward: the all-gathers (TP's of a
     sequence-parallel input, measured with torchtitan 0.3's own ``SelectiveAC`` on two CPU ranks,
-    tests/frameworks_tp_saved.py; CP's of K/V) and all-reduces. The block's
+    tests/frameworks_tp_saved.py; CP's of K/V) and all-reduces, and the expert exchange's
+    all-to-alls where the stack's dispatcher calls one the list does not hold
+    (``LayerGraph.per_op_reruns``: ``StackSpec.per_op_saves_all_to_all``). The block's
     input stays, as under full recomputation; the router's small matmul is always recomputed
     (``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``), and so are the routed experts'
     grouped GEMMs (``torch._grouped_mm`` is not on the save list and is not counted as an mm:
@@ -261,4 +263,5 @@ def _matmul_outputs(layer) -> Effect:
                 again += part
         shares.append(again)
     return Effect(saved, tuple(shares), 0.0, max(layer.saved_bytes - saved, 0.0),
-                  comm_kinds=(CollKind.ALL_GATHER.value, CollKind.ALL_REDUCE.value))
+                  comm_kinds=(CollKind.ALL_GATHER.value, CollKind.ALL_REDUCE.value,
+                              *layer.per_op_reruns))

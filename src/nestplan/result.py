@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
 from .specs import Parallelism, Scenario, uneven_split
-from .units import GiB, fmt_gib, fmt_gib_against
+from .units import TFLOPS, GiB, fmt_gib, fmt_gib_against
 
 
 def scenario_json(sc: Scenario) -> dict:
@@ -274,6 +274,9 @@ class Evaluation:
             "logged_tflops_per_gpu": self.logged_tflops_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
+            # the peak both are over: the plan's matmul precision's (fp8's for an fp8 plan; a
+            # script-writing user's trial found a sweep over precisions mixing them unsaid)
+            "mfu_peak_tflops": self.peak_flops / TFLOPS,
             "peak_memory_gib": self.peak_memory / GiB,
             "capacity_gib": self.capacity / GiB,
             "fits": self.fits,

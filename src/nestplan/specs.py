@@ -1440,6 +1440,16 @@ def tied_pipeline_refusal(m: ModelSpec, stack, pp: int) -> str | None:
     return None
 
 
+def mtp_refusal(m: ModelSpec, stack, axis: str, degree: int) -> str | None:
+    """Why ``stack`` cannot run ``m``'s multi-token-prediction depths with ``degree`` on
+    parallel ``axis`` (``StackSpec.mtp_without``), or None."""
+    if degree > 1 and m.mtp_layers and axis in stack.mtp_without:
+        what = {"pp": "pipeline", "cp": "context"}[axis]
+        return (f"stack {stack.name} runs no multi-token-prediction depth with {what} "
+                f"parallelism ({m.name} has {m.mtp_layers}); use {axis} = 1, or --mtp-layers 0")
+    return None
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1457,6 +1467,9 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
         raise SpecError("tp", par.tp, rule)
     if stack and (rule := tied_pipeline_refusal(m, sc.stack, par.pp)) is not None:
         raise SpecError("pp", par.pp, rule)
+    for axis, degree in (("pp", par.pp), ("cp", par.cp)):
+        if stack and (rule := mtp_refusal(m, sc.stack, axis, degree)) is not None:
+            raise SpecError(axis, degree, rule)
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
     if (why := cp_refusal(t.seq_len, par.cp)) is not None:

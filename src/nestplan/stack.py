@@ -434,6 +434,21 @@ class StackSpec(_CachedHash):
     """It trains multi-token-prediction depths (``ModelSpec.mtp_layers``): Megatron-Core's
     ``--mtp-num-layers`` (core_v0.12.0 and later) and torchtitan's DeepSeek-V3 do; the catalog's
     Megatron-LM 2021-22, DeepSpeed and Composer stacks do not."""
+    per_op_saves_all_to_all: bool = True
+    """Its per-op selective checkpoint keeps the expert exchange's all-to-all outputs. Off for
+    eager torchtitan 0.3: its default SPMD backend (``spmd_backend = "spmd_types"``,
+    torchtitan/config/configs.py) exchanges tokens with ``spmd.all_to_all``
+    (torchtitan/models/common/token_dispatcher.py), c10d's all-to-all inside an autograd
+    function, not the functional ``all_to_all_single`` on ``SelectiveAC``'s save list
+    (torchtitan/distributed/activation_checkpoint.py; 0.3.0 wheel), so the recomputed forward
+    exchanges again: 6 all-to-alls a layer a micro-batch, not 4 (a torchtitan MoE user's trial,
+    run with torchtitan's own SelectiveAC on one gloo rank). Compiled, the dispatcher calls the
+    functional op (``torch.compiler.is_compiling()``), which the list keeps."""
+    mtp_without: tuple[str, ...] = ()
+    """Parallel axes (``pp``, ``cp``) it runs no multi-token-prediction depth with: torchtitan
+    0.3 raises "MTP does not support pipeline parallelism yet" and "... context parallelism
+    yet" (torchtitan/models/deepseek_v3/mtp.py, 0.3.0 wheel; a torchtitan MoE user's trial, whose
+    DeepSeek-V3 plan had pipelined its depth)."""
     # ---- calibration
     matmul_scale: float = 1.0
     """Multiplies the accelerator's GEMM efficiency (capped at 1)."""
@@ -500,6 +515,7 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
         _names("stack.eager_ops", self.eager_ops, EAGER_OPS, "names must differ")
+        _names("stack.mtp_without", self.mtp_without, ("pp", "cp"), "axes must differ")
         mods = self.cuda_graph_modules
         _names("stack.cuda_graph_modules", mods, CUDA_GRAPH_MODULES, "modules must differ")
         if mods and self.cuda_graphs != "layers":

@@ -26,7 +26,8 @@ from ..placement import layouts
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
-from ..specs import LLAMA31_ROPE, blocks_per_chunk, list_text, tied_pipeline_refusal
+from ..specs import (LLAMA31_ROPE, blocks_per_chunk, list_text, mtp_refusal,
+                     tied_pipeline_refusal)
 from ..units import fmt_gib
 from . import (Export, capacity_notes, closest_schedule, fit_notes, launched_as, mesh_json,
                headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
@@ -47,6 +48,10 @@ REGISTRY = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llam
             "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b")}
 """Catalog models torchtitan 0.3 defines: (``--module``, ``--config``). A model given another
 way (a HuggingFace config) that is one of them exports with it too (``registry_entry``)."""
+LOSS_ONLY_COMPILE = {"deepseek_v3_671b", "deepseek_v3_671b_float8"}
+"""``REGISTRY`` configs whose own compile options compile the loss alone (``CompileConfig(enable=
+True, components=["loss"])``, torchtitan/models/deepseek_v3/config_registry.py, 0.3.0 wheel); the
+Float8 one builds its converters with ``model_compile_enabled`` taken from them, False."""
 MAX_SEQ_LEN = {"llama3_8b": 131072, "llama3_70b": 131072, "llama3_405b": 131072,
                "deepseek_v3_671b": 16384, "gpt_oss_120b": 131072, "qwen3_30b_a3b": 40960}
 """The longest sequence each ``REGISTRY`` config trains: its RoPE's ``max_seq_len``, beyond which
@@ -279,8 +284,19 @@ def _arguments(pf: PlanFile):
                                    ("fused gated MLPs", st.fused_gated_mlp),
                                    ("async TP", asynctp)) if on]
             notes.append(f"stack {st.name} costs {' and '.join(why)}, which torchtitan runs under "
-                         "torch.compile: exported with --compile.enable"
+                         "torch.compile: exported with --compile.enable --compile.components "
+                         "model,loss"
                          + (" --compile.enable_async_tensor_parallel" if asynctp else ""))
+            # (a registry config may compile the loss alone, DeepSeek-V3's do, and the model
+            # then runs eagerly: a torchtitan MoE user's trial)
+            groups.append(["--compile.components", "model,loss"])
+            if config in LOSS_ONLY_COMPILE and config in FLOAT8_CONFIGS:
+                notes.append(f"torchtitan's {config} builds its Float8 converters for an "
+                             "uncompiled model (model_compile_enabled from its own compile "
+                             "options, which compile the loss alone: config_registry.py), and "
+                             "warns that float8 MoE training needs compile for its performance; "
+                             "the prediction assumes the compiled Float8 kernels: build the "
+                             "converters with model_compile_enabled=True in your own config")
         # both said either way: a registry config may turn them on (llama3_405b does)
         opt("compile.enable", compiled)
         opt("compile.enable_async_tensor_parallel", asynctp)
@@ -305,9 +321,20 @@ def _arguments(pf: PlanFile):
     notes += rank_note(par, TORCHTITAN_ORDER, "torchtitan", "tp fastest, then cp, dp, pp",
                        "python -m torchtitan.train ARGUMENTS")
     if m.mtp_layers:  # a model-spec setting, not an argument
+        # (its loss too, as the registry's MTP config sets it; and not under PP or CP, which
+        # torchtitan refuses: a torchtitan MoE user's trial followed the note into a crash)
+        refused = [why for axis, degree in (("pp", exported.pp), ("cp", exported.cp))
+                   if (why := mtp_refusal(m, titan, axis, degree)) is not None]
+        if refused:
+            notes.append(f"torchtitan will not start this plan: {refused[0]} (MTPDecoder.Config."
+                         "update_from_config, torchtitan/models/deepseek_v3/mtp.py, raises "
+                         "NotImplementedError): plan again with --stack torchtitan, which keeps "
+                         "them apart")
         notes.append(f"the model trains {m.mtp_layers} multi-token-prediction depth(s): build its "
                      f"model spec with num_mtp_layers={m.mtp_layers} (torchtitan's DeepSeek-V3 "
-                     f"model_registry), or the run trains without them ({mtp_note(pf)})")
+                     "model_registry) and its loss as MTPLoss.Config (as the registry's "
+                     "deepseek_v3_debugmodel_mtp does), or the run trains without them "
+                     f"({mtp_note(pf)})")
     notes += capacity_notes(pf, "torchtitan")
     if (module, config) != PLACEHOLDER and st.loss_chunks == 1:  # (REGISTRY's configs chunk
         notes.append(_chunked_loss_note(pf, exported, config))  # their loss; this stack not)

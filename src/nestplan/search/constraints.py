@@ -14,7 +14,7 @@ from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
 from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, etp_refusal, interleaves,
                      kv_heads_refusal, moe_tp_without_sp, no_pipeline_schedule, schedule_refusal,
-                     tied_pipeline_refusal, unfoldable)
+                     mtp_refusal, tied_pipeline_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -176,6 +176,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise SpecError("tp", con.tp, rule)  # (as evaluate says it; the search found nothing)
     if con.pp is not None and (rule := tied_pipeline_refusal(m, sc.stack, con.pp)) is not None:
         raise SpecError("pp", con.pp, rule)
+    for axis in ("pp", "cp"):
+        fixed = getattr(con, axis)
+        if fixed is not None and (rule := mtp_refusal(m, sc.stack, axis, fixed)) is not None:
+            raise SpecError(axis, fixed, rule)
     piped = [(k, v) for k, v in (("schedule", con.schedule), ("vp", con.vp))
              if v is not None and (k == "schedule" or v > 1)]  # (asking for a pipeline: a review's)
     if con.pp is None and piped and (rule := tied_pipeline_refusal(m, sc.stack, 2)) is not None:
@@ -217,18 +221,25 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         raise moe_tp_without_sp(sc.stack.name, con.tp)
     if con.sp is False and m.moe is not None and (con.tp or 1) > 1:
         raise SpecError("sp", False, "MoE layers with tp > 1 need sequence parallelism")
-    if m.moe is not None and con.etp is not None:
+    if m.moe is not None and (con.etp is not None or con.ep is not None):
         # the ranks the expert grid folds over: tp·cp·dp, known when they are all fixed, gpus /
-        # pp when the pipeline is, and at most gpus (ep 1 where it is not fixed)
-        ep = con.ep or 1
+        # pp when the pipeline is, and at most gpus (ep 1 where it is not fixed, etp 1 at least:
+        # a fixed ep alone that no fold holds had searched nothing and listed every rule: a
+        # torchtitan MoE user's trial)
+        ep, etp = con.ep or 1, con.etp or 1
         room, how = gpus, None
         if con.tp is not None and con.cp is not None and con.dp is not None:
             room, how = con.tp * con.cp * con.dp, ""
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
-        if room % (con.etp * ep):
-            raise unfoldable(con.etp, ep, room, how or "", gpus=how is None)
-        if (why := etp_refusal(m.moe, con.etp)) is not None:
+        if room % (etp * ep) and con.etp is None:  # (no expert TP folds it: ep alone)
+            ranks = (f"tp·cp·dp, a divisor of gpus = {room}" if how is None
+                     else f"tp·cp·dp = {room}{how}")
+            raise SpecError("ep", ep, f"must divide {ranks}, the ranks the expert grid folds "
+                            "over")
+        if room % (etp * ep):
+            raise unfoldable(etp, ep, room, how or "", gpus=how is None)
+        if con.etp is not None and (why := etp_refusal(m.moe, con.etp)) is not None:
             raise why
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so
     if con.recompute is not None and len(con.recompute) > 1:

@@ -139,10 +139,11 @@ class Existing:
 
 LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                  ("hfu", "model_tflops_per_gpu", "margin_gib",
-                  *(f"time_{part}_s" for part in TIME_PARTS)), ("straddles_domains",))
+                  *(f"time_{part}_s" for part in TIME_PARTS)), ("straddles_domains",),
+                 ("mfu_peak_tflops",))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06): a results CSV written before some
-of them resumes, its rows with those cells blank (the point ids did not change)."""
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 twice): a results CSV written before
+some of them resumes, its rows with those cells blank (the point ids did not change)."""
 
 
 def _header_before(columns: list[str], header: list[str]) -> bool:

@@ -95,7 +95,7 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
                 "mbs": int, "rank_order": str, "stage_layers": str,
                 **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float,
-                "straddles_domains": bool}
+                "straddles_domains": bool, "mfu_peak_tflops": float}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
