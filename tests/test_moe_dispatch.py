@@ -1103,3 +1103,7 @@ def test_eager_torchtitans_per_op_checkpoint_exchanges_the_experts_tokens_again(
     compiled = replace(sc, stack=get_stack("torchtitan-compile"))
     assert evaluate(compiled, par).link_time["ep"] == pytest.approx(
         evaluate(compiled, plain).link_time["ep"])
+    # DeepEP's ops are on the save list: a torchtitan stack dispatching with it re-runs nothing
+    flex = replace(sc, stack=replace(sc.stack, name="flex", moe_dispatcher="flex"))
+    assert evaluate(flex, par).link_time["ep"] == pytest.approx(
+        evaluate(flex, plain).link_time["ep"])

@@ -233,6 +233,24 @@ def test_torchtitan_runs_no_depth_with_a_pipeline_or_context_parallelism(tmp_pat
                        "--save", saved)
     assert code == 0, err
     code, _, err = cli("export", saved, "--format", "torchtitan", "-o", tmp_path / "t.toml")
-    assert code == 0 and "torchtitan will not start this plan: stack torchtitan runs no " \
-        "multi-token-prediction depth with pipeline parallelism" in err, err
+    assert code == 0 and "torchtitan will not start this plan with the model's depths built in: " \
+        "stack torchtitan runs no multi-token-prediction depth with pipeline parallelism" in err, err
     assert "its loss as MTPLoss.Config" in err
+    # a pipeline asked for by its schedule alone is refused alike (a review's)
+    code, out, err = cli("plan", *base, "--stack", "torchtitan", "--schedule", "1f1b")
+    assert one_line_error(code, out, err, "schedule: got '1f1b'; stack torchtitan runs no "
+                          "multi-token-prediction depth with pipeline parallelism"), err
+
+
+def test_a_model_with_depths_computes_its_loss_whole_on_torchtitan():
+    """torchtitan's MTPLoss has no chunks and its MTP decoder refuses the chunked wrapper's
+    skipped head (mtp.py, 0.3.0 wheel): with depths, the loss is costed whole, as a stack with
+    no chunks costs it (a review found the head's device 8 GiB under)."""
+    sc = scenario_from_names("deepseek-v3", "dgx-h200-ndr", 256, seq_len=4096, global_batch=512,
+                             stack="torchtitan")
+    par = Parallelism(dp=256, ep=64, zero=3, mbs=2, recompute=("full",))
+    whole = replace(sc, stack=replace(sc.stack, name="whole", loss_chunks=1))
+    assert evaluate(sc, par).peak_memory == evaluate(whole, par).peak_memory
+    without = replace(sc, model=replace(sc.model, mtp_layers=0))
+    assert evaluate(without, par).peak_memory != evaluate(
+        replace(without, stack=whole.stack), par).peak_memory  # (chunked without depths)

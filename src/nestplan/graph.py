@@ -704,8 +704,10 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                       # padded to capacity, every device computes its capacity alike
                       expert_load=(loc.moe_load if moe and loc.ep > 1 and not loc.moe_padded
                                    else 1.0),
+                      # (DeepEP's and HybridEP's ops are on SelectiveAC's save list: a review's)
                       per_op_reruns=((CollKind.ALL_TO_ALL.value,)
-                                     if moe and loc.per_op_reruns_all_to_all else ()))
+                                     if moe and loc.per_op_reruns_all_to_all
+                                     and loc.moe_dispatcher == "alltoall" else ()))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:

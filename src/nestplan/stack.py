@@ -441,7 +441,9 @@ class StackSpec(_CachedHash):
     (torchtitan/models/common/token_dispatcher.py), c10d's all-to-all inside an autograd
     function, not the functional ``all_to_all_single`` on ``SelectiveAC``'s save list
     (torchtitan/distributed/activation_checkpoint.py; 0.3.0 wheel), so the recomputed forward
-    exchanges again: 6 all-to-alls a layer a micro-batch, not 4 (a torchtitan MoE user's trial,
+    exchanges again: 6 token all-to-alls a layer a micro-batch, not 4 (the token counts' small
+    exchange runs again too, not costed; DeepEP's and HybridEP's ops are on the list, so only the
+    ``alltoall`` dispatcher is concerned; a torchtitan MoE user's trial,
     run with torchtitan's own SelectiveAC on one gloo rank). Compiled, the dispatcher calls the
     functional op (``torch.compiler.is_compiling()``), which the list keeps."""
     mtp_without: tuple[str, ...] = ()
@@ -656,6 +658,14 @@ class StackSpec(_CachedHash):
         what a stack file with ``base`` = a calibrated file gets, e.g. a variant of a stack that
         was calibrated on runs of the stack itself."""
         return replace(self, **{f: getattr(other, f) for f in CALIBRATION})
+
+    def loss_chunks_for(self, model) -> int:
+        """The chunks this stack computes ``model``'s loss over: ``loss_chunks``, or 1 with
+        multi-token-prediction depths, whose loss torchtitan (the one stack that chunks) does not
+        chunk ("TODO: Add ChunkedLoss support", ``MTPLoss``; ``MTPDecoder`` raises with the
+        chunked wrapper's skipped head: torchtitan/models/deepseek_v3/mtp.py, 0.3.0 wheel; a
+        review found the head's device 8 GiB under)."""
+        return 1 if model.mtp_layers else self.loss_chunks
 
     def cp_exchange_for(self, model) -> str:
         """How this stack's context parallelism exchanges K/V for ``model``'s attention:

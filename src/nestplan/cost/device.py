@@ -219,13 +219,14 @@ class ConfigCosts:
         accumulates it unsharded in fp32 beside each chunk's bf16 one (a review, measured with
         FSDP2 on one CPU rank; a pipeline that defers the reduction keeps it so anyway)."""
         st = self.sc.stack
-        if st.loss_chunks == 1:
+        chunks = st.loss_chunks_for(self.sc.model)
+        if chunks == 1:
             return st.loss_transient_bytes * self.logits
         par, tr, h = self.par, self.sc.training, self.sc.model.hidden
         tokens = par.mbs * (tr.seq_len // par.cp)
         vocab = self.logits / tokens  # the device's share of the (padded) vocabulary
         loop = (G.E + st.loss_saved_bytes + st.loss_transient_bytes) * self.logits \
-            / st.loss_chunks + (G.E + G.FP32) * tokens * h  # bytes
+            / chunks + (G.E + G.FP32) * tokens * h  # bytes
         if par.zero >= 2 and not st.defers_grad_sync(par.pp, par.zero):
             loop += (G.FP32 + G.E) * vocab * h  # the output layer's weights, whole
         return loop

@@ -291,12 +291,12 @@ def _arguments(pf: PlanFile):
             # then runs eagerly: a torchtitan MoE user's trial)
             groups.append(["--compile.components", "model,loss"])
             if config in LOSS_ONLY_COMPILE and config in FLOAT8_CONFIGS:
-                notes.append(f"torchtitan's {config} builds its Float8 converters for an "
-                             "uncompiled model (model_compile_enabled from its own compile "
-                             "options, which compile the loss alone: config_registry.py), and "
-                             "warns that float8 MoE training needs compile for its performance; "
-                             "the prediction assumes the compiled Float8 kernels: build the "
-                             "converters with model_compile_enabled=True in your own config")
+                notes.append(f"torchtitan's {config} builds its Float8 converters with "
+                             "model_compile_enabled false (from its own compile options, which "
+                             "compile the loss alone: config_registry.py), so it warns that "
+                             "float8 MoE training needs compile; exported with the model "
+                             "compiled (--compile.components model,loss), the run is the one "
+                             "predicted and the warning can be ignored")
         # both said either way: a registry config may turn them on (llama3_405b does)
         opt("compile.enable", compiled)
         opt("compile.enable_async_tensor_parallel", asynctp)
@@ -326,7 +326,8 @@ def _arguments(pf: PlanFile):
         refused = [why for axis, degree in (("pp", exported.pp), ("cp", exported.cp))
                    if (why := mtp_refusal(m, titan, axis, degree)) is not None]
         if refused:
-            notes.append(f"torchtitan will not start this plan: {refused[0]} (MTPDecoder.Config."
+            notes.append(f"torchtitan will not start this plan with the model's depths built "
+                         f"in: {refused[0]} (MTPDecoder.Config."
                          "update_from_config, torchtitan/models/deepseek_v3/mtp.py, raises "
                          "NotImplementedError): plan again with --stack torchtitan, which keeps "
                          "them apart")
@@ -336,8 +337,10 @@ def _arguments(pf: PlanFile):
                      "deepseek_v3_debugmodel_mtp does), or the run trains without them "
                      f"({mtp_note(pf)})")
     notes += capacity_notes(pf, "torchtitan")
-    if (module, config) != PLACEHOLDER and st.loss_chunks == 1:  # (REGISTRY's configs chunk
-        notes.append(_chunked_loss_note(pf, exported, config))  # their loss; this stack not)
+    # (REGISTRY's configs chunk their loss, this stack not; with MTP depths the run's MTPLoss
+    # does not chunk either)
+    if (module, config) != PLACEHOLDER and st.loss_chunks == 1 and not m.mtp_layers:
+        notes.append(_chunked_loss_note(pf, exported, config))
     notes += _registry_cp_notes(st, m, exported, config, (module, config) == PLACEHOLDER,
                                 tr.seq_len)
     launched, exported = launched_as(pf, exported, rules)

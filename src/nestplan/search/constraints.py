@@ -182,7 +182,8 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             raise SpecError(axis, fixed, rule)
     piped = [(k, v) for k, v in (("schedule", con.schedule), ("vp", con.vp))
              if v is not None and (k == "schedule" or v > 1)]  # (asking for a pipeline: a review's)
-    if con.pp is None and piped and (rule := tied_pipeline_refusal(m, sc.stack, 2)) is not None:
+    if con.pp is None and piped and ((rule := tied_pipeline_refusal(m, sc.stack, 2)) is not None
+                                     or (rule := mtp_refusal(m, sc.stack, "pp", 2)) is not None):
         raise SpecError(*piped[0], rule.replace("use pp = 1", f"leave out --{piped[0][0]}"))
     # knobs that are each possible but contradict each other or the hardware
     fixed = {k: getattr(con, k) for k in ("tp", "pp", "dp", "cp") if getattr(con, k) is not None}
