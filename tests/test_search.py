@@ -1095,3 +1095,24 @@ def test_the_split_a_search_writes_holds_the_blocks_where_its_tables_counted_the
     for i, stage in enumerate(ev.stages):
         assert tb.mem[i][totals[i], none] == pytest.approx(stage.memory.total, rel=1e-9), i
         assert tb.x[i][totals[i], none] == pytest.approx(stage.time_per_microbatch, rel=1e-9), i
+
+
+def test_a_search_where_nothing_fits_gives_the_closest_plan_as_data():
+    """plan --json gives the closest plan's summary beside the reason (a user scripting the JSON
+    found it only in prose): flags evaluate reproduces, and how far it misses the limit."""
+    import json
+
+    from console import cli
+
+    code, out, err = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--json")
+    js = json.loads(out)
+    assert code == 3 and js["feasible"] is False and "closest plan" in js["reason"], err
+    near = js["closest"]
+    code, out, err = cli("evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 8, "--tp", near["tp"], "--pp", near["pp"], "--mbs", near["mbs"],
+                         "--zero", near["zero"], "--recompute", near["recompute"],
+                         "--global-batch", 1024, "--seq-len", 4096, "--json")
+    ev = json.loads(out)
+    assert code == 0 and ev["peak_memory_gib"] == pytest.approx(near["peak_memory_gib"]), err
+    assert near["short_gib"] == pytest.approx(ev["peak_memory_gib"] - 0.94 * ev["capacity_gib"])

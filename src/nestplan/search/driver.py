@@ -548,7 +548,8 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if progress:
         progress(solved, size, time.perf_counter() - start, examined=examined)
     if not found:
-        raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size))
+        raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size),
+                              closest_details(sc, shortfall))
     best = sorted(found, reverse=True)  # best first; of equal times, the first found
     plans = [f.ev or evaluate(sc, f.par) for f in best]
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
@@ -709,6 +710,22 @@ class Shortfall:
         """Configurations were left unmeasured that need at least ``least`` bytes, less than the
         closest plan of the ``measured`` ones."""
         self.least, self.measured = least, measured
+
+
+def closest_details(sc: Scenario, shortfall: Shortfall) -> dict:
+    """The closest plan as data for ``--json`` (``closest``: its summary as ``plan --json``'s
+    ``top`` entries give it, and ``short_gib``, what its peak misses the memory limit by; a user
+    scripting the JSON found it only in the reason's prose); none where only a lower bound of a
+    configuration is known."""
+    if shortfall.plan is None or shortfall.floor:
+        return {}
+    from ..result import SUMMARY_KEYS
+
+    ev = evaluate(sc, shortfall.plan)
+    js = ev.to_json()
+    return {"closest": {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"],
+                        "stage_layers": js["stage_layers"],
+                        "short_gib": (ev.peak_memory - sc.memory_limit) / GiB}}
 
 
 def _reserve_fills(sc: Scenario) -> str:
