@@ -792,3 +792,21 @@ def test_the_json_names_the_peak_mfu_is_over():
         js = json.loads(out)
         assert code == 0 and js["mfu_peak_tflops"] == pytest.approx(peak), err
         assert js["mfu"] == pytest.approx(js["model_tflops_per_gpu"] / peak)
+
+
+def test_a_plan_file_from_before_trained_context_is_still_the_catalogs_model(tmp_path):
+    """A catalog model's trained context (a RoPE model's max_position_embeddings, kept since
+    2026-12-06) costs nothing: a plan file saved before it existed, whose model lacks it, is not
+    told its model differs from the catalog's."""
+    from console import cli
+
+    saved = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
+                       "--gpus", 16, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1,
+                       "--global-batch", 16, "--seq-len", 4096, "--save", saved)
+    assert code == 0, err
+    data = json.loads(saved.read_text())
+    assert data["model"].pop("trained_context") == 40960
+    saved.write_text(json.dumps(data))
+    code, _, err = cli("evaluate", "--plan", saved)
+    assert code == 0 and "not this nestplan's catalog" not in err, err

@@ -317,7 +317,7 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
     assert "rotary_emb_base: missing, read as 10,000" in err, err
 
 
-def test_a_sequence_beyond_the_configs_positions_is_noted():
+def test_a_sequence_beyond_the_configs_positions_is_noted(tmp_path):
     """A HuggingFace RoPE model without RoPE scaling given a sequence longer than its
     max_position_embeddings says it is costed and exported unscaled (1M tokens on Llama 3 8B's
     8,192 had gone without a word: a long-context trial's); within it, or a catalog model, not."""
@@ -328,8 +328,17 @@ def test_a_sequence_beyond_the_configs_positions_is_noted():
             "--global-batch", 8]
     code, _, err = cli("evaluate", "--model", cfg, *base, "--cp", 8, "--seq-len", 65536)
     assert code == 0, err
-    assert ("llama3-8b.json sets max_position_embeddings 8,192 and no RoPE scaling: at --seq-len "
-            "65,536 it is costed and exported with its RoPE base (500000) unscaled") in err
+    said = ("llama3-8b.json was built for 8,192 tokens (max_position_embeddings, trained_context "
+            "in a model file) and has no RoPE scaling: at --seq-len 65,536 it is costed and "
+            "exported with its RoPE base (500000) unscaled")
+    assert said in err
     for model, seq in ((cfg, 8192), ("llama3-8b", 65536)):
         code, _, err = cli("evaluate", "--model", model, *base, "--cp", 8, "--seq-len", seq)
         assert code == 0 and "max_position_embeddings" not in err, err
+    # the model file list models writes of the config keeps it (a new user's trial: it had not)
+    code, out, err = cli("list", "models", cfg)
+    assert code == 0 and "trained_context = 8192" in out, err
+    written = tmp_path / "m.toml"
+    written.write_text(out)
+    code, _, err = cli("evaluate", "--model", written, *base, "--cp", 8, "--seq-len", 65536)
+    assert code == 0 and said in err, err

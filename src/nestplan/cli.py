@@ -233,7 +233,7 @@ def _scenario(args):
     scenario_notes.fused_pieces(sc)
     scenario_notes.straddling_domains(sc)
     scenario_notes.position_table(sc)
-    scenario_notes.trained_context(sc, args.model)
+    scenario_notes.trained_context(sc)
     scenario_notes.huge_batch(sc, args.global_batch is not None)
     return _with_headroom(sc, args)
 

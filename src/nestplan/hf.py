@@ -967,9 +967,11 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         kw = FAMILIES[mtype](cfg)
         # (a multimodal Llama 4 holds its language model's keys in text_config; no other family)
         lm = _language_config(cfg) if mtype in ("llama4", "llama4_text") else cfg
-        # the context a model was built for, read only for learned positions and scaled RoPE but
-        # checked in every family: a user trial's -1 had been taken without a word
-        lm.get("max_position_embeddings", "n_positions", default=None)
+        # the context a model was built for, checked in every family (a user trial's -1 had been
+        # taken without a word), kept for RoPE models (a learned table has its rows already)
+        context = lm.get("max_position_embeddings", "n_positions", default=None)
+        if kw.get("position", Position.ROPE) is Position.ROPE and type(context) is int:
+            kw["trained_context"] = context
         kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
                                 maximum=MAX_NORM_EPS, open_low=True, rule=NORM_EPS_RULE,
                                 default=NORM_EPS_DEFAULTS[mtype])

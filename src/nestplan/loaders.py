@@ -450,7 +450,7 @@ _MODEL_OPTIONAL = {"kv_heads", "head_dim", "mlp", "norm", "bias", "qkv_bias", "d
                    "tied_embeddings", "position", "max_positions", "causal", "qk_norm", "qk_l2_norm",
                    "attention_sinks", "moe", "mla", "local_span", "local_share", "mtp_layers",
                    "rope_mscale", "rope_theta", "rope_fraction", "glu_clamp", "yarn", "norm_eps",
-                   "rope_scaling", "sliding_window", "local_layers"}
+                   "rope_scaling", "sliding_window", "local_layers", "trained_context"}
 _MOE_KEYS = {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
              "shared_expert_gate", "first_dense_layers", "layer_freq", "layers", "expert_bias",
              "router_score", "router_pre_softmax", "router_expert_bias", "router_groups",
@@ -534,6 +534,7 @@ def model_from_table(table: dict, where: str = "model") -> ModelSpec:
         tied_embeddings=_typed(table, "tied_embeddings", where, bool, False),
         position=Position.parse(f"{where}.position", table.get("position", "rope")),
         max_positions=_typed(table, "max_positions", where, int, 0),
+        trained_context=_typed(table, "trained_context", where, int, 0),
         causal=_typed(table, "causal", where, bool, True),
         qk_norm=_typed(table, "qk_norm", where, bool, False),
         qk_l2_norm=_typed(table, "qk_l2_norm", where, bool, False),
@@ -613,6 +614,8 @@ def model_to_table(model: ModelSpec) -> dict:
     for kind in ("qkv_bias", "qk_norm", "qk_l2_norm", "attention_sinks"):
         if getattr(model, kind):  # (only where set, as files of before them were)
             table[kind] = True
+    if model.trained_context:  # (likewise)
+        table["trained_context"] = model.trained_context
     table.update(mlp=model.mlp.value, norm=model.norm.value, position=model.position.value)
     if model.moe is not None:
         table["moe"] = {f: getattr(model.moe, f) for f in sorted(_MOE_KEYS - {"layers"})}

@@ -245,7 +245,8 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
     keys that differ, since every output labels it with the name (a sixth fuzzing round's: an
     accelerator of 5,000 TFLOP/s labelled h100-sxm-80gb had been costed without a word; a file
     of its own is refused). A model's MTP depths are the command's (``--mtp-layers``), not an
-    edit; a cluster's accelerator is compared by name (its values on their own)."""
+    edit, nor is its trained context, which costs nothing (files saved before it existed lack
+    it); a cluster's accelerator is compared by name (its values on their own)."""
     from .catalog import get_accelerator, get_cluster, get_model, get_stack, list_names
     from .textfmt import first_of
 
@@ -255,7 +256,8 @@ def _note_not_the_catalogs(sc: Scenario) -> None:
     model = sc.model
     for kind, spec, differ in (
             ("model", model, lambda: _table_differs(model_to_table(model), model_to_table(
-                replace(get_model(model.name), mtp_layers=model.mtp_layers)))),
+                replace(get_model(model.name), mtp_layers=model.mtp_layers,
+                        trained_context=model.trained_context)))),
             ("cluster", sc.cluster, lambda: _table_differs(
                 cluster_table(sc.cluster), cluster_table(get_cluster(sc.cluster.name)))),
             ("accelerator", sc.cluster.accelerator, lambda: _table_differs(

@@ -148,7 +148,10 @@ class _CachedHash:
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            # (the fields equality compares: a field kept for what is said of a spec, not for
+            # what it costs, is neither: ``ModelSpec.trained_context``)
+            h = hash(tuple(getattr(self, name) for name, f in self.__dataclass_fields__.items()
+                           if f.compare))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -689,6 +692,12 @@ class ModelSpec(_CachedHash):
     """Position encoding."""
     max_positions: int = 0
     """Rows of a learned position table (0 when not learned)."""
+    trained_context: int = field(default=0, compare=False)
+    """The context a RoPE model was built for, where its configuration says
+    (``max_position_embeddings``); 0 when not stated. Longer sequences with its RoPE unscaled
+    are noted (a file written by ``nestplan list models CONFIG`` keeps it: a new user's trial).
+    Not compared: a model is its shapes, which a catalog entry read from the same config holds
+    without it."""
     causal: bool = True
     """Decoder (causal) attention; False for encoders such as BERT."""
     qk_norm: bool = False
@@ -782,6 +791,7 @@ class ModelSpec(_CachedHash):
             raise SpecError("model.qk_l2_norm", True, "a model's QK norms are of one kind: "
                             "qk_norm (the model's norm, with weights) or qk_l2_norm (L2, without)")
         _positive("model.mtp_layers", self.mtp_layers, allow_zero=True)
+        _positive("model.trained_context", self.trained_context, allow_zero=True)
         if self.mtp_layers and not self.causal:
             raise SpecError("model.mtp_layers", self.mtp_layers,
                             "multi-token prediction needs a causal (decoder) model")

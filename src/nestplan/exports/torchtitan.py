@@ -87,7 +87,8 @@ def registry_entry(m) -> tuple[str, str, str | None]:
         # __init__.py and models/common/rope.py, 0.3.0 wheel)
         rope = LLAMA31_ROPE if entry[0] == "llama3" else None
         if any(getattr(m, f.name) != getattr(catalog, f.name)
-               for f in fields(m) if f.name not in ("name", "rope_scaling", "mtp_layers")):
+               for f in fields(m) if f.compare
+               and f.name not in ("name", "rope_scaling", "mtp_layers")):
             continue  # (a model file that keeps a catalog name but changes the model is another)
         if m.rope_scaling == rope:
             return (*entry, None)

@@ -3,30 +3,23 @@ length mean for the plans costed on it (said on stderr through ``errors.note``).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ..errors import note
 
 
-def trained_context(sc, model: str) -> None:
-    """Say when a HuggingFace config's RoPE model, its RoPE unscaled, is given a sequence longer
-    than its ``max_position_embeddings`` (a long-context trial's 1M tokens on Llama 3 8B's 8,192
-    went without a word, and the Megatron export set the longer length with no scaling)."""
-    from ..catalog import hf_config_in, looks_like_path
+def trained_context(sc) -> None:
+    """Say when a RoPE model, its RoPE unscaled, is given a sequence longer than the context its
+    configuration gives (``ModelSpec.trained_context``: a long-context trial's 1M tokens on Llama 3
+    8B's 8,192 went without a word, and the Megatron export set the longer length with no
+    scaling)."""
     from ..options import Position
 
     m, seq = sc.model, sc.training.seq_len
-    if not looks_like_path(model) or m.position is not Position.ROPE or m.rope_scaling or m.yarn:
+    if m.position is not Position.ROPE or m.rope_scaling or m.yarn:
         return
-    path = hf_config_in(Path(model))
-    try:
-        trained = json.loads(path.read_text()).get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):  # (a TOML, or a file read before)
-        return
-    if type(trained) is int and 0 < trained < seq:
-        note(f"{m.name} sets max_position_embeddings {trained:,} and no RoPE scaling: at "
-             f"--seq-len {seq:,} it is costed and exported with its RoPE base "
+    if 0 < m.trained_context < seq:
+        note(f"{m.name} was built for {m.trained_context:,} tokens (max_position_embeddings, "
+             f"trained_context in a model file) and has no RoPE scaling: at --seq-len {seq:,} "
+             "it is costed and exported with its RoPE base "
              f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
              "base or scales RoPE (rope_theta or rope_scaling in the config)")
 
