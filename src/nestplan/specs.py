@@ -1460,6 +1460,15 @@ def mtp_refusal(m: ModelSpec, stack, axis: str, degree: int) -> str | None:
     return None
 
 
+def model_axis_refusal(m: ModelSpec, stack, axis: str, degree: int) -> str | None:
+    """Why ``stack`` cannot run ``m`` with ``degree`` on parallel ``axis`` (``pp`` or ``cp``) for
+    what the model holds: tied embeddings under a pipeline (``tied_pipeline_refusal``),
+    multi-token-prediction depths (``mtp_refusal``); None when it can."""
+    if axis == "pp" and (rule := tied_pipeline_refusal(m, stack, degree)) is not None:
+        return rule
+    return mtp_refusal(m, stack, axis, degree)
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1475,10 +1484,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     _divides("tp", par.tp, "heads", m.heads, f"one of {divisors(m.heads)[:8]}")
     if (rule := kv_heads_refusal(m, sc.stack if stack else None, par.tp)) is not None:
         raise SpecError("tp", par.tp, rule)
-    if stack and (rule := tied_pipeline_refusal(m, sc.stack, par.pp)) is not None:
-        raise SpecError("pp", par.pp, rule)
     for axis, degree in (("pp", par.pp), ("cp", par.cp)):
-        if stack and (rule := mtp_refusal(m, sc.stack, axis, degree)) is not None:
+        if stack and (rule := model_axis_refusal(m, sc.stack, axis, degree)) is not None:
             raise SpecError(axis, degree, rule)
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")

@@ -8,7 +8,7 @@ from dataclasses import fields
 from .axes import order_text
 from .result import Evaluation
 from .specs import plan_knobs, split_text
-from .units import GiB, fmt_gib_against, fmt_time
+from .units import MS, GiB, fmt_gib_against, fmt_time
 
 LISTED = 3
 """Items a note names of those it is about, before saying how many more (``first_of``)."""
@@ -43,7 +43,7 @@ def moe_behaviour_text(ev: Evaluation) -> str:
     wait = st.moe_host_wait(sc.training, ev.plan.ep)
     return (f"experts: dispatcher {st.moe_dispatcher}, their exchange "
             f"{MOE_OVERLAP_TEXT[st.moe_overlap]}, {graphs}, "
-            + (f"host wait {wait * 1e3:.1f} ms per MoE layer" if wait else "no host wait")
+            + (f"host wait {wait / MS:.1f} ms per MoE layer" if wait else "no host wait")
             + f" (stack {st.name}; README \"Training stacks\" for the others)")
 
 

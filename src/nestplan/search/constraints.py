@@ -14,7 +14,7 @@ from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
 from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, etp_refusal, interleaves,
                      kv_heads_refusal, moe_tp_without_sp, no_pipeline_schedule, schedule_refusal,
-                     mtp_refusal, tied_pipeline_refusal, unfoldable)
+                     model_axis_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -174,16 +174,13 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             raise SpecError(name, value, rule)
     if con.tp is not None and (rule := kv_heads_refusal(m, sc.stack, con.tp)) is not None:
         raise SpecError("tp", con.tp, rule)  # (as evaluate says it; the search found nothing)
-    if con.pp is not None and (rule := tied_pipeline_refusal(m, sc.stack, con.pp)) is not None:
-        raise SpecError("pp", con.pp, rule)
     for axis in ("pp", "cp"):
         fixed = getattr(con, axis)
-        if fixed is not None and (rule := mtp_refusal(m, sc.stack, axis, fixed)) is not None:
+        if fixed is not None and (rule := model_axis_refusal(m, sc.stack, axis, fixed)):
             raise SpecError(axis, fixed, rule)
     piped = [(k, v) for k, v in (("schedule", con.schedule), ("vp", con.vp))
              if v is not None and (k == "schedule" or v > 1)]  # (asking for a pipeline: a review's)
-    if con.pp is None and piped and ((rule := tied_pipeline_refusal(m, sc.stack, 2)) is not None
-                                     or (rule := mtp_refusal(m, sc.stack, "pp", 2)) is not None):
+    if con.pp is None and piped and (rule := model_axis_refusal(m, sc.stack, "pp", 2)):
         raise SpecError(*piped[0], rule.replace("use pp = 1", f"leave out --{piped[0][0]}"))
     # knobs that are each possible but contradict each other or the hardware
     fixed = {k: getattr(con, k) for k in ("tp", "pp", "dp", "cp") if getattr(con, k) is not None}
@@ -233,13 +230,13 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             room, how = con.tp * con.cp * con.dp, ""
         elif con.pp is not None:
             room, how = gpus // con.pp, f" (gpus / pp = {gpus}/{con.pp})"
-        if room % (etp * ep) and con.etp is None:  # (no expert TP folds it: ep alone)
+        if room % (etp * ep):
+            if con.etp is not None:
+                raise unfoldable(etp, ep, room, how or "", gpus=how is None)
             ranks = (f"tp·cp·dp, a divisor of gpus = {room}" if how is None
-                     else f"tp·cp·dp = {room}{how}")
+                     else f"tp·cp·dp = {room}{how}")  # (no expert TP folds it: ep alone)
             raise SpecError("ep", ep, f"must divide {ranks}, the ranks the expert grid folds "
                             "over")
-        if room % (etp * ep):
-            raise unfoldable(etp, ep, room, how or "", gpus=how is None)
         if con.etp is not None and (why := etp_refusal(m.moe, con.etp)) is not None:
             raise why
     sc.cluster.accelerator.peak_flops(tr.precision)  # an accelerator without fp8 says so

@@ -30,7 +30,7 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..schedule import SCHEDULES
 from ..specs import (ClusterSpec, Level, Parallelism, Scenario, check_plan, kv_heads_refusal,
-                     mtp_refusal, tied_pipeline_refusal)
+                     model_axis_refusal)
 from . import driver, space
 from .constraints import METHODS, Constraints, check_constraints, refuse_unsearchable
 from .driver import SearchResult
@@ -168,8 +168,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     cp = con.cp or 1
     rest = gpus // (tp * cp)
     pps = [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0
-           and (p == 1 or sc.stack.offers("pp")) and tied_pipeline_refusal(m, sc.stack, p) is None
-           and mtp_refusal(m, sc.stack, "pp", p) is None]
+           and (p == 1 or sc.stack.offers("pp")) and model_axis_refusal(m, sc.stack, "pp", p) is None]
     last_error = None
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (sched.least_vp if sched is not None else 1)

@@ -41,7 +41,7 @@ from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, cp_offered,
                      default_split, divisors, interleaves, kv_heads_refusal, spread,
-                     mtp_refusal, tied_pipeline_refusal)
+                     model_axis_refusal)
 
 MAX_MBS = 16
 
@@ -86,8 +86,7 @@ def shapes(sc: Scenario, con: Constraints):
     m, tr, gpus = sc.model, sc.training, sc.gpus
     node = sc.cluster.devices_per_node
     biased = m.biased_experts
-    pipelines = (tied_pipeline_refusal(m, sc.stack, 2) is None  # (the same for every pp > 1)
-                 and mtp_refusal(m, sc.stack, "pp", 2) is None)
+    pipelines = model_axis_refusal(m, sc.stack, "pp", 2) is None  # (the same for every pp > 1)
     tps = [t for t in _divisors(gpus) if t <= m.heads and m.heads % t == 0
            and kv_heads_refusal(m, sc.stack, t) is None and m.ffn_hidden % t == 0
            and (not con.tp_within_node or node % t == 0)]  # (t <= node alone let a 16 of
@@ -97,7 +96,7 @@ def shapes(sc: Scenario, con: Constraints):
         for sp in _pick(con.sp, sps):
             # the search's floors on chunks and micro-batches hold a fixed value to check_plan
             cps = [c for c in _divisors(gpus // tp) if cp_offered(tr.seq_len, c, con.cp)
-                   and mtp_refusal(m, sc.stack, "cp", c) is None]
+                   and model_axis_refusal(m, sc.stack, "cp", c) is None]
             for cp in _pick(con.cp, cps):
                 if sp and tp > 1 and (tr.seq_len // cp) % tp:
                     continue
