@@ -650,6 +650,9 @@ CLUSTER_BAD = {
         "memory_efficiency); valid keys: "),
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
     "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
+    # a ratio as a switch vendor writes it (a datacenter trial's): the number to write instead
+    "oversubscription-ratio-text": (CLUSTER + 'oversubscription = "2:1"\n',
+                                    "got '2:1'; must be a number; write the ratio as one number, 2"),
     "level-name-blank": (_cluster_with('name = "net"', 'name = " "'), "name: got ' '"),
     "gflop-point-huge-integer": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
@@ -1031,6 +1034,10 @@ PLANFILE_BAD = {
     "format-str": (plan_with("format", "2"), "format"),
     "method-magic": (plan_with("method", "magic"), "method"),
     "unknown-top-key": (plan_with("colour", "red"), "colour"),
+    # a model's config.json given where a plan file goes (a user trial's): say which it is
+    "hf-config": ('{"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}',
+                  "not a plan file but a HuggingFace model config; give it to plan as --model"),
+    "other-json": ('{"a": 1}', "not a plan file (no format, model or plan key)"),
     "not-json": ("{plan:", "JSON"),
     "array": ("[]", "JSON object"),
     "empty": ("", "JSON"),

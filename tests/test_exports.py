@@ -1013,6 +1013,25 @@ def test_torchtitan_parses_the_arguments(plan_file):
 
 
 @frameworks
+def test_torchtitan_takes_a_users_flags_where_the_export_says():
+    """The header's advice holds for torchtitan's own parser: a flag of the user's before the
+    file's arguments is read, one after the trailing subcommand is not (a user trial's)."""
+    pytest.importorskip("torchtitan.config.manager")
+    pytest.importorskip("triton")
+    from torchtitan.config.manager import ConfigManager
+
+    sc, par = plans()[1]
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    text = export(pf, "torchtitan").text
+    args = _torchtitan_args(text)
+    assert args[-1].startswith("activation-checkpoint:")
+    assert f"# the last line, {args[-1]}, is a subcommand: any flags of your own go before" in text
+    assert ConfigManager().parse_args(["--training.steps", "7", *args]).training.steps == 7
+    with pytest.raises(SystemExit):
+        ConfigManager().parse_args([*args, "--training.steps", "7"])
+
+
+@frameworks
 @pytest.mark.parametrize("pp", [2, 4, 8])
 def test_deepspeed_partitions_the_blocks_as_the_export_says(pp):
     """The pipeline note names the partition_method that gives the plan's even split: DeepSpeed's

@@ -257,6 +257,19 @@ def test_validate_works_anywhere_with_the_shipped_published_runs(tmp_path, share
     assert json.loads(out)["count"] == 63
 
 
+@pytest.mark.parametrize("flag", ["--model", "--cluster", "--stack"])
+def test_a_file_error_names_the_path_as_typed(tmp_path, flag):
+    """A relative path is echoed as the user typed it, ``./`` and all (``Path`` had normalised
+    it away, so the message named a path the user had not written)."""
+    (tmp_path / "bad.toml").write_text("garbage = \n")
+    given = {"--model": "llama3-8b", "--cluster": "dgx-h100-ndr", "--stack": "megatron-core"}
+    given[flag] = "./bad.toml"
+    args = [a for k, v in given.items() for a in (k, v)]
+    code, out, err = cli("evaluate", *args, "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1,
+                         "--global-batch", 8, "--seq-len", 2048, cwd=tmp_path)
+    assert one_line_error(code, out, err, "got './bad.toml'; not valid TOML"), err
+
+
 def test_a_baseline_whose_policies_the_constraints_exclude_says_so():
     """phaze searches none and full only: asked for selective, it finds nothing and says why
     (exit 3), as compare's table does, instead of failing inside the search."""

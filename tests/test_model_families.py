@@ -447,6 +447,18 @@ def test_gpt_oss_trains_without_the_balancing_loss_its_config_does_not_apply():
     assert model_from_hf_dict(mixtral).moe.aux_loss == mixtral["router_aux_loss_coef"]
 
 
+def test_a_deepseek_config_without_seq_aux_reads_its_classes_default():
+    """DeepSeek's config class, which DeepSeek-V3's and Kimi-K2's repositories load, defaults
+    seq_aux to true: a config that leaves it out trains the per-sequence loss, said in a note (a
+    user trial's trimmed Kimi-K2 config had been read, and exported, as the per-token loss)."""
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "kimi-k2.json").read_text())
+    assert model_from_hf_dict(data).moe.aux_loss_per_sequence
+    trimmed = {k: v for k, v in data.items() if k != "seq_aux"}
+    with pytest.warns(Warning, match="seq_aux: missing, read as DeepSeek's config class's default"):
+        assert model_from_hf_dict(trimmed).moe.aux_loss_per_sequence
+    assert not model_from_hf_dict({**data, "seq_aux": False}).moe.aux_loss_per_sequence
+
+
 def test_keys_a_family_does_not_read_are_ignored_as_transformers_ignores_them():
     """Mixtral windows every layer whatever layer_types says; Llama's epsilon is rms_norm_eps
     (layer_norm_eps is not its key); only Llama 4 reads a text_config, and only DeepSeek's

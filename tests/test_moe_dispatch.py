@@ -902,9 +902,11 @@ def test_an_moe_plan_says_it_was_costed_with_balanced_routing():
     # load that evaluate calls "not recommended")
     free = 1 - uneven.peak_memory / uneven.capacity
     assert free > 0.02
-    assert "GiB (fits, leaves the headroom)" in err
+    assert "GiB (fits, leaves the headroom)" in err and "ranks only the plans" not in err
     code, out, err = cli(*args, "--memory-headroom", round(free * 100) + 1)
     assert "GiB (fits, less than the headroom: not recommended)" in err, err
+    # and says how to search for plans that leave it at that load (a MoE user's trial)
+    assert "a search given --moe-imbalance 1.2 ranks only the plans that leave the headroom" in err
     for extra in (["--moe-imbalance", 1.0], ["--moe-capacity-factor", 1.25]):
         code, out, err = cli(*args, *extra)  # (a capacity factor's own note says balanced
         # routing leaves it nothing to cap: test_a_capacity_factor_under_balanced_routing...)

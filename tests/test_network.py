@@ -493,3 +493,57 @@ def test_groups_split_by_a_domain_they_do_not_divide_are_noted(tmp_path):
     # (a review's: CP 4, which divides 72, had been let through)
     code, _, err = cli(*run, "--tp", 8, "--cp", 4, "--pp", 4)
     assert code == 0 and "cp groups of 4 (each over 32 devices) do not divide" in err, err
+
+
+def test_bandwidths_no_network_has_are_noted(tmp_path):
+    """A cluster file's bandwidth that reads as a unit slip is noted, by plan and evaluate and by
+    a sweep of the file (a datacenter trial's NVLink of 0.45 "GB/s", meant as TB/s, and leaf of
+    400 "GB/s", meant as Gb/s, were costed without a word); the catalog's clusters, whose
+    figures are sourced (the TPU v4 pod's 429 GB/s beyond a rack), are not."""
+    from console import cli
+
+    from nestplan.catalog import list_names
+    from nestplan.notes.scenario import unlikely_bandwidths
+
+    assert not [n for n in list_names("clusters") if unlikely_bandwidths(get_cluster(n))]
+    assert unlikely_bandwidths(two_level(bw0=0.45e9)).startswith(
+        "t: level node gives a device 0.45 GB/s, 111 times less than level net beyond it")
+    assert unlikely_bandwidths(two_level(bw0=400e9 / 7)) is None  # (slower, but not 8 times)
+    assert "level net gives a device 400 GB/s, more than any scale-out network" in \
+        unlikely_bandwidths(two_level(bw1=400e9))
+    assert unlikely_bandwidths(two_level()) is None
+    code, out, _ = cli("list", "clusters", "dgx-h100-ndr")
+    assert code == 0
+    (tmp_path / "c.toml").write_text(out.replace('name = "dgx-h100-ndr"', 'name = "mine"').replace(
+        "bandwidth_GBps = 50.0", "bandwidth_GBps = 400.0", 1))
+    args = ["--model", "llama3-8b", "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1,
+            "--global-batch", 8, "--seq-len", 2048]
+    code, out, err = cli("evaluate", "--cluster", tmp_path / "c.toml", *args)
+    assert code == 0 and "note: mine: level leaf gives a device 400 GB/s" in err, err
+    code, out, err = cli("evaluate", "--cluster", "nest-tpuv4-fattree", *args)
+    assert "scale-out" not in err, err
+    (tmp_path / "s.toml").write_text(f'[grid]\nmodel = ["llama3-8b"]\ncluster = ["{tmp_path}/c.toml"]'
+                                     '\ngpus = [8]\n')
+    code, out, err = cli("sweep", tmp_path / "s.toml", "--dry-run")
+    assert code == 0 and "note: grid: mine: level leaf gives a device 400 GB/s" in err, err
+
+
+def test_the_embedding_copies_all_reduce_is_a_group_of_its_own():
+    """A tied output weight on the last stage all-reduces its gradient with the embedding's on
+    the first: its traffic and the level it crosses are named apart from dp's (a datacenter
+    trial read spine traffic as dp's, whose groups stayed under a leaf); a V, which holds both
+    on device 0, has no such group, nor does a model without a copy."""
+    from nestplan.catalog import scenario_from_names
+    from nestplan.evaluate import evaluate
+
+    sc = scenario_from_names("gpt-7p5b", "dgx-h100-ndr", 512, seq_len=2048, global_batch=512)
+    par = Parallelism(tp=8, pp=16, dp=4, mbs=1, zero=1)
+    ev = evaluate(sc, par)
+    assert ev.group_levels["dp"][1] == "leaf" and ev.group_levels["embedding"] == (2, "spine")
+    assert ev.link_time["embedding"] > 0
+    assert ev.to_json()["groups"]["embedding"] == {"size": 2, "top_level": "spine"}
+    v = evaluate(sc, par.with_(vp=2, schedule="zbv"), stack_offers=False)
+    assert "embedding" not in v.group_levels and "embedding" not in v.link_time
+    untied = evaluate(scenario_from_names("llama3-8b", "dgx-h100-ndr", 512, seq_len=2048,
+                                          global_batch=512), par)
+    assert "embedding" not in untied.group_levels and "embedding" not in untied.link_time

@@ -583,6 +583,20 @@ def test_zero_bubble_needs_a_micro_batch_per_stage():
         assert one_line_error(code, out, err, "needs at least 8 per replica (pp = 4)"), err
 
 
+def test_a_schedule_of_two_chunks_sets_vp_by_itself():
+    """--schedule zbv or dualpipev without --vp runs their 2 chunks (a user trial's had been
+    refused as "vp: got 1", a flag not given); an interleaved schedule, which runs any number
+    from 2, still asks for one."""
+    for v_schedule in ("zbv", "dualpipev"):
+        code, out, err = cli("evaluate", *LLAMA, "--stack", "torchtitan", "--schedule", v_schedule,
+                             "--json")
+        assert code == 0, err
+        assert json.loads(out)["vp"] == 2
+    code, out, err = cli("evaluate", *LLAMA, "--stack", "torchtitan", "--schedule",
+                         "interleaved-1f1b")
+    assert one_line_error(code, out, err, "needs vp >= 2 model chunks per device"), err
+
+
 @pytest.mark.frameworks
 @pytest.mark.parametrize("name,pp,micro", [(n, pp, m) for n in ("1f1b", "gpipe")
                                            for pp in (2, 4, 8) for m in (1, 2, 3, 4, 7, 8, 9)])

@@ -368,13 +368,15 @@ def test_a_sweep_where_nothing_fits_anywhere_says_so(tmp_path, capsys):
     path = _write(tmp_path, '[grid]\nmodel = ["llama3-405b"]\ncluster = ["dgx-h100-ndr"]\n'
                             'gpus = [8, 16]\n')
     assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert "0 ok, 2 infeasible" in out
-    assert "sweep: note: no point found a plan that fits; each infeasible row's error column " \
-        "says why (the first, " in out and "nothing fits in" in out
+    got = capsys.readouterr()
+    assert "0 ok, 2 infeasible" in got.out
+    # on stderr as every command's notes (a datacenter trial's 2>/dev/null had kept them)
+    assert "nestplan: note: no point found a plan that fits; each infeasible row's error " \
+        "column says why (the first, " in got.err and "nothing fits in" in got.err
+    assert "note" not in got.out
     path = _write(tmp_path, SMALL, "small.toml")
     assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
-    assert "no point found a plan" not in capsys.readouterr().out
+    assert "no point found a plan" not in capsys.readouterr().err
 
 
 class _Counting:
@@ -457,6 +459,24 @@ def test_a_results_file_of_before_the_later_columns_resumes(tmp_path, pool_run, 
     assert all(all(again[r["id"]][c] == "" for c in before) and again[r["id"]]["step_time_s"] ==
                r["step_time_s"] for r in rows)
     assert any(r["schedule"] for r in rows)  # (blank above because the file had none)
+
+
+def test_rows_searched_under_other_constraints_say_which(tmp_path):
+    """A grid run with [constraints] and again without, into one file: every row names the
+    constraints it was searched under (a datacenter trial's rows of both had read alike but for
+    their results), errors included."""
+    grid = ('[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8, 12]\n'
+            'seq_len = [2048]\nglobal_batch = [96]\n')
+    path = _write(tmp_path, grid + '[constraints]\ntp = 8\nsp = true\n')
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    assert sorted((r["gpus"], r["status"], r["constraints"]) for r in _rows(
+        tmp_path / "s.csv")) == [("12", "error", "sp=true;tp=8"), ("8", "ok", "sp=true;tp=8")]
+    _write(tmp_path, grid)  # (the error row goes: a re-run retries errors)
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    rows = _rows(tmp_path / "s.csv")
+    assert sorted((r["gpus"], r["status"], r["constraints"]) for r in rows) == [
+        ("12", "ok", ""), ("8", "ok", ""), ("8", "ok", "sp=true;tp=8")]
+    assert all(r["tp"] == "8" for r in rows if r["constraints"])
 
 
 def test_interrupt_then_resume_runs_only_the_missing_points(tmp_path, capsys, monkeypatch):
@@ -805,8 +825,8 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path, capsys):
     assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})
-    out = capsys.readouterr().out
-    assert "1 rows of" in out and "its plot, s.svg, is redrawn with this sweep's points only" in out
+    err = capsys.readouterr().err
+    assert "1 rows of" in err and "its plot, s.svg, is redrawn with this sweep's points only" in err
 
 
 def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):
@@ -927,17 +947,17 @@ stack = ["megatron-core", "deepspeed"]
 mtp_layers = [0, 1]
 """)
     assert main(["sweep", str(path), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "4 points, 0 already done, 4 to run" in out
-    assert "1 point to run cannot be set up; the run records an error row for each" in out
-    assert "mtp" in out.split("cannot be set up")[1]
+    got = capsys.readouterr()
+    assert "4 points, 0 already done, 4 to run" in got.out
+    assert "1 point to run cannot be set up; the run records an error row for each" in got.err
+    assert "mtp" in got.err.split("cannot be set up")[1]
     # a constraint some points cannot take (torchtitan runs no ZeRO-1; TP 8 on 12 GPUs): the dry
     # run had said nothing of them, and the run recorded their error rows
     path.write_text('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8, 12]\n'
                     'stack = ["megatron-core", "torchtitan"]\n[constraints]\nzero = 1\ntp = 8\n')
     assert main(["sweep", str(path), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "3 points to run cannot be set up" in out and "stack torchtitan runs ZeRO stages" in out
+    err = capsys.readouterr().err
+    assert "3 points to run cannot be set up" in err and "stack torchtitan runs ZeRO stages" in err
 
 
 def test_a_grid_whose_gpu_counts_the_scale_up_domains_do_not_divide_says_so(tmp_path):

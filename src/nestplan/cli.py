@@ -232,6 +232,7 @@ def _scenario(args):
     scenario_notes.added_depths(sc, args.model)
     scenario_notes.fused_pieces(sc)
     scenario_notes.straddling_domains(sc)
+    scenario_notes.cluster_bandwidths(sc)
     scenario_notes.position_table(sc)
     scenario_notes.trained_context(sc)
     scenario_notes.huge_batch(sc, args.global_batch is not None)
@@ -345,8 +346,13 @@ def _plan(args, sc):
     sp = args.sp
     if sp is None:
         sp = st.sp_for(args.tp, sc.model.moe is not None)
-    kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep,
-              etp=etp, vp=1 if args.vp is None else args.vp, sp=sp,
+    vp = args.vp
+    if vp is None:  # one a schedule fixes by itself (dualpipev's 2), else 1
+        from .schedule import SCHEDULES
+
+        given = SCHEDULES.get(args.schedule) if args.schedule is not None else None
+        vp = (given.implied_vp if given is not None else None) or 1
+    kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, sp=sp,
               zero=0 if args.zero is None else args.zero, mbs=args.mbs)
     if args.recompute is not None:
         kw["recompute"] = parse_names("recompute", args.recompute)

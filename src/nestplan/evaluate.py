@@ -244,6 +244,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
     # exposed part is ``time.dp``), with the per-micro-batch ZeRO traffic of the slowest one
     links["dp"] = (float(devices[j].sync_link + devices[j].gather_link)
                    + micro * float(devices[k].zero_link[pols[k]]))
+    if devices[0].embedding_link:  # (the same on the last stage, the all-reduce's other end)
+        links["embedding"] = devices[0].embedding_link
 
     hw = sum(n * kc.hw_flops[pols[s]] for s in range(pp) for chunk in contents[s]
              for n, kc in _kinds(cc, *chunk))

@@ -903,7 +903,14 @@ def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool
                              "trains GPT-OSS without one; give [moe] aux_loss in a model file "
                              "to train with it"), stacklevel=2)
         coeff = 0.0
-    per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=False)
+    if per_sequence and coeff and "seq_aux" not in cfg.data:
+        # DeepSeek's own config class (configuration_deepseek.py, which DeepSeek-V3's and
+        # Kimi-K2's repositories load through auto_map) defaults seq_aux to true: e.g.
+        # itounagi0116/DeepSeek-R1 @ 945ea33cfe, configuration_deepseek.py (a user trial's trimmed
+        # Kimi-K2 config had been read as the per-token loss, and exported so)
+        warnings.warn(HFNote(f"{cfg.where('seq_aux')}: missing, read as DeepSeek's config "
+                             "class's default true (the balancing loss per sequence)"))
+    per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=True)
     try:
         return replace(moe, aux_loss=coeff, aux_loss_per_sequence=per_sequence)
     except SpecError as e:
@@ -1030,10 +1037,10 @@ HF_KEYS = {"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size",
 """nestplan's model fields and the config.json keys they usually come from (for messages)."""
 
 
-def model_from_hf_config(path: Path) -> ModelSpec:
+def model_from_hf_config(path: str | Path) -> ModelSpec:
     """A ModelSpec from a HuggingFace ``config.json`` file."""
     from .loaders import checked_name, read_document
 
     data = read_document(path, "model", "JSON")
-    name = Path(path).name if Path(path).name != "config.json" else str(path)
+    name = Path(path).name if Path(path).name != "config.json" else str(Path(path))
     return model_from_hf_dict(data, checked_name(name, "model"))  # (the name heads every output)

@@ -243,10 +243,23 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
     ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in (
         kind if isinstance(kind, tuple) else (kind,)))
     if not ok:
-        raise SpecError(f"{where}.{key}", value, f"must be {kind_words(kind)}")
+        raise SpecError(f"{where}.{key}", value, f"must be {kind_words(kind)}",
+                        _ratio_advice(value) if kind == _NUM else "")
     if kind == _NUM and isinstance(value, int) and not finite(value):
         raise SpecError(f"{where}.{key}", value, "must be a number a float can hold")
     return value
+
+
+def _ratio_advice(value: Any) -> str:
+    """What to write for a ratio given as text, "2:1" (a datacenter trial's oversubscription),
+    or "" for any other value."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*:\s*(\d+(?:\.\d+)?)\s*", value) \
+        if isinstance(value, str) else None
+    if m is None or float(m[2]) == 0:
+        return ""
+    return f"write the ratio as one number, {float(m[1]) / float(m[2]):g}"
 
 
 _NUM = (int, float)

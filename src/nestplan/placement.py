@@ -354,13 +354,14 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
 
 
-def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int,
-                 experts: bool) -> dict[str, tuple[int, str | None]]:
+def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: bool,
+                 embedding: bool = False) -> dict[str, tuple[int, str | None]]:
     """For each parallel group of more than one device: its size and the highest network level
     its traffic crosses (None: it stays on one device), by axis: ``tp``, ``cp``, ``dp`` (the
-    dense gradients' group, dp·cp ranks), ``pp`` (the farthest send between stages) and with
-    ``experts`` ``ep``, ``etp`` and ``edp``. What a network design changes for a plan: a level
-    no group crosses cannot slow it."""
+    dense gradients' group, dp·cp ranks), ``pp`` (the farthest send between stages), with
+    ``experts`` ``ep``, ``etp`` and ``edp``, and with ``embedding`` (``specs.embedding_copies``)
+    ``embedding``, the first and last stage that all-reduce the embedding's gradient. What a
+    network design changes for a plan: a level no group crosses cannot slow it."""
     lay = layouts(par, cluster, gpus)
 
     def name(level: int) -> str | None:
@@ -371,6 +372,8 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int,
     out = {axis: (g.size, name(g.top)) for axis, g in groups.items() if g.size > 1}
     if par.pp > 1:
         out["pp"] = (par.pp, name(max(b.level for b in lay.pp)))
+    if embedding and lay.embedding.size > 1:
+        out["embedding"] = (lay.embedding.size, name(lay.embedding.top))
     return out
 
 

@@ -326,6 +326,12 @@ def _from_dict(data: dict) -> PlanFile:
     if not isinstance(data, dict):
         raise SpecError("", type(data).__name__, "a plan file holds one JSON object")
     fmt = data.get("format")
+    if fmt is None and not {"model", "plan"} & set(data):  # (a model's config.json, say)
+        if "model_type" in data or "architectures" in data:
+            raise SpecError("format", fmt, "not a plan file but a HuggingFace model config; give "
+                            "it to plan as --model, and --save PLAN.json to write a plan file")
+        raise SpecError("format", fmt, "not a plan file (no format, model or plan key); write "
+                        "one with nestplan plan ... --save PLAN.json")
     if fmt not in (1, FORMAT) or type(fmt) is not int:  # (not 2.0, not true)
         raise SpecError("format", fmt, f"this nestplan ({__version__}) reads plan files of "
                         f"format 1 and {FORMAT}")

@@ -256,9 +256,11 @@ class Evaluation:
         """Each parallel group's size and the highest network level it crosses
         (``placement.group_levels``)."""
         from .placement import group_levels
+        from .specs import embedding_copies
 
         sc = self.scenario
-        return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None)
+        return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None,
+                            embedding_copies(sc.model, self.plan))
 
     def to_json(self) -> dict:
         """The ``--json`` contract (DESIGN §4) plus breakdowns."""

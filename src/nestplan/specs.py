@@ -1605,6 +1605,14 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
     return chunks_from_totals(even_split(model.layers, pp), vp)
 
 
+def embedding_copies(model: ModelSpec, par: Parallelism) -> bool:
+    """The embedding's gradient is all-reduced between the first and the last pipeline stage,
+    summed with its copy on the head's device (a tied output weight, or multi-token prediction's
+    lookup table); a V puts both on device 0, where nothing is all-reduced."""
+    return bool(model.tied_embeddings or model.mtp_layers) and par.pp > 1 \
+        and not par.pipeline.v_shape
+
+
 def blocks_per_chunk(model: ModelSpec, par: Parallelism) -> tuple[int, ...]:
     """The plan's blocks per model chunk in model order, as ``--stage-layers`` takes them: its
     own split, else ``default_split``."""

@@ -56,10 +56,10 @@ def hf_config_in(path: Path) -> Path:
     return path / "config.json" if path.is_dir() and (path / "config.json").is_file() else path
 
 
-def _stamp(path: Path):
+def _stamp(path: str | Path):
     """What says a file changed: (modification time ns, size); None when it cannot be read."""
     try:
-        st = path.stat()
+        st = Path(path).stat()
     except OSError:
         return None  # loading it says what is wrong
     return st.st_mtime_ns, st.st_size
@@ -76,13 +76,14 @@ def _read_from(files: dict[Path, tuple | None]) -> None:
         reading.update(files)
 
 
-def _reading(path: Path) -> Path:
-    """``path``, noted as a file the entries being loaded read."""
+def _reading(path: str | Path) -> str | Path:
+    """``path``, noted as a file the entries being loaded read (kept as given: a message
+    naming it echoes what the user typed, ``./model.toml`` and all)."""
     _read_from({real_path(path): _stamp(path)})
     return path
 
 
-def _read_toml(path: Path, field: str) -> dict:
+def _read_toml(path: str | Path, field: str) -> dict:
     """A user's TOML file, noted as read by the entries being loaded."""
     from ..loaders import read_toml
 
@@ -137,7 +138,10 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 
     names = list_names(kind)  # (a name is looked up among them: no file system asked about it)
     if name not in names:
-        close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.75)
+        # (case aside: a user pastes a HuggingFace id, "Qwen3-235B-A22B", for its catalog name)
+        folded = {n.lower(): n for n in names}
+        close = [folded[m] for m in difflib.get_close_matches(str(name).lower(), list(folded),
+                                                               n=1, cutoff=0.75)]
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         from pathlib import Path
 
@@ -174,7 +178,7 @@ def get_cluster(name: str) -> ClusterSpec:
     from ..loaders import cluster_from_table
 
     if looks_like_path(name):
-        table, ident = _read_toml(Path(name), "cluster"), str(real_path(name))
+        table, ident = _read_toml(name, "cluster"), str(real_path(name))
     else:
         table, ident = _catalog_table("clusters", name, "cluster"), name
     cluster = cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
@@ -193,14 +197,15 @@ def get_model(name: str) -> ModelSpec:
     if looks_like_path(name):
         from ..loaders import regular_file
 
-        path = hf_config_in(Path(name))
-        if path.is_dir():
-            inside = "whose config.json is not a file" if (path / "config.json").exists() \
+        found = hf_config_in(Path(name))
+        path = name if found == Path(name) else found  # (as typed, for the messages)
+        if Path(path).is_dir():
+            inside = "whose config.json is not a file" if (Path(path) / "config.json").exists() \
                 else "without a config.json"
             raise SpecError("model", name, f"a folder {inside}; give a catalog name, a model "
                             "TOML, or a HuggingFace config.json or its folder")
         regular_file(path, "model", "model TOML or HuggingFace config.json")  # (named TOML only)
-        if path.suffix == ".json":
+        if Path(path).suffix == ".json":
             from ..hf import model_from_hf_config
 
             return model_from_hf_config(_reading(path))
@@ -213,8 +218,7 @@ def get_model(name: str) -> ModelSpec:
 def _entry_table(kind: str, name: str, field: str) -> tuple[dict, str]:
     """The raw table of an entry of ``kind`` and its identity (catalog name or resolved path)."""
     if looks_like_path(name):
-        path = Path(name)
-        return _read_toml(path, field), str(real_path(path))
+        return _read_toml(name, field), str(real_path(name))
     return _catalog_table(kind, name, field), name
 
 

@@ -29,7 +29,7 @@ from .. import graph as G
 from ..axes import Axis
 from ..placement import Layouts, layouts
 from ..recompute import NONE, effect
-from ..specs import ClusterSpec, Parallelism, Scenario
+from ..specs import ClusterSpec, Parallelism, Scenario, embedding_copies
 from ..stack import StackSpec
 from . import memory as M
 from .compute import layer_cost
@@ -268,7 +268,6 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
     micro = tr.micro_batches(par.mbs, par.dp)
     nbytes = G.E * par.mbs * (tr.seq_len // par.cp) * model.hidden / (par.tp if par.sp else 1)
     boundary = tuple(p2p_time(nbytes, bd.level, bd.share, cluster) for bd in lay.pp)
-    schedule = par.pipeline
     hops = par.hops()
     fill = sum(boundary[h] for h in hops)
     send = max((boundary[h] for h in hops), default=0.0) * vp if pp > 1 else 0.0
@@ -278,10 +277,9 @@ def _config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
         return (collective_coeffs(kind_, lay.dp, cluster, flat),
                 collective_coeffs(kind_, lay.edp, cluster, flat))
 
-    # the embedding's gradient, summed with the head's copy (a tied output weight, or the lookup
-    # table of multi-token prediction); a V puts both on device 0: nothing to all-reduce
+    # the embedding's gradient, summed with the head's copy
     embedding_copy_params = 0.0
-    if (model.tied_embeddings or model.mtp_layers) and pp > 1 and not schedule.v_shape:
+    if embedding_copies(model, par):
         embedding_copy_params = mg.embedding.params - (
             model.position_rows(sc.training.seq_len) * model.hidden)
     head = mg.head_shared if par.head_beside_embedding else mg.head
@@ -397,7 +395,12 @@ class Device:
     """Exposed per-micro-batch ZeRO-2/3 traffic (in X)."""
     zero_link: Num
     sync_link: Num
-    """Gradient reduction on the links (no policy axis)."""
+    """Gradient reduction over the data-parallel groups on the links (no policy axis)."""
+    embedding_link: float
+    """The embedding copies' gradient all-reduce between the first and last stage on the links
+    (``ConfigCosts.embedding_copy_ar``; 0 on other stages): part of the exposed ``tail`` with
+    the data-parallel reduction, kept apart on the links (a datacenter trial read its spine
+    traffic as dp's, whose groups stayed under a leaf)."""
     gather_link: Num
     """Parameter all-gather on the links (no policy axis)."""
     memory: M.MemoryBreakdown | None
@@ -469,10 +472,11 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     if par.zero < 2 or deferred:
         coeffs = cc.ar if par.zero == 0 else cc.rs
         sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
+    embedding = 0.0
     if cc.embedding_copy_params and stage in (0, par.pp - 1):
-        sync = sync + coeff_time(cc.embedding_copy_ar, cc.embedding_copy_params * st.grad_bytes)
+        embedding = coeff_time(cc.embedding_copy_ar, cc.embedding_copy_params * st.grad_bytes)
     # (a deferred reduction runs in a step of its own, after every backward: nothing hides it)
-    tail = exposed(np.asarray(sync)[..., None],
+    tail = exposed(np.asarray(sync + embedding)[..., None],
                    B if st.overlap_grad_reduce and not deferred else 0.0, st.overlap_efficiency)
     sharded = st.optimizer_sharded(par.pp, par.zero)
     shard = params / (cc.lay.dp.size if sharded else 1) + eparams / (
@@ -497,7 +501,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     return Device(F=full(F), B=full(B), W=full(W), X=X, Y=schedule.bubble_share(X, F, W),
                   E=full(tail + opt + schedule.tail(X, F, W, par.vp)), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
-                  gather_link=gather, memory=mem, chunks=times)
+                  embedding_link=float(embedding), gather_link=gather, memory=mem, chunks=times)
 
 
 def held_in_flight(cc: ConfigCosts, stage: int) -> tuple[tuple[int, ...], ...]:

@@ -519,6 +519,10 @@ def export(pf: PlanFile) -> Export:
     lines = [f"# nestplan export for torchtitan 0.3: {sc.model.name} on {sc.gpus} x "
              f"{sc.cluster.accelerator.name} ({sc.cluster.name})",
              "# run: torchrun ... -m torchtitan.train $(grep -v '^#' THIS_FILE)",
+             # (tyro parses what follows a subcommand as the subcommand's: a user trial's flags
+             # appended after the file's had failed to parse)
+             f"# the last line, {groups[-1][0]}, is a subcommand: any flags of your own go "
+             "before $(...), not after it",
              *(f"# {line}" for line in predicted)]
     lines += [f"# note: {n}" for n in notes]
     lines += [" ".join(g) for g in groups]

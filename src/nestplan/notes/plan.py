@@ -282,7 +282,11 @@ def balanced_routing(ev, imbalance_stated: bool) -> None:
          f"({uneven.step_time / ev.step_time - 1:+.0%}) and needs "
          f"{fmt_gib(uneven.peak_memory)} GiB ("
          + memory_verdict(uneven)
-         + "); state your run's with --moe-imbalance")
+         + "); state your run's with --moe-imbalance"
+         # (a user trial: the first plan of a search stopped leaving the headroom at 1.2)
+         + ("" if uneven.within_headroom else
+            f" (a search given --moe-imbalance {UNEVEN_ROUTING:g} ranks only the plans that "
+            "leave the headroom at that load)"))
 
 
 def capacity_under_balance(ev) -> None:

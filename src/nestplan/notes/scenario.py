@@ -56,6 +56,58 @@ def straddling_domains(sc) -> None:
         note(text)
 
 
+FASTEST_SCALE_OUT = 200e9
+"""Bytes/s per device of the fastest scale-out networks announced: two 800 Gb/s ConnectX-9
+NICs per Rubin GPU, 1.6 Tb/s (NVIDIA at GTC DC, October 2025: hardwareluxx.de, "Neue
+Netzwerkhardware: NVIDIA nennt Details zum ConnectX-9 und BlueField-4"; shipping today:
+ConnectX-8, 800 Gb/s = 100 GB/s). A level beyond the first that gives a device more is noted as
+a likely unit slip (Gb/s typed as GB/s: a datacenter trial's 400 "GB/s" leaf)."""
+
+
+SLOWER_INSIDE = 8
+"""How many times slower per device than a level beyond it a level must be to be noted: a
+gigabit for a gigabyte's slip and more. (Less is a real design: the NEST paper's TPU v4 and
+spine-leaf clusters give a device 4 times more beyond a block than inside it.)"""
+
+
+def unlikely_bandwidths(cluster) -> str | None:
+    """What is implausible in a cluster's bandwidths, as a note's text (None: nothing): a level
+    ``SLOWER_INSIDE`` times slower per device than one beyond it (a datacenter trial's NVLink of
+    0.45 GB/s, TB/s typed as GB/s, was costed at 1.6 % MFU without a word), or a level beyond
+    the first faster than any scale-out NIC (``FASTEST_SCALE_OUT``). A scale-up fabric of
+    several tiers (NVLink across racks) may be faster there: the note says so."""
+    from ..catalog import get_cluster, list_names
+    from ..units import GB
+
+    if cluster.name in list_names("clusters") and get_cluster(cluster.name) == cluster:
+        return None  # (a catalog cluster's figures are sourced: the TPU v4 pod's ICI is faster)
+    levels = cluster.levels
+    for inner, outer in zip(levels, levels[1:]):
+        if inner.bandwidth * SLOWER_INSIDE <= outer.bandwidth:
+            return (f"{cluster.name}: level {inner.name} gives a device "
+                    f"{inner.bandwidth / GB:g} GB/s, {outer.bandwidth / inner.bandwidth:.3g} times "
+                    f"less than level {outer.name} beyond it ({outer.bandwidth / GB:g} GB/s): "
+                    "traffic inside a block is costed slower "
+                    "than traffic between blocks; bandwidth_GBps is gigabytes per second per "
+                    "device (450 for H100's NVLink, 50 for a 400 Gb/s NIC)")
+    for level in levels[1:]:
+        if level.bandwidth > FASTEST_SCALE_OUT:
+            return (f"{cluster.name}: level {level.name} gives a device "
+                    f"{level.bandwidth / GB:g} GB/s, more than any scale-out network "
+                    f"({FASTEST_SCALE_OUT / GB:g} GB/s, two 800 Gb/s NICs per GPU): "
+                    "bandwidth_GBps is gigabytes per second (a 400 Gb/s NIC is 50; "
+                    "bandwidth_Gbps takes gigabits); right only for a scale-up fabric of "
+                    "several tiers")
+    return None
+
+
+def cluster_bandwidths(sc) -> None:
+    """Note ``unlikely_bandwidths`` of the scenario's cluster."""
+    text = unlikely_bandwidths(sc.cluster)
+    if text:
+        note(text)
+
+
 def fused_pieces(sc) -> None:
     """Say which of the model's pieces that frameworks may run as eager kernels (``StackSpec.
     eager_ops``) the stack costs as fused ones."""

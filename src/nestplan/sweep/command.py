@@ -12,6 +12,12 @@ import argparse
 import sys
 
 
+def _note(message: str) -> None:
+    """A note of the run, on stderr as every command's (``nestplan: note: ...``): a datacenter
+    trial's ``2>/dev/null`` had kept the sweep's on stdout beside its summary."""
+    print(f"nestplan: note: {message}", file=sys.stderr)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``sweep`` on the CLI's subparsers."""
     p = subparsers.add_parser(
@@ -64,6 +70,7 @@ def run_command(args) -> int:
     _refused_everywhere(spec)
     _note_levels_never_crossed(spec)
     _note_partial_domains(spec)
+    _note_unlikely_bandwidths(spec)
     _note_expert_loads_without_experts(spec)
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
@@ -80,7 +87,7 @@ def run_command(args) -> int:
                 unbuilt.append((task.point, error_row(e)))
         if unbuilt:
             point, row = unbuilt[0]  # (in the points' order: the generator appends as it goes)
-            print(f"sweep: note: {_n(len(unbuilt), 'point')} to run cannot be set up; the run "
+            _note(f"{_n(len(unbuilt), 'point')} to run cannot be set up; the run "
                   f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet,
@@ -95,14 +102,14 @@ def run_command(args) -> int:
           f"{s.infeasible:,} infeasible, "
           f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
     if s.errors:
-        print(f"sweep: note: {_n(s.errors, 'point')} failed (see the error column); running the same "
+        _note(f"{_n(s.errors, 'point')} failed (see the error column); running the same "
               "command again retries them")
     if s.infeasible and not s.ok and not s.skipped:  # (nothing fits anywhere: said, not only
         # counted; still exit 0, every point has its row)
-        print(f"sweep: note: no point found a plan that fits; each infeasible row's error column "
+        _note(f"no point found a plan that fits; each infeasible row's error column "
               f"says why (the first, {s.first_infeasible})")
     if s.foreign:  # (the plot: a datacenter trial's other grid's plot was redrawn without a word)
-        print(f"sweep: note: {s.foreign:,} rows of {spec.output} are not points of this sweep "
+        _note(f"{s.foreign:,} rows of {spec.output} are not points of this sweep "
               "(kept: rows of another grid, or of a model, cluster or stack since changed: a file "
               "edited, or a catalog entry of another release); its plot, "
               f"{spec.output.with_suffix('.svg').name}, is redrawn with this sweep's points only")
@@ -224,6 +231,22 @@ def _note_partial_domains(spec) -> None:
                     "GPUs)") if len(counts) > 1 else ""
             warnings.warn(f"grid: on {cluster.name}, {partial_domain_text(cluster, counts[0])}"
                           f"{more}", Note)
+
+
+def _note_unlikely_bandwidths(spec) -> None:
+    """Say, once per cluster or network variant of the grid, what is implausible in its
+    bandwidths (``notes.scenario.unlikely_bandwidths``, as plan and evaluate say it)."""
+    import warnings
+
+    from ..errors import Note
+    from ..notes.scenario import unlikely_bandwidths
+
+    said: set[str] = set()
+    for cluster, _ in _grid_clusters(spec):
+        text = unlikely_bandwidths(cluster)
+        if text and text not in said:
+            said.add(text)
+            warnings.warn(f"grid: {text}", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:

@@ -30,7 +30,8 @@ from .spec import RESULT_COLUMNS, RESULT_TYPES, TIME_PARTS, Point, SweepSpec
 DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
-                                                        "search_seconds", "straddles_domains")
+                                                        "search_seconds", "straddles_domains",
+                                                        "constraints")
                  and not c.startswith("time_"))
 """Result columns taken from the best plan's ``--json`` object as they are (the ``time_*_s``
 columns from its ``time_s``)."""
@@ -140,10 +141,10 @@ class Existing:
 LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                  ("hfu", "model_tflops_per_gpu", "margin_gib",
                   *(f"time_{part}_s" for part in TIME_PARTS)), ("straddles_domains",),
-                 ("mfu_peak_tflops",))
+                 ("mfu_peak_tflops",), ("constraints",))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 twice): a results CSV written before
-some of them resumes, its rows with those cells blank (the point ids did not change)."""
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 three times): a results CSV written
+before some of them resumes, its rows with those cells blank (the point ids did not change)."""
 
 
 def _header_before(columns: list[str], header: list[str]) -> bool:
@@ -235,6 +236,7 @@ class ResultsWriter:
 
     def __init__(self, path: Path, spec: SweepSpec, existing: Existing):
         self.columns = spec.columns
+        self.constraints = spec.constraints_text
         path = Path(os.path.realpath(path))  # a link to the file: write the file, keep the link
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +257,7 @@ class ResultsWriter:
         self.writer = csv.writer(self.file)
 
     def write(self, point: Point, result: dict):
-        row = {"id": point.id, **dict(point.values), **result}
+        row = {"id": point.id, **dict(point.values), **result, "constraints": self.constraints}
         self.writer.writerow([_cell(row.get(c)) for c in self.columns])
         self.file.flush()
 

@@ -95,7 +95,7 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
                 "mbs": int, "rank_order": str, "stage_layers": str,
                 **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float,
-                "straddles_domains": bool, "mfu_peak_tflops": float}
+                "straddles_domains": bool, "mfu_peak_tflops": float, "constraints": str}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
@@ -189,6 +189,20 @@ class SweepSpec:
     def columns(self) -> tuple[str, ...]:
         """The CSV header."""
         return ("id",) + tuple(p.key for p in self.parameters) + RESULT_COLUMNS
+
+    @property
+    def constraints_text(self) -> str:
+        """The ``[constraints]`` as the ``constraints`` column holds them: ``key=value`` pairs in
+        key order, ``;``-separated (a list's values ``,``-separated; blank for none), so that rows
+        of a results file searched under other constraints tell apart in a table (a datacenter
+        trial's file had held one grid's rows with and without ``tp = 8``, alike but for the
+        results)."""
+        def text(v) -> str:
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+        return ";".join(f"{k}={text(v)}" for k, v in json.loads(self.constraints_key).items())
 
     def varied(self) -> tuple[Parameter, ...]:
         """Parameters with more than one value."""
@@ -326,7 +340,7 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
     the file's ``[sweep] output``."""
     from ..loaders import check_keys, read_toml
 
-    table = read_toml(path)  # (as typed: a blank path is refused, not read as the folder)
+    table = read_toml(path, "SWEEP.toml")  # (as typed: a blank path is refused, not read as the folder)
     path = Path(path)
     for key in table:
         if key not in SECTIONS:
