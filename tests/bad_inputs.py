@@ -260,6 +260,10 @@ case("unknown-flag", [*EVAL, "--turbo"],
      "unrecognized arguments: --turbo (see nestplan evaluate --help)")
 case("list-unknown", ["list", "gpus"], "invalid choice")
 case("list-unknown-stack", ["list", "stacks", "nosuch"], "unknown stack")
+# a HuggingFace id's case for a catalog name (a MoE user's trial): the name is suggested
+case("plan-model-in-hf-case", ["plan", "--model", "Qwen3-235B-A22B", "--cluster", "dgx-h100-ndr",
+                               "--gpus", "64"],
+     "model: got 'Qwen3-235B-A22B'; unknown model (did you mean 'qwen3-235b-a22b'?)")
 case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml'; no such file",
      d=DIR)
 
@@ -653,6 +657,9 @@ CLUSTER_BAD = {
     # a ratio as a switch vendor writes it (a datacenter trial's): the number to write instead
     "oversubscription-ratio-text": (CLUSTER + 'oversubscription = "2:1"\n',
                                     "got '2:1'; must be a number; write the ratio as one number, 2"),
+    # (the advice is the oversubscription's alone: a latency is no ratio)
+    "latency-as-ratio-text": (_cluster_with("latency_us = 3\n", 'latency_us = "1:30"\n'),
+                              "latency_us: got '1:30'; must be a number"),
     "level-name-blank": (_cluster_with('name = "net"', 'name = " "'), "name: got ' '"),
     "gflop-point-huge-integer": (CLUSTER.replace(
         'accelerator = "h100-sxm-80gb"',
@@ -1036,8 +1043,9 @@ PLANFILE_BAD = {
     "unknown-top-key": (plan_with("colour", "red"), "colour"),
     # a model's config.json given where a plan file goes (a user trial's): say which it is
     "hf-config": ('{"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}',
-                  "not a plan file but a HuggingFace model config; give it to plan as --model"),
-    "other-json": ('{"a": 1}', "not a plan file (no format, model or plan key)"),
+                  "format: got None; no such key: not a plan file but a HuggingFace model "
+                  "config; give it to plan as --model"),
+    "other-json": ('{"a": 1}', "no such key: not a plan file (no format, model or plan key)"),
     "not-json": ("{plan:", "JSON"),
     "array": ("[]", "JSON object"),
     "empty": ("", "JSON"),

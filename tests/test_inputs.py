@@ -362,5 +362,25 @@ def test_every_error_in_a_plan_file_names_the_file(tmp_path, edit, field):
     data = base_plan(tmp_path)
     edit(data)
     path.write_text(json.dumps(data))
-    code, out, err = cli("evaluate", "--plan", path)
+    code, out, err = cli("evaluate", "--plan", "p.json", cwd=tmp_path)  # (named as typed)
     assert code == 2 and err.startswith(f"nestplan: error: {field}"), err
+
+
+def test_only_an_oversubscription_is_told_how_to_write_a_ratio(tmp_path):
+    """"2:1" as an oversubscription gets the number to write; the same text as a latency gets
+    no such advice (a review: it had been given for any number)."""
+    from nestplan.catalog import get_cluster
+    from nestplan.errors import SpecError
+
+    levels = ('[[levels]]\nname = "node"\nsize = 8\nbandwidth_GBps = 450\nlatency_us = {lat}\n'
+              '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n'
+              'oversubscription = {over}\n')
+    for i, (lat, over, ends) in enumerate((
+            ("3", '"2:1"', "must be a number; write the ratio as one number, 2"),
+            ('"1:30"', "1", "latency_us: got '1:30'; must be a number"))):
+        path = tmp_path / f"c{i}.toml"
+        path.write_text('name = "mine"\naccelerator = "h100-sxm-80gb"\n'
+                        + levels.format(lat=lat, over=over))
+        with pytest.raises(SpecError) as e:
+            get_cluster(str(path))
+        assert str(e.value).endswith(ends), e.value

@@ -457,6 +457,10 @@ def test_a_deepseek_config_without_seq_aux_reads_its_classes_default():
     with pytest.warns(Warning, match="seq_aux: missing, read as DeepSeek's config class's default"):
         assert model_from_hf_dict(trimmed).moe.aux_loss_per_sequence
     assert not model_from_hf_dict({**data, "seq_aux": False}).moe.aux_loss_per_sequence
+    # an explicit null is the class's None, which the model reads as false (a review's)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not model_from_hf_dict({**data, "seq_aux": None}).moe.aux_loss_per_sequence
 
 
 def test_keys_a_family_does_not_read_are_ignored_as_transformers_ignores_them():

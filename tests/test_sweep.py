@@ -12,7 +12,7 @@ import pytest
 from nestplan.cli import main
 from nestplan.errors import SpecError
 from nestplan.sweep.run import LATER_COLUMNS
-from nestplan.sweep.spec import RESULT_COLUMNS, load
+from nestplan.sweep.spec import RESULT_COLUMNS, TIME_PARTS, load
 
 from console import cli, one_line_error
 from procs import processes
@@ -289,7 +289,8 @@ def test_pool_run_writes_one_row_per_point(pool_run):
             float(r["tokens_per_s"]))
         # the step's parts (what a network design changes shows in them) add up to it
         parts = [float(r[c]) for c in COLUMNS if c.startswith("time_")]
-        assert len(parts) == 12 and sum(parts) == pytest.approx(float(r["step_time_s"]))
+        assert len(parts) == len(TIME_PARTS) and sum(parts) == pytest.approx(
+            float(r["step_time_s"]))
         assert 0 < float(r["hfu"]) and float(r["margin_gib"]) >= 0
     assert {(r["gpus"], r["method"], r["network.leaf.bandwidth_GBps"]) for r in rows} == {
         (g, m, b) for g in ("8", "16", "32") for m in ("nest", "phaze") for b in ("25", "50")}
@@ -990,3 +991,22 @@ def test_a_row_says_whether_its_groups_straddle_the_scale_up_domains(tmp_path):
     assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
     rows = {int(r["gpus"]): r for r in _rows(tmp_path / "s.csv")}
     assert {g: r["straddles_domains"] for g, r in rows.items()} == {64: "false", 96: "true"}
+
+
+def test_a_plot_of_close_points_spans_them_and_says_where_its_axis_starts():
+    """Network designs 1-2 % apart: the y axis spans the points, not 0 upwards, and its label
+    says so (a datacenter trial's lines were flat on an axis from 0); points far apart keep the
+    axis from 0, unlabelled."""
+    from nestplan.svg import line_chart
+
+    def y_ticks(svg) -> list[str]:
+        root = ET.fromstring(str(svg))
+        return [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
+                if t.get("text-anchor") == "end"]
+
+    close = line_chart([("a", [(8, 10_000.0), (16, 10_150.0)]), ("b", [(8, 10_050.0)])],
+                       title="t", xlabel="GPUs", ylabel="tokens/s per GPU")
+    assert "0" not in y_ticks(close) and "tokens/s per GPU (axis from 10,000, not 0)" in str(close)
+    far = line_chart([("a", [(8, 5_000.0), (16, 10_000.0)])], title="t", xlabel="GPUs",
+                     ylabel="tokens/s per GPU")
+    assert y_ticks(far)[0] == "0" and "not 0" not in str(far)

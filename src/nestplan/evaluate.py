@@ -230,7 +230,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         bubble=_no_round_off(scheduled - micro * x[k] + (e[j] - float(devices[j].tail[pols[j]])
                                                          - float(devices[j].opt[pols[j]])),
                              scheduled),
-        dp=float(devices[j].tail[pols[j]]),
+        dp=float(devices[j].tail[pols[j]] - devices[j].embedding_exposed[pols[j]]),
+        embedding=float(devices[j].embedding_exposed[pols[j]]),
         optimizer=float(devices[j].opt[pols[j]]), step_host=sc.stack.step_overhead)
     uneven = _uneven_chunks(sc, par, stages, micro, step)
     if uneven:
@@ -244,8 +245,9 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
     # exposed part is ``time.dp``), with the per-micro-batch ZeRO traffic of the slowest one
     links["dp"] = (float(devices[j].sync_link + devices[j].gather_link)
                    + micro * float(devices[k].zero_link[pols[k]]))
-    if devices[0].embedding_link:  # (the same on the last stage, the all-reduce's other end)
-        links["embedding"] = devices[0].embedding_link
+    # (the same on the last stage, the all-reduce's other end; 0 without copies, as every axis
+    # is given, so that a reader of the JSON finds the key)
+    links["embedding"] = devices[0].embedding_link
 
     hw = sum(n * kc.hw_flops[pols[s]] for s in range(pp) for chunk in contents[s]
              for n, kc in _kinds(cc, *chunk))

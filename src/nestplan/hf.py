@@ -910,7 +910,9 @@ def _balancing(cfg: _Config, moe: MoESpec, default: float, *, per_sequence: bool
         # Kimi-K2 config had been read as the per-token loss, and exported so)
         warnings.warn(HFNote(f"{cfg.where('seq_aux')}: missing, read as DeepSeek's config "
                              "class's default true (the balancing loss per sequence)"))
-    per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=True)
+    # (an explicit null is the class's None, falsy: the per-token loss, as the model reads it)
+    per_sequence = per_sequence and bool(coeff) and cfg.get("seq_aux", kind=bool, default=True,
+                                                            null=False)
     try:
         return replace(moe, aux_loss=coeff, aux_loss_per_sequence=per_sequence)
     except SpecError as e:

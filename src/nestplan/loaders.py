@@ -244,7 +244,7 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
         kind if isinstance(kind, tuple) else (kind,)))
     if not ok:
         raise SpecError(f"{where}.{key}", value, f"must be {kind_words(kind)}",
-                        _ratio_advice(value) if kind == _NUM else "")
+                        _ratio_advice(value) if key == "oversubscription" else "")
     if kind == _NUM and isinstance(value, int) and not finite(value):
         raise SpecError(f"{where}.{key}", value, "must be a number a float can hold")
     return value

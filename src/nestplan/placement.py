@@ -21,7 +21,7 @@ import numpy as np
 
 from .caching import cached
 from .axes import RANK_AXES, Axis
-from .specs import ClusterSpec, Parallelism
+from .specs import ClusterSpec, Parallelism, fold
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,13 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
     dense gradients' group, dp·cp ranks), ``pp`` (the farthest send between stages), with
     ``experts`` ``ep``, ``etp`` and ``edp``, and with ``embedding`` (``specs.embedding_copies``)
     ``embedding``, the first and last stage that all-reduce the embedding's gradient. What a
-    network design changes for a plan: a level no group crosses cannot slow it."""
+    network design changes for a plan: a level no group crosses cannot slow it. A DualPipe
+    plan's groups are those its fold runs (``specs.fold``: a stage's gradients reduce over its
+    replicas on both of its ranks), its pipeline the real one's ``pp`` ranks (a review: its dp
+    group had been named as the unfolded plan's, inside a leaf, while the reduction costed
+    crossed the spine)."""
+    pp = par.pp
+    par = fold(par)
     lay = layouts(par, cluster, gpus)
 
     def name(level: int) -> str | None:
@@ -370,8 +376,8 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
     groups = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp,
               **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp} if experts else {})}
     out = {axis: (g.size, name(g.top)) for axis, g in groups.items() if g.size > 1}
-    if par.pp > 1:
-        out["pp"] = (par.pp, name(max(b.level for b in lay.pp)))
+    if pp > 1:
+        out["pp"] = (pp, name(max(b.level for b in lay.pp)))
     if embedding and lay.embedding.size > 1:
         out["embedding"] = (lay.embedding.size, name(lay.embedding.top))
     return out

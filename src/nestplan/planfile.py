@@ -328,10 +328,11 @@ def _from_dict(data: dict) -> PlanFile:
     fmt = data.get("format")
     if fmt is None and not {"model", "plan"} & set(data):  # (a model's config.json, say)
         if "model_type" in data or "architectures" in data:
-            raise SpecError("format", fmt, "not a plan file but a HuggingFace model config; give "
-                            "it to plan as --model, and --save PLAN.json to write a plan file")
-        raise SpecError("format", fmt, "not a plan file (no format, model or plan key); write "
-                        "one with nestplan plan ... --save PLAN.json")
+            raise SpecError("format", fmt, "no such key: not a plan file but a HuggingFace model "
+                            "config; give it to plan as --model, and --save PLAN.json to write a "
+                            "plan file")
+        raise SpecError("format", fmt, "no such key: not a plan file (no format, model or plan "
+                        "key); write one with nestplan plan ... --save PLAN.json")
     if fmt not in (1, FORMAT) or type(fmt) is not int:  # (not 2.0, not true)
         raise SpecError("format", fmt, f"this nestplan ({__version__}) reads plan files of "
                         f"format 1 and {FORMAT}")
@@ -594,4 +595,4 @@ def _short(items: list) -> str:
 def load(path: str | Path) -> PlanFile:
     from .loaders import read_document
 
-    return from_dict(read_document(path, "plan file", "JSON"), Path(path).name)
+    return from_dict(read_document(path, "plan file", "JSON"), str(path))  # (as typed)

@@ -64,6 +64,9 @@ class TimeBreakdown:
     dp: float
     """Exposed data-parallel traffic at the step's end: the gradient reduction after the last
     backward and the sharded optimizer's parameter all-gather."""
+    embedding: float
+    """Exposed all-reduce of the embedding's gradient with its copy on the last stage (a tied
+    output weight, multi-token prediction's table) at the step's end, beside dp's reduction."""
     optimizer: float
     """Optimizer step (memory-bound: reads and writes the device's optimizer state)."""
     step_host: float = 0.0

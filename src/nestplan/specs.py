@@ -1608,9 +1608,9 @@ def default_split(model: ModelSpec, pp: int, vp: int, schedule=None) -> tuple[in
 def embedding_copies(model: ModelSpec, par: Parallelism) -> bool:
     """The embedding's gradient is all-reduced between the first and the last pipeline stage,
     summed with its copy on the head's device (a tied output weight, or multi-token prediction's
-    lookup table); a V puts both on device 0, where nothing is all-reduced."""
-    return bool(model.tied_embeddings or model.mtp_layers) and par.pp > 1 \
-        and not par.pipeline.v_shape
+    lookup table); where the head runs beside the embedding (``head_beside_embedding``: one
+    stage, a V, DualPipe's fold) nothing is all-reduced."""
+    return bool(model.tied_embeddings or model.mtp_layers) and not par.head_beside_embedding
 
 
 def blocks_per_chunk(model: ModelSpec, par: Parallelism) -> tuple[int, ...]:

@@ -134,11 +134,18 @@ def legend(svg: Svg, x: float, y: float, entries: list[tuple[str, str]], *, per_
         svg.text(cx + 14, cy, label, size=10)
 
 
+NARROW = 0.2
+"""A line chart's points whose spread is under this share of their largest get a y axis that
+spans them rather than one from 0 (``line_chart``)."""
+
+
 def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: str,
                xlabel: str, ylabel: str, logx: bool = False, width: float = 640,
                height: float = 360, per_row: int = 3) -> Svg:
     """One polyline with markers per named series of (x, y) points; the legend ``per_row``
-    names to a row."""
+    names to a row. The y axis starts at 0 unless the points' spread is under ``NARROW`` of their
+    largest: then it spans them, and says where it starts (a datacenter trial's network designs
+    differed by 1-2 %, flat lines on an axis from 0)."""
     left, right, top, bottom = 64.0, 16.0, 28.0, 48.0
     legend_rows = math.ceil(len(series) / per_row)
     svg = Svg(width, height + 16 * legend_rows, label=title)
@@ -156,8 +163,11 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
     else:
         xt = ticks(x0, x1)
         x0, x1 = xt[0], xt[-1]
-    yt = ticks(0.0 if min(ys) >= 0 else min(ys), max(ys))
+    zoomed = min(ys) > 0 and max(ys) - min(ys) < NARROW * max(ys)
+    yt = ticks(min(ys) if zoomed or min(ys) < 0 else 0.0, max(ys))
     y0, y1 = yt[0], yt[-1]
+    if zoomed and y0 <= 0:  # (round ticks reached 0 anyway: an axis from 0, said as such)
+        zoomed = False
     pw, ph = width - left - right, height - top - bottom
 
     def px(x):
@@ -176,8 +186,8 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
     svg.line(left, top + ph, left + pw, top + ph)
     svg.line(left, top, left, top + ph)
     svg.text(left + pw / 2, top + ph + 34, xlabel, size=11, anchor="middle")
-    svg.text(14, top + ph / 2, ylabel, size=11, anchor="middle",
-             transform=f"rotate(-90 14 {num(top + ph / 2)})")
+    svg.text(14, top + ph / 2, ylabel + (f" (axis from {fmt_tick(y0)}, not 0)" if zoomed else ""),
+             size=11, anchor="middle", transform=f"rotate(-90 14 {num(top + ph / 2)})")
     for i, (name, s) in enumerate(series):
         c = colour(i)
         s = sorted(s)

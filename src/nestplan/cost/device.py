@@ -398,9 +398,11 @@ class Device:
     """Gradient reduction over the data-parallel groups on the links (no policy axis)."""
     embedding_link: float
     """The embedding copies' gradient all-reduce between the first and last stage on the links
-    (``ConfigCosts.embedding_copy_ar``; 0 on other stages): part of the exposed ``tail`` with
-    the data-parallel reduction, kept apart on the links (a datacenter trial read its spine
-    traffic as dp's, whose groups stayed under a leaf)."""
+    (``ConfigCosts.embedding_copy_ar``; 0 on other stages), kept apart from dp's (a datacenter
+    trial read its spine traffic as dp's, whose groups stayed under a leaf)."""
+    embedding_exposed: Num
+    """Its part of the exposed ``tail``: what shows of the two reductions together, shared as
+    their times on the links are."""
     gather_link: Num
     """Parameter all-gather on the links (no policy axis)."""
     memory: M.MemoryBreakdown | None
@@ -476,8 +478,12 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     if cc.embedding_copy_params and stage in (0, par.pp - 1):
         embedding = coeff_time(cc.embedding_copy_ar, cc.embedding_copy_params * st.grad_bytes)
     # (a deferred reduction runs in a step of its own, after every backward: nothing hides it)
-    tail = exposed(np.asarray(sync + embedding)[..., None],
-                   B if st.overlap_grad_reduce and not deferred else 0.0, st.overlap_efficiency)
+    both = np.asarray(sync + embedding)[..., None]
+    tail = exposed(both, B if st.overlap_grad_reduce and not deferred else 0.0,
+                   st.overlap_efficiency)
+    # the embedding's share of what shows, as of the two reductions' time on the links
+    embedding_exposed = tail * np.divide(embedding, both, out=np.zeros(np.shape(both)),
+                                         where=both > 0) if embedding else 0.0 * tail
     sharded = st.optimizer_sharded(par.pp, par.zero)
     shard = params / (cc.lay.dp.size if sharded else 1) + eparams / (
         cc.lay.edp.size if sharded else 1)
@@ -501,7 +507,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     return Device(F=full(F), B=full(B), W=full(W), X=X, Y=schedule.bubble_share(X, F, W),
                   E=full(tail + opt + schedule.tail(X, F, W, par.vp)), tail=full(tail), opt=full(opt),
                   zero_exposed=full(zexp), zero_link=full(zlink), sync_link=sync,
-                  embedding_link=float(embedding), gather_link=gather, memory=mem, chunks=times)
+                  embedding_link=float(embedding), embedding_exposed=full(embedding_exposed),
+                  gather_link=gather, memory=mem, chunks=times)
 
 
 def held_in_flight(cc: ConfigCosts, stage: int) -> tuple[tuple[int, ...], ...]:

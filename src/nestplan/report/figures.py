@@ -300,7 +300,8 @@ def memory(ev: Evaluation) -> Svg:
 
 BREAKDOWN = {"compute": "#4C72B0", "recompute": "#64B5CD", "host": "#B07AA1", "tp": "#DD8452",
              "cp": "#CCB974", "ep": "#DA8BC3", "zero": "#8172B2", "pp": "#937860",
-             "bubble": "#C9C9C9", "dp": "#55A868", "optimizer": "#C44E52", "step_host": "#8C8C8C"}
+             "bubble": "#C9C9C9", "dp": "#55A868", "embedding": "#2E6B45", "optimizer": "#C44E52",
+             "step_host": "#8C8C8C"}
 
 
 def breakdown(ev: Evaluation) -> Svg:

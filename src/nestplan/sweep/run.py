@@ -140,10 +140,11 @@ class Existing:
 
 LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                  ("hfu", "model_tflops_per_gpu", "margin_gib",
-                  *(f"time_{part}_s" for part in TIME_PARTS)), ("straddles_domains",),
-                 ("mfu_peak_tflops",), ("constraints",))
+                  *(f"time_{part}_s" for part in TIME_PARTS if part != "embedding")),
+                 ("straddles_domains",),
+                 ("mfu_peak_tflops",), ("constraints",), ("time_embedding_s",))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 three times): a results CSV written
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 four times): a results CSV written
 before some of them resumes, its rows with those cells blank (the point ids did not change)."""
 
 

@@ -85,7 +85,7 @@ LEVEL_KEYS = ("bandwidth_GBps", "bandwidth_GiBps", "latency_us", "oversubscripti
               "size")
 
 TIME_PARTS = ("compute", "recompute", "host", "tp", "cp", "ep", "zero", "pp", "bubble", "dp",
-              "optimizer", "step_host")
+              "embedding", "optimizer", "step_host")
 """The parts of a step (``result.TimeBreakdown``), each a ``time_<part>_s`` column: what a
 network design changes shows in them."""
 RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s": float,
@@ -340,7 +340,7 @@ def load(path: str | Path, *, output: str | Path | None = None) -> SweepSpec:
     the file's ``[sweep] output``."""
     from ..loaders import check_keys, read_toml
 
-    table = read_toml(path, "SWEEP.toml")  # (as typed: a blank path is refused, not read as the folder)
+    table = read_toml(path, "sweep file")  # (as typed: a blank path is refused, not read as the folder)
     path = Path(path)
     for key in table:
         if key not in SECTIONS:
