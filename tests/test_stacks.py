@@ -64,7 +64,8 @@ def test_a_variant_under_a_calibration_is_a_file_based_on_the_calibrated_one(tmp
                          moe_layer_host=0.004, attention_host_share=0.3,
                          overlap_efficiency=0.6, step_overhead=0.1,
                          allocator_overhead=0.07, fitted_on=("run-1",),
-                         fitted_seq_len=(4096, 8192), fitted_accelerators=("h100-sxm-80gb",))
+                         fitted_seq_len=(4096, 8192), fitted_accelerators=("h100-sxm-80gb",),
+                         fitted_gpus=(8, 64), fitted_kinds=("dense",))
     assert all(getattr(calibrated, f) != getattr(nemo, f) for f in CALIBRATION)
     (tmp_path / "mine.toml").write_text(dumps({"base": "nemo", **{
         k: v for k, v in stack_to_table(calibrated).items()
@@ -203,6 +204,8 @@ def test_validate_json_has_rows_and_memory(shared):
                         "measured_memory_gib", "predicted_memory_gib"}
     # a 2024 run: the stack of torchtitan as it then ran (the catalog's torchtitan is 0.3's)
     assert row["stack"] == "torchtitan-2024" and row["measured_memory_gib"] == 82.4
+    # the plan as the text table gives it (a calibrating user's trial missed it in the JSON)
+    assert row["plan"] == "t1 p1 d8 z3 selective b2"
     assert js["memory_rows"] == 10
     assert js["memory_rows_over"] == 0 and js["memory_max_abs_error"] <= 0.10
 
@@ -1100,6 +1103,61 @@ def test_calibrate_says_when_its_fit_explains_nothing_or_hits_the_peak(tmp_path,
                          tmp_path / "slow.toml")
     assert code == 0 and "still beyond" not in err, err
     assert "the fit moves matmul_scale to 0.34" in err and "x the base's (megatron-2021's)" in err
+
+
+_CALIBRATING_USER = """\
+id,model,gpu,num_gpus,tp,pp,dp,cp,zero_stage,sequence_parallel,recompute,seq_len,micro_batch,\
+global_batch,precision,metric,step_time_s,other_metrics,stack
+tt_8b_fsdp8,llama3-8b,H100-SXM5-80GB,8,1,1,8,1,3,,selective,8192,2,16,bf16,step_time,2.95,,torchtitan
+tt_70b_fsdp8_tp8,llama3-70b,H100-SXM5-80GB,64,8,1,8,1,3,true,full,8192,4,32,bf16,step_time,{s70},,\
+torchtitan
+"""
+"""Two made-up torchtitan rows of a calibrating user's trial (its 70B step given as ``s70``)."""
+
+
+def test_calibrate_says_what_its_fit_made_worse_and_every_wide_multiplier(tmp_path):
+    """A row within the tolerance before the fit and beyond it after is said so, not "still"
+    beyond; a fit that leaves the rows' mean |error| worse than the base's says so; a multiplier
+    moved beyond twice the base's is said whatever another does at its cap (a calibrating
+    user's trial: the attention at 3.25x had gone unsaid beside a memory share at its cap)."""
+    path = tmp_path / "two.csv"
+    path.write_text(_CALIBRATING_USER.format(s70="6.05"))
+    code, out, err = cli("calibrate", path, "--stack", "torchtitan", "-o", tmp_path / "a.toml")
+    assert code == 0, err
+    assert ("the fit takes 1 of 2 rows beyond 15% that were within it on torchtitan "
+            "(tt_70b_fsdp8_tp8)") in err and "still beyond 15%" not in err, err
+    assert "the fit leaves the rows' mean |error| worse than torchtitan's" in err
+    # a long-context row beside it, and the 70B step slipped 4 times: the attention and the
+    # memory-bound kernels to their caps, and the GEMMs pulled far down, said too
+    path.write_text(_CALIBRATING_USER.format(s70="24.2") + "tt_8b_cp2_32k,llama3-8b,"
+                    "H100-SXM5-80GB,8,1,1,4,2,3,,full,32768,1,4,bf16,step_time,4.75,,torchtitan\n")
+    code, out, err = cli("calibrate", path, "--stack", "torchtitan", "-o", tmp_path / "b.toml")
+    assert code == 0 and "to the cap of the accelerator's peak" in err, err
+    assert "the fit moves matmul_scale to 0.2" in err, err
+
+
+def test_a_calibrated_stack_says_when_a_plan_is_far_from_its_runs_size_or_kind(tmp_path):
+    """The file records its rows' device counts and kinds of model; a plan on more than twice
+    (or under half) their GPUs, or on a model of the other kind, is noted (a calibrating user's
+    trial: a fit on 8-64 GPU dense runs moved a 512-GPU plan and an MoE model's without a
+    word); one within them is not."""
+    path = tmp_path / "two.csv"
+    path.write_text(_CALIBRATING_USER.format(s70="6.05"))
+    code, out, err = cli("calibrate", path, "--stack", "torchtitan", "-o", tmp_path / "one.toml")
+    assert code == 0, err
+    text = (tmp_path / "one.toml").read_text()
+    assert "fitted_gpus = [8, 64]" in text and 'fitted_kinds = ["dense"]' in text
+    moe = ["evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", 512,
+           "--tp", 2, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch", 1024, "--seq-len", 8192,
+           "--recompute", "full", "--stack", tmp_path / "one.toml"]
+    code, out, err = cli(*moe)
+    assert code == 0, err
+    assert "stack one was calibrated on runs of 8 to 64 GPUs; on 512 its groups cross" in err
+    assert "stack one was calibrated on dense models' runs only; mixtral-8x7b's experts" in err
+    code, out, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         16, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 64, "--seq-len",
+                         8192, "--zero", 3, "--stack", tmp_path / "one.toml")
+    assert code == 0 and "was calibrated on" not in err, err
 
 
 def test_calibrate_records_its_rows_and_says_what_it_filled_in(tmp_path, runs_csv):

@@ -31,7 +31,7 @@ import numpy as np
 
 from .catalog import DEFAULT_STACK
 from .errors import SpecError, UsageError
-from .stack import MAX_ALLOCATOR_OVERHEAD, StackSpec
+from .stack import FITTED_KINDS, MAX_ALLOCATOR_OVERHEAD, StackSpec
 from .units import GiB, US
 
 NOISE = 0.05
@@ -383,6 +383,10 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                     fitted_seq_len=(min(lengths), max(lengths)),
                     fitted_accelerators=tuple(sorted({c.scenario.cluster.accelerator.name
                                                       for c in cases})),
+                    fitted_gpus=(min(c.scenario.gpus for c in cases),
+                                 max(c.scenario.gpus for c in cases)),
+                    fitted_kinds=tuple(k for k in FITTED_KINDS if any(
+                        (c.scenario.model.moe is not None) == (k == "moe") for c in cases)),
                     description=f"{base.name} calibrated on {len(cases)} measured "
                     + ("run" if len(cases) == 1 else "runs"))
     # multipliers of the base, and the two overheads as fitted values

@@ -783,6 +783,8 @@ def _stack_fields() -> dict:
         "fitted_on": listed(),
         "fitted_seq_len": listed(int),
         "fitted_accelerators": listed(),
+        "fitted_gpus": listed(int),
+        "fitted_kinds": listed(),
     }
     return {key: (_STACK_FIELD_OF.get(key, key), *spec) for key, spec in keys.items()}
 

@@ -201,7 +201,8 @@ def _same(a, b) -> bool:
     return a == b
 
 
-UNCOSTED_STACK_KEYS = ("description", "fitted_on", "fitted_seq_len", "fitted_accelerators")
+UNCOSTED_STACK_KEYS = ("description", "fitted_on", "fitted_seq_len", "fitted_accelerators",
+                       "fitted_gpus", "fitted_kinds")
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 

@@ -39,10 +39,12 @@ Megatron-Core's ``CudaGraphModule`` choices for training (transformer_config.py 
 MAX_ALLOCATOR_OVERHEAD = 10.0
 """Most ``allocator_overhead`` a stack may hold (a share of activations and transients; fitted
 values are below 1, but a run whose allocator caches several times its activations exists)."""
+FITTED_KINDS = ("dense", "moe")
+"""What ``StackSpec.fitted_kinds`` may name."""
 CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
                "kernel_overhead", "moe_layer_host", "attention_host_share", "overlap_efficiency",
                "step_overhead", "allocator_overhead", "fitted_on", "fitted_seq_len",
-               "fitted_accelerators")
+               "fitted_accelerators", "fitted_gpus", "fitted_kinds")
 """The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
 calibration, which its variants (``base = ...`` files that set behaviour only) share."""
 EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
@@ -494,6 +496,15 @@ class StackSpec(_CachedHash):
     them is noted, as its fitted attention share may not carry."""
     fitted_accelerators: tuple[str, ...] = ()
     """The accelerators of the runs ``calibrate`` fitted it on (empty for the catalog's)."""
+    fitted_gpus: tuple[int, ...] = ()
+    """The least and the most devices of the runs ``calibrate`` fitted it on (empty for the
+    catalog's): a plan on far more or fewer is noted, as the network levels its groups cross and
+    their overlap may not be those of the rows (a calibrating user's trial: a fit on one 8-GPU
+    node moved a 512-GPU plan by 24 % without a word)."""
+    fitted_kinds: tuple[str, ...] = ()
+    """Of ``dense`` and ``moe``, the kinds of model the runs ``calibrate`` fitted it on were
+    (empty for the catalog's): a model of the other kind is noted, as its pieces (the experts'
+    exchange, grouped GEMMs and host waits, or their absence) were not in the rows."""
 
     def __post_init__(self):
         for key, words in CHOICES.items():  # (export_format may be None: no launcher export)
@@ -504,6 +515,11 @@ class StackSpec(_CachedHash):
                                     0 < self.fitted_seq_len[0] <= self.fitted_seq_len[1]):
             raise SpecError("stack.fitted_seq_len", list(self.fitted_seq_len),
                             "must be [least, most] sequence length of the runs, positive tokens")
+        if self.fitted_gpus and (len(self.fitted_gpus) != 2 or not
+                                 0 < self.fitted_gpus[0] <= self.fitted_gpus[1]):
+            raise SpecError("stack.fitted_gpus", list(self.fitted_gpus),
+                            "must be [least, most] devices of the runs, positive counts")
+        _names("stack.fitted_kinds", self.fitted_kinds, FITTED_KINDS, "kinds must differ")
         for f in ("weight_bytes", "grad_bytes"):
             if getattr(self, f) not in (2, 4):
                 raise SpecError(f"stack.{f}", getattr(self, f), "allowed: 2 (bf16) or 4 (fp32)")

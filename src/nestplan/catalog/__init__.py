@@ -133,15 +133,20 @@ def _cached(fn):
     return get
 
 
+def close_name(kind: str, name: str) -> str | None:
+    """The catalog name of ``kind`` that ``name`` is likely a slip for (case aside: a user pastes
+    a HuggingFace id, "Qwen3-235B-A22B", for its catalog name), or None."""
+    folded = {n.lower(): n for n in list_names(kind)}
+    close = difflib.get_close_matches(str(name).lower(), list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
 def _catalog_table(kind: str, name: str, field: str) -> dict:
     from ..loaders import read_toml
 
     names = list_names(kind)  # (a name is looked up among them: no file system asked about it)
     if name not in names:
-        # (case aside: a user pastes a HuggingFace id, "Qwen3-235B-A22B", for its catalog name)
-        folded = {n.lower(): n for n in names}
-        close = [folded[m] for m in difflib.get_close_matches(str(name).lower(), list(folded),
-                                                               n=1, cutoff=0.75)]
+        close = [c for c in [close_name(kind, name)] if c]
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         from pathlib import Path
 

@@ -75,9 +75,10 @@ may go without a note."""
 
 
 def beyond_calibration(ev) -> None:
-    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', or
-    at a sequence length far from theirs (a trial's fit on 2K-8K runs took the attention to 0.58x
-    and predicted its 64K-1M runs 45 % slow, without a word)."""
+    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', at a
+    sequence length or a device count far from theirs (a trial's fit on 2K-8K runs took the
+    attention to 0.58x and predicted its 64K-1M runs 45 % slow, without a word), or on a model
+    of another kind (dense or MoE) than theirs."""
     sc = ev.scenario
     st, seq, acc = sc.stack, sc.training.seq_len, sc.cluster.accelerator.name
     if st.fitted_seq_len:
@@ -90,6 +91,20 @@ def beyond_calibration(ev) -> None:
     if st.fitted_accelerators and acc not in st.fitted_accelerators:
         note(f"stack {st.name} was calibrated on runs on {', '.join(st.fitted_accelerators)}, "
              f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
+    if st.fitted_gpus:  # (a calibrating user's trial: a one-node fit moved a 512-GPU plan 24 %)
+        lo, hi = st.fitted_gpus
+        if not lo / CALIBRATION_REACH <= sc.gpus <= hi * CALIBRATION_REACH:
+            span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+            note(f"stack {st.name} was calibrated on runs of {span} GPUs; on {sc.gpus:,} its "
+                 "groups cross other network levels, and what the fit gave the runs' mix of "
+                 "compute and communication may not carry (calibrate on runs nearer this size)")
+    kind = "moe" if sc.model.moe is not None else "dense"
+    if st.fitted_kinds and kind not in st.fitted_kinds:
+        note(f"stack {st.name} was calibrated on {st.fitted_kinds[0]} models' runs only; "
+             + (f"{sc.model.name}'s experts (their exchange, grouped GEMMs and host waits) were "
+                "not in them" if kind == "moe" else
+                f"{sc.model.name} has no experts, whose costs the fit may have absorbed")
+             + ": calibrate on runs of its kind")
 
 
 LONG_CONTEXT_HOPPER_SLOW = (0.108, 0.220)

@@ -57,8 +57,8 @@ def straddling_domains(sc) -> None:
 
 
 FASTEST_SCALE_OUT = 200e9
-"""Bytes/s per device of the fastest scale-out networks announced: two 800 Gb/s ConnectX-9
-NICs per Rubin GPU, 1.6 Tb/s (NVIDIA at GTC DC, October 2025: hardwareluxx.de, "Neue
+"""Bytes/s per device of the fastest scale-out networks announced: 1.6 Tb/s per Rubin GPU with
+ConnectX-9 (NVIDIA at GTC DC, October 2025, as hardwareluxx.de reported it: "Neue
 Netzwerkhardware: NVIDIA nennt Details zum ConnectX-9 und BlueField-4"; shipping today:
 ConnectX-8, 800 Gb/s = 100 GB/s). A level beyond the first that gives a device more is noted as
 a likely unit slip (Gb/s typed as GB/s: a datacenter trial's 400 "GB/s" leaf)."""
@@ -94,7 +94,7 @@ def unlikely_bandwidths(cluster) -> str | None:
         if level.bandwidth > FASTEST_SCALE_OUT:
             return (f"{cluster.name}: level {level.name} gives a device "
                     f"{level.bandwidth / GB:g} GB/s, more than any scale-out network "
-                    f"({FASTEST_SCALE_OUT / GB:g} GB/s, two 800 Gb/s NICs per GPU): "
+                    f"({FASTEST_SCALE_OUT / GB:g} GB/s, 1.6 Tb/s per GPU): "
                     "bandwidth_GBps is gigabytes per second (a 400 Gb/s NIC is 50; "
                     "bandwidth_Gbps takes gigabits); right only for a scale-up fabric of "
                     "several tiers")
