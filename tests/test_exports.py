@@ -2162,14 +2162,22 @@ def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engin
     whole = replace(windowed, model=windowed.model.without_local_attention())
     sinks = replace(windowed, model=replace(windowed.model, attention_sinks=True))
     par = Parallelism(tp=1, pp=1, dp=4, cp=4, zero=1, mbs=1)
-    flags = {name: _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
-             for name, sc in (("windowed", windowed), ("whole", whole), ("sinks", sinks))}
-    assert flags == {"windowed": ["all_gather"], "whole": None, "sinks": ["a2a"]}
-    # a2a splits the KV heads over the CP ranks: Mistral's 2 go over CP 2, not over CP 4
-    sunk = [n for n in exported(sinks, par, "megatron").notes if "--cp-comm-type a2a" in n]
-    assert sunk and "KV heads (2) divisible by cp = 4" in sunk[0]
     two = par.with_(cp=2, dp=8)
-    assert not any("divisible" in n for n in exported(sinks, two, "megatron").notes)
+    flags = {name: _flags(exported(sc, p, "megatron").text).get("cp-comm-type")
+             for name, sc, p in (("windowed", windowed, par), ("whole", whole, par),
+                                 ("sinks", sinks, two))}
+    assert flags == {"windowed": ["all_gather"], "whole": None, "sinks": ["a2a"]}
+    # a2a splits the heads over the CP ranks: Mistral's 2 KV heads go over CP 2, not over CP 4:
+    # refused for the stack's own plans (a long-context trial's had been recommended), and said
+    # of another stack's plan exported to Megatron
+    with pytest.raises(SpecError, match=r"its 8 query and 2 KV heads \(tp = 1\) must divide by "
+                                        r"cp = 4"):
+        evaluate(sinks, par)
+    other = replace(sinks, stack=replace(sinks.stack, name="other", cp_gathers_windows=False))
+    sunk = [n for n in exported(other, par, "megatron").notes if "--cp-comm-type a2a" in n]
+    assert sunk and "must divide by cp = 4, which this plan's do not: it does not run" in sunk[0]
+    assert not any("does not run as exported" in n
+                   for n in exported(sinks, two, "megatron").notes)
     assert exported(windowed, par.with_(cp=1, dp=16), "megatron").text.count("cp-comm-type") == 0
     # costed as the exchange it runs: the windowed model's K/V as torch's all-gather costs it
     from nestplan.evaluate import local_strategy

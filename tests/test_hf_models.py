@@ -320,7 +320,8 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
 def test_a_sequence_beyond_the_configs_positions_is_noted(tmp_path):
     """A HuggingFace RoPE model without RoPE scaling given a sequence longer than its
     max_position_embeddings says it is costed and exported unscaled (1M tokens on Llama 3 8B's
-    8,192 had gone without a word: a long-context trial's); within it, or a catalog model, not."""
+    8,192 had gone without a word: a long-context trial's); the catalog's Llama 3 8B alike (a
+    second long-context trial's: its file had left the context out); within it, not."""
     from console import cli
 
     cfg = SHARED / "data" / "hf_configs" / "llama3-8b.json"
@@ -332,9 +333,10 @@ def test_a_sequence_beyond_the_configs_positions_is_noted(tmp_path):
             "in a model file) and has no RoPE scaling: at --seq-len 65,536 it is costed and "
             "exported with its RoPE base (500000) unscaled")
     assert said in err
-    for model, seq in ((cfg, 8192), ("llama3-8b", 65536)):
-        code, _, err = cli("evaluate", "--model", model, *base, "--cp", 8, "--seq-len", seq)
-        assert code == 0 and "max_position_embeddings" not in err, err
+    code, _, err = cli("evaluate", "--model", cfg, *base, "--cp", 8, "--seq-len", 8192)
+    assert code == 0 and "max_position_embeddings" not in err, err
+    code, _, err = cli("evaluate", "--model", "llama3-8b", *base, "--cp", 8, "--seq-len", 65536)
+    assert code == 0 and said.replace("llama3-8b.json", "llama3-8b", 1) in err, err
     # the model file list models writes of the config keeps it (a new user's trial: it had not)
     code, out, err = cli("list", "models", cfg)
     assert code == 0 and "trained_context = 8192" in out, err
@@ -342,3 +344,30 @@ def test_a_sequence_beyond_the_configs_positions_is_noted(tmp_path):
     written.write_text(out)
     code, _, err = cli("evaluate", "--model", written, *base, "--cp", 8, "--seq-len", 65536)
     assert code == 0 and said in err, err
+
+
+def test_a_scaled_rope_beyond_its_context_is_noted_and_the_export_repeats_the_note(tmp_path):
+    """A Llama 3.1 config (RoPE scaled 8x to 131,072 tokens) at 1M tokens, 8 times beyond what
+    its scaling covers, is noted (it returned early on any scaling: a long-context trial's); the
+    Megatron export of a plan beyond a model's context carries the note in its comments (the
+    trial's Qwen3 export at 128K had not)."""
+    from console import cli
+
+    cfg = json.loads((SHARED / "data" / "hf_configs" / "llama3-8b.json").read_text())
+    cfg.update(max_position_embeddings=131072, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192})
+    path = tmp_path / "l31.json"
+    path.write_text(json.dumps(cfg))
+    base = ["--cluster", "dgx-b200-ndr", "--gpus", 256, "--tp", 8, "--pp", 1, "--cp", 32,
+            "--mbs", 1, "--global-batch", 1, "--recompute", "full"]
+    code, _, err = cli("evaluate", "--model", path, *base, "--seq-len", 1048576,
+                       "--save", tmp_path / "p.json")
+    assert code == 0, err
+    said = ("l31.json was built for 131,072 tokens with its RoPE scaled (max_position_embeddings, "
+            "trained_context in a model file): at --seq-len 1,048,576, 8 times beyond")
+    assert said in err, err
+    code, _, err = cli("evaluate", "--model", path, *base, "--seq-len", 131072)
+    assert code == 0 and "was built for" not in err, err
+    code, out, err = cli("export", tmp_path / "p.json", "--format", "megatron")
+    assert code == 0 and f"# note: {said}" in out, out

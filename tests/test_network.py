@@ -1,6 +1,7 @@
 """Placement of groups on levels, and collective costs over them."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -559,3 +560,32 @@ def test_the_embedding_copies_all_reduce_is_a_group_of_its_own():
     untied = evaluate(scenario_from_names("llama3-8b", "dgx-h100-ndr", 512, seq_len=2048,
                                           global_batch=512), par)
     assert "embedding" not in untied.group_levels and untied.link_time["embedding"] == 0
+
+
+def test_a_job_straddling_its_racks_is_told_what_fewer_devices_of_each_would_give(tmp_path):
+    """NVL72 racks given whole (size 72) under 2,048 GPUs: the plan's 64-rank expert groups
+    straddle racks, and the note says what it takes with 64 of each rack's 72 used, as NeMo's
+    launcher places them (a datacenter trial had found it only by editing the file); with 64 a
+    rack given, nothing to say."""
+    from console import cli
+
+    code, out, _ = cli("list", "clusters", "gb200-nvl72-ndr")
+    lines = out.replace('name = "gb200-nvl72-ndr"', 'name = "racks72"').splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("size = "))
+    lines[first] = "size = 72"
+    (tmp_path / "r72.toml").write_text("\n".join(lines) + "\n")
+    args = ["--model", "deepseek-v3", "--gpus", 2048, "--tp", 1, "--pp", 16, "--ep", 64, "--etp",
+            1, "--mbs", 1, "--global-batch", 4096, "--seq-len", 4096, "--recompute", "full",
+            "--json"]
+    code, out, err = cli("evaluate", "--cluster", tmp_path / "r72.toml", *args)
+    assert code == 0, err
+    code, ref, _ = cli("evaluate", "--cluster", "gb200-nvl72-ndr", *args)
+    step, at64 = json.loads(out)["step_time_s"], json.loads(ref)["step_time_s"]
+    assert at64 < 0.97 * step
+    from nestplan.units import fmt_time
+
+    assert (f"note: with 64 of each nvlink domain's 72 devices used (a cluster file with nvlink's "
+            f"size 64, as NeMo's launcher places NVL72 racks), this plan takes {fmt_time(at64)} "
+            f"({at64 / step - 1:+.0%})") in err, err
+    code, out, err = cli("evaluate", "--cluster", "gb200-nvl72-ndr", *args)
+    assert code == 0 and "devices used (a cluster file" not in err, err

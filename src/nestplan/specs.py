@@ -1469,6 +1469,25 @@ def model_axis_refusal(m: ModelSpec, stack, axis: str, degree: int) -> str | Non
     return mtp_refusal(m, stack, axis, degree)
 
 
+def sinks_cp_refusal(m: ModelSpec, stack, tp: int, cp: int) -> str | None:
+    """Why ``stack`` cannot run ``m``'s attention with sinks at context parallelism ``cp`` and
+    tensor parallelism ``tp``, or None: Transformer Engine runs CP over sinks only with its a2a
+    exchange (``StackSpec.cp_gathers_windows``), which splits each TP rank's query and KV heads
+    over the CP ranks and asserts both divide by cp (``AttnFuncWithCPAndQKVOA2A``,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @
+    NVIDIA/TransformerEngine d0067d0da: "a2a requires num_heads % cp_size == 0"); a TP rank
+    beyond the KV heads holds one, replicated. (A long-context trial's GPT-OSS plan at tp 8, cp 4,
+    one KV head a rank, had been recommended; only its export said it does not run.)"""
+    if cp == 1 or not m.attention_sinks or stack is None or not stack.cp_gathers_windows:
+        return None
+    q, kv = m.heads // tp, (m.kv_heads // tp if m.kv_heads >= tp else 1)
+    if q % cp == 0 and kv % cp == 0:
+        return None
+    return (f"attention with sinks runs under context parallelism only with Transformer "
+            f"Engine's a2a exchange, which splits each TP rank's heads over the CP ranks: its {q} "
+            f"query and {kv} KV heads (tp = {tp}) must divide by cp = {cp}")
+
+
 def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     """Validate ``par`` against the scenario and (unless ``stack`` is False) what its stack can
     run; raise SpecError naming the first violated rule."""
@@ -1487,6 +1506,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
     for axis, degree in (("pp", par.pp), ("cp", par.cp)):
         if stack and (rule := model_axis_refusal(m, sc.stack, axis, degree)) is not None:
             raise SpecError(axis, degree, rule)
+    if stack and (rule := sinks_cp_refusal(m, sc.stack, par.tp, par.cp)) is not None:
+        raise SpecError("cp", par.cp, rule)
     if t.seq_len % par.cp:
         raise SpecError("cp", par.cp, f"must divide seq_len = {t.seq_len}")
     if (why := cp_refusal(t.seq_len, par.cp)) is not None:

@@ -771,14 +771,17 @@ def stacks_named(path: Path, field: str = "--csv", *, missing_ok: bool = False,
             ref = row.stack_ref(path.parent)
             row.stack(path.parent, None)  # one that does not load is named by its row
         except SpecError as e:
-            from .catalog import close_name
+            from .catalog import close_name, looks_like_path
 
-            # (under --stack a stack of another framework, "jax", or a file of someone else's,
-            # is set aside; a slip for a catalog name is refused there too: a calibrating
-            # user's "torchtitn" had been set aside as a stack that does not load)
-            if not missing_ok or close_name("stacks", row.text("stack")):
+            if not missing_ok:
                 raise _by_row(row, e) from None
-            ref = f"{row.text('stack')} (does not load)"
+            # (set aside under --stack, which overrides the column: another framework's name,
+            # "megatron-lm", or someone else's file; a likely slip is named so: a calibrating
+            # user's "torchtitn" had read as a stack that merely does not load)
+            close = None if looks_like_path(row.text("stack")) \
+                else close_name("stacks", row.text("stack"))
+            ref = f"{row.text('stack')} (does not load" + (
+                f"; did you mean '{close}'?)" if close else ")")
         named.append(ref)
     return list(dict.fromkeys(named))
 

@@ -17,6 +17,7 @@ from ..errors import SpecError
 from ..evaluate import evaluate as _evaluate, logged_flops_differences
 from ..recompute import Policy
 from ..placement import rank_grid
+from ..notes.scenario import trained_context_text
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
 from ..textfmt import memory_verdict, plan_short, simulated_schedule_text
@@ -240,7 +241,12 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
             f"its count takes {'; '.join(logged_flops_differences(sc.model, sc.training.document_span))} "
             f"({LOGGED_FLOPS[fmt][1]})"]
-        return ([text] if text else []) + logged + _span_notes(pf, exported, fmt)
+        # a RoPE model past the context it was built for, as plan said it (the Megatron export
+        # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
+        # had been exported without the note)
+        context = trained_context_text(sc) if fmt == "megatron" else None
+        return ([text] if text else []) + logged + _span_notes(pf, exported, fmt) + (
+            [context] if context else [])
 
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack
@@ -272,9 +278,12 @@ name, where it counts them. (torchtitan 0.3 counts attention unmasked, 6·layers
 ·seq_len a token, as nestplan's MFU does: get_dense_model_nparams_and_flops,
 torchtitan/models/utils.py, called with head_dims = 2·head_dim by its models.)"""
 MASKS_PER_DOCUMENT = {
-    "megatron": "Megatron-LM masks attention per document with --dataloader-inter-document-"
-                "masking (or --reset-attention-mask; megatron/training/arguments.py @ "
-                "d98e8a64dd), which this export leaves to you",
+    "megatron": "the export asks Megatron-LM to mask attention per document "
+                "(--dataloader-inter-document-masking: cu_seqlens at the data's end-of-document "
+                "tokens, megatron/training/arguments.py @ d98e8a64dd; not --reset-attention-mask, "
+                "whose dense sequence-by-sequence mask, torch.tril in "
+                "megatron/core/datasets/gpt_dataset.py, is 64 GiB at 131,072 tokens), so the step "
+                "holds where your documents are about that long",
     "deepspeed": "DeepSpeed runs the model's own attention: your model code must mask it per "
                  "document",
 }

@@ -22,7 +22,8 @@ from ..evaluate import layer_graph
 from ..placement import layouts, reach
 from ..planfile import PlanFile
 from ..schedule import SCHEDULES
-from ..specs import DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk
+from ..specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk,
+                     sinks_cp_refusal)
 from . import (FORMAT_STACKS, Export, closest_schedule, fit_notes, headline, launched_as,
                launching_stack, mesh_json, predicted_note, rank_files, rank_note)
 
@@ -254,10 +255,9 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
         return []
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
-    # each TP rank's KV heads: a share of them, or one replicated where TP exceeds them
-    heads = m.kv_heads // par.tp if m.kv_heads >= par.tp else 1
-    runs = ("" if heads % cp == 0 else f"; it needs each TP rank's KV heads ({heads}) divisible "
-            f"by cp = {cp}, which this plan's are not: it does not run as exported")
+    # (a plan of another stack's: the rule TE's own plans keep, specs.sinks_cp_refusal)
+    rule = sinks_cp_refusal(m, te, par.tp, cp)
+    runs = "" if rule is None else f"; {rule}, which this plan's do not: it does not run as exported"
     notes.append("context parallelism with attention sinks: Transformer Engine runs it only with "
                  "the all-to-all exchange (--cp-comm-type a2a, exported), which the predictions "
                  f"above cost as a K/V all-gather{runs}")
@@ -570,6 +570,9 @@ def export(pf: PlanFile) -> Export:
         args.append("--overlap-grad-reduce")
     if sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
         args.append("--overlap-param-gather")
+    if tr.document_span is not None:  # (costed within documents: masked so; a long-context
+        # trial's export had quoted the per-document step and left the masking to the user)
+        args.append("--dataloader-inter-document-masking")
     args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
              f"--seq-length {tr.seq_len}",
              f"--max-position-embeddings {max(tr.seq_len, m.max_positions)}",

@@ -140,10 +140,12 @@ def fit_limits(cases, result, base) -> None:
              "them; check their step times, precision, plan and stack")
     if pushed:  # (a user trial: a row within it before had been called "still" beyond)
         note(f"the fit takes {len(pushed)} of {len(cases)} rows beyond {ROW_TOLERANCE:.0%} that "
-             f"were within it on {base.name} ({first_of(pushed)}): the other rows pull the "
-             "multipliers away from them; check the rows that moved them most")
+             f"were within it on {base.name} ({first_of(pushed)}): one calibration of these rows "
+             "misses them; check the rows farthest off before the fit, or calibrate apart runs "
+             "that differ (plans, models, stacks)")
     before, after = (sum(map(abs, errs)) / len(errs) for errs in (result.before, result.after))
-    if after > before:  # (a two-row fit had left the mean worse without a word)
+    if after > before + 5e-4:  # (a two-row fit had left the mean worse without a word; by more
+        # than the printed figures' rounding, so that they differ)
         note(f"the fit leaves the rows' mean |error| worse than {base.name}'s ({before:.1%} -> "
              f"{after:.1%}): it weighs each row's squared error and pulls toward the base, "
              "and these rows disagree; the base may serve them better")

@@ -7,21 +7,36 @@ from ..errors import note
 
 
 def trained_context(sc) -> None:
-    """Say when a RoPE model, its RoPE unscaled, is given a sequence longer than the context its
-    configuration gives (``ModelSpec.trained_context``: a long-context trial's 1M tokens on Llama 3
-    8B's 8,192 went without a word, and the Megatron export set the longer length with no
-    scaling)."""
+    """Say when a RoPE model is given a sequence longer than the context its configuration gives
+    (``ModelSpec.trained_context``: a long-context trial's 1M tokens on Llama 3 8B's 8,192 went
+    without a word, and the Megatron export set the longer length with no scaling)."""
+    text = trained_context_text(sc)
+    if text:
+        note(text)
+
+
+def trained_context_text(sc) -> str | None:
+    """``trained_context``'s note, also written into exports (a long-context trial: the Megatron
+    export of Qwen3 at 128K carried its unscaled RoPE without it), or None. A RoPE model whose
+    RoPE is scaled (Llama 3.1's, YaRN) is noted beyond the context its scaling was built for, the
+    config's max_position_embeddings (a long-context trial's Llama 3.1 at 1M tokens, 8 times
+    beyond, had gone without a word)."""
     from ..options import Position
 
     m, seq = sc.model, sc.training.seq_len
-    if m.position is not Position.ROPE or m.rope_scaling or m.yarn:
-        return
-    if 0 < m.trained_context < seq:
-        note(f"{m.name} was built for {m.trained_context:,} tokens (max_position_embeddings, "
-             f"trained_context in a model file) and has no RoPE scaling: at --seq-len {seq:,} "
-             "it is costed and exported with its RoPE base "
-             f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
-             "base or scales RoPE (rope_theta or rope_scaling in the config)")
+    if m.position is not Position.ROPE or not 0 < m.trained_context < seq:
+        return None
+    if m.rope_scaling or m.yarn:
+        return (f"{m.name} was built for {m.trained_context:,} tokens with its RoPE scaled "
+                f"(max_position_embeddings, trained_context in a model file): at --seq-len "
+                f"{seq:,}, {seq / m.trained_context:.3g} times beyond, it is costed and exported "
+                "with that scaling, which does not cover the length; training this long usually "
+                "scales RoPE further (a larger factor, or YaRN's)")
+    return (f"{m.name} was built for {m.trained_context:,} tokens (max_position_embeddings, "
+            f"trained_context in a model file) and has no RoPE scaling: at --seq-len {seq:,} "
+            "it is costed and exported with its RoPE base "
+            f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
+            "base or scales RoPE (rope_theta or rope_scaling in the config)")
 
 
 def added_depths(sc, model: str) -> None:

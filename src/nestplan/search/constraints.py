@@ -14,7 +14,7 @@ from ..recompute import runs_text
 from ..schedule import SCHEDULES, is_default
 from ..specs import (Scenario, batch_refusal, cp_refusal, dense_etp, etp_refusal, interleaves,
                      kv_heads_refusal, moe_tp_without_sp, no_pipeline_schedule, schedule_refusal,
-                     model_axis_refusal, unfoldable)
+                     model_axis_refusal, sinks_cp_refusal, unfoldable)
 
 
 METHODS = ("nest", "manual", "phaze", "alpa", "mist", "mcmc", "exhaustive")
@@ -178,6 +178,9 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         fixed = getattr(con, axis)
         if fixed is not None and (rule := model_axis_refusal(m, sc.stack, axis, fixed)):
             raise SpecError(axis, fixed, rule)
+    if con.tp is not None and con.cp is not None and (
+            rule := sinks_cp_refusal(m, sc.stack, con.tp, con.cp)):
+        raise SpecError("cp", con.cp, rule)  # (as evaluate says it; the search found nothing)
     piped = [(k, v) for k, v in (("schedule", con.schedule), ("vp", con.vp))
              if v is not None and (k == "schedule" or v > 1)]  # (asking for a pipeline: a review's)
     if con.pp is None and piped and (rule := model_axis_refusal(m, sc.stack, "pp", 2)):

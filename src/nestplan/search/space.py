@@ -41,7 +41,7 @@ from ..schedule import SCHEDULES, is_default, span_forms
 from .constraints import Constraints, candidate_vps
 from ..specs import (Parallelism, Scenario, check_plan, chunks_from_totals, cp_offered,
                      default_split, divisors, interleaves, kv_heads_refusal, spread,
-                     model_axis_refusal)
+                     model_axis_refusal, sinks_cp_refusal)
 
 MAX_MBS = 16
 
@@ -96,7 +96,8 @@ def shapes(sc: Scenario, con: Constraints):
         for sp in _pick(con.sp, sps):
             # the search's floors on chunks and micro-batches hold a fixed value to check_plan
             cps = [c for c in _divisors(gpus // tp) if cp_offered(tr.seq_len, c, con.cp)
-                   and model_axis_refusal(m, sc.stack, "cp", c) is None]
+                   and model_axis_refusal(m, sc.stack, "cp", c) is None
+                   and sinks_cp_refusal(m, sc.stack, tp, c) is None]
             for cp in _pick(con.cp, cps):
                 if sp and tp > 1 and (tr.seq_len // cp) % tp:
                     continue
