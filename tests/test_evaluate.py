@@ -151,11 +151,17 @@ def test_megatron_lm_counts_causal_attention_at_half():
     assert ev.logged_tflops_per_gpu == pytest.approx(
         megatron * tokens / ev.step_time / 512 / 1e12, rel=1e-3)
     assert ev.model_flops / tokens == pytest.approx(megatron + L * 6 * h * s, rel=1e-3)
-    # a bidirectional model's are its model FLOP; a packed document span counts whole
+    # a bidirectional model's are its model FLOP; a packed document span, which the export masks
+    # per document (--dataloader-inter-document-masking), counts each document's attention as
+    # Megatron counts THD sub-sequences, by the sum of their squared lengths: B·(s/d)·d² = B·s·d,
+    # the core term 6h·s a token becoming 6h·d (a review: it had been counted whole)
     bert = evaluate_names("bert-large", "dgx-h100-ndr", 8, seq_len=512, global_batch=64, tp=1)
     assert bert.logged_model_flops == bert.model_flops
-    docs = evaluate(replace(sc, training=replace(sc.training, attention_span=8192)), ev.plan)
-    assert docs.logged_model_flops == ev.logged_model_flops > docs.model_flops
+    d = 8192
+    docs = evaluate(replace(sc, training=replace(sc.training, attention_span=d)), ev.plan)
+    assert docs.logged_model_flops / tokens == pytest.approx(
+        megatron - L * 6 * h * s + L * 6 * h * d, rel=1e-3)
+    assert docs.logged_model_flops < docs.model_flops  # (the causal half, as above)
     # Megatron counts an MTP depth's attention as a layer's (num_layers + mtp_num_layers), at
     # half too: DeepSeek-V3's 61 layers and one depth halve 62 layers' attention (a review's)
     from nestplan.catalog import get_model

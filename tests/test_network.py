@@ -585,7 +585,7 @@ def test_a_job_straddling_its_racks_is_told_what_fewer_devices_of_each_would_giv
     from nestplan.units import fmt_time
 
     assert (f"note: with 64 of each nvlink domain's 72 devices used (a cluster file with nvlink's "
-            f"size 64, as NeMo's launcher places NVL72 racks), this plan takes {fmt_time(at64)} "
-            f"({at64 / step - 1:+.0%})") in err, err
+            f"size 64, as NeMo's launcher places NVL72 racks, every domain then filled alike), "
+            f"this plan takes {fmt_time(at64)} ({at64 / step - 1:+.0%})") in err, err
     code, out, err = cli("evaluate", "--cluster", "gb200-nvl72-ndr", *args)
     assert code == 0 and "devices used (a cluster file" not in err, err

@@ -294,7 +294,8 @@ def test_calibrate_rejects_bad_input(tmp_path, runs_csv):
     # "torchtitn" had read as a stack that merely does not load; a review: refusing it refused
     # "megatron-lm" and a missing torchtitan.toml too)
     for cell, said in (("torchtitn", "torchtitn (does not load; did you mean 'torchtitan'?)"),
-                       ("megatron-lm", "megatron-lm (does not load"),
+                       ("megatron-lm", "megatron-lm (does not load; did you mean "
+                                       "'megatron-core'?)"),
                        ("torchtitan.toml", "torchtitan.toml (does not load)")):
         code, out, err = cli("calibrate", runs_csv(stack=cell), "--stack", "megatron-2021",
                              "-o", tmp_path / "x.toml")
@@ -1555,6 +1556,12 @@ def test_megatron_and_deepspeed_exports_say_what_a_document_span_needs(tmp_path)
     assert cli(*base, "--save", tmp_path / "w.json")[0] == 0
     assert cli("export", tmp_path / "w.json", "--format", "megatron", "-o", tmp_path / "w")[0] == 0
     assert "--dataloader-inter-document-masking" not in (tmp_path / "w").read_text()
+    # with context parallelism, what TE then does with the documents (a review's)
+    cp = [a if a != 8 else 32 for a in base] + ["--cp", 4]
+    assert cli(*cp, "--attention-span", 2048, "--save", tmp_path / "cp.json")[0] == 0
+    code, out, err = cli("export", tmp_path / "cp.json", "--format", "megatron")
+    assert code == 0 and ("--dataloader-inter-document-masking hands Transformer Engine each "
+                          "document as a THD sub-sequence") in out, err
 
 
 def test_torchtitan_keeps_its_weights_gathered_under_a_pipeline_by_default(tmp_path, runs_csv):

@@ -92,22 +92,25 @@ def model_flops_per_sequence(model, seq_len: int, span: int) -> float:
 
 
 @cached(maxsize=256)
-def logged_flops_per_sequence(model, seq_len: int) -> float:
+def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = None) -> float:
     """Model FLOP of one sequence as Megatron-LM logs them since 8873b55d6a (2025-03-06:
-    ``num_floating_point_operations``, megatron/training/training.py @ d98e8a64dd, for sequences
-    not packed as THD): every layer's attention over the whole sequence, windows and documents
-    aside, and its core at half for the causal mask; a gated MLP counted as gated only under
+    ``num_floating_point_operations``, megatron/training/training.py @ d98e8a64dd): every layer's
+    attention over the whole sequence, windows aside, or with ``document_span`` within each
+    document, as the export launches such a plan (--dataloader-inter-document-masking: THD
+    sub-sequences, whose attention it counts by their squared lengths' sum: a review's), and its
+    core at half for the causal mask; a gated MLP counted as gated only under
     --swiglu (its ``gated_linear_multiplier``), which the export writes for SwiGLU alone: a
     GeLU-gated one (--quick-geglu, GPT-OSS's clamped one too) counts as two matrices, not three
     (a user trial: 27 % above the log for GPT-OSS)."""
     plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
     if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
         plain = replace(plain, mlp=MLPKind.GELU, glu_clamp=0.0)
-    g = _flop_graph(plain, seq_len, 0)
+    span = document_span or 0
+    g = _flop_graph(plain, seq_len, span)
     head = g.head_shared if model.tied_embeddings else g.head  # (with the MTP depths' attention)
     masked = 0.5 * (head.attention_model_flops
                     + sum(g.block(i).attention_model_flops for i in range(model.layers)))
-    return model_flops_per_sequence(plain, seq_len, 0) - (masked if model.causal else 0.0)
+    return model_flops_per_sequence(plain, seq_len, span) - (masked if model.causal else 0.0)
 
 
 def logged_flops_differences(model, document_span: int | None) -> list[str]:
@@ -115,9 +118,13 @@ def logged_flops_differences(model, document_span: int | None) -> list[str]:
     words, only what applies (a user trial's GLM-4.5 export was told of a GeLU-gated MLP it does
     not have)."""
     out = []
-    if model.local_share or document_span:
-        out.append("each layer's attention over all seq_len tokens, its windows or documents "
-                   "aside")
+    if document_span:  # (as the Megatron export launches it: masked per document)
+        out.append("each layer's attention within each document (--dataloader-inter-document-"
+                   "masking), its windows aside" if model.local_share else
+                   "each layer's attention within each document (--dataloader-inter-document-"
+                   "masking)")
+    elif model.local_share:
+        out.append("each layer's attention over all seq_len tokens, its windows aside")
     if model.causal:
         out.append("the attention core at half for the causal mask")
     if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
@@ -253,7 +260,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
              for n, kc in _kinds(cc, *chunk))
     mflops = tr.global_batch * model_flops_per_sequence(sc.model, tr.seq_len,
                                                         tr.attention_span or 0)
-    logged = tr.global_batch * logged_flops_per_sequence(sc.model, tr.seq_len)
+    logged = tr.global_batch * logged_flops_per_sequence(sc.model, tr.seq_len, tr.document_span)
     return Evaluation(scenario=sc, plan=par, micro_batches=micro, step_time=step,
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       logged_model_flops=logged,

@@ -279,8 +279,9 @@ name, where it counts them. (torchtitan 0.3 counts attention unmasked, 6·layers
 torchtitan/models/utils.py, called with head_dims = 2·head_dim by its models.)"""
 MASKS_PER_DOCUMENT = {
     "megatron": "the export asks Megatron-LM to mask attention per document "
-                "(--dataloader-inter-document-masking: cu_seqlens at the data's end-of-document "
-                "tokens, megatron/training/arguments.py @ d98e8a64dd; not --reset-attention-mask, "
+                "(--dataloader-inter-document-masking: cu_seqlens from the dataset's document "
+                "lengths, megatron/core/datasets/gpt_dataset.py @ d98e8a64dd; not "
+                "--reset-attention-mask, "
                 "whose dense sequence-by-sequence mask, torch.tril in "
                 "megatron/core/datasets/gpt_dataset.py, is 64 GiB at 131,072 tokens), so the step "
                 "holds where your documents are about that long",

@@ -242,7 +242,7 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     (``cp_exchange_for``: a stack file's ``cp_exchange = "allgather"``) or Transformer Engine
     refuses its default ring (``p2p``) under context parallelism (``cp_gathers_windows``):
     over sliding windows ``all_gather``, with learnable softmax offsets (GPT-OSS's sinks) ``a2a``,
-    the only one TE takes there, which needs each TP rank's KV heads divisible by cp
+    the only one TE takes there, which needs each TP rank's query and KV heads divisible by cp
     (``attn_forward_func_with_cp`` and its a2a path, transformer_engine/pytorch/attention/
     dot_product_attention/context_parallel.py @ NVIDIA/TransformerEngine d0067d0da). Megatron-Core
     passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
@@ -573,6 +573,17 @@ def export(pf: PlanFile) -> Export:
     if tr.document_span is not None:  # (costed within documents: masked so; a long-context
         # trial's export had quoted the per-document step and left the masking to the user)
         args.append("--dataloader-inter-document-masking")
+        if par.cp > 1:  # (a review: the pairing is not one nestplan's tests run)
+            notes.append("with context parallelism, --dataloader-inter-document-masking hands "
+                         "Transformer Engine each document as a THD sub-sequence, which it splits "
+                         "over the CP ranks in 2·cp chunks (lengths padded to a multiple of "
+                         f"{2 * par.cp})"
+                         + ("; with attention sinks it needs cuDNN 9.18 or later (TE refuses "
+                            "sinks in THD under CP before: context_parallel.py @ d0067d0da)"
+                            if m.attention_sinks else "")
+                         + ": nestplan costs the documents, not that padding, and does not run "
+                         "this pairing in its tests; compare the first steps' loss with a run "
+                         "without CP")
     args += [f"--micro-batch-size {par.mbs}", f"--global-batch-size {tr.global_batch}",
              f"--seq-length {tr.seq_len}",
              f"--max-position-embeddings {max(tr.seq_len, m.max_positions)}",
