@@ -270,6 +270,9 @@ for command, extra in (("evaluate", ["--pp", "1", "--mbs", "1", "--ep", "8"]), (
          "cp: got 4; attention with sinks runs under context parallelism only with Transformer "
          "Engine's a2a exchange, which splits each TP rank's heads over the CP ranks: its 8 query "
          "and 1 KV heads (tp = 8) must divide by cp = 4")
+# the one catalog name a short one begins (a hardware trial's "b200" had been told "gb200")
+case("list-accelerator-short-name", ["list", "accelerators", "b200"],
+     "accelerator: got 'b200'; unknown accelerator (did you mean 'b200-sxm-180gb'?)")
 # a HuggingFace id's case for a catalog name (a MoE user's trial): the name is suggested
 case("plan-model-in-hf-case", ["plan", "--model", "Qwen3-235B-A22B", "--cluster", "dgx-h100-ndr",
                                "--gpus", "64"],

@@ -290,3 +290,30 @@ def test_an_moe_plans_devices_name_their_expert_ranks_and_the_legend_only_its_pa
               if t.get("fill") != "#fff" and not t.text.startswith("one step")}
     shown = {f.name for f in dataclasses.fields(ev.time) if getattr(ev.time, f.name) > 0}
     assert legend == shown and "cp" not in legend  # no context parallelism in this plan
+
+
+def test_the_report_gives_the_notes_evaluate_gives(tmp_path):
+    """The page carries the notes ``evaluate --plan`` prints (a hardware trial's report of an MoE
+    plan that does not fit at a trained router's load said nothing of it, though the command
+    line had); a plan with nothing to say gets no Notes section."""
+    from console import cli
+
+    path = tmp_path / "q.json"
+    code, _, err = cli("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr",
+                       "--gpus", 16, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs", 1, "--global-batch",
+                       256, "--seq-len", 4096, "--save", path)
+    assert code == 0 and "costed with perfectly balanced routing" in err, err
+    code, _, said = cli("evaluate", "--plan", path)
+    notes = [ln.removeprefix("nestplan: note: ") for ln in said.splitlines()
+             if ln.startswith("nestplan: note: ")]
+    code, _, err = cli("report", path, "-o", tmp_path / "q.html")
+    assert code == 0, err
+    html = (tmp_path / "q.html").read_text()
+    section = html.split("<h2>Notes</h2>")[1].split("</ul>")[0]
+    from html import escape
+
+    assert notes and all(f"<li>{escape(n)}</li>" in section for n in notes), section
+    dense = _plan(tmp_path, name="dense.json")[0]
+    code, _, err = cli("report", dense, "-o", tmp_path / "d.html")
+    assert code == 0 and ("<h2>Notes</h2>" in (tmp_path / "d.html").read_text()) == (
+        "nestplan: note:" in cli("evaluate", "--plan", dense)[2])

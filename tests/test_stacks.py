@@ -1825,3 +1825,21 @@ def test_zero_communication_a_stack_does_not_overlap_shows_in_full(zero):
         ev = evaluate(replace(sc, stack=replace(st, name="p", overlap_param_gather=False)), par)
         exp = export(planfile.from_dict(planfile.to_dict(ev)), "deepspeed")
         assert not [n for n in exp.notes if "overlap_comm" in n]
+
+
+def test_a_policys_modules_the_model_lacks_are_said_apart():
+    """The recompute line names a policy's modules the model has, and those it lacks apart (a
+    hardware trial read "mla_up_proj" on Qwen3's plan, which has no MLA, as a mistake); a model
+    with every module keeps the rule as the stack gives it."""
+    args = ["--cluster", "gb200-nvl72-ndr", "--gpus", 64, "--tp", 1, "--pp", 1, "--ep", 8, "--mbs",
+            1, "--global-batch", 512, "--seq-len", 4096, "--stack", "nemo-moe-blackwell",
+            "--recompute", "fine-grained"]
+    code, out, err = cli("evaluate", "--model", "qwen3-30b-a3b", *args)
+    assert code == 0, err
+    assert ("fine-grained = modules:layernorm,moe_act (mla_up_proj: none in qwen3-30b-a3b)"
+            in out), out
+    code, out, err = cli("evaluate", "--model", "deepseek-v3", *flags(*args, "--gpus", 256,
+                                                                     "--pp", 4, "--vp", 2,
+                                                                     "--ep", 64))
+    assert code == 0, err
+    assert "fine-grained = modules:layernorm,mla_up_proj,moe_act (stack" in out, out

@@ -442,12 +442,7 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate
 
     ev = evaluate(sc, plan)
-    plan_notes.idle_policies(ev)
-    plan_notes.recompute_costs_memory(ev)
-    plan_notes.host_bound(ev)
-    plan_notes.workload_and_stack(ev, args.moe_imbalance is not None)
-    plan_notes.simulated_schedule(ev)
-    plan_notes.split_groups(ev)
+    plan_notes.evaluated(ev, args.moe_imbalance is not None)
     if args.save is not None:
         from . import planfile
 
@@ -646,8 +641,14 @@ def cmd_report(args) -> int:
     if suffix not in (".html", ".htm", ""):  # (a user trial's report.pdf held HTML)
         raise SpecError("-o", args.output, f"the report is HTML; name it .html, not {suffix} "
                         "(a browser prints it to PDF)")
+    from .errors import PENDING_NOTES
+
+    said = len(PENDING_NOTES)
     pf = _load_plan(args.plan)
-    html = render(pf, evaluate(pf.scenario, pf.plan))
+    ev = evaluate(pf.scenario, pf.plan)
+    plan_notes.evaluated(ev, False)  # (the page says what evaluate --plan says on stderr)
+    notes = [n.removeprefix("nestplan: note: ") for n in dict.fromkeys(PENDING_NOTES[said:])]
+    html = render(pf, ev, notes)
     try:
         Path(args.output).write_text(html)
     except OSError as e:

@@ -188,12 +188,30 @@ def _policies_text(ev: Evaluation) -> list[str]:
     means what its stack says: a MoE trial read "selective" alike on stacks that recompute
     core_attn, mla_up_proj or layernorm and moe_act by it); none where every policy is none or
     full."""
-    st = ev.scenario.stack
+    from .evaluate import layer_graph
+
+    sc = ev.scenario
+    st = sc.stack
     partial = [n for n in dict.fromkeys(ev.plan.recompute)
                if st.policy(n).kind not in ("none", "full")]
     if not partial:
         return []
-    return ["recompute        " + "; ".join(f"{n} = {st.policy(n).rule}" for n in partial)
+    present = layer_graph(sc.model, ev.plan, sc.training, st).modules
+
+    def rule(name: str) -> str:
+        """The policy's rule, its modules the model lacks said apart (a hardware trial read
+        "mla_up_proj" of Qwen3's plan, which has no MLA, as a mistake)."""
+        text = str(st.policy(name).rule)
+        if not text.startswith("modules:"):
+            return text
+        mods = text.removeprefix("modules:").split(",")
+        absent = [m for m in mods if m not in present]
+        kept = [m for m in mods if m in present]
+        if not absent or not kept:
+            return text
+        return f"modules:{','.join(kept)} ({', '.join(absent)}: none in {sc.model.name})"
+
+    return ["recompute        " + "; ".join(f"{n} = {rule(n)}" for n in partial)
             + f" (stack {st.name}'s policies)"]
 
 

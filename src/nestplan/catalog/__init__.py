@@ -137,6 +137,11 @@ def close_name(kind: str, name: str) -> str | None:
     """The catalog name of ``kind`` that ``name`` is likely a slip for (case aside: a user pastes
     a HuggingFace id, "Qwen3-235B-A22B", for its catalog name), or None."""
     folded = {n.lower(): n for n in list_names(kind)}
+    # the one name it begins (a hardware trial's "b200" had been told "gb200", the rack part,
+    # for the HGX part b200-sxm-180gb)
+    longer = [n for f, n in folded.items() if f.startswith(f"{str(name).lower()}-")]
+    if len(longer) == 1:
+        return longer[0]
     close = difflib.get_close_matches(str(name).lower(), list(folded), n=1, cutoff=0.75)
     return folded[close[0]] if close else None
 

@@ -32,6 +32,17 @@ UNEVEN_ROUTING = 1.2
 example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
 
 
+def evaluated(ev, imbalance_stated: bool) -> None:
+    """Every note ``evaluate`` gives of a plan it evaluated (``report`` writes the same ones into
+    the page: a hardware trial's HTML had none of the command's caveats)."""
+    idle_policies(ev)
+    recompute_costs_memory(ev)
+    host_bound(ev)
+    workload_and_stack(ev, imbalance_stated)
+    simulated_schedule(ev)
+    split_groups(ev)
+
+
 def workload_and_stack(ev, imbalance_stated: bool) -> None:
     """The notes evaluate, plan and compare give of a plan's routing load and of its stack
     (``imbalance_stated``: the command was given --moe-imbalance)."""

@@ -223,8 +223,9 @@ def _methods(pf: PlanFile) -> str:
             + table + (f"<p class=sub>No plan found by:</p><ul>{errs}</ul>" if errs else ""))
 
 
-def render(pf: PlanFile, ev: Evaluation) -> str:
-    """The report of ``pf`` (``ev`` is its evaluation by this version of nestplan)."""
+def render(pf: PlanFile, ev: Evaluation, notes: list[str] | None = None) -> str:
+    """The report of ``pf`` (``ev`` is its evaluation by this version of nestplan), with the
+    ``notes`` the command line gives of it (``notes.plan.evaluated``)."""
     sc = ev.scenario
     tl, nums = figures.timeline(ev)
     elided = (" The steady state in the middle repeats the same pattern and is cut out (…)."
@@ -238,8 +239,10 @@ def render(pf: PlanFile, ev: Evaluation) -> str:
         f"form (dashed red line: the predicted step, including gradient sync, optimizer and host "
         f"overhead) hides steady-state transfers behind compute where the compute lasts longer."
         f"{elided}")
+    said = ("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>"
+            if notes else "")
     body = "".join([
-        _summary(pf, ev),
+        _summary(pf, ev), said,
         "<h2>Pipeline timeline</h2>", _figure(tl, timeline_caption),
         "<h2>Placement on the topology</h2>",
         _figure(figures.placement(ev),
