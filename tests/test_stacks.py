@@ -1836,8 +1836,8 @@ def test_a_policys_modules_the_model_lacks_are_said_apart():
             "--recompute", "fine-grained"]
     code, out, err = cli("evaluate", "--model", "qwen3-30b-a3b", *args)
     assert code == 0, err
-    assert ("fine-grained = modules:layernorm,moe_act (mla_up_proj: none in qwen3-30b-a3b)"
-            in out), out
+    assert ("fine-grained = modules:layernorm,moe_act (mla_up_proj: not an operator of "
+            "qwen3-30b-a3b on stack nemo-moe-blackwell)") in out, out
     code, out, err = cli("evaluate", "--model", "deepseek-v3", *flags(*args, "--gpus", 256,
                                                                      "--pp", 4, "--vp", 2,
                                                                      "--ep", 64))

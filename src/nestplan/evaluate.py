@@ -97,7 +97,8 @@ def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = N
     ``num_floating_point_operations``, megatron/training/training.py @ d98e8a64dd): every layer's
     attention over the whole sequence, windows aside, or with ``document_span`` within each
     document, as the export launches such a plan (--dataloader-inter-document-masking: THD
-    sub-sequences, whose attention it counts by their squared lengths' sum: a review's), and its
+    sub-sequences, whose cu_seqlens feed the count, update_seqlen_stats_from_cu_seqlens in
+    pretrain_gpt.py l.324-331, by their squared lengths' sum: a review's), and its
     core at half for the causal mask; a gated MLP counted as gated only under
     --swiglu (its ``gated_linear_multiplier``), which the export writes for SwiGLU alone: a
     GeLU-gated one (--quick-geglu, GPT-OSS's clamped one too) counts as two matrices, not three

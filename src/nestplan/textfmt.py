@@ -199,8 +199,9 @@ def _policies_text(ev: Evaluation) -> list[str]:
     present = layer_graph(sc.model, ev.plan, sc.training, st).modules
 
     def rule(name: str) -> str:
-        """The policy's rule, its modules the model lacks said apart (a hardware trial read
-        "mla_up_proj" of Qwen3's plan, which has no MLA, as a mistake)."""
+        """The policy's rule, its modules the model's graph lacks on this stack said apart (a
+        hardware trial read "mla_up_proj" of Qwen3's plan, which has no MLA, as a mistake; a
+        norm the stack fuses into the next linear layer is not one either: a review's)."""
         text = str(st.policy(name).rule)
         if not text.startswith("modules:"):
             return text
@@ -209,7 +210,8 @@ def _policies_text(ev: Evaluation) -> list[str]:
         kept = [m for m in mods if m in present]
         if not absent or not kept:
             return text
-        return f"modules:{','.join(kept)} ({', '.join(absent)}: none in {sc.model.name})"
+        return (f"modules:{','.join(kept)} ({', '.join(absent)}: not an operator of "
+                f"{sc.model.name} on stack {st.name})")
 
     return ["recompute        " + "; ".join(f"{n} = {rule(n)}" for n in partial)
             + f" (stack {st.name}'s policies)"]

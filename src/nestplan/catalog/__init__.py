@@ -142,6 +142,8 @@ def close_name(kind: str, name: str) -> str | None:
     longer = [n for f, n in folded.items() if f.startswith(f"{str(name).lower()}-")]
     if len(longer) == 1:
         return longer[0]
+    if longer:  # (several: no one of them picked, "llama3" for llama3-8b, a review's)
+        return None
     close = difflib.get_close_matches(str(name).lower(), list(folded), n=1, cutoff=0.75)
     return folded[close[0]] if close else None
 
