@@ -523,7 +523,7 @@ def test_bandwidths_no_network_has_are_noted(tmp_path):
     code, out, err = cli("evaluate", "--cluster", tmp_path / "c.toml", *args)
     assert code == 0 and "note: mine: level leaf gives a device 400 GB/s" in err, err
     code, out, err = cli("evaluate", "--cluster", "nest-tpuv4-fattree", *args)
-    assert "scale-out" not in err, err
+    assert code == 0 and "scale-out" not in err, err  # (it ran: the note had its chance)
     (tmp_path / "s.toml").write_text(f'[grid]\nmodel = ["llama3-8b"]\ncluster = ["{tmp_path}/c.toml"]'
                                      '\ngpus = [8]\n')
     code, out, err = cli("sweep", tmp_path / "s.toml", "--dry-run")

@@ -929,8 +929,7 @@ def _fit_summary(result, plans: int) -> str:
     predicted by the fit without it; says when that is worse than before (the fit then does not
     carry to runs it was not given: a calibrating user's 3-row fit, 6.5 % before and 7.4 % left
     out, had shown no word of it) and why no rows were left out."""
-    def mean(xs):
-        return sum(abs(x) for x in xs) / len(xs)
+    from .calibrate import mean_abs as mean
 
     text = f"mean |error|: before {mean(result.before):.1%}, after {mean(result.after):.1%}"
     if not result.loo:

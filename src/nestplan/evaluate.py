@@ -67,7 +67,8 @@ def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
                    qkv_views=stack.qkv_views,
                    expert_combine_bytes=stack.expert_combine_bytes,
                    scores_in_activation=stack.scores_in_activation,
-                   per_op_reruns_all_to_all=not stack.per_op_saves_all_to_all)
+                   per_op_reruns_all_to_all=(not stack.per_op_saves_all_to_all
+                                             and stack.moe_dispatcher == "alltoall"))
 
 
 def _no_round_off(part: float, whole: float) -> float:

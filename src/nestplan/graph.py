@@ -283,8 +283,9 @@ class Local:
     """A fused gated activation applies the routing scores (the stack's
     ``scores_in_activation``): the combine keeps nothing."""
     per_op_reruns_all_to_all: bool = False
-    """A per-op selective checkpoint runs the expert exchange's all-to-alls again (the stack's
-    ``per_op_saves_all_to_all`` off)."""
+    """A per-op selective checkpoint runs the expert exchange's all-to-alls again: the stack's
+    ``per_op_saves_all_to_all`` off, with the ``alltoall`` dispatcher (DeepEP's and HybridEP's
+    ops are on SelectiveAC's save list: a review's)."""
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -358,7 +359,7 @@ class _Dims:
         under SP, unless the stack keeps the gathered input."""
         self.h = m.hidden
         self.a = m.heads / t
-        self.g = m.kv_heads / t if m.kv_heads >= t else 1.0
+        self.g = float(m.kv_heads_per_rank(t))
         """KV heads a rank attends with: one when tp > kv_heads (its slice of the gathered
         projection: ``kv_gather``)."""
         self.kv_gather = m.kv_heads < t
@@ -704,10 +705,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                       # padded to capacity, every device computes its capacity alike
                       expert_load=(loc.moe_load if moe and loc.ep > 1 and not loc.moe_padded
                                    else 1.0),
-                      # (DeepEP's and HybridEP's ops are on SelectiveAC's save list: a review's)
                       per_op_reruns=((CollKind.ALL_TO_ALL.value,)
-                                     if moe and loc.per_op_reruns_all_to_all
-                                     and loc.moe_dispatcher == "alltoall" else ()))
+                                     if moe and loc.per_op_reruns_all_to_all else ()))
 
 
 def _dispatch(x: "_Dims", routed: float, tokens: float) -> list[Comm]:

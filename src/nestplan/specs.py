@@ -365,6 +365,13 @@ class ClusterSpec(_CachedHash):
             out.append(acc)
         return tuple(out)
 
+    def top_level(self, gpus: int) -> int:
+        """The highest level a job of ``gpus`` devices, its ranks filling devices in order,
+        crosses: the last whose block below holds fewer (0: within one innermost domain, or one
+        device)."""
+        below = (1, *self.block_sizes())
+        return max((i for i, inside in enumerate(below) if gpus > inside), default=0)
+
     @property
     def devices_per_node(self) -> int:
         """Devices under one level-0 group."""
@@ -889,6 +896,12 @@ class ModelSpec(_CachedHash):
     def without_local_attention(self) -> "ModelSpec":
         """The model with every layer attending to the whole sequence."""
         return replace(self, local_span=0, local_share=0.0, sliding_window=0, local_layers=())
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads a tensor-parallel rank attends with: its share, or one, replicated, where TP
+        exceeds them (Megatron-Core's attention: a valid TP degree divides the KV heads or is a
+        multiple of them, ``kv_heads_refusal``)."""
+        return self.kv_heads // tp if self.kv_heads >= tp else 1
 
     def position_rows(self, seq_len: int) -> int:
         """Rows of the learned position table when trained at ``seq_len`` (0 without one): a
@@ -1480,7 +1493,7 @@ def sinks_cp_refusal(m: ModelSpec, stack, tp: int, cp: int) -> str | None:
     one KV head a rank, had been recommended; only its export said it does not run.)"""
     if cp == 1 or not m.attention_sinks or stack is None or not stack.cp_gathers_windows:
         return None
-    q, kv = m.heads // tp, (m.kv_heads // tp if m.kv_heads >= tp else 1)
+    q, kv = m.heads // tp, m.kv_heads_per_rank(tp)
     if q % cp == 0 and kv % cp == 0:
         return None
     return (f"attention with sinks runs under context parallelism only with Transformer "

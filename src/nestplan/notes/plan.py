@@ -158,12 +158,11 @@ def beyond_calibration(ev) -> None:
         span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
         # (a review: 16 GPUs beside runs on one 8-GPU node cross the network, which the runs
         # did not, though within twice their count)
-        reach = _top_level(sc.cluster, n)
-        if n > hi * CALIBRATION_REACH or reach > _top_level(sc.cluster, hi):
+        reach, runs = sc.cluster.top_level(n), sc.cluster.top_level(hi)
+        if n > hi * CALIBRATION_REACH or reach > runs:
             beyond = (f"its groups reach the {levels[reach].name} level, beyond the runs' "
-                      f"{levels[_top_level(sc.cluster, hi)].name} on this cluster"
-                      if reach > _top_level(sc.cluster, hi) else "its groups span far more "
-                      "devices than the runs'")
+                      f"{levels[runs].name} on this cluster" if reach > runs
+                      else "its groups span far more devices than the runs'")
             note(f"stack {st.name} was calibrated on runs of {span} GPUs; on {n:,} {beyond}, and "
                  "what the fit gave the runs' mix of compute and communication may not carry "
                  "(calibrate on runs nearer this size)")
@@ -178,19 +177,6 @@ def beyond_calibration(ev) -> None:
                 "not in them" if kind == "moe" else
                 f"{sc.model.name} has no experts, whose costs the fit may have absorbed")
              + ": calibrate on runs of its kind")
-
-
-def _top_level(cluster, gpus: int) -> int:
-    """The highest network level a job of ``gpus`` devices filled in rank order crosses (0: it
-    stays inside one innermost domain; a job of one device is given 0 too)."""
-    top, under = 0, 1
-    for i, level in enumerate(cluster.levels):
-        if gpus > under:
-            top = i
-        if level.size is None:
-            break
-        under *= level.size
-    return top
 
 
 LONG_CONTEXT_HOPPER_SLOW = (0.108, 0.220)

@@ -125,7 +125,7 @@ def fit_limits(cases, result, base) -> None:
     ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
     +378 % after the fit, plans then at 99 % MFU, without a word), when the rows span several
     accelerators, or when the peaks are below the memory model's tensors."""
-    from ..calibrate import PARAMETERS
+    from ..calibrate import PARAMETERS, mean_abs
     from ..textfmt import first_of
     from ..units import GiB
     from ..validation import MEMORY_TOLERANCE, ROW_TOLERANCE
@@ -143,7 +143,7 @@ def fit_limits(cases, result, base) -> None:
              f"were within it on {base.name} ({first_of(pushed)}): one calibration of these rows "
              "misses them; check the rows farthest off before the fit, or calibrate apart runs "
              "that differ (plans, models, stacks)")
-    before, after = (sum(map(abs, errs)) / len(errs) for errs in (result.before, result.after))
+    before, after = mean_abs(result.before), mean_abs(result.after)
     if after > before + 5e-4:  # (a two-row fit had left the mean worse without a word; by more
         # than the printed figures' rounding, so that they differ)
         note(f"the fit leaves the rows' mean |error| worse than {base.name}'s ({before:.1%} -> "
