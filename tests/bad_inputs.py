@@ -277,6 +277,11 @@ case("list-accelerator-short-name", ["list", "accelerators", "b200"],
 case("plan-model-in-hf-case", ["plan", "--model", "Qwen3-235B-A22B", "--cluster", "dgx-h100-ndr",
                                "--gpus", "64"],
      "model: got 'Qwen3-235B-A22B'; unknown model (did you mean 'qwen3-235b-a22b'?)")
+# a catalog name in another case is that name, not a longer one it begins (a DeepSpeed trial's
+# "DeepSpeed" had been told "deepspeed-2021")
+case("plan-stack-in-another-case", ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                                    "--gpus", "8", "--stack", "DeepSpeed"],
+     "stack: got 'DeepSpeed'; unknown stack (did you mean 'deepspeed'?)")
 case("list-model-missing-file", ["list", "models", "{d}/none.toml"], "none.toml'; no such file",
      d=DIR)
 

@@ -296,6 +296,30 @@ def test_validate_names_missing_columns(tmp_path, capsys):
                           "step_time_s; every runs CSV has id, model") in err
 
 
+def test_a_runs_file_without_a_needed_column_or_a_global_batch_says_so(tmp_path):
+    """A runs file without a ``tp`` column is told so, not that a cell is blank; rows without a
+    global batch are read as one micro-batch per replica, which a note now says (a torchtitan
+    trial's file without the column was calibrated without a word)."""
+    from console import cli, one_line_error
+
+    path = tmp_path / "runs.csv"
+    path.write_text("id,model,gpu,num_gpus,seq_len,global_batch,micro_batch,metric,step_time_s\n"
+                    "mine,llama3-8b,H100,8,8192,64,1,step_time,4.0\n")
+    assert one_line_error(*cli("validate", "--csv", path), "(mine).tp: got ''; must be given: "
+                          "the file has no tp column")
+    path.write_text("id,model,gpu,num_gpus,tp,seq_len,micro_batch,metric,step_time_s\n"
+                    "a,llama3-8b,H100,8,1,8192,1,step_time,1.0\n"
+                    "b,llama3-8b,H100,8,1,8192,1,step_time,1.0\n")
+    code, _, err = cli("validate", "--csv", path)
+    assert code in (0, 1), err
+    assert ("runs.csv: rows a, b give no global_batch: each step read as one micro-batch per "
+            "data-parallel replica (micro_batch x dp, no gradient accumulation)") in err
+    path.write_text("id,model,gpu,num_gpus,tp,seq_len,global_batch,micro_batch,metric,"
+                    "step_time_s\na,llama3-8b,H100,8,1,8192,8,1,step_time,1.0\n")
+    code, _, err = cli("validate", "--csv", path)
+    assert code in (0, 1) and "no global_batch" not in err, err
+
+
 def test_validate_takes_a_csv_with_only_the_columns_its_rows_need(tmp_path, capsys):
     """A catalog model and a GPU need none of the shared files' size and bookkeeping columns."""
     path = tmp_path / "runs.csv"
@@ -502,8 +526,8 @@ def test_a_compared_plan_moved_to_another_cluster_drops_the_comparison(tmp_path)
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
     """Ctrl-C (to the whole process group, as a terminal sends it) or SIGTERM (to nestplan only)
-    while compare's methods run side by side: one line, the shell's code, and no search left
-    running (a Ctrl-C had printed a traceback)."""
+    while compare's methods run side by side: one line last, after the notes the command had
+    made, the shell's code, and no search left running (a Ctrl-C had printed a traceback)."""
     import signal
     import time
 
@@ -534,7 +558,10 @@ def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-    assert (p.returncode, out, err) == (code, "", "nestplan: interrupted\n")
+    assert (p.returncode, out) == (code, "")
+    *noted, last = err.splitlines()  # its notes of the scenario (the defaults it took), then
+    assert last == "nestplan: interrupted"  # the one line of how it ended
+    assert all(line.startswith("nestplan: note: ") for line in noted), err
     assert not left
 
 

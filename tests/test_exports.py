@@ -589,6 +589,34 @@ def test_megatron_trains_the_depths_where_the_plan_puts_them():
     check_torchtitan(pf, titan)
 
 
+def test_the_megatron_header_says_how_to_read_the_arguments_into_bash(tmp_path):
+    """The header's bash line (``megatron.LAUNCH_ARGS``) gives pretrain_gpt.py the arguments the
+    file's lines hold, the layout's quotes taken off and the continuations joined (a user trial
+    pasted the whole file, comments too, after ``pretrain_gpt.py``)."""
+    import shlex
+    import subprocess
+
+    from nestplan.exports.megatron import LAUNCH_ARGS
+
+    sc = scenario_from_names("deepseek-v3", "dgx-h100-ndr", 1024, seq_len=4096, global_batch=8192)
+    par = Parallelism(tp=2, pp=8, vp=4, dp=64, ep=64, etp=1, sp=True, zero=1, mbs=1,
+                      stage_layers=(1,) + (2,) * 30 + (0,))
+    text = exported(sc, par, "megatron").text
+    assert f"in bash, FILE this file: {LAUNCH_ARGS};" in text
+    path = tmp_path / "run.args"
+    path.write_text(text)
+    script = (LAUNCH_ARGS.replace("FILE", shlex.quote(str(path)))
+              + '; python3 -c "import json, sys; print(json.dumps(sys.argv[1:]))" "$@"')
+    got = json.loads(subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                    check=True).stdout)
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert got == shlex.split(" ".join(line.rstrip(" \\") for line in lines))
+    layout = got[got.index("--pipeline-model-parallel-layout") + 1]
+    assert layout.startswith("Et|tt|") and "'" not in layout
+    assert got[0] == "--tensor-model-parallel-size" and len(lines) == sum(
+        w.startswith("--") for w in got)
+
+
 def test_exports_say_what_they_change_and_warn_when_nothing_fits():
     sc, par = plans()[1]  # ZeRO-3 under pipelining, per-stage recomputation
     pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
@@ -1140,6 +1168,10 @@ def test_torchtitan_graphs_the_step_only_where_the_stack_costs_it(graphs, tmp_pa
         tp=1, pp=1, dp=8, zero=3, mbs=1, recompute=("selective",)))))
     out = export(pf, "torchtitan")
     assert not any("CUDA graph" in n for n in out.notes), out.notes
+    # the flag is said why where it is set (a torchtitan trial found it with no word)
+    said = [n for n in out.notes if n.startswith("--training.disable_cuda_graphs: stack tt-none "
+                                                 "costs an eager step")]
+    assert len(said) == (graphs == "none") and all(f"# note: {n}" in out.text for n in said)
     pytest.importorskip("torchtitan.config.manager")
     pytest.importorskip("triton")
     from torchtitan.config.manager import ConfigManager

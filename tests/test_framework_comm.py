@@ -133,3 +133,48 @@ def test_tp_beyond_the_kv_heads_gathers_the_projection_as_megatron_core_does():
     # torchtitan splits each KV head whole: refused there
     assert kv_heads_refusal(model, get_stack("torchtitan"), 2) is not None
     assert kv_heads_refusal(model, get_stack("megatron-core"), 2) is None
+
+
+DEEPSPEED_ZERO = Path(__file__).parent / "frameworks_deepspeed_zero2.py"
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("stage", [1, 2])
+def test_deepspeed_zero_all_reduces_the_gradients_and_gathers_inside_its_step(stage):
+    """DeepSpeed's ZeRO-1/2 optimizer with its defaults, on two gloo ranks
+    (``frameworks_deepspeed_zero2.py``): the backward all-reduces the whole gradient (each bucket,
+    every rank keeping its partition), not a reduce-scatter, and the step gathers the updated
+    bf16 weights before it returns. The deepspeed stack costs both so (``zero_grad_allreduce``,
+    ``optimizer_gather_waits``): a DeepSpeed user's trial found a reduce-scatter charged and the
+    gather hidden behind the next forward, as Megatron's distributed optimizer hides it."""
+    p = subprocess.run([sys.executable, str(DEEPSPEED_ZERO), str(stage)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["defaults"]["use_multi_rank_bucket_allreduce"] is True
+    assert got["backward"] == {"all_reduce": pytest.approx(1.0)}  # bytes per gradient byte
+    gathers = {k: v for k, v in got["step"].items() if k.startswith("all_gather")}
+    assert sum(gathers.values()) == pytest.approx(1.0)  # bytes per bf16 weight byte
+    assert got["step"]["all_reduce"] < 1e-3  # (the gradient norm's scalar)
+    assert got["after"] == {}
+
+    st = get_stack("deepspeed")
+    assert st.zero_grad_allreduce and st.optimizer_gather_waits
+    sc = scenario_from_names("llama3-8b", "selene-a100-hdr", 64, seq_len=4096, global_batch=128,
+                             stack="deepspeed")
+    par = Parallelism(dp=64, zero=stage, mbs=1, recompute=("full",))
+
+    def costed(**fields):
+        return evaluate(replace(sc, stack=replace(st, **fields)), par)
+
+    ds, scattered = costed(), costed(zero_grad_allreduce=False)
+    # on the links, in units of one gather of the bf16 weights (a ring's all-reduce is two of
+    # them, a reduce-scatter of the bf16 gradients one): ZeRO-1 reduces once a step, ZeRO-2 each
+    # of the 2 micro-batches, and both gather once
+    reductions = 1 if stage == 1 else 2
+    assert ds.link_time["dp"] / scattered.link_time["dp"] == pytest.approx(
+        (2 * reductions + 1) / (reductions + 1), rel=1e-6)
+    hidden = costed(optimizer_gather_waits=False)
+    assert ds.step_time > hidden.step_time  # the gather no longer hides behind a forward
+    assert ds.time.dp - hidden.time.dp > 0
+

@@ -530,6 +530,53 @@ def test_bandwidths_no_network_has_are_noted(tmp_path):
     assert code == 0 and "note: grid: mine: level leaf gives a device 400 GB/s" in err, err
 
 
+def test_levels_without_an_efficiency_and_a_plan_moved_to_a_slipped_cluster_are_noted(tmp_path):
+    """A cluster file whose levels give no efficiency is costed at their line rate, which a note
+    says (a Megatron user's own file for the catalog's network ran 1.8 % faster than it, without
+    a word); a file that gives every level its efficiency, and the catalog's, get none; the
+    unit-slip note comes with a saved plan moved to such a file too (it had come only when the
+    file was given with the plan's flags)."""
+    from console import cli
+
+    from nestplan.catalog import list_names
+    from nestplan.notes.scenario import unstated_efficiencies
+
+    assert not [n for n in list_names("clusters") if unstated_efficiencies(get_cluster(n))]
+    code, out, _ = cli("list", "clusters", "dgx-h100-ndr")
+    stated = out.replace('name = "dgx-h100-ndr"', 'name = "mine"')
+    (tmp_path / "stated.toml").write_text(stated)
+    assert unstated_efficiencies(get_cluster(str(tmp_path / "stated.toml"))) is None
+    bare = "\n".join(line for line in stated.splitlines() if not line.startswith("efficiency"))
+    (tmp_path / "bare.toml").write_text(bare)
+    text = unstated_efficiencies(get_cluster(str(tmp_path / "bare.toml")))
+    assert text.startswith("mine: levels nvlink, leaf, spine, core give no efficiency")
+    args = ["--model", "llama3-8b", "--gpus", 16, "--tp", 8, "--pp", 1, "--mbs", 1,
+            "--global-batch", 16, "--seq-len", 2048]
+    code, out, err = cli("evaluate", "--cluster", tmp_path / "bare.toml", *args, "--save",
+                         tmp_path / "p.json")
+    assert code == 0 and f"note: {text}" in err, err
+    step = float(out.split("step time")[1].split()[0])
+    code, out, err = cli("evaluate", "--cluster", "dgx-h100-ndr", *args)
+    assert "give no efficiency" not in err
+    assert float(out.split("step time")[1].split()[0]) > step  # (line rate: faster)
+    (tmp_path / "slip.toml").write_text(stated.replace("bandwidth_GBps = 50.0",
+                                                       "bandwidth_GBps = 400.0", 1))
+    code, out, err = cli("evaluate", "--plan", tmp_path / "p.json", "--cluster",
+                         tmp_path / "slip.toml")
+    assert code == 0 and "note: mine: level leaf gives a device 400 GB/s" in err, err
+    # said where a user checks the file too; the figures named are those of a catalog cluster
+    # of the file's accelerator (a DeepSpeed trial's A100 file had been told H100's)
+    code, out, err = cli("list", "clusters", tmp_path / "bare.toml")
+    assert code == 0 and f"note: {text}" in err and "devices under one block" in out
+    code, out, _ = cli("list", "clusters", "selene-a100-hdr")
+    (tmp_path / "a100.toml").write_text("\n".join(
+        line for line in out.replace('name = "selene-a100-hdr"', 'name = "a100s"').splitlines()
+        if not line.startswith("efficiency")))
+    code, out, err = cli("list", "clusters", tmp_path / "a100.toml")
+    assert "the catalog's selene-a100-hdr, on a100-sxm-80gb too, gives nvlink 0.77" in err, err
+    assert "the catalog's dgx-h100-ndr, on h100-sxm-80gb too, gives nvlink 0.82" in text
+
+
 def test_the_embedding_copies_all_reduce_is_a_group_of_its_own():
     """A tied output weight on the last stage all-reduces its gradient with the embedding's on
     the first: its traffic and the level it crosses are named apart from dp's (a datacenter

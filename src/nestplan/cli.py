@@ -236,6 +236,7 @@ def _scenario(args):
     scenario_notes.position_table(sc)
     scenario_notes.trained_context(sc)
     scenario_notes.huge_batch(sc, args.global_batch is not None)
+    scenario_notes.default_workload(sc, args.seq_len is None, args.global_batch is None)
     return _with_headroom(sc, args)
 
 
@@ -430,6 +431,7 @@ def cmd_evaluate(args) -> int:
         if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
             sc = _on_cluster(sc, args.cluster)
             scenario_notes.straddling_domains(sc)
+            scenario_notes.cluster_bandwidths(sc)  # (a user trial's Gb/s slip went unsaid here)
         if args.moe_imbalance is not None:  # the same plan at another routing balance
             sc = _at_imbalance(args, sc)
         check_plan(sc, plan)
@@ -683,6 +685,9 @@ def cmd_list(args) -> int:
             print("# devices under one block of each level: " + ", ".join(
                 f"{lv.name} {'any number' if n is None else f'{n:,}'}"
                 for lv, n in zip(spec.levels, blocks)))
+            # (a DeepSpeed trial checked its file here, where its figures' notes had not come)
+            for text in scenario_notes.cluster_texts(spec):
+                note(text)
         print(text, end="")
         return 0
     for name in list_names(args.kind):
@@ -1102,6 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nestplan: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (sweep reports its own, keeping its rows)
+        flush_notes()  # (what the command had noted, then how it ended: the last line)
         print(("\n" if sys.stderr.isatty() else "") + "nestplan: interrupted", file=sys.stderr)
         return exit_code(e)
     except BrokenPipeError:

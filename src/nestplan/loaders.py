@@ -408,6 +408,7 @@ def level_from_table(table: dict, where: str) -> Level:
         latency=latency * units.US,
         oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
         efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
+        efficiency_stated="efficiency" in table,
     )
 
 
@@ -747,7 +748,8 @@ def _stack_fields() -> dict:
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "norm_in_linear",
                                     "cp_gathers_windows", "cp_shards_weights",
                                     "overlap_grad_reduce",
-                                    "overlap_param_gather", "overlap_p2p", "flat_dp_collectives",
+                                    "overlap_param_gather", "optimizer_gather_waits", "zero_grad_allreduce",
+                                    "overlap_p2p", "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
                                     "fp8_primary_weights",
@@ -850,7 +852,8 @@ LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "inte
                     "expert_layer_injected", "fp8_weight_cache_bytes", "fp8_primary_weights",
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights",
                     "moe_syncs_without_ep", "tp_beyond_kv_heads", "pipeline_tied_embeddings",
-                    "mtp_without", "per_op_saves_all_to_all")
+                    "mtp_without", "per_op_saves_all_to_all", "optimizer_gather_waits",
+                    "zero_grad_allreduce")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``. (Not the keys a stack
 may leave unset, which a table then lacks: ``default_zero_with_pp``.)"""

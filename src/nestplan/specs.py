@@ -298,6 +298,9 @@ class Level(_CachedHash):
     """Downlink / uplink capacity ratio of the links into this level (>= 1)."""
     efficiency: float = 1.0
     """Fraction of ``bandwidth`` that large collectives reach (protocol and kernel overheads)."""
+    efficiency_stated: bool = field(default=True, compare=False)
+    """Whether the cluster file gave ``efficiency`` (what is said of a level, not what it
+    costs: ``notes.scenario.unstated_efficiencies``)."""
 
     def __post_init__(self):
         if self.size is not None:
@@ -1418,9 +1421,13 @@ def batch_refusal(global_batch: int, mbs: int | None, dp: int, how: str = "") ->
     found when it was not given. None when they can."""
     if global_batch % (dp * (mbs or 1)) == 0:
         return None
+    step = dp * (mbs or 1)
     rule = (f"must be a multiple of dp = {dp}" if mbs is None
-            else f"must be a multiple of mbs·dp = {mbs}·{dp} = {mbs * dp}")
-    return SpecError("global_batch", global_batch, rule + how)
+            else f"must be a multiple of mbs·dp = {mbs}·{dp} = {step}")
+    # the nearest (a NEST-paper trial's baselines of ceil(B/d) micro-batches, 4,096 over dp 42)
+    below, above = global_batch // step * step, -(-global_batch // step) * step
+    near = f" (the nearest: {below:,} or {above:,})" if below else f" (the least: {above:,})"
+    return SpecError("global_batch", global_batch, rule + how + near)
 
 
 def schedule_refusal(sc: Scenario, name: str, pp: int, vp: int, mbs: int, dp: int, *,

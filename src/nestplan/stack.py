@@ -177,8 +177,20 @@ class StackSpec(_CachedHash):
     too: the export says so when ``overlap_param_gather`` differs)."""
     overlap_param_gather: bool = True
     """Sharded parameters' all-gathers overlap compute: the sharded optimizer's after the step
-    with the next step's first forward, and ZeRO-3's gathers with the layers they precede;
-    without it they all show in full."""
+    with the next step's first forward (unless ``optimizer_gather_waits``), and ZeRO-3's gathers
+    with the layers they precede; without it they all show in full."""
+    zero_grad_allreduce: bool = False
+    """Under ZeRO-1/2 the data-parallel gradients are all-reduced bucket by bucket, each rank
+    keeping its partition, not reduce-scattered: twice the traffic. DeepSpeed's, whose
+    ``average_tensor`` sends every bucket through ``allreduce_and_scatter`` (``dist.all_reduce``)
+    under its default ``use_multi_rank_bucket_allreduce = true``
+    (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8 wheel; a DeepSpeed user's trial); its 2021-22
+    releases, before that option, reduced each partition to its owner."""
+    optimizer_gather_waits: bool = False
+    """The sharded optimizer (ZeRO-1/2) gathers the updated weights inside its step, which waits
+    for the gather, so none of it overlaps the next forward: DeepSpeed's, whose ``step`` ends with
+    ``all_gather_dp_groups`` (deepspeed/runtime/zero/stage_1_and_2.py, 0.19.8 wheel; a DeepSpeed
+    user's trial). Megatron's distributed optimizer with --overlap-param-gather does not."""
     tp_overlap: TPOverlap = TPOverlap.BACKWARD
     """Tensor-parallel communication overlap."""
     tp_overlap_beyond_domain: TPOverlap = TPOverlap.BACKWARD

@@ -194,7 +194,13 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
         if len(s) > 1:
             svg.polyline([(px(x), py(y)) for x, y in s], c)
         for x, y in s:
-            svg.circle(px(x), py(y), 3, c, tip=f"{name}: x={x:g}, y={y:,.4g}")
+            svg.circle(px(x), py(y), 3, c, tip=f"{name}: x={x:g}, y={_tip_number(y)}")
     legend(svg, left, height + 4, [(n, colour(i)) for i, (n, _) in enumerate(series)],
            per_row=per_row, col_width=pw / per_row)
     return svg
+
+
+def _tip_number(y: float) -> str:
+    """A point's value as its tooltip shows it: whole with thousands separators from 1,000 on,
+    four significant digits below (a NEST-paper trial's tooltips mixed "1.326e+04" with "9,449")."""
+    return f"{y:,.0f}" if abs(y) >= 1000 else f"{y:.4g}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
+from . import accuracy
 from .axes import order_text
 from .result import Evaluation
 from .specs import plan_knobs, split_text
@@ -249,6 +250,9 @@ def evaluation(ev: Evaluation) -> str:
         out.append(f"memory margin    {ev.margin / GiB:.1f} GiB free; headroom "
                    f"{ev.headroom / GiB:.1f} GiB ({ev.scenario.memory_headroom:.0%} of HBM): "
                    f"{headroom_verdict(ev)}")
+    measured = accuracy.text(sc)
+    if measured:
+        out.append(f"measured error   {measured}")
     out += ["", "time per step (exposed; on the slowest pipeline stage):"]
     total = ev.step_time
     for f in fields(ev.time):
@@ -380,9 +384,12 @@ def search_result(res, top: int | None = None) -> str:
     that found fewer did not fill)."""
     best = res.best
     sc = best.scenario
+    # (exhaustive tries every split by brute force: a NEST-paper trial read "the stage dynamic
+    # program" of it)
+    how = ("every split tried by brute force for" if res.method == "exhaustive"
+           else "the stage dynamic program solved")
     out = [f"{res.method}: {len(res.plans)} best plan(s) for {sc.model.name} on {sc.gpus} x "
-           f"{sc.cluster.accelerator.name} ({sc.cluster.name}); the stage dynamic program "
-           f"solved {res.solved:,} of "
+           f"{sc.cluster.accelerator.name} ({sc.cluster.name}); {how} {res.solved:,} of "
            f"{res.configurations:,} configurations in {res.seconds:.1f} s", ""]
     groups = _order_twins(res.plans)
     rows = _top_rows(res.plans, groups)

@@ -199,8 +199,14 @@ class _Row:
     def required(self, key: str) -> int:
         n = self.number(key)
         if n is None:
-            raise SpecError(f"{self.where}.{key}", "", "must be given")
+            raise SpecError(f"{self.where}.{key}", "", self.must_give(key))
         return n
+
+    def must_give(self, key: str) -> str:
+        """What a refusal of a blank ``key`` says: a file without the column is told so (a
+        torchtitan trial's file without ``tp`` had read as a blank cell)."""
+        return ("must be given" if key in self.data
+                else f"must be given: the file has no {key} column")
 
     def path(self, key: str, base: Path) -> str:
         """The column as a catalog name, or as a file path relative to the CSV."""
@@ -377,8 +383,8 @@ def _plan(row: _Row, gpus: int, stack: StackSpec, model: ModelSpec) -> Paralleli
     if tp is None:  # Narayanan Table 2 gives only the model-parallel size t·p
         mp = row.other("model_parallel_size")
         if not mp or int(mp) % 8:  # (a whole number > 0 where given: _Row)
-            raise SpecError(f"{row.where}.tp", "", "must be given (or model_parallel_size=N, a "
-                            "multiple of 8, in other_metrics)")
+            raise SpecError(f"{row.where}.tp", "", f"{row.must_give('tp')} (or "
+                            "model_parallel_size=N, a multiple of 8, in other_metrics)")
         mp = int(mp)
         tp, pp = 8, mp // 8
     elif row.other("model_parallel_size") and int(row.other("model_parallel_size")) != tp * (pp or 1):
@@ -653,11 +659,13 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
     there is refused with its own error; else, with a ``set_aside`` list, the row joins the list
     and is left out, and without one the refusal names ``stack`` (calibrate)."""
     path = Path(path)
-    cases, lora = [], []
+    cases, lora, unbatched = [], [], []
     for row in _rows(path, field):
         if row.regime() == "lora" and not include_lora:
             lora.append(row.text("id"))
             continue
+        if row.number("global_batch") is None and not row.other("local_batch"):
+            unbatched.append(row.text("id"))
         try:
             cases.append(_row_case(row, path.parent, stack, calibration))
         except SpecError as e:
@@ -676,7 +684,21 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
         warnings.warn(Note(f"{path.name}: {len(lora)} lora row{'s' if len(lora) > 1 else ''} "
                            f"left out (frozen weights are not modelled): {', '.join(lora)}"),
                       stacklevel=2)
+    if unbatched:  # (a torchtitan trial's file without the column was fitted without a word)
+        warnings.warn(Note(f"{path.name}: {_rows_text(unbatched)} no global_batch: each step "
+                           "read as one micro-batch per data-parallel replica (micro_batch x dp, "
+                           "no gradient accumulation); give global_batch where the runs "
+                           "accumulated"), stacklevel=2)
     return cases
+
+
+def _rows_text(ids: list[str], shown: int = 5) -> str:
+    """``ids`` as a note names them, e.g. "rows a, b give" or "7 rows (a, b, ...) give"."""
+    if len(ids) == 1:
+        return f"row {ids[0]} gives"
+    if len(ids) <= shown:
+        return f"rows {', '.join(ids)} give"
+    return f"{len(ids)} rows ({', '.join(ids[:shown])}, ...) give"
 
 
 def _rows(path: Path, field: str = "--csv") -> list[_Row]:

@@ -137,6 +137,8 @@ def close_name(kind: str, name: str) -> str | None:
     """The catalog name of ``kind`` that ``name`` is likely a slip for (case aside: a user pastes
     a HuggingFace id, "Qwen3-235B-A22B", for its catalog name), or None."""
     folded = {n.lower(): n for n in list_names(kind)}
+    if str(name).lower() in folded:  # (a DeepSpeed trial's "DeepSpeed" had been told
+        return folded[str(name).lower()]  # "deepspeed-2021", the one name it begins)
     # the one name it begins (a hardware trial's "b200" had been told "gb200", the rack part,
     # for the HGX part b200-sxm-180gb)
     longer = [n for f, n in folded.items() if f.startswith(f"{str(name).lower()}-")]

@@ -428,7 +428,7 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
     """Forward and backward time of one micro-batch through chunk ``ch``."""
     par, st = cc.par, cc.sc.stack
     eff = st.overlap_efficiency
-    rs = _dp(cc.rs, ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
+    rs = _dp(grad_sync_coefficients(cc), ch.params * st.grad_bytes, ch.eparams * st.grad_bytes) \
         if par.zero >= 2 and not st.defers_grad_sync(par.pp, par.zero) else 0.0 * ch.params
     ag = _dp(cc.ag, ch.gathered, ch.egathered) if par.zero >= 3 else 0.0 * ch.params
     rs, ag = np.asarray(rs)[..., None], np.asarray(ag)[..., None]
@@ -454,6 +454,14 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
                      zero_exposed=extra_f + extra_b, zero_link=ag_f + comm_b)
 
 
+def grad_sync_coefficients(cc: ConfigCosts):
+    """The collective that reduces the data-parallel gradients: an all-reduce without ZeRO, and
+    under ZeRO-1/2 where the stack all-reduces each bucket (``StackSpec.zero_grad_allreduce``:
+    DeepSpeed's), else a reduce-scatter."""
+    zero = cc.par.zero
+    return cc.ar if zero == 0 or (zero <= 2 and cc.sc.stack.zero_grad_allreduce) else cc.rs
+
+
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
            times: list[ChunkTime] | None = None, memory: bool = True) -> Device:
     """Cost of pipeline device ``stage`` holding ``chunks`` (in model order); ``times``: their
@@ -472,7 +480,7 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     sync = 0.0 * params
     deferred = st.defers_grad_sync(par.pp, par.zero)
     if par.zero < 2 or deferred:
-        coeffs = cc.ar if par.zero == 0 else cc.rs
+        coeffs = grad_sync_coefficients(cc)
         sync = _dp(coeffs, params * st.grad_bytes, eparams * st.grad_bytes)
     embedding = 0.0
     if cc.embedding_copy_params and stage in (0, par.pp - 1):
@@ -491,12 +499,14 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
                      / (acc.hbm_bandwidth * acc.memory_efficiency))[..., None]
     # the updated weights gathered after the step (ZeRO-3 gathers them as they are used): data-
     # parallel traffic at the step's end, as the gradient reduction is (a user trial: shown as
-    # the optimizer's, it moved with the network)
+    # the optimizer's, it moved with the network); hidden behind the next step's first forward
+    # only where the step does not wait for it (StackSpec.optimizer_gather_waits)
     gather = _dp(cc.ag, _sum(*(c.gathered for c in chunks)),
                  _sum(*(c.egathered for c in chunks))) if sharded and par.zero < 3 \
         else 0.0 * params
     tail = tail + exposed(np.asarray(gather)[..., None],
-                          F / cc.micro if st.overlap_param_gather else 0.0, st.overlap_efficiency)
+                          F / cc.micro if st.overlap_param_gather and not st.optimizer_gather_waits
+                          else 0.0, st.overlap_efficiency)
     mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage)) \
         if memory else None
     shape = np.shape(X)

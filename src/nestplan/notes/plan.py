@@ -58,6 +58,7 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     beyond_calibration(ev)
     sinks_predicted_fast(ev)
     fewer_per_domain(ev)
+    even_split_close(ev)
 
 
 FEWER_TRIED = 4
@@ -107,6 +108,40 @@ def fewer_per_domain(ev) -> None:
          f"with {inner.name}'s size {used},{launcher} every domain then filled alike), this plan "
          f"takes {fmt_time(other.step_time)} ({other.step_time / ev.step_time - 1:+.0%}); plan on "
          "such a file for its own best")
+
+
+EVEN_SPLIT_CLOSE = 0.01
+"""How close to a plan's uneven split of the layers the default split must run for
+``even_split_close`` to point to it: well within this model's error on measured runs."""
+
+
+def even_split_close(ev) -> None:
+    """Say when the plan's own split of the layers over its pipeline chunks runs hardly faster
+    than the default one (``specs.default_split``): a Megatron user's trial was handed a
+    20-chunk ``--pipeline-model-parallel-layout`` for 0.07 % over the plain
+    ``--num-layers-per-virtual-pipeline-stage``. Said only where the default split fits within
+    the headroom too."""
+    import dataclasses
+
+    from ..errors import SpecError
+    from ..evaluate import evaluate
+    from ..specs import uneven_split
+    from ..units import fmt_time
+
+    sc, par = ev.scenario, ev.plan
+    if uneven_split(sc.model, par) is None:
+        return
+    try:
+        other = evaluate(sc, dataclasses.replace(par, stage_layers=None))
+    except SpecError:  # (a default split a stage cannot hold)
+        return
+    if not other.within_headroom or other.step_time > ev.step_time * (1 + EVEN_SPLIT_CLOSE):
+        return
+    change = other.step_time / ev.step_time - 1
+    note(f"the default split of the layers over the pipeline's {par.pp * par.vp} chunks (the plan "
+         f"without --stage-layers) takes {fmt_time(other.step_time)} ({change:+.2%}"
+         f"{', well within this model' + chr(39) + 's error' if change >= 0 else ': faster'}) "
+         "and exports without a layout: evaluate the plan without --stage-layers to launch that")
 
 
 SINKS_FAST = (0.105, 0.473)
@@ -241,12 +276,16 @@ def unchecked_peak(ev) -> None:
         return
     from ..units import fmt_gib
 
+    # (said as the peak it would be: a torchtitan trial read "would take 21.3 GiB" against
+    # "give 23", 18.3 GiB of HBM, as a contradiction)
+    pct = math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)
     note(f"the memory model fell short of torchtitan's measured peaks by up to "
          f"{HELD_OUT_PEAK_SHORTFALL:.0%} on held-out runs with pipeline and context "
-         f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); this plan leaves "
-         f"{fmt_gib(ev.margin)} GiB free where that shortfall would take "
-         f"{fmt_gib(short)} GiB: give --memory-headroom "
-         f"{math.ceil(100 * HELD_OUT_PEAK_SHORTFALL)} to plan with it")
+         f"parallelism (Llama 3.1 405B, README \"Held-out runs\"); at that shortfall this "
+         f"plan's predicted peak of {fmt_gib(ev.peak_memory)} GiB would be "
+         f"{fmt_gib(ev.peak_memory + short)} GiB, more than its {fmt_gib(ev.capacity)} GiB: "
+         f"--memory-headroom {pct} plans only peaks that such a shortfall leaves within HBM "
+         f"(at most {100 - pct}% of it)")
 
 
 def simulated_schedule(ev) -> None:

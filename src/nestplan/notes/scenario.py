@@ -39,6 +39,19 @@ def trained_context_text(sc) -> str | None:
             "base or scales RoPE (rope_theta or rope_scaling in the config)")
 
 
+def default_workload(sc, seq_default: bool, batch_default: bool) -> None:
+    """Say which of the workload's figures ``plan`` took as its defaults, not given (a Megatron
+    user's trial planned an 8,192-token model at 4,096 without noticing): the model's own
+    context beside a default sequence length."""
+    tr, m = sc.training, sc.model
+    taken = ([f"--seq-len {tr.seq_len:,}" + (f" (the model's context: {m.trained_context:,})"
+                                               if m.trained_context > tr.seq_len else "")]
+             if seq_default else []) + ([f"--global-batch {tr.global_batch:,}"]
+                                        if batch_default else [])
+    if taken:
+        note(f"planned at the default {' and '.join(taken)}, not given: give your run's")
+
+
 def added_depths(sc, model: str) -> None:
     """Say when --mtp-layers gives a model depths it does not have of its own (a user trial:
     a dense model's header then named them without a word of where they came from)."""
@@ -91,10 +104,9 @@ def unlikely_bandwidths(cluster) -> str | None:
     0.45 GB/s, TB/s typed as GB/s, was costed at 1.6 % MFU without a word), or a level beyond
     the first faster than any scale-out NIC (``FASTEST_SCALE_OUT``). A scale-up fabric of
     several tiers (NVLink across racks) may be faster there: the note says so."""
-    from ..catalog import get_cluster, list_names
     from ..units import GB
 
-    if cluster.name in list_names("clusters") and get_cluster(cluster.name) == cluster:
+    if _in_catalog(cluster):
         return None  # (a catalog cluster's figures are sourced: the TPU v4 pod's ICI is faster)
     levels = cluster.levels
     for inner, outer in zip(levels, levels[1:]):
@@ -116,10 +128,50 @@ def unlikely_bandwidths(cluster) -> str | None:
     return None
 
 
+def _in_catalog(cluster) -> bool:
+    from ..catalog import get_cluster, list_names
+
+    return cluster.name in list_names("clusters") and get_cluster(cluster.name) == cluster
+
+
+def unstated_efficiencies(cluster) -> str | None:
+    """Say which levels of a cluster file give no ``efficiency`` and so are costed at their
+    whole bandwidth (None: every level gives one, or a catalog cluster): a user trial's own file
+    for the catalog's dgx-h100-ndr network ran its plan 1.8 % faster than the catalog's, whose
+    levels give what NCCL's tests reach."""
+    if _in_catalog(cluster):
+        return None
+    unstated = [lvl.name for lvl in cluster.levels if not lvl.efficiency_stated]
+    if not unstated:
+        return None
+    return (f"{cluster.name}: level{'s' if len(unstated) > 1 else ''} {', '.join(unstated)} "
+            f"give{'s' if len(unstated) == 1 else ''} no efficiency, so collectives are costed "
+            f"at the whole bandwidth_GBps (efficiency = 1.0); {_measured_efficiencies(cluster)}: "
+            "give each level its efficiency")
+
+
+def _measured_efficiencies(cluster) -> str:
+    """What the catalog's clusters give as their levels' efficiencies, from NCCL's tests: a
+    catalog cluster's of the same accelerator where there is one (a DeepSpeed trial's A100 file
+    had been told H100's figures), else dgx-h100-ndr's."""
+    from ..catalog import get_cluster, list_names
+
+    acc = cluster.accelerator.name
+    same = [n for n in sorted(list_names("clusters")) if get_cluster(n).accelerator.name == acc]
+    ref = get_cluster(same[0] if same else "dgx-h100-ndr")
+    levels = ", ".join(f"{lvl.name} {lvl.efficiency:g}" for lvl in ref.levels)
+    return (f"the catalog's {ref.name}, {'on ' + acc + ' too, ' if same else ''}gives {levels} "
+            "(NCCL's tests, sourced in its file)")
+
+
+def cluster_texts(cluster) -> list[str]:
+    """What is said of a cluster's network figures wherever a command takes it."""
+    return [t for t in (unlikely_bandwidths(cluster), unstated_efficiencies(cluster)) if t]
+
+
 def cluster_bandwidths(sc) -> None:
-    """Note ``unlikely_bandwidths`` of the scenario's cluster."""
-    text = unlikely_bandwidths(sc.cluster)
-    if text:
+    """Note ``cluster_texts`` of the scenario's cluster."""
+    for text in cluster_texts(sc.cluster):
         note(text)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import fields
 from html import escape
 
-from .. import __version__
+from .. import __version__, accuracy
 from ..axes import order_text
 from ..planfile import PlanFile
 from ..result import Evaluation
@@ -125,7 +125,9 @@ def _summary(pf: PlanFile, ev: Evaluation) -> str:
         + escape("".join(f" · {p}" for p in workload_parts(sc)))
         + (f" · found by {escape(pf.method)}" if pf.method else "")
         + f"</p><div class=cards>{''.join(cards)}</div>{why}"
-        f"<p class=sub>{escape(plan_line(ev))}</p>"
+        + (f"<p class=sub>measured error: {escape(measured)}</p>"
+           if (measured := accuracy.text(sc)) else "")
+        + f"<p class=sub>{escape(plan_line(ev))}</p>"
         + _table(["degree", "value"], rows)
         + _experts(ev)
         + "<h2>Stages</h2><p class=sub>Hover a row to see its devices in the placement.</p>"

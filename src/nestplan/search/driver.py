@@ -548,7 +548,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if progress:
         progress(solved, size, time.perf_counter() - start, examined=examined)
     if not found:
-        raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size),
+        raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size, method),
                               closest_details(sc, shortfall))
     best = sorted(found, reverse=True)  # best first; of equal times, the first found
     plans = [f.ev or evaluate(sc, f.par) for f in best]
@@ -734,9 +734,11 @@ def _reserve_fills(sc: Scenario) -> str:
             "device (reserved_GiB), which leaves nothing for the model; give the stack less")
 
 
-def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int) -> str:
+def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int,
+                     method: str = "nest") -> str:
     """Why a search of ``n_configs`` configurations found nothing: the constraints, or the
-    closest plan (``shortfall``) and what would help."""
+    closest plan (``shortfall``) and what would help (to a ``method`` that never shards, not
+    ZeRO-3: a DeepSpeed trial's phaze had been told to drop a --zero never given)."""
     if n_configs == 0:
         return unsatisfiable(sc, con)
     gap, par = shortfall.gap, shortfall.plan
@@ -751,7 +753,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     hints = ["more GPUs"]
     if con.pp is not None:
         hints.append("a longer pipeline (drop --pp)")
-    if con.zero is not None and con.zero < 3:
+    if con.zero is not None and con.zero < 3 and method != "phaze":
         hints.append("ZeRO-3 (drop --zero)")
     if con.recompute is not None:
         hints.append("full recomputation (drop --recompute)")

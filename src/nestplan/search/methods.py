@@ -22,6 +22,7 @@ full cost model on the real cluster (``evaluate``):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import random
 import time
@@ -428,8 +429,10 @@ def run_method(name: str, sc: Scenario, con: Constraints, *, top: int = 5,
 def check_method(name: str, sc: Scenario, con: Constraints) -> None:
     """Raise the SpecError ``run_method`` would before it searches: an unknown method, a
     constraint no plan of ``sc`` can have, a schedule the searches do not run."""
-    if name not in RUNNERS:
-        raise SpecError("method", name, f"allowed: {', '.join(METHODS)}")
+    if name not in RUNNERS:  # (a NEST-paper trial's "nets" and "Nest" had got no hint)
+        near = difflib.get_close_matches(str(name).lower(), METHODS, n=1, cutoff=0.6)
+        raise SpecError("method", name, (f"did you mean '{near[0]}'? " if near else "")
+                        + f"allowed: {', '.join(METHODS)}")
     check_constraints(sc, con)  # every method refuses what no plan can have, alike
     if name != "manual":  # one rule-made plan, evaluated; the others search the space
         refuse_unsearchable(con)

@@ -234,19 +234,19 @@ def _note_partial_domains(spec) -> None:
 
 
 def _note_unlikely_bandwidths(spec) -> None:
-    """Say, once per cluster or network variant of the grid, what is implausible in its
-    bandwidths (``notes.scenario.unlikely_bandwidths``, as plan and evaluate say it)."""
+    """Say, once per cluster or network variant of the grid, what is implausible or unstated in
+    its network figures (``notes.scenario.cluster_texts``, as plan and evaluate say them)."""
     import warnings
 
     from ..errors import Note
-    from ..notes.scenario import unlikely_bandwidths
+    from ..notes.scenario import cluster_texts
 
     said: set[str] = set()
     for cluster, _ in _grid_clusters(spec):
-        text = unlikely_bandwidths(cluster)
-        if text and text not in said:
-            said.add(text)
-            warnings.warn(f"grid: {text}", Note)
+        for text in cluster_texts(cluster):
+            if text not in said:
+                said.add(text)
+                warnings.warn(f"grid: {text}", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:

@@ -20,6 +20,9 @@ MAX_SERIES = 10
 MAX_PANELS = 8
 WIDTH = 640.0
 Y = "tokens_per_s_per_gpu"
+ALIKE_NAMED = 24
+"""Most characters of the labels of series drawn as one that a legend entry names (else it
+counts them)."""
 
 
 def write_plot(spec: SweepSpec, points: list[Point]) -> Path:
@@ -134,9 +137,17 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
         same: dict = {}
         for s in grid_order:
             same.setdefault(tuple(sorted(groups[s])), []).append(s)
-        names = [_label(differ, tuple(v for i, v in enumerate(members[0]) if i not in alike), 200)
-                 + (f" (= {len(members) - 1} more)" if len(members) > 1 else "")
-                 for members in same.values()]
+        def name(member):
+            return _label(differ, tuple(v for i, v in enumerate(member) if i not in alike), 200)
+
+        def alike_text(members):
+            """The series drawn as the first: named where short (a NEST-paper trial's "spine 1:1
+            (= 1 more)" hid which), else counted."""
+            others = ", ".join(name(m) for m in members[1:])
+            return "" if not others else (f" (= {others})" if len(others) <= ALIKE_NAMED
+                                          else f" (= {len(members) - 1} more)")
+
+        names = [name(members[0]) + alike_text(members) for members in same.values()]
         longest = max(map(len, names), default=0)
         per_row = 3 if longest <= 26 else 2 if longest <= 42 else 1
         series = [(_fit(n, {3: 26, 2: 42, 1: 90}[per_row]), groups[members[0]])

@@ -266,6 +266,26 @@ class ResultsWriter:
         self.file.close()
 
 
+def in_grid_order(path: Path, ids: list[str]) -> None:
+    """Rewrite a finished sweep's CSV with its rows in the grid's order (``ids``), rows of no
+    point of the grid after them as they were: they are appended as points finish, which a
+    NEST-paper trial found in no order it could read."""
+    path = Path(os.path.realpath(path))
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    header, body = rows[0], rows[1:]
+    rank = {ident: i for i, ident in enumerate(ids)}
+    ordered = sorted(body, key=lambda r: rank.get(r[0] if r else "", len(rank)))
+    if ordered == body:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows([header, *ordered])
+    os.replace(tmp, path)
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -598,6 +618,7 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
         summary.seconds = time.perf_counter() - start
     if summary.interrupted:
         return summary
+    in_grid_order(spec.output, [p.id for p in points])
     summary.outputs.append(spec.output)
     summary.outputs.append(write_plot(spec, points))
     if parquet:

@@ -1,0 +1,176 @@
+"""What measured runs say of the model's error, shipped beside it: for each catalog calibration
+of a stack, accelerator and kind of model (dense or MoE), how far the predicted step times (and
+peak memories, where a run gives one) fell from the measured ones on every run nestplan is scored
+on, development and held-out alike (``data/accuracy.csv``).
+
+``benchmarks/accuracy_table.py`` writes the table from the runs files (``../shared/data`` and
+``tests/data``), and a test writes it again and compares, so it is the model's error as it is now.
+``evaluate``, ``plan`` and the report print the row of the plan's stack, accelerator and kind (a
+hardware buyer's trial had to look up the README's tables to learn how far to trust a figure).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+
+from .caching import cached
+from .stack import CALIBRATION
+
+COLUMNS = ("stack", "accelerator", "kind", "runs", "mean_abs_error", "worst_error",
+           "held_out_runs", "held_out_mean_abs_error", "memory_runs", "memory_mean_abs_error")
+"""The table's columns: errors are fractions (predicted / measured - 1), the worst signed."""
+SHOWN = 2
+"""How many other groups a plan without runs of its own group is told of, of each kind."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One group's errors: ``stack`` is the first catalog stack (by name) with the group's
+    calibration; the group's runs may be on its variants, which share it."""
+
+    stack: str
+    accelerator: str
+    kind: str
+    runs: int
+    mean_abs_error: float
+    worst_error: float
+    held_out_runs: int
+    held_out_mean_abs_error: float | None
+    memory_runs: int
+    memory_mean_abs_error: float | None
+
+    def to_json(self) -> dict:
+        return {c: getattr(self, c) for c in COLUMNS}
+
+    def text(self) -> str:
+        """One line of what the runs say, e.g. for ``evaluate``'s output."""
+        out = (f"stack {self.stack}'s calibration on {self.accelerator}, {self.kind}: "
+               f"{self.runs} run{'s' if self.runs != 1 else ''}, step time mean |error| "
+               f"{self.mean_abs_error:.1%}, worst {self.worst_error:+.1%}")
+        if self.held_out_runs:
+            out += (f" ({self.held_out_runs} held out of every fit: "
+                    f"{self.held_out_mean_abs_error:.1%})")
+        if self.memory_runs:
+            out += (f"; peak memory on {self.memory_runs}: mean |error| "
+                    f"{self.memory_mean_abs_error:.1%}")
+        return out
+
+
+def kind_of(model) -> str:
+    return "MoE" if model.moe is not None else "dense"
+
+
+def calibration(stack) -> tuple:
+    """The values a stack's calibration holds (``stack.CALIBRATION``): stacks that share them
+    share their runs' errors."""
+    return tuple(getattr(stack, f) for f in CALIBRATION)
+
+
+@cached(maxsize=None)
+def _catalog_calibrations() -> dict[tuple, str]:
+    """Each catalog calibration and the first catalog stack, by name, that holds it."""
+    from .catalog import get_stack, list_names
+
+    out: dict[tuple, str] = {}
+    for name in sorted(list_names("stacks")):
+        out.setdefault(calibration(get_stack(name)), name)
+    return out
+
+
+def calibration_name(stack) -> str | None:
+    """The first catalog stack (by name) with ``stack``'s calibration; None for a calibration of
+    a user's own (``calibrate``'s output, a file that sets multipliers)."""
+    return _catalog_calibrations().get(calibration(stack))
+
+
+def summarise(outcomes, held_out) -> list[Record]:
+    """The table's rows from validation outcomes (step-time rows): ``held_out(case)`` says
+    whether a run is held out of every fit."""
+    groups: dict[tuple, list] = {}
+    for o in outcomes:
+        sc = o.case.scenario
+        name = calibration_name(sc.stack)
+        if name is None:
+            continue
+        groups.setdefault((name, sc.cluster.accelerator.name, kind_of(sc.model)), []).append(o)
+    out = []
+    for (name, acc, kind), outs in sorted(groups.items()):
+        errors = [o.error for o in outs]
+        held = [abs(o.error) for o in outs if held_out(o.case)]
+        memory = [abs(o.memory_error) for o in outs if o.memory_error is not None]
+        out.append(Record(
+            name, acc, kind, len(outs), round(statistics.mean(map(abs, errors)), 4),
+            round(max(errors, key=abs), 4), len(held),
+            round(statistics.mean(held), 4) if held else None, len(memory),
+            round(statistics.mean(memory), 4) if memory else None))
+    return out
+
+
+def to_csv(records: list[Record]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in records:
+        w.writerow(["" if v is None else v for v in (getattr(r, c) for c in COLUMNS)])
+    return buf.getvalue()
+
+
+def _record(row: dict) -> Record:
+    def share(key):
+        return float(row[key]) if row[key] else None
+
+    return Record(row["stack"], row["accelerator"], row["kind"], int(row["runs"]),
+                  float(row["mean_abs_error"]), float(row["worst_error"]),
+                  int(row["held_out_runs"]), share("held_out_mean_abs_error"),
+                  int(row["memory_runs"]), share("memory_mean_abs_error"))
+
+
+def shipped_text() -> str:
+    return resources.files("nestplan").joinpath("data", "accuracy.csv").read_text()
+
+
+@cached(maxsize=None)
+def _shipped() -> dict[tuple, Record]:
+    rows = csv.DictReader(io.StringIO(shipped_text()))
+    return {(r.stack, r.accelerator, r.kind): r for r in map(_record, rows)}
+
+
+def measured(scenario) -> tuple[str | None, Record | None]:
+    """The scenario's stack calibration name (None: a user's own) and its group's errors (None:
+    no measured run of that calibration on that accelerator and kind)."""
+    name = calibration_name(scenario.stack)
+    if name is None:
+        return None, None
+    key = (name, scenario.cluster.accelerator.name, kind_of(scenario.model))
+    return name, _shipped().get(key)
+
+
+def text(scenario) -> str | None:
+    """``evaluate``'s line on the runs behind the figures; None for a user's own calibration
+    (``calibrate`` printed its rows' errors)."""
+    name, record = measured(scenario)
+    if name is None:
+        return None
+    if record is not None:
+        return record.text()
+    acc, kind = scenario.cluster.accelerator.name, kind_of(scenario.model)
+    records = sorted(_shipped().values(), key=lambda r: (-r.runs, r.stack, r.accelerator))
+    elsewhere = [r for r in records if (r.stack, r.kind) == (name, kind)][:SHOWN]
+    # stacks of its family first (a DeepSpeed trial was told composer's runs, not DeepSpeed's)
+    family = set(name.split("-"))
+    here = sorted((r for r in records if (r.accelerator, r.kind) == (acc, kind)),
+                  key=lambda r: not family & set(r.stack.split("-")))[:SHOWN]
+    parts = [f"no measured run of stack {name}'s calibration on {acc} ({kind})"]
+    if elsewhere:
+        parts.append("its runs elsewhere: " + ", ".join(
+            f"{r.accelerator} {r.runs}, mean |error| {r.mean_abs_error:.1%}" for r in elsewhere))
+    if here:
+        parts.append("other stacks' here: " + ", ".join(
+            f"{r.stack}'s {r.runs}, mean |error| {r.mean_abs_error:.1%}" for r in here))
+    if len(parts) == 1:
+        return parts[0] + ": this figure's error is unknown"
+    return "; ".join(parts)
