@@ -3,7 +3,7 @@
 every measured run, grouped by the catalog calibration of the run's stack, its accelerator and its
 kind of model (``nestplan.accuracy``), which ``evaluate``, ``plan`` and the report print for a
 plan's own group. Held out: ``held_out_runs.csv``, ``moe_held_out.csv`` and the GB200/GB300/B300
-file's held-out releases (``moe_accuracy.HELD_OUT_RELEASES``); the rest is development data.
+file's held-out releases (``moe_accuracy.held_out_release``); the rest is development data.
 
     python benchmarks/accuracy_table.py            # rewrite the table
     python benchmarks/accuracy_table.py --check    # exit 1 if the shipped table is not current
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from moe_accuracy import GB, HELD_OUT_RELEASES
+from moe_accuracy import GB, held_out_release
 from runs_fit import FILES
 
 from nestplan.accuracy import summarise, to_csv
@@ -32,8 +32,7 @@ def current() -> str:
             if case.metric != "step_time":
                 continue
             outcomes.append(outcome(case))
-            if path.name in HELD_OUT_FILES or (
-                    path == GB and case.id.split("-")[0] in HELD_OUT_RELEASES):
+            if path.name in HELD_OUT_FILES or (path == GB and held_out_release(case)):
                 held.add(case.where)
     return to_csv(summarise(outcomes, lambda case: case.where in held))
 

@@ -633,6 +633,19 @@ CLUSTER_BAD = {
         "hbm_GBps: got 3.35; must be in [50, 1e+06] (GB/s: TB/s times 1,000)"),
     "hbm-in-tb": (_h100_with('hbm_GiB = 0.141'),
         "hbm_GiB: got 0.141; must be in [1, 100000] (GiB: a TB is 931 GiB)"),
+    # a peak in PFLOP/s (an academic's A100 at 0.312 had been costed 1,000 times slower)
+    "peak-in-pflops": (_h100_with('peak_tflops_bf16 = 0.312, peak_tflops_fp8 = 0.624'),
+        "peak_tflops_bf16: got 0.312; must be in [10, 100000] (dense TFLOP/s: PFLOP/s times "
+        "1,000)"),
+    # hosts that hold several innermost groups must tile a level's block (an academic's PCIe
+    # servers of NVLink pairs)
+    "host-tiling-no-block": (
+        'name = "mine"\naccelerator = "h100-sxm-80gb"\ndevices_per_host = 6\n'
+        '[[levels]]\nname = "node"\nsize = 2\nbandwidth_GBps = 450\nlatency_us = 3\n'
+        '[[levels]]\nname = "pcie"\nsize = 4\nbandwidth_GBps = 25\nlatency_us = 5\n'
+        '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n',
+        "devices_per_host: got 6; must divide the innermost level's size (node: 2), or be a "
+        "multiple of it that divides a level's block of devices (pcie: 8)"),
     "fp8-peak-below-bf16": (_h100_with('peak_tflops_fp8 = 500'),
         "peak_tflops_fp8: got 500; fp8's dense peak (500 TFLOP/s) is below bf16's (989.4): give "
         "both dense"),
@@ -721,6 +734,11 @@ case("cluster-file-directory", ["evaluate", "--model", "llama3-8b", "--cluster",
                                 "8", *PLAN], "directory", d=DIR)
 case("cluster-file-fifo", ["evaluate", "--model", "llama3-8b", "--cluster", "{f}.toml", "--gpus",
                            "8", *PLAN], "not a regular file", **{"f.toml": FIFO})
+# a file named as a catalog accelerator it is not, listed (plan had refused it, list printed it:
+# an academic user's trial)
+case("accelerator-file-catalog-name", ["list", "accelerators", "{a}.toml"],
+     "accelerator.name: got 'a100-sxm-80gb'; is a catalog accelerator's name",
+     **{"a.toml": 'base = "a100-sxm-80gb"\nname = "a100-sxm-80gb"\nhbm_GiB = 40\n'})
 case("accelerator-file-base-itself", ["list", "accelerators", "{a}.toml"], "cycle",
      **{"a.toml": 'base = "a.toml"\nname = "a"\n'})
 case("accelerator-file-base-list", ["list", "accelerators", "{a}.toml"], "base",
@@ -1143,6 +1161,9 @@ case("evaluate-plan-with-no-sp", ["evaluate", "--plan", "{p}.json", "--no-sp"],
      "--plan takes the whole plan from the file; drop --no-sp", **{"p.json": plan_with("gpus", 8)})
 # an empty output path names what it is for (it read as the working directory, or nothing)
 case("evaluate-save-empty", [*EVAL, "--save", ""], "--save: got ''; must be a plan JSON")
+# "-" is no file here (a pipeline engineer's trial got one named so); export's -o - prints
+case("evaluate-save-dash", [*EVAL, "--save", "-"],
+     "--save: got '-'; must be a plan JSON file path; standard output is not one here")
 case("export-output-empty", ["export", "{p}.json", "--format", "megatron", "-o", ""],
      "-o: got ''", **{"p.json": plan_with("gpus", 8)})
 case("report-output-empty", ["report", "{p}.json", "-o", ""], "-o: got ''",
@@ -1299,6 +1320,14 @@ for name in ("empty", "step-negative", "step-nan", "gpu-unknown", "binary", "pla
 case("calibrate-csv-not-utf8", ["calibrate", "{r}.csv", "-o", "{d}/mine.toml"],
      "RUNS.csv: got", **{"r.csv": b"\xff\xfe\x00\x01", "d": DIR})
 case("validate-csv-directory", ["validate", "--csv", "{d}"], "directory", d=DIR)
+# a header and no rows (had been told its LoRA rows were skipped: a pipeline engineer's), and a
+# measured peak given as a column of its own
+case("validate-csv-header-only", ["validate", "--csv", "{r}.csv"],
+     "holds no run to check: it has a header and no rows",
+     **{"r.csv": "id,model,seq_len,num_gpus,metric,step_time_s\n"})
+case("validate-csv-peak-column", ["validate", "--csv", "{r}.csv"],
+     "column: got 'peak_memory_gib'; unknown; peak_memory_gib goes in the other_metrics column",
+     **{"r.csv": "id,model,seq_len,num_gpus,metric,step_time_s,peak_memory_gib\n"})
 case("validate-csv-missing", ["validate", "--csv", "{d}/none.csv"], "none.csv", d=DIR)
 case("validate-stack-unknown", ["validate", "--csv", "{r}.csv", "--stack", "megatron-9"],
      "stack", **{"r.csv": _runs(",1.5,", ",1.5,")})

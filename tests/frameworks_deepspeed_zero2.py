@@ -1,10 +1,12 @@
 """Measure what DeepSpeed's ZeRO-1/2 optimizer sends in one step (run by
-``test_framework_comm.py`` in a fresh process): ``DeepSpeedZeroOptimizer`` with DeepSpeed's
-defaults (``use_multi_rank_bucket_allreduce``, ``reduce_scatter``, no ``overlap_comm``) over two
-gloo ranks, one micro-batch's backward and the step, bf16 weights and gradients. Prints one JSON
-object for rank 0: the bytes of each collective, by kind, per bf16 gradient or weight byte of the
-model, split into those of the backward (with its reduction epilogue) and those of the step, and
-whether the step's gathers ran before it returned.
+``test_framework_comm.py`` in a fresh process): ``DeepSpeedZeroOptimizer`` as nestplan's
+DeepSpeed export configures it (its buckets, ``overlap_comm``, ``reduce_scatter``) and otherwise
+DeepSpeed's defaults (``use_multi_rank_bucket_allreduce``), over two gloo ranks, one
+micro-batch's backward and the step, bf16 weights and gradients. Prints one JSON object for rank
+0: the bytes of each collective, by kind, per bf16 gradient or weight byte of the model, those of
+the backward (with its reduction epilogue) and those of the step apart, and whether every
+collective of the step is issued synchronously (no ``async_op``: the GPU stream then queues the
+next forward behind it).
 """
 
 import os
@@ -48,9 +50,12 @@ def run(rank: int, world: int, stage: int) -> dict:
         return sum(nbytes(x) for x in t) if isinstance(t, (list, tuple)) else \
             t.numel() * t.element_size()
 
+    waited = []  # (phase, whether the call waits: not async_op, so the stream queues behind it)
+
     def counting(kind, real):
         def call(*args, **kwargs):
             sent.append((phase[0], kind, nbytes(args[0] if args else kwargs[first[kind]])))
+            waited.append((phase[0], not kwargs.get("async_op", False)))
             return real(*args, **kwargs)
         return call
 
@@ -66,18 +71,24 @@ def run(rank: int, world: int, stage: int) -> dict:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 
+    from nestplan.catalog import get_stack
+    from nestplan.exports.deepspeed import REDUCE_BUCKET
+
+    # as nestplan's DeepSpeed export configures it (its bucket sizes and overlap_comm), the rest
+    # DeepSpeed's defaults
     defaults = DeepSpeedZeroConfig()
+    overlap_comm = get_stack("deepspeed").overlap_grad_reduce
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
                           nn.Linear(4 * WIDTH, WIDTH)).to(torch.bfloat16)
     names = {p: n for n, p in model.named_parameters()}
     opt = DeepSpeedZeroOptimizer(
         torch.optim.AdamW(model.parameters(), lr=1e-3), names, _Timers(), {},
-        reduce_bucket_size=defaults.reduce_bucket_size,
+        reduce_bucket_size=REDUCE_BUCKET,
         use_multi_rank_bucket_allreduce=defaults.use_multi_rank_bucket_allreduce,
-        allgather_bucket_size=defaults.allgather_bucket_size, dp_process_group=dist.group.WORLD,
-        reduce_scatter=defaults.reduce_scatter, overlap_comm=bool(defaults.overlap_comm),
-        contiguous_gradients=defaults.contiguous_gradients, partition_grads=stage == 2,
+        allgather_bucket_size=REDUCE_BUCKET, dp_process_group=dist.group.WORLD,
+        reduce_scatter=True, overlap_comm=overlap_comm, contiguous_gradients=True,
+        partition_grads=stage == 2,
         communication_data_type=torch.bfloat16, gradient_accumulation_dtype=torch.float32,
         bf16_master_weights_and_gradients=False, check_grad_overflow=False)
     loss = model(torch.randn(4, WIDTH, dtype=torch.bfloat16)).float().pow(2).mean()
@@ -95,14 +106,13 @@ def run(rank: int, world: int, stage: int) -> dict:
     opt.exit_backward()
     phase[0] = "step"
     opt.step()
-    phase[0] = "after"
     params = sum(p.numel() for p in model.parameters())
     bf16_bytes = 2 * params
     out: dict = {"defaults": {"use_multi_rank_bucket_allreduce":
-                              defaults.use_multi_rank_bucket_allreduce,
-                              "reduce_scatter": defaults.reduce_scatter,
-                              "overlap_comm": defaults.overlap_comm}}
-    for when in ("backward", "step", "after"):
+                              defaults.use_multi_rank_bucket_allreduce},
+                 "overlap_comm": overlap_comm,
+                 "step_waits": all(w for p, w in waited if p == "step")}
+    for when in ("backward", "step"):
         kinds: dict = {}
         for p, kind, n in sent:
             if p == when:

@@ -28,6 +28,10 @@ def test_the_shipped_table_is_the_models_error_now(shared):
     # the held-out MoE rows are all there (README "MoE runs": 60), each in its own group
     held_moe = sum(int(r.split(",")[6]) for r in rows if r.split(",")[2] == "MoE")
     assert held_moe == 60
+    # a group is named for a stack its runs ran on: torchtitan-float8's runs share their
+    # calibration with torchtitan-0.3-compile, which has none
+    names = {r.split(",")[0] for r in rows}
+    assert "torchtitan-float8" in names and "torchtitan-0.3-compile" not in names
 
 
 def test_evaluate_prints_the_error_on_its_groups_runs():

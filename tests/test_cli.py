@@ -561,7 +561,7 @@ def test_an_interrupted_compare_stops_its_searches_and_says_so(sig, code):
     assert (p.returncode, out) == (code, "")
     *noted, last = err.splitlines()  # its notes of the scenario (the defaults it took), then
     assert last == "nestplan: interrupted"  # the one line of how it ended
-    assert all(line.startswith("nestplan: note: ") for line in noted), err
+    assert noted and all(line.startswith("nestplan: note: ") for line in noted), err
     assert not left
 
 
@@ -837,3 +837,47 @@ def test_a_plan_file_from_before_trained_context_is_still_the_catalogs_model(tmp
     saved.write_text(json.dumps(data))
     code, _, err = cli("evaluate", "--plan", saved)
     assert code == 0 and "not this nestplan's catalog" not in err, err
+
+
+def test_outputs_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Plan files, exports, reports and sweep plots are written beside their path and renamed
+    over it (``loaders.write_text_atomic``): a write that fails leaves the old file and no
+    stray one (a pipeline engineer's trial found them written in place, a killed command
+    leaving half a file); a link is followed, the file it names replaced and the link kept."""
+    import os
+
+    from nestplan import loaders
+
+    path = tmp_path / "plan.json"
+    path.write_text("old")
+    real = os.replace
+
+    def failing(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError):
+        loaders.write_text_atomic(path, "new")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    monkeypatch.setattr(os, "replace", real)
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    loaders.write_text_atomic(link, "new")
+    assert link.is_symlink() and path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "plan.json"]
+
+
+def test_export_to_dash_prints_and_writes_no_file(tmp_path):
+    """``export -o -`` prints the launch configuration, as without -o, and writes no file named
+    "-" (a pipeline engineer's trial got one)."""
+    from console import cli
+
+    plan = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
+                       "--save", plan)
+    assert code == 0, err
+    plain = cli("export", plan, "--format", "megatron", cwd=tmp_path)
+    dash = cli("export", plan, "--format", "megatron", "-o", "-", cwd=tmp_path)
+    assert dash == plain and plain[0] == 0 and plain[1].startswith("# nestplan export")
+    assert not (tmp_path / "-").exists()

@@ -602,7 +602,7 @@ def test_the_megatron_header_says_how_to_read_the_arguments_into_bash(tmp_path):
     par = Parallelism(tp=2, pp=8, vp=4, dp=64, ep=64, etp=1, sp=True, zero=1, mbs=1,
                       stage_layers=(1,) + (2,) * 30 + (0,))
     text = exported(sc, par, "megatron").text
-    assert f"in bash, FILE this file: {LAUNCH_ARGS};" in text
+    assert f"in bash, FILE being this file: {LAUNCH_ARGS};" in text
     path = tmp_path / "run.args"
     path.write_text(text)
     script = (LAUNCH_ARGS.replace("FILE", shlex.quote(str(path)))
@@ -1172,6 +1172,12 @@ def test_torchtitan_graphs_the_step_only_where_the_stack_costs_it(graphs, tmp_pa
     said = [n for n in out.notes if n.startswith("--training.disable_cuda_graphs: stack tt-none "
                                                  "costs an eager step")]
     assert len(said) == (graphs == "none") and all(f"# note: {n}" in out.text for n in said)
+    if graphs == "none":  # and where torchtitan would graph nothing anyway (a review's)
+        piped = export(planfile.from_dict(planfile.to_dict(evaluate(sc, Parallelism(
+            tp=1, pp=2, dp=4, zero=2, mbs=1, recompute=("selective",))))), "torchtitan")
+        assert any(n.startswith("--training.disable_cuda_graphs") and n.endswith(
+            "torchtitan graphs no step of this plan anyway (it refuses with pipelining)")
+            for n in piped.notes), piped.notes
     pytest.importorskip("torchtitan.config.manager")
     pytest.importorskip("triton")
     from torchtitan.config.manager import ConfigManager
@@ -1958,6 +1964,36 @@ def test_rank_maps_number_local_ranks_per_host_on_nvl72_racks():
         rows = [tuple(map(int, line.split(","))) for line in csv.splitlines()[1:]]
         assert sorted(d for _, d, _, _ in rows) == list(range(128))
         assert all((node, local) == divmod(dev, host) for _, dev, node, local in rows)
+
+
+def test_a_host_of_several_scale_up_domains_numbers_its_local_ranks(tmp_path):
+    """A PCIe server of 8 GPUs whose NVLink bridges join pairs (an academic user's trial): the
+    innermost level is the pair, the host holds four of them (``devices_per_host = 8``, a
+    multiple of the pair that tiles the server's level), and the rank map numbers LOCAL_RANK 0-7
+    per server (it had to be given as 16 hosts of 2, which torchrun's 8 processes per node could
+    not start); a host that tiles no level's block is refused."""
+    from nestplan.axes import parse_order
+    from nestplan.catalog import get_cluster
+    from nestplan.errors import SpecError
+
+    levels = ('[[levels]]\nname = "pair"\nsize = 2\nbandwidth_GBps = 300\nlatency_us = 3\n'
+              '[[levels]]\nname = "pcie"\nsize = 4\nbandwidth_GBps = 25\nlatency_us = 5\n'
+              '[[levels]]\nname = "eth"\nbandwidth_GBps = 1.5\nlatency_us = 20\n')
+    path = tmp_path / "uni.toml"
+    path.write_text(f'name = "uni"\naccelerator = "a100-sxm-80gb"\ndevices_per_host = 8\n{levels}')
+    assert get_cluster(str(path)).host_size == 8
+    sc = scenario_from_names("llama3-8b", str(path), 32, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=2, pp=4, dp=4, sp=True, zero=1, mbs=1,
+                      rank_order=parse_order("pp-tp-dp-cp"))  # (not Megatron's: a rank map)
+    csv = exported(sc, par, "megatron").extras[".ranks.csv"]
+    rows = [tuple(map(int, line.split(","))) for line in csv.splitlines()[1:]]
+    assert {node for _, _, node, _ in rows} == {0, 1, 2, 3}
+    assert all((node, local) == divmod(dev, 8) for _, dev, node, local in rows)
+    path.write_text(f'name = "uni"\naccelerator = "a100-sxm-80gb"\ndevices_per_host = 6\n{levels}')
+    with pytest.raises(SpecError, match=r"devices_per_host: got 6; must divide the innermost "
+                       r"level's size \(pair: 2\), or be a multiple of it that divides a "
+                       r"level's block of devices \(pcie: 8\)"):
+        get_cluster(str(path))
 
 
 def test_the_own_stack_prediction_says_which_policy_stands_for_another(tmp_path):

@@ -205,6 +205,14 @@ def test_a_full_disk_is_one_line_not_a_traceback():
                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 1 and p.stderr.strip() == (
         "nestplan: error: cannot write the output: No space left on device")
+    # one line too where the command had notes to give (the defaults a plan took: they had
+    # followed the error, a pipeline engineer's trial)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([NESTPLAN, "plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
+                            "--gpus", "8", "--json"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.strip() == (
+        "nestplan: error: cannot write the output: No space left on device")
 
 
 def test_a_stack_that_cannot_mix_policies_refuses_per_stage_ones():

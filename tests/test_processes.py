@@ -53,3 +53,42 @@ def test_off_the_main_thread_nothing_changes():
     t.start()
     t.join()
     assert seen == [before] and _handlers() == before
+
+
+def test_workers_die_with_a_parent_killed_outright():
+    """SIGKILL leaves a command no time to stop its workers: they end with it (Linux's
+    parent-death signal), not run on orphaned (a pipeline engineer's trial found a killed
+    compare's and sweep's workers alive 36 s later)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from console import NESTPLAN
+    from procs import children, running
+
+    from nestplan.processes import cores
+
+    if NESTPLAN is None or not sys.platform.startswith("linux"):
+        pytest.skip("the console script on Linux")
+    if cores() < 2:
+        pytest.skip("compare runs its methods side by side only on two cores or more")
+    p = subprocess.Popen([NESTPLAN, "compare", "--model", "qwen3-235b-a22b", "--cluster",
+                          "dgx-h100-ndr", "--gpus", "512"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := children(p.pid)) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers, "compare started no worker"
+        time.sleep(0.5)
+        workers = children(p.pid)
+        p.kill()
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(running(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if running(w)]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)

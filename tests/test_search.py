@@ -46,8 +46,11 @@ def test_the_network_bound_holds_for_a_plan_without_interleaving():
     """A hypothesis example (2026-12-05): the network bound took the pipeline's send times from
     the interleaved layout, whose wrap-around send shares the links, so a four-stage plan's bound
     (one block a stage, rank order tp-pp-cp-dp) exceeded its step by 1.7 µs and the search
-    returned a slower plan than the brute-force optimum."""
+    returned a slower plan than the brute-force optimum. (On a stack that overlaps sends without
+    interleaving, as megatron-core was costed then: the four-stage plan is the optimum there.)"""
     sc = tiny_scenario(4, 4, 2, 2, 2, False, 35, 4, 1.0, 4.0, 0)
+    sc = dataclasses.replace(sc, stack=dataclasses.replace(
+        sc.stack, p2p_overlap_needs_interleaving=False))
     con = Constraints(zero=0, mbs=2)
     oracle = methods.run_method("exhaustive", sc, con, top=1)
     found = methods.run_method("nest", sc, con, top=1)
@@ -421,6 +424,12 @@ def test_plan_json_contract(capsys):
     devices = sorted(d for s in js["stages"] for d in s["devices"])
     assert devices == list(range(16))
     assert all("blocks" in s for s in js["stages"]) and len(js["top"]) == 3
+    # each listed plan with its margin (a pipeline engineer's script gates alternatives on it)
+    best = js["top"][0]
+    assert (best["margin_gib"], best["within_headroom"]) == (js["margin_gib"],
+                                                           js["within_headroom"])
+    assert all(isinstance(p["margin_gib"], float) and isinstance(p["within_headroom"], bool)
+               for p in js["top"])
 
 
 def test_plan_text_lists_top_plans_and_devices(capsys):
@@ -1071,18 +1080,22 @@ def test_the_memory_floor_counts_gradients_a_pipelined_fsdp_keeps_whole():
     assert _states_floor(sharded, every) < _states_floor(whole, every) <= peak * (1 + 1e-9)
 
 
-def test_evaluate_says_when_a_devices_chunks_are_uneven():
+def test_evaluate_says_when_a_devices_chunks_are_uneven(tmp_path):
     """A device's chunks of unequal blocks are simulated with each chunk's own time, which
     evaluate says where it ends the step later than the closed form's even spread: --stage-layers
     16,16,0,0 at vp 2 (no interleaving in fact) runs as vp 1 does; an even split and the search's
     rule (within a block) say nothing. (A note that the closed form alone costed such splits
     outlived the simulation, and told a MoE trial that NeMo's DeepSeek-V3 layout, which the
-    simulation does not delay, ran slower than shown.)"""
+    simulation does not delay, ran slower than shown.) On a stack that overlaps sends without
+    interleaving too, so that vp 2 and vp 1 differ in their chunks alone."""
     from console import cli, flags
 
+    stack = tmp_path / "overlapping.toml"
+    stack.write_text('base = "megatron-core"\nname = "overlapping"\n'
+                     'p2p_overlap_needs_interleaving = false\n')
     base = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
             "--tp", 1, "--pp", 2, "--vp", 2, "--mbs", 1, "--seq-len", 4096, "--global-batch", 16,
-            "--json", "--stage-layers")
+            "--stack", stack, "--json", "--stage-layers")
     said = {split: cli(*base, split) for split in ("8,8,8,8", "8,8,9,7", "16,16,0,0")}
     assert all(code == 0 for code, _, _ in said.values())
     assert "the model chunks hold 0 or 16 blocks: simulated with each chunk's own time" \
@@ -1112,9 +1125,10 @@ def test_a_split_hardly_faster_than_the_default_one_points_to_it():
     assert steps["9,8,8,7"] < default < steps["7,9,8,8"] and steps["8,8,9,7"] < default * 0.99
     for split, wording in (("9,8,8,7", ", well within this model's error)"), ("7,9,8,8",
                                                                                 ": faster)")):
-        assert (f"the default split of the layers over the pipeline's 4 chunks (the plan without "
-                f"--stage-layers) takes {fmt_time(default)} ({default / steps[split] - 1:+.2%}"
-                f"{wording} and exports without a layout") in said[split][2], split
+        assert (f"the default split of the layers over the pipeline's 4 chunks takes "
+                f"{fmt_time(default)} ({default / steps[split] - 1:+.2%}{wording}: that plan, "
+                "the same flags without --stage-layers, exports with no layout") \
+            in said[split][2], split
     assert "default split" not in said["8,8,8,8"][2] + said["8,8,9,7"][2]
 
 

@@ -3,8 +3,9 @@ of a stack, accelerator and kind of model (dense or MoE), how far the predicted 
 peak memories, where a run gives one) fell from the measured ones on every run nestplan is scored
 on, development and held-out alike (``data/accuracy.csv``).
 
-``benchmarks/accuracy_table.py`` writes the table from the runs files (``../shared/data`` and
-``tests/data``), and a test writes it again and compares, so it is the model's error as it is now.
+``benchmarks/accuracy_table.py`` writes the table from the runs files (the published runs
+shipped in ``data/``, ``../shared/data``'s FSDP runs and ``tests/data``), and a test writes it
+again and compares, so it is the model's error as it is now.
 ``evaluate``, ``plan`` and the report print the row of the plan's stack, accelerator and kind (a
 hardware buyer's trial had to look up the README's tables to learn how far to trust a figure).
 """
@@ -29,8 +30,9 @@ SHOWN = 2
 
 @dataclass(frozen=True)
 class Record:
-    """One group's errors: ``stack`` is the first catalog stack (by name) with the group's
-    calibration; the group's runs may be on its variants, which share it."""
+    """One group's errors: ``stack`` is the catalog stack the group is named for (``_group_name``:
+    one its runs ran on, of those with the group's calibration); the runs may be on variants of
+    it, which share its calibration."""
 
     stack: str
     accelerator: str
@@ -71,20 +73,38 @@ def calibration(stack) -> tuple:
 
 
 @cached(maxsize=None)
-def _catalog_calibrations() -> dict[tuple, str]:
-    """Each catalog calibration and the first catalog stack, by name, that holds it."""
+def _catalog_calibrations() -> dict[tuple, tuple[str, ...]]:
+    """Each catalog calibration and the catalog stacks, by name, that hold it."""
     from .catalog import get_stack, list_names
 
-    out: dict[tuple, str] = {}
+    out: dict[tuple, tuple[str, ...]] = {}
     for name in sorted(list_names("stacks")):
-        out.setdefault(calibration(get_stack(name)), name)
+        key = calibration(get_stack(name))
+        out[key] = out.get(key, ()) + (name,)
     return out
 
 
 def calibration_name(stack) -> str | None:
-    """The first catalog stack (by name) with ``stack``'s calibration; None for a calibration of
-    a user's own (``calibrate``'s output, a file that sets multipliers)."""
-    return _catalog_calibrations().get(calibration(stack))
+    """The catalog stack a group of ``stack``'s calibration is named for: of the catalog stacks
+    that hold it, the first (by name) the shipped table names, else the first; None for a
+    calibration of a user's own (``calibrate``'s output, a file that sets multipliers)."""
+    names = _catalog_calibrations().get(calibration(stack))
+    if not names:
+        return None
+    labelled = {r.stack for r in _shipped().values()}
+    return next((n for n in names if n in labelled), names[0])
+
+
+def _group_name(outcomes) -> str | None:
+    """What a group of runs of one calibration is named: the first catalog stack with it (by name)
+    that some run ran on (torchtitan-float8's runs, not torchtitan-0.3-compile's, which shares
+    its calibration and has none), else the first catalog stack with it; None for a calibration
+    of no catalog stack."""
+    names = _catalog_calibrations().get(calibration(outcomes[0].case.scenario.stack))
+    if not names:
+        return None
+    ran = {o.case.scenario.stack.name for o in outcomes}
+    return next((n for n in names if n in ran), names[0])
 
 
 def summarise(outcomes, held_out) -> list[Record]:
@@ -93,12 +113,11 @@ def summarise(outcomes, held_out) -> list[Record]:
     groups: dict[tuple, list] = {}
     for o in outcomes:
         sc = o.case.scenario
-        name = calibration_name(sc.stack)
-        if name is None:
-            continue
-        groups.setdefault((name, sc.cluster.accelerator.name, kind_of(sc.model)), []).append(o)
+        key = (calibration(sc.stack), sc.cluster.accelerator.name, kind_of(sc.model))
+        groups.setdefault(key, []).append(o)
+    named = {(_group_name(outs), acc, kind): outs for (_, acc, kind), outs in groups.items()}
     out = []
-    for (name, acc, kind), outs in sorted(groups.items()):
+    for (name, acc, kind), outs in sorted((k, v) for k, v in named.items() if k[0] is not None):
         errors = [o.error for o in outs]
         held = [abs(o.error) for o in outs if held_out(o.case)]
         memory = [abs(o.memory_error) for o in outs if o.memory_error is not None]

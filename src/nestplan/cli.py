@@ -473,7 +473,7 @@ def cmd_evaluate(args) -> int:
         planfile.save(ev, args.save, method=method,
                       comparison=pf.comparison if pf and not moved else None)
     if args.json:
-        print(_json(ev.to_json()))
+        print(_json(_with_measured_error(ev.to_json(), ev.scenario)))
     else:
         from .textfmt import evaluation
 
@@ -514,10 +514,14 @@ def cmd_plan(args) -> int:
 
         planfile.save(res.best, args.save, method=res.method)
     if args.json:
-        js = res.best.to_json()
+        from .units import GiB
+
+        js = _with_measured_error(res.best.to_json(), res.best.scenario)
         js.update(method=res.method, search_seconds=res.seconds,
                   configurations=res.configurations, solved=res.solved,
-                  top=[_top_entry(ev) for ev in res.plans])
+                  # (with their margins: a pipeline engineer's script could not gate on them)
+                  top=[{**_top_entry(ev), "margin_gib": ev.margin / GiB,
+                        "within_headroom": ev.within_headroom} for ev in res.plans])
         print(_json(js))
     else:
         from .textfmt import search_result
@@ -526,9 +530,19 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _with_measured_error(js: dict, sc) -> dict:
+    """``js`` with ``measured_error``: the model's error on the measured runs of the plan's stack
+    calibration, accelerator and kind of model (``nestplan.accuracy``); null where there are
+    none, or the calibration is the user's own."""
+    from . import accuracy
+
+    record = accuracy.measured(sc)[1]
+    return {**js, "measured_error": record.to_json() if record else None}
+
+
 def _top_entry(ev) -> dict:
     """One of ``plan --json``'s ``top`` plans: its summary, expert TP and blocks per model chunk
-    (null: the default split), all evaluate needs to reproduce it."""
+    (null: the default split), all evaluate needs to reproduce it (also ``compare``'s rows)."""
     from .result import SUMMARY_KEYS
 
     js = ev.to_json()
@@ -597,8 +611,10 @@ def cmd_compare(args) -> int:
 def cmd_export(args) -> int:
     from .errors import SpecError
     from .exports import export
-    from .loaders import writable, writable_beside
+    from .loaders import writable, writable_beside, write_text_atomic
 
+    if args.output == "-":  # standard output, as without -o (a pipeline engineer's trial)
+        args.output = None
     if args.output is not None:
         writable(args.output, "-o", "launch-script", reads=(args.plan,), what=THE_PLAN)
     pf = _load_plan(args.plan)
@@ -609,7 +625,7 @@ def cmd_export(args) -> int:
         files = {str(path): out.text, **{str(path) + s: t for s, t in out.extras.items()}}
         for name, text in files.items():
             try:
-                Path(name).write_text(text)
+                write_text_atomic(name, text)
             except OSError as e:  # the file that failed, and what was written before it
                 done = list(files)[:list(files).index(name)]
                 raise SpecError("-o", name, f"cannot write ({e.strerror})" + (
@@ -635,7 +651,7 @@ INPUT_FILE = "a file the scenario is read from (model, cluster, accelerator, sta
 def cmd_report(args) -> int:
     from .errors import SpecError
     from .evaluate import evaluate
-    from .loaders import writable
+    from .loaders import writable, write_text_atomic
     from .report import render
 
     writable(args.output, "-o", "report HTML", reads=(args.plan,), what=THE_PLAN)
@@ -652,7 +668,7 @@ def cmd_report(args) -> int:
     notes = [n.removeprefix("nestplan: note: ") for n in dict.fromkeys(PENDING_NOTES[said:])]
     html = render(pf, ev, notes)
     try:
-        Path(args.output).write_text(html)
+        write_text_atomic(args.output, html)
     except OSError as e:
         raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
     print(f"wrote {args.output} ({len(html) / 1e3:,.0f} kB)", file=sys.stderr)
@@ -686,8 +702,8 @@ def cmd_list(args) -> int:
                 f"{lv.name} {'any number' if n is None else f'{n:,}'}"
                 for lv, n in zip(spec.levels, blocks)))
             # (a DeepSpeed trial checked its file here, where its figures' notes had not come)
-            for text in scenario_notes.cluster_texts(spec):
-                note(text)
+            for said in scenario_notes.cluster_texts(spec):
+                note(said)
         print(text, end="")
         return 0
     for name in list_names(args.kind):
@@ -1115,6 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as e:  # writing the output (files read are checked where they are read)
         _quiet_stdout()
+        PENDING_NOTES.clear()  # (the one line: notes had followed it, a pipeline engineer's)
         print(f"nestplan: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
         return 1
     finally:  # after the output, an interrupt or any other ending: what is pending

@@ -44,6 +44,23 @@ def regular_file(path: str | Path, field: str, kind: str) -> None:
                         f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
 
 
+def write_text_atomic(path, text: str) -> None:
+    """Write ``text`` to ``path`` at once: into a file beside it, then renamed over it, so that a
+    command killed while writing leaves the old file or the new, never half of one (a pipeline
+    engineer's trial found plan files and exports written in place). A link is followed: the
+    file it names is replaced, the link kept. Raises OSError."""
+    import os
+
+    target = Path(os.path.realpath(path))
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def writable(path, field: str, kind: str, *, makes_folder: bool = False,
              reads: tuple = (), what: str = "a file being read") -> None:
     """Refuse an output path that cannot be written before any work is done: blank, a
@@ -54,6 +71,9 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
     ``field``)."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
+    if str(path) == "-":  # (a pipeline engineer's trial got a file named "-")
+        raise SpecError(field, "-", f"must be a {kind} file path; standard output is not one "
+                        "here (give ./- for a file of that name)")
     try:
         _writable(Path(path), field, kind, makes_folder, reads, what)
     except RuntimeError as e:  # Path.resolve on a loop of links (Python 3.11, 3.12)
@@ -317,12 +337,14 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     if "name" in table:
         kw["name"] = name_of(table, where)
     # physically meaningful ranges in the file's units, checked before conversion
+    # (an academic's A100 at 0.312, PFLOP/s, had been costed 1,000 times slower without a word:
+    # a V100's tensor cores give 125, a T4's 65, so below 10 is no training accelerator)
     if "peak_tflops_bf16" in table:
-        kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 0.1, 1e5,
-                                        "dense TFLOP/s") * units.TFLOPS
+        kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 10.0, 1e5,
+                                        "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
     if "peak_tflops_fp8" in table:
-        kw["peak_flops_fp8"] = _ranged(table, "peak_tflops_fp8", where, 0.1, 1e5,
-                                       "dense TFLOP/s") * units.TFLOPS
+        kw["peak_flops_fp8"] = _ranged(table, "peak_tflops_fp8", where, 10.0, 1e5,
+                                       "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
     if "hbm_GiB" in table:
         kw["hbm_bytes"] = _ranged(table, "hbm_GiB", where, 1.0, 1e5,
                                   "GiB: a TB is 931 GiB") * units.GiB  # (a trial's 0.141 was TB)
@@ -749,7 +771,8 @@ def _stack_fields() -> dict:
                                     "cp_gathers_windows", "cp_shards_weights",
                                     "overlap_grad_reduce",
                                     "overlap_param_gather", "optimizer_gather_waits", "zero_grad_allreduce",
-                                    "overlap_p2p", "flat_dp_collectives",
+                                    "overlap_p2p", "p2p_overlap_needs_interleaving",
+                                    "flat_dp_collectives",
                                     "gather_whole_block", "recompute_per_stage", "default_sp",
                                     "fp8_param_gather", "fp8_tp_gather", "gpt_tied_embeddings",
                                     "fp8_primary_weights",
@@ -853,7 +876,7 @@ LATER_STACK_KEYS = ("tp_overlap_beyond_domain", "tp_keeps_gathered_input", "inte
                     "norm_in_linear", "cp_gathers_windows", "cp_shards_weights",
                     "moe_syncs_without_ep", "tp_beyond_kv_heads", "pipeline_tied_embeddings",
                     "mtp_without", "per_op_saves_all_to_all", "optimizer_gather_waits",
-                    "zero_grad_allreduce")
+                    "zero_grad_allreduce", "p2p_overlap_needs_interleaving")
 """Stack keys added after whole stack tables (plan files' stacks, stack files without a base)
 were first written. One that lacks them is read by ``later_keys_filled``. (Not the keys a stack
 may leave unset, which a table then lacks: ``default_zero_with_pp``.)"""

@@ -128,8 +128,10 @@ def to_dict(ev: Evaluation, method: str | None = None, comparison: dict | None =
 
 def save(ev: Evaluation, path: str | Path, method: str | None = None,
          comparison: dict | None = None) -> None:
+    from .loaders import write_text_atomic
+
     try:
-        Path(path).write_text(json.dumps(to_dict(ev, method, comparison), indent=1) + "\n")
+        write_text_atomic(path, json.dumps(to_dict(ev, method, comparison), indent=1) + "\n")
     except OSError as e:
         raise SpecError("--save", str(path), f"cannot write ({e.strerror})") from None
 

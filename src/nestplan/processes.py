@@ -23,9 +23,29 @@ class Terminated(KeyboardInterrupt):
 
 
 def worker_signals():
-    """Pool workers leave Ctrl-C to the parent, which stops them with SIGTERM."""
+    """Pool workers leave Ctrl-C to the parent, which stops them with SIGTERM, and die with it
+    when it is killed outright (SIGKILL leaves it no time to stop them: a pipeline engineer's
+    trial found a killed sweep's workers running on)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option that sends this process a signal when its parent ends (prctl(2))."""
+
+
+def _die_with_parent() -> None:
+    """Ask Linux for SIGTERM when the parent process ends; elsewhere nothing."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        pass
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from . import accuracy
 from .cost.memory import MemoryBreakdown
 from .specs import Parallelism, Scenario, uneven_split
 from .units import TFLOPS, GiB, fmt_gib, fmt_gib_against
@@ -290,11 +289,6 @@ class Evaluation:
             "margin_gib": self.margin / GiB,
             "memory_headroom_gib": self.headroom / GiB,
             "within_headroom": self.within_headroom,
-            # the model's error on the measured runs of the plan's stack calibration,
-            # accelerator and kind of model (nestplan.accuracy); null: none, or a calibration
-            # of the user's own
-            "measured_error": measured.to_json() if (measured := accuracy.measured(sc)[1])
-            else None,
             **p.to_dict(),
             # the split where it is not the default one, as plan --json's entries give it
             "stage_layers": list(split) if (split := uneven_split(sc.model, p)) else None,

@@ -331,22 +331,30 @@ class ClusterSpec(_CachedHash):
     """Network levels, innermost first; only the outermost may have ``size=None``."""
     devices_per_host: int | None = None
     """Devices of one host (one operating system, whose processes a launcher numbers with
-    LOCAL_RANK) where fewer than the innermost level holds: a GB200 NVL72 rack's NVLink domain
-    spans 4-GPU compute trays. None: a host is an innermost group (a DGX node)."""
+    LOCAL_RANK) where the innermost level's group is not one: fewer (a GB200 NVL72 rack's NVLink
+    domain spans 4-GPU compute trays), or several whole groups (a PCIe server of 8 GPUs whose
+    NVLink bridges join pairs, an academic user's trial; its hosts tile a level's blocks). None:
+    a host is an innermost group (a DGX node)."""
 
     def __post_init__(self):
         if not self.levels:
             raise SpecError("levels", [], "a cluster needs at least one level")
-        if self.devices_per_host is not None:
-            _positive("devices_per_host", self.devices_per_host)
-            if self.levels[0].size is None or self.levels[0].size % self.devices_per_host:
-                raise SpecError("devices_per_host", self.devices_per_host,
-                                f"must divide the innermost level's size "
-                                f"({self.levels[0].name}: {self.levels[0].size})")
         for lvl in self.levels[:-1]:
             if lvl.size is None:
                 raise SpecError(f"levels[{lvl.name}].size", None,
                                 "only the outermost level may omit size")
+        if self.devices_per_host is not None:
+            _positive("devices_per_host", self.devices_per_host)
+            host, inner = self.devices_per_host, self.levels[0]
+            blocks = self.block_sizes()[1:]  # devices under one block of each level beyond it
+            if inner.size is None or not (inner.size % host == 0 or (
+                    host % inner.size == 0 and any(b % host == 0 for b in blocks))):
+                tiles = (f", or be a multiple of it that divides a level's block of devices "
+                         f"({', '.join(f'{lvl.name}: {b:,}' for lvl, b in zip(self.levels[1:], blocks))})"
+                         if blocks else "")
+                raise SpecError("devices_per_host", host,
+                                f"must divide the innermost level's size "
+                                f"({inner.name}: {inner.size}){tiles}")
         names = [lvl.name for lvl in self.levels]
         for name in names:
             if names.count(name) > 1:  # sweeps and messages name levels: they must differ
@@ -1425,9 +1433,15 @@ def batch_refusal(global_batch: int, mbs: int | None, dp: int, how: str = "") ->
     rule = (f"must be a multiple of dp = {dp}" if mbs is None
             else f"must be a multiple of mbs·dp = {mbs}·{dp} = {step}")
     # the nearest (a NEST-paper trial's baselines of ceil(B/d) micro-batches, 4,096 over dp 42)
-    below, above = global_batch // step * step, -(-global_batch // step) * step
-    near = f" (the nearest: {below:,} or {above:,})" if below else f" (the least: {above:,})"
-    return SpecError("global_batch", global_batch, rule + how + near)
+    near = " or ".join(f"{n:,}" for n in multiples_near(global_batch, step))
+    return SpecError("global_batch", global_batch, f"{rule}{how} (the nearest: {near})")
+
+
+def multiples_near(n: int, step: int) -> tuple[int, ...]:
+    """The multiples of ``step`` either side of ``n`` (``n`` not one), those above 0: what a
+    refused global batch is told it could be."""
+    below = n - n % step
+    return tuple(m for m in (below, below + step) if m > 0)
 
 
 def schedule_refusal(sc: Scenario, name: str, pp: int, vp: int, mbs: int, dp: int, *,

@@ -204,6 +204,12 @@ class StackSpec(_CachedHash):
     plain TP (``none``). At most ``backward``."""
     overlap_p2p: bool = True
     """Pipeline send/recv overlaps compute in the steady state."""
+    p2p_overlap_needs_interleaving: bool = False
+    """``overlap_p2p`` holds only for an interleaved pipeline (vp > 1): Megatron's 1F1B without
+    interleaving waits for each send and receive ("Non-interleaved pipeline parallelism does not
+    support overlapping p2p communication", forward_backward_pipelining_without_interleaving,
+    megatron/core/pipeline_parallel/schedules.py @ d98e8a64dd; a user trial on a slow network
+    found 1.6 s of sends costed hidden)."""
     moe_dispatcher: str = "alltoall"
     """How MoE tokens reach their experts: ``alltoall``, ``allgather`` or ``flex`` (DeepEP:
     a token crosses the network once per remote node), as Megatron-Core's

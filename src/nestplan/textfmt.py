@@ -317,7 +317,7 @@ def id_ranges(ids, limit: int = 60) -> str:
 TOP_COLUMNS = ("#", "step (s)", "tokens/s", "MFU", "mem GiB", "tp", "pp", "dp", "cp", "ep",
                "etp", "vp", "sp", "zero", "mbs", "recompute", "order", "schedule", "stage-layers")
 """The columns of ``plan``'s list of plans, everything evaluate needs to reproduce each (etp "-"
-for a dense model, stage-layers "-" for the even split); the last four are text
+for a dense model, sp "-" at tp 1, stage-layers "-" for the even split); the last four are text
 (left-aligned)."""
 
 
@@ -363,7 +363,8 @@ def _cells(rank, ev) -> list[str]:
     return [str(rank), f"{ev.step_time:.3f}", f"{ev.tokens_per_s:,.0f}", f"{ev.mfu * 100:.1f}%",
             f"{ev.peak_memory / GiB:.1f}", str(p.tp), str(p.pp), str(p.dp), str(p.cp),
             str(p.ep), str(p.expert_tp) if ev.scenario.model.moe is not None else "-",
-            str(p.vp), "on" if p.sp else "-", str(p.zero), str(p.mbs),
+            # (sp "-" only where it means nothing, tp 1: an academic read "-" at tp 4 as that)
+            str(p.vp), "on" if p.sp else "off" if p.tp > 1 else "-", str(p.zero), str(p.mbs),
             p.recompute_text, order_text(p.rank_order),
             p.pipeline.name if p.pp > 1 else "-", split_text(ev.scenario.model, p) or "-"]
 

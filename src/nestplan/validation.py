@@ -679,7 +679,9 @@ def load_cases(path: Path, *, include_lora: bool = False, stack: StackSpec | Non
                                 "row out") from None
             set_aside.append(left)
     if not cases and not set_aside:  # (rows set aside: the caller says which stack ran none)
-        raise SpecError(field, str(path), "holds no run to check (LoRA rows are skipped)")
+        raise SpecError(field, str(path), "holds no run to check" + (
+            f" (its {len(lora)} LoRA row{'s are' if len(lora) > 1 else ' is'} skipped)" if lora
+            else ": it has a header and no rows"))  # (a pipeline engineer's header-only file)
     if lora:  # (they had been left out without a word: a user trial's)
         warnings.warn(Note(f"{path.name}: {len(lora)} lora row{'s' if len(lora) > 1 else ''} "
                            f"left out (frozen weights are not modelled): {', '.join(lora)}"),
@@ -729,6 +731,9 @@ def _rows(path: Path, field: str = "--csv") -> list[_Row]:
                 if name not in COLUMNS + OPTIONAL_COLUMNS:
                     close = difflib.get_close_matches(name, COLUMNS + OPTIONAL_COLUMNS, n=1)
                     hint = f"did you mean {close[0]}? " if close else ""
+                    if name in OTHER_METRICS:  # (a pipeline engineer's peak_memory_gib column)
+                        hint = (f"{name} goes in the other_metrics column, as {name}=X "
+                                "(';' between entries); ")
                     raise SpecError(f"{path}: column", name, f"unknown; {hint}optional columns: "
                                     + ", ".join(OPTIONAL_COLUMNS))
             rows = []

@@ -177,8 +177,13 @@ def _catalog_table(kind: str, name: str, field: str) -> dict:
 @_cached
 def get_accelerator(name: str) -> AcceleratorSpec:
     """An accelerator by catalog name or TOML path; ``base = "..."`` chains are followed (a path
-    ``base`` is relative to the file that names it)."""
-    return _resolve("accelerators", name, "accelerator", ())
+    ``base`` is relative to the file that names it). A file may not take a catalog accelerator's
+    name unless it is that accelerator (``list accelerators FILE`` had printed one that ``plan``
+    refused: an academic user's trial)."""
+    acc = _resolve("accelerators", name, "accelerator", ())
+    if looks_like_path(name):
+        _refuse_a_lookalike("accelerators", acc, get_accelerator)
+    return acc
 
 
 MAX_BASES = 32

@@ -232,16 +232,24 @@ class ConfigCosts:
         return loop
 
     @property
+    def overlaps_p2p(self) -> bool:
+        """Whether the plan's steady-state send/recv overlaps compute: the stack's
+        ``overlap_p2p``, on some stacks only with interleaving
+        (``p2p_overlap_needs_interleaving``)."""
+        st = self.sc.stack
+        return st.overlap_p2p and (self.par.vp > 1 or not st.p2p_overlap_needs_interleaving)
+
+    @property
     def steady_p2p(self) -> float:
         """Send/recv added to every micro-batch when it does not overlap compute: both ways,
         waited for one after the other."""
-        return 0.0 if self.sc.stack.overlap_p2p else 2 * self.p2p_send
+        return 0.0 if self.overlaps_p2p else 2 * self.p2p_send
 
     @property
     def p2p_floor(self) -> float:
         """A device's least time per micro-batch when send/recv overlaps compute: a slow link
         cannot hide behind less compute than it needs."""
-        return self.p2p_send if self.sc.stack.overlap_p2p else 0.0
+        return self.p2p_send if self.overlaps_p2p else 0.0
 
 
 def config_costs(sc: Scenario, par: Parallelism) -> ConfigCosts:
@@ -454,12 +462,24 @@ def chunk_time(cc: ConfigCosts, ch: Chunk) -> ChunkTime:
                      zero_exposed=extra_f + extra_b, zero_link=ag_f + comm_b)
 
 
+def grad_sync_kind(zero: int, st: StackSpec) -> G.CollKind:
+    """The collective that reduces the data-parallel gradients at ZeRO stage ``zero``: an
+    all-reduce without ZeRO, and under ZeRO-1/2 where the stack all-reduces each bucket
+    (``StackSpec.zero_grad_allreduce``: DeepSpeed's), else a reduce-scatter (the one home of the
+    choice: the cost here, the search's bounds in ``search.space``)."""
+    allreduce = zero == 0 or (zero <= 2 and st.zero_grad_allreduce)
+    return G.CollKind.ALL_REDUCE if allreduce else G.CollKind.REDUCE_SCATTER
+
+
+def hides_optimizer_gather(st: StackSpec) -> bool:
+    """Whether the sharded optimizer's gather of the updated weights may hide behind the next
+    step's first forward (``overlap_param_gather``, unless ``optimizer_gather_waits``)."""
+    return st.overlap_param_gather and not st.optimizer_gather_waits
+
+
 def grad_sync_coefficients(cc: ConfigCosts):
-    """The collective that reduces the data-parallel gradients: an all-reduce without ZeRO, and
-    under ZeRO-1/2 where the stack all-reduces each bucket (``StackSpec.zero_grad_allreduce``:
-    DeepSpeed's), else a reduce-scatter."""
-    zero = cc.par.zero
-    return cc.ar if zero == 0 or (zero <= 2 and cc.sc.stack.zero_grad_allreduce) else cc.rs
+    """``grad_sync_kind``'s coefficients over the plan's data-parallel groups."""
+    return cc.ar if grad_sync_kind(cc.par.zero, cc.sc.stack) is G.CollKind.ALL_REDUCE else cc.rs
 
 
 def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
@@ -505,8 +525,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
                  _sum(*(c.egathered for c in chunks))) if sharded and par.zero < 3 \
         else 0.0 * params
     tail = tail + exposed(np.asarray(gather)[..., None],
-                          F / cc.micro if st.overlap_param_gather and not st.optimizer_gather_waits
-                          else 0.0, st.overlap_efficiency)
+                          F / cc.micro if hides_optimizer_gather(st) else 0.0,
+                          st.overlap_efficiency)
     mem = memory_breakdown(memory_parts(cc, chunks, stage), held_in_flight(cc, stage)) \
         if memory else None
     shape = np.shape(X)

@@ -41,11 +41,10 @@ HGX_NVLINK_GPUS = 8
 DGX user guides; the catalog's dgx-* clusters): a cluster file that gives no host size is read as
 multi-node NVLink when its NVLink domain holds more (``multi_node_nvlink``)."""
 
-
-
 LAUNCH_ARGS = "eval \"set -- $(grep -v '^#' FILE)\""
 """How the export's header says to read its arguments into bash's "$@" (FILE: the export):
 eval keeps the layout string's quotes and joins the lines their trailing backslashes continue."""
+
 
 def multi_node_nvlink(cluster) -> bool:
     """The cluster's NVLink domain (its innermost level) joins GPUs of several hosts, as GB200 and
@@ -754,8 +753,9 @@ def export(pf: PlanFile) -> Export:
             f"# vocabulary: {m.vocab} (set by the tokenizer; Megatron pads it to a multiple "
             f"of 128·tp)",
             # (a user trial pasted the whole file, comments too, after pretrain_gpt.py)
-            f"# to launch: the lines after these comments, after \"pretrain_gpt.py \\\" in a "
-            f"script; or in bash, FILE this file: {LAUNCH_ARGS}; torchrun ... pretrain_gpt.py \"$@\""]
+            f"# to launch: paste the argument lines below (not these comments) after "
+            f"\"pretrain_gpt.py \\\" in a script, or in bash, FILE being this file: "
+            f"{LAUNCH_ARGS}; torchrun ... pretrain_gpt.py \"$@\""]
     head += [f"# note: {n}" for n in notes]
     extras = {".stages.sh": _stage_script(pf, stage_flags, order)} if staged else {}
     extras.update(rank_files(par, order, sc.cluster.host_size, "Megatron"))

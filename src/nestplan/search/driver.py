@@ -25,8 +25,8 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import (Parallelism, Scenario, check_plan, cp_splits, divisors, plan_knobs,
-                     uneven_chunks)
+from ..specs import (Parallelism, Scenario, check_plan, cp_splits, divisors, multiples_near,
+                     plan_knobs, uneven_chunks)
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -679,8 +679,7 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     relaxed = replace(sc, training=replace(sc.training, global_batch=sc.gpus * space.MAX_MBS))
     dps = sorted({shape.dp for shape in space.shapes(relaxed, con)})
     if dps and all(gb % d for d in dps):  # (else another rule empties it: a review's)
-        lower = gb - gb % dps[0]
-        near = " or ".join(f"{n:,}" for n in (lower, lower + dps[0]) if n > 0)
+        near = " or ".join(f"{n:,}" for n in multiples_near(gb, dps[0]))
         return (f"{head}: global batch {gb:,} is a multiple of none of the data-parallel sizes "
                 f"they leave ({', '.join(map(str, dps))}): a multiple of {dps[0]}, such as {near}, "
                 "would be")

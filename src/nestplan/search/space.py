@@ -662,10 +662,10 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         zero = busy = 0.0
         deferred = st.defers_grad_sync(par.pp, z)
         sharded = st.optimizer_sharded(par.pp, z)
+        sync = D.grad_sync_kind(z, st)
         if z >= 2 and not deferred:
-            zero += dp(G.CollKind.REDUCE_SCATTER, params * st.grad_bytes, eparams * st.grad_bytes)
-            busy += dp(G.CollKind.REDUCE_SCATTER, least_p * st.grad_bytes,
-                       least_e * st.grad_bytes) if most else 0.0
+            zero += dp(sync, params * st.grad_bytes, eparams * st.grad_bytes)
+            busy += dp(sync, least_p * st.grad_bytes, least_e * st.grad_bytes) if most else 0.0
         if z >= 3:  # the backward's gather and the forward's
             n = 1.0 + D.least_zero3_forward_gathers(st, par.pp, z, micro)
             zero += n * dp(G.CollKind.ALL_GATHER, gathered, egathered)
@@ -674,14 +674,14 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
         e_end = avg_e / (lay.edp.size if sharded else 1) * per_byte
         g_end = d_sync = e_sync = 0.0
         if z < 2 or deferred:  # reduced after the last backward, which may hide some of it
-            kind = G.CollKind.ALL_REDUCE if z == 0 else G.CollKind.REDUCE_SCATTER
-            d_sync = dense(kind, avg_p * st.grad_bytes)
-            e_sync = experts(kind, avg_e * st.grad_bytes)
+            d_sync = dense(sync, avg_p * st.grad_bytes)
+            e_sync = experts(sync, avg_e * st.grad_bytes)
             if not st.overlap_grad_reduce or deferred:  # nothing hides it (``device``)
                 d_end, e_end, d_sync, e_sync = d_end + d_sync, e_end + e_sync, 0.0, 0.0
         if sharded and z < 3:  # the updated weights gathered after the step (``device``)
-            g_end = shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
-            e_end += shown * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
+            seen = shown if D.hides_optimizer_gather(st) else 1.0
+            g_end = seen * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
+            e_end += seen * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
         d_end, g_end = (d_end + g_end, 0.0) if uniform else (d_end, g_end)
         out.append((zero, busy, ((d_end, d_sync), (g_end, 0.0), (e_end, e_sync))))
     return tuple(out)

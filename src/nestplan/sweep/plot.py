@@ -13,6 +13,7 @@ import itertools
 from pathlib import Path
 
 from ..catalog import looks_like_path
+from ..loaders import write_text_atomic
 from ..svg import Svg, line_chart
 from .spec import Parameter, Point, SweepSpec, level_key
 
@@ -40,7 +41,7 @@ def write_plot(spec: SweepSpec, points: list[Point]) -> Path:
         else:
             omitted += 1
     path = spec.output.with_suffix(".svg")
-    path.write_text(str(summary_svg(spec, results, omitted=omitted)))
+    write_text_atomic(path, str(summary_svg(spec, results, omitted=omitted)))
     return path
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InfeasibleError, NestplanError, SpecError, UsageError
+from ..errors import InfeasibleError, NestplanError, Note, SpecError, UsageError
 from ..processes import (Terminated, cores, on_sigterm, restore_sigterm, signals_held, stop_pool,
                          worker_signals)
 from .spec import RESULT_COLUMNS, RESULT_TYPES, TIME_PARTS, Point, SweepSpec
@@ -206,8 +206,6 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
         else:
             out.foreign += 1
     if out.set_aside:  # (a line that was no row had vanished without a word: a fuzzing helper's)
-        from ..errors import Note
-
         n = len(out.set_aside)
         aside = dropped_path(path)
         warnings.warn(f"output: {n} line{'s' * (n > 1)} of {path} cannot be read as this sweep's "
@@ -246,12 +244,7 @@ class ResultsWriter:
                 if existing.set_aside:  # kept beside it, never lost
                     with open(dropped_path(path), "a", newline="") as f:
                         csv.writer(f).writerows(existing.set_aside)
-                tmp = path.with_name(path.name + ".tmp")
-                with open(tmp, "w", newline="") as f:
-                    w = csv.writer(f)
-                    w.writerow(self.columns)
-                    w.writerows(existing.keep)
-                os.replace(tmp, path)
+                _rewrite(path, [list(self.columns), *existing.keep])
             self.file = open(path, "a", newline="")
         except OSError as e:
             raise SpecError("output", str(path), f"cannot write ({e.strerror})") from None
@@ -266,24 +259,34 @@ class ResultsWriter:
         self.file.close()
 
 
+def _rewrite(path: Path, rows: list) -> None:
+    """Write ``rows`` (the header first) over the CSV at ``path`` at once (a file beside it,
+    then renamed: an interruption leaves the old file or the new, never half of one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    os.replace(tmp, path)
+
+
 def in_grid_order(path: Path, ids: list[str]) -> None:
     """Rewrite a finished sweep's CSV with its rows in the grid's order (``ids``), rows of no
     point of the grid after them as they were: they are appended as points finish, which a
-    NEST-paper trial found in no order it could read."""
+    NEST-paper trial found in no order it could read. A file that cannot be rewritten keeps its
+    rows as written, with a note."""
     path = Path(os.path.realpath(path))
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        return
-    header, body = rows[0], rows[1:]
-    rank = {ident: i for i, ident in enumerate(ids)}
-    ordered = sorted(body, key=lambda r: rank.get(r[0] if r else "", len(rank)))
-    if ordered == body:
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows([header, *ordered])
-    os.replace(tmp, path)
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            return
+        header, body = rows[0], rows[1:]
+        rank = {ident: i for i, ident in enumerate(ids)}
+        ordered = sorted(body, key=lambda r: rank.get(r[0] if r else "", len(rank)))
+        if ordered != body:
+            _rewrite(path, [header, *ordered])
+    except OSError as e:
+        warnings.warn(f"{path.name}: rows left in the order they finished (cannot rewrite the "
+                      f"file: {e.strerror or e})", Note)
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
