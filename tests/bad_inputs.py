@@ -645,7 +645,8 @@ CLUSTER_BAD = {
         '[[levels]]\nname = "pcie"\nsize = 4\nbandwidth_GBps = 25\nlatency_us = 5\n'
         '[[levels]]\nname = "net"\nbandwidth_GBps = 50\nlatency_us = 10\n',
         "devices_per_host: got 6; must divide the innermost level's size (node: 2), or be a "
-        "multiple of it that divides a level's block of devices (pcie: 8)"),
+        "multiple of one level's block of devices that divides the next level's (node: 2, pcie: "
+        "8)"),
     "fp8-peak-below-bf16": (_h100_with('peak_tflops_fp8 = 500'),
         "peak_tflops_fp8: got 500; fp8's dense peak (500 TFLOP/s) is below bf16's (989.4): give "
         "both dense"),

@@ -862,9 +862,22 @@ def test_outputs_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", real)
     link = tmp_path / "link.json"
     link.symlink_to(path)
+    path.chmod(0o600)  # (its mode kept: a review's file had come back 0644)
     loaders.write_text_atomic(link, "new")
-    assert link.is_symlink() and path.read_text() == "new"
+    assert link.is_symlink() and path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "plan.json"]
+    # what is no regular file is written in place, not replaced (a review's /dev/null had been)
+    import stat
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    loaders.write_text_atomic(fifo, "through")
+    reader.join(timeout=10)
+    assert read == ["through"] and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_export_to_dash_prints_and_writes_no_file(tmp_path):

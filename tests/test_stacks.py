@@ -1846,3 +1846,22 @@ def test_a_policys_modules_the_model_lacks_are_said_apart():
                                                                      "--ep", 64))
     assert code == 0, err
     assert "fine-grained = modules:layernorm,mla_up_proj,moe_act (stack" in out, out
+
+
+@pytest.mark.parametrize("base,keys", [("megatron-core", ("p2p_overlap_needs_interleaving",)),
+                                       ("deepspeed", ("optimizer_gather_waits",
+                                                      "zero_grad_allreduce"))])
+def test_a_whole_stack_file_of_before_reads_its_frameworks_later_keys(tmp_path, base, keys):
+    """A stack file without a base, of a name of its own, written before the keys found in the
+    frameworks' code on 2026-12-06 existed, reads them as its framework runs (a review: a copy
+    of megatron-core had kept hiding its sends without interleaving)."""
+    from nestplan.catalog import get_stack
+
+    code, out, _ = cli("list", "stacks", base)
+    assert code == 0
+    lines = [line for line in out.splitlines() if not line.startswith(keys)]
+    path = tmp_path / "mine.toml"
+    path.write_text("\n".join(lines).replace(f'name = "{base}"', 'name = "mine"') + "\n")
+    mine = get_stack(str(path))
+    assert all(getattr(mine, k) is True for k in keys)
+    assert all(getattr(get_stack(base), k) is True for k in keys)

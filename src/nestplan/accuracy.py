@@ -30,9 +30,8 @@ SHOWN = 2
 
 @dataclass(frozen=True)
 class Record:
-    """One group's errors: ``stack`` is the catalog stack the group is named for (``_group_name``:
-    one its runs ran on, of those with the group's calibration); the runs may be on variants of
-    it, which share its calibration."""
+    """One group's errors: ``stack`` is the catalog stack the group's calibration is named for
+    (``_names``: one its runs ran on); the runs may be on other stacks of that calibration."""
 
     stack: str
     accelerator: str
@@ -66,15 +65,41 @@ def kind_of(model) -> str:
     return "MoE" if model.moe is not None else "dense"
 
 
-def calibration(stack) -> tuple:
-    """The values a stack's calibration holds (``stack.CALIBRATION``): stacks that share them
-    share their runs' errors."""
+VALUES = tuple(f for f in CALIBRATION if not f.startswith("fitted_"))
+"""The fields of a calibration that hold its values (the rest say what runs they came from)."""
+
+
+def _own(stack) -> tuple:
     return tuple(getattr(stack, f) for f in CALIBRATION)
 
 
 @cached(maxsize=None)
+def _fitted() -> tuple[tuple, ...]:
+    """The catalog's calibrations fitted on runs (``fitted_on`` not empty)."""
+    from .catalog import get_stack, list_names
+
+    return tuple(dict.fromkeys(_own(st) for st in map(get_stack, sorted(list_names("stacks")))
+                               if st.fitted_on))
+
+
+def calibration(stack) -> tuple:
+    """The calibration a stack's runs' errors are grouped by (``stack.CALIBRATION``): its own,
+    or, for a stack fitted on no run of its own, the one fitted calibration of the catalog that
+    holds its values (torchtitan-float8's and torchtitan-0.3-compile's are torchtitan-compile's;
+    where several hold them, its own)."""
+    own = _own(stack)
+    if stack.fitted_on:
+        return own
+    values = tuple(getattr(stack, f) for f in VALUES)
+    index = [CALIBRATION.index(f) for f in VALUES]
+    same = [cal for cal in _fitted() if tuple(cal[i] for i in index) == values]
+    return same[0] if len(same) == 1 else own
+
+
+@cached(maxsize=None)
 def _catalog_calibrations() -> dict[tuple, tuple[str, ...]]:
-    """Each catalog calibration and the catalog stacks, by name, that hold it."""
+    """Each catalog calibration (as ``calibration`` groups) and the catalog stacks, by name, of
+    it."""
     from .catalog import get_stack, list_names
 
     out: dict[tuple, tuple[str, ...]] = {}
@@ -86,8 +111,8 @@ def _catalog_calibrations() -> dict[tuple, tuple[str, ...]]:
 
 def calibration_name(stack) -> str | None:
     """The catalog stack a group of ``stack``'s calibration is named for: of the catalog stacks
-    that hold it, the first (by name) the shipped table names, else the first; None for a
-    calibration of a user's own (``calibrate``'s output, a file that sets multipliers)."""
+    of it, the first (by name) the shipped table names, else the first; None for a calibration
+    of a user's own (``calibrate``'s output, a file that sets multipliers)."""
     names = _catalog_calibrations().get(calibration(stack))
     if not names:
         return None
@@ -95,16 +120,19 @@ def calibration_name(stack) -> str | None:
     return next((n for n in names if n in labelled), names[0])
 
 
-def _group_name(outcomes) -> str | None:
-    """What a group of runs of one calibration is named: the first catalog stack with it (by name)
-    that some run ran on (torchtitan-float8's runs, not torchtitan-0.3-compile's, which shares
-    its calibration and has none), else the first catalog stack with it; None for a calibration
-    of no catalog stack."""
-    names = _catalog_calibrations().get(calibration(outcomes[0].case.scenario.stack))
-    if not names:
-        return None
-    ran = {o.case.scenario.stack.name for o in outcomes}
-    return next((n for n in names if n in ran), names[0])
+def _names(outcomes) -> dict[tuple, str]:
+    """What the runs of each calibration are named, over all their groups (so that a calibration
+    has one name, which ``calibration_name`` finds): the first catalog stack of it (by name)
+    some run ran on, else the first."""
+    ran: dict[tuple, set] = {}
+    for o in outcomes:
+        ran.setdefault(calibration(o.case.scenario.stack), set()).add(o.case.scenario.stack.name)
+    out = {}
+    for key, stacks in ran.items():
+        names = _catalog_calibrations().get(key)
+        if names:
+            out[key] = next((n for n in names if n in stacks), names[0])
+    return out
 
 
 def summarise(outcomes, held_out) -> list[Record]:
@@ -115,9 +143,11 @@ def summarise(outcomes, held_out) -> list[Record]:
         sc = o.case.scenario
         key = (calibration(sc.stack), sc.cluster.accelerator.name, kind_of(sc.model))
         groups.setdefault(key, []).append(o)
-    named = {(_group_name(outs), acc, kind): outs for (_, acc, kind), outs in groups.items()}
+    names = _names(outcomes)
+    named = {(names[key], acc, kind): outs for (key, acc, kind), outs in groups.items()
+             if key in names}
     out = []
-    for (name, acc, kind), outs in sorted((k, v) for k, v in named.items() if k[0] is not None):
+    for (name, acc, kind), outs in sorted(named.items()):
         errors = [o.error for o in outs]
         held = [abs(o.error) for o in outs if held_out(o.case)]
         memory = [abs(o.memory_error) for o in outs if o.memory_error is not None]

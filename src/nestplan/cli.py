@@ -859,11 +859,9 @@ def cmd_calibrate(args) -> int:
                                    or k.startswith("fitted_")}}
     # written beside it first and loaded as --stack takes it (a chain of bases not too long),
     # so that a file that would not load replaces nothing
-    import tempfile
+    from .loaders import draft_beside, settle
 
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".toml")
-    os.close(fd)  # (a name of its own: no file the command reads can be it)
-    draft = Path(name)
+    draft = draft_beside(target)  # (a name of its own: no file the command reads can be it)
     try:
         draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
                          + (f" --stack {_shown(args.stack)}" if args.stack
@@ -876,11 +874,7 @@ def cmd_calibrate(args) -> int:
         except SpecError as e:
             raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
                             "nothing written") from None
-        # the mode a file written in place would have (mkstemp's draft is the owner's alone)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(draft, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~umask)
-        os.replace(draft, target)
+        settle(draft, target)
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
     finally:
@@ -1011,7 +1005,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")
     ex.add_argument("--format", required=True, help="megatron, torchtitan or deepspeed")
     ex.add_argument("-o", "--output", metavar="PATH", help="write here (extra files beside it) "
-                    "instead of printing")
+                    "instead of printing; - prints")
     ex.set_defaults(func=cmd_export)
     rp = sub.add_parser("report", help="self-contained HTML report of a saved plan")
     rp.add_argument("plan", metavar="PLAN.json", help="a plan file written with --save")

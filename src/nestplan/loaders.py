@@ -44,21 +44,53 @@ def regular_file(path: str | Path, field: str, kind: str) -> None:
                         f"nestplan is at most {MAX_FILE_BYTES // 2**20} MiB")
 
 
+def draft_beside(target: Path) -> Path:
+    """A new empty file beside ``target``, of a name no other process can have chosen (created
+    exclusively: ``tempfile.mkstemp``), to write ``target``'s new content into and ``settle``
+    over it."""
+    import os
+    import tempfile
+
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    return Path(name)
+
+
+def settle(draft: Path, target: Path) -> None:
+    """Rename ``draft`` over ``target`` with the mode ``target`` has, or the one a file written in
+    place would have (``mkstemp``'s draft is its owner's alone)."""
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(draft, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~umask)
+    os.replace(draft, target)
+
+
 def write_text_atomic(path, text: str) -> None:
     """Write ``text`` to ``path`` at once: into a file beside it, then renamed over it, so that a
     command killed while writing leaves the old file or the new, never half of one (a pipeline
     engineer's trial found plan files and exports written in place). A link is followed: the
-    file it names is replaced, the link kept. Raises OSError."""
+    file it names is replaced, the link kept. What is no regular file (a device, a pipe,
+    /dev/stdout) is written in place, as is a file whose folder takes no new file. Raises
+    OSError."""
     import os
 
     target = Path(os.path.realpath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    if target.exists() and not target.is_file():  # (a review: /dev/null had been replaced)
+        with open(target, "w") as f:
+            f.write(text)
+        return
     try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        draft = draft_beside(target)
+    except PermissionError:  # (a writable file in a folder that is not)
+        target.write_text(text)
+        return
+    try:
+        draft.write_text(text)
+        settle(draft, target)
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 def writable(path, field: str, kind: str, *, makes_folder: bool = False,
@@ -338,7 +370,8 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
         kw["name"] = name_of(table, where)
     # physically meaningful ranges in the file's units, checked before conversion
     # (an academic's A100 at 0.312, PFLOP/s, had been costed 1,000 times slower without a word:
-    # a V100's tensor cores give 125, a T4's 65, so below 10 is no training accelerator)
+    # a V100's tensor cores give 125 TFLOP/s and a T4's 65, NVIDIA's Tesla V100 and T4
+    # datasheets, so below 10 is no training accelerator)
     if "peak_tflops_bf16" in table:
         kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 10.0, 1e5,
                                         "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
@@ -891,6 +924,13 @@ within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the
 rounds of pp, which every stack ran then."""
 
 
+FRAMEWORK_LATER_KEYS = {"megatron": ("p2p_overlap_needs_interleaving",),
+                        "deepspeed": ("optimizer_gather_waits", "zero_grad_allreduce")}
+"""The later keys whose absence a Megatron-LM or DeepSpeed stack of the user's own name reads as
+that framework runs: megatron-core's sends without interleaving, DeepSpeed's ZeRO-1/2 step
+(the deepspeed stack's values; found in the frameworks' code on 2026-12-06)."""
+
+
 LATER_ACCELERATOR_KEYS = ("compute_capability", "fitted_on")
 """Accelerator keys added after accelerator tables (plan files' inline ones) were first written."""
 
@@ -912,9 +952,10 @@ def later_keys_filled(table):
     """A whole stack ``table`` (no base) written before keys of ``LATER_STACK_KEYS`` existed, with
     them filled in: named as a catalog stack (a plan file's), that stack's values (its plan runs
     as it did, and the stack is the catalog's); exported as torchtitan's, torchtitan's values of
-    ``TORCHTITAN_LATER_KEYS``; exported as DeepSpeed's, ``expert_layer_injected`` as its export
-    then read it (no TP axis); any other keeps the defaults, which every stack had then (no fp8
-    weight copies counted, none asked for in an export)."""
+    ``TORCHTITAN_LATER_KEYS``; exported as Megatron-LM's or DeepSpeed's, ``FRAMEWORK_LATER_KEYS``
+    as that framework runs, and for DeepSpeed's ``expert_layer_injected`` as its export then read
+    it (no TP axis); any other keeps the defaults, which every stack had then (no fp8 weight
+    copies counted, none asked for in an export)."""
     if not isinstance(table, dict) or "base" in table or set(LATER_STACK_KEYS) <= table.keys():
         return table
     from .catalog import get_stack, list_names
@@ -923,9 +964,14 @@ def later_keys_filled(table):
         source, keys = get_stack(table["name"]), LATER_STACK_KEYS
     elif table.get("export_format") == "torchtitan":
         source, keys = get_stack("torchtitan"), TORCHTITAN_LATER_KEYS
-    elif table.get("export_format") == "deepspeed" and "expert_layer_injected" not in table:
-        # its export had written AutoEP's section for a stack without a TP axis
-        return {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
+    elif table.get("export_format") in FRAMEWORK_LATER_KEYS:  # (a review: a copy of
+        # megatron-core saved before had hidden its vp-1 sends)
+        fmt = table["export_format"]
+        if fmt == "deepspeed" and "expert_layer_injected" not in table:
+            # its export had written AutoEP's section for a stack without a TP axis
+            table = {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
+        source, keys = get_stack(fmt if fmt == "deepspeed" else "megatron-core"), \
+            FRAMEWORK_LATER_KEYS[fmt]
     else:
         return table
     fill = stack_to_table(source)

@@ -36,16 +36,22 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """Ask Linux for SIGTERM when the parent process ends; elsewhere nothing."""
+    """Ask Linux for SIGTERM when the parent process ends, and end now if it already has (it may
+    die between the fork and this call; the worker's parent is then init); elsewhere nothing.
+    The signal follows the thread that forked: the pools here start their workers from the
+    main thread (Python 3.11's fork; under forkserver, the server, which ends with its parent);
+    a Ray sweep's workers are Ray's."""
     import ctypes
     import sys
 
     if not sys.platform.startswith("linux"):
         return
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        failed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     except (OSError, AttributeError):
-        pass
+        return
+    if not failed and os.getppid() == 1:
+        os._exit(0)
 
 
 @contextlib.contextmanager

@@ -346,15 +346,19 @@ class ClusterSpec(_CachedHash):
         if self.devices_per_host is not None:
             _positive("devices_per_host", self.devices_per_host)
             host, inner = self.devices_per_host, self.levels[0]
-            blocks = self.block_sizes()[1:]  # devices under one block of each level beyond it
-            if inner.size is None or not (inner.size % host == 0 or (
-                    host % inner.size == 0 and any(b % host == 0 for b in blocks))):
-                tiles = (f", or be a multiple of it that divides a level's block of devices "
-                         f"({', '.join(f'{lvl.name}: {b:,}' for lvl, b in zip(self.levels[1:], blocks))})"
-                         if blocks else "")
+            blocks = self.block_sizes()  # devices under one block of each level but the last
+            # a host within one innermost group, or whole blocks of one level that tile a block
+            # of the next (a review: hosts of 4 over PCIe groups of 6 pairs had passed)
+            tiles = any(host % below == 0 and above % host == 0
+                        for below, above in zip(blocks, blocks[1:]))
+            if inner.size is None or not (inner.size % host == 0 or tiles):
+                more = (", or be a multiple of one level's block of devices that divides the "
+                        "next level's (" + ", ".join(f"{lvl.name}: {b:,}" for lvl, b in
+                                                     zip(self.levels, blocks)) + ")"
+                        if len(blocks) > 1 else "")
                 raise SpecError("devices_per_host", host,
                                 f"must divide the innermost level's size "
-                                f"({inner.name}: {inner.size}){tiles}")
+                                f"({inner.name}: {inner.size}){more}")
         names = [lvl.name for lvl in self.levels]
         for name in names:
             if names.count(name) > 1:  # sweeps and messages name levels: they must differ

@@ -410,16 +410,14 @@ def _not_launched(st, m, par, *, placeholder: bool) -> tuple[dict, list[str], bo
         unrun["moe_overlap"] = "none"
         why.append(f"the expert exchange overlapped (moe_overlap = {st.moe_overlap}), which "
                    "torchtitan.train does not run (only its graph_trainer experiment)")
-    if st.cuda_graphs == "none":  # (a torchtitan trial found the flag set with no word of why;
-        # where the stack's graphs are not run, ``why`` says so)
-        graphable = par.pp == 1 and (m.moe is None or par.ep == 1)
+    if st.cuda_graphs == "none" and par.pp == 1 and (m.moe is None or par.ep == 1):
+        # (a torchtitan trial found the flag set with no word of why; with PP or EP torchtitan
+        # graphs nothing anyway, and where a stack's graphs are not run ``why`` says so)
         advice.append(f"--training.disable_cuda_graphs: stack {st.name} costs an eager step "
                       "(cuda_graphs = none), so the export turns off the graph of each step's "
-                      "forward and backward that torchtitan 0.3 captures by default; "
-                      + ("a stack file with cuda_graphs = \"full_iteration\" costs the graphed "
-                         "step and exports without the flag" if graphable else
-                         "torchtitan graphs no step of this plan anyway (it refuses with "
-                         + ("pipelining)" if par.pp > 1 else "expert parallelism)")))
+                      "forward and backward that torchtitan 0.3 captures by default; a stack "
+                      "file with cuda_graphs = \"full_iteration\" costs the graphed step and "
+                      "exports without the flag")
     return unrun, why, graphed, advice
 
 

@@ -95,8 +95,9 @@ a likely unit slip (Gb/s typed as GB/s: a datacenter trial's 400 "GB/s" leaf).""
 SLOWER_INSIDE = 4
 """How many times slower per device than a level beyond it a level must be to be noted: a
 gigabit for a gigabyte's slip (8) and an academic's 100 Gb/s NIC typed as 100 GB/s beyond 25 GB/s
-of PCIe (4; it had been 8 until then). The NEST paper's TPU v4 and spine-leaf clusters, 4 times
-faster beyond a block, are catalog clusters, which are not noted; a copy of them is."""
+of PCIe (4; it had been 8 until then). Beyond a block, per device over the oversubscription.
+The NEST paper's TPU v4 and spine-leaf clusters, 4 times faster beyond a block, are catalog
+clusters, which are not noted; a copy of them is, one at 4:1 above the leaf is not."""
 
 
 def unlikely_bandwidths(cluster) -> str | None:
@@ -111,10 +112,13 @@ def unlikely_bandwidths(cluster) -> str | None:
         return None  # (a catalog cluster's figures are sourced: the TPU v4 pod's ICI is faster)
     levels = cluster.levels
     for inner, outer in zip(levels, levels[1:]):
-        if inner.bandwidth * SLOWER_INSIDE <= outer.bandwidth:
+        # (beyond, what a device gets with every device crossing: its share over the
+        # oversubscription; a review's sweep of the NEST spine-leaf at 4:1 had been noted)
+        beyond = outer.bandwidth / outer.oversubscription
+        if inner.bandwidth * SLOWER_INSIDE <= beyond:
             return (f"{cluster.name}: level {inner.name} gives a device "
-                    f"{inner.bandwidth / GB:g} GB/s, {outer.bandwidth / inner.bandwidth:.3g} times "
-                    f"less than level {outer.name} beyond it ({outer.bandwidth / GB:g} GB/s): "
+                    f"{inner.bandwidth / GB:g} GB/s, {beyond / inner.bandwidth:.3g} times "
+                    f"less than level {outer.name} beyond it ({beyond / GB:g} GB/s): "
                     "traffic inside a block is costed slower "
                     "than traffic between blocks; bandwidth_GBps is gigabytes per second per "
                     "device (450 for H100's NVLink, 50 for a 400 Gb/s NIC)")

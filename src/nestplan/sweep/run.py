@@ -262,10 +262,15 @@ class ResultsWriter:
 def _rewrite(path: Path, rows: list) -> None:
     """Write ``rows`` (the header first) over the CSV at ``path`` at once (a file beside it,
     then renamed: an interruption leaves the old file or the new, never half of one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    os.replace(tmp, path)
+    from ..loaders import draft_beside, settle
+
+    draft = draft_beside(path)
+    try:
+        with open(draft, "w", newline="") as f:
+            csv.writer(f).writerows(rows)
+        settle(draft, path)
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 def in_grid_order(path: Path, ids: list[str]) -> None:
