@@ -911,15 +911,23 @@ def test_the_slow_methods_report_what_they_count(capsys):
     line(2000, 2000, 6.0, of="plans evaluated")
     line(3, 40, 7.5)
     line(3, 40, 12.5, examined=25)  # nest's: what its bounds looked at, most never solved
+    # and the plan shapes it bounded before examining any (a pipeline engineer's MoE search had
+    # read "0 examined" for 14 s)
+    line(0, 40, 17.5, examined=0, bounded=1234)
     assert capsys.readouterr().err.splitlines() == [
         "nestplan: exhaustive searching, 1,000 of 2,000 plans evaluated, 2 s",
         "nestplan: exhaustive searching, 3 solved of 40 configurations, 8 s",
-        "nestplan: exhaustive searching, 25 examined, 3 solved of 40 configurations, 12 s"]
-    # the search reports both, examined never fewer than solved
+        "nestplan: exhaustive searching, 25 examined, 3 solved of 40 configurations, 12 s",
+        "nestplan: exhaustive searching, 1,234 plan shapes bounded, 0 examined, 0 solved of 40 "
+        "configurations, 18 s"]
+    # the search reports them all, examined never fewer than solved, bounds counted up
     calls.clear()
     methods.run_method("nest", sc, Constraints(), top=1,
                        progress=lambda *a, **k: calls.append((a, k)))
-    assert calls and all(set(k) == {"examined"} and k["examined"] >= a[0] for a, k in calls)
+    assert calls and all(set(k) == {"examined", "bounded"} and k["examined"] >= a[0]
+                         for a, k in calls if "bounded" in k)
+    bounds = [k["bounded"] for _, k in calls if "bounded" in k]
+    assert bounds == sorted(bounds) and bounds[-1] > 0
 
 
 @pytest.mark.parametrize("micro, vp", [(1, 1), (1, 2), (3, 1), (4, 2)])

@@ -1016,3 +1016,24 @@ def test_a_plot_of_close_points_spans_them_and_says_where_its_axis_starts():
     far = line_chart([("a", [(8, 5_000.0), (16, 10_000.0)])], title="t", xlabel="GPUs",
                      ylabel="tokens/s per GPU")
     assert y_ticks(far)[0] == "0" and "not 0" not in str(far)
+
+
+def test_a_second_sweep_writing_the_same_file_is_refused(tmp_path):
+    """A sweep holds its results file's lock (``.NAME.lock``, flock) while it runs: another
+    writing the same file exits 2 at once, naming it (two had each run every point into one
+    file: a pipeline engineer's trial); the lock ends with the sweep, which then runs."""
+    import fcntl
+    import os
+
+    path = _write(tmp_path, SMALL)
+    out = path.with_suffix(".csv")
+    fd = os.open(out.with_name(f".{out.name}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (as a running sweep holds it)
+        assert one_line_error(*cli("sweep", path, "--quiet"),
+                              f"output: got '{out}'; another nestplan sweep is writing it")
+        assert not out.exists()
+    finally:
+        os.close(fd)
+    code, _, err = cli("sweep", path, "--quiet")
+    assert code == 0, err

@@ -299,11 +299,12 @@ class _Progress:
         self.method, self.doing = method, doing
 
     def __call__(self, done: int, total: int, seconds: float, of: str | None = None,
-                 examined: int | None = None):
+                 examined: int | None = None, bounded: int | None = None):
         if seconds < 2.0 or (not self.tty and self.shown and seconds - self.last < 5.0):
             return
         self.shown, self.last = True, seconds
-        checked = "" if examined is None else f"{examined:,} examined, "
+        checked = ("" if not bounded else f"{bounded:,} plan shapes bounded, ") + (
+            "" if examined is None else f"{examined:,} examined, ")
         count = (f"{done:,} of {total:,} {of}" if of else
                  f"{checked}{done:,} solved of {total:,} configurations")
         text = f"nestplan: {self.method} {self.doing}, {count}, {seconds:.0f} s"

@@ -413,7 +413,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         spaced.append((shape, vps))
     found: list[_Found] = []  # the top K so far, as a heap on the negated objective
     unfit: list[Parallelism] = []  # no split fits (``_positions_fit``), or no plan came of it
-    solved = found_count = examined = 0
+    solved = found_count = examined = bounded = 0
     shortfall = Shortfall(cap)
     # no floor within the limit anywhere: the search would only time what cannot fit
     everywhere = memory_aware and _floored_everywhere(
@@ -424,9 +424,14 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if everywhere:
         examined = size
     else:
+        last_report = start
         for tick, (shape, vps) in enumerate(spaced):
             heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
                                   shape))
+            bounded += 1
+            if progress and time.perf_counter() - last_report > 0.5:
+                last_report = time.perf_counter()
+                progress(0, size, last_report - start, examined=0, bounded=bounded)
         tick = len(spaced)
     last_report = start
     while heap:
@@ -436,7 +441,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             break
         now = time.perf_counter()
         if progress and now - last_report > 0.5:
-            progress(solved, size, now - start, examined=examined)
+            progress(solved, size, now - start, examined=examined, bounded=bounded)
             last_report = now
         if level == 0:  # shape -> rank orders
             vps = space.virtual_stages(world, con, item)
@@ -445,6 +450,8 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 b = max(lb, space.network_bound(world, par, max(vps)))
                 heapq.heappush(heap, (b, tick, 1, (par, vps)))
                 tick += 1
+                bounded += 1  # (what progress counts before any is examined: a pipeline
+                # engineer's MoE search had read "0 examined" for 14 s)
             continue
         if level == 1:  # rank order -> virtual stages
             base, vps = item
@@ -452,6 +459,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
                 heapq.heappush(heap, (max(lb, space.network_bound(world, par)), tick, 2,
                                       (par, zeros)))
                 tick += 1
+                bounded += 1
             continue
         if level == 2:  # virtual stages -> ZeRO stage
             par, zeros = item
@@ -546,7 +554,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if shortfall.plan is None and first:  # no table to measure: the floor, a lower bound
             shortfall.add(cap + first[0], first[2], floor=True)
     if progress:
-        progress(solved, size, time.perf_counter() - start, examined=examined)
+        progress(solved, size, time.perf_counter() - start, examined=examined, bounded=bounded)
     if not found:
         raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size, method),
                               closest_details(sc, shortfall))

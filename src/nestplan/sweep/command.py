@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _note(message: str) -> None:
@@ -47,10 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_command(args) -> int:
-    from ..errors import SpecError, flush_notes
+    from ..errors import SpecError
     from ..loaders import writable
-    from ..search.methods import check_method
-    from .run import check_extras, check_reachable, error_row, plan_run, point_tasks, run_sweep
+    from .run import check_extras, check_reachable
     from .spec import load
 
     if args.workers is not None and args.workers < 1:
@@ -72,6 +72,22 @@ def run_command(args) -> int:
     _note_partial_domains(spec)
     _note_unlikely_bandwidths(spec)
     _note_expert_loads_without_experts(spec)
+    lock = None if args.dry_run else _lock_output(spec.output)
+    try:
+        return _run_locked(args, spec, parquet)
+    finally:  # (released at the process's end too, however it ends)
+        if lock is not None:
+            import os
+
+            os.close(lock)
+
+
+def _run_locked(args, spec, parquet: bool) -> int:
+    """``run_command`` once the results file's lock is held."""
+    from ..errors import SpecError, flush_notes
+    from ..search.methods import check_method
+    from .run import error_row, plan_run, point_tasks, run_sweep
+
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
     if args.dry_run:
@@ -119,6 +135,36 @@ def run_command(args) -> int:
               f"{spec.output} says why", file=sys.stderr)
         return 1
     return 0
+
+
+def _lock_output(path: Path) -> int | None:
+    """Take the results file's lock (``.NAME.lock`` beside it, an exclusive ``flock``), which the
+    process holds until it ends, however it ends; refuse when another sweep holds it (two sweeps
+    writing one file had each run every point, the file holding both's rows: a pipeline
+    engineer's trial). None where the system has no ``flock``."""
+    import os
+
+    from ..errors import SpecError
+
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX)
+        return None
+    path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(f".{path.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise SpecError("output", str(path), f"cannot write beside it ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpecError("output", str(path), f"another nestplan sweep is writing it (it holds "
+                        f"{lock.name}); wait for that one to end, or give -o another file") \
+            from None
+    return fd
 
 
 def _refused_everywhere(spec) -> None:
