@@ -22,6 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from nestplan.accuracy import kind_of
 from nestplan.calibrate import fit_choosing
 from nestplan.catalog import get_stack, list_names
 from nestplan.errors import SpecError
@@ -60,8 +61,7 @@ def groups(cases):
         if c.metric != "step_time":
             continue
         sc = c.scenario
-        kind = "MoE" if sc.model.moe is not None else "dense"
-        out[(calibration(sc.stack), sc.cluster.accelerator.name, kind)].append(c)
+        out[(calibration(sc.stack), sc.cluster.accelerator.name, kind_of(sc.model))].append(c)
     return {(label([c.scenario.stack for c in cases]), acc, kind): cases
             for (_, acc, kind), cases in out.items()}
 

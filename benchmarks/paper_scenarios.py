@@ -91,8 +91,7 @@ def paper_manual_plan(setup, model, gpus, manual):
                       if sc.model.moe is not None else None,
                       sp=st.sp_for(tp, sc.model.moe is not None), mbs=1,
                       recompute=("full" if recomputes else "none",))
-    zero, runs = st.default_zero_for(par.pp), st.zeros_for(par) or [0]
-    par = par.with_(zero=zero if zero in runs else max(runs))
+    par = par.with_(zero=st.zero_unsaid(par))
     try:
         return evaluate(sc, par)
     except SpecError:
@@ -188,13 +187,10 @@ def main(argv=None) -> None:
                       "nest plan | nest step (s) | search s (ours / paper) |",
                       "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         res = run_scenario(setup, model, gpus, mbs, cache)
+        # the reference N: Figure 5's smallest where the paper's Manual runs, Figure 6's 256, at
+        # micro-batch 1; Table 3's own N
         ref_n = FIG5_REF[model] if fig == "fig5" else 256 if fig == "fig6" else gpus
-        if fig == "fig5":
-            base = run_scenario(setup, model, FIG5_REF[model], 1, cache)["manual"][0]
-        elif fig == "fig6":
-            base = run_scenario(setup, model, 256, 1, cache)["manual"][0]
-        else:
-            base = res["manual"][0]
+        base = (res if fig == "h100" else run_scenario(setup, model, ref_n, 1, cache))["manual"][0]
         paper_plan = paper_manual_plan(setup, model, ref_n, manual)
         paper = ref[(fig, setup, model, gpus, mbs)]
         cells = []
@@ -204,14 +200,15 @@ def main(argv=None) -> None:
             theirs = paper.get(m, (None, ""))[0] if m != "mist" else None
             cells.append(f"{fmt(ours)} / {fmt(theirs)}" if m != "mist" else fmt(ours))
         nest = res["nest"][0]
+        paper_ratio, paper_secs = paper.get("nest", (None, ""))
         # NEST against the paper's own reference plan, both scored here: the paper's NEST ratio
         # beside it (a NEST-paper trial found compare's manual, Megatron's rules, no stand-in)
-        if nest and paper_plan and paper.get("nest", (None, ""))[0]:
-            over_paper.append((nest.tokens_per_s / paper_plan.tokens_per_s, paper["nest"][0]))
+        if nest and paper_plan and paper_ratio:
+            over_paper.append((nest.tokens_per_s / paper_plan.tokens_per_s, paper_ratio))
         cells.append(fmt(nest.tokens_per_s / paper_plan.tokens_per_s
                          if nest and paper_plan else None)
                      + ("" if paper_plan is None or paper_plan.fits else " (it does not fit)")
-                     + f" / {fmt(paper.get('nest', (None, ''))[0])}")
+                     + f" / {fmt(paper_ratio)}")
         if nest:
             total += 1
             others = [res[m][0] for m in RUN[1:] if res[m][0]]
@@ -220,7 +217,7 @@ def main(argv=None) -> None:
                 if res[m][0]:
                     where = f"{MODEL[model][0]} on {gpus} ({sections[fig].split(' (')[0]})"
                     margins[m].append((res[m][0].step_time / nest.step_time, where))
-        secs = f"{res['nest'][1]:.1f} / {paper.get('nest', (None, ''))[1] or '—'}" if nest else "—"
+        secs = f"{res['nest'][1]:.1f} / {paper_secs or '—'}" if nest else "—"
         lines.append(f"| {MODEL[model][0]} | {gpus} | {mbs} | " + " | ".join(cells)
                      + f" | {shape(nest) if nest else '—'} | "
                      + (f"{nest.step_time:.2f}" if nest else "—") + f" | {secs} |")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .caching import cached
-from .stack import CALIBRATION
+from .stack import CALIBRATION, fitted_kind
 
 COLUMNS = ("stack", "accelerator", "kind", "runs", "mean_abs_error", "worst_error",
            "held_out_runs", "held_out_mean_abs_error", "memory_runs", "memory_mean_abs_error")
@@ -62,11 +62,18 @@ class Record:
 
 
 def kind_of(model) -> str:
-    return "MoE" if model.moe is not None else "dense"
+    """The table's kind of ``model``: ``stack.fitted_kind``'s, MoE capitalised."""
+    return {"moe": "MoE"}.get(fitted_kind(model), "dense")
 
 
 VALUES = tuple(f for f in CALIBRATION if not f.startswith("fitted_"))
 """The fields of a calibration that hold its values (the rest say what runs they came from)."""
+_VALUE_AT = tuple(CALIBRATION.index(f) for f in VALUES)
+
+
+def _values(calibration_: tuple) -> tuple:
+    """The ``VALUES`` part of a calibration tuple."""
+    return tuple(calibration_[i] for i in _VALUE_AT)
 
 
 def _own(stack) -> tuple:
@@ -90,9 +97,8 @@ def calibration(stack) -> tuple:
     own = _own(stack)
     if stack.fitted_on:
         return own
-    values = tuple(getattr(stack, f) for f in VALUES)
-    index = [CALIBRATION.index(f) for f in VALUES]
-    same = [cal for cal in _fitted() if tuple(cal[i] for i in index) == values]
+    values = _values(own)
+    same = [cal for cal in _fitted() if _values(cal) == values]
     return same[0] if len(same) == 1 else own
 
 
@@ -120,13 +126,14 @@ def calibration_name(stack) -> str | None:
     return next((n for n in names if n in labelled), names[0])
 
 
-def _names(outcomes) -> dict[tuple, str]:
-    """What the runs of each calibration are named, over all their groups (so that a calibration
-    has one name, which ``calibration_name`` finds): the first catalog stack of it (by name)
-    some run ran on, else the first."""
+def _names(groups: dict[tuple, list]) -> dict[tuple, str]:
+    """What the runs of each calibration are named, over all their groups (``summarise``'s, keyed
+    by calibration, accelerator and kind; so that a calibration has one name, which
+    ``calibration_name`` finds): the first catalog stack of it (by name) some run ran on, else
+    the first."""
     ran: dict[tuple, set] = {}
-    for o in outcomes:
-        ran.setdefault(calibration(o.case.scenario.stack), set()).add(o.case.scenario.stack.name)
+    for (key, _, _), outs in groups.items():
+        ran.setdefault(key, set()).update(o.case.scenario.stack.name for o in outs)
     out = {}
     for key, stacks in ran.items():
         names = _catalog_calibrations().get(key)
@@ -143,7 +150,7 @@ def summarise(outcomes, held_out) -> list[Record]:
         sc = o.case.scenario
         key = (calibration(sc.stack), sc.cluster.accelerator.name, kind_of(sc.model))
         groups.setdefault(key, []).append(o)
-    names = _names(outcomes)
+    names = _names(groups)
     named = {(names[key], acc, kind): outs for (key, acc, kind), outs in groups.items()
              if key in names}
     out = []
@@ -164,7 +171,7 @@ def to_csv(records: list[Record]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in records:
-        w.writerow(["" if v is None else v for v in (getattr(r, c) for c in COLUMNS)])
+        w.writerow(["" if v is None else v for v in r.to_json().values()])
     return buf.getvalue()
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from .catalog import DEFAULT_STACK
 from .errors import SpecError, UsageError
-from .stack import FITTED_KINDS, MAX_ALLOCATOR_OVERHEAD, StackSpec
+from .stack import FITTED_KINDS, MAX_ALLOCATOR_OVERHEAD, StackSpec, fitted_kind
 from .units import GiB, US
 
 NOISE = 0.05
@@ -391,8 +391,8 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                                                       for c in cases})),
                     fitted_gpus=(min(c.scenario.gpus for c in cases),
                                  max(c.scenario.gpus for c in cases)),
-                    fitted_kinds=tuple(k for k in FITTED_KINDS if any(
-                        (c.scenario.model.moe is not None) == (k == "moe") for c in cases)),
+                    fitted_kinds=tuple(k for k in FITTED_KINDS if k in {
+                        fitted_kind(c.scenario.model) for c in cases}),
                     description=f"{base.name} calibrated on {len(cases)} measured "
                     + ("run" if len(cases) == 1 else "runs"))
     # multipliers of the base, and the two overheads as fitted values

@@ -232,7 +232,7 @@ def _scenario(args):
     scenario_notes.added_depths(sc, args.model)
     scenario_notes.fused_pieces(sc)
     scenario_notes.straddling_domains(sc)
-    scenario_notes.cluster_bandwidths(sc)
+    scenario_notes.cluster_bandwidths(sc.cluster)
     scenario_notes.position_table(sc)
     scenario_notes.trained_context(sc)
     scenario_notes.huge_batch(sc, args.global_batch is not None)
@@ -352,7 +352,7 @@ def _plan(args, sc):
     if vp is None:  # one a schedule fixes by itself (dualpipev's 2), else 1
         from .schedule import SCHEDULES
 
-        given = SCHEDULES.get(args.schedule) if args.schedule is not None else None
+        given = SCHEDULES.get(args.schedule)  # (None for none given)
         vp = (given.implied_vp if given is not None else None) or 1
     kw = dict(tp=args.tp, pp=args.pp, dp=dp, cp=cp, ep=ep, etp=etp, vp=vp, sp=sp,
               zero=0 if args.zero is None else args.zero, mbs=args.mbs)
@@ -378,9 +378,7 @@ def _plan(args, sc):
         args.stage_layers = kw["stage_layers"] = sizes
     par = Parallelism(**kw)
     if args.zero is None:  # the stack's own, or the most it runs with this plan
-        runs = st.zeros_for(par) or [0]
-        zero = st.default_zero_for(par.pp)
-        par = par.with_(zero=zero if zero in runs else max(runs))
+        par = par.with_(zero=st.zero_unsaid(par))
     check_plan(sc, par)  # before the cost model (and numpy) is loaded: mistakes answer fast
     return par
 
@@ -432,7 +430,7 @@ def cmd_evaluate(args) -> int:
         if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
             sc = _on_cluster(sc, args.cluster)
             scenario_notes.straddling_domains(sc)
-            scenario_notes.cluster_bandwidths(sc)  # (a user trial's Gb/s slip went unsaid here)
+            scenario_notes.cluster_bandwidths(sc.cluster)  # (a user trial's Gb/s slip went unsaid here)
         if args.moe_imbalance is not None:  # the same plan at another routing balance
             sc = _at_imbalance(args, sc)
         check_plan(sc, plan)
@@ -515,14 +513,11 @@ def cmd_plan(args) -> int:
 
         planfile.save(res.best, args.save, method=res.method)
     if args.json:
-        from .units import GiB
-
         js = _with_measured_error(res.best.to_json(), res.best.scenario)
         js.update(method=res.method, search_seconds=res.seconds,
                   configurations=res.configurations, solved=res.solved,
                   # (with their margins: a pipeline engineer's script could not gate on them)
-                  top=[{**_top_entry(ev), "margin_gib": ev.margin / GiB,
-                        "within_headroom": ev.within_headroom} for ev in res.plans])
+                  top=[_top_entry(ev, ("margin_gib", "within_headroom")) for ev in res.plans])
         print(_json(js))
     else:
         from .textfmt import search_result
@@ -541,13 +536,14 @@ def _with_measured_error(js: dict, sc) -> dict:
     return {**js, "measured_error": record.to_json() if record else None}
 
 
-def _top_entry(ev) -> dict:
+def _top_entry(ev, extra: tuple = ()) -> dict:
     """One of ``plan --json``'s ``top`` plans: its summary, expert TP and blocks per model chunk
-    (null: the default split), all evaluate needs to reproduce it (also ``compare``'s rows)."""
+    (null: the default split), all evaluate needs to reproduce it (also ``compare``'s rows),
+    and the ``extra`` keys of its ``to_json``."""
     from .result import SUMMARY_KEYS
 
     js = ev.to_json()
-    return {**{k: js[k] for k in SUMMARY_KEYS}, "etp": js["etp"], "stage_layers": js["stage_layers"]}
+    return {k: js[k] for k in (*SUMMARY_KEYS, "etp", "stage_layers", *extra)}
 
 
 def _check_top(top: int) -> None:
@@ -703,8 +699,7 @@ def cmd_list(args) -> int:
                 f"{lv.name} {'any number' if n is None else f'{n:,}'}"
                 for lv, n in zip(spec.levels, blocks)))
             # (a DeepSpeed trial checked its file here, where its figures' notes had not come)
-            for said in scenario_notes.cluster_texts(spec):
-                note(said)
+            scenario_notes.cluster_bandwidths(spec)
         print(text, end="")
         return 0
     for name in list_names(args.kind):

@@ -5,6 +5,7 @@ Unknown keys are errors that list the valid ones; missing required keys name the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
@@ -67,6 +68,19 @@ def settle(draft: Path, target: Path) -> None:
     os.replace(draft, target)
 
 
+@contextlib.contextmanager
+def replacing(target: Path):
+    """A draft beside ``target`` (``draft_beside``) to write its new content into: settled over
+    ``target`` when the block ends without error, removed in any case (the one sequence of
+    ``write_text_atomic``, calibrate's stack file and the sweep's CSV rewrite)."""
+    draft = draft_beside(target)
+    try:
+        yield draft
+        settle(draft, target)
+    finally:
+        draft.unlink(missing_ok=True)
+
+
 def write_text_atomic(path, text: str) -> None:
     """Write ``text`` to ``path`` at once: into a file beside it, then renamed over it, so that a
     command killed while writing leaves the old file or the new, never half of one (a pipeline
@@ -81,16 +95,11 @@ def write_text_atomic(path, text: str) -> None:
         with open(target, "w") as f:
             f.write(text)
         return
-    try:
-        draft = draft_beside(target)
-    except PermissionError:  # (a writable file in a folder that is not)
-        target.write_text(text)
+    if target.exists() and not os.access(target.parent, os.W_OK):
+        target.write_text(text)  # (a writable file in a folder that takes no new one)
         return
-    try:
+    with replacing(target) as draft:
         draft.write_text(text)
-        settle(draft, target)
-    finally:
-        draft.unlink(missing_ok=True)
 
 
 def writable(path, field: str, kind: str, *, makes_folder: bool = False,
@@ -288,7 +297,8 @@ def key_of(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any = None) -> Any:
+def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any = None,
+           advice: Callable[[Any], str] | None = None) -> Any:
     if key not in table:
         return default
     value = table[key]
@@ -296,7 +306,7 @@ def _typed(table: dict, key: str, where: str, kind: type | tuple, default: Any =
         kind if isinstance(kind, tuple) else (kind,)))
     if not ok:
         raise SpecError(f"{where}.{key}", value, f"must be {kind_words(kind)}",
-                        _ratio_advice(value) if key == "oversubscription" else "")
+                        advice(value) if advice else "")
     if kind == _NUM and isinstance(value, int) and not finite(value):
         raise SpecError(f"{where}.{key}", value, "must be a number a float can hold")
     return value
@@ -360,6 +370,12 @@ def _points(value, where: str) -> tuple[tuple[float, float], ...]:
     return tuple((float(g) * 1e9, float(e)) for g, e in value)
 
 
+MIN_PEAK_TFLOPS = 10.0
+"""Least dense peak, TFLOP/s, an accelerator file may give: a V100's tensor cores give 125 and a
+T4's 65 (NVIDIA's Tesla V100 and T4 datasheets), so below 10 is no training accelerator (an
+academic's A100 at 0.312, PFLOP/s, had been costed 1,000 times slower without a word)."""
+
+
 def accelerator_from_table(table: dict, where: str = "accelerator",
                            base: AcceleratorSpec | None = None) -> AcceleratorSpec:
     """Build an accelerator; with ``base``, keys missing from ``table`` keep the base's values."""
@@ -369,15 +385,11 @@ def accelerator_from_table(table: dict, where: str = "accelerator",
     if "name" in table:
         kw["name"] = name_of(table, where)
     # physically meaningful ranges in the file's units, checked before conversion
-    # (an academic's A100 at 0.312, PFLOP/s, had been costed 1,000 times slower without a word:
-    # a V100's tensor cores give 125 TFLOP/s and a T4's 65, NVIDIA's Tesla V100 and T4
-    # datasheets, so below 10 is no training accelerator)
-    if "peak_tflops_bf16" in table:
-        kw["peak_flops_bf16"] = _ranged(table, "peak_tflops_bf16", where, 10.0, 1e5,
-                                        "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
-    if "peak_tflops_fp8" in table:
-        kw["peak_flops_fp8"] = _ranged(table, "peak_tflops_fp8", where, 10.0, 1e5,
-                                       "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
+    for precision in ("bf16", "fp8"):
+        if f"peak_tflops_{precision}" in table:
+            kw[f"peak_flops_{precision}"] = _ranged(
+                table, f"peak_tflops_{precision}", where, MIN_PEAK_TFLOPS, 1e5,
+                "dense TFLOP/s: PFLOP/s times 1,000") * units.TFLOPS
     if "hbm_GiB" in table:
         kw["hbm_bytes"] = _ranged(table, "hbm_GiB", where, 1.0, 1e5,
                                   "GiB: a TB is 931 GiB") * units.GiB  # (a trial's 0.141 was TB)
@@ -461,7 +473,8 @@ def level_from_table(table: dict, where: str) -> Level:
         size=_typed(table, "size", where, int),
         bandwidth=units.gbps(gb) if has_gb else units.gibps(gb),
         latency=latency * units.US,
-        oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0)),
+        oversubscription=float(_typed(table, "oversubscription", where, _NUM, 1.0,
+                                      advice=_ratio_advice)),
         efficiency=float(_typed(table, "efficiency", where, _NUM, 1.0)),
         efficiency_stated="efficiency" in table,
     )
@@ -924,11 +937,14 @@ within the KV heads, no pipeline for tied embeddings. Its interleaving keeps the
 rounds of pp, which every stack ran then."""
 
 
-FRAMEWORK_LATER_KEYS = {"megatron": ("p2p_overlap_needs_interleaving",),
-                        "deepspeed": ("optimizer_gather_waits", "zero_grad_allreduce")}
-"""The later keys whose absence a Megatron-LM or DeepSpeed stack of the user's own name reads as
-that framework runs: megatron-core's sends without interleaving, DeepSpeed's ZeRO-1/2 step
-(the deepspeed stack's values; found in the frameworks' code on 2026-12-06)."""
+FRAMEWORK_LATER_KEYS = {
+    "torchtitan": ("torchtitan", TORCHTITAN_LATER_KEYS),
+    "megatron": ("megatron-core", ("p2p_overlap_needs_interleaving",)),
+    "deepspeed": ("deepspeed", ("optimizer_gather_waits", "zero_grad_allreduce"))}
+"""Per export format, the catalog stack and the later keys whose absence a stack of the user's
+own name of that format reads as that stack has them: torchtitan's (above), megatron-core's
+sends without interleaving, DeepSpeed's ZeRO-1/2 step (found in the frameworks' code on
+2026-12-06)."""
 
 
 LATER_ACCELERATOR_KEYS = ("compute_capability", "fitted_on")
@@ -962,16 +978,13 @@ def later_keys_filled(table):
 
     if table.get("name") in list_names("stacks"):
         source, keys = get_stack(table["name"]), LATER_STACK_KEYS
-    elif table.get("export_format") == "torchtitan":
-        source, keys = get_stack("torchtitan"), TORCHTITAN_LATER_KEYS
-    elif table.get("export_format") in FRAMEWORK_LATER_KEYS:  # (a review: a copy of
+    elif (fmt := table.get("export_format")) in FRAMEWORK_LATER_KEYS:  # (a review: a copy of
         # megatron-core saved before had hidden its vp-1 sends)
-        fmt = table["export_format"]
         if fmt == "deepspeed" and "expert_layer_injected" not in table:
             # its export had written AutoEP's section for a stack without a TP axis
             table = {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
-        source, keys = get_stack(fmt if fmt == "deepspeed" else "megatron-core"), \
-            FRAMEWORK_LATER_KEYS[fmt]
+        name, keys = FRAMEWORK_LATER_KEYS[fmt]
+        source = get_stack(name)
     else:
         return table
     fill = stack_to_table(source)

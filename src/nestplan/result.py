@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
-from .specs import Parallelism, Scenario, uneven_split
+from .specs import Parallelism, Scenario, capped_moe_load, embedding_copies, uneven_split
 from .units import TFLOPS, GiB, fmt_gib, fmt_gib_against
 
 
@@ -248,8 +248,6 @@ class Evaluation:
     def capped_moe_load(self) -> float | None:
         """The most the plan's expert ranks can receive over the mean where the stated load is
         more (what the plan is costed at instead: ``specs.capped_moe_load``), else None."""
-        from .specs import capped_moe_load
-
         sc = self.scenario
         tr = sc.training
         return capped_moe_load(sc.model, self.plan.ep, tr, sc.stack.pads_experts(tr))
@@ -259,7 +257,6 @@ class Evaluation:
         """Each parallel group's size and the highest network level it crosses
         (``placement.group_levels``)."""
         from .placement import group_levels
-        from .specs import embedding_copies
 
         sc = self.scenario
         return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None,

@@ -1431,9 +1431,9 @@ def batch_refusal(global_batch: int, mbs: int | None, dp: int, how: str = "") ->
     """Why ``dp`` replicas of micro-batches of ``mbs`` sequences (None: not fixed yet, so only
     the replicas) cannot take a global batch of ``global_batch``; ``how`` says how dp was
     found when it was not given. None when they can."""
-    if global_batch % (dp * (mbs or 1)) == 0:
-        return None
     step = dp * (mbs or 1)
+    if global_batch % step == 0:
+        return None
     rule = (f"must be a multiple of dp = {dp}" if mbs is None
             else f"must be a multiple of mbs·dp = {mbs}·{dp} = {step}")
     # the nearest (a NEST-paper trial's baselines of ceil(B/d) micro-batches, 4,096 over dp 42)

@@ -41,6 +41,11 @@ MAX_ALLOCATOR_OVERHEAD = 10.0
 values are below 1, but a run whose allocator caches several times its activations exists)."""
 FITTED_KINDS = ("dense", "moe")
 """What ``StackSpec.fitted_kinds`` may name."""
+
+
+def fitted_kind(model) -> str:
+    """The kind of ``FITTED_KINDS`` a model is: with experts or without."""
+    return "moe" if model.moe is not None else "dense"
 CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale",
                "kernel_overhead", "moe_layer_host", "attention_host_share", "overlap_efficiency",
                "step_overhead", "allocator_overhead", "fitted_on", "fitted_seq_len",
@@ -529,14 +534,11 @@ class StackSpec(_CachedHash):
             value = getattr(self, key)
             if value not in words and not (key == "export_format" and value is None):
                 raise SpecError(f"stack.{key}", value, "allowed: " + ", ".join(words))
-        if self.fitted_seq_len and (len(self.fitted_seq_len) != 2 or not
-                                    0 < self.fitted_seq_len[0] <= self.fitted_seq_len[1]):
-            raise SpecError("stack.fitted_seq_len", list(self.fitted_seq_len),
-                            "must be [least, most] sequence length of the runs, positive tokens")
-        if self.fitted_gpus and (len(self.fitted_gpus) != 2 or not
-                                 0 < self.fitted_gpus[0] <= self.fitted_gpus[1]):
-            raise SpecError("stack.fitted_gpus", list(self.fitted_gpus),
-                            "must be [least, most] devices of the runs, positive counts")
+        for key, what in (("fitted_seq_len", "sequence length of the runs, positive tokens"),
+                          ("fitted_gpus", "devices of the runs, positive counts")):
+            span = getattr(self, key)  # (empty: not said)
+            if span and (len(span) != 2 or not 0 < span[0] <= span[1]):
+                raise SpecError(f"stack.{key}", list(span), f"must be [least, most] {what}")
         _names("stack.fitted_kinds", self.fitted_kinds, FITTED_KINDS, "kinds must differ")
         for f in ("weight_bytes", "grad_bytes"):
             if getattr(self, f) not in (2, 4):
@@ -913,6 +915,14 @@ class StackSpec(_CachedHash):
         if pp > 1 and self.default_zero_with_pp is not None:
             return self.default_zero_with_pp
         return self.default_zero
+
+    def zero_unsaid(self, par) -> int:
+        """The ZeRO stage a plan ``par`` (a Parallelism) that states none gets: the stack's own
+        for its pipeline depth, or the most it runs with the plan (``evaluate`` without --zero,
+        the NEST benchmark's paper plans)."""
+        runs = self.zeros_for(par) or [0]
+        zero = self.default_zero_for(par.pp)
+        return zero if zero in runs else max(runs)
 
     def defers_grad_sync(self, pp: int, zero: int) -> bool:
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step

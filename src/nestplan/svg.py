@@ -166,8 +166,7 @@ def line_chart(series: list[tuple[str, list[tuple[float, float]]]], *, title: st
     zoomed = min(ys) > 0 and max(ys) - min(ys) < NARROW * max(ys)
     yt = ticks(min(ys) if zoomed or min(ys) < 0 else 0.0, max(ys))
     y0, y1 = yt[0], yt[-1]
-    if zoomed and y0 <= 0:  # (round ticks reached 0 anyway: an axis from 0, said as such)
-        zoomed = False
+    zoomed = zoomed and y0 > 0  # (round ticks reached 0 anyway: an axis from 0, said as such)
     pw, ph = width - left - right, height - top - bottom
 
     def px(x):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
-from . import accuracy
 from .axes import order_text
 from .result import Evaluation
 from .specs import plan_knobs, split_text
@@ -203,10 +202,10 @@ def _policies_text(ev: Evaluation) -> list[str]:
         """The policy's rule, its modules the model's graph lacks on this stack said apart (a
         hardware trial read "mla_up_proj" of Qwen3's plan, which has no MLA, as a mistake; a
         norm the stack fuses into the next linear layer is not one either: a review's)."""
-        text = str(st.policy(name).rule)
-        if not text.startswith("modules:"):
+        policy = st.policy(name)
+        text, mods = str(policy.rule), policy.modules
+        if not mods:
             return text
-        mods = text.removeprefix("modules:").split(",")
         absent = [m for m in mods if m not in present]
         kept = [m for m in mods if m in present]
         if not absent or not kept:
@@ -250,6 +249,8 @@ def evaluation(ev: Evaluation) -> str:
         out.append(f"memory margin    {ev.margin / GiB:.1f} GiB free; headroom "
                    f"{ev.headroom / GiB:.1f} GiB ({ev.scenario.memory_headroom:.0%} of HBM): "
                    f"{headroom_verdict(ev)}")
+    from . import accuracy  # (its table, read when a plan is shown, not when this loads)
+
     measured = accuracy.text(sc)
     if measured:
         out.append(f"measured error   {measured}")

@@ -137,16 +137,17 @@ def close_name(kind: str, name: str) -> str | None:
     """The catalog name of ``kind`` that ``name`` is likely a slip for (case aside: a user pastes
     a HuggingFace id, "Qwen3-235B-A22B", for its catalog name), or None."""
     folded = {n.lower(): n for n in list_names(kind)}
-    if str(name).lower() in folded:  # (a DeepSpeed trial's "DeepSpeed" had been told
-        return folded[str(name).lower()]  # "deepspeed-2021", the one name it begins)
+    low = str(name).lower()
+    if low in folded:  # (a DeepSpeed trial's "DeepSpeed" had been told "deepspeed-2021", the
+        return folded[low]  # one name it begins)
     # the one name it begins (a hardware trial's "b200" had been told "gb200", the rack part,
     # for the HGX part b200-sxm-180gb)
-    longer = [n for f, n in folded.items() if f.startswith(f"{str(name).lower()}-")]
+    longer = [n for f, n in folded.items() if f.startswith(f"{low}-")]
     if len(longer) == 1:
         return longer[0]
     if longer:  # (several: no one of them picked, "llama3" for llama3-8b, a review's)
         return None
-    close = difflib.get_close_matches(str(name).lower(), list(folded), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(low, list(folded), n=1, cutoff=0.75)
     return folded[close[0]] if close else None
 
 
@@ -182,7 +183,7 @@ def get_accelerator(name: str) -> AcceleratorSpec:
     refused: an academic user's trial)."""
     acc = _resolve("accelerators", name, "accelerator", ())
     if looks_like_path(name):
-        _refuse_a_lookalike("accelerators", acc, get_accelerator)
+        _refuse_a_lookalike("accelerators", acc)
     return acc
 
 
@@ -202,8 +203,8 @@ def get_cluster(name: str) -> ClusterSpec:
         table, ident = _catalog_table("clusters", name, "cluster"), name
     cluster = cluster_from_table(table, lambda acc: get_accelerator(_base_beside(ident, acc)))
     if looks_like_path(name):
-        _refuse_a_lookalike("clusters", cluster, get_cluster)
-        _refuse_a_lookalike("accelerators", cluster.accelerator, get_accelerator)
+        _refuse_a_lookalike("clusters", cluster)
+        _refuse_a_lookalike("accelerators", cluster.accelerator)
     return cluster
 
 
@@ -229,7 +230,7 @@ def get_model(name: str) -> ModelSpec:
 
             return model_from_hf_config(_reading(path))
         model = model_from_table(_read_toml(path, "model"))
-        _refuse_a_lookalike("models", model, get_model)
+        _refuse_a_lookalike("models", model)
         return model
     return model_from_table(_catalog_table("models", name, "model"))
 
@@ -299,12 +300,18 @@ def _refuse_a_catalog_name(stack, given: bool, where: str) -> None:
                         f"a name of its own{how}")
 
 
-def _refuse_a_lookalike(kind: str, spec, get) -> None:
+def is_entry(kind: str, spec) -> bool:
+    """Whether ``spec`` is the catalog's entry of its name (what ``list KIND NAME`` prints of
+    it), not only named so."""
+    return spec.name in list_names(kind) and get(kind, spec.name) == spec
+
+
+def _refuse_a_lookalike(kind: str, spec) -> None:
     """A model, cluster or accelerator file (or a cluster file's inline accelerator) may not take
     a catalog entry's name (outputs, plan files and sweep rows name it by it, and would say
     ``dgx-h100-ndr`` of a file that only shares the name), unless it is that entry (what
     ``list KIND NAME`` prints of it)."""
-    if spec.name in list_names(kind) and spec != get(spec.name):
+    if spec.name in list_names(kind) and not is_entry(kind, spec):
         noun = kind[:-1]
         raise SpecError(f"{noun}.name", spec.name, f"is a catalog {noun}'s name, and this file's "
                         f"{noun} differs from it; give it a name of its own")

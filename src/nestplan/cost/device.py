@@ -510,8 +510,8 @@ def device(cc: ConfigCosts, chunks: list[Chunk], stage: int, *,
     tail = exposed(both, B if st.overlap_grad_reduce and not deferred else 0.0,
                    st.overlap_efficiency)
     # the embedding's share of what shows, as of the two reductions' time on the links
-    embedding_exposed = tail * np.divide(embedding, both, out=np.zeros(np.shape(both)),
-                                         where=both > 0) if embedding else 0.0 * tail
+    # (both > 0 wherever there is an embedding reduction: sync is never negative)
+    embedding_exposed = tail * (embedding / both) if embedding else 0.0 * tail
     sharded = st.optimizer_sharded(par.pp, par.zero)
     shard = params / (cc.lay.dp.size if sharded else 1) + eparams / (
         cc.lay.edp.size if sharded else 1)

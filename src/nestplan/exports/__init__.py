@@ -277,6 +277,7 @@ LOGGED_FLOPS = {
 name, where it counts them. (torchtitan 0.3 counts attention unmasked, 6·layers·heads·2·head_dim
 ·seq_len a token, as nestplan's MFU does: get_dense_model_nparams_and_flops,
 torchtitan/models/utils.py, called with head_dims = 2·head_dim by its models.)"""
+# (the dense mask's 64 GiB: float32, 4 bytes x 131,072^2 = 2^36 bytes)
 MASKS_PER_DOCUMENT = {
     "megatron": "the export asks Megatron-LM to mask attention per document "
                 "(--dataloader-inter-document-masking: cu_seqlens from the dataset's document "

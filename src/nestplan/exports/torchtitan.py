@@ -385,8 +385,8 @@ def _not_launched(st, m, par, *, placeholder: bool) -> tuple[dict, list[str], bo
       experts with it."""
     if st.export_format != "torchtitan":
         return {}, [], False, []
-    graphed = st.cuda_graphs == "full_iteration" and par.pp == 1 and (
-        m.moe is None or par.ep == 1)
+    graphable = par.pp == 1 and (m.moe is None or par.ep == 1)  # (torchtitan's own refusals)
+    graphed = st.cuda_graphs == "full_iteration" and graphable
     unrun, why, advice = {}, [], []
     if st.cuda_graphs != "none" and not graphed:
         unrun.update(cuda_graphs="none", cuda_graph_modules=())
@@ -410,7 +410,7 @@ def _not_launched(st, m, par, *, placeholder: bool) -> tuple[dict, list[str], bo
         unrun["moe_overlap"] = "none"
         why.append(f"the expert exchange overlapped (moe_overlap = {st.moe_overlap}), which "
                    "torchtitan.train does not run (only its graph_trainer experiment)")
-    if st.cuda_graphs == "none" and par.pp == 1 and (m.moe is None or par.ep == 1):
+    if st.cuda_graphs == "none" and graphable:
         # (a torchtitan trial found the flag set with no word of why; with PP or EP torchtitan
         # graphs nothing anyway, and where a stack's graphs are not run ``why`` says so)
         advice.append(f"--training.disable_cuda_graphs: stack {st.name} costs an eager step "

@@ -61,6 +61,9 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     even_split_close(ev)
 
 
+NVL72_AS_NEMO = (72, 64)
+"""GPUs of an NVL72 rack, and those of each a NeMo job takes: 16 of its 18 four-GPU trays
+(segments of 16 trays asked of Slurm; the catalog's gb200-nvl72-ndr, sourced there)."""
 FEWER_TRIED = 4
 """How many device counts per domain ``fewer_per_domain`` evaluates the plan at, at most."""
 FEWER_PER_DOMAIN_GAIN = 0.03
@@ -103,7 +106,8 @@ def fewer_per_domain(ev) -> None:
     if best is None or best[1].step_time >= ev.step_time * (1 - FEWER_PER_DOMAIN_GAIN):
         return
     used, other = best
-    launcher = " as NeMo's launcher places NVL72 racks," if (inner.size, used) == (72, 64) else ""
+    launcher = (" as NeMo's launcher places NVL72 racks," if (inner.size, used) == NVL72_AS_NEMO
+                else "")
     note(f"with {used} of each {inner.name} domain's {inner.size} devices used (a cluster file "
          f"with {inner.name}'s size {used},{launcher} every domain then filled alike), this plan "
          f"takes {fmt_time(other.step_time)} ({other.step_time / ev.step_time - 1:+.0%}); plan on "
@@ -207,7 +211,9 @@ def beyond_calibration(ev) -> None:
             note(f"stack {st.name} was calibrated on runs of {span} GPUs; on {n:,} "
                  "communication weighs less than in them, and what the fit gave their mix of "
                  "compute and communication may not carry (calibrate on runs nearer this size)")
-    kind = "moe" if sc.model.moe is not None else "dense"
+    from ..stack import fitted_kind
+
+    kind = fitted_kind(sc.model)
     if st.fitted_kinds and kind not in st.fitted_kinds:
         note(f"stack {st.name} was calibrated on {st.fitted_kinds[0]} models' runs only; "
              + (f"{sc.model.name}'s experts (their exchange, grouped GEMMs and host waits) were "

@@ -134,9 +134,9 @@ def unlikely_bandwidths(cluster) -> str | None:
 
 
 def _in_catalog(cluster) -> bool:
-    from ..catalog import get_cluster, list_names
+    from ..catalog import is_entry
 
-    return cluster.name in list_names("clusters") and get_cluster(cluster.name) == cluster
+    return is_entry("clusters", cluster)
 
 
 def unstated_efficiencies(cluster) -> str | None:
@@ -177,9 +177,9 @@ def cluster_texts(cluster) -> list[str]:
     return [t for t in (unlikely_bandwidths(cluster), unstated_efficiencies(cluster)) if t]
 
 
-def cluster_bandwidths(sc) -> None:
-    """Note ``cluster_texts`` of the scenario's cluster."""
-    for text in cluster_texts(sc.cluster):
+def cluster_bandwidths(cluster) -> None:
+    """Note ``cluster_texts`` of a cluster (a scenario's, or one ``list clusters`` shows)."""
+    for text in cluster_texts(cluster):
         note(text)
 
 

@@ -39,10 +39,14 @@ SHORTFALL_MEASURED = 64
 are measured exactly at most, least floor first, for the closest plan; where more floors were
 below its shortfall, the message says so and gives the least of them."""
 
+PROGRESS_EVERY_S = 0.5
+"""Seconds between a search's calls of its ``progress`` (the command line shows fewer)."""
+
 Progress = Callable[..., None]
 """``progress(done, total, seconds)``: configurations solved of those in the space (``examined=``:
-and those whose memory floors and bounds were checked, most never solved); a method that
-counts something else names it, ``progress(done, total, seconds, of="steps")``."""
+and those whose memory floors and bounds were checked, most never solved; a method that
+counts something else names it, ``progress(done, total, seconds, of="steps")``; ``bounded=``:
+the plan shapes whose bounds the search has computed, before it examines any)."""
 
 
 @dataclass
@@ -429,7 +433,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             heapq.heappush(heap, (space.compute_bound(world, shape, max(vps), fixed), tick, 0,
                                   shape))
             bounded += 1
-            if progress and time.perf_counter() - last_report > 0.5:
+            if progress and time.perf_counter() - last_report > PROGRESS_EVERY_S:
                 last_report = time.perf_counter()
                 progress(0, size, last_report - start, examined=0, bounded=bounded)
         tick = len(spaced)
@@ -440,7 +444,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
         if lb >= bound:
             break
         now = time.perf_counter()
-        if progress and now - last_report > 0.5:
+        if progress and now - last_report > PROGRESS_EVERY_S:
             progress(solved, size, now - start, examined=examined, bounded=bounded)
             last_report = now
         if level == 0:  # shape -> rank orders
@@ -630,7 +634,7 @@ def _floored_everywhere(world: Scenario, con: Constraints, spaced, sets, cap: fl
                 if least <= cap:
                     return None
                 out.append((least - cap, len(out), cfg, parts))
-            if report and time.perf_counter() - last > 0.5:
+            if report and time.perf_counter() - last > PROGRESS_EVERY_S:
                 report(len(out))
                 last = time.perf_counter()
     return out

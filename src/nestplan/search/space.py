@@ -93,11 +93,11 @@ def shapes(sc: Scenario, con: Constraints):
     # a 72-GPU node's groups straddle two nodes: a hardware trial's)
     for tp in _pick(con.tp, tps):
         sps = [False] if tp == 1 else ([True] if m.moe is not None else [False, True])
+        # the search's floors on chunks and micro-batches hold a fixed value to check_plan
+        cps = [c for c in _divisors(gpus // tp) if cp_offered(tr.seq_len, c, con.cp)
+               and model_axis_refusal(m, sc.stack, "cp", c) is None
+               and sinks_cp_refusal(m, sc.stack, tp, c) is None]
         for sp in _pick(con.sp, sps):
-            # the search's floors on chunks and micro-batches hold a fixed value to check_plan
-            cps = [c for c in _divisors(gpus // tp) if cp_offered(tr.seq_len, c, con.cp)
-                   and model_axis_refusal(m, sc.stack, "cp", c) is None
-                   and sinks_cp_refusal(m, sc.stack, tp, c) is None]
             for cp in _pick(con.cp, cps):
                 if sp and tp > 1 and (tr.seq_len // cp) % tp:
                     continue
@@ -616,7 +616,9 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
     cluster = effective(sc.cluster, st)
     mg = layer_graph(sc.model, par, tr, st)
     lay = layouts(par, cluster, sc.gpus)
-    shown = 1.0 - st.overlap_efficiency
+    # what shows of the optimizer's gather after the step: the share the next forward does not
+    # hide, or all of it where the step waits for it (``device``)
+    gather_shown = 1.0 - st.overlap_efficiency if D.hides_optimizer_gather(st) else 1.0
     layers = mg.counts(beside)
     params = sum(n * layer.params for n, layer in layers)
     eparams = sum(n * layer.expert_params for n, layer in layers)
@@ -679,9 +681,8 @@ def _zero_costs(sc: Scenario, par: Parallelism, beside: bool) -> tuple[tuple, ..
             if not st.overlap_grad_reduce or deferred:  # nothing hides it (``device``)
                 d_end, e_end, d_sync, e_sync = d_end + d_sync, e_end + e_sync, 0.0, 0.0
         if sharded and z < 3:  # the updated weights gathered after the step (``device``)
-            seen = shown if D.hides_optimizer_gather(st) else 1.0
-            g_end = seen * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
-            e_end += seen * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
+            g_end = gather_shown * dense(G.CollKind.ALL_GATHER, gathered / par.pp)
+            e_end += gather_shown * experts(G.CollKind.ALL_GATHER, egathered / par.pp)
         d_end, g_end = (d_end + g_end, 0.0) if uniform else (d_end, g_end)
         out.append((zero, busy, ((d_end, d_sync), (g_end, 0.0), (e_end, e_sync))))
     return tuple(out)

@@ -262,15 +262,10 @@ class ResultsWriter:
 def _rewrite(path: Path, rows: list) -> None:
     """Write ``rows`` (the header first) over the CSV at ``path`` at once (a file beside it,
     then renamed: an interruption leaves the old file or the new, never half of one)."""
-    from ..loaders import draft_beside, settle
+    from ..loaders import replacing
 
-    draft = draft_beside(path)
-    try:
-        with open(draft, "w", newline="") as f:
-            csv.writer(f).writerows(rows)
-        settle(draft, path)
-    finally:
-        draft.unlink(missing_ok=True)
+    with replacing(path) as draft, open(draft, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
 
 
 def in_grid_order(path: Path, ids: list[str]) -> None:
