@@ -207,6 +207,12 @@ for method in ("nest", "manual", "mcmc"):  # every method refuses it alike, befo
 case("plan-ep-more-than-experts", ["plan", "--model", "mixtral-8x7b", "--cluster",
                                    "dgx-h100-ndr", "--gpus", "64", "--ep", "16"], "experts")
 case("plan-per-stage-without-pp", [*SEARCH, "--recompute", "full,none"], "recompute")
+# a recompute module's name is told how a stack file names a set of them (an MoE user's trial)
+case("evaluate--recompute-a-module", [*EVAL, "--recompute", "moe_act"],
+     "recompute: got 'moe_act'; stack megatron-core offers none, selective, fine-grained, full; "
+     "moe_act is a recompute module: a set of them is a policy a stack file names (base = "
+     '"megatron-core", then a [recompute] table, which replaces the base\'s, none first: none = '
+     '"none", mine = "modules:moe_act,..."')
 # MoE layers at tp > 1 need sequence parallelism: on a stack without it the message names tp
 # (asking for --sp would only draw "has no sequence parallelism" next)
 MIXTRAL = ["--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--gpus", "64",

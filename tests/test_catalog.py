@@ -64,6 +64,8 @@ def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_pa
     path = tmp_path / "mine.toml"
     path.write_text(out)
     assert get(kind, str(path)) == get(kind, name)
+    if kind == "models":  # its norms' epsilon, the default one too (an auditor's: it was left out)
+        assert f"\nnorm_eps = {get_model(name).norm_eps!r}\n" in out
 
 
 @pytest.mark.parametrize("name,billions", [("gpt3-175b", 174.6), ("llama2-7b", 6.74),

@@ -894,3 +894,20 @@ def test_export_to_dash_prints_and_writes_no_file(tmp_path):
     dash = cli("export", plan, "--format", "megatron", "-o", "-", cwd=tmp_path)
     assert dash == plain and plain[0] == 0 and plain[1].startswith("# nestplan export")
     assert not (tmp_path / "-").exists()
+
+
+def test_written_files_are_named_on_stderr_with_the_prefix(tmp_path):
+    """What ``export -o`` wrote is said on stderr as every other line nestplan writes there
+    (``nestplan: ...``), so a pipeline that reads the prefix sees it (a pipeline engineer's trial:
+    a bare "wrote" line among prefixed notes)."""
+    from console import cli
+
+    plan = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                       "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8, "--seq-len", 4096,
+                       "--save", plan)
+    assert code == 0, err
+    code, out, err = cli("export", plan, "--format", "megatron", "-o", tmp_path / "run.args")
+    assert code == 0 and out == "" and (tmp_path / "run.args").is_file()
+    assert [ln for ln in err.splitlines() if "wrote" in ln] == [
+        f"nestplan: wrote {tmp_path / 'run.args'}"]

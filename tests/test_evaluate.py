@@ -296,3 +296,25 @@ def test_the_pipelines_link_time_counts_each_send_once():
     busiest = max(s.send for s in ev.stages)
     assert busiest > 0
     assert ev.link_time["pp"] == pytest.approx(ev.micro_batches * 2 * 5 * busiest)
+
+
+def test_the_breakdown_names_the_stages_its_parts_are_of():
+    """The step's parts are the slowest stage's per micro-batch and, for dp, embedding and the
+    optimizer, the stage whose step ends last: text, JSON and the sweep's columns name both (a
+    datacenter trial's data-parallel time fell from 1:1 to 4:1 oversubscription because the stage
+    had changed, unnamed); the pipeline's link time is its busiest boundary's."""
+    from nestplan.textfmt import evaluation as evaluation_text
+
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 512, seq_len=4096, global_batch=1024)
+    ev = evaluate(sc, Parallelism(tp=8, pp=4, dp=16, vp=5, sp=True, zero=1, mbs=1))
+    k, j = ev.slowest_stage, ev.last_stage
+    assert k == max(range(4), key=lambda s: ev.stages[s].time_per_microbatch) == 3  # the head's
+    assert j == max(range(4), key=lambda s: ev.stages[s].end) == 0  # the embedding's copy
+    js = ev.to_json()
+    assert (js["slowest_stage"], js["last_stage"]) == (3, 0)
+    text = evaluation_text(ev)
+    assert ("time per step (exposed; stage 3's, the slowest per micro-batch, but dp, embedding "
+            "and optimizer: stage 0's, whose step ends last):") in text
+    assert "; pp over its busiest boundary" in text
+    one = evaluate(sc, Parallelism(tp=8, pp=1, dp=64, sp=True, zero=1, mbs=1))
+    assert "time per step (exposed):" in evaluation_text(one)

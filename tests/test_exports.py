@@ -169,6 +169,9 @@ def test_megatron_arguments(plan_file):
     # the environment Megatron-LM's validate_args asserts (a user trial's launch failed on it)
     fsdp = "--use-megatron-fsdp" in text
     assert ("leave CUDA_DEVICE_MAX_CONNECTIONS unset or above 1" in text) == fsdp
+    # the one checkpoint format Megatron-FSDP takes, and how a torch_dist one is converted (an
+    # MoE user's trial continuing a run was not told)
+    assert ("convert-torch-dist-to-fsdp-dtensor" in text) == fsdp == (pf.plan.zero >= 2)
     cc = pf.scenario.cluster.accelerator.compute_capability
     assert ("set CUDA_DEVICE_MAX_CONNECTIONS=1" in text) == (
         not fsdp and (par.tp > 1 or par.cp > 1)

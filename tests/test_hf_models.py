@@ -259,6 +259,36 @@ def test_absent_kv_heads_and_q_rank_are_the_config_class_defaults(name):
         assert model_from_hf_dict({**data, "q_lora_rank": None}).mla.q_lora_rank == 0
 
 
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_absent_head_width_dense_size_and_context_are_the_config_class_defaults(name):
+    """A config without ``head_dim``, without the dense MLP size of an MoE family
+    (``intermediate_size``; Llama 4's ``intermediate_size_mlp``) or without
+    ``max_position_embeddings`` is read as its config class reads it (a user trial's trimmed
+    Qwen3-MoE config had been refused for an ``intermediate_size`` no block of it uses, read at
+    half its heads' width without a word, and given no context; Qwen3's class fixes 128 where
+    nestplan had read hidden_size / num_attention_heads). The families are those of the shipped
+    tables (``HEAD_DIM_DEFAULTS``, ``DENSE_FFN_DEFAULTS``, ``CONTEXT_DEFAULTS``)."""
+    from nestplan.hf import CONTEXT_DEFAULTS, DENSE_FFN_DEFAULTS, HEAD_DIM_DEFAULTS
+
+    transformers = pytest.importorskip("transformers")
+    cls = getattr(transformers, name)
+    data = cls(**{**DEFAULTS[name], "num_attention_heads": 32, "hidden_size": 3072}).to_dict()
+    data.pop("dtype", None)
+    mtype = data["model_type"]
+    dense_key = "intermediate_size_mlp" if "intermediate_size_mlp" in data else "intermediate_size"
+    for key in ("head_dim", "max_position_embeddings") + ((dense_key,) * (
+            mtype in DENSE_FFN_DEFAULTS)):
+        data.pop(key, None)
+    theirs = cls.from_dict(data)
+    ours = model_from_hf_dict(data)
+    assert ours.trained_context == theirs.max_position_embeddings == CONTEXT_DEFAULTS[mtype]
+    if ours.mla is None:
+        width = getattr(theirs, "head_dim", None) or 3072 // 32  # (the models' own fallback)
+        assert ours.head_dim == width == HEAD_DIM_DEFAULTS.get(mtype, 3072 // 32)
+    if mtype in DENSE_FFN_DEFAULTS:
+        assert ours.ffn_hidden == getattr(theirs, dense_key) == DENSE_FFN_DEFAULTS[mtype]
+
+
 def test_gpt_oss_and_deepseek_v3_biases_as_their_builders_make_them():
     """GPT-OSS biases every linear layer when its config leaves attention_bias out (GptOssConfig
     defaults it true: nestplan's count is transformers'); DeepSeek-V3 has none, as
@@ -308,8 +338,23 @@ def test_a_default_taken_for_a_missing_key_is_noted(tmp_path):
     err = notes(qwen2)
     assert "num_key_value_heads: missing, read as its config class's default 32" in err
     assert "rope_theta: missing, read as 10,000 (transformers' default)" in err
-    err = notes({**qwen2, "num_key_value_heads": 8, "rope_theta": 1e6})
+    assert "max_position_embeddings: missing, read as its config class's default 32,768" in err
+    err = notes({**qwen2, "num_key_value_heads": 8, "rope_theta": 1e6,
+                 "max_position_embeddings": 32768})
     assert "missing" not in err, err
+    # a trimmed Qwen3-MoE config: head_dim, whose released configs state it, and the dense size,
+    # which no block of it uses (noted where a block has a dense MLP: a user trial's)
+    moe = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+           "hidden_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "vocab_size": 151936, "rope_theta": 1e6,
+           "max_position_embeddings": 40960, "num_experts": 128, "num_experts_per_tok": 8,
+           "moe_intermediate_size": 768}
+    err = notes(moe)
+    assert "head_dim: missing, read as 64 (hidden_size / num_attention_heads = 2048 / 32" in err
+    assert "intermediate_size" not in err, err
+    err = notes({**moe, "head_dim": 128, "mlp_only_layers": [0]})
+    assert "intermediate_size: missing, read as its config class's default 6,144" in err
+    assert "head_dim" not in err, err
     # GPT-NeoX's base is rotary_emb_base (it had been taken silently there too: a review's)
     err = notes({"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
                  "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,

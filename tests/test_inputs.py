@@ -215,6 +215,31 @@ def test_a_full_disk_is_one_line_not_a_traceback():
         "nestplan: error: cannot write the output: No space left on device")
 
 
+def test_a_closed_stderr_leaves_the_exit_code_as_it_was():
+    """A command whose stderr is a pipe its reader has closed (``2>&1 >/dev/null | true``) exits as
+    it would have: 0 for an evaluation with notes, 2 for bad input, as a closed stdout leaves 0 (a
+    user trial's notes had made it 1)."""
+    import subprocess
+
+    from console import NESTPLAN
+
+    for args, code in ((["--model", "qwen3-30b-a3b", "--ep", "8"], 0), (["--model", "nope"], 2)):
+        read, write = os.pipe()
+        os.close(read)  # (the reader gone before the command writes)
+        try:
+            p = subprocess.run([NESTPLAN, *map(str, EVALUATE), *args], stdout=subprocess.DEVNULL,
+                               stderr=write, timeout=60)
+        finally:
+            os.close(write)
+        assert p.returncode == code, args
+    # started with stderr closed (2>&-): the notes go nowhere, not after the JSON on stdout (a
+    # review's: Python prints a line for a closed stderr to stdout)
+    p = subprocess.run([NESTPLAN, *map(str, EVALUATE), "--model", "qwen3-30b-a3b", "--ep", "8",
+                        "--json"], capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: os.close(2))
+    assert p.returncode == 0 and json.loads(p.stdout)["step_time_s"] > 0
+
+
 def test_a_stack_that_cannot_mix_policies_refuses_per_stage_ones():
     assert one_line_error(*cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr",
                                "--gpus", 8, "--stack", "torchtitan", "--pp", 2, "--recompute",

@@ -106,6 +106,34 @@ def test_compare_says_when_its_speedups_are_over_a_manual_plan_without_cp():
     assert [n for n in notes(err) if "long-context runs on H100" in n], err
 
 
+def test_compare_says_when_manuals_rules_fit_the_model_badly():
+    """A manual plan many times slower than the fastest method's is said to be Megatron's rules of
+    thumb fitting the model badly (an MoE user's trial read "nest 13.19x" over TP 8 with expert
+    TP 8 for Qwen3-30B-A3B's 4 KV heads and 768-wide experts); one within 3x is not."""
+    import warnings
+
+    from nestplan.notes.plan import manual_far_behind
+
+    sc = Scenario(model=get_model("qwen3-30b-a3b"), cluster=get_cluster("dgx-h100-ndr"),
+                  gpus=64, training=TrainingSpec(seq_len=4096, global_batch=512,
+                                                 precision=Precision.BF16))
+    manual = evaluate(sc, Parallelism(tp=8, dp=8, ep=8, etp=8, sp=True, zero=1,
+                                      recompute=("full",), mbs=1))
+    tuned = evaluate(sc, Parallelism(tp=1, dp=64, ep=8, etp=1, zero=1, recompute=("full",),
+                                     mbs=2))
+    assert manual.fits and tuned.fits and manual.step_time > 3 * tuned.step_time
+    said = []
+    for other in (tuned, manual):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            manual_far_behind({"manual": SimpleNamespace(best=manual),
+                               "nest": SimpleNamespace(best=other)})
+        said.append(" ".join(str(x.message) for x in w))
+    assert "manual's plan (t8 p1 d8 e8 sp z1 full b1) takes" in said[0]
+    assert "Megatron's rules of thumb" in said[0] and "not over a tuned plan" in said[0]
+    assert said[1] == ""
+
+
 def test_plans_alike_but_for_their_rank_order_share_a_row():
     from nestplan.textfmt import search_result
 

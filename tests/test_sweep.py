@@ -129,6 +129,13 @@ def test_a_level_some_clusters_lack_is_varied_on_those_that_have_it(tmp_path, ca
     # plotted against the core's values (one GPU count), the cluster without one is left out
     svg = str(summary_svg(spec, [(p, 1.0) for p in points], omitted=0))
     assert "1 point on clusters without core not drawn" in svg
+    assert "its levels as the labels set them" not in svg  # (two clusters: none fixed)
+    one = load(_write(tmp_path, BASE + "[grid.network.core]\noversubscription = [2, 4]\n",
+                      "one.toml"))
+    # a fixed cluster whose levels vary is said to be so (a datacenter trial's header had named
+    # the base file above lines at 4:1)
+    assert "bf16; its levels as the labels set them" in str(summary_svg(
+        one, [(p, 1.0) for p in one.points()], omitted=0))
     for extra, needle in (("[grid.network.moon]\noversubscription = [2]\n", "'moon'"),
                           ("[grid.networks.fast]\ncore = { oversubscription = 2 }\n",
                            "not a level of cluster nest-h100-spineleaf")):
@@ -443,7 +450,9 @@ global_batch = [64]
 def test_a_results_file_of_before_the_later_columns_resumes(tmp_path, pool_run, capsys, before):
     """A results CSV written before the etp and schedule columns existed, before stage_layers, or
     before the HFU, margin and time-part columns, resumes: its rows are kept with those cells
-    blank and only the missing points run."""
+    blank and only the missing points run. (A point's id holds the nestplan build that ran it,
+    so only a row of this build can be one of its points, as these are; another build's rows
+    are moved aside, ``test_rows_another_nestplan_wrote_are_moved_aside``.)"""
     path = _write(tmp_path, SMALL)
     # kept rows with pipelining among them: a schedule run again would not be blank
     rows = sorted(_rows(pool_run.with_suffix(".csv")), key=lambda r: r["pp"] == "1")[:5]
@@ -458,7 +467,7 @@ def test_a_results_file_of_before_the_later_columns_resumes(tmp_path, pool_run, 
     with open(tmp_path / "s.csv", newline="") as f:
         assert next(csv.reader(f)) == COLUMNS
     again = {r["id"]: r for r in _rows(tmp_path / "s.csv")}
-    assert len(again) == SMALL_POINTS
+    assert len(again) == SMALL_POINTS and not (tmp_path / "s.csv.superseded").exists()
     assert all(all(again[r["id"]][c] == "" for c in before) and again[r["id"]]["step_time_s"] ==
                r["step_time_s"] for r in rows)
     assert any(r["schedule"] for r in rows)  # (blank above because the file had none)
@@ -833,7 +842,53 @@ def test_an_edited_cluster_file_runs_its_points_again(tmp_path, capsys):
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert sorted(r["id"] for r in rows) == sorted({*before.values(), after["fab.toml"]})
     err = capsys.readouterr().err
-    assert "1 rows of" in err and "its plot, s.svg, is redrawn with this sweep's points only" in err
+    assert "1 row of" in err and "its plot, s.svg, is redrawn with this sweep's points only" in err
+    assert "another nestplan" not in err  # (the same build wrote it)
+
+
+def test_rows_another_nestplan_wrote_are_moved_aside(tmp_path, capsys, monkeypatch):
+    """A results file resumed by another nestplan (an upgrade, an edit of its code) runs every
+    point again: the rows of the old cost model move to ``.superseded``, each with the build that
+    wrote it, and the note says so (datacenter architects' trials: rows of two cost models had
+    sat side by side in one file as one grid's, then, kept as another grid's, each design twice
+    in a pivot)."""
+    import nestplan
+    from nestplan import build
+    from nestplan.sweep import run
+
+    text = ('[grid]\nmodel = ["llama3-8b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8, 16]\n'
+            'seq_len = [2048]\nglobal_batch = [64]\n')
+    path = _write(tmp_path, text)
+    now = build.fingerprint()
+    assert len(now) == 12 and int(now, 16) >= 0
+    code, out, _ = cli("--version")  # (the console script's, another process: the same build)
+    assert code == 0 and out == f"nestplan {nestplan.__version__} (build {now})\n"
+    old = "0123456789ab"
+    monkeypatch.setattr(build, "fingerprint", lambda: old)
+    monkeypatch.setattr(run, "fingerprint", lambda: old)
+    before = {p.id for p in load(path).points()}
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    monkeypatch.undo()
+    assert {p.id for p in load(path).points()}.isdisjoint(before)
+    capsys.readouterr()
+    # a file moved aside by a nestplan of other columns keeps its own: these go to the next
+    (tmp_path / "s.csv.superseded").write_text("id,model,step_time_s\nx,m,1.0\n")
+    assert main(["sweep", str(path), "--quiet", "--workers", "1", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "0 already done, 2 to run" in out
+    assert f"2 rows of {tmp_path / 's.csv'} another nestplan wrote" in err
+    assert f"would be moved to {tmp_path / 's.csv.superseded.2'} by the run" in err
+    assert main(["sweep", str(path), "--quiet", "--workers", "1"]) == 0
+    rows = _rows(tmp_path / "s.csv")
+    assert [r["nestplan_build"] for r in rows] == [now, now]
+    aside = _rows(tmp_path / "s.csv.superseded.2")
+    assert [r["nestplan_build"] for r in aside] == [old, old]
+    assert {r["id"] for r in aside} == before
+    assert _rows(tmp_path / "s.csv.superseded") == [{"id": "x", "model": "m", "step_time_s": "1.0"}]
+    err = capsys.readouterr().err
+    assert "2 rows of" in err and "another nestplan wrote" in err
+    assert f"moved to {tmp_path / 's.csv.superseded.2'}" in err
+    assert "not points of this sweep" not in err
 
 
 def test_a_changed_catalog_entry_changes_its_points_ids(tmp_path, monkeypatch):
@@ -1037,3 +1092,19 @@ def test_a_second_sweep_writing_the_same_file_is_refused(tmp_path):
         os.close(fd)
     code, _, err = cli("sweep", path, "--quiet")
     assert code == 0, err
+
+
+def test_progress_gives_a_slow_sweeps_pace_per_minute():
+    """A sweep whose points take seconds each shows its pace per minute, not "0.0 points/s"
+    beside a valid ETA (a datacenter trial's); a fast one per second."""
+    import io
+
+    from nestplan.sweep.run import Progress
+
+    for ran, seconds, pace in ((3, 60.0, "3 points/min"), (1, 60.0, "1 point/min"),
+                               (40, 10.0, "4 points/s")):
+        out = io.StringIO()
+        p = Progress(100, 0, stream=out)
+        p.start -= seconds  # (as if started that long ago)
+        p.update(ran, 0)
+        assert f", {pace}, ETA " in out.getvalue(), out.getvalue()

@@ -11,8 +11,11 @@ made again until the choices hold (``fit_choosing``). What is fitted depends on 
 distinct step-time rows there are (a plan measured twice counts once), never more parameters
 than rows:
 
-* 1-2 rows: one compute scale (matmul, attention and memory-bound efficiencies together);
-* 3-5 rows: the three efficiencies separately;
+* 1-2 rows: one compute scale (matmul, attention and memory-bound efficiencies together, and
+  for MoE rows on a stack whose MoE layers wait on the host, that wait: every per-layer time);
+* 3-5 rows: the three efficiencies separately, and for such MoE rows the host wait (its
+  factor second, after the GEMMs': a user trial's host-bound MoE rows, 37 % of a step on the
+  wait, had fitted the GEMMs at 0.58x with nothing else to move), at most one per row;
 * 6 or more: also the per-step host time and the per-kernel launch overhead.
 
 Rows with a measured peak memory also fit the allocator overhead (closed form: the mean
@@ -107,36 +110,55 @@ def _weights(cases) -> np.ndarray:
     return np.array([1 / math.sqrt(copies[_key(c)]) for c in cases])
 
 
-def _names(cases) -> tuple[str, ...]:
+def waits_per_moe_layer(cases, base: StackSpec) -> bool:
+    """The rows are MoE and ``base``'s MoE layers wait on the host (``moe_layer_host``): the wait
+    is then part of what calibrating them fits (``_names``)."""
+    return base.moe_layer_host > 0 and any(c.scenario.model.moe is not None for c in cases)
+
+
+def _names(cases, base: StackSpec) -> tuple[str, ...]:
     """The parameters the rows can identify: one compute scale from 1-2 distinct rows; the GEMM,
     attention and memory efficiencies from 3-5, the attention's only where the rows' sequences
     (or packed spans) differ (at one length its share still varies with the models' widths,
-    about s/6h, but too little for rows that scatter by ``NOISE`` to tell it from the GEMMs');
-    also the host and kernel overheads from 6."""
+    about s/6h, but too little for rows that scatter by ``NOISE`` to tell it from the GEMMs'),
+    and the MoE layers' host wait after the GEMMs' where it is part of the rows' steps
+    (``waits_per_moe_layer``), in that order (GEMMs, wait, attention, memory) never more than the
+    rows, so three MoE rows at two lengths fit no memory efficiency; also the host and kernel
+    overheads from 6."""
     n = distinct_rows(cases)
     if n <= 2:
         return ("compute_scale",)
     spans = {c.scenario.training.attention_span or c.scenario.training.seq_len for c in cases}
-    return tuple(p for p in PARAMETERS[:3 if n <= 5 else None]
-                 if p != "attention_scale" or len(spans) > 1)
+    names = [p for p in PARAMETERS[:3 if n <= 5 else None]
+             if p != "attention_scale" or len(spans) > 1]
+    if waits_per_moe_layer(cases, base):
+        names.insert(1, "moe_host_scale")
+    return tuple(names[:n])
 
 
 PARAMETERS = ("matmul_scale", "attention_scale", "memory_scale", "step_overhead_s",
               "kernel_overhead_us")
+"""Everything calibrate fits from six distinct rows (``_names``), beside the one compute scale
+of fewer than three (and ``moe_host_scale``, the factor on the MoE layers' host wait, for MoE
+rows that wait)."""
 FITTED_VALUES = ("step_overhead_s", "kernel_overhead_us", "allocator_overhead")
 """``Fit.params`` that are fitted values (s, µs, a share of activations); the others are factors on
 the base's multipliers."""
-"""Everything calibrate fits from six distinct rows (``_names``), beside the one compute scale
-of fewer than three."""
 
 
-def _apply(base: StackSpec, names, x) -> StackSpec:
+def _apply(base: StackSpec, names, x, moe_wait: bool = False) -> StackSpec:
+    """``base`` with the fitted log-values ``x`` of ``names``; ``moe_wait``: the rows'
+    ``waits_per_moe_layer``, under which the one compute scale speeds the host wait too."""
     kw = {}
     for name, v in zip(names, x):
         if name == "compute_scale":
             kw.update(matmul_scale=base.matmul_scale * math.exp(v),
                       attention_scale=base.attention_scale * math.exp(v),
                       memory_scale=base.memory_scale * math.exp(v))
+            if moe_wait:  # (faster kernels, a shorter wait: the whole layer at one pace)
+                kw["moe_layer_host"] = base.moe_layer_host * math.exp(-v)
+        elif name == "moe_host_scale":  # a factor on the wait (up: slower)
+            kw["moe_layer_host"] = base.moe_layer_host * math.exp(v)
         elif name == "step_overhead_s":
             kw["step_overhead"] = base.step_overhead * math.exp(v)
         elif name == "kernel_overhead_us":  # additive, in microseconds
@@ -184,8 +206,10 @@ def _solve(cases, base: StackSpec, names, predictions: _Predictions,
                       for n in names])
     steps = PROBE * widths / PRIOR
 
+    wait = waits_per_moe_layer(cases, base)
+
     def residuals(x):
-        t = predictions(cases, _apply(base, names, x))
+        t = predictions(cases, _apply(base, names, x, wait))
         return np.concatenate([weights * (np.log(t) - measured) / NOISE, x / widths])
 
     r = residuals(x)
@@ -374,10 +398,10 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                         f"{FARTHEST:g} or more times from what the base stack predicts "
                         f"({c.memory * (1 + e) / GiB:.3g} GiB){_others(far)}; no allocator share "
                         "bridges that: check the peaks")
-    names = _names(cases)
+    names = _names(cases, base)
     x = _solve(cases, base, names, predictions, iteration=progress and (lambda k: progress(
         k, MAX_ITER, time.perf_counter() - start, of="iterations of the fit on every row")))
-    stack = _apply(base, names, x)
+    stack = _apply(base, names, x, waits_per_moe_layer(cases, base))
     after, _, evs = _errors(cases, stack, predictions)
     alloc = _allocator(cases, evs, stack)
     if alloc is not None:
@@ -414,10 +438,11 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
             if progress:
                 progress(g, len(groups), time.perf_counter() - start, of="leave-one-out fits")
             rest = [c for i, c in enumerate(cases) if i not in out]
-            fewer = _names(rest)
+            fewer = _names(rest, base)
             xi = _solve(rest, base, fewer, predictions,
                         start=x if fewer == names else None)
-            t = predictions([cases[i] for i in out], _apply(base, fewer, xi))
+            t = predictions([cases[i] for i in out],
+                            _apply(base, fewer, xi, waits_per_moe_layer(rest, base)))
             for i, ti in zip(out, t):
                 loo[i] = float(ti / cases[i].measured - 1)
     return Fit(stack, params, before, after, loo, mem_before, mem_after,

@@ -584,6 +584,7 @@ def cmd_compare(args) -> int:
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
             for name, res in results.items()]
     plan_notes.manual_without_cp(results)
+    plan_notes.manual_far_behind(results)
     best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
     # (of the fastest: a review found compare silent where plan, given the same scenario, noted
     # the workload and the stack)
@@ -628,7 +629,7 @@ def cmd_export(args) -> int:
                 raise SpecError("-o", name, f"cannot write ({e.strerror})" + (
                     f"; {', '.join(done)} written" if done else "")) from None
         written = [str(path)] + [str(path) + s for s in out.extras]
-        print("wrote " + ", ".join(written), file=sys.stderr)
+        print("nestplan: wrote " + ", ".join(written), file=sys.stderr)
     else:
         print(out.text, end="")
         if out.extras:
@@ -668,7 +669,7 @@ def cmd_report(args) -> int:
         write_text_atomic(args.output, html)
     except OSError as e:
         raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
-    print(f"wrote {args.output} ({len(html) / 1e3:,.0f} kB)", file=sys.stderr)
+    print(f"nestplan: wrote {args.output} ({len(html) / 1e3:,.0f} kB)", file=sys.stderr)
     return 0
 
 
@@ -689,7 +690,9 @@ def cmd_list(args) -> int:
             if runs:
                 table["runs_source"] = runs
         text = document(table)
-        print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)")
+        print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)"
+              + ("; what the model lacks (sliding windows, YaRN, MLA, experts, ...) left out"
+                 if args.kind == "models" else ""))
         if args.kind == "models":  # its size, as the catalog's listing gives it (a new user's
             # own config had none shown anywhere)
             print(f"# {_model_size(spec)}")
@@ -801,12 +804,13 @@ def _shown(text: str) -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import FITTED_VALUES, base_of, distinct_rows, fit_choosing
+    from .calibrate import FITTED_VALUES, base_of, distinct_rows, fit_choosing, waits_per_moe_layer
     from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
     from .textfmt import seconds
     from .tomlfmt import dumps
+    from .units import MS
     from .validation import files_named, load_cases
 
     runs = _runs_csv(args.csv, "RUNS.csv")
@@ -888,7 +892,11 @@ def cmd_calibrate(args) -> int:
         lines.append(line)
     fitted = ", ".join(f"{k} {v:.3g}" + (" of the activation and working bytes"
                                           if k == "allocator_overhead" else "")
-                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's"
+                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's" + (
+                           " (the MoE layers' host wait divided by it)"
+                           if k == "compute_scale" and waits_per_moe_layer(cases, base) else
+                           f" ({result.stack.moe_layer_host / MS:.3g} ms per MoE layer)"
+                           if k == "moe_host_scale" else "")
                        for k, v in result.params.items())
     n, plans = len(cases), distinct_rows(cases)
     counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
@@ -908,7 +916,7 @@ def cmd_calibrate(args) -> int:
     runs_notes.far_when_left_out(cases, result.loo)
     runs_notes.fit_limits(cases, result, base)
     runs_notes.over_hbm(cases, result.peaks)
-    print(f"wrote {out} (use it with --stack {shlex.quote(str(out))})", file=sys.stderr)
+    print(f"nestplan: wrote {out} (use it with --stack {shlex.quote(str(out))})", file=sys.stderr)
     return 0
 
 
@@ -970,12 +978,26 @@ def _measured_comment(cases, result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+class _Version(argparse.Action):
+    """``--version``: the version and the build (``build.fingerprint``, as a sweep's rows record
+    it), the build's digest taken only when asked, not at every start."""
 
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and build, and exit", **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .build import fingerprint
+
+        print(f"nestplan {__version__} (build {fingerprint()})")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="nestplan", description="Network- and memory-aware planner for distributed "
                 "training of large models.")
-    p.add_argument("--version", action="version", version=f"nestplan {__version__}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p.commands = sub.choices  # each subcommand's parser, for its own errors (main)
     e = sub.add_parser("evaluate", help="predict step time, throughput, MFU and memory of a plan")
@@ -1055,13 +1077,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import warnings
 
-    from .errors import PENDING_NOTES, Note, flush_notes
+    from .errors import PENDING_NOTES, Note, flush_notes, say
 
     if sys.stdout is None:  # started with its standard output closed (``>&-``)
         if sys.stderr is not None:
             print("nestplan: error: cannot write the output: standard output is closed",
                   file=sys.stderr)
         return 1
+    if sys.stderr is None:  # started with it closed (``2>&-``): notes and errors go nowhere (a
+        # review: Python's print sends a file=None line to stdout, after the --json object)
+        sys.stderr = open(os.devnull, "w")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     given = list(sys.argv[1:] if argv is None else argv)
@@ -1106,15 +1131,15 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "json", False):  # a script reading stdout gets an object here too
             print(_json({"feasible": False, "reason": str(e), **e.details}))
         flush_notes()
-        print(f"nestplan: no feasible plan: {e}", file=sys.stderr)
+        say(f"nestplan: no feasible plan: {e}")
         return 3
     except NestplanError as e:
         PENDING_NOTES.clear()  # the mistake is the one line
-        print(f"nestplan: error: {e}", file=sys.stderr)
+        say(f"nestplan: error: {e}")
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (sweep reports its own, keeping its rows)
         flush_notes()  # (what the command had noted, then how it ended: the last line)
-        print(("\n" if sys.stderr.isatty() else "") + "nestplan: interrupted", file=sys.stderr)
+        say(("\n" if sys.stderr.isatty() else "") + "nestplan: interrupted")
         return exit_code(e)
     except BrokenPipeError:
         _quiet_stdout()
@@ -1122,7 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # writing the output (files read are checked where they are read)
         _quiet_stdout()
         PENDING_NOTES.clear()  # (the one line: notes had followed it, a pipeline engineer's)
-        print(f"nestplan: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        say(f"nestplan: error: cannot write the output: {e.strerror or e}")
         return 1
     finally:  # after the output, an interrupt or any other ending: what is pending
         flush_notes()

@@ -76,8 +76,22 @@ PENDING_NOTES: list[str] = []
 def flush_notes() -> None:
     """Print the pending notes on stderr, each once; a command that then works for long (a sweep)
     calls it once its input has been read."""
+    for line in dict.fromkeys(PENDING_NOTES):
+        say(line)
+    PENDING_NOTES.clear()
+
+
+def say(line: str) -> None:
+    """Print ``line`` on stderr; where stderr is a closed pipe (its reader gone: ``2>&1 | head``)
+    say nothing more, as a closed stdout ends a command's output, and leave the command's exit
+    code as it is (a user trial's ``2>&1 >/dev/null | true`` had exited 1 on its notes)."""
+    import os
     import sys
 
-    for line in dict.fromkeys(PENDING_NOTES):
-        print(line, file=sys.stderr)
-    PENDING_NOTES.clear()
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
+            pass

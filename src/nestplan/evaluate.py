@@ -268,7 +268,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                       logged_model_flops=logged,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
                       link_time=links, stages=stages, eager_kernels=micro * eager,
-                      uneven_chunks=uneven)
+                      slowest_stage=k, last_stage=j, uneven_chunks=uneven)
 
 
 def _uneven_chunks(sc: Scenario, par: Parallelism, stages, micro: int, step: float) -> float:

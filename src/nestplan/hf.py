@@ -68,6 +68,9 @@ class _Config:
         self.data, self.source, self.prefix = data, source, prefix
         self.model_type = model_type or data.get("model_type")
         """The config's model type (a table's is its config's)."""
+        self.defaulted: dict[str, Any] = {}
+        """Keys read as their config class's default that only some models use, by key (noted
+        once the model shows whether it uses them: ``_dense_ffn``)."""
 
     def where(self, key: str) -> str:
         """How errors name ``key`` of this table: ``config.json: text_config.rope_scaling``."""
@@ -78,7 +81,9 @@ class _Config:
         v = self.data.get(key)
         if not isinstance(v, dict) and (v is not None or not null):
             raise SpecError(self.where(key), v, "must be a table" + (" (or null)" if null else ""))
-        return _Config(v or {}, self.source, f"{self.prefix}{key}.", self.model_type)
+        child = _Config(v or {}, self.source, f"{self.prefix}{key}.", self.model_type)
+        child.defaulted = self.defaulted  # (one record for a config and its tables)
+        return child
 
     def get(self, *keys: str, default: Any = ..., kind: Any = int, minimum: float = 1,
             null: Any = ..., maximum: float = math.inf, open_low: bool = False,
@@ -334,8 +339,8 @@ def _llama_like(cfg: _Config, *, qkv_bias: bool | None = None,
         hidden=hidden,
         heads=heads,
         kv_heads=_kv_heads(cfg, heads),
-        head_dim=cfg.get("head_dim", default=hidden // heads),
-        ffn_hidden=cfg.get("intermediate_size"),
+        head_dim=_head_dim(cfg, hidden, heads),
+        ffn_hidden=_dense_ffn(cfg, "intermediate_size"),
         vocab=cfg.get("vocab_size"),
         mlp=mlp or _act(cfg),
         norm=Norm.RMSNORM,
@@ -709,7 +714,8 @@ def _llama4(cfg: _Config) -> dict:
     # layer_types, its RoPE by no_rope_layers and its MLP by moe_layers: modeling_llama4.py)
     cfg = _language_config(cfg)
     kw = _llama_like(cfg)
-    kw["ffn_hidden"] = cfg.get("intermediate_size_mlp", "intermediate_size")
+    # (absent: Llama4TextConfig's, not the experts' intermediate_size, as it had been read)
+    kw["ffn_hidden"] = _dense_ffn(cfg, "intermediate_size_mlp")
     layers = kw["layers"]
     expert_ffn = cfg.get("intermediate_size")
     listed = _layer_indices(cfg, "moe_layers", layers)
@@ -850,6 +856,62 @@ def _bloom(cfg: _Config) -> dict:
     )
 
 
+HEAD_DIM_DEFAULTS = {"qwen3": 128, "gpt_oss": 64, "llama4": 128, "llama4_text": 128}
+"""Each family's ``head_dim`` where its config leaves it out, where its config class fixes one
+(transformers 5.23.0 wheel; tests/test_hf_models.py reads them from the classes); the others'
+models take hidden_size / num_attention_heads (a user trial: a trimmed Qwen3 config, whose
+class has 128, had been read at hidden_size / num_attention_heads)."""
+HEAD_DIM_STATED = {"mistral", "qwen3", "qwen3_moe", "glm4_moe", "gpt_oss", "llama4",
+                   "llama4_text"}
+"""Families whose released configs state ``head_dim`` (not hidden_size / num_attention_heads in
+some of their models: Mistral-Nemo's 128 for 5,120 over 32 heads): one left out is noted (a user
+trial's trimmed Qwen3-MoE config halved its heads' width, and a 64K-token step, without a
+word)."""
+DENSE_FFN_DEFAULTS = {"qwen2_moe": 5632, "qwen3_moe": 6144, "deepseek_v3": 18432,
+                      "kimi_k2": 18432, "glm4_moe": 10944, "llama4": 16384, "llama4_text": 16384}
+"""The MoE families' dense MLP size where the config leaves it out (``intermediate_size``;
+Llama 4's ``intermediate_size_mlp``): its config class's default (transformers 5.23.0 wheel;
+Kimi-K2 as DeepseekV3Config), which sizes the dense blocks only, the experts having sizes of their
+own (a user trial's trimmed Qwen3-MoE config, whose blocks are all MoE, had been refused)."""
+CONTEXT_DEFAULTS = {"llama": 2048, "gpt_neox": 2048, "mistral": 131072, "mixtral": 131072,
+                    "qwen2": 32768, "qwen3": 32768, "qwen2_moe": 32768, "qwen3_moe": 32768,
+                    "deepseek_v3": 4096, "kimi_k2": 4096, "glm4_moe": 131072, "gpt_oss": 131072,
+                    "llama4": 131072, "llama4_text": 131072}
+"""The RoPE families' ``max_position_embeddings`` where the config leaves it out: its config
+class's default (transformers 5.23.0 wheel; Kimi-K2 as DeepseekV3Config), the context the model
+was built for (a user trial's trimmed config had lost the note of a sequence beyond it)."""
+
+
+def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
+    """``head_dim``, or where absent its config class's (``HEAD_DIM_DEFAULTS``), else
+    hidden_size / num_attention_heads as the family's model reads it (a remainder is refused by
+    ``model_from_hf_dict``), noted for a family whose configs state it."""
+    given = cfg.get("head_dim", default=None)
+    if given is not None:
+        return given
+    dim = HEAD_DIM_DEFAULTS.get(cfg.model_type) or hidden // max(heads, 1)
+    if cfg.model_type in HEAD_DIM_STATED:
+        how = ("its config class's default" if cfg.model_type in HEAD_DIM_DEFAULTS else
+               f"hidden_size / num_attention_heads = {hidden} / {heads}, as its model reads it")
+        warnings.warn(HFNote(f"{cfg.where('head_dim')}: missing, read as {dim} ({how}; "
+                             "transformers)"), stacklevel=3)
+    return dim
+
+
+def _dense_ffn(cfg: _Config, key: str) -> int:
+    """The dense MLP's size (``key``), required but in the MoE families, whose config class's
+    default (``DENSE_FFN_DEFAULTS``) it takes where absent, noted where a dense block has it
+    (``model_from_hf_dict``: ``cfg.defaulted``)."""
+    default = DENSE_FFN_DEFAULTS.get(cfg.model_type)
+    if default is None:
+        return cfg.get(key)
+    size = cfg.get(key, default=None)
+    if size is None:
+        cfg.defaulted[cfg.where(key)] = default
+        return default
+    return size
+
+
 KV_HEADS_DEFAULTS = {"mistral": 8, "mixtral": 8, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
                      "qwen3_moe": 4, "glm4_moe": 8, "gpt_oss": 8, "llama4": 8, "llama4_text": 8}
 """Each family's ``num_key_value_heads`` where its config leaves it out: its config class's
@@ -979,7 +1041,13 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         # the context a model was built for, checked in every family (a user trial's -1 had been
         # taken without a word), kept for RoPE models (a learned table has its rows already)
         context = lm.get("max_position_embeddings", "n_positions", default=None)
-        if kw.get("position", Position.ROPE) is Position.ROPE and type(context) is int:
+        rope = kw.get("position", Position.ROPE) is Position.ROPE
+        if rope and context is None and mtype in CONTEXT_DEFAULTS:
+            context = CONTEXT_DEFAULTS[mtype]
+            warnings.warn(HFNote(f"{lm.where('max_position_embeddings')}: missing, read as its "
+                                 f"config class's default {context:,} (transformers), the "
+                                 "context the model was built for"), stacklevel=2)
+        if rope and type(context) is int:
             kw["trained_context"] = context
         kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
                                 maximum=MAX_NORM_EPS, open_low=True, rule=NORM_EPS_RULE,
@@ -989,12 +1057,18 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                                    per_sequence=mtype in ("deepseek_v3", "kimi_k2"),
                                    needs_logits=mtype == "gpt_oss")
         if lm.data.get("head_dim") is None and kw.get("mla") is None \
-                and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
+                and mtype not in HEAD_DIM_DEFAULTS and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:
             raise SpecError("hidden", kw["hidden"], f"must be a multiple of num_attention_heads "
                             f"= {kw['heads']} when the config gives no head_dim")
         kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
         kw.setdefault("kv_heads", kw["heads"])
-        return ModelSpec(name=source, **kw)
+        model = ModelSpec(name=source, **kw)
+        if model.moe is None or not all(map(model.is_moe_layer, range(model.layers))):
+            for where, size in cfg.defaulted.items():  # (unsaid where no block has a dense MLP)
+                warnings.warn(HFNote(f"{where}: missing, read as its config class's default "
+                                     f"{size:,} (transformers), the size of the dense blocks' "
+                                     "MLP"), stacklevel=2)
+        return model
     except SpecError as e:  # name the config's key, not nestplan's field
         if e.field.startswith(f"{source}: "):
             raise

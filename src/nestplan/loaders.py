@@ -726,8 +726,8 @@ def model_to_table(model: ModelSpec) -> dict:
         table["rope_fraction"] = model.rope_fraction
     if model.glu_clamp:
         table["glu_clamp"] = model.glu_clamp
-    if model.norm_eps != DEFAULT_NORM_EPS:
-        table["norm_eps"] = model.norm_eps
+    table["norm_eps"] = model.norm_eps  # the default too (an auditor's model file, begun from
+    # list's output, could not see the epsilon it would train with)
     return table
 
 

@@ -354,6 +354,13 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
 
 
+def group_axes(experts: bool, embedding: bool = False) -> tuple[str, ...]:
+    """The axes ``group_levels`` may name, in its order: those of a plan's model whatever their
+    sizes (a group of one device is left out there)."""
+    return ("tp", "cp", "dp", *(("ep", "etp", "edp") if experts else ()), "pp",
+            *(("embedding",) if embedding else ()))
+
+
 def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: bool,
                  embedding: bool = False) -> dict[str, tuple[int, str | None]]:
     """For each parallel group of more than one device: its size and the highest network level
@@ -373,13 +380,13 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
     def name(level: int) -> str | None:
         return cluster.levels[level].name if level >= 0 else None
 
-    groups = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp,
-              **({"ep": lay.ep, "etp": lay.etp, "edp": lay.edp} if experts else {})}
-    out = {axis: (g.size, name(g.top)) for axis, g in groups.items() if g.size > 1}
-    if pp > 1:
-        out["pp"] = (pp, name(max(b.level for b in lay.pp)))
-    if embedding and lay.embedding.size > 1:
-        out["embedding"] = (lay.embedding.size, name(lay.embedding.top))
+    out = {}
+    for axis in group_axes(experts, embedding):  # (in that order)
+        if axis == "pp":
+            if pp > 1:
+                out["pp"] = (pp, name(max(b.level for b in lay.pp)))
+        elif (g := getattr(lay, axis)).size > 1:
+            out[axis] = (g.size, name(g.top))
     return out
 
 

@@ -138,6 +138,13 @@ class Evaluation:
     eager_kernels: float
     """Seconds of ``time.compute`` spent in eager kernels that a fused one would replace
     (``StackSpec.eager_ops``)."""
+    slowest_stage: int = 0
+    """The pipeline stage whose micro-batch takes longest: ``time``'s per-micro-batch parts
+    (compute, recompute, host, tp, cp, ep, zero, pp) and ``link_time``'s tp, cp and ep are its."""
+    last_stage: int = 0
+    """The stage whose step ends last: ``time``'s dp, embedding and optimizer are its, as is
+    ``link_time``'s dp beside the slowest stage's ZeRO traffic (a datacenter trial's data-parallel
+    time fell from 1:1 to 4:1 oversubscription, the stage having changed unnamed)."""
     uneven_chunks: float = 0.0
     """Seconds a schedule whose chunks on a device hold different numbers of blocks ends later,
     simulated with each chunk's own time (``schedule.simulate``), than the closed form, which
@@ -262,6 +269,13 @@ class Evaluation:
         return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None,
                             embedding_copies(sc.model, self.plan))
 
+    @property
+    def _group_axes(self) -> tuple[str, ...]:
+        from .placement import group_axes
+
+        sc = self.scenario
+        return group_axes(sc.model.moe is not None, embedding_copies(sc.model, self.plan))
+
     def to_json(self) -> dict:
         """The ``--json`` contract (DESIGN §4) plus breakdowns."""
         p = self.plan
@@ -296,11 +310,16 @@ class Evaluation:
             # micro-batches per round of an interleaved (looped) schedule; none otherwise
             "round_size": p.pipeline.rounds_of(p.pp, p.vp, self.micro_batches),
             "time_s": {f.name: getattr(self.time, f.name) for f in fields(self.time)},
+            "slowest_stage": self.slowest_stage,
+            "last_stage": self.last_stage,
             "eager_kernels_s": self.eager_kernels,
             "uneven_chunks_s": self.uneven_chunks,
             "link_time_s": dict(self.link_time),
+            # every axis, one device's group too (size 1, no level), so a script need not know
+            # which are left out (a pipeline engineer's trial read a missing "cp" as an error)
             "groups": {axis: {"size": n, "top_level": level}
-                       for axis, (n, level) in self.group_levels.items()},
+                       for axis, (n, level) in {**dict.fromkeys(self._group_axes, (1, None)),
+                                                **self.group_levels}.items()},
             "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},
             "stages": [
                 {"stage": s.index, "blocks": [list(b) for b in s.blocks],

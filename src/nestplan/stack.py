@@ -750,9 +750,22 @@ class StackSpec(_CachedHash):
     def policy(self, name: str) -> Policy:
         i = self.policy_index(name)
         if i is None:
-            raise SpecError("recompute", name, f"stack {self.name} offers " + ", ".join(
-                p.name for p in self.recompute))
+            raise SpecError("recompute", name, self.policies_offered(name))
         return self.recompute[i]
+
+    def policies_offered(self, name: str) -> str:
+        """Why ``name`` is no recompute policy of this stack: the ones it offers, and for a
+        recompute module's name how a stack file names a set of them (an MoE user's trial wrote
+        Megatron's ``layernorm,moe_act`` in a runs CSV and was told of 'layernorm' alone)."""
+        from .recompute import MODULES
+
+        text = f"stack {self.name} offers " + ", ".join(p.name for p in self.recompute)
+        if name in MODULES and any(p.modules for p in self.recompute):
+            text += (f"; {name} is a recompute module: a set of them is a policy a stack file "
+                     f"names (base = \"{self.name}\", then a [recompute] table, which replaces "
+                     f"the base's, none first: none = \"none\", mine = \"modules:{name},...\"; "
+                     f"modules: {', '.join(MODULES)})")
+        return text
 
     @property
     def most_saving(self) -> str:
@@ -835,8 +848,7 @@ class StackSpec(_CachedHash):
                 "it blocks")
         for r in par.recompute:
             if self.policy_index(r) is None:
-                return "recompute", r, f"stack {n} offers " + ", ".join(
-                    p.name for p in self.recompute)
+                return "recompute", r, self.policies_offered(r)
         if len(set(par.recompute)) > 1 and not self.recompute_per_stage:
             return "recompute", par.recompute_text, (
                 f"stack {n} applies one policy to every stage")

@@ -254,7 +254,14 @@ def evaluation(ev: Evaluation) -> str:
     measured = accuracy.text(sc)
     if measured:
         out.append(f"measured error   {measured}")
-    out += ["", "time per step (exposed; on the slowest pipeline stage):"]
+    where = ""
+    if ev.plan.pp > 1:  # (which stage each part is of: a datacenter trial's dp time moved as the
+        # stage changed between network designs, unnamed)
+        k, j = ev.slowest_stage, ev.last_stage
+        where = (f"; stage {k}'s, the slowest per micro-batch and the last to end" if j == k else
+                 f"; stage {k}'s, the slowest per micro-batch, but dp, embedding and optimizer: "
+                 f"stage {j}'s, whose step ends last")
+    out += ["", f"time per step (exposed{where}):"]
     total = ev.step_time
     for f in fields(ev.time):
         v = getattr(ev.time, f.name)
@@ -269,7 +276,9 @@ def evaluation(ev: Evaluation) -> str:
     link = {k: v for k, v in ev.link_time.items() if v > 1e-9}
     if link:
         out.append("communication on the links (hidden or not): "
-                   + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items()))
+                   + ", ".join(f"{k} {fmt_time(v)}" for k, v in link.items())
+                   + ("; pp over its busiest boundary (the exposed pp above also waits on the "
+                      "fill's and drain's sends over the others)" if "pp" in link else ""))
     if ev.plan.cp > 1:  # (named nowhere in the output before: a long-context trial's)
         sc = ev.scenario
         out.append(f"context parallelism exchanges K/V as "

@@ -570,6 +570,15 @@ def export(pf: PlanFile) -> Export:
         args += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}",
                  "--use-distributed-optimizer", "--no-gradient-accumulation-fusion",
                  "--ckpt-format fsdp_dtensor"]
+        # (Megatron-FSDP asserts this format: megatron/training/arguments.py @ NVIDIA/Megatron-LM
+        # d98e8a64dd; an MoE user's trial, continuing a pre-training run, was not told)
+        notes.append("Megatron-FSDP saves and loads only --ckpt-format fsdp_dtensor: a "
+                     "torch_dist checkpoint to continue from (a run without it, or one imported "
+                     "from HuggingFace) is converted first, with Megatron-LM's "
+                     "tools/checkpoint/checkpoint_inspector.py convert-torch-dist-to-fsdp-dtensor "
+                     "(its --param-to-param-group-map-json, and --swiglu for a gated MLP: "
+                     "examples/megatron_fsdp/sbatch_checkpoint_convert.sh @ NVIDIA/Megatron-LM "
+                     "d98e8a64dd)")
     if sc.stack.overlap_grad_reduce and (par.dp * par.cp) > 1:
         args.append("--overlap-grad-reduce")
     if sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:

@@ -59,6 +59,42 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     sinks_predicted_fast(ev)
     fewer_per_domain(ev)
     even_split_close(ev)
+    unfelt_oversubscription(ev)
+
+
+UNFELT = 1e-3
+"""A step within this share of the one at 1:1 is taken as not slowed by a level's
+oversubscription (``unfelt_oversubscription``)."""
+
+
+def unfelt_oversubscription(ev) -> None:
+    """Say when a level some of the plan's groups cross is oversubscribed and yet the plan takes
+    the same step at 1:1 there: what they send across it is hidden, or leaves each block below
+    it from few of their members at once (a ring crosses a level once per block each way: 32
+    members of a ring in a leaf put a thirty-second of each one's traffic on the spine), within
+    the uplinks' share. A datacenter
+    trial's 1:1, 2:1 and 4:1 spines had given one step time, its data-parallel group shown
+    crossing the spine, and nothing said why."""
+    from dataclasses import replace
+
+    from ..evaluate import evaluate
+
+    sc = ev.scenario
+    names = [lv.name for lv in sc.cluster.levels]
+    crossing = {axis: names.index(level) for axis, (_, level) in ev.group_levels.items() if level}
+    for i, lv in enumerate(sc.cluster.levels):
+        groups = [axis for axis, top in crossing.items() if top >= i]
+        if i == 0 or lv.oversubscription <= 1 or not groups:
+            continue
+        levels = tuple(replace(x, oversubscription=1.0) if x is lv else x
+                       for x in sc.cluster.levels)
+        full = evaluate(replace(sc, cluster=replace(sc.cluster, levels=levels)), ev.plan)
+        if abs(full.step_time - ev.step_time) <= UNFELT * ev.step_time:
+            note(f"level {lv.name}'s {lv.oversubscription:g}:1 oversubscription does not slow "
+                 f"this plan (it takes the same step at 1:1): what its groups crossing {lv.name} "
+                 f"({', '.join(groups)}) send across it is hidden behind compute or leaves each "
+                 f"{names[i - 1]} block from few of their members at once, within the uplinks' "
+                 "share (README, \"How the cost model works\")")
 
 
 NVL72_AS_NEMO = (72, 64)
@@ -501,6 +537,34 @@ def idle_policies(ev) -> None:
                  f"({', '.join(p.modules)}) is an operator of {sc.model.name} on stack "
                  f"{stack.name} (a norm fused into the next linear layer is not one); "
                  "costed as none")
+
+
+FAR_BEHIND = 3.0
+"""``compare``'s ``manual`` plan this many times slower than the fastest method's gets a note: its
+speed-ups are then over rules of thumb that fit the model badly, not over a plan anyone would
+run."""
+
+
+def manual_far_behind(results) -> None:
+    """Say when ``manual``'s plan is ``FAR_BEHIND`` times slower than the fastest method's or more:
+    the speed-ups over it are over Megatron's rules of thumb (full recomputation, micro-batch 1,
+    a node's TP, experts following TP), not over a tuned plan (an MoE user's trial read "nest
+    13.19x" beside a manual plan of TP 8 and expert TP 8 for 4 KV heads and 768-wide experts)."""
+    from ..textfmt import plan_short
+
+    manual = results.get("manual")
+    if manual is None or not manual.best.fits:
+        return
+    best = max((r.best for r in results.values() if r.best.fits), key=lambda ev: ev.tokens_per_s)
+    ratio = manual.best.step_time / best.step_time
+    if ratio >= FAR_BEHIND:
+        moe = best.scenario.model.moe is not None
+        note(f"manual's plan ({plan_short(manual.best.plan, moe)}) takes {ratio:.3g} times the "
+             f"fastest method's step ({plan_short(best.plan, moe)}): the speed-ups over manual "
+             "are over Megatron's rules of thumb (a node's TP, "
+             + ("experts following it, " if moe else "") + "full "
+             "recomputation, micro-batch 1; README, \"How the search works\"), which fit this "
+             "model badly, not over a tuned plan; evaluate a plan of yours to compare with it")
 
 
 def manual_without_cp(results) -> None:

@@ -114,6 +114,13 @@ def filled_in(runs: Path, stack: str | None, field: str = "RUNS.csv", *,
         rows(no_precision, "give", "no precision: read as bf16")
 
 
+OUTSIZED = 2.0
+"""A fitted efficiency multiplier that moves (in log) more than this many times as far as the
+farthest row was off before the fit gets a note: it stands for kernels that are a small share of
+the rows' steps, and carries in full into workloads where they are most of the step."""
+PLAUSIBLE_MOVE = 1.25
+"""... when it moves beyond this factor either way too (a smaller move is within what the rows'
+scatter allows, whatever their errors)."""
 PLAUSIBLE_SCALE = 2.0
 """A fitted efficiency multiplier beyond this factor of its base's, either way, gets a note: the
 rows then run a kind of kernel more than twice as fast or slow as the base stack's own runs did,
@@ -202,6 +209,10 @@ def fit_limits(cases, result, base) -> None:
     wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]
             if f not in capped_fields
             and not 1 / PLAUSIBLE_SCALE <= getattr(st, f) / getattr(base, f) <= PLAUSIBLE_SCALE]
+    if base.moe_layer_host and not (1 / PLAUSIBLE_SCALE <= st.moe_layer_host / base.moe_layer_host
+                                    <= PLAUSIBLE_SCALE):  # (the wait, fitted for MoE rows: a
+        # review's, said of no move before)
+        wide.append(("moe_layer_host_ms", st.moe_layer_host / base.moe_layer_host))
     if wide:  # (a user trial: three MoE rows fitted attention at 0.275x, dense plans then 2.5
         # times slower)
         note(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
@@ -210,3 +221,14 @@ def fit_limits(cases, result, base) -> None:
              "misstated) that the multiplier absorbs, and carries into every other "
              "workload; check with validate on runs of other shapes before planning "
              "with it")
+    reach = max(abs(math.log1p(e)) for e in result.before)
+    outsized = [(f, r) for f in PARAMETERS[:3] if f not in capped_fields | dict(wide).keys()
+                and abs(math.log(r := getattr(st, f) / getattr(base, f)))
+                > max(OUTSIZED * reach, math.log(PLAUSIBLE_MOVE))]
+    if outsized:  # (a user trial: host-bound MoE rows 12.7 % fast had fitted the GEMMs at 0.58x,
+        # a dense plan then 54 % slower)
+        worst = max(map(abs, result.before))
+        note(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in outsized)} the base's to "
+             f"correct rows at most {worst:.1%} off: those kernels are a small part "
+             "of these rows' steps, and the factor carries in full into workloads where they are "
+             "most of it; check with validate on runs of other shapes before planning with it")

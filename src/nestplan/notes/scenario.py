@@ -127,9 +127,8 @@ def unlikely_bandwidths(cluster) -> str | None:
             return (f"{cluster.name}: level {level.name} gives a device "
                     f"{level.bandwidth / GB:g} GB/s, more than any scale-out network "
                     f"({FASTEST_SCALE_OUT / GB:g} GB/s, 1.6 Tb/s per GPU): "
-                    "bandwidth_GBps is gigabytes per second (a 400 Gb/s NIC is 50; "
-                    "bandwidth_Gbps takes gigabits); right only for a scale-up fabric of "
-                    "several tiers")
+                    "bandwidth_GBps is gigabytes per second (a 400 Gb/s NIC is 50: divide "
+                    "gigabits by 8); right only for a scale-up fabric of several tiers")
     return None
 
 

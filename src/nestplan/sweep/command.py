@@ -86,7 +86,7 @@ def _run_locked(args, spec, parquet: bool) -> int:
     """``run_command`` once the results file's lock is held."""
     from ..errors import SpecError, flush_notes
     from ..search.methods import check_method
-    from .run import error_row, plan_run, point_tasks, run_sweep
+    from .run import error_row, pace_text, plan_run, point_tasks, run_sweep
 
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
@@ -95,6 +95,12 @@ def _run_locked(args, spec, parquet: bool) -> int:
         done = len(existing.done)
         print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
+        if existing.superseded:  # (said before the run moves them)
+            from .run import superseded_path
+
+            _note(f"{_n(len(existing.superseded), 'row')} of {spec.output} another nestplan "
+                  "wrote (its nestplan_build column; blank before it) would be moved to "
+                  f"{superseded_path(spec.output, spec.columns)} by the run")
         unbuilt: list = []  # points to run that fail before their search, as the run does
         for task in point_tasks(spec, [p for p in points if p.id not in existing.done], unbuilt):
             try:
@@ -113,7 +119,7 @@ def _run_locked(args, spec, parquet: bool) -> int:
         print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "
               "run the same command again to resume", file=sys.stderr)
         return 128 + int(s.interrupted)
-    rate = f", {s.ran / s.seconds:.3g} points/s" if s.ran and s.seconds > 0 else ""
+    rate = f", {pace_text(s.ran / s.seconds)}" if s.ran and s.seconds > 0 else ""
     print(f"sweep: {_n(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, "
           f"{s.infeasible:,} infeasible, "
           f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
@@ -124,10 +130,15 @@ def _run_locked(args, spec, parquet: bool) -> int:
         # counted; still exit 0, every point has its row)
         _note(f"no point found a plan that fits; each infeasible row's error column "
               f"says why (the first, {s.first_infeasible})")
+    if s.superseded:
+        _note(f"{_n(s.superseded, 'row')} of {spec.output} another nestplan wrote (its "
+              "nestplan_build column; blank before it), whose cost model may differ: moved to "
+              f"{s.superseded_to}, and their points run again with this one")
     if s.foreign:  # (the plot: a datacenter trial's other grid's plot was redrawn without a word)
-        _note(f"{s.foreign:,} rows of {spec.output} are not points of this sweep "
-              "(kept: rows of another grid, or of a model, cluster or stack since changed: a file "
-              "edited, or a catalog entry of another release); its plot, "
+        _note(f"{_n(s.foreign, 'row')} of {spec.output} {'is' if s.foreign == 1 else 'are'} "
+              "not points of this sweep (kept: rows of another grid, or of a model, cluster or "
+              "stack file since edited); "
+              "its plot, "
               f"{spec.output.with_suffix('.svg').name}, is redrawn with this sweep's points only")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     if s.errors and not (s.ok or s.infeasible or s.skipped):

@@ -170,8 +170,13 @@ def summary_svg(spec: SweepSpec, results: list[tuple[Point, float]], *, omitted:
                           "omitted"
                           + ("; " + "; ".join(notes) if notes else "")), size=11, fill="#555")
     if fixed:
-        svg.text(12, 48, "fixed: " + _label(fixed, tuple(p.values[0] for p in fixed), 110),
-                 size=10, fill="#555")
+        # (a fixed cluster under varied levels is its file's name only: a datacenter trial's
+        # "fixed: h100-ft-1to1-400g" headed lines at 4:1 and 800G)
+        overridden = any(p.key == "network" or p.key.startswith("network.") for p in varied)
+        tail = "; its levels as the labels set them" if overridden and "cluster" in {
+            p.key for p in fixed} else ""
+        svg.text(12, 48, "fixed: " + _label(fixed, tuple(p.values[0] for p in fixed),
+                                            110 - len(tail)) + tail, size=10, fill="#555")
     y = head
     for c in charts:
         svg.parts.append(f'<svg x="0" y="{y:g}" ' + str(c)[len("<svg "):])

@@ -9,6 +9,7 @@ an ``ok`` or ``infeasible`` row and runs the others again, replacing their ``err
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import signal
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..build import fingerprint
 from ..errors import InfeasibleError, NestplanError, Note, SpecError, UsageError
 from ..processes import (Terminated, cores, on_sigterm, restore_sigterm, signals_held, stop_pool,
                          worker_signals)
@@ -31,7 +33,7 @@ DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
                                                         "search_seconds", "straddles_domains",
-                                                        "constraints")
+                                                        "constraints", "nestplan_build")
                  and not c.startswith("time_"))
 """Result columns taken from the best plan's ``--json`` object as they are (the ``time_*_s``
 columns from its ``time_s``)."""
@@ -134,6 +136,12 @@ class Existing:
     by hand, a line that is no row): moved to ``PATH.dropped`` rather than lost."""
     foreign: int = 0
     """Kept rows whose id is not a point of this sweep (an edited sweep file)."""
+    superseded: list[list[str]] = field(default_factory=list)
+    """Rows another nestplan build wrote (``build.fingerprint``; blank: a nestplan from before the
+    column), whose cost model may differ: moved to ``superseded_path`` (a datacenter trial's
+    re-run after an upgrade had held each design twice, and a pivot counted both)."""
+    superseded_to: Path | None = None
+    """The file they were moved to (``superseded_path``), once moved."""
     upgraded: bool = False
     """The file was written before some ``LATER_COLUMNS`` existed: rewritten with them blank."""
 
@@ -142,10 +150,13 @@ LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                  ("hfu", "model_tflops_per_gpu", "margin_gib",
                   *(f"time_{part}_s" for part in TIME_PARTS if part != "embedding")),
                  ("straddles_domains",),
-                 ("mfu_peak_tflops",), ("constraints",), ("time_embedding_s",))
+                 ("mfu_peak_tflops",), ("constraints",), ("time_embedding_s",),
+                 ("slowest_stage", "last_stage", "nestplan_build"))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 four times): a results CSV written
-before some of them resumes, its rows with those cells blank (the point ids did not change)."""
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 five times): a results CSV written
+before some of them is read with those cells blank; since point ids hold the nestplan build
+(2026-12-06), its rows, another build's, are moved aside (``superseded_path``) and their points
+run again."""
 
 
 def _header_before(columns: list[str], header: list[str]) -> bool:
@@ -190,7 +201,11 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     seen: set[str] = set()
     degrees = [columns.index(c) for c in ("tp", "pp", "dp", "cp")]
     gpus = columns.index("gpus")
+    build = columns.index("nestplan_build")
     for row in rows[1:]:
+        if len(row) == len(columns) and row[build] != fingerprint() and row[0] not in ids:
+            out.superseded.append(row)  # (a point of this build cannot have another's row)
+            continue
         if len(row) != len(columns) or row[0] in seen or row[status] not in DONE or not all(
                 _reads_as(row[i], t, signed) for i, t, signed in typed) or (
                 row[status] == "ok" and not _degrees_agree(row, degrees, gpus)):
@@ -212,6 +227,28 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
                       "results (a torn line, a repeated id, a cell edited by hand); the run moves "
                       f"{'them' if n > 1 else 'it'} to {aside}", Note)
     return out
+
+
+def superseded_path(path: Path, columns: tuple[str, ...] | None = None) -> Path:
+    """Where the rows of results file ``path`` that another nestplan wrote are moved, beside the
+    file itself (as ``dropped_path``): ``PATH.superseded``, or with ``columns`` the first of it,
+    ``PATH.superseded.2``, ... that is new or has those columns (rows moved by a nestplan of other
+    columns keep their own file, one header each)."""
+    base = os.path.realpath(path) + ".superseded"
+    if columns is None:
+        return Path(base)
+    for n in itertools.count(1):
+        aside = Path(base if n == 1 else f"{base}.{n}")
+        try:
+            with open(aside, newline="") as f:
+                header = next(csv.reader(f), None)
+        except FileNotFoundError:
+            return aside
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        if header is None or header == list(columns):
+            return aside
+    raise AssertionError("unreachable")
 
 
 def dropped_path(path: Path) -> Path:
@@ -239,11 +276,17 @@ class ResultsWriter:
         path = Path(os.path.realpath(path))  # a link to the file: write the file, keep the link
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if (existing.dropped or existing.upgraded or not path.is_file()
-                    or path.stat().st_size == 0):
+            if (existing.dropped or existing.upgraded or existing.superseded
+                    or not path.is_file() or path.stat().st_size == 0):
                 if existing.set_aside:  # kept beside it, never lost
                     with open(dropped_path(path), "a", newline="") as f:
                         csv.writer(f).writerows(existing.set_aside)
+                if existing.superseded:  # (a header first, for a file of their own)
+                    aside = superseded_path(path, self.columns)
+                    with open(aside, "a", newline="") as f:
+                        csv.writer(f).writerows(([] if aside.stat().st_size else [
+                            list(self.columns)]) + existing.superseded)
+                    existing.superseded_to = aside
                 _rewrite(path, [list(self.columns), *existing.keep])
             self.file = open(path, "a", newline="")
         except OSError as e:
@@ -251,7 +294,8 @@ class ResultsWriter:
         self.writer = csv.writer(self.file)
 
     def write(self, point: Point, result: dict):
-        row = {"id": point.id, **dict(point.values), **result, "constraints": self.constraints}
+        row = {"id": point.id, **dict(point.values), **result, "constraints": self.constraints,
+               "nestplan_build": fingerprint()}
         self.writer.writerow([_cell(row.get(c)) for c in self.columns])
         self.file.flush()
 
@@ -306,6 +350,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
+def pace_text(rate: float) -> str:
+    """A sweep's pace of ``rate`` points a second: per second, or per minute where a point takes
+    seconds (a datacenter trial read "0.0 points/s" beside a valid ETA)."""
+    if rate >= 0.5:
+        return f"{rate:.3g} points/s"
+    per_minute = float(f"{rate * 60:.2g}")
+    return f"{per_minute:g} point{'' if per_minute == 1 else 's'}/min"
+
+
 class Progress:
     """Progress on stderr: one updating line with a bar on a terminal, a line every few seconds
     otherwise; nothing when disabled."""
@@ -334,14 +387,15 @@ class Progress:
         rate = ran / now if now > 0 else 0.0
         eta = f"ETA {_duration((self.total - done) / rate)}" if rate > 0 else "ETA -"
         fail = f"{failed} failed"
+        pace = pace_text(rate)
         if self.tty:
             fill = round(self.WIDTH * done / self.total)
             bar = "█" * fill + "░" * (self.WIDTH - fill)
-            self.stream.write(f"\rsweep {bar} {done:,}/{self.total:,} · {fail} · {rate:.1f} points/s"
+            self.stream.write(f"\rsweep {bar} {done:,}/{self.total:,} · {fail} · {pace}"
                               f" · {eta}\x1b[K")
         else:
             self.stream.write(f"nestplan: sweep {done:,}/{self.total:,} points, {fail}, "
-                              f"{rate:.1f} points/s, {eta}\n")
+                              f"{pace}, {eta}\n")
         self.stream.flush()
 
     def close(self):
@@ -523,6 +577,10 @@ class Summary:
     interrupted: int = 0
     """0, or the signal that stopped the sweep (SIGINT, SIGTERM)."""
     foreign: int = 0
+    superseded: int = 0
+    """Rows another nestplan build wrote, moved aside (``Existing.superseded``) ..."""
+    superseded_to: Path | None = None
+    """... to this file."""
     outputs: list[Path] = field(default_factory=list)
     first_infeasible: str = ""
     """The first infeasible point's id and why, as its row says it (for a sweep where no point
@@ -576,8 +634,10 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
         check_reachable(ray)
     points, existing = planned if planned is not None else plan_run(spec)
     todo = [p for p in points if p.id not in existing.done]
-    summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign)
+    summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign,
+                      superseded=len(existing.superseded))
     writer = ResultsWriter(spec.output, spec, existing)
+    summary.superseded_to = existing.superseded_to
     progress = Progress(len(points), summary.skipped, enabled=not quiet)
     start = time.perf_counter()
     failed: list = []

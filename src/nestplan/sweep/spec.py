@@ -94,8 +94,10 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "fits": bool, "tp": int, "pp": int, "dp": int, "cp": int, "ep": int, "etp": int,
                 "vp": int, "schedule": str, "sp": bool, "zero": int, "recompute": str,
                 "mbs": int, "rank_order": str, "stage_layers": str,
-                **{f"time_{part}_s": float for part in TIME_PARTS}, "search_seconds": float,
-                "straddles_domains": bool, "mfu_peak_tflops": float, "constraints": str}
+                **{f"time_{part}_s": float for part in TIME_PARTS},
+                "slowest_stage": int, "last_stage": int, "search_seconds": float,
+                "straddles_domains": bool, "mfu_peak_tflops": float, "constraints": str,
+                "nestplan_build": str}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
 
@@ -273,9 +275,13 @@ class SweepSpec:
 def point_id(values: dict[str, Any], constraints_key: str, files: tuple[str, ...] = ()) -> str:
     """A short, stable hash of a point's parameters (numbers hashed as floats: 2 == 2.0) and of
     the contents of the models, clusters, stacks and networks it uses (``SweepSpec.contents``,
-    ``SweepSpec.default_stack``)."""
+    ``SweepSpec.default_stack``), and of the nestplan that runs it (``build.fingerprint``: a
+    point searched by another cost model is another point)."""
+    from ..build import fingerprint
+
     canon = {k: _number_alike(v) for k, v in values.items()}
-    data = {"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key)}
+    data = {"v": FORMAT_VERSION, "grid": canon, "constraints": json.loads(constraints_key),
+            "build": fingerprint()}
     if files:
         data["files"] = list(files)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
