@@ -824,6 +824,20 @@ def megatron_transformer_config(text: str):
         kw.update(gated_linear_unit=True, activation_func=quick_gelu)
     if kw.get("pipeline_model_parallel_size", 1) > 1:
         kw["pipeline_dtype"] = torch.bfloat16
+    if "pipeline-model-parallel-layout" in flags:  # its chunks per rank, as validate_args reads
+        # them from the layout (megatron/training/arguments.py @ d98e8a64dd)
+        from megatron.core.transformer.pipeline_parallel_layer_layout import (
+            PipelineParallelLayerLayout)
+
+        stages = PipelineParallelLayerLayout.get_num_stages_from_str(
+            flags["pipeline-model-parallel-layout"][0].strip("'"))
+        vp = stages // kw["pipeline_model_parallel_size"]
+        if vp > 1:
+            kw["virtual_pipeline_model_parallel_size"] = vp
+    elif "num-layers-per-virtual-pipeline-stage" in flags:  # (likewise from the count)
+        kw["virtual_pipeline_model_parallel_size"] = int(flags["num-layers"][0]) // (
+            kw["pipeline_model_parallel_size"]
+            * int(flags["num-layers-per-virtual-pipeline-stage"][0]))
     # (the fused permutation is Transformer Engine's too: the check imports its kernels, which a
     # CPU install lacks)
     from megatron.core.transformer.moe import moe_utils
@@ -2465,3 +2479,28 @@ def test_an_fp8_export_on_an_accelerator_without_a_compute_capability(tmp_path):
     assert sc.cluster.accelerator.compute_capability is None
     text = exported(sc, Parallelism(dp=16, zero=1, mbs=1), "megatron").text
     assert "--fp8-recipe tensorwise \\" in text and "--fp8-format hybrid \\" in text
+
+
+@pytest.mark.frameworks  # (Megatron-Core's TransformerConfig checks the overlap)
+def test_a_dualpipe_plan_goes_to_megatron_as_a_schedule_it_runs(tmp_path):
+    """Megatron-LM has no DualPipe: a DualPipe plan whose stack overlaps the expert exchange with
+    another micro-batch exports as interleaved 1F1B over the same two chunks per device, which
+    Megatron-Core overlaps under (its TransformerConfig refuses the overlap when it pipelines
+    without interleaving), and its header predicts that run (a DeepSeek-V3 trial's export ran
+    1F1B with --overlap-moe-expert-parallel-comm, and its header predicted that run)."""
+    base = Path(__file__).parent / "data" / "moe_stacks" / "megatron-core-flex-a2a-overlap.toml"
+    stack = tmp_path / "dp.toml"
+    stack.write_text(f'base = "{base}"\nname = "dp"\n'
+                     'schedules = ["1f1b", "interleaved-1f1b", "dualpipe"]\n')
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 64, seq_len=4096,
+                             global_batch=256, stack=str(stack))
+    par = Parallelism(tp=1, pp=4, dp=16, ep=8, etp=1, vp=2, schedule="dualpipe",
+                      recompute=("selective",), mbs=1)
+    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
+    out = export(pf, "megatron")
+    assert "exported with interleaved-1f1b over 2 chunks per device on the same 4 ranks" \
+        in out.text
+    assert "--overlap-moe-expert-parallel-comm" in out.text
+    step = evaluate(sc, par.with_(schedule="interleaved-1f1b")).step_time
+    assert f"step {step:.3f} s" in out.text.splitlines()[1], out.text.splitlines()[1]
+    megatron_transformer_config(out.text)  # (raised on the overlap without interleaving)

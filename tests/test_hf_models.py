@@ -375,8 +375,8 @@ def test_a_sequence_beyond_the_configs_positions_is_noted(tmp_path):
     code, _, err = cli("evaluate", "--model", cfg, *base, "--cp", 8, "--seq-len", 65536)
     assert code == 0, err
     said = ("llama3-8b.json was built for 8,192 tokens (max_position_embeddings, trained_context "
-            "in a model file) and has no RoPE scaling: at --seq-len 65,536 it is costed and "
-            "exported with its RoPE base (500000) unscaled")
+            "in a model file) and has no RoPE scaling: at --seq-len 65,536 it is costed with its "
+            "RoPE base (500000) unscaled, and the Megatron export sets it so")
     assert said in err
     code, _, err = cli("evaluate", "--model", cfg, *base, "--cp", 8, "--seq-len", 8192)
     assert code == 0 and "max_position_embeddings" not in err, err

@@ -1183,3 +1183,16 @@ def test_a_search_where_nothing_fits_gives_the_closest_plan_as_data():
     ev = json.loads(out)
     assert code == 0 and ev["peak_memory_gib"] == pytest.approx(near["peak_memory_gib"]), err
     assert near["short_gib"] == pytest.approx(ev["peak_memory_gib"] - 0.94 * ev["capacity_gib"])
+
+
+def test_manual_says_which_policy_and_headroom_it_missed():
+    """The manual rules' failure names the recompute policy they tried and the memory headroom
+    (a DeepSeek-V3 trial's fine-grained plan, on a stack without full recomputation, was said
+    to fail "with full recomputation", where the 6 % headroom alone was short)."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 8, seq_len=8192, global_batch=64)
+    with pytest.raises(InfeasibleError) as e:
+        methods.manual_plan(sc, Constraints(recompute=("none",), pp=1))
+    assert "with tp=8 and recompute none within the memory headroom (6% of HBM;" in str(e.value)
+    with pytest.raises(InfeasibleError) as e:
+        methods.manual_plan(sc, Constraints(pp=1))
+    assert "and recompute full within the memory headroom" in str(e.value)

@@ -1869,6 +1869,24 @@ def test_a_torchtitan_plan_near_its_memory_says_what_the_model_missed_on_such_ru
     assert "context parallelism exchanges K/V as a ring" in out
 
 
+def test_a_torchtitan_tp_plan_near_its_memory_says_so_and_its_export_too(tmp_path):
+    """A torchtitan plan with TP alone, the held-out 70B rows' shape (FSDP and TP 8, peaks missed
+    by up to 13 %), that leaves less than that shortfall says so, and so does its exported
+    launch file (a torchtitan 405B trial's TP 8 plan at 69.5 GiB of 79.6 got no word, and its
+    export, "fits, leaves the headroom", none of what plan had said of a PP plan)."""
+    plan = tmp_path / "p.json"
+    code, out, err = cli("evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 256, "--tp", 8, "--pp", 1, "--mbs", 18, "--global-batch", 576,
+                         "--seq-len", 8192, "--stack", "torchtitan-float8", "--precision", "fp8",
+                         "--recompute", "full", "--zero", 3, "--save", plan)
+    assert code == 0, err
+    said = [n for n in err.splitlines() if "fell short of torchtitan" in n]
+    assert said and "by up to 13% on held-out runs with tensor parallelism" in said[0]
+    assert "--memory-headroom 14 plans only peaks" in said[0]
+    code, out, err = cli("export", plan, "--format", "torchtitan")
+    assert code == 0 and "by up to 13% on held-out runs with tensor parallelism" in out, err
+
+
 def test_a_length_context_parallelism_cannot_split_is_named_when_nothing_fits():
     """An odd sequence length leaves context parallelism nothing to split: when nothing fits,
     that is a hint beside more GPUs (only more GPUs had been: a long-context trial's)."""
@@ -1958,3 +1976,22 @@ def test_a_whole_stack_file_of_before_reads_its_frameworks_later_keys(tmp_path, 
     mine = get_stack(str(path))
     assert all(getattr(mine, k) is True for k in keys)
     assert all(getattr(get_stack(base), k) is True for k in keys)
+
+
+def test_fp8_on_an_eager_torchtitan_stack_says_its_casts_are_not_costed(tmp_path):
+    """torchao's Float8 runs its scaling and casts as kernels of their own without torch.compile,
+    which nestplan does not cost: fp8 on the eager torchtitan stack says so, in its export too (a
+    torchtitan trial's eager Float8 plan was predicted faster than the compiled one); a compiled
+    Float8 stack, and bf16, say nothing of it."""
+    plan = tmp_path / "p.json"
+    base = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8, "--tp", 1, "--pp", 1,
+            "--mbs", 1, "--global-batch", 8, "--seq-len", 4096]
+    said = "runs torchtitan without torch.compile, under which torchao's Float8"
+    code, _, err = cli("evaluate", *base, "--precision", "fp8", "--stack", "torchtitan",
+                       "--save", plan)
+    assert code == 0 and said in err, err
+    code, out, err = cli("export", plan, "--format", "torchtitan")
+    assert code == 0 and said in out, err
+    for stack, precision in (("torchtitan-float8", "fp8"), ("torchtitan", "bf16")):
+        code, _, err = cli("evaluate", *base, "--precision", precision, "--stack", stack)
+        assert code == 0 and said not in err, (stack, precision)

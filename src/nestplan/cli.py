@@ -156,8 +156,9 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
     if for_evaluate:
         k.add_argument("--stage-layers", metavar="N,N,...",
-                       help="blocks of each model chunk, in pipeline order (pp·vp of them; "
-                       "default: even), as a searched plan's stages give them")
+                       help="blocks of each model chunk, in pipeline order (pp·vp of them, "
+                       "pp·vp/2 under DualPipe, whose ranks hold each chunk twice; default: "
+                       "even), as a searched plan's stages give them")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--save", metavar="PLAN.json", help="write the (best) plan to a plan file"
                    + ("" if for_evaluate else "; from compare, with every method's result"))
@@ -231,6 +232,7 @@ def _scenario(args):
             "moe_imbalance", "moe_capacity_factor") if getattr(args, k) is not None), sc.model.name)
     scenario_notes.added_depths(sc, args.model)
     scenario_notes.fused_pieces(sc)
+    scenario_notes.eager_float8(sc)
     scenario_notes.straddling_domains(sc)
     scenario_notes.cluster_bandwidths(sc.cluster)
     scenario_notes.position_table(sc)
@@ -256,6 +258,7 @@ def _load_plan(path: str):
 
     pf = planfile.load(path)
     scenario_notes.fused_pieces(pf.scenario)
+    scenario_notes.eager_float8(pf.scenario)
     return pf
 
 

@@ -17,6 +17,7 @@ from ..errors import SpecError
 from ..evaluate import evaluate as _evaluate, logged_flops_differences
 from ..recompute import Policy
 from ..placement import rank_grid
+from ..notes.plan import unchecked_peak_text
 from ..notes.scenario import trained_context_text
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
@@ -166,8 +167,16 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     if par.pipeline.mirrored:  # its fold's schedule on the same ranks: one copy of the weights
         target = par.pipeline.folds_to if par.pipeline.folds_to in offered else "1f1b"
         vp = 1 if SCHEDULES[target].chunks == "one" else par.vp
+        if target == "1f1b" and "interleaved-1f1b" in offered \
+                and refusal("interleaved-1f1b", par.vp) is None:
+            # as many chunks per rank, each device's weights one copy of a pp-th of the model, and
+            # what needs interleaving still runs (a DeepSeek-V3 trial's DualPipe plan went out as
+            # 1F1B with the expert exchange overlapped, which Megatron-Core refuses without it)
+            target, vp = "interleaved-1f1b", par.vp
         return par.with_(schedule=target, vp=vp, stage_layers=None), [
-            f"{why}; exported with {target} on the same {par.pp} ranks, the blocks split evenly"]
+            f"{why}; exported with {target}"
+            + (f" over {vp} chunks per device" if vp > 1 else "")
+            + f" on the same {par.pp} ranks, the blocks split evenly"]
     sizes = list(blocks_per_chunk(pf.scenario.model, par))
     local = par.pipeline.per_device(sizes, par.pp, par.vp)
     if (par.vp > 1 and "interleaved-1f1b" in offered
@@ -245,8 +254,11 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
         # had been exported without the note)
         context = trained_context_text(sc) if fmt == "megatron" else None
+        # the held-out memory shortfall, in the file that is launched too (a torchtitan trial's
+        # export said "fits, leaves the headroom" where plan had warned of it)
+        peak = unchecked_peak_text(run)
         return ([text] if text else []) + logged + _span_notes(pf, exported, fmt) + (
-            [context] if context else [])
+            [context] if context else []) + ([peak] if peak else [])
 
     ev, _ = prediction(pf, exported)
     stack = pf.scenario.stack

@@ -23,6 +23,7 @@ from ..catalog import get_model, get_stack
 from ..errors import SpecError
 from ..options import Norm, Position, Precision, TPOverlap
 from ..placement import layouts
+from ..notes.scenario import eager_float8_text
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
@@ -306,6 +307,9 @@ def _arguments(pf: PlanFile):
                      "spec (Float8LinearConverter); nestplan's prediction assumes fp8 matmuls")
     if tr.precision is Precision.FP8 and (st.fp8_param_gather or st.fp8_tp_gather):
         notes.append(_float8_gathers_note(pf, exported))
+    eager = eager_float8_text(sc)  # (in the launched file too: a torchtitan trial's had none)
+    if eager:
+        notes.append(eager)
     if tr.precision is not Precision.FP8 and config in FLOAT8_CONFIGS:
         notes.append(f"torchtitan's {config} trains with a Float8 converter in its model spec, "
                      "which no argument removes: the plan is costed in bf16, so launch a copy "

@@ -32,11 +32,15 @@ def trained_context_text(sc) -> str | None:
                 f"{seq:,}, {seq / m.trained_context:.3g} times beyond, it is costed and exported "
                 "with that scaling, which does not cover the length; training this long usually "
                 "scales RoPE further (a larger factor, or YaRN's)")
+    # (torchtitan's exports launch its own model definition, whose RoPE they note: a torchtitan
+    # trial read "exported unscaled" here beside the export's "scales RoPE as torchtitan's
+    # definition does")
     return (f"{m.name} was built for {m.trained_context:,} tokens (max_position_embeddings, "
             f"trained_context in a model file) and has no RoPE scaling: at --seq-len {seq:,} "
-            "it is costed and exported with its RoPE base "
-            f"({m.rope_theta:g}) unscaled; longer-context training usually raises the "
-            "base or scales RoPE (rope_theta or rope_scaling in the config)")
+            "it is costed with its RoPE base "
+            f"({m.rope_theta:g}) unscaled, and the Megatron export sets it so; longer-context "
+            "training usually raises the base or scales RoPE (rope_theta or rope_scaling in the "
+            "config)")
 
 
 def default_workload(sc, seq_default: bool, batch_default: bool) -> None:
@@ -193,6 +197,34 @@ def fused_pieces(sc) -> None:
         note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
              "fused kernels (not in its eager_ops): a framework that runs them as "
              f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
+
+
+def eager_float8_text(sc) -> str | None:
+    """What to say of fp8 training on a torchtitan stack that does not compile (no fused norms or
+    gated MLPs, no async TP: its export turns compile off): torchao's Float8 scales and casts
+    every linear layer's inputs, weights and gradients in kernels of their own there, which the
+    cost model does not charge (a torchtitan trial's eager Float8 plan was predicted faster than
+    the compiled one, exported with compile off, without a word); None otherwise."""
+    from ..options import Precision, TPOverlap
+
+    st = sc.stack
+    if (st.export_format != "torchtitan" or sc.training.precision is not Precision.FP8
+            or st.fused_norm or st.fused_gated_mlp or st.tp_overlap is TPOverlap.FULL):
+        return None
+    return (f"stack {st.name} runs torchtitan without torch.compile, under which torchao's Float8 "
+            "scales and casts every linear layer's inputs, weights and gradients in kernels of "
+            "their own (torchtitan: \"The quantization modules are intended to be ran under "
+            "`torch.compile` for competitive performance\", components/quantization/__init__.py, "
+            "0.3.0 wheel); nestplan does not cost those casts, so this fp8 step is likely too "
+            "short: a compiled Float8 stack (torchtitan-float8) costs the runs torchtitan "
+            "measured so")
+
+
+def eager_float8(sc) -> None:
+    """Say ``eager_float8_text``."""
+    text = eager_float8_text(sc)
+    if text:
+        note(text)
 
 
 CP_SPLIT_NOTED_FROM = 16384

@@ -237,7 +237,9 @@ def render(pf: PlanFile, ev: Evaluation, notes: list[str] | None = None) -> str:
             "stages delay the receiver" if ev.plan.pp > 1 else "on the one stage (no pipeline)")
     timeline_caption = (
         f"Forward and backward of every micro-batch on every stage, {runs}. Simulated schedule "
-        f"{fmt_time(nums['schedule_s'])} with {nums['bubble']:.1%} idle; the cost model's closed "
+        f"{fmt_time(nums['schedule_s'])} with {nums['bubble']:.1%} of all stages' time idle "
+        f"(stages faster than the slowest wait too; the breakdown's bubble is the slowest "
+        f"stage's, {fmt_time(ev.time.bubble)}); the cost model's closed "
         f"form (dashed red line: the predicted step, including gradient sync, optimizer and host "
         f"overhead) hides steady-state transfers behind compute where the compute lasts longer."
         f"{elided}")

@@ -75,7 +75,8 @@ def timeline(ev: Evaluation) -> tuple[Svg, dict]:
             x += (wb - wa) * scale + gap
 
     svg.text(left, 16, f"{ev.micro_batches} micro-batches per replica, {pp} stages"
-             + (f" x {vp} virtual" if vp > 1 else "") + "; grey = idle (bubble)", size=12)
+             + (f" x {vp} virtual" if vp > 1 else "")
+             + "; grey = idle (bubble, and faster stages waiting)", size=12)
     for s in range(pp):
         y = top + s * row
         for x0, x1 in spans(0.0, total):

@@ -198,8 +198,14 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
         except SpecError as e:
             last_error = e
     given = f" and dp={con.dp}" if con.dp is not None else ""
-    raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and full "
-                          f"recomputation" + (f" ({last_error})" if last_error else ""))
+    # (the policy it tried, and the headroom: a DeepSeek-V3 trial's fine-grained plan, on a stack
+    # without full recomputation, was said to fail "with full recomputation", where it missed
+    # the headroom alone)
+    policy = ",".join(con.recompute) if con.recompute else sc.stack.most_saving
+    raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and recompute "
+                          f"{policy} within the memory headroom "
+                          f"({sc.memory_headroom:.0%} of HBM; --memory-headroom sets it)"
+                          + (f" ({last_error})" if last_error else ""))
 
 
 def _manual_etp(sc: Scenario, tp: int, ep: int, cp_dp: int) -> int | None:
