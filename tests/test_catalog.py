@@ -64,6 +64,15 @@ def test_list_name_prints_a_file_that_loads_as_the_same_entry(kind, name, tmp_pa
     path = tmp_path / "mine.toml"
     path.write_text(out)
     assert get(kind, str(path)) == get(kind, name)
+    # where each figure's source is: the entry's catalog file, and its bases' (a buyer's trial
+    # found the listing without them)
+    import tomllib
+
+    sources = out.splitlines()[1]
+    own = Path(sources.split()[5])
+    assert sources.startswith("# sources: the comments of ") and own.is_file()
+    assert own.parts[-3:] == ("catalog", kind, f"{name}.toml")
+    assert (" and of its bases' " in sources) is ("base" in tomllib.loads(own.read_text()))
     if kind == "models":  # its norms' epsilon, the default one too (an auditor's: it was left out)
         assert f"\nnorm_eps = {get_model(name).norm_eps!r}\n" in out
 

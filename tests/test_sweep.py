@@ -1108,3 +1108,26 @@ def test_progress_gives_a_slow_sweeps_pace_per_minute():
         p.start -= seconds  # (as if started that long ago)
         p.update(ran, 0)
         assert f", {pace}, ETA " in out.getvalue(), out.getvalue()
+
+
+def test_rows_say_how_many_measured_runs_stand_behind_them(tmp_path, capsys):
+    """Each row carries the model's error on measured runs like its point's, as plan --json's
+    measured_error gives it, and the sweep notes an accelerator no measured run stands behind (a
+    buyer's trial: MI300X rows beside H200 ones read as equally backed, without a word)."""
+    from nestplan import accuracy
+    from nestplan.evaluate import scenario_from_names
+
+    path = _write(tmp_path, '[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["dgx-h100-ndr", '
+                            '"dgx-h200-ndr"]\ngpus = [8]\nseq_len = [2048]\nglobal_batch = [64]\n')
+    assert main(["sweep", str(path), "--workers", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "grid: accelerator h200-sxm-141gb: no measured training run stands behind" in err
+    assert "h100-sxm-80gb: no measured" not in err
+    rows = {r["cluster"]: r for r in _rows(tmp_path / "s.csv")}
+    record = accuracy.measured(scenario_from_names("gpt-1p7b", "dgx-h100-ndr", 8, seq_len=2048,
+                                                   global_batch=64))[1]
+    assert int(rows["dgx-h100-ndr"]["measured_runs"]) == record.runs > 0
+    assert float(rows["dgx-h100-ndr"]["measured_mean_abs_error"]) == pytest.approx(
+        record.mean_abs_error)
+    assert (rows["dgx-h200-ndr"]["measured_runs"], rows["dgx-h200-ndr"]["measured_mean_abs_error"]
+            ) == ("0", "")

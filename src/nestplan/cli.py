@@ -696,6 +696,12 @@ def cmd_list(args) -> int:
         print(f"# {args.kind[:-1]} {args.name}, every field (nestplan list {args.kind} NAME)"
               + ("; what the model lacks (sliding windows, YaRN, MLA, experts, ...) left out"
                  if args.kind == "models" else ""))
+        from .catalog import catalog_files
+
+        files = catalog_files(args.kind, args.name)
+        if files:  # (where the sources are: a buyer's trial found none in this listing)
+            print(f"# sources: the comments of {files[0]}" + (
+                f" and of its bases' {', '.join(map(str, files[1:]))}" if files[1:] else ""))
         if args.kind == "models":  # its size, as the catalog's listing gives it (a new user's
             # own config had none shown anywhere)
             print(f"# {_model_size(spec)}")

@@ -341,6 +341,20 @@ def _chain_files(kind: str, name: str, field: str) -> set[Path]:
     return files
 
 
+def catalog_files(kind: str, name: str) -> list[Path]:
+    """The package files of catalog entry ``name`` of ``kind`` and of its catalog bases, in that
+    order, whose comments give each figure's source (``list KIND NAME`` names them: a buyer's
+    trial found the listing without its sources); none for a name that is no catalog entry."""
+    out: list[Path] = []
+    while name in list_names(kind) and len(out) < len(list_names(kind)):
+        out.append(Path(str(_folder(kind).joinpath(f"{name}.toml"))))
+        base = _catalog_table(kind, name, kind[:-1]).get("base")
+        if not isinstance(base, str) or base in (p.stem for p in out):
+            break
+        name = base
+    return out
+
+
 def files_read(kind: str, name: str | None) -> set[Path]:
     """The files an entry of ``kind`` named by path is read from, resolved: a model's TOML or
     ``config.json`` (in its folder), a stack's or an accelerator's chain of bases, a cluster's

@@ -71,6 +71,7 @@ def run_command(args) -> int:
     _note_levels_never_crossed(spec)
     _note_partial_domains(spec)
     _note_unlikely_bandwidths(spec)
+    _note_unmeasured_accelerators(spec)
     _note_expert_loads_without_experts(spec)
     lock = None if args.dry_run else _lock_output(spec.output)
     try:
@@ -304,6 +305,24 @@ def _note_unlikely_bandwidths(spec) -> None:
             if text not in said:
                 said.add(text)
                 warnings.warn(f"grid: {text}", Note)
+
+
+def _note_unmeasured_accelerators(spec) -> None:
+    """Say, once per accelerator of the grid, when no measured run stands behind its efficiencies
+    (``notes.plan.unmeasured_accelerator``, which plan says of one plan: a buyer's trial's sweep
+    of MI300X beside H200 had said nothing of it)."""
+    import warnings
+
+    from ..errors import Note
+
+    said: set[str] = set()
+    for cluster, _ in _grid_clusters(spec):
+        acc = cluster.accelerator
+        if not acc.fitted_on and acc.name not in said:
+            said.add(acc.name)
+            warnings.warn(f"grid: accelerator {acc.name}: no measured training run stands behind "
+                          "its efficiencies (README \"Accuracy\"): its points rest on the file's "
+                          "stated figures (their measured_runs column is 0)", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:

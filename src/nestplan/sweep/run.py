@@ -33,7 +33,9 @@ DONE = ("ok", "infeasible")
 """Statuses a re-run keeps; ``error`` rows are run again."""
 _METRICS = tuple(c for c in RESULT_COLUMNS if c not in ("status", "error", "stage_layers",
                                                         "search_seconds", "straddles_domains",
-                                                        "constraints", "nestplan_build")
+                                                        "constraints", "nestplan_build",
+                                                        "measured_runs",
+                                                        "measured_mean_abs_error")
                  and not c.startswith("time_"))
 """Result columns taken from the best plan's ``--json`` object as they are (the ``time_*_s``
 columns from its ``time_s``)."""
@@ -77,6 +79,14 @@ def run_task(scenario, method: str, constraints) -> dict:
     row["recompute"] = names[0] if len(set(names)) == 1 else ",".join(names)
     # whichever method split the plan (blank only in rows kept from a file of before the column)
     row["stage_layers"] = list_text(blocks_per_chunk(scenario.model, plan))
+    # the model's error on measured runs like the point's, as plan --json's measured_error gives
+    # it (0 runs: none behind it; blank: a calibration of the user's own), so that a row on an
+    # accelerator no run measured does not read as one backed by dozens (a buyer's trial)
+    from .. import accuracy
+
+    name, record = accuracy.measured(scenario)
+    row["measured_runs"] = None if name is None else record.runs if record else 0
+    row["measured_mean_abs_error"] = record.mean_abs_error if record else None
     # groups straddle the scale-up domains, which the sweep's note says once on stderr and a
     # design review reading the file had not seen (a datacenter trial's 72-GPU racks at 1,024)
     row["straddles_domains"] = scenario.cluster.straddled_by(scenario.gpus)
@@ -151,9 +161,10 @@ LATER_COLUMNS = (("etp", "schedule"), ("stage_layers",),
                   *(f"time_{part}_s" for part in TIME_PARTS if part != "embedding")),
                  ("straddles_domains",),
                  ("mfu_peak_tflops",), ("constraints",), ("time_embedding_s",),
-                 ("slowest_stage", "last_stage", "nestplan_build"))
+                 ("slowest_stage", "last_stage", "nestplan_build"),
+                 ("measured_runs", "measured_mean_abs_error"))
 """Result columns added after the first sweeps were written, oldest first (nestplan of
-2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 five times): a results CSV written
+2026-12-02, of 2026-12-03 morning and evening, of 2026-12-06 six times): a results CSV written
 before some of them is read with those cells blank; since point ids hold the nestplan build
 (2026-12-06), its rows, another build's, are moved aside (``superseded_path``) and their points
 run again."""

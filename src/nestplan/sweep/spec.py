@@ -96,7 +96,8 @@ RESULT_TYPES = {"status": str, "error": str, "step_time_s": float, "tokens_per_s
                 "mbs": int, "rank_order": str, "stage_layers": str,
                 **{f"time_{part}_s": float for part in TIME_PARTS},
                 "slowest_stage": int, "last_stage": int, "search_seconds": float,
-                "straddles_domains": bool, "mfu_peak_tflops": float, "constraints": str,
+                "straddles_domains": bool, "mfu_peak_tflops": float,
+                "measured_runs": int, "measured_mean_abs_error": float, "constraints": str,
                 "nestplan_build": str}
 """CSV columns after ``id`` and the grid parameters, in order, with their types (Parquet's)."""
 RESULT_COLUMNS = tuple(RESULT_TYPES)
