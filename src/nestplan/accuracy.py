@@ -20,6 +20,7 @@ from importlib import resources
 
 from .caching import cached
 from .stack import CALIBRATION, fitted_kind
+from .units import counted
 
 COLUMNS = ("stack", "accelerator", "kind", "runs", "mean_abs_error", "worst_error",
            "held_out_runs", "held_out_mean_abs_error", "memory_runs", "memory_mean_abs_error")
@@ -50,7 +51,7 @@ class Record:
     def text(self) -> str:
         """One line of what the runs say, e.g. for ``evaluate``'s output."""
         out = (f"stack {self.stack}'s calibration on {self.accelerator}, {self.kind}: "
-               f"{self.runs} run{'s' if self.runs != 1 else ''}, step time mean |error| "
+               f"{counted(self.runs, 'run')}, step time mean |error| "
                f"{self.mean_abs_error:.1%}, worst {self.worst_error:+.1%}")
         if self.held_out_runs:
             out += (f" ({self.held_out_runs} held out of every fit: "
@@ -115,6 +116,7 @@ def _catalog_calibrations() -> dict[tuple, tuple[str, ...]]:
     return out
 
 
+@cached(maxsize=64)  # (a sweep asks it of every point)
 def calibration_name(stack) -> str | None:
     """The catalog stack a group of ``stack``'s calibration is named for: of the catalog stacks
     of it, the first (by name) the shipped table names, else the first; None for a calibration

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .errors import note
+from .errors import note, say
 from .notes import plan as plan_notes
 from .notes import runs as runs_notes
 from .notes import scenario as scenario_notes
@@ -632,7 +632,7 @@ def cmd_export(args) -> int:
                 raise SpecError("-o", name, f"cannot write ({e.strerror})" + (
                     f"; {', '.join(done)} written" if done else "")) from None
         written = [str(path)] + [str(path) + s for s in out.extras]
-        print("nestplan: wrote " + ", ".join(written), file=sys.stderr)
+        say("nestplan: wrote " + ", ".join(written))
     else:
         print(out.text, end="")
         if out.extras:
@@ -672,7 +672,7 @@ def cmd_report(args) -> int:
         write_text_atomic(args.output, html)
     except OSError as e:
         raise SpecError("-o", args.output, f"cannot write ({e.strerror})") from None
-    print(f"nestplan: wrote {args.output} ({len(html) / 1e3:,.0f} kB)", file=sys.stderr)
+    say(f"nestplan: wrote {args.output} ({len(html) / 1e3:,.0f} kB)")
     return 0
 
 
@@ -868,26 +868,23 @@ def cmd_calibrate(args) -> int:
                                    or k.startswith("fitted_")}}
     # written beside it first and loaded as --stack takes it (a chain of bases not too long),
     # so that a file that would not load replaces nothing
-    from .loaders import draft_beside, settle
+    from .loaders import replacing
 
-    draft = draft_beside(target)  # (a name of its own: no file the command reads can be it)
-    try:
-        draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
-                         + (f" --stack {_shown(args.stack)}" if args.stack
-                            else f" (base: the rows' stack, {_shown(ref)})")
-                         + f" -o {_shown(args.output)}\n" + _provenance(runs)
-                         + _measured_comment(cases, result)
-                         + dumps(table))
-        try:
-            get_stack(str(draft))
-        except SpecError as e:
-            raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
-                            "nothing written") from None
-        settle(draft, target)
+    try:  # (the draft has a name of its own: no file the command reads can be it)
+        with replacing(target) as draft:
+            draft.write_text(f"# nestplan calibrate {_shown(args.csv)}"
+                             + (f" --stack {_shown(args.stack)}" if args.stack
+                                else f" (base: the rows' stack, {_shown(ref)})")
+                             + f" -o {_shown(args.output)}\n" + _provenance(runs)
+                             + _measured_comment(cases, result)
+                             + dumps(table))
+            try:
+                get_stack(str(draft))
+            except SpecError as e:  # (the draft is removed, the target left as it was)
+                raise SpecError("-o", args.output, f"the fitted stack file would not load ({e}); "
+                                "nothing written") from None
     except OSError as e:
         raise SpecError("-o", str(out), f"cannot write ({e.strerror})") from None
-    finally:
-        draft.unlink(missing_ok=True)
     lines = [f"{'id':40s} {'measured s':>10s} {'before':>8s} {'after':>8s}"
              + (f" {'left out':>9s}" if result.loo else "")]
     for i, c in enumerate(cases):
@@ -899,14 +896,21 @@ def cmd_calibrate(args) -> int:
             line += (f"  memory {result.memory_before[i] * 100:+.1f}% -> "
                      f"{result.memory_after[i] * 100:+.1f}%")
         lines.append(line)
-    fitted = ", ".join(f"{k} {v:.3g}" + (" of the activation and working bytes"
-                                          if k == "allocator_overhead" else "")
-                       if k in FITTED_VALUES else f"{k} {v:.3g}x the base's" + (
-                           " (the MoE layers' host wait divided by it)"
-                           if k == "compute_scale" and waits_per_moe_layer(cases, base) else
-                           f" ({result.stack.moe_layer_host / MS:.3g} ms per MoE layer)"
-                           if k == "moe_host_scale" else "")
-                       for k, v in result.params.items())
+    wait = waits_per_moe_layer(cases, base)
+
+    def fitted_text(k: str, v: float) -> str:
+        """One fitted value as the summary line gives it."""
+        if k in FITTED_VALUES:
+            return f"{k} {v:.3g}" + (" of the activation and working bytes"
+                                     if k == "allocator_overhead" else "")
+        if k == "compute_scale" and wait:
+            return f"{k} {v:.3g}x the base's (the MoE layers' host wait divided by it)"
+        if k == "moe_host_scale":
+            return (f"{k} {v:.3g}x the base's ({result.stack.moe_layer_host / MS:.3g} ms per "
+                    "MoE layer)")
+        return f"{k} {v:.3g}x the base's"
+
+    fitted = ", ".join(fitted_text(k, v) for k, v in result.params.items())
     n, plans = len(cases), distinct_rows(cases)
     counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
     lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
@@ -925,7 +929,7 @@ def cmd_calibrate(args) -> int:
     runs_notes.far_when_left_out(cases, result.loo)
     runs_notes.fit_limits(cases, result, base)
     runs_notes.over_hbm(cases, result.peaks)
-    print(f"nestplan: wrote {out} (use it with --stack {shlex.quote(str(out))})", file=sys.stderr)
+    say(f"nestplan: wrote {out} (use it with --stack {shlex.quote(str(out))})")
     return 0
 
 
@@ -1086,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import warnings
 
-    from .errors import PENDING_NOTES, Note, flush_notes, say
+    from .errors import PENDING_NOTES, Note, flush_notes
 
     if sys.stdout is None:  # started with its standard output closed (``>&-``)
         if sys.stderr is not None:

@@ -56,11 +56,13 @@ class Note(UserWarning):
     and not at all when the command then fails on bad input (its error stays one line)."""
 
 
-def note(message: str) -> None:
-    """Raise ``message`` as a :class:`Note` (printed once the command has run)."""
+def note(message: str | None) -> None:
+    """Raise ``message`` as a :class:`Note` (printed once the command has run); None, as the
+    ``*_text`` functions give where they have nothing to say, raises nothing."""
     import warnings
 
-    warnings.warn(message, Note, stacklevel=3)
+    if message:
+        warnings.warn(message, Note, stacklevel=3)
 
 
 def note_no_experts(stated: str, model: str) -> None:

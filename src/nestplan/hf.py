@@ -861,8 +861,7 @@ HEAD_DIM_DEFAULTS = {"qwen3": 128, "gpt_oss": 64, "llama4": 128, "llama4_text": 
 (transformers 5.23.0 wheel; tests/test_hf_models.py reads them from the classes); the others'
 models take hidden_size / num_attention_heads (a user trial: a trimmed Qwen3 config, whose
 class has 128, had been read at hidden_size / num_attention_heads)."""
-HEAD_DIM_STATED = {"mistral", "qwen3", "qwen3_moe", "glm4_moe", "gpt_oss", "llama4",
-                   "llama4_text"}
+HEAD_DIM_STATED = {"mistral", "qwen3_moe", "glm4_moe", *HEAD_DIM_DEFAULTS}
 """Families whose released configs state ``head_dim`` (not hidden_size / num_attention_heads in
 some of their models: Mistral-Nemo's 128 for 5,120 over 32 heads): one left out is noted (a user
 trial's trimmed Qwen3-MoE config halved its heads' width, and a 64K-token step, without a
@@ -882,6 +881,13 @@ class's default (transformers 5.23.0 wheel; Kimi-K2 as DeepseekV3Config), the co
 was built for (a user trial's trimmed config had lost the note of a sequence beyond it)."""
 
 
+def _class_default(where: str, value, what: str = "") -> None:
+    """Note that key ``where`` is missing and read as its config class's default ``value`` (what it
+    is, ``what``): every key a trimmed config leaves out that transformers fills in so."""
+    warnings.warn(HFNote(f"{where}: missing, read as its config class's default {value:,} "
+                         f"(transformers){what}"), stacklevel=3)
+
+
 def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
     """``head_dim``, or where absent its config class's (``HEAD_DIM_DEFAULTS``), else
     hidden_size / num_attention_heads as the family's model reads it (a remainder is refused by
@@ -889,8 +895,8 @@ def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
     given = cfg.get("head_dim", default=None)
     if given is not None:
         return given
-    dim = HEAD_DIM_DEFAULTS.get(cfg.model_type) or hidden // max(heads, 1)
-    if cfg.model_type in HEAD_DIM_STATED:
+    dim = HEAD_DIM_DEFAULTS.get(cfg.model_type) or hidden // heads  # (heads: at least 1)
+    if cfg.model_type in HEAD_DIM_STATED:  # (every family of HEAD_DIM_DEFAULTS)
         how = ("its config class's default" if cfg.model_type in HEAD_DIM_DEFAULTS else
                f"hidden_size / num_attention_heads = {hidden} / {heads}, as its model reads it")
         warnings.warn(HFNote(f"{cfg.where('head_dim')}: missing, read as {dim} ({how}; "
@@ -932,8 +938,7 @@ def _kv_heads(cfg: _Config, heads: int) -> int:
         raise SpecError(cfg.where("num_key_value_heads"), None,
                         f"missing, read as its config class's default {kv} (transformers), which "
                         f"does not divide num_attention_heads = {heads}; give it")
-    warnings.warn(HFNote(f"{cfg.where('num_key_value_heads')}: missing, read as its config "
-                         f"class's default {kv} (transformers)"))  # (silently, before)
+    _class_default(cfg.where("num_key_value_heads"), kv)  # (silently, before)
     return kv
 
 
@@ -1044,9 +1049,8 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         rope = kw.get("position", Position.ROPE) is Position.ROPE
         if rope and context is None and mtype in CONTEXT_DEFAULTS:
             context = CONTEXT_DEFAULTS[mtype]
-            warnings.warn(HFNote(f"{lm.where('max_position_embeddings')}: missing, read as its "
-                                 f"config class's default {context:,} (transformers), the "
-                                 "context the model was built for"), stacklevel=2)
+            _class_default(lm.where("max_position_embeddings"), context,
+                           ", the context the model was built for")
         if rope and type(context) is int:
             kw["trained_context"] = context
         kw["norm_eps"] = lm.get(NORM_EPS_KEYS.get(mtype, "rms_norm_eps"), kind=float, minimum=0,
@@ -1063,11 +1067,9 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
         kw.setdefault("head_dim", kw["hidden"] // kw["heads"])
         kw.setdefault("kv_heads", kw["heads"])
         model = ModelSpec(name=source, **kw)
-        if model.moe is None or not all(map(model.is_moe_layer, range(model.layers))):
-            for where, size in cfg.defaulted.items():  # (unsaid where no block has a dense MLP)
-                warnings.warn(HFNote(f"{where}: missing, read as its config class's default "
-                                     f"{size:,} (transformers), the size of the dense blocks' "
-                                     "MLP"), stacklevel=2)
+        if model.num_moe_layers < model.layers:  # (unsaid where no block has a dense MLP)
+            for where, size in cfg.defaulted.items():
+                _class_default(where, size, ", the size of the dense blocks' MLP")
         return model
     except SpecError as e:  # name the config's key, not nestplan's field
         if e.field.startswith(f"{source}: "):

@@ -354,16 +354,11 @@ def _rows(arr: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(arr, axis, -1).reshape(-1, arr.shape[axis])
 
 
-def group_axes(experts: bool, embedding: bool = False) -> tuple[str, ...]:
-    """The axes ``group_levels`` may name, in its order: those of a plan's model whatever their
-    sizes (a group of one device is left out there)."""
-    return ("tp", "cp", "dp", *(("ep", "etp", "edp") if experts else ()), "pp",
-            *(("embedding",) if embedding else ()))
-
-
 def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: bool,
-                 embedding: bool = False) -> dict[str, tuple[int, str | None]]:
-    """For each parallel group of more than one device: its size and the highest network level
+                 embedding: bool = False, *, every: bool = False
+                 ) -> dict[str, tuple[int, str | None]]:
+    """For each parallel group of more than one device (with ``every``, of one too, as
+    ``(1, None)``: ``--json``'s groups): its size and the highest network level
     its traffic crosses (None: it stays on one device), by axis: ``tp``, ``cp``, ``dp`` (the
     dense gradients' group, dp·cp ranks), ``pp`` (the farthest send between stages), with
     ``experts`` ``ep``, ``etp`` and ``edp``, and with ``embedding`` (``specs.embedding_copies``)
@@ -381,12 +376,16 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
         return cluster.levels[level].name if level >= 0 else None
 
     out = {}
-    for axis in group_axes(experts, embedding):  # (in that order)
+    for axis in ("tp", "cp", "dp", *(("ep", "etp", "edp") if experts else ()), "pp",
+                 *(("embedding",) if embedding else ())):
         if axis == "pp":
-            if pp > 1:
-                out["pp"] = (pp, name(max(b.level for b in lay.pp)))
-        elif (g := getattr(lay, axis)).size > 1:
-            out[axis] = (g.size, name(g.top))
+            size, top = pp, max(b.level for b in lay.pp) if pp > 1 else -1
+        else:
+            size, top = getattr(lay, axis).size, getattr(lay, axis).top
+        if size > 1:
+            out[axis] = (size, name(top))
+        elif every:
+            out[axis] = (1, None)
     return out
 
 

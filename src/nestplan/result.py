@@ -263,18 +263,14 @@ class Evaluation:
     def group_levels(self) -> dict[str, tuple[int, str | None]]:
         """Each parallel group's size and the highest network level it crosses
         (``placement.group_levels``)."""
+        return self._group_levels()
+
+    def _group_levels(self, every: bool = False) -> dict[str, tuple[int, str | None]]:
         from .placement import group_levels
 
         sc = self.scenario
         return group_levels(self.plan, sc.cluster, sc.gpus, sc.model.moe is not None,
-                            embedding_copies(sc.model, self.plan))
-
-    @property
-    def _group_axes(self) -> tuple[str, ...]:
-        from .placement import group_axes
-
-        sc = self.scenario
-        return group_axes(sc.model.moe is not None, embedding_copies(sc.model, self.plan))
+                            embedding_copies(sc.model, self.plan), every=every)
 
     def to_json(self) -> dict:
         """The ``--json`` contract (DESIGN §4) plus breakdowns."""
@@ -318,8 +314,7 @@ class Evaluation:
             # every axis, one device's group too (size 1, no level), so a script need not know
             # which are left out (a pipeline engineer's trial read a missing "cp" as an error)
             "groups": {axis: {"size": n, "top_level": level}
-                       for axis, (n, level) in {**dict.fromkeys(self._group_axes, (1, None)),
-                                                **self.group_levels}.items()},
+                       for axis, (n, level) in self._group_levels(every=True).items()},
             "memory_gib": {f.name: getattr(worst, f.name) / GiB for f in fields(worst)},
             "stages": [
                 {"stage": s.index, "blocks": [list(b) for b in s.blocks],

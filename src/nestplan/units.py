@@ -43,6 +43,11 @@ def fmt_gib_against(nbytes: float, limit: float) -> tuple[str, str]:
     return f"{nbytes / GiB:.{digits}f}", f"{limit / GiB:.{digits}f}"
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 point``, ``2,000 points``: a count with its noun, plural but for one."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt_time(t: float) -> str:
     """Seconds as s/ms/us text, e.g. ``fmt_time(0.0123) == '12.30 ms'``."""
     if abs(t) >= 1.0:

@@ -346,12 +346,10 @@ def catalog_files(kind: str, name: str) -> list[Path]:
     order, whose comments give each figure's source (``list KIND NAME`` names them: a buyer's
     trial found the listing without its sources); none for a name that is no catalog entry."""
     out: list[Path] = []
-    while name in list_names(kind) and len(out) < len(list_names(kind)):
+    names = list_names(kind)
+    while name in names and name not in (p.stem for p in out):  # (a cycle is refused on load)
         out.append(Path(str(_folder(kind).joinpath(f"{name}.toml"))))
-        base = _catalog_table(kind, name, kind[:-1]).get("base")
-        if not isinstance(base, str) or base in (p.stem for p in out):
-            break
-        name = base
+        name = _catalog_table(kind, name, kind[:-1]).get("base")
     return out
 
 

@@ -161,8 +161,6 @@ def even_split_close(ev) -> None:
     20-chunk ``--pipeline-model-parallel-layout`` for 0.07 % over the plain
     ``--num-layers-per-virtual-pipeline-stage``. Said only where the default split fits within
     the headroom too."""
-    import dataclasses
-
     from ..errors import SpecError
     from ..evaluate import evaluate
     from ..specs import uneven_split
@@ -172,7 +170,7 @@ def even_split_close(ev) -> None:
     if uneven_split(sc.model, par) is None:
         return
     try:
-        other = evaluate(sc, dataclasses.replace(par, stage_layers=None))
+        other = evaluate(sc, par.with_(stage_layers=None))
     except SpecError:  # (a default split a stage cannot hold)
         return
     if not other.within_headroom or other.step_time > ev.step_time * (1 + EVEN_SPLIT_CLOSE):
@@ -342,9 +340,7 @@ def unchecked_peak_text(ev) -> str | None:
 
 def unchecked_peak(ev) -> None:
     """Say ``unchecked_peak_text``."""
-    text = unchecked_peak_text(ev)
-    if text:
-        note(text)
+    note(unchecked_peak_text(ev))
 
 
 def simulated_schedule(ev) -> None:
@@ -352,9 +348,7 @@ def simulated_schedule(ev) -> None:
     (``textfmt.simulated_schedule_text``; the exports say it too)."""
     from ..textfmt import simulated_schedule_text
 
-    text = simulated_schedule_text(ev)
-    if text:
-        note(text)
+    note(simulated_schedule_text(ev))
 
 
 def split_groups(ev) -> None:
@@ -418,13 +412,18 @@ def unmeasured_accelerator(ev) -> None:
     fitted_on`` empty: the catalog's MI300X, H200 and TPU v4, or a file of the user's own without
     a base that has them): a new user's trial planned on MI300X, put it ahead of H200 at 48 % MFU,
     and was told nothing of the kind."""
-    acc = ev.scenario.cluster.accelerator
+    note(unmeasured_accelerator_text(ev.scenario.cluster.accelerator))
+
+
+def unmeasured_accelerator_text(acc, what: str = "this step time and MFU rest") -> str | None:
+    """``unmeasured_accelerator``'s note of accelerator ``acc``, ``what`` rests on its stated
+    figures (the sweep says it of its points), or None where measured runs stand behind it."""
     if acc.fitted_on:
-        return
-    note(f"accelerator {acc.name}: no measured training run stands behind its efficiencies "
-         "(README \"Accuracy\" lists the runs behind each catalog accelerator's): this step "
-         "time and MFU rest on the file's stated figures; measured runs of yours and nestplan "
-         "calibrate fit a stack to them")
+        return None
+    return (f"accelerator {acc.name}: no measured training run stands behind its efficiencies "
+            f"(README \"Accuracy\" lists the runs behind each catalog accelerator's): {what} on "
+            "the file's stated figures; measured runs of yours and nestplan calibrate fit a stack "
+            "to them")
 
 
 def load_capped(ev) -> None:

@@ -10,9 +10,7 @@ def trained_context(sc) -> None:
     """Say when a RoPE model is given a sequence longer than the context its configuration gives
     (``ModelSpec.trained_context``: a long-context trial's 1M tokens on Llama 3 8B's 8,192 went
     without a word, and the Megatron export set the longer length with no scaling)."""
-    text = trained_context_text(sc)
-    if text:
-        note(text)
+    note(trained_context_text(sc))
 
 
 def trained_context_text(sc) -> str | None:
@@ -83,9 +81,7 @@ def straddling_domains(sc) -> None:
     (``textfmt.partial_domain_text``; ``sweep`` says it of its grid)."""
     from ..textfmt import partial_domain_text
 
-    text = partial_domain_text(sc.cluster, sc.gpus)
-    if text:
-        note(text)
+    note(partial_domain_text(sc.cluster, sc.gpus))
 
 
 FASTEST_SCALE_OUT = 200e9
@@ -222,9 +218,7 @@ def eager_float8_text(sc) -> str | None:
 
 def eager_float8(sc) -> None:
     """Say ``eager_float8_text``."""
-    text = eager_float8_text(sc)
-    if text:
-        note(text)
+    note(eager_float8_text(sc))
 
 
 CP_SPLIT_NOTED_FROM = 16384

@@ -29,6 +29,7 @@ import time
 
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
+from ..recompute import names_text
 from ..schedule import SCHEDULES
 from ..specs import (ClusterSpec, Level, Parallelism, Scenario, check_plan, kv_heads_refusal,
                      model_axis_refusal)
@@ -201,7 +202,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     # (the policy it tried, and the headroom: a DeepSeek-V3 trial's fine-grained plan, on a stack
     # without full recomputation, was said to fail "with full recomputation", where it missed
     # the headroom alone)
-    policy = ",".join(con.recompute) if con.recompute else sc.stack.most_saving
+    policy = names_text(con.recompute) if con.recompute else sc.stack.most_saving
     raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and recompute "
                           f"{policy} within the memory headroom "
                           f"({sc.memory_headroom:.0%} of HBM; --memory-headroom sets it)"

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..units import counted
+
 
 def _note(message: str) -> None:
     """A note of the run, on stderr as every command's (``nestplan: note: ...``): a datacenter
@@ -94,12 +96,12 @@ def _run_locked(args, spec, parquet: bool) -> int:
     if args.dry_run:
         points, existing = planned
         done = len(existing.done)
-        print(f"sweep: {_n(len(points), 'point')}, {done:,} already done, "
+        print(f"sweep: {counted(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
         if existing.superseded:  # (said before the run moves them)
             from .run import superseded_path
 
-            _note(f"{_n(len(existing.superseded), 'row')} of {spec.output} another nestplan "
+            _note(f"{counted(len(existing.superseded), 'row')} of {spec.output} another nestplan "
                   "wrote (its nestplan_build column; blank before it) would be moved to "
                   f"{superseded_path(spec.output, spec.columns)} by the run")
         unbuilt: list = []  # points to run that fail before their search, as the run does
@@ -110,7 +112,7 @@ def _run_locked(args, spec, parquet: bool) -> int:
                 unbuilt.append((task.point, error_row(e)))
         if unbuilt:
             point, row = unbuilt[0]  # (in the points' order: the generator appends as it goes)
-            _note(f"{_n(len(unbuilt), 'point')} to run cannot be set up; the run "
+            _note(f"{counted(len(unbuilt), 'point')} to run cannot be set up; the run "
                   f"records an error row for each (the first, {point.id}: {row['error']})")
         return 0
     s = run_sweep(spec, workers=args.workers, ray=args.ray, parquet=parquet, quiet=args.quiet,
@@ -121,29 +123,29 @@ def _run_locked(args, spec, parquet: bool) -> int:
               "run the same command again to resume", file=sys.stderr)
         return 128 + int(s.interrupted)
     rate = f", {pace_text(s.ran / s.seconds)}" if s.ran and s.seconds > 0 else ""
-    print(f"sweep: {_n(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, "
+    print(f"sweep: {counted(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, "
           f"{s.infeasible:,} infeasible, "
           f"{s.errors:,} errors), {s.skipped:,} already done; {s.seconds:.1f} s{rate}")
     if s.errors:
-        _note(f"{_n(s.errors, 'point')} failed (see the error column); running the same "
+        _note(f"{counted(s.errors, 'point')} failed (see the error column); running the same "
               "command again retries them")
     if s.infeasible and not s.ok and not s.skipped:  # (nothing fits anywhere: said, not only
         # counted; still exit 0, every point has its row)
         _note(f"no point found a plan that fits; each infeasible row's error column "
               f"says why (the first, {s.first_infeasible})")
     if s.superseded:
-        _note(f"{_n(s.superseded, 'row')} of {spec.output} another nestplan wrote (its "
+        _note(f"{counted(s.superseded, 'row')} of {spec.output} another nestplan wrote (its "
               "nestplan_build column; blank before it), whose cost model may differ: moved to "
               f"{s.superseded_to}, and their points run again with this one")
     if s.foreign:  # (the plot: a datacenter trial's other grid's plot was redrawn without a word)
-        _note(f"{_n(s.foreign, 'row')} of {spec.output} {'is' if s.foreign == 1 else 'are'} "
+        _note(f"{counted(s.foreign, 'row')} of {spec.output} {'is' if s.foreign == 1 else 'are'} "
               "not points of this sweep (kept: rows of another grid, or of a model, cluster or "
               "stack file since edited); "
               "its plot, "
               f"{spec.output.with_suffix('.svg').name}, is redrawn with this sweep's points only")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     if s.errors and not (s.ok or s.infeasible or s.skipped):
-        print(f"nestplan: sweep: every point failed ({_n(s.errors, 'error')}); the error column of "
+        print(f"nestplan: sweep: every point failed ({counted(s.errors, 'error')}); the error column of "
               f"{spec.output} says why", file=sys.stderr)
         return 1
     return 0
@@ -314,15 +316,15 @@ def _note_unmeasured_accelerators(spec) -> None:
     import warnings
 
     from ..errors import Note
+    from ..notes.plan import unmeasured_accelerator_text
 
     said: set[str] = set()
     for cluster, _ in _grid_clusters(spec):
-        acc = cluster.accelerator
-        if not acc.fitted_on and acc.name not in said:
-            said.add(acc.name)
-            warnings.warn(f"grid: accelerator {acc.name}: no measured training run stands behind "
-                          "its efficiencies (README \"Accuracy\"): its points rest on the file's "
-                          "stated figures (their measured_runs column is 0)", Note)
+        text = unmeasured_accelerator_text(
+            cluster.accelerator, "its points (their measured_runs column is 0) rest")
+        if text and text not in said:
+            said.add(text)
+            warnings.warn(f"grid: {text}", Note)
 
 
 def _note_levels_never_crossed(spec) -> None:
@@ -364,8 +366,3 @@ def _note_levels_never_crossed(spec) -> None:
     if named and named <= never:  # (a named network that moves some level it reaches is fine)
         warnings.warn("grid.networks: no point crosses a level they set (points within one "
                       "block below each): the named networks change nothing", Note)
-
-
-def _n(count: int, noun: str) -> str:
-    """``1 point``, ``2 points``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -27,6 +27,7 @@ from ..build import fingerprint
 from ..errors import InfeasibleError, NestplanError, Note, SpecError, UsageError
 from ..processes import (Terminated, cores, on_sigterm, restore_sigterm, signals_held, stop_pool,
                          worker_signals)
+from ..units import counted
 from .spec import RESULT_COLUMNS, RESULT_TYPES, TIME_PARTS, Point, SweepSpec
 
 DONE = ("ok", "infeasible")
@@ -234,20 +235,18 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     if out.set_aside:  # (a line that was no row had vanished without a word: a fuzzing helper's)
         n = len(out.set_aside)
         aside = dropped_path(path)
-        warnings.warn(f"output: {n} line{'s' * (n > 1)} of {path} cannot be read as this sweep's "
+        warnings.warn(f"output: {counted(n, 'line')} of {path} cannot be read as this sweep's "
                       "results (a torn line, a repeated id, a cell edited by hand); the run moves "
                       f"{'them' if n > 1 else 'it'} to {aside}", Note)
     return out
 
 
-def superseded_path(path: Path, columns: tuple[str, ...] | None = None) -> Path:
+def superseded_path(path: Path, columns: tuple[str, ...]) -> Path:
     """Where the rows of results file ``path`` that another nestplan wrote are moved, beside the
-    file itself (as ``dropped_path``): ``PATH.superseded``, or with ``columns`` the first of it,
-    ``PATH.superseded.2``, ... that is new or has those columns (rows moved by a nestplan of other
-    columns keep their own file, one header each)."""
+    file itself (as ``dropped_path``): the first of ``PATH.superseded``, ``PATH.superseded.2``,
+    ... that is new or has ``columns`` (rows moved by a nestplan of other columns keep their own
+    file, one header each)."""
     base = os.path.realpath(path) + ".superseded"
-    if columns is None:
-        return Path(base)
     for n in itertools.count(1):
         aside = Path(base if n == 1 else f"{base}.{n}")
         try:
@@ -259,7 +258,6 @@ def superseded_path(path: Path, columns: tuple[str, ...] | None = None) -> Path:
             continue
         if header is None or header == list(columns):
             return aside
-    raise AssertionError("unreachable")
 
 
 def dropped_path(path: Path) -> Path:
@@ -591,7 +589,7 @@ class Summary:
     superseded: int = 0
     """Rows another nestplan build wrote, moved aside (``Existing.superseded``) ..."""
     superseded_to: Path | None = None
-    """... to this file."""
+    """... to this file (``Existing.superseded_to``)."""
     outputs: list[Path] = field(default_factory=list)
     first_infeasible: str = ""
     """The first infeasible point's id and why, as its row says it (for a sweep where no point
