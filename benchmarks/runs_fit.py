@@ -27,7 +27,8 @@ FILES = (ROOT / "src" / "nestplan" / "data" / "published_runs.csv", SHARED / "fs
          ROOT / "tests" / "data" / "held_out_runs.csv", ROOT / "tests" / "data" / "moe_runs.csv",
          ROOT / "tests" / "data" / "moe_held_out.csv",
          ROOT / "tests" / "data" / "moe_runs_gb200_gb300_b300.csv",
-         ROOT / "tests" / "data" / "long_context_runs.csv")
+         ROOT / "tests" / "data" / "long_context_runs.csv",
+         ROOT / "tests" / "data" / "composer_h100_held_out.csv")
 
 
 def ratios(path: Path) -> list[tuple[float, str, str]]:

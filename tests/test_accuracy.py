@@ -62,7 +62,15 @@ def test_a_plan_without_runs_of_its_group_says_so_and_names_others_there(tmp_pat
     line = next(s for s in out.splitlines() if s.startswith("measured error"))
     assert "no measured run of stack megatron-core's calibration on b200-sxm-180gb (dense)" in line
     assert "; its runs elsewhere: h100-sxm-80gb 11, mean |error| " in line
-    assert "; other stacks' here: nemo's 12, mean |error| " in line
+    # nemo's dense B200 runs are all fp8, which a bf16 plan is told (a buyer's trial) and an
+    # fp8 plan is not
+    assert "; other stacks' here: nemo's 12 (all fp8), mean |error| " in line
+    for precision, told in (("bf16", " (all fp8)"), ("fp8", "")):
+        code, out, _ = cli(*b200, "--stack", "nemo", "--precision", precision)
+        line = next(s for s in out.splitlines() if s.startswith("measured error"))
+        assert f"b200-sxm-180gb, dense: 12 runs{told}, step time" in line
+    code, out, _ = cli(*b200, "--stack", "nemo", "--json")
+    assert json.loads(out)["measured_error"]["precisions"] == "fp8"
     # a stack's family first: DeepSpeed's runs for the deepspeed stack (a DeepSpeed trial's had
     # been told composer's and megatron-2021's, the most runs there)
     code, out, err = cli(*flags(*H100_PLAN, "--cluster", "selene-a100-hdr", "--model", "llama3-8b",
@@ -107,3 +115,19 @@ def test_a_stack_of_a_borrowed_calibration_is_told_the_runs_behind_it():
     assert ("measured error   stack torchtitan-compile's calibration on h100-sxm-96gb-hbm2e, "
             "dense: 18 runs") in out
 
+
+
+def test_the_line_says_whether_its_runs_were_held_out():
+    """composer's A100 runs are the ones it was fitted on and its H100 runs were held out of every
+    fit: the line says which (a Composer trial had read the A100 figure as a held-out one)."""
+    plan = ("evaluate", "--model", "llama2-7b", "--gpus", 8, "--tp", 1, "--pp", 1, "--zero", 3,
+            "--mbs", 2, "--global-batch", 16, "--seq-len", 2048, "--stack", "composer")
+    told = {"selene-a100-hdr": "61 runs, step time mean |error| 4.0%, worst -25.9% (none held out: "
+                               "the runs the calibration was fitted or checked on)",
+            "dgx-h100-ndr": "77 runs, step time mean |error| 8.3%, worst +31.3% (all held out of "
+                            "every fit)"}
+    for cluster, words in told.items():
+        code, out, err = cli(*plan, "--cluster", cluster)
+        assert code == 0, err
+        line = next(s for s in out.splitlines() if s.startswith("measured error"))
+        assert words in line, line

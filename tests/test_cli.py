@@ -911,3 +911,46 @@ def test_written_files_are_named_on_stderr_with_the_prefix(tmp_path):
     assert code == 0 and out == "" and (tmp_path / "run.args").is_file()
     assert [ln for ln in err.splitlines() if "wrote" in ln] == [
         f"nestplan: wrote {tmp_path / 'run.args'}"]
+
+
+def test_save_refuses_the_stream_the_results_go_to(tmp_path):
+    """--save /dev/stdout with stdout sent to a file had renamed the plan file over it, the results
+    gone and exit 0; on a pipe it said "no such file" (a fuzzing trial). Now refused before the
+    work, exit 2, as is standard error; /dev/null, where nothing is lost, is taken."""
+    from console import NESTPLAN
+
+    flags = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "8",
+             "--tp", "2", "--pp", "1", "--mbs", "1", "--global-batch", "64", "--seq-len", "4096"]
+    out = tmp_path / "out.txt"
+    for stream in ("/dev/stdout", "/dev/stderr"):
+        with open(out, "w") as f:  # (the stream named sent to the file, the other piped)
+            own = stream == "/dev/stdout"
+            p = subprocess.run([NESTPLAN, *flags, "--save", stream],
+                               stdout=f if own else subprocess.PIPE,
+                               stderr=subprocess.PIPE if own else f, text=True, timeout=120)
+        assert p.returncode == 2
+        err = out.read_text() if stream == "/dev/stderr" else p.stderr
+        name = "standard output" if stream == "/dev/stdout" else "standard error"
+        assert f"--save: got '{stream}'; is {name}, where the results go" in err, err
+    p = subprocess.run(f"{NESTPLAN} {' '.join(flags)} --save /dev/stdout | cat", shell=True,
+                       capture_output=True, text=True, timeout=120)
+    assert "is standard output, where the results go" in p.stderr, p.stderr
+    p = subprocess.run([NESTPLAN, *flags, "--save", "/dev/null"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+def test_evaluate_of_a_plan_file_says_what_its_flags_say_of_the_sequence(tmp_path):
+    """A RoPE model beyond the context it was built for is noted by evaluate of the plan's flags
+    and by evaluate --plan alike (a long-context trial's plan file had lost the note)."""
+    from console import cli
+
+    plan = tmp_path / "p.json"
+    code, _, err = cli("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus",
+                       64, "--tp", 1, "--pp", 1, "--cp", 16, "--mbs", 1, "--global-batch", 4,
+                       "--seq-len", 131072, "--recompute", "full", "--save", plan)
+    assert code == 0 and "llama3-8b was built for 8,192 tokens" in err, err
+    code, _, again = cli("evaluate", "--plan", plan)
+    assert code == 0
+    said = [line for line in err.splitlines() if "was built for" in line]
+    assert said and said == [line for line in again.splitlines() if "was built for" in line]

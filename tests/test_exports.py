@@ -1357,6 +1357,15 @@ def test_exports_say_what_the_framework_will_log_at_long_sequences():
     bert = scenario_from_names("bert-large", "dgx-h100-ndr", 8, seq_len=512, global_batch=64)
     pf = planfile.from_dict(planfile.to_dict(evaluate(bert, Parallelism(dp=8)), method="manual"))
     assert "logs about" not in export(pf, "megatron").text
+    # packed documents: torchtitan still counts attention over all of seq_len (a long-context
+    # trial: three times what its masks run at 8K-token documents in 128K)
+    span = scenario_from_names("llama3-70b", "dgx-h100-ndr", 256, seq_len=131072, global_batch=64,
+                               attention_span=8192, stack="torchtitan-0.3-compile")
+    ev = evaluate(span, Parallelism(tp=1, pp=1, dp=8, cp=32, zero=3, recompute=("full",)))
+    pf = planfile.from_dict(planfile.to_dict(ev, method="manual"))
+    text = export(pf, "torchtitan").text
+    assert f"torchtitan logs about {ev.logged_tflops_per_gpu:.0f} TFLOP/s per GPU" in text
+    assert "its document masks aside (get_dense_model_nparams_and_flops" in text
 
 
 def test_the_logged_flop_note_gives_only_the_reasons_that_apply():
@@ -2223,6 +2232,16 @@ def test_deepspeed_pipeline_export_says_its_gradients_accumulate_in_bf16(monkeyp
         notes = exported(sc, par, "deepspeed").notes
         assert any("accumulates the micro-batches' gradients in bf16" in n and words in n
                    for n in notes), notes
+    # with what the buffer would do to the plan (a DeepSpeed trial's 70B went past its HBM)
+    big = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=4096, global_batch=1024,
+                              stack="deepspeed")
+    par = Parallelism(tp=1, pp=8, dp=16, zero=1, mbs=1, recompute=("full",))
+    ev = evaluate(big, par)
+    stage = max(ev.stages, key=lambda s: s.memory.total + 2 * s.memory.weights)
+    words = (f"({2 * stage.memory.weights / 2**30:.1f} GiB more on stage {stage.index}: "
+             f"{(stage.memory.total + 2 * stage.memory.weights) / 2**30:.1f} of "
+             f"{ev.capacity / 2**30:.1f} GiB, which does not fit)")
+    assert any(words in n for n in exported(big, par, "deepspeed").notes), words
 
 
 def test_a_plan_with_mtp_depths_exports_to_deepspeed_with_a_note(tmp_path):
@@ -2246,7 +2265,7 @@ def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engin
     sliding windows (all_gather or a2a only) and with attention sinks (a2a only): a user trial's
     Mistral export crashed at its first forward. The export asks for all_gather, which the cost
     model then prices (K/V gathered, not passed round a ring), or a2a with a note; a model
-    without windows keeps the ring, and one GPU per sequence needs nothing."""
+    without windows keeps the ring, said, and one GPU per sequence needs nothing."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(MISTRAL))
     windowed = scenario_from_names(str(path), "dgx-h100-ndr", 16, seq_len=8192, global_batch=16)
@@ -2257,7 +2276,8 @@ def test_context_parallel_windows_and_sinks_export_an_exchange_transformer_engin
     flags = {name: _flags(exported(sc, p, "megatron").text).get("cp-comm-type")
              for name, sc, p in (("windowed", windowed, par), ("whole", whole, par),
                                  ("sinks", sinks, two))}
-    assert flags == {"windowed": ["all_gather"], "whole": None, "sinks": ["a2a"]}
+    # (the ring written out, as predicted: a long-context trial's)
+    assert flags == {"windowed": ["all_gather"], "whole": ["p2p"], "sinks": ["a2a"]}
     # a2a splits the heads over the CP ranks: Mistral's 2 KV heads go over CP 2, not over CP 4:
     # refused for the stack's own plans (a long-context trial's had been recommended), and said
     # of another stack's plan exported to Megatron
@@ -2361,7 +2381,7 @@ def test_a_stack_that_gathers_context_parallel_kv_exports_the_gather(tmp_path):
         sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 64, seq_len=32768,
                                  global_batch=64, stack=stack)
         flags[stack] = _flags(exported(sc, par, "megatron").text).get("cp-comm-type")
-    assert flags == {str(path): ["all_gather"], "megatron-core": None}
+    assert flags == {str(path): ["all_gather"], "megatron-core": ["p2p"]}
 
 
 def test_a_deepspeed_export_of_context_parallelism_says_ulysses_is_not_the_ring():

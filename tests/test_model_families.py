@@ -39,7 +39,7 @@ def test_sizes_match_the_model_cards(name):
     m = replace(model_from_hf_config(HF / name), mtp_layers=0)
     total, active = PUBLISHED[name]
     assert total_params(m) / 1e9 == pytest.approx(total, rel=0.03)
-    # nestplan counts the output layer as active (gpt-oss's card does not: +0.6B)
+    # nestplan counts the input embedding as active (gpt-oss's card does not: +0.6B)
     assert active_params(m) / 1e9 == pytest.approx(active, rel=0.15)
 
 
@@ -52,6 +52,10 @@ def test_gpt_oss_sizes_match_their_card(name, total, active):
     assert total_params(m) / 1e9 == pytest.approx(total, abs=0.005)
     embedding = m.vocab * m.hidden
     assert (active_params(m) - embedding) / 1e9 == pytest.approx(active, abs=0.005)
+    # and says so (an HF trial compared its 4.2B with the card's 3.61B)
+    code, out, err = cli("list", "models", HF / name)
+    assert code == 0, err
+    assert f"{active_params(m) / 1e9:.1f}B active with the embedding" in out
 
 
 def test_families_read_what_makes_them_differ():

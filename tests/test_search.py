@@ -1196,3 +1196,51 @@ def test_manual_says_which_policy_and_headroom_it_missed():
     with pytest.raises(InfeasibleError) as e:
         methods.manual_plan(sc, Constraints(pp=1))
     assert "and recompute full within the memory headroom" in str(e.value)
+
+
+def test_of_equal_steps_the_plan_holding_less_memory_comes_first():
+    """DeepSpeed's pipeline at ZeRO-0 and ZeRO-1 takes the same step (its ZeRO-1 waits for the
+    same all-reduce); the one holding less memory is listed first (a DeepSpeed trial had the
+    ZeRO-0 plan, 18 GiB heavier, above it)."""
+    sc = scenario_from_names("llama3-70b", "dgx-h100-ndr", 128, seq_len=4096, global_batch=1024,
+                             stack="deepspeed")
+    res = methods.run_method("nest", sc, Constraints(pp=8), top=2)
+    first, second = res.plans
+    assert first.step_time == pytest.approx(second.step_time, rel=1e-9)
+    assert first.peak_memory < second.peak_memory
+    assert (first.plan.zero, second.plan.zero) == (1, 0)
+
+
+def test_an_empty_space_names_the_context_parallel_rule_too():
+    """--tp 1 --pp 1 --mbs 64 on 8 GPUs at global batch 64 leaves dp 1 and cp 8: 512 tokens a
+    rank, below what the search offers; the refusal names that rule (a fuzzing trial had been
+    told only rules its flags could meet)."""
+    from console import cli
+
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--seq-len", 4096, "--global-batch", 64, "--mbs", 64, "--tp", 1,
+                         "--pp", 1)
+    assert code == 3
+    assert "and cp leave each rank at least 1,024 of the sequence's tokens unless --cp fixes it" \
+        in err, err
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 8,
+                         "--seq-len", 4096, "--global-batch", 64, "--mbs", 64, "--tp", 1,
+                         "--pp", 1, "--cp", 8)
+    assert code == 0, err
+
+
+def test_the_infeasible_hint_offers_more_gpus_only_where_they_can_help():
+    """On deepspeed (no TP, no ZeRO-2 pipeline) ZeRO-2 keeps every weight on every device: no GPU
+    count fits Llama 3 70B, and the hint says so (a DeepSpeed trial had been told to try more);
+    one GPU gets no context-parallel hint (a fuzzing trial's)."""
+    from console import cli
+
+    code, out, err = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus",
+                         1024, "--global-batch", 1024, "--seq-len", 4096, "--zero", 2,
+                         "--stack", "deepspeed")
+    assert code == 3
+    assert err.rstrip().endswith("; try ZeRO-3 (drop --zero) (no GPU count does: every device "
+                                 "holds all of the weights under them)"), err
+    code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 1,
+                         "--global-batch", 1, "--seq-len", 4096)
+    assert code == 3 and err.rstrip().endswith("; try more GPUs"), err

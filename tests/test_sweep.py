@@ -1131,3 +1131,37 @@ def test_rows_say_how_many_measured_runs_stand_behind_them(tmp_path, capsys):
         record.mean_abs_error)
     assert (rows["dgx-h200-ndr"]["measured_runs"], rows["dgx-h200-ndr"]["measured_mean_abs_error"]
             ) == ("0", "")
+
+
+def test_a_missing_grid_path_says_where_it_was_looked_for(tmp_path):
+    """Grid paths are relative to the sweep file; one given from the working directory is refused
+    naming the path it was looked for at (a fuzzing trial's was refused as missing, unexplained)."""
+    from console import cli, one_line_error
+
+    (tmp_path / "sw").mkdir()
+    sweep = tmp_path / "sw" / "q.toml"
+    sweep.write_text('[grid]\nmodel = ["sw/m.json"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8]\n'
+                     'seq_len = [4096]\nglobal_batch = [64]\n')
+    assert one_line_error(*cli("sweep", "sw/q.toml", "--dry-run", cwd=tmp_path),
+                          "grid.model: got 'sw/m.json'; no such file (a path is taken relative "
+                          "to the sweep file: sw/sw/m.json)")
+
+
+def test_a_results_file_saved_by_a_spreadsheet_is_read_as_it_was(tmp_path):
+    """A byte-order mark and CRLF line ends, as a spreadsheet saves the CSV, read as the file it
+    was: its point done, nothing set aside (a fuzzing trial's BOM had refused the file, its CRLF
+    copy had set aside lines of a carriage return alone)."""
+    from console import cli
+
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('[grid]\nmodel = ["gpt-1p7b"]\ncluster = ["dgx-h100-ndr"]\ngpus = [8]\n'
+                     'seq_len = [2048]\nglobal_batch = [64]\n')
+    code, out, err = cli("sweep", sweep, "--quiet")
+    assert code == 0, err
+    results = tmp_path / "s.csv"
+    text = results.read_text()
+    for saved in ("\ufeff" + text, text.replace("\n", "\r\n"),
+                  "\ufeff" + text.replace("\n", "\r\n")):
+        results.write_text(saved, newline="")
+        code, out, err = cli("sweep", sweep, "--quiet")
+        assert code == 0 and "1 already done" in out + err and "cannot be read" not in err, err

@@ -23,8 +23,10 @@ from .stack import CALIBRATION, fitted_kind
 from .units import counted
 
 COLUMNS = ("stack", "accelerator", "kind", "runs", "mean_abs_error", "worst_error",
-           "held_out_runs", "held_out_mean_abs_error", "memory_runs", "memory_mean_abs_error")
-"""The table's columns: errors are fractions (predicted / measured - 1), the worst signed."""
+           "held_out_runs", "held_out_mean_abs_error", "memory_runs", "memory_mean_abs_error",
+           "precisions")
+"""The table's columns: errors are fractions (predicted / measured - 1), the worst signed;
+``precisions`` the matmul precisions the group's runs ran in, space-separated."""
 SHOWN = 2
 """How many other groups a plan without runs of its own group is told of, of each kind."""
 
@@ -44,18 +46,32 @@ class Record:
     held_out_mean_abs_error: float | None
     memory_runs: int
     memory_mean_abs_error: float | None
+    precisions: str
 
     def to_json(self) -> dict:
         return {c: getattr(self, c) for c in COLUMNS}
 
-    def text(self) -> str:
-        """One line of what the runs say, e.g. for ``evaluate``'s output."""
+    def unlike(self, precision: str) -> str:
+        """`` (all fp8)``-like words where none of the runs ran in ``precision`` (a buyer's
+        trial: a bf16 plan on B200 was told nemo's runs there, all of them fp8), else ''."""
+        ran = self.precisions.split()
+        if precision in ran:
+            return ""
+        return f" ({'all ' if self.runs > 1 else ''}{' or '.join(ran)})"
+
+    def text(self, precision: str) -> str:
+        """One line of what the runs say of a plan in ``precision``, e.g. for ``evaluate``'s
+        output."""
         out = (f"stack {self.stack}'s calibration on {self.accelerator}, {self.kind}: "
-               f"{counted(self.runs, 'run')}, step time mean |error| "
+               f"{counted(self.runs, 'run')}{self.unlike(precision)}, step time mean |error| "
                f"{self.mean_abs_error:.1%}, worst {self.worst_error:+.1%}")
-        if self.held_out_runs:
+        if self.held_out_runs == self.runs:
+            out += " (all held out of every fit)"
+        elif self.held_out_runs:
             out += (f" ({self.held_out_runs} held out of every fit: "
                     f"{self.held_out_mean_abs_error:.1%})")
+        else:  # (a Composer trial read composer's 4.0 % on A100 as a held-out figure)
+            out += " (none held out: the runs the calibration was fitted or checked on)"
         if self.memory_runs:
             out += (f"; peak memory on {self.memory_runs}: mean |error| "
                     f"{self.memory_mean_abs_error:.1%}")
@@ -164,7 +180,8 @@ def summarise(outcomes, held_out) -> list[Record]:
             name, acc, kind, len(outs), round(statistics.mean(map(abs, errors)), 4),
             round(max(errors, key=abs), 4), len(held),
             round(statistics.mean(held), 4) if held else None, len(memory),
-            round(statistics.mean(memory), 4) if memory else None))
+            round(statistics.mean(memory), 4) if memory else None,
+            " ".join(sorted({o.case.scenario.training.precision.value for o in outs}))))
     return out
 
 
@@ -184,7 +201,7 @@ def _record(row: dict) -> Record:
     return Record(row["stack"], row["accelerator"], row["kind"], int(row["runs"]),
                   float(row["mean_abs_error"]), float(row["worst_error"]),
                   int(row["held_out_runs"]), share("held_out_mean_abs_error"),
-                  int(row["memory_runs"]), share("memory_mean_abs_error"))
+                  int(row["memory_runs"]), share("memory_mean_abs_error"), row["precisions"])
 
 
 def shipped_text() -> str:
@@ -213,8 +230,9 @@ def text(scenario) -> str | None:
     name, record = measured(scenario)
     if name is None:
         return None
+    precision = scenario.training.precision.value
     if record is not None:
-        return record.text()
+        return record.text(precision)
     acc, kind = scenario.cluster.accelerator.name, kind_of(scenario.model)
     records = sorted(_shipped().values(), key=lambda r: (-r.runs, r.stack, r.accelerator))
     elsewhere = [r for r in records if (r.stack, r.kind) == (name, kind)][:SHOWN]
@@ -225,10 +243,12 @@ def text(scenario) -> str | None:
     parts = [f"no measured run of stack {name}'s calibration on {acc} ({kind})"]
     if elsewhere:
         parts.append("its runs elsewhere: " + ", ".join(
-            f"{r.accelerator} {r.runs}, mean |error| {r.mean_abs_error:.1%}" for r in elsewhere))
+            f"{r.accelerator} {r.runs}{r.unlike(precision)}, mean |error| {r.mean_abs_error:.1%}"
+            for r in elsewhere))
     if here:
         parts.append("other stacks' here: " + ", ".join(
-            f"{r.stack}'s {r.runs}, mean |error| {r.mean_abs_error:.1%}" for r in here))
+            f"{r.stack}'s {r.runs}{r.unlike(precision)}, mean |error| {r.mean_abs_error:.1%}"
+            for r in here))
     if len(parts) == 1:
         return parts[0] + ": this figure's error is unknown"
     return "; ".join(parts)

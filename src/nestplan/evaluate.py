@@ -115,10 +115,43 @@ def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = N
     return model_flops_per_sequence(plain, seq_len, span) - (masked if model.causal else 0.0)
 
 
-def logged_flops_differences(model, document_span: int | None) -> list[str]:
-    """How :func:`logged_flops_per_sequence` counts this model otherwise than MFU's count, in
-    words, only what applies (a user trial's GLM-4.5 export was told of a GeLU-gated MLP it does
-    not have)."""
+LOGGING_FRAMEWORKS = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}
+"""Export formats whose framework logs model FLOP/s otherwise than MFU's count can (``Evaluation.
+logged_model_flops``), and its name."""
+
+
+def torchtitan_flops_per_sequence(model, seq_len: int) -> float:
+    """Model FLOP of one sequence as torchtitan 0.3 logs them: 6 per matmul parameter a token and
+    every layer's attention unmasked over all ``training.seq_len`` tokens, whatever the document
+    masks it runs (its own comment: "we follow the convention and do not account for sparsity in
+    causal attention"; get_dense_model_nparams_and_flops, torchtitan/models/utils.py, torchtitan
+    0.3.0 wheel), windows too (a long-context trial: a 8K-token span at 128K is logged 3 times
+    what it runs)."""
+    plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
+    return model_flops_per_sequence(plain, seq_len, 0)
+
+
+def framework_flops_per_sequence(model, seq_len: int, document_span: int | None,
+                                 export_format: str | None) -> float:
+    """Model FLOP of one sequence as the framework of ``export_format`` logs them
+    (``LOGGING_FRAMEWORKS``); MFU's count for the others."""
+    if export_format == "megatron":
+        return logged_flops_per_sequence(model, seq_len, document_span)
+    if export_format == "torchtitan":
+        return torchtitan_flops_per_sequence(model, seq_len)
+    return model_flops_per_sequence(model, seq_len, document_span or 0)
+
+
+def logged_flops_differences(model, document_span: int | None,
+                             export_format: str = "megatron") -> list[str]:
+    """How the framework of ``export_format`` counts this model's FLOP otherwise than MFU's count
+    (``framework_flops_per_sequence``), in words, only what applies (a user trial's GLM-4.5
+    export was told of a GeLU-gated MLP it does not have)."""
+    if export_format == "torchtitan":
+        aside = [w for w, on in (("its document masks", document_span),
+                                 ("its windows", model.local_share)) if on]
+        return ["each layer's attention over all seq_len tokens, unmasked"
+                + (f", {' and '.join(aside)} aside" if aside else "")]
     out = []
     if document_span:  # (as the Megatron export launches it: masked per document)
         out.append("each layer's attention within each document (--dataloader-inter-document-"
@@ -262,7 +295,9 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
              for n, kc in _kinds(cc, *chunk))
     mflops = tr.global_batch * model_flops_per_sequence(sc.model, tr.seq_len,
                                                         tr.attention_span or 0)
-    logged = tr.global_batch * logged_flops_per_sequence(sc.model, tr.seq_len, tr.document_span)
+    logged = tr.global_batch * framework_flops_per_sequence(sc.model, tr.seq_len,
+                                                            tr.document_span,
+                                                            sc.stack.export_format)
     return Evaluation(scenario=sc, plan=par, micro_batches=micro, step_time=step,
                       tokens_per_s=tr.global_batch * tr.seq_len / step, model_flops=mflops,
                       logged_model_flops=logged,

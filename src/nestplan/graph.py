@@ -491,7 +491,12 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     # A checkpoint of the core keeps its inputs q, k, v. With RoPE, q and k are fresh rotated
     # copies while v stays a view of the fused QKV output, whose whole storage it keeps alive
     # (measured on Megatron-Core's layer: tests/frameworks_saved.py); QK norms keep the q and k
-    # parts of that storage anyway (their inputs), so it costs nothing more there
+    # parts of that storage anyway (their inputs), so it costs nothing more there. Without the
+    # checkpoint nothing pins it: Transformer Engine's attention finds fresh q, k beside a strided
+    # v "not_supported" and makes all three contiguous before its kernel saves them (get_qkv_layout,
+    # transformer_engine/pytorch/attention/dot_product_attention/utils.py @ NVIDIA/TransformerEngine
+    # d0067d0da6; under CP, backends.py makes them contiguous too), so selective recomputation of
+    # core_attn keeps more than none does (a long-context trial had expected the same or less)
     pinned = (E * (q_el + k_el) if m.position is Position.ROPE and m.mla is None
               and not m.qk_normed and loc.qkv_views else 0.0)
     if gathered and loc.qkv_views:  # v is a view of the whole gathered projection

@@ -103,24 +103,51 @@ def write_text_atomic(path, text: str) -> None:
 
 
 def writable(path, field: str, kind: str, *, makes_folder: bool = False,
-             reads: tuple = (), what: str = "a file being read") -> None:
+             reads: tuple = (), what: str = "a file being read", results: bool = False) -> None:
     """Refuse an output path that cannot be written before any work is done: blank, a
     directory, a file in a directory that does not exist unless the writer ``makes_folder``, one
     of the files the command ``reads`` (``what`` they are; writing would replace them), or one
     the system will not let us write (no permission, a read-only or special file system: tried
     by opening it to append, or creating it and removing it again) (SpecError naming
-    ``field``)."""
+    ``field``); with ``results`` (the command prints its results on standard output) also
+    standard output or error by any name."""
     if not str(path).strip():
         raise SpecError(field, str(path), f"must be a {kind} file path")
     if str(path) == "-":  # (a pipeline engineer's trial got a file named "-")
         raise SpecError(field, "-", f"must be a {kind} file path; standard output is not one "
                         "here (give ./- for a file of that name)")
+    stream = results and _standard_stream(path)
+    if stream:  # (a fuzzing trial's --save /dev/stdout > out.txt: the file, renamed over the
+        # one the results had gone to, took their place; on a pipe it was "no such file")
+        raise SpecError(field, str(path), f"is {stream}, where the results go; give a {kind} "
+                        "file path")
     try:
         _writable(Path(path), field, kind, makes_folder, reads, what)
     except RuntimeError as e:  # Path.resolve on a loop of links (Python 3.11, 3.12)
         raise SpecError(field, str(path), f"cannot write ({e})") from None
     except OSError as e:  # a name too long for the file system, a loop, ...
         raise SpecError(field, str(path), f"cannot write ({e.strerror or e})") from None
+
+
+def _standard_stream(path) -> str | None:
+    """"standard output" or "standard error" where ``path`` is that stream's file, pipe or
+    device (``/dev/stdout``, ``/proc/self/fd/1``, the file stdout is redirected to), else None."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if os.path.realpath(path) == os.devnull:  # (nothing is lost there, results or not)
+        return None
+    for fd, name in ((1, "standard output"), (2, "standard error")):
+        try:
+            own = os.fstat(fd)
+        except OSError:  # (a closed stream)
+            continue
+        if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+            return name
+    return None
 
 
 def writable_beside(path, suffixes, field: str, *, reads: tuple = (),

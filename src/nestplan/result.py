@@ -126,9 +126,10 @@ class Evaluation:
     model_flops: float
     """Model FLOP per step (full attention, no recompute: the usual MFU convention)."""
     logged_model_flops: float = 0.0
-    """Model FLOP per step as Megatron-LM logs them since 8873b55d6a (2025-03-06): attention over
-    the whole sequence with its core at half for the causal mask
-    (``evaluate.logged_flops_per_sequence``)."""
+    """Model FLOP per step as the framework of the stack's export format logs them
+    (``evaluate.framework_flops_per_sequence``): Megatron-LM since 8873b55d6a (2025-03-06) with
+    attention over the whole sequence and its core at half for the causal mask, torchtitan with
+    attention unmasked over all of seq_len whatever the document masks; MFU's count for others."""
     hardware_flops: float
     """FLOP actually executed per step (causal masking skipped, recomputation included)."""
     time: TimeBreakdown
@@ -166,14 +167,14 @@ class Evaluation:
 
     @property
     def logs_other_flops(self) -> bool:
-        """Megatron-LM's log counts this plan's model FLOP otherwise than MFU does
+        """The stack's framework's log counts this plan's model FLOP otherwise than MFU does
         (``logged_model_flops`` differs by more than 0.05 %)."""
         return not math.isclose(self.logged_model_flops, self.model_flops, rel_tol=5e-4)
 
     @property
     def logged_tflops_per_gpu(self) -> float:
-        """Model TFLOP/s per GPU as Megatron-LM logs its "throughput per GPU (TFLOP/s/GPU)"
-        (``logged_model_flops``)."""
+        """Model TFLOP/s per GPU as the stack's framework logs them (``logged_model_flops``):
+        Megatron-LM's "throughput per GPU (TFLOP/s/GPU)", torchtitan's "tflops"."""
         return self.logged_model_flops / self.step_time / self.gpus / 1e12
 
     @property

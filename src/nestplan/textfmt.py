@@ -219,7 +219,8 @@ def _policies_text(ev: Evaluation) -> list[str]:
 
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
-    from .evaluate import logged_flops_differences  # (not at import: cli checks flags first)
+    # (not at import: cli checks flags first)
+    from .evaluate import LOGGING_FRAMEWORKS, logged_flops_differences
 
     sc = ev.scenario
     tr = sc.training
@@ -235,9 +236,10 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as Megatron-LM counts them: "
-            f"{'; '.join(logged_flops_differences(sc.model, tr.document_span))})"
-            if ev.scenario.stack.export_format == "megatron" and ev.logs_other_flops else ""),
+            f" ({ev.logged_tflops_per_gpu:.1f} as {LOGGING_FRAMEWORKS[fmt]} counts them: "
+            f"{'; '.join(logged_flops_differences(sc.model, tr.document_span, fmt))})"
+            if (fmt := ev.scenario.stack.export_format) in LOGGING_FRAMEWORKS
+            and ev.logs_other_flops else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "

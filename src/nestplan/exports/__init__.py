@@ -248,7 +248,8 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         logged = [] if fmt not in LOGGED_FLOPS or not run.logs_other_flops else [
             f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
-            f"its count takes {'; '.join(logged_flops_differences(sc.model, sc.training.document_span))} "
+            f"its count takes "
+            f"{'; '.join(logged_flops_differences(sc.model, sc.training.document_span, fmt))} "
             f"({LOGGED_FLOPS[fmt][1]})"]
         # a RoPE model past the context it was built for, as plan said it (the Megatron export
         # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
@@ -284,11 +285,11 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
 LOGGED_FLOPS = {
     "megatron": ("Megatron-LM", "num_floating_point_operations, megatron/training/training.py, "
                  "since 8873b55d6a"),
+    "torchtitan": ("torchtitan", "get_dense_model_nparams_and_flops, torchtitan/models/utils.py, "
+                   "0.3.0"),
 }
 """Formats whose framework logs model FLOP as ``Evaluation.logged_model_flops`` counts them: its
-name, where it counts them. (torchtitan 0.3 counts attention unmasked, 6·layers·heads·2·head_dim
-·seq_len a token, as nestplan's MFU does: get_dense_model_nparams_and_flops,
-torchtitan/models/utils.py, called with head_dims = 2·head_dim by its models.)"""
+name, where it counts them (``evaluate.framework_flops_per_sequence``)."""
 # (the dense mask's 64 GiB: float32, 4 bytes x 131,072^2 = 2^36 bytes)
 MASKS_PER_DOCUMENT = {
     "megatron": "the export asks Megatron-LM to mask attention per document "

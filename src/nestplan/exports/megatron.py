@@ -242,7 +242,8 @@ def _moe_pattern(m) -> str:
 
 
 def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
-    """``--cp-comm-type`` where the plan's stack (megatron-core for another format's) gathers K/V
+    """``--cp-comm-type`` under context parallelism: ``p2p``, the ring, unless the plan's stack
+    (megatron-core for another format's) gathers K/V
     (``cp_exchange_for``: a stack file's ``cp_exchange = "allgather"``) or Transformer Engine
     refuses its default ring (``p2p``) under context parallelism (``cp_gathers_windows``):
     over sliding windows ``all_gather``, with learnable softmax offsets (GPT-OSS's sinks) ``a2a``,
@@ -254,9 +255,14 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     cp = par.cp
     te = get_stack(FORMAT_STACKS["megatron"])  # Transformer Engine's rules hold whatever the stack
     chosen = launching_stack(stack, "megatron").cp_exchange_for(m)
-    if cp == 1 or not (te.cp_exchange_for(m) == "te_allgather"
-                       or chosen in ("allgather", "te_allgather", "flex_allgather")):
+    if cp == 1:
         return []
+    if not (te.cp_exchange_for(m) == "te_allgather"
+            or chosen in ("allgather", "te_allgather", "flex_allgather")):
+        # the ring the cost model charges, written out though it is the default (arguments.py
+        # @ d98e8a64dd: default ['p2p']), so that the launch says what was predicted (a
+        # long-context trial's)
+        return ["--cp-comm-type p2p"]
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
     # (a plan of another stack's: the rule TE's own plans keep, specs.sinks_cp_refusal)

@@ -25,8 +25,8 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..graph import BLOCK_KINDS
 from ..result import Evaluation
-from ..specs import (Parallelism, Scenario, check_plan, cp_splits, divisors, multiples_near,
-                     plan_knobs, uneven_chunks)
+from ..specs import (MIN_CP_CHUNK, Parallelism, Scenario, check_plan, cp_splits, divisors,
+                     multiples_near, plan_knobs, uneven_chunks)
 from ..stack import StackSpec
 from ..units import GiB, fmt_gib
 from . import dp as DP
@@ -562,8 +562,11 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     if not found:
         raise InfeasibleError(why_nothing_fits(sc, con, shortfall, size, method),
                               closest_details(sc, shortfall))
-    best = sorted(found, reverse=True)  # best first; of equal times, the first found
-    plans = [f.ev or evaluate(sc, f.par) for f in best]
+    best = sorted(found, reverse=True)  # best first
+    # of equal steps the one holding least memory first, then the first found (a DeepSpeed
+    # trial's ZeRO-0 pipeline, at 69.7 GiB, was listed above the same step's ZeRO-1 at 51.8)
+    plans = sorted((f.ev or evaluate(sc, f.par) for f in best),
+                   key=lambda e: (round(e.step_time, 9), e.peak_memory))
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
 
@@ -695,9 +698,12 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
         return (f"{head}: global batch {gb:,} is a multiple of none of the data-parallel sizes "
                 f"they leave ({', '.join(map(str, dps))}): a multiple of {dps[0]}, such as {near}, "
                 "would be")
+    # (the CP rule too: a fuzzing trial's --tp 1 --pp 1 --mbs 64 on 8 GPUs at 4,096 tokens
+    # needed cp 8, 512 tokens a rank, which the rules it was told allowed)
     return (f"{head} (tp·pp·dp·cp must equal gpus, tp divide the heads, pp·vp not exceed the "
-            f"layers, mbs·dp divide the global batch, and the micro-batches per replica suit the "
-            f"schedule)")
+            f"layers, mbs·dp divide the global batch, the micro-batches per replica suit the "
+            f"schedule, and cp leave each rank at least {MIN_CP_CHUNK:,} of the sequence's "
+            f"tokens unless --cp fixes it)")
 
 
 class Shortfall:
@@ -745,6 +751,25 @@ def _reserve_fills(sc: Scenario) -> str:
             "device (reserved_GiB), which leaves nothing for the model; give the stack less")
 
 
+def _more_gpus_help(sc: Scenario, con: Constraints) -> bool:
+    """Whether more devices could help under these constraints: tensor parallelism, a pipeline
+    at the ZeRO stage given, ZeRO-3 or expert parallelism left open to split the weights, or the
+    weights the fixed TP and PP leave on a device within the limit (a DeepSpeed trial's ZeRO-2 on a stack without
+    TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every weight on each)."""
+    from ..graph import total_params
+
+    st = sc.stack
+    whole = total_params(sc.model) * st.weight_bytes
+    splits = ((st.offers("tp") and con.tp is None and sc.model.heads > 1)
+              or (st.offers("pp") and con.pp is None
+                  and (con.zero is None or con.zero <= st.max_zero_with_pp))
+              or ((con.zero is None or con.zero == 3) and 3 in st.zero_stages)
+              or (sc.model.moe is not None and st.offers("ep") and con.ep is None))
+    # (fixed TP and PP split it as far as they go; more devices then shard only the gradients and
+    # optimizer states, which helps where the weights left on each device fit)
+    return splits or whole / ((con.tp or 1) * (con.pp or 1)) < sc.memory_limit
+
+
 def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int,
                      method: str = "nest") -> str:
     """Why a search of ``n_configs`` configurations found nothing: the constraints, or the
@@ -761,7 +786,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         return f"nothing fits in {room}: {_reserve_fills(sc)}"
     if par is None:
         return "no configuration fits in memory"
-    hints = ["more GPUs"]
+    hints = ["more GPUs"] if _more_gpus_help(sc, con) else []
     if con.pp is not None:
         hints.append("a longer pipeline (drop --pp)")
     if con.zero is not None and con.zero < 3 and method != "phaze":
@@ -777,7 +802,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     if con.ep is not None and sc.model.moe is not None:
         hints.append("more expert parallelism (drop --ep)")
     seq = sc.training.seq_len
-    if con.cp is None and par.cp == 1 and sc.stack.offers("cp") and not any(
+    if con.cp is None and par.cp == 1 and sc.stack.offers("cp") and sc.gpus > 1 and not any(
             cp_splits(seq, c) for c in divisors(sc.gpus)[1:]):
         # (more GPUs alone had been the hint for an odd length: a long-context trial's)
         hints.append(f"a sequence length context parallelism can split ({seq:,} is a multiple "
@@ -790,6 +815,9 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
     unproven = ("" if shortfall.least is None or shortfall.floor else
                 f" (the closest of {shortfall.measured:,} measured; none needs less than "
                 f"{fmt_gib(shortfall.least)} GiB)")
+    tried = f"try {', '.join(hints)}" if hints else "nothing in these flags helps"
+    if "more GPUs" not in hints:
+        tried += " (no GPU count does: every device holds all of the weights under them)"
     return (f"nothing fits in {room}; the closest {what} ({knobs}) needs{least} "
             f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB{unproven}; "
-            f"try {', '.join(hints)}")
+            f"{tried}")

@@ -188,9 +188,11 @@ def read_existing(path: Path, spec: SweepSpec, ids: set[str]) -> Existing:
     if not path.is_file() or path.stat().st_size == 0:
         return out
     columns = list(spec.columns)
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+    try:  # (a byte-order mark, as a spreadsheet saves one, read as one: a fuzzing trial's had
+        # made "id" a column not in this sweep; lines of blanks alone, e.g. a stray carriage
+        # return, are no rows)
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = [r for r in csv.reader(f) if any(cell.strip() for cell in r)]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SpecError("output", str(path), f"cannot read it as a results CSV ({_one_line(e)}); "
                         "give another --output or delete the file") from None
@@ -343,7 +345,7 @@ def in_grid_order(path: Path, ids: list[str]) -> None:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # (as read_existing reads it)
         return list(csv.DictReader(f))
 
 

@@ -506,7 +506,15 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
         for v in values:
             if not isinstance(v, str):
                 raise SpecError(f"grid.{key}", v, "must be a catalog name or a path")
-            _as_field(f"grid.{key}", v, load, _resolve(v, base))
+            path = _resolve(v, base)
+            try:
+                _as_field(f"grid.{key}", v, load, path)
+            except SpecError as e:  # (a fuzzing trial's path, right from where it ran, was
+                # told "no such file" without where it had been looked for)
+                if path == v or not e.allowed.endswith("no such file"):
+                    raise
+                raise SpecError(e.field, e.value, f"{e.allowed} (a path is taken relative to "
+                                f"the sweep file: {path})") from None
         return values
 
     add("model", references("model", _model))
