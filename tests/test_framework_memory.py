@@ -488,7 +488,7 @@ def test_megatron_cross_entropy_backward_allocates_what_the_stack_says():
 
 
 UPCAST_LOSS_SCRIPT = r"""
-import json, sys, weakref
+import json, weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves

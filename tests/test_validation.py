@@ -135,9 +135,12 @@ def test_llm_foundrys_h100_runs_are_predicted_as_reported(record_property):
     outcomes = run(DATA / "composer_h100_held_out.csv")
     record_property("print", "llm-foundry H100 runs\n" + table(outcomes))
     assert {o.case.scenario.stack.name for o in outcomes} == {"composer"}
-    parts = {"all": outcomes, "bf16": [o for o in outcomes if "_h100f8_" not in o.case.id],
-             "bf16, 128-512 GPUs": [o for o in outcomes if "_h100l_" in o.case.id],
-             "fp8": [o for o in outcomes if "_h100f8_" in o.case.id]}
+    def fp8(o):
+        return o.case.scenario.training.precision.value == "fp8"
+
+    parts = {"all": outcomes, "bf16": [o for o in outcomes if not fp8(o)],
+             "bf16, 128-512 GPUs": [o for o in outcomes if not fp8(o) and o.case.scenario.gpus >= 128],
+             "fp8": [o for o in outcomes if fp8(o)]}
     got = {}
     for part, outs in parts.items():
         errors = [o.error * 100 for o in outs]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .caching import cached
-from .stack import CALIBRATION, fitted_kind
+from .stack import CALIBRATION, CALIBRATION_VALUES, fitted_kind
 from .units import counted
 
 COLUMNS = ("stack", "accelerator", "kind", "runs", "mean_abs_error", "worst_error",
@@ -83,27 +83,27 @@ def kind_of(model) -> str:
     return {"moe": "MoE"}.get(fitted_kind(model), "dense")
 
 
-VALUES = tuple(f for f in CALIBRATION if not f.startswith("fitted_"))
-"""The fields of a calibration that hold its values (the rest say what runs they came from)."""
-_VALUE_AT = tuple(CALIBRATION.index(f) for f in VALUES)
-
-
-def _values(calibration_: tuple) -> tuple:
-    """The ``VALUES`` part of a calibration tuple."""
-    return tuple(calibration_[i] for i in _VALUE_AT)
-
-
 def _own(stack) -> tuple:
     return tuple(getattr(stack, f) for f in CALIBRATION)
 
 
+def _values(stack) -> tuple:
+    """What ``stack``'s calibration holds (``stack.CALIBRATION_VALUES``), not where it came
+    from."""
+    return tuple(getattr(stack, f) for f in CALIBRATION_VALUES)
+
+
 @cached(maxsize=None)
-def _fitted() -> tuple[tuple, ...]:
-    """The catalog's calibrations fitted on runs (``fitted_on`` not empty)."""
+def _fitted() -> dict[tuple, tuple[tuple, ...]]:
+    """The catalog's calibrations fitted on runs (``fitted_on`` not empty), by the values they
+    hold."""
     from .catalog import get_stack, list_names
 
-    return tuple(dict.fromkeys(_own(st) for st in map(get_stack, sorted(list_names("stacks")))
-                               if st.fitted_on))
+    out: dict[tuple, tuple[tuple, ...]] = {}
+    for st in map(get_stack, sorted(list_names("stacks"))):
+        if st.fitted_on and _own(st) not in out.get(_values(st), ()):
+            out[_values(st)] = out.get(_values(st), ()) + (_own(st),)
+    return out
 
 
 def calibration(stack) -> tuple:
@@ -114,8 +114,7 @@ def calibration(stack) -> tuple:
     own = _own(stack)
     if stack.fitted_on:
         return own
-    values = _values(own)
-    same = [cal for cal in _fitted() if _values(cal) == values]
+    same = _fitted().get(_values(stack), ())
     return same[0] if len(same) == 1 else own
 
 

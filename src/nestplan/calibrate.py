@@ -35,7 +35,7 @@ import numpy as np
 from .catalog import DEFAULT_STACK
 from .errors import SpecError, UsageError
 from .stack import FITTED_KINDS, MAX_ALLOCATOR_OVERHEAD, StackSpec, fitted_kind
-from .units import GiB, US
+from .units import GiB, US, counted
 
 NOISE = 0.05
 """Width of a row's log error: how far a measured run scatters around a model that is right for
@@ -417,8 +417,8 @@ def fit(cases, base: StackSpec, *, name: str = "calibrated", leave_one_out: bool
                                  max(c.scenario.gpus for c in cases)),
                     fitted_kinds=tuple(k for k in FITTED_KINDS if k in {
                         fitted_kind(c.scenario.model) for c in cases}),
-                    description=f"{base.name} calibrated on {len(cases)} measured "
-                    + ("run" if len(cases) == 1 else "runs"))
+                    description=f"{base.name} calibrated on "
+                    f"{counted(len(cases), 'measured run')}")
     # multipliers of the base, and the two overheads as fitted values
     params = {n: math.exp(v) for n, v in zip(names, x)
               if n not in FITTED_VALUES}

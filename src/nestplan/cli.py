@@ -794,27 +794,27 @@ def cmd_validate(args) -> int:
         print(_json(summary))
     else:
         print(table(outcomes))
-        print(_tolerance_line(summary["rows_over"], summary["mean_abs_error"],
-                              summary["memory_rows"], summary["memory_rows_over"],
-                              summary["memory_mean_abs_error"])[0])
+        print(_tolerance_line(summary))
     return 0 if summary["ok"] else 1
 
 
-def _tolerance_line(rows_over: int, mean: float, memory_rows: int, memory_over: int,
-                    memory_mean: float | None) -> tuple[str, bool]:
-    """``validate``'s last line (and ``calibrate``'s, after its fit), the tolerance and whether
-    the rows keep it, with that verdict (True: they do)."""
-    from .validation import MEAN_TOLERANCE, MEMORY_TOLERANCE, ROW_TOLERANCE
+def _tolerance_line(summary: dict) -> str:
+    """``validate``'s last line (and ``calibrate``'s, after its fit): the tolerance and whether
+    the rows keep it (``validation.tolerance_summary``'s figures)."""
+    from .units import counted
 
-    missed = [f"{rows_over} row{'s' if rows_over > 1 else ''} over"] if rows_over else []
-    if mean > MEAN_TOLERANCE:
+    over, mean, peaks = (summary[k] for k in ("rows_over", "mean_abs_error", "memory_rows"))
+    missed = [f"{counted(over, 'row')} over"] if over else []
+    if mean > summary["mean_tolerance"]:
         missed.append(f"mean {mean:.1%}")
-    if memory_over:
-        missed.append(f"{memory_over} peak memor{'ies' if memory_over > 1 else 'y'} over")
-    memory = (f", every measured peak memory within {MEMORY_TOLERANCE:.0%} (of {memory_rows}: "
-              f"mean {memory_mean:.1%})" if memory_rows else "")
-    return (f"tolerance: every row within {ROW_TOLERANCE:.0%}, mean within {MEAN_TOLERANCE:.0%}"
-            f"{memory}: " + (f"FAILED ({', '.join(missed)})" if missed else "ok"), not missed)
+    if summary["memory_rows_over"]:
+        n = summary["memory_rows_over"]
+        missed.append(f"{n} peak memor{'ies' if n > 1 else 'y'} over")
+    memory = (f", every measured peak memory within {summary['memory_tolerance']:.0%} (of "
+              f"{peaks}: mean {summary['memory_mean_abs_error']:.1%})" if peaks else "")
+    return (f"tolerance: every row within {summary['row_tolerance']:.0%}, mean within "
+            f"{summary['mean_tolerance']:.0%}{memory}: "
+            + (f"FAILED ({', '.join(missed)})" if missed else "ok"))
 
 
 def _shown(text: str) -> str:
@@ -829,9 +829,10 @@ def cmd_calibrate(args) -> int:
     from .catalog import files_read, get_stack, list_names, looks_like_path
     from .errors import SpecError
     from .loaders import checked_name, stack_to_table, writable
+    from .stack import FITTED_FROM
     from .textfmt import seconds
     from .tomlfmt import dumps
-    from .units import MS
+    from .units import MS, counted
     from .validation import files_named, load_cases
 
     runs = _runs_csv(args.csv, "RUNS.csv")
@@ -877,7 +878,7 @@ def cmd_calibrate(args) -> int:
         ref = f".{os.sep}{ref}"
     table = {"base": ref, **{k: v for k, v in stack_to_table(result.stack).items()
                                    if v != before.get(k) or k == "name"
-                                   or k.startswith("fitted_")}}
+                                   or k in FITTED_FROM}}
     # written beside it first and loaded as --stack takes it (a chain of bases not too long),
     # so that a file that would not load replaces nothing
     from .loaders import replacing
@@ -924,8 +925,8 @@ def cmd_calibrate(args) -> int:
 
     fitted = ", ".join(fitted_text(k, v) for k, v in result.params.items())
     n, plans = len(cases), distinct_rows(cases)
-    counted = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
-    lines.append(f"fitted on {n} row{'s' if n != 1 else ''}{counted} over {base.name}: {fitted}")
+    distinct = f" ({plans} distinct: a plan measured again counts once)" if plans < n else ""
+    lines.append(f"fitted on {counted(n, 'row')}{distinct} over {base.name}: {fitted}")
     lines.append(_fit_summary(result, plans))
     print("\n".join(lines))
     if moved:
@@ -944,17 +945,11 @@ def cmd_calibrate(args) -> int:
     say(f"nestplan: wrote {out} (use it with --stack {shlex.quote(str(out))})")
     # after the fit, validate's tolerance, and its exit code (a fuzzing trial's fit left two rows
     # 495 % off and exited 0, where the README promised 1)
-    from .calibrate import mean_abs
-    from .validation import MEMORY_TOLERANCE, ROW_TOLERANCE
+    from .validation import tolerance_summary
 
-    peaks = [abs(e) for e in result.memory_after if e is not None]
-    over = sum(abs(e) > ROW_TOLERANCE for e in result.after)
-    peaks_over = sum(e > MEMORY_TOLERANCE for e in peaks)
-    mean = mean_abs(result.after)
-    line, ok = _tolerance_line(over, mean, len(peaks), peaks_over,
-                               sum(peaks) / len(peaks) if peaks else None)
-    print("after the fit, " + line)
-    return 0 if ok else 1
+    summary = tolerance_summary(result.after, result.memory_after)
+    print("after the fit, " + _tolerance_line(summary))
+    return 0 if summary["ok"] else 1
 
 
 def _reloaded(runs: Path, stack):

@@ -26,6 +26,7 @@ the search optimises for a plan is exactly what ``evaluate`` reports.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable, NamedTuple
 
 from .caching import cached
 from . import graph as G
@@ -104,7 +105,7 @@ def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = N
     --swiglu (its ``gated_linear_multiplier``), which the export writes for SwiGLU alone: a
     GeLU-gated one (--quick-geglu, GPT-OSS's clamped one too) counts as two matrices, not three
     (a user trial: 27 % above the log for GPT-OSS)."""
-    plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
+    plain = model.without_local_attention()
     if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
         plain = replace(plain, mlp=MLPKind.GELU, glu_clamp=0.0)
     span = document_span or 0
@@ -115,11 +116,6 @@ def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = N
     return model_flops_per_sequence(plain, seq_len, span) - (masked if model.causal else 0.0)
 
 
-LOGGING_FRAMEWORKS = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}
-"""Export formats whose framework logs model FLOP/s otherwise than MFU's count can (``Evaluation.
-logged_model_flops``), and its name."""
-
-
 def torchtitan_flops_per_sequence(model, seq_len: int) -> float:
     """Model FLOP of one sequence as torchtitan 0.3 logs them: 6 per matmul parameter a token and
     every layer's attention unmasked over all ``training.seq_len`` tokens, whatever the document
@@ -127,31 +123,10 @@ def torchtitan_flops_per_sequence(model, seq_len: int) -> float:
     causal attention"; get_dense_model_nparams_and_flops, torchtitan/models/utils.py, torchtitan
     0.3.0 wheel), windows too (a long-context trial: a 8K-token span at 128K is logged 3 times
     what it runs)."""
-    plain = replace(model, local_span=0, local_share=0.0, local_layers=(), sliding_window=0)
-    return model_flops_per_sequence(plain, seq_len, 0)
+    return model_flops_per_sequence(model.without_local_attention(), seq_len, 0)
 
 
-def framework_flops_per_sequence(model, seq_len: int, document_span: int | None,
-                                 export_format: str | None) -> float:
-    """Model FLOP of one sequence as the framework of ``export_format`` logs them
-    (``LOGGING_FRAMEWORKS``); MFU's count for the others."""
-    if export_format == "megatron":
-        return logged_flops_per_sequence(model, seq_len, document_span)
-    if export_format == "torchtitan":
-        return torchtitan_flops_per_sequence(model, seq_len)
-    return model_flops_per_sequence(model, seq_len, document_span or 0)
-
-
-def logged_flops_differences(model, document_span: int | None,
-                             export_format: str = "megatron") -> list[str]:
-    """How the framework of ``export_format`` counts this model's FLOP otherwise than MFU's count
-    (``framework_flops_per_sequence``), in words, only what applies (a user trial's GLM-4.5
-    export was told of a GeLU-gated MLP it does not have)."""
-    if export_format == "torchtitan":
-        aside = [w for w, on in (("its document masks", document_span),
-                                 ("its windows", model.local_share)) if on]
-        return ["each layer's attention over all seq_len tokens, unmasked"
-                + (f", {' and '.join(aside)} aside" if aside else "")]
+def _megatron_differences(model, document_span: int | None) -> list[str]:
     out = []
     if document_span:  # (as the Megatron export launches it: masked per document)
         out.append("each layer's attention within each document (--dataloader-inter-document-"
@@ -165,6 +140,52 @@ def logged_flops_differences(model, document_span: int | None,
     if model.gated and not (model.mlp is MLPKind.SWIGLU and not model.glu_clamp):
         out.append("its GeLU-gated MLP (--quick-geglu) as ungated")
     return out
+
+
+def _torchtitan_differences(model, document_span: int | None) -> list[str]:
+    aside = [w for w, on in (("its document masks", document_span),
+                             ("its windows", model.local_share)) if on]
+    return ["each layer's attention over all seq_len tokens, unmasked"
+            + (f", {' and '.join(aside)} aside" if aside else "")]
+
+
+class FlopLog(NamedTuple):
+    """How a framework logs model FLOP: its name, where in its code, its count of one sequence
+    ``(model, seq_len, document_span)`` and how that differs from MFU's, in words."""
+
+    name: str
+    source: str
+    count: Callable[..., float]
+    differences: Callable[..., list[str]]
+
+
+LOGGING_FRAMEWORKS = {
+    "megatron": FlopLog("Megatron-LM", "num_floating_point_operations, megatron/training/"
+                        "training.py, since 8873b55d6a", logged_flops_per_sequence,
+                        _megatron_differences),
+    "torchtitan": FlopLog("torchtitan", "get_dense_model_nparams_and_flops, torchtitan/models/"
+                          "utils.py, 0.3.0", lambda m, seq, span: torchtitan_flops_per_sequence(
+                              m, seq), _torchtitan_differences),
+}
+"""Export formats whose framework logs model FLOP/s otherwise than MFU's count can (``Evaluation.
+logged_model_flops``), and how."""
+
+
+def framework_flops_per_sequence(model, seq_len: int, document_span: int | None,
+                                 export_format: str | None) -> float:
+    """Model FLOP of one sequence as the framework of ``export_format`` logs them
+    (``LOGGING_FRAMEWORKS``); MFU's count for the others."""
+    log = LOGGING_FRAMEWORKS.get(export_format)
+    return (log.count(model, seq_len, document_span) if log else
+            model_flops_per_sequence(model, seq_len, document_span or 0))
+
+
+def logged_flops_differences(model, document_span: int | None,
+                             export_format: str = "megatron") -> list[str]:
+    """How the framework of ``export_format`` counts this model's FLOP otherwise than MFU's count
+    (``framework_flops_per_sequence``), in words, only what applies (a user trial's GLM-4.5
+    export was told of a GeLU-gated MLP it does not have)."""
+    return LOGGING_FRAMEWORKS[export_format].differences(model, document_span)
 
 
 def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:
@@ -241,7 +262,8 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
         memory=D.pick(devices[s].memory, pols[s]), recompute=sc.stack.recompute[pols[s]].name,
         devices=ids[s]) for s in range(pp))
 
-    # breakdown: per-micro-batch work on the slowest device, the end on the latest one
+    # breakdown: per-micro-batch work on the slowest device (``Evaluation.slowest_stage``, the
+    # same first maximum), the end on the latest one
     k = max(range(pp), key=lambda i: x[i])
     j = max(range(pp), key=lambda i: e[i])
     compute = recompute = host = eager = 0.0
@@ -303,7 +325,7 @@ def evaluate(sc: Scenario, par: Parallelism, *, stack_offers: bool = True) -> Ev
                       logged_model_flops=logged,
                       hardware_flops=hw * micro * par.dp * par.tp * par.cp, time=time,
                       link_time=links, stages=stages, eager_kernels=micro * eager,
-                      slowest_stage=k, last_stage=j, uneven_chunks=uneven)
+                      last_stage=j, uneven_chunks=uneven)
 
 
 def _uneven_chunks(sc: Scenario, par: Parallelism, stages, micro: int, step: float) -> float:

@@ -965,13 +965,13 @@ rounds of pp, which every stack ran then."""
 
 
 FRAMEWORK_LATER_KEYS = {
-    "torchtitan": ("torchtitan", TORCHTITAN_LATER_KEYS),
-    "megatron": ("megatron-core", ("p2p_overlap_needs_interleaving",)),
-    "deepspeed": ("deepspeed", ("optimizer_gather_waits", "zero_grad_allreduce"))}
-"""Per export format, the catalog stack and the later keys whose absence a stack of the user's
-own name of that format reads as that stack has them: torchtitan's (above), megatron-core's
-sends without interleaving, DeepSpeed's ZeRO-1/2 step (found in the frameworks' code on
-2026-12-06)."""
+    "torchtitan": TORCHTITAN_LATER_KEYS,
+    "megatron": ("p2p_overlap_needs_interleaving",),
+    "deepspeed": ("optimizer_gather_waits", "zero_grad_allreduce")}
+"""Per export format, the later keys whose absence a stack of the user's own name of that format
+reads as the format's catalog stack (``stack.FORMAT_STACKS``) has them: torchtitan's (above),
+megatron-core's sends without interleaving, DeepSpeed's ZeRO-1/2 step (found in the frameworks'
+code on 2026-12-06)."""
 
 
 LATER_ACCELERATOR_KEYS = ("compute_capability", "fitted_on")
@@ -1010,8 +1010,9 @@ def later_keys_filled(table):
         if fmt == "deepspeed" and "expert_layer_injected" not in table:
             # its export had written AutoEP's section for a stack without a TP axis
             table = {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
-        name, keys = FRAMEWORK_LATER_KEYS[fmt]
-        source = get_stack(name)
+        from .stack import FORMAT_STACKS
+
+        source, keys = get_stack(FORMAT_STACKS[fmt]), FRAMEWORK_LATER_KEYS[fmt]
     else:
         return table
     fill = stack_to_table(source)

@@ -26,7 +26,7 @@ from .loaders import (LATER_STACK_KEYS, accelerator_later_keys_filled, accelerat
 from .recompute import parse_names
 from .result import SUMMARY_KEYS, Evaluation
 from .specs import Parallelism, Scenario, finite
-from .stack import CALIBRATION
+from .stack import FITTED_FROM
 
 FORMAT = 2
 """Format 2 adds the stack; format 1 files (stack settings in ``training``) still load."""
@@ -204,7 +204,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-UNCOSTED_STACK_KEYS = ("description", *(k for k in CALIBRATION if k.startswith("fitted_")))
+UNCOSTED_STACK_KEYS = ("description", *FITTED_FROM)
 """Stack keys a plan file may differ in from the catalog without a note (they cost nothing)."""
 
 

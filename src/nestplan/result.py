@@ -139,9 +139,6 @@ class Evaluation:
     eager_kernels: float
     """Seconds of ``time.compute`` spent in eager kernels that a fused one would replace
     (``StackSpec.eager_ops``)."""
-    slowest_stage: int = 0
-    """The pipeline stage whose micro-batch takes longest: ``time``'s per-micro-batch parts
-    (compute, recompute, host, tp, cp, ep, zero, pp) and ``link_time``'s tp, cp and ep are its."""
     last_stage: int = 0
     """The stage whose step ends last: ``time``'s dp, embedding and optimizer are its, as is
     ``link_time``'s dp beside the slowest stage's ZeRO traffic (a datacenter trial's data-parallel
@@ -227,6 +224,13 @@ class Evaluation:
     @property
     def worst_stage(self) -> StageReport:
         return max(self.stages, key=lambda s: s.memory.total)
+
+    @property
+    def slowest_stage(self) -> int:
+        """The pipeline stage whose micro-batch takes longest: ``time``'s per-micro-batch parts
+        (compute, recompute, host, tp, cp, ep, zero, pp) and ``link_time``'s tp, cp and ep are
+        its."""
+        return max(self.stages, key=lambda s: s.time_per_microbatch).index
 
     @property
     def why_not(self) -> str | None:

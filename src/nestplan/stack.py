@@ -24,13 +24,16 @@ from dataclasses import dataclass, replace
 
 from .errors import SpecError
 from .options import AttentionImpl, TPOverlap
-from .recompute import STANDARD, Policy, standard
+from .recompute import MODULES, STANDARD, Policy, standard
 from .schedule import MICRO_BATCHES, SCHEDULES
 from .specs import MAX_KERNEL_OVERHEAD_US, MIN_EFFICIENCY, _CachedHash, list_text, within
 from .units import MS, GiB, US
 
 FORMATS = ("megatron", "torchtitan", "deepspeed", "composer")
 """Launch-configuration families a stack's plans export to (``export --format``)."""
+FORMAT_STACKS = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+"""The catalog stack that runs each launcher format's framework as it ships (composer has no
+launcher export)."""
 CUDA_GRAPHS = ("none", "layers", "full_iteration")
 """What a stack may replay as CUDA graphs (``StackSpec.cuda_graphs``)."""
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
@@ -52,6 +55,10 @@ CALIBRATION = ("matmul_scale", "attention_scale", "memory_scale", "network_scale
                "fitted_accelerators", "fitted_gpus", "fitted_kinds")
 """The fields ``calibrate`` fits (or may) and the runs they were fitted on: a stack's
 calibration, which its variants (``base = ...`` files that set behaviour only) share."""
+FITTED_FROM = tuple(f for f in CALIBRATION if f.startswith("fitted_"))
+"""The fields of a calibration that say what runs it came from."""
+CALIBRATION_VALUES = tuple(f for f in CALIBRATION if f not in FITTED_FROM)
+"""The fields of a calibration that hold its values."""
 EAGER_OPS = ("scaled_rope", "glu_clamp", "expert_bias")
 """What ``StackSpec.eager_ops`` may name."""
 AXES = ("tp", "sp", "cp", "ep", "pp")
@@ -757,8 +764,6 @@ class StackSpec(_CachedHash):
         """Why ``name`` is no recompute policy of this stack: the ones it offers, and for a
         recompute module's name how a stack file names a set of them (an MoE user's trial wrote
         Megatron's ``layernorm,moe_act`` in a runs CSV and was told of 'layernorm' alone)."""
-        from .recompute import MODULES
-
         text = f"stack {self.name} offers " + ", ".join(p.name for p in self.recompute)
         if name in MODULES and any(p.modules for p in self.recompute):
             text += (f"; {name} is a recompute module: a set of them is a policy a stack file "

@@ -236,7 +236,7 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as {LOGGING_FRAMEWORKS[fmt]} counts them: "
+            f" ({ev.logged_tflops_per_gpu:.1f} as {LOGGING_FRAMEWORKS[fmt].name} counts them: "
             f"{'; '.join(logged_flops_differences(sc.model, tr.document_span, fmt))})"
             if (fmt := ev.scenario.stack.export_format) in LOGGING_FRAMEWORKS
             and ev.logs_other_flops else ""),

@@ -1006,13 +1006,20 @@ def report(outcomes: list[Outcome]) -> dict:
                        predicted_memory_gib=o.predicted_memory / GiB,
                        memory_error=o.memory_error)
         rows.append(row)
-    errors = [abs(o.error) for o in outcomes]
-    mem = [abs(o.memory_error) for o in outcomes if o.memory_error is not None]
+    return {"rows": rows, "count": len(rows), **tolerance_summary(
+        [o.error for o in outcomes], [o.memory_error for o in outcomes])}
+
+
+def tolerance_summary(errors, memory_errors) -> dict:
+    """The summary figures of step-time ``errors`` and peak-memory ``memory_errors`` (fractions,
+    signed; None where a row has no peak) against the tolerance, and whether they keep it
+    (``report``'s, and ``calibrate``'s after its fit)."""
+    errors = [abs(e) for e in errors]
+    mem = [abs(e) for e in memory_errors if e is not None]
     over = sum(1 for e in errors if e > ROW_TOLERANCE)
     memory_over = sum(1 for e in mem if e > MEMORY_TOLERANCE)
     mae = sum(errors) / len(errors)
-    return {"rows": rows, "count": len(rows), "mean_abs_error": mae,
-            "max_abs_error": max(errors), "rows_over": over,
+    return {"mean_abs_error": mae, "max_abs_error": max(errors), "rows_over": over,
             "memory_rows": len(mem), "memory_mean_abs_error": sum(mem) / len(mem) if mem else None,
             "memory_max_abs_error": max(mem) if mem else None, "memory_rows_over": memory_over,
             "row_tolerance": ROW_TOLERANCE, "mean_tolerance": MEAN_TOLERANCE,

@@ -293,7 +293,7 @@ def _refuse_a_catalog_name(stack, given: bool, where: str) -> None:
     file's stem, unless it is that catalog stack (its own file, or what ``list stacks`` prints
     of it)."""
     name = stack.name
-    if name in list_names("stacks") and stack != get_stack(name):
+    if name in list_names("stacks") and not is_entry("stacks", stack):
         how = ("" if given else " (named for its file: set name = \"...\" in it, or rename "
                "the file)")
         raise SpecError(f"{where}.name", name, f"is a catalog stack's name; give the file's stack "

@@ -14,17 +14,18 @@ from dataclasses import dataclass, field, replace
 from ..axes import order_text
 from ..caching import cached
 from ..errors import SpecError
-from ..evaluate import evaluate as _evaluate, logged_flops_differences
+from ..evaluate import LOGGING_FRAMEWORKS, evaluate as _evaluate, logged_flops_differences
 from ..recompute import Policy
 from ..placement import rank_grid
 from ..notes.plan import unchecked_peak_text
 from ..notes.scenario import trained_context_text
 from ..planfile import PlanFile
 from ..specs import Parallelism, blocks_per_chunk
+from ..stack import FORMAT_STACKS
 from ..textfmt import memory_verdict, plan_short, simulated_schedule_text
 from ..units import GiB
 
-FORMATS = ("megatron", "torchtitan", "deepspeed")
+FORMATS = tuple(FORMAT_STACKS)
 
 evaluate = cached(maxsize=32)(_evaluate)
 """The exporters evaluate the plan and the plan they export, often the same one, once."""
@@ -164,11 +165,12 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
     why = (f"{framework} has no {name} schedule ({par.pipeline.title})" if name not in offered
            else f"{framework} cannot run {micro} micro-batches per replica under {name} "
                 f"({refusal(name, par.vp)[2]})")
+    # the same chunks per device, interleaved, where the format runs that
+    interleaves = "interleaved-1f1b" in offered and refusal("interleaved-1f1b", par.vp) is None
     if par.pipeline.mirrored:  # its fold's schedule on the same ranks: one copy of the weights
         target = par.pipeline.folds_to if par.pipeline.folds_to in offered else "1f1b"
         vp = 1 if SCHEDULES[target].chunks == "one" else par.vp
-        if target == "1f1b" and "interleaved-1f1b" in offered \
-                and refusal("interleaved-1f1b", par.vp) is None:
+        if target == "1f1b" and interleaves:
             # as many chunks per rank, each device's weights one copy of a pp-th of the model, and
             # what needs interleaving still runs (a DeepSeek-V3 trial's DualPipe plan went out as
             # 1F1B with the expert exchange overlapped, which Megatron-Core refuses without it)
@@ -179,8 +181,7 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
             + f" on the same {par.pp} ranks, the blocks split evenly"]
     sizes = list(blocks_per_chunk(pf.scenario.model, par))
     local = par.pipeline.per_device(sizes, par.pp, par.vp)
-    if (par.vp > 1 and "interleaved-1f1b" in offered
-            and refusal("interleaved-1f1b", par.vp) is None):
+    if par.vp > 1 and interleaves:
         target, vp = SCHEDULES["interleaved-1f1b"], par.vp
         layers = target.model_order(local, par.pp, vp)
         how = ""
@@ -245,12 +246,12 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         word), and what a document span needs of the launch."""
         text = simulated_schedule_text(run)
         sc = run.scenario
-        logged = [] if fmt not in LOGGED_FLOPS or not run.logs_other_flops else [
-            f"{LOGGED_FLOPS[fmt][0]} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
+        logged = [] if fmt not in LOGGING_FRAMEWORKS or not run.logs_other_flops else [
+            f"{LOGGING_FRAMEWORKS[fmt].name} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
             f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
             f"its count takes "
             f"{'; '.join(logged_flops_differences(sc.model, sc.training.document_span, fmt))} "
-            f"({LOGGED_FLOPS[fmt][1]})"]
+            f"({LOGGING_FRAMEWORKS[fmt].source})"]
         # a RoPE model past the context it was built for, as plan said it (the Megatron export
         # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
         # had been exported without the note)
@@ -282,14 +283,6 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
     return lines, [note] + later(ev if own is None else own)  # (the exported run's schedule)
 
 
-LOGGED_FLOPS = {
-    "megatron": ("Megatron-LM", "num_floating_point_operations, megatron/training/training.py, "
-                 "since 8873b55d6a"),
-    "torchtitan": ("torchtitan", "get_dense_model_nparams_and_flops, torchtitan/models/utils.py, "
-                   "0.3.0"),
-}
-"""Formats whose framework logs model FLOP as ``Evaluation.logged_model_flops`` counts them: its
-name, where it counts them (``evaluate.framework_flops_per_sequence``)."""
 # (the dense mask's 64 GiB: float32, 4 bytes x 131,072^2 = 2^36 bytes)
 MASKS_PER_DOCUMENT = {
     "megatron": "the export asks Megatron-LM to mask attention per document "
@@ -379,10 +372,6 @@ def export(pf: PlanFile, fmt: str) -> Export:
     else:
         raise SpecError("--format", fmt, f"allowed: {', '.join(FORMATS)}")
     return run(pf)
-
-
-FORMAT_STACKS = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
-"""The catalog stack that runs each format's framework as it ships."""
 
 
 def launching_stack(stack, fmt: str):

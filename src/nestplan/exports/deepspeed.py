@@ -18,7 +18,8 @@ from ..axes import MEGATRON_ORDER
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
-from . import (Export, capacity_notes, closest_schedule, fit_notes, headline,
+from ..units import GiB
+from . import (Export, capacity_notes, closest_schedule, evaluate, fit_notes, headline,
                mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
 
 DEEPSPEED_ORDER = MEGATRON_ORDER
@@ -41,14 +42,11 @@ def _fp32_buffer_text(sc, par) -> str:
     """What an fp32 gradient-accumulation buffer (4 bytes a parameter beside the weights) would
     make of ``par``'s most loaded stage: its GiB, the peak and whether that fits (a DeepSpeed
     trial's 70B pipeline went from 51.8 to 87.6 GiB of an 80 GB H100, unsaid)."""
-    from ..evaluate import evaluate
-    from ..units import GiB
-
-    ev = evaluate(sc, par, stack_offers=False)  # (as the export predicts it: ``prediction``)
+    ev = evaluate(sc, par, stack_offers=False)  # (as ``prediction`` has it: evaluated once)
     per_param = 4 / sc.stack.weight_bytes  # (the weights' bytes per parameter, unsharded here)
-    stage = max(ev.stages, key=lambda s: s.memory.total + s.memory.weights * per_param)
-    extra = stage.memory.weights * per_param
-    peak = stage.memory.total + extra
+    peak, stage = max(((s.memory.total + s.memory.weights * per_param, s) for s in ev.stages),
+                      key=lambda pair: pair[0])
+    extra = peak - stage.memory.total
     return (f"{extra / GiB:.1f} GiB more on stage {stage.index}: {peak / GiB:.1f} of "
             f"{ev.capacity / GiB:.1f} GiB, " + ("which does not fit" if peak > ev.capacity
                                                  else "within the device"))
@@ -169,7 +167,6 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
         # passes it, and its stack counts one cached copy): row- and column-wise, about the bf16
         # weight's bytes again per micro-batch in flight (a user trial's question)
         from ..evaluate import chunk_bounds, layer_graph
-        from ..units import GiB
 
         mg = layer_graph(sc.model, exported, tr, sc.stack)
         # each stage's (one chunk a stage here) block weights, experts aside: AutoEP's experts

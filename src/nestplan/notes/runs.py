@@ -206,13 +206,11 @@ def fit_limits(cases, result, base) -> None:
              "check their recompute, zero_stage and micro_batch")
     # (a multiplier at the peak's cap is said so above; the others are said here whatever the
     # cap: a user trial's attention at 3.25x had gone unsaid beside a memory share at its cap)
-    wide = [(f, getattr(st, f) / getattr(base, f)) for f in PARAMETERS[:3]
-            if f not in capped_fields
-            and not 1 / PLAUSIBLE_SCALE <= getattr(st, f) / getattr(base, f) <= PLAUSIBLE_SCALE]
-    if base.moe_layer_host and not (1 / PLAUSIBLE_SCALE <= st.moe_layer_host / base.moe_layer_host
-                                    <= PLAUSIBLE_SCALE):  # (the wait, fitted for MoE rows: a
-        # review's, said of no move before)
-        wide.append(("moe_layer_host_ms", st.moe_layer_host / base.moe_layer_host))
+    ratios = {f: getattr(st, f) / getattr(base, f) for f in PARAMETERS[:3]}
+    if base.moe_layer_host:  # (the wait, fitted for MoE rows: a review's, said of no move before)
+        ratios["moe_layer_host_ms"] = st.moe_layer_host / base.moe_layer_host
+    wide = [(f, r) for f, r in ratios.items()
+            if f not in capped_fields and not 1 / PLAUSIBLE_SCALE <= r <= PLAUSIBLE_SCALE]
     if wide:  # (a user trial: three MoE rows fitted attention at 0.275x, dense plans then 2.5
         # times slower)
         note(f"the fit moves {', '.join(f'{f} to {r:.3g}x' for f, r in wide)} the base's "
@@ -223,8 +221,7 @@ def fit_limits(cases, result, base) -> None:
              "with it")
     reach = max(abs(math.log1p(e)) for e in result.before)
     outsized = [(f, r) for f in PARAMETERS[:3] if f not in capped_fields | dict(wide).keys()
-                and abs(math.log(r := getattr(st, f) / getattr(base, f)))
-                > max(OUTSIZED * reach, math.log(PLAUSIBLE_MOVE))]
+                and abs(math.log(r := ratios[f])) > max(OUTSIZED * reach, math.log(PLAUSIBLE_MOVE))]
     if outsized:  # (a user trial: host-bound MoE rows 12.7 % fast had fitted the GEMMs at 0.58x,
         # a dense plan then 54 % slower)
         worst = max(map(abs, result.before))

@@ -106,9 +106,10 @@ def unlikely_bandwidths(cluster) -> str | None:
     0.45 GB/s, TB/s typed as GB/s, was costed at 1.6 % MFU without a word), or a level beyond
     the first faster than any scale-out NIC (``FASTEST_SCALE_OUT``). A scale-up fabric of
     several tiers (NVLink across racks) may be faster there: the note says so."""
+    from ..catalog import is_entry
     from ..units import GB
 
-    if _in_catalog(cluster):
+    if is_entry("clusters", cluster):
         return None  # (a catalog cluster's figures are sourced: the TPU v4 pod's ICI is faster)
     levels = cluster.levels
     for inner, outer in zip(levels, levels[1:]):
@@ -132,18 +133,14 @@ def unlikely_bandwidths(cluster) -> str | None:
     return None
 
 
-def _in_catalog(cluster) -> bool:
-    from ..catalog import is_entry
-
-    return is_entry("clusters", cluster)
-
-
 def unstated_efficiencies(cluster) -> str | None:
     """Say which levels of a cluster file give no ``efficiency`` and so are costed at their
     whole bandwidth (None: every level gives one, or a catalog cluster): a user trial's own file
     for the catalog's dgx-h100-ndr network ran its plan 1.8 % faster than the catalog's, whose
     levels give what NCCL's tests reach."""
-    if _in_catalog(cluster):
+    from ..catalog import is_entry
+
+    if is_entry("clusters", cluster):
         return None
     unstated = [lvl.name for lvl in cluster.levels if not lvl.efficiency_stated]
     if not unstated:

@@ -23,7 +23,7 @@ from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
-from ..graph import BLOCK_KINDS
+from ..graph import BLOCK_KINDS, total_params
 from ..result import Evaluation
 from ..specs import (MIN_CP_CHUNK, Parallelism, Scenario, check_plan, cp_splits, divisors,
                      multiples_near, plan_knobs, uneven_chunks)
@@ -39,6 +39,8 @@ SHORTFALL_MEASURED = 64
 are measured exactly at most, least floor first, for the closest plan; where more floors were
 below its shortfall, the message says so and gives the least of them."""
 
+STEP_TIE_S = 1e-9
+"""Seconds within which two found plans' steps count as equal (listed then by peak memory)."""
 PROGRESS_EVERY_S = 0.5
 """Seconds between a search's calls of its ``progress`` (the command line shows fewer)."""
 
@@ -566,7 +568,7 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
     # of equal steps the one holding least memory first, then the first found (a DeepSpeed
     # trial's ZeRO-0 pipeline, at 69.7 GiB, was listed above the same step's ZeRO-1 at 51.8)
     plans = sorted((f.ev or evaluate(sc, f.par) for f in best),
-                   key=lambda e: (round(e.step_time, 9), e.peak_memory))
+                   key=lambda e: (round(e.step_time / STEP_TIE_S), e.peak_memory))
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=size, solved=solved, objective=-best[0].key)
 
@@ -756,8 +758,6 @@ def _more_gpus_help(sc: Scenario, con: Constraints) -> bool:
     at the ZeRO stage given, ZeRO-3 or expert parallelism left open to split the weights, or the
     weights the fixed TP and PP leave on a device within the limit (a DeepSpeed trial's ZeRO-2 on a stack without
     TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every weight on each)."""
-    from ..graph import total_params
-
     st = sc.stack
     whole = total_params(sc.model) * st.weight_bytes
     splits = ((st.offers("tp") and con.tp is None and sc.model.heads > 1)
@@ -786,7 +786,8 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
         return f"nothing fits in {room}: {_reserve_fills(sc)}"
     if par is None:
         return "no configuration fits in memory"
-    hints = ["more GPUs"] if _more_gpus_help(sc, con) else []
+    more_gpus = _more_gpus_help(sc, con)
+    hints = ["more GPUs"] if more_gpus else []
     if con.pp is not None:
         hints.append("a longer pipeline (drop --pp)")
     if con.zero is not None and con.zero < 3 and method != "phaze":
@@ -816,7 +817,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
                 f" (the closest of {shortfall.measured:,} measured; none needs less than "
                 f"{fmt_gib(shortfall.least)} GiB)")
     tried = f"try {', '.join(hints)}" if hints else "nothing in these flags helps"
-    if "more GPUs" not in hints:
+    if not more_gpus:
         tried += " (no GPU count does: every device holds all of the weights under them)"
     return (f"nothing fits in {room}; the closest {what} ({knobs}) needs{least} "
             f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB{unproven}; "

@@ -174,6 +174,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     last_error = None
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (sched.least_vp if sched is not None else 1)
+    recompute = con.recompute or (sc.stack.most_saving,)
     for pp in _allowed("pp", con.pp, pps):
         dp = rest // pp
         if (pp == 1 and pipelined) or (con.dp is not None and dp != con.dp):
@@ -190,7 +191,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
                           vp=vp if pp > 1 else 1, schedule=con.schedule if pp > 1 else None,
                           sp=sp,
                           zero=_manual_zero(zeros, con.zero),
-                          recompute=con.recompute or (sc.stack.most_saving,),
+                          recompute=recompute,
                           mbs=con.mbs or 1, **({"rank_order": con.rank_order}
                                                if con.rank_order else {}))
         try:
@@ -202,9 +203,8 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     # (the policy it tried, and the headroom: a DeepSeek-V3 trial's fine-grained plan, on a stack
     # without full recomputation, was said to fail "with full recomputation", where it missed
     # the headroom alone)
-    policy = names_text(con.recompute) if con.recompute else sc.stack.most_saving
     raise InfeasibleError(f"manual: no pipeline length fits with tp={tp}{given} and recompute "
-                          f"{policy} within the memory headroom "
+                          f"{names_text(recompute)} within the memory headroom "
                           f"({sc.memory_headroom:.0%} of HBM; --memory-headroom sets it)"
                           + (f" ({last_error})" if last_error else ""))
 

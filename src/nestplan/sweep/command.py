@@ -101,9 +101,8 @@ def _run_locked(args, spec, parquet: bool) -> int:
         if existing.superseded:  # (said before the run moves them)
             from .run import superseded_path
 
-            _note(f"{counted(len(existing.superseded), 'row')} of {spec.output} another nestplan "
-                  "wrote (its nestplan_build column; blank before it) would be moved to "
-                  f"{superseded_path(spec.output, spec.columns)} by the run")
+            _note(_superseded_text(len(existing.superseded), spec.output,
+                                   superseded_path(spec.output, spec.columns), dry=True))
         unbuilt: list = []  # points to run that fail before their search, as the run does
         for task in point_tasks(spec, [p for p in points if p.id not in existing.done], unbuilt):
             try:
@@ -134,9 +133,7 @@ def _run_locked(args, spec, parquet: bool) -> int:
         _note(f"no point found a plan that fits; each infeasible row's error column "
               f"says why (the first, {s.first_infeasible})")
     if s.superseded:
-        _note(f"{counted(s.superseded, 'row')} of {spec.output} another nestplan wrote (its "
-              "nestplan_build column; blank before it), whose cost model may differ: moved to "
-              f"{s.superseded_to}, and their points run again with this one")
+        _note(_superseded_text(s.superseded, spec.output, s.superseded_to, dry=False))
     if s.foreign:  # (the plot: a datacenter trial's other grid's plot was redrawn without a word)
         _note(f"{counted(s.foreign, 'row')} of {spec.output} {'is' if s.foreign == 1 else 'are'} "
               "not points of this sweep (kept: rows of another grid, or of a model, cluster or "
@@ -149,6 +146,15 @@ def _run_locked(args, spec, parquet: bool) -> int:
               f"{spec.output} says why", file=sys.stderr)
         return 1
     return 0
+
+
+def _superseded_text(n: int, output, to, *, dry: bool) -> str:
+    """The note on ``n`` rows of ``output`` another nestplan wrote, moved to ``to`` by the run
+    (``dry``: that the run would move them)."""
+    rows = f"{counted(n, 'row')} of {output} another nestplan wrote (its nestplan_build column; "
+    return rows + (f"blank before it) would be moved to {to} by the run" if dry else
+                   f"blank before it), whose cost model may differ: moved to {to}, and their "
+                   "points run again with this one")
 
 
 def _lock_output(path: Path) -> int | None:

@@ -151,8 +151,6 @@ class Existing:
     """Rows another nestplan build wrote (``build.fingerprint``; blank: a nestplan from before the
     column), whose cost model may differ: moved to ``superseded_path`` (a datacenter trial's
     re-run after an upgrade had held each design twice, and a pivot counted both)."""
-    superseded_to: Path | None = None
-    """The file they were moved to (``superseded_path``), once moved."""
     upgraded: bool = False
     """The file was written before some ``LATER_COLUMNS`` existed: rewritten with them blank."""
 
@@ -283,6 +281,8 @@ class ResultsWriter:
 
     def __init__(self, path: Path, spec: SweepSpec, existing: Existing):
         self.columns = spec.columns
+        # where existing's superseded rows were moved (superseded_path), once moved
+        self.superseded_to: Path | None = None
         self.constraints = spec.constraints_text
         path = Path(os.path.realpath(path))  # a link to the file: write the file, keep the link
         try:
@@ -297,7 +297,7 @@ class ResultsWriter:
                     with open(aside, "a", newline="") as f:
                         csv.writer(f).writerows(([] if aside.stat().st_size else [
                             list(self.columns)]) + existing.superseded)
-                    existing.superseded_to = aside
+                    self.superseded_to = aside
                 _rewrite(path, [list(self.columns), *existing.keep])
             self.file = open(path, "a", newline="")
         except OSError as e:
@@ -591,7 +591,7 @@ class Summary:
     superseded: int = 0
     """Rows another nestplan build wrote, moved aside (``Existing.superseded``) ..."""
     superseded_to: Path | None = None
-    """... to this file (``Existing.superseded_to``)."""
+    """... to this file (``ResultsWriter.superseded_to``)."""
     outputs: list[Path] = field(default_factory=list)
     first_infeasible: str = ""
     """The first infeasible point's id and why, as its row says it (for a sweep where no point
@@ -648,7 +648,7 @@ def run_sweep(spec: SweepSpec, *, workers: int | None = None, ray: str | None = 
     summary = Summary(total=len(points), skipped=len(points) - len(todo), foreign=existing.foreign,
                       superseded=len(existing.superseded))
     writer = ResultsWriter(spec.output, spec, existing)
-    summary.superseded_to = existing.superseded_to
+    summary.superseded_to = writer.superseded_to
     progress = Progress(len(points), summary.skipped, enabled=not quiet)
     start = time.perf_counter()
     failed: list = []

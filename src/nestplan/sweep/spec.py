@@ -510,8 +510,9 @@ def _grid(grid: Any, base: Path) -> tuple[tuple[Parameter, ...], tuple]:
             try:
                 _as_field(f"grid.{key}", v, load, path)
             except SpecError as e:  # (a fuzzing trial's path, right from where it ran, was
-                # told "no such file" without where it had been looked for)
-                if path == v or not e.allowed.endswith("no such file"):
+                # told "no such file" without where it had been looked for; a file found that
+                # names a missing one is that file's error, as it was)
+                if path == v or Path(path).exists():
                     raise
                 raise SpecError(e.field, e.value, f"{e.allowed} (a path is taken relative to "
                                 f"the sweep file: {path})") from None
