@@ -343,11 +343,11 @@ HF_BAD = {
     "window-beyond-sequence": (_hf(model_type="mistral", sliding_window=10**7),
                                "sliding_window: got 10000000; gives local_span = 20000000: at most"),
     "llama4-empty-text-config": (json.dumps({"model_type": "llama4", "text_config": {}}),
-                                 "text_config.num_attention_heads: got None; missing key, where "
+                                 "text_config.num_attention_heads: missing key, where "
                                  "model_type 'llama4' requires a value"),
     # a key present but null is said to be null (a user trial was told it was missing)
     "heads-null": (json.dumps({**LLAMA, "num_attention_heads": None}),
-                   "num_attention_heads: got None; null, where model_type 'llama' requires a "
+                   "num_attention_heads: got null; where model_type 'llama' requires a "
                    "value"),
     # families that list their layers' kinds as they are read (it had run out of memory)
     "layers-huge-mistral": (_hf(model_type="mistral", num_hidden_layers=2**31),
@@ -386,7 +386,7 @@ HF_BAD = {
     # Llama 3.1's and linear scalings, kept and exported: transformers' own required keys
     "llama3-rope-no-low": (_hf(rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                              "high_freq_factor": 4.0}),
-                           "rope_scaling.low_freq_factor: got None; llama3 RoPE scaling needs it"),
+                           "rope_scaling.low_freq_factor: got null; llama3 RoPE scaling needs it"),
     "llama3-rope-factor-word": (_hf(rope_scaling={"rope_type": "llama3", "factor": "8",
                                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
                                 "rope_scaling.factor: got '8'"),
@@ -397,7 +397,7 @@ HF_BAD = {
                                    "rope_scaling.high_freq_factor: got 1.0; must be a number "
                                    "at least low_freq_factor"),
     "linear-rope-no-factor": (_hf(rope_scaling={"rope_type": "linear"}),
-                              "rope_scaling.factor: got None; linear RoPE scaling needs its "
+                              "rope_scaling.factor: got null; linear RoPE scaling needs its "
                               "factor"),
     "linear-rope-shrinks": (_hf(rope_scaling={"rope_type": "linear", "factor": 0.5}),
                             "rope_scaling.factor: got 0.5; must be a number in [1"),
@@ -450,7 +450,7 @@ HF_BAD = {
     "yarn-factor-huge-int": (_hf(rope_scaling={"rope_type": "yarn", "factor": 10**400}),
                              "(401 characters); must be a number in [1, 1e+06]"),
     "llama4-text-config-null": (json.dumps({"model_type": "llama4", "text_config": None}),
-                                "text_config: got None; must be a table"),
+                                "text_config: got null; must be a table"),
     "yarn-type-number": (_hf(rope_scaling={"rope_type": 3, "factor": 8}),
                          "rope_scaling.rope_type"),
     "tied-embeddings-str": (_hf(tie_word_embeddings="yes"), "tie_word_embeddings"),
@@ -471,6 +471,13 @@ HF_BAD = {
                                          "give top_k = 2 experts"),
     "rope-theta-twice-differently": (_hf(rope_theta=1e6, rope_parameters={"rope_theta": 5e6}),
                                      "rope_parameters.rope_theta: got 5000000.0; differs"),
+    # DeepSeek-V2's router has no expert bias (DeepseekV2TopkRouter: greedy or group-limited)
+    "v2-router-expert-bias": (json.dumps({**DEEPSEEK, "model_type": "deepseek_v2",
+                                          "topk_method": "noaux_tc", "scoring_func": "sigmoid"}),
+                              "topk_method: got 'noaux_tc'; allowed: group_limited_greedy, greedy"),
+    "v2-groups-not-dividing": (json.dumps({**DEEPSEEK, "model_type": "deepseek_v2",
+                                           "topk_method": "group_limited_greedy", "n_group": 3}),
+                               "n_group: got 3; must divide moe.experts = 8"),
     "router-scale-negative": (json.dumps({**DEEPSEEK, "routed_scaling_factor": -2.5}),
                               "routed_scaling_factor"),
     "yarn-overflow": (_hf(rope_scaling={"rope_type": "yarn", "factor": 1e308, "mscale": 1e308,
@@ -541,7 +548,7 @@ HF_BAD = {
     "mistral-kv-default": (json.dumps({"model_type": "mistral", "hidden_size": 256,
                                        "intermediate_size": 512, "num_hidden_layers": 2,
                                        "num_attention_heads": 4, "vocab_size": 1000}),
-                           "num_key_value_heads: got None; missing, read as its config class's "
+                           "num_key_value_heads: missing, read as its config class's "
                            "default 8 (transformers), which does not divide num_attention_heads "
                            "= 4; give it"),
 }
@@ -688,7 +695,7 @@ CLUSTER_BAD = {
         'accelerator = "h100-sxm-80gb"',
         'accelerator = { name = "a", peak_tflops_bf16 = 900, hbm_GiB = 80, hbm_GBps = 3000, '
         'matmul_efficiency_bf16_by_GFLOP = [[1, 0.5]] }'),
-        "accelerator.attention_efficiency: got None; missing required key (so are "
+        "accelerator.attention_efficiency: missing required key (so are "
         "memory_efficiency); valid keys: "),
     "level-size-huge": (_cluster_with("size = 8", "size = 100000000000000000"), "size"),
     "oversubscription-inf": (CLUSTER + "oversubscription = inf\n", "oversubscription"),
@@ -794,7 +801,7 @@ STACK_BAD = {
                           ("reserved_GiB", "1e6"))},
     "injected-experts-with-expert-tp": ('base = "megatron-core"\nname = "s"\n'
                                         'expert_layer_injected = true\n',
-                                        "expert_layer_injected: got True"),
+                                        "expert_layer_injected: got true"),
     "overlap-over-1": ('base = "megatron-core"\nname = "s"\noverlap_efficiency = 2\n',
                        "overlap_efficiency"),
     # a multiplier of 1e-300 had printed a step of 1e302 s (and --json a traceback)
@@ -812,7 +819,7 @@ STACK_BAD = {
                    "axes must differ"),
     "base-unknown": ('base = "megatron-9"\nname = "s"\n', "megatron-9"),
     "base-number": ('base = 3\nname = "s"\n', "base"),
-    "no-name-no-base": ('attention = "flash"\n', "stack.name: got None; missing; a stack file "
+    "no-name-no-base": ('attention = "flash"\n', "stack.name: missing; a stack file "
                         "without base is a whole stack and names itself"),
     "bad-attention": ('base = "megatron-core"\nname = "s"\nattention = "sparse"\n',
                       "attention"),
@@ -888,7 +895,7 @@ STACK_BAD = {
                               "no control or invisible format characters"),
     # a few-word key given another kind of value is told the words (a MoE trial's)
     "moe-overlap-bool": ('base = "nemo"\nname = "s"\nmoe_overlap = true\n',
-                         "stack.moe_overlap: got True; must be one of none, shared, batch"),
+                         "stack.moe_overlap: got true; must be one of none, shared, batch"),
     # what calibrate records of its runs (2026-12-06)
     "fitted-seq-len-reversed": ('base = "nemo"\nname = "s"\nfitted_seq_len = [8192, 4096]\n',
                                 "stack.fitted_seq_len: got [8192, 4096]; must be [least, most]"),
@@ -1005,7 +1012,7 @@ PLANFILE_BAD = {
     # own name (a fifth fuzzing round's)
     "stack-key-missing": (lambda base: plan_with("stack.weight_bytes", drop=True)(
         json.loads(plan_with("stack.name", "mine")(base))),
-        "stack.weight_bytes: got None; missing; a plan file holds a stack of its own whole"),
+        "stack.weight_bytes: missing; a plan file holds a stack of its own whole"),
     "stack-number": (plan_with("stack", 3), "stack: got 3; must be a table"),
     "headroom-bad": (plan_with("memory_headroom", 0.9), "memory_headroom"),
     # the flag's percent written into the file's share (a user trial's)
@@ -1061,7 +1068,7 @@ PLANFILE_BAD = {
     # 1 (each had been shown as given, the MFU as inf %: a fifth fuzzing round's)
     "comparison-row-without-its-tp": (plan_with("comparison", {"methods": [
         {k: v for k, v in ROW.items() if k != "tp"}]}),
-        "comparison.methods[0].tp: got None; missing; a comparison row holds method"),
+        "comparison.methods[0].tp: missing; a comparison row holds method"),
     "comparison-method-twice": (plan_with("comparison", {"methods": [ROW, ROW]}),
                                 "comparison.methods[1].method: got 'nest'; given twice"),
     "comparison-mfu-beyond-the-peak": (plan_with("comparison", {"methods": [{**ROW, "mfu": 1e308}]}),
@@ -1078,11 +1085,11 @@ PLANFILE_BAD = {
     "comparison-error-blank": (plan_with("comparison", {"methods": [ROW], "errors": {"mcmc": ""}}),
                                "comparison.errors.mcmc: got ''; must be a message"),
     "comparison-huge-peak-fits": (plan_with("comparison", {"methods": [
-        {**ROW, "peak_memory_gib": 1e6}]}), "comparison.methods[0].fits: got True; must say "
+        {**ROW, "peak_memory_gib": 1e6}]}), "comparison.methods[0].fits: got true; must say "
         "whether peak_memory_gib 1e+06 is within the 79.6 GiB of HBM"),
     # a key predicted never holds, and a null stack (each had been taken: the stack as the default)
     "predicted-unknown-key": (plan_with("predicted.xx", 1), "predicted.xx: got 1; unknown key"),
-    "stack-null": (plan_with("stack", None), "stack: got None; must be a table"),
+    "stack-null": (plan_with("stack", None), "stack: got null; must be a table"),
     "key-twice": ('{"format": 2, "format": 2}', "key 'format' is given twice"),
     "format-future": (plan_with("format", 99), "format"),
     "format-str": (plan_with("format", "2"), "format"),
@@ -1090,7 +1097,7 @@ PLANFILE_BAD = {
     "unknown-top-key": (plan_with("colour", "red"), "colour"),
     # a model's config.json given where a plan file goes (a user trial's): say which it is
     "hf-config": ('{"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}',
-                  "format: got None; no such key: not a plan file but a HuggingFace model "
+                  "format: no such key: not a plan file but a HuggingFace model "
                   "config; give it to plan as --model"),
     "other-json": ('{"a": 1}', "no such key: not a plan file (no format, model or plan key)"),
     "not-json": ("{plan:", "JSON"),
@@ -1403,7 +1410,7 @@ SWEEP_BAD = {
     "gpus-zero": (SWEEP.replace("gpus = [16]", "gpus = [0]"), "gpus"),
     "mtp-layers-negative": (SWEEP + "mtp_layers = [-1]\n", "grid.mtp_layers: got -1"),
     "headroom-boolean": (SWEEP + "memory_headroom_pct = [true]\n",
-                         "grid.memory_headroom_pct: got True"),
+                         "grid.memory_headroom_pct: got true"),
     "headroom-fifty": (SWEEP + "memory_headroom_pct = [50]\n",
                        "grid.memory_headroom_pct: got 50; must be a percent of HBM in [0, 50)"),
     "schedule-unknown": (SWEEP + '[constraints]\nschedule = "zb-h9"\n', "schedule"),
@@ -1492,12 +1499,12 @@ for name, (extra, needle) in {
                              "model.head_dim: got 7; with MLA"),
         # biases on q, k, v only are a model whose other layers have none
         "qkv-bias-with-bias": ("bias = true\nqkv_bias = true\n",
-                               "model.qkv_bias: got True; bias (true unless set false) gives"),
+                               "model.qkv_bias: got true; bias (true unless set false) gives"),
         "qkv-bias-with-default-bias": ("qkv_bias = true\n", "set bias = false with it"),
         "qkv-bias-with-mla": ("bias = false\nqkv_bias = true\nhead_dim = 96\n[mla]\n"
                               "kv_lora_rank = 32\nq_lora_rank = 0\nqk_nope_head_dim = 64\n"
                               "qk_rope_head_dim = 32\nv_head_dim = 64\n",
-                              "model.qkv_bias: got True; MLA's projections carry no"),
+                              "model.qkv_bias: got true; MLA's projections carry no"),
         "qkv-bias-word": ('bias = false\nqkv_bias = "yes"\n', "qkv_bias: got 'yes'"),
         # YaRN's table (kept for the exports)
         "yarn-key-at-top": ("beta_fast = 32\n", "belongs in the [yarn] table"),
@@ -1535,7 +1542,7 @@ for name, (extra, needle) in {
                                   "must be below model.layers = 2"),
         "aux-loss-per-sequence-without-loss": ("[moe]\nexperts = 4\ntop_k = 1\nffn_hidden = 64\n"
                                                "aux_loss_per_sequence = true\n",
-                                               "moe.aux_loss_per_sequence: got True"),
+                                               "moe.aux_loss_per_sequence: got true"),
         "local-layers-not-the-share": ("local_span = 256\nlocal_share = 0.5\n"
                                        "local_layers = [0, 1]\n", "model.local_layers: got "
                                        "[0, 1]; must list the local layers"),
@@ -1554,7 +1561,7 @@ for name, (extra, needle) in {
                                   "applies only with position = \"rope\""),
         "shared-gate-without-shared": ("[moe]\nexperts = 4\ntop_k = 2\nffn_hidden = 128\n"
                                        "shared_expert_gate = true\n",
-                                       "moe.shared_expert_gate: got True; gates the shared "
+                                       "moe.shared_expert_gate: got true; gates the shared "
                                        "experts; moe.shared_experts is 0")}.items():
     case(f"model-file-{name}", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN], needle,
          **{"m.toml": MODEL_TOML + extra})
@@ -1648,7 +1655,7 @@ case("hf-nextn-layers-huge", [*_without(EVAL, "--model"), "--model", "{c}.json"]
 case("plan-file-fits-word", ["evaluate", "--plan", "{p}.json"], "predicted.fits: got 'yes'; must "
      "be true or false", **{"p.json": plan_with("predicted.fits", "yes")})
 case("plan-file-step-time-bool", ["evaluate", "--plan", "{p}.json"], "predicted.step_time_s: got "
-     "True", **{"p.json": plan_with("predicted.step_time_s", True)})
+     "true", **{"p.json": plan_with("predicted.step_time_s", True)})
 case("plan-file-stage-layers-negative", ["evaluate", "--plan", "{p}.json"], "stage_layers[0]",
      **{"p.json": plan_with("plan.stage_layers", [-1])})
 # a stage entry's numbers as the plan gives them, not floats or booleans that equal them; a
@@ -1726,12 +1733,12 @@ case("calibrate-output-named-like-the-catalog", ["calibrate", "{r}.csv", "-o", "
 case("model-file-qk-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_norm: got 'yes'", **{"m.toml": MODEL_TOML + 'qk_norm = "yes"\n'})
 case("model-file-qk-norms-of-both-kinds", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
-     "model.qk_l2_norm: got True; a model's QK norms are of one kind",
+     "model.qk_l2_norm: got true; a model's QK norms are of one kind",
      **{"m.toml": MODEL_TOML + "qk_norm = true\nqk_l2_norm = true\n"})
 case("model-file-qk-l2-norm-word", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
      "qk_l2_norm: got 1", **{"m.toml": MODEL_TOML + "qk_l2_norm = 1\n"})
 case("model-file-qk-norm-with-mla", ["evaluate", "--model", "{m}.toml", *SCENARIO[2:], *PLAN],
-     "model.qk_norm: got True; MLA norms", **{"m.toml": MODEL_TOML + "qk_norm = true\n[mla]\n"
+     "model.qk_norm: got true; MLA norms", **{"m.toml": MODEL_TOML + "qk_norm = true\n[mla]\n"
                                               "kv_lora_rank = 32\nq_lora_rank = 0\nqk_nope_head_dim "
                                               "= 32\nqk_rope_head_dim = 32\nv_head_dim = 64\n"})
 

@@ -160,7 +160,7 @@ def test_qwen3_moe_and_other_families():
 def test_unsupported_model_type_lists_supported(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(SpecError, match="supported model types: bloom, deepseek_v3"):
+    with pytest.raises(SpecError, match="supported model types: bloom, deepseek_v2, deepseek_v3"):
         get_model(str(p))
 
 

@@ -25,7 +25,7 @@ from nestplan.exports import export, uniform_policy
 from nestplan.placement import expert_grid, rank_grid
 from nestplan.options import Precision
 from nestplan.textfmt import memory_verdict
-from nestplan.units import GiB
+from nestplan.units import GiB, fmt_time
 from nestplan.specs import Parallelism, RopeScaling, blocks_per_chunk
 
 from conftest import SHARED, exported
@@ -468,8 +468,6 @@ def test_megatron_export_names_the_local_attention_it_leaves_out():
     assert "chunked attention on 75% of the layers" in notes["llama4-maverick"]
     # and what the launched run, attending to whole sequences, is predicted at (a user trial's
     # Mistral at 32K tokens ran 1.9x slower than the header it was given)
-    from nestplan.units import fmt_time
-
     assert (f"with every layer attending to the whole sequence, the step is predicted at "
             f"{fmt_time(steps['llama4-maverick'])}") in notes["llama4-maverick"]
     for name in ("mixtral-8x7b", "llama4-maverick-one-chunk"):
@@ -1048,6 +1046,8 @@ def test_megatron_core_takes_each_catalog_routers_flags(model):
     # the fused permutation the cost model charges one memory pass for (a user trial: the
     # export had left Megatron-Core's unfused default)
     assert cfg.moe_permute_fusion
+    # fp32 routing from 32 experts, without which TransformerConfig warns (an MoE user's trial)
+    assert cfg.moe_router_dtype == ("fp32" if moe.experts >= 32 else None)
 
 
 @frameworks
@@ -2524,3 +2524,24 @@ def test_a_dualpipe_plan_goes_to_megatron_as_a_schedule_it_runs(tmp_path):
     step = evaluate(sc, par.with_(schedule="interleaved-1f1b")).step_time
     assert f"step {step:.3f} s" in out.text.splitlines()[1], out.text.splitlines()[1]
     megatron_transformer_config(out.text)  # (raised on the overlap without interleaving)
+
+
+def test_gathers_overlapped_without_the_reduction_export_without_the_gather_flag():
+    """Megatron-LM's validate_args asserts --overlap-grad-reduce with --overlap-param-gather
+    (megatron/training/arguments.py @ NVIDIA/Megatron-LM d98e8a64dd); a stack that overlaps the
+    gathers and not the reduction (NeMo's DeepSeek-V3 H100 run, which Megatron-Bridge launches)
+    had been exported with the gather flag alone, which pretrain_gpt.py refuses (an MoE user's
+    trial). It is left out, and the note gives the step with the gathers waiting."""
+    sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=16, zero=1, mbs=1)
+    apart = replace(sc.stack, name="apart", overlap_grad_reduce=False)
+    out = exported(replace(sc, stack=apart), par, "megatron")
+    args = _arguments(out.text).split()
+    assert "--overlap-param-gather" not in args and "--overlap-grad-reduce" not in args
+    bare = evaluate(replace(sc, stack=replace(apart, overlap_param_gather=False)), par)
+    both = evaluate(replace(sc, stack=apart), par)
+    assert bare.step_time > both.step_time
+    said = [n for n in out.notes if "--overlap-param-gather is left out" in n]
+    assert len(said) == 1 and f"predicted at {fmt_time(bare.step_time)}" in said[0], out.notes
+    args = _arguments(exported(sc, par, "megatron").text).split()  # (both overlapped: both)
+    assert "--overlap-param-gather" in args and "--overlap-grad-reduce" in args

@@ -30,6 +30,8 @@ SHIPPED = sorted([*(HERE / "data" / "hf").glob("*.json"), *(HERE / "data").glob(
                   *SHARED_CONFIGS.glob("*.json")])
 DEFAULTS = {"LlamaConfig": {}, "MistralConfig": {}, "MixtralConfig": {}, "Qwen2Config": {},
             "Qwen2MoeConfig": {}, "Qwen3Config": {}, "Qwen3MoeConfig": {}, "DeepseekV3Config": {},
+            # (its class leaves the experts a token goes to unset, None)
+            "DeepseekV2Config": {"num_experts_per_tok": 6},
             "GptOssConfig": {}, "Llama4TextConfig": {}, "GPTNeoXConfig": {},
             # its default 96 heads over 4,096 with no head_dim have no whole head width (refused)
             "Glm4MoeConfig": {"head_dim": 128}}
@@ -90,6 +92,11 @@ FAMILIES = {
                          "n_group": 1, "topk_group": 1, "q_lora_rank": 64, "kv_lora_rank": 32,
                          "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
                          "num_key_value_heads": 4, "head_dim": 16, **FEW_EXPERTS},
+    "DeepseekV2Config": {"n_routed_experts": 4, "n_shared_experts": 2, "first_k_dense_replace": 1,
+                         "topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1,
+                         "q_lora_rank": None, "kv_lora_rank": 32, "qk_nope_head_dim": 32,
+                         "qk_rope_head_dim": 16, "v_head_dim": 32, "num_key_value_heads": 4,
+                         **FEW_EXPERTS},
     "GptOssConfig": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 32},
     "Glm4MoeConfig": {"n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
                       "n_group": 1, "topk_group": 1, **FEW_EXPERTS},
@@ -204,6 +211,11 @@ def test_llama_biases_on_every_linear_layer_count_what_transformers_builds():
                           "v_head_dim": 32, "num_key_value_heads": 4, **FEW_EXPERTS},
      ("first_k_dense_replace", "n_shared_experts", "n_group", "topk_group",
       "routed_scaling_factor")),
+    ("DeepseekV2Config", {"n_routed_experts": 8, "num_hidden_layers": 3, "q_lora_rank": 64,
+                          "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+                          "v_head_dim": 32, "num_key_value_heads": 4, **FEW_EXPERTS},
+     ("first_k_dense_replace", "n_shared_experts", "n_group", "topk_group", "topk_method",
+      "routed_scaling_factor", "scoring_func")),
     ("Glm4MoeConfig", {"n_routed_experts": 4, "num_hidden_layers": 3, **FEW_EXPERTS},
      ("first_k_dense_replace", "n_shared_experts")),
     ("Qwen2MoeConfig", {"num_experts": 4, **FEW_EXPERTS}, ("shared_expert_intermediate_size",)),
@@ -220,11 +232,15 @@ def test_absent_keys_are_read_as_the_config_class_defaults_them(family, extra, a
         data.pop(key, None)
     ours, padding = nestplan_count(data)
     assert ours == transformers_count(data) + padding
-    m = model_from_hf_dict(data)
+    moe = model_from_hf_dict(data).moe
     if family == "DeepseekV3Config":
-        moe = m.moe
         assert (moe.first_dense_layers, moe.shared_experts, moe.router_groups,
                 moe.router_group_top_k, moe.router_scale) == (3, 1, 8, 4, 2.5)
+    if family == "DeepseekV2Config":  # (greedy softmax top-k over every expert, no groups)
+        assert (moe.first_dense_layers, moe.shared_experts, moe.router_groups,
+                moe.router_group_top_k, moe.router_scale, moe.router_score,
+                moe.router_pre_softmax, moe.router_expert_bias) == (0, 2, 1, 1, 1.0, "softmax",
+                                                                     True, False)
 
 
 @pytest.mark.parametrize("name", [n for n in DEFAULTS if n != "GPTNeoXConfig"])

@@ -66,7 +66,7 @@ def test_validate_csv_must_be_a_file(tmp_path):
      "dp: got 8; tp·pp·dp = 8·8·8 = 512 must divide gpus = 64"),
     (["--gpus", 64, "--tp", 16, "--tp-within-node"],
      "tp: got 16; --tp-within-node keeps tensor parallelism inside a node of 8 devices"),
-    (["--gpus", 64, "--tp", 1, "--sp"], "sp: got True; sequence parallelism needs tp > 1"),
+    (["--gpus", 64, "--tp", 1, "--sp"], "sp: got true; sequence parallelism needs tp > 1"),
     (["--gpus", 8, "--recompute", "full,none"],
      "recompute: got 'full,none'; 2 policies, one per pipeline stage, need --pp 2"),
     # a pp that is not their count says so (it had said they need --pp 4 beside --pp 8)
@@ -159,7 +159,7 @@ def test_a_plan_prints_per_stage_policies_as_runs_and_takes_them_back():
 
 def test_evaluate_refuses_sequence_parallelism_without_tp():
     assert one_line_error(*cli(*EVALUATE, "--model", "llama3-8b", "--sp"),
-                          "sp: got True; sequence parallelism needs tp > 1")
+                          "sp: got true; sequence parallelism needs tp > 1")
 
 
 @pytest.mark.parametrize("value", ["-50", "1e-300", "1e300"])

@@ -262,7 +262,8 @@ def test_an_unknown_model_type_is_read_by_its_architecture(tmp_path):
                          "--global-batch", 256, "--seq-len", 4096, "--recompute", "full",
                          "--moe-imbalance", 1, "--json")  # (no balanced-routing note)
     assert code == 0, err
-    assert "note:" in err and "read as deepseek_v3" in err and len(err.strip().splitlines()) == 1
+    said = [line for line in err.strip().splitlines() if "host wait (" not in line]  # (its MoE
+    assert "note:" in err and "read as deepseek_v3" in err and len(said) == 1  # layers' wait)
     data["architectures"] = ["KimiK3ForCausalLM"]
     path.write_text(json.dumps(data))
     assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
@@ -280,7 +281,7 @@ def test_a_config_missing_a_moe_key_is_one_line(tmp_path, name, key):
     path.write_text(json.dumps(data))
     assert one_line_error(*cli("evaluate", "--model", path, "--cluster", "dgx-h100-ndr",
                                "--gpus", 8, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 8,
-                               "--seq-len", 2048), f"{key}: got None; missing key")
+                               "--seq-len", 2048), f"{key}: missing key")
 
 
 def test_top_k_beyond_the_experts_is_bad_input():

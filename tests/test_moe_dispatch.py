@@ -1109,3 +1109,61 @@ def test_eager_torchtitans_per_op_checkpoint_exchanges_the_experts_tokens_again(
     flex = replace(sc, stack=replace(sc.stack, name="flex", moe_dispatcher="flex"))
     assert evaluate(flex, par).link_time["ep"] == pytest.approx(
         evaluate(flex, plain).link_time["ep"])
+
+
+def test_a_plan_whose_step_is_much_host_wait_says_how_far_such_runs_were_off():
+    """The MoE layers' host wait is the least certain term of an MoE step: the measured runs
+    predicted with a fifth or more of their step waiting are off either way, by the figures the
+    note gives (read here from the rows); a plan that heavy says so (an MoE user's trial ranked a
+    recipe 1.5x behind a plan that differed from it mostly in that wait), a lighter one does not."""
+    import sys
+    from pathlib import Path
+
+    from console import cli
+    from nestplan.notes.plan import MOE_HOST_HEAVY, MOE_HOST_HEAVY_ERRORS
+    from nestplan.validation import load_cases, predict
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from moe_accuracy import DATA, GB
+
+    errors = []
+    for path in (DATA / "moe_runs.csv", DATA / "moe_held_out.csv", GB):
+        for case in load_cases(path):
+            if case.metric == "step_time" and case.scenario.model.moe is not None:
+                step, ev = predict(case)
+                if ev.time.host >= MOE_HOST_HEAVY * ev.step_time:
+                    errors.append(step / case.measured - 1)
+    assert len(errors) >= 20 and min(errors) < 0 < max(errors)
+    assert (round(min(errors), 3), round(max(errors), 3)) == MOE_HOST_HEAVY_ERRORS
+    base = ("evaluate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--tp", 1,
+            "--pp", 1, "--ep", 16, "--etp", 1, "--mbs", 1, "--seq-len", 4096, "--recompute", "none")
+    heavy = Path(__file__).parent / "data" / "moe_stacks" / "nemo-flex-a2a-overlap-router-graphs.toml"
+    code, out, err = cli(*base, "--gpus", 64, "--global-batch", 4096, "--stack", heavy)
+    assert code == 0 and "45% of this step is the MoE layers' host wait" in err, err
+    assert "off by -35% to +82%" in err, err
+    code, out, err = cli(*base, "--gpus", 16, "--global-batch", 1024, "--stack", "nemo")
+    assert code == 0 and "host wait (" not in err, err
+
+
+def test_deepeps_dispatcher_needs_more_than_one_expert_rank():
+    """Megatron-Core builds DeepEP's dispatcher over the expert-TP x EP group only when it holds
+    more than one rank ("DeepEP dispatcher requires TPxEP > 1", token_dispatcher.py @
+    d98e8a64dd): a flex stack's search offers no such plan (an MoE user's trial had been
+    recommended ep = 1 with it), evaluate and a fixed plan refuse it in one line, and the
+    all-to-all stack keeps it."""
+    from console import cli, one_line_error
+    from nestplan.search import space
+    from nestplan.search.constraints import Constraints
+
+    sc = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    for stack, single in (("megatron-core-deepep", False), ("megatron-core", True)):
+        shapes = list(space.shapes(replace(sc, stack=get_stack(stack)), Constraints()))
+        assert shapes and any((s.etp or s.tp) * s.ep == 1 for s in shapes) == single, stack
+    base = ("--model", "qwen3-30b-a3b", "--cluster", "dgx-h100-ndr", "--gpus", 16, "--seq-len",
+            4096, "--global-batch", 64, "--stack", "megatron-core-deepep", "--tp", 1, "--ep", 1)
+    for command in ("evaluate", "plan"):
+        code, out, err = cli(command, *base, *(("--pp", 1, "--mbs", 1) if command == "evaluate"
+                                               else ()))
+        assert one_line_error(code, out, err, "ep: got 1; stack megatron-core-deepep dispatches "
+                              "tokens with DeepEP (moe_dispatcher = flex), which Megatron-Core "
+                              "runs over more than one expert-TP x EP rank only")

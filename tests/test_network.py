@@ -522,6 +522,13 @@ def test_bandwidths_no_network_has_are_noted(tmp_path):
     assert "level net gives a device 400 GB/s, more than any scale-out network" in fast
     # (no key a cluster file refuses: a datacenter trial was pointed to bandwidth_Gbps)
     assert "divide gigabits by 8" in fast and "Gbps" not in fast
+    # every such level at once (a datacenter trial fixed the leaf and met the spine's next)
+    three = ClusterSpec(name="t", accelerator=H100.accelerator, levels=(
+        Level(name="node", size=8, bandwidth=400e9, latency=0.0),
+        Level(name="leaf", size=64, bandwidth=400e9, latency=0.0),
+        Level(name="spine", size=None, bandwidth=300e9, latency=0.0)))
+    assert unlikely_bandwidths(three).startswith(
+        "t: levels leaf and spine give a device 400 and 300 GB/s, more than any scale-out")
     assert unlikely_bandwidths(two_level()) is None
     code, out, _ = cli("list", "clusters", "dgx-h100-ndr")
     assert code == 0

@@ -1176,6 +1176,19 @@ def test_a_calibrated_stack_says_when_a_plan_is_far_from_its_runs_size_or_kind(t
                          16, "--tp", 1, "--pp", 1, "--mbs", 1, "--global-batch", 64, "--seq-len",
                          8192, "--zero", 3, "--stack", tmp_path / "one.toml")
     assert code == 0 and "was calibrated on" not in err, err
+    # validate of other runs with it names the rows beyond its runs, by how (it had said nothing
+    # of them: a Composer trial's)
+    other = tmp_path / "other.csv"
+    other.write_text(_CALIBRATING_USER.format(s70="6.05").replace(",torchtitan\n", ",\n")
+                     + "tt_8b_a100,llama3-8b,A100-SXM4-80GB,8,1,1,8,1,3,,selective,8192,2,16,"
+                     "bf16,step_time,6.1,,\ntt_8b_64k,llama3-8b,H100-SXM5-80GB,8,1,1,4,2,3,,full,"
+                     "65536,1,4,bf16,step_time,12.0,,\n")
+    code, out, err = cli("validate", "--csv", other, "--stack", tmp_path / "one.toml")
+    assert ("2 of 4 rows lie beyond the runs their stack was calibrated on, which evaluate and "
+            "plan say of such a scenario (sequence length: tt_8b_64k; accelerator: tt_8b_a100)"
+            ) in err, err
+    code, out, err = cli("validate", "--csv", path, "--stack", tmp_path / "one.toml")
+    assert "beyond the runs their stack" not in err, err
 
 
 def test_the_calibration_size_note_counts_the_levels_a_plan_crosses():
@@ -1323,7 +1336,7 @@ def test_a_plan_files_stack_without_keys_added_since_reads_as_its_catalog_stack(
             del data["stack"][key]
         assert planfile.from_dict(data).scenario.stack == get_stack(name)
         data["stack"]["name"] = "mine"
-        with pytest.raises(SpecError, match="stack.expert_tp_with_ep: got None; missing; a plan "
+        with pytest.raises(SpecError, match="stack.expert_tp_with_ep: missing; a plan "
                                             "file holds a stack of its own whole"):
             planfile.from_dict(data)
     mine = stack_to_table(get_stack("deepspeed"))

@@ -790,6 +790,7 @@ def cmd_validate(args) -> int:
     summary["set_aside"] = [{"id": r.id, "why": r.why} for r in refused]
     runs_notes.over_hbm([o.case for o in outcomes], [o.predicted_memory for o in outcomes])
     runs_notes.far_rows(outcomes)
+    runs_notes.beyond_calibration([o.case for o in outcomes])
     if args.json:
         print(_json(summary))
     else:

@@ -17,10 +17,17 @@ class SpecError(NestplanError, ValueError):
         a measured run that another stack cannot run)."""
         self.advice = advice
         self.allowed = f"{allowed}; {advice}" if advice else allowed
+        if value is None and allowed.startswith(ABSENT):  # (no value to show: "got null" read
+            super().__init__(f"{field}: {self.allowed}")  # as if the user had written one)
+            return
         shown = _shown(value)
         if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
             shown = f"{shown[:MAX_SHOWN // 2]}…{shown[-MAX_SHOWN // 2:]} ({len(shown)} characters)"
         super().__init__(f"{field}: got {shown}; {self.allowed}")
+
+
+ABSENT = ("missing", "no such key")
+"""How a rule starts that says the field was not given at all (the message then shows no value)."""
 
 
 MAX_SHOWN = 100
@@ -29,11 +36,14 @@ MAX_SHOWN = 100
 
 def _shown(value: object) -> str:
     """A bad value as the user wrote it: Python's repr, but a TOML date or time as TOML spells
-    it (repr had shown ``datetime.date(1979, 5, 27)``)."""
+    it (repr had shown ``datetime.date(1979, 5, 27)``), and true, false and null as TOML and JSON
+    spell them (repr had shown Python's ``True`` and ``None``)."""
     import datetime
 
     if isinstance(value, (datetime.date, datetime.time)):
         return f"{value.isoformat()} (a TOML date or time)"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
     return repr(value)
 
 

@@ -128,7 +128,7 @@ class _Config:
         if default is ...:
             null_key = next((k for k in keys if k in self.data), None)  # (present, but null)
             raise SpecError(self.where(null_key or keys[0]), None,
-                            f"{'null' if null_key else 'missing key'}, where model_type "
+                            f"{'' if null_key else 'missing key, '}where model_type "
                             f"{self.model_type!r} requires a value")
         return default
 
@@ -559,27 +559,34 @@ def _pre_softmax(cfg: _Config) -> bool:
 TOPK_METHODS = ("noaux_tc", "group_limited_greedy", "greedy")
 """DeepSeek's routing methods (its modelling code): the auxiliary-loss-free bias with groups;
 groups without the bias; neither."""
+V2_TOPK_METHODS = TOPK_METHODS[1:]
+"""The methods DeepSeek-V2's router runs (``DeepseekV2TopkRouter.forward``, transformers 5.23.0
+wheel: another leaves it without weights)."""
 
 
 DEEPSEEK_ROUTER = {"n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}
 """DeepseekV3Config's router defaults for keys a config leaves out (transformers 5.23,
-models/deepseek_v3/configuration_deepseek_v3.py; Glm4MoeConfig's are 1, 1 and 1.0)."""
+models/deepseek_v3/configuration_deepseek_v3.py; Glm4MoeConfig's are 1, 1 and 1.0, as are
+DeepseekV2Config's: its n_group and topk_group are None, no groups)."""
 
 
-def _sigmoid_router(cfg: _Config, *, score: str = "sigmoid", absent=None) -> dict:
-    """The DeepSeek-style router's fields: sigmoid scores, the auxiliary-loss-free expert bias
-    (``topk_method = "noaux_tc"``), group-limited routing (``n_group``, ``topk_group``) and the
-    weights' factor (``routed_scaling_factor``), as Megatron-Bridge maps them
-    (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v3, kimi and glm45
-    bridges @ 067f987df0: sigmoid and expert bias set by the bridge); ``absent``: the family's
+def _deepseek_router(cfg: _Config, *, score: str = "sigmoid", absent=None,
+                     methods: tuple[str, ...] = TOPK_METHODS) -> dict:
+    """The DeepSeek-style router's fields: its scores (``scoring_func``, else ``score``), the
+    auxiliary-loss-free expert bias (``topk_method = "noaux_tc"``, sigmoid scores only),
+    group-limited routing (``n_group``, ``topk_group``) and the weights' factor
+    (``routed_scaling_factor``), as Megatron-Bridge maps them
+    (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v2, deepseek_v3,
+    kimi and glm45 bridges @ 067f987df0: sigmoid and expert bias set by the V3-era bridges);
+    ``methods``: the ``topk_method`` values the family's model runs; ``absent``: the family's
     defaults of the last three (its config class's: a user trial's trimmed DeepSeek-V3 config
     had been read with GLM's, 1, 1 and 1.0)."""
     absent = absent or {}
-    method = cfg.get("topk_method", default="noaux_tc", kind=str)
-    if method not in TOPK_METHODS:
-        raise SpecError(cfg.where("topk_method"), method, "allowed: " + ", ".join(TOPK_METHODS))
-    cfg.get("norm_topk_prob", default=True, kind=bool)  # a sigmoid router's weights are
-    grouped = method != "greedy"                         # normalised over the top-k anyway
+    method = cfg.get("topk_method", default=methods[0], kind=str)
+    if method not in methods:
+        raise SpecError(cfg.where("topk_method"), method, "allowed: " + ", ".join(methods))
+    cfg.get("norm_topk_prob", default=True, kind=bool)  # read as a bool; the weights are
+    grouped = method != "greedy"                         # normalised as the family's model does
     score = cfg.get("scoring_func", default=score, kind=str)
     if score not in ROUTER_SCORES:
         raise SpecError(cfg.where("scoring_func"), score, "allowed: " + ", ".join(ROUTER_SCORES))
@@ -644,7 +651,7 @@ def _glm4_moe(cfg: _Config) -> dict:
                         shared_experts=cfg.get("n_shared_experts", default=1, minimum=0),
                         shared_ffn_hidden=moe_ffn,
                         first_dense_layers=cfg.get("first_k_dense_replace", default=1, minimum=0),
-                        **_sigmoid_router(cfg))
+                        **_deepseek_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     kw["qk_norm"] = cfg.get("use_qk_norm", default=False, kind=bool)  # GLM-4.5 sets it
     kw["rope_fraction"] = _rope_fraction(cfg, 0.5)  # Glm4MoeConfig's default
@@ -769,16 +776,17 @@ def _llama4(cfg: _Config) -> dict:
     return kw
 
 
-def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
+def _deepseek_moe_layers(cfg: _Config, layers: int, dense: int) -> tuple[int, int]:
     """(first_dense_layers, layer_freq) of a DeepSeek-style config: layer i is an MoE layer when
-    i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0, as DeepSeek's and Kimi's
-    reference code and vLLM build it (``DeepseekV2DecoderLayer``, vllm-project/vllm
-    vllm/model_executor/models/deepseek_v2.py @ 002d6073aa; transformers' DeepseekV3 ignores
-    the key, and every published config sets it to 1). ``ModelSpec.is_moe_layer`` counts the
-    period from the first MoE layer: the first multiple of the period from the dense layers on
-    (the first dense count had been taken as that offset: a period of 2 after 3 dense layers
-    had made layers 3, 5, ... MoE, not 4, 6, ...)."""
-    dense = cfg.get("first_k_dense_replace", default=3, minimum=0)  # (DeepseekV3Config's)
+    i >= ``first_k_dense_replace`` (absent: ``dense``, its config class's) and
+    i % ``moe_layer_freq`` == 0, as DeepSeek's and Kimi's reference code and vLLM build it
+    (``DeepseekV2DecoderLayer``, vllm-project/vllm vllm/model_executor/models/deepseek_v2.py @
+    002d6073aa; transformers' DeepseekV2 and DeepseekV3 ignore the key, and every published
+    config sets it to 1). ``ModelSpec.is_moe_layer`` counts the period from the first MoE layer:
+    the first multiple of the period from the dense layers on (the first dense count had been
+    taken as that offset: a period of 2 after 3 dense layers had made layers 3, 5, ... MoE, not
+    4, 6, ...)."""
+    dense = cfg.get("first_k_dense_replace", default=dense, minimum=0)
     freq = cfg.get("moe_layer_freq", default=1)
     first = -(-dense // freq) * freq
     if dense >= layers:  # (ModelSpec says so of the dense layers, as the config counts them)
@@ -790,12 +798,14 @@ def _deepseek_moe_layers(cfg: _Config, layers: int) -> tuple[int, int]:
     return first, freq
 
 
-def _deepseek_v3(cfg: _Config) -> dict:
-    # no biases, as Megatron-Bridge builds it (add_bias_linear = False, deepseek_v3_bridge.py @
-    # NVIDIA-NeMo/Megatron-Bridge 067f987df0; transformers' attention_bias would bias q_a, kv_a
-    # and o, which MLA cannot carry here)
-    kw = _unbiased(cfg, "DeepSeek-V3 as Megatron-Bridge builds it", "add_bias_linear = False")
-    # absent: DeepseekV3Config's 1536 (transformers 5.23.0 wheel); null: no low-rank q (V2-Lite's)
+def _deepseek_mla(cfg: _Config, family: str, bridge: str) -> dict:
+    """DeepSeek's multi-head latent attention and dense blocks: no biases, as Megatron-Bridge
+    builds them (``add_bias_linear = False`` in ``bridge`` @ NVIDIA-NeMo/Megatron-Bridge
+    067f987df0; transformers' attention_bias would bias q_a, kv_a and o, which MLA cannot carry
+    here); a low-rank query of 1,536 where the key is absent (both config classes'), none where it
+    is null (V2-Lite's)."""
+    kw = _unbiased(cfg, f"{family} as Megatron-Bridge builds it",
+                   f"add_bias_linear = False, {bridge}")
     mla = MLASpec(q_lora_rank=cfg.get("q_lora_rank", default=1536, null=0, minimum=0),
                   kv_lora_rank=cfg.get("kv_lora_rank"),
                   qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
@@ -809,13 +819,38 @@ def _deepseek_v3(cfg: _Config) -> dict:
                       "Megatron-Core's YaRN cannot: costed and exported unscaled", Note)
     kw.update(mla=mla, kv_heads=kw["heads"], head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
               rope_mscale=1.0)
+    return kw
+
+
+def _deepseek_v3(cfg: _Config) -> dict:
+    kw = _deepseek_mla(cfg, "DeepSeek-V3", "deepseek_v3_bridge.py")
     moe_ffn = cfg.get("moe_intermediate_size")
-    first, freq = _deepseek_moe_layers(cfg, kw["layers"])
+    first, freq = _deepseek_moe_layers(cfg, kw["layers"], 3)  # (DeepseekV3Config's 3)
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
                         shared_experts=cfg.get("n_shared_experts", default=1, minimum=0),
                         shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
-                        **_sigmoid_router(cfg, absent=DEEPSEEK_ROUTER))
+                        **_deepseek_router(cfg, absent=DEEPSEEK_ROUTER))
+    kw["mtp_layers"] = _mtp_layers(cfg)
+    return kw
+
+
+def _deepseek_v2(cfg: _Config) -> dict:
+    # DeepSeek-V2 (and V2-Lite): V3's attention; a softmax router over every expert before the
+    # top-k (moe_router_pre_softmax, as the V2 bridge sets it and DeepseekV2TopkRouter runs it),
+    # greedy or group-limited without V3's expert bias, and its shared experts one MLP of
+    # n_shared_experts times the experts' size (DeepseekV2Moe.shared_experts). Absent keys as
+    # DeepseekV2Config fills them: no dense first layer, two shared experts, no groups, a scale
+    # of 1, greedy top-k (transformers 5.23.0 wheel, models/deepseek_v2/)
+    kw = _deepseek_mla(cfg, "DeepSeek-V2", "deepseek_v2_bridge.py")
+    moe_ffn = cfg.get("moe_intermediate_size")
+    first, freq = _deepseek_moe_layers(cfg, kw["layers"], 0)
+    kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
+                        top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
+                        shared_experts=cfg.get("n_shared_experts", default=2, minimum=0),
+                        shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
+                        router_pre_softmax=True,
+                        **_deepseek_router(cfg, score="softmax", methods=V2_TOPK_METHODS))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
@@ -866,16 +901,17 @@ HEAD_DIM_STATED = {"mistral", "qwen3_moe", "glm4_moe", *HEAD_DIM_DEFAULTS}
 some of their models: Mistral-Nemo's 128 for 5,120 over 32 heads): one left out is noted (a user
 trial's trimmed Qwen3-MoE config halved its heads' width, and a 64K-token step, without a
 word)."""
-DENSE_FFN_DEFAULTS = {"qwen2_moe": 5632, "qwen3_moe": 6144, "deepseek_v3": 18432,
-                      "kimi_k2": 18432, "glm4_moe": 10944, "llama4": 16384, "llama4_text": 16384}
+DENSE_FFN_DEFAULTS = {"qwen2_moe": 5632, "qwen3_moe": 6144, "deepseek_v2": 11008,
+                      "deepseek_v3": 18432, "kimi_k2": 18432, "glm4_moe": 10944, "llama4": 16384,
+                      "llama4_text": 16384}
 """The MoE families' dense MLP size where the config leaves it out (``intermediate_size``;
 Llama 4's ``intermediate_size_mlp``): its config class's default (transformers 5.23.0 wheel;
 Kimi-K2 as DeepseekV3Config), which sizes the dense blocks only, the experts having sizes of their
 own (a user trial's trimmed Qwen3-MoE config, whose blocks are all MoE, had been refused)."""
 CONTEXT_DEFAULTS = {"llama": 2048, "gpt_neox": 2048, "mistral": 131072, "mixtral": 131072,
                     "qwen2": 32768, "qwen3": 32768, "qwen2_moe": 32768, "qwen3_moe": 32768,
-                    "deepseek_v3": 4096, "kimi_k2": 4096, "glm4_moe": 131072, "gpt_oss": 131072,
-                    "llama4": 131072, "llama4_text": 131072}
+                    "deepseek_v2": 2048, "deepseek_v3": 4096, "kimi_k2": 4096, "glm4_moe": 131072,
+                    "gpt_oss": 131072, "llama4": 131072, "llama4_text": 131072}
 """The RoPE families' ``max_position_embeddings`` where the config leaves it out: its config
 class's default (transformers 5.23.0 wheel; Kimi-K2 as DeepseekV3Config), the context the model
 was built for (a user trial's trimmed config had lost the note of a sequence beyond it)."""
@@ -993,16 +1029,17 @@ NORM_EPS_KEYS = {"gpt2": "layer_norm_epsilon", "bloom": "layer_norm_epsilon",
 ``rms_norm_eps`` for the RMSNorm families (``NORM_EPS_DEFAULTS``' others)."""
 NORM_EPS_DEFAULTS = {"llama": 1e-6, "mistral": 1e-6, "mixtral": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6,
                      "qwen2_moe": 1e-6, "qwen3_moe": 1e-6, "gpt2": 1e-5, "gpt_neox": 1e-5,
-                     "bloom": 1e-5, "deepseek_v3": 1e-6, "kimi_k2": 1e-6, "glm4_moe": 1e-5,
-                     "gpt_oss": 1e-5, "llama4": 1e-5, "llama4_text": 1e-5}
+                     "bloom": 1e-5, "deepseek_v2": 1e-6, "deepseek_v3": 1e-6, "kimi_k2": 1e-6,
+                     "glm4_moe": 1e-5, "gpt_oss": 1e-5, "llama4": 1e-5, "llama4_text": 1e-5}
 """Each family's norm epsilon where its config leaves it out: its config class's default
 (transformers 5.23.0 wheel; Kimi-K2 runs DeepSeek-V3's)."""
 
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
-    "bloom": _bloom, "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe,
-    "gpt_oss": _gpt_oss, "llama4": _llama4, "llama4_text": _llama4,
+    "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3,
+    "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "gpt_oss": _gpt_oss, "llama4": _llama4,
+    "llama4_text": _llama4,
 }
 
 ARCHITECTURES = {
@@ -1010,7 +1047,8 @@ ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
     "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe",
     "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "BloomForCausalLM": "bloom",
-    "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss", "Llama4ForConditionalGeneration": "llama4",
     "Llama4ForCausalLM": "llama4_text",
 }
@@ -1058,7 +1096,7 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                                 default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
             kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
-                                   per_sequence=mtype in ("deepseek_v3", "kimi_k2"),
+                                   per_sequence=mtype in ("deepseek_v2", "deepseek_v3", "kimi_k2"),
                                    needs_logits=mtype == "gpt_oss")
         if lm.data.get("head_dim") is None and kw.get("mla") is None \
                 and mtype not in HEAD_DIM_DEFAULTS and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:

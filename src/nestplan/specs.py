@@ -1576,6 +1576,8 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
                             "as in Megatron-Core")
         if (why := etp_refusal(m.moe, par.expert_tp)) is not None:
             raise why
+        if stack and (why := sc.stack.dispatcher_refusal(par.expert_tp, par.ep)) is not None:
+            raise SpecError(*why)
     if m.ffn_hidden % par.tp:
         raise SpecError("tp", par.tp, f"must divide ffn_hidden = {m.ffn_hidden}")
     if (why := batch_refusal(t.global_batch, par.mbs, par.dp)) is not None:

@@ -896,6 +896,19 @@ class StackSpec(_CachedHash):
                             "etp must be " + ("1 with ep > 1" if ep > 1 else
                                               f"tp = {tp} without expert parallelism"))
 
+    def dispatcher_refusal(self, etp: int, ep: int) -> tuple[str, object, str, str] | None:
+        """Why an MoE model's experts cannot be laid over ``etp`` x ``ep`` ranks by this stack's
+        token dispatcher, or None: DeepEP's (``flex``) exchanges over the expert-TP x EP group,
+        and Megatron-Core refuses one of a single rank ("DeepEP dispatcher requires TPxEP > 1",
+        MoEFlexTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py @
+        NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial had been recommended ep = 1 with
+        it)."""
+        if self.moe_dispatcher == "flex" and etp * ep == 1:
+            return "ep", ep, (f"stack {self.name} dispatches tokens with DeepEP (moe_dispatcher "
+                              "= flex), which Megatron-Core runs over more than one expert-TP x "
+                              "EP rank only"), "use ep > 1, or a stack with the alltoall dispatcher"
+        return None
+
     def replicas_refusal(self, par) -> tuple[str, object, str] | None:
         """Why ``par`` (any object with zero, ep, tp and cp) cannot lay its experts over its
         data-parallel ranks here (``replicas_hold_experts``), or None."""

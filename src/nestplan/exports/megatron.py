@@ -189,6 +189,27 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
             f"({memory_verdict(whole)})")
 
 
+def _gather_without_reduce(pf: PlanFile, exported) -> str:
+    """Why --overlap-param-gather is left out of a stack that overlaps the gathers and not the
+    gradient reduction (Megatron-Bridge runs it; pretrain_gpt.py's validate_args asserts
+    "Must use --overlap-param-gather with --overlap-grad-reduce": megatron/training/
+    arguments.py @ NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial), with the step as
+    launched, its gathers not overlapped."""
+    from dataclasses import replace
+
+    from ..evaluate import evaluate
+    from ..units import fmt_time
+
+    sc = pf.scenario
+    bare = evaluate(replace(sc, stack=replace(sc.stack, overlap_param_gather=False)), exported,
+                    stack_offers=False)
+    return (f"stack {sc.stack.name} overlaps the parameter all-gathers but not the gradient "
+            "reduction, which Megatron-LM's pretrain_gpt.py refuses (validate_args: "
+            "--overlap-param-gather needs --overlap-grad-reduce; Megatron-Bridge runs the pair): "
+            "--overlap-param-gather is left out, so the gathers wait: the step as launched is "
+            f"predicted at {fmt_time(bare.step_time)} (add --overlap-grad-reduce to overlap both)")
+
+
 def _connections_note(args: list[str], par, acc) -> list[str]:
     """The CUDA_DEVICE_MAX_CONNECTIONS that Megatron-LM's validate_args asks of these arguments
     (megatron/training/arguments.py @ d98e8a64dd): Megatron-FSDP refuses 1; below compute
@@ -206,6 +227,14 @@ def _connections_note(args: list[str], par, acc) -> list[str]:
         return [f"set CUDA_DEVICE_MAX_CONNECTIONS=1 in the environment {where}: Megatron-LM "
                 "requires it with tensor or context parallelism"]
     return []
+
+
+FP32_ROUTER_EXPERTS = 32
+"""Experts from which the router runs in fp32: TransformerConfig warns below it ("Using a large
+number of experts (e.g. >=32) without fp32 routing", megatron/core/transformer/
+transformer_config.py @ NVIDIA/Megatron-LM d98e8a64dd), and Megatron-Bridge's DeepSeek, Kimi and
+GLM bridges set moe_router_dtype = "fp32" (src/megatron/bridge/models/ @ 067f987df0; an MoE
+user's trial). Its cost, one fp32 GEMM of the tokens by the experts, is left out."""
 
 
 def _router_args(moe) -> list[str]:
@@ -226,6 +255,8 @@ def _router_args(moe) -> list[str]:
                  f"--moe-router-group-topk {moe.router_group_top_k}"]
     if moe.router_scale != 1:
         args.append(f"--moe-router-topk-scaling-factor {moe.router_scale:g}")
+    if moe.experts >= FP32_ROUTER_EXPERTS:
+        args.append("--moe-router-dtype fp32")
     # the balancing loss: Megatron-Core's default is an aux_loss at coefficient 0, none in effect
     # (TransformerConfig.moe_router_load_balancing_type, moe_aux_loss_coeff @ d98e8a64dd)
     if moe.aux_loss:
@@ -588,7 +619,10 @@ def export(pf: PlanFile) -> Export:
     if sc.stack.overlap_grad_reduce and (par.dp * par.cp) > 1:
         args.append("--overlap-grad-reduce")
     if sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
-        args.append("--overlap-param-gather")
+        if sc.stack.overlap_grad_reduce:
+            args.append("--overlap-param-gather")
+        else:
+            notes.append(_gather_without_reduce(pf, exported))
     if tr.document_span is not None:  # (costed within documents: masked so; a long-context
         # trial's export had quoted the per-document step and left the masking to the user)
         args.append("--dataloader-inter-document-masking")

@@ -57,6 +57,7 @@ def workload_and_stack(ev, imbalance_stated: bool) -> None:
     short_cp_chunks(ev)
     beyond_calibration(ev)
     sinks_predicted_fast(ev)
+    moe_host_heavy(ev)
     fewer_per_domain(ev)
     even_split_close(ev)
     unfelt_oversubscription(ev)
@@ -205,28 +206,72 @@ def sinks_predicted_fast(ev) -> None:
          f"within 5 % (README \"MoE runs\"): on a NeMo-like stack this step is likely too short")
 
 
+MOE_HOST_HEAVY = 0.2
+"""The share of an MoE step's prediction waiting on the host from which ``moe_host_heavy`` says
+how uncertain that is."""
+MOE_HOST_HEAVY_ERRORS = (-0.349, 0.824)
+"""Least and most error of the measured MoE runs (development and held out) predicted with at
+least ``MOE_HOST_HEAVY`` of their step waiting on the host (README "MoE runs"; a test reads them
+from tests/data's rows)."""
+
+
+def moe_host_heavy(ev) -> None:
+    """Say when much of an MoE plan's step is the MoE layers' host wait: the least certain term of
+    an MoE step (the measured runs where it weighs this much are predicted from 35 % too fast to
+    82 % too slow), which can part plans in a ranking that a run would not (an MoE user's trial:
+    a Megatron-Bridge recipe ranked 1.5x behind a plan that differed from it mostly in micro-batch
+    count; without the wait the two were within 5 %)."""
+    from ..units import fmt_time
+
+    sc, host, step = ev.scenario, ev.time.host, ev.step_time
+    if sc.model.moe is None or host < MOE_HOST_HEAVY * step:
+        return
+    low, high = MOE_HOST_HEAVY_ERRORS
+    note(f"{host / step:.0%} of this step is the MoE layers' host wait ({fmt_time(host)}; stack "
+         f"{sc.stack.name}: {fmt_time(sc.stack.moe_layer_host)} a layer's forward, fitted on "
+         "measured runs), the least certain term of an MoE step: the measured runs predicted "
+         f"with {MOE_HOST_HEAVY:.0%} or more of theirs waiting are off by {low:+.0%} to "
+         f"{high:+.0%} (README \"MoE runs\"); plans it parts (by their micro-batches or MoE "
+         "layers a device) may rank otherwise when run: measure before choosing between them")
+
+
 CALIBRATION_REACH = 2
 """How far beyond the sequence lengths a calibration was fitted on (a factor either way) a plan
 may go without a note."""
 
 
 def beyond_calibration(ev) -> None:
-    """Say when a stack ``calibrate`` fitted is used on another accelerator than its runs', at a
-    sequence length or a device count far from theirs (a trial's fit on 2K-8K runs took the
-    attention to 0.58x and predicted its 64K-1M runs 45 % slow, without a word), or on a model
-    of another kind (dense or MoE) than theirs."""
-    sc = ev.scenario
+    """Say when a stack ``calibrate`` fitted is used beyond the runs it was fitted on
+    (``calibration_gaps``)."""
+    for _, sentence in calibration_gaps(ev.scenario):
+        note(sentence)
+
+
+GAP_ASPECTS = ("length", "accelerator", "size", "kind")
+"""How a scenario can lie beyond a calibration's runs (``calibration_gaps``), in the order said."""
+
+
+def calibration_gaps(sc) -> list[tuple[str, str]]:
+    """How scenario ``sc`` lies beyond the runs its stack was calibrated on, as (aspect of
+    ``GAP_ASPECTS``, sentence): another accelerator than theirs, a sequence length or a device
+    count far from theirs (a trial's fit on 2K-8K runs took the attention to 0.58x and predicted
+    its 64K-1M runs 45 % slow, without a word), or a model of another kind (dense or MoE);
+    empty for a stack no calibration fitted."""
+    from ..stack import fitted_kind
+
     st, seq, acc = sc.stack, sc.training.seq_len, sc.cluster.accelerator.name
+    gaps = []
     if st.fitted_seq_len:
         lo, hi = st.fitted_seq_len
         if not lo / CALIBRATION_REACH <= seq <= hi * CALIBRATION_REACH:
             span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
-            note(f"stack {st.name} was calibrated on runs of {span} tokens; at {seq:,} the "
-                 "attention's share of the step differs, and what the fit gave it may not carry "
-                 "(calibrate on runs nearer this length)")
+            gaps.append(("length", f"stack {st.name} was calibrated on runs of {span} tokens; at "
+                         f"{seq:,} the attention's share of the step differs, and what the fit "
+                         "gave it may not carry (calibrate on runs nearer this length)"))
     if st.fitted_accelerators and acc not in st.fitted_accelerators:
-        note(f"stack {st.name} was calibrated on runs on {', '.join(st.fitted_accelerators)}, "
-             f"not on {acc}: its multipliers were fitted to those accelerators' kernels")
+        gaps.append(("accelerator", f"stack {st.name} was calibrated on runs on "
+                     f"{', '.join(st.fitted_accelerators)}, not on {acc}: its multipliers were "
+                     "fitted to those accelerators' kernels"))
     if st.fitted_gpus:  # (a calibrating user's trial: a one-node fit moved a 512-GPU plan 24 %)
         lo, hi = st.fitted_gpus
         n, levels = sc.gpus, sc.cluster.levels
@@ -238,22 +283,23 @@ def beyond_calibration(ev) -> None:
             beyond = (f"its groups reach the {levels[reach].name} level, beyond the runs' "
                       f"{levels[runs].name} on this cluster" if reach > runs
                       else "its groups span far more devices than the runs'")
-            note(f"stack {st.name} was calibrated on runs of {span} GPUs; on {n:,} {beyond}, and "
-                 "what the fit gave the runs' mix of compute and communication may not carry "
-                 "(calibrate on runs nearer this size)")
+            gaps.append(("size", f"stack {st.name} was calibrated on runs of {span} GPUs; on "
+                         f"{n:,} {beyond}, and what the fit gave the runs' mix of compute and "
+                         "communication may not carry (calibrate on runs nearer this size)"))
         elif n < lo / CALIBRATION_REACH:
-            note(f"stack {st.name} was calibrated on runs of {span} GPUs; on {n:,} "
-                 "communication weighs less than in them, and what the fit gave their mix of "
-                 "compute and communication may not carry (calibrate on runs nearer this size)")
-    from ..stack import fitted_kind
-
+            gaps.append(("size", f"stack {st.name} was calibrated on runs of {span} GPUs; on "
+                         f"{n:,} communication weighs less than in them, and what the fit gave "
+                         "their mix of compute and communication may not carry (calibrate on "
+                         "runs nearer this size)"))
     kind = fitted_kind(sc.model)
     if st.fitted_kinds and kind not in st.fitted_kinds:
-        note(f"stack {st.name} was calibrated on {st.fitted_kinds[0]} models' runs only; "
-             + (f"{sc.model.name}'s experts (their exchange, grouped GEMMs and host waits) were "
-                "not in them" if kind == "moe" else
-                f"{sc.model.name} has no experts, whose costs the fit may have absorbed")
-             + ": calibrate on runs of its kind")
+        gaps.append(("kind", f"stack {st.name} was calibrated on {st.fitted_kinds[0]} models' "
+                     "runs only; " + (
+                         f"{sc.model.name}'s experts (their exchange, grouped GEMMs and host "
+                         "waits) were not in them" if kind == "moe" else
+                         f"{sc.model.name} has no experts, whose costs the fit may have "
+                         "absorbed") + ": calibrate on runs of its kind"))
+    return gaps
 
 
 LONG_CONTEXT_HOPPER_SLOW = (0.108, 0.220)

@@ -51,6 +51,32 @@ def over_hbm(cases, peaks) -> None:
          "plan (recompute, zero_stage, micro_batch)")
 
 
+def beyond_calibration(cases) -> None:
+    """Say which rows lie beyond the runs their stack was calibrated on, by how
+    (``notes.plan.calibration_gaps``): ``validate --stack MINE.toml`` of other runs scores how the
+    fit carries to them, which evaluate and plan say of one scenario and validate had not (a
+    Composer trial's)."""
+    from ..textfmt import first_of
+    from .plan import GAP_ASPECTS, calibration_gaps
+
+    by_aspect: dict[str, list[str]] = {}
+    beyond = 0
+    for c in cases:
+        gaps = calibration_gaps(c.scenario)
+        beyond += bool(gaps)
+        for aspect, _ in gaps:
+            by_aspect.setdefault(aspect, []).append(c.id)
+    if not beyond:
+        return
+    words = {"length": "sequence length", "accelerator": "accelerator", "size": "device count",
+             "kind": "model kind (dense or MoE)"}
+    said = "; ".join(f"{words[a]}: {first_of(by_aspect[a])}" for a in GAP_ASPECTS
+                     if a in by_aspect)
+    note(f"{beyond} of {len(cases)} rows lie beyond the runs their stack was calibrated on, "
+         f"which evaluate and plan say of such a scenario ({said}): their errors show how the "
+         "fit carries, not how it fits")
+
+
 def cannot_run(stack: str, refused: list, kept: int) -> None:
     """Say which rows (``validation.SetAside``) ``validate --stack`` left out because that stack
     cannot run their plans, grouped by reason (with the value where a group shares one; the

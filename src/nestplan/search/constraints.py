@@ -279,7 +279,10 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
             why = sc.stack.bias_refusal(con.etp, biased=m.biased_experts)
         if why is not None:
             raise SpecError(*why)
-    elif m.moe is not None and con.tp is not None and con.ep is not None \
+    if m.moe is not None and con.ep == 1 and (etp := con.etp or con.tp) is not None \
+            and (why := sc.stack.dispatcher_refusal(etp, 1)) is not None:
+        raise SpecError(*why)
+    if m.moe is not None and con.etp is None and con.tp is not None and con.ep is not None \
             and not sc.stack.expert_tps(con.tp, con.ep, biased=m.biased_experts):
         # no degree left for these experts: without expert parallelism they follow TP, and the
         # stack runs experts with biases at expert TP 1 only

@@ -115,7 +115,9 @@ def shapes(sc: Scenario, con: Constraints):
                     eps = [1] if m.moe is None else [
                         e for e in _divisors(m.moe.experts) if (tp * cp * dp) % e == 0]
                     for ep in _pick(con.ep, eps):
-                        etps = [None] if m.moe is None else sc.stack.expert_tps(tp, ep, biased=biased)
+                        etps = [None] if m.moe is None else [
+                            e for e in sc.stack.expert_tps(tp, ep, biased=biased)
+                            if sc.stack.dispatcher_refusal(e, ep) is None]
                         for etp in ([con.etp] if con.etp is not None else etps):
                             for mbs in _pick(con.mbs, mbss):
                                 shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
