@@ -343,11 +343,11 @@ HF_BAD = {
     "window-beyond-sequence": (_hf(model_type="mistral", sliding_window=10**7),
                                "sliding_window: got 10000000; gives local_span = 20000000: at most"),
     "llama4-empty-text-config": (json.dumps({"model_type": "llama4", "text_config": {}}),
-                                 "text_config.num_attention_heads: missing key, where "
+                                 "text_config.num_attention_heads: missing key; "
                                  "model_type 'llama4' requires a value"),
     # a key present but null is said to be null (a user trial was told it was missing)
     "heads-null": (json.dumps({**LLAMA, "num_attention_heads": None}),
-                   "num_attention_heads: got null; where model_type 'llama' requires a "
+                   "num_attention_heads: got null; model_type 'llama' requires a "
                    "value"),
     # families that list their layers' kinds as they are read (it had run out of memory)
     "layers-huge-mistral": (_hf(model_type="mistral", num_hidden_layers=2**31),
@@ -386,7 +386,7 @@ HF_BAD = {
     # Llama 3.1's and linear scalings, kept and exported: transformers' own required keys
     "llama3-rope-no-low": (_hf(rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                              "high_freq_factor": 4.0}),
-                           "rope_scaling.low_freq_factor: got null; llama3 RoPE scaling needs it"),
+                           "rope_scaling.low_freq_factor: missing: llama3 RoPE scaling needs it"),
     "llama3-rope-factor-word": (_hf(rope_scaling={"rope_type": "llama3", "factor": "8",
                                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
                                 "rope_scaling.factor: got '8'"),
@@ -397,7 +397,7 @@ HF_BAD = {
                                    "rope_scaling.high_freq_factor: got 1.0; must be a number "
                                    "at least low_freq_factor"),
     "linear-rope-no-factor": (_hf(rope_scaling={"rope_type": "linear"}),
-                              "rope_scaling.factor: got null; linear RoPE scaling needs its "
+                              "rope_scaling.factor: missing: linear RoPE scaling needs its "
                               "factor"),
     "linear-rope-shrinks": (_hf(rope_scaling={"rope_type": "linear", "factor": 0.5}),
                             "rope_scaling.factor: got 0.5; must be a number in [1"),
@@ -474,7 +474,7 @@ HF_BAD = {
     # DeepSeek-V2's router has no expert bias (DeepseekV2TopkRouter: greedy or group-limited)
     "v2-router-expert-bias": (json.dumps({**DEEPSEEK, "model_type": "deepseek_v2",
                                           "topk_method": "noaux_tc", "scoring_func": "sigmoid"}),
-                              "topk_method: got 'noaux_tc'; allowed: group_limited_greedy, greedy"),
+                              "topk_method: got 'noaux_tc'; allowed: greedy, group_limited_greedy"),
     "v2-groups-not-dividing": (json.dumps({**DEEPSEEK, "model_type": "deepseek_v2",
                                            "topk_method": "group_limited_greedy", "n_group": 3}),
                                "n_group: got 3; must divide moe.experts = 8"),

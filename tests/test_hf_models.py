@@ -432,3 +432,30 @@ def test_a_scaled_rope_beyond_its_context_is_noted_and_the_export_repeats_the_no
     assert code == 0 and "was built for" not in err, err
     code, out, err = cli("export", tmp_path / "p.json", "--format", "megatron")
     assert code == 0 and f"# note: {said}" in out, out
+
+
+def test_deepseek_v2s_router_is_read_as_its_model_runs_it():
+    """DeepseekV2TopkRouter scores with a softmax (it reads no scoring_func) and limits the groups
+    only under topk_method = "group_limited_greedy"; its config class defaults the method to
+    greedy. A config without the method, or with a null one, routes greedily whatever n_group says
+    (a review: it had been read as group-limited); a scoring_func it ignores is noted."""
+    import warnings
+
+    transformers = pytest.importorskip("transformers")
+    data = transformers.DeepseekV2Config(**{**SMALL, "n_routed_experts": 8, "n_group": 4,
+                                            "topk_group": 2, "topk_method": "group_limited_greedy",
+                                            **FEW_EXPERTS}).to_dict()
+    data.pop("dtype", None)
+    assert transformers.DeepseekV2Config().topk_method == "greedy"
+
+    def router(**edit) -> tuple:
+        moe = model_from_hf_dict({k: v for k, v in {**data, **edit}.items() if v != "drop"}).moe
+        return moe.router_groups, moe.router_group_top_k, moe.router_score
+
+    assert router() == (4, 2, "softmax")
+    assert router(topk_method="drop") == router(topk_method=None) == (1, 1, "softmax")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert router(scoring_func="sigmoid") == (4, 2, "softmax")
+    assert any("'sigmoid' ignored: DeepSeek-V2's router scores with a softmax" in str(w.message)
+               for w in caught)

@@ -1006,17 +1006,15 @@ def test_a_blackwell_export_asks_for_the_dispatcher_backend_and_fp8_recipe_its_r
     assert "--reuse-grad-buf-for-mxfp8-param-ag" in export_of("dgx-b200-ndr", 16)
 
 
-def test_multi_node_nvlink_is_a_domain_over_several_hosts():
+def test_nvlink_spans_hosts_in_a_domain_over_several_hosts():
     """HybridEP is asked for where the NVLink domain joins GPUs of several hosts: by the hosts a
     cluster file gives (devices_per_host), else by an HGX board's 8 GPUs."""
-    from nestplan.exports.megatron import multi_node_nvlink
-
     hgx = get_cluster("dgx-b200-ndr")  # 8 GPUs on one host's NVSwitch
     nvl72 = get_cluster("gb200-nvl72-ndr")  # 64 used of a rack, 4 per tray
-    assert not multi_node_nvlink(hgx) and multi_node_nvlink(nvl72)
-    assert multi_node_nvlink(replace(hgx, devices_per_host=4))  # two 4-GPU hosts on NVLink
-    assert not multi_node_nvlink(replace(nvl72, devices_per_host=64))  # one host, one domain
-    assert multi_node_nvlink(replace(nvl72, devices_per_host=None))  # no host size: > 8
+    assert not hgx.nvlink_spans_hosts and nvl72.nvlink_spans_hosts
+    assert replace(hgx, devices_per_host=4).nvlink_spans_hosts  # two 4-GPU hosts on NVLink
+    assert not replace(nvl72, devices_per_host=64).nvlink_spans_hosts  # one host, one domain
+    assert replace(nvl72, devices_per_host=None).nvlink_spans_hosts  # no host size: > 8
 
 
 def test_a_model_with_attention_sinks_on_a_megatron_stack_says_its_runs_were_predicted_fast():
@@ -1140,6 +1138,7 @@ def test_a_plan_whose_step_is_much_host_wait_says_how_far_such_runs_were_off():
     heavy = Path(__file__).parent / "data" / "moe_stacks" / "nemo-flex-a2a-overlap-router-graphs.toml"
     code, out, err = cli(*base, "--gpus", 64, "--global-batch", 4096, "--stack", heavy)
     assert code == 0 and "45% of this step is the MoE layers' host wait" in err, err
+    assert "host wait 6.8 ms per MoE layer" in out and "6.8 ms per MoE layer)" in err, err
     assert "off by -35% to +82%" in err, err
     code, out, err = cli(*base, "--gpus", 16, "--global-batch", 1024, "--stack", "nemo")
     assert code == 0 and "host wait (" not in err, err
@@ -1150,7 +1149,7 @@ def test_deepeps_dispatcher_needs_more_than_one_expert_rank():
     more than one rank ("DeepEP dispatcher requires TPxEP > 1", token_dispatcher.py @
     d98e8a64dd): a flex stack's search offers no such plan (an MoE user's trial had been
     recommended ep = 1 with it), evaluate and a fixed plan refuse it in one line, and the
-    all-to-all stack keeps it."""
+    all-to-all stack keeps it, as does HybridEP's backend on NVLink over several hosts."""
     from console import cli, one_line_error
     from nestplan.search import space
     from nestplan.search.constraints import Constraints
@@ -1167,3 +1166,7 @@ def test_deepeps_dispatcher_needs_more_than_one_expert_rank():
         assert one_line_error(code, out, err, "ep: got 1; stack megatron-core-deepep dispatches "
                               "tokens with DeepEP (moe_dispatcher = flex), which Megatron-Core "
                               "runs over more than one expert-TP x EP rank only")
+    # HybridEP, which the export asks for where NVLink spans hosts, has no such rule (a review's)
+    nvl = [a if a != "dgx-h100-ndr" else "gb200-nvl72-ndr" for a in base]
+    code, out, err = cli("evaluate", *nvl, "--pp", 1, "--mbs", 1)
+    assert code == 0, err

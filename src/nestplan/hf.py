@@ -128,7 +128,7 @@ class _Config:
         if default is ...:
             null_key = next((k for k in keys if k in self.data), None)  # (present, but null)
             raise SpecError(self.where(null_key or keys[0]), None,
-                            f"{'' if null_key else 'missing key, '}where model_type "
+                            f"{'' if null_key else 'missing key; '}model_type "
                             f"{self.model_type!r} requires a value")
         return default
 
@@ -247,7 +247,7 @@ def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
         return 1.0, None
     factor = _context_factor(rs)
     if factor is None:
-        raise SpecError(rs.where("factor"), None, "YaRN needs a context extension factor")
+        raise SpecError(rs.where("factor"), None, "missing: YaRN needs a context extension factor")
     where = {f: rs.where(k) for f, k in _YARN_HF_KEYS.items()}
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
@@ -292,7 +292,7 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
         return None
     factor = _context_factor(rs)
     if factor is None:
-        raise SpecError(rs.where("factor"), None, f"{kind} RoPE scaling needs its factor")
+        raise SpecError(rs.where("factor"), None, f"missing: {kind} RoPE scaling needs its factor")
     fields: dict[str, Any] = {"kind": kind, "factor": factor}
     where = {"factor": rs.where("factor")}
     if kind == "llama3":
@@ -300,13 +300,13 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
             fields[key] = rs.get(key, kind=float, minimum=0, default=None)
             where[key] = rs.where(key)
             if fields[key] is None:
-                raise SpecError(rs.where(key), None, "llama3 RoPE scaling needs it (transformers "
+                raise SpecError(rs.where(key), None, "missing: llama3 RoPE scaling needs it (transformers "
                                 "reads it; Llama 3.1: low 1, high 4)")
         original, where["original_max_positions"] = _original_context(cfg, rs)
         if original is None:
             raise SpecError(rs.where("original_max_position_embeddings"), None,
-                            "llama3 RoPE scaling needs the pre-trained context (here, at the top "
-                            "level, or max_position_embeddings)")
+                            "missing: llama3 RoPE scaling needs the pre-trained context (here, "
+                            "at the top level, or max_position_embeddings)")
         fields["original_max_positions"] = original
     try:
         return RopeScaling(**fields)
@@ -559,9 +559,10 @@ def _pre_softmax(cfg: _Config) -> bool:
 TOPK_METHODS = ("noaux_tc", "group_limited_greedy", "greedy")
 """DeepSeek's routing methods (its modelling code): the auxiliary-loss-free bias with groups;
 groups without the bias; neither."""
-V2_TOPK_METHODS = TOPK_METHODS[1:]
+V2_TOPK_METHODS = ("greedy", "group_limited_greedy")
 """The methods DeepSeek-V2's router runs (``DeepseekV2TopkRouter.forward``, transformers 5.23.0
-wheel: another leaves it without weights)."""
+wheel: another leaves it without weights), its config class's default first (a review: an absent
+method had been read as group-limited)."""
 
 
 DEEPSEEK_ROUTER = {"n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}
@@ -578,7 +579,8 @@ def _deepseek_router(cfg: _Config, *, score: str = "sigmoid", absent=None,
     (``routed_scaling_factor``), as Megatron-Bridge maps them
     (src/megatron/bridge/models/conversion/model_bridge.py and the deepseek_v2, deepseek_v3,
     kimi and glm45 bridges @ 067f987df0: sigmoid and expert bias set by the V3-era bridges);
-    ``methods``: the ``topk_method`` values the family's model runs; ``absent``: the family's
+    ``methods``: the ``topk_method`` values the family's model runs, the first where the key is
+    absent or null (its config class's default); ``absent``: the family's
     defaults of the last three (its config class's: a user trial's trimmed DeepSeek-V3 config
     had been read with GLM's, 1, 1 and 1.0)."""
     absent = absent or {}
@@ -835,6 +837,18 @@ def _deepseek_v3(cfg: _Config) -> dict:
     return kw
 
 
+def _v2_router(cfg: _Config) -> dict:
+    """DeepSeek-V2's router fields: softmax scores whatever ``scoring_func`` says, as
+    ``DeepseekV2TopkRouter`` computes them (transformers 5.23.0 wheel; it reads no such key), with
+    a note where a config names another (a review's)."""
+    router = _deepseek_router(cfg, score="softmax", methods=V2_TOPK_METHODS)
+    if router["router_score"] != "softmax":
+        warnings.warn(HFNote(f"{cfg.where('scoring_func')}: {router['router_score']!r} ignored: "
+                             "DeepSeek-V2's router scores with a softmax (DeepseekV2TopkRouter "
+                             "reads no scoring_func)"), stacklevel=3)
+    return {**router, "router_score": "softmax"}
+
+
 def _deepseek_v2(cfg: _Config) -> dict:
     # DeepSeek-V2 (and V2-Lite): V3's attention; a softmax router over every expert before the
     # top-k (moe_router_pre_softmax, as the V2 bridge sets it and DeepseekV2TopkRouter runs it),
@@ -849,8 +863,7 @@ def _deepseek_v2(cfg: _Config) -> dict:
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
                         shared_experts=cfg.get("n_shared_experts", default=2, minimum=0),
                         shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
-                        router_pre_softmax=True,
-                        **_deepseek_router(cfg, score="softmax", methods=V2_TOPK_METHODS))
+                        router_pre_softmax=True, **_v2_router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 

@@ -488,7 +488,8 @@ def level_from_table(table: dict, where: str) -> Level:
                         "give bandwidth_GBps or bandwidth_GiBps, not both")
     if not has_gb and not has_gib:
         raise SpecError(f"{where}.bandwidth_GBps", None,
-                        "give one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps (2^30 B/s)")
+                        "missing: give one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps "
+                        "(2^30 B/s)")
     key = "bandwidth_GBps" if has_gb else "bandwidth_GiBps"
     # physically meaningful ranges, in the file's units (per device and direction)
     gb = _ranged(table, key, where, 1e-3, 1e5, "per device and direction")

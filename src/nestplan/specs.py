@@ -319,6 +319,12 @@ class Level(_CachedHash):
                             f"must be in [{MIN_EFFICIENCY:g}, 1]")
 
 
+HGX_NVLINK_GPUS = 8
+"""GPUs one HGX/DGX board joins by NVLink (DGX H100 and DGX B200: 8 GPUs on NVSwitch, NVIDIA's
+DGX user guides; the catalog's dgx-* clusters): a cluster file that gives no host size is read as
+NVLink over several hosts when its NVLink domain holds more (``ClusterSpec.nvlink_spans_hosts``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec(_CachedHash):
     """Accelerators and the network that joins them, as ordered levels (innermost first)."""
@@ -391,6 +397,13 @@ class ClusterSpec(_CachedHash):
     def devices_per_node(self) -> int:
         """Devices under one level-0 group."""
         return self.levels[0].size if self.levels[0].size is not None else 1
+
+    @property
+    def nvlink_spans_hosts(self) -> bool:
+        """The NVLink domain (the innermost level) joins GPUs of several hosts, as GB200 and GB300
+        NVL72 racks join 18 trays: a host (``devices_per_host``) holds fewer GPUs than the domain;
+        a file without a host size, more than an HGX board's ``HGX_NVLINK_GPUS``."""
+        return self.devices_per_node > (self.devices_per_host or HGX_NVLINK_GPUS)
 
     @property
     def host_size(self) -> int:
@@ -1576,7 +1589,7 @@ def check_plan(sc: Scenario, par: Parallelism, *, stack: bool = True) -> None:
                             "as in Megatron-Core")
         if (why := etp_refusal(m.moe, par.expert_tp)) is not None:
             raise why
-        if stack and (why := sc.stack.dispatcher_refusal(par.expert_tp, par.ep)) is not None:
+        if stack and (why := sc.stack.dispatcher_refusal(par.expert_tp, par.ep, sc.cluster)) is not None:
             raise SpecError(*why)
     if m.ffn_hidden % par.tp:
         raise SpecError("tp", par.tp, f"must divide ffn_hidden = {m.ffn_hidden}")

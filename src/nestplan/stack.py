@@ -896,14 +896,15 @@ class StackSpec(_CachedHash):
                             "etp must be " + ("1 with ep > 1" if ep > 1 else
                                               f"tp = {tp} without expert parallelism"))
 
-    def dispatcher_refusal(self, etp: int, ep: int) -> tuple[str, object, str, str] | None:
-        """Why an MoE model's experts cannot be laid over ``etp`` x ``ep`` ranks by this stack's
-        token dispatcher, or None: DeepEP's (``flex``) exchanges over the expert-TP x EP group,
-        and Megatron-Core refuses one of a single rank ("DeepEP dispatcher requires TPxEP > 1",
+    def dispatcher_refusal(self, etp: int, ep: int, cluster) -> tuple[str, object, str, str] | None:
+        """Why an MoE model's experts cannot be laid over ``etp`` x ``ep`` ranks of ``cluster`` by
+        this stack's token dispatcher, or None: DeepEP's (``flex``, the deepep backend, which runs
+        where the NVLink domain is one host's) exchanges over the expert-TP x EP group, and
+        Megatron-Core refuses one of a single rank ("DeepEP dispatcher requires TPxEP > 1",
         MoEFlexTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py @
-        NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial had been recommended ep = 1 with
-        it)."""
-        if self.moe_dispatcher == "flex" and etp * ep == 1:
+        NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial had been recommended ep = 1 with it);
+        its hybridep backend, for NVLink over several hosts, has no such rule."""
+        if self.moe_dispatcher == "flex" and etp * ep == 1 and not cluster.nvlink_spans_hosts:
             return "ep", ep, (f"stack {self.name} dispatches tokens with DeepEP (moe_dispatcher "
                               "= flex), which Megatron-Core runs over more than one expert-TP x "
                               "EP rank only"), "use ep > 1, or a stack with the alltoall dispatcher"

@@ -36,22 +36,9 @@ PP_DP_ORDER = (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
 """Megatron-LM's rank order under --use-tp-pp-dp-mapping: 'tp-cp-ep-pp-dp' instead of
 'tp-cp-ep-dp-pp' (megatron/training/initialize.py @ d98e8a64dd)."""
 
-HGX_NVLINK_GPUS = 8
-"""GPUs one HGX/DGX board joins by NVLink (DGX H100 and DGX B200: 8 GPUs on NVSwitch, NVIDIA's
-DGX user guides; the catalog's dgx-* clusters): a cluster file that gives no host size is read as
-multi-node NVLink when its NVLink domain holds more (``multi_node_nvlink``)."""
-
 LAUNCH_ARGS = "eval \"set -- $(grep -v '^#' FILE)\""
 """How the export's header says to read its arguments into bash's "$@" (FILE: the export):
 eval keeps the layout string's quotes and joins the lines their trailing backslashes continue."""
-
-
-def multi_node_nvlink(cluster) -> bool:
-    """The cluster's NVLink domain (its innermost level) joins GPUs of several hosts, as GB200 and
-    GB300 NVL72 racks join 18 trays: a host (``ClusterSpec.devices_per_host``) holds fewer GPUs
-    than the domain; a file without a host size, more than an HGX board's ``HGX_NVLINK_GPUS``."""
-    host = cluster.devices_per_host or HGX_NVLINK_GPUS
-    return cluster.devices_per_node > host
 
 
 def launch_order(par, model) -> tuple:
@@ -529,7 +516,7 @@ def export(pf: PlanFile) -> Export:
             # backend, transformer_config.py @ d98e8a64dd): an NVLink domain over several hosts,
             # as GB200/GB300 NVL72 racks are, whose recipes set hybridep (a MoE trial's GB200
             # export had asked for deepep, which their rows did not run)
-            backend = "hybridep" if multi_node_nvlink(sc.cluster) else "deepep"
+            backend = "hybridep" if sc.cluster.nvlink_spans_hosts else "deepep"
             args.append(f"--moe-flex-dispatcher-backend {backend}")
             if backend == "hybridep":  # (a review's: the launch fails without it)
                 notes.append("--moe-flex-dispatcher-backend hybridep needs DeepEP built with "

@@ -221,18 +221,19 @@ def moe_host_heavy(ev) -> None:
     82 % too slow), which can part plans in a ranking that a run would not (an MoE user's trial:
     a Megatron-Bridge recipe ranked 1.5x behind a plan that differed from it mostly in micro-batch
     count; without the wait the two were within 5 %)."""
-    from ..units import fmt_time
+    from ..units import MS, fmt_time
 
     sc, host, step = ev.scenario, ev.time.host, ev.step_time
     if sc.model.moe is None or host < MOE_HOST_HEAVY * step:
         return
     low, high = MOE_HOST_HEAVY_ERRORS
+    wait = sc.stack.moe_host_wait(sc.training, ev.plan.ep)  # (the breakdown's per-layer figure)
     note(f"{host / step:.0%} of this step is the MoE layers' host wait ({fmt_time(host)}; stack "
-         f"{sc.stack.name}: {fmt_time(sc.stack.moe_layer_host)} a layer's forward, fitted on "
-         "measured runs), the least certain term of an MoE step: the measured runs predicted "
-         f"with {MOE_HOST_HEAVY:.0%} or more of theirs waiting are off by {low:+.0%} to "
-         f"{high:+.0%} (README \"MoE runs\"); plans it parts (by their micro-batches or MoE "
-         "layers a device) may rank otherwise when run: measure before choosing between them")
+         f"{sc.stack.name}: {wait / MS:.1f} ms per MoE layer), the least certain term of an MoE "
+         f"step: the measured runs predicted with {MOE_HOST_HEAVY:.0%} or more of theirs waiting "
+         f"are off by {low:+.0%} to {high:+.0%} (README \"MoE runs\"); plans it parts (by their "
+         "micro-batches or MoE layers per device) may rank otherwise when run: measure before "
+         "choosing between them")
 
 
 CALIBRATION_REACH = 2

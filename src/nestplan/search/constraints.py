@@ -280,7 +280,7 @@ def check_constraints(sc: Scenario, con: Constraints) -> None:
         if why is not None:
             raise SpecError(*why)
     if m.moe is not None and con.ep == 1 and (etp := con.etp or con.tp) is not None \
-            and (why := sc.stack.dispatcher_refusal(etp, 1)) is not None:
+            and (why := sc.stack.dispatcher_refusal(etp, 1, sc.cluster)) is not None:
         raise SpecError(*why)
     if m.moe is not None and con.etp is None and con.tp is not None and con.ep is not None \
             and not sc.stack.expert_tps(con.tp, con.ep, biased=m.biased_experts):

@@ -701,10 +701,15 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
                 f"they leave ({', '.join(map(str, dps))}): a multiple of {dps[0]}, such as {near}, "
                 "would be")
     # (the CP rule too: a fuzzing trial's --tp 1 --pp 1 --mbs 64 on 8 GPUs at 4,096 tokens
-    # needed cp 8, 512 tokens a rank, which the rules it was told allowed)
+    # needed cp 8, 512 tokens a rank, which the rules it was told allowed; the dispatcher's: a
+    # review's flex stack at dp 1 had been told rules its plans met)
+    flex = (sc.model.moe is not None
+            and sc.stack.dispatcher_refusal(1, 1, sc.cluster) is not None)
     return (f"{head} (tp·pp·dp·cp must equal gpus, tp divide the heads, pp·vp not exceed the "
             f"layers, mbs·dp divide the global batch, the micro-batches per replica suit the "
-            f"schedule, and cp leave each rank at least {MIN_CP_CHUNK:,} of the sequence's "
+            f"schedule, " + ("stack " + sc.stack.name + "'s DeepEP dispatcher have more than one "
+                             "expert-TP x EP rank, " if flex else "")
+            + f"and cp leave each rank at least {MIN_CP_CHUNK:,} of the sequence's "
             f"tokens unless --cp fixes it)")
 
 
@@ -756,8 +761,9 @@ def _reserve_fills(sc: Scenario) -> str:
 def _more_gpus_help(sc: Scenario, con: Constraints) -> bool:
     """Whether more devices could help under these constraints: tensor parallelism, a pipeline
     at the ZeRO stage given, ZeRO-3 or expert parallelism left open to split the weights, or the
-    weights the fixed TP and PP leave on a device within the limit (a DeepSpeed trial's ZeRO-2 on a stack without
-    TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every weight on each)."""
+    weights the fixed TP and PP leave on a device within the limit (a DeepSpeed trial's ZeRO-2 on a
+    stack without TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every weight
+    on each)."""
     st = sc.stack
     whole = total_params(sc.model) * st.weight_bytes
     splits = ((st.offers("tp") and con.tp is None and sc.model.heads > 1)

@@ -117,7 +117,7 @@ def shapes(sc: Scenario, con: Constraints):
                     for ep in _pick(con.ep, eps):
                         etps = [None] if m.moe is None else [
                             e for e in sc.stack.expert_tps(tp, ep, biased=biased)
-                            if sc.stack.dispatcher_refusal(e, ep) is None]
+                            if sc.stack.dispatcher_refusal(e, ep, sc.cluster) is None]
                         for etp in ([con.etp] if con.etp is not None else etps):
                             for mbs in _pick(con.mbs, mbss):
                                 shape = Shape(tp, sp, cp, ep, etp, pp, dp, mbs)
