@@ -2516,8 +2516,7 @@ def test_a_dualpipe_plan_goes_to_megatron_as_a_schedule_it_runs(tmp_path):
                              global_batch=256, stack=str(stack))
     par = Parallelism(tp=1, pp=4, dp=16, ep=8, etp=1, vp=2, schedule="dualpipe",
                       recompute=("selective",), mbs=1)
-    pf = planfile.from_dict(planfile.to_dict(evaluate(sc, par)))
-    out = export(pf, "megatron")
+    out = exported(sc, par, "megatron")
     assert "exported with interleaved-1f1b over 2 chunks per device on the same 4 ranks" \
         in out.text
     assert "--overlap-moe-expert-parallel-comm" in out.text

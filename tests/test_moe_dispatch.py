@@ -3,7 +3,9 @@ and the overlap that hides them (issue 9)."""
 
 import itertools
 import json
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,9 @@ from nestplan.evaluate import evaluate, scenario_from_names
 from nestplan.exports import export
 from nestplan.placement import _block_sizes, expert_grid, layouts, rank_grid
 from nestplan.specs import Parallelism
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+"""benchmarks/, whose moe_accuracy.py reads the MoE rows as the README's figures do."""
 
 
 @pytest.mark.parametrize("par", [
@@ -1020,13 +1025,10 @@ def test_nvlink_spans_hosts_in_a_domain_over_several_hosts():
 def test_a_model_with_attention_sinks_on_a_megatron_stack_says_its_runs_were_predicted_fast():
     """GPT-OSS's development rows are all predicted too fast (README "MoE runs"): a plan of a
     model with its sinks says how much, the figures those rows give."""
-    import sys
-    from pathlib import Path
-
     from console import cli
     from nestplan.notes.plan import SINKS_FAST, SINKS_FAST_HELD_OUT
 
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    sys.path.insert(0, str(BENCHMARKS))
     from moe_accuracy import DATA, GB, held_out_release, moe_outcomes
 
     rows = moe_outcomes(DATA / "moe_runs.csv") + moe_outcomes(
@@ -1114,14 +1116,11 @@ def test_a_plan_whose_step_is_much_host_wait_says_how_far_such_runs_were_off():
     predicted with a fifth or more of their step waiting are off either way, by the figures the
     note gives (read here from the rows); a plan that heavy says so (an MoE user's trial ranked a
     recipe 1.5x behind a plan that differed from it mostly in that wait), a lighter one does not."""
-    import sys
-    from pathlib import Path
-
     from console import cli
     from nestplan.notes.plan import MOE_HOST_HEAVY, MOE_HOST_HEAVY_ERRORS
     from nestplan.validation import load_cases, predict
 
-    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    sys.path.insert(0, str(BENCHMARKS))
     from moe_accuracy import DATA, GB
 
     errors = []
@@ -1150,7 +1149,7 @@ def test_deepeps_dispatcher_needs_more_than_one_expert_rank():
     d98e8a64dd): a flex stack's search offers no such plan (an MoE user's trial had been
     recommended ep = 1 with it), evaluate and a fixed plan refuse it in one line, and the
     all-to-all stack keeps it, as does HybridEP's backend on NVLink over several hosts."""
-    from console import cli, one_line_error
+    from console import cli, flags, one_line_error
     from nestplan.search import space
     from nestplan.search.constraints import Constraints
 
@@ -1167,6 +1166,6 @@ def test_deepeps_dispatcher_needs_more_than_one_expert_rank():
                               "tokens with DeepEP (moe_dispatcher = flex), which Megatron-Core "
                               "runs over more than one expert-TP x EP rank only")
     # HybridEP, which the export asks for where NVLink spans hosts, has no such rule (a review's)
-    nvl = [a if a != "dgx-h100-ndr" else "gb200-nvl72-ndr" for a in base]
-    code, out, err = cli("evaluate", *nvl, "--pp", 1, "--mbs", 1)
+    code, out, err = cli("evaluate", *flags(*base, "--cluster", "gb200-nvl72-ndr"), "--pp", 1,
+                         "--mbs", 1)
     assert code == 0, err

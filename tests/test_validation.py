@@ -405,6 +405,10 @@ def test_the_peak_shortfall_plan_warns_of_is_the_held_out_runs_largest():
     """The headroom a torchtitan plan with PP or CP is told to give (notes.plan.HELD_OUT_PEAK_SHORTFALL)
     is the largest shortfall of the held-out peaks that test_held_out_runs_are_predicted_as_reported
     checks against the runs (it had been a figure copied from the README, with no test)."""
-    from nestplan.notes.plan import HELD_OUT_PEAK_SHORTFALL
+    from nestplan.notes.plan import HELD_OUT_PEAK_SHORTFALL, HELD_OUT_TP_SHORTFALL
 
     assert HELD_OUT_PEAK_SHORTFALL == pytest.approx(-min(HELD_OUT_MEMORY_ERRORS.values()) / 100)
+    # and the one for plans without PP or CP: the largest of the two 2D (FSDP and TP) rows' (a
+    # re-read: it had no test)
+    two_d = [e for r, e in HELD_OUT_MEMORY_ERRORS.items() if r.startswith("tt24_t4_70b_g256_2D")]
+    assert len(two_d) == 2 and HELD_OUT_TP_SHORTFALL == pytest.approx(-min(two_d) / 100)

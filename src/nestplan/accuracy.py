@@ -99,11 +99,11 @@ def _fitted() -> dict[tuple, tuple[tuple, ...]]:
     hold."""
     from .catalog import get_stack, list_names
 
-    out: dict[tuple, tuple[tuple, ...]] = {}
+    out: dict[tuple, dict[tuple, None]] = {}  # (a dict keeps each calibration once, in order)
     for st in map(get_stack, sorted(list_names("stacks"))):
-        if st.fitted_on and _own(st) not in out.get(_values(st), ()):
-            out[_values(st)] = out.get(_values(st), ()) + (_own(st),)
-    return out
+        if st.fitted_on:
+            out.setdefault(_values(st), {})[_own(st)] = None
+    return {values: tuple(owns) for values, owns in out.items()}
 
 
 def calibration(stack) -> tuple:

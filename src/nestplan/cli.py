@@ -815,7 +815,7 @@ def _tolerance_line(summary: dict) -> str:
               f"{peaks}: mean {summary['memory_mean_abs_error']:.1%})" if peaks else "")
     return (f"tolerance: every row within {summary['row_tolerance']:.0%}, mean within "
             f"{summary['mean_tolerance']:.0%}{memory}: "
-            + (f"FAILED ({', '.join(missed)})" if missed else "ok"))
+            + ("ok" if summary["ok"] else f"FAILED ({', '.join(missed)})"))
 
 
 def _shown(text: str) -> str:

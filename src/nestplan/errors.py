@@ -17,8 +17,8 @@ class SpecError(NestplanError, ValueError):
         a measured run that another stack cannot run)."""
         self.advice = advice
         self.allowed = f"{allowed}; {advice}" if advice else allowed
-        if value is None and allowed.startswith(ABSENT):  # (no value to show: "got null" read
-            super().__init__(f"{field}: {self.allowed}")  # as if the user had written one)
+        if value is ABSENT:  # (no value to show: "got null" had read as if the user wrote one)
+            super().__init__(f"{field}: {self.allowed}")
             return
         shown = _shown(value)
         if len(shown) > MAX_SHOWN:  # a pasted file or a 400-digit number: its two ends
@@ -26,8 +26,14 @@ class SpecError(NestplanError, ValueError):
         super().__init__(f"{field}: got {shown}; {self.allowed}")
 
 
-ABSENT = ("missing", "no such key")
-"""How a rule starts that says the field was not given at all (the message then shows no value)."""
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+"""The value of a field that was not given at all: its SpecError shows no value, only the rule
+(which says it is missing)."""
 
 
 MAX_SHOWN = 100

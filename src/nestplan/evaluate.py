@@ -116,6 +116,7 @@ def logged_flops_per_sequence(model, seq_len: int, document_span: int | None = N
     return model_flops_per_sequence(plain, seq_len, span) - (masked if model.causal else 0.0)
 
 
+@cached(maxsize=256)
 def torchtitan_flops_per_sequence(model, seq_len: int) -> float:
     """Model FLOP of one sequence as torchtitan 0.3 logs them: 6 per matmul parameter a token and
     every layer's attention unmasked over all ``training.seq_len`` tokens, whatever the document
@@ -186,6 +187,17 @@ def logged_flops_differences(model, document_span: int | None,
     (``framework_flops_per_sequence``), in words, only what applies (a user trial's GLM-4.5
     export was told of a GeLU-gated MLP it does not have)."""
     return LOGGING_FRAMEWORKS[export_format].differences(model, document_span)
+
+
+def logged_flops_said(ev, export_format: str | None) -> tuple[FlopLog, str] | None:
+    """The framework of ``export_format`` and how its count differs from MFU's, in words, where
+    ``ev``'s logged count is another than MFU's (``Evaluation.logs_other_flops``); None where its
+    framework logs none or the counts agree (evaluate's and the exports' one test of it)."""
+    if export_format not in LOGGING_FRAMEWORKS or not ev.logs_other_flops:
+        return None
+    sc = ev.scenario
+    return LOGGING_FRAMEWORKS[export_format], "; ".join(
+        logged_flops_differences(sc.model, sc.training.document_span, export_format))
 
 
 def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:

@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import Note, SpecError
+from .errors import ABSENT, Note, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (CONTEXT_FACTOR_RULE, DEFAULT_ROPE_THETA, MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM,
                     MAX_HEADS, MAX_LAYERS, MAX_NORM_EPS, MAX_ROPE_MSCALE, MAX_VOCAB, MAX_WIDTH,
@@ -127,7 +127,7 @@ class _Config:
                 return v
         if default is ...:
             null_key = next((k for k in keys if k in self.data), None)  # (present, but null)
-            raise SpecError(self.where(null_key or keys[0]), None,
+            raise SpecError(self.where(null_key or keys[0]), None if null_key else ABSENT,
                             f"{'' if null_key else 'missing key; '}model_type "
                             f"{self.model_type!r} requires a value")
         return default
@@ -247,7 +247,7 @@ def _rope(cfg: _Config) -> tuple[float, YarnSpec | None]:
         return 1.0, None
     factor = _context_factor(rs)
     if factor is None:
-        raise SpecError(rs.where("factor"), None, "missing: YaRN needs a context extension factor")
+        raise SpecError(rs.where("factor"), ABSENT, "missing: YaRN needs a context extension factor")
     where = {f: rs.where(k) for f, k in _YARN_HF_KEYS.items()}
     given = rs.get("attention_factor", kind=float, minimum=0, default=None)
     mscale = rs.get("mscale", kind=float, minimum=0, default=None)
@@ -292,7 +292,7 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
         return None
     factor = _context_factor(rs)
     if factor is None:
-        raise SpecError(rs.where("factor"), None, f"missing: {kind} RoPE scaling needs its factor")
+        raise SpecError(rs.where("factor"), ABSENT, f"missing: {kind} RoPE scaling needs its factor")
     fields: dict[str, Any] = {"kind": kind, "factor": factor}
     where = {"factor": rs.where("factor")}
     if kind == "llama3":
@@ -300,11 +300,11 @@ def _frequency_scaling(cfg: _Config) -> RopeScaling | None:
             fields[key] = rs.get(key, kind=float, minimum=0, default=None)
             where[key] = rs.where(key)
             if fields[key] is None:
-                raise SpecError(rs.where(key), None, "missing: llama3 RoPE scaling needs it (transformers "
+                raise SpecError(rs.where(key), ABSENT, "missing: llama3 RoPE scaling needs it (transformers "
                                 "reads it; Llama 3.1: low 1, high 4)")
         original, where["original_max_positions"] = _original_context(cfg, rs)
         if original is None:
-            raise SpecError(rs.where("original_max_position_embeddings"), None,
+            raise SpecError(rs.where("original_max_position_embeddings"), ABSENT,
                             "missing: llama3 RoPE scaling needs the pre-trained context (here, "
                             "at the top level, or max_position_embeddings)")
         fields["original_max_positions"] = original
@@ -824,48 +824,51 @@ def _deepseek_mla(cfg: _Config, family: str, bridge: str) -> dict:
     return kw
 
 
-def _deepseek_v3(cfg: _Config) -> dict:
-    kw = _deepseek_mla(cfg, "DeepSeek-V3", "deepseek_v3_bridge.py")
+def _deepseek(cfg: _Config, family: str, bridge: str, *, dense: int, shared: int,
+              router: Callable[[_Config], dict]) -> dict:
+    """A DeepSeek-style model (``_deepseek_mla``'s attention, routed and shared experts of the
+    experts' size, ``dense`` leading dense layers and ``shared`` shared experts where the config
+    leaves them out, multi-token-prediction depths), its router's fields ``router``
+    (``_deepseek_router``, read after the experts as its keys were)."""
+    kw = _deepseek_mla(cfg, family, bridge)
     moe_ffn = cfg.get("moe_intermediate_size")
-    first, freq = _deepseek_moe_layers(cfg, kw["layers"], 3)  # (DeepseekV3Config's 3)
+    first, freq = _deepseek_moe_layers(cfg, kw["layers"], dense)
     kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
                         top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
-                        shared_experts=cfg.get("n_shared_experts", default=1, minimum=0),
+                        shared_experts=cfg.get("n_shared_experts", default=shared, minimum=0),
                         shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
-                        **_deepseek_router(cfg, absent=DEEPSEEK_ROUTER))
+                        **router(cfg))
     kw["mtp_layers"] = _mtp_layers(cfg)
     return kw
 
 
+def _deepseek_v3(cfg: _Config) -> dict:
+    # (absent keys as DeepseekV3Config fills them: 3 dense layers, one shared expert)
+    return _deepseek(cfg, "DeepSeek-V3", "deepseek_v3_bridge.py", dense=3, shared=1,
+                     router=lambda c: _deepseek_router(c, absent=DEEPSEEK_ROUTER))
+
+
 def _v2_router(cfg: _Config) -> dict:
-    """DeepSeek-V2's router fields: softmax scores whatever ``scoring_func`` says, as
+    """DeepSeek-V2's router fields: a softmax over every expert before the top-k
+    (moe_router_pre_softmax, as the V2 bridge sets it), whatever ``scoring_func`` says, as
     ``DeepseekV2TopkRouter`` computes them (transformers 5.23.0 wheel; it reads no such key), with
     a note where a config names another (a review's)."""
     router = _deepseek_router(cfg, score="softmax", methods=V2_TOPK_METHODS)
     if router["router_score"] != "softmax":
         warnings.warn(HFNote(f"{cfg.where('scoring_func')}: {router['router_score']!r} ignored: "
                              "DeepSeek-V2's router scores with a softmax (DeepseekV2TopkRouter "
-                             "reads no scoring_func)"), stacklevel=3)
-    return {**router, "router_score": "softmax"}
+                             "reads no scoring_func)"), stacklevel=4)
+    return {**router, "router_score": "softmax", "router_pre_softmax": True}
 
 
 def _deepseek_v2(cfg: _Config) -> dict:
-    # DeepSeek-V2 (and V2-Lite): V3's attention; a softmax router over every expert before the
-    # top-k (moe_router_pre_softmax, as the V2 bridge sets it and DeepseekV2TopkRouter runs it),
-    # greedy or group-limited without V3's expert bias, and its shared experts one MLP of
-    # n_shared_experts times the experts' size (DeepseekV2Moe.shared_experts). Absent keys as
-    # DeepseekV2Config fills them: no dense first layer, two shared experts, no groups, a scale
-    # of 1, greedy top-k (transformers 5.23.0 wheel, models/deepseek_v2/)
-    kw = _deepseek_mla(cfg, "DeepSeek-V2", "deepseek_v2_bridge.py")
-    moe_ffn = cfg.get("moe_intermediate_size")
-    first, freq = _deepseek_moe_layers(cfg, kw["layers"], 0)
-    kw["moe"] = MoESpec(experts=cfg.get("n_routed_experts", "num_local_experts"),
-                        top_k=cfg.get("num_experts_per_tok"), ffn_hidden=moe_ffn,
-                        shared_experts=cfg.get("n_shared_experts", default=2, minimum=0),
-                        shared_ffn_hidden=moe_ffn, first_dense_layers=first, layer_freq=freq,
-                        router_pre_softmax=True, **_v2_router(cfg))
-    kw["mtp_layers"] = _mtp_layers(cfg)
-    return kw
+    # DeepSeek-V2 (and V2-Lite): V3's attention; the softmax router of ``_v2_router``, greedy or
+    # group-limited without V3's expert bias, and its shared experts one MLP of n_shared_experts
+    # times the experts' size (DeepseekV2Moe.shared_experts). Absent keys as DeepseekV2Config
+    # fills them: no dense first layer, two shared experts, no groups, a scale of 1, greedy top-k
+    # (transformers 5.23.0 wheel, models/deepseek_v2/)
+    return _deepseek(cfg, "DeepSeek-V2", "deepseek_v2_bridge.py", dense=0, shared=2,
+                     router=_v2_router)
 
 
 def _gpt2(cfg: _Config) -> dict:
@@ -984,7 +987,7 @@ def _kv_heads(cfg: _Config, heads: int) -> int:
         return kv
     kv = KV_HEADS_DEFAULTS.get(cfg.model_type, heads)
     if heads % kv:
-        raise SpecError(cfg.where("num_key_value_heads"), None,
+        raise SpecError(cfg.where("num_key_value_heads"), ABSENT,
                         f"missing, read as its config class's default {kv} (transformers), which "
                         f"does not divide num_attention_heads = {heads}; give it")
     _class_default(cfg.where("num_key_value_heads"), kv)  # (silently, before)
@@ -1109,7 +1112,7 @@ def model_from_hf_dict(data: dict, source: str = "config.json") -> ModelSpec:
                                 default=NORM_EPS_DEFAULTS[mtype])
         if kw.get("moe") is not None:
             kw["moe"] = _balancing(lm, kw["moe"], AUX_LOSS_DEFAULTS.get(mtype, 0.0),
-                                   per_sequence=mtype in ("deepseek_v2", "deepseek_v3", "kimi_k2"),
+                                   per_sequence=FAMILIES[mtype] in (_deepseek_v2, _deepseek_v3),
                                    needs_logits=mtype == "gpt_oss")
         if lm.data.get("head_dim") is None and kw.get("mla") is None \
                 and mtype not in HEAD_DIM_DEFAULTS and kw["heads"] > 0 and kw["hidden"] % kw["heads"]:

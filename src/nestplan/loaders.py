@@ -8,11 +8,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
 from . import units
-from .errors import SpecError
+from .errors import ABSENT, SpecError
 from .options import MLPKind, Norm, Position
 from .specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, AcceleratorSpec, ClusterSpec, Level,
                     MLASpec, ModelSpec, MoESpec, RopeScaling, YarnSpec, finite, layer_indices,
@@ -49,7 +50,6 @@ def draft_beside(target: Path) -> Path:
     """A new empty file beside ``target``, of a name no other process can have chosen (created
     exclusively: ``tempfile.mkstemp``), to write ``target``'s new content into and ``settle``
     over it."""
-    import os
     import tempfile
 
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -60,8 +60,6 @@ def draft_beside(target: Path) -> Path:
 def settle(draft: Path, target: Path) -> None:
     """Rename ``draft`` over ``target`` with the mode ``target`` has, or the one a file written in
     place would have (``mkstemp``'s draft is its owner's alone)."""
-    import os
-
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(draft, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~umask)
@@ -88,8 +86,6 @@ def write_text_atomic(path, text: str) -> None:
     file it names is replaced, the link kept. What is no regular file (a device, a pipe,
     /dev/stdout) is written in place, as is a file whose folder takes no new file. Raises
     OSError."""
-    import os
-
     target = Path(os.path.realpath(path))
     if target.exists() and not target.is_file():  # (a review: /dev/null had been replaced)
         with open(target, "w") as f:
@@ -132,8 +128,6 @@ def writable(path, field: str, kind: str, *, makes_folder: bool = False,
 def _standard_stream(path) -> str | None:
     """"standard output" or "standard error" where ``path`` is that stream's file, pipe or
     device (``/dev/stdout``, ``/proc/self/fd/1``, the file stdout is redirected to), else None."""
-    import os
-
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -175,8 +169,6 @@ def not_read(path, field: str, reads: tuple, what: str) -> None:
     """Refuse an output path that is one of the files the command ``reads`` (``what`` they are;
     writing would replace them) by any name: a link's (resolve also raises on a loop of links),
     a hard link's (samefile: only a file that exists can be read)."""
-    import os
-
     path = Path(path)
     if path.resolve() in {Path(r).resolve() for r in reads} or path.exists() and any(
             Path(r).exists() and os.path.samefile(path, r) for r in reads):
@@ -185,8 +177,6 @@ def not_read(path, field: str, reads: tuple, what: str) -> None:
 
 def _writable(path: Path, field: str, kind: str, makes_folder: bool, reads: tuple,
               what: str) -> None:
-    import os
-
     not_read(path, field, reads, what)
     if path.is_dir():
         raise SpecError(field, str(path), f"a directory; give a {kind} file path")
@@ -273,7 +263,7 @@ def check_keys(table: dict, where: str, *, required: set[str], optional: set[str
     missing = [key for key in sorted(required) if key not in table]
     if missing:  # all of them at once (a user trial fixed a file's three one run at a time)
         more = f" (so are {', '.join(missing[1:])})" if len(missing) > 1 else ""
-        raise SpecError(key_of(where, missing[0]), None,
+        raise SpecError(key_of(where, missing[0]), ABSENT,
                         f"missing required key{more}; valid keys: {', '.join(valid)}")
 
 
@@ -487,7 +477,7 @@ def level_from_table(table: dict, where: str) -> Level:
         raise SpecError(f"{where}.bandwidth_GiBps", table["bandwidth_GiBps"],
                         "give bandwidth_GBps or bandwidth_GiBps, not both")
     if not has_gb and not has_gib:
-        raise SpecError(f"{where}.bandwidth_GBps", None,
+        raise SpecError(f"{where}.bandwidth_GBps", ABSENT,
                         "missing: give one of bandwidth_GBps (10^9 B/s) or bandwidth_GiBps "
                         "(2^30 B/s)")
     key = "bandwidth_GBps" if has_gb else "bandwidth_GiBps"

@@ -382,10 +382,8 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
             size, top = pp, max(b.level for b in lay.pp) if pp > 1 else -1
         else:
             size, top = getattr(lay, axis).size, getattr(lay, axis).top
-        if size > 1:
+        if size > 1 or every:  # (a group of one device crosses no level: top -1, None)
             out[axis] = (size, name(top))
-        elif every:
-            out[axis] = (1, None)
     return out
 
 

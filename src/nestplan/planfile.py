@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .axes import parse_order
 from .caching import cached
-from .errors import Note, SpecError
+from .errors import ABSENT, Note, SpecError
 from .loaders import (LATER_STACK_KEYS, accelerator_later_keys_filled, accelerator_to_table,
                       check_keys, cluster_from_table, cluster_to_table, key_of, later_keys_filled,
                       model_from_table, model_to_table, renamed_stack_keys, stack_from_table,
@@ -305,7 +305,7 @@ def saved_stack(table, where: str = "stack"):
             if missing:
                 from .textfmt import first_of
 
-                raise SpecError(f"{where}.{missing[0]}", None, "missing; a plan file holds a stack "
+                raise SpecError(f"{where}.{missing[0]}", ABSENT, "missing; a plan file holds a stack "
                                 f"of its own whole (it lacks {first_of(missing)}): save the plan "
                                 "again, or evaluate with --stack and the plan's flags")
     return stack_from_table(table, where)
@@ -331,10 +331,10 @@ def _from_dict(data: dict) -> PlanFile:
     fmt = data.get("format")
     if fmt is None and not {"model", "plan"} & set(data):  # (a model's config.json, say)
         if "model_type" in data or "architectures" in data:
-            raise SpecError("format", fmt, "no such key: not a plan file but a HuggingFace model "
+            raise SpecError("format", ABSENT, "no such key: not a plan file but a HuggingFace model "
                             "config; give it to plan as --model, and --save PLAN.json to write a "
                             "plan file")
-        raise SpecError("format", fmt, "no such key: not a plan file (no format, model or plan "
+        raise SpecError("format", ABSENT, "no such key: not a plan file (no format, model or plan "
                         "key); write one with nestplan plan ... --save PLAN.json")
     if fmt not in (1, FORMAT) or type(fmt) is not int:  # (not 2.0, not true)
         raise SpecError("format", fmt, f"this nestplan ({__version__}) reads plan files of "
@@ -497,7 +497,7 @@ def _comparison(table, ev: Evaluation, method: str | None) -> dict | None:
         # its degrees had been taken and shown without them: a fifth fuzzing round's)
         missing = [k for k in COMPARISON_REQUIRED if k not in row]
         if missing:
-            raise SpecError(f"{at}.{missing[0]}", None, "missing; a comparison row holds "
+            raise SpecError(f"{at}.{missing[0]}", ABSENT, "missing; a comparison row holds "
                             + ", ".join(COMPARISON_REQUIRED))
         if row["method"] in seen:
             raise SpecError(f"{at}.method", row["method"], "given twice; a comparison has one row "

@@ -896,15 +896,24 @@ class StackSpec(_CachedHash):
                             "etp must be " + ("1 with ep > 1" if ep > 1 else
                                               f"tp = {tp} without expert parallelism"))
 
-    def dispatcher_refusal(self, etp: int, ep: int, cluster) -> tuple[str, object, str, str] | None:
+    def flex_backend(self, cluster) -> str | None:
+        """The backend of DeepEP's dispatcher (``moe_dispatcher = flex``) on ``cluster``, or None
+        for another dispatcher: ``hybridep`` where the NVLink domain spans hosts ("Currently only
+        'hybridep' backend supports the MNNVL case", moe_flex_dispatcher_backend,
+        transformer_config.py @ NVIDIA/Megatron-LM d98e8a64dd; GB200/GB300 NVL72 recipes set it),
+        else ``deepep``."""
+        if self.moe_dispatcher != "flex":
+            return None
+        return "hybridep" if cluster.nvlink_spans_hosts else "deepep"
+
+    def dispatcher_refusal(self, etp: int, ep: int, cluster) -> Refusal | None:
         """Why an MoE model's experts cannot be laid over ``etp`` x ``ep`` ranks of ``cluster`` by
-        this stack's token dispatcher, or None: DeepEP's (``flex``, the deepep backend, which runs
-        where the NVLink domain is one host's) exchanges over the expert-TP x EP group, and
-        Megatron-Core refuses one of a single rank ("DeepEP dispatcher requires TPxEP > 1",
-        MoEFlexTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py @
-        NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial had been recommended ep = 1 with it);
-        its hybridep backend, for NVLink over several hosts, has no such rule."""
-        if self.moe_dispatcher == "flex" and etp * ep == 1 and not cluster.nvlink_spans_hosts:
+        this stack's token dispatcher, or None: DeepEP's deepep backend (``flex_backend``)
+        exchanges over the expert-TP x EP group, and Megatron-Core refuses one of a single rank
+        ("DeepEP dispatcher requires TPxEP > 1", MoEFlexTokenDispatcher, megatron/core/
+        transformer/moe/token_dispatcher.py @ NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial
+        had been recommended ep = 1 with it); its hybridep backend has no such rule."""
+        if etp * ep == 1 and self.flex_backend(cluster) == "deepep":
             return "ep", ep, (f"stack {self.name} dispatches tokens with DeepEP (moe_dispatcher "
                               "= flex), which Megatron-Core runs over more than one expert-TP x "
                               "EP rank only"), "use ep > 1, or a stack with the alltoall dispatcher"

@@ -220,11 +220,12 @@ def _policies_text(ev: Evaluation) -> list[str]:
 def evaluation(ev: Evaluation) -> str:
     """The default output of ``nestplan evaluate``."""
     # (not at import: cli checks flags first)
-    from .evaluate import LOGGING_FRAMEWORKS, logged_flops_differences
+    from .evaluate import logged_flops_said
 
     sc = ev.scenario
     tr = sc.training
     peak, capacity = fmt_gib_against(ev.peak_memory, ev.capacity)
+    logged = logged_flops_said(ev, sc.stack.export_format)
     out = [
         f"{sc.model.name} on {sc.gpus} x {sc.cluster.accelerator.name} ({sc.cluster.name}), "
         f"seq {tr.seq_len}, global batch {tr.global_batch}, {tr.precision.value}, "
@@ -236,10 +237,8 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as {LOGGING_FRAMEWORKS[fmt].name} counts them: "
-            f"{'; '.join(logged_flops_differences(sc.model, tr.document_span, fmt))})"
-            if (fmt := ev.scenario.stack.export_format) in LOGGING_FRAMEWORKS
-            and ev.logs_other_flops else ""),
+            f" ({ev.logged_tflops_per_gpu:.1f} as {logged[0].name} counts them: {logged[1]})"
+            if logged else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",
         f"peak memory      {peak} GiB of {capacity} GiB (stage {ev.worst_stage.index})  "

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..caching import cached, register
-from ..errors import SpecError
+from ..errors import ABSENT, SpecError
 from ..paths import real_path
 from typing import TYPE_CHECKING
 
@@ -267,7 +267,7 @@ def _resolve(kind: str, name: str, field: str, seen: tuple[str, ...]):
     where = noun if not seen else f"{noun} {ident}"
     given = "name" in table  # (else a stack file is named for the file, below)
     if kind == "stacks" and "base" not in table and "name" not in table:  # (had listed every key)
-        raise SpecError(f"{where}.name", None, "missing; a stack file without base is a whole "
+        raise SpecError(f"{where}.name", ABSENT, "missing; a stack file without base is a whole "
                         "stack and names itself; to change a catalog stack, give base = "
                         "\"megatron-core\" (or another) and the keys to change")
     if "base" not in table:  # (a whole stack file of the user's, maybe of an earlier release)

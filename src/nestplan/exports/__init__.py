@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from ..axes import order_text
 from ..caching import cached
 from ..errors import SpecError
-from ..evaluate import LOGGING_FRAMEWORKS, evaluate as _evaluate, logged_flops_differences
+from ..evaluate import evaluate as _evaluate, logged_flops_said
 from ..recompute import Policy
 from ..placement import rank_grid
 from ..notes.plan import unchecked_peak_text
@@ -246,12 +246,11 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         word), and what a document span needs of the launch."""
         text = simulated_schedule_text(run)
         sc = run.scenario
-        logged = [] if fmt not in LOGGING_FRAMEWORKS or not run.logs_other_flops else [
-            f"{LOGGING_FRAMEWORKS[fmt].name} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per "
-            f"GPU for this prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: "
-            f"its count takes "
-            f"{'; '.join(logged_flops_differences(sc.model, sc.training.document_span, fmt))} "
-            f"({LOGGING_FRAMEWORKS[fmt].source})"]
+        said = logged_flops_said(run, fmt)
+        logged = [] if said is None else [
+            f"{said[0].name} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per GPU for this "
+            f"prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: its count takes "
+            f"{said[1]} ({said[0].source})"]
         # a RoPE model past the context it was built for, as plan said it (the Megatron export
         # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
         # had been exported without the note)

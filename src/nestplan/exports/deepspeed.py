@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from ..axes import MEGATRON_ORDER
+from ..graph import FP32
 from ..options import Precision
 from ..planfile import PlanFile
 from ..specs import blocks_per_chunk
@@ -43,10 +44,10 @@ def _fp32_buffer_text(sc, par) -> str:
     make of ``par``'s most loaded stage: its GiB, the peak and whether that fits (a DeepSpeed
     trial's 70B pipeline went from 51.8 to 87.6 GiB of an 80 GB H100, unsaid)."""
     ev = evaluate(sc, par, stack_offers=False)  # (as ``prediction`` has it: evaluated once)
-    per_param = 4 / sc.stack.weight_bytes  # (the weights' bytes per parameter, unsharded here)
-    peak, stage = max(((s.memory.total + s.memory.weights * per_param, s) for s in ev.stages),
-                      key=lambda pair: pair[0])
-    extra = peak - stage.memory.total
+    per_param = FP32 / sc.stack.weight_bytes  # (the weights' bytes per parameter, unsharded here)
+    stage = max(ev.stages, key=lambda s: s.memory.total + s.memory.weights * per_param)
+    extra = stage.memory.weights * per_param
+    peak = stage.memory.total + extra
     return (f"{extra / GiB:.1f} GiB more on stage {stage.index}: {peak / GiB:.1f} of "
             f"{ev.capacity / GiB:.1f} GiB, " + ("which does not fit" if peak > ev.capacity
                                                  else "within the device"))

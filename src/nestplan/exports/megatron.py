@@ -270,11 +270,10 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     dot_product_attention/context_parallel.py @ NVIDIA/TransformerEngine d0067d0da). Megatron-Core
     passes the value to TE unchanged (extensions/transformer_engine.py @ d98e8a64dd): TE's
     spelling."""
-    cp = par.cp
+    if par.cp == 1:
+        return []
     te = get_stack(FORMAT_STACKS["megatron"])  # Transformer Engine's rules hold whatever the stack
     chosen = launching_stack(stack, "megatron").cp_exchange_for(m)
-    if cp == 1:
-        return []
     if not (te.cp_exchange_for(m) == "te_allgather"
             or chosen in ("allgather", "te_allgather", "flex_allgather")):
         # the ring the cost model charges, written out though it is the default (arguments.py
@@ -284,7 +283,7 @@ def _cp_exchange_args(m, par, stack, notes: list[str]) -> list[str]:
     if not m.attention_sinks:
         return ["--cp-comm-type all_gather"]  # as the cost model gathers K/V there
     # (a plan of another stack's: the rule TE's own plans keep, specs.sinks_cp_refusal)
-    rule = sinks_cp_refusal(m, te, par.tp, cp)
+    rule = sinks_cp_refusal(m, te, par.tp, par.cp)
     runs = "" if rule is None else f"; {rule}, which this plan's do not: it does not run as exported"
     notes.append("context parallelism with attention sinks: Transformer Engine runs it only with "
                  "the all-to-all exchange (--cp-comm-type a2a, exported), which the predictions "
@@ -511,12 +510,9 @@ def export(pf: PlanFile) -> Export:
                              "Megatron-Core's --moe-apply-probs-on-input runs at top-1 only "
                              f"and this model routes to {m.moe.top_k}, so the export leaves it "
                              "out and the run weights the experts' outputs instead")
-        if sc.stack.moe_dispatcher == "flex":
-            # "Currently only 'hybridep' backend supports the MNNVL case" (moe_flex_dispatcher_
-            # backend, transformer_config.py @ d98e8a64dd): an NVLink domain over several hosts,
-            # as GB200/GB300 NVL72 racks are, whose recipes set hybridep (a MoE trial's GB200
-            # export had asked for deepep, which their rows did not run)
-            backend = "hybridep" if sc.cluster.nvlink_spans_hosts else "deepep"
+        # (StackSpec.flex_backend: a MoE trial's GB200 export had asked for deepep, which its
+        # recipes' rows did not run)
+        if (backend := sc.stack.flex_backend(sc.cluster)) is not None:
             args.append(f"--moe-flex-dispatcher-backend {backend}")
             if backend == "hybridep":  # (a review's: the launch fails without it)
                 notes.append("--moe-flex-dispatcher-backend hybridep needs DeepEP built with "

@@ -248,8 +248,10 @@ def beyond_calibration(ev) -> None:
         note(sentence)
 
 
-GAP_ASPECTS = ("length", "accelerator", "size", "kind")
-"""How a scenario can lie beyond a calibration's runs (``calibration_gaps``), in the order said."""
+GAP_ASPECTS = {"length": "sequence length", "accelerator": "accelerator", "size": "device count",
+               "kind": "model kind (dense or MoE)"}
+"""How a scenario can lie beyond a calibration's runs (``calibration_gaps``), in the order said,
+and the words for each."""
 
 
 def calibration_gaps(sc) -> list[tuple[str, str]]:

@@ -68,9 +68,7 @@ def beyond_calibration(cases) -> None:
             by_aspect.setdefault(aspect, []).append(c.id)
     if not beyond:
         return
-    words = {"length": "sequence length", "accelerator": "accelerator", "size": "device count",
-             "kind": "model kind (dense or MoE)"}
-    said = "; ".join(f"{words[a]}: {first_of(by_aspect[a])}" for a in GAP_ASPECTS
+    said = "; ".join(f"{words}: {first_of(by_aspect[a])}" for a, words in GAP_ASPECTS.items()
                      if a in by_aspect)
     note(f"{beyond} of {len(cases)} rows lie beyond the runs their stack was calibrated on, "
          f"which evaluate and plan say of such a scenario ({said}): their errors show how the "

@@ -89,7 +89,7 @@ def _run_locked(args, spec, parquet: bool) -> int:
     """``run_command`` once the results file's lock is held."""
     from ..errors import SpecError, flush_notes
     from ..search.methods import check_method
-    from .run import error_row, pace_text, plan_run, point_tasks, run_sweep
+    from .run import error_row, pace_text, plan_run, point_tasks, run_sweep, superseded_path
 
     planned = plan_run(spec)  # a results file it cannot resume is refused before any note
     flush_notes()  # how the grid's files were read, before the points run
@@ -99,8 +99,6 @@ def _run_locked(args, spec, parquet: bool) -> int:
         print(f"sweep: {counted(len(points), 'point')}, {done:,} already done, "
               f"{len(points) - done:,} to run; results in {spec.output}")
         if existing.superseded:  # (said before the run moves them)
-            from .run import superseded_path
-
             _note(_superseded_text(len(existing.superseded), spec.output,
                                    superseded_path(spec.output, spec.columns), dry=True))
         unbuilt: list = []  # points to run that fail before their search, as the run does
@@ -299,38 +297,37 @@ def _note_partial_domains(spec) -> None:
                           f"{more}", Note)
 
 
-def _note_unlikely_bandwidths(spec) -> None:
-    """Say, once per cluster or network variant of the grid, what is implausible or unstated in
-    its network figures (``notes.scenario.cluster_texts``, as plan and evaluate say them)."""
+def _note_once_per_cluster(spec, texts_of) -> None:
+    """Say each text ``texts_of(cluster)`` gives for the grid's clusters and network variants
+    (``_grid_clusters``) once, in the order met."""
     import warnings
 
     from ..errors import Note
-    from ..notes.scenario import cluster_texts
 
     said: set[str] = set()
     for cluster, _ in _grid_clusters(spec):
-        for text in cluster_texts(cluster):
-            if text not in said:
+        for text in texts_of(cluster):
+            if text and text not in said:
                 said.add(text)
                 warnings.warn(f"grid: {text}", Note)
 
 
+def _note_unlikely_bandwidths(spec) -> None:
+    """Say, once per cluster or network variant of the grid, what is implausible or unstated in
+    its network figures (``notes.scenario.cluster_texts``, as plan and evaluate say them)."""
+    from ..notes.scenario import cluster_texts
+
+    _note_once_per_cluster(spec, cluster_texts)
+
+
 def _note_unmeasured_accelerators(spec) -> None:
     """Say, once per accelerator of the grid, when no measured run stands behind its efficiencies
-    (``notes.plan.unmeasured_accelerator``, which plan says of one plan: a buyer's trial's sweep
-    of MI300X beside H200 had said nothing of it)."""
-    import warnings
-
-    from ..errors import Note
+    (``notes.plan.unmeasured_accelerator_text``, which plan says of one plan: a buyer's trial's
+    sweep of MI300X beside H200 had said nothing of it)."""
     from ..notes.plan import unmeasured_accelerator_text
 
-    said: set[str] = set()
-    for cluster, _ in _grid_clusters(spec):
-        text = unmeasured_accelerator_text(
-            cluster.accelerator, "its points (their measured_runs column is 0) rest")
-        if text and text not in said:
-            said.add(text)
-            warnings.warn(f"grid: {text}", Note)
+    _note_once_per_cluster(spec, lambda cluster: [unmeasured_accelerator_text(
+        cluster.accelerator, "its points (their measured_runs column is 0) rest")])
 
 
 def _note_levels_never_crossed(spec) -> None:

@@ -436,9 +436,11 @@ def _as_field(where: str, value, fn, *args):
     try:
         return fn(*args)
     except SpecError as e:
-        inner = ("" if e.field in ("model", "cluster", "stack") else f"{e.value}: " if e.field == "file"
-                 else f"{e.field}: got {e.value!r}; ")
-        raise SpecError(where, value, f"{inner}{e.allowed}") from None
+        # (the inner error as it reads, its value spelt as SpecError spells it: a missing key's
+        # had read "got None")
+        rule = (e.allowed if e.field in ("model", "cluster", "stack") else
+                f"{e.value}: {e.allowed}" if e.field == "file" else str(e))
+        raise SpecError(where, value, rule) from None
 
 
 def _values(table: dict, key: str, where: str) -> list:
