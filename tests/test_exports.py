@@ -787,6 +787,10 @@ def megatron_transformer_config(text: str):
                "microbatch-group-size-per-virtual-pipeline-stage":
                    "microbatch_group_size_per_vp_stage"}
     kw = {"bf16": True}
+    if cls is tc.MLATransformerConfig and "q-lora-rank" not in flags:
+        # pretrain_gpt.py passes its argparse default, None (no query low-rank), where the
+        # dataclass's is 512 (megatron/training/arguments.py @ NVIDIA/Megatron-LM d98e8a64dd)
+        kw["q_lora_rank"] = None
     kw.update(_graph_fields(flags, fields))
     if "moe-layer-freq" in flags:
         kw["moe_layer_freq"] = _moe_layer_freq(flags["moe-layer-freq"][0])
@@ -1048,6 +1052,41 @@ def test_megatron_core_takes_each_catalog_routers_flags(model):
     assert cfg.moe_permute_fusion
     # fp32 routing from 32 experts, without which TransformerConfig warns (an MoE user's trial)
     assert cfg.moe_router_dtype == ("fp32" if moe.experts >= 32 else None)
+
+
+@frameworks
+def test_megatron_core_builds_deepseek_v2_lite_from_the_export(tmp_path):
+    """DeepSeek-V2-Lite's config (values of deepseek-ai/DeepSeek-V2-Lite's config.json: MLA without
+    a query low-rank, 64 experts top-6 over a softmax, two shared experts of 1,408, one dense
+    first layer) exports arguments from which Megatron-Core's own MLATransformerConfig builds the
+    model as DeepseekV2 runs it: the softmax before the top-k, greedy over every expert, the
+    shared experts as one MLP of their summed width, the per-sequence balancing loss."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("megatron.core")
+    cfg = transformers.DeepseekV2Config(
+        vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,
+        n_shared_experts=2, n_routed_experts=64, num_experts_per_tok=6, first_k_dense_replace=1,
+        q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+        v_head_dim=128, topk_method="greedy", n_group=1, topk_group=1,
+        routed_scaling_factor=1.0, aux_loss_alpha=0.001, seq_aux=True,
+        max_position_embeddings=163840, rope_theta=10000.0).to_dict()
+    cfg.pop("dtype", None)
+    path = tmp_path / "deepseek-v2-lite.json"
+    path.write_text(json.dumps(cfg))
+    sc = scenario_from_names(str(path), "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
+    par = Parallelism(tp=1, pp=1, dp=16, ep=8, etp=1, zero=1, mbs=1, recompute=(F,))
+    cfg = megatron_transformer_config(exported(sc, par, "megatron").text)
+    assert cfg.multi_latent_attention and cfg.q_lora_rank is None and cfg.kv_lora_rank == 512
+    assert (cfg.qk_head_dim, cfg.qk_pos_emb_head_dim, cfg.v_head_dim) == (128, 64, 128)
+    assert (cfg.num_moe_experts, cfg.moe_router_topk, cfg.moe_ffn_hidden_size) == (64, 6, 1408)
+    assert cfg.moe_router_score_function == "softmax" and cfg.moe_router_pre_softmax
+    assert (cfg.moe_router_num_groups or 1, cfg.moe_router_group_topk or 1) == (1, 1)
+    assert not cfg.moe_router_enable_expert_bias
+    assert cfg.moe_shared_expert_intermediate_size == 2 * 1408
+    assert cfg.moe_router_load_balancing_type == "seq_aux_loss"
+    assert cfg.moe_aux_loss_coeff == pytest.approx(0.001)
+    assert cfg.moe_layer_freq == [0] + [1] * 26 and cfg.ffn_hidden_size == 10944
 
 
 @frameworks
@@ -2530,7 +2569,8 @@ def test_gathers_overlapped_without_the_reduction_export_without_the_gather_flag
     (megatron/training/arguments.py @ NVIDIA/Megatron-LM d98e8a64dd); a stack that overlaps the
     gathers and not the reduction (NeMo's DeepSeek-V3 H100 run, which Megatron-Bridge launches)
     had been exported with the gather flag alone, which pretrain_gpt.py refuses (an MoE user's
-    trial). It is left out, and the note gives the step with the gathers waiting."""
+    trial). It is left out; the header predicts the step with the gathers waiting, as launched
+    (it had quoted them overlapped), and the note the step the plan was searched with."""
     sc = scenario_from_names("llama3-8b", "dgx-h100-ndr", 16, seq_len=4096, global_batch=64)
     par = Parallelism(tp=1, pp=1, dp=16, zero=1, mbs=1)
     apart = replace(sc.stack, name="apart", overlap_grad_reduce=False)
@@ -2541,6 +2581,8 @@ def test_gathers_overlapped_without_the_reduction_export_without_the_gather_flag
     both = evaluate(replace(sc, stack=apart), par)
     assert bare.step_time > both.step_time
     said = [n for n in out.notes if "--overlap-param-gather is left out" in n]
-    assert len(said) == 1 and f"predicted at {fmt_time(bare.step_time)}" in said[0], out.notes
+    assert len(said) == 1 and f"as the stack runs them: {fmt_time(both.step_time)}" in said[0], \
+        out.notes
+    assert f"# predicted with stack apart: step {bare.step_time:.3f} s," in out.text, out.text
     args = _arguments(exported(sc, par, "megatron").text).split()  # (both overlapped: both)
     assert "--overlap-param-gather" in args and "--overlap-grad-reduce" in args

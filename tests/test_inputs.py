@@ -215,7 +215,7 @@ def test_a_full_disk_is_one_line_not_a_traceback():
         "nestplan: error: cannot write the output: No space left on device")
 
 
-def test_a_closed_stderr_leaves_the_exit_code_as_it_was():
+def test_a_closed_stderr_leaves_the_exit_code_as_it_was(tmp_path):
     """A command whose stderr is a pipe its reader has closed (``2>&1 >/dev/null | true``) exits as
     it would have: 0 for an evaluation with notes, 2 for bad input, as a closed stdout leaves 0 (a
     user trial's notes had made it 1)."""
@@ -232,6 +232,22 @@ def test_a_closed_stderr_leaves_the_exit_code_as_it_was():
         finally:
             os.close(write)
         assert p.returncode == code, args
+    # a note said before the output ends: every line on stderr goes through one writer that
+    # takes a broken pipe (a sweep's note on a grid where nothing fits had raised it, and the
+    # command had ended at exit 0 without its "wrote" line; a search's progress line so too)
+    grid = tmp_path / "s.toml"
+    grid.write_text('[sweep]\noutput = "s.csv"\n[grid]\nmodel = ["llama3-405b"]\n'
+                    'cluster = ["dgx-h100-ndr"]\ngpus = [8]\nseq_len = [2048]\n'
+                    'global_batch = [64]\n')
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([NESTPLAN, "sweep", "s.toml", "--workers", "1"], stdout=subprocess.PIPE,
+                           stderr=write, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        os.close(write)
+    assert p.returncode == 0 and "1 infeasible" in p.stdout
+    assert p.stdout.endswith("wrote s.csv, s.svg\n"), p.stdout
     # started with stderr closed (2>&-): the notes go nowhere, not after the JSON on stdout (a
     # review's: Python prints a line for a closed stderr to stdout)
     p = subprocess.run([NESTPLAN, *map(str, EVALUATE), "--model", "qwen3-30b-a3b", "--ep", "8",

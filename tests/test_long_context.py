@@ -113,6 +113,7 @@ def test_compare_says_when_manuals_rules_fit_the_model_badly():
     import warnings
 
     from nestplan.notes.plan import manual_far_behind
+    from nestplan.search.constraints import Constraints
 
     sc = Scenario(model=get_model("qwen3-30b-a3b"), cluster=get_cluster("dgx-h100-ndr"),
                   gpus=64, training=TrainingSpec(seq_len=4096, global_batch=512,
@@ -123,15 +124,25 @@ def test_compare_says_when_manuals_rules_fit_the_model_badly():
                                      mbs=2))
     assert manual.fits and tuned.fits and manual.step_time > 3 * tuned.step_time
     said = []
-    for other in (tuned, manual):
+    for other, con in ((tuned, Constraints()), (manual, Constraints()),
+                       (tuned, Constraints(mbs=1, etp=8)),
+                       (tuned, Constraints(tp=8, pp=1, zero=1, mbs=1, etp=8,
+                                           recompute=("full",)))):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             manual_far_behind({"manual": SimpleNamespace(best=manual),
-                               "nest": SimpleNamespace(best=other)})
+                               "nest": SimpleNamespace(best=other)}, con)
         said.append(" ".join(str(x.message) for x in w))
     assert "manual's plan (t8 p1 d8 e8 sp z1 full b1) takes" in said[0]
-    assert "Megatron's rules of thumb" in said[0] and "not over a tuned plan" in said[0]
+    assert ("Megatron's rules of thumb (a node's TP, experts following TP, full recomputation, "
+            "micro-batch 1, the fewest pipeline stages that fit, ZeRO-1;") in said[0]
+    assert "not over a tuned plan" in said[0]
     assert said[1] == ""
+    # the rules a fixed knob overrode are not named (they had been: a micro-batch given as 4
+    # was said to be the rule's 1), and where every one was fixed, nothing is said
+    assert ("rules of thumb (a node's TP, full recomputation, the fewest pipeline stages that "
+            "fit, ZeRO-1;") in said[2], said[2]
+    assert said[3] == ""
 
 
 def test_plans_alike_but_for_their_rank_order_share_a_row():

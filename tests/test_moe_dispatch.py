@@ -280,6 +280,45 @@ def test_the_megatron_export_names_the_dispatcher_and_overlap():
     for flag in ("--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
                  "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"):
         assert flag in text
+    # a stack that overlaps without delaying the weight gradients (delay_wgrad = false, as a
+    # Megatron-Bridge recipe runs it: the flag had been exported whatever the stack said)
+    args = megatron_text(_deepseek(replace(stack, delay_wgrad=False), pp=1,
+                                   recompute="fine-grained")).split()
+    assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" not in args
+
+
+def test_delayed_weight_gradients_are_left_out_where_megatron_refuses_them():
+    """Megatron-LM's validate_args refuses --delay-wgrad-compute under --overlap-grad-reduce where
+    weight gradients sit in a CUDA graph (the attention graphed) and either the attention carries
+    biases ("CUDA graph with delay_wgrad_compute doesn't support attn bias for now") or
+    gradient-accumulation fusion is off, as Megatron-FSDP has it (megatron/training/arguments.py
+    @ NVIDIA/Megatron-LM d98e8a64dd): such exports leave it out, said; without the graphs,
+    without biases, or without the reduction's overlap (one data-parallel rank), they keep it."""
+    def args_of(model, graphs, zero=1, tp=1, qkv_bias=False):
+        stack = replace(_batch_overlap(get_stack("megatron-core")), cuda_graphs=graphs)
+        sc = replace(scenario_from_names(model, "dgx-h100-ndr", 8, seq_len=4096,
+                                         global_batch=256), stack=stack)
+        if qkv_bias:
+            sc = replace(sc, model=replace(sc.model, qkv_bias=True))
+        ev = evaluate(sc, Parallelism(tp=tp, pp=1, dp=8 // tp, ep=8, etp=1, sp=tp > 1, zero=zero,
+                                      mbs=1, recompute=("none",)))
+        out = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
+        return " ".join(line for line in out.text.splitlines()
+                        if not line.startswith("#")).split(), " ".join(out.notes)
+
+    for case in (("gpt-oss-120b", "layers"), ("qwen3-30b-a3b", "layers", 1, 1, True),
+                 ("qwen3-30b-a3b", "layers", 2)):
+        args, notes = args_of(*case)
+        assert args[args.index("--cuda-graph-modules") + 1] == "attn", case
+        assert "--overlap-grad-reduce" in args and "--overlap-moe-expert-parallel-comm" in args
+        assert "--delay-wgrad-compute" not in args, case
+        assert "--delay-wgrad-compute left out: Megatron-LM refuses it" in notes, case
+    assert "no gradient-accumulation fusion" in notes and "--use-megatron-fsdp" in args
+    for case in (("gpt-oss-120b", "none"), ("qwen3-30b-a3b", "layers"),
+                 ("gpt-oss-120b", "layers", 1, 8)):
+        args, notes = args_of(*case)
+        assert "--delay-wgrad-compute" in args and "left out" not in notes, case
+    assert "--overlap-grad-reduce" not in args  # (one data-parallel rank: nothing to overlap)
 
 
 def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it(tmp_path):

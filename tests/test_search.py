@@ -860,6 +860,38 @@ def test_a_batch_overlap_stack_refuses_a_fixed_single_chunk_pipeline_up_front(tm
     assert one_line_error(code, out, err, "vp: got 1; stack b overlaps the expert exchange"), err
 
 
+def test_alpas_view_keeps_the_clusters_hosts():
+    """Alpa's two-level view of a cluster has its hosts: a node spans hosts in the view as on the
+    cluster (which picks DeepEP's backend and what it runs), and the launcher numbers the same
+    local ranks. The view had dropped the host size: a 16-GPU NVSwitch host was searched as an
+    NVLink domain over hosts, GB200's 4-GPU trays as whole racks."""
+    base = scenario_from_names("qwen3-30b-a3b", "dgx-h100-ndr", 64, seq_len=4096,
+                               global_batch=64)
+
+    def view_of(cluster):
+        return cluster, methods.two_level_view(dataclasses.replace(base, cluster=cluster)).cluster
+
+    nvl = Level(name="nvlink", size=16, bandwidth=450e9, latency=3.4e-6, efficiency=0.82)
+    leaf = Level(name="leaf", size=8, bandwidth=50e9, latency=14e-6, efficiency=0.96)
+    net = Level(name="net", size=None, bandwidth=50e9, latency=15e-6, efficiency=0.96)
+    pcie = dataclasses.replace(nvl, size=2)
+    clusters = (ClusterSpec(name="hgx16", accelerator=get_cluster("dgx-h100-ndr").accelerator,
+                            levels=(nvl, leaf, net), devices_per_host=16),
+                ClusterSpec(name="pairs", accelerator=get_cluster("dgx-h100-ndr").accelerator,
+                            levels=(pcie, dataclasses.replace(leaf, size=4), net),
+                            devices_per_host=8),
+                get_cluster("gb200-nvl72-ndr"), get_cluster("dgx-h100-ndr"))
+    spans = []
+    for cluster in clusters:
+        real, view = view_of(cluster)
+        assert len(view.levels) == 2 and view.levels[0] == real.levels[0]
+        assert view.nvlink_spans_hosts == real.nvlink_spans_hosts, cluster.name
+        spans.append(view.nvlink_spans_hosts)
+        if real.devices_per_node % real.host_size == 0:  # (hosts within a node: the same ones)
+            assert view.host_size == real.host_size, cluster.name
+    assert spans == [False, False, True, False]
+
+
 def test_fixed_knobs_hold_in_every_search():
     """A knob the user fixes stays fixed: alpa's fallback for plans that do not fit shards only
     what is free (it had set ZeRO-3 over --zero 1, and ZeRO-3 on stacks without it), and a fixed
@@ -1243,8 +1275,23 @@ def test_the_infeasible_hint_offers_more_gpus_only_where_they_can_help():
                          1024, "--global-batch", 1024, "--seq-len", 4096, "--zero", 2,
                          "--stack", "deepspeed")
     assert code == 3
-    assert err.rstrip().endswith("; try ZeRO-3 (drop --zero) (no GPU count does: every device "
-                                 "holds all of the weights under them)"), err
+    assert err.rstrip().endswith("; try ZeRO-3 (drop --zero) (no GPU count does: the weights "
+                                 "each device holds under them do not fit)"), err
+    # a fixed EP splits the experts: Qwen3-235B-A22B at TP 1, PP 1 holds 44 GB of weights a
+    # device at EP 16, which more GPUs (a longer expert-data-parallel ZeRO-1) leave room beside;
+    # 243 GB at EP 2, which no count does (both had been told every device holds all of them)
+    moe = ("plan", "--model", "qwen3-235b-a22b", "--cluster", "dgx-h100-ndr", "--gpus", 16,
+           "--tp", 1, "--pp", 1, "--zero", 1, "--seq-len", 4096, "--global-batch", 64)
+    code, out, err = cli(*moe, "--ep", 16)
+    assert code == 3 and "; try more GPUs, a longer pipeline" in err, err
+    assert "no GPU count does" not in err
+    code, out, err = cli(*moe, "--ep", 2)
+    assert code == 3 and "no GPU count does" in err and "try more GPUs" not in err, err
+    # so on a stack without TP, whose plans leave --tp out (a review's)
+    code, out, err = cli("plan", "--model", "qwen3-235b-a22b", "--cluster", "dgx-h100-ndr",
+                         "--gpus", 16, "--pp", 1, "--zero", 1, "--seq-len", 4096,
+                         "--global-batch", 64, "--ep", 16, "--stack", "deepspeed")
+    assert code == 3 and "try more GPUs" in err and "no GPU count does" not in err, err
     code, out, err = cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", 1,
                          "--global-batch", 1, "--seq-len", 4096)
     assert code == 3 and err.rstrip().endswith("; try more GPUs"), err

@@ -2013,3 +2013,16 @@ def test_fp8_on_an_eager_torchtitan_stack_says_its_casts_are_not_costed(tmp_path
     for stack, precision in (("torchtitan-float8", "fp8"), ("torchtitan", "bf16")):
         code, _, err = cli("evaluate", *base, "--precision", precision, "--stack", stack)
         assert code == 0 and said not in err, (stack, precision)
+    # a stack that compiles only for async TP runs eagerly where a plan's TP does without it:
+    # evaluate and the export (which turns compile off) say so (both had said nothing: the note
+    # took the stack's async TP for the plan's)
+    asynctp = tmp_path / "asynctp.toml"
+    asynctp.write_text('base = "torchtitan"\nname = "asynctp"\ntp_overlap = "full"\n')
+    for tp, eager in ((1, True), (2, False)):
+        code, _, err = cli("evaluate", *flags(*base, "--tp", tp), "--precision", "fp8",
+                           "--stack", asynctp, "--save", plan)
+        assert code == 0 and (said in err) is eager, (tp, err)
+        code, out, err = cli("export", plan, "--format", "torchtitan")
+        assert code == 0 and (said in out) is eager, (tp, out)
+        args = out.splitlines()
+        assert ("--compile.no-enable" in args) is eager and ("--compile.enable" in args) is not eager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import importlib.util
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -860,7 +861,7 @@ def test_rows_another_nestplan_wrote_are_moved_aside(tmp_path, capsys, monkeypat
             'seq_len = [2048]\nglobal_batch = [64]\n')
     path = _write(tmp_path, text)
     now = build.fingerprint()
-    assert len(now) == 12 and int(now, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{12}", now), now
     code, out, _ = cli("--version")  # (the console script's, another process: the same build)
     assert code == 0 and out == f"nestplan {nestplan.__version__} (build {now})\n"
     old = "0123456789ab"
@@ -1108,6 +1109,33 @@ def test_progress_gives_a_slow_sweeps_pace_per_minute():
         p.start -= seconds  # (as if started that long ago)
         p.update(ran, 0)
         assert f", {pace}, ETA " in out.getvalue(), out.getvalue()
+
+
+def test_progress_on_a_closed_stream_ends_the_progress_not_the_sweep():
+    """A progress stream whose reader is gone (a closed pipe) stops the progress lines and raises
+    nothing: a broken pipe is how a closed stdout ends a command, so one raised here had ended the
+    sweep with exit 0 and no summary."""
+    from nestplan.sweep.run import Progress
+
+    class Gone:
+        writes = 0
+
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            Gone.writes += 1
+            raise BrokenPipeError
+
+        def flush(self):
+            pass
+
+    p = Progress(100, 0, stream=Gone())
+    p.update(1, 0, force=True)
+    assert Gone.writes == 1 and not p.enabled
+    p.update(2, 0, force=True)
+    p.close()
+    assert Gone.writes == 1
 
 
 def test_rows_say_how_many_measured_runs_stand_behind_them(tmp_path, capsys):

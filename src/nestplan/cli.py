@@ -232,7 +232,6 @@ def _scenario(args):
             "moe_imbalance", "moe_capacity_factor") if getattr(args, k) is not None), sc.model.name)
     scenario_notes.added_depths(sc, args.model)
     scenario_notes.fused_pieces(sc)
-    scenario_notes.eager_float8(sc)
     scenario_notes.straddling_domains(sc)
     scenario_notes.cluster_bandwidths(sc.cluster)
     scenario_notes.position_table(sc)
@@ -258,7 +257,6 @@ def _load_plan(path: str):
 
     pf = planfile.load(path)
     scenario_notes.fused_pieces(pf.scenario)
-    scenario_notes.eager_float8(pf.scenario)
     return pf
 
 
@@ -311,12 +309,11 @@ class _Progress:
         count = (f"{done:,} of {total:,} {of}" if of else
                  f"{checked}{done:,} solved of {total:,} configurations")
         text = f"nestplan: {self.method} {self.doing}, {count}, {seconds:.0f} s"
-        print("\r" + text if self.tty else text, end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)
+        say("\r" + text if self.tty else text, end="" if self.tty else "\n")
 
     def close(self):
         if self.shown and self.tty:
-            print(file=sys.stderr)
+            say("")
 
 
 @_as_flags
@@ -591,7 +588,7 @@ def cmd_compare(args) -> int:
     rows = [{"method": name, **_top_entry(res.best), "search_seconds": res.seconds}
             for name, res in results.items()]
     plan_notes.manual_without_cp(results)
-    plan_notes.manual_far_behind(results)
+    plan_notes.manual_far_behind(results, con)
     best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
     # (of the fastest: a review found compare silent where plan, given the same scenario, noted
     # the workload and the stack)
@@ -640,8 +637,8 @@ def cmd_export(args) -> int:
     else:
         print(out.text, end="")
         if out.extras:
-            print("nestplan: give -o PATH to also write " + ", ".join(
-                f"PATH{s}" for s in out.extras), file=sys.stderr)
+            say("nestplan: give -o PATH to also write " + ", ".join(
+                f"PATH{s}" for s in out.extras))
     for text in out.notes:  # after the output, with the plan file's own notes (main)
         note(text)
     return 0
@@ -1114,8 +1111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if sys.stdout is None:  # started with its standard output closed (``>&-``)
         if sys.stderr is not None:
-            print("nestplan: error: cannot write the output: standard output is closed",
-                  file=sys.stderr)
+            say("nestplan: error: cannot write the output: standard output is closed")
         return 1
     if sys.stderr is None:  # started with it closed (``2>&-``): notes and errors go nowhere (a
         # review: Python's print sends a file=None line to stdout, after the --json object)

@@ -99,15 +99,19 @@ def flush_notes() -> None:
     PENDING_NOTES.clear()
 
 
-def say(line: str) -> None:
+def say(line: str, end: str = "\n") -> None:
     """Print ``line`` on stderr; where stderr is a closed pipe (its reader gone: ``2>&1 | head``)
     say nothing more, as a closed stdout ends a command's output, and leave the command's exit
-    code as it is (a user trial's ``2>&1 >/dev/null | true`` had exited 1 on its notes)."""
+    code as it is (a user trial's ``2>&1 >/dev/null | true`` had exited 1 on its notes). Every
+    line a command writes on stderr goes through here: a line printed directly had raised the
+    broken pipe that ends a command whose stdout is closed (a sweep's note before its summary's
+    "wrote" line had ended it at exit 0 without that line; a search's progress line, before its
+    result)."""
     import os
     import sys
 
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(line, end=end, file=sys.stderr, flush=True)
     except BrokenPipeError:
         try:
             sys.stderr = open(os.devnull, "w")

@@ -39,7 +39,7 @@ from .placement import layouts, stage_devices
 from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog)
 from .options import MLPKind, Precision
 from .recompute import effect
-from .result import Evaluation, StageReport, TimeBreakdown, stage_times
+from .result import Evaluation, StageReport, TimeBreakdown, flop_counts_differ, stage_times
 from .specs import (Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold,
                     uneven_chunks)
 
@@ -189,15 +189,32 @@ def logged_flops_differences(model, document_span: int | None,
     return LOGGING_FRAMEWORKS[export_format].differences(model, document_span)
 
 
-def logged_flops_said(ev, export_format: str | None) -> tuple[FlopLog, str] | None:
-    """The framework of ``export_format`` and how its count differs from MFU's, in words, where
-    ``ev``'s logged count is another than MFU's (``Evaluation.logs_other_flops``); None where its
-    framework logs none or the counts agree (evaluate's and the exports' one test of it)."""
-    if export_format not in LOGGING_FRAMEWORKS or not ev.logs_other_flops:
+class LoggedFlops(NamedTuple):
+    """What a framework logs of a prediction's model FLOP/s (``logged_flops_said``)."""
+
+    log: FlopLog
+    differences: str
+    """How its count differs from MFU's, in words."""
+    tflops_per_gpu: float
+    """Model TFLOP/s per GPU as it counts them, at the predicted step."""
+
+
+def logged_flops_said(ev, export_format: str | None) -> LoggedFlops | None:
+    """What the framework of ``export_format`` logs for ``ev``, where its count is another than
+    MFU's (``result.flop_counts_differ``); None where it logs none or the counts agree (evaluate's
+    and the exports' one test of it). Counted for ``export_format``, which may not be the stack's
+    (a plan of one stack exported for another format had been told Megatron-LM would log
+    torchtitan's count)."""
+    if export_format not in LOGGING_FRAMEWORKS:
         return None
-    sc = ev.scenario
-    return LOGGING_FRAMEWORKS[export_format], "; ".join(
-        logged_flops_differences(sc.model, sc.training.document_span, export_format))
+    sc, tr = ev.scenario, ev.scenario.training
+    logged = tr.global_batch * framework_flops_per_sequence(sc.model, tr.seq_len,
+                                                            tr.document_span, export_format)
+    if not flop_counts_differ(logged, ev.model_flops):
+        return None
+    return LoggedFlops(LOGGING_FRAMEWORKS[export_format], "; ".join(
+        logged_flops_differences(sc.model, tr.document_span, export_format)),
+        logged / ev.step_time / ev.gpus / 1e12)
 
 
 def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:

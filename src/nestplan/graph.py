@@ -998,12 +998,20 @@ def total_params(model: ModelSpec) -> float:
     return g.embedding.total_params + blocks + head.total_params
 
 
+def routed_expert_params(model: ModelSpec) -> float:
+    """Parameters of the routed experts of the whole model (a depth of multi-token prediction
+    built as an MoE block holds its own): what expert parallelism splits beside the rest."""
+    if model.moe is None:
+        return 0.0
+    moe_depths = model.mtp_layers if model.is_moe_layer(model.layers - 1) else 0
+    return ((model.num_moe_layers + moe_depths) * model.moe.experts
+            * _mlp_params(model, model.moe.ffn_hidden, model.biased_experts))
+
+
 def active_params(model: ModelSpec) -> float:
     """Parameters one token touches (routed experts counted top_k times of experts)."""
     if model.moe is None:
         return total_params(model)
     mo = model.moe
-    inactive = (mo.experts - mo.top_k) * _mlp_params(model, mo.ffn_hidden)
-    moe_depths = model.mtp_layers if model.is_moe_layer(model.layers - 1) else 0
-    return total_params(model) - (model.num_moe_layers + moe_depths) * inactive
+    return total_params(model) - routed_expert_params(model) * (1 - mo.top_k / mo.experts)
 

@@ -833,7 +833,7 @@ def _stack_fields() -> dict:
                                   "interleaved_rounds", "moe_overlap", "cuda_graphs")},
         **{k: plain(bool) for k in ("fused_norm", "fused_gated_mlp", "norm_in_linear",
                                     "cp_gathers_windows", "cp_shards_weights",
-                                    "overlap_grad_reduce",
+                                    "overlap_grad_reduce", "delay_wgrad",
                                     "overlap_param_gather", "optimizer_gather_waits", "zero_grad_allreduce",
                                     "overlap_p2p", "p2p_overlap_needs_interleaving",
                                     "flat_dp_collectives",

@@ -34,6 +34,11 @@ SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits",
 """The keys of :meth:`Evaluation.to_json` that summarise a plan in one row."""
 
 
+def flop_counts_differ(a: float, b: float) -> bool:
+    """Two counts of a step's model FLOP differ by more than 0.05 % (more than rounding)."""
+    return not math.isclose(a, b, rel_tol=5e-4)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TimeBreakdown:
     """One step, seconds, split so that the parts add up to the step time.
@@ -166,7 +171,7 @@ class Evaluation:
     def logs_other_flops(self) -> bool:
         """The stack's framework's log counts this plan's model FLOP otherwise than MFU does
         (``logged_model_flops`` differs by more than 0.05 %)."""
-        return not math.isclose(self.logged_model_flops, self.model_flops, rel_tol=5e-4)
+        return flop_counts_differ(self.logged_model_flops, self.model_flops)
 
     @property
     def logged_tflops_per_gpu(self) -> float:

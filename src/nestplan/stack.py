@@ -229,12 +229,19 @@ class StackSpec(_CachedHash):
     moe_overlap: str = "none"
     """What hides the expert-parallel exchange: ``none``; ``shared`` (the shared experts run
     during it: ``--moe-shared-expert-overlap``); ``batch`` (another micro-batch's compute:
-    ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``; one more block of
+    ``--overlap-moe-expert-parallel-comm``, with ``delay_wgrad``); one more block of
     activations held: ``cost.device.merges_batches``). Megatron-Core runs ``batch`` only with
     the all-to-all or flex dispatcher, without full or block recomputation or a ``moe`` recompute
     module, and, when pipelining with expert parallelism, only with an interleaved schedule
     (transformer_config.py @ d98e8a64dd): a ``batch`` stack offers no such policy, and runs no
     such plan."""
+    delay_wgrad: bool = True
+    """With ``moe_overlap = "batch"``, the weight-gradient GEMMs are put off to fill the
+    exchange's window (``--delay-wgrad-compute``), as Megatron-Bridge's performance scripts set it
+    with the overlap (``_set_moe_a2a_overlap_overrides``, scripts/performance/utils/overrides.py @
+    NVIDIA-NeMo/Megatron-Bridge 067f987df0), where some recipes run without (its Qwen3-30B-A3B
+    H100 bf16 recipe). Exported, not costed apart: the cost model hides the exchange behind the
+    other micro-batch's compute either way."""
     cp_exchange: str = "ring"
     """How context parallelism exchanges K/V: ``ring`` (passed on while each block of the
     attention computes: Megatron/TE), ``allgather`` (gathered behind the first block only, and
@@ -968,6 +975,20 @@ class StackSpec(_CachedHash):
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step
         (``pipeline_defers_grad_sync``)."""
         return self.pipeline_defers_grad_sync and pp > 1 and zero >= 2
+
+    def torch_compiled(self, async_tp: bool) -> bool:
+        """torchtitan runs this stack's model under torch.compile: its fused norms and gated MLPs
+        come from Inductor (its eager model code runs neither, torchtitan.toml) and async TP is a
+        compile option (CompileConfig.enable_async_tensor_parallel, torchtitan/config/configs.py,
+        0.3.0 wheel), ``async_tp``: the plan's TP runs it (``async_tp``). A stack that fuses
+        nothing runs eagerly where its TP runs without async TP: the torchtitan export's rule and
+        the eager Float8 note's (they had disagreed on a plan of one TP rank)."""
+        return self.fused_norm or self.fused_gated_mlp or async_tp
+
+    def async_tp(self, tp: int, group) -> bool:
+        """A plan's TP of ``tp`` ranks laid out as ``group`` (a ``placement.GroupLayout``) runs
+        torch's async TP: more than one rank, and a full overlap there (``tp_overlap_for``)."""
+        return tp > 1 and self.tp_overlap_for(group) is TPOverlap.FULL
 
     def tp_overlap_for(self, group) -> TPOverlap:
         """The TP overlap of a TP group laid out as ``group`` (a ``placement.GroupLayout``):

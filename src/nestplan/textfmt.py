@@ -237,7 +237,8 @@ def evaluation(ev: Evaluation) -> str:
         f"step time        {fmt_time(ev.step_time)}",
         f"tokens/s         {ev.tokens_per_s:,.0f}  ({ev.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"model TFLOP/s    {ev.model_tflops_per_gpu:.1f} per GPU" + (
-            f" ({ev.logged_tflops_per_gpu:.1f} as {logged[0].name} counts them: {logged[1]})"
+            f" ({logged.tflops_per_gpu:.1f} as {logged.log.name} counts them: "
+            f"{logged.differences})"
             if logged else ""),
         f"MFU              {ev.mfu * 100:.1f}% of {tr.precision.value} peak (HFU "
         f"{ev.hfu * 100:.1f}%: model FLOP count attention unmasked, hardware FLOP as run)",

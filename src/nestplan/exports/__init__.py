@@ -193,16 +193,18 @@ def closest_schedule(pf: PlanFile, par: Parallelism, offered: tuple[str, ...],
         f"{why}; exported with {target.name}{how}"]
 
 
-def launched_as(pf: PlanFile, plan: Parallelism, rules: dict[str, str]):
-    """The plan file and ``plan`` with the recompute policies ``rules`` names running the rule it
-    gives them, as a format launches a policy it cannot express (Megatron-LM runs per-op
-    checkpointing as its selective recomputation): the stack gains a policy ``NAME-as-launched``
-    of that rule, so that the export's predictions are of the run it launches (a user trial's
-    Megatron export said "fits" of a policy it did not launch, whose stand-in needs 93 GiB of
-    80). Without ``rules``, both as they are."""
-    if not rules:
+def launched_as(pf: PlanFile, plan: Parallelism, rules: dict[str, str], **behaviour):
+    """The plan file and ``plan`` as the format launches them: the recompute policies ``rules``
+    names running the rule it gives them, as a format launches a policy it cannot express
+    (Megatron-LM runs per-op checkpointing as its selective recomputation): the stack gains a
+    policy ``NAME-as-launched`` of that rule; and the stack's fields ``behaviour`` sets as the
+    arguments run them (Megatron-LM's gathers not overlapped where its flag is left out). So the
+    export's predictions are of the run it launches (a user trial's Megatron export said "fits"
+    of a policy it did not launch, whose stand-in needs 93 GiB of 80; its header had quoted
+    overlapped gathers the arguments left out). Without either, both as they are."""
+    if not rules and not behaviour:
         return pf, plan
-    st = pf.scenario.stack
+    st = replace(pf.scenario.stack, **behaviour)
     named = {name: f"{name}-as-launched" for name in rules}
     stack = replace(st, recompute=st.recompute + tuple(
         Policy(named[name], rule) for name, rule in rules.items()))
@@ -248,9 +250,9 @@ def headline(pf: PlanFile, exported: Parallelism, fmt: str) -> tuple[list[str], 
         sc = run.scenario
         said = logged_flops_said(run, fmt)
         logged = [] if said is None else [
-            f"{said[0].name} logs about {run.logged_tflops_per_gpu:.0f} TFLOP/s per GPU for this "
+            f"{said.log.name} logs about {said.tflops_per_gpu:.0f} TFLOP/s per GPU for this "
             f"prediction, not the {run.model_tflops_per_gpu:.0f} behind its MFU: its count takes "
-            f"{said[1]} ({said[0].source})"]
+            f"{said.differences} ({said.log.source})"]
         # a RoPE model past the context it was built for, as plan said it (the Megatron export
         # sets the length and the RoPE flags from the model; a long-context trial's Qwen3 at 128K
         # had been exported without the note)

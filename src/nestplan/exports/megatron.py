@@ -180,21 +180,41 @@ def _gather_without_reduce(pf: PlanFile, exported) -> str:
     """Why --overlap-param-gather is left out of a stack that overlaps the gathers and not the
     gradient reduction (Megatron-Bridge runs it; pretrain_gpt.py's validate_args asserts
     "Must use --overlap-param-gather with --overlap-grad-reduce": megatron/training/
-    arguments.py @ NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial), with the step as
-    launched, its gathers not overlapped."""
-    from dataclasses import replace
-
+    arguments.py @ NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial): the header predicts the
+    run as launched, its gathers waiting (``launched_as``); the note gives the step with them
+    overlapped, as the stack runs them."""
     from ..evaluate import evaluate
     from ..units import fmt_time
 
     sc = pf.scenario
-    bare = evaluate(replace(sc, stack=replace(sc.stack, overlap_param_gather=False)), exported,
-                    stack_offers=False)
+    overlapped = evaluate(sc, exported, stack_offers=False)
     return (f"stack {sc.stack.name} overlaps the parameter all-gathers but not the gradient "
             "reduction, which Megatron-LM's pretrain_gpt.py refuses (validate_args: "
             "--overlap-param-gather needs --overlap-grad-reduce; Megatron-Bridge runs the pair): "
-            "--overlap-param-gather is left out, so the gathers wait: the step as launched is "
-            f"predicted at {fmt_time(bare.step_time)} (add --overlap-grad-reduce to overlap both)")
+            "--overlap-param-gather is left out, so the gathers wait, as the prediction with "
+            f"stack {sc.stack.name} above has them (with them overlapped, as the stack runs them: "
+            f"{fmt_time(overlapped.step_time)}; add --overlap-grad-reduce to overlap both)")
+
+
+def _wgrad_delay_refused(args: list[str], m) -> str | None:
+    """What in these arguments makes Megatron-LM's validate_args refuse --delay-wgrad-compute, in
+    words, or None (megatron/training/arguments.py @ NVIDIA/Megatron-LM d98e8a64dd): under
+    --overlap-grad-reduce, a weight gradient inside a CUDA graph (the attention graphed, or the
+    router graphed beside shared experts that do not overlap it) needs gradient-accumulation
+    fusion, and a graphed attention no biases."""
+    if "--delay-wgrad-compute" not in args or "--overlap-grad-reduce" not in args:
+        return None
+    graphed = next((a.split()[1:] for a in args if a.startswith("--cuda-graph-modules ")), [])
+    shared = any(a.startswith("--moe-shared-expert-intermediate-size ") for a in args)
+    if not ("attn" in graphed or ("moe_router" in graphed and shared
+                                  and "--moe-shared-expert-overlap" not in args)):
+        return None
+    if "--no-gradient-accumulation-fusion" in args:
+        return ("weight gradients in a CUDA graph and no gradient-accumulation fusion (which "
+                "Megatron-FSDP turns off)")
+    if "attn" in graphed and (m.bias or m.qkv_bias):
+        return "a CUDA-graphed attention that carries biases"
+    return None
 
 
 def _connections_note(args: list[str], par, acc) -> list[str]:
@@ -463,6 +483,15 @@ def export(pf: PlanFile) -> Export:
         notes.append(f"expert tensor parallelism {exported.expert_tp} cannot be expressed "
                      f"({why[2]}); exported with expert TP 1")
         exported = exported.with_(etp=1)
+    # the run the arguments launch, where they cannot say what the plan's stack runs: per-op
+    # checkpointing as Megatron's selective recomputation, and the parameter gathers waited for
+    # where the stack does not overlap the gradient reduction (``_gather_without_reduce``); the
+    # predictions and the notes that quote a step are of it
+    gathers_wait = (sc.stack.overlap_param_gather and not sc.stack.overlap_grad_reduce
+                    and par.zero >= 1 and par.dp * par.cp > 1)
+    launched, launched_plan = launched_as(pf, exported, {
+        p.name: "modules:core_attn" for p in policies if p.kind == "matmul-outputs"},
+        **({"overlap_param_gather": False} if gathers_wait else {}))
     order = launch_order(par, m)
     args: list[str] = [
         f"--tensor-model-parallel-size {par.tp}",
@@ -523,7 +552,9 @@ def export(pf: PlanFile) -> Export:
             if sc.stack.pads_experts(tr):
                 args.append("--moe-pad-expert-input-to-capacity")
         if sc.stack.moe_overlap == "batch" and par.ep > 1:
-            args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+            args.append("--overlap-moe-expert-parallel-comm")
+            if sc.stack.delay_wgrad:
+                args.append("--delay-wgrad-compute")
             if m.mtp_layers and par.pp == 1:  # (a user trial's, on the installed 0.16.1)
                 notes.append("the expert all-to-all overlapped with a multi-token-prediction "
                              "depth and no pipeline runs on Megatron-LM @ d98e8a64dd, which these "
@@ -601,11 +632,10 @@ def export(pf: PlanFile) -> Export:
                      "d98e8a64dd)")
     if sc.stack.overlap_grad_reduce and (par.dp * par.cp) > 1:
         args.append("--overlap-grad-reduce")
-    if sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
-        if sc.stack.overlap_grad_reduce:
-            args.append("--overlap-param-gather")
-        else:
-            notes.append(_gather_without_reduce(pf, exported))
+    if gathers_wait:
+        notes.append(_gather_without_reduce(pf, exported))
+    elif sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
+        args.append("--overlap-param-gather")
     if tr.document_span is not None:  # (costed within documents: masked so; a long-context
         # trial's export had quoted the per-document step and left the masking to the user)
         args.append("--dataloader-inter-document-masking")
@@ -634,6 +664,13 @@ def export(pf: PlanFile) -> Export:
         graph_args, graph_notes = _layer_graphs(sc)
         args += graph_args
         notes += graph_notes
+    refused = _wgrad_delay_refused(args, m)
+    if refused is not None:
+        args.remove("--delay-wgrad-compute")
+        notes.append(f"--delay-wgrad-compute left out: Megatron-LM refuses it under "
+                     f"--overlap-grad-reduce with {refused} (validate_args); the expert exchange "
+                     "still overlaps the other micro-batch, and the prediction does not cost the "
+                     "delay apart")
     if m.kv_heads != m.heads:
         args += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
     # the model's checkpoints hold the norms' weights: Qwen3's per-head QK norms, and with MLA
@@ -714,7 +751,7 @@ def export(pf: PlanFile) -> Export:
     windows = _window_args(m, notes) if m.sliding_window else []
     args += windows + _nope_args(m)
     if chunked:
-        notes.append(_without_local_attention(pf, exported))
+        notes.append(_without_local_attention(launched, launched_plan))
     fused_ops = G.eager_split(m, sc.stack.eager_ops)[1]
     fused = [what for what, op in (("the GLU clamp", "glu_clamp"),
                                    ("the experts' output bias", "expert_bias")) if op in fused_ops]
@@ -771,13 +808,10 @@ def export(pf: PlanFile) -> Export:
                          "--no-python ... bash PATH.ranks.sh bash PATH.stages.sh python "
                          "pretrain_gpt.py ARGUMENTS)"
                          if not par.ranks_ordered_as(order) else ""))
-    # per-op checkpointing runs as Megatron's selective recomputation: predicted as launched
-    launched, exported = launched_as(pf, exported, {
-        p.name: "modules:core_attn" for p in policies if p.kind == "matmul-outputs"})
     if sched_notes or any(approximated for _, _, approximated in by_key.values()) \
             or exported.expert_tp != par.expert_tp:
-        notes.append(predicted_note(launched, exported, "megatron"))
-    predicted, stack_notes = headline(launched, exported, "megatron")
+        notes.append(predicted_note(launched, launched_plan, "megatron", saved=pf))
+    predicted, stack_notes = headline(launched, launched_plan, "megatron")
     notes += stack_notes
     head = [f"# nestplan export for Megatron-LM (pretrain_gpt.py): {m.name} on {sc.gpus} x "
             f"{sc.cluster.accelerator.name} ({sc.cluster.name})",

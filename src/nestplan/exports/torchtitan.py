@@ -272,15 +272,12 @@ def _arguments(pf: PlanFile):
     # said either way: torchtitan 0.3 graphs each step's forward and backward unless told not to
     opt("training.disable_cuda_graphs", not graphed)
     if st.export_format == "torchtitan":  # what the stack's costs assume torchtitan runs
-        # fused norms and gated MLPs come from Inductor there (its eager model code runs
-        # neither, torchtitan.toml); async TP is a compile option that needs it
-        # (CompileConfig.enable_async_tensor_parallel, torchtitan/config/configs.py, 0.3.0 wheel)
-        asynctp = st.tp_overlap_for(layouts(par, sc.cluster, sc.gpus).tp) is TPOverlap.FULL \
-            and par.tp > 1
+        # (compiled where they fuse or overlap TP: StackSpec.torch_compiled)
+        asynctp = st.async_tp(par.tp, layouts(par, sc.cluster, sc.gpus).tp)
         if st.tp_overlap is TPOverlap.FULL and par.tp > 1 and not asynctp:
             notes.append(f"TP {par.tp} leaves one NVLink domain, where torch's async TP cannot "
                          "pair its ranks: exported without it, as costed")
-        compiled = st.fused_norm or st.fused_gated_mlp or asynctp
+        compiled = st.torch_compiled(asynctp)
         if compiled:
             why = [w for w, on in (("fused norms", st.fused_norm),
                                    ("fused gated MLPs", st.fused_gated_mlp),
@@ -307,7 +304,7 @@ def _arguments(pf: PlanFile):
                      "spec (Float8LinearConverter); nestplan's prediction assumes fp8 matmuls")
     if tr.precision is Precision.FP8 and (st.fp8_param_gather or st.fp8_tp_gather):
         notes.append(_float8_gathers_note(pf, exported))
-    eager = eager_float8_text(sc)  # (in the launched file too: a torchtitan trial's had none)
+    eager = eager_float8_text(sc, par)  # (in the launched file too: a torchtitan trial's had none)
     if eager:
         notes.append(eager)
     if tr.precision is not Precision.FP8 and config in FLOAT8_CONFIGS:

@@ -46,10 +46,13 @@ def evaluated(ev, imbalance_stated: bool) -> None:
 def workload_and_stack(ev, imbalance_stated: bool) -> None:
     """The notes evaluate, plan and compare give of a plan's routing load and of its stack
     (``imbalance_stated``: the command was given --moe-imbalance)."""
+    from .scenario import eager_float8
+
     balanced_routing(ev, imbalance_stated)
     capacity_under_balance(ev)
     load_capped(ev)
     fp8_stack_at_bf16(ev)
+    eager_float8(ev.scenario, ev.plan)
     uncalibrated_stack(ev)
     unmeasured_accelerator(ev)
     unchecked_peak(ev)
@@ -608,11 +611,13 @@ speed-ups are then over rules of thumb that fit the model badly, not over a plan
 run."""
 
 
-def manual_far_behind(results) -> None:
+def manual_far_behind(results, con) -> None:
     """Say when ``manual``'s plan is ``FAR_BEHIND`` times slower than the fastest method's or more:
-    the speed-ups over it are over Megatron's rules of thumb (full recomputation, micro-batch 1,
-    a node's TP, experts following TP), not over a tuned plan (an MoE user's trial read "nest
-    13.19x" beside a manual plan of TP 8 and expert TP 8 for 4 KV heads and 768-wide experts)."""
+    the speed-ups over it are over Megatron's rules of thumb (``_manual_rules``: those the
+    constraints ``con`` leave open, as the plan took them; the note had named rules a fixed knob
+    had overridden, and says nothing where every one was fixed), not over a tuned plan
+    (an MoE user's trial read "nest 13.19x" beside a manual plan of TP 8 and expert TP 8 for 4 KV
+    heads and 768-wide experts)."""
     from ..textfmt import plan_short
 
     manual = results.get("manual")
@@ -622,12 +627,30 @@ def manual_far_behind(results) -> None:
     ratio = manual.best.step_time / best.step_time
     if ratio >= FAR_BEHIND:
         moe = best.scenario.model.moe is not None
+        rules = _manual_rules(manual.best, con)
+        if not rules:  # (every one fixed: the plan is the user's own)
+            return
         note(f"manual's plan ({plan_short(manual.best.plan, moe)}) takes {ratio:.3g} times the "
              f"fastest method's step ({plan_short(best.plan, moe)}): the speed-ups over manual "
-             "are over Megatron's rules of thumb (a node's TP, "
-             + ("experts following it, " if moe else "") + "full "
-             "recomputation, micro-batch 1; README, \"How the search works\"), which fit this "
-             "model badly, not over a tuned plan; evaluate a plan of yours to compare with it")
+             f"are over Megatron's rules of thumb ({', '.join(rules)}; README, \"How the search "
+             "works\"), which fit this model badly, not over a tuned plan; evaluate a plan of "
+             "yours to compare with it")
+
+
+def _manual_rules(ev, con) -> list[str]:
+    """The rules of thumb behind ``manual``'s plan (``ev``) that the constraints ``con`` left
+    open, as the plan took them (``search.methods.manual_plan``)."""
+    stack, plan = ev.scenario.stack, ev.plan
+    policy = stack.policy(plan.recompute[0])
+    return [rule for rule, taken in (
+        ("a node's TP", con.tp is None and stack.offers("tp")),
+        ("experts following TP", ev.scenario.model.moe is not None and con.etp is None
+         and plan.tp > 1 and plan.expert_tp == plan.tp),
+        ("full recomputation" if policy.kind == "full" else
+         f"its most saving recomputation, {policy.name}", con.recompute is None),
+        ("micro-batch 1", con.mbs is None),
+        ("the fewest pipeline stages that fit", con.pp is None),
+        (f"ZeRO-{plan.zero}", con.zero is None)) if taken]
 
 
 def manual_without_cp(results) -> None:

@@ -195,17 +195,20 @@ def fused_pieces(sc) -> None:
              f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
 
 
-def eager_float8_text(sc) -> str | None:
-    """What to say of fp8 training on a torchtitan stack that does not compile (no fused norms or
-    gated MLPs, no async TP: its export turns compile off): torchao's Float8 scales and casts
-    every linear layer's inputs, weights and gradients in kernels of their own there, which the
-    cost model does not charge (a torchtitan trial's eager Float8 plan was predicted faster than
-    the compiled one, exported with compile off, without a word); None otherwise."""
-    from ..options import Precision, TPOverlap
+def eager_float8_text(sc, par) -> str | None:
+    """What to say of fp8 training of plan ``par`` on a torchtitan stack that does not compile it
+    (``StackSpec.torch_compiled``: no fused norms or gated MLPs, no async TP for this plan's TP):
+    torchao's Float8 scales and casts every linear layer's inputs, weights and gradients in
+    kernels of their own there, which the cost model does not charge (a torchtitan trial's eager
+    Float8 plan was predicted faster than the compiled one, exported with compile off, without a
+    word); None otherwise."""
+    from ..options import Precision
+    from ..placement import layouts
 
     st = sc.stack
-    if (st.export_format != "torchtitan" or sc.training.precision is not Precision.FP8
-            or st.fused_norm or st.fused_gated_mlp or st.tp_overlap is TPOverlap.FULL):
+    if st.export_format != "torchtitan" or sc.training.precision is not Precision.FP8:
+        return None
+    if st.torch_compiled(st.async_tp(par.tp, layouts(par, sc.cluster, sc.gpus).tp)):
         return None
     return (f"stack {st.name} runs torchtitan without torch.compile, under which torchao's Float8 "
             "scales and casts every linear layer's inputs, weights and gradients in kernels of "
@@ -216,9 +219,9 @@ def eager_float8_text(sc) -> str | None:
             "measured so")
 
 
-def eager_float8(sc) -> None:
+def eager_float8(sc, par) -> None:
     """Say ``eager_float8_text``."""
-    note(eager_float8_text(sc))
+    note(eager_float8_text(sc, par))
 
 
 CP_SPLIT_NOTED_FROM = 16384

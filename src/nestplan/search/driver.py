@@ -23,7 +23,7 @@ from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
-from ..graph import BLOCK_KINDS, total_params
+from ..graph import BLOCK_KINDS, routed_expert_params, total_params
 from ..result import Evaluation
 from ..specs import (MIN_CP_CHUNK, Parallelism, Scenario, check_plan, cp_splits, divisors,
                      multiples_near, plan_knobs, uneven_chunks)
@@ -760,11 +760,19 @@ def _reserve_fills(sc: Scenario) -> str:
 def _more_gpus_help(sc: Scenario, con: Constraints) -> bool:
     """Whether more devices could help under these constraints: tensor parallelism, a pipeline
     at the ZeRO stage given, ZeRO-3 or expert parallelism left open to split the weights, or the
-    weights the fixed TP and PP leave on a device within the limit (a DeepSpeed trial's ZeRO-2 on a
-    stack without TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every weight
-    on each)."""
+    weights the fixed TP, PP and EP leave on a device within the limit (a DeepSpeed trial's ZeRO-2
+    on a stack without TP or a ZeRO-2 pipeline had been told to try more GPUs, which keep every
+    weight on each; a fixed EP had been left out, and Qwen3-235B-A22B at EP 16 told that every
+    device holds all of the weights)."""
     st = sc.stack
     whole = total_params(sc.model) * st.weight_bytes
+    tp = con.tp or 1  # (left open, TP splits the weights already: ``splits``)
+    if sc.model.moe is not None and con.ep is not None:
+        # the experts split over EP and the widest expert TP the stack runs with these degrees
+        etps = st.expert_tps(tp, con.ep, biased=sc.model.biased_experts)
+        etp = con.etp or max(etps, default=1)
+        experts = routed_expert_params(sc.model) * st.weight_bytes
+        whole -= experts * (1 - tp / (con.ep * etp))  # (divided by tp below)
     splits = ((st.offers("tp") and con.tp is None and sc.model.heads > 1)
               or (st.offers("pp") and con.pp is None
                   and (con.zero is None or con.zero <= st.max_zero_with_pp))
@@ -772,7 +780,7 @@ def _more_gpus_help(sc: Scenario, con: Constraints) -> bool:
               or (sc.model.moe is not None and st.offers("ep") and con.ep is None))
     # (fixed TP and PP split it as far as they go; more devices then shard only the gradients and
     # optimizer states, which helps where the weights left on each device fit)
-    return splits or whole / ((con.tp or 1) * (con.pp or 1)) < sc.memory_limit
+    return splits or whole / (tp * (con.pp or 1)) < sc.memory_limit
 
 
 def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_configs: int,
@@ -823,7 +831,7 @@ def why_nothing_fits(sc: Scenario, con: Constraints, shortfall: Shortfall, n_con
                 f"{fmt_gib(shortfall.least)} GiB)")
     tried = f"try {', '.join(hints)}" if hints else "nothing in these flags helps"
     if not more_gpus:
-        tried += " (no GPU count does: every device holds all of the weights under them)"
+        tried += " (no GPU count does: the weights each device holds under them do not fit)"
     return (f"nothing fits in {room}; the closest {what} ({knobs}) needs{least} "
             f"{fmt_gib(gap + shortfall.limit)} GiB, short by{least} {fmt_gib(gap)} GiB{unproven}; "
             f"{tried}")

@@ -31,7 +31,7 @@ from ..errors import InfeasibleError, SpecError
 from ..evaluate import evaluate
 from ..recompute import names_text
 from ..schedule import SCHEDULES
-from ..specs import (ClusterSpec, Level, Parallelism, Scenario, check_plan, kv_heads_refusal,
+from ..specs import (Level, Parallelism, Scenario, check_plan, kv_heads_refusal,
                      model_axis_refusal)
 from . import driver, space
 from .constraints import METHODS, Constraints, check_constraints, refuse_unsearchable
@@ -55,15 +55,21 @@ def flat_view(sc: Scenario) -> Scenario:
 
 
 def two_level_view(sc: Scenario) -> Scenario:
-    """Alpa's mesh: a node, and one network level with the outermost level's figures."""
+    """Alpa's mesh: a node, and one network level with the outermost level's figures. Its hosts
+    are the cluster's where they lie within a node, else one host per node (hosts of several
+    nodes, which the view's levels cannot tile): either way the node spans hosts as it does on
+    the cluster, so the view's plans are the cluster's (DeepEP's backend; the view had dropped
+    the host size, and a 16-GPU NVSwitch host had been searched as a multi-host NVLink domain)."""
     lv = sc.cluster.levels
     if len(lv) == 1:
         return sc
     net = Level(name="network", size=None, bandwidth=lv[-1].bandwidth, latency=lv[-1].latency,
                 efficiency=lv[-1].efficiency)
-    cluster = ClusterSpec(name=sc.cluster.name, accelerator=sc.cluster.accelerator,
-                          levels=(lv[0], net))
-    return dataclasses.replace(sc, cluster=cluster)
+    host = sc.cluster.devices_per_host
+    if host is not None and lv[0].size % host:
+        host = lv[0].size
+    return dataclasses.replace(sc, cluster=dataclasses.replace(
+        sc.cluster, levels=(lv[0], net), devices_per_host=host))
 
 
 def _rescore(method: str, sc: Scenario, found: SearchResult, start: float) -> SearchResult:

@@ -9,16 +9,16 @@ CSV; running the same command again resumes).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from ..errors import say
 from ..units import counted
 
 
 def _note(message: str) -> None:
     """A note of the run, on stderr as every command's (``nestplan: note: ...``): a datacenter
     trial's ``2>/dev/null`` had kept the sweep's on stdout beside its summary."""
-    print(f"nestplan: note: {message}", file=sys.stderr)
+    say(f"nestplan: note: {message}")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -116,8 +116,8 @@ def _run_locked(args, spec, parquet: bool) -> int:
                   planned=planned, reached=args.ray is not None)
     if s.interrupted:
         done = s.skipped + s.ok + s.infeasible
-        print(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "
-              "run the same command again to resume", file=sys.stderr)
+        say(f"nestplan: sweep interrupted: {done:,} of {s.total:,} points done in {spec.output}; "
+            "run the same command again to resume")
         return 128 + int(s.interrupted)
     rate = f", {pace_text(s.ran / s.seconds)}" if s.ran and s.seconds > 0 else ""
     print(f"sweep: {counted(s.total, 'point')}: {s.ran:,} run ({s.ok:,} ok, "
@@ -140,8 +140,8 @@ def _run_locked(args, spec, parquet: bool) -> int:
               f"{spec.output.with_suffix('.svg').name}, is redrawn with this sweep's points only")
     print("wrote " + ", ".join(str(p) for p in s.outputs))
     if s.errors and not (s.ok or s.infeasible or s.skipped):
-        print(f"nestplan: sweep: every point failed ({counted(s.errors, 'error')}); the error column of "
-              f"{spec.output} says why", file=sys.stderr)
+        say(f"nestplan: sweep: every point failed ({counted(s.errors, 'error')}); the error column "
+            f"of {spec.output} says why")
         return 1
     return 0
 

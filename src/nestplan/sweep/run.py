@@ -402,17 +402,22 @@ class Progress:
         if self.tty:
             fill = round(self.WIDTH * done / self.total)
             bar = "█" * fill + "░" * (self.WIDTH - fill)
-            self.stream.write(f"\rsweep {bar} {done:,}/{self.total:,} · {fail} · {pace}"
-                              f" · {eta}\x1b[K")
+            self._write(f"\rsweep {bar} {done:,}/{self.total:,} · {fail} · {pace} · {eta}\x1b[K")
         else:
-            self.stream.write(f"nestplan: sweep {done:,}/{self.total:,} points, {fail}, "
-                              f"{pace}, {eta}\n")
-        self.stream.flush()
+            self._write(f"nestplan: sweep {done:,}/{self.total:,} points, {fail}, {pace}, {eta}\n")
 
     def close(self):
         if self.shown and self.tty:
-            self.stream.write("\r\x1b[K")
+            self._write("\r\x1b[K")
+
+    def _write(self, text: str):
+        """Write and flush; a stream whose reader is gone ends the progress, not the sweep (a
+        broken pipe is how a closed stdout ends a command, with exit 0 and nothing more)."""
+        try:
+            self.stream.write(text)
             self.stream.flush()
+        except BrokenPipeError:
+            self.enabled = self.shown = False
 
 
 # ----------------------------------------------------------------------------- backends
