@@ -39,7 +39,7 @@ def test_the_graph_costs_the_passes_on_the_tensors_they_run_over():
     for name, kind, elements in (("rope", "scaled_rope", qk),
                                  ("expert_clamp", "glu_clamp", routed * 2 * model.moe.ffn_hidden),
                                  ("expert_bias", "expert_bias", routed * model.hidden)):
-        fwd, bwd = EAGER_PASSES[kind]
+        fwd, bwd = EAGER_PASSES["megatron"][kind]
         assert ops[name].nbytes == pytest.approx(E * fwd * elements)
         assert ops[name].bwd_nbytes == pytest.approx(E * bwd * elements)
 
@@ -47,12 +47,12 @@ def test_the_graph_costs_the_passes_on_the_tensors_they_run_over():
 def test_only_stacks_that_run_them_eagerly_pay():
     gpt_oss = get_model("gpt-oss-120b")
     megatron = get_stack("megatron-core")
-    _, fused = moe_ops(gpt_oss, get_stack("torchtitan"))
+    _, fused = moe_ops(gpt_oss, get_stack("torchtitan-0.3-compile"))
     _, eager = moe_ops(gpt_oss, megatron)
     assert "expert_clamp" not in fused and "expert_bias" not in fused
     fused_passes = 2  # the fused RoPE reads q and k once and writes them once
     assert eager["rope"].nbytes == pytest.approx(
-        fused["rope"].nbytes * EAGER_PASSES["scaled_rope"][0] / fused_passes)
+        fused["rope"].nbytes * EAGER_PASSES["megatron"]["scaled_rope"][0] / fused_passes)
     # Transformer Engine's op fuser: the clamp and the bias in the fused grouped MLP
     fuser = get_stack(str(DATA / "moe_stacks" / "nemo-flex-a2a-overlap-full-graph-op-fuser.toml"))
     _, ops = moe_ops(gpt_oss, fuser)
@@ -183,10 +183,32 @@ def test_a_stack_that_costs_the_pieces_fused_says_so_and_a_mistake_stays_one_lin
 
     base = ["evaluate", "--model", "gpt-oss-120b", "--cluster", "dgx-h100-ndr", "--gpus", 64,
             "--tp", 1, "--pp", 1, "--ep", 8, "--global-batch", 256, "--seq-len", 4096]
-    code, out, err = cli(*base, "--mbs", 1, "--stack", "torchtitan")
-    assert code == 0 and "stack 'torchtitan' costs gpt-oss-120b's scaled_rope, glu_clamp, " \
-        "expert_bias as fused kernels" in err
-    code, out, err = cli(*base, "--mbs", 1)
-    assert code == 0 and "fused kernels" not in err  # megatron-core runs them eagerly
+    code, out, err = cli(*base, "--mbs", 1, "--stack", "torchtitan-0.3-compile")
+    assert code == 0 and "stack 'torchtitan-0.3-compile' costs gpt-oss-120b's scaled_rope, " \
+        "glu_clamp, expert_bias as fused kernels" in err
+    for eager in ("megatron-core", "torchtitan"):  # (they run them eagerly)
+        code, out, err = cli(*base, "--mbs", 1, "--stack", eager)
+        assert code == 0 and "fused kernels" not in err, eager
     # the note is not printed when the command then fails: the error stays the one line
-    assert one_line_error(*cli(*base, "--mbs", 3, "--stack", "torchtitan"), "mbs")
+    assert one_line_error(*cli(*base, "--mbs", 3, "--stack", "torchtitan-0.3-compile"), "mbs")
+
+
+def test_eager_torchtitan_pays_its_own_kernels():
+    """Eager torchtitan runs GPT-OSS's clamped GLU and both expert biases as kernels of its own,
+    costed with its counts (``EAGER_PASSES["torchtitan"]``: fc1's bias over the fc1 output too),
+    and its YaRN-scaled RoPE as any RoPE (the scale is in its cache): a torchtitan MoE user's
+    trial found them costed as fused kernels."""
+    gpt_oss = get_model("gpt-oss-120b")
+    _, eager = moe_ops(gpt_oss, get_stack("torchtitan"))
+    _, compiled = moe_ops(gpt_oss, get_stack("torchtitan-0.3-compile"))
+    tokens = TR.seq_len * PAR.mbs
+    routed = tokens * gpt_oss.moe.top_k * TR.moe_load
+    width = 2 * gpt_oss.moe.ffn_hidden
+    for name, kind, elements in (("expert_clamp", "glu_clamp", routed * width),
+                                 ("expert_bias", "expert_bias", routed * gpt_oss.hidden),
+                                 ("expert_fc1_bias", "expert_bias", routed * width)):
+        fwd, bwd = EAGER_PASSES["torchtitan"][kind]
+        assert eager[name].nbytes == pytest.approx(E * fwd * elements), name
+        assert eager[name].bwd_nbytes == pytest.approx(E * bwd * elements), name
+        assert name not in compiled
+    assert eager["rope"].nbytes == compiled["rope"].nbytes

@@ -1344,6 +1344,54 @@ def test_an_fp8_plan_exports_a_config_that_trains_in_fp8():
     out = text("deepseek-v3", 512, Parallelism(tp=1, pp=8, dp=64, ep=64, zero=2, mbs=1,
                                                recompute=("full",)))
     assert "--config deepseek_v3_671b_float8" in out and "write it" not in out
+    # the converters it asks for are those of what nestplan costs in fp8: an MoE model's grouped
+    # experts too, its head and router not (a torchtitan MoE trial's note had named the linear
+    # converter alone, which leaves the experts in bf16)
+    assert 'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has)' in \
+        text("llama3-70b", 64, Parallelism(tp=8, pp=1, dp=8, sp=True, zero=3, mbs=1,
+                                           recompute=("full",)))
+    out = text("qwen3-30b-a3b", 64, Parallelism(tp=1, pp=1, dp=64, ep=8, zero=3, mbs=1,
+                                                recompute=("full",)))
+    assert ("has no qwen3_30b_a3b_float8; write it, a copy of config_registry.qwen3_30b_a3b with "
+            'Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]) and '
+            "Float8GroupedExpertsConverter.Config()") in out.replace("\n# ", " "), out
+
+
+@frameworks
+def test_the_float8_converters_asked_for_are_torchtitans_own():
+    """What the export asks an fp8 config to hold (``float8_converters``) is what torchtitan 0.3's
+    own configs build: llama3_405b's linear converter without the head, deepseek_v3_671b_float8's
+    linear converter without the head and router plus its grouped-experts converter (read from
+    the installed wheel's config_registry source)."""
+    import ast
+    import importlib.util
+
+    from nestplan.exports.torchtitan import float8_converters
+
+    pytest.importorskip("torchtitan.models")
+
+    def built(module, fn):
+        spec = importlib.util.find_spec(f"torchtitan.models.{module}.config_registry")
+        tree = ast.parse(Path(spec.origin).read_text())
+        body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn)
+        calls = {}
+        for n in ast.walk(body):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                    and isinstance(n.func.value, ast.Name) and n.func.value.id.startswith("Float8"):
+                kw = {k.arg: ast.literal_eval(k.value) for k in n.keywords
+                      if k.arg == "filter_fqns"}
+                calls[n.func.value.id] = kw.get("filter_fqns", [])
+        return calls
+
+    for moe, (module, fn) in ((False, ("llama3", "llama3_405b")),
+                              (True, ("deepseek_v3", "deepseek_v3_671b_float8"))):
+        said = float8_converters(moe)
+        calls = built(module, fn)
+        assert calls and f"(as {fn} has)" in said
+        for name, fqns in calls.items():
+            wanted = f"{name}.Config(filter_fqns={json.dumps(fqns)})" if fqns else \
+                f"{name}.Config()"
+            assert wanted in said, (name, said)
 
 
 @frameworks

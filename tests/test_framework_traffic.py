@@ -1,5 +1,5 @@
 """The memory traffic of the eager kernels a stack runs (``StackSpec.eager_ops``), counted on
-Megatron-Core's own code on CPU against ``graph.EAGER_PASSES``.
+Megatron-Core's and torchtitan's own code on CPU against ``graph.EAGER_PASSES``.
 
 Every ATen op the code dispatches, forward and backward, reads its tensor inputs and writes its
 outputs once; views move nothing. Eager PyTorch on a GPU launches one kernel per such op, so the
@@ -10,17 +10,22 @@ small share, as in training.
 
 import pytest
 
-from nestplan.graph import E, EAGER_PASSES
+from nestplan.graph import E, EAGER_PASSES, UNFUSED_GATED_PASSES
 
 pytestmark = pytest.mark.frameworks
 
 
-def traffic():
+def traffic(skip=frozenset()):
     """A dispatch mode that counts the bytes read and written by the non-view ATen ops run under
-    it (torch is imported here, by these tests only, not by every worker that collects them)."""
+    it but those in ``skip`` (torch is imported here, by these tests only, not by every worker
+    that collects them)."""
     torch = pytest.importorskip("torch")
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
+
+    aten = torch.ops.aten
+    SHAPE_ONLY = {aten.new_zeros.default, aten.new_empty.default, aten.zeros_like.default,
+                  aten.ones_like.default, aten.empty_like.default}
 
     class Traffic(TorchDispatchMode):
         def __init__(self):
@@ -29,9 +34,11 @@ def traffic():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if not func.is_view and func is not torch.ops.aten.detach.default:
-                tensors = [t for t in tree_leaves((args, kwargs, out))
-                           if isinstance(t, torch.Tensor)]
+            if not func.is_view and func is not torch.ops.aten.detach.default \
+                    and func not in skip:
+                # (an op that takes only a shape and dtype from its input reads none of it)
+                read = () if func in SHAPE_ONLY else (args, kwargs)
+                tensors = [t for t in tree_leaves((read, out)) if isinstance(t, torch.Tensor)]
                 self.bytes += sum(t.numel() * t.element_size() for t in tensors)
             return out
 
@@ -70,7 +77,7 @@ def test_unfused_scaled_rope_moves_what_the_graph_says():
     # GPT-OSS's YaRN scale, 0.1·ln 32 + 1 = 1.347 (any scale other than 1 takes this path)
     got = passes(lambda t: rope_utils._apply_rotary_pos_emb_bshd(t, freqs, mscale=1.35),
                  bf16(seq, batch, heads, dim))
-    assert got == pytest.approx(EAGER_PASSES["scaled_rope"], rel=0.10)
+    assert got == pytest.approx(EAGER_PASSES["megatron"]["scaled_rope"], rel=0.10)
 
 
 def test_glu_clamp_moves_what_the_graph_says():
@@ -85,7 +92,7 @@ def test_glu_clamp_moves_what_the_graph_says():
                bf16(tokens, 2 * ffn))
         for limit in (7.0, None))
     clamp = tuple(a - b for a, b in zip(with_clamp, without))
-    assert clamp == pytest.approx(EAGER_PASSES["glu_clamp"], rel=0.10)
+    assert clamp == pytest.approx(EAGER_PASSES["megatron"]["glu_clamp"], rel=0.10)
 
 
 def test_expert_output_bias_moves_what_the_graph_says():
@@ -98,4 +105,54 @@ def test_expert_output_bias_moves_what_the_graph_says():
     probs = bf16(experts * per_expert, 1).detach()
     got = passes(lambda out: TEGroupedMLP._apply_bias(out, biases, [per_expert] * experts, probs),
                  bf16(experts * per_expert, hidden))
-    assert got == pytest.approx(EAGER_PASSES["expert_bias"], rel=0.10)
+    assert got == pytest.approx(EAGER_PASSES["megatron"]["expert_bias"], rel=0.10)
+
+
+def _torchtitan_gpt_oss():
+    pytest.importorskip("torchtitan.models")
+    from torchtitan.models.gpt_oss import moe
+
+    return moe
+
+
+def test_torchtitans_clamped_glu_moves_what_the_graph_says():
+    """torchtitan's GPT-OSS activation (``swiglu``: strided halves, two clamps, the scaled sigmoid,
+    a product, an addcmul) beyond the unfused gated activation the graph charges every eager
+    torchtitan MLP, in passes over the fc1 output (twice the intermediate)."""
+    moe = _torchtitan_gpt_oss()
+    tokens, ffn = 512, 256
+    fwd, bwd = passes(lambda h: moe.swiglu(h, limit=7.0), bf16(tokens, 2 * ffn))
+    # passes() divides by the fc1 output's elements; the unfused activation's are over half of it
+    extra = (fwd - UNFUSED_GATED_PASSES[0] / 2, bwd - UNFUSED_GATED_PASSES[1] / 2)
+    assert extra == pytest.approx(EAGER_PASSES["torchtitan"]["glu_clamp"], rel=0.10)
+
+
+def test_torchtitans_expert_biases_move_what_the_graph_says():
+    """``GptOssGroupedExperts`` gathers fc1's and fc2's biases to every routed token and adds them
+    (its own forward, run on CPU): everything it moves but its two grouped GEMMs and its
+    activation is the graph's ``expert_bias`` passes over the fc1 and the fc2 outputs."""
+    import torch
+
+    moe = _torchtitan_gpt_oss()
+    experts, hidden, ffn, tokens = 4, 512, 64, 1024
+    module = moe.GptOssGroupedExperts(moe.GptOssGroupedExperts.Config(
+        dim=hidden, hidden_dim=ffn, num_experts=experts)).to(torch.bfloat16)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    counts = torch.full((experts,), tokens // experts)
+
+    def moved(fn, x):
+        """Elements moved forward and backward, the grouped GEMMs' aside."""
+        skip = {torch.ops.aten._grouped_mm.default}
+        with traffic(skip) as fwd:
+            y = fn(x)
+        grad = torch.ones_like(y)
+        with traffic(skip) as bwd:
+            y.backward(grad)
+        return fwd.bytes / E, bwd.bytes / E
+
+    total = moved(lambda t: module(t, counts), bf16(tokens, hidden))
+    act = moved(lambda h: moe.swiglu(h, limit=7.0), bf16(tokens, 2 * ffn))
+    biased = tokens * (2 * ffn + hidden)  # the fc1 and fc2 outputs
+    got = tuple((t - a) / biased for t, a in zip(total, act))
+    assert got == pytest.approx(EAGER_PASSES["torchtitan"]["expert_bias"], rel=0.10)

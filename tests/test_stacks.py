@@ -1592,6 +1592,10 @@ def test_torchtitan_keeps_its_weights_gathered_under_a_pipeline_by_default(tmp_p
     assert (st.default_zero_for(1), st.default_zero_for(2)) == (3, 2)
     assert get_stack("torchtitan-float8-asynctp").default_zero_for(8) == 2  # (its variants too)
     assert get_stack("megatron-core").default_zero_for(4) == 1
+    # DeepSpeed ZeRO-3 of 2021 is ZeRO-3 where a plan does not say (a new user's trial got
+    # DeepSpeed's own default, 0, and 2.6 TB a device), at most ZeRO-1 with its pipeline
+    st = get_stack("deepspeed-2021")
+    assert (st.default_zero_for(1), st.default_zero_for(2)) == (3, st.max_zero_with_pp) == (3, 1)
     scenario = ["--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--gpus", "16", "--tp", "1",
                 "--mbs", "1", "--global-batch", "32", "--seq-len", "4096", "--stack", "torchtitan",
                 "--json"]

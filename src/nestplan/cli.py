@@ -149,8 +149,9 @@ def _add_scenario(p: argparse.ArgumentParser, *, for_evaluate: bool):
                    "evaluate's default: the stack's default_zero, 1 on megatron-core; under pp > 1 its "
                    "default_zero_with_pp where set, 2 on torchtitan)")
     k.add_argument("--recompute", help="a recompute policy of the stack (catalog stacks: none "
-                   "(default) and full on all; selective on megatron-2022, megatron-core, nemo "
-                   "and torchtitan; fine-grained on megatron-core and nemo), or one per stage, "
+                   "(default) on all, full on all but nemo-moe-blackwell; selective on "
+                   "megatron-2022, megatron-core, nemo and the torchtitan ones; fine-grained on "
+                   "megatron-core and nemo; nestplan list stacks NAME lists them), or one per stage, "
                    "comma-separated, name*k for k stages in a row (none*3,full)")
     k.add_argument("--mbs", type=whole_arg, help="micro-batch size (sequences)")
     k.add_argument("--rank-order", help="axes innermost first, e.g. tp-cp-dp-pp (default)")
@@ -509,6 +510,7 @@ def cmd_plan(args) -> int:
         progress.close()
     plan_notes.host_bound(res.best)
     plan_notes.no_interleaving(res.best)
+    plan_notes.depths_narrow_search(res.best, con)
     plan_notes.workload_and_stack(res.best, args.moe_imbalance is not None)
     plan_notes.simulated_schedule(res.best)
     plan_notes.split_groups(res.best)

@@ -30,18 +30,43 @@ from .stack import EAGER_OPS
 E = 2  # bytes per bf16 activation element
 FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
-EAGER_PASSES = {"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5), "expert_bias": (6.0, 5.0)}
+EAGER_PASSES = {
+    "megatron": {"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5), "expert_bias": (6.0, 5.0)},
+    "torchtitan": {"glu_clamp": (5.0, 22.0), "expert_bias": (4.0, 1.0)},
+}
 """Forward and backward passes over a tensor (bytes moved / 2 B per bf16 element) of the eager
-kernels Megatron-Core runs instead of a fused one (``StackSpec.eager_ops``), counted op by op on
-Megatron-Core 0.16's own code on CPU (every non-view ATen op's inputs and outputs:
-tests/test_framework_traffic.py): ``scaled_rope`` over q and k (the unfused RoPE: two products, a
-negation, two concatenations and a sum, where the fused kernel reads and writes once);
-``glu_clamp`` over the gated MLP's fc1 output (two clamps and a concatenation forward, their masks
-and the split backward); ``expert_bias`` over the experts' fc2 output (a product and a sum per
-expert and a concatenation forward) with bf16 router probabilities, the router's dtype unless
+kernels a framework runs instead of a fused one (``StackSpec.eager_ops``), by the framework whose
+code runs them (``Local.eager_code``), counted op by op on its own code on CPU (every non-view
+ATen op's inputs and outputs: tests/test_framework_traffic.py).
+
+Megatron-Core 0.16: ``scaled_rope`` over q and k (the unfused RoPE: two products, a negation, two
+concatenations and a sum, where the fused kernel reads and writes once); ``glu_clamp`` over the
+gated MLP's fc1 output (two clamps and a concatenation forward, their masks and the split
+backward); ``expert_bias`` over the experts' fc2 output (a product and a sum per expert and a
+concatenation forward) with bf16 router probabilities, the router's dtype unless
 ``moe_router_dtype`` is set (megatron/core/transformer/moe/router.py), which Megatron-Bridge's
-GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes."""
-assert set(EAGER_PASSES) == set(EAGER_OPS), "stack.EAGER_OPS names the pieces costed here"
+GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes.
+
+torchtitan 0.3 (eager; ``GptOssGroupedExperts`` and ``swiglu``, torchtitan/models/gpt_oss/moe.py,
+0.3.0 wheel): no ``scaled_rope``, its YaRN scale being folded into the precomputed RoPE cache
+(models/common/rope.py), so the scaled RoPE runs as any RoPE does; ``glu_clamp`` over the fc1
+output, all of its clamped GLU (strided halves, two clamps, the scaled sigmoid, a product and an
+addcmul forward, 15 passes over the intermediate; 50 backward, the strided slices' gradients
+written whole and summed) beyond the ``UNFUSED_GATED_PASSES`` the graph charges an unfused gated
+activation; ``expert_bias`` over the fc2 output and again over the fc1 output
+(``FC1_BIAS_EAGER``): each bias gathered to every routed token (``repeat_interleave``) and
+added, its gradient summed back per expert. What these kernels keep for backward is costed as
+Megatron-Core's (not measured on torchtitan's code)."""
+UNFUSED_GATED_PASSES = (5.0, 6.0)
+"""Forward and backward passes over the intermediate (tokens x ffn) of an unfused gated
+activation, silu(a) * b as two kernels (a and b read, silu's output written and read, the
+product written; backward the same tensors and the two input gradients)."""
+FC1_BIAS_EAGER = frozenset({"torchtitan"})
+"""Frameworks whose experts add fc1's bias as eager kernels too (``EAGER_PASSES``'
+``expert_bias``); Megatron-Core adds it inside its fused bias-activation."""
+assert set(EAGER_PASSES["megatron"]) == set(EAGER_OPS) and all(
+    set(table) <= set(EAGER_OPS) for table in EAGER_PASSES.values()), \
+    "stack.EAGER_OPS names the pieces costed here"
 
 
 class OpKind(enum.Enum):
@@ -269,6 +294,8 @@ class Local:
     is the capacity factor, on one expert rank too."""
     eager_ops: frozenset = frozenset()
     """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
+    eager_code: str = "megatron"
+    """Whose eager kernels those are (``EAGER_PASSES``): ``StackSpec.eager_code``."""
     loss_saved_bytes: int = FP32
     """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
     loss_chunks: int = 1
@@ -327,17 +354,20 @@ def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
 
 
 @cached(maxsize=256)  # in every layer-graph key (``evaluate.local_strategy``) of the search
-def eager_split(m: ModelSpec, eager_ops) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels,
-    and those it runs fused."""
+def eager_split(m: ModelSpec, eager_ops, code: str = "megatron"
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels of
+    their own in framework ``code``'s code (``EAGER_PASSES[code]``; a piece listed that it runs
+    as the unscaled kind, torchtitan's scaled RoPE, is in neither), and those it runs fused."""
     pieces = eager_pieces(m)
-    return (tuple(p for p in pieces if p in eager_ops),
+    return (tuple(p for p in pieces if p in eager_ops and p in EAGER_PASSES[code]),
             tuple(p for p in pieces if p not in eager_ops))
 
 
-def _eager(name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
-    """The eager kernels of ``EAGER_PASSES[kind]`` over ``elements`` bf16 values."""
-    rw, bwd_rw = EAGER_PASSES[kind]
+def _eager(x: "_Dims", name: str, kind: str, elements: float, saved: float = 0.0) -> Op:
+    """The eager kernels of ``kind`` the stack's framework runs (``EAGER_PASSES``) over
+    ``elements`` bf16 values."""
+    rw, bwd_rw = EAGER_PASSES[x.loc.eager_code][kind]
     return replace(_mem(name, elements, rw=rw, bwd_rw=bwd_rw, saved=saved), eager=True)
 
 
@@ -346,8 +376,8 @@ class _Dims:
 
     def __init__(self, m: ModelSpec, loc: Local):
         self.m, self.loc = m, loc
-        self.eager = eager_split(m, loc.eager_ops)[0]
-        """The model's pieces this stack runs as eager kernels."""
+        self.eager = eager_split(m, loc.eager_ops, loc.eager_code)[0]
+        """The model's pieces this stack runs as eager kernels of their own."""
         t = loc.tp
         self.t = t
         self.s = loc.seq_len // loc.cp
@@ -485,7 +515,7 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
         comms += [Comm("qkv_out.ag", Axis.TP, CollKind.ALL_GATHER, gathered, "fwd"),
                   Comm("qkv_out.rs_bwd", Axis.TP, CollKind.REDUCE_SCATTER, gathered, "bwd")]
     if "scaled_rope" in x.eager:
-        ops.append(_eager("rope", "scaled_rope", q_el + k_el))
+        ops.append(_eager(x, "rope", "scaled_rope", q_el + k_el))
     elif m.position is Position.ROPE:
         ops.append(_mem("rope", q_el + k_el))
     # A checkpoint of the core keeps its inputs q, k, v. With RoPE, q and k are fresh rotated
@@ -601,13 +631,14 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     rw, bwd_rw = (3.0 if m.gated else 2.0), 4.0
     if m.gated and not x.loc.fused_gated_mlp:  # silu(a) * b as two kernels: silu's output kept too
         act_saved += E * tokens * ffn_local
-        rw, bwd_rw = 5.0, 6.0
+        rw, bwd_rw = UNFUSED_GATED_PASSES
     halves = (0.5, 0.5) if m.gated else (1.0,)  # eager gated MLPs run w1 and w3 apart
     clamp = []
     if "glu_clamp" in x.eager:
         # clamped halves concatenated anew: the activation keeps that copy, the clamps keep
         # their input (the fc1 output the activation would have kept)
-        clamp = [_eager(f"{prefix}clamp", "glu_clamp", tokens * width, saved=E * tokens * width)]
+        clamp = [_eager(x, f"{prefix}clamp", "glu_clamp", tokens * width,
+                        saved=E * tokens * width)]
     return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves), *clamp,
             _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
@@ -664,8 +695,11 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
                        bwd_nbytes=o.bwd_nbytes + 2 * (local_experts - 1) * E * o.shape[1]
                        * o.shape[2]) if o.kind is OpKind.GEMM else o for o in mlp]
         ops += mlp
-        if "expert_bias" in x.eager:  # fc2's bias, added per expert
-            ops.append(_eager("expert_bias", "expert_bias", X * h))
+        if "expert_bias" in x.eager:  # fc2's bias, added per expert (and fc1's, where eager)
+            ops.append(_eager(x, "expert_bias", "expert_bias", X * h))
+            if x.loc.eager_code in FC1_BIAS_EAGER:
+                width = 2 * f_e if m.gated else f_e
+                ops.append(_eager(x, "expert_fc1_bias", "expert_bias", X * width))
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's

@@ -146,9 +146,8 @@ class StackSpec(_CachedHash):
     counts: ``graph.EAGER_PASSES``). Named in ``EAGER_OPS``: ``scaled_rope``, RoPE whose cos and
     sin YaRN scales (``ModelSpec.rope_mscale`` != 1, attention without MLA); ``glu_clamp``, the
     clamp of a clamped gated activation (``ModelSpec.glu_clamp``); ``expert_bias``, the routed
-    experts' output bias (``MoESpec.expert_bias``). The counts are Megatron-Core's kernels; other
-    stacks list none, though torchtitan's GPT-OSS experts also clamp and add their biases in eager
-    code (torchtitan/models/gpt_oss/moe.py, 0.3.0): other kernels, not counted."""
+    experts' output bias (``MoESpec.expert_bias``). The counts are those of the framework whose
+    code runs them (``eager_code``)."""
     weight_bytes: int = 2
     """Bytes per stored parameter: 2 when bf16 model weights sit beside fp32 master copies
     (Megatron, DeepSpeed), 4 when the fp32 parameters themselves are stored and cast to bf16 for
@@ -975,6 +974,13 @@ class StackSpec(_CachedHash):
         """A plan of ``pp`` stages at ZeRO stage ``zero`` reduces its sharded gradients once a step
         (``pipeline_defers_grad_sync``)."""
         return self.pipeline_defers_grad_sync and pp > 1 and zero >= 2
+
+    @property
+    def eager_code(self) -> str:
+        """The framework whose eager kernels ``eager_ops`` are (``graph.EAGER_PASSES``):
+        torchtitan's for a stack that exports to it, else Megatron-Core's (the only other one
+        counted)."""
+        return "torchtitan" if self.export_format == "torchtitan" else "megatron"
 
     def torch_compiled(self, async_tp: bool) -> bool:
         """torchtitan runs this stack's model under torch.compile: its fused norms and gated MLPs

@@ -272,7 +272,8 @@ def evaluation(ev: Evaluation) -> str:
         if f.name == "compute" and ev.eager_kernels > 1e-9:
             from .graph import eager_split
 
-            ran = eager_split(ev.scenario.model, ev.scenario.stack.eager_ops)[0]
+            st = ev.scenario.stack
+            ran = eager_split(ev.scenario.model, st.eager_ops, st.eager_code)[0]
             out.append(f"    of which eager kernels {fmt_time(ev.eager_kernels)} "
                        f"({', '.join(ran)})")
     link = {k: v for k, v in ev.link_time.items() if v > 1e-9}
@@ -411,18 +412,22 @@ def search_result(res, top: int | None = None) -> str:
         out.append(f"(a row of several orders: plans alike but for their rank order, within "
                    f"{ORDER_TIE:.2%} of the first's step, which the row shows; a larger --top "
                    "lists more plans)")
-    close = [g for g in groups[1:]  # (as the rows count them: a review's count had not)
-             if res.plans[g[0]].step_time <= (1 + CLOSE_PLANS) * best.step_time]
+    # every listed plan, a row's other orders too, with how many share the best's row (a new
+    # user's trial: "2 other listed plans" had counted the rows of four)
+    close = [i for i in range(1, len(res.plans))
+             if res.plans[i].step_time <= (1 + CLOSE_PLANS) * best.step_time]
     if close:  # (a MoE trial chose between plans 3 % apart, which the output did not put in
         # proportion to the model's error)
         n = len(close)
+        own = sum(1 for i in close if i in groups[0])
         # the list holds the top plans only: when every other one is close, more may be beyond
         # it (a new user's count went 4, 15, 15 at --top 5, 20, 100)
         beyond = (", and perhaps more beyond the list (a larger --top lists them)"
-                  if n == len(groups) - 1 and (top is None or len(res.plans) >= top) else "")
+                  if n == len(res.plans) - 1 and (top is None or len(res.plans) >= top) else "")
+        row = f", {own} of them other rank orders in its row" if own else ""
         out.append(f"({n} other listed plan{'s' if n > 1 else ''} within "
-                   f"{CLOSE_PLANS:.0%} of the best{beyond}: closer than this model's error on "
-                   f"measured runs (README \"Accuracy\"), so measure before choosing between "
+                   f"{CLOSE_PLANS:.0%} of the best{row}{beyond}: closer than this model's error "
+                   f"on measured runs (README \"Accuracy\"), so measure before choosing between "
                    "them)")
     out += ["", "best plan:", evaluation(best), "", "devices per stage:"]
     for st in best.stages:

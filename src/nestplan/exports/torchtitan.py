@@ -220,7 +220,7 @@ def _arguments(pf: PlanFile):
                      "of yours whose model spec sets max_seq_len to at least that, with the RoPE "
                      "scaling you train with")
     if tr.precision is Precision.FP8 and (module, config) != PLACEHOLDER:
-        config = _float8_config(config, notes)
+        config = _float8_config(config, m.moe is not None, notes)
     groups = [["--module", module], ["--config", config]]
 
     def opt(key: str, value):
@@ -300,8 +300,9 @@ def _arguments(pf: PlanFile):
         opt("compile.enable", compiled)
         opt("compile.enable_async_tensor_parallel", asynctp)
     if tr.precision is Precision.FP8 and (module, config) == PLACEHOLDER:
-        notes.append("fp8: give your config_registry function a Float8 converter in its model "
-                     "spec (Float8LinearConverter); nestplan's prediction assumes fp8 matmuls")
+        notes.append("fp8: give your config_registry function's model spec the converters "
+                     f"{float8_converters(m.moe is not None)}; nestplan's prediction assumes "
+                     "those fp8 matmuls")
     if tr.precision is Precision.FP8 and (st.fp8_param_gather or st.fp8_tp_gather):
         notes.append(_float8_gathers_note(pf, exported))
     eager = eager_float8_text(sc, par)  # (in the launched file too: a torchtitan trial's had none)
@@ -474,7 +475,8 @@ def _registry_cp_notes(st, m, par, config: str, placeholder: bool, seq_len: int)
         out.append(f"torchtitan 0.3 runs context parallelism through FlexAttention, whose "
                    f"attention keeps the all-gathered K/V; stack {st.name} costs "
                    f"{CP_COSTED[st.cp_exchange_for(m)]}, which keeps only its own shard (plan "
-                   "with --stack torchtitan to cost it)")
+                   "with --stack torchtitan, or torchtitan-0.3-compile for a compiled run, to cost "
+                   "it)")
     local = seq_len // par.cp
     if local % LOSS_CHUNKS:
         out.append(f"torchtitan's {config} computes the loss over {LOSS_CHUNKS} chunks of each "
@@ -484,20 +486,34 @@ def _registry_cp_notes(st, m, par, config: str, placeholder: bool, seq_len: int)
     return out
 
 
-def _float8_config(config: str, notes: list[str]) -> str:
+def float8_converters(moe: bool) -> str:
+    """The Float8 converters a torchtitan model spec needs to run what nestplan costs in fp8: every
+    linear layer but the output head and (MoE) the router, which the cost model runs in bf16
+    (``graph``'s ``lowp=False``), and (MoE) the experts' grouped GEMMs, which
+    ``Float8LinearConverter`` leaves in bf16 (it swaps linear layers only): as torchtitan 0.3's
+    own configs set them (llama3_405b; deepseek_v3_671b_float8, torchtitan/models/*/
+    config_registry.py, 0.3.0 wheel). A torchtitan MoE user's trial: the note had named the
+    linear converter alone, which leaves two thirds of Qwen3-30B-A3B's GEMM FLOP in bf16."""
+    if moe:
+        return ('Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]) and '
+                "Float8GroupedExpertsConverter.Config() (as deepseek_v3_671b_float8 has)")
+    return 'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has)'
+
+
+def _float8_config(config: str, moe: bool, notes: list[str]) -> str:
     """The registry config an fp8 plan of ``config``'s model launches: itself where it trains with
     a Float8 converter, else its ``_float8`` sibling, which only DeepSeek-V3 has; for the others a
     note asks for that function, so that the run does not start in bf16 under the name of a
     config that exists (a user trial's fp8 Llama 3 70B plan had exported ``llama3_70b``, which
-    trains in bf16)."""
+    trains in bf16); ``moe``: the model has experts (``float8_converters``)."""
     if config in FLOAT8_CONFIGS:
         return config
     named = f"{config}_float8"
     if named not in FLOAT8_CONFIGS:
         notes.append(f"fp8: torchtitan 0.3's registry has no {named}; write it, a copy of "
-                     f"config_registry.{config} with Float8LinearConverter.Config() in its model "
-                     "spec's converters (as llama3_405b has), or the run does not start; "
-                     "nestplan's prediction assumes fp8 matmuls")
+                     f"config_registry.{config} with {float8_converters(moe)} in its model "
+                     "spec's converters, or the run does not start; nestplan's prediction "
+                     "assumes those fp8 matmuls")
     return named
 
 
@@ -517,7 +533,10 @@ def _chunked_loss_note(pf: PlanFile, exported, config: str) -> str:
             "peak of the devices with the output layer counts the whole sequence's logits, "
             f"{fmt_gib(logits * st.loss_saved_bytes)} GiB a micro-batch keeps for backward and "
             f"{fmt_gib(st.loss_transient_bytes * logits)} GiB more at the loss's backward; the "
-            "launched run holds about an eighth of them (--stack torchtitan costs the chunks)")
+            "launched run holds about an eighth of them (--stack torchtitan, or torchtitan-0.3-compile "
+            "for a compiled run, costs the chunks); the memory model's shortfall on held-out "
+            "torchtitan runs, where a note gives it, is of runs that held the whole logits, as "
+            "this prediction does (a torchtitan MoE trial read the two notes as opposite)")
 
 
 def export(pf: PlanFile) -> Export:

@@ -560,6 +560,24 @@ def no_interleaving(ev) -> None:
              "that gives a count it runs would allow it")
 
 
+def depths_narrow_search(ev, con) -> None:
+    """Say when the model's multi-token-prediction depths kept axes the stack offers out of the
+    search (``StackSpec.mtp_without``: torchtitan 0.3 runs no depth with a pipeline or context
+    parallelism) and the constraints ``con`` did not fix them: a torchtitan MoE user's trial's
+    DeepSeek-V3 plan was searched without pipelines, 58 % slower than the best pipelined one
+    with --mtp-layers 0, which is what torchtitan's own deepseek_v3_671b trains, without a word."""
+    sc = ev.scenario
+    st, depths = sc.stack, sc.model.mtp_layers
+    left = [axis for axis in st.mtp_without
+            if st.offers(axis) and getattr(con, axis) is None and getattr(ev.plan, axis) == 1]
+    if depths and left:
+        axes = " and ".join({"pp": "pipeline", "cp": "context"}[a] for a in left)
+        note(f"{sc.model.name}'s {depths} multi-token-prediction "
+             f"{'depth' if depths == 1 else 'depths'} kept {axes} parallelism out of the search: "
+             f"stack {st.name} runs none with them (mtp_without); --mtp-layers 0 searches "
+             f"{'it' if len(left) == 1 else 'them'} (a model without the depths)")
+
+
 def recompute_costs_memory(ev) -> None:
     """Say so when the plan's per-module recomputation keeps more memory than none would (as
     Megatron's selective, core_attn, does under flash attention: its checkpoint pins the fused
