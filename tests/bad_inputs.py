@@ -873,6 +873,11 @@ STACK_BAD = {
                        'eager_ops = ["glu_clamp", "glu_clamp"]\n', "eager_ops"),
     "eager-ops-str": ('base = "megatron-core"\nname = "s"\neager_ops = "scaled_rope"\n',
                       "eager_ops"),
+    # torchtitan's eager clamp is counted beyond an unfused gated activation (a review's)
+    "eager-clamp-compiled-torchtitan": ('base = "torchtitan-compile"\nname = "s"\n'
+                                        'eager_ops = ["glu_clamp"]\n',
+                                        "stack.eager_ops: got ['glu_clamp']; torchtitan runs its "
+                                        "clamped GLU eagerly only where the gated MLP is unfused"),
     # a fuzzer's: a list item too big for a float had raised OverflowError; a policy name with a
     # line break split the text tables; invisible format characters showed as another name
     "network-scale-huge-int": ('base = "megatron-core"\nname = "s"\nnetwork_scale = [1, '

@@ -1347,7 +1347,7 @@ def test_an_fp8_plan_exports_a_config_that_trains_in_fp8():
     # the converters it asks for are those of what nestplan costs in fp8: an MoE model's grouped
     # experts too, its head and router not (a torchtitan MoE trial's note had named the linear
     # converter alone, which leaves the experts in bf16)
-    assert 'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has)' in \
+    assert 'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has;' in \
         text("llama3-70b", 64, Parallelism(tp=8, pp=1, dp=8, sp=True, zero=3, mbs=1,
                                            recompute=("full",)))
     out = text("qwen3-30b-a3b", 64, Parallelism(tp=1, pp=1, dp=64, ep=8, zero=3, mbs=1,
@@ -1378,20 +1378,21 @@ def test_the_float8_converters_asked_for_are_torchtitans_own():
         for n in ast.walk(body):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
                     and isinstance(n.func.value, ast.Name) and n.func.value.id.startswith("Float8"):
-                kw = {k.arg: ast.literal_eval(k.value) for k in n.keywords
-                      if k.arg == "filter_fqns"}
-                calls[n.func.value.id] = kw.get("filter_fqns", [])
+                # every literal argument but model_compile_enabled (the config's own compile,
+                # which a config function of the user's sets from its compile options)
+                calls[n.func.value.id] = {k.arg: ast.literal_eval(k.value) for k in n.keywords
+                                          if k.arg != "model_compile_enabled"}
         return calls
 
     for moe, (module, fn) in ((False, ("llama3", "llama3_405b")),
                               (True, ("deepseek_v3", "deepseek_v3_671b_float8"))):
         said = float8_converters(moe)
         calls = built(module, fn)
-        assert calls and f"(as {fn} has)" in said
-        for name, fqns in calls.items():
-            wanted = f"{name}.Config(filter_fqns={json.dumps(fqns)})" if fqns else \
-                f"{name}.Config()"
-            assert wanted in said, (name, said)
+        assert calls and f"(as {fn} has; model_compile_enabled as the config" in said
+        assert set(re.findall(r"(Float8\w+)\.Config\(", said)) == set(calls), said
+        for name, kw in calls.items():
+            args = ", ".join(f"{k}={json.dumps(v)}" for k, v in kw.items())
+            assert f"{name}.Config({args})" in said, (name, said)
 
 
 @frameworks

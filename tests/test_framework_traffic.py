@@ -127,6 +127,37 @@ def test_torchtitans_clamped_glu_moves_what_the_graph_says():
     assert extra == pytest.approx(EAGER_PASSES["torchtitan"]["glu_clamp"], rel=0.10)
 
 
+def test_torchtitans_clamped_glu_keeps_what_the_graph_says():
+    """What torchtitan's ``swiglu`` keeps for backward (saved_tensors_hooks, one entry per storage)
+    is what the graph's clamp and activation keep on the eager torchtitan stack, per routed token
+    of GPT-OSS's experts (a review found one intermediate of six missing)."""
+    import torch
+
+    from nestplan.catalog import get_model, get_stack
+    from nestplan.evaluate import layer_graph
+    from nestplan.specs import Parallelism, TrainingSpec
+
+    moe = _torchtitan_gpt_oss()
+    tokens, ffn = 512, 256
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        moe.swiglu(bf16(tokens, 2 * ffn), limit=7.0)
+    measured = sum(kept.values()) / (E * tokens * ffn)
+    model = get_model("gpt-oss-120b")
+    tr = TrainingSpec(seq_len=4096, global_batch=8)
+    layer = layer_graph(model, Parallelism(ep=8, dp=8, mbs=1), tr, get_stack("torchtitan")).moe
+    ops = {o.name: o for o in layer.ops}
+    routed = tr.seq_len * model.moe.top_k * tr.moe_load
+    graph = (ops["expert_clamp"].saved + ops["expert_act"].saved) / (
+        E * routed * model.moe.ffn_hidden)
+    assert graph == pytest.approx(measured, rel=0.10)
+
+
 def test_torchtitans_expert_biases_move_what_the_graph_says():
     """``GptOssGroupedExperts`` gathers fc1's and fc2's biases to every routed token and adds them
     (its own forward, run on CPU): everything it moves but its two grouped GEMMs and its

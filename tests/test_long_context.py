@@ -238,7 +238,8 @@ def test_plan_says_which_plans_are_too_close_to_call():
     own = plans[0] - 1
     close = own + sum(n for n, (_, s) in zip(plans[1:], rows[1:]) if s <= 1.03 * rows[0][1])
     assert 1 <= close < sum(plans) - 1  # (some listed plans beyond 3 %)
-    row = f", {own} of them other rank orders in its row" if own else ""
+    row = (f", {own} of them {'another rank order' if own == 1 else 'other rank orders'} "
+           "in its row" if own else "")
     assert f"({close} other listed plans within 3% of the best{row}: closer than this model's" \
         in out, out
     # every listed plan close: more may be beyond the list (a new user's count grew with --top)

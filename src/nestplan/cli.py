@@ -508,12 +508,7 @@ def cmd_plan(args) -> int:
         res = run_method(args.method, sc, con, top=args.top, progress=progress)
     finally:
         progress.close()
-    plan_notes.host_bound(res.best)
-    plan_notes.no_interleaving(res.best)
-    plan_notes.depths_narrow_search(res.best, con)
-    plan_notes.workload_and_stack(res.best, args.moe_imbalance is not None)
-    plan_notes.simulated_schedule(res.best)
-    plan_notes.split_groups(res.best)
+    plan_notes.searched(res.best, con, args.moe_imbalance is not None)
     if args.save is not None:
         from . import planfile
 
@@ -594,7 +589,7 @@ def cmd_compare(args) -> int:
     best = max(results.values(), key=lambda r: (r.best.fits, r.best.tokens_per_s))
     # (of the fastest: a review found compare silent where plan, given the same scenario, noted
     # the workload and the stack)
-    plan_notes.workload_and_stack(best.best, args.moe_imbalance is not None)
+    plan_notes.searched(best.best, con, args.moe_imbalance is not None)
     if args.save is not None:
         from . import planfile
 

@@ -395,6 +395,18 @@ def _unfolded(ev: Evaluation, par: Parallelism) -> Evaluation:
                    stages=tuple(rank(r) for r in range(pp)))
 
 
+def with_default_split(sc: Scenario, par: Parallelism) -> Evaluation | None:
+    """``par`` evaluated with the default split of the blocks over its chunks
+    (``specs.default_split``), or None where a stage cannot hold that split (the search's and
+    ``notes.plan.even_split_close``'s one way to ask)."""
+    from .errors import SpecError
+
+    try:
+        return evaluate(sc, par.with_(stage_layers=None))
+    except SpecError:
+        return None
+
+
 def evaluate_names(model: str, cluster: str, gpus: int, *, seq_len: int, global_batch: int,
                    precision: str = "bf16", **plan) -> Evaluation:
     """Evaluate from names: ``plan`` holds Parallelism keywords (``dp`` derived when omitted).

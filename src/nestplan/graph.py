@@ -48,15 +48,23 @@ concatenation forward) with bf16 router probabilities, the router's dtype unless
 GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes.
 
 torchtitan 0.3 (eager; ``GptOssGroupedExperts`` and ``swiglu``, torchtitan/models/gpt_oss/moe.py,
-0.3.0 wheel): no ``scaled_rope``, its YaRN scale being folded into the precomputed RoPE cache
-(models/common/rope.py), so the scaled RoPE runs as any RoPE does; ``glu_clamp`` over the fc1
-output, all of its clamped GLU (strided halves, two clamps, the scaled sigmoid, a product and an
+0.3.0 wheel): no ``scaled_rope``, YaRN's attention scale being folded into the softmax scale
+(gpt_oss/model.py; "the rope stays a pure rotation", models/common/rope.py), so a scaled RoPE runs
+no kernel an unscaled one does not (the piece does not apply: ``eager_split``); ``glu_clamp``
+over the fc1 output, all of its clamped GLU (strided halves, two clamps, the scaled sigmoid, a product and an
 addcmul forward, 15 passes over the intermediate; 50 backward, the strided slices' gradients
 written whole and summed) beyond the ``UNFUSED_GATED_PASSES`` the graph charges an unfused gated
 activation; ``expert_bias`` over the fc2 output and again over the fc1 output
 (``FC1_BIAS_EAGER``): each bias gathered to every routed token (``repeat_interleave``) and
-added, its gradient summed back per expert. What these kernels keep for backward is costed as
-Megatron-Core's (not measured on torchtitan's code)."""
+added, its gradient summed back per expert (with TP, ``ScaleBiasForward`` divides fc2's bias
+over the fc2 output too, about two passes not counted; ``slice_backward``'s zero fill, about one
+of the clamp's 22, neither). What the clamp keeps: ``CLAMP_KEEPS``."""
+CLAMP_KEEPS = {"megatron": 0.0, "torchtitan": 1.0}
+"""Intermediates (tokens x ffn) a framework's clamped GLU keeps for backward beyond the fc1 output
+(the clamp's input) and what the activation keeps (both halves, and silu's output where unfused):
+torchtitan's ``swiglu`` keeps 6 in all (the fc1 output, both clamped halves, the sigmoid and its
+product; measured with saved_tensors_hooks, tests/test_framework_traffic.py), one more than
+those 5."""
 UNFUSED_GATED_PASSES = (5.0, 6.0)
 """Forward and backward passes over the intermediate (tokens x ffn) of an unfused gated
 activation, silu(a) * b as two kernels (a and b read, silu's output written and read, the
@@ -356,11 +364,11 @@ def eager_pieces(m: ModelSpec) -> tuple[str, ...]:
 @cached(maxsize=256)  # in every layer-graph key (``evaluate.local_strategy``) of the search
 def eager_split(m: ModelSpec, eager_ops, code: str = "megatron"
                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels of
-    their own in framework ``code``'s code (``EAGER_PASSES[code]``; a piece listed that it runs
-    as the unscaled kind, torchtitan's scaled RoPE, is in neither), and those it runs fused."""
-    pieces = eager_pieces(m)
-    return (tuple(p for p in pieces if p in eager_ops and p in EAGER_PASSES[code]),
+    """``m``'s pieces (``eager_pieces``) that a stack with ``eager_ops`` runs as eager kernels in
+    framework ``code``'s code, and those it runs fused; a piece the framework has no kernel for
+    (``EAGER_PASSES[code]``: torchtitan's scaled RoPE) is in neither."""
+    pieces = [p for p in eager_pieces(m) if p in EAGER_PASSES[code]]
+    return (tuple(p for p in pieces if p in eager_ops),
             tuple(p for p in pieces if p not in eager_ops))
 
 
@@ -637,8 +645,8 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
     if "glu_clamp" in x.eager:
         # clamped halves concatenated anew: the activation keeps that copy, the clamps keep
         # their input (the fc1 output the activation would have kept)
-        clamp = [_eager(x, f"{prefix}clamp", "glu_clamp", tokens * width,
-                        saved=E * tokens * width)]
+        clamp = [_eager(x, f"{prefix}clamp", "glu_clamp", tokens * width, saved=E * tokens * (
+            width + CLAMP_KEEPS[x.loc.eager_code] * ffn_local))]
     return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves), *clamp,
             _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]

@@ -566,6 +566,13 @@ class StackSpec(_CachedHash):
             raise SpecError("stack.loss_transient_bytes", self.loss_transient_bytes,
                             "allowed: 0, 2, 4, 6, 8 (bytes per logit element)")
         _names("stack.eager_ops", self.eager_ops, EAGER_OPS, "names must differ")
+        if self.eager_code == "torchtitan" and "glu_clamp" in self.eager_ops \
+                and self.fused_gated_mlp:
+            # (torchtitan's count is what its eager clamped GLU moves beyond the unfused gated
+            # activation the graph charges: graph.EAGER_PASSES; a review's)
+            raise SpecError("stack.eager_ops", list(self.eager_ops), "torchtitan runs its "
+                            "clamped GLU eagerly only where the gated MLP is unfused: leave "
+                            "glu_clamp out, or set fused_gated_mlp = false")
         _names("stack.mtp_without", self.mtp_without, ("pp", "cp"), "axes must differ")
         mods = self.cuda_graph_modules
         _names("stack.cuda_graph_modules", mods, CUDA_GRAPH_MODULES, "modules must differ")

@@ -424,7 +424,8 @@ def search_result(res, top: int | None = None) -> str:
         # it (a new user's count went 4, 15, 15 at --top 5, 20, 100)
         beyond = (", and perhaps more beyond the list (a larger --top lists them)"
                   if n == len(res.plans) - 1 and (top is None or len(res.plans) >= top) else "")
-        row = f", {own} of them other rank orders in its row" if own else ""
+        row = (f", {own} of them {'another rank order' if own == 1 else 'other rank orders'} "
+               "in its row" if own else "")
         out.append(f"({n} other listed plan{'s' if n > 1 else ''} within "
                    f"{CLOSE_PLANS:.0%} of the best{row}{beyond}: closer than this model's error "
                    f"on measured runs (README \"Accuracy\"), so measure before choosing between "

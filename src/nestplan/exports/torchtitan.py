@@ -494,10 +494,11 @@ def float8_converters(moe: bool) -> str:
     own configs set them (llama3_405b; deepseek_v3_671b_float8, torchtitan/models/*/
     config_registry.py, 0.3.0 wheel). A torchtitan MoE user's trial: the note had named the
     linear converter alone, which leaves two thirds of Qwen3-30B-A3B's GEMM FLOP in bf16."""
+    compile_ = "; model_compile_enabled as the config compiles the model"
     if moe:
         return ('Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]) and '
-                "Float8GroupedExpertsConverter.Config() (as deepseek_v3_671b_float8 has)")
-    return 'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has)'
+                f"Float8GroupedExpertsConverter.Config() (as deepseek_v3_671b_float8 has{compile_})")
+    return f'Float8LinearConverter.Config(filter_fqns=["lm_head"]) (as llama3_405b has{compile_})'
 
 
 def _float8_config(config: str, moe: bool, notes: list[str]) -> str:

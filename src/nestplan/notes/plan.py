@@ -43,6 +43,18 @@ def evaluated(ev, imbalance_stated: bool) -> None:
     split_groups(ev)
 
 
+def searched(ev, con, imbalance_stated: bool) -> None:
+    """Every note ``plan`` gives of the best plan a search found under the constraints ``con``,
+    and ``compare`` of the fastest method's (a review: compare gave only the workload's and the
+    stack's, where the README said it gives plan's)."""
+    host_bound(ev)
+    no_interleaving(ev)
+    depths_narrow_search(ev, con)
+    workload_and_stack(ev, imbalance_stated)
+    simulated_schedule(ev)
+    split_groups(ev)
+
+
 def workload_and_stack(ev, imbalance_stated: bool) -> None:
     """The notes evaluate, plan and compare give of a plan's routing load and of its stack
     (``imbalance_stated``: the command was given --moe-imbalance)."""
@@ -165,19 +177,15 @@ def even_split_close(ev) -> None:
     20-chunk ``--pipeline-model-parallel-layout`` for 0.07 % over the plain
     ``--num-layers-per-virtual-pipeline-stage``. Said only where the default split fits within
     the headroom too."""
-    from ..errors import SpecError
-    from ..evaluate import evaluate
+    from ..evaluate import with_default_split
     from ..specs import uneven_split
     from ..units import fmt_time
 
     sc, par = ev.scenario, ev.plan
     if uneven_split(sc.model, par) is None:
         return
-    try:
-        other = evaluate(sc, par.with_(stage_layers=None))
-    except SpecError:  # (a default split a stage cannot hold)
-        return
-    if not other.within_headroom or other.step_time > ev.step_time * (1 + EVEN_SPLIT_CLOSE):
+    other = with_default_split(sc, par)
+    if other is None or not other.within_headroom or other.step_time > ev.step_time * (1 + EVEN_SPLIT_CLOSE):
         return
     change = other.step_time / ev.step_time - 1
     # (a pipeline engineer read "exports without a layout" as said of this plan's export)

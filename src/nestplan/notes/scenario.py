@@ -188,7 +188,7 @@ def fused_pieces(sc) -> None:
     from ..catalog import DEFAULT_STACK
     from ..graph import eager_split
 
-    fused = eager_split(sc.model, sc.stack.eager_ops)[1]
+    fused = eager_split(sc.model, sc.stack.eager_ops, sc.stack.eager_code)[1]
     if fused:
         note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
              "fused kernels (not in its eager_ops): a framework that runs them as "

@@ -22,7 +22,7 @@ from ..caching import cached
 from ..cost import device as D
 from ..cost import memory as M
 from ..errors import InfeasibleError, SpecError
-from ..evaluate import evaluate
+from ..evaluate import evaluate, with_default_split
 from ..graph import BLOCK_KINDS, routed_expert_params, total_params
 from ..result import Evaluation
 from ..specs import (MIN_CP_CHUNK, Parallelism, Scenario, check_plan, cp_splits, divisors,
@@ -78,12 +78,14 @@ class _Found:
     (with K = 1 a tie cannot displace it: only strictly better plans are sought)."""
 
     key: float
-    """Minus the objective."""
+    """Minus what it is ranked by: the DP's objective, plus the schedule's excess where its chunks
+    are unequal (``_uneven_evaluation``), or the step of the default split that replaced it
+    (``_default_split_if_faster``)."""
     later: int
     """Minus the order in which it was found."""
     par: Parallelism = field(compare=False)
     ev: Evaluation | None = field(default=None, compare=False)
-    """Its evaluation on the real scenario, where the search made one (``_uneven_excess``)."""
+    """Its evaluation on the real scenario, where the search made one (``_uneven_evaluation``)."""
 
 
 def plan_from_solution(model, model_stack, par: Parallelism,
@@ -529,9 +531,9 @@ def run(sc: Scenario, con: Constraints, *, method: str = "nest", top: int = 5,
             ev = _uneven_evaluation(sc, plan) if view is None else None
             key = -sol.objective - (ev.uneven_chunks if ev is not None else 0.0)
             if ev is not None:
-                even = _default_split_if_faster(sc, ev, memory_aware)
-                if even is not None:
-                    ev, plan, key = even, even.plan, -even.step_time
+                even = _default_split_if_faster(sc, ev)
+                if even is not None:  # (never above the DP's objective: see the helper)
+                    ev, plan, key = even, even.plan, -max(even.step_time, sol.objective)
             entry = _Found(key, -found_count, plan, ev)
             if len(found) < top:
                 heapq.heappush(found, entry)
@@ -589,20 +591,16 @@ def _uneven_evaluation(sc: Scenario, par: Parallelism) -> Evaluation | None:
     return evaluate(sc, par) if uneven_chunks(sc.model, par) else None
 
 
-def _default_split_if_faster(sc: Scenario, ev: Evaluation, memory_aware: bool
-                             ) -> Evaluation | None:
+def _default_split_if_faster(sc: Scenario, ev: Evaluation) -> Evaluation | None:
     """The plan of ``ev`` (a found plan whose chunks are unequal) with the default split of the
-    blocks (``specs.default_split``), where that runs faster and fits within the headroom (or
-    memory is not searched): the DP picks a configuration's split by the closed form, which the
-    schedule of unequal chunks can exceed (a new user's trial: the best plan took 5 % longer than
-    itself with the default split, which the plan's own note said); else None. Never below the
-    DP's objective: the default split's closed form is at least the DP's optimum, its step at
-    least that, so the pruning bounds hold."""
-    try:
-        even = evaluate(sc, ev.plan.with_(stage_layers=None))
-    except SpecError:  # (a default split a stage cannot hold)
-        return None
-    if even.step_time < ev.step_time and (even.within_headroom or not memory_aware):
+    blocks (``evaluate.with_default_split``), where that runs faster and fits within the
+    headroom: the DP picks a configuration's split by the closed form, which the schedule of
+    unequal chunks can exceed (a new user's trial: the best plan took 5 % longer than itself with
+    the default split, which the plan's own note said); else None. Its step is at least the DP's
+    objective (the default split is one the DP weighs, at its closed form or more), which the
+    caller's key keeps in any case, so the pruning bounds hold."""
+    even = with_default_split(sc, ev.plan)
+    if even is not None and even.step_time < ev.step_time and even.within_headroom:
         return even
     return None
 
