@@ -9,6 +9,7 @@ import pytest
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 SHARED = HERE.parent.parent / "shared"
+BENCHMARKS = HERE.parent / "benchmarks"
 
 
 def pytest_configure(config):

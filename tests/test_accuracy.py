@@ -3,13 +3,12 @@ a plan's figures."""
 
 import json
 import sys
-from pathlib import Path
 
+from conftest import BENCHMARKS
 from console import cli, flags
 
 from nestplan.accuracy import COLUMNS, shipped_text
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 H100_PLAN = ("evaluate", "--model", "llama3-70b", "--cluster", "dgx-h100-ndr", "--gpus", 512,
              "--tp", 8, "--pp", 4, "--vp", 5, "--mbs", 1, "--global-batch", 1024,
              "--seq-len", 8192)

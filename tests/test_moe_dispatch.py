@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import exported
+from conftest import BENCHMARKS, exported
 from nestplan import planfile
 from nestplan.catalog import get_cluster, get_stack
 from nestplan.cost.network import crossing_share
@@ -19,7 +19,6 @@ from nestplan.exports import export
 from nestplan.placement import _block_sizes, expert_grid, layouts, rank_grid
 from nestplan.specs import Parallelism
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 """benchmarks/, whose moe_accuracy.py reads the MoE rows as the README's figures do."""
 
 
@@ -114,8 +113,6 @@ def megatron_text(ev) -> str:
 
 
 def _deepseek(stack, gpus=1024, ep=64, pp=16, recompute="full"):
-    from pathlib import Path
-
     cfg = Path(__file__).parent / "data" / "deepseek-v3.json"
     sc = scenario_from_names(str(cfg), "dgx-h100-ndr", gpus, seq_len=4096, global_batch=1024)
     sc = replace(sc, stack=stack)
@@ -194,8 +191,6 @@ def test_every_batch_overlap_run_fits_its_gpus():
     """The measured MoE runs that overlap the expert exchange with another micro-batch ran, so
     none of their plans may need more than HBM. With a whole micro-batch more held, 14 of the
     38 had been put above it, up to 1.53x (benchmarks/runs_fit.py)."""
-    from pathlib import Path
-
     from nestplan.validation import hbm_ratios, load_cases
 
     data = Path(__file__).parent / "data"
@@ -300,9 +295,8 @@ def test_delayed_weight_gradients_are_left_out_where_megatron_refuses_them():
                                          global_batch=256), stack=stack)
         if qkv_bias:
             sc = replace(sc, model=replace(sc.model, qkv_bias=True))
-        ev = evaluate(sc, Parallelism(tp=tp, pp=1, dp=8 // tp, ep=8, etp=1, sp=tp > 1, zero=zero,
-                                      mbs=1, recompute=("none",)))
-        out = export(planfile.from_dict(planfile.to_dict(ev)), "megatron")
+        out = exported(sc, Parallelism(tp=tp, pp=1, dp=8 // tp, ep=8, etp=1, sp=tp > 1,
+                                       zero=zero, mbs=1, recompute=("none",)), "megatron")
         return " ".join(line for line in out.text.splitlines()
                         if not line.startswith("#")).split(), " ".join(out.notes)
 
@@ -368,8 +362,6 @@ MOE_FILES = {"moe_runs.csv": 17.4, "moe_held_out.csv": 23.4,
 def test_every_moe_run_is_expressed_and_predicted_as_reported(name):
     """Every loadable MoE run (folded expert grids, DeepEP, A2A overlap, recompute modules as the
     rows state them) evaluates without a refusal; the mean error is what the README says."""
-    from pathlib import Path
-
     from nestplan.validation import run
 
     outcomes = run(Path(__file__).parent / "data" / name)
@@ -761,8 +753,6 @@ def test_model_zoo_rows_split_their_pipeline_as_megatron_does():
     rows' stage_layers are what Megatron-Core's own get_num_layers_to_build gives each model chunk
     (installed megatron-core, on CPU; chunks in model order)."""
     import csv
-    from pathlib import Path
-
     torch = pytest.importorskip("torch")
     block = pytest.importorskip("megatron.core.transformer.transformer_block")
     from megatron.core import parallel_state as ps
@@ -821,8 +811,6 @@ def test_every_row_runs_what_its_notes_state(name):
     them would score a plan the run did not use)."""
     import csv
     import re
-    from pathlib import Path
-
     from nestplan.validation import load_cases
 
     path = Path(__file__).parent / "data" / name
@@ -1000,8 +988,6 @@ def test_the_blackwell_moe_recipe_stack_is_the_one_its_rows_validate():
     NeMo's MoE recipes' settings, had predicted NeMo's Qwen3-235B on 256 GB200 at twice its
     measured step, and the output named the stack only)."""
     from dataclasses import fields
-    from pathlib import Path
-
     from console import cli
 
     mine = get_stack("nemo-moe-blackwell")

@@ -83,14 +83,15 @@ def kind_of(model) -> str:
     return {"moe": "MoE"}.get(fitted_kind(model), "dense")
 
 
-def _own(stack) -> tuple:
-    return tuple(getattr(stack, f) for f in CALIBRATION)
+def _own(stack, fields=CALIBRATION) -> tuple:
+    """``stack``'s calibration (``stack.CALIBRATION``), or of it ``fields``."""
+    return tuple(getattr(stack, f) for f in fields)
 
 
 def _values(stack) -> tuple:
     """What ``stack``'s calibration holds (``stack.CALIBRATION_VALUES``), not where it came
     from."""
-    return tuple(getattr(stack, f) for f in CALIBRATION_VALUES)
+    return _own(stack, CALIBRATION_VALUES)
 
 
 @cached(maxsize=None)

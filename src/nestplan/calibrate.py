@@ -86,12 +86,6 @@ class Fit:
     """Every row's predicted peak bytes with the fitted stack (None: a layer row)."""
 
 
-def mean_abs(errors) -> float:
-    """The mean |error| of relative errors (a Fit's ``before``, ``after`` or ``loo``): what
-    calibrate prints and what its notes compare."""
-    return sum(abs(e) for e in errors) / len(errors)
-
-
 def _key(case) -> tuple:
     """What makes two rows one measurement: the same plan on the same scenario."""
     return case.scenario, case.plan, case.metric

@@ -235,8 +235,7 @@ def _scenario(args):
     scenario_notes.fused_pieces(sc)
     scenario_notes.straddling_domains(sc)
     scenario_notes.cluster_bandwidths(sc.cluster)
-    scenario_notes.position_table(sc)
-    scenario_notes.trained_context(sc)
+    scenario_notes.sequence(sc)
     scenario_notes.huge_batch(sc, args.global_batch is not None)
     scenario_notes.default_workload(sc, args.seq_len is None, args.global_batch is None)
     return _with_headroom(sc, args)
@@ -429,8 +428,7 @@ def cmd_evaluate(args) -> int:
         pf = _load_plan(args.plan)
         # what evaluate of the plan's flags says of its sequence (a long-context trial's plan
         # file, at 16 times its model's context, had lost the RoPE note)
-        scenario_notes.position_table(pf.scenario)
-        scenario_notes.trained_context(pf.scenario)
+        scenario_notes.sequence(pf.scenario)
         sc, plan = _with_headroom(pf.scenario, args), pf.plan
         if args.cluster is not None:  # the same plan, ranks on devices in order, elsewhere
             sc = _on_cluster(sc, args.cluster)
@@ -975,7 +973,7 @@ def _fit_summary(result, plans: int) -> str:
     predicted by the fit without it; says when that is worse than before (the fit then does not
     carry to runs it was not given: a calibrating user's 3-row fit, 6.5 % before and 7.4 % left
     out, had shown no word of it) and why no rows were left out."""
-    from .calibrate import mean_abs as mean
+    from .validation import mean_abs as mean
 
     text = f"mean |error|: before {mean(result.before):.1%}, after {mean(result.after):.1%}"
     if not result.loo:

@@ -45,11 +45,12 @@ def _shown(value: object) -> str:
     it (repr had shown ``datetime.date(1979, 5, 27)``), and true, false and null as TOML and JSON
     spell them (repr had shown Python's ``True`` and ``None``)."""
     import datetime
+    import json
 
     if isinstance(value, (datetime.date, datetime.time)):
         return f"{value.isoformat()} (a TOML date or time)"
     if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
+        return json.dumps(value)
     return repr(value)
 
 

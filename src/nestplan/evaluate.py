@@ -25,6 +25,7 @@ the search optimises for a plan is exactly what ``evaluate`` reports.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable, NamedTuple
 
@@ -39,9 +40,11 @@ from .placement import layouts, stage_devices
 from .catalog import scenario_from_names  # noqa: F401  (its home is the catalog)
 from .options import MLPKind, Precision
 from .recompute import effect
-from .result import Evaluation, StageReport, TimeBreakdown, flop_counts_differ, stage_times
+from .errors import SpecError
+from .result import Evaluation, StageReport, TimeBreakdown, stage_times
+from .units import TFLOPS
 from .specs import (Parallelism, Scenario, blocks_per_chunk, check_plan, costed_moe_load, fold,
-                    uneven_chunks)
+                    uneven_chunks, uneven_split)
 
 
 def local_strategy(model, par: Parallelism, tr, stack) -> G.Local:
@@ -191,6 +194,11 @@ def logged_flops_differences(model, document_span: int | None,
     return LOGGING_FRAMEWORKS[export_format].differences(model, document_span)
 
 
+def flop_counts_differ(a: float, b: float) -> bool:
+    """Two counts of a step's model FLOP differ by more than 0.05 % (more than rounding)."""
+    return not math.isclose(a, b, rel_tol=5e-4)
+
+
 class LoggedFlops(NamedTuple):
     """What a framework logs of a prediction's model FLOP/s (``logged_flops_said``)."""
 
@@ -216,7 +224,7 @@ def logged_flops_said(ev, export_format: str | None) -> LoggedFlops | None:
         return None
     return LoggedFlops(LOGGING_FRAMEWORKS[export_format], "; ".join(
         logged_flops_differences(sc.model, tr.document_span, export_format)),
-        logged / ev.step_time / ev.gpus / 1e12)
+        logged / ev.step_time / ev.gpus / TFLOPS)
 
 
 def _flop_graph(model, seq_len: int, span: int) -> G.ModelGraph:
@@ -397,10 +405,11 @@ def _unfolded(ev: Evaluation, par: Parallelism) -> Evaluation:
 
 def with_default_split(sc: Scenario, par: Parallelism) -> Evaluation | None:
     """``par`` evaluated with the default split of the blocks over its chunks
-    (``specs.default_split``), or None where a stage cannot hold that split (the search's and
-    ``notes.plan.even_split_close``'s one way to ask)."""
-    from .errors import SpecError
-
+    (``specs.default_split``), or None where its split is that one already (``uneven_split``) or
+    a stage cannot hold it (the search's and ``notes.plan.even_split_close``'s one way to
+    ask)."""
+    if uneven_split(sc.model, par) is None:
+        return None
     try:
         return evaluate(sc, par.with_(stage_layers=None))
     except SpecError:

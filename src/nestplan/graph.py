@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from functools import cached_property
 from dataclasses import KW_ONLY, dataclass, replace
+from typing import NamedTuple
 
 from .caching import cached
 from .axes import Axis
@@ -30,48 +31,58 @@ from .stack import EAGER_OPS
 E = 2  # bytes per bf16 activation element
 FP32 = 4
 VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128·tp (make-vocab-size-divisible-by)
-EAGER_PASSES = {
-    "megatron": {"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5), "expert_bias": (6.0, 5.0)},
-    "torchtitan": {"glu_clamp": (5.0, 22.0), "expert_bias": (4.0, 1.0)},
-}
-"""Forward and backward passes over a tensor (bytes moved / 2 B per bf16 element) of the eager
-kernels a framework runs instead of a fused one (``StackSpec.eager_ops``), by the framework whose
-code runs them (``Local.eager_code``), counted op by op on its own code on CPU (every non-view
-ATen op's inputs and outputs: tests/test_framework_traffic.py).
+class EagerCode(NamedTuple):
+    """A framework's eager kernels (``StackSpec.eager_ops``; ``Local.eager_code`` names it),
+    counted op by op on its own code on CPU (every non-view ATen op's inputs and outputs, and what
+    autograd keeps: tests/test_framework_traffic.py)."""
 
-Megatron-Core 0.16: ``scaled_rope`` over q and k (the unfused RoPE: two products, a negation, two
-concatenations and a sum, where the fused kernel reads and writes once); ``glu_clamp`` over the
-gated MLP's fc1 output (two clamps and a concatenation forward, their masks and the split
+    passes: dict
+    """Forward and backward passes over a tensor (bytes moved / 2 B per bf16 element) of each
+    piece's kernels, where a fused kernel would read and write it once; a piece it runs no
+    kernel for is absent (``eager_split``)."""
+    clamp_keeps: float
+    """Intermediates (tokens x ffn) its clamped GLU keeps for backward beyond the fc1 output (the
+    clamp's input) and what the activation keeps (both halves, and silu's output where
+    unfused)."""
+    fc1_bias: bool
+    """Its experts add fc1's bias as eager kernels too (``expert_bias``'s passes over the fc1
+    output)."""
+
+
+EAGER_CODES = {
+    "megatron": EagerCode({"scaled_rope": (12.0, 14.0), "glu_clamp": (4.0, 7.5),
+                           "expert_bias": (6.0, 5.0)}, clamp_keeps=0.0, fc1_bias=False),
+    "torchtitan": EagerCode({"glu_clamp": (5.0, 22.0), "expert_bias": (4.0, 1.0)},
+                            clamp_keeps=1.0, fc1_bias=True),
+}
+"""Megatron-Core 0.16: ``scaled_rope`` over q and k (the unfused RoPE: two products, a negation,
+two concatenations and a sum, where the fused kernel reads and writes once); ``glu_clamp`` over
+the gated MLP's fc1 output (two clamps and a concatenation forward, their masks and the split
 backward); ``expert_bias`` over the experts' fc2 output (a product and a sum per expert and a
 concatenation forward) with bf16 router probabilities, the router's dtype unless
 ``moe_router_dtype`` is set (megatron/core/transformer/moe/router.py), which Megatron-Bridge's
-GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes.
+GPT-OSS recipes do not set (@ 067f987df0); fp32 probabilities would make it 14 / 14 passes;
+fc1's bias is added inside its fused bias-activation.
 
 torchtitan 0.3 (eager; ``GptOssGroupedExperts`` and ``swiglu``, torchtitan/models/gpt_oss/moe.py,
 0.3.0 wheel): no ``scaled_rope``, YaRN's attention scale being folded into the softmax scale
 (gpt_oss/model.py; "the rope stays a pure rotation", models/common/rope.py), so a scaled RoPE runs
-no kernel an unscaled one does not (the piece does not apply: ``eager_split``); ``glu_clamp``
-over the fc1 output, all of its clamped GLU (strided halves, two clamps, the scaled sigmoid, a product and an
-addcmul forward, 15 passes over the intermediate; 50 backward, the strided slices' gradients
-written whole and summed) beyond the ``UNFUSED_GATED_PASSES`` the graph charges an unfused gated
-activation; ``expert_bias`` over the fc2 output and again over the fc1 output
-(``FC1_BIAS_EAGER``): each bias gathered to every routed token (``repeat_interleave``) and
-added, its gradient summed back per expert (with TP, ``ScaleBiasForward`` divides fc2's bias
-over the fc2 output too, about two passes not counted; ``slice_backward``'s zero fill, about one
-of the clamp's 22, neither). What the clamp keeps: ``CLAMP_KEEPS``."""
-CLAMP_KEEPS = {"megatron": 0.0, "torchtitan": 1.0}
-"""Intermediates (tokens x ffn) a framework's clamped GLU keeps for backward beyond the fc1 output
-(the clamp's input) and what the activation keeps (both halves, and silu's output where unfused):
-torchtitan's ``swiglu`` keeps 6 in all (the fc1 output, both clamped halves, the sigmoid and its
-product; measured with saved_tensors_hooks, tests/test_framework_traffic.py), one more than
-those 5."""
+no kernel an unscaled one does not; ``glu_clamp`` over the fc1 output, all of its clamped GLU
+(strided halves, two clamps, the scaled sigmoid, a product and an addcmul forward, 15 passes over
+the intermediate; 50 backward, the strided slices' gradients written whole and summed) beyond
+the ``UNFUSED_GATED_PASSES`` the graph charges an unfused gated activation, keeping 6
+intermediates in all (the fc1 output, both clamped halves, the sigmoid and its product), one more
+than those the graph counts otherwise; ``expert_bias`` over the fc2 output and again over the fc1
+output: each bias gathered to every routed token (``repeat_interleave``) and added, its gradient
+summed back per expert (with TP, ``ScaleBiasForward`` divides fc2's bias over the fc2 output too,
+about two passes not counted; ``slice_backward``'s zero fill, about one of the clamp's 22,
+neither)."""
+EAGER_PASSES = {code: c.passes for code, c in EAGER_CODES.items()}
+"""Each framework's ``EagerCode.passes``."""
 UNFUSED_GATED_PASSES = (5.0, 6.0)
 """Forward and backward passes over the intermediate (tokens x ffn) of an unfused gated
 activation, silu(a) * b as two kernels (a and b read, silu's output written and read, the
 product written; backward the same tensors and the two input gradients)."""
-FC1_BIAS_EAGER = frozenset({"torchtitan"})
-"""Frameworks whose experts add fc1's bias as eager kernels too (``EAGER_PASSES``'
-``expert_bias``); Megatron-Core adds it inside its fused bias-activation."""
 assert set(EAGER_PASSES["megatron"]) == set(EAGER_OPS) and all(
     set(table) <= set(EAGER_OPS) for table in EAGER_PASSES.values()), \
     "stack.EAGER_OPS names the pieces costed here"
@@ -301,9 +312,10 @@ class Local:
     """Every expert's input is padded to its capacity (``StackSpec.pads_experts``): ``moe_load``
     is the capacity factor, on one expert rank too."""
     eager_ops: frozenset = frozenset()
-    """What the stack runs as eager kernels (``StackSpec.eager_ops``)."""
+    """The model's pieces the stack runs as eager kernels of their own (``eager_split`` of
+    ``StackSpec.eager_ops``)."""
     eager_code: str = "megatron"
-    """Whose eager kernels those are (``EAGER_PASSES``): ``StackSpec.eager_code``."""
+    """Whose eager kernels those are (``EAGER_CODES``): ``StackSpec.eager_code``."""
     loss_saved_bytes: int = FP32
     """Bytes per logit element the loss keeps (the stack's ``loss_saved_bytes``)."""
     loss_chunks: int = 1
@@ -384,8 +396,9 @@ class _Dims:
 
     def __init__(self, m: ModelSpec, loc: Local):
         self.m, self.loc = m, loc
-        self.eager = eager_split(m, loc.eager_ops, loc.eager_code)[0]
-        """The model's pieces this stack runs as eager kernels of their own."""
+        self.eager = loc.eager_ops
+        """The model's pieces this stack runs as eager kernels of their own (``Local.eager_ops``
+        holds them split already: ``evaluate.local_strategy``)."""
         t = loc.tp
         self.t = t
         self.s = loc.seq_len // loc.cp
@@ -631,10 +644,15 @@ def _attention(x: _Dims) -> tuple[list[Op], list[Comm], float, float]:
     return ops, comms, params, total
 
 
+def _fc1_width(m: ModelSpec, ffn: float) -> float:
+    """Outputs of an MLP's fc1 of width ``ffn``: both halves of a gated one."""
+    return 2 * ffn if m.gated else ffn
+
+
 def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: float) -> list[Op]:
     """fc1 -> activation -> fc2 on ``tokens`` tokens with a local intermediate size."""
     m = x.m
-    width = 2 * ffn_local if m.gated else ffn_local
+    width = _fc1_width(m, ffn_local)
     act_saved = E * tokens * width  # GeLU keeps its input; gated kinds keep both halves
     rw, bwd_rw = (3.0 if m.gated else 2.0), 4.0
     if m.gated and not x.loc.fused_gated_mlp:  # silu(a) * b as two kernels: silu's output kept too
@@ -646,7 +664,7 @@ def _mlp(x: _Dims, prefix: str, tokens: float, ffn_local: float, *, saved_in: fl
         # clamped halves concatenated anew: the activation keeps that copy, the clamps keep
         # their input (the fc1 output the activation would have kept)
         clamp = [_eager(x, f"{prefix}clamp", "glu_clamp", tokens * width, saved=E * tokens * (
-            width + CLAMP_KEEPS[x.loc.eager_code] * ffn_local))]
+            width + EAGER_CODES[x.loc.eager_code].clamp_keeps * ffn_local))]
     return [_gemm(f"{prefix}fc1", tokens, x.h, width, saved=saved_in, matmuls=halves), *clamp,
             _mem(f"{prefix}act", tokens * ffn_local, rw=rw, bwd_rw=bwd_rw, saved=act_saved),
             _gemm(f"{prefix}fc2", tokens, ffn_local, x.h, saved=E * tokens * ffn_local)]
@@ -657,7 +675,7 @@ def _mlp_params(m: ModelSpec, ffn: float, bias: bool | None = None) -> float:
     mats = 3 if m.gated else 2
     p = mats * m.hidden * ffn
     if m.bias if bias is None else bias:
-        p += (2 if m.gated else 1) * ffn + m.hidden
+        p += _fc1_width(m, ffn) + m.hidden
     return p
 
 
@@ -705,9 +723,8 @@ def _block(x: _Dims, moe: bool) -> LayerGraph:
         ops += mlp
         if "expert_bias" in x.eager:  # fc2's bias, added per expert (and fc1's, where eager)
             ops.append(_eager(x, "expert_bias", "expert_bias", X * h))
-            if x.loc.eager_code in FC1_BIAS_EAGER:
-                width = 2 * f_e if m.gated else f_e
-                ops.append(_eager(x, "expert_fc1_bias", "expert_bias", X * width))
+            if EAGER_CODES[x.loc.eager_code].fc1_bias:
+                ops.append(_eager(x, "expert_fc1_bias", "expert_bias", X * _fc1_width(m, f_e)))
         # Megatron-Core's fused (weighted) SwiGLU applies the routing probabilities inside the
         # expert activation, so the unpermute keeps only indices; unfused code multiplies the
         # expert outputs by the probabilities there and keeps them (measured on Megatron-Core's
@@ -1032,22 +1049,25 @@ def build(model: ModelSpec, loc: Local) -> ModelGraph:
                       head_shared=beside, kinds=kinds)
 
 
+def _whole(model: ModelSpec) -> tuple[ModelGraph, LayerGraph]:
+    """The model's layer graph on one rank of every kind, and its head as counted once (the
+    embedding's copy where tied): what the model-wide counts read."""
+    g = build(model, Local(1, False, 1, 1, 1, 1, 2, Precision.BF16, AttentionImpl.FLASH))
+    return g, g.head_shared if model.tied_embeddings else g.head
+
+
 def total_params(model: ModelSpec) -> float:
     """Parameters of the whole model (tied embeddings counted once)."""
-    g = build(model, Local(1, False, 1, 1, 1, 1, 2, Precision.BF16, AttentionImpl.FLASH))
+    g, head = _whole(model)
     blocks = sum(g.block(i).total_params for i in range(model.layers))
-    head = g.head_shared if model.tied_embeddings else g.head
     return g.embedding.total_params + blocks + head.total_params
 
 
 def routed_expert_params(model: ModelSpec) -> float:
     """Parameters of the routed experts of the whole model (a depth of multi-token prediction
     built as an MoE block holds its own): what expert parallelism splits beside the rest."""
-    if model.moe is None:
-        return 0.0
-    moe_depths = model.mtp_layers if model.is_moe_layer(model.layers - 1) else 0
-    return ((model.num_moe_layers + moe_depths) * model.moe.experts
-            * _mlp_params(model, model.moe.ffn_hidden, model.biased_experts))
+    g, head = _whole(model)
+    return sum(g.block(i).expert_params for i in range(model.layers)) + head.expert_params
 
 
 def active_params(model: ModelSpec) -> float:

@@ -993,6 +993,7 @@ def later_keys_filled(table):
     if not isinstance(table, dict) or "base" in table or set(LATER_STACK_KEYS) <= table.keys():
         return table
     from .catalog import get_stack, list_names
+    from .stack import FORMAT_STACKS
 
     if table.get("name") in list_names("stacks"):
         source, keys = get_stack(table["name"]), LATER_STACK_KEYS
@@ -1001,8 +1002,6 @@ def later_keys_filled(table):
         if fmt == "deepspeed" and "expert_layer_injected" not in table:
             # its export had written AutoEP's section for a stack without a TP axis
             table = {**table, "expert_layer_injected": "tp" not in table.get("axes", ["tp"])}
-        from .stack import FORMAT_STACKS
-
         source, keys = get_stack(FORMAT_STACKS[fmt]), FRAMEWORK_LATER_KEYS[fmt]
     else:
         return table

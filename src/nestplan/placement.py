@@ -381,7 +381,8 @@ def group_levels(par: Parallelism, cluster: ClusterSpec, gpus: int, experts: boo
         if axis == "pp":
             size, top = pp, max(b.level for b in lay.pp) if pp > 1 else -1
         else:
-            size, top = getattr(lay, axis).size, getattr(lay, axis).top
+            group = getattr(lay, axis)
+            size, top = group.size, group.top
         if size > 1 or every:  # (a group of one device crosses no level: top -1, None)
             out[axis] = (size, name(top))
     return out

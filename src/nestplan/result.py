@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 from .cost.memory import MemoryBreakdown
@@ -32,11 +31,6 @@ def scenario_json(sc: Scenario) -> dict:
 SUMMARY_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits", "tp", "pp", "dp",
                 "cp", "ep", "vp", "schedule", "sp", "zero", "recompute", "mbs", "rank_order")
 """The keys of :meth:`Evaluation.to_json` that summarise a plan in one row."""
-
-
-def flop_counts_differ(a: float, b: float) -> bool:
-    """Two counts of a step's model FLOP differ by more than 0.05 % (more than rounding)."""
-    return not math.isclose(a, b, rel_tol=5e-4)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,19 +159,13 @@ class Evaluation:
 
     @property
     def model_tflops_per_gpu(self) -> float:
-        return self.model_flops / self.step_time / self.gpus / 1e12
-
-    @property
-    def logs_other_flops(self) -> bool:
-        """The stack's framework's log counts this plan's model FLOP otherwise than MFU does
-        (``logged_model_flops`` differs by more than 0.05 %)."""
-        return flop_counts_differ(self.logged_model_flops, self.model_flops)
+        return self.model_flops / self.step_time / self.gpus / TFLOPS
 
     @property
     def logged_tflops_per_gpu(self) -> float:
         """Model TFLOP/s per GPU as the stack's framework logs them (``logged_model_flops``):
         Megatron-LM's "throughput per GPU (TFLOP/s/GPU)", torchtitan's "tflops"."""
-        return self.logged_model_flops / self.step_time / self.gpus / 1e12
+        return self.logged_model_flops / self.step_time / self.gpus / TFLOPS
 
     @property
     def peak_flops(self) -> float:

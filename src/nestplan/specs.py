@@ -1501,11 +1501,16 @@ def tied_pipeline_refusal(m: ModelSpec, stack, pp: int) -> str | None:
     return None
 
 
+MTP_AXIS_WORDS = {"pp": "pipeline", "cp": "context"}
+"""The parallelism each axis a stack may run no multi-token-prediction depth with names
+(``StackSpec.mtp_without``)."""
+
+
 def mtp_refusal(m: ModelSpec, stack, axis: str, degree: int) -> str | None:
     """Why ``stack`` cannot run ``m``'s multi-token-prediction depths with ``degree`` on
     parallel ``axis`` (``StackSpec.mtp_without``), or None."""
     if degree > 1 and m.mtp_layers and axis in stack.mtp_without:
-        what = {"pp": "pipeline", "cp": "context"}[axis]
+        what = MTP_AXIS_WORDS[axis]
         return (f"stack {stack.name} runs no multi-token-prediction depth with {what} "
                 f"parallelism ({m.name} has {m.mtp_layers}); use {axis} = 1, or --mtp-layers 0")
     return None

@@ -419,7 +419,7 @@ def search_result(res, top: int | None = None) -> str:
     if close:  # (a MoE trial chose between plans 3 % apart, which the output did not put in
         # proportion to the model's error)
         n = len(close)
-        own = sum(1 for i in close if i in groups[0])
+        own = len(groups[0]) - 1  # (a row's orders lie within ORDER_TIE, so all are close)
         # the list holds the top plans only: when every other one is close, more may be beyond
         # it (a new user's count went 4, 15, 15 at --top 5, 20, 100)
         beyond = (", and perhaps more beyond the list (a larger --top lists them)"

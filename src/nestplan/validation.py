@@ -1010,6 +1010,12 @@ def report(outcomes: list[Outcome]) -> dict:
         [o.error for o in outcomes], [o.memory_error for o in outcomes])}
 
 
+def mean_abs(errors) -> float:
+    """The mean |error| of relative errors (signed fractions): validate's figure, and what
+    calibrate prints of a fit's ``before``, ``after`` or ``loo`` and its notes compare."""
+    return sum(abs(e) for e in errors) / len(errors)
+
+
 def tolerance_summary(errors, memory_errors) -> dict:
     """The summary figures of step-time ``errors`` and peak-memory ``memory_errors`` (fractions,
     signed; None where a row has no peak) against the tolerance, and whether they keep it
@@ -1018,9 +1024,9 @@ def tolerance_summary(errors, memory_errors) -> dict:
     mem = [abs(e) for e in memory_errors if e is not None]
     over = sum(1 for e in errors if e > ROW_TOLERANCE)
     memory_over = sum(1 for e in mem if e > MEMORY_TOLERANCE)
-    mae = sum(errors) / len(errors)
+    mae = mean_abs(errors)
     return {"mean_abs_error": mae, "max_abs_error": max(errors), "rows_over": over,
-            "memory_rows": len(mem), "memory_mean_abs_error": sum(mem) / len(mem) if mem else None,
+            "memory_rows": len(mem), "memory_mean_abs_error": mean_abs(mem) if mem else None,
             "memory_max_abs_error": max(mem) if mem else None, "memory_rows_over": memory_over,
             "row_tolerance": ROW_TOLERANCE, "mean_tolerance": MEAN_TOLERANCE,
             "memory_tolerance": MEMORY_TOLERANCE,
@@ -1044,7 +1050,7 @@ def table(outcomes: list[Outcome]) -> str:
                      memory])
     header = ("id", "stack", "plan", "measured s", "predicted s", "error", "")
     lines = aligned(header, rows, right={3, 4, 5})
-    mae = sum(abs(o.error) for o in outcomes) / len(outcomes)
+    mae = mean_abs([o.error for o in outcomes])
     worst = max(outcomes, key=lambda o: abs(o.error))
     lines.append(f"rows {len(outcomes)}  mean |error| {mae * 100:.1f}%  worst {worst.case.id} "
                  f"{worst.error * 100:+.1f}%")

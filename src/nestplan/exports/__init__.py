@@ -204,9 +204,9 @@ def launched_as(pf: PlanFile, plan: Parallelism, rules: dict[str, str], **behavi
     overlapped gathers the arguments left out). Without either, both as they are."""
     if not rules and not behaviour:
         return pf, plan
-    st = replace(pf.scenario.stack, **behaviour)
+    st = pf.scenario.stack
     named = {name: f"{name}-as-launched" for name in rules}
-    stack = replace(st, recompute=st.recompute + tuple(
+    stack = replace(st, **behaviour, recompute=st.recompute + tuple(
         Policy(named[name], rule) for name, rule in rules.items()))
     return (replace(pf, scenario=replace(pf.scenario, stack=stack)),
             plan.with_(recompute=tuple(named.get(r, r) for r in plan.recompute)))

@@ -45,10 +45,12 @@ def _fp32_buffer_text(sc, par) -> str:
     trial's 70B pipeline went from 51.8 to 87.6 GiB of an 80 GB H100, unsaid)."""
     ev = evaluate(sc, par, stack_offers=False)  # (as ``prediction`` has it: evaluated once)
     per_param = FP32 / sc.stack.weight_bytes  # (the weights' bytes per parameter, unsharded here)
-    stage = max(ev.stages, key=lambda s: s.memory.total + s.memory.weights * per_param)
-    extra = stage.memory.weights * per_param
-    peak = stage.memory.total + extra
-    return (f"{extra / GiB:.1f} GiB more on stage {stage.index}: {peak / GiB:.1f} of "
+    def extra(s):
+        return s.memory.weights * per_param
+
+    stage = max(ev.stages, key=lambda s: s.memory.total + extra(s))
+    peak = stage.memory.total + extra(stage)
+    return (f"{extra(stage) / GiB:.1f} GiB more on stage {stage.index}: {peak / GiB:.1f} of "
             f"{ev.capacity / GiB:.1f} GiB, " + ("which does not fit" if peak > ev.capacity
                                                  else "within the device"))
 
@@ -92,18 +94,14 @@ def config(pf: PlanFile) -> tuple[dict, list[str], object]:
     if par.pp > 1 and exported.zero <= 1:
         # data_types.grad_accum_dtype unset: the model's bf16 (DeepSpeedEngine.get_data_types and
         # _do_optimizer_sanity_check, deepspeed/runtime/engine.py, deepspeed 0.19.8)
-        buffer = _fp32_buffer_text(sc, exported)
-        if exported.zero == 0:
-            notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
-                         "(data_types.grad_accum_dtype unset), which DeepSpeed warns is not "
-                         "numerically safe over many accumulation steps; fp32 accumulation is "
-                         "refused at ZeRO-0; at ZeRO-1 it adds an fp32 buffer of 4 bytes per "
-                         f"parameter that this plan's memory does not hold ({buffer})")
-        else:
-            notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
-                         "(data_types.grad_accum_dtype unset); fp32 accumulation switches "
-                         "DeepSpeed to its BF16_Optimizer, whose fp32 buffer adds 4 bytes per "
-                         f"parameter that this plan's memory does not hold ({buffer})")
+        why = ((", which DeepSpeed warns is not numerically safe over many accumulation steps; "
+                "fp32 accumulation is refused at ZeRO-0; at ZeRO-1 it adds an fp32 buffer of")
+               if exported.zero == 0 else
+               ("; fp32 accumulation switches DeepSpeed to its BF16_Optimizer, whose fp32 buffer "
+                "adds"))
+        notes.append("the pipeline engine accumulates the micro-batches' gradients in bf16 "
+                     f"(data_types.grad_accum_dtype unset){why} 4 bytes per parameter that this "
+                     f"plan's memory does not hold ({_fp32_buffer_text(sc, exported)})")
     st = sc.stack
     if exported.zero == 3 and st.overlap_grad_reduce != st.overlap_param_gather:
         # one key for both streams: ZeRO-3's gathers (parameter_offload.py) and its reductions

@@ -24,8 +24,9 @@ from ..planfile import PlanFile
 from ..schedule import SCHEDULES
 from ..specs import (DEFAULT_NORM_EPS, DEFAULT_ROPE_THETA, LLAMA31_ROPE, blocks_per_chunk,
                      sinks_cp_refusal)
-from . import (FORMAT_STACKS, Export, closest_schedule, fit_notes, headline, launched_as,
-               launching_stack, mesh_json, predicted_note, rank_files, rank_note)
+from . import (FORMAT_STACKS, Export, closest_schedule, evaluate, fit_notes, headline,
+               launched_as, launching_stack, mesh_json, predicted_note, prediction, rank_files,
+               rank_note)
 
 
 MEGATRON_SCHEDULES = tuple(n for n, s in SCHEDULES.items() if s.megatron)
@@ -164,7 +165,6 @@ def _without_local_attention(pf: PlanFile, exported) -> str:
     these arguments, which carry no local attention, have it do."""
     from dataclasses import replace
 
-    from ..evaluate import evaluate
     from ..textfmt import memory_verdict
     from ..units import GiB, fmt_time
 
@@ -183,11 +183,10 @@ def _gather_without_reduce(pf: PlanFile, exported) -> str:
     arguments.py @ NVIDIA/Megatron-LM d98e8a64dd; an MoE user's trial): the header predicts the
     run as launched, its gathers waiting (``launched_as``); the note gives the step with them
     overlapped, as the stack runs them."""
-    from ..evaluate import evaluate
     from ..units import fmt_time
 
     sc = pf.scenario
-    overlapped = evaluate(sc, exported, stack_offers=False)
+    overlapped = prediction(pf, exported)[0]
     return (f"stack {sc.stack.name} overlaps the parameter all-gathers but not the gradient "
             "reduction, which Megatron-LM's pretrain_gpt.py refuses (validate_args: "
             "--overlap-param-gather needs --overlap-grad-reduce; Megatron-Bridge runs the pair): "
@@ -487,8 +486,8 @@ def export(pf: PlanFile) -> Export:
     # checkpointing as Megatron's selective recomputation, and the parameter gathers waited for
     # where the stack does not overlap the gradient reduction (``_gather_without_reduce``); the
     # predictions and the notes that quote a step are of it
-    gathers_wait = (sc.stack.overlap_param_gather and not sc.stack.overlap_grad_reduce
-                    and par.zero >= 1 and par.dp * par.cp > 1)
+    gathers = sc.stack.overlap_param_gather and par.zero >= 1 and par.dp * par.cp > 1
+    gathers_wait = gathers and not sc.stack.overlap_grad_reduce
     launched, launched_plan = launched_as(pf, exported, {
         p.name: "modules:core_attn" for p in policies if p.kind == "matmul-outputs"},
         **({"overlap_param_gather": False} if gathers_wait else {}))
@@ -634,7 +633,7 @@ def export(pf: PlanFile) -> Export:
         args.append("--overlap-grad-reduce")
     if gathers_wait:
         notes.append(_gather_without_reduce(pf, exported))
-    elif sc.stack.overlap_param_gather and par.zero >= 1 and (par.dp * par.cp) > 1:
+    elif gathers:
         args.append("--overlap-param-gather")
     if tr.document_span is not None:  # (costed within documents: masked so; a long-context
         # trial's export had quoted the per-document step and left the masking to the user)

@@ -23,15 +23,16 @@ from ..catalog import get_model, get_stack
 from ..errors import SpecError
 from ..options import Norm, Position, Precision, TPOverlap
 from ..placement import layouts
-from ..notes.scenario import eager_float8_text
+from ..notes.plan import eager_float8_text
 from ..planfile import PlanFile
 from ..recompute import closest
 from ..schedule import SCHEDULES
 from ..specs import (LLAMA31_ROPE, blocks_per_chunk, list_text, mtp_refusal,
                      tied_pipeline_refusal)
 from ..units import fmt_gib
-from . import (Export, capacity_notes, closest_schedule, fit_notes, launched_as, mesh_json,
-               headline, mtp_note, predicted_note, rank_files, rank_note, uniform_policy)
+from . import (Export, capacity_notes, closest_schedule, evaluate, fit_notes, launched_as,
+               mesh_json, headline, mtp_note, predicted_note, rank_files, rank_note,
+               uniform_policy)
 
 TORCHTITAN_ORDER = MEGATRON_ORDER
 """How torchtitan numbers ranks: its device mesh's dimensions pp, dp_replicate, dp_shard, cp, tp,
@@ -349,11 +350,8 @@ def _arguments(pf: PlanFile):
     launched, exported = launched_as(pf, exported, rules)
     unrun_note = None
     if unrun:  # the run as launched, with what torchtitan runs in their place
-        from ..evaluate import evaluate
-
         costed = evaluate(launched.scenario, exported, stack_offers=False)
-        launched = replace(launched, scenario=replace(launched.scenario, stack=replace(
-            launched.scenario.stack, **unrun)))
+        launched, _ = launched_as(pf, exported, rules, **unrun)
         ran = evaluate(launched.scenario, exported, stack_offers=False)
         which = "them" if len(why_unrun) > 1 else "it"
         unrun_note = f"stack {st.name} asks for " + "; ".join(why_unrun) + (
@@ -429,8 +427,6 @@ def _float8_gathers_note(pf: PlanFile, exported) -> str:
     its Float8 converter offers rowwise recipes only (``Float8LinearConverter.Config.recipe_name``,
     torchtitan/components/quantization/float8.py, 0.3.0 wheel), which gather weights in bf16
     (a user trial's 70B plan was 18 % faster as predicted than as launched)."""
-    from ..evaluate import evaluate
-
     sc = pf.scenario
     st = sc.stack
     bf16 = evaluate(replace(sc, stack=replace(st, fp8_param_gather=False, fp8_tp_gather=False)),

@@ -32,15 +32,42 @@ UNEVEN_ROUTING = 1.2
 example of a trained router's, not a measured figure (state a run's own with --moe-imbalance)."""
 
 
+def eager_float8_text(sc, par) -> str | None:
+    """What to say of fp8 training of plan ``par`` on a torchtitan stack that does not compile it
+    (``StackSpec.torch_compiled``: no fused norms or gated MLPs, no async TP for this plan's TP):
+    torchao's Float8 scales and casts every linear layer's inputs, weights and gradients in
+    kernels of their own there, which the cost model does not charge (a torchtitan trial's eager
+    Float8 plan was predicted faster than the compiled one, exported with compile off, without a
+    word); None otherwise."""
+    from ..options import Precision
+    from ..placement import layouts
+
+    st = sc.stack
+    if st.export_format != "torchtitan" or sc.training.precision is not Precision.FP8:
+        return None
+    if st.torch_compiled(st.async_tp(par.tp, layouts(par, sc.cluster, sc.gpus).tp)):
+        return None
+    return (f"stack {st.name} runs torchtitan without torch.compile, under which torchao's Float8 "
+            "scales and casts every linear layer's inputs, weights and gradients in kernels of "
+            "their own (torchtitan: \"The quantization modules are intended to be ran under "
+            "`torch.compile` for competitive performance\", components/quantization/__init__.py, "
+            "0.3.0 wheel); nestplan does not cost those casts, so this fp8 step is likely too "
+            "short: a compiled Float8 stack (torchtitan-float8) costs the runs torchtitan "
+            "measured so")
+
+
+def eager_float8(sc, par) -> None:
+    """Say ``eager_float8_text``."""
+    note(eager_float8_text(sc, par))
+
+
 def evaluated(ev, imbalance_stated: bool) -> None:
     """Every note ``evaluate`` gives of a plan it evaluated (``report`` writes the same ones into
     the page: a hardware trial's HTML had none of the command's caveats)."""
     idle_policies(ev)
     recompute_costs_memory(ev)
     host_bound(ev)
-    workload_and_stack(ev, imbalance_stated)
-    simulated_schedule(ev)
-    split_groups(ev)
+    _plan_and_schedule(ev, imbalance_stated)
 
 
 def searched(ev, con, imbalance_stated: bool) -> None:
@@ -50,6 +77,12 @@ def searched(ev, con, imbalance_stated: bool) -> None:
     host_bound(ev)
     no_interleaving(ev)
     depths_narrow_search(ev, con)
+    _plan_and_schedule(ev, imbalance_stated)
+
+
+def _plan_and_schedule(ev, imbalance_stated: bool) -> None:
+    """The notes ``evaluated`` and ``searched`` end with: the workload's and the stack's, the
+    schedule's simulation, groups split over domains."""
     workload_and_stack(ev, imbalance_stated)
     simulated_schedule(ev)
     split_groups(ev)
@@ -58,8 +91,6 @@ def searched(ev, con, imbalance_stated: bool) -> None:
 def workload_and_stack(ev, imbalance_stated: bool) -> None:
     """The notes evaluate, plan and compare give of a plan's routing load and of its stack
     (``imbalance_stated``: the command was given --moe-imbalance)."""
-    from .scenario import eager_float8
-
     balanced_routing(ev, imbalance_stated)
     capacity_under_balance(ev)
     load_capped(ev)
@@ -178,12 +209,9 @@ def even_split_close(ev) -> None:
     ``--num-layers-per-virtual-pipeline-stage``. Said only where the default split fits within
     the headroom too."""
     from ..evaluate import with_default_split
-    from ..specs import uneven_split
     from ..units import fmt_time
 
     sc, par = ev.scenario, ev.plan
-    if uneven_split(sc.model, par) is None:
-        return
     other = with_default_split(sc, par)
     if other is None or not other.within_headroom or other.step_time > ev.step_time * (1 + EVEN_SPLIT_CLOSE):
         return
@@ -265,6 +293,11 @@ GAP_ASPECTS = {"length": "sequence length", "accelerator": "accelerator", "size"
 and the words for each."""
 
 
+def _span(lo: int, hi: int) -> str:
+    """A range of counts as the calibration notes say it: ``4,096`` or ``2,048 to 8,192``."""
+    return f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+
+
 def calibration_gaps(sc) -> list[tuple[str, str]]:
     """How scenario ``sc`` lies beyond the runs its stack was calibrated on, as (aspect of
     ``GAP_ASPECTS``, sentence): another accelerator than theirs, a sequence length or a device
@@ -278,8 +311,8 @@ def calibration_gaps(sc) -> list[tuple[str, str]]:
     if st.fitted_seq_len:
         lo, hi = st.fitted_seq_len
         if not lo / CALIBRATION_REACH <= seq <= hi * CALIBRATION_REACH:
-            span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
-            gaps.append(("length", f"stack {st.name} was calibrated on runs of {span} tokens; at "
+            gaps.append(("length", f"stack {st.name} was calibrated on runs of "
+                         f"{_span(lo, hi)} tokens; at "
                          f"{seq:,} the attention's share of the step differs, and what the fit "
                          "gave it may not carry (calibrate on runs nearer this length)"))
     if st.fitted_accelerators and acc not in st.fitted_accelerators:
@@ -289,7 +322,7 @@ def calibration_gaps(sc) -> list[tuple[str, str]]:
     if st.fitted_gpus:  # (a calibrating user's trial: a one-node fit moved a 512-GPU plan 24 %)
         lo, hi = st.fitted_gpus
         n, levels = sc.gpus, sc.cluster.levels
-        span = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+        span = _span(lo, hi)
         # (a review: 16 GPUs beside runs on one 8-GPU node cross the network, which the runs
         # did not, though within twice their count)
         reach, runs = sc.cluster.top_level(n), sc.cluster.top_level(hi)
@@ -574,16 +607,21 @@ def depths_narrow_search(ev, con) -> None:
     parallelism) and the constraints ``con`` did not fix them: a torchtitan MoE user's trial's
     DeepSeek-V3 plan was searched without pipelines, 58 % slower than the best pipelined one
     with --mtp-layers 0, which is what torchtitan's own deepseek_v3_671b trains, without a word."""
+    from ..specs import MTP_AXIS_WORDS
+    from ..units import counted
+
     sc = ev.scenario
     st, depths = sc.stack, sc.model.mtp_layers
+    if not depths:
+        return
     left = [axis for axis in st.mtp_without
             if st.offers(axis) and getattr(con, axis) is None and getattr(ev.plan, axis) == 1]
-    if depths and left:
-        axes = " and ".join({"pp": "pipeline", "cp": "context"}[a] for a in left)
-        note(f"{sc.model.name}'s {depths} multi-token-prediction "
-             f"{'depth' if depths == 1 else 'depths'} kept {axes} parallelism out of the search: "
-             f"stack {st.name} runs none with them (mtp_without); --mtp-layers 0 searches "
-             f"{'it' if len(left) == 1 else 'them'} (a model without the depths)")
+    if left:
+        axes = " and ".join(MTP_AXIS_WORDS[a] for a in left)
+        note(f"{sc.model.name}'s {counted(depths, 'multi-token-prediction depth')} kept {axes} "
+             f"parallelism out of the search: stack {st.name} runs none with them "
+             f"(mtp_without); --mtp-layers 0 searches {'it' if len(left) == 1 else 'them'} (a "
+             "model without the depths)")
 
 
 def recompute_costs_memory(ev) -> None:

@@ -156,7 +156,8 @@ def fit_limits(cases, result, base) -> None:
     ``base`` to its cap of 1 (a user trial's one row at 1.2 s for 9 s of work: 4x the base's,
     +378 % after the fit, plans then at 99 % MFU, without a word), when the rows span several
     accelerators, or when the peaks are below the memory model's tensors."""
-    from ..calibrate import PARAMETERS, mean_abs
+    from ..calibrate import PARAMETERS
+    from ..validation import mean_abs
     from ..textfmt import first_of
     from ..units import GiB
     from ..validation import MEMORY_TOLERANCE, ROW_TOLERANCE

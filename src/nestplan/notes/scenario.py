@@ -66,6 +66,13 @@ def added_depths(sc, model: str) -> None:
              "kind: a projection, one more block and a loss each, costed as such)")
 
 
+def sequence(sc) -> None:
+    """What the sequence length means for the model: a learned position table grown to it, a
+    context beyond what the model was built for."""
+    position_table(sc)
+    trained_context(sc)
+
+
 def position_table(sc) -> None:
     """Say when a learned position table must grow to the sequence length."""
     m, seq = sc.model, sc.training.seq_len
@@ -193,35 +200,6 @@ def fused_pieces(sc) -> None:
         note(f"stack '{sc.stack.name}' costs {sc.model.name}'s {', '.join(fused)} as "
              "fused kernels (not in its eager_ops): a framework that runs them as "
              f"separate kernels takes longer (stack '{DEFAULT_STACK}' costs them so)")
-
-
-def eager_float8_text(sc, par) -> str | None:
-    """What to say of fp8 training of plan ``par`` on a torchtitan stack that does not compile it
-    (``StackSpec.torch_compiled``: no fused norms or gated MLPs, no async TP for this plan's TP):
-    torchao's Float8 scales and casts every linear layer's inputs, weights and gradients in
-    kernels of their own there, which the cost model does not charge (a torchtitan trial's eager
-    Float8 plan was predicted faster than the compiled one, exported with compile off, without a
-    word); None otherwise."""
-    from ..options import Precision
-    from ..placement import layouts
-
-    st = sc.stack
-    if st.export_format != "torchtitan" or sc.training.precision is not Precision.FP8:
-        return None
-    if st.torch_compiled(st.async_tp(par.tp, layouts(par, sc.cluster, sc.gpus).tp)):
-        return None
-    return (f"stack {st.name} runs torchtitan without torch.compile, under which torchao's Float8 "
-            "scales and casts every linear layer's inputs, weights and gradients in kernels of "
-            "their own (torchtitan: \"The quantization modules are intended to be ran under "
-            "`torch.compile` for competitive performance\", components/quantization/__init__.py, "
-            "0.3.0 wheel); nestplan does not cost those casts, so this fp8 step is likely too "
-            "short: a compiled Float8 stack (torchtitan-float8) costs the runs torchtitan "
-            "measured so")
-
-
-def eager_float8(sc, par) -> None:
-    """Say ``eager_float8_text``."""
-    note(eager_float8_text(sc, par))
 
 
 CP_SPLIT_NOTED_FROM = 16384

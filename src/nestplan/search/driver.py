@@ -723,7 +723,7 @@ def unsatisfiable(sc: Scenario, con: Constraints) -> str:
     # (the CP rule too: a fuzzing trial's --tp 1 --pp 1 --mbs 64 on 8 GPUs at 4,096 tokens
     # needed cp 8, 512 tokens a rank, which the rules it was told allowed; the dispatcher's: a
     # review's flex stack at dp 1 had been told rules its plans met)
-    flex = sc.model.moe is not None and sc.stack.flex_backend(sc.cluster) == "deepep"
+    flex = sc.model.moe is not None and sc.stack.dispatcher_refusal(1, 1, sc.cluster) is not None
     return (f"{head} (tp·pp·dp·cp must equal gpus, tp divide the heads, pp·vp not exceed the "
             f"layers, mbs·dp divide the global batch, the micro-batches per replica suit the "
             f"schedule, " + ("stack " + sc.stack.name + "'s DeepEP dispatcher have more than one "

@@ -72,8 +72,10 @@ def two_level_view(sc: Scenario) -> Scenario:
         sc.cluster, levels=(lv[0], net), devices_per_host=host))
 
 
-def _rescore(method: str, sc: Scenario, found: SearchResult, start: float) -> SearchResult:
-    plans = sorted((evaluate(sc, ev.plan) for ev in found.plans), key=lambda e: e.step_time)
+def _rescore(method: str, found: SearchResult, start: float) -> SearchResult:
+    """A baseline's plans ranked by their step on the real scenario, as ``driver.run`` evaluated
+    them there (its ``view`` only steered the search)."""
+    plans = sorted(found.plans, key=lambda e: e.step_time)
     return SearchResult(method=method, plans=plans, seconds=time.perf_counter() - start,
                         configurations=found.configurations, solved=found.solved,
                         objective=found.objective, notes=found.notes)
@@ -86,7 +88,7 @@ def nest(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResul
 def mist(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
     start = time.perf_counter()
     found = driver.run(sc, con, method="mist", top=top, view=flat_view(sc), progress=progress)
-    return _rescore("mist", sc, found, start)
+    return _rescore("mist", found, start)
 
 
 def phaze(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResult:
@@ -103,14 +105,20 @@ def phaze(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResu
         if not own_zero:
             raise
         raise InfeasibleError(f"phaze (no ZeRO, no selective recomputation): {e}") from None
-    return _rescore("phaze", sc, found, start)
+    return _rescore("phaze", found, start)
+
+
+def _most_saving(sc: Scenario, con: Constraints) -> tuple[str, ...]:
+    """The recompute policies a fixed plan takes: the constraints', else the stack's most saving
+    one (``StackSpec.most_saving``)."""
+    return con.recompute or (sc.stack.most_saving,)
 
 
 def _sharded_more(sc: Scenario, con: Constraints, par: Parallelism) -> Parallelism | None:
     """``par`` with the most sharding and recomputation the stack offers and the constraints
     leave free (a fixed ZeRO stage or recompute policy stays); None when that changes nothing
     or the stack cannot run it."""
-    recompute = con.recompute or (sc.stack.most_saving,)
+    recompute = _most_saving(sc, con)
     zeros = [con.zero] if con.zero is not None else sorted(sc.stack.zero_stages, reverse=True)
     for zero in zeros:
         more = par.with_(zero=zero, recompute=recompute)
@@ -129,10 +137,9 @@ def alpa(sc: Scenario, con: Constraints, top: int, progress=None) -> SearchResul
     found = driver.run(sc, con, method="alpa", top=max(top, 20), view=two_level_view(sc),
                        memory_aware=False, progress=progress)
     fixed = []
-    for ev in found.plans:
-        real = evaluate(sc, ev.plan)
+    for real in found.plans:  # (evaluated on the real cluster: ``driver.run``)
         if not real.within_headroom:
-            more = _sharded_more(sc, con, ev.plan)
+            more = _sharded_more(sc, con, real.plan)
             if more is None:
                 continue
             real = evaluate(sc, more)
@@ -180,7 +187,7 @@ def manual_plan(sc: Scenario, con: Constraints) -> Parallelism:
     last_error = None
     sched = SCHEDULES.get(con.schedule) if con.schedule else None
     vp = con.vp or (sched.least_vp if sched is not None else 1)
-    recompute = con.recompute or (sc.stack.most_saving,)
+    recompute = _most_saving(sc, con)
     for pp in _allowed("pp", con.pp, pps):
         dp = rest // pp
         if (pp == 1 and pipelined) or (con.dp is not None and dp != con.dp):
